@@ -1,0 +1,1 @@
+"""Postgres access shared by the services: pool, migrations, named queries, transitions."""

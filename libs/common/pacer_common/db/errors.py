@@ -1,0 +1,61 @@
+"""Driver errors translated in one place. Only :class:`TransientError` is worth retrying."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import psycopg
+from psycopg import errors as pgerr
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
+
+T = TypeVar("T")
+
+
+class DatabaseError(Exception):
+    """Base of Pacer's database errors."""
+
+
+class TransientError(DatabaseError):
+    """Connection lost, server restarting, serialization failure: safe to retry the unit of work."""
+
+
+class ConflictError(DatabaseError):
+    """A uniqueness or guard conflict: retrying the same write will not help."""
+
+
+_TRANSIENT = (
+    psycopg.OperationalError,
+    pgerr.SerializationFailure,
+    pgerr.DeadlockDetected,
+    pgerr.AdminShutdown,
+    pgerr.CannotConnectNow,
+)
+
+
+def translate(exc: BaseException) -> BaseException:
+    if isinstance(exc, _TRANSIENT):
+        return TransientError(str(exc))
+    if isinstance(exc, pgerr.UniqueViolation):
+        return ConflictError(str(exc))
+    return exc
+
+
+async def with_retry(work: Callable[[], Awaitable[T]], *, deadline_s: float = 60.0) -> T:
+    """Run a whole unit of work (its own transaction), retrying it only on transient errors.
+
+    A pool pool whose server restarted hands out broken connections; each attempt takes a
+    fresh one, so a Postgres restart costs a pause, not a crash.
+    """
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception_type(TransientError),
+        stop=stop_after_delay(deadline_s),
+        wait=wait_exponential_jitter(initial=0.05, max=2.0),
+        reraise=True,
+    ):
+        with attempt:
+            try:
+                return await work()
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+    raise AssertionError("unreachable")

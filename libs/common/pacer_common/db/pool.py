@@ -1,0 +1,22 @@
+"""The psycopg 3 async connection pool, built by a service's composition root."""
+
+from __future__ import annotations
+
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+
+async def open_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pacer") -> AsyncConnectionPool:
+    """Open a pool whose connections are checked before use (a restarted server is noticed)."""
+    pool = AsyncConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        name=name,
+        kwargs={"autocommit": False, "row_factory": dict_row, "application_name": name},
+        check=AsyncConnectionPool.check_connection,
+        reconnect_timeout=300,
+    )
+    await pool.open(wait=True, timeout=30)
+    return pool

@@ -1,0 +1,1 @@
+"""Pure domain shared by every service: ids, statuses, messages, events. No drivers."""

@@ -1,0 +1,75 @@
+"""Item events: immutable, past-tense facts appended to the event log.
+
+The event log (table ``item_events``) is the source of truth; ``items`` is its projection.
+Each event records the transition it made, so any state can be rebuilt by a fold.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict
+
+from pacer_common.domain.status import ItemStatus, check_transition
+
+EventType = Literal[
+    "ItemClaimed",
+    "ItemSubmitted",
+    "ItemConfirmed",
+    "ItemFailed",
+    "ItemRetryScheduled",
+    "ItemRequeued",
+    "ItemInDoubt",
+    "ItemLeaseExpired",
+    "ItemVerifiedDelivered",
+    "ItemVerifiedNotDelivered",
+    "ItemUnverified",
+    "ItemDuplicateIntercepted",
+    "ItemExpired",
+    "ItemCancelled",
+]
+
+SCHEMA_VERSION = 1
+
+
+class ItemEvent(BaseModel):
+    """One row of the event log, as read back by the reconciler and published as an outcome."""
+
+    model_config = ConfigDict(frozen=True)
+
+    schema_version: int = SCHEMA_VERSION
+    seq: int
+    type: EventType
+    item_id: str
+    job_id: str
+    shard_id: int
+    guid: str
+    version: int
+    from_status: ItemStatus
+    to_status: ItemStatus
+    occurred_at: AwareDatetime
+    payload: dict[str, Any] = {}
+
+
+def fold(initial: ItemStatus, events: list[ItemEvent]) -> ItemStatus:
+    """Rebuild an item's status from its events, checking every step against the table."""
+    status = initial
+    expected_version = None
+    for ev in sorted(events, key=lambda e: e.version):
+        if ev.from_status is not status:
+            raise ValueError(
+                f"event v{ev.version} of item {ev.item_id} starts at {ev.from_status}, item is {status}"
+            )
+        if expected_version is not None and ev.version != expected_version:
+            raise ValueError(f"gap in item {ev.item_id} versions before v{ev.version}")
+        check_transition(status, ev.to_status)
+        status = ev.to_status
+        expected_version = ev.version + 1
+    return status
+
+
+def occurred(ts: datetime) -> datetime:
+    if ts.tzinfo is None:
+        raise ValueError("event timestamps must be timezone-aware")
+    return ts

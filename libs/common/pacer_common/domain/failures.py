@@ -1,0 +1,65 @@
+"""Failure classes and retry decisions. Whether to retry is a property of the error."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from typing import Mapping
+
+
+class FailureClass(StrEnum):
+    RETRYABLE = "retryable"  # busy, transient: bounded backoff on the same guid queue
+    RATE_LIMITED = "rate_limited"  # slow the guid down, then retry; not the item's fault
+    NEEDS_HUMAN = "needs_human"  # offline, kicked, unauthorized: a person must act
+    BAD_PARAMS = "bad_params"  # the request itself is wrong: never retried blindly
+    EXPIRED = "expired"  # past expire_at: discarded, counted
+    IN_DOUBT = "in_doubt"  # the gateway may have delivered: verify, never resend blindly
+    NOT_SENT = "not_sent"  # the request provably never reached the gateway
+
+
+# Default code table (configuration overrides it: PACER_FAILURE_CODES).
+DEFAULT_CODE_TABLE: dict[int, FailureClass] = {
+    -1: FailureClass.RETRYABLE,
+    1001: FailureClass.NEEDS_HUMAN,  # device offline
+    1002: FailureClass.NEEDS_HUMAN,  # kicked / logged out
+    1003: FailureClass.NEEDS_HUMAN,  # unauthorized
+    40001: FailureClass.BAD_PARAMS,
+    45009: FailureClass.RATE_LIMITED,
+}
+
+
+@dataclass(frozen=True)
+class SendError(Exception):
+    """A send that did not succeed, with what the caller should do about it."""
+
+    failure_class: FailureClass
+    code: int | None
+    message: str
+    retry_after: timedelta | None = None
+
+    def __str__(self) -> str:
+        return f"{self.failure_class.value}: code={self.code} {self.message}"
+
+
+def classify(code: int, table: Mapping[int, FailureClass]) -> FailureClass:
+    """Map a gateway response code to its class; unknown codes are retryable (bounded)."""
+    return table.get(code, FailureClass.RETRYABLE)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 5
+    base: timedelta = timedelta(seconds=1)
+    cap: timedelta = timedelta(minutes=5)
+
+    def next_delay(self, attempts: int, rng: random.Random) -> timedelta | None:
+        """Full-jitter exponential backoff; ``None`` once attempts are used up."""
+        if attempts >= self.max_attempts:
+            return None
+        ceiling = min(self.cap.total_seconds(), self.base.total_seconds() * 2 ** max(attempts - 1, 0))
+        return timedelta(seconds=rng.uniform(ceiling / 2, ceiling))
+
+
+RETRY_CLASSES = frozenset({FailureClass.RETRYABLE, FailureClass.RATE_LIMITED, FailureClass.NOT_SENT})

@@ -1,0 +1,69 @@
+"""The item state machine: one table of allowed transitions.
+
+Every status change in Pacer goes through :data:`TRANSITIONS`; the SQL in
+``db/queries/transition.sql`` guards each write with the expected ``from`` statuses, so a
+change that the table does not allow cannot be written.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ItemStatus(StrEnum):
+    """Mirrors the Postgres ENUM ``item_status``."""
+
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    SUBMITTED = "submitted"
+    CONFIRMED = "confirmed"
+    FAILED = "failed"
+    WAITING_RETRY = "waiting_retry"
+    ABANDONED = "abandoned"
+    EXPIRED = "expired"
+    RECOVERY_PENDING = "recovery_pending"
+    UNVERIFIED = "unverified"
+
+
+S = ItemStatus
+
+TRANSITIONS: dict[ItemStatus, frozenset[ItemStatus]] = {
+    # claim; cancel; past expire_at at dequeue
+    S.PENDING: frozenset({S.CLAIMED, S.ABANDONED, S.EXPIRED}),
+    # "submitted" is written before the gateway call; lease lost before submit → pending
+    # (nothing was sent); a duplicate intercepted by the ledger, or expiry → terminal.
+    S.CLAIMED: frozenset({S.SUBMITTED, S.PENDING, S.ABANDONED, S.EXPIRED}),
+    # the gateway answered (confirmed / failed / retryable), or the outcome is in doubt.
+    S.SUBMITTED: frozenset({S.CONFIRMED, S.FAILED, S.WAITING_RETRY, S.RECOVERY_PENDING}),
+    S.WAITING_RETRY: frozenset({S.PENDING, S.ABANDONED, S.EXPIRED}),
+    # verification: delivered → confirmed; proved not delivered → pending; unknown → human.
+    S.RECOVERY_PENDING: frozenset({S.CONFIRMED, S.PENDING, S.UNVERIFIED}),
+    S.CONFIRMED: frozenset(),
+    S.FAILED: frozenset(),
+    S.ABANDONED: frozenset(),
+    S.EXPIRED: frozenset(),
+    S.UNVERIFIED: frozenset(),
+}
+
+TERMINAL: frozenset[ItemStatus] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+# Statuses in which a command for the item may legitimately be (re)published.
+DISPATCHABLE: frozenset[ItemStatus] = frozenset({S.PENDING})
+
+
+class IllegalTransition(ValueError):
+    """A status change that the transition table does not allow."""
+
+
+def sources_of(target: ItemStatus) -> frozenset[ItemStatus]:
+    """All statuses from which ``target`` may be reached."""
+    return frozenset(src for src, nxt in TRANSITIONS.items() if target in nxt)
+
+
+def check_transition(src: ItemStatus, dst: ItemStatus) -> None:
+    """Raise :class:`IllegalTransition` unless ``src → dst`` is in the table."""
+    if dst not in TRANSITIONS[src]:
+        raise IllegalTransition(f"item cannot move from {src.value!r} to {dst.value!r}")
+
+
+def is_terminal(status: ItemStatus) -> bool:
+    return status in TERMINAL

@@ -1,0 +1,155 @@
+"""Thin confluent-kafka wrappers: an idempotent producer and a manual-commit consumer.
+
+Commit order everywhere: Postgres commit → producer flush → offset commit. The consumer
+never auto-commits; callers commit offsets only after their work is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+log = logging.getLogger(__name__)
+
+
+class ProduceError(Exception):
+    """A message could not be delivered; the caller must not commit what depends on it."""
+
+
+def make_producer(config: dict[str, str], **extra: Any) -> Producer:
+    conf: dict[str, Any] = {
+        **config,
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        "batch.size": 1_000_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "error_cb": lambda err: log.warning("kafka producer error: %s", err),
+        **extra,
+    }
+    return Producer(conf)
+
+
+class DeliveryTracker:
+    """Counts delivery failures between flushes, so a flush can be trusted or refused."""
+
+    def __init__(self) -> None:
+        self.failed: list[str] = []
+
+    def __call__(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.failed.append(f"{msg.topic()}: {err}")
+
+    def check(self) -> None:
+        if self.failed:
+            first, n = self.failed[0], len(self.failed)
+            self.failed.clear()
+            raise ProduceError(f"{n} message(s) not delivered, first: {first}")
+
+
+def produce_all(producer: Producer, messages: Iterable[tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]],
+                *, timeout_s: float = 60.0) -> int:
+    """Produce every (topic, key, value, headers) and flush; raise unless all were acknowledged."""
+    tracker = DeliveryTracker()
+    n = 0
+    for topic, key, value, headers in messages:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, headers=headers, on_delivery=tracker)
+                break
+            except BufferError:
+                producer.poll(0.05)  # local queue full: serve delivery reports, then retry
+        n += 1
+        if n % 10_000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(timeout_s)
+    if remaining:
+        raise ProduceError(f"{remaining} message(s) still queued after {timeout_s}s")
+    tracker.check()
+    return n
+
+
+def make_consumer(config: dict[str, str], group_id: str, **extra: Any) -> Consumer:
+    conf: dict[str, Any] = {
+        **config,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "partition.assignment.strategy": "cooperative-sticky",
+        "session.timeout.ms": 10_000,
+        "heartbeat.interval.ms": 1_000,
+        "max.poll.interval.ms": 300_000,
+        "error_cb": lambda err: log.warning("kafka consumer error: %s", err),
+        **extra,
+    }
+    return Consumer(conf)
+
+
+class AsyncConsumer:
+    """Runs every call on one consumer from one dedicated thread, awaitable from asyncio.
+
+    librdkafka consumers are not meant to be driven from several threads at once; one
+    thread keeps poll, commit, pause and resume ordered while the event loop stays free.
+    """
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-consumer")
+
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, lambda: fn(*args, **kwargs))
+
+    async def consume(self, n: int, timeout_s: float) -> list[Message]:
+        msgs: list[Message] = await self.call(self.consumer.consume, n, timeout_s)
+        out = []
+        for m in msgs:
+            err = m.error()
+            if err is None:
+                out.append(m)
+            elif err.code() == KafkaError._PARTITION_EOF:
+                continue
+            elif err.fatal():
+                raise KafkaException(err)
+            else:
+                log.warning("kafka consume error: %s", err)
+        return out
+
+    async def commit(self, offsets: list[TopicPartition]) -> None:
+        if offsets:
+            await self.call(self.consumer.commit, offsets=offsets, asynchronous=False)
+
+    async def close(self) -> None:
+        await self.call(self.consumer.close)
+        self._thread.shutdown(wait=True)
+
+
+def ensure_topics(config: dict[str, str], topics: dict[str, int], *, timeout_s: float = 30.0) -> None:
+    """Create missing topics (name → partitions), replication factor 1 on a single broker."""
+    admin = AdminClient(config)
+    existing = admin.list_topics(timeout=timeout_s).topics
+    brokers = len(admin.list_topics(timeout=timeout_s).brokers)
+    rf = min(3, brokers)
+    new = [NewTopic(t, num_partitions=p, replication_factor=rf) for t, p in topics.items() if t not in existing]
+    if not new:
+        return
+    for topic, fut in admin.create_topics(new, operation_timeout=timeout_s).items():
+        try:
+            fut.result()
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+        log.info("created topic %s", topic)
+
+
+def next_offset(msg: Message) -> TopicPartition:
+    """The position to commit once ``msg``'s effects are durable."""
+    return TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)

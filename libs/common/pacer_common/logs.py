@@ -1,0 +1,59 @@
+"""JSON logs, one object a line, carrying job/shard/item/guid ids from context."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any
+
+_context: ContextVar[dict[str, Any]] = ContextVar("pacer_log_context", default={})
+_FIELDS = ("job_id", "shard_id", "item_id", "guid", "request_id")
+
+
+class bind:
+    """``with bind(item_id=…, guid=…):`` adds ids to every log line inside the block."""
+
+    def __init__(self, **ids: Any) -> None:
+        self._ids = ids
+        self._token: Any = None
+
+    def __enter__(self) -> None:
+        self._token = _context.set({**_context.get(), **self._ids})
+
+    def __exit__(self, *_: object) -> None:
+        _context.reset(self._token)
+
+
+class JsonFormatter(logging.Formatter):
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self.service = service
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "service": self.service,
+            "logger": record.name,
+            "msg": record.getMessage(),
+            **_context.get(),
+        }
+        for key in _FIELDS + ("migration", "reason", "count", "topic"):
+            if key in record.__dict__:
+                out[key] = record.__dict__[key]
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
+def configure(service: str, level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter(service))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for noisy in ("uvicorn.access", "httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,53 @@
+"""Health, readiness and Prometheus metrics for a service, served beside its main loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import uvicorn
+from fastapi import FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+
+class Health:
+    """Liveness is "the loop is turning"; readiness is set by the service once wired."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.reason = "starting"
+
+    def set_ready(self, ready: bool, reason: str = "") -> None:
+        self.ready, self.reason = ready, reason
+
+
+def ops_app(service: str, registry: CollectorRegistry, health: Health,
+            extra: Callable[[FastAPI], None] | None = None) -> FastAPI:
+    app = FastAPI(title=f"pacer-{service} ops", docs_url=None, redoc_url=None)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok", "service": service}
+
+    @app.get("/readyz")
+    async def readyz(response: Response) -> dict[str, str | bool]:
+        if not health.ready:
+            response.status_code = 503
+        return {"ready": health.ready, "reason": health.reason}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    if extra is not None:
+        extra(app)
+    return app
+
+
+async def serve(app: FastAPI, host: str, port: int) -> tuple[uvicorn.Server, asyncio.Task[None]]:
+    """Start uvicorn on the running loop; the caller sets ``server.should_exit`` to stop it."""
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    return server, task

@@ -1,0 +1,47 @@
+"""What every service's ``main()`` shares: logs, ops endpoints, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+
+from pacer_common.lifecycle import stop_event
+from pacer_common.logs import configure
+from pacer_common.ops import Health, ops_app, serve
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServiceContext:
+    name: str
+    registry: CollectorRegistry
+    health: Health
+    stop: asyncio.Event
+
+
+async def run_service(name: str, host: str, port: int,
+                      body: Callable[[ServiceContext], Awaitable[None]]) -> None:
+    """Serve /healthz, /readyz and /metrics on ``host:port`` and run ``body`` until it returns.
+
+    ``body`` watches ``ctx.stop`` (SIGTERM/SIGINT) and returns after finishing its work in hand.
+    """
+    ctx = ServiceContext(name, CollectorRegistry(), Health(), stop_event())
+    server, task = await serve(ops_app(name, ctx.registry, ctx.health), host, port)
+    log.info("%s started; ops on http://%s:%d", name, host, port)
+    try:
+        await body(ctx)
+    finally:
+        ctx.health.set_ready(False, "stopping")
+        server.should_exit = True
+        await task
+        log.info("%s stopped", name)
+
+
+def main_for(name: str, level: str, coro: Awaitable[None]) -> None:
+    configure(name, level)
+    asyncio.run(coro)  # type: ignore[arg-type]

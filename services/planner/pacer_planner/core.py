@@ -1,0 +1,81 @@
+"""The planner's use case: one job request in, a durable job and its item commands out."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import ValidationError
+
+from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.requests import JobRequest
+from pacer_common.logs import bind
+from pacer_planner.domain.planning import Plan, PlanError, plan
+from pacer_planner.domain.rejections import describe
+from pacer_planner.ports import CommandBus, JobStore
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["planned", "duplicate", "redispatched", "dead_lettered"]
+
+
+@dataclass(frozen=True)
+class Handled:
+    outcome: Outcome
+    job_id: str | None = None
+    items: int = 0
+    reason: str | None = None
+
+
+def commands_for(p: Plan, shard_ids: dict[str, int]) -> list[ItemCommand]:
+    req = p.request
+    return [
+        ItemCommand.model_construct(
+            schema_version=1, item_id=it.item_id, job_id=p.job_id, shard_id=shard_ids[it.guid],
+            guid=it.guid, to_id=it.to_id, content=it.content, idem_key=it.idem_key,
+            priority=p.priority, kind=req.kind.value, expire_at=req.expire_at, not_before=req.not_before,
+        )
+        for it in p.items
+    ]
+
+
+class Planner:
+    """Validates, plans, stores, dispatches. Order: job durable → commands flushed → marked."""
+
+    def __init__(self, store: JobStore, bus: CommandBus) -> None:
+        self.store = store
+        self.bus = bus
+
+    async def handle(self, key: bytes | None, value: bytes, now: datetime | None = None) -> Handled:
+        now = now or datetime.now(UTC)
+        try:
+            request = JobRequest.model_validate_json(value)
+            p = plan(request, now)
+        except ValidationError as exc:
+            return self._reject(key, value, describe(exc))
+        except PlanError as exc:
+            return self._reject(key, value, f"cannot plan job request: {exc}")
+        with bind(request_id=request.request_id, job_id=p.job_id):
+            stored = await self.store.store(p)
+            if stored.created:
+                n = self.bus.dispatch(commands_for(p, stored.shard_ids))
+                await self.store.mark_dispatched(p.job_id)
+                log.info("job planned: %d items over %d shards", n, len(p.shards))
+                return Handled("planned", p.job_id, n)
+            if not stored.dispatched:
+                # A previous run stored the job but died before its commands were flushed.
+                pending: Sequence[ItemCommand] = await self.store.pending_commands(p.job_id)
+                n = self.bus.dispatch(pending)
+                await self.store.mark_dispatched(p.job_id)
+                log.info("job re-dispatched: %d pending items", n)
+                return Handled("redispatched", p.job_id, n)
+            log.info("duplicate job request ignored")
+            return Handled("duplicate", p.job_id)
+
+    def _reject(self, key: bytes | None, value: bytes, reason: str) -> Handled:
+        self.bus.dead_letter(key, value, reason)
+        log.warning("job request dead-lettered", extra={"reason": reason})
+        return Handled("dead_lettered", reason=reason)

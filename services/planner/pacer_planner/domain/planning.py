@@ -1,0 +1,82 @@
+"""Turn a validated job request into a plan: the job, one shard per guid, one item per target."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from pacer_common.domain.ids import JobId, job_id_for, new_item_id
+from pacer_common.domain.requests import JobKind, JobRequest, Target
+
+
+class PlanError(ValueError):
+    """The request is well-formed JSON but cannot be planned; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedItem:
+    item_id: str
+    guid: str
+    to_id: str
+    content: str
+    idem_key: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    job_id: JobId
+    request: JobRequest
+    priority: int
+    shards: dict[str, int]  # guid → number of items; fixed at creation
+    items: list[PlannedItem]
+
+
+class _StrictVars(dict[str, str]):
+    def __missing__(self, key: str) -> str:
+        raise KeyError(key)
+
+
+def render(template: str, variables: Mapping[str, str]) -> str:
+    """``str.format`` with the target's vars; a missing variable is an error, never blank."""
+    return template.format_map(_StrictVars(variables))
+
+
+def idem_key(req: JobRequest, target: Target) -> str:
+    """The business idempotency key of one customer-visible send.
+
+    auto-reply: guid + the message answered; ticket notification: business id + status
+    version + target; anything else: request + target + content version.
+    """
+    if req.kind is JobKind.AUTO_REPLY:
+        return f"reply:{target.guid}:{req.source_msg_uid}:{target.to_id}"
+    if req.kind is JobKind.TICKET_NOTIFY:
+        return f"ticket:{req.business_id}:v{req.status_version}:{target.guid}:{target.to_id}"
+    return f"push:{req.request_id}:{target.guid}:{target.to_id}:v{req.content_version}"
+
+
+def plan(req: JobRequest, now: datetime) -> Plan:
+    """Build the plan or raise :class:`PlanError` with a reason an operator can act on."""
+    if req.expire_at is not None and req.expire_at <= now:
+        raise PlanError(f"request already expired at {req.expire_at.isoformat()}")
+    seen: dict[tuple[str, str], int] = {}
+    shards: dict[str, int] = {}
+    items: list[PlannedItem] = []
+    template = req.message.content
+    for pos, target in enumerate(req.targets.items):
+        pair = (target.guid, target.to_id)
+        if pair in seen:
+            raise PlanError(
+                f"target guid={target.guid!r} to_id={target.to_id!r} appears twice "
+                f"(targets[{seen[pair]}] and targets[{pos}])"
+            )
+        seen[pair] = pos
+        try:
+            content = render(template, target.vars)
+        except KeyError as exc:
+            raise PlanError(f"targets[{pos}]: template variable {exc.args[0]!r} has no value") from None
+        except (ValueError, IndexError) as exc:
+            raise PlanError(f"message.content is not a valid template: {exc}") from None
+        shards[target.guid] = shards.get(target.guid, 0) + 1
+        items.append(PlannedItem(new_item_id(), target.guid, target.to_id, content, idem_key(req, target)))
+    return Plan(job_id_for(req.request_id), req, req.effective_priority, shards, items)

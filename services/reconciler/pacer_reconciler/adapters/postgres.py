@@ -1,0 +1,132 @@
+"""The event log reader, the projection writer and the sweeps, on Postgres."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from pacer_common.db.errors import with_retry
+from pacer_common.db.transitions import Transition, apply
+from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.events import ItemEvent
+from pacer_common.domain.status import ItemStatus as S
+from pacer_reconciler.domain.projection import count_deltas
+from pacer_reconciler.domain.verification import verdict
+from pacer_reconciler.ports import InDoubt, Position, SweepKind
+
+
+@cache
+def _sql(name: str) -> str:
+    return resources.files("pacer_reconciler.adapters.sql").joinpath(f"{name}.sql").read_text()
+
+
+_SWEEPS: dict[SweepKind, Transition] = {
+    "retry_due": Transition("ItemRequeued", S.PENDING, frozenset({S.WAITING_RETRY})),
+    # Claimed but never submitted: nothing was sent, so it may simply run again.
+    "claim_expired": Transition("ItemLeaseExpired", S.PENDING, frozenset({S.CLAIMED}),
+                                only_expired=True, clear_lease=True,
+                                payload={"reason": "lease expired before submit; nothing was sent"}),
+    # Submitted with no outcome: it may have been delivered, so it is verified, not resent.
+    "submit_expired": Transition("ItemInDoubt", S.RECOVERY_PENDING, frozenset({S.SUBMITTED}),
+                                 only_expired=True, clear_lease=True, error_class="in_doubt",
+                                 error="lease expired after submit with no outcome",
+                                 payload={"reason": "lease expired after submit"}),
+}
+
+
+class PostgresLog:
+    def __init__(self, pool: AsyncConnectionPool, cursor_name: str, verify_deadline: timedelta) -> None:
+        self.pool = pool
+        self.cursor_name = cursor_name
+        self.verify_deadline = verify_deadline
+
+    async def position(self) -> Position:
+        async def work() -> Position:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(_sql("load_cursor"), {"name": self.cursor_name})).fetchone()  # type: ignore[arg-type]
+            return Position(row["xid"], row["last_seq"]) if row else Position("0", 0)
+
+        return await with_retry(work)
+
+    async def read(self, after: Position, limit: int) -> list[tuple[Position, ItemEvent]]:
+        async def work() -> list[tuple[Position, ItemEvent]]:
+            async with self.pool.connection() as conn:
+                rows: list[Any] = await (await conn.execute(
+                    _sql("read_events"), {"xid": after.xid, "seq": after.seq, "limit": limit}  # type: ignore[arg-type]
+                )).fetchall()
+            return [(Position(r["xid"], r["seq"]), ItemEvent.model_validate(r)) for r in rows]
+
+        return await with_retry(work)
+
+    async def commit_batch(self, events: Sequence[ItemEvent], to: Position) -> None:
+        """Apply the batch's projection and advance the cursor in one transaction."""
+        deltas = count_deltas(events)
+
+        async def work() -> None:
+            async with self.pool.connection() as conn, conn.transaction():
+                if deltas:
+                    keys = list(deltas)
+                    await conn.execute(_sql("apply_counts"), {  # type: ignore[arg-type]
+                        "shards": [k[0] for k in keys], "statuses": [k[1].value for k in keys],
+                        "deltas": [deltas[k] for k in keys],
+                    })
+                shards = sorted({ev.shard_id for ev in events})
+                if shards:
+                    rows = await (await conn.execute(_sql("refresh_shards"), {"shards": shards})).fetchall()  # type: ignore[arg-type]
+                    jobs = sorted({str(r["job_id"]) for r in rows})
+                    if jobs:
+                        await conn.execute(_sql("refresh_jobs"), {"jobs": jobs})  # type: ignore[arg-type]
+                await conn.execute(_sql("save_cursor"), {"name": self.cursor_name, "xid": to.xid, "seq": to.seq})  # type: ignore[arg-type]
+
+        await with_retry(work)
+
+    async def items_for_dispatch(self, item_ids: Sequence[str]) -> list[ItemCommand]:
+        async def work() -> list[ItemCommand]:
+            async with self.pool.connection() as conn:
+                rows = await (await conn.execute(_sql("items_for_dispatch"), {"ids": list(item_ids)})).fetchall()  # type: ignore[arg-type]
+            return [ItemCommand.model_validate(r) for r in rows]
+
+        return await with_retry(work)
+
+    # -- sweeps ---------------------------------------------------------------------------
+    async def sweep(self, kind: SweepKind, limit: int) -> int:
+        t = _SWEEPS[kind]
+
+        async def work() -> int:
+            async with self.pool.connection() as conn, conn.transaction():
+                rows = await (await conn.execute(_sql(f"due_{kind}"), {"limit": limit})).fetchall()  # type: ignore[arg-type]
+                if not rows:
+                    return 0
+                return len(await apply(conn, t, [r["item_id"] for r in rows]))
+
+        return await with_retry(work)
+
+    async def in_doubt(self, limit: int) -> list[InDoubt]:
+        async def work() -> list[InDoubt]:
+            async with self.pool.connection() as conn:
+                rows = await (await conn.execute(_sql("due_in_doubt"), {"limit": limit})).fetchall()  # type: ignore[arg-type]
+            return [InDoubt(r["item_id"], r["guid"], r["idem_key"], r["updated_at"]) for r in rows]
+
+        return await with_retry(work)
+
+    async def resolve(self, item: InDoubt, found: bool | None, now: datetime) -> str | None:
+        v = verdict(found, item.since, now, self.verify_deadline)
+        if v is None:
+            return None
+        t = Transition(v.event, v.to, frozenset({S.RECOVERY_PENDING}), payload={"reason": v.reason},
+                       error_class=None if v.to is S.CONFIRMED else "in_doubt", error=v.reason)
+        ledger = {S.CONFIRMED: _sql("ledger_confirmed"), S.PENDING: _sql("ledger_released")}.get(v.to)
+
+        async def work() -> str | None:
+            async with self.pool.connection() as conn, conn.transaction():
+                moved = await apply(conn, t, [item.item_id])
+                if moved and ledger:
+                    await conn.execute(ledger, {"k": item.idem_key, "i": item.item_id})  # type: ignore[arg-type]
+                return v.to.value if moved else None
+
+        return await with_retry(work)

@@ -1,0 +1,4 @@
+SELECT item_id::text, job_id::text, shard_id, guid, to_id, content, idem_key, priority, kind,
+       expire_at, not_before
+FROM items
+WHERE item_id = ANY(%(ids)s::uuid[]) AND status = 'pending'

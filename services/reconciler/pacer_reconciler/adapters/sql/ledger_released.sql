@@ -1,0 +1,1 @@
+DELETE FROM send_ledger WHERE idem_key = %(k)s AND item_id = %(i)s AND state = 'reserved'

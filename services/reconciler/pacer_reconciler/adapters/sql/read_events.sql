@@ -1,0 +1,11 @@
+-- Events after the cursor whose transactions have all finished. Transactions commit out of
+-- sequence order, so reading "seq > last" could pass over an event that commits later;
+-- taking only xid < the oldest running xid, in (xid, seq) order, never can.
+SELECT seq, xid::text AS xid, item_id::text AS item_id, job_id::text AS job_id, shard_id, guid,
+       version, type, from_status::text AS from_status, to_status::text AS to_status,
+       payload, occurred_at
+FROM item_events
+WHERE (xid, seq) > (%(xid)s::xid8, %(seq)s::bigint)
+  AND xid < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY xid, seq
+LIMIT %(limit)s

@@ -1,0 +1,69 @@
+"""The reconciler's duties: tail the event log, publish, project progress, sweep, verify."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pacer_reconciler.domain.projection import to_dispatch
+from pacer_reconciler.ports import DeliveryLookup, EventLog, Position, Publisher, SweepKind, Sweeps
+
+log = logging.getLogger(__name__)
+SWEEP_KINDS: tuple[SweepKind, ...] = ("claim_expired", "submit_expired", "retry_due")
+
+
+@dataclass
+class SweepReport:
+    moved: dict[str, int]
+    verified: dict[str, int]
+
+
+class Reconciler:
+    def __init__(self, events: EventLog, sweeps: Sweeps, publisher: Publisher, lookup: DeliveryLookup,
+                 *, batch: int = 2000, sweep_limit: int = 1000, verify_limit: int = 200) -> None:
+        self.events = events
+        self.sweeps = sweeps
+        self.publisher = publisher
+        self.lookup = lookup
+        self.batch = batch
+        self.sweep_limit = sweep_limit
+        self.verify_limit = verify_limit
+        self._pos: Position | None = None
+
+    def forget_position(self) -> None:
+        """Reload the cursor from the database next time (after a leadership change)."""
+        self._pos = None
+
+    async def tail_once(self) -> int:
+        """Handle one batch of finished events. Order: publish + flush → projection + cursor commit.
+
+        A crash between the two republishes the batch: outcomes are at-least-once (consumers
+        dedupe on item_id + version) and a repeated item command finds the item no longer
+        pending, or claimed by its first delivery.
+        """
+        if self._pos is None:
+            self._pos = await self.events.position()
+        batch = await self.events.read(self._pos, self.batch)
+        if not batch:
+            return 0
+        events = [ev for _, ev in batch]
+        commands = await self.events.items_for_dispatch(to_dispatch(events))
+        self.publisher.publish(events, commands)
+        to = batch[-1][0]
+        await self.events.commit_batch(events, to)
+        self._pos = to
+        return len(events)
+
+    async def sweep_once(self) -> SweepReport:
+        moved = {kind: await self.sweeps.sweep(kind, self.sweep_limit) for kind in SWEEP_KINDS}
+        verified: dict[str, int] = {}
+        now = datetime.now(UTC)
+        for item in await self.sweeps.in_doubt(self.verify_limit):
+            found = await self.lookup.lookup(item.guid, item.idem_key)
+            result = await self.sweeps.resolve(item, found, now)
+            if result:
+                verified[result] = verified.get(result, 0) + 1
+        if any(moved.values()) or verified:
+            log.info("sweep: moved %s, verified %s", moved, verified)
+        return SweepReport(moved, verified)

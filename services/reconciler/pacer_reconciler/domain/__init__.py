@@ -1,0 +1,1 @@
+"""The reconciler's pure rules: progress projection and verification decisions."""

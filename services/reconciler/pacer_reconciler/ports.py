@@ -1,0 +1,48 @@
+"""What the reconciler needs from the outside world."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol
+
+from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.events import ItemEvent
+
+SweepKind = Literal["retry_due", "claim_expired", "submit_expired"]
+
+
+@dataclass(frozen=True)
+class Position:
+    xid: str
+    seq: int
+
+
+@dataclass(frozen=True)
+class InDoubt:
+    item_id: str
+    guid: str
+    idem_key: str
+    since: datetime
+
+
+class EventLog(Protocol):
+    async def position(self) -> Position: ...
+    async def read(self, after: Position, limit: int) -> list[tuple[Position, ItemEvent]]: ...
+    async def commit_batch(self, events: Sequence[ItemEvent], to: Position) -> None: ...
+    async def items_for_dispatch(self, item_ids: Sequence[str]) -> list[ItemCommand]: ...
+
+
+class Sweeps(Protocol):
+    async def sweep(self, kind: SweepKind, limit: int) -> int: ...
+    async def in_doubt(self, limit: int) -> list[InDoubt]: ...
+    async def resolve(self, item: InDoubt, found: bool | None, now: datetime) -> str | None: ...
+
+
+class Publisher(Protocol):
+    def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> None: ...
+
+
+class DeliveryLookup(Protocol):
+    async def lookup(self, guid: str, idem_key: str) -> bool | None: ...

@@ -1,0 +1,42 @@
+"""What a gateway answer means for the item: the transition to make and why."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime
+
+from pacer_common.domain.events import EventType
+from pacer_common.domain.failures import RETRY_CLASSES, FailureClass, RetryPolicy, SendError
+from pacer_common.domain.status import ItemStatus
+
+
+@dataclass(frozen=True)
+class Decision:
+    to: ItemStatus
+    event: EventType
+    error_class: str | None = None
+    error: str | None = None
+    next_attempt_at: datetime | None = None
+    release_ledger: bool = False  # the send provably did not happen: free the idempotency key
+
+
+def after_failure(err: SendError, attempts: int, policy: RetryPolicy, now: datetime,
+                  rng: random.Random) -> Decision:
+    """Retry what may be retried (bounded), verify what may have been delivered, fail the rest."""
+    cls = err.failure_class
+    if cls is FailureClass.IN_DOUBT:
+        # The gateway may have delivered: never resend blindly; the reconciler verifies.
+        return Decision(ItemStatus.RECOVERY_PENDING, "ItemInDoubt", cls.value, str(err))
+    if cls in RETRY_CLASSES:
+        delay = policy.next_delay(attempts, rng)
+        if err.retry_after is not None and delay is not None:
+            delay = max(delay, err.retry_after)
+        if delay is not None:
+            return Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", cls.value, str(err),
+                            next_attempt_at=now + delay, release_ledger=True)
+        return Decision(ItemStatus.FAILED, "ItemFailed", cls.value,
+                        f"gave up after {attempts} attempts: {err}", release_ledger=True)
+    return Decision(ItemStatus.FAILED, "ItemFailed", cls.value, str(err), release_ledger=True)
+
+

@@ -1,0 +1,167 @@
+"""Composition root of the sender: settings, pool, gateway, dispatcher, the Kafka loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+from datetime import timedelta
+
+from confluent_kafka import TopicPartition
+from prometheus_client import Counter, Gauge
+from pydantic import Field, ValidationError
+from pydantic_settings import SettingsConfigDict
+
+from pacer_common.db.pool import open_pool
+from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, RetryPolicy
+from pacer_common.gateway import GatewayClient, make_client
+from pacer_common.kafka import AsyncConsumer, make_consumer
+from pacer_common.service import ServiceContext, main_for, run_service
+from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
+from pacer_sender.adapters.postgres import PostgresItemRepository
+from pacer_sender.core import Executed, Executor
+from pacer_sender.dispatcher import TP, Dispatcher, Envelope
+from pacer_sender.domain.pacing import PacingPolicy
+
+log = logging.getLogger("pacer.sender")
+
+
+class SenderSettings(OpsSettings):
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_SENDER_")
+    port: int = 9102
+    group_id: str = "pacer-sender"
+    owner: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL")
+    gateway_timeout_s: float = 10.0
+    lease_ttl_s: float = 30.0
+    min_interval_ms: int = 1000
+    jitter_ms: int = 500
+    max_attempts: int = 5
+    retry_base_s: float = 1.0
+    max_buffered: int = 20_000
+    failure_codes: dict[int, FailureClass] = Field(default_factory=lambda: dict(DEFAULT_CODE_TABLE))
+    db_pool_max: int = 20
+
+
+class ConsumerLoop:
+    """Polls, hands over, pauses when full, commits what is done; handles rebalances."""
+
+    def __init__(self, consumer: AsyncConsumer, dispatcher: Dispatcher, cfg: SenderSettings,
+                 bad_commands: Counter) -> None:
+        self.consumer = consumer
+        self.dispatcher = dispatcher
+        self.cfg = cfg
+        self.bad_commands = bad_commands
+        self.assigned: set[TP] = set()
+        self.paused = False
+        self.loop = asyncio.get_running_loop()
+
+    # Rebalance callbacks run on the consumer thread, inside poll.
+    def on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        self.assigned |= {(p.topic, p.partition) for p in partitions}
+        if self.paused and partitions:
+            self.consumer.consumer.pause(partitions)
+        log.info("partitions assigned: %s", sorted(p.partition for p in partitions))
+
+    def on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        tps = {(p.topic, p.partition) for p in partitions}
+        self.assigned -= tps
+        fut = asyncio.run_coroutine_threadsafe(self.dispatcher.release(tps), self.loop)
+        points = fut.result(timeout=60)
+        if points:
+            self.consumer.consumer.commit(offsets=_offsets(points), asynchronous=False)
+        log.info("partitions revoked: %s", sorted(p.partition for p in partitions))
+
+    def on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        tps = {(p.topic, p.partition) for p in partitions}
+        self.assigned -= tps
+        asyncio.run_coroutine_threadsafe(self.dispatcher.release(tps), self.loop).result(timeout=60)
+        log.warning("partitions lost: %s", sorted(p.partition for p in partitions))
+
+    async def run(self, topic: str, stop: asyncio.Event) -> None:
+        await self.consumer.call(self.consumer.consumer.subscribe, [topic], on_assign=self.on_assign,
+                                 on_revoke=self.on_revoke, on_lost=self.on_lost)
+        last_commit = self.loop.time()
+        while not stop.is_set():
+            for msg in await self.consumer.consume(500, 0.05):
+                tp = (msg.topic(), msg.partition())
+                if tp not in self.assigned:
+                    continue
+                try:
+                    cmd = ItemCommand.model_validate_json(msg.value() or b"")
+                except ValidationError as exc:
+                    self.bad_commands.inc()
+                    log.error("unreadable item command at %s[%d]@%d: %s", *tp, msg.offset(), exc)
+                    self.dispatcher.skip(tp, msg.offset())
+                    continue
+                self.dispatcher.submit(Envelope(tp, msg.offset(), cmd))
+            await self._flow_control()
+            if self.loop.time() - last_commit >= 0.5:
+                await self._commit()
+                last_commit = self.loop.time()
+        # Graceful stop: finish the items in hand, commit, leave the group.
+        points = await self.dispatcher.release(set(self.assigned))
+        await self.consumer.commit(_offsets(points))
+
+    async def _flow_control(self) -> None:
+        buffered = self.dispatcher.buffered
+        parts = [TopicPartition(t, p) for t, p in self.assigned]
+        if not self.paused and buffered >= self.cfg.max_buffered:
+            await self.consumer.call(self.consumer.consumer.pause, parts)
+            self.paused = True
+        elif self.paused and buffered <= self.cfg.max_buffered // 2:
+            await self.consumer.call(self.consumer.consumer.resume, parts)
+            self.paused = False
+
+    async def _commit(self) -> None:
+        points = self.dispatcher.commit_points()
+        if points:
+            await self.consumer.commit(_offsets(points))
+            self.dispatcher.mark_committed(points)
+
+
+def _offsets(points: dict[TP, int]) -> list[TopicPartition]:
+    return [TopicPartition(t, p, off) for (t, p), off in points.items()]
+
+
+async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -> None:
+    async def body(ctx: ServiceContext) -> None:
+        executed = Counter("pacer_sender_items_total", "Items executed, by outcome", ["outcome"], registry=ctx.registry)
+        bad = Counter("pacer_sender_bad_commands_total", "Unreadable item commands", registry=ctx.registry)
+        Gauge("pacer_sender_buffered_items", "Commands held in memory", registry=ctx.registry).set_function(
+            lambda: dispatcher.buffered)
+        Gauge("pacer_sender_active_guids", "Guids with work in hand", registry=ctx.registry).set_function(
+            lambda: dispatcher.active_guids)
+
+        def on_executed(env: Envelope, res: Executed) -> None:
+            executed.labels(res.outcome).inc()
+
+        pool = await open_pool(pg.database_url.get_secret_value(), min_size=2, max_size=cfg.db_pool_max,
+                               name="pacer-sender")
+        http = make_client(cfg.gateway_url, cfg.gateway_timeout_s)
+        gateway = GatewayClient(http, cfg.failure_codes)
+        repo = PostgresItemRepository(pool, timedelta(seconds=cfg.lease_ttl_s))
+        retry = RetryPolicy(cfg.max_attempts, timedelta(seconds=cfg.retry_base_s))
+        executor = Executor(repo, gateway, cfg.owner, retry)
+        pacing = PacingPolicy(cfg.min_interval_ms / 1000, cfg.jitter_ms / 1000)
+        dispatcher = Dispatcher(executor, pacing, on_executed=on_executed)
+        consumer = AsyncConsumer(make_consumer(kafka.client_config(), cfg.group_id))
+        loop = ConsumerLoop(consumer, dispatcher, cfg, bad)
+        ctx.health.set_ready(True, "consuming")
+        try:
+            await loop.run(kafka.item_commands, ctx.stop)
+        finally:
+            await consumer.close()
+            await http.aclose()
+            await pool.close()
+
+    log.info("sender settings: %s", json.dumps(cfg.model_dump(mode="json")))
+    await run_service("sender", cfg.ops_host, cfg.port, body)
+
+
+def main() -> None:
+    cfg = SenderSettings()
+    main_for("sender", cfg.log_level, run(PostgresSettings(), KafkaSettings(), cfg))  # type: ignore[call-arg]
