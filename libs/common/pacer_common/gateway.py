@@ -13,23 +13,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
 import httpx
 
 from pacer_common.domain.failures import FailureClass, SendError, classify
-
-
-@dataclass(frozen=True)
-class Receipt:
-    code: int
-    msg: str
-    msg_id: str | None
-    latency_ms: float
-
-    def as_payload(self) -> dict[str, Any]:
-        return {"code": self.code, "msg": self.msg, "msg_id": self.msg_id, "latency_ms": round(self.latency_ms, 2)}
+from pacer_common.domain.receipts import Receipt
 
 
 def _provably_not_sent(exc: httpx.TransportError) -> bool:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from pacer_common.domain.commands import ItemCommand
-from pacer_common.gateway import Receipt
+from pacer_common.domain.receipts import Receipt
 from pacer_sender.domain.decisions import Decision
 
 

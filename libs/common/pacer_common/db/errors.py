@@ -50,7 +50,7 @@ async def with_retry(work: Callable[[], Awaitable[T]], *, deadline_s: float = 60
     async for attempt in AsyncRetrying(
         retry=retry_if_exception_type(TransientError),
         stop=stop_after_delay(deadline_s),
-        wait=wait_exponential_jitter(initial=0.05, max=2.0),
+        wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.1),
         reraise=True,
     ):
         with attempt:

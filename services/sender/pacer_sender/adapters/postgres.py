@@ -14,7 +14,7 @@ from pacer_common.db.errors import with_retry
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.status import ItemStatus as S
-from pacer_common.gateway import Receipt
+from pacer_common.domain.receipts import Receipt
 from pacer_sender.domain.decisions import Decision
 from pacer_sender.ports import BeginResult, Claim
 

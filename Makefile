@@ -1,0 +1,33 @@
+# Pacer — the two commands that matter: `make demo` runs it, `make test` tests it.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install demo test up down lint chaos bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install           ## run Pacer end to end and print one summary line
+	$(BIN)/pacer-demo
+
+test: install lint      ## the whole suite, on real Kafka and Postgres started by the suite
+	$(BIN)/pytest
+
+lint: install           ## layering contracts
+	$(BIN)/lint-imports
+
+up: install             ## start infrastructure, fake gateway and services in the background
+	$(BIN)/python -m pacer_dev.updown up
+
+down: install           ## stop everything `make up` started
+	$(BIN)/python -m pacer_dev.updown down
+
+clean: down
+	$(BIN)/pacer-infra destroy

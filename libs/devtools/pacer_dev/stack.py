@@ -1,0 +1,186 @@
+"""Pacer's processes on one machine: the fake gateway and the three services, as real processes.
+
+Used by ``make up``/``make down``, the demo and the end-to-end and chaos tests. Every
+process is started in its own session (so ``make up`` can return), logs to
+``<state>/logs/<name>.log``, and is recorded in ``<state>/services.json`` so a later
+command can stop it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pacer_dev.fakegateway.process import free_port, wait_healthy
+from pacer_dev.infra import Infra
+
+SERVICES = ("planner", "sender", "reconciler")
+
+
+@dataclass
+class Proc:
+    name: str
+    kind: str
+    pid: int
+    port: int
+    log: str
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def alive(self) -> bool:
+        try:
+            pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                return False
+        except ChildProcessError:
+            pass  # not our child (started by an earlier command): probe with signal 0
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+@dataclass
+class Stack:
+    state_dir: Path
+    infra: Infra
+    topic_prefix: str = "pacer"
+    env_extra: dict[str, str] = field(default_factory=dict)
+    gateway_url: str | None = None
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    # -- environment ----------------------------------------------------------------------
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {**os.environ, **self.infra.env(), "PACER_TOPIC_PREFIX": self.topic_prefix, **self.env_extra, **extra}
+        if self.gateway_url:
+            env["PACER_GATEWAY_URL"] = self.gateway_url
+        return env
+
+    # -- processes ------------------------------------------------------------------------
+    def _spawn(self, name: str, kind: str, argv: list[str], port: int, env: dict[str, str]) -> Proc:
+        logs = self.state_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log_path = logs / f"{name}.log"
+        with open(log_path, "ab") as out:
+            p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        proc = Proc(name, kind, p.pid, port, str(log_path))
+        self.procs[name] = proc
+        self.save()
+        return proc
+
+    def start_gateway(self, **knobs: Any) -> str:
+        from pacer_dev.fakegateway.process import knob_args
+
+        port = free_port()
+        argv = [sys.executable, "-m", "pacer_dev.fakegateway.main", "--host", "127.0.0.1", "--port", str(port),
+                *knob_args(knobs)]
+        self._spawn("gateway", "gateway", argv, port, self.env())
+        self.gateway_url = f"http://127.0.0.1:{port}"
+        wait_healthy(self.gateway_url, None, 20.0)
+        self.save()
+        return self.gateway_url
+
+    def start_service(self, kind: str, name: str | None = None, *, wait: bool = True, **env: str) -> Proc:
+        if kind not in SERVICES:
+            raise ValueError(f"unknown service {kind!r}; one of {SERVICES}")
+        name = name or kind
+        port = free_port()
+        upper = kind.upper()
+        extra = {f"PACER_{upper}_PORT": str(port), **env}
+        if kind == "sender":
+            extra.setdefault("PACER_SENDER_OWNER", f"{name}-{port}")
+        proc = self._spawn(name, kind, [sys.executable, "-m", f"pacer_{kind}"], port, self.env(**extra))
+        if wait:
+            self.wait_ready(proc)
+        return proc
+
+    def wait_ready(self, proc: Proc, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not proc.alive():
+                raise RuntimeError(f"{proc.name} exited during start-up; see {proc.log}")
+            try:
+                with urllib.request.urlopen(f"{proc.url}/readyz", timeout=1.0) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{proc.name} not ready after {timeout_s:g}s; see {proc.log}")
+
+    def signal(self, name: str, sig: signal.Signals) -> None:
+        os.kill(self.procs[name].pid, sig)
+
+    def stop(self, name: str, timeout_s: float = 30.0) -> None:
+        """SIGTERM (finish the item in hand, commit, exit), then SIGKILL after the timeout."""
+        proc = self.procs.get(name)
+        if proc is None:
+            return
+        if proc.alive():
+            os.kill(proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            while proc.alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if proc.alive():
+                os.kill(proc.pid, signal.SIGKILL)
+                while proc.alive():
+                    time.sleep(0.05)
+        del self.procs[name]
+        self.save()
+
+    def kill(self, name: str) -> None:
+        """kill -9: no clean-up at all."""
+        proc = self.procs.pop(name)
+        if proc.alive():
+            os.kill(proc.pid, signal.SIGKILL)
+            while proc.alive():
+                time.sleep(0.02)
+        self.save()
+
+    def stop_all(self) -> None:
+        for name in [n for n in self.procs if n != "gateway"] + (["gateway"] if "gateway" in self.procs else []):
+            self.stop(name)
+
+    # -- persistence for make up / make down ---------------------------------------------
+    def save(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        data = {"topic_prefix": self.topic_prefix, "gateway_url": self.gateway_url, "env_extra": self.env_extra,
+                "procs": [asdict(p) for p in self.procs.values()]}
+        (self.state_dir / "services.json").write_text(json.dumps(data, indent=2))
+
+    @classmethod
+    def load(cls, state_dir: Path, infra: Infra) -> Stack:
+        path = state_dir / "services.json"
+        stack = cls(state_dir, infra)
+        if path.exists():
+            data = json.loads(path.read_text())
+            stack.topic_prefix = data["topic_prefix"]
+            stack.gateway_url = data["gateway_url"]
+            stack.env_extra = data.get("env_extra", {})
+            stack.procs = {p["name"]: Proc(**p) for p in data["procs"]}
+        return stack
+
+
+def prepare(database_url: str, kafka_config: dict[str, str], topic_prefix: str) -> None:
+    """Migrate the database and create the topics: what a fresh deployment needs first."""
+    from pacer_common.cli import topic_layout
+    from pacer_common.db.migrate import migrate
+    from pacer_common.kafka import ensure_topics
+    from pacer_common.settings import KafkaSettings
+
+    migrate(database_url)
+    k = KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"], topic_prefix=topic_prefix)
+    ensure_topics(kafka_config, topic_layout(k))

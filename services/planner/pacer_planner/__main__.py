@@ -1,0 +1,3 @@
+from pacer_planner.main import main
+
+main()

@@ -1,0 +1,3 @@
+from pacer_reconciler.main import main
+
+main()

@@ -1,0 +1,3 @@
+from pacer_sender.main import main
+
+main()

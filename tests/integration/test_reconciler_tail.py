@@ -1,0 +1,122 @@
+"""The reconciler tails the event log without ever skipping an event, and projects progress."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from pacer_common.db.pool import open_pool
+from pacer_common.db.transitions import Transition, apply
+from pacer_common.domain.status import ItemStatus as S
+from pacer_common.kafka import ensure_topics, make_producer
+from pacer_reconciler.adapters.kafka import KafkaPublisher
+from pacer_reconciler.adapters.postgres import PostgresLog
+from pacer_reconciler.core import Reconciler
+from tests.integration.helpers import read_topic, seed_job
+
+CLAIM = Transition("ItemClaimed", S.CLAIMED, frozenset({S.PENDING}), lease_owner="w", lease_ttl=timedelta(seconds=30))
+
+
+class NoLookup:
+    async def lookup(self, guid: str, idem_key: str) -> bool | None:
+        return None
+
+
+@pytest.fixture
+def topics(kafka_config: dict[str, str], topic_prefix: str) -> tuple[str, str]:
+    outcomes, commands = f"{topic_prefix}.item-outcomes", f"{topic_prefix}.item-commands"
+    ensure_topics(kafka_config, {outcomes: 1, commands: 1})
+    return outcomes, commands
+
+
+async def _reconciler(url: str, kafka_config: dict[str, str], topics: tuple[str, str]):  # type: ignore[no-untyped-def]
+    pool = await open_pool(url, min_size=1, max_size=2)
+    store = PostgresLog(pool, "reconciler", timedelta(seconds=60))
+    rec = Reconciler(store, store, KafkaPublisher(make_producer(kafka_config), *topics), NoLookup())
+    return pool, rec
+
+
+def test_event_committed_after_a_later_numbered_one_is_not_skipped(
+    database_url: str, kafka_config: dict[str, str], topics: tuple[str, str]
+) -> None:
+    _, _, (first, second) = seed_job(database_url, {"g1": 2})
+
+    async def scenario() -> tuple[int, int, int]:
+        pool, rec = await _reconciler(database_url, kafka_config, topics)
+        slow = await psycopg.AsyncConnection.connect(database_url)
+        try:
+            # The slow transaction takes the lower sequence number and stays open …
+            await apply(slow, CLAIM, [first])
+            # … while a later-numbered event commits.
+            async with await psycopg.AsyncConnection.connect(database_url) as fast:
+                async with fast.transaction():
+                    await apply(fast, CLAIM, [second])
+            while_open = await rec.tail_once()
+            await slow.commit()
+            after_commit = await rec.tail_once()
+            again = await rec.tail_once()
+            return while_open, after_commit, again
+        finally:
+            await slow.close()
+            await pool.close()
+
+    while_open, after_commit, again = asyncio.run(scenario())
+    assert while_open == 0, "nothing may be read past an open transaction's event"
+    assert after_commit == 2
+    assert again == 0
+    published = read_topic(kafka_config, topics[0], expect=2)
+    assert sorted(m["value"]["item_id"] for m in published) == sorted([first, second])
+
+
+def test_projection_counts_and_completes_the_job(
+    database_url: str, kafka_config: dict[str, str], topics: tuple[str, str]
+) -> None:
+    job_id, shards, items = seed_job(database_url, {"g1": 2, "g2": 1})
+
+    async def scenario() -> None:
+        pool, rec = await _reconciler(database_url, kafka_config, topics)
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                moved = await apply(conn, CLAIM, items)
+                for m in moved:
+                    await apply(conn, Transition("ItemSubmitted", S.SUBMITTED, frozenset({S.CLAIMED}), epoch=m.lease_epoch), [m.item_id])
+                    await apply(conn, Transition("ItemConfirmed", S.CONFIRMED, frozenset({S.SUBMITTED})), [m.item_id])
+            assert await rec.tail_once() == 9
+        finally:
+            await pool.close()
+
+    asyncio.run(scenario())
+    with psycopg.connect(database_url) as conn:
+        counts = dict(conn.execute(
+            "SELECT status::text, sum(n) FROM shard_status_counts WHERE n <> 0 GROUP BY status").fetchall())
+        job = conn.execute("SELECT status, finished_at IS NOT NULL FROM jobs WHERE job_id = %s", (job_id,)).fetchone()
+        shard_states = {r[0] for r in conn.execute("SELECT status FROM shards WHERE job_id = %s", (job_id,))}
+    assert counts == {"confirmed": 3}
+    assert job == ("completed", True)
+    assert shard_states == {"completed"}
+
+
+def test_requeued_item_gets_a_new_command(
+    database_url: str, kafka_config: dict[str, str], topics: tuple[str, str]
+) -> None:
+    _, _, (item,) = seed_job(database_url, {"g7": 1})
+
+    async def scenario() -> dict[str, int]:
+        pool, rec = await _reconciler(database_url, kafka_config, topics)
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                await apply(conn, Transition("ItemClaimed", S.CLAIMED, frozenset({S.PENDING}), lease_owner="dead",
+                                             lease_ttl=timedelta(0)), [item])
+            report = await rec.sweep_once()
+            await rec.tail_once()
+            return report.moved
+        finally:
+            await pool.close()
+
+    moved = asyncio.run(scenario())
+    assert moved["claim_expired"] == 1
+    commands = read_topic(kafka_config, topics[1], expect=1)
+    assert [(c["key"], c["value"]["item_id"]) for c in commands] == [(b"g7", item)]
