@@ -21,7 +21,7 @@ log = logging.getLogger("pacer.planner")
 class PlannerSettings(OpsSettings):
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_PLANNER_")
     port: int = 9101
-    group_id: str = "pacer-planner"
+    group_id: str | None = None  # default: "<topic prefix>.planner"
 
 
 async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) -> None:
@@ -30,7 +30,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
         planned = Counter("pacer_planner_items_total", "Items planned and dispatched", registry=ctx.registry)
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=1, max_size=4, name="pacer-planner")
         producer = make_producer(kafka.client_config())
-        consumer = AsyncConsumer(make_consumer(kafka.client_config(), cfg.group_id))
+        consumer = AsyncConsumer(make_consumer(kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.planner"))
         await consumer.call(consumer.consumer.subscribe, [kafka.job_requests])
         planner = Planner(PostgresJobStore(pool), KafkaCommandBus(producer, kafka.item_commands, kafka.job_requests_dlq))
         ctx.health.set_ready(True, "consuming")

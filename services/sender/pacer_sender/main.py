@@ -9,7 +9,7 @@ import os
 import socket
 from datetime import timedelta
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from prometheus_client import Counter, Gauge
 from pydantic import Field, ValidationError
 from pydantic_settings import SettingsConfigDict
@@ -32,7 +32,7 @@ log = logging.getLogger("pacer.sender")
 class SenderSettings(OpsSettings):
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_SENDER_")
     port: int = 9102
-    group_id: str = "pacer-sender"
+    group_id: str | None = None  # default: "<topic prefix>.sender"
     owner: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL")
     gateway_timeout_s: float = 10.0
@@ -72,7 +72,10 @@ class ConsumerLoop:
         fut = asyncio.run_coroutine_threadsafe(self.dispatcher.release(tps), self.loop)
         points = fut.result(timeout=60)
         if points:
-            self.consumer.consumer.commit(offsets=_offsets(points), asynchronous=False)
+            try:
+                self.consumer.consumer.commit(offsets=_offsets(points), asynchronous=False)
+            except KafkaException as exc:
+                log.warning("offset commit on revoke refused: %s", exc)
         log.info("partitions revoked: %s", sorted(p.partition for p in partitions))
 
     def on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
@@ -104,7 +107,10 @@ class ConsumerLoop:
                 last_commit = self.loop.time()
         # Graceful stop: finish the items in hand, commit, leave the group.
         points = await self.dispatcher.release(set(self.assigned))
-        await self.consumer.commit(_offsets(points))
+        try:
+            await self.consumer.commit(_offsets(points))
+        except KafkaException as exc:
+            log.warning("final offset commit refused: %s", exc)
 
     async def _flow_control(self) -> None:
         buffered = self.dispatcher.buffered
@@ -118,9 +124,16 @@ class ConsumerLoop:
 
     async def _commit(self) -> None:
         points = self.dispatcher.commit_points()
-        if points:
+        if not points:
+            return
+        try:
             await self.consumer.commit(_offsets(points))
-            self.dispatcher.mark_committed(points)
+        except KafkaException as exc:
+            # A rebalance in progress: the offsets stay uncommitted, and what they cover is
+            # redelivered to the next owner, whose claims find those items no longer pending.
+            log.warning("offset commit refused, will retry: %s", exc)
+            return
+        self.dispatcher.mark_committed(points)
 
 
 def _offsets(points: dict[TP, int]) -> list[TopicPartition]:
@@ -148,7 +161,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         executor = Executor(repo, gateway, cfg.owner, retry)
         pacing = PacingPolicy(cfg.min_interval_ms / 1000, cfg.jitter_ms / 1000)
         dispatcher = Dispatcher(executor, pacing, on_executed=on_executed)
-        consumer = AsyncConsumer(make_consumer(kafka.client_config(), cfg.group_id))
+        consumer = AsyncConsumer(make_consumer(kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.sender"))
         loop = ConsumerLoop(consumer, dispatcher, cfg, bad)
         ctx.health.set_ready(True, "consuming")
         try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from string import Formatter
+from urllib.parse import quote
 from datetime import datetime
 
 from pacer_common.domain.ids import JobId, job_id_for, new_item_id
@@ -32,14 +34,30 @@ class Plan:
     items: list[PlannedItem]
 
 
-class _StrictVars(dict[str, str]):
-    def __missing__(self, key: str) -> str:
-        raise KeyError(key)
+def template_fields(template: str) -> list[str]:
+    """The ``{name}`` fields of a template. Only plain names: no attributes, indexes or formats."""
+    try:
+        parsed = list(Formatter().parse(template))
+    except ValueError as exc:
+        raise PlanError(f"message.content is not a valid template: {exc}") from None
+    fields = []
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if not name.isidentifier() or spec or conversion:
+            raise PlanError(f"message.content: template field {{{name}}} must be a plain {{name}}")
+        fields.append(name)
+    return fields
 
 
 def render(template: str, variables: Mapping[str, str]) -> str:
-    """``str.format`` with the target's vars; a missing variable is an error, never blank."""
-    return template.format_map(_StrictVars(variables))
+    """Fill ``{name}`` fields from the target's vars; a missing variable is an error, never blank."""
+    return template.format_map(variables)
+
+
+def _part(value: str) -> str:
+    # Escape the separator so that distinct targets can never produce the same key.
+    return quote(value, safe="")
 
 
 def idem_key(req: JobRequest, target: Target) -> str:
@@ -48,11 +66,12 @@ def idem_key(req: JobRequest, target: Target) -> str:
     auto-reply: guid + the message answered; ticket notification: business id + status
     version + target; anything else: request + target + content version.
     """
+    guid, to_id = _part(target.guid), _part(target.to_id)
     if req.kind is JobKind.AUTO_REPLY:
-        return f"reply:{target.guid}:{req.source_msg_uid}:{target.to_id}"
+        return f"reply:{guid}:{_part(req.source_msg_uid or '')}:{to_id}"
     if req.kind is JobKind.TICKET_NOTIFY:
-        return f"ticket:{req.business_id}:v{req.status_version}:{target.guid}:{target.to_id}"
-    return f"push:{req.request_id}:{target.guid}:{target.to_id}:v{req.content_version}"
+        return f"ticket:{_part(req.business_id or '')}:v{req.status_version}:{guid}:{to_id}"
+    return f"push:{_part(req.request_id)}:{guid}:{to_id}:v{req.content_version}"
 
 
 def plan(req: JobRequest, now: datetime) -> Plan:
@@ -63,6 +82,7 @@ def plan(req: JobRequest, now: datetime) -> Plan:
     shards: dict[str, int] = {}
     items: list[PlannedItem] = []
     template = req.message.content
+    template_fields(template)
     for pos, target in enumerate(req.targets.items):
         pair = (target.guid, target.to_id)
         if pair in seen:
@@ -75,8 +95,6 @@ def plan(req: JobRequest, now: datetime) -> Plan:
             content = render(template, target.vars)
         except KeyError as exc:
             raise PlanError(f"targets[{pos}]: template variable {exc.args[0]!r} has no value") from None
-        except (ValueError, IndexError) as exc:
-            raise PlanError(f"message.content is not a valid template: {exc}") from None
         shards[target.guid] = shards.get(target.guid, 0) + 1
         items.append(PlannedItem(new_item_id(), target.guid, target.to_id, content, idem_key(req, target)))
     return Plan(job_id_for(req.request_id), req, req.effective_priority, shards, items)

@@ -1,0 +1,195 @@
+"""HTTP face of the fake gateway: a FastAPI app built by ``create_app``.
+
+``POST /message/sendText`` is served by a bare ASGI handler ahead of FastAPI's
+routing: it is the hot path (thousands of requests per second) and it needs the
+server's raw ``send`` to drop a connection after accepting a send. Everything
+else (lookup, admin, health) is ordinary FastAPI routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+
+from pacer_dev.fakegateway.config import ConfigError, GatewayConfig
+from pacer_dev.fakegateway.state import CODE_BAD_PARAMS, GatewayState, Outcome, message_for
+
+SEND_PATH = "/message/sendText"
+IDEMPOTENCY_HEADER = b"x-idempotency-key"
+_JSON_HEADERS = b"application/json"
+
+
+class FakeGatewayApp(FastAPI):
+    """FastAPI app whose sendText endpoint bypasses routing and validation."""
+
+    def __init__(self, gateway: GatewayState, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.gateway = gateway
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == SEND_PATH and scope["method"] == "POST":
+            await handle_send_text(self.gateway, scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
+def create_app(config: GatewayConfig | None = None) -> FakeGatewayApp:
+    """Build a fake gateway app with fresh in-memory state."""
+    gw = GatewayState(config or GatewayConfig())
+    app = FakeGatewayApp(gw, title="Pacer fake WeCom gateway", docs_url="/_admin/docs")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok", "sends": len(gw.records)}
+
+    @app.get("/message/lookup")
+    async def lookup(request: Request) -> JSONResponse:
+        if gw.config.lookup_unavailable:
+            return JSONResponse({"code": -1, "msg": "lookup unavailable"}, status_code=503)
+        q = request.query_params
+        guid = q.get("guid")
+        if not guid:
+            return _bad_params("guid is required")
+        try:
+            found = gw.lookup(guid, q.get("idempotencyKey"), q.get("toId"), q.get("content"))
+        except ValueError as exc:
+            return _bad_params(str(exc))
+        sends = [{"msgId": r.msg_id, "at": r.at, "toId": r.to_id} for r in found]
+        return JSONResponse({"code": 0, "msg": "ok", "data": {"found": bool(sends), "sends": sends}})
+
+    @app.get("/_admin/config")
+    async def get_config() -> dict[str, Any]:
+        return gw.config.to_dict()
+
+    @app.put("/_admin/config")
+    async def put_config(request: Request) -> JSONResponse:
+        try:
+            changes = await request.json()
+            if not isinstance(changes, dict):
+                raise ConfigError("body must be a JSON object of knobs")
+            cfg = gw.update_config(changes)
+        except (ConfigError, json.JSONDecodeError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse(cfg.to_dict())
+
+    @app.get("/_admin/stats")
+    async def stats(detail: int = 0) -> dict[str, Any]:
+        return gw.stats(detail=bool(detail))
+
+    @app.get("/_admin/sends")
+    async def sends(guid: str | None = None, limit: int = 1000, offset: int = 0) -> dict[str, Any]:
+        limit = max(0, min(limit, 100_000))
+        offset = max(0, offset)
+        page = gw.sends(guid, limit, offset)
+        return {"total": gw.count_sends(guid), "sends": [r.to_dict() for r in page]}
+
+    @app.post("/_admin/reset")
+    async def reset() -> dict[str, Any]:
+        gw.reset()
+        return {"status": "reset"}
+
+    return app
+
+
+def _bad_params(reason: str) -> JSONResponse:
+    return JSONResponse({"code": CODE_BAD_PARAMS, "msg": f"{message_for(CODE_BAD_PARAMS)}: {reason}"})
+
+
+async def handle_send_text(gw: GatewayState, scope: Scope, receive: Receive, send: Send) -> None:
+    """Serve one sendText request: validate, delay, decide, then answer or drop."""
+    body = await _read_body(receive)
+    if body is None:
+        return
+    parsed = _parse_send(body)
+    if parsed is None:
+        await _answer(send, gw.reject_malformed())
+        return
+    guid, to_id, content = parsed
+    key = None
+    for name, value in scope["headers"]:
+        if name == IDEMPOTENCY_HEADER:
+            key = value.decode("utf-8", "replace") or None
+            break
+    gw.enter(guid)
+    try:
+        delay = gw.latency_s()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        outcome = gw.submit(guid, to_id, content, key)
+        if outcome.drop and gw.config.drop_hang_ms > 0:
+            await asyncio.sleep(gw.config.drop_hang_ms / 1000.0)
+    finally:
+        gw.leave(guid)
+    if outcome.drop:
+        await _drop_connection(receive, send)
+    else:
+        await _answer(send, outcome)
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _parse_send(body: bytes) -> tuple[str, str, str] | None:
+    try:
+        payload = json.loads(body)
+        guid, to_id, content = payload["guid"], payload["toId"], payload["content"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not (isinstance(guid, str) and isinstance(to_id, str) and isinstance(content, str)):
+        return None
+    if not (guid and to_id and content):
+        return None
+    return guid, to_id, content
+
+
+async def _answer(send: Send, outcome: Outcome) -> None:
+    doc: dict[str, Any] = {"code": outcome.code, "msg": outcome.msg}
+    record = outcome.record
+    doc["data"] = {"msgId": record.msg_id, "guid": record.guid, "toId": record.to_id} if record else {}
+    await _send_json(send, outcome.http_status, doc)
+
+
+async def _send_json(send: Send, status: int, doc: dict[str, Any]) -> None:
+    body = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+    headers = [(b"content-type", _JSON_HEADERS), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _drop_connection(receive: Receive, send: Send) -> None:
+    """Close the connection without a response, so the caller cannot know the outcome.
+
+    Under uvicorn the raw ``send`` is a bound method of the request cycle, which
+    holds the socket transport; closing it yields a clean "server disconnected
+    without a response". Elsewhere, fall back to starting a response and never
+    finishing it, which makes the server abort the connection.
+    """
+    transport = getattr(getattr(send, "__self__", None), "transport", None)
+    if transport is not None and callable(getattr(transport, "close", None)):
+        transport.close()
+        try:
+            await asyncio.wait_for(_until_disconnect(receive), timeout=2.0)
+        except TimeoutError:
+            pass
+        return
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"1024")]}
+    )
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

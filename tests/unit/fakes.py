@@ -1,0 +1,170 @@
+"""In-memory stand-ins for the sender's ports, with the same guards as the Postgres adapter.
+
+``InMemoryItemRepository`` keeps one record per item and a dict ledger of idempotency keys:
+
+* ``claim`` only from ``pending`` (bumps the lease epoch);
+* ``begin_send`` only from ``claimed`` with the claim's epoch (else ``"fenced"``, reserving
+  nothing); it reserves the key, or — when another item holds it — abandons this item
+  (``"duplicate"``);
+* ``confirm`` / ``settle`` only from ``submitted`` with the claim's epoch; ``settle`` frees
+  the key when the decision says the send provably did not happen.
+
+Every status change is checked against the transition table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.failures import SendError
+from pacer_common.domain.receipts import Receipt
+from pacer_common.domain.status import ItemStatus, check_transition
+from pacer_sender.domain.decisions import Decision
+from pacer_sender.ports import BeginResult, Claim
+
+S = ItemStatus
+
+
+@dataclass
+class ItemRecord:
+    status: ItemStatus = S.PENDING
+    epoch: int = 0
+    attempts: int = 0
+    owner: str | None = None
+    next_attempt_at: datetime | None = None
+    error_class: str | None = None
+    receipt: Receipt | None = None
+    history: list[ItemStatus] = field(default_factory=list)
+
+
+@dataclass
+class LedgerEntry:
+    item_id: str
+    state: str  # "reserved" | "sent"
+
+
+class InMemoryItemRepository:
+    def __init__(self) -> None:
+        self.items: dict[str, ItemRecord] = {}
+        self.ledger: dict[str, LedgerEntry] = {}
+        self.calls: list[str] = []
+
+    # -- test set-up and outside actors ----------------------------------------------------
+    def add(self, item_id: str, status: ItemStatus = S.PENDING, attempts: int = 0) -> ItemRecord:
+        rec = ItemRecord(status=status, attempts=attempts, history=[status])
+        self.items[item_id] = rec
+        return rec
+
+    def _move(self, item_id: str, dst: ItemStatus) -> None:
+        rec = self.items[item_id]
+        check_transition(rec.status, dst)
+        rec.status = dst
+        rec.history.append(dst)
+
+    def lease_expired(self, item_id: str) -> None:
+        """The reconciler gives a claimed item whose lease ran out back to pending."""
+        self._move(item_id, S.PENDING)
+        self.items[item_id].owner = None
+
+    def submit_lease_expired(self, item_id: str) -> None:
+        """The reconciler finds a submitted item whose lease ran out: the outcome is in doubt."""
+        self._move(item_id, S.RECOVERY_PENDING)
+        self.items[item_id].owner = None
+
+    def requeue(self, item_id: str) -> None:
+        """The reconciler puts a waiting item back to pending once its retry time came."""
+        self._move(item_id, S.PENDING)
+
+    # -- ItemRepository ------------------------------------------------------------------
+    async def expire(self, cmd: ItemCommand) -> bool:
+        self.calls.append("expire")
+        if self.items[cmd.item_id].status is not S.PENDING:
+            return False
+        self._move(cmd.item_id, S.EXPIRED)
+        return True
+
+    async def claim(self, cmd: ItemCommand, owner: str) -> Claim | None:
+        self.calls.append("claim")
+        rec = self.items[cmd.item_id]
+        if rec.status is not S.PENDING:
+            return None
+        self._move(cmd.item_id, S.CLAIMED)
+        rec.epoch += 1
+        rec.owner = owner
+        return Claim(rec.epoch, rec.attempts)
+
+    def _holds_lease(self, cmd: ItemCommand, claim: Claim, status: ItemStatus) -> bool:
+        rec = self.items[cmd.item_id]
+        return rec.status is status and rec.epoch == claim.epoch
+
+    async def begin_send(self, cmd: ItemCommand, claim: Claim) -> BeginResult:
+        self.calls.append("begin_send")
+        if not self._holds_lease(cmd, claim, S.CLAIMED):
+            return "fenced"
+        entry = self.ledger.setdefault(cmd.idem_key, LedgerEntry(cmd.item_id, "reserved"))
+        if entry.item_id != cmd.item_id:
+            self._move(cmd.item_id, S.ABANDONED)
+            self.items[cmd.item_id].error_class = "duplicate"
+            return "duplicate"
+        self._move(cmd.item_id, S.SUBMITTED)
+        self.items[cmd.item_id].attempts += 1
+        return "submitted"
+
+    async def confirm(self, cmd: ItemCommand, claim: Claim, receipt: Receipt) -> bool:
+        self.calls.append("confirm")
+        if not self._holds_lease(cmd, claim, S.SUBMITTED):
+            return False
+        self._move(cmd.item_id, S.CONFIRMED)
+        self.items[cmd.item_id].receipt = receipt
+        entry = self.ledger.get(cmd.idem_key)
+        if entry is not None and entry.item_id == cmd.item_id:
+            entry.state = "sent"
+        return True
+
+    async def settle(self, cmd: ItemCommand, claim: Claim, decision: Decision) -> bool:
+        self.calls.append("settle")
+        if not self._holds_lease(cmd, claim, S.SUBMITTED):
+            return False
+        self._move(cmd.item_id, decision.to)
+        rec = self.items[cmd.item_id]
+        rec.next_attempt_at = decision.next_attempt_at
+        rec.error_class = decision.error_class
+        entry = self.ledger.get(cmd.idem_key)
+        if (decision.release_ledger and entry is not None and entry.item_id == cmd.item_id
+                and entry.state == "reserved"):
+            del self.ledger[cmd.idem_key]
+        return True
+
+
+@dataclass
+class SentText:
+    guid: str
+    to_id: str
+    content: str
+    idem_key: str
+
+
+class FakeGateway:
+    """Records every send; answers with a receipt, or raises the next scripted ``SendError``.
+
+    ``during_send`` runs inside the call, before it answers: a way to let another actor act
+    while the request is in flight (e.g. take the item's lease).
+    """
+
+    def __init__(self, errors: list[SendError] | None = None,
+                 during_send: Callable[[SentText], None] | None = None) -> None:
+        self.sent: list[SentText] = []
+        self.errors = list(errors or [])
+        self.during_send = during_send
+
+    async def send_text(self, guid: str, to_id: str, content: str, idem_key: str) -> Receipt:
+        call = SentText(guid, to_id, content, idem_key)
+        self.sent.append(call)
+        if self.during_send is not None:
+            self.during_send(call)
+        if self.errors:
+            raise self.errors.pop(0)
+        return Receipt(0, "ok", f"msg-{len(self.sent)}", 1.0)

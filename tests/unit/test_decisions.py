@@ -1,0 +1,105 @@
+"""What a failed send means for the item: verify, retry (bounded), or fail."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
+from pacer_common.domain.status import ItemStatus, check_transition
+from pacer_sender.domain.decisions import after_failure
+
+F = FailureClass
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+POLICY = RetryPolicy(max_attempts=3, base=timedelta(seconds=1), cap=timedelta(seconds=30))
+RETRYING = [F.RETRYABLE, F.RATE_LIMITED, F.NOT_SENT]
+
+
+def decide(cls: FailureClass, attempts: int = 1, retry_after: timedelta | None = None, seed: int = 0):  # type: ignore[no-untyped-def]
+    err = SendError(cls, 1234, "boom", retry_after=retry_after)
+    return after_failure(err, attempts, POLICY, NOW, random.Random(seed))
+
+
+@pytest.mark.parametrize("attempts", [1, 2, 3, 50])
+def test_in_doubt_goes_to_recovery_and_keeps_the_ledger_reserved(attempts: int) -> None:
+    d = decide(F.IN_DOUBT, attempts)
+    assert d.to is ItemStatus.RECOVERY_PENDING
+    assert d.event == "ItemInDoubt"
+    assert d.release_ledger is False
+    assert d.next_attempt_at is None
+    assert d.error_class == "in_doubt"
+
+
+@pytest.mark.parametrize("cls", RETRYING)
+def test_retryable_classes_wait_for_a_retry_in_the_future_and_free_the_key(cls: FailureClass) -> None:
+    d = decide(cls, attempts=1)
+    assert d.to is ItemStatus.WAITING_RETRY
+    assert d.event == "ItemRetryScheduled"
+    assert d.release_ledger is True
+    assert d.next_attempt_at is not None and d.next_attempt_at > NOW
+    assert d.error_class == cls.value
+    assert "boom" in (d.error or "")
+
+
+@pytest.mark.parametrize("cls", RETRYING)
+def test_retry_is_scheduled_by_the_backoff_policy(cls: FailureClass) -> None:
+    for attempts in (1, 2):
+        for seed in range(20):
+            d = decide(cls, attempts, seed=seed)
+            expected = POLICY.next_delay(attempts, random.Random(seed))
+            assert d.next_attempt_at == NOW + expected  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("cls", RETRYING)
+def test_retries_stop_once_attempts_are_exhausted(cls: FailureClass) -> None:
+    assert decide(cls, attempts=POLICY.max_attempts - 1).to is ItemStatus.WAITING_RETRY
+    for attempts in (POLICY.max_attempts, POLICY.max_attempts + 1):
+        d = decide(cls, attempts)
+        assert d.to is ItemStatus.FAILED
+        assert d.event == "ItemFailed"
+        assert d.next_attempt_at is None
+        assert d.release_ledger is True  # nothing was delivered
+        assert str(attempts) in (d.error or "")
+
+
+@pytest.mark.parametrize("cls", [F.NEEDS_HUMAN, F.BAD_PARAMS])
+def test_needs_human_and_bad_params_fail_at_once(cls: FailureClass) -> None:
+    d = decide(cls, attempts=1)
+    assert d.to is ItemStatus.FAILED
+    assert d.event == "ItemFailed"
+    assert d.next_attempt_at is None
+    assert d.error_class == cls.value
+
+
+def test_retry_after_is_a_floor_on_the_delay() -> None:
+    d = decide(F.RATE_LIMITED, attempts=1, retry_after=timedelta(seconds=90))
+    assert d.next_attempt_at is not None
+    assert d.next_attempt_at >= NOW + timedelta(seconds=90)
+
+
+def test_short_retry_after_does_not_shorten_the_backoff() -> None:
+    for seed in range(20):
+        d = decide(F.RATE_LIMITED, attempts=2, retry_after=timedelta(milliseconds=1), seed=seed)
+        assert d.next_attempt_at == NOW + POLICY.next_delay(2, random.Random(seed))  # type: ignore[operator]
+
+
+def test_retry_after_does_not_extend_exhausted_attempts() -> None:
+    d = decide(F.RATE_LIMITED, attempts=POLICY.max_attempts, retry_after=timedelta(seconds=5))
+    assert d.to is ItemStatus.FAILED
+
+
+@pytest.mark.parametrize("cls", list(FailureClass))
+@pytest.mark.parametrize("attempts", [1, 3, 10])
+def test_every_decision_is_a_legal_move_from_submitted(cls: FailureClass, attempts: int) -> None:
+    check_transition(ItemStatus.SUBMITTED, decide(cls, attempts).to)
+
+
+@pytest.mark.parametrize("cls", list(FailureClass))
+def test_only_classes_proving_non_delivery_are_retried(cls: FailureClass) -> None:
+    d = decide(cls, attempts=1)
+    if d.to is ItemStatus.WAITING_RETRY:
+        assert cls in RETRYING
+    if cls is F.IN_DOUBT:
+        assert not d.release_ledger and d.to is not ItemStatus.WAITING_RETRY

@@ -1,0 +1,121 @@
+"""Rebuilding an item's status from its event log."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pydantic import ValidationError
+
+from pacer_common.domain.events import ItemEvent, fold, occurred
+from pacer_common.domain.status import IllegalTransition, ItemStatus
+
+S = ItemStatus
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def ev(version: int, src: ItemStatus, dst: ItemStatus, type_: str = "ItemClaimed", item_id: str = "it-1") -> ItemEvent:
+    return ItemEvent(
+        seq=version, type=type_, item_id=item_id, job_id="job-1", shard_id=1, guid="g-1",
+        version=version, from_status=src, to_status=dst, occurred_at=T0 + timedelta(seconds=version),
+    )
+
+
+HAPPY = [
+    ev(1, S.PENDING, S.CLAIMED, "ItemClaimed"),
+    ev(2, S.CLAIMED, S.SUBMITTED, "ItemSubmitted"),
+    ev(3, S.SUBMITTED, S.CONFIRMED, "ItemConfirmed"),
+]
+
+
+def test_no_events_leaves_the_initial_status() -> None:
+    assert fold(S.PENDING, []) is S.PENDING
+
+
+def test_happy_path_folds_to_confirmed() -> None:
+    assert fold(S.PENDING, HAPPY) is S.CONFIRMED
+
+
+def test_each_prefix_folds_to_the_last_events_target() -> None:
+    for n in range(1, len(HAPPY) + 1):
+        assert fold(S.PENDING, HAPPY[:n]) is HAPPY[n - 1].to_status
+
+
+def test_events_are_applied_in_version_order_whatever_the_input_order() -> None:
+    assert fold(S.PENDING, list(reversed(HAPPY))) is S.CONFIRMED
+
+
+def test_in_doubt_then_verified_not_delivered_goes_back_to_pending() -> None:
+    events = [
+        ev(1, S.PENDING, S.CLAIMED),
+        ev(2, S.CLAIMED, S.SUBMITTED, "ItemSubmitted"),
+        ev(3, S.SUBMITTED, S.RECOVERY_PENDING, "ItemInDoubt"),
+        ev(4, S.RECOVERY_PENDING, S.PENDING, "ItemVerifiedNotDelivered"),
+    ]
+    assert fold(S.PENDING, events) is S.PENDING
+
+
+def test_event_starting_from_the_wrong_status_is_rejected() -> None:
+    events = [ev(1, S.PENDING, S.CLAIMED), ev(2, S.PENDING, S.CLAIMED)]
+    with pytest.raises(ValueError, match="v2"):
+        fold(S.PENDING, events)
+
+
+def test_first_event_must_start_from_the_initial_status() -> None:
+    with pytest.raises(ValueError):
+        fold(S.CLAIMED, [ev(1, S.PENDING, S.CLAIMED)])
+
+
+def test_version_gap_is_rejected() -> None:
+    events = [ev(1, S.PENDING, S.CLAIMED), ev(3, S.CLAIMED, S.SUBMITTED, "ItemSubmitted")]
+    with pytest.raises(ValueError, match="gap"):
+        fold(S.PENDING, events)
+
+
+def test_replayed_version_is_rejected() -> None:
+    events = [ev(1, S.PENDING, S.CLAIMED), ev(1, S.CLAIMED, S.SUBMITTED, "ItemSubmitted")]
+    with pytest.raises(ValueError):
+        fold(S.PENDING, events)
+
+
+def test_illegal_transition_is_rejected_even_when_versions_and_statuses_chain() -> None:
+    events = [ev(1, S.PENDING, S.SUBMITTED, "ItemSubmitted")]
+    with pytest.raises(IllegalTransition):
+        fold(S.PENDING, events)
+
+
+def test_leaving_a_terminal_status_is_rejected() -> None:
+    events = [*HAPPY, ev(4, S.CONFIRMED, S.PENDING, "ItemRequeued")]
+    with pytest.raises(IllegalTransition):
+        fold(S.PENDING, events)
+
+
+def test_event_requires_a_timezone_aware_timestamp() -> None:
+    with pytest.raises(ValidationError):
+        ItemEvent(
+            seq=1, type="ItemClaimed", item_id="i", job_id="j", shard_id=1, guid="g", version=1,
+            from_status=S.PENDING, to_status=S.CLAIMED, occurred_at=datetime(2026, 11, 29, 12, 0),
+        )
+
+
+def test_event_type_must_be_a_known_fact() -> None:
+    with pytest.raises(ValidationError):
+        ev(1, S.PENDING, S.CLAIMED, "ItemTeleported")
+
+
+def test_events_are_immutable() -> None:
+    e = ev(1, S.PENDING, S.CLAIMED)
+    with pytest.raises(ValidationError):
+        e.to_status = S.CONFIRMED  # type: ignore[misc]
+
+
+def test_statuses_parsed_from_json_fold_like_enum_members() -> None:
+    raw = HAPPY[0].model_dump_json()
+    parsed = ItemEvent.model_validate_json(raw)
+    assert fold(S.PENDING, [parsed]) is S.CLAIMED
+
+
+def test_occurred_refuses_naive_and_accepts_aware_timestamps() -> None:
+    with pytest.raises(ValueError):
+        occurred(datetime(2026, 1, 1))
+    assert occurred(T0) == T0

@@ -1,0 +1,251 @@
+"""Executing one item against in-memory ports: at most one gateway call, always guarded."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import UTC, datetime, timedelta
+
+from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
+from pacer_common.domain.status import ItemStatus
+from pacer_sender.core import Executed, Executor
+from pacer_sender.ports import Claim
+
+from .fakes import FakeGateway, InMemoryItemRepository, SentText
+
+S = ItemStatus
+F = FailureClass
+POLICY = RetryPolicy(max_attempts=3, base=timedelta(seconds=1), cap=timedelta(seconds=30))
+
+
+def command(item_id: str = "it-1", idem_key: str = "push:r-1:g-1:room-1:v1", *,
+            expire_at: datetime | None = None) -> ItemCommand:
+    return ItemCommand(item_id=item_id, job_id="job-1", shard_id=1, guid="g-1", to_id="room-1",
+                       content="Hello A", idem_key=idem_key, priority=3, kind="campaign",
+                       expire_at=expire_at)
+
+
+def executor(repo: InMemoryItemRepository, gateway: FakeGateway) -> Executor:
+    return Executor(repo, gateway, owner="sender-1", retry=POLICY, rng=random.Random(0))
+
+
+def run(repo: InMemoryItemRepository, gateway: FakeGateway, cmd: ItemCommand) -> Executed:
+    return asyncio.run(executor(repo, gateway).execute(cmd))
+
+
+def setup(*item_ids: str, errors: list[SendError] | None = None) -> tuple[InMemoryItemRepository, FakeGateway]:
+    repo = InMemoryItemRepository()
+    for item_id in item_ids or ("it-1",):
+        repo.add(item_id)
+    return repo, FakeGateway(errors)
+
+
+# -- the happy path and redelivery ---------------------------------------------------------
+
+def test_happy_path_calls_the_gateway_once_and_confirms() -> None:
+    repo, gw = setup()
+    cmd = command()
+    assert run(repo, gw, cmd) == Executed("confirmed", True)
+    assert gw.sent == [SentText("g-1", "room-1", "Hello A", cmd.idem_key)]
+    rec = repo.items["it-1"]
+    assert rec.status is S.CONFIRMED
+    assert rec.history == [S.PENDING, S.CLAIMED, S.SUBMITTED, S.CONFIRMED]
+    assert rec.attempts == 1
+    assert rec.receipt is not None and rec.receipt.msg_id == "msg-1"
+    assert repo.ledger[cmd.idem_key].item_id == "it-1"
+    assert repo.ledger[cmd.idem_key].state == "sent"
+
+
+def test_submitted_is_written_before_the_gateway_is_called() -> None:
+    repo, _ = setup()
+    seen: list[ItemStatus] = []
+    gw = FakeGateway(during_send=lambda call: seen.append(repo.items["it-1"].status))
+    run(repo, gw, command())
+    assert seen == [S.SUBMITTED]
+    assert repo.ledger["push:r-1:g-1:room-1:v1"].state in {"reserved", "sent"}
+
+
+def test_redelivered_command_for_a_finished_item_never_calls_the_gateway() -> None:
+    repo, gw = setup()
+    cmd = command()
+    run(repo, gw, cmd)
+    assert run(repo, gw, cmd) == Executed("not_pending", False)
+    assert len(gw.sent) == 1
+    assert repo.items["it-1"].status is S.CONFIRMED
+
+
+def test_command_for_an_item_claimed_elsewhere_never_calls_the_gateway() -> None:
+    repo, gw = setup()
+    asyncio.run(repo.claim(command(), "sender-2"))
+    assert run(repo, gw, command()) == Executed("not_pending", False)
+    assert gw.sent == []
+    assert repo.items["it-1"].owner == "sender-2"
+
+
+# -- the idempotency ledger ----------------------------------------------------------------
+
+def test_second_item_with_the_same_key_is_intercepted_without_a_gateway_call() -> None:
+    repo, gw = setup("it-1", "it-2")
+    key = "ticket:T-9:v4:g-1:room-1"
+    assert run(repo, gw, command("it-1", key)).outcome == "confirmed"
+    assert run(repo, gw, command("it-2", key)) == Executed("duplicate", False)
+    assert len(gw.sent) == 1
+    assert repo.items["it-2"].status is S.ABANDONED
+    assert repo.ledger[key].item_id == "it-1"
+
+
+def test_key_held_by_an_in_doubt_item_still_intercepts_a_second_item() -> None:
+    repo, gw = setup("it-1", "it-2", errors=[SendError(F.IN_DOUBT, None, "timeout")])
+    key = "reply:g-1:m-1:room-1"
+    assert run(repo, gw, command("it-1", key)).outcome == "in_doubt"
+    assert run(repo, gw, command("it-2", key)) == Executed("duplicate", False)
+    assert len(gw.sent) == 1
+
+
+def test_items_with_different_keys_are_both_sent() -> None:
+    repo, gw = setup("it-1", "it-2")
+    assert run(repo, gw, command("it-1", "k-1")).outcome == "confirmed"
+    assert run(repo, gw, command("it-2", "k-2")).outcome == "confirmed"
+    assert [c.idem_key for c in gw.sent] == ["k-1", "k-2"]
+
+
+# -- fencing ---------------------------------------------------------------------------------
+
+class LeaseLostAfterClaim(InMemoryItemRepository):
+    """Our claim succeeds, then the lease runs out and another sender claims the item."""
+
+    async def claim(self, cmd: ItemCommand, owner: str) -> Claim | None:
+        ours = await super().claim(cmd, owner)
+        if ours is not None:
+            self.lease_expired(cmd.item_id)
+            await super().claim(cmd, "sender-2")
+        return ours
+
+
+def test_fenced_begin_send_never_calls_the_gateway_and_reserves_nothing() -> None:
+    repo = LeaseLostAfterClaim()
+    repo.add("it-1")
+    gw = FakeGateway()
+    assert run(repo, gw, command()) == Executed("fenced", False)
+    assert gw.sent == []
+    assert repo.ledger == {}
+    rec = repo.items["it-1"]
+    assert rec.status is S.CLAIMED and rec.owner == "sender-2" and rec.attempts == 0
+
+
+def test_outcome_after_losing_the_lease_mid_call_is_not_recorded() -> None:
+    repo, _ = setup()
+    gw = FakeGateway(during_send=lambda call: repo.submit_lease_expired("it-1"))
+    assert run(repo, gw, command()) == Executed("fenced", True)
+    assert repo.items["it-1"].status is S.RECOVERY_PENDING  # left for verification, not confirmed
+    assert "confirm" in repo.calls
+
+
+def test_failure_after_losing_the_lease_mid_call_is_not_recorded() -> None:
+    repo = InMemoryItemRepository()
+    repo.add("it-1")
+    gw = FakeGateway([SendError(F.RETRYABLE, -1, "busy")],
+                     during_send=lambda call: repo.submit_lease_expired("it-1"))
+    assert run(repo, gw, command()) == Executed("fenced", True)
+    assert repo.items["it-1"].status is S.RECOVERY_PENDING
+    assert repo.ledger["push:r-1:g-1:room-1:v1"].item_id == "it-1"  # not released
+
+
+# -- failures --------------------------------------------------------------------------------
+
+def test_in_doubt_goes_to_recovery_and_keeps_the_key_reserved() -> None:
+    repo, gw = setup(errors=[SendError(F.IN_DOUBT, None, "read timeout")])
+    cmd = command()
+    assert run(repo, gw, cmd) == Executed("in_doubt", True)
+    assert repo.items["it-1"].status is S.RECOVERY_PENDING
+    assert repo.ledger[cmd.idem_key].item_id == "it-1"
+    assert repo.ledger[cmd.idem_key].state == "reserved"
+    # and a redelivered command does not send it again
+    assert run(repo, gw, cmd) == Executed("not_pending", False)
+    assert len(gw.sent) == 1
+
+
+def test_retryable_failure_schedules_a_retry_and_frees_the_key() -> None:
+    repo, gw = setup(errors=[SendError(F.RETRYABLE, -1, "busy")])
+    before = datetime.now(UTC)
+    cmd = command()
+    assert run(repo, gw, cmd) == Executed("retry", True)
+    rec = repo.items["it-1"]
+    assert rec.status is S.WAITING_RETRY
+    assert rec.next_attempt_at is not None and rec.next_attempt_at > before
+    assert cmd.idem_key not in repo.ledger
+
+
+def test_not_sent_failure_is_retried() -> None:
+    repo, gw = setup(errors=[SendError(F.NOT_SENT, None, "connection refused")])
+    assert run(repo, gw, command()) == Executed("retry", True)
+    assert repo.items["it-1"].status is S.WAITING_RETRY
+
+
+def test_rate_limited_failure_is_reported_as_such_and_retried() -> None:
+    repo, gw = setup(errors=[SendError(F.RATE_LIMITED, 45009, "too fast", retry_after=timedelta(seconds=60))])
+    before = datetime.now(UTC)
+    assert run(repo, gw, command()) == Executed("rate_limited", True)
+    rec = repo.items["it-1"]
+    assert rec.status is S.WAITING_RETRY
+    assert rec.next_attempt_at is not None and rec.next_attempt_at >= before + timedelta(seconds=60)
+
+
+def test_needs_human_fails_at_once() -> None:
+    repo, gw = setup(errors=[SendError(F.NEEDS_HUMAN, 1001, "device offline")])
+    assert run(repo, gw, command()) == Executed("failed", True)
+    assert repo.items["it-1"].status is S.FAILED
+    assert repo.items["it-1"].error_class == "needs_human"
+
+
+def test_retries_are_bounded_by_the_policy() -> None:
+    repo, gw = setup(errors=[SendError(F.RETRYABLE, -1, "busy")] * 10)
+    cmd = command()
+    outcomes = []
+    for _ in range(10):
+        result = run(repo, gw, cmd)
+        outcomes.append(result.outcome)
+        if repo.items["it-1"].status is S.WAITING_RETRY:
+            repo.requeue("it-1")
+    assert outcomes[:3] == ["retry", "retry", "failed"]
+    assert set(outcomes[3:]) == {"not_pending"}
+    assert len(gw.sent) == POLICY.max_attempts
+    assert repo.items["it-1"].attempts == POLICY.max_attempts
+    assert repo.items["it-1"].status is S.FAILED
+
+
+def test_retry_after_a_retryable_failure_reuses_the_same_key_and_can_confirm() -> None:
+    repo, gw = setup(errors=[SendError(F.RETRYABLE, -1, "busy")])
+    cmd = command()
+    assert run(repo, gw, cmd).outcome == "retry"
+    repo.requeue("it-1")
+    assert run(repo, gw, cmd) == Executed("confirmed", True)
+    assert [c.idem_key for c in gw.sent] == [cmd.idem_key, cmd.idem_key]
+    assert repo.ledger[cmd.idem_key].state == "sent"
+
+
+# -- expiry ----------------------------------------------------------------------------------
+
+def test_expired_command_is_expired_without_a_claim_or_gateway_call() -> None:
+    repo, gw = setup()
+    cmd = command(expire_at=datetime.now(UTC) - timedelta(seconds=1))
+    assert run(repo, gw, cmd) == Executed("expired", False)
+    assert gw.sent == []
+    assert repo.items["it-1"].status is S.EXPIRED
+    assert repo.calls == ["expire"]
+
+
+def test_expired_command_does_not_touch_an_item_that_already_finished() -> None:
+    repo, gw = setup()
+    run(repo, gw, command())
+    late = command(expire_at=datetime.now(UTC) - timedelta(seconds=1))
+    assert run(repo, gw, late) == Executed("expired", False)
+    assert repo.items["it-1"].status is S.CONFIRMED
+    assert len(gw.sent) == 1
+
+
+def test_command_with_future_expiry_is_sent() -> None:
+    repo, gw = setup()
+    cmd = command(expire_at=datetime.now(UTC) + timedelta(hours=1))
+    assert run(repo, gw, cmd) == Executed("confirmed", True)
