@@ -28,7 +28,7 @@ class NoLookup:
 @pytest.fixture
 def topics(kafka_config: dict[str, str], topic_prefix: str) -> tuple[str, str]:
     outcomes, commands = f"{topic_prefix}.item-outcomes", f"{topic_prefix}.item-commands"
-    ensure_topics(kafka_config, {outcomes: 1, commands: 1})
+    ensure_topics(kafka_config, {outcomes: (1, {}), commands: (1, {})})
     return outcomes, commands
 
 

@@ -88,3 +88,17 @@ def test_takeover_only_moves_expired_leases(database_url: str) -> None:
     takeover = Transition("ItemLeaseExpired", S.PENDING, frozenset({S.CLAIMED}), only_expired=True, clear_lease=True)
     moved = asyncio.run(run(database_url, takeover, [live, dead]))
     assert [m.item_id for m in moved] == [dead]
+
+
+def test_database_transition_table_mirrors_the_domain_table(database_url: str) -> None:
+    from pacer_common.domain.status import TRANSITIONS
+
+    with psycopg.connect(database_url) as conn:
+        rows = set(conn.execute("SELECT from_status::text, to_status::text FROM item_transitions").fetchall())
+    assert rows == {(s.value, t.value) for s, targets in TRANSITIONS.items() for t in targets}
+
+
+def test_database_refuses_a_transition_the_table_does_not_allow(database_url: str) -> None:
+    item = seed_item(database_url, "submitted")
+    with psycopg.connect(database_url) as conn, pytest.raises(psycopg.errors.CheckViolation, match="illegal"):
+        conn.execute("SELECT * FROM pacer_transition(ARRAY[%s]::uuid[], '{submitted}', 'pending', 'X')", (item,))

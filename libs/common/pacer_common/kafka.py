@@ -18,6 +18,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 log = logging.getLogger(__name__)
 
 
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
+
 class ProduceError(Exception):
     """A message could not be delivered; the caller must not commit what depends on it."""
 
@@ -31,6 +34,8 @@ def make_producer(config: dict[str, str], **extra: Any) -> Producer:
         "compression.type": "lz4",
         "batch.size": 1_000_000,
         "queue.buffering.max.messages": 1_000_000,
+        # Snapshot job requests carry their targets; the topic allows large messages.
+        "message.max.bytes": MAX_REQUEST_BYTES,
         "error_cb": lambda err: log.warning("kafka producer error: %s", err),
         **extra,
     }
@@ -132,13 +137,14 @@ class AsyncConsumer:
         self._thread.shutdown(wait=True)
 
 
-def ensure_topics(config: dict[str, str], topics: dict[str, int], *, timeout_s: float = 30.0) -> None:
-    """Create missing topics (name → partitions), replication factor 1 on a single broker."""
+def ensure_topics(config: dict[str, str], topics: dict[str, tuple[int, dict[str, str]]], *,
+                  timeout_s: float = 30.0) -> None:
+    """Create missing topics: name → (partitions, topic configs)."""
     admin = AdminClient(config)
-    existing = admin.list_topics(timeout=timeout_s).topics
-    brokers = len(admin.list_topics(timeout=timeout_s).brokers)
-    rf = min(3, brokers)
-    new = [NewTopic(t, num_partitions=p, replication_factor=rf) for t, p in topics.items() if t not in existing]
+    meta = admin.list_topics(timeout=timeout_s)
+    rf = min(3, len(meta.brokers))
+    new = [NewTopic(t, num_partitions=p, replication_factor=rf, config=c)
+           for t, (p, c) in topics.items() if t not in meta.topics]
     if not new:
         return
     for topic, fut in admin.create_topics(new, operation_timeout=timeout_s).items():

@@ -8,7 +8,7 @@ from prometheus_client import Counter
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.pool import open_pool
-from pacer_common.kafka import AsyncConsumer, make_consumer, make_producer, next_offset
+from pacer_common.kafka import MAX_REQUEST_BYTES, AsyncConsumer, make_consumer, make_producer, next_offset
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_planner.adapters.kafka import KafkaCommandBus
@@ -30,7 +30,10 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
         planned = Counter("pacer_planner_items_total", "Items planned and dispatched", registry=ctx.registry)
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=1, max_size=4, name="pacer-planner")
         producer = make_producer(kafka.client_config())
-        consumer = AsyncConsumer(make_consumer(kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.planner"))
+        consumer = AsyncConsumer(make_consumer(
+            kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.planner",
+            **{"fetch.max.bytes": MAX_REQUEST_BYTES, "receive.message.max.bytes": MAX_REQUEST_BYTES + 1_048_576},
+        ))
         await consumer.call(consumer.consumer.subscribe, [kafka.job_requests])
         planner = Planner(PostgresJobStore(pool), KafkaCommandBus(producer, kafka.item_commands, kafka.job_requests_dlq))
         ctx.health.set_ready(True, "consuming")

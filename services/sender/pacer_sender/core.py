@@ -47,21 +47,19 @@ class Executor:
         if expired(cmd.expire_at, now):
             await self.repo.expire(cmd)
             return Executed("expired", False)
-        claim = await self.repo.claim(cmd, self.owner)
-        if claim is None:
+        begun = await self.repo.begin_send(cmd, self.owner)
+        if begun.outcome == "not_pending":
             # Already taken, finished or cancelled: a redelivered command is not an error.
             return Executed("not_pending", False)
-        begun = await self.repo.begin_send(cmd, claim)
-        if begun == "duplicate":
-            log.warning("duplicate send intercepted by the idempotency ledger")
+        if begun.outcome == "duplicate":
+            log.warning("duplicate send intercepted: idempotency key held by item %s", begun.holder)
             return Executed("duplicate", False)
-        if begun == "fenced":
-            return Executed("fenced", False)
+        assert begun.epoch is not None and begun.attempts is not None
         try:
             receipt = await self.gateway.send_text(cmd.guid, cmd.to_id, cmd.content, cmd.idem_key)
         except SendError as err:
-            decision = after_failure(err, claim.attempts + 1, self.retry, datetime.now(UTC), self.rng)
-            if not await self.repo.settle(cmd, claim, decision):
+            decision = after_failure(err, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng)
+            if not await self.repo.settle(cmd, begun.epoch, decision):
                 log.warning("outcome not recorded: lease taken over (%s)", err)
                 return Executed("fenced", True)
             log.info("send failed: %s → %s", err, decision.to.value)
@@ -70,7 +68,7 @@ class Executor:
             if err.failure_class is FailureClass.IN_DOUBT:
                 return Executed("in_doubt", True)
             return Executed("retry" if decision.next_attempt_at else "failed", True)
-        if not await self.repo.confirm(cmd, claim, receipt):
+        if not await self.repo.confirm(cmd, begun.epoch, receipt):
             log.warning("confirmation not recorded: lease taken over")
             return Executed("fenced", True)
         return Executed("confirmed", True)

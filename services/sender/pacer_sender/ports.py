@@ -11,20 +11,25 @@ from pacer_sender.domain.decisions import Decision
 
 
 @dataclass(frozen=True)
-class Claim:
-    epoch: int
-    attempts: int
+class Begun:
+    """Result of claiming an item and writing ``submitted``, in one durable step.
 
+    ``submitted``: the item is ours (lease ``epoch``) and may be sent; ``duplicate``: another
+    item holds its idempotency key, so it was abandoned unsent; ``not_pending``: someone
+    else has it, or it is finished or cancelled.
+    """
 
-BeginResult = Literal["submitted", "duplicate", "fenced"]
+    outcome: Literal["submitted", "duplicate", "not_pending"]
+    epoch: int | None
+    attempts: int | None  # attempts before this one
+    holder: str | None
 
 
 class ItemRepository(Protocol):
     async def expire(self, cmd: ItemCommand) -> bool: ...
-    async def claim(self, cmd: ItemCommand, owner: str) -> Claim | None: ...
-    async def begin_send(self, cmd: ItemCommand, claim: Claim) -> BeginResult: ...
-    async def confirm(self, cmd: ItemCommand, claim: Claim, receipt: Receipt) -> bool: ...
-    async def settle(self, cmd: ItemCommand, claim: Claim, decision: Decision) -> bool: ...
+    async def begin_send(self, cmd: ItemCommand, owner: str) -> Begun: ...
+    async def confirm(self, cmd: ItemCommand, epoch: int, receipt: Receipt) -> bool: ...
+    async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision) -> bool: ...
 
 
 class Gateway(Protocol):

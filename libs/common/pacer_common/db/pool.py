@@ -7,15 +7,15 @@ from psycopg_pool import AsyncConnectionPool
 
 
 async def open_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pacer") -> AsyncConnectionPool:
-    """Open a pool whose connections are checked before use (a restarted server is noticed)."""
+    """Open a pool of autocommit connections: a statement is its own transaction unless a
+    ``conn.transaction()`` block groups several. Broken connections are discarded on return."""
     pool = AsyncConnectionPool(
         url,
         min_size=min_size,
         max_size=max_size,
         open=False,
         name=name,
-        kwargs={"autocommit": False, "row_factory": dict_row, "application_name": name},
-        check=AsyncConnectionPool.check_connection,
+        kwargs={"autocommit": True, "row_factory": dict_row, "application_name": name},
         reconnect_timeout=300,
     )
     await pool.open(wait=True, timeout=30)

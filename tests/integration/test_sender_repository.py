@@ -1,0 +1,97 @@
+"""The sender's database steps: begin (claim + key + submitted), confirm, settle."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import psycopg
+
+from pacer_common.db.pool import open_pool
+from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.receipts import Receipt
+from pacer_common.domain.status import ItemStatus as S
+from pacer_sender.adapters.postgres import PostgresItemRepository
+from pacer_sender.domain.decisions import Decision
+from tests.integration.helpers import seed_job
+
+
+def cmd(item_id: str, key: str, guid: str = "g1") -> ItemCommand:
+    return ItemCommand(item_id=item_id, job_id="00000000-0000-0000-0000-000000000000", shard_id=1, guid=guid,
+                       to_id="room", content="hi", idem_key=key, priority=3, kind="campaign")
+
+
+def status_and_events(url: str, item_id: str) -> tuple[str, list[str]]:
+    with psycopg.connect(url) as conn:
+        (status,) = conn.execute("SELECT status::text FROM items WHERE item_id = %s", (item_id,)).fetchone()
+        types = [r[0] for r in conn.execute(
+            "SELECT type FROM item_events WHERE item_id = %s ORDER BY version", (item_id,))]
+    return status, types
+
+
+async def _repo(url: str) -> tuple[object, PostgresItemRepository]:
+    pool = await open_pool(url, min_size=1, max_size=8)
+    return pool, PostgresItemRepository(pool, timedelta(seconds=30))
+
+
+def test_begin_send_claims_reserves_and_submits_in_one_step(database_url: str) -> None:
+    _, _, (item,) = seed_job(database_url, {"g1": 1})
+
+    async def scenario() -> tuple[object, bool]:
+        pool, repo = await _repo(database_url)
+        begun = await repo.begin_send(cmd(item, "k1"), "w1")
+        ok = await repo.confirm(cmd(item, "k1"), begun.epoch, Receipt(0, "ok", "m-1", 1.0))  # type: ignore[arg-type]
+        await pool.close()  # type: ignore[attr-defined]
+        return begun, ok
+
+    begun, ok = asyncio.run(scenario())
+    assert begun.outcome == "submitted" and begun.epoch == 1 and begun.attempts == 0  # type: ignore[attr-defined]
+    assert ok
+    assert status_and_events(database_url, item) == ("confirmed", ["ItemClaimed", "ItemSubmitted", "ItemConfirmed"])
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT state FROM send_ledger WHERE idem_key = 'k1'").fetchone() == ("sent",)
+
+
+def test_concurrent_begins_for_one_item_submit_it_once(database_url: str) -> None:
+    _, _, (item,) = seed_job(database_url, {"g1": 1})
+
+    async def scenario() -> list[str]:
+        pool, repo = await _repo(database_url)
+        results = await asyncio.gather(*(repo.begin_send(cmd(item, "k1"), f"w{i}") for i in range(8)))
+        await pool.close()  # type: ignore[attr-defined]
+        return sorted(r.outcome for r in results)
+
+    assert asyncio.run(scenario()) == ["not_pending"] * 7 + ["submitted"]
+
+
+def test_second_item_with_a_taken_key_is_abandoned_unsent(database_url: str) -> None:
+    _, _, (first, second) = seed_job(database_url, {"g1": 2})
+
+    async def scenario() -> object:
+        pool, repo = await _repo(database_url)
+        await repo.begin_send(cmd(first, "same"), "w1")
+        dup = await repo.begin_send(cmd(second, "same"), "w1")
+        await pool.close()  # type: ignore[attr-defined]
+        return dup
+
+    dup = asyncio.run(scenario())
+    assert dup.outcome == "duplicate" and dup.holder == first  # type: ignore[attr-defined]
+    assert status_and_events(database_url, second) == ("abandoned", ["ItemClaimed", "ItemDuplicateIntercepted"])
+
+
+def test_settle_with_a_stale_epoch_records_nothing_and_keeps_the_key(database_url: str) -> None:
+    _, _, (item,) = seed_job(database_url, {"g1": 1})
+    retry = Decision(S.WAITING_RETRY, "ItemRetryScheduled", "retryable", "busy", release_ledger=True)
+
+    async def scenario() -> tuple[bool, bool]:
+        pool, repo = await _repo(database_url)
+        begun = await repo.begin_send(cmd(item, "k1"), "w1")
+        stale = await repo.settle(cmd(item, "k1"), begun.epoch - 1, retry)  # type: ignore[operator]
+        fresh = await repo.settle(cmd(item, "k1"), begun.epoch, retry)  # type: ignore[arg-type]
+        await pool.close()  # type: ignore[attr-defined]
+        return stale, fresh
+
+    assert asyncio.run(scenario()) == (False, True)
+    assert status_and_events(database_url, item)[0] == "waiting_retry"
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM send_ledger").fetchone() == (0,), "not sent: key released"
