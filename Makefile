@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test up down lint chaos bench clean
+.PHONY: install demo test up down env lint chaos bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ lint: install           ## layering contracts
 
 up: install             ## start infrastructure, fake gateway and services in the background
 	$(BIN)/python -m pacer_dev.updown up
+
+env: install            ## print `export …` lines for the stack `make up` started
+	@$(BIN)/python -m pacer_dev.updown env
 
 down: install           ## stop everything `make up` started
 	$(BIN)/python -m pacer_dev.updown down

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from pathlib import Path
 
 from pacer_dev import infra
@@ -25,7 +26,7 @@ def up(args: argparse.Namespace) -> int:
     inf = infra.up(state)
     stack = Stack.load(state, inf)
     if any(p.alive() for p in stack.procs.values()):
-        print("pacer: already up (make down first to restart)")
+        print("# pacer: already up (make down first to restart)")
     else:
         stack.procs.clear()
         prepare(inf.database_url, {"bootstrap.servers": inf.kafka_bootstrap}, stack.topic_prefix)
@@ -36,13 +37,27 @@ def up(args: argparse.Namespace) -> int:
             stack.start_gateway()
         for kind in ("planner", "sender", "reconciler"):
             stack.start_service(kind)
-    print(f"PACER_KAFKA_BOOTSTRAP_SERVERS={inf.kafka_bootstrap}")
-    print(f"PACER_DATABASE_URL={inf.database_url}")
-    print(f"PACER_GATEWAY_URL={stack.gateway_url}")
-    print(f"PACER_TOPIC_PREFIX={stack.topic_prefix}")
+    _print(inf, stack)
+    return 0
+
+
+def env(args: argparse.Namespace) -> int:
+    state = _state(args)
+    inf = infra.current(state)
+    if inf is None:
+        print("pacer: not up; run `make up`", file=sys.stderr)
+        return 1
+    _print(inf, Stack.load(state, inf))
+    return 0
+
+
+def _print(inf: infra.Infra, stack: Stack) -> None:
+    print(f"export PACER_KAFKA_BOOTSTRAP_SERVERS={inf.kafka_bootstrap}")
+    print(f"export PACER_DATABASE_URL={inf.database_url}")
+    print(f"export PACER_GATEWAY_URL={stack.gateway_url}")
+    print(f"export PACER_TOPIC_PREFIX={stack.topic_prefix}")
     for p in stack.procs.values():
         print(f"# {p.name}: pid {p.pid}, {p.url}, log {p.log}")
-    return 0
 
 
 def down(args: argparse.Namespace) -> int:
@@ -62,6 +77,7 @@ def main() -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("up").set_defaults(fn=up)
     sub.add_parser("down").set_defaults(fn=down)
+    sub.add_parser("env").set_defaults(fn=env)
     args = p.parse_args()
     raise SystemExit(args.fn(args))
 

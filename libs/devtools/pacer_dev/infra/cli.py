@@ -1,6 +1,6 @@
 """`pacer-infra`: start, inspect and stop the local Kafka and Postgres.
 
-`up` and `env` print shell-sourceable `NAME=value` lines on stdout (progress goes to
+`up` and `env` print shell-sourceable `export NAME=value` lines on stdout (progress goes to
 stderr), so `eval "$(pacer-infra up)"` or a Makefile can consume them directly.
 """
 
@@ -69,7 +69,7 @@ def _destroy(state_dir: Path | None) -> int:
 
 def _print_env(running: infra.Infra) -> None:
     for name, value in running.env().items():
-        print(f"{name}={shlex.quote(value)}")
+        print(f"export {name}={shlex.quote(value)}")
 
 
 def _parser() -> argparse.ArgumentParser:

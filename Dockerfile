@@ -1,0 +1,56 @@
+# syntax=docker/dockerfile:1
+#
+# One image for the three Pacer services and the `pacer` operator CLI.
+#
+#   docker build -t pacer:0.1.0 .
+#   docker run --rm pacer:0.1.0 sender            # pacer-sender
+#   docker run --rm pacer:0.1.0 migrate           # pacer migrate
+#   docker build --build-arg SERVICE=planner ...  # default service when no argument is given
+#
+# Configuration comes only from the environment at run time (see docs/configuration.md);
+# nothing secret is baked in. In a container the ops server must listen on all
+# interfaces: set PACER_<SERVICE>_OPS_HOST=0.0.0.0 (the Helm chart does).
+
+ARG PYTHON_IMAGE=python:3.11-slim
+
+# ---- build: install the project and its runtime dependencies into a virtualenv ----
+FROM ${PYTHON_IMAGE} AS build
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY libs ./libs
+COPY services ./services
+# Runtime dependencies only: the `dev` extra (embedded Postgres, test tools) is not installed.
+RUN pip install --upgrade pip \
+ && pip install .
+
+# ---- runtime ----
+FROM ${PYTHON_IMAGE} AS runtime
+
+ARG SERVICE=""
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PACER_SERVICE=${SERVICE}
+
+RUN groupadd --system --gid 10001 pacer \
+ && useradd --system --uid 10001 --gid pacer --home-dir /home/pacer --create-home --shell /usr/sbin/nologin pacer
+
+COPY --from=build /opt/venv /opt/venv
+COPY --chmod=0755 deploy/docker/entrypoint.sh /usr/local/bin/pacer-entrypoint
+
+USER 10001:10001
+WORKDIR /home/pacer
+
+# Default ops ports: planner 9101, sender 9102, reconciler 9103.
+EXPOSE 9101 9102 9103
+
+ENTRYPOINT ["/usr/local/bin/pacer-entrypoint"]
+CMD []
