@@ -44,6 +44,14 @@ def job_state(stack: Stack, request_id: str) -> tuple[str, dict[str, int]] | Non
     return job[1], dict(rows)
 
 
+def projected_counts(stack: Stack, request_id: str) -> dict[str, int]:
+    with psycopg.connect(stack.infra.database_url) as conn:
+        rows = conn.execute(
+            "SELECT c.status::text, sum(c.n)::int FROM shard_status_counts c JOIN shards s USING (shard_id)"
+            " JOIN jobs j USING (job_id) WHERE j.request_id = %s GROUP BY 1 HAVING sum(c.n) <> 0", (request_id,)).fetchall()
+    return dict(rows)
+
+
 def sends_for(stack: Stack, prefix: str) -> list[dict]:
     out, offset = [], 0
     while True:
@@ -61,6 +69,7 @@ def test_thousand_items_over_twenty_guids_are_each_delivered_exactly_once(stack:
     publish(stack, json.dumps(req).encode(), key=rid.encode())
     state = wait_for(lambda: (s := job_state(stack, rid)) and s[0] == "completed" and s, 180, "job completion")
     assert state[1] == {"confirmed": 1000}
+    assert projected_counts(stack, rid) == {"confirmed": 1000}, "the reconciler's projection matches the items"
     sends = sends_for(stack, rid)
     keys = [s["idempotencyKey"] for s in sends]
     assert len(sends) == 1000 and len(set(keys)) == 1000, "each item delivered exactly once"

@@ -11,7 +11,7 @@ from pacer_common.db.pool import open_pool
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus as S
-from pacer_sender.adapters.postgres import PostgresItemRepository
+from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.domain.decisions import Decision
 from tests.integration.helpers import seed_job
 
@@ -29,8 +29,10 @@ def status_and_events(url: str, item_id: str) -> tuple[str, list[str]]:
     return status, types
 
 
-async def _repo(url: str) -> tuple[object, PostgresItemRepository]:
+async def _repo(url: str, owner: str = "w1", guids: tuple[str, ...] = ("g1",)) -> tuple[object, PostgresItemRepository]:
+    """A repository whose sender ``owner`` already holds the leases of ``guids``."""
     pool = await open_pool(url, min_size=1, max_size=8)
+    await PostgresGuidLeases(pool, timedelta(seconds=30)).acquire(list(guids), owner)
     return pool, PostgresItemRepository(pool, timedelta(seconds=30))
 
 
@@ -57,7 +59,7 @@ def test_concurrent_begins_for_one_item_submit_it_once(database_url: str) -> Non
 
     async def scenario() -> list[str]:
         pool, repo = await _repo(database_url)
-        results = await asyncio.gather(*(repo.begin_send(cmd(item, "k1"), f"w{i}") for i in range(8)))
+        results = await asyncio.gather(*(repo.begin_send(cmd(item, "k1"), "w1") for i in range(8)))
         await pool.close()  # type: ignore[attr-defined]
         return sorted(r.outcome for r in results)
 
@@ -95,3 +97,43 @@ def test_settle_with_a_stale_epoch_records_nothing_and_keeps_the_key(database_ur
     assert status_and_events(database_url, item)[0] == "waiting_retry"
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT count(*) FROM send_ledger").fetchone() == (0,), "not sent: key released"
+
+
+def test_a_sender_without_the_guid_lease_writes_nothing(database_url: str) -> None:
+    _, _, (item,) = seed_job(database_url, {"g1": 1})
+
+    async def scenario() -> tuple[str, list]:
+        pool, repo = await _repo(database_url, owner="w1")
+        leases = PostgresGuidLeases(pool, timedelta(seconds=30))  # type: ignore[arg-type]
+        refused = await leases.acquire(["g1"], "w2")  # w1's lease is live
+        begun = await repo.begin_send(cmd(item, "k1"), "w2")
+        await pool.close()  # type: ignore[attr-defined]
+        return begun.outcome, refused
+
+    outcome, refused = asyncio.run(scenario())
+    assert (outcome, refused) == ("guid_lost", [])
+    assert status_and_events(database_url, item) == ("pending", [])
+
+
+def test_an_expired_guid_lease_is_taken_over_with_its_last_send_time(database_url: str) -> None:
+    _, _, (item,) = seed_job(database_url, {"g1": 1})
+
+    async def scenario() -> object:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        short = PostgresGuidLeases(pool, timedelta(0))
+        await short.acquire(["g1"], "w1")
+        repo = PostgresItemRepository(pool, timedelta(seconds=30))
+        await short.acquire(["g1"], "w1")  # renewing an expired lease of our own still works
+        (lease,) = await PostgresGuidLeases(pool, timedelta(seconds=30)).acquire(["g1"], "w1")
+        await repo.begin_send(cmd(item, "k1"), "w1")
+        async with pool.connection() as conn:
+            await conn.execute("UPDATE guid_leases SET lease_until = now() - interval '1 second'")
+        (taken,) = await PostgresGuidLeases(pool, timedelta(seconds=30)).acquire(["g1"], "w2")
+        await pool.close()
+        return lease, taken
+
+    lease, taken = asyncio.run(scenario())
+    assert taken.took_over and taken.epoch == lease.epoch + 1  # type: ignore[attr-defined]
+    assert taken.last_send_at is not None, "the previous owner's send time carries over for pacing"  # type: ignore[attr-defined]
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT owner, takeovers FROM guid_leases").fetchone() == ("w2", 1)

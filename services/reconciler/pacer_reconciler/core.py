@@ -51,7 +51,11 @@ class Reconciler:
         commands = await self.events.items_for_dispatch(to_dispatch(events))
         self.publisher.publish(events, commands)
         to = batch[-1][0]
-        await self.events.commit_batch(events, to)
+        try:
+            await self.events.commit_batch(events, self._pos, to)
+        except Exception:
+            self._pos = None  # reload: never apply a batch twice, never skip one
+            raise
         self._pos = to
         return len(events)
 

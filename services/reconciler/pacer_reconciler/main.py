@@ -19,7 +19,7 @@ from pacer_common.kafka import make_producer
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_reconciler.adapters.kafka import KafkaPublisher
-from pacer_reconciler.adapters.postgres import PostgresLog
+from pacer_reconciler.adapters.postgres import CursorMoved, PostgresLog
 from pacer_reconciler.core import Reconciler
 
 log = logging.getLogger("pacer.reconciler")
@@ -67,7 +67,11 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                     continue
                 leader_g.set(1)
                 ctx.health.set_ready(True, "leader")
-                n = await rec.tail_once()
+                try:
+                    n = await rec.tail_once()
+                except CursorMoved as exc:
+                    log.error("event batch not applied: %s; reading again from the stored cursor", exc)
+                    n = 0
                 tailed.inc(n)
                 if loop.time() >= next_sweep:
                     report = await rec.sweep_once()

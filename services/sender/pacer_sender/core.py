@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
@@ -12,14 +13,15 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
 from pacer_common.domain.requests import expired
 from pacer_common.logs import bind
-from pacer_sender.domain.decisions import after_failure
+from pacer_common.domain.status import ItemStatus
+from pacer_sender.domain.decisions import Decision, after_failure
 from pacer_sender.ports import Gateway, ItemRepository
 
 log = logging.getLogger(__name__)
 
 Outcome = Literal[
     "confirmed", "retry", "failed", "in_doubt", "rate_limited", "expired", "duplicate",
-    "not_pending", "fenced",
+    "not_pending", "fenced", "guid_lost", "deadline_missed",
 ]
 
 
@@ -31,12 +33,14 @@ class Executed:
 
 class Executor:
     def __init__(self, repo: ItemRepository, gateway: Gateway, owner: str, retry: RetryPolicy,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, send_deadline_s: float = 10.0) -> None:
         self.repo = repo
         self.gateway = gateway
         self.owner = owner
         self.retry = retry
         self.rng = rng or random.Random()
+        # Never call the gateway later than this after claiming: well inside the lease.
+        self.send_deadline_s = send_deadline_s
 
     async def execute(self, cmd: ItemCommand) -> Executed:
         with bind(item_id=cmd.item_id, job_id=cmd.job_id, guid=cmd.guid, shard_id=cmd.shard_id):
@@ -47,7 +51,10 @@ class Executor:
         if expired(cmd.expire_at, now):
             await self.repo.expire(cmd)
             return Executed("expired", False)
+        started = time.monotonic()
         begun = await self.repo.begin_send(cmd, self.owner)
+        if begun.outcome == "guid_lost":
+            return Executed("guid_lost", False)
         if begun.outcome == "not_pending":
             # Already taken, finished or cancelled: a redelivered command is not an error.
             return Executed("not_pending", False)
@@ -55,6 +62,13 @@ class Executor:
             log.warning("duplicate send intercepted: idempotency key held by item %s", begun.holder)
             return Executed("duplicate", False)
         assert begun.epoch is not None and begun.attempts is not None
+        if time.monotonic() - started > self.send_deadline_s:
+            # Paused (GC, SIGSTOP, overload) between submitted and the call: our lease may be
+            # gone and the item re-sent by someone else. Do not send; it goes round again.
+            d = Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", FailureClass.NOT_SENT.value,
+                         "send deadline passed before the gateway call", datetime.now(UTC), release_ledger=True)
+            await self.repo.settle(cmd, begun.epoch, d)
+            return Executed("deadline_missed", False)
         try:
             receipt = await self.gateway.send_text(cmd.guid, cmd.to_id, cmd.content, cmd.idem_key)
         except SendError as err:

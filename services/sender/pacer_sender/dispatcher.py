@@ -20,6 +20,7 @@ from pacer_sender.core import Executed, Executor
 from pacer_sender.domain.offsets import PartitionOffsets
 from pacer_sender.domain.pacing import GuidPace, PacingPolicy
 from pacer_sender.domain.queue import GuidQueue
+from pacer_sender.leases import GuidLeases
 
 log = logging.getLogger(__name__)
 TP = tuple[str, int]
@@ -33,11 +34,14 @@ class Envelope:
 
 
 class Dispatcher:
-    def __init__(self, executor: Executor, pacing: PacingPolicy, *,
+    def __init__(self, executor: Executor, pacing: PacingPolicy, leases: GuidLeases, *,
                  on_executed: Callable[[Envelope, Executed], None] | None = None,
                  rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.executor = executor
         self.pacing = pacing
+        self.leases = leases
+        self.lease_retry_s = 1.0
+        self.guid_tp: dict[str, TP] = {}
         self.on_executed = on_executed or (lambda env, res: None)
         self.rng = rng or random.Random()
         self.clock = clock
@@ -53,6 +57,7 @@ class Dispatcher:
     def submit(self, env: Envelope) -> None:
         self.books.setdefault(env.tp, PartitionOffsets()).add(env.offset)
         q = self.queues.setdefault(env.cmd.guid, GuidQueue())
+        self.guid_tp[env.cmd.guid] = env.tp
         q.push(env, env.cmd.priority, self._due(env.cmd))
         self.buffered += 1
         if env.cmd.guid not in self.workers:
@@ -76,6 +81,14 @@ class Dispatcher:
         pace = self.paces.setdefault(guid, GuidPace())
         try:
             while q:
+                if guid not in self.leases.held:
+                    lease = await self.leases.acquire(guid)
+                    if lease is None:
+                        # Another sender still holds the guid (finishing, or not yet expired).
+                        await asyncio.sleep(self.lease_retry_s)
+                        continue
+                    since = None if lease.last_send_at is None else (lease.db_now - lease.last_send_at).total_seconds()
+                    pace.resume_after(self.clock(), since, self.pacing)
                 now = self.clock()
                 wait = pace.wait(now)
                 if wait > 0:
@@ -100,6 +113,10 @@ class Dispatcher:
                     continue
                 finally:
                     self.executing.pop(guid, None)
+                if result.outcome == "guid_lost":
+                    self.leases.forget(guid)
+                    q.push(env, env.cmd.priority)
+                    continue
                 if result.called_gateway:
                     if result.outcome == "rate_limited":
                         pace.slowed(self.clock(), self.pacing, self.rng)
@@ -155,6 +172,10 @@ class Dispatcher:
         points = self.commit_points(tps)
         for tp in tps:
             self.books.pop(tp, None)
+        gone = [g for g, tp in self.guid_tp.items() if tp in tps and g not in self.executing]
+        await self.leases.release(gone)
+        for g in gone:
+            self.guid_tp.pop(g, None)
         return points
 
     @property

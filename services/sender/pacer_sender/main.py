@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from confluent_kafka import KafkaException, TopicPartition
 from prometheus_client import Counter, Gauge
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.pool import open_pool
@@ -21,10 +21,11 @@ from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.kafka import AsyncConsumer, make_consumer
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
-from pacer_sender.adapters.postgres import PostgresItemRepository
+from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.core import Executed, Executor
 from pacer_sender.dispatcher import TP, Dispatcher, Envelope
 from pacer_sender.domain.pacing import PacingPolicy
+from pacer_sender.leases import GuidLeases
 
 log = logging.getLogger("pacer.sender")
 
@@ -36,7 +37,7 @@ class SenderSettings(OpsSettings):
     owner: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL")
     gateway_timeout_s: float = 10.0
-    lease_ttl_s: float = 30.0
+    lease_ttl_s: float = 60.0
     min_interval_ms: int = 1000
     jitter_ms: int = 500
     max_attempts: int = 5
@@ -44,6 +45,16 @@ class SenderSettings(OpsSettings):
     max_buffered: int = 20_000
     failure_codes: dict[int, FailureClass] = Field(default_factory=lambda: dict(DEFAULT_CODE_TABLE))
     db_pool_max: int = 20
+
+    @model_validator(mode="after")
+    def _lease_covers_a_send(self) -> SenderSettings:
+        # A claim must outlive the longest send it covers (the send deadline is a quarter of
+        # the lease, the gateway timeout at most a quarter more), so item leases need no renewal.
+        if self.gateway_timeout_s > self.lease_ttl_s / 4:
+            raise ValueError(
+                f"PACER_SENDER_GATEWAY_TIMEOUT_S ({self.gateway_timeout_s}) must be at most a quarter of "
+                f"PACER_SENDER_LEASE_TTL_S ({self.lease_ttl_s})")
+        return self
 
 
 class ConsumerLoop:
@@ -158,9 +169,15 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         gateway = GatewayClient(http, cfg.failure_codes)
         repo = PostgresItemRepository(pool, timedelta(seconds=cfg.lease_ttl_s))
         retry = RetryPolicy(cfg.max_attempts, timedelta(seconds=cfg.retry_base_s))
-        executor = Executor(repo, gateway, cfg.owner, retry)
+        executor = Executor(repo, gateway, cfg.owner, retry, send_deadline_s=cfg.lease_ttl_s / 4)
         pacing = PacingPolicy(cfg.min_interval_ms / 1000, cfg.jitter_ms / 1000)
-        dispatcher = Dispatcher(executor, pacing, on_executed=on_executed)
+        leases = GuidLeases(PostgresGuidLeases(pool, timedelta(seconds=cfg.lease_ttl_s)), cfg.owner, cfg.lease_ttl_s)
+        Gauge("pacer_sender_guid_leases_held", "Guid leases this sender holds", registry=ctx.registry).set_function(
+            lambda: len(leases.held))
+        Gauge("pacer_sender_guid_takeovers", "Guid leases taken over from another owner since start",
+              registry=ctx.registry).set_function(lambda: leases.takeovers)
+        dispatcher = Dispatcher(executor, pacing, leases, on_executed=on_executed)
+        renewals = asyncio.create_task(leases.keep_renewed(ctx.stop))
         consumer = AsyncConsumer(make_consumer(kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.sender"))
         loop = ConsumerLoop(consumer, dispatcher, cfg, bad)
         ctx.health.set_ready(True, "consuming")
@@ -168,6 +185,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
             await loop.run(kafka.item_commands, ctx.stop)
         finally:
             await consumer.close()
+            await renewals
+            await leases.release(list(leases.held))
             await http.aclose()
             await pool.close()
 

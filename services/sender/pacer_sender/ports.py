@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal, Protocol
 
 from pacer_common.domain.commands import ItemCommand
@@ -19,7 +21,7 @@ class Begun:
     else has it, or it is finished or cancelled.
     """
 
-    outcome: Literal["submitted", "duplicate", "not_pending"]
+    outcome: Literal["submitted", "duplicate", "not_pending", "guid_lost"]
     epoch: int | None
     attempts: int | None  # attempts before this one
     holder: str | None
@@ -30,6 +32,20 @@ class ItemRepository(Protocol):
     async def begin_send(self, cmd: ItemCommand, owner: str) -> Begun: ...
     async def confirm(self, cmd: ItemCommand, epoch: int, receipt: Receipt) -> bool: ...
     async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision) -> bool: ...
+
+
+@dataclass(frozen=True)
+class GuidLease:
+    guid: str
+    epoch: int
+    last_send_at: datetime | None
+    took_over: bool
+    db_now: datetime
+
+
+class GuidLeaseStore(Protocol):
+    async def acquire(self, guids: Sequence[str], owner: str) -> list[GuidLease]: ...
+    async def release(self, guids: Sequence[str], owner: str) -> int: ...
 
 
 class Gateway(Protocol):

@@ -20,6 +20,10 @@ from pacer_reconciler.domain.verification import verdict
 from pacer_reconciler.ports import InDoubt, Position, SweepKind
 
 
+class CursorMoved(Exception):
+    """The log cursor moved under us: reload it and read again."""
+
+
 @cache
 def _sql(name: str) -> str:
     return resources.files("pacer_reconciler.adapters.sql").joinpath(f"{name}.sql").read_text()
@@ -63,8 +67,12 @@ class PostgresLog:
 
         return await with_retry(work)
 
-    async def commit_batch(self, events: Sequence[ItemEvent], to: Position) -> None:
-        """Apply the batch's projection and advance the cursor in one transaction."""
+    async def commit_batch(self, events: Sequence[ItemEvent], start: Position, to: Position) -> None:
+        """Apply the batch's projection and advance the cursor, in one transaction.
+
+        Raises :class:`CursorMoved` (and applies nothing) unless the cursor is still at
+        ``start``: a batch is applied once, whatever retries or second readers happen.
+        """
         deltas = count_deltas(events)
 
         async def work() -> None:
@@ -81,7 +89,11 @@ class PostgresLog:
                     jobs = sorted({str(r["job_id"]) for r in rows})
                     if jobs:
                         await conn.execute(_sql("refresh_jobs"), {"jobs": jobs})  # type: ignore[arg-type]
-                await conn.execute(_sql("save_cursor"), {"name": self.cursor_name, "xid": to.xid, "seq": to.seq})  # type: ignore[arg-type]
+                moved = await (await conn.execute(_sql("save_cursor"), {  # type: ignore[arg-type]
+                    "name": self.cursor_name, "xid": to.xid, "seq": to.seq,
+                    "from_xid": start.xid, "from_seq": start.seq})).fetchone()
+                if moved is None:
+                    raise CursorMoved(f"cursor {self.cursor_name!r} is no longer at {start}")
 
         await with_retry(work)
 

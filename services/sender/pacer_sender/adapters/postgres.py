@@ -8,6 +8,7 @@ over cannot record anything.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from functools import cache
 from importlib import resources
@@ -22,7 +23,7 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus as S
 from pacer_sender.domain.decisions import Decision
-from pacer_sender.ports import Begun
+from pacer_sender.ports import Begun, GuidLease
 
 
 @cache
@@ -72,3 +73,29 @@ class PostgresItemRepository:
             "release": d.release_ledger,
         })
         return bool(row["moved"])
+
+
+class PostgresGuidLeases:
+    """Guid leases (``migrations/0003_guid_leases.sql``): take, keep and release."""
+
+    def __init__(self, pool: AsyncConnectionPool, ttl: timedelta) -> None:
+        self.pool = pool
+        self.ttl = ttl
+
+    async def acquire(self, guids: Sequence[str], owner: str) -> list[GuidLease]:
+        async def work() -> list[GuidLease]:
+            async with self.pool.connection() as conn:
+                rows = await (await conn.execute(_sql("acquire_guids"), {  # type: ignore[arg-type]
+                    "guids": list(guids), "owner": owner, "ttl": self.ttl})).fetchall()
+            return [GuidLease(r["guid"], r["epoch"], r["last_send_at"], r["took_over"], r["db_now"]) for r in rows]
+
+        return await with_retry(work)
+
+    async def release(self, guids: Sequence[str], owner: str) -> int:
+        async def work() -> int:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(_sql("release_guids"), {  # type: ignore[arg-type]
+                    "guids": list(guids), "owner": owner})).fetchone()
+            return int(row["released"])
+
+        return await with_retry(work)

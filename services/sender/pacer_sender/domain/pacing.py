@@ -36,3 +36,8 @@ class GuidPace:
         """A rate-limited rejection: slow down before anything is retried."""
         self.multiplier = min(32.0, self.multiplier * policy.rate_limited_penalty)
         self.next_at = now + policy.gap(rng, self.multiplier)
+
+    def resume_after(self, now: float, since_last_send_s: float | None, policy: PacingPolicy) -> None:
+        """Carry the spacing over a handover: the previous owner's last send still counts."""
+        if since_last_send_s is not None:
+            self.next_at = max(self.next_at, now + policy.min_interval_s * self.multiplier - since_last_send_s)

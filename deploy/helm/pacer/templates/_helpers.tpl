@@ -1,0 +1,162 @@
+{{/* Chart name, truncated for label values. */}}
+{{- define "pacer.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Fully qualified release name. Kept to 50 characters so that "<fullname>-<service>" and
+"<fullname>-migrate" stay valid object names.
+*/}}
+{{- define "pacer.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "pacer.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels common to every object. */}}
+{{- define "pacer.labels" -}}
+helm.sh/chart: {{ include "pacer.chart" . }}
+app.kubernetes.io/name: {{ include "pacer.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: pacer
+{{- end -}}
+
+{{/* Selector labels of one component: include "pacer.selectorLabels" (dict "ctx" $ "component" "sender") */}}
+{{- define "pacer.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "pacer.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "pacer.componentLabels" -}}
+{{ include "pacer.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "pacer.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag | toString) -}}
+{{- end -}}
+
+{{/* Grace period of the sender: lease TTL + margin, unless set explicitly. */}}
+{{- define "pacer.sender.grace" -}}
+{{- if not (kindIs "invalid" .Values.sender.terminationGracePeriodSeconds) -}}
+{{- .Values.sender.terminationGracePeriodSeconds | int -}}
+{{- else -}}
+{{- add (ceil .Values.sender.leaseTtlS) .Values.sender.terminationGraceMarginSeconds -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Fail early on missing required values. */}}
+{{- define "pacer.validate" -}}
+{{- if not .Values.database.urlSecret.name -}}
+{{- fail "database.urlSecret.name is required: an existing Secret holding PACER_DATABASE_URL" -}}
+{{- end -}}
+{{- if not .Values.kafka.bootstrapServers -}}
+{{- fail "kafka.bootstrapServers is required (PACER_KAFKA_BOOTSTRAP_SERVERS)" -}}
+{{- end -}}
+{{- if and (or .Values.sender.enabled .Values.reconciler.enabled) (not .Values.gateway.url) -}}
+{{- fail "gateway.url is required (PACER_GATEWAY_URL)" -}}
+{{- end -}}
+{{- if lt (int .Values.kafka.itemCommandPartitions) 1 -}}
+{{- fail "kafka.itemCommandPartitions must be at least 1" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Environment shared by every container: database, Kafka, topics. */}}
+{{- define "pacer.sharedEnv" -}}
+- name: PACER_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.database.urlSecret.name }}
+      key: {{ .Values.database.urlSecret.key }}
+- name: PACER_KAFKA_BOOTSTRAP_SERVERS
+  value: {{ .Values.kafka.bootstrapServers | quote }}
+- name: PACER_TOPIC_PREFIX
+  value: {{ .Values.kafka.topicPrefix | quote }}
+- name: PACER_ITEM_COMMAND_PARTITIONS
+  value: {{ .Values.kafka.itemCommandPartitions | int | quote }}
+{{- if .Values.kafka.securitySecret.name }}
+- name: PACER_KAFKA_SECURITY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.kafka.securitySecret.name }}
+      key: {{ .Values.kafka.securitySecret.key }}
+{{- else if .Values.kafka.security }}
+- name: PACER_KAFKA_SECURITY
+  value: {{ .Values.kafka.security | toJson | quote }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Name/value pairs from a map, for a service's `env`. */}}
+{{- define "pacer.mapEnv" -}}
+{{- range $k, $v := . }}
+- name: {{ $k }}
+  value: {{ $v | toString | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod anti-affinity of one component: include "pacer.affinity" (dict "ctx" $ "component" "sender" "svc" .Values.sender) */}}
+{{- define "pacer.affinity" -}}
+{{- if .svc.affinity -}}
+{{ toYaml .svc.affinity }}
+{{- else if eq .ctx.Values.podAntiAffinity "soft" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "pacer.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 12 }}
+{{- else if eq .ctx.Values.podAntiAffinity "hard" -}}
+podAntiAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          {{- include "pacer.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 10 }}
+{{- end -}}
+{{- end -}}
+
+{{/* Volumes every pod has: a writable /tmp under a read-only root filesystem. */}}
+{{- define "pacer.volumes" -}}
+- name: tmp
+  emptyDir: {}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "pacer.volumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* PromQL matchers for one component's series. */}}
+{{- define "pacer.promSelector" -}}
+{{- $sel := index .ctx.Values.prometheusRule.selectors .component -}}
+{{- if $sel -}}
+{{- $sel -}}
+{{- else -}}
+{{- printf "namespace=%q,service=%q" .ctx.Release.Namespace (printf "%s-%s" (include "pacer.fullname" .ctx) .component) -}}
+{{- end -}}
+{{- end -}}

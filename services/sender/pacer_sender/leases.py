@@ -1,0 +1,73 @@
+"""This sender's guid leases: taken before a guid's first item, renewed, released on revoke.
+
+Kafka's partition assignment decides who *should* run a guid; the lease in Postgres decides
+who *may*. A sender that lost a lease (paused past its expiry, cut off from the database)
+finds out at its next renewal or, at the latest, when ``pacer_begin_send`` refuses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+
+from pacer_common.db.errors import TransientError
+from pacer_sender.ports import GuidLease, GuidLeaseStore
+
+log = logging.getLogger(__name__)
+
+
+class GuidLeases:
+    def __init__(self, store: GuidLeaseStore, owner: str, ttl_s: float) -> None:
+        self.store = store
+        self.owner = owner
+        self.ttl_s = ttl_s
+        self.held: dict[str, int] = {}  # guid → lease epoch
+        self.takeovers = 0
+        self.lost = 0
+
+    async def acquire(self, guid: str) -> GuidLease | None:
+        """Take the guid's lease if it is free, expired or ours; None while another holds it."""
+        got = await self.store.acquire([guid], self.owner)
+        if not got:
+            self.held.pop(guid, None)
+            return None
+        lease = got[0]
+        self.held[guid] = lease.epoch
+        if lease.took_over:
+            self.takeovers += 1
+            log.info("took over the lease of guid %s", guid)
+        return lease
+
+    def forget(self, guid: str) -> None:
+        """The database says the lease is gone (``guid_lost``)."""
+        if self.held.pop(guid, None) is not None:
+            self.lost += 1
+
+    async def renew(self) -> None:
+        if not self.held:
+            return
+        kept = {lease.guid: lease.epoch for lease in await self.store.acquire(list(self.held), self.owner)}
+        for guid in [g for g in self.held if kept.get(g) != self.held[g]]:
+            log.warning("lease of guid %s lost", guid)
+            self.forget(guid)
+
+    async def release(self, guids: Iterable[str]) -> None:
+        mine = [g for g in guids if g in self.held]
+        if mine:
+            await self.store.release(mine, self.owner)
+            for g in mine:
+                self.held.pop(g, None)
+
+    async def keep_renewed(self, stop: asyncio.Event) -> None:
+        """Renew every held lease three times per TTL until ``stop``."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self.ttl_s / 3)
+            if stop.is_set():
+                return
+            try:
+                await self.renew()
+            except TransientError:  # the database is away: leases may lapse; begin_send will tell
+                log.exception("guid lease renewal failed")
