@@ -32,5 +32,8 @@ env: install            ## print `export …` lines for the stack `make up` star
 down: install           ## stop everything `make up` started
 	$(BIN)/python -m pacer_dev.updown down
 
+chaos: install          ## every fault scenario on real processes; exits non-zero on a duplicate or a loss
+	$(BIN)/python -m pacer_dev.chaos
+
 clean: down
 	$(BIN)/pacer-infra destroy

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
 
+from pacer_common.db import operations
 from pacer_common.db.migrate import migrate
 from pacer_common.domain.requests import JobRequest
 from pacer_common.kafka import MAX_REQUEST_BYTES, ensure_topics, make_producer, produce_all
 from pacer_common.settings import KafkaSettings, PostgresSettings
+
+# Exit codes of the operator actions: done; the item does not exist; refused (the message
+# says why: in flight, already queued, delivered or final).
+EXIT_DONE, EXIT_NOT_FOUND, EXIT_REFUSED = 0, 1, 3
+T = TypeVar("T")
 
 
 def topic_layout(k: KafkaSettings) -> dict[str, tuple[int, dict[str, str]]]:
@@ -80,6 +90,72 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_conn(fn: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+    """Run ``fn`` on one autocommit connection to ``PACER_DATABASE_URL``."""
+    url = PostgresSettings().database_url.get_secret_value()  # type: ignore[call-arg]
+
+    async def run() -> T:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            return await fn(conn)
+
+    return asyncio.run(run())
+
+
+def _action_exit(outcome: str, ok: bool, message: str) -> int:
+    print(f"{outcome}: {message}", file=sys.stdout if ok else sys.stderr)
+    if ok:
+        return EXIT_DONE
+    return EXIT_NOT_FOUND if outcome == "not_found" else EXIT_REFUSED
+
+
+def _retry(args: argparse.Namespace) -> int:
+    r = _with_conn(lambda c: operations.retry_item(c, args.item, args.actor, args.priority))
+    return _action_exit(r.outcome, r.ok, r.message)
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    r = _with_conn(lambda c: operations.cancel_item(c, args.item, args.actor))
+    return _action_exit(r.outcome, r.ok, r.message)
+
+
+def _locks(args: argparse.Namespace) -> int:
+    view = _with_conn(lambda c: operations.lock_view(c, args.limit))
+    if args.json:
+        print(json.dumps(view, default=str, indent=2))
+        return 0
+    print("guid leases")
+    print(_table(view["guid_leases"], ["guid", "owner", "epoch", "since", "lease_until", "renew_count",
+                                       "takeovers", "last_send_at", "expired"]))
+    print("\nitem leases")
+    print(_table(view["item_leases"], ["item_id", "guid", "status", "lease_owner", "lease_epoch",
+                                       "lease_until", "expired"]))
+    print()
+    for name, n in view["counts"].items():
+        print(f"{name.replace('_', ' ')}: {n}")
+    return 0
+
+
+def _table(rows: Sequence[Mapping[str, Any]], cols: list[str]) -> str:
+    """A plain fixed-width table; ``(none)`` when empty."""
+    if not rows:
+        return "  (none)"
+    cells = [[_cell(r[c]) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join("  " + line.rstrip() for line in lines)
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, datetime):
+        return v.isoformat(timespec="seconds")
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="pacer", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -95,5 +171,18 @@ def main(argv: list[str] | None = None) -> None:
     sc = sub.add_parser("schema", help="print the job request JSON Schema")
     sc.add_argument("--out")
     sc.set_defaults(fn=_schema)
+    rt = sub.add_parser("retry", help="retry an item: a compensation item through the normal send path")
+    rt.add_argument("item", metavar="ITEM_ID")
+    rt.add_argument("--actor", required=True, help="who asks (recorded with the retry)")
+    rt.add_argument("--priority", type=int, help="priority of the compensation (lower runs first)")
+    rt.set_defaults(fn=_retry)
+    cn = sub.add_parser("cancel", help="cancel an item that has not been taken yet")
+    cn.add_argument("item", metavar="ITEM_ID")
+    cn.add_argument("--actor", required=True, help="who asks (recorded with the cancel)")
+    cn.set_defaults(fn=_cancel)
+    lk = sub.add_parser("locks", help="guid and item leases, with lock dashboard counts")
+    lk.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    lk.add_argument("--limit", type=int, default=1000, help="at most this many leases of each kind")
+    lk.set_defaults(fn=_locks)
     args = p.parse_args(argv)
     raise SystemExit(args.fn(args))

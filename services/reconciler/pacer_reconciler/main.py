@@ -32,6 +32,9 @@ class ReconcilerSettings(OpsSettings):
     gateway_timeout_s: float = 5.0
     sweep_interval_s: float = 1.0
     verify_deadline_s: float = 300.0
+    # Wait this long after a send went in doubt before asking the gateway: at least the
+    # senders' gateway timeout, so a request still in flight is not "proved" undelivered.
+    verify_after_s: float = 15.0
     batch: int = 2000
 
 
@@ -51,7 +54,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         pool = await open_pool(url, min_size=1, max_size=4, name="pacer-reconciler")
         producer = make_producer(kafka.client_config())
         http = make_client(cfg.gateway_url, cfg.gateway_timeout_s, max_connections=20)
-        store = PostgresLog(pool, "reconciler", timedelta(seconds=cfg.verify_deadline_s))
+        store = PostgresLog(pool, "reconciler", timedelta(seconds=cfg.verify_deadline_s),
+                            timedelta(seconds=cfg.verify_after_s))
         rec = Reconciler(store, store, KafkaPublisher(producer, kafka.item_outcomes, kafka.item_commands),
                          GatewayClient(http, DEFAULT_CODE_TABLE), batch=cfg.batch)
         leader = LeaderLock(url, "pacer-reconciler")

@@ -28,6 +28,7 @@ EventType = Literal[
     "ItemDuplicateIntercepted",
     "ItemExpired",
     "ItemCancelled",
+    "ItemCompensationCreated",
 ]
 
 SCHEMA_VERSION = 1

@@ -44,10 +44,12 @@ _SWEEPS: dict[SweepKind, Transition] = {
 
 
 class PostgresLog:
-    def __init__(self, pool: AsyncConnectionPool, cursor_name: str, verify_deadline: timedelta) -> None:
+    def __init__(self, pool: AsyncConnectionPool, cursor_name: str, verify_deadline: timedelta,
+                 verify_after: timedelta = timedelta(seconds=15)) -> None:
         self.pool = pool
         self.cursor_name = cursor_name
         self.verify_deadline = verify_deadline
+        self.verify_after = verify_after
 
     async def position(self) -> Position:
         async def work() -> Position:
@@ -121,7 +123,7 @@ class PostgresLog:
     async def in_doubt(self, limit: int) -> list[InDoubt]:
         async def work() -> list[InDoubt]:
             async with self.pool.connection() as conn:
-                rows = await (await conn.execute(_sql("due_in_doubt"), {"limit": limit})).fetchall()  # type: ignore[arg-type]
+                rows = await (await conn.execute(_sql("due_in_doubt"), {"limit": limit, "settle": self.verify_after})).fetchall()  # type: ignore[arg-type]
             return [InDoubt(r["item_id"], r["guid"], r["idem_key"], r["updated_at"]) for r in rows]
 
         return await with_retry(work)

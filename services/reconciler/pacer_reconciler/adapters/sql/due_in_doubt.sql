@@ -1,6 +1,7 @@
--- In-doubt sends to verify, oldest first.
+-- In-doubt sends to verify, oldest first. Only once they have been in doubt for longer than
+-- a gateway call can take: a request still travelling must not be "proved" undelivered.
 SELECT item_id::text AS item_id, guid, idem_key, updated_at
 FROM items
-WHERE status = 'recovery_pending'
+WHERE status = 'recovery_pending' AND updated_at < now() - %(settle)s::interval
 ORDER BY updated_at
 LIMIT %(limit)s

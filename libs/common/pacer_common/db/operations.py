@@ -1,0 +1,125 @@
+"""Operator actions on single items — manual retry and cancel — and the lock view.
+
+The decisions live in database functions (``pacer_retry_item``, ``pacer_cancel_item`` in
+``migrations/0004_operator_actions.sql``) so they are taken under the row locks and guarded
+transitions that make concurrent clicks, claims and sweeps safe. This module only calls
+them and shapes their answers. Nothing here calls the gateway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, TypedDict, cast
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+
+from pacer_common.db.sql import query
+
+RetryOutcome = Literal["created", "conflict", "already_queued", "already_delivered", "not_found"]
+CancelOutcome = Literal["cancelled", "too_late", "already_final", "not_found"]
+
+
+@dataclass(frozen=True)
+class RetryResult:
+    """What a manual retry did. ``new_item`` is the compensation created, or on a conflict
+    with an open retry, the compensation already in progress."""
+
+    outcome: RetryOutcome
+    new_item: str | None
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "created"
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """What a cancel did."""
+
+    outcome: CancelOutcome
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "cancelled"
+
+
+class GuidLease(TypedDict):
+    guid: str
+    owner: str | None
+    epoch: int
+    since: datetime | None
+    lease_until: datetime | None
+    renew_count: int
+    takeovers: int
+    last_send_at: datetime | None
+    expired: bool
+
+
+class ItemLease(TypedDict):
+    item_id: str
+    guid: str
+    status: str
+    lease_owner: str | None
+    lease_epoch: int
+    lease_until: datetime | None
+    expired: bool
+
+
+class LockCounts(TypedDict):
+    running_items: int
+    expired_leases: int
+    takeovers: int
+    duplicate_intercepts: int
+    retry_conflicts: int
+
+
+class LockView(TypedDict):
+    guid_leases: list[GuidLease]
+    item_leases: list[ItemLease]
+    counts: LockCounts
+
+
+async def retry_item(conn: AsyncConnection[Any], item_id: str, actor: str,
+                     priority: int | None = None) -> RetryResult:
+    """Create a compensation item for ``item_id`` if, and only if, a retry is safe now.
+
+    Commits on its own unless the caller already has a transaction open, in which case it
+    joins it (and the caller's commit makes the compensation real).
+    """
+    params = {"item": item_id, "actor": actor, "priority": priority}
+    row = await _one(conn, "retry_item", params)
+    return RetryResult(outcome=row["outcome"], new_item=row["new_item"], message=row["message"])
+
+
+async def cancel_item(conn: AsyncConnection[Any], item_id: str, actor: str) -> CancelResult:
+    """Abandon ``item_id`` if it has not been taken yet (pending or waiting_retry)."""
+    row = await _one(conn, "cancel_item", {"item": item_id, "actor": actor})
+    return CancelResult(outcome=row["outcome"], message=row["message"])
+
+
+async def lock_view(conn: AsyncConnection[Any], limit: int = 1000) -> LockView:
+    """Guid leases and item leases as lock records (at most ``limit`` of each), with the
+    dashboard counts: running items, expired leases, takeovers, duplicate intercepts and
+    refused manual retries."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(query("lock_guid_leases"), {"limit": limit})  # type: ignore[arg-type]
+        guids = await cur.fetchall()
+        await cur.execute(query("lock_item_leases"), {"limit": limit})  # type: ignore[arg-type]
+        items = await cur.fetchall()
+        await cur.execute(query("lock_counts"))  # type: ignore[arg-type]
+        counts = await cur.fetchone()
+    return LockView(guid_leases=cast(list[GuidLease], guids), item_leases=cast(list[ItemLease], items),
+                    counts=cast(LockCounts, counts))
+
+
+async def _one(conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> dict[str, Any]:
+    async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(query(name), params)  # type: ignore[arg-type]
+        row = await cur.fetchone()
+    if row is None:
+        raise RuntimeError(f"{name} returned no row")
+    return row

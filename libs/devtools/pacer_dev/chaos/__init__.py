@@ -1,0 +1,1 @@
+"""Fault injection against real processes: ``make chaos`` (and its short form in ``make test``)."""

@@ -1,0 +1,45 @@
+"""``python -m pacer_dev.chaos [--short] [scenario …]``: run the fault scenarios, one line each.
+
+Exits non-zero if any scenario shows a duplicate delivery, a lost item, or did not finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import sys
+from pathlib import Path
+
+from pacer_dev import infra
+from pacer_dev.chaos.harness import line
+from pacer_dev.chaos.scenarios import SCENARIOS, Size
+
+
+def judge(fig: dict[str, int]) -> bool:
+    return fig["duplicates"] == 0 and fig["lost"] == 0 and fig.get("completed", 1) == 1
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    p = argparse.ArgumentParser(prog="pacer-chaos", description=__doc__)
+    p.add_argument("scenarios", nargs="*", choices=[*SCENARIOS, []], metavar="SCENARIO")
+    p.add_argument("--short", action="store_true", help="fewer items and kills (the form make test runs)")
+    p.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "0")) or None)
+    args = p.parse_args()
+    size = Size(items=1000, guids=20, kills=5, timeout_s=300) if args.short else Size()
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    state = Path(os.environ.get("PACER_STATE_DIR", ".pacer")) / "chaos"
+    inf = infra.up(state)
+    print(f"chaos: seed={seed} items={size.items} guids={size.guids} kafka={inf.kafka_bootstrap}", file=sys.stderr)
+    ok = True
+    for name in args.scenarios or list(SCENARIOS):
+        fig, extra = SCENARIOS[name](inf, state / "runs", size, random.Random(seed))
+        print(line(name, fig, extra), flush=True)
+        ok &= judge(fig)
+    raise SystemExit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

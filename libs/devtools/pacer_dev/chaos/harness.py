@@ -1,0 +1,189 @@
+"""Run Pacer as real processes, break things, and check the outcome against two witnesses.
+
+Every scenario publishes one job, disturbs the system while it runs, waits until every
+item is final, then compares Postgres (what Pacer believes) with the fake gateway's
+records (what was actually delivered): each idempotency key must be delivered at most
+once, and an item may be confirmed only if its key was delivered.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from pacer_common.db.migrate import migrate
+from pacer_common.domain.status import TERMINAL
+from pacer_common.kafka import make_producer, produce_all
+from pacer_dev.infra import Infra
+from pacer_dev.stack import Stack, prepare
+
+# Short leases and timeouts so that takeovers and verification happen within seconds.
+SERVICE_ENV = {
+    "PACER_SENDER_MIN_INTERVAL_MS": "10",
+    "PACER_SENDER_JITTER_MS": "10",
+    "PACER_SENDER_LEASE_TTL_S": "6",
+    "PACER_SENDER_GATEWAY_TIMEOUT_S": "1.5",
+    "PACER_SENDER_RETRY_BASE_S": "0.2",
+    "PACER_SENDER_MAX_ATTEMPTS": "12",
+    "PACER_RECONCILER_SWEEP_INTERVAL_S": "0.5",
+    "PACER_RECONCILER_VERIFY_AFTER_S": "2",
+    "PACER_RECONCILER_VERIFY_DEADLINE_S": "20",
+}
+GATEWAY_MIN_INTERVAL_MS = 8  # below the senders' 10 ms: a faster send is a pacing violation
+TERMINAL_VALUES = [s.value for s in TERMINAL]
+
+
+@dataclass
+class Scenario:
+    """One scenario's running system."""
+
+    name: str
+    infra: Infra  # the real servers (restarts go through their state dir)
+    stack: Stack
+    request_id: str = ""
+    items: int = 0
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def db(self) -> str:
+        return self.stack.infra.database_url
+
+    # -- job --------------------------------------------------------------------------------
+    def publish(self, items: int, guids: int, copies: int = 1) -> str:
+        rid = f"chaos-{self.name}-{uuid.uuid4().hex[:8]}"
+        body = json.dumps({
+            "request_id": rid, "kind": "campaign", "created_by": "chaos", "content_version": 1,
+            "message": {"type": "text", "content": "Hello {n}"},
+            "targets": {"mode": "snapshot", "items": [
+                {"guid": f"{self.name}-g{i % guids:03d}", "to_id": f"room-{i:06d}", "vars": {"n": str(i)}}
+                for i in range(items)]},
+            "expire_at": (datetime.now(UTC) + timedelta(hours=2)).isoformat(),
+        }).encode()
+        produce_all(make_producer({"bootstrap.servers": self.infra.kafka_bootstrap}),
+                    [(f"{self.stack.topic_prefix}.job-requests", rid.encode(), body, None)] * copies)
+        self.request_id, self.items = rid, items
+        return rid
+
+    def progress(self) -> tuple[int, int]:
+        """(items planned, items final) for the job, from Postgres; (0, 0) while unreachable."""
+        try:
+            with psycopg.connect(self.db, connect_timeout=3) as conn:
+                row = conn.execute(
+                    "SELECT count(*), count(*) FILTER (WHERE i.status::text = ANY(%s)) FROM items i"
+                    " JOIN jobs j USING (job_id) WHERE j.request_id = %s", (TERMINAL_VALUES, self.request_id)).fetchone()
+        except psycopg.OperationalError:
+            return 0, 0
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    def wait_done(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            planned, final = self.progress()
+            if planned >= self.items and final >= planned:
+                return True
+            time.sleep(0.5)
+        return False
+
+    def wait_progress(self, fraction: float, timeout_s: float = 120) -> None:
+        """Block until this fraction of the job is final (to disturb it mid-run)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.progress()[1] < fraction * self.items:
+            time.sleep(0.2)
+
+    # -- witnesses --------------------------------------------------------------------------
+    def gateway(self, path: str, body: Any = None, method: str = "GET") -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.stack.gateway_url}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())
+
+    def measure(self) -> dict[str, int]:
+        with psycopg.connect(self.db) as conn:
+            rows = conn.execute(
+                "SELECT i.idem_key, i.status::text FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = %s",
+                (self.request_id,)).fetchall()
+            events = dict(conn.execute(
+                "SELECT e.type, count(*) FROM item_events e JOIN jobs j USING (job_id) WHERE j.request_id = %s"
+                " GROUP BY 1", (self.request_id,)).fetchall())
+            jobs = conn.execute("SELECT count(*) FROM jobs WHERE request_id = %s", (self.request_id,)).fetchone()[0]
+        delivered: Counter[str] = Counter()
+        offset = 0
+        while True:
+            page = self.gateway(f"/_admin/sends?limit=5000&offset={offset}")
+            if not page["sends"]:
+                break
+            delivered.update(s["idempotencyKey"] for s in page["sends"])
+            offset += len(page["sends"])
+        stats = self.gateway("/_admin/stats")
+        statuses = Counter(status for _, status in rows)
+        by_key: dict[str, set[str]] = {}
+        for key, status in rows:
+            by_key.setdefault(key, set()).add(status)
+        keys = set(by_key)
+        lost = sum(n for s, n in statuses.items() if s not in TERMINAL_VALUES)
+        # Pacer says confirmed, but the gateway never got it; or the gateway got it, but no
+        # item of that key is confirmed or waiting for a human.
+        lost += sum(1 for k, st in by_key.items() if "confirmed" in st and delivered[k] == 0)
+        lost += sum(1 for k, st in by_key.items() if delivered[k] > 0 and not st & {"confirmed", "unverified"})
+        return {
+            "items": self.items,
+            "jobs": jobs,
+            "delivered_once": sum(1 for k in keys if delivered[k] == 1),
+            "duplicates": sum(n - 1 for k, n in delivered.items() if k in keys and n > 1),
+            "lost": lost,
+            "unverified": statuses.get("unverified", 0),
+            "failed": statuses.get("failed", 0),
+            "abandoned": statuses.get("abandoned", 0),
+            "takeovers": events.get("ItemLeaseExpired", 0) + events.get("ItemInDoubt", 0),
+            "verified": events.get("ItemVerifiedDelivered", 0) + events.get("ItemVerifiedNotDelivered", 0),
+            "intercepts": events.get("ItemDuplicateIntercepted", 0),
+            "violations": int(stats["interval_violations"]),
+            "max_guid_concurrency": int(stats["max_concurrency_per_guid"]),
+        }
+
+
+def open_scenario(name: str, infra: Infra, root: Path, *, senders: int, gateway: dict[str, Any] | None = None,
+                  env: dict[str, str] | None = None) -> Scenario:
+    """A fresh database and topic prefix, the fake gateway and the services."""
+    base = infra.database_url.rsplit("/", 1)[0]
+    dbname = f"chaos_{name.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {dbname}")
+    url = f"{base}/{dbname}"
+    migrate(url)
+    state = root / dbname
+    stack = Stack(state, Infra(infra.kafka_bootstrap, url, state), topic_prefix=f"c{uuid.uuid4().hex[:10]}",
+                  env_extra={**SERVICE_ENV, **(env or {})})
+    prepare(url, {"bootstrap.servers": infra.kafka_bootstrap}, stack.topic_prefix)
+    stack.start_gateway(min_interval_ms=GATEWAY_MIN_INTERVAL_MS, **(gateway or {}))
+    stack.start_service("planner")
+    stack.start_service("reconciler")
+    for n in range(senders):
+        stack.start_service("sender", f"sender-{n + 1}")
+    return Scenario(name, infra, stack)
+
+
+def close_scenario(sc: Scenario) -> None:
+    sc.stack.stop_all()
+    base, _, dbname = sc.db.rpartition("/")
+    try:
+        with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")
+    except psycopg.Error:
+        pass
+
+
+def line(name: str, fig: dict[str, int], extra: tuple[str, ...] = ()) -> str:
+    head = " ".join(f"{k}={fig[k]}" for k in ("items", "delivered_once", "duplicates", "lost", "unverified"))
+    tail = " ".join(f"{k}={fig[k]}" for k in extra if k in fig)
+    return f"chaos {name}: {head} {tail}".rstrip()

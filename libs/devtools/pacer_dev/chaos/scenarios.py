@@ -1,0 +1,168 @@
+"""The fault scenarios. Each returns its figures; the runner prints and judges them."""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from pacer_dev import infra as local_infra
+from pacer_dev.chaos.harness import Scenario, close_scenario, open_scenario
+from pacer_dev.infra import Infra
+
+
+@dataclass(frozen=True)
+class Size:
+    items: int = 5000
+    guids: int = 100
+    kills: int = 20
+    timeout_s: float = 600.0
+
+
+Result = tuple[dict[str, int], tuple[str, ...]]
+
+
+def _finish(sc: Scenario, size: Size) -> dict[str, int]:
+    done = sc.wait_done(size.timeout_s)
+    fig = sc.measure()
+    fig["completed"] = int(done)
+    return fig
+
+
+def kill_sender(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
+    """kill -9 a random sender again and again; a fresh one replaces it each time."""
+    sc = open_scenario("kill-sender", inf, root, senders=3, gateway={"latency_ms": 20, "latency_jitter_ms": 30})
+    try:
+        sc.publish(size.items, size.guids)
+        sc.wait_progress(0.02)
+        kills = 0
+        spawned = 3
+        while kills < size.kills and sc.progress()[1] < sc.items * 0.9:
+            victim = rng.choice([n for n in sc.stack.procs if n.startswith("sender")])
+            sc.stack.kill(victim)
+            kills += 1
+            spawned += 1
+            sc.stack.start_service("sender", f"sender-{spawned}", wait=False)
+            time.sleep(rng.uniform(0.3, 1.5))  # chaos cadence: the next kill lands anywhere
+        fig = _finish(sc, size)
+        fig["kills"] = kills
+        return fig, ("kills", "takeovers", "verified", "violations", "completed")
+    finally:
+        close_scenario(sc)
+
+
+def scale(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
+    """Senders 1 → 3 → 1 while the job runs; pacing must hold across every handover."""
+    sc = open_scenario("scale", inf, root, senders=1)
+    try:
+        sc.publish(size.items, size.guids)
+        sc.wait_progress(0.15)
+        sc.stack.start_service("sender", "sender-2")
+        sc.stack.start_service("sender", "sender-3")
+        sc.wait_progress(0.5)
+        sc.stack.stop("sender-2")
+        sc.stack.stop("sender-3")
+        fig = _finish(sc, size)
+        return fig, ("violations", "max_guid_concurrency", "takeovers", "completed")
+    finally:
+        close_scenario(sc)
+
+
+def zombie(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
+    """SIGSTOP a sender past its leases, let others take over, then SIGCONT it."""
+    sc = open_scenario("zombie", inf, root, senders=2, gateway={"latency_ms": 10})
+    try:
+        sc.publish(size.items, size.guids)
+        sc.wait_progress(0.2)
+        sc.stack.signal("sender-1", signal.SIGSTOP)
+        ttl = float(sc.stack.env_extra["PACER_SENDER_LEASE_TTL_S"])
+        sc.wait_progress(0.6, timeout_s=ttl * 10)
+        time.sleep(ttl)  # keep it frozen well past its leases
+        sc.stack.signal("sender-1", signal.SIGCONT)
+        fig = _finish(sc, size)
+        return fig, ("takeovers", "verified", "violations", "max_guid_concurrency", "completed")
+    finally:
+        close_scenario(sc)
+
+
+def kafka_restart(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
+    sc = open_scenario("kafka-restart", inf, root, senders=2)
+    try:
+        sc.publish(size.items, size.guids)
+        sc.wait_progress(0.3)
+        local_infra.restart_kafka(inf.state_dir)
+        fig = _finish(sc, size)
+        return fig, ("takeovers", "verified", "completed")
+    finally:
+        close_scenario(sc)
+
+
+def postgres_restart(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
+    sc = open_scenario("postgres-restart", inf, root, senders=2)
+    try:
+        sc.publish(size.items, size.guids)
+        sc.wait_progress(0.25)
+        with psycopg.connect(sc.db, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                         " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        sc.wait_progress(0.5)
+        local_infra.restart_postgres(inf.state_dir)
+        fig = _finish(sc, size)
+        return fig, ("takeovers", "verified", "completed")
+    finally:
+        close_scenario(sc)
+
+
+def gateway_faults(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
+    """Every failure class at once, including delivered-then-response-lost and timeouts."""
+    knobs = {"p_drop_after_accept": 0.03, "p_http_5xx": 0.03, "p_retryable": 0.05, "p_rate_limited": 0.05,
+             "p_needs_human": 0.005, "p_bad_params": 0.005, "drop_hang_ms": 0, "seed": rng.randrange(1 << 30)}
+    sc = open_scenario("gateway-faults", inf, root, senders=2, gateway=knobs)
+    try:
+        sc.publish(size.items, size.guids)
+        sc.wait_progress(0.5)
+        # Half way, some dropped responses become timeouts instead of closed connections.
+        sc.gateway("/_admin/config", {"drop_hang_ms": 2500}, method="PUT")
+        fig = _finish(sc, size)
+        stats = sc.gateway("/_admin/stats")
+        fig["dropped"] = int(stats["dropped_responses"])
+        fig["rejected"] = sum(int(v) for v in stats["rejected_by_code"].values())
+        return fig, ("failed", "dropped", "rejected", "verified", "intercepts", "completed")
+    finally:
+        close_scenario(sc)
+
+
+def double_submit(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
+    """The same request 10 times; concurrent manual retries of failed items; cancels racing claims."""
+    from pacer_dev.chaos.operator import cancel_some, retry_failed
+
+    sc = open_scenario("double-submit", inf, root, senders=2, gateway={"p_needs_human": 0.02, "seed": 7})
+    try:
+        sc.publish(size.items, size.guids, copies=10)
+        sc.wait_progress(0.1)
+        fig_cancel = cancel_some(sc, n=max(5, size.items // 100), rng=rng)
+        sc.gateway("/_admin/config", {"p_needs_human": 0.0}, method="PUT")
+        sc.wait_done(size.timeout_s)
+        fig_retry = retry_failed(sc, concurrency=10)
+        fig = _finish(sc, size)
+        fig.update(fig_cancel)
+        fig.update(fig_retry)
+        return fig, ("jobs", "cancelled", "retried", "retry_conflicts", "intercepts", "completed")
+    finally:
+        close_scenario(sc)
+
+
+SCENARIOS: dict[str, Callable[[Infra, Path, Size, random.Random], Result]] = {
+    "kill-sender": kill_sender,
+    "scale": scale,
+    "zombie": zombie,
+    "kafka-restart": kafka_restart,
+    "postgres-restart": postgres_restart,
+    "gateway-faults": gateway_faults,
+    "double-submit": double_submit,
+}

@@ -1,0 +1,39 @@
+"""The short form of ``make chaos``: every fault scenario, on real processes, fewer items.
+
+Each scenario must end with every item final, no key delivered twice, and Pacer's record
+agreeing with the gateway's (see ``pacer_dev.chaos.harness.Scenario.measure``).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from pacer_dev.chaos.scenarios import SCENARIOS, Size
+from pacer_dev.infra import Infra
+
+pytestmark = pytest.mark.chaos
+SHORT = Size(items=600, guids=12, kills=5, timeout_s=240)
+
+# What each scenario must also show, so that a scenario that broke nothing cannot pass.
+EVIDENCE = {
+    "kill-sender": lambda f: f["kills"] >= SHORT.kills,
+    "scale": lambda f: f["violations"] == 0 and f["max_guid_concurrency"] <= 1,
+    "zombie": lambda f: f["takeovers"] > 0 and f["max_guid_concurrency"] <= 1,
+    "kafka-restart": lambda f: True,
+    "postgres-restart": lambda f: True,
+    "gateway-faults": lambda f: f["dropped"] > 0 and f["rejected"] > 0 and f["verified"] > 0,
+    "double-submit": lambda f: f["jobs"] == 1 and f["cancelled"] > 0,
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_no_duplicate_and_no_loss(name: str, infra_env: Infra, tmp_path: Path) -> None:
+    fig, _ = SCENARIOS[name](infra_env, tmp_path, SHORT, random.Random(name))
+    assert fig["completed"] == 1, f"{name}: not every item reached a final state: {fig}"
+    assert fig["duplicates"] == 0, f"{name}: a key was delivered twice: {fig}"
+    assert fig["lost"] == 0, f"{name}: Pacer and the gateway disagree, or an item was lost: {fig}"
+    assert fig["unverified"] == 0, f"{name}: {fig}"
+    assert EVIDENCE[name](fig), f"{name}: the fault did not happen as planned: {fig}"
