@@ -149,7 +149,8 @@ def test_retry_of_an_executing_item_is_a_recorded_conflict(database_url: str, st
     r = asyncio.run(_retry(database_url, orig))
 
     assert (r.outcome, r.new_item, r.message) == ("conflict", None, "this item is executing, check back later")
-    assert one(database_url, "SELECT item_id::text, actor, reason FROM operator_conflicts") == (orig, ACTOR, "executing")
+    conflict = one(database_url, "SELECT item_id::text, actor, reason FROM operator_conflicts")
+    assert conflict == (orig, ACTOR, "executing")
     assert one(database_url, "SELECT count(*) FROM items") == 1
 
 
@@ -259,7 +260,6 @@ def test_cancel_racing_a_claim_has_exactly_one_winner(database_url: str) -> None
             await canceller.close()
 
     results = asyncio.run(race())
-    print('WINNERS', sum(c for c, _ in results), len(results))
     with psycopg.connect(database_url) as conn:
         final = dict(conn.execute("SELECT item_id::text, status::text FROM items").fetchall())
         logged = {}

@@ -119,3 +119,14 @@ def test_occurred_refuses_naive_and_accepts_aware_timestamps() -> None:
     with pytest.raises(ValueError):
         occurred(datetime(2026, 1, 1))
     assert occurred(T0) == T0
+
+
+def test_a_compensation_item_folds_from_its_creation_event() -> None:
+    created = ev(0, S.PENDING, S.PENDING, "ItemCompensationCreated")
+    history = [created, ev(1, S.PENDING, S.CLAIMED), ev(2, S.CLAIMED, S.SUBMITTED, "ItemSubmitted")]
+    assert fold(S.PENDING, history) is S.SUBMITTED
+
+
+def test_pending_to_pending_is_not_allowed_for_an_ordinary_event() -> None:
+    with pytest.raises(IllegalTransition):
+        fold(S.PENDING, [ev(1, S.PENDING, S.PENDING, "ItemRequeued")])

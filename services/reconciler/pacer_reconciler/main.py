@@ -49,6 +49,15 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         moved = Counter("pacer_reconciler_sweep_items_total", "Items moved by sweeps", ["sweep"], registry=ctx.registry)
         verified = Counter("pacer_reconciler_verifications_total", "In-doubt sends resolved", ["result"],
                            registry=ctx.registry)
+        lock_gauges = {
+            name: Gauge(f"pacer_{name}", help_, registry=ctx.registry) for name, help_ in {
+                "running_items": "Items claimed or submitted right now",
+                "expired_leases": "Guid and item leases held past their expiry (takeover pending)",
+                "takeovers": "Guid leases taken over from another sender, all time",
+                "duplicate_intercepts": "Sends refused by the idempotency ledger, all time",
+                "retry_conflicts": "Manual retries refused because the item was executing, all time",
+            }.items()
+        }
         leader_g = Gauge("pacer_reconciler_leader", "1 while this process is the leader", registry=ctx.registry)
         url = pg.database_url.get_secret_value()
         pool = await open_pool(url, min_size=1, max_size=4, name="pacer-reconciler")
@@ -83,6 +92,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                         moved.labels(kind).inc(k)
                     for result, k in report.verified.items():
                         verified.labels(result).inc(k)
+                    for name, value in (await store.lock_stats()).items():
+                        lock_gauges[name].set(value)
                     next_sweep = loop.time() + cfg.sweep_interval_s
                 if n < cfg.batch:
                     await _idle(ctx.stop, 0.1)

@@ -70,6 +70,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and (or .Values.sender.enabled .Values.reconciler.enabled) (not .Values.gateway.url) -}}
 {{- fail "gateway.url is required (PACER_GATEWAY_URL)" -}}
 {{- end -}}
+{{- if and .Values.sender.enabled (gt (float64 .Values.sender.gatewayTimeoutS) (divf .Values.sender.leaseTtlS 4)) -}}
+{{- fail (printf "sender.gatewayTimeoutS (%v) must be at most sender.leaseTtlS / 4 (%v): the sender refuses to start otherwise" .Values.sender.gatewayTimeoutS (divf .Values.sender.leaseTtlS 4)) -}}
+{{- end -}}
 {{- if lt (int .Values.kafka.itemCommandPartitions) 1 -}}
 {{- fail "kafka.itemCommandPartitions must be at least 1" -}}
 {{- end -}}

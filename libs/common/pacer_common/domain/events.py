@@ -32,6 +32,8 @@ EventType = Literal[
 ]
 
 SCHEMA_VERSION = 1
+# Events that create an item rather than move it (from_status = to_status = pending).
+CREATION_EVENTS = frozenset({"ItemCompensationCreated"})
 
 
 class ItemEvent(BaseModel):
@@ -58,6 +60,9 @@ def fold(initial: ItemStatus, events: list[ItemEvent]) -> ItemStatus:
     status = initial
     expected_version = None
     for ev in sorted(events, key=lambda e: e.version):
+        if ev.type in CREATION_EVENTS and ev.version == 0:
+            status, expected_version = ev.to_status, 1  # the item begins here
+            continue
         if ev.from_status is not status:
             raise ValueError(
                 f"event v{ev.version} of item {ev.item_id} starts at {ev.from_status}, item is {status}"

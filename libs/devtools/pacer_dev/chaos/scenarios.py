@@ -146,6 +146,7 @@ def double_submit(inf: Infra, root: Path, size: Size, rng: random.Random) -> Res
         sc.publish(size.items, size.guids, copies=10)
         sc.wait_progress(0.1)
         fig_cancel = cancel_some(sc, n=max(5, size.items // 100), rng=rng)
+        sc.wait_progress(0.5)
         sc.gateway("/_admin/config", {"p_needs_human": 0.0}, method="PUT")
         sc.wait_done(size.timeout_s)
         fig_retry = retry_failed(sc, concurrency=10)

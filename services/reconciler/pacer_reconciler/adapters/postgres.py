@@ -11,6 +11,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from pacer_common.db.errors import with_retry
+from pacer_common.db.sql import query
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
@@ -142,5 +143,13 @@ class PostgresLog:
                 if moved and ledger:
                     await conn.execute(ledger, {"k": item.idem_key, "i": item.item_id})  # type: ignore[arg-type]
                 return v.to.value if moved else None
+
+        return await with_retry(work)
+
+    async def lock_stats(self) -> dict[str, int]:
+        async def work() -> dict[str, int]:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(query("lock_counts"))).fetchone()
+            return {k: int(v) for k, v in row.items()}
 
         return await with_retry(work)
