@@ -1,4 +1,5 @@
 # syntax=docker/dockerfile:1
+# (BuildKit: `COPY --chmod` below needs it; it is Docker's default builder since 23.0.)
 #
 # One image for the three Pacer services and the `pacer` operator CLI.
 #

@@ -73,7 +73,7 @@ def main() -> None:
     stack = Stack(state, inf, env_extra={
         "PACER_SENDER_MIN_INTERVAL_MS": str(interval_ms),
         "PACER_SENDER_JITTER_MS": str(max(1, interval_ms // 2)),
-        "PACER_LOG_LEVEL": "WARNING",
+        **{f"PACER_{svc}_LOG_LEVEL": "WARNING" for svc in ("PLANNER", "SENDER", "RECONCILER")},
     })
     ok = False
     try:

@@ -75,6 +75,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
             while not ctx.stop.is_set():
                 if not await leader.hold():
                     leader_g.set(0)
+                    ctx.health.set_ready(True, "standby")
                     rec.forget_position()
                     await _idle(ctx.stop, 2.0)
                     continue

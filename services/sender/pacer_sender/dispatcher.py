@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from pacer_common.db.errors import TransientError
 from pacer_common.domain.commands import ItemCommand
 from pacer_sender.core import Executed, Executor
 from pacer_sender.domain.offsets import PartitionOffsets
@@ -82,7 +83,11 @@ class Dispatcher:
         try:
             while q:
                 if guid not in self.leases.held:
-                    lease = await self.leases.acquire(guid)
+                    try:
+                        lease = await self.leases.acquire(guid)
+                    except TransientError:
+                        log.exception("guid lease for %s not taken; trying again", guid)
+                        lease = None
                     if lease is None:
                         # Another sender still holds the guid (finishing, or not yet expired).
                         await asyncio.sleep(self.lease_retry_s)

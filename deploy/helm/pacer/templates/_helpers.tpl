@@ -73,6 +73,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and .Values.sender.enabled (gt (float64 .Values.sender.gatewayTimeoutS) (divf .Values.sender.leaseTtlS 4)) -}}
 {{- fail (printf "sender.gatewayTimeoutS (%v) must be at most sender.leaseTtlS / 4 (%v): the sender refuses to start otherwise" .Values.sender.gatewayTimeoutS (divf .Values.sender.leaseTtlS 4)) -}}
 {{- end -}}
+{{- if and .Values.sender.enabled .Values.reconciler.enabled (lt (float64 .Values.reconciler.verifyAfterS) (float64 .Values.sender.gatewayTimeoutS)) -}}
+{{- fail (printf "reconciler.verifyAfterS (%v) must be at least sender.gatewayTimeoutS (%v): a send still in flight must not be looked up" .Values.reconciler.verifyAfterS .Values.sender.gatewayTimeoutS) -}}
+{{- end -}}
 {{- if lt (int .Values.kafka.itemCommandPartitions) 1 -}}
 {{- fail "kafka.itemCommandPartitions must be at least 1" -}}
 {{- end -}}
