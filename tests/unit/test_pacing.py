@@ -1,121 +1,139 @@
-"""Per-guid pacing: a minimum interval plus a random gap; slowed on rate limits, decaying back."""
+"""Per-guid pacing: jitter, two limiters in one account, windows, quiet hours, slow-down."""
 
 from __future__ import annotations
 
 import random
-from itertools import pairwise
 import statistics
+from datetime import datetime, time
+from zoneinfo import ZoneInfo
 
 import pytest
 
-from pacer_sender.domain.pacing import GuidPace, PacingPolicy
+from pacer_sender.domain.pacing import GuidPacer, Limits, lane_of
 
-POLICY = PacingPolicy(min_interval_s=2.0, jitter_s=1.0, rate_limited_penalty=2.0, penalty_decay=0.5)
-
-
-def test_gap_is_at_least_the_minimum_and_below_minimum_plus_jitter() -> None:
-    rng = random.Random(1)
-    for _ in range(2000):
-        g = POLICY.gap(rng)
-        assert 2.0 <= g < 3.0
+RNG = random.Random(7)
+TZ = ZoneInfo("Asia/Shanghai")
 
 
-def test_gap_is_jittered_not_a_fixed_sleep() -> None:
-    rng = random.Random(2)
-    gaps = [POLICY.gap(rng) for _ in range(500)]
-    assert len(set(gaps)) > 450
-    assert max(gaps) - min(gaps) > 0.8  # spread over most of the jitter window
-    assert statistics.pstdev(gaps) > 0.2  # uniform over 1s has stdev ≈ 0.29
+def wall_at(hour: int, minute: int = 0, second: int = 0) -> float:
+    return datetime(2026, 11, 29, hour, minute, second, tzinfo=TZ).timestamp()
 
 
-def test_consecutive_sends_do_not_fall_into_a_rhythm() -> None:
-    rng = random.Random(3)
-    pace = GuidPace()
-    now, gaps = 0.0, []
-    for _ in range(200):
-        pace.sent(now, POLICY, rng)
-        gaps.append(pace.next_at - now)
-        now = pace.next_at
-    assert len({round(g, 6) for g in gaps}) > 190
-
-
-def test_zero_jitter_gives_exactly_the_minimum() -> None:
-    policy = PacingPolicy(min_interval_s=1.5, jitter_s=0.0)
-    assert {policy.gap(random.Random(s)) for s in range(20)} == {1.5}
-
-
-def test_multiplier_scales_the_interval_not_the_jitter() -> None:
-    rng = random.Random(4)
+@pytest.mark.parametrize("dist", ["uniform", "exponential"])
+def test_gap_is_at_least_the_interval_and_the_jitter_varies_within_bounds(dist: str) -> None:
+    limits = Limits(min_interval_s=2.0, jitter_s=1.0, jitter_dist=dist, online_reserve=0.0)  # type: ignore[arg-type]
+    gaps = []
     for _ in range(500):
-        g = POLICY.gap(rng, multiplier=3.0)
-        assert 6.0 <= g < 7.0
+        p = GuidPacer()
+        p.sent("online", limits, 0.0, 0.0, RNG)
+        gaps.append(p.ready_at("online", limits, 0.0, 0.0))
+    assert min(gaps) >= 2.0
+    assert max(gaps) <= 2.0 + 4 * 1.0
+    assert statistics.pstdev(gaps) > 0.1, "a fixed sleep is not human pacing"
 
 
-def test_fresh_guid_may_send_immediately() -> None:
-    assert GuidPace().wait(now=123.0) == 0.0
+def test_no_jitter_means_exactly_the_interval() -> None:
+    p = GuidPacer()
+    limits = Limits(min_interval_s=1.5, jitter_s=0.0)
+    p.sent("online", limits, 10.0, 0.0, RNG)
+    assert p.ready_at("online", limits, 10.0, 0.0) == 11.5
 
 
-def test_after_a_send_the_guid_waits_one_gap() -> None:
-    pace = GuidPace()
-    pace.sent(100.0, POLICY, random.Random(5))
-    assert 2.0 <= pace.wait(100.0) < 3.0
-    assert pace.wait(101.0) == pytest.approx(pace.wait(100.0) - 1.0)
+def test_kinds_map_to_lanes() -> None:
+    assert [lane_of(p) for p in (0, 1, 2, 3)] == ["online", "online", "batch", "batch"]
 
 
-def test_wait_is_zero_once_due_and_never_negative() -> None:
-    pace = GuidPace()
-    pace.sent(100.0, POLICY, random.Random(6))
-    assert pace.wait(pace.next_at) == 0.0
-    assert pace.wait(pace.next_at + 50.0) == 0.0
+def test_batch_never_takes_the_online_reserve() -> None:
+    limits = Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.5)
+    p = GuidPacer()
+    p.sent("batch", limits, 0.0, 0.0, RNG)
+    assert p.ready_at("online", limits, 0.0, 0.0) == 1.0  # online may use the whole rate
+    assert p.ready_at("batch", limits, 0.0, 0.0) == 2.0  # batch only the rate minus the reserve
 
 
-def test_rate_limit_multiplies_the_interval() -> None:
-    pace = GuidPace()
-    pace.slowed(0.0, POLICY, random.Random(7))
-    assert pace.multiplier == pytest.approx(2.0)
-    assert 4.0 <= pace.wait(0.0) < 5.0
-    pace.slowed(0.0, POLICY, random.Random(7))
-    assert pace.multiplier == pytest.approx(4.0)
-    assert 8.0 <= pace.wait(0.0) < 9.0
+def test_online_sends_also_space_the_batch_lane() -> None:
+    limits = Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.2)
+    p = GuidPacer()
+    p.sent("online", limits, 5.0, 0.0, RNG)
+    assert p.ready_at("batch", limits, 5.0, 0.0) == 6.0
 
 
-def test_repeated_rate_limits_never_pause_a_guid_indefinitely() -> None:
-    pace = GuidPace()
-    rng = random.Random(8)
-    for _ in range(200):
-        pace.slowed(0.0, POLICY, rng)
-    assert pace.multiplier < 1000
-    assert pace.wait(0.0) < 2.0 * 1000
+def test_batch_rate_over_time_is_the_account_rate_minus_the_reserve() -> None:
+    limits = Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.25)
+    p, t, sends = GuidPacer(), 0.0, 0
+    while t < 600:
+        t = max(t, p.ready_at("batch", limits, t, t))
+        if t >= 600:
+            break
+        p.sent("batch", limits, t, t, RNG)
+        sends += 1
+    assert sends == pytest.approx(600 * 0.75, abs=1)
 
 
-def test_clean_sends_decay_the_multiplier_back_toward_one() -> None:
-    pace = GuidPace()
-    rng = random.Random(9)
+def test_a_full_minute_window_defers_to_the_next_minute() -> None:
+    limits = Limits(min_interval_s=0.0, jitter_s=0.0, per_minute=3, online_reserve=0.0)
+    p, wall = GuidPacer(), wall_at(10, 0, 10)
     for _ in range(3):
-        pace.slowed(0.0, POLICY, rng)
-    seen = [pace.multiplier]
-    for _ in range(10):
-        pace.sent(0.0, POLICY, rng)
-        seen.append(pace.multiplier)
-    assert seen[1] < seen[0]
-    assert all(b <= a for a, b in pairwise(seen))
-    assert seen[-1] == 1.0
+        assert p.ready_at("online", limits, 0.0, wall) <= 0.0
+        p.sent("online", limits, 0.0, wall, RNG)
+    assert p.ready_at("online", limits, 0.0, wall) == pytest.approx(50.0)
+    assert p.ready_at("online", limits, 50.0, wall + 50) <= 50.0  # a new minute
 
 
-def test_decay_never_goes_below_one() -> None:
-    policy = PacingPolicy(min_interval_s=1.0, jitter_s=0.0, penalty_decay=0.1)
-    pace = GuidPace()
-    rng = random.Random(10)
-    for _ in range(5):
-        pace.sent(0.0, policy, rng)
-        assert pace.multiplier == 1.0
-        assert pace.wait(0.0) == 1.0  # never faster than the minimum interval
+def test_batch_gets_only_its_share_of_a_window_but_online_can_use_the_rest() -> None:
+    limits = Limits(min_interval_s=0.0, jitter_s=0.0, per_hour=10, online_reserve=0.2)
+    p, wall = GuidPacer(), wall_at(9, 30)
+    for _ in range(8):
+        p.sent("batch", limits, 0.0, wall, RNG)
+    assert p.ready_at("batch", limits, 0.0, wall) == pytest.approx(1800.0)
+    assert p.ready_at("online", limits, 0.0, wall) <= 0.0
+    p.sent("online", limits, 0.0, wall, RNG)
+    p.sent("online", limits, 0.0, wall, RNG)
+    assert p.ready_at("online", limits, 0.0, wall) == pytest.approx(1800.0)
 
 
-def test_one_clean_send_does_not_erase_a_rate_limit_at_once() -> None:
-    policy = PacingPolicy(min_interval_s=1.0, jitter_s=0.0, rate_limited_penalty=4.0, penalty_decay=0.9)
-    pace = GuidPace()
-    pace.slowed(0.0, policy, random.Random(11))
-    pace.sent(0.0, policy, random.Random(11))
-    assert pace.multiplier > 1.0
-    assert pace.wait(0.0) > policy.min_interval_s
+def test_quiet_hours_hold_batch_until_they_end_but_not_replies() -> None:
+    limits = Limits(min_interval_s=0.0, jitter_s=0.0, quiet_hours=(time(22), time(8)))
+    p = GuidPacer()
+    assert p.ready_at("batch", limits, 0.0, wall_at(23, 30)) == pytest.approx(8.5 * 3600)
+    assert p.ready_at("batch", limits, 0.0, wall_at(7, 59, 0)) == pytest.approx(60.0)
+    assert p.ready_at("batch", limits, 0.0, wall_at(12)) <= 0.0
+    assert p.ready_at("online", limits, 0.0, wall_at(23, 30)) <= 0.0
+
+
+def test_rate_limited_rejection_slows_down_and_clean_sends_recover() -> None:
+    limits = Limits(min_interval_s=1.0, jitter_s=0.0, rate_limited_penalty=2.0, penalty_decay=0.5)
+    p = GuidPacer()
+    p.slowed("batch", limits, 0.0, RNG)
+    p.slowed("batch", limits, 0.0, RNG)
+    assert p.multiplier == 4.0 and p.ready_at("online", limits, 0.0, 0.0) == 4.0
+    p.sent("batch", limits, 10.0, 0.0, RNG)
+    p.sent("batch", limits, 20.0, 0.0, RNG)
+    assert p.multiplier == 1.0
+    p.sent("batch", limits, 30.0, 0.0, RNG)
+    assert p.multiplier == 1.0, "never faster than the configured interval"
+
+
+def test_handover_keeps_the_previous_owners_spacing() -> None:
+    limits = Limits(min_interval_s=3.0, jitter_s=0.0, online_reserve=0.0)
+    p = GuidPacer()
+    p.resume_after(100.0, since_last_send_s=1.0, limits=limits)
+    assert p.ready_at("online", limits, 100.0, 0.0) == 102.0
+    fresh = GuidPacer()
+    fresh.resume_after(100.0, since_last_send_s=None, limits=limits)
+    assert fresh.ready_at("online", limits, 100.0, 0.0) <= 100.0
+
+
+def test_bad_limits_are_refused() -> None:
+    with pytest.raises(ValueError):
+        Limits(online_reserve=1.0)
+    with pytest.raises(ValueError):
+        Limits(min_interval_s=-1)
+
+
+def test_a_hot_change_applies_to_the_gap_already_running() -> None:
+    slow, fast = Limits(min_interval_s=3600.0, jitter_s=0.0), Limits(min_interval_s=2.0, jitter_s=0.0)
+    p = GuidPacer()
+    p.sent("online", slow, 0.0, 0.0, RNG)
+    assert p.ready_at("online", slow, 1.0, 1.0) == 3600.0
+    assert p.ready_at("online", fast, 1.0, 1.0) == 2.0

@@ -112,8 +112,9 @@ def test_remove_if_with_no_match_changes_nothing() -> None:
 
 
 # A reference model: each entry is (priority, arrival, due or None, value). A pop at ``now``
-# first makes every entry due by ``now`` ready; among ready entries the lowest
-# (priority, arrival) wins. ``next_due`` is the earliest due time not yet made ready.
+# first makes every entry due by ``now`` ready — it joins the line then, in (due, push)
+# order; among ready entries the lowest (priority, arrival) wins. ``next_due`` is the
+# earliest due time not yet made ready. (One job: fairness between jobs is tested apart.)
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("push"), st.integers(0, 4), st.none() | st.integers(0, 20)),
@@ -131,17 +132,21 @@ def test_queue_behaves_like_the_reference_model(script: list[tuple]) -> None:  #
     ready: list[tuple[int, int, int]] = []  # (priority, arrival, value)
     deferred: list[tuple[float, int, int]] = []  # (due, priority, value)
     now = 0.0
+    arrival = 0
     for n, op in enumerate(script):
         if op[0] == "push":
             _, prio, due = op
             q.push(n, prio, None if due is None else float(due))
             if due is None:
-                ready.append((prio, n, n))
+                ready.append((prio, arrival, n))
+                arrival += 1
             else:
                 deferred.append((float(due), prio, n))
         elif op[0] == "pop":
             now = max(now, float(op[1]))  # a monotonic clock
-            ready += [(prio, v, v) for due, prio, v in deferred if due <= now]
+            for due, prio, v in sorted(d for d in deferred if d[0] <= now):
+                ready.append((prio, arrival, v))
+                arrival += 1
             deferred = [d for d in deferred if d[0] > now]
             expected = min(ready)[2] if ready else None
             assert q.pop(now) == expected
@@ -154,3 +159,36 @@ def test_queue_behaves_like_the_reference_model(script: list[tuple]) -> None:  #
             deferred = [d for d in deferred if d[2] % 3 != mod]
         assert len(q) == len(ready) + len(deferred)
         assert q.next_due() == (min(d[0] for d in deferred) if deferred else None)
+
+
+def test_jobs_of_one_priority_take_turns() -> None:
+    q: GuidQueue[str] = GuidQueue()
+    for i in range(100):
+        q.push(f"big-{i}", 3, job="broadcast")
+    for i in range(3):
+        q.push(f"small-{i}", 3, job="notice")
+    first_six = [q.pop(0.0) for _ in range(6)]
+    assert first_six == ["big-0", "small-0", "big-1", "small-1", "big-2", "small-2"]
+
+
+def test_a_late_job_does_not_starve_the_running_one() -> None:
+    q: GuidQueue[str] = GuidQueue()
+    for i in range(10):
+        q.push(f"a-{i}", 3, job="a")
+    for _ in range(5):
+        q.pop(0.0)
+    for i in range(10):
+        q.push(f"b-{i}", 3, job="b")
+    order = [q.pop(0.0) for _ in range(6)]
+    assert order.count("a-5") == 1 and sum(v.startswith("a") for v in order) == 3
+
+
+def test_online_lane_items_are_kept_apart_from_the_batch_backlog() -> None:
+    from pacer_sender.domain.queue import GuidLanes
+
+    lanes: GuidLanes[str] = GuidLanes()
+    for i in range(1000):
+        lanes.push(f"campaign-{i}", 3, job="c")
+    lanes.push("reply", 1, job="r")
+    assert lanes.lanes["online"].pop(0.0) == "reply"
+    assert len(lanes) == 1000

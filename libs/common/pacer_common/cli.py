@@ -13,9 +13,11 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from pacer_common.db import operations
 from pacer_common.db.migrate import migrate
+from pacer_common.db.sql import query
 from pacer_common.domain.requests import JobRequest
 from pacer_common.kafka import MAX_REQUEST_BYTES, ensure_topics, make_producer, produce_all
 from pacer_common.settings import KafkaSettings, PostgresSettings
@@ -156,6 +158,23 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+def _limits(args: argparse.Namespace) -> int:
+    """Hot-adjust a guid's pacing limits; senders apply them within about a second."""
+    overrides: dict[str, object] = {}
+    for pair in args.set:
+        key, _, raw = pair.partition("=")
+        try:
+            overrides[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            overrides[key] = raw
+    url = PostgresSettings().database_url.get_secret_value()  # type: ignore[call-arg]
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        row = conn.execute(query("set_guid_limits"), {  # type: ignore[arg-type]
+            "guid": args.guid, "limits": Jsonb(overrides), "actor": args.actor}).fetchone()
+    print(json.dumps(row, default=str))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="pacer", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -168,6 +187,12 @@ def main(argv: list[str] | None = None) -> None:
     st = sub.add_parser("status", help="a job's state and items per status")
     st.add_argument("job", help="request id or job id")
     st.set_defaults(fn=_status)
+    lim = sub.add_parser("limits", help="hot-adjust a guid's pacing limits ('*' for every guid)")
+    lim.add_argument("guid")
+    lim.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                     help="e.g. min_interval_s=2, per_hour=300, quiet_hours=22:00-08:00, online_reserve=0.3")
+    lim.add_argument("--actor", required=True)
+    lim.set_defaults(fn=_limits)
     sc = sub.add_parser("schema", help="print the job request JSON Schema")
     sc.add_argument("--out")
     sc.set_defaults(fn=_schema)

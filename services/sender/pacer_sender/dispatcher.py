@@ -8,6 +8,7 @@ hands envelopes over and pauses partitions when too much is buffered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -19,8 +20,8 @@ from pacer_common.db.errors import TransientError
 from pacer_common.domain.commands import ItemCommand
 from pacer_sender.core import Executed, Executor
 from pacer_sender.domain.offsets import PartitionOffsets
-from pacer_sender.domain.pacing import GuidPace, PacingPolicy
-from pacer_sender.domain.queue import GuidQueue
+from pacer_sender.domain.pacing import GuidPacer, Lane, Limits
+from pacer_sender.domain.queue import GuidLanes
 from pacer_sender.leases import GuidLeases
 
 log = logging.getLogger(__name__)
@@ -35,19 +36,22 @@ class Envelope:
 
 
 class Dispatcher:
-    def __init__(self, executor: Executor, pacing: PacingPolicy, leases: GuidLeases, *,
+    def __init__(self, executor: Executor, limits: Callable[[str], Limits], leases: GuidLeases, *,
                  on_executed: Callable[[Envelope, Executed], None] | None = None,
                  rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.executor = executor
-        self.pacing = pacing
+        self.limits = limits  # guid → its current limits (hot-adjustable)
+        self.max_idle_s = 1.0  # re-read limits at least this often while waiting
+        self.fatal: BaseException | None = None
         self.leases = leases
         self.lease_retry_s = 1.0
         self.guid_tp: dict[str, TP] = {}
         self.on_executed = on_executed or (lambda env, res: None)
         self.rng = rng or random.Random()
         self.clock = clock
-        self.queues: dict[str, GuidQueue[Envelope]] = {}
-        self.paces: dict[str, GuidPace] = {}
+        self.queues: dict[str, GuidLanes[Envelope]] = {}
+        self.paces: dict[str, GuidPacer] = {}
+        self.wakes: dict[str, asyncio.Event] = {}
         self.workers: dict[str, asyncio.Task[None]] = {}
         self.executing: dict[str, Envelope] = {}
         self.books: dict[TP, PartitionOffsets] = {}
@@ -57,10 +61,13 @@ class Dispatcher:
     # -- intake ---------------------------------------------------------------------------
     def submit(self, env: Envelope) -> None:
         self.books.setdefault(env.tp, PartitionOffsets()).add(env.offset)
-        q = self.queues.setdefault(env.cmd.guid, GuidQueue())
+        lanes = self.queues.setdefault(env.cmd.guid, GuidLanes())
         self.guid_tp[env.cmd.guid] = env.tp
-        q.push(env, env.cmd.priority, self._due(env.cmd))
+        lanes.push(env, env.cmd.priority, self._due(env.cmd), env.cmd.job_id)
         self.buffered += 1
+        wake = self.wakes.get(env.cmd.guid)
+        if wake is not None:
+            wake.set()
         if env.cmd.guid not in self.workers:
             self.workers[env.cmd.guid] = asyncio.create_task(self._run(env.cmd.guid), name=f"guid:{env.cmd.guid}")
 
@@ -78,61 +85,91 @@ class Dispatcher:
 
     # -- per-guid worker ------------------------------------------------------------------
     async def _run(self, guid: str) -> None:
-        q = self.queues[guid]
-        pace = self.paces.setdefault(guid, GuidPace())
+        lanes = self.queues[guid]
+        pacer = self.paces.setdefault(guid, GuidPacer())
+        wake = self.wakes.setdefault(guid, asyncio.Event())
         try:
-            while q:
-                if guid not in self.leases.held:
-                    try:
-                        lease = await self.leases.acquire(guid)
-                    except TransientError:
-                        log.exception("guid lease for %s not taken; trying again", guid)
-                        lease = None
-                    if lease is None:
-                        # Another sender still holds the guid (finishing, or not yet expired).
-                        await asyncio.sleep(self.lease_retry_s)
-                        continue
-                    since = None if lease.last_send_at is None else (lease.db_now - lease.last_send_at).total_seconds()
-                    pace.resume_after(self.clock(), since, self.pacing)
-                now = self.clock()
-                wait = pace.wait(now)
-                if wait > 0:
-                    await asyncio.sleep(wait)  # pacing gap: the next due moment, jittered
+            while lanes:
+                limits = self.limits(guid)
+                if guid not in self.leases.held and not await self._take_lease(guid, pacer, limits):
+                    await self._sleep(wake, self.lease_retry_s)
                     continue
-                env = q.pop(now)
-                if env is None:
-                    due = q.next_due()
-                    if due is None:
+                picked, wait = self._pick(lanes, pacer, limits)
+                if picked is None:
+                    if wait is None:
                         break
-                    await asyncio.sleep(max(0.0, due - now))  # a scheduled send: sleep until due
+                    await self._sleep(wake, wait)  # the guid's next moment; new work wakes it early
                     continue
+                lane, env = picked
                 self.executing[guid] = env
                 try:
                     result = await self.executor.execute(env.cmd)
-                except Exception:
+                except TransientError:
                     # The database stayed away past the retry deadline. Every step is guarded,
                     # so running the item again is safe: back off, put it back, go on.
                     log.exception("item execution failed; retrying it after a pause")
-                    q.push(env, env.cmd.priority)
-                    pace.next_at = self.clock() + 1.0
+                    lanes.push(env, env.cmd.priority, self.clock() + 1.0, env.cmd.job_id)
                     continue
+                except Exception as exc:
+                    self.fatal = exc  # a bug, not weather: stop the service rather than loop
+                    raise
                 finally:
                     self.executing.pop(guid, None)
                 if result.outcome == "guid_lost":
                     self.leases.forget(guid)
-                    q.push(env, env.cmd.priority)
+                    lanes.push(env, env.cmd.priority, None, env.cmd.job_id)
                     continue
                 if result.called_gateway:
                     if result.outcome == "rate_limited":
-                        pace.slowed(self.clock(), self.pacing, self.rng)
+                        pacer.slowed(lane, limits, self.clock(), self.rng)
                     else:
-                        pace.sent(self.clock(), self.pacing, self.rng)
+                        pacer.sent(lane, limits, self.clock(), time.time(), self.rng)
                 self._done(env)
                 self.on_executed(env, result)
         finally:
             self.workers.pop(guid, None)
-            if not q:
+            if not lanes:
                 self.queues.pop(guid, None)
+                self.wakes.pop(guid, None)
+
+    async def _take_lease(self, guid: str, pacer: GuidPacer, limits: Limits) -> bool:
+        try:
+            lease = await self.leases.acquire(guid)
+        except TransientError:
+            log.exception("guid lease for %s not taken; trying again", guid)
+            return False
+        if lease is None:
+            return False  # another sender still holds the guid (finishing, or not yet expired)
+        since = None if lease.last_send_at is None else (lease.db_now - lease.last_send_at).total_seconds()
+        pacer.resume_after(self.clock(), since, limits)
+        return True
+
+    def _pick(self, lanes: GuidLanes[Envelope], pacer: GuidPacer,
+              limits: Limits) -> tuple[tuple[Lane, Envelope] | None, float | None]:
+        """The next item to send now (online lane first), or how long to wait (None: no work)."""
+        now, wall = self.clock(), time.time()
+        wait: float | None = None
+        for lane, q in lanes.lanes.items():
+            if not q:
+                continue
+            due = q.next_due()
+            if q.has_ready() or (due is not None and due <= now):
+                ready_at = pacer.ready_at(lane, limits, now, wall)
+                if ready_at <= now:
+                    env = q.pop(now)
+                    if env is not None:
+                        return (lane, env), None
+                candidate = ready_at - now
+            else:
+                candidate = (due or now) - now
+            wait = candidate if wait is None else min(wait, candidate)
+        return None, wait
+
+    async def _sleep(self, wake: asyncio.Event, seconds: float) -> None:
+        """Wait for the guid's next moment; a new command for the guid ends the wait early."""
+        wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), timeout=max(0.0, min(seconds, self.max_idle_s)))
 
     def _done(self, env: Envelope) -> None:
         self.buffered -= 1

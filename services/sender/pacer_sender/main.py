@@ -7,7 +7,9 @@ import json
 import logging
 import os
 import socket
+from datetime import time as dtime
 from datetime import timedelta
+from typing import Literal
 
 from confluent_kafka import KafkaException, TopicPartition
 from prometheus_client import Counter, Gauge
@@ -21,11 +23,12 @@ from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.kafka import AsyncConsumer, make_consumer
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
-from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
+from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository, PostgresLimitsSource
 from pacer_sender.core import Executed, Executor
 from pacer_sender.dispatcher import TP, Dispatcher, Envelope
-from pacer_sender.domain.pacing import PacingPolicy
+from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
+from pacer_sender.limits import LimitsBook
 
 log = logging.getLogger("pacer.sender")
 
@@ -40,14 +43,31 @@ class SenderSettings(OpsSettings):
     lease_ttl_s: float = 60.0
     min_interval_ms: int = 1000
     jitter_ms: int = 500
+    jitter_dist: Literal["uniform", "exponential"] = "uniform"
+    online_reserve: float = 0.2
+    per_minute: int | None = None
+    per_hour: int | None = None
+    per_day: int | None = None
+    quiet_hours: str | None = Field(default=None, description='batch sends wait, e.g. "22:00-08:00"')
+    timezone: str = "Asia/Shanghai"
+    limits_refresh_s: float = 1.0
     max_attempts: int = 5
     retry_base_s: float = 1.0
     max_buffered: int = 20_000
     failure_codes: dict[int, FailureClass] = Field(default_factory=lambda: dict(DEFAULT_CODE_TABLE))
     db_pool_max: int = 20
 
+    def limits(self) -> Limits:
+        quiet = None
+        if self.quiet_hours:
+            start, _, end = self.quiet_hours.partition("-")
+            quiet = (dtime.fromisoformat(start.strip()), dtime.fromisoformat(end.strip()))
+        return Limits(self.min_interval_ms / 1000, self.jitter_ms / 1000, self.jitter_dist, self.online_reserve,
+                      self.per_minute, self.per_hour, self.per_day, quiet, self.timezone)
+
     @model_validator(mode="after")
     def _lease_covers_a_send(self) -> SenderSettings:
+        self.limits()  # refuse bad pacing settings at start-up
         # A claim must outlive the longest send it covers (the send deadline is a quarter of
         # the lease, the gateway timeout at most a quarter more), so item leases need no renewal.
         if self.gateway_timeout_s > self.lease_ttl_s / 4:
@@ -100,6 +120,8 @@ class ConsumerLoop:
                                  on_revoke=self.on_revoke, on_lost=self.on_lost)
         last_commit = self.loop.time()
         while not stop.is_set():
+            if self.dispatcher.fatal is not None:
+                raise RuntimeError("a guid worker failed") from self.dispatcher.fatal
             for msg in await self.consumer.consume(500, 0.05):
                 tp = (msg.topic(), msg.partition())
                 if tp not in self.assigned:
@@ -170,13 +192,16 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         repo = PostgresItemRepository(pool, timedelta(seconds=cfg.lease_ttl_s))
         retry = RetryPolicy(cfg.max_attempts, timedelta(seconds=cfg.retry_base_s))
         executor = Executor(repo, gateway, cfg.owner, retry, send_deadline_s=cfg.lease_ttl_s / 4)
-        pacing = PacingPolicy(cfg.min_interval_ms / 1000, cfg.jitter_ms / 1000)
+        defaults = cfg.limits()
         leases = GuidLeases(PostgresGuidLeases(pool, timedelta(seconds=cfg.lease_ttl_s)), cfg.owner, cfg.lease_ttl_s)
         Gauge("pacer_sender_guid_leases_held", "Guid leases this sender holds", registry=ctx.registry).set_function(
             lambda: len(leases.held))
         Gauge("pacer_sender_guid_takeovers", "Guid leases taken over from another owner since start",
               registry=ctx.registry).set_function(lambda: leases.takeovers)
-        dispatcher = Dispatcher(executor, pacing, leases, on_executed=on_executed)
+        limits = LimitsBook(defaults, PostgresLimitsSource(pool))
+        await limits.refresh()
+        refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))
+        dispatcher = Dispatcher(executor, limits, leases, on_executed=on_executed)
         renewals = asyncio.create_task(leases.keep_renewed(ctx.stop))
         consumer = AsyncConsumer(make_consumer(kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.sender"))
         loop = ConsumerLoop(consumer, dispatcher, cfg, bad)
@@ -186,6 +211,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         finally:
             await consumer.close()
             await renewals
+            await refresher
             await leases.release(list(leases.held))
             await http.aclose()
             await pool.close()

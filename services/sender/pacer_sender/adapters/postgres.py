@@ -9,7 +9,7 @@ over cannot record anything.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -97,5 +97,19 @@ class PostgresGuidLeases:
                 row = await (await conn.execute(_sql("release_guids"), {  # type: ignore[arg-type]
                     "guids": list(guids), "owner": owner})).fetchone()
             return int(row["released"])
+
+        return await with_retry(work)
+
+
+class PostgresLimitsSource:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    async def changed_since(self, since: datetime | None) -> list[tuple[str, dict[str, Any], datetime]]:
+        async def work() -> list[tuple[str, dict[str, Any], datetime]]:
+            async with self.pool.connection() as conn:
+                rows = await (await conn.execute(_sql("changed_limits"), {  # type: ignore[arg-type]
+                    "since": since or datetime(1970, 1, 1, tzinfo=UTC)})).fetchall()
+            return [(r["guid"], r["limits"], r["updated_at"]) for r in rows]
 
         return await with_retry(work)

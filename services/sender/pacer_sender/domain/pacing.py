@@ -1,43 +1,154 @@
-"""Per-guid pacing: a minimum interval plus a random gap, never a fixed rhythm."""
+"""Per-guid pacing: send like a careful human, within every limit the account has.
+
+* A minimum interval plus a random gap (uniform or exponential), never a fixed rhythm.
+* Two limiters in one account: online traffic (takeover prompts, auto-replies) may use the
+  whole rate; batch traffic only the rate minus the online reserve — it never takes
+  "what is free".
+* Fixed windows per minute / hour / day, shared by both lanes, batch capped at its share.
+* Quiet hours hold batch sends (not replies to a customer) until they end.
+* A rate-limited rejection multiplies the interval; clean sends decay it back to 1.
+
+All times are passed in: monotonic seconds for spacing, wall-clock seconds for windows and
+quiet hours. A deferral here is never a failed attempt.
+"""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, time as dtime, timedelta
+from typing import Literal
+from zoneinfo import ZoneInfo
+
+Lane = Literal["online", "batch"]
+ONLINE_MAX_PRIORITY = 1  # takeover prompts (0) and auto-replies (1)
+WINDOWS: tuple[tuple[str, int], ...] = (("minute", 60), ("hour", 3600), ("day", 86400))
+
+
+def lane_of(priority: int) -> Lane:
+    return "online" if priority <= ONLINE_MAX_PRIORITY else "batch"
 
 
 @dataclass(frozen=True)
-class PacingPolicy:
-    min_interval_s: float = 1.0
-    jitter_s: float = 0.5  # uniform extra gap in [0, jitter_s)
-    rate_limited_penalty: float = 2.0  # interval multiplier after a rate-limited rejection
-    penalty_decay: float = 0.9  # each clean send brings the multiplier back toward 1
+class Limits:
+    """One account's limits. Hot-adjustable: a new value applies from the next decision."""
 
-    def gap(self, rng: random.Random, multiplier: float = 1.0) -> float:
-        """Seconds to wait after a send before the next one for the same guid."""
-        return self.min_interval_s * multiplier + (rng.random() * self.jitter_s if self.jitter_s > 0 else 0.0)
+    min_interval_s: float = 1.0
+    jitter_s: float = 0.5
+    jitter_dist: Literal["uniform", "exponential"] = "uniform"
+    online_reserve: float = 0.2
+    per_minute: int | None = None
+    per_hour: int | None = None
+    per_day: int | None = None
+    quiet_hours: tuple[dtime, dtime] | None = None  # [start, end) local time; may wrap midnight
+    timezone: str = "Asia/Shanghai"
+    rate_limited_penalty: float = 2.0
+    penalty_decay: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.online_reserve < 1:
+            raise ValueError("online_reserve must be in [0, 1)")
+        if self.min_interval_s < 0 or self.jitter_s < 0:
+            raise ValueError("intervals must not be negative")
+
+    def jitter(self, rng: random.Random) -> float:
+        if self.jitter_s <= 0:
+            return 0.0
+        if self.jitter_dist == "exponential":
+            return min(rng.expovariate(1 / self.jitter_s), 4 * self.jitter_s)
+        return rng.random() * self.jitter_s
+
+    @property
+    def batch_interval_s(self) -> float:
+        """Batch spacing: the account's rate minus the online reserve."""
+        return self.min_interval_s / (1 - self.online_reserve)
+
+    def windows(self) -> list[tuple[str, int, int, int]]:
+        """(window, size in seconds, cap for all traffic, cap for batch traffic)."""
+        out = []
+        for name, size in WINDOWS:
+            cap = getattr(self, f"per_{name}")
+            if cap is not None:
+                out.append((name, size, cap, int(cap * (1 - self.online_reserve))))
+        return out
+
+    def quiet_remaining(self, wall: float) -> float:
+        """Seconds until quiet hours end, 0 outside them."""
+        if self.quiet_hours is None:
+            return 0.0
+        start, end = self.quiet_hours
+        local = datetime.fromtimestamp(wall, ZoneInfo(self.timezone))
+        now = local.time()
+        inside = start <= now < end if start < end else (now >= start or now < end)
+        if not inside:
+            return 0.0
+        end_at = local.replace(hour=end.hour, minute=end.minute, second=end.second, microsecond=0)
+        if end_at <= local:
+            end_at += timedelta(days=1)
+        return (end_at - local).total_seconds()
 
 
 @dataclass
-class GuidPace:
-    """When this guid may send next. Times are monotonic seconds."""
+class _Window:
+    index: int = -1
+    total: int = 0
+    batch: int = 0
 
-    next_at: float = 0.0
+
+@dataclass
+class GuidPacer:
+    """When this guid last sent, per lane; readiness is computed from the *current* limits,
+    so a hot change applies to a guid that is already waiting."""
+
+    last_any: float | None = None
+    last_batch: float | None = None
+    jitter: float = 0.0  # the random part of the current gap, drawn once per send
     multiplier: float = 1.0
+    windows: dict[str, _Window] = field(default_factory=dict)
 
-    def wait(self, now: float) -> float:
-        return max(0.0, self.next_at - now)
+    def ready_at(self, lane: Lane, limits: Limits, mono: float, wall: float) -> float:
+        """The monotonic time at which a send in ``lane`` may go (``<= mono``: now)."""
+        at = float("-inf")
+        if self.last_any is not None:
+            at = self.last_any + limits.min_interval_s * self.multiplier + self.jitter
+        if lane == "batch" and self.last_batch is not None:
+            at = max(at, self.last_batch + limits.batch_interval_s * self.multiplier + self.jitter)
+        for name, size, cap, batch_cap in limits.windows():
+            index = int(wall // size)
+            w = self.windows.get(name)
+            if w is None or w.index != index:
+                continue
+            if w.total >= cap or (lane == "batch" and w.batch >= batch_cap):
+                at = max(at, mono + (index + 1) * size - wall)  # the window's end
+        if lane == "batch":
+            at = max(at, mono + limits.quiet_remaining(wall))
+        return at
 
-    def sent(self, now: float, policy: PacingPolicy, rng: random.Random) -> None:
-        self.multiplier = max(1.0, self.multiplier * policy.penalty_decay)
-        self.next_at = now + policy.gap(rng, self.multiplier)
+    def sent(self, lane: Lane, limits: Limits, mono: float, wall: float, rng: random.Random) -> None:
+        self.multiplier = max(1.0, self.multiplier * limits.penalty_decay)
+        self._mark(lane, limits, mono, rng)
+        for name, size, _, _ in limits.windows():
+            index = int(wall // size)
+            w = self.windows.setdefault(name, _Window())
+            if w.index != index:
+                w.index, w.total, w.batch = index, 0, 0
+            w.total += 1
+            w.batch += lane == "batch"
 
-    def slowed(self, now: float, policy: PacingPolicy, rng: random.Random) -> None:
+    def slowed(self, lane: Lane, limits: Limits, mono: float, rng: random.Random) -> None:
         """A rate-limited rejection: slow down before anything is retried."""
-        self.multiplier = min(32.0, self.multiplier * policy.rate_limited_penalty)
-        self.next_at = now + policy.gap(rng, self.multiplier)
+        self.multiplier = min(32.0, self.multiplier * limits.rate_limited_penalty)
+        self._mark(lane, limits, mono, rng)
 
-    def resume_after(self, now: float, since_last_send_s: float | None, policy: PacingPolicy) -> None:
+    def _mark(self, lane: Lane, limits: Limits, mono: float, rng: random.Random) -> None:
+        self.jitter = limits.jitter(rng)
+        self.last_any = mono
+        if lane == "batch":
+            self.last_batch = mono
+
+    def resume_after(self, mono: float, since_last_send_s: float | None, limits: Limits) -> None:
         """Carry the spacing over a handover: the previous owner's last send still counts."""
         if since_last_send_s is not None:
-            self.next_at = max(self.next_at, now + policy.min_interval_s * self.multiplier - since_last_send_s)
+            before = mono - since_last_send_s
+            self.last_any = before if self.last_any is None else max(self.last_any, before)
+            self.last_batch = before if self.last_batch is None else max(self.last_batch, before)

@@ -1,0 +1,74 @@
+"""Each guid's current limits: the sender's defaults, overridden live from ``guid_limits``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from datetime import datetime, time as dtime
+from typing import Any, Protocol
+
+from pacer_common.db.errors import TransientError
+from pacer_sender.domain.pacing import Limits
+
+log = logging.getLogger(__name__)
+_FIELDS = {f.name for f in dataclasses.fields(Limits)}
+
+
+class LimitsSource(Protocol):
+    async def changed_since(self, since: datetime | None) -> list[tuple[str, dict[str, Any], datetime]]: ...
+
+
+def apply_overrides(base: Limits, overrides: dict[str, Any]) -> Limits:
+    """``base`` with the given fields replaced; unknown fields are refused."""
+    unknown = set(overrides) - _FIELDS
+    if unknown:
+        raise ValueError(f"unknown limit fields: {sorted(unknown)}")
+    fixed = dict(overrides)
+    if isinstance(fixed.get("quiet_hours"), str):
+        start, _, end = fixed["quiet_hours"].partition("-")
+        fixed["quiet_hours"] = (dtime.fromisoformat(start), dtime.fromisoformat(end))
+    return dataclasses.replace(base, **fixed)
+
+
+class LimitsBook:
+    def __init__(self, defaults: Limits, source: LimitsSource) -> None:
+        self.defaults = defaults
+        self.source = source
+        self._overrides: dict[str, dict[str, Any]] = {}
+        self._resolved: dict[str, Limits] = {}
+        self._since: datetime | None = None
+
+    def __call__(self, guid: str) -> Limits:
+        found = self._resolved.get(guid)
+        return found if found is not None else self._resolved.get("*", self.defaults)
+
+    async def refresh(self) -> int:
+        changed = await self.source.changed_since(self._since)
+        for guid, overrides, at in changed:
+            self._overrides[guid] = overrides
+            self._since = at
+        if changed:
+            base = self.defaults
+            if "*" in self._overrides:
+                base = self._safe(self.defaults, "*")
+            self._resolved = {"*": base} | {g: self._safe(base, g) for g in self._overrides if g != "*"}
+            log.info("limits changed for %d guid(s)", len(changed))
+        return len(changed)
+
+    def _safe(self, base: Limits, guid: str) -> Limits:
+        try:
+            return apply_overrides(base, self._overrides[guid])
+        except (ValueError, TypeError) as exc:
+            log.error("ignoring bad limits for guid %s: %s", guid, exc)
+            return base
+
+    async def keep_fresh(self, stop: asyncio.Event, every_s: float) -> None:
+        while not stop.is_set():
+            try:
+                await self.refresh()
+            except TransientError:
+                log.exception("limits refresh failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=every_s)
