@@ -30,6 +30,7 @@ def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "PACER_SENDER_MIN_INTERVAL_MS": "10",
         "PACER_SENDER_JITTER_MS": "5",
         "PACER_RECONCILER_SWEEP_INTERVAL_S": "0.5",
+        "PACER_SENDER_MAX_BUFFERED": "100",  # small, so a backlog stays unread in Kafka
     })
     prepare(url, {"bootstrap.servers": inf.kafka_bootstrap}, st.topic_prefix)
     st.start_gateway(min_interval_ms=8)

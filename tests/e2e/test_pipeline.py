@@ -124,3 +124,25 @@ def _read_raw_dlq(stack: Stack) -> list[dict]:
     finally:
         consumer.close()
     return out
+
+
+def test_an_auto_reply_overtakes_a_campaign_backlog_on_its_guid(stack: Stack) -> None:
+    guid = f"busy-{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(stack.infra.database_url) as conn:  # hot-adjust this guid: slow pacing
+        conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 'test')",
+                     (guid, json.dumps({"min_interval_s": 0.25, "jitter_s": 0.0, "online_reserve": 0.2})))
+    campaign = request(300, 1)
+    campaign["targets"]["items"] = [  # type: ignore[index]
+        {"guid": guid, "to_id": f"room-{i}", "vars": {"n": str(i), "rid": "c"}} for i in range(300)]
+    publish(stack, json.dumps(campaign).encode())
+    wait_for(lambda: len(sends_for(stack, guid)) >= 3, 60, "the campaign to start")
+    reply = {"request_id": f"reply-{uuid.uuid4().hex[:8]}", "kind": "auto_reply", "created_by": "bot",
+             "source_msg_uid": "m-1", "message": {"type": "text", "content": "We are on it"},
+             "targets": {"mode": "snapshot", "items": [{"guid": guid, "to_id": "customer-1"}]}}
+    before = len(sends_for(stack, guid))
+    publish(stack, json.dumps(reply).encode())
+    sends = wait_for(lambda: (s := sends_for(stack, guid)) and any(x["toId"] == "customer-1" for x in s) and s,
+                     60, "the auto-reply")
+    position = next(i for i, x in enumerate(sends) if x["toId"] == "customer-1")
+    assert position - before <= 3, f"the reply waited behind {position - before} campaign sends"
+    assert len(sends) < 300, "the campaign was still running: the reply did not just come last"

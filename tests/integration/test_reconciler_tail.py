@@ -35,7 +35,7 @@ def topics(kafka_config: dict[str, str], topic_prefix: str) -> tuple[str, str]:
 async def _reconciler(url: str, kafka_config: dict[str, str], topics: tuple[str, str]):  # type: ignore[no-untyped-def]
     pool = await open_pool(url, min_size=1, max_size=2)
     store = PostgresLog(pool, "reconciler", timedelta(seconds=60))
-    rec = Reconciler(store, store, KafkaPublisher(make_producer(kafka_config), *topics), NoLookup())
+    rec = Reconciler(store, store, KafkaPublisher(make_producer(kafka_config), topics[0], lambda lane: topics[1]), NoLookup())
     return pool, rec
 
 

@@ -34,7 +34,9 @@ def topic_layout(k: KafkaSettings) -> dict[str, tuple[int, dict[str, str]]]:
     return {
         k.job_requests: (4, large),
         k.job_requests_dlq: (1, large),
-        k.item_commands: (k.item_command_partitions, {}),
+        # Both lanes have the same partition count, so a guid has the same partition in each.
+        k.item_commands("online"): (k.item_command_partitions, {}),
+        k.item_commands("batch"): (k.item_command_partitions, {}),
         k.item_outcomes: (8, {}),
     }
 

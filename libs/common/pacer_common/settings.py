@@ -37,9 +37,9 @@ class KafkaSettings(_Frozen):
     def job_requests_dlq(self) -> str:
         return f"{self.topic_prefix}.job-requests.dlq"
 
-    @property
-    def item_commands(self) -> str:
-        return f"{self.topic_prefix}.item-commands"
+    def item_commands(self, lane: str) -> str:
+        """The command topic of a lane: ``online`` (takeover prompts, auto-replies) or ``batch``."""
+        return f"{self.topic_prefix}.item-commands.{lane}"
 
     @property
     def item_outcomes(self) -> str:

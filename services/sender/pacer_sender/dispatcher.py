@@ -20,7 +20,7 @@ from pacer_common.db.errors import TransientError
 from pacer_common.domain.commands import ItemCommand
 from pacer_sender.core import Executed, Executor
 from pacer_sender.domain.offsets import PartitionOffsets
-from pacer_sender.domain.pacing import GuidPacer, Lane, Limits
+from pacer_sender.domain.pacing import GuidPacer, Lane, Limits, lane_of
 from pacer_sender.domain.queue import GuidLanes
 from pacer_sender.leases import GuidLeases
 
@@ -55,7 +55,7 @@ class Dispatcher:
         self.workers: dict[str, asyncio.Task[None]] = {}
         self.executing: dict[str, Envelope] = {}
         self.books: dict[TP, PartitionOffsets] = {}
-        self.buffered = 0
+        self.by_lane: dict[Lane, int] = {"online": 0, "batch": 0}  # commands held, per lane
         self._progress = asyncio.Event()
 
     # -- intake ---------------------------------------------------------------------------
@@ -64,7 +64,7 @@ class Dispatcher:
         lanes = self.queues.setdefault(env.cmd.guid, GuidLanes())
         self.guid_tp[env.cmd.guid] = env.tp
         lanes.push(env, env.cmd.priority, self._due(env.cmd), env.cmd.job_id)
-        self.buffered += 1
+        self.by_lane[lane_of(env.cmd.priority)] += 1
         wake = self.wakes.get(env.cmd.guid)
         if wake is not None:
             wake.set()
@@ -172,7 +172,7 @@ class Dispatcher:
             await asyncio.wait_for(wake.wait(), timeout=max(0.0, min(seconds, self.max_idle_s)))
 
     def _done(self, env: Envelope) -> None:
-        self.buffered -= 1
+        self.by_lane[lane_of(env.cmd.priority)] -= 1
         book = self.books.get(env.tp)
         if book is not None:
             book.done(env.offset)
@@ -200,7 +200,8 @@ class Dispatcher:
         uncommitted, so whoever owns the partitions next reads them again.
         """
         for guid, q in list(self.queues.items()):
-            self.buffered -= len(q.remove_if(lambda e: e.tp in tps))
+            for env in q.remove_if(lambda e: e.tp in tps):
+                self.by_lane[lane_of(env.cmd.priority)] -= 1
             task = self.workers.get(guid)
             if not q and task is not None and guid not in self.executing:
                 task.cancel()  # only ever cancelled while waiting, never mid-item
@@ -219,6 +220,10 @@ class Dispatcher:
         for g in gone:
             self.guid_tp.pop(g, None)
         return points
+
+    @property
+    def buffered(self) -> int:
+        return sum(self.by_lane.values())
 
     @property
     def active_guids(self) -> int:

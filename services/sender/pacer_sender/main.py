@@ -81,20 +81,23 @@ class ConsumerLoop:
     """Polls, hands over, pauses when full, commits what is done; handles rebalances."""
 
     def __init__(self, consumer: AsyncConsumer, dispatcher: Dispatcher, cfg: SenderSettings,
-                 bad_commands: Counter) -> None:
+                 bad_commands: Counter, online_topic: str, batch_topic: str) -> None:
         self.consumer = consumer
         self.dispatcher = dispatcher
         self.cfg = cfg
         self.bad_commands = bad_commands
         self.assigned: set[TP] = set()
-        self.paused = False
+        self.paused: set[str] = set()  # lanes whose partitions are paused
+        self.topic = {"online": online_topic, "batch": batch_topic}
+        self.online_topic, self.batch_topic = online_topic, batch_topic
         self.loop = asyncio.get_running_loop()
 
     # Rebalance callbacks run on the consumer thread, inside poll.
     def on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
         self.assigned |= {(p.topic, p.partition) for p in partitions}
-        if self.paused and partitions:
-            self.consumer.consumer.pause(partitions)
+        paused = [p for p in partitions if p.topic in {self.topic[lane] for lane in self.paused}]
+        if paused:
+            self.consumer.consumer.pause(paused)
         log.info("partitions assigned: %s", sorted(p.partition for p in partitions))
 
     def on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
@@ -115,8 +118,9 @@ class ConsumerLoop:
         asyncio.run_coroutine_threadsafe(self.dispatcher.release(tps), self.loop).result(timeout=60)
         log.warning("partitions lost: %s", sorted(p.partition for p in partitions))
 
-    async def run(self, topic: str, stop: asyncio.Event) -> None:
-        await self.consumer.call(self.consumer.consumer.subscribe, [topic], on_assign=self.on_assign,
+    async def run(self, stop: asyncio.Event) -> None:
+        topics = [self.online_topic, self.batch_topic]
+        await self.consumer.call(self.consumer.consumer.subscribe, topics, on_assign=self.on_assign,
                                  on_revoke=self.on_revoke, on_lost=self.on_lost)
         last_commit = self.loop.time()
         while not stop.is_set():
@@ -146,14 +150,18 @@ class ConsumerLoop:
             log.warning("final offset commit refused: %s", exc)
 
     async def _flow_control(self) -> None:
-        buffered = self.dispatcher.buffered
-        parts = [TopicPartition(t, p) for t, p in self.assigned]
-        if not self.paused and buffered >= self.cfg.max_buffered:
-            await self.consumer.call(self.consumer.consumer.pause, parts)
-            self.paused = True
-        elif self.paused and buffered <= self.cfg.max_buffered // 2:
-            await self.consumer.call(self.consumer.consumer.resume, parts)
-            self.paused = False
+        """Bounded memory: stop reading batch commands when too many are held; online
+        commands are counted apart, so a reply never waits behind a batch backlog."""
+        cap = self.cfg.max_buffered
+        for lane in ("batch", "online"):
+            buffered, high = self.dispatcher.by_lane[lane], cap  # type: ignore[index]
+            parts = [TopicPartition(t, p) for t, p in self.assigned if t == self.topic[lane]]
+            if lane not in self.paused and buffered >= high:
+                await self.consumer.call(self.consumer.consumer.pause, parts)
+                self.paused.add(lane)
+            elif lane in self.paused and buffered <= high // 2:
+                await self.consumer.call(self.consumer.consumer.resume, parts)
+                self.paused.discard(lane)
 
     async def _commit(self) -> None:
         points = self.dispatcher.commit_points()
@@ -203,11 +211,14 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))
         dispatcher = Dispatcher(executor, limits, leases, on_executed=on_executed)
         renewals = asyncio.create_task(leases.keep_renewed(ctx.stop))
-        consumer = AsyncConsumer(make_consumer(kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.sender"))
-        loop = ConsumerLoop(consumer, dispatcher, cfg, bad)
+        # The range assignor gives partition N of both lane topics to the same sender, so a
+        # guid's online and batch commands meet in one process (co-partitioned by guid).
+        consumer = AsyncConsumer(make_consumer(kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.sender",
+                                               **{"partition.assignment.strategy": "range"}))
+        loop = ConsumerLoop(consumer, dispatcher, cfg, bad, kafka.item_commands("online"), kafka.item_commands("batch"))
         ctx.health.set_ready(True, "consuming")
         try:
-            await loop.run(kafka.item_commands, ctx.stop)
+            await loop.run(ctx.stop)
         finally:
             await consumer.close()
             await renewals

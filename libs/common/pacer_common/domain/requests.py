@@ -31,6 +31,15 @@ DEFAULT_PRIORITY: dict[JobKind, int] = {
 }
 
 
+# Takeover prompts and auto-replies travel in the online lane; everything else in batch.
+ONLINE_MAX_PRIORITY = 1
+LANES = ("online", "batch")
+
+
+def lane_of(priority: int) -> str:
+    return "online" if priority <= ONLINE_MAX_PRIORITY else "batch"
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 

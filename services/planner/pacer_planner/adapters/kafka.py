@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from confluent_kafka import Producer
 
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.requests import LANES, lane_of
 from pacer_common.kafka import produce_all
 
 
 class KafkaCommandBus:
-    def __init__(self, producer: Producer, commands_topic: str, dlq_topic: str) -> None:
+    def __init__(self, producer: Producer, commands_topic: Callable[[str], str], dlq_topic: str) -> None:
         self.producer = producer
-        self.commands_topic = commands_topic
+        self.commands_topic = commands_topic  # lane → topic
         self.dlq_topic = dlq_topic
 
     def dispatch(self, commands: Sequence[ItemCommand]) -> int:
         """Produce and flush every command; raises unless Kafka acknowledged all of them."""
-        topic = self.commands_topic
+        topics = {lane: self.commands_topic(lane) for lane in LANES}
         return produce_all(
             self.producer,
-            ((topic, c.guid.encode(), c.model_dump_json().encode(), None) for c in commands),
+            ((topics[lane_of(c.priority)], c.guid.encode(), c.model_dump_json().encode(), None) for c in commands),
         )
 
     def dead_letter(self, key: bytes | None, value: bytes, reason: str) -> None:

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from confluent_kafka import Producer
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
+from pacer_common.domain.requests import lane_of
 from pacer_common.kafka import produce_all
 
 Msg = tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]
 
 
 class KafkaPublisher:
-    def __init__(self, producer: Producer, outcomes_topic: str, commands_topic: str) -> None:
+    def __init__(self, producer: Producer, outcomes_topic: str, commands_topic: Callable[[str], str]) -> None:
         self.producer = producer
         self.outcomes_topic = outcomes_topic
         self.commands_topic = commands_topic
@@ -28,4 +29,4 @@ class KafkaPublisher:
             headers = [("pacer-event-type", ev.type.encode()), ("pacer-dedupe-key", f"{ev.item_id}:{ev.version}".encode())]
             yield self.outcomes_topic, ev.item_id.encode(), ev.model_dump_json().encode(), headers
         for cmd in commands:
-            yield self.commands_topic, cmd.guid.encode(), cmd.model_dump_json().encode(), None
+            yield self.commands_topic(lane_of(cmd.priority)), cmd.guid.encode(), cmd.model_dump_json().encode(), None

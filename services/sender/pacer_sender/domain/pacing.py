@@ -20,13 +20,14 @@ from datetime import datetime, time as dtime, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo
 
+from pacer_common.domain.requests import lane_of as common_lane_of
+
 Lane = Literal["online", "batch"]
-ONLINE_MAX_PRIORITY = 1  # takeover prompts (0) and auto-replies (1)
 WINDOWS: tuple[tuple[str, int], ...] = (("minute", 60), ("hour", 3600), ("day", 86400))
 
 
 def lane_of(priority: int) -> Lane:
-    return "online" if priority <= ONLINE_MAX_PRIORITY else "batch"
+    return "online" if common_lane_of(priority) == "online" else "batch"
 
 
 @dataclass(frozen=True)
