@@ -81,21 +81,27 @@ def produce_all(producer: Producer, messages: Iterable[tuple[str, bytes | None, 
     return n
 
 
-def make_consumer(config: dict[str, str], group_id: str, **extra: Any) -> Consumer:
+def make_consumer(config: dict[str, str], group_id: str, *, protocol: str = "classic",
+                  remote_assignor: str | None = None, **extra: Any) -> Consumer:
+    """A manual-commit consumer. ``protocol="consumer"`` uses Kafka 4's group protocol
+    (KIP-848): incremental rebalances driven by the broker, with ``remote_assignor``."""
     conf: dict[str, Any] = {
         **config,
         "group.id": group_id,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
-        "partition.assignment.strategy": "cooperative-sticky",
-        "session.timeout.ms": 10_000,
-        "heartbeat.interval.ms": 1_000,
         "max.poll.interval.ms": 300_000,
         "error_cb": lambda err: log.warning("kafka consumer error: %s", err),
-        **extra,
     }
-    return Consumer(conf)
+    if protocol == "consumer":
+        conf["group.protocol"] = "consumer"
+        if remote_assignor:
+            conf["group.remote.assignor"] = remote_assignor
+    else:
+        conf |= {"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 10_000,
+                 "heartbeat.interval.ms": 1_000}
+    return Consumer(conf | extra)
 
 
 class AsyncConsumer:

@@ -211,10 +211,11 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))
         dispatcher = Dispatcher(executor, limits, leases, on_executed=on_executed)
         renewals = asyncio.create_task(leases.keep_renewed(ctx.stop))
-        # The range assignor gives partition N of both lane topics to the same sender, so a
-        # guid's online and batch commands meet in one process (co-partitioned by guid).
+        # Kafka 4's consumer group protocol (KIP-848) rebalances incrementally, and its range
+        # assignor gives partition N of both lane topics to the same sender: a guid's online
+        # and batch commands meet in one process.
         consumer = AsyncConsumer(make_consumer(kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.sender",
-                                               **{"partition.assignment.strategy": "range"}))
+                                               protocol="consumer", remote_assignor="range"))
         loop = ConsumerLoop(consumer, dispatcher, cfg, bad, kafka.item_commands("online"), kafka.item_commands("batch"))
         ctx.health.set_ready(True, "consuming")
         try:
