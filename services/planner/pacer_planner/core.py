@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.requests import JobRequest
 from pacer_common.logs import bind
+from pacer_planner.domain.admission import refusal
 from pacer_planner.domain.planning import Plan, PlanError, plan
 from pacer_planner.domain.rejections import describe
 from pacer_planner.ports import CommandBus, JobStore
@@ -45,9 +46,10 @@ def commands_for(p: Plan, shard_ids: dict[str, int]) -> list[ItemCommand]:
 class Planner:
     """Validates, plans, stores, dispatches. Order: job durable → commands flushed → marked."""
 
-    def __init__(self, store: JobStore, bus: CommandBus) -> None:
+    def __init__(self, store: JobStore, bus: CommandBus, max_backlog_per_guid: int = 100_000) -> None:
         self.store = store
         self.bus = bus
+        self.max_backlog_per_guid = max_backlog_per_guid
 
     async def handle(self, key: bytes | None, value: bytes, now: datetime | None = None) -> Handled:
         now = now or datetime.now(UTC)
@@ -59,6 +61,9 @@ class Planner:
         except PlanError as exc:
             return self._reject(key, value, f"cannot plan job request: {exc}")
         with bind(request_id=request.request_id, job_id=p.job_id):
+            reason = refusal(p, await self.store.queued(list(p.shards)), self.max_backlog_per_guid)
+            if reason is not None and not await self.store.exists(request.request_id):
+                return self._reject(key, value, reason)
             stored = await self.store.store(p)
             if stored.created:
                 n = self.bus.dispatch(commands_for(p, stored.shard_ids))

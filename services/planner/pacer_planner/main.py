@@ -22,6 +22,7 @@ class PlannerSettings(OpsSettings):
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_PLANNER_")
     port: int = 9101
     group_id: str | None = None  # default: "<topic prefix>.planner"
+    max_backlog_per_guid: int = 100_000
 
 
 async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) -> None:
@@ -35,7 +36,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
             **{"fetch.max.bytes": MAX_REQUEST_BYTES, "receive.message.max.bytes": MAX_REQUEST_BYTES + 1_048_576},
         ))
         await consumer.call(consumer.consumer.subscribe, [kafka.job_requests])
-        planner = Planner(PostgresJobStore(pool), KafkaCommandBus(producer, kafka.item_commands, kafka.job_requests_dlq))
+        planner = Planner(PostgresJobStore(pool), KafkaCommandBus(producer, kafka.item_commands, kafka.job_requests_dlq),
+                          cfg.max_backlog_per_guid)
         ctx.health.set_ready(True, "consuming")
         try:
             while not ctx.stop.is_set():

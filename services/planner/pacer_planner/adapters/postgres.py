@@ -46,9 +46,7 @@ class PostgresJobStore:
                 "request": Jsonb(req.model_dump(mode="json", exclude={"targets"})),
             })
             if await cur.fetchone() is None:
-                row = await (await conn.execute(
-                    "SELECT dispatched_at FROM jobs WHERE request_id = %s", (req.request_id,)
-                )).fetchone()
+                row = await (await conn.execute(_sql("job_dispatched"), {"request_id": req.request_id})).fetchone()  # type: ignore[arg-type]
                 assert row is not None
                 return Stored(plan.job_id, created=False, dispatched=row["dispatched_at"] is not None, shard_ids={})
             guids = list(plan.shards)
@@ -72,11 +70,27 @@ class PostgresJobStore:
 
         return await with_retry(work)
 
+    async def queued(self, guids: Sequence[str]) -> dict[str, int]:
+        """Items waiting to be sent (pending or waiting to retry), per guid."""
+
+        async def work() -> dict[str, int]:
+            async with self.pool.connection() as conn:
+                rows = await (await conn.execute(_sql("backlog"), {"guids": list(guids)})).fetchall()  # type: ignore[arg-type]
+            return {r["guid"]: int(r["queued"]) for r in rows}
+
+        return await with_retry(work)
+
+    async def exists(self, request_id: str) -> bool:
+        async def work() -> bool:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(_sql("job_exists"), {"request_id": request_id})).fetchone()  # type: ignore[arg-type]
+            return row is not None
+
+        return await with_retry(work)
+
     async def mark_dispatched(self, job_id: str) -> None:
         async def work() -> None:
             async with self.pool.connection() as conn, conn.transaction():
-                await conn.execute(
-                    "UPDATE jobs SET dispatched_at = now() WHERE job_id = %s AND dispatched_at IS NULL", (job_id,)
-                )
+                await conn.execute(_sql("mark_dispatched"), {"job_id": job_id})  # type: ignore[arg-type]
 
         await with_retry(work)

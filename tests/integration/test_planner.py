@@ -1,0 +1,95 @@
+"""The planner use case on real Postgres and Kafka: store, dispatch, dedupe, refuse."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+from pacer_common.db.pool import open_pool
+from pacer_common.kafka import ensure_topics, make_producer
+from pacer_planner.adapters.kafka import KafkaCommandBus
+from pacer_planner.adapters.postgres import PostgresJobStore
+from pacer_planner.core import Handled, Planner
+from tests.integration.helpers import read_topic
+
+
+def request(rid: str, n: int, guids: int = 2, kind: str = "campaign", **extra: object) -> bytes:
+    return json.dumps({
+        "request_id": rid, "kind": kind, "created_by": "t", "message": {"type": "text", "content": "hi {n}"},
+        "targets": {"mode": "snapshot", "items": [
+            {"guid": f"g{i % guids}", "to_id": f"r{i}", "vars": {"n": str(i)}} for i in range(n)]},
+        "expire_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat(), **extra,
+    }).encode()
+
+
+@pytest.fixture
+def topics(kafka_config: dict[str, str], topic_prefix: str) -> dict[str, str]:
+    t = {lane: f"{topic_prefix}.item-commands.{lane}" for lane in ("online", "batch")} | {
+        "dlq": f"{topic_prefix}.job-requests.dlq"}
+    ensure_topics(kafka_config, {name: (1, {}) for name in t.values()})
+    return t
+
+
+def run(url: str, kafka_config: dict[str, str], topics: dict[str, str], bodies: list[bytes],
+        limit: int = 100_000) -> list[Handled]:
+    async def go() -> list[Handled]:
+        pool = await open_pool(url, min_size=1, max_size=2)
+        bus = KafkaCommandBus(make_producer(kafka_config), lambda lane: topics[lane], topics["dlq"])
+        planner = Planner(PostgresJobStore(pool), bus, max_backlog_per_guid=limit)
+        try:
+            return [await planner.handle(None, b) for b in bodies]
+        finally:
+            await pool.close()
+
+    return asyncio.run(go())
+
+
+def test_a_request_becomes_a_job_with_shards_items_and_commands(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    (h,) = run(database_url, kafka_config, topics, [request("r1", 10)])
+    assert (h.outcome, h.items) == ("planned", 10)
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM shards").fetchone() == (2,)
+        assert conn.execute("SELECT count(*) FROM items WHERE status = 'pending'").fetchone() == (10,)
+        assert conn.execute("SELECT dispatched_at IS NOT NULL FROM jobs").fetchone() == (True,)
+    commands = read_topic(kafka_config, topics["batch"], expect=10)
+    assert sorted(c["value"]["to_id"] for c in commands) == sorted(f"r{i}" for i in range(10))
+    assert {c["key"] for c in commands} == {b"g0", b"g1"}
+
+
+def test_online_kinds_go_to_the_online_lane(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    run(database_url, kafka_config, topics, [request("r2", 1, 1, kind="auto_reply", source_msg_uid="m1")])
+    assert len(read_topic(kafka_config, topics["online"], expect=1)) == 1
+
+
+def test_the_same_request_twice_is_one_job(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    outcomes = [h.outcome for h in run(database_url, kafka_config, topics, [request("r3", 5)] * 2)]
+    assert outcomes == ["planned", "duplicate"]
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM items").fetchone() == (5,)
+
+
+def test_a_stored_but_undispatched_job_is_dispatched_on_redelivery(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    run(database_url, kafka_config, topics, [request("r4", 4)])
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE jobs SET dispatched_at = NULL")  # as if the planner died before the flush
+    (h,) = run(database_url, kafka_config, topics, [request("r4", 4)])
+    assert (h.outcome, h.items) == ("redispatched", 4)
+
+
+def test_admission_refuses_batch_work_over_a_guids_backlog_but_not_replies(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    results = run(database_url, kafka_config, topics, [
+        request("r5", 8, 1), request("r6", 5, 1), request("r7", 1, 1, kind="auto_reply", source_msg_uid="m"),
+        request("r5", 8, 1)], limit=10)
+    assert [h.outcome for h in results] == ["planned", "dead_lettered", "planned", "duplicate"]
+    assert "admission refused: guid 'g0' has 8 queued items and this request adds 5" in (results[1].reason or "")
+    dlq = read_topic(kafka_config, topics["dlq"], expect=1)
+    assert json.loads(dlq[0]["raw"])["request_id"] == "r6"
