@@ -35,5 +35,8 @@ down: install           ## stop everything `make up` started
 chaos: install          ## every fault scenario on real processes; exits non-zero on a duplicate or a loss
 	$(BIN)/python -m pacer_dev.chaos
 
+bench: install          ## benchmarks on real Kafka, Postgres and the fake gateway (long: see docs/performance.md)
+	$(BIN)/python -m bench
+
 clean: down
 	$(BIN)/pacer-infra destroy

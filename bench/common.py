@@ -1,0 +1,121 @@
+"""Shared set-up for the benchmarks: real Kafka and Postgres, seeded jobs, measurement."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from pacer_common.db.migrate import migrate
+from pacer_common.domain.commands import ItemCommand
+from pacer_common.kafka import make_producer, produce_all
+from pacer_dev import infra
+from pacer_dev.infra import Infra
+from pacer_dev.stack import Stack, prepare
+
+CORES = os.cpu_count() or 1
+
+
+def real_infra() -> Infra:
+    return infra.up(Path(os.environ.get("PACER_STATE_DIR", ".pacer")) / "bench")
+
+
+def fresh_db(inf: Infra, label: str) -> str:
+    base = inf.database_url.rsplit("/", 1)[0]
+    name = f"bench_{label}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    url = f"{base}/{name}"
+    migrate(url)
+    return url
+
+
+def drop_db(url: str) -> None:
+    base, _, name = url.rpartition("/")
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def stack(inf: Infra, label: str, env: dict[str, str]) -> Stack:
+    url = fresh_db(inf, label)
+    state = Path(os.environ.get("PACER_STATE_DIR", ".pacer")) / "bench" / "runs" / label
+    st = Stack(state, Infra(inf.kafka_bootstrap, url, state), topic_prefix=f"b{uuid.uuid4().hex[:10]}", env_extra=env)
+    prepare(url, {"bootstrap.servers": inf.kafka_bootstrap}, st.topic_prefix)
+    return st
+
+
+@dataclass(frozen=True)
+class Seeded:
+    job_id: str
+    commands: list[ItemCommand]
+
+
+def seed_items(url: str, guids: int, per_guid: int, priority: int = 3, kind: str = "campaign",
+               job_id: str | None = None) -> Seeded:
+    """A job with ``per_guid`` pending items on each of ``guids`` guids, written by COPY."""
+    job_id = job_id or str(uuid.uuid4())
+    commands = []
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "INSERT INTO jobs (job_id, request_id, kind, priority, created_by, message, content_version,"
+            " target_mode, total, request, dispatched_at) VALUES (%s, %s, %s, %s, 'bench', '{}', 1, 'snapshot', %s,"
+            " '{}', now())", (job_id, f"bench-{job_id}", kind, priority, guids * per_guid))
+        shard_ids = {}
+        for g in range(guids):
+            guid = f"bg{g:05d}"
+            (sid,) = conn.execute("INSERT INTO shards (job_id, guid, total) VALUES (%s, %s, %s) RETURNING shard_id",
+                                  (job_id, guid, per_guid)).fetchone()  # type: ignore[misc]
+            shard_ids[guid] = sid
+            conn.execute("INSERT INTO shard_status_counts VALUES (%s, 'pending', %s)", (sid, per_guid))
+        with conn.cursor().copy("COPY items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority,"
+                                " kind) FROM STDIN") as copy:
+            for n in range(per_guid):
+                for g in range(guids):
+                    guid = f"bg{g:05d}"
+                    item_id = str(uuid.uuid4())
+                    key = f"bench:{job_id}:{guid}:{n}"
+                    copy.write_row((item_id, job_id, shard_ids[guid], guid, f"room-{n}", "hello", key, priority, kind))
+                    commands.append(ItemCommand.model_construct(
+                        schema_version=1, item_id=item_id, job_id=job_id, shard_id=shard_ids[guid], guid=guid,
+                        to_id=f"room-{n}", content="hello", idem_key=key, priority=priority, kind=kind,
+                        expire_at=None, not_before=None))
+    return Seeded(job_id, commands)
+
+
+def publish_commands(bootstrap: str, topic: str, commands: list[ItemCommand]) -> None:
+    produce_all(make_producer({"bootstrap.servers": bootstrap}),
+                ((topic, c.guid.encode(), c.model_dump_json().encode(), None) for c in commands))
+
+
+def count(url: str, sql: str, *args: Any) -> int:
+    with psycopg.connect(url) as conn:
+        return int(conn.execute(sql, args).fetchone()[0])  # type: ignore[index]
+
+
+def wait_until(pred: Any, timeout_s: float, poll_s: float = 0.25) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(poll_s)
+    return False
+
+
+def gateway(url: str, path: str) -> Any:
+    with urllib.request.urlopen(f"{url}{path}", timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def rss_mib(pid: int) -> float:
+    """Peak resident memory of a process (VmHWM), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")

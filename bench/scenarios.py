@@ -1,0 +1,274 @@
+"""The benchmark scenarios; each prints one line with figures measured in the same run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+
+from bench.common import (CORES, count, drop_db, fresh_db, gateway, publish_commands, real_infra, rss_mib,
+                          seed_items, stack, wait_until)
+from pacer_common.db.pool import open_pool
+from pacer_common.kafka import ensure_topics, make_consumer, make_producer, produce_all
+from pacer_planner.adapters.kafka import KafkaCommandBus
+from pacer_planner.adapters.postgres import PostgresJobStore
+from pacer_planner.core import Planner
+
+FAST = {"PACER_SENDER_MIN_INTERVAL_MS": "0", "PACER_SENDER_JITTER_MS": "0", "PACER_SENDER_MAX_BUFFERED": "20000",
+        "PACER_SENDER_DB_POOL_MAX": "40"}
+
+
+def env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def planner() -> str:
+    """Plan a snapshot job (rows durable + commands produced) vs COPY of the same rows + a bare produce."""
+    n, guids = env_int("BENCH_PLANNER_ITEMS", 1_000_000), 1000
+    inf = real_infra()
+    url = fresh_db(inf, "planner")
+    prefix = f"b{uuid.uuid4().hex[:8]}"
+    topics = {lane: f"{prefix}.item-commands.{lane}" for lane in ("online", "batch")}
+    ensure_topics({"bootstrap.servers": inf.kafka_bootstrap},
+                  {t: (16, {}) for t in [*topics.values(), f"{prefix}.dlq", f"{prefix}.raw"]})
+    body = json.dumps({
+        "request_id": f"bench-{uuid.uuid4().hex[:8]}", "kind": "campaign", "created_by": "bench",
+        "message": {"type": "text", "content": "Hello {n}"},
+        "targets": {"mode": "snapshot", "items": [
+            {"guid": f"g{i % guids:04d}", "to_id": f"room-{i:07d}", "vars": {"n": str(i)}} for i in range(n)]},
+        "expire_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat()}).encode()
+
+    async def plan_it() -> float:
+        pool = await open_pool(url, min_size=1, max_size=2)
+        bus = KafkaCommandBus(make_producer({"bootstrap.servers": inf.kafka_bootstrap}), topics.__getitem__,
+                              f"{prefix}.dlq")
+        t0 = time.perf_counter()
+        result = await Planner(PostgresJobStore(pool), bus).handle(None, body)
+        elapsed = time.perf_counter() - t0
+        assert result.outcome == "planned" and result.items == n, result
+        await pool.close()
+        return elapsed
+
+    pacer_s = asyncio.run(plan_it())
+    # The raw limit: the same rows by COPY into a fresh database, then the same number of
+    # messages of the same size produced bare.
+    raw_url = fresh_db(inf, "planner_raw")
+    with psycopg.connect(url) as src:
+        rows = src.execute("SELECT item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind"
+                           " FROM items").fetchall()
+        sample = src.execute("SELECT length(content) FROM items LIMIT 1").fetchone()
+    value = b"x" * (300 + (sample[0] if sample else 0))
+    t0 = time.perf_counter()
+    with psycopg.connect(raw_url) as dst, dst.cursor().copy(
+            "COPY items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind) FROM STDIN") as cp:
+        for r in rows:
+            cp.write_row(r)
+    produce_all(make_producer({"bootstrap.servers": inf.kafka_bootstrap}),
+                ((f"{prefix}.raw", r[3].encode(), value, None) for r in rows))
+    raw_s = time.perf_counter() - t0
+    drop_db(url)
+    drop_db(raw_url)
+    return (f"bench planner: items={n} items_per_s={n / pacer_s:.0f} raw_copy_produce_per_s={n / raw_s:.0f} "
+            f"ratio={raw_s / pacer_s:.2f} cores={CORES}")
+
+
+def sender() -> str:
+    """One sender process, pacing off, zero-latency gateway, vs a bare consume → POST loop."""
+    guids, per_guid = 200, env_int("BENCH_SENDER_PER_GUID", 100)
+    n = guids * per_guid
+    inf = real_infra()
+    st = stack(inf, "sender", FAST)
+    try:
+        st.start_gateway()
+        seeded = seed_items(st.infra.database_url, guids, per_guid)
+        publish_commands(inf.kafka_bootstrap, f"{st.topic_prefix}.item-commands.batch", seeded.commands)
+        proc = st.start_service("sender", "sender-1")
+        url = st.infra.database_url
+        t0 = time.perf_counter()
+        wait_until(lambda: count(url, "SELECT count(*) FROM items WHERE status = 'confirmed'") >= n, 900)
+        pacer_s = time.perf_counter() - t0
+        rss = rss_mib(proc.pid)
+        st.stop("sender-1")
+        bare_rps = asyncio.run(_bare_loop(inf.kafka_bootstrap, f"{st.topic_prefix}.item-commands.batch",
+                                          st.gateway_url or "", n))
+    finally:
+        st.stop_all()
+        drop_db(st.infra.database_url)
+    pacer_rps = n / pacer_s
+    return (f"bench sender: items_per_s={pacer_rps:.0f} bare_loop_per_s={bare_rps:.0f} "
+            f"ratio={pacer_rps / bare_rps:.2f} rss_mib={rss:.0f} items={n} cores={CORES}")
+
+
+async def _bare_loop(bootstrap: str, topic: str, gateway_url: str, n: int) -> float:
+    """Consume the same commands and POST each with the same client, 200 in flight, nothing else."""
+    from pacer_common.domain.commands import ItemCommand
+    from pacer_common.gateway import make_client
+
+    consumer = make_consumer({"bootstrap.servers": bootstrap}, f"bare-{uuid.uuid4().hex}")
+    consumer.subscribe([topic])
+    client = make_client(gateway_url, 10, max_connections=200)
+    sem = asyncio.Semaphore(200)
+    done = 0
+
+    async def post(cmd: ItemCommand) -> None:
+        nonlocal done
+        async with sem:
+            await client.post("/message/sendText", json={"guid": cmd.guid, "toId": cmd.to_id, "content": cmd.content},
+                              headers={"X-Idempotency-Key": cmd.idem_key + ":bare"})
+            done += 1
+
+    loop = asyncio.get_running_loop()
+    tasks = []
+    t0 = time.perf_counter()
+    while len(tasks) < n and time.perf_counter() - t0 < 300:
+        for m in await loop.run_in_executor(None, consumer.consume, 500, 0.1):
+            if m.error() is None:
+                tasks.append(asyncio.create_task(post(ItemCommand.model_validate_json(m.value()))))
+        await asyncio.sleep(0)
+    await asyncio.gather(*tasks)
+    elapsed = time.perf_counter() - t0
+    consumer.close()
+    await client.aclose()
+    return done / elapsed
+
+
+def pacing() -> str:
+    """Many guids paced at about one send per second each: achieved rate and interval violations."""
+    guids, seconds = env_int("BENCH_PACING_GUIDS", 2000), env_int("BENCH_PACING_SECONDS", 300)
+    interval, jitter = 0.9, 0.2  # mean gap 1.0 s
+    inf = real_infra()
+    st = stack(inf, "pacing", {"PACER_SENDER_MIN_INTERVAL_MS": str(int(interval * 1000)),
+                               "PACER_SENDER_JITTER_MS": str(int(jitter * 1000)), "PACER_SENDER_ONLINE_RESERVE": "0",
+                               "PACER_SENDER_MAX_BUFFERED": "50000", "PACER_SENDER_DB_POOL_MAX": "40"})
+    try:
+        st.start_gateway(min_interval_ms=int(interval * 1000) - 5)
+        per_guid = int(seconds * 1.2) + 5
+        seeded = seed_items(st.infra.database_url, guids, per_guid)
+        publish_commands(inf.kafka_bootstrap, f"{st.topic_prefix}.item-commands.batch", seeded.commands)
+        st.start_service("sender", "sender-1")
+        wait_until(lambda: gateway(st.gateway_url or "", "/_admin/stats")["sends"] > 0, 120)
+        start = gateway(st.gateway_url or "", "/_admin/stats")["sends"]
+        time.sleep(seconds)  # the measurement window itself
+        stats = gateway(st.gateway_url or "", "/_admin/stats")
+    finally:
+        st.stop_all()
+        drop_db(st.infra.database_url)
+    achieved = (stats["sends"] - start) / (guids * seconds / (interval + jitter / 2))
+    return (f"bench pacing: guids={guids} rate_per_guid=1/s seconds={seconds} achieved_ratio={achieved:.3f} "
+            f"violations={stats['interval_violations']} cores={CORES}")
+
+
+def recovery() -> str:
+    """kill -9 the sender that owns every guid; time until each guid sends again, and duplicates."""
+    guids, lease = env_int("BENCH_RECOVERY_GUIDS", 1000), 10
+    inf = real_infra()
+    st = stack(inf, "recovery", {"PACER_SENDER_MIN_INTERVAL_MS": "200", "PACER_SENDER_JITTER_MS": "100",
+                                 "PACER_SENDER_LEASE_TTL_S": str(lease), "PACER_SENDER_GATEWAY_TIMEOUT_S": "2",
+                                 "PACER_RECONCILER_SWEEP_INTERVAL_S": "0.5", "PACER_RECONCILER_VERIFY_AFTER_S": "3"})
+    try:
+        st.start_gateway()
+        seeded = seed_items(st.infra.database_url, guids, 60)
+        publish_commands(inf.kafka_bootstrap, f"{st.topic_prefix}.item-commands.batch", seeded.commands)
+        st.start_service("reconciler")
+        st.start_service("sender", "victim")
+        gw = st.gateway_url or ""
+        wait_until(lambda: len(gateway(gw, "/_admin/stats?detail=1").get("by_guid_count", {})) >= guids, 300)
+        st.start_service("sender", "heir")
+        time.sleep(2)  # let the group settle with both members before the kill
+        st.kill("victim")
+        killed_at = time.time()
+        seen: dict[str, float] = {}
+        deadline = time.monotonic() + lease * 6 + 60
+        while len(seen) < guids and time.monotonic() < deadline:
+            for s in gateway(gw, f"/_admin/sends?limit=100000&offset={0}")["sends"]:
+                if s["at"] > killed_at and s["guid"] not in seen:
+                    seen[s["guid"]] = s["at"] - killed_at
+            time.sleep(1)
+        dupes = gateway(gw, "/_admin/stats")["duplicates"]
+    finally:
+        st.stop_all()
+        drop_db(st.infra.database_url)
+    p100 = max(seen.values()) if len(seen) == guids else float("inf")
+    return (f"bench recovery: guids={guids} resumed={len(seen)} resume_p100_s={p100:.1f} lease_ttl_s={lease} "
+            f"duplicates={dupes} cores={CORES}")
+
+
+def priority() -> str:
+    """Auto-replies published while a campaign backlog waits on the same guids: request → gateway."""
+    backlog, guids, replies = env_int("BENCH_PRIORITY_BACKLOG", 100_000), 100, env_int("BENCH_PRIORITY_REPLIES", 100)
+    interval_ms = 1000
+    inf = real_infra()
+    st = stack(inf, "priority", {"PACER_SENDER_MIN_INTERVAL_MS": str(interval_ms), "PACER_SENDER_JITTER_MS": "0",
+                                 "PACER_SENDER_MAX_BUFFERED": "5000"})
+    try:
+        st.start_gateway()
+        seeded = seed_items(st.infra.database_url, guids, backlog // guids)
+        publish_commands(inf.kafka_bootstrap, f"{st.topic_prefix}.item-commands.batch", seeded.commands)
+        st.start_service("planner")
+        st.start_service("sender", "sender-1")
+        gw = st.gateway_url or ""
+        wait_until(lambda: gateway(gw, "/_admin/stats")["sends"] > guids, 120)
+        producer = make_producer({"bootstrap.servers": inf.kafka_bootstrap})
+        published: dict[str, float] = {}
+        for i in range(replies):
+            rid = f"reply-{uuid.uuid4().hex[:8]}"
+            guid = f"bg{i % guids:05d}"
+            body = json.dumps({"request_id": rid, "kind": "auto_reply", "created_by": "bench",
+                               "source_msg_uid": rid, "message": {"type": "text", "content": "on it"},
+                               "targets": {"mode": "snapshot", "items": [{"guid": guid, "to_id": f"cust-{i}"}]}})
+            published[f"cust-{i}"] = time.time()
+            produce_all(producer, [(f"{st.topic_prefix}.job-requests", rid.encode(), body.encode(), None)])
+            time.sleep(0.05)  # replies trickle in, as customers write
+        latencies: list[float] = []
+
+        def collect() -> bool:
+            latencies.clear()
+            for s in gateway(gw, "/_admin/sends?limit=200000")["sends"]:
+                if s["toId"] in published:
+                    latencies.append((s["at"] - published[s["toId"]]) * 1000)
+            return len(latencies) >= replies
+
+        wait_until(collect, 120, poll_s=1.0)
+        queued = count(st.infra.database_url, "SELECT count(*) FROM items WHERE status = 'pending'")
+    finally:
+        st.stop_all()
+        drop_db(st.infra.database_url)
+    q = statistics.quantiles(latencies, n=100) if len(latencies) >= 2 else [float("nan")] * 99
+    return (f"bench priority: backlog={backlog} still_queued={queued} replies={len(latencies)}/{replies} "
+            f"autoreply_p50_ms={q[49]:.0f} p99_ms={q[98]:.0f} interval_ms={interval_ms} cores={CORES}")
+
+
+def scale() -> str:
+    """Many active guids on one sender process: memory and achieved rate."""
+    guids, seconds = env_int("BENCH_SCALE_GUIDS", 10_000), env_int("BENCH_SCALE_SECONDS", 60)
+    interval = 10.0  # slow per guid, so the total stays within one process's reach
+    inf = real_infra()
+    st = stack(inf, "scale", {"PACER_SENDER_MIN_INTERVAL_MS": str(int(interval * 1000)),
+                              "PACER_SENDER_JITTER_MS": "0", "PACER_SENDER_ONLINE_RESERVE": "0",
+                              "PACER_SENDER_MAX_BUFFERED": "100000"})
+    try:
+        st.start_gateway(min_interval_ms=int(interval * 1000) - 50)
+        seeded = seed_items(st.infra.database_url, guids, int(seconds / interval) + 3)
+        publish_commands(inf.kafka_bootstrap, f"{st.topic_prefix}.item-commands.batch", seeded.commands)
+        proc = st.start_service("sender", "sender-1")
+        wait_until(lambda: gateway(st.gateway_url or "", "/_admin/stats")["sends"] >= guids, 600)
+        start = gateway(st.gateway_url or "", "/_admin/stats")["sends"]
+        time.sleep(seconds)  # the measurement window itself
+        stats = gateway(st.gateway_url or "", "/_admin/stats")
+        rss = rss_mib(proc.pid)
+    finally:
+        st.stop_all()
+        drop_db(st.infra.database_url)
+    achieved = (stats["sends"] - start) / (guids * seconds / interval)
+    return (f"bench scale: guids={guids} rss_mib={rss:.0f} achieved_ratio={achieved:.3f} "
+            f"violations={stats['interval_violations']} cores={CORES}")
+
+
+SCENARIOS = {"planner": planner, "sender": sender, "pacing": pacing, "priority": priority,
+             "recovery": recovery, "scale": scale}
