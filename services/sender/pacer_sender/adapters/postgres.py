@@ -17,6 +17,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from pacer_common.db.batching import Batcher
 from pacer_common.db.errors import with_retry
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
@@ -32,9 +33,12 @@ def _sql(name: str) -> str:
 
 
 class PostgresItemRepository:
-    def __init__(self, pool: AsyncConnectionPool, lease_ttl: timedelta) -> None:
+    def __init__(self, pool: AsyncConnectionPool, lease_ttl: timedelta, max_batch: int = 500) -> None:
         self.pool = pool
         self.lease_ttl = lease_ttl
+        # Steps asked for in the same instant by different guid workers go as one statement.
+        self._begins: Batcher[tuple[ItemCommand, str], Begun] = Batcher(self._begin_many, max_batch)
+        self._confirms: Batcher[tuple[ItemCommand, int, Receipt], bool] = Batcher(self._confirm_many, max_batch)
 
     async def _row(self, name: str, params: dict[str, Any]) -> Any:
         async def work() -> Any:
@@ -55,16 +59,42 @@ class PostgresItemRepository:
 
     async def begin_send(self, cmd: ItemCommand, owner: str) -> Begun:
         """Claim, reserve the idempotency key and write ``submitted``, durably, before sending."""
-        row = await self._row("begin_send", {
-            "item_id": cmd.item_id, "owner": owner, "ttl": self.lease_ttl, "idem_key": cmd.idem_key,
-            "guid": cmd.guid, "to_id": cmd.to_id,
-        })
-        return Begun(row["outcome"], row["epoch"], row["attempts"], row["holder"])
+        return await self._begins.submit((cmd, owner))
 
     async def confirm(self, cmd: ItemCommand, epoch: int, receipt: Receipt) -> bool:
-        row = await self._row("confirm", {"item_id": cmd.item_id, "epoch": epoch, "idem_key": cmd.idem_key,
-                                          "receipt": Jsonb(receipt.as_payload())})
-        return bool(row["moved"])
+        return await self._confirms.submit((cmd, epoch, receipt))
+
+    async def _begin_many(self, reqs: Sequence[tuple[ItemCommand, str]]) -> list[Begun]:
+        out: list[Begun | None] = [None] * len(reqs)
+        by_owner: dict[str, list[int]] = {}
+        for i, (_, owner) in enumerate(reqs):
+            by_owner.setdefault(owner, []).append(i)
+        for owner, idx in by_owner.items():
+            cmds = [reqs[i][0] for i in idx]
+            rows = await self._rows("begin_send_many", {
+                "items": [c.item_id for c in cmds], "owner": owner, "ttl": self.lease_ttl,
+                "keys": [c.idem_key for c in cmds], "guids": [c.guid for c in cmds], "to_ids": [c.to_id for c in cmds],
+            })
+            for r in rows:
+                out[idx[r["ord"] - 1]] = Begun(r["outcome"], r["epoch"], r["attempts"], r["holder"])
+        return out  # type: ignore[return-value]
+
+    async def _confirm_many(self, reqs: Sequence[tuple[ItemCommand, int, Receipt]]) -> list[bool]:
+        rows = await self._rows("confirm_many", {
+            "items": [c.item_id for c, _, _ in reqs], "epochs": [e for _, e, _ in reqs],
+            "keys": [c.idem_key for c, _, _ in reqs], "receipts": [Jsonb(r.as_payload()) for _, _, r in reqs],
+        })
+        moved = [False] * len(reqs)
+        for r in rows:
+            moved[r["ord"] - 1] = bool(r["moved"])
+        return moved
+
+    async def _rows(self, name: str, params: dict[str, Any]) -> list[Any]:
+        async def work() -> list[Any]:
+            async with self.pool.connection() as conn:
+                return await (await conn.execute(_sql(name), params)).fetchall()  # type: ignore[arg-type]
+
+        return await with_retry(work)
 
     async def settle(self, cmd: ItemCommand, epoch: int, d: Decision) -> bool:
         row = await self._row("settle", {

@@ -1,1 +1,0 @@
-SELECT pacer_confirm(%(item_id)s, %(epoch)s, %(idem_key)s, %(receipt)s) AS moved

@@ -1,0 +1,70 @@
+"""Requests made in the same instant go to the database as one batch, results kept apart."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from pacer_common.db.batching import Batcher
+
+
+def test_requests_made_together_run_as_one_batch_and_each_gets_its_own_result() -> None:
+    calls: list[list[int]] = []
+
+    async def run_many(reqs: Sequence[int]) -> list[int]:
+        calls.append(list(reqs))
+        return [r * 10 for r in reqs]
+
+    async def scenario() -> list[int]:
+        b: Batcher[int, int] = Batcher(run_many)
+        return await asyncio.gather(*(b.submit(i) for i in range(50)))
+
+    assert asyncio.run(scenario()) == [i * 10 for i in range(50)]
+    assert calls == [list(range(50))]
+
+
+def test_batches_are_capped() -> None:
+    sizes: list[int] = []
+
+    async def run_many(reqs: Sequence[int]) -> list[int]:
+        sizes.append(len(reqs))
+        return list(reqs)
+
+    async def scenario() -> None:
+        b: Batcher[int, int] = Batcher(run_many, max_batch=20)
+        await asyncio.gather(*(b.submit(i) for i in range(50)))
+
+    asyncio.run(scenario())
+    assert sizes == [20, 20, 10]
+
+
+def test_a_failed_batch_fails_every_request_in_it() -> None:
+    async def run_many(reqs: Sequence[int]) -> list[int]:
+        raise RuntimeError("database gone")
+
+    async def scenario() -> list[object]:
+        b: Batcher[int, int] = Batcher(run_many)
+        return await asyncio.gather(*(b.submit(i) for i in range(3)), return_exceptions=True)
+
+    results = asyncio.run(scenario())
+    assert all(isinstance(r, RuntimeError) for r in results)
+
+
+def test_requests_after_a_batch_started_go_in_the_next_one() -> None:
+    calls: list[list[int]] = []
+
+    async def run_many(reqs: Sequence[int]) -> list[int]:
+        calls.append(list(reqs))
+        await asyncio.sleep(0)
+        return list(reqs)
+
+    async def scenario() -> None:
+        b: Batcher[int, int] = Batcher(run_many)
+        first = asyncio.gather(b.submit(1), b.submit(2))
+        await asyncio.sleep(0)
+        await asyncio.gather(first, b.submit(3))
+
+    asyncio.run(scenario())
+    assert calls == [[1, 2], [3]]
