@@ -13,12 +13,11 @@ from typing import Any
 
 import psycopg
 
-from pacer_common.db.migrate import migrate
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.kafka import make_producer, produce_all
 from pacer_dev import infra
 from pacer_dev.infra import Infra
-from pacer_dev.stack import Stack, prepare
+from pacer_dev.stack import Stack, create_database, drop_database, prepare
 
 CORES = os.cpu_count() or 1
 
@@ -28,19 +27,10 @@ def real_infra() -> Infra:
 
 
 def fresh_db(inf: Infra, label: str) -> str:
-    base = inf.database_url.rsplit("/", 1)[0]
-    name = f"bench_{label}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    url = f"{base}/{name}"
-    migrate(url)
-    return url
+    return create_database(inf.database_url, f"bench_{label}")
 
 
-def drop_db(url: str) -> None:
-    base, _, name = url.rpartition("/")
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+drop_db = drop_database
 
 
 def stack(inf: Infra, label: str, env: dict[str, str]) -> Stack:

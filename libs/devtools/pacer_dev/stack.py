@@ -184,3 +184,27 @@ def prepare(database_url: str, kafka_config: dict[str, str], topic_prefix: str) 
     migrate(database_url)
     k = KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"], topic_prefix=topic_prefix)
     ensure_topics(kafka_config, topic_layout(k))
+
+
+def create_database(server_url: str, label: str) -> str:
+    """A new, migrated database on the server of ``server_url``; returns its URL."""
+    import uuid
+
+    import psycopg
+
+    from pacer_common.db.migrate import migrate
+
+    base = server_url.rsplit("/", 1)[0]
+    name = f"{label.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    migrate(f"{base}/{name}")
+    return f"{base}/{name}"
+
+
+def drop_database(url: str) -> None:
+    import psycopg
+
+    base, _, name = url.rpartition("/")
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -8,6 +8,7 @@ once, and an item may be confirmed only if its key was delivered.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.request
@@ -20,11 +21,10 @@ from typing import Any
 
 import psycopg
 
-from pacer_common.db.migrate import migrate
 from pacer_common.domain.status import TERMINAL
 from pacer_common.kafka import make_producer, produce_all
 from pacer_dev.infra import Infra
-from pacer_dev.stack import Stack, prepare
+from pacer_dev.stack import Stack, create_database, drop_database, prepare
 
 # Short leases and timeouts so that takeovers and verification happen within seconds.
 SERVICE_ENV = {
@@ -155,13 +155,8 @@ class Scenario:
 def open_scenario(name: str, infra: Infra, root: Path, *, senders: int, gateway: dict[str, Any] | None = None,
                   env: dict[str, str] | None = None) -> Scenario:
     """A fresh database and topic prefix, the fake gateway and the services."""
-    base = infra.database_url.rsplit("/", 1)[0]
-    dbname = f"chaos_{name.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {dbname}")
-    url = f"{base}/{dbname}"
-    migrate(url)
-    state = root / dbname
+    url = create_database(infra.database_url, f"chaos_{name}")
+    state = root / url.rsplit("/", 1)[1]
     stack = Stack(state, Infra(infra.kafka_bootstrap, url, state), topic_prefix=f"c{uuid.uuid4().hex[:10]}",
                   env_extra={**SERVICE_ENV, **(env or {})})
     prepare(url, {"bootstrap.servers": infra.kafka_bootstrap}, stack.topic_prefix)
@@ -175,12 +170,8 @@ def open_scenario(name: str, infra: Infra, root: Path, *, senders: int, gateway:
 
 def close_scenario(sc: Scenario) -> None:
     sc.stack.stop_all()
-    base, _, dbname = sc.db.rpartition("/")
-    try:
-        with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")
-    except psycopg.Error:
-        pass
+    with contextlib.suppress(psycopg.Error):
+        drop_database(sc.db)
 
 
 def line(name: str, fig: dict[str, int], extra: tuple[str, ...] = ()) -> str:
