@@ -54,7 +54,6 @@ def dispatcher(limits: Limits, store: GrantAll | None = None) -> tuple[Dispatche
     rec = Recorder()
     table: dict[str, Limits] = {}
     d = Dispatcher(rec, lambda g: table.get(g, limits), GuidLeases(store or GrantAll(), "me", 30.0))  # type: ignore[arg-type]
-    d.max_idle_s = 0.05
     return d, rec, table
 
 
@@ -99,6 +98,7 @@ def test_a_hot_rate_change_applies_to_a_waiting_guid() -> None:
             d.submit(Envelope(("t", 0), n, cmd("g", n)))
         await until(lambda: len(rec.sent) == 1)
         table["g"] = Limits(min_interval_s=0.0, jitter_s=0.0)
+        d.wake(["g"])  # what the limits book does when guid_limits changes
         await until(lambda: len(rec.sent) == 5, timeout=5.0)
         return len(rec.sent)
 

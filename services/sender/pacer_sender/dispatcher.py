@@ -41,7 +41,7 @@ class Dispatcher:
                  rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.executor = executor
         self.limits = limits  # guid → its current limits (hot-adjustable)
-        self.max_idle_s = 1.0  # re-read limits at least this often while waiting
+        self.max_idle_s = 30.0  # a waiting guid re-checks at least this often (changes wake it sooner)
         self.fatal: BaseException | None = None
         self.leases = leases
         self.lease_retry_s = 1.0
@@ -220,6 +220,12 @@ class Dispatcher:
         for g in gone:
             self.guid_tp.pop(g, None)
         return points
+
+    def wake(self, guids: list[str]) -> None:
+        """Make waiting workers look again now (their limits changed); ``*`` wakes all."""
+        targets = self.wakes.keys() if "*" in guids else [g for g in guids if g in self.wakes]
+        for guid in list(targets):
+            self.wakes[guid].set()
 
     @property
     def buffered(self) -> int:

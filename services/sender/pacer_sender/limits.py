@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import logging
 from datetime import datetime, time as dtime
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from pacer_common.db.errors import TransientError
@@ -33,9 +34,11 @@ def apply_overrides(base: Limits, overrides: dict[str, Any]) -> Limits:
 
 
 class LimitsBook:
-    def __init__(self, defaults: Limits, source: LimitsSource) -> None:
+    def __init__(self, defaults: Limits, source: LimitsSource,
+                 on_change: Callable[[list[str]], None] | None = None) -> None:
         self.defaults = defaults
         self.source = source
+        self.on_change = on_change or (lambda guids: None)  # e.g. wake those guids' workers
         self._overrides: dict[str, dict[str, Any]] = {}
         self._resolved: dict[str, Limits] = {}
         self._since: datetime | None = None
@@ -55,6 +58,7 @@ class LimitsBook:
                 base = self._safe(self.defaults, "*")
             self._resolved = {"*": base} | {g: self._safe(base, g) for g in self._overrides if g != "*"}
             log.info("limits changed for %d guid(s)", len(changed))
+            self.on_change([guid for guid, _, _ in changed])
         return len(changed)
 
     def _safe(self, base: Limits, guid: str) -> Limits:

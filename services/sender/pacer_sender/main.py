@@ -208,8 +208,9 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
               registry=ctx.registry).set_function(lambda: leases.takeovers)
         limits = LimitsBook(defaults, PostgresLimitsSource(pool))
         await limits.refresh()
-        refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))
         dispatcher = Dispatcher(executor, limits, leases, on_executed=on_executed)
+        limits.on_change = dispatcher.wake
+        refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))
         renewals = asyncio.create_task(leases.keep_renewed(ctx.stop))
         # Kafka 4's consumer group protocol (KIP-848) rebalances incrementally, and its range
         # assignor gives partition N of both lane topics to the same sender: a guid's online

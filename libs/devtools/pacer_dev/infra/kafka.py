@@ -162,6 +162,12 @@ def _write_config(home: Path, record: KafkaRecord) -> Path:
         # its session expires (9 s by default); chaos tests restart often, so expire sooner.
         "broker.session.timeout.ms": "4000",
         "broker.heartbeat.interval.ms": "1000",
+        # Senders use the KIP-848 consumer protocol: a dead member is noticed after this
+        # session timeout (broker-side; 45 s by default), so keep it near the lease TTL.
+        "group.consumer.session.timeout.ms": "10000",
+        "group.consumer.min.session.timeout.ms": "6000",
+        "group.consumer.heartbeat.interval.ms": "1000",
+        "group.consumer.min.heartbeat.interval.ms": "1000",
         # Topics are created explicitly, as in production, so a misspelt name fails loudly.
         "auto.create.topics.enable": "false",
         "num.partitions": "8",
