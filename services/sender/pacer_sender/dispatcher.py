@@ -56,6 +56,7 @@ class Dispatcher:
         self.executing: dict[str, Envelope] = {}
         self.books: dict[TP, PartitionOffsets] = {}
         self.by_lane: dict[Lane, int] = {"online": 0, "batch": 0}  # commands held, per lane
+        self.by_tp: dict[TP, int] = {}  # commands held, per partition (flow control)
         self._progress = asyncio.Event()
 
     # -- intake ---------------------------------------------------------------------------
@@ -65,6 +66,7 @@ class Dispatcher:
         self.guid_tp[env.cmd.guid] = env.tp
         lanes.push(env, env.cmd.priority, self._due(env.cmd), env.cmd.job_id)
         self.by_lane[lane_of(env.cmd.priority)] += 1
+        self.by_tp[env.tp] = self.by_tp.get(env.tp, 0) + 1
         wake = self.wakes.get(env.cmd.guid)
         if wake is not None:
             wake.set()
@@ -173,6 +175,7 @@ class Dispatcher:
 
     def _done(self, env: Envelope) -> None:
         self.by_lane[lane_of(env.cmd.priority)] -= 1
+        self.by_tp[env.tp] = self.by_tp.get(env.tp, 1) - 1
         book = self.books.get(env.tp)
         if book is not None:
             book.done(env.offset)
@@ -202,6 +205,8 @@ class Dispatcher:
         for guid, q in list(self.queues.items()):
             for env in q.remove_if(lambda e: e.tp in tps):
                 self.by_lane[lane_of(env.cmd.priority)] -= 1
+        for tp in tps:
+            self.by_tp.pop(tp, None)
             task = self.workers.get(guid)
             if not q and task is not None and guid not in self.executing:
                 task.cancel()  # only ever cancelled while waiting, never mid-item

@@ -87,7 +87,7 @@ class ConsumerLoop:
         self.cfg = cfg
         self.bad_commands = bad_commands
         self.assigned: set[TP] = set()
-        self.paused: set[str] = set()  # lanes whose partitions are paused
+        self.paused: set[TP] = set()  # partitions paused for holding their share
         self.topic = {"online": online_topic, "batch": batch_topic}
         self.online_topic, self.batch_topic = online_topic, batch_topic
         self.loop = asyncio.get_running_loop()
@@ -95,14 +95,12 @@ class ConsumerLoop:
     # Rebalance callbacks run on the consumer thread, inside poll.
     def on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
         self.assigned |= {(p.topic, p.partition) for p in partitions}
-        paused = [p for p in partitions if p.topic in {self.topic[lane] for lane in self.paused}]
-        if paused:
-            self.consumer.consumer.pause(paused)
         log.info("partitions assigned: %s", sorted(p.partition for p in partitions))
 
     def on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
         tps = {(p.topic, p.partition) for p in partitions}
         self.assigned -= tps
+        self.paused -= tps
         fut = asyncio.run_coroutine_threadsafe(self.dispatcher.release(tps), self.loop)
         points = fut.result(timeout=60)
         if points:
@@ -115,6 +113,7 @@ class ConsumerLoop:
     def on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
         tps = {(p.topic, p.partition) for p in partitions}
         self.assigned -= tps
+        self.paused -= tps
         asyncio.run_coroutine_threadsafe(self.dispatcher.release(tps), self.loop).result(timeout=60)
         log.warning("partitions lost: %s", sorted(p.partition for p in partitions))
 
@@ -150,18 +149,26 @@ class ConsumerLoop:
             log.warning("final offset commit refused: %s", exc)
 
     async def _flow_control(self) -> None:
-        """Bounded memory: stop reading batch commands when too many are held; online
-        commands are counted apart, so a reply never waits behind a batch backlog."""
-        cap = self.cfg.max_buffered
-        for lane in ("batch", "online"):
-            buffered, high = self.dispatcher.by_lane[lane], cap  # type: ignore[index]
-            parts = [TopicPartition(t, p) for t, p in self.assigned if t == self.topic[lane]]
-            if lane not in self.paused and buffered >= high:
-                await self.consumer.call(self.consumer.consumer.pause, parts)
-                self.paused.add(lane)
-            elif lane in self.paused and buffered <= high // 2:
-                await self.consumer.call(self.consumer.consumer.resume, parts)
-                self.paused.discard(lane)
+        """Bounded memory without head-of-line blocking between partitions: each partition
+        has its own share of ``max_buffered`` and is paused alone when it holds that much, so
+        a backlog in one partition (or lane) never stops another from being read — a reply
+        in the online lane, or a partition just taken over from a dead sender."""
+        if not self.assigned:
+            return
+        share = max(100, self.cfg.max_buffered // len(self.assigned))
+        pause, resume = [], []
+        for tp in self.assigned:
+            held = self.dispatcher.by_tp.get(tp, 0)
+            if tp not in self.paused and held >= share:
+                pause.append(tp)
+            elif tp in self.paused and held <= share // 2:
+                resume.append(tp)
+        if pause:
+            await self.consumer.call(self.consumer.consumer.pause, [TopicPartition(t, p) for t, p in pause])
+            self.paused.update(pause)
+        if resume:
+            await self.consumer.call(self.consumer.consumer.resume, [TopicPartition(t, p) for t, p in resume])
+            self.paused.difference_update(resume)
 
     async def _commit(self) -> None:
         points = self.dispatcher.commit_points()
