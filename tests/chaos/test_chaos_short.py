@@ -21,7 +21,7 @@ SHORT = Size(items=600, guids=12, kills=5, timeout_s=240)
 EVIDENCE = {
     "kill-sender": lambda f: f["kills"] >= SHORT.kills,
     "scale": lambda f: f["violations"] == 0 and f["max_guid_concurrency"] <= 1,
-    "zombie": lambda f: f["takeovers"] > 0 and f["max_guid_concurrency"] <= 1,
+    "zombie": lambda f: f["guid_takeovers"] > 0 and f["max_guid_concurrency"] <= 1,
     "kafka-restart": lambda f: True,
     "postgres-restart": lambda f: True,
     "gateway-faults": lambda f: f["dropped"] > 0 and f["rejected"] > 0 and f["verified"] > 0,

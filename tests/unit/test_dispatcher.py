@@ -137,3 +137,29 @@ def test_finished_offsets_commit_in_order_even_when_guids_finish_out_of_order() 
         return points
 
     assert asyncio.run(scenario()) == {("t", 0): 1}, "offset 1 is unfinished: commit stops there"
+
+
+def test_releasing_partitions_drops_their_queued_items_and_keeps_the_others() -> None:
+    async def scenario() -> tuple[dict, int, int, list[str]]:  # type: ignore[type-arg]
+        d, rec, table = dispatcher(Limits(min_interval_s=0.0, jitter_s=0.0))
+        table["slow"] = Limits(min_interval_s=3600.0, jitter_s=0.0)
+        for n in range(3):
+            d.submit(Envelope(("t", 0), n, cmd("slow", n)))
+        for n in range(3):
+            d.submit(Envelope(("t", 1), n, cmd("other", n, job="k")))
+        await until(lambda: len(rec.sent) >= 4)  # slow sent one and waits; other sent all
+        points = await d.release({("t", 0)})
+        await until(lambda: "slow" not in d.workers)
+        return points, d.buffered, d.by_tp.get(("t", 0), 0), sorted(d.queues)
+
+    points, buffered, held, queues = asyncio.run(scenario())
+    assert points == {("t", 0): 1}, "the two dropped items stay uncommitted for the next owner"
+    assert (buffered, held, queues) == (0, 0, [])
+
+
+def test_releasing_when_nothing_is_queued_is_harmless() -> None:
+    async def scenario() -> dict:  # type: ignore[type-arg]
+        d, _, _ = dispatcher(Limits())
+        return await d.release({("t", 3)})
+
+    assert asyncio.run(scenario()) == {}

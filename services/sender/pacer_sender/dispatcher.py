@@ -205,11 +205,11 @@ class Dispatcher:
         for guid, q in list(self.queues.items()):
             for env in q.remove_if(lambda e: e.tp in tps):
                 self.by_lane[lane_of(env.cmd.priority)] -= 1
-        for tp in tps:
-            self.by_tp.pop(tp, None)
             task = self.workers.get(guid)
             if not q and task is not None and guid not in self.executing:
                 task.cancel()  # only ever cancelled while waiting, never mid-item
+        for tp in tps:
+            self.by_tp.pop(tp, None)
         deadline = self.clock() + timeout_s
         while any(e.tp in tps for e in self.executing.values()) and self.clock() < deadline:
             self._progress.clear()

@@ -99,6 +99,15 @@ class Scenario:
         while time.monotonic() < deadline and self.progress()[1] < fraction * self.items:
             time.sleep(0.2)
 
+    def wait_for_guid_takeover(self, timeout_s: float) -> None:
+        """Block until some guid lease has been taken over from a silent owner."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with psycopg.connect(self.db) as conn:
+                if conn.execute("SELECT coalesce(sum(takeovers), 0) FROM guid_leases").fetchone()[0]:
+                    return
+            time.sleep(0.5)
+
     # -- witnesses --------------------------------------------------------------------------
     def gateway(self, path: str, body: Any = None, method: str = "GET") -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -116,6 +125,7 @@ class Scenario:
                 "SELECT e.type, count(*) FROM item_events e JOIN jobs j USING (job_id) WHERE j.request_id = %s"
                 " GROUP BY 1", (self.request_id,)).fetchall())
             jobs = conn.execute("SELECT count(*) FROM jobs WHERE request_id = %s", (self.request_id,)).fetchone()[0]
+            guid_takeovers = conn.execute("SELECT coalesce(sum(takeovers), 0) FROM guid_leases").fetchone()[0]
         delivered: Counter[str] = Counter()
         offset = 0
         while True:
@@ -145,6 +155,7 @@ class Scenario:
             "failed": statuses.get("failed", 0),
             "abandoned": statuses.get("abandoned", 0),
             "takeovers": events.get("ItemLeaseExpired", 0) + events.get("ItemInDoubt", 0),
+            "guid_takeovers": int(guid_takeovers),
             "verified": events.get("ItemVerifiedDelivered", 0) + events.get("ItemVerifiedNotDelivered", 0),
             "intercepts": events.get("ItemDuplicateIntercepted", 0),
             "violations": int(stats["interval_violations"]),

@@ -81,11 +81,13 @@ def zombie(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
         sc.wait_progress(0.2)
         sc.stack.signal("sender-1", signal.SIGSTOP)
         ttl = float(sc.stack.env_extra["PACER_SENDER_LEASE_TTL_S"])
-        sc.wait_progress(0.6, timeout_s=ttl * 10)
-        time.sleep(ttl)  # keep it frozen well past its leases
+        # Frozen until the other sender has taken its guids over (group session timeout,
+        # then lease expiry), and a lease TTL longer still; then it wakes up, stale.
+        sc.wait_for_guid_takeover(timeout_s=ttl * 20)
+        time.sleep(ttl)  # chaos timing: stay frozen well past its leases
         sc.stack.signal("sender-1", signal.SIGCONT)
         fig = _finish(sc, size)
-        return fig, ("takeovers", "verified", "violations", "max_guid_concurrency", "completed")
+        return fig, ("guid_takeovers", "takeovers", "verified", "violations", "max_guid_concurrency", "completed")
     finally:
         close_scenario(sc)
 
