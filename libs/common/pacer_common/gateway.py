@@ -12,6 +12,7 @@ connection, a 5xx or an unreadable body after the request left may hide a delive
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar
 from collections.abc import Mapping
 
 import httpx
@@ -38,14 +39,38 @@ def _provably_not_sent(exc: httpx.TransportError) -> bool:
     return isinstance(cause, aiohttp.ClientConnectorError)
 
 
+# The latest moment (time.monotonic()) at which the request in hand may still be written.
+SEND_DEADLINE: ContextVar[float | None] = ContextVar("pacer_send_deadline", default=None)
+
+
+class SendDeadlinePassed(Exception):
+    """Raised before a single byte of the request is written: it was not sent."""
+
+
+async def _refuse_late_send(session: object, ctx: object, params: object) -> None:
+    # Runs once the connection is in hand, right before aiohttp writes the request. A
+    # sender paused anywhere between claiming and here (GC, SIGSTOP, an overloaded loop)
+    # may have been taken over meanwhile: then it must not send at all.
+    deadline = SEND_DEADLINE.get()
+    if deadline is not None and time.monotonic() > deadline:
+        raise SendDeadlinePassed(f"send deadline passed {time.monotonic() - deadline:.3f}s before writing")
+
+
 def make_client(base_url: str, timeout_s: float, max_connections: int = 200) -> httpx.AsyncClient:
+    import aiohttp
     from httpx_aiohttp import AiohttpTransport
+
+    def session() -> aiohttp.ClientSession:
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_reuseconn.append(_refuse_late_send)
+        trace.on_connection_create_end.append(_refuse_late_send)
+        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=max_connections), trace_configs=[trace])
 
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
     return httpx.AsyncClient(
         base_url=base_url,
         timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
-        transport=AiohttpTransport(limits=limits),
+        transport=AiohttpTransport(limits=limits, client=session),
     )
 
 
@@ -56,17 +81,24 @@ class GatewayClient:
         self.code_table = code_table
         self.lookup_path = lookup_path
 
-    async def send_text(self, guid: str, to_id: str, content: str, idem_key: str) -> Receipt:
+    async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
+                        deadline: float | None = None) -> Receipt:
+        """Send, unless ``deadline`` (monotonic) passes before the request is written."""
         started = time.perf_counter()
+        token = SEND_DEADLINE.set(deadline)
         try:
             resp = await self.client.post(
                 "/message/sendText",
                 json={"guid": guid, "toId": to_id, "content": content},
                 headers={"X-Idempotency-Key": idem_key},
             )
+        except SendDeadlinePassed as exc:
+            raise SendError(FailureClass.NOT_SENT, None, str(exc)) from exc
         except httpx.TransportError as exc:
             cls = FailureClass.NOT_SENT if _provably_not_sent(exc) else FailureClass.IN_DOUBT
             raise SendError(cls, None, f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            SEND_DEADLINE.reset(token)
         latency = (time.perf_counter() - started) * 1000
         if resp.status_code >= 500:
             raise SendError(FailureClass.IN_DOUBT, None, f"HTTP {resp.status_code} from gateway")

@@ -70,7 +70,8 @@ class Executor:
             await self.repo.settle(cmd, begun.epoch, d)
             return Executed("deadline_missed", False)
         try:
-            receipt = await self.gateway.send_text(cmd.guid, cmd.to_id, cmd.content, cmd.idem_key)
+            receipt = await self.gateway.send_text(cmd.guid, cmd.to_id, cmd.content, cmd.idem_key,
+                                                   deadline=started + self.send_deadline_s)
         except SendError as err:
             decision = after_failure(err, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng)
             if not await self.repo.settle(cmd, begun.epoch, decision):

@@ -49,4 +49,5 @@ class GuidLeaseStore(Protocol):
 
 
 class Gateway(Protocol):
-    async def send_text(self, guid: str, to_id: str, content: str, idem_key: str) -> Receipt: ...
+    async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
+                        deadline: float | None = None) -> Receipt: ...

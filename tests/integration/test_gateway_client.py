@@ -1,0 +1,50 @@
+"""The gateway client against the real fake-gateway server: what counts as sent, and when."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, SendError
+from pacer_common.gateway import GatewayClient, make_client
+from pacer_dev.fakegateway.process import running_fake_gateway
+
+
+def send(url: str, deadline: float | None, key: str) -> object:
+    async def go() -> object:
+        client = make_client(url, 2.0)
+        try:
+            return await GatewayClient(client, DEFAULT_CODE_TABLE).send_text("g1", "r1", "hi", key, deadline=deadline)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def test_a_send_past_its_deadline_is_refused_before_anything_is_written() -> None:
+    with running_fake_gateway() as url:
+        with pytest.raises(SendError) as err:
+            send(url, time.monotonic() - 0.001, "late")
+        assert err.value.failure_class is FailureClass.NOT_SENT
+        stats = httpx.get(f"{url}/_admin/stats").json()
+        assert stats["sends"] == 0, "nothing may reach the gateway after the deadline"
+        receipt = send(url, time.monotonic() + 5, "in-time")
+        assert receipt.code == 0  # type: ignore[attr-defined]
+        assert httpx.get(f"{url}/_admin/stats").json()["sends"] == 1
+
+
+def test_a_dropped_response_is_in_doubt_never_not_sent() -> None:
+    with running_fake_gateway(p_drop_after_accept=1.0) as url:
+        with pytest.raises(SendError) as err:
+            send(url, None, "dropped")
+        assert err.value.failure_class is FailureClass.IN_DOUBT
+        assert httpx.get(f"{url}/_admin/stats").json()["sends"] == 1
+
+
+def test_a_refused_connection_is_not_sent() -> None:
+    with pytest.raises(SendError) as err:
+        send("http://127.0.0.1:9", None, "nowhere")
+    assert err.value.failure_class is FailureClass.NOT_SENT
