@@ -36,6 +36,7 @@ class ItemRecord:
     next_attempt_at: datetime | None = None
     error_class: str | None = None
     receipt: Receipt | None = None
+    held: bool = False
     history: list[ItemStatus] = field(default_factory=list)
 
 
@@ -50,6 +51,7 @@ class InMemoryItemRepository:
         self.items: dict[str, ItemRecord] = {}
         self.ledger: dict[str, LedgerEntry] = {}
         self.calls: list[str] = []
+        self.paused_guids: dict[str, str] = {}  # guid → reason (the guid_leases hold)
 
     # -- test set-up and outside actors ----------------------------------------------------
     def add(self, item_id: str, status: ItemStatus = S.PENDING, attempts: int = 0) -> ItemRecord:
@@ -102,6 +104,9 @@ class InMemoryItemRepository:
         rec = self.items[cmd.item_id]
         if rec.status is not S.PENDING:
             return Begun("not_pending", None, None, None)
+        if cmd.guid in self.paused_guids:
+            rec.held = True
+            return Begun("held", None, None, f"guid paused: {self.paused_guids[cmd.guid]}")
         epoch = self.claim(cmd.item_id, owner)
         attempts = rec.attempts
         entry = self.ledger.setdefault(cmd.idem_key, LedgerEntry(cmd.item_id, "reserved"))
@@ -136,6 +141,8 @@ class InMemoryItemRepository:
         if (decision.release_ledger and entry is not None and entry.item_id == cmd.item_id
                 and entry.state == "reserved"):
             del self.ledger[cmd.idem_key]
+        if decision.hold_guid is not None:
+            self.paused_guids.setdefault(cmd.guid, decision.hold_guid)
         return True
 
 

@@ -64,13 +64,25 @@ def test_retries_stop_once_attempts_are_exhausted(cls: FailureClass) -> None:
         assert str(attempts) in (d.error or "")
 
 
-@pytest.mark.parametrize("cls", [F.NEEDS_HUMAN, F.BAD_PARAMS])
-def test_needs_human_and_bad_params_fail_at_once(cls: FailureClass) -> None:
-    d = decide(cls, attempts=1)
-    assert d.to is ItemStatus.FAILED
-    assert d.event == "ItemFailed"
-    assert d.next_attempt_at is None
-    assert d.error_class == cls.value
+def test_bad_params_fail_at_once_and_are_never_retried() -> None:
+    for attempts in (1, POLICY.max_attempts - 1):
+        d = decide(F.BAD_PARAMS, attempts=attempts)
+        assert d.to is ItemStatus.FAILED
+        assert d.event == "ItemFailed"
+        assert d.next_attempt_at is None
+        assert d.error_class == "bad_params"
+        assert d.hold_guid is None
+
+
+def test_needs_human_pauses_the_guid_and_keeps_the_item() -> None:
+    """Offline / kicked / unauthorized is the account's state, not the item's fault: the
+    item waits (nothing was sent, its key is freed) and the guid is paused for a person."""
+    for attempts in (1, POLICY.max_attempts + 3):
+        d = decide(F.NEEDS_HUMAN, attempts=attempts)
+        assert d.to is ItemStatus.WAITING_RETRY
+        assert d.release_ledger is True
+        assert d.hold_guid is not None and d.hold_guid.startswith("needs_human")
+        assert "1234" in d.hold_guid  # the gateway's code is kept in the reason
 
 
 def test_retry_after_is_a_floor_on_the_delay() -> None:
@@ -100,6 +112,8 @@ def test_every_decision_is_a_legal_move_from_submitted(cls: FailureClass, attemp
 def test_only_classes_proving_non_delivery_are_retried(cls: FailureClass) -> None:
     d = decide(cls, attempts=1)
     if d.to is ItemStatus.WAITING_RETRY:
-        assert cls in RETRYING
+        # needs_human: the gateway refused (account offline/kicked), so nothing was sent
+        assert cls in RETRYING or cls is F.NEEDS_HUMAN
+        assert d.release_ledger
     if cls is F.IN_DOUBT:
         assert not d.release_ledger and d.to is not ItemStatus.WAITING_RETRY

@@ -130,3 +130,8 @@ def test_a_compensation_item_folds_from_its_creation_event() -> None:
 def test_pending_to_pending_is_not_allowed_for_an_ordinary_event() -> None:
     with pytest.raises(IllegalTransition):
         fold(S.PENDING, [ev(1, S.PENDING, S.PENDING, "ItemRequeued")])
+
+
+def test_a_released_hold_keeps_the_item_pending() -> None:
+    history = [ev(1, S.PENDING, S.PENDING, "ItemReleased"), ev(2, S.PENDING, S.CLAIMED)]
+    assert fold(S.PENDING, history) is S.CLAIMED

@@ -170,11 +170,17 @@ def test_rate_limited_failure_is_reported_as_such_and_retried() -> None:
     assert rec.next_attempt_at is not None and rec.next_attempt_at >= before + timedelta(seconds=60)
 
 
-def test_needs_human_fails_at_once() -> None:
+def test_needs_human_pauses_the_guid_and_later_items_are_held_unsent() -> None:
     repo, gw = setup(errors=[SendError(F.NEEDS_HUMAN, 1001, "device offline")])
-    assert run(repo, gw, command()) == Executed("failed", True)
-    assert repo.items["it-1"].status is S.FAILED
+    assert run(repo, gw, command()) == Executed("needs_human", True)
+    assert repo.items["it-1"].status is S.WAITING_RETRY  # kept for after the guid is back
     assert repo.items["it-1"].error_class == "needs_human"
+    assert "device offline" in repo.paused_guids["g-1"]
+    repo.add("it-2")
+    sent_before = len(gw.sent)
+    assert run(repo, gw, command("it-2", idem_key="push:r-1:g-1:room-2:v1")) == Executed("held", False)
+    assert repo.items["it-2"].status is S.PENDING and repo.items["it-2"].held
+    assert len(gw.sent) == sent_before
 
 
 def test_retries_are_bounded_by_the_policy() -> None:

@@ -71,9 +71,10 @@ def test_is_terminal_means_no_exit() -> None:
         assert is_terminal(status) is (not has_exit)
 
 
-def test_no_status_may_transition_to_itself() -> None:
+def test_only_pending_may_transition_to_itself() -> None:
+    # pending → pending is a released hold (ItemReleased); nothing else stays in place.
     for status in ALL:
-        assert not allowed(status, status)
+        assert allowed(status, status) is (status is ItemStatus.PENDING)
 
 
 @pytest.mark.parametrize(
@@ -137,7 +138,7 @@ def test_sources_of_claimed_is_only_pending() -> None:
 
 
 def test_sources_of_pending_are_the_requeue_routes() -> None:
-    assert sources_of(S.PENDING) == frozenset({S.CLAIMED, S.WAITING_RETRY, S.RECOVERY_PENDING})
+    assert sources_of(S.PENDING) == frozenset({S.PENDING, S.CLAIMED, S.WAITING_RETRY, S.RECOVERY_PENDING})
 
 
 def test_reachability_helper_is_not_vacuous() -> None:

@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 
 Outcome = Literal[
     "confirmed", "retry", "failed", "in_doubt", "rate_limited", "expired", "duplicate",
-    "not_pending", "fenced", "guid_lost", "deadline_missed",
+    "not_pending", "fenced", "guid_lost", "deadline_missed", "held",
+    "needs_human",
 ]
 
 
@@ -55,6 +56,11 @@ class Executor:
         begun = await self.repo.begin_send(cmd, self.owner)
         if begun.outcome == "guid_lost":
             return Executed("guid_lost", False)
+        if begun.outcome == "held":
+            # Its job, shard or guid is on hold: the item stays pending (marked held) and the
+            # reconciler re-publishes it when the hold is lifted.
+            log.info("item held: %s", begun.holder)
+            return Executed("held", False)
         if begun.outcome == "not_pending":
             # Already taken, finished or cancelled: a redelivered command is not an error.
             return Executed("not_pending", False)
@@ -82,6 +88,8 @@ class Executor:
                 return Executed("rate_limited", True)
             if err.failure_class is FailureClass.IN_DOUBT:
                 return Executed("in_doubt", True)
+            if decision.hold_guid is not None:
+                return Executed("needs_human", True)
             return Executed("retry" if decision.next_attempt_at else "failed", True)
         if not await self.repo.confirm(cmd, begun.epoch, receipt):
             log.warning("confirmation not recorded: lease taken over")

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
-from pacer_common.domain.status import ItemStatus, check_transition
+from pacer_common.domain.status import IllegalTransition, ItemStatus, check_transition
 
 EventType = Literal[
     "ItemClaimed",
@@ -29,11 +29,16 @@ EventType = Literal[
     "ItemExpired",
     "ItemCancelled",
     "ItemCompensationCreated",
+    "ItemReleased",
+    "ItemSuperseded",
 ]
 
 SCHEMA_VERSION = 1
 # Events that create an item rather than move it (from_status = to_status = pending).
 CREATION_EVENTS = frozenset({"ItemCompensationCreated"})
+# The only event that moves an item to the status it is in: a lifted hold (pending → pending)
+# that makes the reconciler publish its command again.
+SELF_EVENTS = frozenset({"ItemReleased"})
 
 
 class ItemEvent(BaseModel):
@@ -70,6 +75,8 @@ def fold(initial: ItemStatus, events: list[ItemEvent]) -> ItemStatus:
         if expected_version is not None and ev.version != expected_version:
             raise ValueError(f"gap in item {ev.item_id} versions before v{ev.version}")
         check_transition(status, ev.to_status)
+        if ev.to_status is status and ev.type not in SELF_EVENTS:
+            raise IllegalTransition(f"{ev.type} cannot leave item {ev.item_id} in {status.value!r}")
         status = ev.to_status
         expected_version = ev.version + 1
     return status

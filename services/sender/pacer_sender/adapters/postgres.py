@@ -100,7 +100,7 @@ class PostgresItemRepository:
         row = await self._row("settle", {
             "item_id": cmd.item_id, "epoch": epoch, "idem_key": cmd.idem_key, "to": d.to.value, "type": d.event,
             "error_class": d.error_class, "error": d.error, "next_attempt_at": d.next_attempt_at,
-            "release": d.release_ledger,
+            "release": d.release_ledger, "hold_guid": d.hold_guid,
         })
         return bool(row["moved"])
 

@@ -19,6 +19,7 @@ class Decision:
     error: str | None = None
     next_attempt_at: datetime | None = None
     release_ledger: bool = False  # the send provably did not happen: free the idempotency key
+    hold_guid: str | None = None  # pause the item's guid with this reason (needs a person)
 
 
 def after_failure(err: SendError, attempts: int, policy: RetryPolicy, now: datetime,
@@ -28,6 +29,11 @@ def after_failure(err: SendError, attempts: int, policy: RetryPolicy, now: datet
     if cls is FailureClass.IN_DOUBT:
         # The gateway may have delivered: never resend blindly; the reconciler verifies.
         return Decision(ItemStatus.RECOVERY_PENDING, "ItemInDoubt", cls.value, str(err))
+    if cls is FailureClass.NEEDS_HUMAN:
+        # The account is offline, kicked or unauthorized: not the item's fault. Pause the
+        # guid and keep the item; it goes again once an operator resumes the guid.
+        return Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", cls.value, str(err),
+                        next_attempt_at=now, release_ledger=True, hold_guid=f"needs_human: {err}")
     if cls in RETRY_CLASSES:
         delay = policy.next_delay(attempts, rng)
         if err.retry_after is not None and delay is not None:
