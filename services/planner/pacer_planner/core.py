@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from pydantic import ValidationError
@@ -37,7 +37,7 @@ def commands_for(p: Plan, shard_ids: dict[str, int]) -> list[ItemCommand]:
         ItemCommand.model_construct(
             schema_version=1, item_id=it.item_id, job_id=p.job_id, shard_id=shard_ids[it.guid],
             guid=it.guid, to_id=it.to_id, content=it.content, idem_key=it.idem_key,
-            priority=p.priority, kind=req.kind.value, expire_at=req.expire_at, not_before=req.not_before,
+            priority=p.priority, kind=req.kind.value, expire_at=req.expire_at, not_before=p.not_before,
         )
         for it in p.items
     ]
@@ -46,16 +46,18 @@ def commands_for(p: Plan, shard_ids: dict[str, int]) -> list[ItemCommand]:
 class Planner:
     """Validates, plans, stores, dispatches. Order: job durable → commands flushed → marked."""
 
-    def __init__(self, store: JobStore, bus: CommandBus, max_backlog_per_guid: int = 100_000) -> None:
+    def __init__(self, store: JobStore, bus: CommandBus, max_backlog_per_guid: int = 100_000,
+                 coalesce_window: timedelta = timedelta(0)) -> None:
         self.store = store
         self.bus = bus
         self.max_backlog_per_guid = max_backlog_per_guid
+        self.coalesce_window = coalesce_window
 
     async def handle(self, key: bytes | None, value: bytes, now: datetime | None = None) -> Handled:
         now = now or datetime.now(UTC)
         try:
             request = JobRequest.model_validate_json(value)
-            p = plan(request, now)
+            p = plan(request, now, self.coalesce_window)
         except ValidationError as exc:
             return self._reject(key, value, describe(exc))
         except PlanError as exc:

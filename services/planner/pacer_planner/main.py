@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from prometheus_client import Counter
 from pydantic_settings import SettingsConfigDict
@@ -23,6 +24,9 @@ class PlannerSettings(OpsSettings):
     port: int = 9101
     group_id: str | None = None  # default: "<topic prefix>.planner"
     max_backlog_per_guid: int = 100_000
+    # Ticket notifications wait this long before sending, so a newer status of the same
+    # business id arriving meanwhile replaces them (only the latest is sent). 0: no wait.
+    coalesce_window_s: float = 3.0
 
 
 async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) -> None:
@@ -37,7 +41,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
         ))
         await consumer.call(consumer.consumer.subscribe, [kafka.job_requests])
         planner = Planner(PostgresJobStore(pool), KafkaCommandBus(producer, kafka.item_commands, kafka.job_requests_dlq),
-                          cfg.max_backlog_per_guid)
+                          cfg.max_backlog_per_guid, timedelta(seconds=cfg.coalesce_window_s))
         ctx.health.set_ready(True, "consuming")
         try:
             while not ctx.stop.is_set():

@@ -6,11 +6,13 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from pacer_common.domain.events import ItemEvent
+from pacer_reconciler.domain.breakers import Breakers, Trip
 from pacer_reconciler.domain.projection import to_dispatch
-from pacer_reconciler.ports import DeliveryLookup, EventLog, Position, Publisher, SweepKind, Sweeps
+from pacer_reconciler.ports import DeliveryLookup, EventLog, Holds, Position, Publisher, SweepKind, Sweeps
 
 log = logging.getLogger(__name__)
-SWEEP_KINDS: tuple[SweepKind, ...] = ("claim_expired", "submit_expired", "retry_due")
+SWEEP_KINDS: tuple[SweepKind, ...] = ("claim_expired", "submit_expired", "retry_due", "release_held")
 
 
 @dataclass
@@ -21,7 +23,8 @@ class SweepReport:
 
 class Reconciler:
     def __init__(self, events: EventLog, sweeps: Sweeps, publisher: Publisher, lookup: DeliveryLookup,
-                 *, batch: int = 2000, sweep_limit: int = 1000, verify_limit: int = 200) -> None:
+                 *, holds: Holds | None = None, breakers: Breakers | None = None,
+                 batch: int = 2000, sweep_limit: int = 1000, verify_limit: int = 200) -> None:
         self.events = events
         self.sweeps = sweeps
         self.publisher = publisher
@@ -30,6 +33,9 @@ class Reconciler:
         self.sweep_limit = sweep_limit
         self.verify_limit = verify_limit
         self._pos: Position | None = None
+        self.holds = holds
+        self.breakers = breakers
+        self.tripped: list[Trip] = []  # breakers that paused something; drained by the caller
 
     def forget_position(self) -> None:
         """Reload the cursor from the database next time (after a leadership change)."""
@@ -57,7 +63,18 @@ class Reconciler:
             self._pos = None  # reload: never apply a batch twice, never skip one
             raise
         self._pos = to
+        await self._trip_breakers(events)
         return len(events)
+
+    async def _trip_breakers(self, events: list[ItemEvent]) -> None:
+        """Pause the jobs and guids whose recent outcomes tripped a breaker (after the commit:
+        a replayed batch may count twice, which only makes a breaker trip sooner)."""
+        if self.breakers is None or self.holds is None:
+            return
+        for trip in self.breakers.observe(events):
+            if await self.holds.hold(trip.scope, trip.key, trip.reason, "system:breaker"):
+                log.warning("%s %s paused: %s", trip.scope, trip.key, trip.reason)
+                self.tripped.append(trip)
 
     async def sweep_once(self) -> SweepReport:
         moved = {kind: await self.sweeps.sweep(kind, self.sweep_limit) for kind in SWEEP_KINDS}

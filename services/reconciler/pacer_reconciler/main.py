@@ -21,6 +21,7 @@ from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_reconciler.adapters.kafka import KafkaPublisher
 from pacer_reconciler.adapters.postgres import CursorMoved, PostgresLog
 from pacer_reconciler.core import Reconciler
+from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
 
 log = logging.getLogger("pacer.reconciler")
 
@@ -36,6 +37,13 @@ class ReconcilerSettings(OpsSettings):
     # senders' gateway timeout, so a request still in flight is not "proved" undelivered.
     verify_after_s: float = 15.0
     batch: int = 2000
+    # Circuit breakers per job and per guid (see domain/breakers.py).
+    breaker_consecutive: int = 20
+    breaker_window: int = 100
+    breaker_ratio: float = 0.5
+    breaker_min_samples: int = 40
+    # A shard of a running job with open items and no progress for this long is stalled.
+    stall_after_s: float = 600.0
 
 
 async def _idle(stop: asyncio.Event, seconds: float) -> None:
@@ -58,6 +66,17 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                 "retry_conflicts": "Manual retries refused because the item was executing, all time",
             }.items()
         }
+        gov_gauges = {
+            name: Gauge(f"pacer_{name}", help_, registry=ctx.registry) for name, help_ in {
+                "jobs_paused_budget": "Jobs paused because their send budget is used up",
+                "jobs_paused_breaker": "Jobs paused by a circuit breaker",
+                "jobs_paused_operator": "Jobs paused by an operator",
+                "guids_paused": "Guids paused (needs a person: offline, kicked, unauthorized, breaker, operator)",
+                "stalled_shards": "Open shards of running jobs with no progress for stall_after_s",
+            }.items()
+        }
+        trips = Counter("pacer_breaker_trips_total", "Circuit breakers tripped (job or guid paused)", ["scope"],
+                        registry=ctx.registry)
         leader_g = Gauge("pacer_reconciler_leader", "1 while this process is the leader", registry=ctx.registry)
         url = pg.database_url.get_secret_value()
         pool = await open_pool(url, min_size=1, max_size=4, name="pacer-reconciler")
@@ -66,7 +85,10 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         store = PostgresLog(pool, "reconciler", timedelta(seconds=cfg.verify_deadline_s),
                             timedelta(seconds=cfg.verify_after_s))
         rec = Reconciler(store, store, KafkaPublisher(producer, kafka.item_outcomes, kafka.item_commands),
-                         GatewayClient(http, DEFAULT_CODE_TABLE), batch=cfg.batch)
+                         GatewayClient(http, DEFAULT_CODE_TABLE), holds=store,
+                         breakers=Breakers(BreakerPolicy(cfg.breaker_consecutive, cfg.breaker_window,
+                                                         cfg.breaker_ratio, cfg.breaker_min_samples)),
+                         batch=cfg.batch)
         leader = LeaderLock(url, "pacer-reconciler")
         ctx.health.set_ready(True, "standby")
         next_sweep = 0.0
@@ -87,6 +109,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                     log.error("event batch not applied: %s; reading again from the stored cursor", exc)
                     n = 0
                 tailed.inc(n)
+                while rec.tripped:
+                    trips.labels(rec.tripped.pop().scope).inc()
                 if loop.time() >= next_sweep:
                     report = await rec.sweep_once()
                     for kind, k in report.moved.items():
@@ -95,6 +119,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                         verified.labels(result).inc(k)
                     for name, value in (await store.lock_stats()).items():
                         lock_gauges[name].set(value)
+                    for name, value in (await store.governance_stats(timedelta(seconds=cfg.stall_after_s))).items():
+                        gov_gauges[name].set(value)
                     next_sweep = loop.time() + cfg.sweep_interval_s
                 if n < cfg.batch:
                     await _idle(ctx.stop, 0.1)

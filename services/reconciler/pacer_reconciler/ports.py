@@ -10,7 +10,7 @@ from typing import Literal, Protocol
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
 
-SweepKind = Literal["retry_due", "claim_expired", "submit_expired"]
+SweepKind = Literal["retry_due", "claim_expired", "submit_expired", "release_held"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,10 @@ class Sweeps(Protocol):
     async def sweep(self, kind: SweepKind, limit: int) -> int: ...
     async def in_doubt(self, limit: int) -> list[InDoubt]: ...
     async def resolve(self, item: InDoubt, found: bool | None, now: datetime) -> str | None: ...
+
+
+class Holds(Protocol):
+    async def hold(self, scope: str, key: str, reason: str, actor: str) -> bool: ...
 
 
 class Publisher(Protocol):

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import psycopg
 
@@ -46,3 +49,26 @@ def retry_failed(sc: Scenario, concurrency: int) -> dict[str, int]:
     # Compensation items are new items of the job: wait for them too.
     sc.items += outcomes.get("created", 0)
     return {"retried": outcomes.get("created", 0), "retry_conflicts": outcomes.get("conflict", 0)}
+
+
+@contextmanager
+def resuming_paused_guids(sc: Scenario, every_s: float = 1.0) -> Iterator[Counter[str]]:
+    """An operator who brings accounts back: while the block runs, every guid paused for a
+    needs-human answer is resumed (as a person would after logging the account in again)."""
+    stop = threading.Event()
+    resumed: Counter[str] = Counter()
+
+    def loop() -> None:
+        while not stop.wait(every_s):
+            with psycopg.connect(sc.db, autocommit=True) as conn:
+                for (guid,) in conn.execute("SELECT guid FROM guid_leases WHERE paused_reason IS NOT NULL").fetchall():
+                    row = conn.execute("SELECT outcome FROM pacer_resume_guid(%s, 'chaos:operator')", (guid,)).fetchone()
+                    resumed[row[0] if row else "none"] += 1
+
+    t = threading.Thread(target=loop, name="chaos-operator", daemon=True)
+    t.start()
+    try:
+        yield resumed
+    finally:
+        stop.set()
+        t.join(timeout=10)

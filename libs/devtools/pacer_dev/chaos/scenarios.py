@@ -124,17 +124,21 @@ def gateway_faults(inf: Infra, root: Path, size: Size, rng: random.Random) -> Re
     """Every failure class at once, including delivered-then-response-lost and timeouts."""
     knobs = {"p_drop_after_accept": 0.03, "p_http_5xx": 0.03, "p_retryable": 0.05, "p_rate_limited": 0.05,
              "p_needs_human": 0.005, "p_bad_params": 0.005, "drop_hang_ms": 0, "seed": rng.randrange(1 << 30)}
+    from pacer_dev.chaos.operator import resuming_paused_guids
+
     sc = open_scenario("gateway-faults", inf, root, senders=2, gateway=knobs)
     try:
-        sc.publish(size.items, size.guids)
-        sc.wait_progress(0.5)
-        # Half way, some dropped responses become timeouts instead of closed connections.
-        sc.gateway("/_admin/config", {"drop_hang_ms": 2500}, method="PUT")
-        fig = _finish(sc, size)
+        with resuming_paused_guids(sc) as resumed:
+            sc.publish(size.items, size.guids)
+            sc.wait_progress(0.5)
+            # Half way, some dropped responses become timeouts instead of closed connections.
+            sc.gateway("/_admin/config", {"drop_hang_ms": 2500}, method="PUT")
+            fig = _finish(sc, size)
+        fig["guids_resumed"] = resumed.get("done", 0)
         stats = sc.gateway("/_admin/stats")
         fig["dropped"] = int(stats["dropped_responses"])
         fig["rejected"] = sum(int(v) for v in stats["rejected_by_code"].values())
-        return fig, ("failed", "dropped", "rejected", "verified", "intercepts", "completed")
+        return fig, ("failed", "dropped", "rejected", "guids_resumed", "verified", "intercepts", "completed")
     finally:
         close_scenario(sc)
 
@@ -143,13 +147,13 @@ def double_submit(inf: Infra, root: Path, size: Size, rng: random.Random) -> Res
     """The same request 10 times; concurrent manual retries of failed items; cancels racing claims."""
     from pacer_dev.chaos.operator import cancel_some, retry_failed
 
-    sc = open_scenario("double-submit", inf, root, senders=2, gateway={"p_needs_human": 0.02, "seed": 7})
+    sc = open_scenario("double-submit", inf, root, senders=2, gateway={"p_bad_params": 0.02, "seed": 7})
     try:
         sc.publish(size.items, size.guids, copies=10)
         sc.wait_progress(0.1)
         fig_cancel = cancel_some(sc, n=max(5, size.items // 100), rng=rng)
         sc.wait_progress(0.5)
-        sc.gateway("/_admin/config", {"p_needs_human": 0.0}, method="PUT")
+        sc.gateway("/_admin/config", {"p_bad_params": 0.0}, method="PUT")
         sc.wait_done(size.timeout_s)
         fig_retry = retry_failed(sc, concurrency=10)
         fig = _finish(sc, size)

@@ -44,6 +44,8 @@ class PostgresJobStore:
                 "expire_at": req.expire_at, "not_before": req.not_before,
                 "budget_max_sends": req.budget.max_sends if req.budget else None,
                 "request": Jsonb(req.model_dump(mode="json", exclude={"targets"})),
+                "coalesce_key": plan.coalesce[0] if plan.coalesce else None,
+                "coalesce_version": plan.coalesce[1] if plan.coalesce else None,
             })
             if await cur.fetchone() is None:
                 row = await (await conn.execute(_sql("job_dispatched"), {"request_id": req.request_id})).fetchone()  # type: ignore[arg-type]
@@ -58,8 +60,10 @@ class PostgresJobStore:
                 for it in plan.items:
                     await copy.write_row((
                         it.item_id, plan.job_id, shard_ids[it.guid], it.guid, it.to_id, it.content,
-                        it.idem_key, plan.priority, req.kind.value, req.expire_at, req.not_before,
+                        it.idem_key, plan.priority, req.kind.value, req.expire_at, plan.not_before,
                     ))
+            if plan.coalesce is not None:
+                await conn.execute(_sql("coalesce"), {"job_id": plan.job_id})  # type: ignore[arg-type]
         return Stored(plan.job_id, created=True, dispatched=False, shard_ids=shard_ids)
 
     async def pending_commands(self, job_id: str) -> Sequence[ItemCommand]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from string import Formatter
+from datetime import datetime, timedelta
 from urllib.parse import quote
-from datetime import datetime
 
 from pacer_common.domain.ids import JobId, job_id_for, new_item_id
 from pacer_common.domain.requests import JobKind, JobRequest, Target
@@ -32,6 +32,8 @@ class Plan:
     priority: int
     shards: dict[str, int]  # guid → number of items; fixed at creation
     items: list[PlannedItem]
+    not_before: datetime | None = None  # the request's, or later: held for coalescing
+    coalesce: tuple[str, int] | None = None  # (business id, status version) of a ticket notification
 
 
 def template_fields(template: str) -> list[str]:
@@ -74,7 +76,19 @@ def idem_key(req: JobRequest, target: Target) -> str:
     return f"push:{_part(req.request_id)}:{guid}:{to_id}:v{req.content_version}"
 
 
-def plan(req: JobRequest, now: datetime) -> Plan:
+def coalescing(req: JobRequest, now: datetime, window: timedelta) -> tuple[datetime | None, tuple[str, int] | None]:
+    """A ticket notification waits ``window`` before it may be sent, so that a newer status
+    of the same business id arriving meanwhile supersedes it (A → B → C sends only C)."""
+    if req.kind is not JobKind.TICKET_NOTIFY or req.business_id is None or req.status_version is None:
+        return req.not_before, None
+    key = (req.business_id, req.status_version)
+    if window <= timedelta(0):
+        return req.not_before, key
+    held_until = now + window
+    return (held_until if req.not_before is None or req.not_before < held_until else req.not_before), key
+
+
+def plan(req: JobRequest, now: datetime, coalesce_window: timedelta = timedelta(0)) -> Plan:
     """Build the plan or raise :class:`PlanError` with a reason an operator can act on."""
     if req.expire_at is not None and req.expire_at <= now:
         raise PlanError(f"request already expired at {req.expire_at.isoformat()}")
@@ -97,4 +111,5 @@ def plan(req: JobRequest, now: datetime) -> Plan:
             raise PlanError(f"targets[{pos}]: template variable {exc.args[0]!r} has no value") from None
         shards[target.guid] = shards.get(target.guid, 0) + 1
         items.append(PlannedItem(new_item_id(), target.guid, target.to_id, content, idem_key(req, target)))
-    return Plan(job_id_for(req.request_id), req, req.effective_priority, shards, items)
+    not_before, coalesce = coalescing(req, now, coalesce_window)
+    return Plan(job_id_for(req.request_id), req, req.effective_priority, shards, items, not_before, coalesce)

@@ -110,6 +110,8 @@ class PostgresLog:
 
     # -- sweeps ---------------------------------------------------------------------------
     async def sweep(self, kind: SweepKind, limit: int) -> int:
+        if kind == "release_held":
+            return await self._release_held(limit)
         t = _SWEEPS[kind]
 
         async def work() -> int:
@@ -118,6 +120,16 @@ class PostgresLog:
                 if not rows:
                     return 0
                 return len(await apply(conn, t, [r["item_id"] for r in rows]))
+
+        return await with_retry(work)
+
+    async def _release_held(self, limit: int) -> int:
+        """Held items whose holds are all lifted: pending → pending, so they are published again."""
+
+        async def work() -> int:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(_sql("release_held"), {"limit": limit})).fetchone()  # type: ignore[arg-type]
+            return int(row["n"])
 
         return await with_retry(work)
 
@@ -150,6 +162,24 @@ class PostgresLog:
         async def work() -> dict[str, int]:
             async with self.pool.connection() as conn:
                 row = await (await conn.execute(query("lock_counts"))).fetchone()
+            return {k: int(v) for k, v in row.items()}
+
+        return await with_retry(work)
+
+    # -- governance -----------------------------------------------------------------------
+    async def hold(self, scope: str, key: str, reason: str, actor: str) -> bool:
+        async def work() -> bool:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(_sql("hold"), {  # type: ignore[arg-type]
+                    "scope": scope, "key": key, "reason": reason, "actor": actor})).fetchone()
+            return bool(row["held"])
+
+        return await with_retry(work)
+
+    async def governance_stats(self, stall_after: timedelta) -> dict[str, int]:
+        async def work() -> dict[str, int]:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(_sql("governance_counts"), {"stall": stall_after})).fetchone()  # type: ignore[arg-type]
             return {k: int(v) for k, v in row.items()}
 
         return await with_retry(work)

@@ -1,0 +1,110 @@
+"""Circuit breakers per job and per guid, folded from the event log.
+
+A bad template or expired credentials fail every send the same way. A breaker trips when a
+job's (or a guid's) recent outcomes show ``consecutive`` failures in a row, or a failure
+ratio of at least ``ratio`` over the last ``window`` outcomes (once ``min_samples`` are in),
+and the reconciler pauses that job or guid with the reason. Only outcomes that say
+something about the job or the account count: confirmations, final failures, and retries
+for errors that are the gateway's or the account's (not rate limits, not our own deadline).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pacer_common.domain.events import ItemEvent
+from pacer_common.domain.status import ItemStatus
+
+Scope = Literal["job", "guid"]
+# error classes that count as a failure of the job / account
+FAILING_CLASSES = frozenset({"retryable", "needs_human", "bad_params", "in_doubt"})
+
+
+@dataclass(frozen=True)
+class BreakerPolicy:
+    consecutive: int = 20
+    window: int = 100
+    ratio: float = 0.5
+    min_samples: int = 40
+
+    def __post_init__(self) -> None:
+        if self.consecutive < 1 or self.window < 1 or not 0 < self.ratio <= 1 or self.min_samples < 1:
+            raise ValueError("breaker: consecutive, window, min_samples ≥ 1 and 0 < ratio ≤ 1")
+
+
+@dataclass(frozen=True)
+class Trip:
+    scope: Scope
+    key: str
+    reason: str
+
+
+@dataclass
+class _Breaker:
+    window: deque[bool]
+    run: int = 0  # consecutive failures
+    failures: int = 0  # failures inside the window
+    last_error: str | None = field(default=None)
+
+    def record(self, failed: bool, error_class: str | None) -> None:
+        if len(self.window) == self.window.maxlen and self.window[0]:
+            self.failures -= 1
+        self.window.append(failed)
+        self.failures += failed
+        self.run = self.run + 1 if failed else 0
+        if failed:
+            self.last_error = error_class
+
+
+def outcome_of(ev: ItemEvent) -> bool | None:
+    """True: a failure that counts; False: a success; None: says nothing about job or account."""
+    if ev.to_status is ItemStatus.CONFIRMED:
+        return False
+    error_class = ev.payload.get("error_class")
+    if ev.to_status in (ItemStatus.FAILED, ItemStatus.WAITING_RETRY, ItemStatus.RECOVERY_PENDING):
+        return error_class in FAILING_CLASSES
+    return None
+
+
+class Breakers:
+    def __init__(self, policy: BreakerPolicy) -> None:
+        self.policy = policy
+        self._state: dict[tuple[Scope, str], _Breaker] = {}
+
+    def observe(self, events: Iterable[ItemEvent]) -> list[Trip]:
+        """Fold outcomes in log order; each breaker that trips is reported once and reset."""
+        trips: list[Trip] = []
+        for ev in events:
+            failed = outcome_of(ev)
+            if failed is None:
+                continue
+            for scope, key in (("job", ev.job_id), ("guid", ev.guid)):
+                b = self._state.get((scope, key))
+                if b is None:
+                    if not failed:
+                        continue  # nothing to remember about a key that only succeeds
+                    b = self._state[(scope, key)] = _Breaker(deque(maxlen=self.policy.window))
+                b.record(failed, ev.payload.get("error_class"))
+                reason = self._verdict(b)
+                if reason is not None:
+                    trips.append(Trip(scope, key, reason))
+                    del self._state[(scope, key)]
+                elif b.failures == 0:
+                    del self._state[(scope, key)]
+        return trips
+
+    def _verdict(self, b: _Breaker) -> str | None:
+        p = self.policy
+        if b.run >= p.consecutive:
+            return f"breaker: {b.run} consecutive failures (last: {b.last_error})"
+        n = len(b.window)
+        if n >= p.min_samples and b.failures / n >= p.ratio:
+            return f"breaker: {b.failures} of the last {n} outcomes failed (last: {b.last_error}), ratio ≥ {p.ratio:g}"
+        return None
+
+    @property
+    def tracked(self) -> int:
+        return len(self._state)

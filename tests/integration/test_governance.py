@@ -1,0 +1,326 @@
+"""Job governance in the database: holds (pause / resume / cancel / terminate, shard and guid
+pauses), budgets, needs-human guid pauses, coalescing and the release of held items.
+
+Every claim goes through pacer_begin_send, exactly as a sender's does; the holds are lifted
+by the same pacer_release_held the reconciler sweeps with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from pacer_common.db.pool import open_pool
+from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.requests import JobRequest
+from pacer_planner.adapters.postgres import PostgresJobStore
+from pacer_planner.domain.planning import plan
+from pacer_reconciler.adapters.postgres import PostgresLog
+from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
+from pacer_sender.domain.decisions import Decision
+from tests.integration.helpers import seed_job
+
+ACTOR = "token:alice"
+
+
+def rows(url: str, sql: str, *args: Any) -> list[tuple]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def one(url: str, sql: str, *args: Any) -> Any:
+    (row,) = rows(url, sql, *args)
+    return row[0] if len(row) == 1 else row
+
+
+def action(url: str, job: str, what: str, reason: str | None = None) -> tuple[str, str, str]:
+    return one(url, "SELECT * FROM pacer_job_action(%s, %s, %s, %s)", job, what, ACTOR, reason)
+
+
+def item_cmds(url: str, job: str) -> list[ItemCommand]:
+    return [ItemCommand(item_id=str(i), job_id=job, shard_id=s, guid=g, to_id=t, content="hi", idem_key=k,
+                        priority=3, kind="campaign")
+            for i, s, g, t, k in rows(url, "SELECT item_id, shard_id, guid, to_id, idem_key FROM items"
+                                           " WHERE job_id = %s ORDER BY item_id", job)]
+
+
+async def _repo(url: str, guids: list[str], owner: str = "w1") -> tuple[Any, PostgresItemRepository]:
+    pool = await open_pool(url, min_size=1, max_size=8)
+    await PostgresGuidLeases(pool, timedelta(seconds=30)).acquire(guids, owner)
+    return pool, PostgresItemRepository(pool, timedelta(seconds=30))
+
+
+def begin_all(url: str, cmds: list[ItemCommand], guids: list[str]) -> list[tuple[str, str | None]]:
+    async def go() -> list[tuple[str, str | None]]:
+        pool, repo = await _repo(url, guids)
+        try:
+            out = await asyncio.gather(*(repo.begin_send(c, "w1") for c in cmds))
+        finally:
+            await pool.close()
+        return [(b.outcome, b.holder) for b in out]
+
+    return asyncio.run(go())
+
+
+def release(url: str) -> int:
+    return one(url, "SELECT pacer_release_held(1000)")
+
+
+def audit(url: str, target: str) -> list[tuple]:
+    return rows(url, "SELECT actor, action, before->>'status', after->>'status', reason FROM audit_log"
+                     " WHERE target_id = %s ORDER BY id", target)
+
+
+# -- pause / resume ------------------------------------------------------------------------
+def test_a_paused_job_claims_nothing_and_resumes_where_it_stopped(database_url: str) -> None:
+    url = database_url
+    job, _, items = seed_job(url, {"g1": 3, "g2": 2})
+    assert action(url, job, "pause", "wrong template")[0] == "done"
+    out = begin_all(url, item_cmds(url, job), ["g1", "g2"])
+    assert all(o == "held" and "job paused: wrong template" in (h or "") for o, h in out)
+    assert one(url, "SELECT count(*) FROM items WHERE job_id = %s AND status = 'pending' AND held", job) == 5
+    assert release(url) == 0  # the hold is still on: nothing is re-published
+    assert action(url, job, "pause")[0] == "noop"
+    assert action(url, job, "resume")[0] == "done"
+    assert release(url) == 5
+    assert one(url, "SELECT count(*) FROM item_events WHERE type = 'ItemReleased'") == 5
+    assert one(url, "SELECT count(*) FROM items WHERE held") == 0
+    assert [o for o, _ in begin_all(url, item_cmds(url, job), ["g1", "g2"])] == ["submitted"] * 5
+    assert [(a, b, c) for _, a, b, c, _ in audit(url, job)] == [("pause", "running", "paused"),
+                                                                 ("resume", "paused", "running")]
+    assert all(actor == ACTOR for actor, *_ in audit(url, job))
+
+
+def test_a_paused_shard_or_guid_holds_only_its_own_items(database_url: str) -> None:
+    url = database_url
+    job, shards, _ = seed_job(url, {"g1": 2, "g2": 2, "g3": 2})
+    assert one(url, "SELECT outcome FROM pacer_shard_action(%s, 'pause', %s, 'slow account')",
+               shards["g1"], ACTOR) == "done"
+    assert one(url, "SELECT pacer_hold_guid('g2', 'operator check', %s)", ACTOR) is True
+    by_guid: dict[str, set[str]] = {}
+    cmds = item_cmds(url, job)
+    for c, (o, _) in zip(cmds, begin_all(url, cmds, ["g1", "g2", "g3"]), strict=True):
+        by_guid.setdefault(c.guid, set()).add(o)
+    assert by_guid == {"g1": {"held"}, "g2": {"held"}, "g3": {"submitted"}}
+    assert one(url, "SELECT outcome FROM pacer_resume_guid('g2', %s)", ACTOR) == "done"
+    assert release(url) == 2  # g2's; g1's shard is still paused
+    assert one(url, "SELECT outcome FROM pacer_shard_action(%s, 'resume', %s)", shards["g1"], ACTOR) == "done"
+    assert release(url) == 2
+    assert [t for _, t, *_ in audit(url, "g2")] == ["pause", "resume"]
+
+
+# -- cancel and terminate ----------------------------------------------------------------------
+def test_cancel_abandons_what_waits_lets_in_flight_finish_and_is_final(database_url: str) -> None:
+    url = database_url
+    job, _, items = seed_job(url, {"g1": 4})
+    cmds = item_cmds(url, job)
+    assert [o for o, _ in begin_all(url, cmds[:1], ["g1"])] == ["submitted"]  # one in flight
+    outcome, message, status = action(url, job, "cancel", "customer complaint")
+    assert (outcome, status) == ("done", "cancelled")
+    counts = dict(rows(url, "SELECT status::text, count(*) FROM items WHERE job_id = %s GROUP BY 1", job))
+    assert counts == {"submitted": 1, "abandoned": 3}
+    assert one(url, "SELECT count(*) FROM item_events WHERE type = 'ItemCancelled'") == 3
+    assert [o for o, _ in begin_all(url, cmds[1:], ["g1"])] == ["not_pending"] * 3
+    assert action(url, job, "resume")[0] == "conflict"
+    assert action(url, job, "cancel")[0] == "noop"
+    assert audit(url, job)[-1][1:4] == ("cancel", "running", "cancelled")
+
+
+def test_a_terminated_job_resumes_only_after_its_sends_are_reconciled(database_url: str) -> None:
+    url = database_url
+    job, _, _ = seed_job(url, {"g1": 3})
+    cmds = item_cmds(url, job)
+    (first,) = begin_all(url, cmds[:1], ["g1"])
+    assert first[0] == "submitted"
+    assert action(url, job, "terminate")[0] == "done"
+    assert {o for o, _ in begin_all(url, cmds[1:], ["g1"])} == {"held"}
+    outcome, message, _ = action(url, job, "resume")
+    assert outcome == "conflict" and "1 of its items are still in flight" in message
+
+    async def settle() -> bool:
+        pool, repo = await _repo(url, ["g1"])
+        try:
+            epoch = one(url, "SELECT lease_epoch FROM items WHERE item_id = %s", cmds[0].item_id)
+            return await repo.settle(cmds[0], epoch, Decision(
+                __import__("pacer_common.domain.status", fromlist=["ItemStatus"]).ItemStatus.RECOVERY_PENDING,
+                "ItemInDoubt", "in_doubt", "timeout"))
+        finally:
+            await pool.close()
+
+    assert asyncio.run(settle())
+    assert action(url, job, "resume")[0] == "conflict"  # in doubt is not reconciled yet
+    with psycopg.connect(url) as conn:
+        conn.execute("SELECT * FROM pacer_transition(ARRAY[%s]::uuid[], '{recovery_pending}', 'confirmed',"
+                     " 'ItemVerifiedDelivered')", (cmds[0].item_id,))
+    assert action(url, job, "resume")[0] == "done"
+    assert release(url) == 2
+
+
+@pytest.mark.parametrize("what", ["pause", "cancel"])
+def test_a_pause_or_cancel_racing_claims_has_one_clean_boundary(database_url: str, what: str) -> None:
+    """Claims and the action run concurrently. Every claim that won is complete (submitted);
+    every item the action reached is held or abandoned; after the action returns, no claim
+    succeeds; nothing is both."""
+    url = database_url
+    guids = [f"g{i}" for i in range(20)]
+    job, _, _ = seed_job(url, {g: 10 for g in guids})
+    cmds = item_cmds(url, job)
+
+    async def go() -> tuple[list[str], list[str]]:
+        pool, repo = await _repo(url, guids)
+        try:
+            async def claims() -> list[str]:
+                out = []
+                for i in range(0, len(cmds), 10):
+                    out += [b.outcome for b in await asyncio.gather(*(repo.begin_send(c, "w1") for c in cmds[i:i + 10]))]
+                return out
+
+            async def act() -> None:
+                await asyncio.sleep(0)  # let the first claims start
+                async with pool.connection() as conn:
+                    await conn.execute("SELECT * FROM pacer_job_action(%s, %s, %s)", (job, what, ACTOR))
+
+            first, _ = await asyncio.gather(claims(), act())
+            after = [b.outcome for b in await asyncio.gather(*(repo.begin_send(c, "w1") for c in cmds))]
+            return first, after
+        finally:
+            await pool.close()
+
+    first, after = asyncio.run(go())
+    assert "submitted" not in after  # nothing is claimed once the action has committed
+    counts = dict(rows(url, "SELECT status::text, count(*) FROM items WHERE job_id = %s GROUP BY 1", job))
+    submitted = first.count("submitted")
+    assert counts.get("submitted", 0) == submitted
+    rest = "pending" if what == "pause" else "abandoned"
+    assert counts.get(rest, 0) == len(cmds) - submitted
+    assert sum(counts.values()) == len(cmds)
+    if what == "pause":
+        assert one(url, "SELECT count(*) FROM items WHERE job_id = %s AND held", job) == len(cmds) - submitted
+
+
+# -- budgets ----------------------------------------------------------------------------------------
+def test_a_budget_pauses_the_job_until_an_admin_confirms_more(database_url: str) -> None:
+    url = database_url
+    job, _, _ = seed_job(url, {"g1": 5})
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE jobs SET budget_max_sends = 3 WHERE job_id = %s", (job,))
+    out = [o for o, _ in begin_all(url, item_cmds(url, job), ["g1"])]
+    assert sorted(out) == ["held", "held", "submitted", "submitted", "submitted"]
+    assert one(url, "SELECT (status, paused_reason, budget_used) FROM jobs WHERE job_id = %s", job) == \
+        ("paused", "budget_exhausted", "3")
+    assert audit(url, job)[0][:4] == ("system:budget", "pause", "running", "paused")
+    outcome, message, _ = action(url, job, "resume")
+    assert outcome == "conflict" and "budget exhausted (3 of 3" in message
+    assert one(url, "SELECT outcome FROM pacer_confirm_budget(%s, 3, %s)", job, ACTOR) == "conflict"
+    outcome, message, status = one(url, "SELECT * FROM pacer_confirm_budget(%s, 5, %s)", job, ACTOR)
+    assert (outcome, status) == ("done", "running") and "job resumed" in message
+    assert release(url) == 2
+    assert sorted(o for o, _ in begin_all(url, item_cmds(url, job), ["g1"])) == \
+        ["not_pending"] * 3 + ["submitted"] * 2
+    assert one(url, "SELECT budget_used FROM jobs WHERE job_id = %s", job) == 5
+
+
+# -- needs-human pauses the guid ---------------------------------------------------------------------
+def test_a_needs_human_answer_pauses_the_guid_with_the_reason(database_url: str) -> None:
+    from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
+    from pacer_sender.domain.decisions import after_failure
+
+    url = database_url
+    job, _, _ = seed_job(url, {"g1": 3})
+    cmds = item_cmds(url, job)
+    assert begin_all(url, cmds[:1], ["g1"])[0][0] == "submitted"
+    d = after_failure(SendError(FailureClass.NEEDS_HUMAN, 1002, "account kicked"), 1, RetryPolicy(),
+                      datetime.now(UTC), __import__("random").Random(0))
+
+    async def settle() -> bool:
+        pool, repo = await _repo(url, ["g1"])
+        try:
+            epoch = one(url, "SELECT lease_epoch FROM items WHERE item_id = %s", cmds[0].item_id)
+            return await repo.settle(cmds[0], epoch, d)
+        finally:
+            await pool.close()
+
+    assert asyncio.run(settle())
+    assert one(url, "SELECT status::text FROM items WHERE item_id = %s", cmds[0].item_id) == "waiting_retry"
+    reason, by = one(url, "SELECT paused_reason, paused_by FROM guid_leases WHERE guid = 'g1'")
+    assert "1002" in reason and "account kicked" in reason and by == "system:gateway"
+    assert {o for o, _ in begin_all(url, cmds[1:], ["g1"])} == {"held"}
+    assert audit(url, "g1")[0][:2] == ("system:gateway", "pause")
+    assert one(url, "SELECT outcome FROM pacer_resume_guid('g1', %s)", ACTOR) == "done"
+    assert release(url) == 2
+
+
+# -- breakers (the adapter side; the rule is unit-tested) -------------------------------------------
+def test_a_breaker_trip_pauses_the_job_and_records_why(database_url: str) -> None:
+    url = database_url
+    job, _, _ = seed_job(url, {"g1": 1})
+
+    async def go() -> tuple[bool, bool]:
+        pool = await open_pool(url, min_size=1, max_size=2)
+        try:
+            store = PostgresLog(pool, "reconciler", timedelta(seconds=60))
+            first = await store.hold("job", job, "breaker: 20 consecutive failures", "system:breaker")
+            again = await store.hold("job", job, "breaker: 20 consecutive failures", "system:breaker")
+            return first, again
+        finally:
+            await pool.close()
+
+    assert asyncio.run(go()) == (True, False)
+    assert one(url, "SELECT (status, paused_by) FROM jobs WHERE job_id = %s", job) == ("paused", "system:breaker")
+    assert audit(url, job) == [("system:breaker", "pause", "running", "paused", "breaker: 20 consecutive failures")]
+
+
+# -- coalescing -----------------------------------------------------------------------------------------
+def ticket(version: int, business_id: str = "T-1") -> JobRequest:
+    return JobRequest.model_validate({
+        "request_id": f"ticket-{business_id}-v{version}-{uuid.uuid4().hex[:6]}", "kind": "ticket_notify",
+        "created_by": "crm", "message": {"content": f"ticket now at status {version}"},
+        "business_id": business_id, "status_version": version,
+        "targets": {"items": [{"guid": "g1", "to_id": "room-1"}, {"guid": "g2", "to_id": "room-2"}]},
+    })
+
+
+def test_ticket_notifications_send_only_the_latest_status(database_url: str) -> None:
+    url = database_url
+    now = datetime.now(UTC)
+
+    async def go() -> None:
+        pool = await open_pool(url, min_size=1, max_size=2)
+        try:
+            store = PostgresJobStore(pool)
+            for v in (1, 2, 3, 0):  # A → B → C, then a late, older one
+                await store.store(plan(ticket(v), now, timedelta(seconds=3)))
+            await store.store(plan(ticket(1, business_id="T-2"), now, timedelta(seconds=3)))
+        finally:
+            await pool.close()
+
+    asyncio.run(go())
+    by_version = dict(rows(url, "SELECT j.coalesce_key || ':' || j.coalesce_version, array_agg(DISTINCT i.status::text)"
+                                " FROM items i JOIN jobs j USING (job_id) GROUP BY 1"))
+    assert by_version == {"T-1:0": ["abandoned"], "T-1:1": ["abandoned"], "T-1:2": ["abandoned"],
+                          "T-1:3": ["pending"], "T-2:1": ["pending"]}
+    assert one(url, "SELECT count(*) FROM item_events WHERE type = 'ItemSuperseded'") == 6
+    # held for the window, so a newer status arriving meanwhile can still replace it
+    assert one(url, "SELECT bool_and(not_before >= %s) FROM items WHERE status = 'pending'",
+               now + timedelta(seconds=3))
+
+
+def test_a_breaker_trip_pauses_a_guid(database_url: str) -> None:
+    url = database_url
+
+    async def go() -> bool:
+        pool = await open_pool(url, min_size=1, max_size=2)
+        try:
+            return await PostgresLog(pool, "reconciler", timedelta(seconds=60)).hold(
+                "guid", "wx-guid-7", "breaker: 9 of the last 10 outcomes failed", "system:breaker")
+        finally:
+            await pool.close()
+
+    assert asyncio.run(go()) is True
+    assert one(url, "SELECT (paused_reason, paused_by) FROM guid_leases WHERE guid = 'wx-guid-7'") == \
+        ("breaker: 9 of the last 10 outcomes failed", "system:breaker")

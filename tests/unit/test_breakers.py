@@ -1,0 +1,86 @@
+"""Circuit breakers: consecutive failures or a failure ratio over a window pause a job or guid."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from itertools import count
+
+import pytest
+
+from pacer_common.domain.events import ItemEvent
+from pacer_common.domain.status import ItemStatus as S
+from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
+
+_seq = count(1)
+
+
+def outcome(kind: str, job: str = "job-1", guid: str = "g-1") -> ItemEvent:
+    to, type_, cls = {
+        "ok": (S.CONFIRMED, "ItemConfirmed", None),
+        "bad_params": (S.FAILED, "ItemFailed", "bad_params"),
+        "retryable": (S.WAITING_RETRY, "ItemRetryScheduled", "retryable"),
+        "rate_limited": (S.WAITING_RETRY, "ItemRetryScheduled", "rate_limited"),
+        "not_sent": (S.WAITING_RETRY, "ItemRetryScheduled", "not_sent"),
+    }[kind]
+    n = next(_seq)
+    return ItemEvent(seq=n, type=type_, item_id=f"it-{n}", job_id=job, shard_id=1, guid=guid, version=3,
+                     from_status=S.SUBMITTED, to_status=to, occurred_at=datetime.now(UTC),
+                     payload={"error_class": cls} if cls else {})
+
+
+POLICY = BreakerPolicy(consecutive=5, window=20, ratio=0.5, min_samples=10)
+
+
+def test_consecutive_failures_trip_the_job_and_the_guid_once() -> None:
+    b = Breakers(POLICY)
+    assert b.observe([outcome("bad_params") for _ in range(4)]) == []
+    trips = b.observe([outcome("bad_params")])
+    assert {(t.scope, t.key) for t in trips} == {("job", "job-1"), ("guid", "g-1")}
+    assert all("5 consecutive failures" in t.reason and "bad_params" in t.reason for t in trips)
+    # reset after tripping: the next failure starts a new count
+    assert b.observe([outcome("bad_params")]) == []
+
+
+def test_a_success_breaks_the_run() -> None:
+    b = Breakers(POLICY)
+    events = [outcome("retryable") for _ in range(4)] + [outcome("ok")] + [outcome("retryable") for _ in range(4)]
+    assert b.observe(events) == []
+
+
+def test_failure_ratio_over_the_window_trips_without_a_long_run() -> None:
+    b = Breakers(POLICY)
+    events = [outcome("retryable" if i % 2 == 0 else "ok") for i in range(9)]
+    assert b.observe(events) == []  # below min_samples
+    trips = b.observe([outcome("ok")] + [outcome("retryable")])
+    assert trips and all("of the last" in t.reason for t in trips)
+
+
+def test_ratio_below_the_threshold_never_trips() -> None:
+    b = Breakers(POLICY)
+    events = [outcome("retryable" if i % 3 == 0 else "ok") for i in range(300)]
+    assert b.observe(events) == []
+
+
+@pytest.mark.parametrize("kind", ["rate_limited", "not_sent"])
+def test_slow_downs_and_our_own_deadlines_do_not_count(kind: str) -> None:
+    b = Breakers(POLICY)
+    assert b.observe([outcome(kind) for _ in range(50)]) == []
+    assert b.tracked == 0
+
+
+def test_breakers_are_per_job_and_per_guid() -> None:
+    b = Breakers(POLICY)
+    # one failing guid shared by two jobs, each job's other guids succeed
+    events = []
+    for i in range(5):
+        events.append(outcome("bad_params", job=f"job-{i % 2}", guid="g-bad"))
+        events.append(outcome("ok", job=f"job-{i % 2}", guid=f"g-ok-{i}"))
+    trips = b.observe(events)
+    assert [(t.scope, t.key) for t in trips] == [("guid", "g-bad")]
+
+
+def test_policy_refuses_nonsense() -> None:
+    with pytest.raises(ValueError):
+        BreakerPolicy(ratio=0)
+    with pytest.raises(ValueError):
+        BreakerPolicy(consecutive=0)
