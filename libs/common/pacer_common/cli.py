@@ -18,7 +18,9 @@ from psycopg.types.json import Jsonb
 from pacer_common.db import operations
 from pacer_common.db.migrate import migrate
 from pacer_common.db.sql import query
+from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.requests import JobRequest
+from pacer_common.domain.tokens import Role
 from pacer_common.kafka import MAX_REQUEST_BYTES, ensure_topics, make_producer, produce_all
 from pacer_common.settings import KafkaSettings, PostgresSettings
 
@@ -169,11 +171,29 @@ def _limits(args: argparse.Namespace) -> int:
             overrides[key] = json.loads(raw)
         except json.JSONDecodeError:
             overrides[key] = raw
+    try:
+        overrides = parse_limits(overrides)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     url = PostgresSettings().database_url.get_secret_value()  # type: ignore[call-arg]
     with psycopg.connect(url, row_factory=dict_row) as conn:
         row = conn.execute(query("set_guid_limits"), {  # type: ignore[arg-type]
             "guid": args.guid, "limits": Jsonb(overrides), "actor": args.actor}).fetchone()
     print(json.dumps(row, default=str))
+    return 0
+
+
+def _token_create(args: argparse.Namespace) -> int:
+    """Make an API token for the Control API; the secret is printed once, only its hash is kept."""
+    try:
+        made = _with_conn(lambda c: operations.create_token(c, args.name, Role(args.role), "cli", args.reason))
+    except psycopg.errors.UniqueViolation:
+        print(f"a token named {args.name!r} already exists (names are never reused, even after revocation)",
+              file=sys.stderr)
+        return EXIT_REFUSED
+    print(f"token {made.name!r} (role {made.role.value}) created; it is shown only this once:", file=sys.stderr)
+    print(made.token)
     return 0
 
 
@@ -211,5 +231,13 @@ def main(argv: list[str] | None = None) -> None:
     lk.add_argument("--json", action="store_true", help="print JSON instead of tables")
     lk.add_argument("--limit", type=int, default=1000, help="at most this many leases of each kind")
     lk.set_defaults(fn=_locks)
+    tk = sub.add_parser("token", help="Control API tokens")
+    tk_sub = tk.add_subparsers(dest="token_cmd", required=True)
+    tc = tk_sub.add_parser("create", help="make a token and print it once (the database keeps only its hash)")
+    tc.add_argument("--name", required=True, help="unique name; the API records actions as token:<name>")
+    tc.add_argument("--role", required=True, choices=[r.value for r in Role],
+                    help="operator < tech_admin < admin (cumulative)")
+    tc.add_argument("--reason", help="why (kept in the audit log)")
+    tc.set_defaults(fn=_token_create)
     args = p.parse_args(argv)
     raise SystemExit(args.fn(args))

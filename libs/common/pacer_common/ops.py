@@ -24,24 +24,29 @@ class Health:
 def ops_app(service: str, registry: CollectorRegistry, health: Health,
             extra: Callable[[FastAPI], None] | None = None) -> FastAPI:
     app = FastAPI(title=f"pacer-{service} ops", docs_url=None, redoc_url=None)
+    add_ops_routes(app, service, registry, health)
+    if extra is not None:
+        extra(app)
+    return app
 
-    @app.get("/healthz")
+
+def add_ops_routes(app: FastAPI, service: str, registry: CollectorRegistry, health: Health,
+                   include_in_schema: bool = True) -> None:
+    """/healthz, /readyz and /metrics on ``app`` (a service whose main app is HTTP adds them there)."""
+
+    @app.get("/healthz", include_in_schema=include_in_schema)
     async def healthz() -> dict[str, str]:
         return {"status": "ok", "service": service}
 
-    @app.get("/readyz")
+    @app.get("/readyz", include_in_schema=include_in_schema)
     async def readyz(response: Response) -> dict[str, str | bool]:
         if not health.ready:
             response.status_code = 503
         return {"ready": health.ready, "reason": health.reason}
 
-    @app.get("/metrics")
+    @app.get("/metrics", include_in_schema=include_in_schema)
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-    if extra is not None:
-        extra(app)
-    return app
 
 
 async def serve(app: FastAPI, host: str, port: int) -> tuple[uvicorn.Server, asyncio.Task[None]]:

@@ -1,4 +1,4 @@
-"""Operator actions on single items — manual retry and cancel — and the lock view.
+"""Operator actions on single items — manual retry and cancel —, the lock view, API tokens.
 
 The decisions live in database functions (``pacer_retry_item``, ``pacer_cancel_item`` in
 ``migrations/0004_operator_actions.sql``) so they are taken under the row locks and guarded
@@ -16,6 +16,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from pacer_common.db.sql import query
+from pacer_common.domain.tokens import Role, new_token, token_hash
 
 RetryOutcome = Literal["created", "conflict", "already_queued", "already_delivered", "not_found"]
 CancelOutcome = Literal["cancelled", "too_late", "already_final", "not_found"]
@@ -114,6 +115,28 @@ async def lock_view(conn: AsyncConnection[Any], limit: int = 1000) -> LockView:
         counts = await cur.fetchone()
     return LockView(guid_leases=cast(list[GuidLease], guids), item_leases=cast(list[ItemLease], items),
                     counts=cast(LockCounts, counts))
+
+
+@dataclass(frozen=True)
+class CreatedToken:
+    """A token just made. ``token`` is the secret: shown this once, never stored."""
+
+    name: str
+    role: Role
+    token: str
+    created_at: datetime
+
+
+async def create_token(conn: AsyncConnection[Any], name: str, role: Role, actor: str,
+                       reason: str | None = None) -> CreatedToken:
+    """Make an API token and its audit record in one transaction.
+
+    Raises ``psycopg.errors.UniqueViolation`` if a token (even a revoked one) has that name.
+    """
+    token = new_token()
+    row = await _one(conn, "create_token", {"hash": token_hash(token), "name": name, "role": role.value,
+                                            "actor": actor, "reason": reason})
+    return CreatedToken(row["name"], Role(row["role"]), token, row["created_at"])
 
 
 async def _one(conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> dict[str, Any]:

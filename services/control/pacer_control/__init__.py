@@ -1,0 +1,1 @@
+"""Pacer's Control API: operators pause, resume, cancel, retry and inspect over HTTP."""

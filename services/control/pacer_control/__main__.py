@@ -1,0 +1,3 @@
+from pacer_control.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The Control API's adapters: Postgres (SQL in ``sql/*.sql``) and the gateway."""

@@ -1,0 +1,256 @@
+"""The Control API on Postgres: reads, and writes that commit together with their audit records."""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from functools import cache
+from importlib import resources
+from typing import Any, TypeVar, cast
+
+import psycopg
+from pacer_common.db import operations
+from pacer_common.db.errors import TransientError, with_retry
+from pacer_common.db.sql import query
+from pacer_common.domain.tokens import Role
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row, tuple_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from pacer_control.domain.errors import Invalid, Unavailable
+from pacer_control.domain.filters import (
+    FAILURE_CATEGORY,
+    AuditFilter,
+    ItemFilter,
+    JobFilter,
+    RetryFilter,
+)
+from pacer_control.domain.outcomes import ActionResult, ItemRetry
+from pacer_control.domain.permissions import Principal
+from pacer_control.domain.views import failure_categories, sum_counts
+from pacer_control.ports import AuditEntry, NewToken, Row
+
+T = TypeVar("T")
+REPORT_FETCH = 2000
+_dumps = functools.partial(json.dumps, default=str)
+
+
+@cache
+def _sql(name: str) -> str:
+    return resources.files("pacer_control.adapters.sql").joinpath(f"{name}.sql").read_text()
+
+
+async def _rows(conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> list[Row]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(_sql(name), params)  # type: ignore[arg-type]
+        return await cur.fetchall()
+
+
+async def _row(conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> Row | None:
+    rows = await _rows(conn, name, params)
+    return rows[0] if rows else None
+
+
+def _result(row: Row | None, missing: str) -> ActionResult:
+    if row is None:
+        return ActionResult("not_found", missing)
+    return ActionResult(row["outcome"], row["message"], row.get("status"))
+
+
+class _Tx:
+    """The writes of one transaction (see ``ports.ControlTx``)."""
+
+    def __init__(self, conn: AsyncConnection[Any]) -> None:
+        self.conn = conn
+
+    async def job_action(self, job_id: str, action: str, actor: str, reason: str | None) -> ActionResult:
+        row = await _row(self.conn, "job_action", {"job": job_id, "action": action, "actor": actor, "reason": reason})
+        return _result(row, f"no job {job_id}")
+
+    async def shard_action(self, job_id: str, shard_id: int, action: str, actor: str,
+                           reason: str | None) -> ActionResult:
+        row = await _row(self.conn, "shard_action", {"job": job_id, "shard": shard_id, "action": action,
+                                                     "actor": actor, "reason": reason})
+        return _result(row, f"job {job_id} has no shard {shard_id}")
+
+    async def confirm_budget(self, job_id: str, max_sends: int, actor: str) -> ActionResult:
+        row = await _row(self.conn, "confirm_budget", {"job": job_id, "max_sends": max_sends, "actor": actor})
+        return _result(row, f"no job {job_id}")
+
+    async def lock_job(self, job_id: str) -> bool:
+        return await _row(self.conn, "lock_job", {"job": job_id}) is not None
+
+    async def items_of_job(self, job_id: str, item_ids: Sequence[str]) -> set[str]:
+        rows = await _rows(self.conn, "items_of_job", {"job": job_id, "ids": list(item_ids)})
+        return {r["item_id"] for r in rows}
+
+    async def select_for_retry(self, job_id: str, f: RetryFilter, limit: int) -> list[str]:
+        rows = await _rows(self.conn, "select_for_retry", {"job": job_id, "status": f.status.value,
+                                                          "error_class": f.error_class, "guid": f.guid,
+                                                          "limit": limit})
+        return [r["item_id"] for r in rows]
+
+    async def retry_items(self, item_ids: Sequence[str], actor: str) -> list[ItemRetry]:
+        if not item_ids:
+            return []
+        rows = await _rows(self.conn, "retry_items", {"ids": list(item_ids), "actor": actor})
+        return [ItemRetry(r["item_id"], r["outcome"], r["new_item"], r["message"]) for r in rows]
+
+    async def item_state(self, item_id: str) -> Row | None:
+        return await _row(self.conn, "item_state", {"item": item_id})
+
+    async def cancel_item(self, item_id: str, actor: str) -> tuple[str, str]:
+        row = await _row(self.conn, "cancel_item", {"item": item_id, "actor": actor})
+        assert row is not None  # pacer_cancel_item always answers
+        return row["outcome"], row["message"]
+
+    async def hold_guid(self, guid: str, reason: str, actor: str) -> bool:
+        row = await _row(self.conn, "hold_guid", {"guid": guid, "reason": reason, "actor": actor})
+        return bool(row and row["held"])
+
+    async def guid_health(self, guid: str) -> Row | None:
+        return await _row(self.conn, "guid_health", {"guid": guid})
+
+    async def resume_guid(self, guid: str, actor: str, reason: str | None) -> ActionResult:
+        row = await _row(self.conn, "resume_guid", {"guid": guid, "actor": actor, "reason": reason})
+        return _result(row, f"no guid {guid}")
+
+    async def lock_guid_lease(self, guid: str) -> Row | None:
+        return await _row(self.conn, "lock_guid_lease", {"guid": guid})
+
+    async def release_guid_lease(self, guid: str) -> None:
+        await self.conn.execute(_sql("release_guid_lease"), {"guid": guid})  # type: ignore[arg-type]
+
+    async def guid_limits(self, guid: str) -> dict[str, Any] | None:
+        row = await _row(self.conn, "guid_limits", {"guid": guid})
+        return cast(dict[str, Any], row["limits"]) if row else None
+
+    async def set_guid_limits(self, guid: str, limits: dict[str, Any], actor: str) -> dict[str, Any]:
+        # The same statement as `pacer limits GUID --set …`.
+        async with self.conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(query("set_guid_limits"),  # type: ignore[arg-type]
+                              {"guid": guid, "limits": Jsonb(limits), "actor": actor})
+            row = await cur.fetchone()
+        assert row is not None
+        return cast(dict[str, Any], row["limits"])
+
+    async def create_token(self, name: str, role: Role, actor: str) -> NewToken | None:
+        try:
+            made = await operations.create_token(self.conn, name, role, actor)
+        except psycopg.errors.UniqueViolation:
+            return None  # its savepoint is rolled back; this transaction goes on
+        return NewToken(made.name, made.role, made.token, made.created_at)
+
+    async def revoke_token(self, name: str) -> Row | None:
+        return await _row(self.conn, "revoke_token", {"name": name})
+
+    async def audit(self, entry: AuditEntry) -> None:
+        await self.conn.execute(_sql("audit"), {  # type: ignore[arg-type]
+            "actor": entry.actor, "action": entry.action, "type": entry.target_type, "id": entry.target_id,
+            "reason": entry.reason,
+            "before": None if entry.before is None else Jsonb(entry.before, dumps=_dumps),
+            "after": None if entry.after is None else Jsonb(entry.after, dumps=_dumps),
+        })
+
+
+class PostgresControl:
+    """``ControlStore`` on a psycopg pool of autocommit connections."""
+
+    def __init__(self, pool: AsyncConnectionPool, deadline_s: float = 5.0) -> None:
+        self.pool = pool
+        # An API caller waits this long at most while the database is away, then gets a 503.
+        self.deadline_s = deadline_s
+
+    async def _call(self, unit: Callable[[], Awaitable[T]]) -> T:
+        """Run a unit of work (retried whole on transient errors) and translate what is left."""
+        try:
+            return await with_retry(unit, deadline_s=self.deadline_s)
+        except TransientError as exc:
+            raise Unavailable("the database cannot be reached right now; try again shortly") from exc
+        except psycopg.DataError as exc:
+            raise Invalid(f"the database refused a value: {exc.diag.message_primary or exc}") from exc
+
+    async def atomically(self, work: Callable[[_Tx], Awaitable[T]]) -> T:  # type: ignore[override]
+        async def unit() -> T:
+            async with self.pool.connection() as conn, conn.transaction():
+                return await work(_Tx(conn))
+
+        return await self._call(unit)
+
+    async def _read(self, name: str, params: dict[str, Any]) -> list[Row]:
+        async def unit() -> list[Row]:
+            async with self.pool.connection() as conn:
+                return await _rows(conn, name, params)
+
+        return await self._call(unit)
+
+    async def principal(self, token_hash: str) -> Principal | None:
+        rows = await self._read("principal", {"hash": token_hash})
+        return Principal(rows[0]["name"], Role(rows[0]["role"])) if rows else None
+
+    async def jobs(self, f: JobFilter) -> list[Row]:
+        return await self._read("jobs", {"status": f.status, "kind": f.kind.value if f.kind else None,
+                                         "created_by": f.created_by, "before": f.before, "limit": f.limit})
+
+    async def job_head(self, job_id: str) -> Row | None:
+        rows = await self._read("job_head", {"job": job_id})
+        return rows[0] if rows else None
+
+    async def job(self, job_id: str) -> Row | None:
+        async def unit() -> Row | None:
+            async with self.pool.connection() as conn:
+                job = await _row(conn, "job", {"job": job_id})
+                if job is None:
+                    return None
+                shards = await _rows(conn, "job_shards", {"job": job_id})
+                failures = await _rows(conn, "job_failures", {"job": job_id,
+                                                              "statuses": [s.value for s in FAILURE_CATEGORY]})
+            job["budget"] = {"max_sends": job.pop("budget_max_sends"), "used": job.pop("budget_used")}
+            job["counts"] = sum_counts(s["counts"] for s in shards)
+            job["shards"] = shards
+            job["failures"] = failure_categories(failures)
+            return job
+
+        return await self._call(unit)
+
+    async def items(self, job_id: str, f: ItemFilter) -> list[Row]:
+        return await self._read("items", {
+            "job": job_id, "statuses": [s.value for s in f.statuses] if f.statuses else None, "guid": f.guid,
+            "error_class": f.error_class, "with_error": f.only_with_error, "after": f.after, "limit": f.limit})
+
+    async def report(self, job_id: str) -> AsyncIterator[list[tuple[Any, ...]]]:
+        # A server-side cursor: the report of a million items never sits in memory at once.
+        # Holds one pooled connection (and a transaction) while the download lasts.
+        async with (
+            self.pool.connection() as conn,
+            conn.transaction(),
+            conn.cursor(name=f"report_{uuid.uuid4().hex}", row_factory=tuple_row) as cur,
+        ):
+            await cur.execute(_sql("report"), {"job": job_id})  # type: ignore[arg-type]
+            while rows := await cur.fetchmany(REPORT_FETCH):
+                yield rows
+
+    async def guids(self, paused_only: bool, limit: int, after: str | None) -> list[Row]:
+        return await self._read("guids", {"paused_only": paused_only, "limit": limit, "after": after})
+
+    async def guid(self, guid: str) -> Row | None:
+        rows = await self._read("guid", {"guid": guid})
+        return rows[0] if rows else None
+
+    async def locks(self, limit: int) -> Row:
+        async def unit() -> Row:
+            async with self.pool.connection() as conn:
+                return cast(Row, await operations.lock_view(conn, limit))
+
+        return await self._call(unit)
+
+    async def audit_log(self, f: AuditFilter) -> list[Row]:
+        params = {"target_type": f.target_type, "target_id": f.target_id, "actor": f.actor, "limit": f.limit,
+                  "after": f.after, "before": f.before}
+        return await self._read("audit_after" if f.after is not None else "audit_newest", params)
+
+    async def tokens(self) -> list[Row]:
+        return await self._read("tokens", {})

@@ -1,0 +1,1 @@
+SELECT limits FROM guid_limits WHERE guid = %(guid)s

@@ -1,0 +1,7 @@
+-- A job's shards (one per guid) with their items per status.
+SELECT s.shard_id, s.guid, s.sub, s.status, s.paused_reason, s.paused_by, s.total, s.last_progress_at,
+       COALESCE((SELECT jsonb_object_agg(sc.status::text, sc.n) FROM shard_status_counts sc
+                 WHERE sc.shard_id = s.shard_id AND sc.n <> 0), '{}'::jsonb) AS counts
+FROM shards s
+WHERE s.job_id = %(job)s::uuid
+ORDER BY s.guid, s.sub

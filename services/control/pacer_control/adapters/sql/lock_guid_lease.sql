@@ -1,0 +1,1 @@
+SELECT guid, owner, epoch, lease_until FROM guid_leases WHERE guid = %(guid)s FOR UPDATE

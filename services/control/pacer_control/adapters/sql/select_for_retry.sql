@@ -1,0 +1,10 @@
+-- Items of a job a retry by filter picks: ended in the given status and not retried yet (an
+-- item that already has a compensation is represented by that compensation from then on).
+SELECT i.item_id::text AS item_id
+FROM items i
+WHERE i.job_id = %(job)s::uuid AND i.status = %(status)s::item_status
+  AND (%(error_class)s::text IS NULL OR i.last_error_class = %(error_class)s::text)
+  AND (%(guid)s::text IS NULL OR i.guid = %(guid)s::text)
+  AND NOT EXISTS (SELECT 1 FROM items c WHERE c.compensates = i.item_id)
+ORDER BY i.item_id
+LIMIT %(limit)s

@@ -1,0 +1,86 @@
+"""Locks, the audit log, tokens, dry runs and sandbox test sends."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from pacer_common.domain.requests import JobRequest
+
+from pacer_control.api.auth import Caller, Ctl, guard
+from pacer_control.api.responses import next_cursor, respond
+from pacer_control.api.schemas import (
+    NO_NUL,
+    ActionBody,
+    ActionResponse,
+    AuditPage,
+    CreatedToken,
+    DryRunResponse,
+    LockView,
+    TestSendBody,
+    TestSendResponse,
+    TokenBody,
+    TokenName,
+    TokenView,
+)
+from pacer_control.domain.filters import DEFAULT_PAGE, MAX_PAGE, AuditFilter
+
+router = APIRouter()
+
+TextQuery = Annotated[str | None, Query(min_length=1, max_length=256, pattern=NO_NUL)]
+AuditId = Annotated[int | None, Query(ge=0, le=2**63 - 1)]
+
+
+@router.get("/locks", response_model=LockView, tags=["guids"],
+            summary="Guid and item leases as lock records, with the lock dashboard counts",
+            **guard("locks.view", 422))
+async def locks(ctl: Ctl, limit: Annotated[int, Query(ge=1, le=5000)] = 1000) -> Any:
+    return await ctl.locks(limit)
+
+
+@router.get("/audit", response_model=AuditPage, tags=["audit"],
+            summary="The audit log: newest first, or after an id oldest first", **guard("audit.view", 422))
+async def audit(ctl: Ctl, target_type: TextQuery = None, target_id: TextQuery = None, actor: TextQuery = None,
+                limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
+                after: AuditId = None, before: AuditId = None) -> dict[str, Any]:
+    rows = await ctl.audit_log(AuditFilter(target_type, target_id, actor, limit, after, before))
+    cursor = next_cursor(rows, limit, "id")
+    if after is not None:
+        return {"entries": rows, "next_after": cursor or (rows[-1]["id"] if rows else after)}
+    return {"entries": rows, "next_before": cursor}
+
+
+@router.post("/dry-run", response_model=DryRunResponse, tags=["tools"],
+             summary="Validate and plan a job request without storing or sending anything",
+             **guard("requests.dry_run", 422))
+async def dry_run(request: JobRequest, ctl: Ctl,
+                  samples: Annotated[int, Query(ge=0, le=50, description="rendered contents to show")] = 5) -> Any:
+    return ctl.dry_run(request, samples)
+
+
+@router.post("/test-send", response_model=TestSendResponse, tags=["tools"],
+             summary="Send one message to a sandbox target (PACER_CONTROL_SANDBOX_TARGETS) through the gateway",
+             **guard("gateway.test_send", 422, 503))
+async def test_send(body: TestSendBody, ctl: Ctl, who: Caller) -> dict[str, Any]:
+    return await ctl.test_send(body.guid, body.to_id, body.content, who)
+
+
+@router.post("/tokens", response_model=CreatedToken, status_code=201, tags=["tokens"],
+             summary="Create an API token; the secret is in this response only", **guard("tokens.create", 409, 422))
+async def create_token(body: TokenBody, ctl: Ctl, who: Caller) -> dict[str, Any]:
+    made = await ctl.create_token(body.name, body.role, who)
+    return {"name": made.name, "role": made.role, "token": made.token, "created_at": made.created_at,
+            "message": "store this token now: it is not shown again (only its hash is kept)"}
+
+
+@router.get("/tokens", response_model=list[TokenView], tags=["tokens"], summary="API tokens (no secrets)",
+            **guard("tokens.view"))
+async def list_tokens(ctl: Ctl) -> Any:
+    return await ctl.tokens()
+
+
+@router.delete("/tokens/{name}", response_model=ActionResponse, tags=["tokens"],
+               summary="Revoke a token: refused from the next request on", **guard("tokens.revoke", 404, 422))
+async def revoke_token(name: Annotated[TokenName, Path()], ctl: Ctl, who: Caller,
+                       body: ActionBody | None = None) -> Any:
+    return respond(await ctl.revoke_token(name, who, body.reason if body else None))

@@ -1,0 +1,165 @@
+"""Jobs, their shards and items: view, pause, resume, cancel, terminate, budget, retry, report."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import StreamingResponse
+from pacer_common.domain.requests import JobKind
+from pacer_common.domain.status import ItemStatus
+
+from pacer_control.api.auth import Caller, Ctl, guard
+from pacer_control.api.responses import next_cursor, respond
+from pacer_control.api.schemas import (
+    NO_NUL,
+    ActionBody,
+    ActionResponse,
+    BudgetBody,
+    ItemPage,
+    JobDetail,
+    JobPage,
+    RetryBody,
+    RetryResponse,
+)
+from pacer_control.domain.filters import (
+    DEFAULT_PAGE,
+    MAX_PAGE,
+    ItemFilter,
+    JobFilter,
+    JobStatus,
+    RetryFilter,
+)
+from pacer_control.domain.permissions import Action
+
+router = APIRouter(tags=["jobs"])
+
+JobIdPath = Annotated[uuid.UUID, Path(description="the job's id")]
+ShardIdPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="the shard's id (see the job's detail)")]
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+TextQuery = Annotated[str | None, Query(min_length=1, max_length=256, pattern=NO_NUL)]
+
+
+@router.get("/jobs", response_model=JobPage, summary="List jobs, newest first", **guard("jobs.view", 404, 422))
+async def list_jobs(ctl: Ctl, status: JobStatus | None = None, kind: JobKind | None = None,
+                    created_by: TextQuery = None, limit: Limit = DEFAULT_PAGE,
+                    before: Annotated[uuid.UUID | None, Query(description="a job id: jobs created before it")] = None,
+                    ) -> dict[str, Any]:
+    f = JobFilter(status, kind, created_by, limit, str(before) if before else None)
+    rows = await ctl.jobs(f)
+    return {"jobs": rows, "next_before": next_cursor(rows, limit, "job_id")}
+
+
+@router.get("/jobs/{job_id}", response_model=JobDetail, summary="A job: progress, shards, failures, hold, budget",
+            **guard("jobs.view", 404, 422))
+async def get_job(job_id: JobIdPath, ctl: Ctl) -> dict[str, Any]:
+    return await ctl.job(str(job_id))
+
+
+_JOB_ACTIONS: dict[str, tuple[Action, str]] = {
+    "pause": ("jobs.pause", "Pause a running job: no new sends; items in flight finish. Resumable."),
+    "resume": ("jobs.resume", "Resume a paused job (or a terminated one once nothing is in flight)."),
+    "cancel": ("jobs.cancel", "Cancel a job: pending and waiting items are abandoned. Irreversible."),
+    "terminate": ("jobs.terminate", "Terminate a job: no new sends; resumable once in-flight items settle."),
+}
+
+
+def _job_action(action: str) -> Any:
+    async def handler(job_id: JobIdPath, ctl: Ctl, who: Caller, body: ActionBody | None = None) -> Any:
+        return respond(await ctl.job_action(str(job_id), action, who, body.reason if body else None))
+
+    handler.__name__ = f"{action}_job"
+    return handler
+
+
+for _action, (_perm, _doc) in _JOB_ACTIONS.items():
+    router.add_api_route(f"/jobs/{{job_id}}/{_action}", _job_action(_action), methods=["POST"],
+                         response_model=ActionResponse, summary=_doc, **guard(_perm, 404, 409, 422))
+
+
+def _shard_action(action: Literal["pause", "resume"]) -> Any:
+    async def handler(job_id: JobIdPath, shard_id: ShardIdPath, ctl: Ctl, who: Caller,
+                      body: ActionBody | None = None) -> Any:
+        return respond(await ctl.shard_action(str(job_id), shard_id, action, who, body.reason if body else None))
+
+    handler.__name__ = f"{action}_shard"
+    return handler
+
+
+router.add_api_route("/jobs/{job_id}/shards/{shard_id}/pause", _shard_action("pause"), methods=["POST"],
+                     response_model=ActionResponse, summary="Pause one shard (one guid's part of the job)",
+                     **guard("shards.pause", 404, 409, 422))
+router.add_api_route("/jobs/{job_id}/shards/{shard_id}/resume", _shard_action("resume"), methods=["POST"],
+                     response_model=ActionResponse, summary="Resume a paused shard",
+                     **guard("shards.resume", 404, 409, 422))
+
+
+@router.post("/jobs/{job_id}/budget", response_model=ActionResponse,
+             summary="Confirm a larger send budget (a job paused for its budget resumes)",
+             **guard("jobs.budget", 404, 409, 422))
+async def confirm_budget(job_id: JobIdPath, body: BudgetBody, ctl: Ctl, who: Caller) -> Any:
+    return respond(await ctl.confirm_budget(str(job_id), body.max_sends, who))
+
+
+@router.post("/jobs/{job_id}/retry", response_model=RetryResponse,
+             summary="Retry items of a job (by id or by filter) as compensation items; one audit record",
+             **guard("items.retry", 404, 422))
+async def retry_job_items(job_id: JobIdPath, body: RetryBody, ctl: Ctl, who: Caller) -> dict[str, Any]:
+    f = None
+    if body.filter is not None:
+        f = RetryFilter(ItemStatus(body.filter.status), body.filter.error_class, body.filter.guid)
+    ids = [str(i) for i in body.item_ids] if body.item_ids is not None else None
+    results, totals = await ctl.retry_job_items(str(job_id), who, ids, f, body.reason)
+    return {"totals": totals, "results": results}
+
+
+@router.get("/jobs/{job_id}/items", response_model=ItemPage, summary="A job's items, by item id (keyset pages)",
+            **guard("items.view", 404, 422))
+async def list_items(job_id: JobIdPath, ctl: Ctl, status: ItemStatus | None = None, guid: TextQuery = None,
+                     error_class: TextQuery = None, limit: Limit = DEFAULT_PAGE,
+                     after: Annotated[uuid.UUID | None, Query(description="an item id: the page starts after it")]
+                     = None) -> dict[str, Any]:
+    f = ItemFilter((status,) if status else None, guid, error_class, False, limit, str(after) if after else None)
+    rows = await ctl.items(str(job_id), f)
+    return {"items": rows, "next_after": next_cursor(rows, limit, "item_id")}
+
+
+@router.get("/jobs/{job_id}/failed", response_model=ItemPage,
+            summary="A job's items that ended without delivery (failed, unverified, expired, abandoned) with an error",
+            **guard("items.view", 404, 422))
+async def list_failed(job_id: JobIdPath, ctl: Ctl,
+                      status: Literal["failed", "unverified", "expired", "abandoned"] | None = None,
+                      guid: TextQuery = None, error_class: TextQuery = None, limit: Limit = DEFAULT_PAGE,
+                      after: uuid.UUID | None = None) -> dict[str, Any]:
+    f = ItemFilter((ItemStatus(status),) if status else None, guid, error_class, True, limit,
+                   str(after) if after else None).failed()
+    rows = await ctl.items(str(job_id), f)
+    return {"items": rows, "next_after": next_cursor(rows, limit, "item_id")}
+
+
+_report = guard("reports.view", 404, 422)
+_report["responses"][200] = {"content": {"text/csv": {}}, "description": "one line per item"}
+
+
+@router.get("/jobs/{job_id}/report.csv", response_class=StreamingResponse,
+            summary="The delivery report as CSV, streamed", **_report)
+async def report(job_id: JobIdPath, ctl: Ctl) -> StreamingResponse:
+    name, chunks = await ctl.report(str(job_id))
+    return StreamingResponse(chunks, media_type="text/csv; charset=utf-8",
+                             headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+
+@router.post("/items/{item_id}/retry", response_model=ActionResponse, tags=["items"],
+             summary="Retry one item: a compensation item through the normal send path",
+             **guard("items.retry", 404, 409, 422))
+async def retry_item(item_id: uuid.UUID, ctl: Ctl, who: Caller, body: ActionBody | None = None) -> Any:
+    return respond(await ctl.retry_item(str(item_id), who, body.reason if body else None))
+
+
+@router.post("/items/{item_id}/cancel", response_model=ActionResponse, tags=["items"],
+             summary="Cancel one item that has not been taken yet (pending or waiting_retry)",
+             **guard("items.cancel", 404, 409, 422))
+async def cancel_item(item_id: uuid.UUID, ctl: Ctl, who: Caller, body: ActionBody | None = None) -> Any:
+    return respond(await ctl.cancel_item(str(item_id), who, body.reason if body else None))
+

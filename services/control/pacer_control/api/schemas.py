@@ -1,0 +1,284 @@
+"""Request and response bodies of the Control API (published in its OpenAPI document)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pacer_common.domain.tokens import Role
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from pacer_control.domain.filters import MAX_RETRY
+
+# Postgres text cannot hold NUL; refusing it here gives a 422 instead of a database error.
+NO_NUL = r"^[^\x00]*$"
+Text = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=NO_NUL)]
+Reason = Annotated[str, StringConstraints(min_length=1, max_length=500, pattern=NO_NUL)]
+TokenName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")]
+MAX_INT4 = 2_147_483_647
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Problem(BaseModel):
+    """Every error: one sentence saying what is wrong and, where it helps, what to do."""
+
+    detail: str
+
+
+# -- inputs -------------------------------------------------------------------------------
+class ActionBody(_In):
+    reason: Reason | None = None
+
+
+class PauseGuidBody(_In):
+    reason: Reason
+
+
+class BudgetBody(_In):
+    max_sends: Annotated[int, Field(gt=0, le=MAX_INT4)]
+
+
+class RetryFilterBody(_In):
+    status: Literal["failed", "unverified", "expired", "abandoned"] = "failed"
+    error_class: Text | None = None
+    guid: Text | None = None
+
+
+class RetryBody(_In):
+    """Either ``item_ids`` or ``filter``; at most 10000 items either way."""
+
+    item_ids: Annotated[list[uuid.UUID], Field(min_length=1, max_length=MAX_RETRY)] | None = None
+    filter: RetryFilterBody | None = None
+    reason: Reason | None = None
+
+    @model_validator(mode="after")
+    def _one_selection(self) -> RetryBody:
+        if (self.item_ids is None) == (self.filter is None):
+            raise ValueError("give either 'item_ids' or 'filter' (not both, not neither)")
+        return self
+
+
+class TokenBody(_In):
+    name: TokenName
+    role: Role
+
+
+class TestSendBody(_In):
+    guid: Text
+    to_id: Text
+    content: Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=NO_NUL)]
+
+
+# -- outputs ------------------------------------------------------------------------------
+class ActionResponse(_Out):
+    outcome: Literal["done", "noop"]
+    changed: bool
+    message: str
+    status: str | None = None
+
+
+class JobSummary(BaseModel):
+    job_id: str
+    request_id: str
+    kind: str
+    priority: int
+    status: str
+    paused_reason: str | None
+    target_mode: str
+    created_by: str
+    created_at: datetime
+    total: int
+    counts: dict[str, int]
+
+
+class JobPage(BaseModel):
+    jobs: list[JobSummary]
+    next_before: str | None = Field(description="pass as ?before= for the next (older) page; null at the end")
+
+
+class ShardView(BaseModel):
+    shard_id: int
+    guid: str
+    sub: int
+    status: str
+    paused_reason: str | None
+    paused_by: str | None
+    total: int
+    last_progress_at: datetime | None
+    counts: dict[str, int]
+
+
+class FailureCategory(BaseModel):
+    error_class: str
+    total: int
+    by_status: dict[str, int]
+
+
+class Budget(BaseModel):
+    max_sends: int | None
+    used: int
+
+
+class JobDetail(BaseModel):
+    job_id: str
+    request_id: str
+    kind: str
+    priority: int
+    status: str
+    paused_reason: str | None
+    paused_by: str | None
+    paused_at: datetime | None
+    target_mode: str
+    created_by: str
+    created_at: datetime
+    dispatched_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    expire_at: datetime | None
+    not_before: datetime | None
+    total: int
+    budget: Budget
+    counts: dict[str, int] = Field(description="items per status, summed over the shards")
+    shards: list[ShardView]
+    failures: list[FailureCategory] = Field(
+        description="last error class of failed, abandoned, expired and waiting_retry items")
+
+
+class ItemView(BaseModel):
+    item_id: str
+    shard_id: int
+    guid: str
+    to_id: str
+    status: str
+    attempts: int
+    priority: int
+    held: bool
+    compensates: str | None
+    last_error_class: str | None
+    last_error: str | None
+    next_attempt_at: datetime | None
+    expire_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class ItemPage(BaseModel):
+    items: list[ItemView]
+    next_after: str | None = Field(description="pass as ?after= for the next page; null at the end")
+
+
+class RetryOutcome(BaseModel):
+    item_id: str
+    outcome: str
+    new_item: str | None
+    message: str
+
+
+class RetryResponse(BaseModel):
+    totals: dict[str, int]
+    results: list[RetryOutcome]
+
+
+class GuidView(BaseModel):
+    """Health for every role; the lease fields and limit overrides only for tech_admin and up."""
+
+    guid: str
+    paused: bool
+    paused_reason: str | None
+    paused_by: str | None
+    paused_at: datetime | None
+    owner: str | None = None
+    epoch: int | None = None
+    since: datetime | None = None
+    lease_until: datetime | None = None
+    renew_count: int | None = None
+    takeovers: int | None = None
+    last_send_at: datetime | None = None
+    expired: bool | None = None
+    limits: dict[str, Any] | None = None
+
+
+class GuidPage(BaseModel):
+    guids: list[GuidView]
+    next_after: str | None
+
+
+class LimitsResponse(BaseModel):
+    guid: str
+    limits: dict[str, Any] = Field(description="the guid's overrides after the change")
+    changed: dict[str, Any]
+    message: str
+
+
+class LockView(BaseModel):
+    guid_leases: list[dict[str, Any]]
+    item_leases: list[dict[str, Any]]
+    counts: dict[str, int]
+
+
+class Sample(BaseModel):
+    guid: str
+    to_id: str
+    content: str
+
+
+class DryRunResponse(BaseModel):
+    request_id: str
+    kind: str
+    priority: int
+    lane: str
+    items: int
+    shards: dict[str, int] = Field(description="items per guid (one shard each)")
+    samples: list[Sample]
+    template_fields: list[str]
+    budget_max_sends: int | None
+    warnings: list[str]
+
+
+class TestSendResponse(_Out):
+    sent: bool
+    idem_key: str
+    message: str
+
+
+class AuditView(BaseModel):
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target_type: str
+    target_id: str
+    reason: str | None
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+
+
+class AuditPage(BaseModel):
+    entries: list[AuditView]
+    next_after: int | None = None
+    next_before: int | None = None
+
+
+class TokenView(BaseModel):
+    name: str
+    role: Role
+    created_by: str
+    created_at: datetime
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+
+class CreatedToken(BaseModel):
+    name: str
+    role: Role
+    token: str = Field(description="the secret; shown only in this response, never again")
+    created_at: datetime
+    message: str

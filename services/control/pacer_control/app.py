@@ -1,0 +1,66 @@
+"""Wiring: a Postgres pool (and optionally a gateway) in, the Control API app out.
+
+Tests build the app here with a pool of their own; ``main`` builds it from settings. Besides
+the API under /api/v1 the app serves /healthz, /readyz and /metrics (not in the OpenAPI
+document, no token needed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+from pacer_common.ops import Health, add_ops_routes
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from psycopg_pool import AsyncConnectionPool
+
+from pacer_control.adapters.postgres import PostgresControl
+from pacer_control.api import create_api
+from pacer_control.core import Control
+from pacer_control.ports import Gateway
+
+
+def build_app(pool: AsyncConnectionPool, *, gateway: Gateway | None = None, sandbox_targets: Iterable[str] = (),
+              registry: CollectorRegistry | None = None, health: Health | None = None,
+              db_deadline_s: float = 5.0) -> FastAPI:
+    """The Control API over ``pool``. If the pool is not open yet, the app's lifespan opens it
+    (on the loop that serves the app) and closes it again at shutdown."""
+    registry = registry or CollectorRegistry()
+    health = health or Health()
+    control = Control(PostgresControl(pool, db_deadline_s), gateway, frozenset(sandbox_targets))
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        opened = pool.closed
+        if opened:
+            await pool.open(wait=True, timeout=30)
+        health.set_ready(True, "serving")
+        try:
+            yield
+        finally:
+            health.set_ready(False, "stopping")
+            if opened:
+                await pool.close()
+
+    app = create_api(control, lifespan)
+    add_ops_routes(app, "control", registry, health, include_in_schema=False)
+    _count_requests(app, registry)
+    return app
+
+
+def _count_requests(app: FastAPI, registry: CollectorRegistry) -> None:
+    requests = Counter("pacer_control_requests_total", "Control API requests", ["method", "route", "status"],
+                       registry=registry)
+    seconds = Histogram("pacer_control_request_seconds", "Control API request time (to the first byte)",
+                        ["method", "route"], registry=registry)
+
+    @app.middleware("http")
+    async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = getattr(request.scope.get("route"), "path", "unmatched")
+        requests.labels(request.method, route, str(response.status_code)).inc()
+        seconds.labels(request.method, route).observe(time.perf_counter() - started)
+        return response

@@ -1,0 +1,326 @@
+"""The Control API's use cases: authenticate, authorize, act (audited), inspect.
+
+Decisions about jobs, shards, guids and budgets are taken by database functions under row
+locks (``migrations/0008_governance.sql``), which also write their audit records; the use
+cases here add the ones the database does not audit (bulk and single retries, cancels, limits,
+lease releases, tokens, test sends), always in the same transaction as the change.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from pacer_common.domain.failures import SendError
+from pacer_common.domain.limits import parse_limits
+from pacer_common.domain.requests import JobRequest
+from pacer_common.domain.tokens import Role, token_hash
+
+from pacer_control.domain import report
+from pacer_control.domain.dryrun import DryRun, DryRunError, dry_run
+from pacer_control.domain.errors import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+)
+from pacer_control.domain.filters import (
+    MAX_RETRY,
+    AuditFilter,
+    ItemFilter,
+    JobFilter,
+    RetryFilter,
+    check_retry_status,
+)
+from pacer_control.domain.leases import release_note
+from pacer_control.domain.outcomes import (
+    CANCEL_OUTCOMES,
+    RETRY_OUTCOMES,
+    ActionResult,
+    ItemRetry,
+    tally,
+)
+from pacer_control.domain.permissions import Action, Principal, may, refusal
+from pacer_control.ports import (
+    AuditEntry,
+    ControlStore,
+    ControlTx,
+    Gateway,
+    NewToken,
+    Row,
+)
+
+log = logging.getLogger("pacer.control")
+
+MISSING_TOKEN = "missing bearer token: send 'Authorization: Bearer <token>'"
+UNKNOWN_TOKEN = "unknown or revoked token"
+LEASE_FIELDS = ("owner", "epoch", "since", "lease_until", "renew_count", "takeovers", "last_send_at", "expired")
+
+
+def _json(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+class Control:
+    def __init__(self, store: ControlStore, gateway: Gateway | None = None,
+                 sandbox_targets: frozenset[str] = frozenset(),
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.store = store
+        self.gateway = gateway
+        self.sandbox_targets = sandbox_targets
+        self.clock = clock
+
+    # -- who is calling ------------------------------------------------------------------
+    async def authenticate(self, authorization: str | None) -> Principal:
+        scheme, _, token = (authorization or "").strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthorized(MISSING_TOKEN)
+        principal = await self.store.principal(token_hash(token))
+        if principal is None:
+            raise Unauthorized(UNKNOWN_TOKEN)
+        return principal
+
+    @staticmethod
+    def authorize(principal: Principal, action: Action) -> None:
+        why = refusal(principal.role, action)
+        if why is not None:
+            raise Forbidden(why)
+
+    # -- jobs ----------------------------------------------------------------------------
+    async def jobs(self, f: JobFilter) -> list[Row]:
+        if f.before is not None and await self.store.job_head(f.before) is None:
+            raise NotFound(f"no job {f.before} (the 'before' cursor names a job that does not exist)")
+        return await self.store.jobs(f)
+
+    async def job(self, job_id: str) -> Row:
+        row = await self.store.job(job_id)
+        if row is None:
+            raise NotFound(f"no job {job_id}")
+        return row
+
+    async def job_action(self, job_id: str, action: str, who: Principal, reason: str | None) -> ActionResult:
+        return await self.store.atomically(lambda tx: tx.job_action(job_id, action, who.actor, reason))
+
+    async def shard_action(self, job_id: str, shard_id: int, action: str, who: Principal,
+                           reason: str | None) -> ActionResult:
+        return await self.store.atomically(lambda tx: tx.shard_action(job_id, shard_id, action, who.actor, reason))
+
+    async def confirm_budget(self, job_id: str, max_sends: int, who: Principal) -> ActionResult:
+        return await self.store.atomically(lambda tx: tx.confirm_budget(job_id, max_sends, who.actor))
+
+    async def retry_job_items(self, job_id: str, who: Principal, item_ids: Sequence[str] | None,
+                              f: RetryFilter | None, reason: str | None) -> tuple[list[ItemRetry], dict[str, int]]:
+        """Compensation items for the chosen items of a job, all in one transaction with one
+        audit record (action ``retry`` on the job, ``after`` = items per outcome)."""
+        if f is not None and (why := check_retry_status(f.status)):
+            raise Invalid(why)
+
+        async def work(tx: ControlTx) -> tuple[list[ItemRetry], dict[str, int]]:
+            # The job's row lock first: two bulk retries of one job take turns instead of
+            # deadlocking on each other's items and shard counters.
+            if not await tx.lock_job(job_id):
+                raise NotFound(f"no job {job_id}")
+            foreign: list[str] = []
+            if item_ids is not None:
+                wanted = sorted(set(item_ids))
+                mine = await tx.items_of_job(job_id, wanted)
+                targets = [i for i in wanted if i in mine]
+                foreign = [i for i in wanted if i not in mine]
+                selection: dict[str, Any] = {"item_ids": len(wanted)}
+            else:
+                assert f is not None
+                targets = await tx.select_for_retry(job_id, f, MAX_RETRY + 1)
+                if len(targets) > MAX_RETRY:
+                    raise Invalid(f"the filter matches more than {MAX_RETRY} items; narrow it (error_class, guid) "
+                                  f"or retry in parts")
+                selection = {"filter": {"status": f.status.value, "error_class": f.error_class, "guid": f.guid}}
+            results = await tx.retry_items(targets, who.actor)
+            results += [ItemRetry(i, "not_found", None, f"item {i} is not part of job {job_id}") for i in foreign]
+            totals = tally(results)
+            await tx.audit(AuditEntry(who.actor, "retry", "job", job_id, reason,
+                                      before={**selection, "matched": len(targets)}, after=totals))
+            return results, totals
+
+        return await self.store.atomically(work)
+
+    async def retry_item(self, item_id: str, who: Principal, reason: str | None) -> ActionResult:
+        async def work(tx: ControlTx) -> ActionResult:
+            state = await tx.item_state(item_id)
+            if state is None:
+                return ActionResult("not_found", f"no item {item_id}")
+            (r,) = await tx.retry_items([item_id], who.actor)
+            await tx.audit(AuditEntry(who.actor, "retry", "item", item_id, reason, before={"status": state["status"]},
+                                      after={"outcome": r.outcome, "new_item": r.new_item}))
+            return ActionResult(RETRY_OUTCOMES[r.outcome], r.message, state["status"],
+                                {"result": r.outcome, "new_item": r.new_item})
+
+        return await self.store.atomically(work)
+
+    async def cancel_item(self, item_id: str, who: Principal, reason: str | None) -> ActionResult:
+        async def work(tx: ControlTx) -> ActionResult:
+            state = await tx.item_state(item_id)
+            if state is None:
+                return ActionResult("not_found", f"no item {item_id}")
+            outcome, message = await tx.cancel_item(item_id, who.actor)
+            after = await tx.item_state(item_id)
+            status = after["status"] if after else None
+            await tx.audit(AuditEntry(who.actor, "cancel", "item", item_id, reason, before={"status": state["status"]},
+                                      after={"outcome": outcome, "status": status}))
+            return ActionResult(CANCEL_OUTCOMES[outcome], message, status, {"result": outcome})
+
+        return await self.store.atomically(work)
+
+    async def items(self, job_id: str, f: ItemFilter) -> list[Row]:
+        if await self.store.job_head(job_id) is None:
+            raise NotFound(f"no job {job_id}")
+        if f.after is not None and f.after == "":
+            raise Invalid("'after' must be an item id")
+        return await self.store.items(job_id, f)
+
+    async def report(self, job_id: str) -> tuple[str, AsyncIterator[str]]:
+        """The report's file name and its CSV text in chunks, read through a server-side cursor."""
+        head = await self.store.job_head(job_id)
+        if head is None:
+            raise NotFound(f"no job {job_id}")
+
+        async def chunks() -> AsyncIterator[str]:
+            yield report.header()
+            async for rows in self.store.report(job_id):
+                yield report.lines(rows)
+
+        return report.filename(head["request_id"]), chunks()
+
+    # -- guids ---------------------------------------------------------------------------
+    @staticmethod
+    def _visible(row: Row, who: Principal) -> Row:
+        """Health for everyone; the lease view only for roles that may see leases."""
+        if may(who.role, "guids.leases"):
+            return row
+        return {k: v for k, v in row.items() if k not in LEASE_FIELDS and k != "limits"}
+
+    async def guids(self, who: Principal, paused_only: bool, limit: int, after: str | None) -> list[Row]:
+        return [self._visible(r, who) for r in await self.store.guids(paused_only, limit, after)]
+
+    async def guid(self, guid: str, who: Principal) -> Row:
+        row = await self.store.guid(guid)
+        if row is None:
+            raise NotFound(f"no guid {guid} (it has never held a lease, been paused or had limits set)")
+        return self._visible(row, who)
+
+    async def pause_guid(self, guid: str, reason: str, who: Principal) -> ActionResult:
+        async def work(tx: ControlTx) -> ActionResult:
+            if await tx.hold_guid(guid, reason, who.actor):
+                return ActionResult("done", f"guid {guid} paused: {reason}; it sends nothing until resumed", "paused")
+            health = await tx.guid_health(guid)
+            was = health["paused_reason"] if health else None
+            return ActionResult("noop", f"guid {guid} is already paused ({was}); nothing changed", "paused")
+
+        return await self.store.atomically(work)
+
+    async def resume_guid(self, guid: str, who: Principal, reason: str | None) -> ActionResult:
+        return await self.store.atomically(lambda tx: tx.resume_guid(guid, who.actor, reason))
+
+    async def release_guid_lock(self, guid: str, who: Principal, reason: str | None) -> ActionResult:
+        async def work(tx: ControlTx) -> ActionResult:
+            lease = await tx.lock_guid_lease(guid)
+            if lease is None:
+                return ActionResult("not_found", f"no guid {guid}")
+            if lease["owner"] is None:
+                return ActionResult("noop", f"guid {guid} has no lease holder; nothing to release")
+            await tx.release_guid_lease(guid)
+            before = {k: _json(lease[k]) for k in ("owner", "epoch", "lease_until")}
+            await tx.audit(AuditEntry(who.actor, "release_lock", "guid", guid, reason, before=before,
+                                      after={"owner": None, "epoch": lease["epoch"], "lease_until": None}))
+            return ActionResult("done", release_note(guid, lease["owner"], lease["epoch"]), None,
+                                {"previous_owner": lease["owner"], "epoch": lease["epoch"]})
+
+        return await self.store.atomically(work)
+
+    async def set_limits(self, guid: str, values: dict[str, Any], who: Principal, reason: str | None) -> Row:
+        try:
+            overrides = parse_limits(values)
+        except ValueError as exc:
+            raise Invalid(str(exc)) from None
+
+        async def work(tx: ControlTx) -> Row:
+            before = await tx.guid_limits(guid)
+            after = await tx.set_guid_limits(guid, overrides, who.actor)
+            await tx.audit(AuditEntry(who.actor, "set_limits", "guid", guid, reason,
+                                      before={"limits": before}, after={"limits": after}))
+            return {"guid": guid, "limits": after, "changed": overrides,
+                    "message": "stored; senders apply it within about a second"}
+
+        return await self.store.atomically(work)
+
+    async def locks(self, limit: int) -> Row:
+        return await self.store.locks(limit)
+
+    # -- tools ---------------------------------------------------------------------------
+    def dry_run(self, req: JobRequest, samples: int) -> DryRun:
+        try:
+            return dry_run(req, self.clock(), samples)
+        except DryRunError as exc:
+            raise Invalid(f"cannot plan job request: {exc}") from None
+
+    async def test_send(self, guid: str, to_id: str, content: str, who: Principal) -> Row:
+        """One message to a sandbox target through the gateway. The audit record is written
+        before the call, so nothing is ever sent that the log does not show."""
+        if not self.sandbox_targets:
+            raise Forbidden("test sends are disabled: PACER_CONTROL_SANDBOX_TARGETS lists no sandbox target")
+        if to_id not in self.sandbox_targets:
+            raise Forbidden(f"to_id {to_id!r} is not a sandbox target; test sends may only go to "
+                            f"{', '.join(sorted(self.sandbox_targets))} (PACER_CONTROL_SANDBOX_TARGETS)")
+        if self.gateway is None:
+            raise Unavailable("test sends need a gateway, and none is configured (PACER_GATEWAY_URL)")
+        key = f"test:{uuid.uuid4()}"
+        await self.store.atomically(lambda tx: tx.audit(AuditEntry(
+            who.actor, "test_send", "guid", guid, None, None,
+            {"to_id": to_id, "idem_key": key, "content_chars": len(content)})))
+        try:
+            receipt = await self.gateway.send_text(guid, to_id, content, key)
+        except SendError as exc:
+            return {"sent": False, "idem_key": key, "failure_class": exc.failure_class.value, "code": exc.code,
+                    "message": exc.message}
+        return {"sent": True, "idem_key": key, "code": receipt.code, "msg_id": receipt.msg_id,
+                "message": receipt.msg, "latency_ms": round(receipt.latency_ms, 2)}
+
+    async def audit_log(self, f: AuditFilter) -> list[Row]:
+        if f.after is not None and f.before is not None:
+            raise Invalid("give 'after' (oldest first) or 'before' (newest first), not both")
+        return await self.store.audit_log(f)
+
+    # -- tokens --------------------------------------------------------------------------
+    async def create_token(self, name: str, role: Role, who: Principal) -> NewToken:
+        made = await self.store.atomically(lambda tx: tx.create_token(name, role, who.actor))
+        if made is None:
+            raise Conflict(f"a token named {name!r} already exists (names are never reused, even after revocation)")
+        return made
+
+    async def tokens(self) -> list[Row]:
+        return await self.store.tokens()
+
+    async def revoke_token(self, name: str, who: Principal, reason: str | None) -> ActionResult:
+        async def work(tx: ControlTx) -> ActionResult:
+            row = await tx.revoke_token(name)
+            if row is None:
+                return ActionResult("not_found", f"no token named {name!r}")
+            if not row["revoked_now"]:
+                return ActionResult("noop", f"token {name!r} was already revoked at {row['revoked_at'].isoformat()}")
+            await tx.audit(AuditEntry(who.actor, "revoke_token", "token", name, reason,
+                                      before={"revoked": False, "role": row["role"]}, after={"revoked": True}))
+            return ActionResult("done", f"token {name!r} revoked; it is refused from now on")
+
+        return await self.store.atomically(work)
+
+
+def as_dict(result: ActionResult) -> dict[str, Any]:
+    out = asdict(result)
+    extra = out.pop("extra")
+    return {**out, **extra}

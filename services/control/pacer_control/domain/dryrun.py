@@ -1,0 +1,97 @@
+"""A dry run: what the planner would make of a job request, without storing or sending it.
+
+Services do not import each other, so the planner's checks that decide whether a request can
+be planned are restated here: expiry, the template, duplicate targets and missing variables,
+with the planner's own wording. ``tests/unit/test_control_dryrun.py`` runs both on the same
+requests and fails when they disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from string import Formatter
+
+from pacer_common.domain.requests import JobRequest, lane_of
+
+
+class DryRunError(ValueError):
+    """The request is valid JSON for the schema but cannot be planned; the message says why."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    guid: str
+    to_id: str
+    content: str
+
+
+@dataclass(frozen=True)
+class DryRun:
+    request_id: str
+    kind: str
+    priority: int
+    lane: str
+    items: int
+    shards: dict[str, int]  # guid → items
+    samples: list[Sample]
+    template_fields: list[str]
+    budget_max_sends: int | None
+    warnings: list[str]
+
+
+def template_fields(template: str) -> list[str]:
+    """The ``{name}`` fields of a template. Only plain names: no attributes, indexes or formats."""
+    try:
+        parsed = list(Formatter().parse(template))
+    except ValueError as exc:
+        raise DryRunError(f"message.content is not a valid template: {exc}") from None
+    fields = []
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if not name.isidentifier() or spec or conversion:
+            raise DryRunError(f"message.content: template field {{{name}}} must be a plain {{name}}")
+        fields.append(name)
+    return fields
+
+
+def render(template: str, variables: Mapping[str, str]) -> str:
+    return template.format_map(variables)
+
+
+def dry_run(req: JobRequest, now: datetime, samples: int = 5) -> DryRun:
+    """Plan ``req`` in memory; raise :class:`DryRunError` where the planner would refuse it."""
+    if req.expire_at is not None and req.expire_at <= now:
+        raise DryRunError(f"request already expired at {req.expire_at.isoformat()}")
+    template = req.message.content
+    fields = template_fields(template)
+    seen: dict[tuple[str, str], int] = {}
+    shards: dict[str, int] = {}
+    shown: list[Sample] = []
+    for pos, target in enumerate(req.targets.items):
+        pair = (target.guid, target.to_id)
+        if pair in seen:
+            raise DryRunError(
+                f"target guid={target.guid!r} to_id={target.to_id!r} appears twice "
+                f"(targets[{seen[pair]}] and targets[{pos}])"
+            )
+        seen[pair] = pos
+        try:
+            content = render(template, target.vars)
+        except KeyError as exc:
+            raise DryRunError(f"targets[{pos}]: template variable {exc.args[0]!r} has no value") from None
+        shards[target.guid] = shards.get(target.guid, 0) + 1
+        if len(shown) < samples:
+            shown.append(Sample(target.guid, target.to_id, content))
+    total = len(req.targets.items)
+    warnings = []
+    if req.budget is not None and req.budget.max_sends < total:
+        warnings.append(f"budget.max_sends ({req.budget.max_sends}) is below the {total} items: the job "
+                        f"pauses when the budget is used up, until an admin confirms a larger one")
+    if req.not_before is not None and req.not_before > now:
+        warnings.append(f"nothing is sent before not_before ({req.not_before.isoformat()})")
+    priority = req.effective_priority
+    return DryRun(req.request_id, req.kind.value, priority, lane_of(priority), total, shards, shown, fields,
+                  req.budget.max_sends if req.budget else None, warnings)

@@ -1,0 +1,76 @@
+"""What a listing asks for: filters, page sizes and keyset cursors, checked before any query.
+
+Pages are keyset pages (``WHERE key > cursor ORDER BY key LIMIT n``), never OFFSET: a page
+costs the same at the millionth item as at the first, and rows added meanwhile never shift
+what the next page shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pacer_common.domain.requests import JobKind
+from pacer_common.domain.status import ItemStatus as S
+
+JobStatus = Literal["running", "paused", "completed", "cancelled", "terminated"]
+MAX_PAGE = 500
+DEFAULT_PAGE = 100
+
+# Items that ended without delivery: what /failed lists and what a retry by filter may pick.
+FAILED: tuple[S, ...] = (S.FAILED, S.UNVERIFIED, S.EXPIRED, S.ABANDONED)
+# Statuses whose last_error_class is counted as a failure category in a job's detail.
+FAILURE_CATEGORY: tuple[S, ...] = (S.FAILED, S.ABANDONED, S.EXPIRED, S.WAITING_RETRY)
+# At most this many items in one bulk retry (one transaction, one audit record).
+MAX_RETRY = 10_000
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    status: JobStatus | None = None
+    kind: JobKind | None = None
+    created_by: str | None = None
+    limit: int = DEFAULT_PAGE
+    before: str | None = None  # a job id: list jobs created before it (newest first)
+
+
+@dataclass(frozen=True)
+class ItemFilter:
+    statuses: tuple[S, ...] | None = None
+    guid: str | None = None
+    error_class: str | None = None
+    only_with_error: bool = False
+    limit: int = DEFAULT_PAGE
+    after: str | None = None  # an item id: the page starts after it (items by id)
+
+    def failed(self) -> ItemFilter:
+        """This filter narrowed to items that ended without delivery and carry an error."""
+        statuses = tuple(s for s in (self.statuses or FAILED) if s in FAILED)
+        return ItemFilter(statuses or FAILED, self.guid, self.error_class, True, self.limit, self.after)
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    target_type: str | None = None
+    target_id: str | None = None
+    actor: str | None = None
+    limit: int = DEFAULT_PAGE
+    after: int | None = None  # entries after this id, oldest first (tail the log)
+    before: int | None = None  # entries before this id, newest first (page back)
+
+
+@dataclass(frozen=True)
+class RetryFilter:
+    """Which items of a job to retry, by what they are rather than by id."""
+
+    status: S = S.FAILED
+    error_class: str | None = None
+    guid: str | None = None
+
+
+def check_retry_status(status: S) -> str | None:
+    """Why items of ``status`` cannot be picked for a retry, or None."""
+    if status in FAILED:
+        return None
+    allowed = ", ".join(s.value for s in FAILED)
+    return f"a retry filter picks items that ended without delivery ({allowed}), not {status.value!r} ones"

@@ -1,0 +1,83 @@
+"""Who may do what: ONE table from each action of the Control API to the least role allowed.
+
+Roles are cumulative (operator < tech_admin < admin). Every route names its action; a test
+walks every route of the OpenAPI document, so an endpoint without a rule here fails it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pacer_common.domain.tokens import Role, at_least
+
+Action = Literal[
+    "jobs.view", "jobs.pause", "jobs.resume", "jobs.cancel", "jobs.terminate", "jobs.budget",
+    "shards.pause", "shards.resume",
+    "items.view", "items.retry", "items.cancel", "reports.view",
+    "guids.health", "guids.leases", "guids.pause", "guids.resume", "guids.limits", "guids.release_lock",
+    "locks.view", "audit.view", "requests.dry_run", "gateway.test_send",
+    "tokens.view", "tokens.create", "tokens.revoke",
+]
+
+
+@dataclass(frozen=True)
+class Rule:
+    role: Role  # the least role allowed
+    what: str  # completes "role 'operator' may not …"
+
+
+O, T, A = Role.OPERATOR, Role.TECH_ADMIN, Role.ADMIN
+
+RULES: dict[Action, Rule] = {
+    "jobs.view": Rule(O, "view jobs"),
+    "jobs.pause": Rule(O, "pause jobs"),
+    "jobs.resume": Rule(O, "resume jobs"),
+    "jobs.cancel": Rule(O, "cancel jobs"),
+    "jobs.terminate": Rule(T, "terminate jobs"),
+    "jobs.budget": Rule(A, "confirm send budgets"),
+    "shards.pause": Rule(O, "pause shards"),
+    "shards.resume": Rule(O, "resume shards"),
+    "items.view": Rule(O, "view items"),
+    "items.retry": Rule(O, "retry items"),
+    "items.cancel": Rule(O, "cancel items"),
+    "reports.view": Rule(O, "download delivery reports"),
+    "guids.health": Rule(O, "view guid health"),
+    "guids.leases": Rule(T, "view guid leases"),
+    "guids.pause": Rule(O, "pause guids"),
+    "guids.resume": Rule(O, "resume guids"),
+    "guids.limits": Rule(T, "change guid rate limits"),
+    "guids.release_lock": Rule(A, "force-release guid leases"),
+    "locks.view": Rule(T, "view locks"),
+    "audit.view": Rule(O, "view the audit log"),
+    "requests.dry_run": Rule(O, "dry-run job requests"),
+    "gateway.test_send": Rule(T, "send test messages"),
+    "tokens.view": Rule(A, "list API tokens"),
+    "tokens.create": Rule(A, "create API tokens"),
+    "tokens.revoke": Rule(A, "revoke API tokens"),
+}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the token's name and role."""
+
+    name: str
+    role: Role
+
+    @property
+    def actor(self) -> str:
+        """How the audit log names this caller."""
+        return f"token:{self.name}"
+
+
+def may(role: Role, action: Action) -> bool:
+    return at_least(role, RULES[action].role)
+
+
+def refusal(role: Role, action: Action) -> str | None:
+    """Why ``role`` may not do ``action``, or None if it may."""
+    rule = RULES[action]
+    if at_least(role, rule.role):
+        return None
+    return f"role '{role.value}' may not {rule.what}; needs '{rule.role.value}'"

@@ -1,0 +1,64 @@
+"""Composition root of the Control API: settings, pool, gateway client, uvicorn."""
+
+from __future__ import annotations
+
+import logging
+
+from pacer_common.db.pool import open_pool
+from pacer_common.domain.failures import DEFAULT_CODE_TABLE
+from pacer_common.gateway import GatewayClient, make_client
+from pacer_common.lifecycle import stop_event
+from pacer_common.ops import Health, serve
+from pacer_common.service import main_for
+from pacer_common.settings import OpsSettings, PostgresSettings
+from prometheus_client import CollectorRegistry
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from pacer_control.app import build_app
+
+log = logging.getLogger("pacer.control")
+
+
+class ControlSettings(OpsSettings):
+    """``PACER_CONTROL_*``. The API and /healthz, /readyz, /metrics share one port."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_CONTROL_")
+    port: int = 9104
+    db_pool_max: int = 10
+    # How long an API call waits for an unreachable database before answering 503.
+    db_deadline_s: float = 5.0
+    gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL")
+    gateway_timeout_s: float = 10.0
+    # Comma-separated to_ids that POST /test-send may send to; empty: test sends are refused.
+    sandbox_targets: str = ""
+
+    def sandbox(self) -> frozenset[str]:
+        return frozenset(t.strip() for t in self.sandbox_targets.split(",") if t.strip())
+
+
+async def run(pg: PostgresSettings, cfg: ControlSettings) -> None:
+    stop = stop_event()
+    registry, health = CollectorRegistry(), Health()
+    pool = await open_pool(pg.database_url.get_secret_value(), min_size=1, max_size=cfg.db_pool_max,
+                           name="pacer-control")
+    http = make_client(cfg.gateway_url, cfg.gateway_timeout_s, max_connections=4)
+    app = build_app(pool, gateway=GatewayClient(http, DEFAULT_CODE_TABLE), sandbox_targets=cfg.sandbox(),
+                    registry=registry, health=health, db_deadline_s=cfg.db_deadline_s)
+    server, task = await serve(app, cfg.ops_host, cfg.port)
+    health.set_ready(True, "serving")
+    log.info("control started; API on http://%s:%d/api/v1 (docs: /api/v1/docs)", cfg.ops_host, cfg.port)
+    try:
+        await stop.wait()
+    finally:
+        health.set_ready(False, "stopping")
+        server.should_exit = True
+        await task
+        await http.aclose()
+        await pool.close()
+        log.info("control stopped")
+
+
+def main() -> None:
+    cfg = ControlSettings()
+    main_for("control", cfg.log_level, run(PostgresSettings(), cfg))  # type: ignore[call-arg]
