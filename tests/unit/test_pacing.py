@@ -137,3 +137,13 @@ def test_a_hot_change_applies_to_the_gap_already_running() -> None:
     p.sent("online", slow, 0.0, 0.0, RNG)
     assert p.ready_at("online", slow, 1.0, 1.0) == 3600.0
     assert p.ready_at("online", fast, 1.0, 1.0) == 2.0
+
+
+def test_a_jobs_own_rate_spaces_the_next_batch_send_but_never_online() -> None:
+    limits = Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.0)
+    p = GuidPacer()
+    p.sent("batch", limits, 0.0, 0.0, RNG, job_interval_s=30.0)
+    assert p.ready_at("batch", limits, 0.0, 0.0) == 30.0
+    assert p.ready_at("online", limits, 0.0, 0.0) == 1.0  # a reply never waits for a slow campaign
+    p.sent("batch", limits, 30.0, 0.0, RNG)  # a send of a job without its own rate
+    assert p.ready_at("batch", limits, 30.0, 0.0) == 31.0

@@ -38,9 +38,11 @@ class Envelope:
 class Dispatcher:
     def __init__(self, executor: Executor, limits: Callable[[str], Limits], leases: GuidLeases, *,
                  on_executed: Callable[[Envelope, Executed], None] | None = None,
+                 job_interval: Callable[[str], float | None] = lambda job_id: None,
                  rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.executor = executor
         self.limits = limits  # guid → its current limits (hot-adjustable)
+        self.job_interval = job_interval  # job → its own interval per guid, if set (hot-adjustable)
         self.max_idle_s = 30.0  # a waiting guid re-checks at least this often (changes wake it sooner)
         self.fatal: BaseException | None = None
         self.leases = leases
@@ -125,7 +127,8 @@ class Dispatcher:
                     if result.outcome == "rate_limited":
                         pacer.slowed(lane, limits, self.clock(), self.rng)
                     else:
-                        pacer.sent(lane, limits, self.clock(), time.time(), self.rng)
+                        pacer.sent(lane, limits, self.clock(), time.time(), self.rng,
+                                   self.job_interval(env.cmd.job_id))
                 self._done(env)
                 self.on_executed(env, result)
         finally:

@@ -43,6 +43,14 @@ class LimitsBook:
         self._resolved: dict[str, Limits] = {}
         self._since: datetime | None = None
 
+    def job_interval(self, job_id: str) -> float | None:
+        """A job's own minimum interval per guid (row ``job:<job_id>``, field min_interval_s)."""
+        found = self._overrides.get(f"job:{job_id}", {}).get("min_interval_s")
+        try:
+            return None if found is None else max(0.0, float(found))
+        except (TypeError, ValueError):
+            return None
+
     def __call__(self, guid: str) -> Limits:
         found = self._resolved.get(guid)
         return found if found is not None else self._resolved.get("*", self.defaults)

@@ -215,7 +215,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
               registry=ctx.registry).set_function(lambda: leases.takeovers)
         limits = LimitsBook(defaults, PostgresLimitsSource(pool))
         await limits.refresh()
-        dispatcher = Dispatcher(executor, limits, leases, on_executed=on_executed)
+        dispatcher = Dispatcher(executor, limits, leases, on_executed=on_executed, job_interval=limits.job_interval)
         limits.on_change = dispatcher.wake
         refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))
         renewals = asyncio.create_task(leases.keep_renewed(ctx.stop))

@@ -106,6 +106,8 @@ class GuidPacer:
     jitter: float = 0.0  # the random part of the current gap, drawn once per send
     multiplier: float = 1.0
     windows: dict[str, _Window] = field(default_factory=dict)
+    # A job's own rate (hot-set per job): batch sends wait this long after one of its sends.
+    batch_hold_until: float | None = None
 
     def ready_at(self, lane: Lane, limits: Limits, mono: float, wall: float) -> float:
         """The monotonic time at which a send in ``lane`` may go (``<= mono``: now)."""
@@ -123,11 +125,17 @@ class GuidPacer:
                 at = max(at, mono + (index + 1) * size - wall)  # the window's end
         if lane == "batch":
             at = max(at, mono + limits.quiet_remaining(wall))
+            if self.batch_hold_until is not None:
+                at = max(at, self.batch_hold_until)
         return at
 
-    def sent(self, lane: Lane, limits: Limits, mono: float, wall: float, rng: random.Random) -> None:
+    def sent(self, lane: Lane, limits: Limits, mono: float, wall: float, rng: random.Random,
+             job_interval_s: float | None = None) -> None:
+        """Record a send. ``job_interval_s``: the sending job's own (slower) rate, which spaces
+        the guid's next batch send; online traffic is never held by a job's rate."""
         self.multiplier = max(1.0, self.multiplier * limits.penalty_decay)
         self._mark(lane, limits, mono, rng)
+        self.batch_hold_until = None if job_interval_s is None else mono + job_interval_s + self.jitter
         for name, size, _, _ in limits.windows():
             index = int(wall // size)
             w = self.windows.setdefault(name, _Window())

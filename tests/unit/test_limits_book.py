@@ -1,0 +1,41 @@
+"""Hot limits: per guid, '*' for all, and per job (row ``job:<id>``), applied on refresh."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pacer_sender.domain.pacing import Limits
+from pacer_sender.limits import LimitsBook
+
+T0 = datetime(2026, 11, 29, tzinfo=UTC)
+
+
+class Rows:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, dict[str, Any], datetime]] = []
+
+    def set(self, key: str, limits: dict[str, Any]) -> None:
+        self.rows.append((key, limits, T0 + timedelta(seconds=len(self.rows) + 1)))
+
+    async def changed_since(self, since: datetime | None) -> list[tuple[str, dict[str, Any], datetime]]:
+        return [r for r in self.rows if since is None or r[2] > since]
+
+
+def test_guid_job_and_default_overrides_apply_from_the_next_refresh() -> None:
+    rows, woken = Rows(), []
+    book = LimitsBook(Limits(min_interval_s=1.0), rows, on_change=woken.extend)
+    assert book("g1").min_interval_s == 1.0 and book.job_interval("j1") is None
+    rows.set("g1", {"min_interval_s": 5})
+    rows.set("job:j1", {"min_interval_s": 30})
+    rows.set("*", {"jitter_s": 0.1})
+    assert book("g1").min_interval_s == 1.0  # nothing until the refresh
+    assert asyncio.run(book.refresh()) == 3
+    assert book("g1").min_interval_s == 5 and book("g1").jitter_s == 0.1
+    assert book("g2").min_interval_s == 1.0 and book("g2").jitter_s == 0.1
+    assert book.job_interval("j1") == 30.0 and book.job_interval("j2") is None
+    assert woken == ["g1", "job:j1", "*"]
+    rows.set("job:j1", {})  # the job's own rate removed
+    asyncio.run(book.refresh())
+    assert book.job_interval("j1") is None
