@@ -116,7 +116,7 @@ def test_a_sender_without_the_guid_lease_writes_nothing(database_url: str) -> No
 
 
 def test_an_expired_guid_lease_is_taken_over_with_its_last_send_time(database_url: str) -> None:
-    _, _, (item,) = seed_job(database_url, {"g1": 1})
+    _, _, (item, item2) = seed_job(database_url, {"g1": 2})
 
     async def scenario() -> object:
         pool = await open_pool(database_url, min_size=1, max_size=2)
@@ -126,6 +126,7 @@ def test_an_expired_guid_lease_is_taken_over_with_its_last_send_time(database_ur
         await short.acquire(["g1"], "w1")  # renewing an expired lease of our own still works
         (lease,) = await PostgresGuidLeases(pool, timedelta(seconds=30)).acquire(["g1"], "w1")
         await repo.begin_send(cmd(item, "k1"), "w1")
+        await repo.begin_send(cmd(item2, "k2"), "w1")
         async with pool.connection() as conn:
             await conn.execute("UPDATE guid_leases SET lease_until = now() - interval '1 second'")
         (taken,) = await PostgresGuidLeases(pool, timedelta(seconds=30)).acquire(["g1"], "w2")
@@ -135,5 +136,9 @@ def test_an_expired_guid_lease_is_taken_over_with_its_last_send_time(database_ur
     lease, taken = asyncio.run(scenario())
     assert taken.took_over and taken.epoch == lease.epoch + 1  # type: ignore[attr-defined]
     assert taken.last_send_at is not None, "the previous owner's send time carries over for pacing"  # type: ignore[attr-defined]
+    # and so do its window counts: two sends in this minute, hour and day
+    assert {name: n for name, (_, n) in taken.windows.items()} == {"minute": 2, "hour": 2, "day": 2}  # type: ignore[attr-defined]
+    day_index = int(taken.last_send_at.timestamp() // 86400)  # type: ignore[attr-defined]
+    assert taken.windows["day"][0] == day_index  # type: ignore[attr-defined]
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT owner, takeovers FROM guid_leases").fetchone() == ("w2", 1)

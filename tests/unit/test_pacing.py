@@ -147,3 +147,18 @@ def test_a_jobs_own_rate_spaces_the_next_batch_send_but_never_online() -> None:
     assert p.ready_at("online", limits, 0.0, 0.0) == 1.0  # a reply never waits for a slow campaign
     p.sent("batch", limits, 30.0, 0.0, RNG)  # a send of a job without its own rate
     assert p.ready_at("batch", limits, 30.0, 0.0) == 31.0
+
+
+def test_handover_keeps_the_previous_owners_window_counts() -> None:
+    limits = Limits(min_interval_s=0.0, jitter_s=0.0, online_reserve=0.5, per_minute=10)
+    wall = 600.0 * 60  # minute index 600
+    p = GuidPacer()
+    p.resume_after(50.0, since_last_send_s=None, limits=limits, windows={"minute": (600, 10)})
+    assert p.ready_at("online", limits, 50.0, wall) == 50.0 + 60  # the minute is used up
+    q = GuidPacer()
+    q.resume_after(50.0, None, limits, windows={"minute": (600, 5)})
+    assert q.ready_at("batch", limits, 50.0, wall) == 50.0 + 60  # counted against batch's share too
+    assert q.ready_at("online", limits, 50.0, wall) <= 50.0
+    stale = GuidPacer()
+    stale.resume_after(50.0, None, limits, windows={"minute": (599, 10)})  # an earlier minute
+    assert stale.ready_at("online", limits, 50.0, wall) <= 50.0

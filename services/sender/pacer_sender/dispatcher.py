@@ -146,7 +146,7 @@ class Dispatcher:
         if lease is None:
             return False  # another sender still holds the guid (finishing, or not yet expired)
         since = None if lease.last_send_at is None else (lease.db_now - lease.last_send_at).total_seconds()
-        pacer.resume_after(self.clock(), since, limits)
+        pacer.resume_after(self.clock(), since, limits, lease.windows)
         return True
 
     def _pick(self, lanes: GuidLanes[Envelope], pacer: GuidPacer,

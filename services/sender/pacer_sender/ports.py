@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol
 
@@ -41,6 +41,8 @@ class GuidLease:
     last_send_at: datetime | None
     took_over: bool
     db_now: datetime
+    # sends so far per window: name → (window index, count); see migration 0011
+    windows: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 class GuidLeaseStore(Protocol):

@@ -117,7 +117,8 @@ class PostgresGuidLeases:
             async with self.pool.connection() as conn:
                 rows = await (await conn.execute(_sql("acquire_guids"), {  # type: ignore[arg-type]
                     "guids": list(guids), "owner": owner, "ttl": self.ttl})).fetchall()
-            return [GuidLease(r["guid"], r["epoch"], r["last_send_at"], r["took_over"], r["db_now"]) for r in rows]
+            return [GuidLease(r["guid"], r["epoch"], r["last_send_at"], r["took_over"], r["db_now"],
+                              {k: (int(v[0]), int(v[1])) for k, v in (r["windows"] or {}).items()}) for r in rows]
 
         return await with_retry(work)
 

@@ -155,8 +155,17 @@ class GuidPacer:
         if lane == "batch":
             self.last_batch = mono
 
-    def resume_after(self, mono: float, since_last_send_s: float | None, limits: Limits) -> None:
-        """Carry the spacing over a handover: the previous owner's last send still counts."""
+    def resume_after(self, mono: float, since_last_send_s: float | None, limits: Limits,
+                     windows: dict[str, tuple[int, int]] | None = None) -> None:
+        """Carry the spacing and the window counts over a handover: the previous owner's
+        sends still count. The previous owner's lane split is not known, so its sends count
+        against the batch share too (never more sends than the limits allow)."""
+        for name, (index, n) in (windows or {}).items():
+            w = self.windows.setdefault(name, _Window())
+            if w.index != index:
+                w.index, w.total, w.batch = index, 0, 0
+            w.total = max(w.total, n)
+            w.batch = max(w.batch, n)
         if since_last_send_s is not None:
             before = mono - since_last_send_s
             self.last_any = before if self.last_any is None else max(self.last_any, before)

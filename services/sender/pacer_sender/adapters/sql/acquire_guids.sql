@@ -1,2 +1,4 @@
-SELECT guid, epoch, last_send_at, took_over, db_now
-FROM pacer_acquire_guids(%(guids)s::text[], %(owner)s, %(ttl)s::interval)
+-- The leases we now hold, with the guid's last send time and send windows for pacing.
+SELECT a.guid, a.epoch, a.last_send_at, a.took_over, a.db_now, l.windows
+FROM pacer_acquire_guids(%(guids)s::text[], %(owner)s, %(ttl)s::interval) AS a
+JOIN guid_leases l ON l.guid = a.guid
