@@ -22,6 +22,10 @@ from pacer_dev.stack import Stack, create_database, drop_database, prepare
 CORES = os.cpu_count() or 1
 
 
+def env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
 def real_infra() -> Infra:
     return infra.up(Path(os.environ.get("PACER_STATE_DIR", ".pacer")) / "bench")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import time
 import uuid
@@ -12,8 +11,10 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from bench.common import (CORES, count, drop_db, fresh_db, gateway, publish_commands, real_infra, rss_mib,
-                          seed_items, stack, wait_until)
+from bench.common import (CORES, count, drop_db, env_int, fresh_db, gateway, publish_commands, real_infra,
+                          rss_mib, seed_items, stack, wait_until)
+from bench.paced import allowed, pacer_window
+from bench.peer import peer
 from pacer_common.db.pool import open_pool
 from pacer_common.kafka import ensure_topics, make_consumer, make_producer, produce_all
 from pacer_planner.adapters.kafka import KafkaCommandBus
@@ -22,10 +23,6 @@ from pacer_planner.core import Planner
 
 FAST = {"PACER_SENDER_MIN_INTERVAL_MS": "0", "PACER_SENDER_JITTER_MS": "0", "PACER_SENDER_MAX_BUFFERED": "20000",
         "PACER_SENDER_DB_POOL_MAX": "40"}
-
-
-def env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
 
 
 def planner() -> str:
@@ -141,27 +138,10 @@ async def _bare_loop(bootstrap: str, topic: str, gateway_url: str, n: int) -> fl
 def pacing() -> str:
     """Many guids paced at about one send per second each: achieved rate and interval violations."""
     guids, seconds = env_int("BENCH_PACING_GUIDS", 2000), env_int("BENCH_PACING_SECONDS", 300)
-    interval, jitter = 0.9, 0.2  # mean gap 1.0 s
-    inf = real_infra()
-    st = stack(inf, "pacing", {"PACER_SENDER_MIN_INTERVAL_MS": str(int(interval * 1000)),
-                               "PACER_SENDER_JITTER_MS": str(int(jitter * 1000)), "PACER_SENDER_ONLINE_RESERVE": "0",
-                               "PACER_SENDER_MAX_BUFFERED": "50000", "PACER_SENDER_DB_POOL_MAX": "40"})
-    try:
-        st.start_gateway(min_interval_ms=int(interval * 1000) - 5)
-        per_guid = int(seconds * 1.2) + 5
-        seeded = seed_items(st.infra.database_url, guids, per_guid)
-        publish_commands(inf.kafka_bootstrap, f"{st.topic_prefix}.item-commands.batch", seeded.commands)
-        st.start_service("sender", "sender-1")
-        wait_until(lambda: gateway(st.gateway_url or "", "/_admin/stats")["sends"] > 0, 120)
-        start = gateway(st.gateway_url or "", "/_admin/stats")["sends"]
-        time.sleep(seconds)  # the measurement window itself
-        stats = gateway(st.gateway_url or "", "/_admin/stats")
-    finally:
-        st.stop_all()
-        drop_db(st.infra.database_url)
-    achieved = (stats["sends"] - start) / (guids * seconds / (interval + jitter / 2))
+    window = pacer_window(guids, seconds, "pacing")
+    achieved = window.sends / allowed(guids, seconds)
     return (f"bench pacing: guids={guids} rate_per_guid=1/s seconds={seconds} achieved_ratio={achieved:.3f} "
-            f"violations={stats['interval_violations']} cores={CORES}")
+            f"violations={window.violations} cores={CORES}")
 
 
 def recovery() -> str:
@@ -271,4 +251,4 @@ def scale() -> str:
 
 
 SCENARIOS = {"planner": planner, "sender": sender, "pacing": pacing, "priority": priority,
-             "recovery": recovery, "scale": scale}
+             "recovery": recovery, "scale": scale, "peer": peer}
