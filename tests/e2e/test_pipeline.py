@@ -146,3 +146,60 @@ def test_an_auto_reply_overtakes_a_campaign_backlog_on_its_guid(stack: Stack) ->
     position = next(i for i, x in enumerate(sends) if x["toId"] == "customer-1")
     assert position - before <= 3, f"the reply waited behind {position - before} campaign sends"
     assert len(sends) < 300, "the campaign was still running: the reply did not just come last"
+
+
+def test_a_paused_job_stops_within_a_second_and_resumes_to_exactly_once(stack: Stack) -> None:
+    """Pause mid-run: after the pause commits, no item is claimed later than one second on
+    (at an item boundary of every sender); resume releases the held items and every item
+    is delivered exactly once."""
+    req = request(240, 4)
+    rid = str(req["request_id"])
+    db = stack.infra.database_url
+    with psycopg.connect(db) as conn:  # slow these guids down so the job runs for a while
+        for i in range(4):
+            conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 'test')",
+                         (f"{rid}-g{i}", json.dumps({"min_interval_s": 0.1, "jitter_s": 0.02})))
+    publish(stack, json.dumps(req).encode(), key=rid.encode())
+
+    def confirmed() -> int:
+        return (job_state(stack, rid) or ("", {}))[1].get("confirmed", 0)
+
+    wait_for(lambda: confirmed() >= 20, 60, "the job under way")
+    with psycopg.connect(db) as conn:
+        (job,) = conn.execute("SELECT job_id FROM jobs WHERE request_id = %s", (rid,)).fetchone()
+        outcome = conn.execute("SELECT outcome FROM pacer_job_action(%s, 'pause', 'test', 'e2e')", (job,)).fetchone()[0]
+        (paused_at,) = conn.execute("SELECT paused_at FROM jobs WHERE job_id = %s", (job,)).fetchone()
+    assert outcome == "done"
+
+    def held_guids() -> int:
+        with psycopg.connect(db) as conn:
+            return conn.execute("SELECT count(DISTINCT guid) FROM items WHERE job_id = %s AND held", (job,)).fetchone()[0]
+
+    wait_for(lambda: held_guids() == 4, 30, "every guid's sender meeting the hold")
+    with psycopg.connect(db) as conn:
+        assert conn.execute("SELECT outcome FROM pacer_job_action(%s, 'resume', 'test')", (job,)).fetchone()[0] == "done"
+        late_claims = conn.execute(
+            "SELECT count(*) FROM item_events e JOIN audit_log a ON a.target_id = e.job_id::text"
+            " WHERE e.job_id = %s AND e.type = 'ItemClaimed' AND a.action = 'resume'"
+            "   AND e.occurred_at > %s + interval '1 second' AND e.occurred_at < a.at", (job, paused_at)).fetchone()[0]
+    assert late_claims == 0, "an item was claimed more than a second after the pause"
+    state = wait_for(lambda: (s := job_state(stack, rid)) and s[0] == "completed" and s, 120, "job completion")
+    assert state[1] == {"confirmed": 240}, _open_items(db, job)
+    keys = [s["idempotencyKey"] for s in sends_for(stack, rid)]
+    assert len(keys) == 240 and len(set(keys)) == 240, "each item delivered exactly once"
+    with psycopg.connect(db) as conn:
+        released = conn.execute("SELECT count(*) FROM item_events WHERE job_id = %s AND type = 'ItemReleased'",
+                                (job,)).fetchone()[0]
+    assert released >= 4
+
+
+def _open_items(db: str, job: str) -> str:
+    """What is left of a job, for a failure message: items, their events, the audit log."""
+    with psycopg.connect(db) as conn:
+        items = conn.execute("SELECT item_id, status::text, held, shard_id FROM items WHERE job_id = %s"
+                             " AND status <> 'confirmed'", (job,)).fetchall()
+        events = conn.execute("SELECT item_id, version, type, from_status::text, to_status::text FROM item_events"
+                              " WHERE item_id = ANY(%s) ORDER BY item_id, version", ([i[0] for i in items],)).fetchall()
+        audit = conn.execute("SELECT at, actor, action, before, after FROM audit_log WHERE target_id = %s ORDER BY id",
+                             (str(job),)).fetchall()
+    return f"open items {items}; their events {events}; audit {audit}"
