@@ -88,3 +88,15 @@ def test_unparseable_json_is_described_too() -> None:
     text = describe(info.value)
     assert text.startswith("invalid job request: ")
     assert "(request)" in text
+
+
+def test_requery_reasons_name_the_field_as_the_request_spells_it() -> None:
+    data = {**VALID, "targets": {"mode": "requery", "url": "ftp://crm.example/a", "page_size": 0}}
+    text = describe(error_for(data))
+    assert text == ("invalid job request: targets.url: URL scheme should be 'http' or 'https'; "
+                    "targets.page_size: Input should be greater than or equal to 1")
+
+
+def test_an_unknown_target_mode_is_named() -> None:
+    text = describe(error_for({**VALID, "targets": {"mode": "live"}}))
+    assert text == "invalid job request: targets: 'mode' must be 'snapshot' or 'requery'"

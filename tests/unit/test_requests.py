@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from pacer_common.domain.requests import JobKind, JobRequest, expired
+from pacer_common.domain.requests import JobKind, JobRequest, RequeryTargets, SnapshotTargets, expired
 
 EXAMPLE: dict[str, Any] = {
     "request_id": "campaign-2026-11-29-001",
@@ -196,3 +196,46 @@ def test_published_json_schema_matches_the_model() -> None:
     schema_file = Path(__file__).resolve().parents[2] / "schemas" / "job-request.schema.json"
     generated = json.dumps(JobRequest.model_json_schema(), indent=2, sort_keys=True) + "\n"
     assert schema_file.read_text() == generated, "regenerate with `pacer schema`"
+
+
+# -- target modes ----------------------------------------------------------------------------
+
+REQUERY = {"mode": "requery", "url": "https://crm.example/audience?segment=vip"}
+
+
+def test_a_snapshot_may_leave_out_its_mode_as_it_always_could() -> None:
+    req = JobRequest.model_validate(request(targets={"items": EXAMPLE["targets"]["items"]}))
+    assert isinstance(req.targets, SnapshotTargets) and req.targets.mode == "snapshot"
+
+
+def test_requery_targets_parse_with_defaults() -> None:
+    req = JobRequest.model_validate(request(targets=REQUERY))
+    assert isinstance(req.targets, RequeryTargets)
+    assert (str(req.targets.url), req.targets.page_size, req.targets.vars) == (REQUERY["url"], 500, {})
+
+
+def test_requery_targets_survive_a_json_round_trip() -> None:
+    req = JobRequest.model_validate(request(targets={**REQUERY, "page_size": 5000, "vars": {"shop": "Main"}}))
+    again = JobRequest.model_validate_json(req.model_dump_json())
+    assert again == req and isinstance(again.targets, RequeryTargets)
+
+
+@pytest.mark.parametrize(("targets", "where", "message"), [
+    ({**REQUERY, "url": "ftp://crm.example/a"}, ("targets", "requery", "url"), "URL scheme should be 'http' or 'https'"),
+    ({**REQUERY, "url": "not a url"}, ("targets", "requery", "url"), "Input should be a valid URL"),
+    ({**REQUERY, "page_size": 0}, ("targets", "requery", "page_size"), "greater than or equal to 1"),
+    ({**REQUERY, "page_size": 5001}, ("targets", "requery", "page_size"), "less than or equal to 5000"),
+    ({**REQUERY, "items": []}, ("targets", "requery", "items"), "Extra inputs are not permitted"),
+    ({"mode": "live", "url": REQUERY["url"]}, ("targets",), "'mode' must be 'snapshot' or 'requery'"),
+])
+def test_bad_requery_targets_are_refused_with_the_reason(targets: dict[str, Any], where: tuple[str, ...],
+                                                         message: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        JobRequest.model_validate(request(targets=targets))
+    err = info.value.errors()[0]
+    assert err["loc"] == where and message in err["msg"]
+
+
+def test_ticket_notifications_need_snapshot_targets() -> None:
+    with pytest.raises(ValidationError, match="'ticket_notify' needs 'snapshot' targets"):
+        JobRequest.model_validate(of_kind("ticket_notify", targets=REQUERY))

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Discriminator, Field, HttpUrl, Tag, model_validator
 
 NonEmpty = Annotated[str, Field(min_length=1, max_length=256)]
 
@@ -56,8 +56,39 @@ class Target(_Model):
 
 
 class SnapshotTargets(_Model):
+    """Every target in the request itself; the set is frozen when the job is created."""
+
     mode: Literal["snapshot"] = "snapshot"
     items: Annotated[list[Target], Field(min_length=1, max_length=2_000_000)]
+
+
+REQUERY_PAGE_SIZE_MAX = 5000
+
+
+class RequeryTargets(_Model):
+    """The audience is fetched by the planner, page by page: ``GET <url>?cursor=<c>&limit=<n>``
+    answering ``{"items": [Target, ...], "next_cursor": "..." | null}``. ``vars`` are static
+    template variables; a target's own vars win over them."""
+
+    mode: Literal["requery"]
+    url: HttpUrl
+    page_size: Annotated[int, Field(ge=1, le=REQUERY_PAGE_SIZE_MAX)] = 500
+    vars: dict[str, str] = Field(default_factory=dict)
+
+
+def _target_mode(value: Any) -> Any:
+    # ``mode`` may be left out of a snapshot, as it always could: requests written before
+    # requery existed stay valid.
+    if isinstance(value, dict):
+        return value.get("mode", "snapshot")
+    return getattr(value, "mode", None)
+
+
+Targets = Annotated[
+    Annotated[SnapshotTargets, Tag("snapshot")] | Annotated[RequeryTargets, Tag("requery")],
+    Discriminator(_target_mode, custom_error_type="target_mode",
+                  custom_error_message="'mode' must be 'snapshot' or 'requery'"),
+]
 
 
 class Budget(_Model):
@@ -72,7 +103,7 @@ class JobRequest(_Model):
     created_by: NonEmpty
     message: Message
     content_version: Annotated[int, Field(ge=0)] = 0
-    targets: SnapshotTargets
+    targets: Targets
     expire_at: AwareDatetime | None = None
     not_before: AwareDatetime | None = None
     priority: Annotated[int, Field(ge=0, le=9)] | None = None
@@ -91,6 +122,10 @@ class JobRequest(_Model):
             self.business_id is None or self.status_version is None
         ):
             raise ValueError("kind 'ticket_notify' needs 'business_id' and 'status_version'")
+        if self.kind is JobKind.TICKET_NOTIFY and self.targets.mode == "requery":
+            # Coalescing supersedes a ticket's older items when the job is stored; items
+            # arriving page by page afterwards would escape it.
+            raise ValueError("kind 'ticket_notify' needs 'snapshot' targets, not 'requery'")
         if self.expire_at and self.not_before and self.not_before >= self.expire_at:
             raise ValueError("'not_before' must be earlier than 'expire_at'")
         return self
