@@ -3,7 +3,7 @@
 ``POST /message/sendText`` is served by a bare ASGI handler ahead of FastAPI's
 routing: it is the hot path (thousands of requests per second) and it needs the
 server's raw ``send`` to drop a connection after accepting a send. Everything
-else (lookup, admin, health) is ordinary FastAPI routes.
+else (lookup, admin, health, audiences for requery targets) is ordinary FastAPI routes.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import json
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from pacer_dev.fakegateway.audiences import AudienceError, Audiences
 from pacer_dev.fakegateway.config import ConfigError, GatewayConfig
 from pacer_dev.fakegateway.state import CODE_BAD_PARAMS, GatewayState, Outcome, message_for
 
@@ -30,6 +31,7 @@ class FakeGatewayApp(FastAPI):
     def __init__(self, gateway: GatewayState, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.gateway = gateway
+        self.audiences = Audiences()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == SEND_PATH and scope["method"] == "POST":
@@ -93,7 +95,54 @@ def create_app(config: GatewayConfig | None = None) -> FakeGatewayApp:
         gw.reset()
         return {"status": "reset"}
 
+    _audience_routes(app)
     return app
+
+
+def _audience_routes(app: FakeGatewayApp) -> None:
+    """Target sets for requery jobs: define them under /_admin/audiences, page them from /_audience."""
+    auds = app.audiences
+
+    async def body(request: Request) -> Any:
+        try:
+            return await request.json()
+        except json.JSONDecodeError as exc:
+            raise AudienceError(f"body is not JSON: {exc}") from None
+
+    @app.put("/_admin/audiences/{name}")
+    async def put_audience(name: str, request: Request) -> JSONResponse:
+        try:
+            return JSONResponse(auds.put(name, await body(request)).view())
+        except AudienceError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+
+    @app.put("/_admin/audiences/{name}/faults")
+    async def put_faults(name: str, request: Request) -> JSONResponse:
+        try:
+            return JSONResponse(auds.fault(name, await body(request)).view())
+        except AudienceError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404 if name not in auds.by_name else 400)
+
+    @app.get("/_admin/audiences/{name}")
+    async def get_audience(name: str) -> JSONResponse:
+        try:
+            return JSONResponse(auds.get(name).view())
+        except AudienceError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+
+    @app.delete("/_admin/audiences/{name}")
+    async def delete_audience(name: str) -> JSONResponse:
+        return JSONResponse({"deleted": auds.delete(name)})
+
+    @app.get("/_audience/{name}")
+    async def audience_page(name: str, request: Request) -> Response:
+        q = request.query_params
+        try:
+            limit = int(q["limit"]) if "limit" in q else None
+        except ValueError:
+            return JSONResponse({"error": "limit must be an integer"}, status_code=400)
+        answer = auds.page(name, q.get("cursor"), limit)
+        return Response(answer.body, status_code=answer.status, media_type="application/json")
 
 
 def _bad_params(reason: str) -> JSONResponse:
