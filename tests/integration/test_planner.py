@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import zlib
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -35,11 +36,11 @@ def topics(kafka_config: dict[str, str], topic_prefix: str) -> dict[str, str]:
 
 
 def run(url: str, kafka_config: dict[str, str], topics: dict[str, str], bodies: list[bytes],
-        limit: int = 100_000) -> list[Handled]:
+        limit: int = 100_000, max_shard_items: int = 50_000) -> list[Handled]:
     async def go() -> list[Handled]:
         pool = await open_pool(url, min_size=1, max_size=2)
         bus = KafkaCommandBus(make_producer(kafka_config), lambda lane: topics[lane], topics["dlq"])
-        planner = Planner(PostgresJobStore(pool), bus, max_backlog_per_guid=limit)
+        planner = Planner(PostgresJobStore(pool), bus, max_backlog_per_guid=limit, max_shard_items=max_shard_items)
         try:
             return [await planner.handle(None, b) for b in bodies]
         finally:
@@ -93,3 +94,25 @@ def test_admission_refuses_batch_work_over_a_guids_backlog_but_not_replies(
     assert "admission refused: guid 'g0' has 8 queued items and this request adds 5" in (results[1].reason or "")
     dlq = read_topic(kafka_config, topics["dlq"], expect=1)
     assert json.loads(dlq[0]["raw"])["request_id"] == "r6"
+
+
+def test_a_long_guid_is_split_into_sub_shards_by_a_stable_hash_of_to_id(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    # g0 and g1 have 10 items each, over a max of 4 per shard: ceil(10 / 4) = 3 sub-shards each.
+    (h,) = run(database_url, kafka_config, topics, [request("r8", 20, 2)], max_shard_items=4)
+    assert h.outcome == "planned"
+    with psycopg.connect(database_url) as conn:
+        shards = conn.execute("SELECT guid, sub, subs, total, shard_id FROM shards ORDER BY guid, sub").fetchall()
+        items = conn.execute("SELECT item_id::text, guid, to_id, shard_id FROM items").fetchall()
+        pending = dict(conn.execute("SELECT shard_id, n FROM shard_status_counts WHERE status = 'pending'").fetchall())
+    assert {(g, s, n) for g, s, n, _, _ in shards} == {("g0", s, 3) for s in range(3)} | {("g1", s, 3) for s in range(3)}
+    assert sum(t for _, _, _, t, _ in shards) == len(items) == 20
+    sub_of_shard = {sid: (g, s) for g, s, _, _, sid in shards}
+    for _, guid, to_id, sid in items:
+        assert sub_of_shard[sid] == (guid, zlib.crc32(to_id.encode()) % 3)
+    assert pending == {sid: t for _, _, _, t, sid in shards}
+    assert {sid: t for _, _, _, t, sid in shards} == {
+        sid: sum(1 for i in items if i[3] == sid) for _, _, _, _, sid in shards}
+    commands = read_topic(kafka_config, topics["batch"], expect=20)
+    assert sorted((c["value"]["item_id"], c["value"]["shard_id"]) for c in commands) == sorted(
+        (i[0], i[3]) for i in items)

@@ -47,7 +47,9 @@ def test_one_shard_per_guid_with_its_item_count() -> None:
         target("g1", "a", name="1"), target("g2", "a", name="2"), target("g1", "b", name="3"),
         target("g3", "a", name="4"), target("g1", "c", name="5"),
     ]), NOW)
-    assert p.shards == {"g1": 3, "g2": 1, "g3": 1}
+    assert p.shards == {("g1", 0): 3, ("g2", 0): 1, ("g3", 0): 1}
+    assert p.per_guid == {"g1": 3, "g2": 1, "g3": 1}
+    assert p.subs == {"g1": 1, "g2": 1, "g3": 1}
     assert sum(p.shards.values()) == len(p.items) == 5
 
 
@@ -223,3 +225,24 @@ def test_job_id_is_stable_for_a_republished_request() -> None:
 
 def test_different_request_ids_get_different_job_ids() -> None:
     assert plan(req(request_id="r-1"), NOW).job_id != plan(req(request_id="r-2"), NOW).job_id
+
+
+# -- requery -------------------------------------------------------------------------------
+
+def requery(content: str = "Hello {name}") -> JobRequest:
+    return JobRequest.model_validate({
+        "request_id": "campaign-2026-11-29-001", "kind": "campaign", "created_by": "ops:alice",
+        "message": {"type": "text", "content": content},
+        "targets": {"mode": "requery", "url": "https://crm.example/audience"},
+    })
+
+
+def test_a_requery_request_is_planned_as_a_job_without_items() -> None:
+    p = plan(requery(), NOW)
+    assert (p.items, p.shards, p.per_guid) == ([], {}, {})
+    assert p.job_id == plan(req(), NOW).job_id
+
+
+def test_a_requery_request_with_a_broken_template_is_refused_up_front() -> None:
+    with pytest.raises(PlanError):
+        plan(requery("Hi {"), NOW)

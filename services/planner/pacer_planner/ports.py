@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from datetime import datetime
+from typing import Any, Protocol
 
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.requests import JobRequest
 from pacer_planner.domain.planning import Plan
+from pacer_planner.domain.sharding import ShardKey
+from pacer_planner.domain.targets import Page, PagePlan
 
 
 @dataclass(frozen=True)
@@ -17,7 +21,7 @@ class Stored:
     job_id: str
     created: bool
     dispatched: bool
-    shard_ids: dict[str, int]  # guid → shard id
+    shard_ids: dict[ShardKey, int]  # (guid, sub) → shard id
 
 
 class JobStore(Protocol):
@@ -31,3 +35,62 @@ class JobStore(Protocol):
 class CommandBus(Protocol):
     def dispatch(self, commands: Sequence[ItemCommand]) -> int: ...
     def dead_letter(self, key: bytes | None, value: bytes, reason: str) -> None: ...
+
+
+# -- requery target sets --------------------------------------------------------------------
+
+class PageRejected(Exception):
+    """The database refused a page for what is in it (not for being unavailable): retrying
+    the same page cannot help, so the job is paused with this reason."""
+
+
+@dataclass(frozen=True)
+class PagingState:
+    """A requery job as its pager claimed it: the stored request and where paging stands."""
+
+    job_id: str
+    request: JobRequest  # as stored, targets included
+    status: str  # the job's status
+    cursor: str | None  # next_cursor of the last stored page
+    pages: int  # pages stored so far
+    complete: bool  # the last page is stored
+
+
+@dataclass(frozen=True)
+class PageStored:
+    """What storing a page did: the ids of the items it added (targets the job already had
+    are left out) and the shard of every (guid, sub) the page touched."""
+
+    added: frozenset[str]
+    shard_ids: dict[ShardKey, int]
+
+
+class TargetSource(Protocol):
+    async def fetch(self, url: str, cursor: str | None, limit: int) -> Any:
+        """The decoded JSON of one page; raises ``TargetFetchError`` if there is none."""
+        ...
+
+
+class TargetStore(Protocol):
+    async def candidates(self, owner: str, limit: int) -> list[str]: ...
+    async def claim(self, job_id: str, owner: str, ttl_s: float) -> PagingState | None: ...
+    async def known_subs(self, job_id: str, guids: Sequence[str]) -> dict[str, int]: ...
+    async def queued(self, guids: Sequence[str]) -> dict[str, int]: ...
+    async def store_page(self, state: PagingState, owner: str, page: Page, plan: PagePlan,
+                         fetched_at: datetime, ttl_s: float) -> PageStored | None: ...
+    async def undispatched_pages(self, job_id: str) -> list[int]: ...
+    async def page_commands(self, job_id: str, pages: Sequence[int]) -> Sequence[ItemCommand]: ...
+    async def mark_pages_dispatched(self, job_id: str, pages: Sequence[int]) -> None: ...
+    async def mark_dispatched(self, job_id: str) -> None: ...
+    async def note_wait(self, job_id: str, owner: str, reason: str) -> None: ...
+    async def hold(self, job_id: str, reason: str) -> bool: ...
+    async def close_set(self, job_id: str, owner: str, reason: str) -> None: ...
+    async def release(self, job_id: str, owner: str) -> None: ...
+
+
+class PagingEvents(Protocol):
+    """What the pager reports, for metrics."""
+
+    def page_stored(self, fetched: int, added: int, duplicates: int, invalid: int) -> None: ...
+    def fetch_failed(self) -> None: ...
+    def job_paused(self) -> None: ...

@@ -1,9 +1,13 @@
-"""The planner's use case: one job request in, a durable job and its item commands out."""
+"""The planner's use case: one job request in, a durable job and its item commands out.
+
+A requery request is stored as a job without items; its targets are paged in afterwards
+(``paging``), and ``Handled.paging`` tells the caller to start that.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -14,13 +18,14 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.requests import JobRequest
 from pacer_common.logs import bind
 from pacer_planner.domain.admission import refusal
-from pacer_planner.domain.planning import Plan, PlanError, plan
+from pacer_planner.domain.planning import Plan, PlanError, PlannedItem, plan
+from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS, ShardKey
 from pacer_planner.domain.rejections import describe
 from pacer_planner.ports import CommandBus, JobStore
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["planned", "duplicate", "redispatched", "dead_lettered"]
+Outcome = Literal["planned", "paging", "duplicate", "redispatched", "dead_lettered"]
 
 
 @dataclass(frozen=True)
@@ -29,44 +34,55 @@ class Handled:
     job_id: str | None = None
     items: int = 0
     reason: str | None = None
+    paging: bool = False  # a requery job: its targets are still to be paged in
 
 
-def commands_for(p: Plan, shard_ids: dict[str, int]) -> list[ItemCommand]:
-    req = p.request
+def item_commands(job_id: str, req: JobRequest, priority: int, not_before: datetime | None,
+                  items: Iterable[PlannedItem], shard_ids: Mapping[ShardKey, int]) -> list[ItemCommand]:
     return [
         ItemCommand.model_construct(
-            schema_version=1, item_id=it.item_id, job_id=p.job_id, shard_id=shard_ids[it.guid],
+            schema_version=1, item_id=it.item_id, job_id=job_id, shard_id=shard_ids[it.shard],
             guid=it.guid, to_id=it.to_id, content=it.content, idem_key=it.idem_key,
-            priority=p.priority, kind=req.kind.value, expire_at=req.expire_at, not_before=p.not_before,
+            priority=priority, kind=req.kind.value, expire_at=req.expire_at, not_before=not_before,
         )
-        for it in p.items
+        for it in items
     ]
+
+
+def commands_for(p: Plan, shard_ids: Mapping[ShardKey, int]) -> list[ItemCommand]:
+    return item_commands(p.job_id, p.request, p.priority, p.not_before, p.items, shard_ids)
 
 
 class Planner:
     """Validates, plans, stores, dispatches. Order: job durable → commands flushed → marked."""
 
     def __init__(self, store: JobStore, bus: CommandBus, max_backlog_per_guid: int = 100_000,
-                 coalesce_window: timedelta = timedelta(0)) -> None:
+                 coalesce_window: timedelta = timedelta(0), max_shard_items: int = DEFAULT_MAX_SHARD_ITEMS) -> None:
         self.store = store
         self.bus = bus
         self.max_backlog_per_guid = max_backlog_per_guid
         self.coalesce_window = coalesce_window
+        self.max_shard_items = max_shard_items
 
     async def handle(self, key: bytes | None, value: bytes, now: datetime | None = None) -> Handled:
         now = now or datetime.now(UTC)
         try:
             request = JobRequest.model_validate_json(value)
-            p = plan(request, now, self.coalesce_window)
+            p = plan(request, now, self.coalesce_window, self.max_shard_items)
         except ValidationError as exc:
             return self._reject(key, value, describe(exc))
         except PlanError as exc:
             return self._reject(key, value, f"cannot plan job request: {exc}")
         with bind(request_id=request.request_id, job_id=p.job_id):
-            reason = refusal(p, await self.store.queued(list(p.shards)), self.max_backlog_per_guid)
+            guids = p.per_guid
+            reason = refusal(p, await self.store.queued(list(guids)), self.max_backlog_per_guid) if guids else None
             if reason is not None and not await self.store.exists(request.request_id):
                 return self._reject(key, value, reason)
             stored = await self.store.store(p)
+            if request.targets.mode == "requery":
+                # Admission is per page for these (domain/admission.py): nothing to refuse yet.
+                log.info("requery job %s; its targets are paged in", "stored" if stored.created else "known")
+                return Handled("paging" if stored.created else "duplicate", p.job_id, paging=True)
             if stored.created:
                 n = self.bus.dispatch(commands_for(p, stored.shard_ids))
                 await self.store.mark_dispatched(p.job_id)

@@ -3,6 +3,11 @@
 Online work (takeover prompts, auto-replies) is always admitted: it is small, and refusing
 a customer's reply to protect a campaign would invert the priorities. Batch work that would
 push any guid past the limit is refused up front, whole, with the reason.
+
+A requery job is admitted page by page instead: a page that would push a guid past the
+limit waits (the pager fetches it again later) until the backlog has drained. A page is
+never held back by a guid with nothing queued, so a page larger than the limit cannot wait
+forever.
 """
 
 from __future__ import annotations
@@ -15,13 +20,25 @@ from pacer_planner.domain.planning import Plan
 
 def refusal(plan: Plan, queued: Mapping[str, int], limit: int) -> str | None:
     """Why this plan may not be admitted, or None if it may."""
-    if lane_of(plan.priority) == "online":
+    reason = _over(plan.priority, plan.per_guid, queued, limit, "this request", strict=True)
+    return None if reason is None else f"{reason}; retry later or split the request"
+
+
+def page_refusal(priority: int, adds: Mapping[str, int], queued: Mapping[str, int], limit: int) -> str | None:
+    """Why a requery page must wait, or None if it may be stored now."""
+    return _over(priority, adds, queued, limit, "this page", strict=False)
+
+
+def _over(priority: int, adds: Mapping[str, int], queued: Mapping[str, int], limit: int, what: str,
+          *, strict: bool) -> str | None:
+    if lane_of(priority) == "online":
         return None
-    over = [(g, queued.get(g, 0), n) for g, n in plan.shards.items() if queued.get(g, 0) + n > limit]
+    over = [(g, queued.get(g, 0), n) for g, n in adds.items()
+            if queued.get(g, 0) + n > limit and (strict or queued.get(g, 0) > 0)]
     if not over:
         return None
     over.sort(key=lambda x: x[1] + x[2], reverse=True)
     guid, q, n = over[0]
     more = f" (and {len(over) - 1} more guids)" if len(over) > 1 else ""
-    return (f"admission refused: guid {guid!r} has {q} queued items and this request adds {n}, "
-            f"over the limit of {limit} per guid{more}; retry later or split the request")
+    return (f"admission refused: guid {guid!r} has {q} queued items and {what} adds {n}, "
+            f"over the limit of {limit} per guid{more}")

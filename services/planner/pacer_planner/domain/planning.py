@@ -1,15 +1,22 @@
-"""Turn a validated job request into a plan: the job, one shard per guid, one item per target."""
+"""Turn a validated job request into a plan: the job, its shards, one item per target.
+
+A snapshot request is planned whole: every target, and the shards fixed at creation (one
+per guid, or ``ceil(n / max_shard_items)`` sub-shards of a very long guid, see
+``sharding``). A requery request is planned without items: its targets arrive page by page
+(``targets.plan_page``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from string import Formatter
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from string import Formatter
 from urllib.parse import quote
 
 from pacer_common.domain.ids import JobId, job_id_for, new_item_id
-from pacer_common.domain.requests import JobKind, JobRequest, Target
+from pacer_common.domain.requests import JobKind, JobRequest, RequeryTargets, Target
+from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS, ShardKey, sub_counts, sub_of
 
 
 class PlanError(ValueError):
@@ -23,6 +30,27 @@ class PlannedItem:
     to_id: str
     content: str
     idem_key: str
+    sub: int = 0
+
+    @property
+    def shard(self) -> ShardKey:
+        return (self.guid, self.sub)
+
+
+def count_shards(items: list[PlannedItem]) -> dict[ShardKey, int]:
+    """Items per shard, in first-seen order."""
+    shards: dict[ShardKey, int] = {}
+    for it in items:
+        shards[it.shard] = shards.get(it.shard, 0) + 1
+    return shards
+
+
+def count_guids(shards: Mapping[ShardKey, int]) -> dict[str, int]:
+    """Items per guid, summed over its sub-shards."""
+    out: dict[str, int] = {}
+    for (guid, _), n in shards.items():
+        out[guid] = out.get(guid, 0) + n
+    return out
 
 
 @dataclass(frozen=True)
@@ -30,10 +58,15 @@ class Plan:
     job_id: JobId
     request: JobRequest
     priority: int
-    shards: dict[str, int]  # guid → number of items; fixed at creation
+    shards: dict[ShardKey, int]  # (guid, sub) → number of items; fixed at creation
     items: list[PlannedItem]
     not_before: datetime | None = None  # the request's, or later: held for coalescing
     coalesce: tuple[str, int] | None = None  # (business id, status version) of a ticket notification
+    subs: dict[str, int] = field(default_factory=dict)  # guid → its number of sub-shards
+
+    @property
+    def per_guid(self) -> dict[str, int]:
+        return count_guids(self.shards)
 
 
 def template_fields(template: str) -> list[str]:
@@ -88,15 +121,20 @@ def coalescing(req: JobRequest, now: datetime, window: timedelta) -> tuple[datet
     return (held_until if req.not_before is None or req.not_before < held_until else req.not_before), key
 
 
-def plan(req: JobRequest, now: datetime, coalesce_window: timedelta = timedelta(0)) -> Plan:
+def plan(req: JobRequest, now: datetime, coalesce_window: timedelta = timedelta(0),
+         max_shard_items: int = DEFAULT_MAX_SHARD_ITEMS) -> Plan:
     """Build the plan or raise :class:`PlanError` with a reason an operator can act on."""
     if req.expire_at is not None and req.expire_at <= now:
         raise PlanError(f"request already expired at {req.expire_at.isoformat()}")
-    seen: dict[tuple[str, str], int] = {}
-    shards: dict[str, int] = {}
-    items: list[PlannedItem] = []
     template = req.message.content
     template_fields(template)
+    not_before, coalesce = coalescing(req, now, coalesce_window)
+    job_id = job_id_for(req.request_id)
+    if isinstance(req.targets, RequeryTargets):
+        return Plan(job_id, req, req.effective_priority, {}, [], not_before, coalesce)
+    seen: dict[tuple[str, str], int] = {}
+    rendered: list[tuple[Target, str]] = []
+    per_guid: dict[str, int] = {}
     for pos, target in enumerate(req.targets.items):
         pair = (target.guid, target.to_id)
         if pair in seen:
@@ -109,7 +147,11 @@ def plan(req: JobRequest, now: datetime, coalesce_window: timedelta = timedelta(
             content = render(template, target.vars)
         except KeyError as exc:
             raise PlanError(f"targets[{pos}]: template variable {exc.args[0]!r} has no value") from None
-        shards[target.guid] = shards.get(target.guid, 0) + 1
-        items.append(PlannedItem(new_item_id(), target.guid, target.to_id, content, idem_key(req, target)))
-    not_before, coalesce = coalescing(req, now, coalesce_window)
-    return Plan(job_id_for(req.request_id), req, req.effective_priority, shards, items, not_before, coalesce)
+        per_guid[target.guid] = per_guid.get(target.guid, 0) + 1
+        rendered.append((target, content))
+    subs = sub_counts(per_guid, max_shard_items)
+    items = [
+        PlannedItem(new_item_id(), t.guid, t.to_id, content, idem_key(req, t), sub_of(t.to_id, subs[t.guid]))
+        for t, content in rendered
+    ]
+    return Plan(job_id, req, req.effective_priority, count_shards(items), items, not_before, coalesce, subs)

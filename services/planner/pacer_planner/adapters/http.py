@@ -1,0 +1,34 @@
+"""The audience service over HTTP: ``GET <url>?cursor=<c>&limit=<n>``, JSON back.
+
+Every way a fetch can fail becomes a :class:`TargetFetchError` here, with a message fit
+for an operator (no URL query string: it may carry a token). Whether and when to retry is
+the pager's business.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from pacer_planner.domain.targets import TargetFetchError
+
+
+class HttpTargetSource:
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client  # owned by the composition root: timeouts, limits, closing
+
+    async def fetch(self, url: str, cursor: str | None, limit: int) -> Any:
+        target = httpx.URL(url).copy_set_param("limit", str(limit))
+        if cursor is not None:
+            target = target.copy_set_param("cursor", cursor)
+        try:
+            resp = await self.client.get(target, headers={"accept": "application/json"})
+        except httpx.HTTPError as exc:
+            raise TargetFetchError(f"request failed: {type(exc).__name__}{f': {exc}' if str(exc) else ''}") from exc
+        if resp.status_code != 200:
+            raise TargetFetchError(f"HTTP {resp.status_code} {resp.reason_phrase}".rstrip())
+        try:
+            return resp.json()
+        except ValueError as exc:
+            raise TargetFetchError(f"response is not JSON: {exc}") from exc

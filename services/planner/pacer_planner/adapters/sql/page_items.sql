@@ -1,0 +1,24 @@
+-- A page's items. A (guid, to_id) the job already has is skipped (items_requery_target).
+-- Each shard's total and its pending count in the projection grow by what was added, as
+-- pacer_retry_item does for a compensation; a shard the reconciler had completed reopens.
+WITH ins AS (
+    INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,
+                       expire_at, not_before, target_page)
+    SELECT i, %(job_id)s, s, g, t, c, k, %(priority)s, %(kind)s, %(expire_at)s, %(not_before)s, %(page_no)s
+    FROM unnest(%(item_ids)s::uuid[], %(shard_ids)s::bigint[], %(guids)s::text[], %(to_ids)s::text[],
+                %(contents)s::text[], %(keys)s::text[]) AS x(i, s, g, t, c, k)
+    ON CONFLICT (job_id, guid, to_id) WHERE target_page IS NOT NULL DO NOTHING
+    RETURNING item_id, shard_id
+), per AS (
+    SELECT shard_id, count(*) AS n FROM ins GROUP BY shard_id
+), counts AS (
+    INSERT INTO shard_status_counts AS c (shard_id, status, n)
+    SELECT shard_id, 'pending', n FROM per
+    ON CONFLICT (shard_id, status) DO UPDATE SET n = c.n + EXCLUDED.n
+), totals AS (
+    UPDATE shards s
+    SET total = s.total + per.n,
+        status = CASE WHEN s.status = 'completed' THEN 'running' ELSE s.status END
+    FROM per WHERE s.shard_id = per.shard_id
+)
+SELECT item_id::text AS item_id FROM ins

@@ -1,0 +1,405 @@
+"""Requery target sets on real Postgres, Kafka and the fake gateway's audience endpoint:
+paging, the cursor per page, a changing audience, crash and resume, fetch failures, per-page
+admission, and sub-shards of long guids."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+import zlib
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from pacer_common.db.pool import open_pool
+from pacer_common.domain.commands import ItemCommand
+from pacer_common.kafka import ensure_topics, make_producer
+from pacer_dev.fakegateway.process import start_fake_gateway, stop
+from pacer_planner.adapters.http import HttpTargetSource
+from pacer_planner.adapters.kafka import KafkaCommandBus
+from pacer_planner.adapters.postgres import PostgresJobStore
+from pacer_planner.adapters.postgres_targets import PostgresTargetStore
+from pacer_planner.core import Handled, PagingConfig, PagingSupervisor, Planner, TargetPager
+from pacer_planner.domain.targets import parse_page, plan_page
+from pacer_planner.ports import CommandBus
+from tests.integration.helpers import read_topic, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+
+# -- fixtures and helpers --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[str]:
+    url, proc = start_fake_gateway()
+    try:
+        yield url
+    finally:
+        stop(proc)
+
+
+@pytest.fixture
+def topics(kafka_config: dict[str, str], topic_prefix: str) -> dict[str, str]:
+    t = {lane: f"{topic_prefix}.item-commands.{lane}" for lane in ("online", "batch")} | {
+        "dlq": f"{topic_prefix}.job-requests.dlq"}
+    ensure_topics(kafka_config, {name: (1, {}) for name in t.values()})
+    return t
+
+
+@dataclass
+class Audience:
+    base: str
+    name: str
+
+    @property
+    def url(self) -> str:
+        return f"{self.base}/_audience/{self.name}"
+
+    def put(self, targets: list[Any], **extra: Any) -> None:
+        httpx.put(f"{self.base}/_admin/audiences/{self.name}", json={"targets": targets, **extra}).raise_for_status()
+
+    def fail(self, n: int, mode: str = "status") -> None:
+        httpx.put(f"{self.base}/_admin/audiences/{self.name}/faults",
+                  json={"fail_next": n, "mode": mode}).raise_for_status()
+
+    def requests(self) -> list[dict[str, Any]]:
+        return list(httpx.get(f"{self.base}/_admin/audiences/{self.name}").json()["requests"])
+
+
+@pytest.fixture
+def audience(gateway: str) -> Audience:
+    return Audience(gateway, f"aud-{uuid.uuid4().hex[:8]}")
+
+
+def targets(n: int, guids: int = 3, start: int = 0, guid: str | None = None) -> list[dict[str, Any]]:
+    return [{"guid": guid or f"g{i % guids}", "to_id": f"r{i}", "vars": {"n": str(i)}} for i in range(start, start + n)]
+
+
+def requery(rid: str, url: str, page_size: int, **extra: Any) -> bytes:
+    return json.dumps({
+        "request_id": rid, "kind": "campaign", "created_by": "t", "message": {"type": "text", "content": "hi {n}"},
+        "targets": {"mode": "requery", "url": url, "page_size": page_size},
+        "expire_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat(), **extra,
+    }).encode()
+
+
+def snapshot(rid: str, items: list[dict[str, Any]]) -> bytes:
+    return json.dumps({"request_id": rid, "kind": "campaign", "created_by": "t", "message": {"content": "hi {n}"},
+                       "targets": {"mode": "snapshot", "items": items}}).encode()
+
+
+def rows(url: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def one(url: str, sql: str, *args: Any) -> Any:
+    (row,) = rows(url, sql, *args)
+    return row[0] if len(row) == 1 else row
+
+
+def pages(url: str, job: str) -> list[tuple[Any, ...]]:
+    return rows(url, "SELECT page_no, cursor_in, cursor_out, fetched, added, duplicates, invalid, first_error,"
+                     " dispatched_at IS NOT NULL FROM job_target_pages WHERE job_id = %s ORDER BY page_no", job)
+
+
+def shards_consistent(url: str, job: str) -> None:
+    """Totals add up everywhere, and the projection's pending count is each shard's total."""
+    total = one(url, "SELECT total FROM jobs WHERE job_id = %s", job)
+    assert one(url, "SELECT count(*) FROM items WHERE job_id = %s", job) == total
+    assert one(url, "SELECT coalesce(sum(total), 0) FROM shards WHERE job_id = %s", job) == total
+    assert rows(url, "SELECT s.shard_id, s.total FROM shards s WHERE s.job_id = %s ORDER BY 1", job) == rows(
+        url, "SELECT s.shard_id, c.n::int FROM shards s JOIN shard_status_counts c ON c.shard_id = s.shard_id"
+             " AND c.status = 'pending' WHERE s.job_id = %s ORDER BY 1", job)
+    assert rows(url, "SELECT s.shard_id, s.total FROM shards s WHERE s.job_id = %s ORDER BY 1", job) == rows(
+        url, "SELECT shard_id, count(*)::int FROM items WHERE job_id = %s GROUP BY 1 ORDER BY 1", job)
+
+
+class SimulatedCrash(Exception):
+    pass
+
+
+class CrashingBus:
+    """The real bus, until the process 'dies' just before flushing the n+1-th dispatch."""
+
+    def __init__(self, inner: CommandBus, ok: int) -> None:
+        self.inner, self.ok = inner, ok
+
+    def dispatch(self, commands: Sequence[ItemCommand]) -> int:
+        if self.ok <= 0:
+            raise SimulatedCrash("planner killed after the page's commit, before its commands were flushed")
+        self.ok -= 1
+        return self.inner.dispatch(commands)
+
+    def dead_letter(self, key: bytes | None, value: bytes, reason: str) -> None:
+        self.inner.dead_letter(key, value, reason)
+
+
+@dataclass
+class Instance:
+    planner: Planner
+    pager: TargetPager
+    store: PostgresTargetStore
+    supervisor: PagingSupervisor
+
+
+@asynccontextmanager
+async def instance(url: str, kafka_config: dict[str, str], topics: dict[str, str], owner: str = "p1", *,
+                   crash_after: int | None = None, limit: int = 100_000, **cfg: Any) -> AsyncIterator[Instance]:
+    """One planner: its own pool, producer, HTTP client and paging lease owner name."""
+    pool = await open_pool(url, min_size=1, max_size=4)
+    http = httpx.AsyncClient(timeout=5.0)
+    bus: CommandBus = KafkaCommandBus(make_producer(kafka_config), lambda lane: topics[lane], topics["dlq"])
+    if crash_after is not None:
+        bus = CrashingBus(bus, crash_after)
+    max_shard_items = cfg.pop("max_shard_items", 50_000)
+    store = PostgresTargetStore(pool)
+    pager = TargetPager(store, HttpTargetSource(http), bus, PagingConfig(
+        owner=owner, backoff_initial_s=0.01, backoff_max_s=0.05, max_backlog_per_guid=limit,
+        max_shard_items=max_shard_items, **cfg))
+    try:
+        yield Instance(Planner(PostgresJobStore(pool), bus, limit, max_shard_items=max_shard_items), pager, store,
+                       PagingSupervisor(pager, store, max_jobs=4, sweep_s=0.1))
+    finally:
+        await http.aclose()
+        await pool.close()
+
+
+async def until(check: Any, what: str, timeout_s: float = 20.0) -> Any:
+    """helpers.wait_for, off the event loop, so background pagers keep running meanwhile."""
+    return await asyncio.to_thread(wait_for, check, timeout_s, what)
+
+
+# -- paging ---------------------------------------------------------------------------------------
+
+def test_requery_pages_through_the_audience_storing_the_cursor_per_page(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience) -> None:
+    audience.put(targets(10))
+
+    async def go() -> tuple[Handled, str, Handled, str]:
+        async with instance(database_url, kafka_config, topics) as p:
+            h = await p.planner.handle(None, requery("rq-1", audience.url, 4))
+            assert h.job_id is not None
+            outcome = await p.pager.run(h.job_id)
+            again = await p.planner.handle(None, requery("rq-1", audience.url, 4))
+            return h, outcome, again, await p.pager.run(h.job_id)
+
+    h, outcome, again, rerun = asyncio.run(go())
+    job = h.job_id
+    assert (h.outcome, h.paging, outcome) == ("paging", True, "complete")
+    assert (again.outcome, rerun) == ("duplicate", "not_claimed")  # one job; nothing left to page
+    assert pages(database_url, job) == [
+        (1, None, "off:4", 4, 4, 0, 0, None, True),
+        (2, "off:4", "off:8", 4, 4, 0, 0, None, True),
+        (3, "off:8", None, 2, 2, 0, 0, None, True),
+    ]
+    assert one(database_url, "SELECT target_mode, total, target_pages, target_fetched, target_cursor,"
+                             " target_complete_at IS NOT NULL, dispatched_at IS NOT NULL, status, target_owner"
+                             " FROM jobs WHERE job_id = %s", job) == (
+        "requery", 10, 3, 10, None, True, True, "running", None)
+    assert rows(database_url, "SELECT to_id, content, target_page FROM items WHERE job_id = %s ORDER BY"
+                              " target_page, to_id", job) == sorted(
+        [(f"r{i}", f"hi {i}", 1 + i // 4) for i in range(10)], key=lambda r: (r[2], r[0]))
+    assert rows(database_url, "SELECT guid, sub, subs, total FROM shards WHERE job_id = %s ORDER BY guid", job) == [
+        ("g0", 0, 1, 4), ("g1", 0, 1, 3), ("g2", 0, 1, 3)]
+    shards_consistent(database_url, job)
+    assert [(r["cursor"], r["limit"]) for r in audience.requests()] == [(None, 4), ("off:4", 4), ("off:8", 4)]
+    commands = read_topic(kafka_config, topics["batch"], expect=10)
+    assert sorted(c["value"]["item_id"] for c in commands) == sorted(
+        str(r[0]) for r in rows(database_url, "SELECT item_id FROM items WHERE job_id = %s", job))
+    by_item = dict(rows(database_url, "SELECT item_id::text, shard_id FROM items WHERE job_id = %s", job))
+    assert all(c["value"]["shard_id"] == by_item[c["value"]["item_id"]] for c in commands)
+
+
+def test_an_audience_changing_while_paged_is_recorded_page_by_page(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience) -> None:
+    # After the first page, two targets appear ahead of the cursor: the next page repeats r2
+    # and r3 (duplicates, skipped), and two bad targets show up at the end (invalid, skipped).
+    first = targets(8)
+    changed = targets(2, start=100) + first + [{"guid": "g0"}, {"guid": "g0", "to_id": "no-vars"}]
+    audience.put(first, changes=[{"after_pages": 1, "targets": changed}])
+
+    async def go() -> str:
+        async with instance(database_url, kafka_config, topics) as p:
+            h = await p.planner.handle(None, requery("rq-2", audience.url, 4))
+            assert h.job_id is not None and await p.pager.run(h.job_id) == "complete"
+            return h.job_id
+
+    job = asyncio.run(go())
+    assert pages(database_url, job) == [
+        (1, None, "off:4", 4, 4, 0, 0, None, True),
+        (2, "off:4", "off:8", 4, 2, 2, 0, None, True),
+        (3, "off:8", None, 4, 2, 0, 2, "items[2].to_id: Field required", True),
+    ]
+    assert one(database_url, "SELECT total, target_fetched, target_duplicates, target_invalid FROM jobs"
+                             " WHERE job_id = %s", job) == (8, 12, 2, 2)
+    assert sorted(r[0] for r in rows(database_url, "SELECT to_id FROM items WHERE job_id = %s", job)) == sorted(
+        f"r{i}" for i in range(8))
+    shards_consistent(database_url, job)
+
+
+def test_a_crash_mid_paging_resumes_from_the_stored_cursor_without_duplicates(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience) -> None:
+    audience.put(targets(20))
+
+    async def go() -> str:
+        async with instance(database_url, kafka_config, topics, "planner-a", crash_after=2, lease_ttl_s=1.0) as a:
+            h = await a.planner.handle(None, requery("rq-3", audience.url, 3))
+            assert h.job_id is not None
+            job = h.job_id
+            with pytest.raises(SimulatedCrash):
+                await a.pager.run(job)  # pages 1 and 2 dispatched; page 3 stored, not flushed
+            stale = await a.store.claim(job, "planner-a", 1.0)
+        assert stale is not None and stale.pages == 3 and stale.cursor == "off:9"
+        assert [p[0] for p in pages(database_url, job)] == [1, 2, 3]
+        assert [p[-1] for p in pages(database_url, job)] == [True, True, False]
+        # A requery job is never completed while its set is open, whoever tries.
+        rows(database_url, "UPDATE jobs SET status = 'completed', finished_at = now() WHERE job_id = %s"
+                           " RETURNING status", job)
+        assert one(database_url, "SELECT status, finished_at FROM jobs WHERE job_id = %s", job) == ("running", None)
+
+        async with instance(database_url, kafka_config, topics, "planner-b") as b:
+            stop = asyncio.Event()
+            sweeper = asyncio.create_task(b.supervisor.run(stop))  # takes over once a's lease runs out
+            await until(lambda: one(database_url, "SELECT dispatched_at IS NOT NULL FROM jobs WHERE job_id = %s",
+                                    job), "planner b to finish the job")
+            stop.set()
+            await sweeper
+            # Planner a, back from the dead with the page it had fetched, cannot store it.
+            late = parse_page({"items": targets(3, start=9), "next_cursor": "off:12"}, "off:9")
+            assert await b.store.store_page(stale, "planner-a", late, plan_page(stale.request, late, {}, 50_000),
+                                            datetime.now(UTC), 1.0) is None
+        return job
+
+    job = asyncio.run(go())
+    assert [r["cursor"] for r in audience.requests()] == [None, "off:3", "off:6", "off:9", "off:12", "off:15", "off:18"]
+    assert [p[:5] for p in pages(database_url, job)] == [
+        (n, None if n == 1 else f"off:{3 * (n - 1)}", None if n == 7 else f"off:{3 * n}", 3 if n < 7 else 2,
+         3 if n < 7 else 2) for n in range(1, 8)]
+    assert all(p[-1] for p in pages(database_url, job))
+    assert one(database_url, "SELECT total, target_pages, target_owner FROM jobs WHERE job_id = %s", job) == (
+        20, 7, None)
+    assert one(database_url, "SELECT count(DISTINCT (guid, to_id)) FROM items WHERE job_id = %s", job) == 20
+    shards_consistent(database_url, job)
+    commands = read_topic(kafka_config, topics["batch"], expect=20)
+    assert sorted(c["value"]["item_id"] for c in commands) == sorted(
+        r[0] for r in rows(database_url, "SELECT item_id::text FROM items WHERE job_id = %s", job))
+
+
+def test_fetch_failures_are_retried_then_pause_the_job_with_the_reason(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience,
+        gateway: str) -> None:
+    audience.put(targets(5))
+    flaky = Audience(gateway, f"{audience.name}-flaky")
+    flaky.put(targets(5))
+
+    async def go() -> tuple[str, str]:
+        async with instance(database_url, kafka_config, topics, page_attempts=3) as p:
+            flaky.fail(2, mode="bad_json")
+            h1 = await p.planner.handle(None, requery("rq-4a", flaky.url, 10))
+            assert h1.job_id is not None and await p.pager.run(h1.job_id) == "complete"
+            audience.fail(3)
+            h2 = await p.planner.handle(None, requery("rq-4b", audience.url, 10))
+            assert h2.job_id is not None and await p.pager.run(h2.job_id) == "paused"
+            return h1.job_id, h2.job_id
+
+    recovered, paused = asyncio.run(go())
+    assert [r.get("fault") for r in flaky.requests()] == ["bad_json", "bad_json", None]
+    assert one(database_url, "SELECT total, target_wait_reason, status FROM jobs WHERE job_id = %s",
+               recovered) == (5, None, "running")
+
+    reason = (f"target_fetch_failed: page 1 of {audience.url} (cursor None) failed 3 times, "
+              "last: HTTP 500 Internal Server Error")
+    assert one(database_url, "SELECT status, paused_reason, paused_by, target_wait_reason, total, target_pages"
+                             " FROM jobs WHERE job_id = %s", paused) == ("paused", reason, "system:planner", reason, 0, 0)
+    assert rows(database_url, "SELECT actor, action, reason FROM audit_log WHERE target_id = %s", paused) == [
+        ("system:planner", "pause", reason)]
+    assert len(audience.requests()) == 3
+
+    # Resumed by an operator: with nothing open, resume would complete the job, but its target
+    # set is not complete, so it runs, and paging picks up where it stopped.
+    assert one(database_url, "SELECT outcome FROM pacer_job_action(%s, 'resume', 'ops:test')", paused) == "done"
+    assert one(database_url, "SELECT status FROM jobs WHERE job_id = %s", paused) == "running"
+
+    async def resume() -> str:
+        async with instance(database_url, kafka_config, topics) as p:
+            return await p.pager.run(paused)
+
+    assert asyncio.run(resume()) == "complete"
+    assert one(database_url, "SELECT total, target_wait_reason FROM jobs WHERE job_id = %s", paused) == (5, None)
+
+
+def test_a_page_waits_for_admission_while_its_guid_is_backlogged(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience) -> None:
+    audience.put(targets(3, guid="g0"))
+
+    async def go() -> tuple[str, str]:
+        async with instance(database_url, kafka_config, topics, limit=5, admission_wait_s=0.05) as p:
+            backlog = await p.planner.handle(None, snapshot("snap-1", targets(5, guid="g0")))
+            assert backlog.outcome == "planned" and backlog.job_id is not None
+            h = await p.planner.handle(None, requery("rq-5", audience.url, 10))
+            assert h.job_id is not None
+            job = h.job_id
+            paging = asyncio.create_task(p.pager.run(job))
+            waiting = await until(lambda: one(database_url, "SELECT target_wait_reason FROM jobs WHERE job_id = %s",
+                                              job), "the page to wait for admission")
+            assert one(database_url, "SELECT count(*) FROM items WHERE job_id = %s", job) == 0
+            # The backlog drains (here: cancelled), and the page goes in.
+            rows(database_url, "SELECT * FROM pacer_job_action(%s, 'cancel', 'ops:test')", backlog.job_id)
+            assert await asyncio.wait_for(paging, 20) == "complete"
+            return job, waiting
+
+    job, waiting = asyncio.run(go())
+    assert waiting == ("page 1 waits: admission refused: guid 'g0' has 5 queued items and this page adds 3, "
+                       "over the limit of 5 per guid")
+    assert one(database_url, "SELECT total, target_wait_reason FROM jobs WHERE job_id = %s", job) == (3, None)
+    assert len(audience.requests()) >= 2  # fetched again after waiting
+
+
+def test_an_empty_audience_completes_the_job_at_once(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience) -> None:
+    audience.put([])
+
+    async def go() -> str:
+        async with instance(database_url, kafka_config, topics) as p:
+            h = await p.planner.handle(None, requery("rq-6", audience.url, 10))
+            assert h.job_id is not None and await p.pager.run(h.job_id) == "complete"
+            return h.job_id
+
+    job = asyncio.run(go())
+    assert one(database_url, "SELECT status, total, target_pages, finished_at IS NOT NULL, dispatched_at IS NOT NULL"
+                             " FROM jobs WHERE job_id = %s", job) == ("completed", 0, 1, True, True)
+
+
+# -- sub-shards -------------------------------------------------------------------------------------
+
+def test_a_requery_guid_keeps_the_sub_count_fixed_on_the_page_it_first_appeared(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience) -> None:
+    # page 1: big r0..r6 (7 > max 3: 3 subs) and small s0 (1 sub); pages 2 and 3 add to both.
+    big = targets(13, guid="big")
+    small = [{"guid": "small", "to_id": f"s{i}", "vars": {"n": "x"}} for i in range(4)]
+    audience.put(big[:7] + small[:1] + big[7:] + small[1:])
+
+    async def go() -> str:
+        async with instance(database_url, kafka_config, topics, max_shard_items=3) as p:
+            h = await p.planner.handle(None, requery("rq-7", audience.url, 8))
+            assert h.job_id is not None and await p.pager.run(h.job_id) == "complete"
+            return h.job_id
+
+    job = asyncio.run(go())
+    assert one(database_url, "SELECT array_agg(DISTINCT subs) FROM shards WHERE job_id = %s AND guid = 'big'",
+               job) == [3]
+    assert rows(database_url, "SELECT sub, subs, total FROM shards WHERE job_id = %s AND guid = 'small'", job) == [
+        (0, 1, 4)]  # one shard, grown past the max: its count was fixed when it had one target
+    for to_id, sub in rows(database_url, "SELECT i.to_id, s.sub FROM items i JOIN shards s USING (shard_id)"
+                                         " WHERE i.job_id = %s AND i.guid = 'big'", job):
+        assert sub == zlib.crc32(to_id.encode()) % 3
+    assert one(database_url, "SELECT total FROM jobs WHERE job_id = %s", job) == 17
+    shards_consistent(database_url, job)
