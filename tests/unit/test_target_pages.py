@@ -147,6 +147,7 @@ def test_a_page_is_admitted_within_the_limit_for_online_work_or_for_an_idle_guid
 @pytest.mark.parametrize(("url", "shown"), [
     ("https://crm.example/audience?token=s3cret", "https://crm.example/audience"),
     ("http://user:pw@crm.example:8080/a/b#frag", "http://crm.example:8080/a/b"),
+    ("http://[::1]:8080/a?k=v", "http://[::1]:8080/a"),
 ])
 def test_urls_in_messages_lose_query_and_credentials(url: str, shown: str) -> None:
     assert redact_url(url) == shown

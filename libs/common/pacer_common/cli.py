@@ -74,8 +74,9 @@ def _status(args: argparse.Namespace) -> int:
     url = PostgresSettings().database_url.get_secret_value()  # type: ignore[call-arg]
     with psycopg.connect(url, row_factory=dict_row) as conn:
         job = conn.execute(
-            "SELECT job_id::text, request_id, kind, status, total, created_at, started_at, finished_at"
-            " FROM jobs WHERE request_id = %s OR job_id::text = %s", (args.job, args.job)).fetchone()
+            "SELECT job_id::text, request_id, kind, status, total, created_at, started_at, finished_at,"
+            " target_mode, target_complete_at, target_pages, target_fetched, target_duplicates, target_invalid,"
+            " target_wait_reason FROM jobs WHERE request_id = %s OR job_id::text = %s", (args.job, args.job)).fetchone()
         if job is None:
             print(f"no job with request id or job id {args.job!r}", file=sys.stderr)
             return 1

@@ -151,5 +151,6 @@ def redact_url(url: str) -> str:
     token in the query string must not end up."""
     parts = urlsplit(url)
     host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
