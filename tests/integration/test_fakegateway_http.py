@@ -235,3 +235,22 @@ def test_knobs_given_at_start_are_applied() -> None:
     finally:
         assert stop(proc) is not None
     assert proc.poll() is not None
+
+
+def test_audiences_are_defined_paged_and_faulted_over_http(client: httpx.Client) -> None:
+    targets = [{"guid": "g", "to_id": f"r{i}"} for i in range(3)]
+    assert client.put("/_admin/audiences/a1", json={"targets": targets, "page_size_cap": 2}).status_code == 200
+    first = client.get("/_audience/a1", params={"limit": 10}).json()
+    assert first == {"items": targets[:2], "next_cursor": "off:2"}
+    assert client.get("/_audience/a1", params={"cursor": "off:2", "limit": 10}).json() == {
+        "items": targets[2:], "next_cursor": None}
+    assert client.put("/_admin/audiences/a1/faults", json={"fail_next": 1, "status": 503}).status_code == 200
+    assert client.get("/_audience/a1").status_code == 503
+    assert client.get("/_audience/a1", params={"cursor": "nope"}).status_code == 400
+    log = client.get("/_admin/audiences/a1").json()["requests"]
+    assert [(r["cursor"], r["status"]) for r in log] == [(None, 200), ("off:2", 200), (None, 503), ("nope", 400)]
+    assert client.get("/_audience/missing").status_code == 404
+    assert client.put("/_admin/audiences/missing/faults", json={"fail_next": 1}).status_code == 404
+    assert client.put("/_admin/audiences/a2", json={"targets": "x"}).status_code == 400
+    assert client.put("/_admin/audiences/a2", content=b"{").status_code == 400
+    assert client.delete("/_admin/audiences/a1").json() == {"deleted": True}
