@@ -324,3 +324,21 @@ def test_a_breaker_trip_pauses_a_guid(database_url: str) -> None:
     assert asyncio.run(go()) is True
     assert one(url, "SELECT (paused_reason, paused_by) FROM guid_leases WHERE guid = 'wx-guid-7'") == \
         ("breaker: 9 of the last 10 outcomes failed", "system:breaker")
+
+
+def test_an_item_held_by_a_claim_racing_the_resume_is_still_released(database_url: str) -> None:
+    """A claim that read the hold just before it was lifted marks its item held after the
+    release pass: the release request stays open long enough for the next pass to find it."""
+    url = database_url
+    job, _, _ = seed_job(url, {"g1": 3})
+    cmds = item_cmds(url, job)
+    assert action(url, job, "pause")[0] == "done"
+    begin_all(url, cmds[:2], ["g1"])  # two items met the hold
+    assert action(url, job, "resume")[0] == "done"
+    assert one(url, "SELECT count(*) FROM hold_releases WHERE scope = 'job' AND key = %s", job) == 1
+    assert release(url) == 2
+    late = cmds[2].item_id
+    with psycopg.connect(url) as conn:  # the racing claim commits its mark now
+        conn.execute("UPDATE items SET held = true WHERE item_id = %s", (late,))
+    assert release(url) == 1
+    assert one(url, "SELECT held FROM items WHERE item_id = %s", late) is False
