@@ -183,17 +183,21 @@ def test_requery_pages_through_the_audience_storing_the_cursor_per_page(
         database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience) -> None:
     audience.put(targets(10))
 
-    async def go() -> tuple[Handled, str, Handled, str]:
-        async with instance(database_url, kafka_config, topics) as p:
+    async def go() -> tuple[Handled, str, str, Handled, str]:
+        async with instance(database_url, kafka_config, topics, "planner-1") as p:
             h = await p.planner.handle(None, requery("rq-1", audience.url, 4))
             assert h.job_id is not None
-            outcome = await p.pager.run(h.job_id)
+            first = await p.pager.run(h.job_id, max_pages=1)  # then this planner stops
+        assert one(database_url, "SELECT target_cursor, target_pages, target_owner FROM jobs WHERE job_id = %s",
+                   h.job_id) == ("off:4", 1, None)
+        async with instance(database_url, kafka_config, topics, "planner-2") as p:
+            rest = await p.pager.run(h.job_id)  # another planner goes on from the stored cursor
             again = await p.planner.handle(None, requery("rq-1", audience.url, 4))
-            return h, outcome, again, await p.pager.run(h.job_id)
+            return h, first, rest, again, await p.pager.run(h.job_id)
 
-    h, outcome, again, rerun = asyncio.run(go())
+    h, first, rest, again, rerun = asyncio.run(go())
     job = h.job_id
-    assert (h.outcome, h.paging, outcome) == ("paging", True, "complete")
+    assert (h.outcome, h.paging, first, rest) == ("paging", True, "stopped", "complete")
     assert (again.outcome, rerun) == ("duplicate", "not_claimed")  # one job; nothing left to page
     assert pages(database_url, job) == [
         (1, None, "off:4", 4, 4, 0, 0, None, True),

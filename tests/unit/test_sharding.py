@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -34,7 +35,7 @@ def test_the_hash_is_the_same_in_another_process() -> None:
     # Python's own hash() of a str is salted per process; this one must not be.
     code = "from pacer_planner.domain.sharding import target_hash; print(target_hash('room-42'))"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
-                         env={"PYTHONHASHSEED": "random"}).stdout
+                         env={**os.environ, "PYTHONHASHSEED": "random"}).stdout
     assert int(out) == target_hash("room-42")
 
 
