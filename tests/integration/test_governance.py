@@ -342,3 +342,28 @@ def test_an_item_held_by_a_claim_racing_the_resume_is_still_released(database_ur
         conn.execute("UPDATE items SET held = true WHERE item_id = %s", (late,))
     assert release(url) == 1
     assert one(url, "SELECT held FROM items WHERE item_id = %s", late) is False
+
+
+def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_url: str) -> None:
+    url = database_url
+    job, shards, _ = seed_job(url, {"g1": 2, "g2": 2, "g3": 2})
+    other, _, _ = seed_job(url, {"g4": 1})
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE shards SET status = 'running', last_progress_at = now() - interval '20 minutes'"
+                     " WHERE job_id = %s", (job,))
+        conn.execute("UPDATE shards SET last_progress_at = now() WHERE guid = 'g3'")  # this one moves
+    assert one(url, "SELECT pacer_hold_guid('g2', 'needs_human: 1001 offline', 'system:gateway')") is True
+    assert one(url, "SELECT pacer_hold_job(%s, 'budget_exhausted', 'system:budget')", other) is True
+
+    async def stats() -> dict[str, int]:
+        pool = await open_pool(url, min_size=1, max_size=2)
+        try:
+            return await PostgresLog(pool, "reconciler", timedelta(seconds=60)).governance_stats(timedelta(minutes=10))
+        finally:
+            await pool.close()
+
+    assert asyncio.run(stats()) == {"jobs_paused_budget": 1, "jobs_paused_breaker": 0, "jobs_paused_operator": 0,
+                                    "guids_paused": 1, "stalled_shards": 1}  # g1 only: g2's guid is paused
+    action(url, job, "pause")
+    assert asyncio.run(stats())["stalled_shards"] == 0  # a paused job is not stalled
+    assert asyncio.run(stats())["jobs_paused_operator"] == 1
