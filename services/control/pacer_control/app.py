@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
-from pacer_common.ops import Health, add_ops_routes
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from psycopg_pool import AsyncConnectionPool
 
+from pacer_common.ops import Health, add_ops_routes
 from pacer_control.adapters.postgres import PostgresControl
 from pacer_control.api import create_api
 from pacer_control.core import Control

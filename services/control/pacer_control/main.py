@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import logging
 
+from prometheus_client import CollectorRegistry
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
 from pacer_common.gateway import GatewayClient, make_client
@@ -11,11 +15,8 @@ from pacer_common.lifecycle import stop_event
 from pacer_common.ops import Health, serve
 from pacer_common.service import main_for
 from pacer_common.settings import OpsSettings, PostgresSettings
-from prometheus_client import CollectorRegistry
-from pydantic import Field
-from pydantic_settings import SettingsConfigDict
-
 from pacer_control.app import build_app
+
 
 log = logging.getLogger("pacer.control")
 

@@ -12,10 +12,10 @@ from typing import Any, Protocol, TypeVar
 
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.tokens import Role
-
 from pacer_control.domain.filters import AuditFilter, ItemFilter, JobFilter, RetryFilter
 from pacer_control.domain.outcomes import ActionResult, ItemRetry
 from pacer_control.domain.permissions import Principal
+
 
 T = TypeVar("T")
 Row = dict[str, Any]

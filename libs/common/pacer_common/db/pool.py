@@ -9,7 +9,14 @@ from psycopg_pool import AsyncConnectionPool
 async def open_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pacer") -> AsyncConnectionPool:
     """Open a pool of autocommit connections: a statement is its own transaction unless a
     ``conn.transaction()`` block groups several. Broken connections are discarded on return."""
-    pool = AsyncConnectionPool(
+    pool = new_pool(url, min_size=min_size, max_size=max_size, name=name)
+    await pool.open(wait=True, timeout=30)
+    return pool
+
+
+def new_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pacer") -> AsyncConnectionPool:
+    """The same pool, not opened yet: for an app that opens it on the event loop that serves it."""
+    return AsyncConnectionPool(
         url,
         min_size=min_size,
         max_size=max_size,
@@ -18,5 +25,3 @@ async def open_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: st
         kwargs={"autocommit": True, "row_factory": dict_row, "application_name": name},
         reconnect_timeout=300,
     )
-    await pool.open(wait=True, timeout=30)
-    return pool

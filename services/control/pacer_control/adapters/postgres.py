@@ -11,15 +11,15 @@ from importlib import resources
 from typing import Any, TypeVar, cast
 
 import psycopg
-from pacer_common.db import operations
-from pacer_common.db.errors import TransientError, with_retry
-from pacer_common.db.sql import query
-from pacer_common.domain.tokens import Role
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from pacer_common.db import operations
+from pacer_common.db.errors import TransientError, with_retry
+from pacer_common.db.sql import query
+from pacer_common.domain.tokens import Role
 from pacer_control.domain.errors import Invalid, Unavailable
 from pacer_control.domain.filters import (
     FAILURE_CATEGORY,
@@ -32,6 +32,7 @@ from pacer_control.domain.outcomes import ActionResult, ItemRetry
 from pacer_control.domain.permissions import Principal
 from pacer_control.domain.views import failure_categories, sum_counts
 from pacer_control.ports import AuditEntry, NewToken, Row
+
 
 T = TypeVar("T")
 REPORT_FETCH = 2000

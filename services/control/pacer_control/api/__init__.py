@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from pacer_control.api import admin, errors, guids, jobs
 from pacer_control.core import Control
 
+
 PREFIX = "/api/v1"
 
 DESCRIPTION = """Operate Pacer: list and inspect jobs, pause, resume, cancel or terminate them, retry

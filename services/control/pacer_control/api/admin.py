@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
-from pacer_common.domain.requests import JobRequest
 
+from pacer_common.domain.requests import JobRequest
 from pacer_control.api.auth import Caller, Ctl, guard
 from pacer_control.api.responses import next_cursor, respond
 from pacer_control.api.schemas import (
@@ -24,6 +24,7 @@ from pacer_control.api.schemas import (
     TokenView,
 )
 from pacer_control.domain.filters import DEFAULT_PAGE, MAX_PAGE, AuditFilter
+
 
 router = APIRouter()
 

@@ -16,6 +16,7 @@ from pacer_control.api.schemas import Problem
 from pacer_control.core import Control
 from pacer_control.domain.permissions import RULES, Action, Principal
 
+
 bearer = HTTPBearer(auto_error=False, description="an API token: `pacer token create` or POST /api/v1/tokens")
 
 _PROBLEMS = {

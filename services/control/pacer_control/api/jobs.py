@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
+
 from pacer_common.domain.requests import JobKind
 from pacer_common.domain.status import ItemStatus
-
 from pacer_control.api.auth import Caller, Ctl, guard
 from pacer_control.api.responses import next_cursor, respond
 from pacer_control.api.schemas import (
@@ -32,6 +32,7 @@ from pacer_control.domain.filters import (
     RetryFilter,
 )
 from pacer_control.domain.permissions import Action
+
 
 router = APIRouter(tags=["jobs"])
 
@@ -162,4 +163,3 @@ async def retry_item(item_id: uuid.UUID, ctl: Ctl, who: Caller, body: ActionBody
              **guard("items.cancel", 404, 409, 422))
 async def cancel_item(item_id: uuid.UUID, ctl: Ctl, who: Caller, body: ActionBody | None = None) -> Any:
     return respond(await ctl.cancel_item(str(item_id), who, body.reason if body else None))
-

@@ -6,10 +6,11 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pacer_common.domain.tokens import Role
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from pacer_common.domain.tokens import Role
 from pacer_control.domain.filters import MAX_RETRY
+
 
 # Postgres text cannot hold NUL; refusing it here gives a 422 instead of a database error.
 NO_NUL = r"^[^\x00]*$"
@@ -235,7 +236,7 @@ class DryRunResponse(BaseModel):
     kind: str
     priority: int
     lane: str
-    items: int
+    items: int | None = Field(description="null when the audience is fetched at planning time (requery)")
     shards: dict[str, int] = Field(description="items per guid (one shard each)")
     samples: list[Sample]
     template_fields: list[str]

@@ -33,7 +33,7 @@ class DryRun:
     kind: str
     priority: int
     lane: str
-    items: int
+    items: int | None  # None: the audience is fetched when the job is planned (requery)
     shards: dict[str, int]  # guid → items
     samples: list[Sample]
     template_fields: list[str]
@@ -67,10 +67,19 @@ def dry_run(req: JobRequest, now: datetime, samples: int = 5) -> DryRun:
         raise DryRunError(f"request already expired at {req.expire_at.isoformat()}")
     template = req.message.content
     fields = template_fields(template)
+    priority = req.effective_priority
+    budget = req.budget.max_sends if req.budget else None
+    targets = getattr(req.targets, "items", None)
+    if targets is None:  # a requery audience: only the planner fetches it
+        url = getattr(req.targets, "url", "its URL")
+        note = (f"the audience is fetched from {url} when the job is planned; a dry run does not fetch it, "
+                f"so items, shards and samples are not known yet")
+        return DryRun(req.request_id, req.kind.value, priority, lane_of(priority), None, {}, [], fields, budget,
+                      [note])
     seen: dict[tuple[str, str], int] = {}
     shards: dict[str, int] = {}
     shown: list[Sample] = []
-    for pos, target in enumerate(req.targets.items):
+    for pos, target in enumerate(targets):
         pair = (target.guid, target.to_id)
         if pair in seen:
             raise DryRunError(
@@ -85,13 +94,12 @@ def dry_run(req: JobRequest, now: datetime, samples: int = 5) -> DryRun:
         shards[target.guid] = shards.get(target.guid, 0) + 1
         if len(shown) < samples:
             shown.append(Sample(target.guid, target.to_id, content))
-    total = len(req.targets.items)
+    total = len(targets)
     warnings = []
     if req.budget is not None and req.budget.max_sends < total:
         warnings.append(f"budget.max_sends ({req.budget.max_sends}) is below the {total} items: the job "
                         f"pauses when the budget is used up, until an admin confirms a larger one")
     if req.not_before is not None and req.not_before > now:
         warnings.append(f"nothing is sent before not_before ({req.not_before.isoformat()})")
-    priority = req.effective_priority
     return DryRun(req.request_id, req.kind.value, priority, lane_of(priority), total, shards, shown, fields,
-                  req.budget.max_sends if req.budget else None, warnings)
+                  budget, warnings)

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pacer_common.domain.tokens import Role, at_least
 
+
 Action = Literal[
     "jobs.view", "jobs.pause", "jobs.resume", "jobs.cancel", "jobs.terminate", "jobs.budget",
     "shards.pause", "shards.resume",
@@ -56,6 +57,10 @@ RULES: dict[Action, Rule] = {
     "tokens.create": Rule(A, "create API tokens"),
     "tokens.revoke": Rule(A, "revoke API tokens"),
 }
+
+# Actions that decide which fields a response shows rather than whether a route may be called
+# (GET /guids shows everyone health, and the lease view only to tech_admin and up).
+FIELD_ACTIONS: frozenset[Action] = frozenset({"guids.leases"})
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,523 @@
+"""The Control API on a real Postgres: job, shard, item, guid and token actions, each with its
+audit record; listings, pagination and the CSV report."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import uuid
+
+import psycopg
+
+from tests.integration.control_support import audit, control_api, move, rows
+from tests.integration.helpers import seed_job
+
+
+def status_of(url: str, job: str) -> str:
+    return rows(url, "SELECT status FROM jobs WHERE job_id = %s", job)[0]["status"]
+
+
+# ---- jobs -----------------------------------------------------------------------------------
+
+
+def test_pause_resume_terminate_cancel_each_audited_with_before_and_after(database_url: str) -> None:
+    job, _, items = seed_job(database_url, {"g1": 2, "g2": 1})
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            r = await api.post(f"/jobs/{job}/pause", "operator", json={"reason": "customer asked"})
+            assert r.status_code == 200, r.text
+            assert r.json() == {"outcome": "done", "changed": True, "message": "job pause: running → paused",
+                                "status": "paused"}
+            assert status_of(database_url, job) == "paused"
+
+            again = await api.post(f"/jobs/{job}/pause", "operator")
+            assert again.status_code == 200
+            assert again.json()["outcome"] == "noop" and again.json()["changed"] is False
+            assert "already paused (customer asked)" in again.json()["message"]
+
+            r = await api.post(f"/jobs/{job}/resume", "operator")
+            assert (r.status_code, r.json()["status"]) == (200, "running")
+
+            r = await api.post(f"/jobs/{job}/terminate", "tech_admin", json={"reason": "wrong audience"})
+            assert (r.status_code, r.json()["status"]) == (200, "terminated")
+            # Nothing is in flight, so a terminated job may be resumed.
+            r = await api.post(f"/jobs/{job}/resume", "operator")
+            assert (r.status_code, r.json()["status"]) == (200, "running")
+
+            r = await api.post(f"/jobs/{job}/cancel", "operator", json={"reason": "campaign withdrawn"})
+            assert (r.status_code, r.json()["status"]) == (200, "cancelled")
+            assert {x["status"] for x in rows(database_url, "SELECT status::text FROM items WHERE job_id = %s",
+                                               job)} == {"abandoned"}
+
+            r = await api.post(f"/jobs/{job}/cancel", "operator")
+            assert (r.status_code, r.json()["outcome"]) == (200, "noop")
+            r = await api.post(f"/jobs/{job}/pause", "operator")
+            assert r.status_code == 409
+            assert r.json()["detail"] == "job is cancelled; only a running job can be paused"
+            r = await api.post(f"/jobs/{job}/resume", "operator")
+            assert (r.status_code, r.json()["detail"]) == (409, "job is cancelled and cannot be resumed")
+
+            missing = await api.post(f"/jobs/{uuid.uuid4()}/pause", "operator")
+            assert missing.status_code == 404 and missing.json()["detail"].startswith("no job ")
+
+    asyncio.run(go())
+    log = audit(database_url, job)
+    assert [(a["actor"], a["action"], a["before"]["status"], a["after"]["status"]) for a in log] == [
+        ("token:operator", "pause", "running", "paused"),
+        ("token:operator", "resume", "paused", "running"),
+        ("token:tech_admin", "terminate", "running", "terminated"),
+        ("token:operator", "resume", "terminated", "running"),
+        ("token:operator", "cancel", "running", "cancelled"),
+    ]
+    assert log[0]["reason"] == "customer asked" and log[0]["after"]["paused_reason"] == "customer asked"
+    assert log[4]["after"]["abandoned"] == len(items)
+
+
+def test_a_terminated_job_resumes_only_once_nothing_is_in_flight(database_url: str) -> None:
+    job, _, items = seed_job(database_url, {"g1": 2})
+    move(database_url, items[:1], "claimed")
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            assert (await api.post(f"/jobs/{job}/terminate", "tech_admin")).status_code == 200
+            r = await api.post(f"/jobs/{job}/resume", "operator")
+            assert r.status_code == 409
+            assert "1 of its items are still in flight or in doubt" in r.json()["detail"]
+            assert r.json()["status"] == "terminated"
+
+    asyncio.run(go())
+    assert status_of(database_url, job) == "terminated"
+    assert [a["action"] for a in audit(database_url, job)] == ["terminate"]  # a refusal changes nothing
+
+
+def test_budget_confirmation_resumes_a_job_paused_for_its_budget(database_url: str) -> None:
+    job, _, _ = seed_job(database_url, {"g1": 3})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE jobs SET budget_max_sends = 1, budget_used = 1 WHERE job_id = %s", (job,))
+        conn.execute("SELECT pacer_hold_job(%s, 'budget_exhausted', 'system:budget')", (job,))
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            r = await api.post(f"/jobs/{job}/resume", "operator")
+            assert r.status_code == 409 and "budget exhausted (1 of 1 sends used)" in r.json()["detail"]
+            r = await api.post(f"/jobs/{job}/budget", "tech_admin", json={"max_sends": 5})
+            assert r.status_code == 403
+            assert r.json()["detail"] == "role 'tech_admin' may not confirm send budgets; needs 'admin'"
+            r = await api.post(f"/jobs/{job}/budget", "admin", json={"max_sends": 1})
+            assert r.status_code == 409 and "not above the 1 already used" in r.json()["detail"]
+            r = await api.post(f"/jobs/{job}/budget", "admin", json={"max_sends": 0})
+            assert r.status_code == 422 and "max_sends" in r.json()["detail"]
+            r = await api.post(f"/jobs/{job}/budget", "admin", json={"max_sends": 5})
+            assert r.status_code == 200, r.text
+            assert r.json()["message"] == "budget set to 5 sends (1 used); job resumed"
+            detail = (await api.get(f"/jobs/{job}", "operator")).json()
+            assert detail["budget"] == {"max_sends": 5, "used": 1}
+            assert detail["status"] == "running" and detail["paused_reason"] is None
+
+    asyncio.run(go())
+    confirm = [a for a in audit(database_url, job) if a["action"] == "confirm_budget"]
+    assert len(confirm) == 1 and confirm[0]["actor"] == "token:admin"
+    assert confirm[0]["before"] == {"budget_max_sends": 1, "budget_used": 1, "status": "paused"}
+    assert confirm[0]["after"] == {"budget_max_sends": 5, "status": "running"}
+
+
+def test_shard_pause_resume_and_a_shard_of_another_job_is_not_found(database_url: str) -> None:
+    job, shards, _ = seed_job(database_url, {"g1": 1, "g2": 1})
+    _, other_shards, _ = seed_job(database_url, {"g9": 1})
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            r = await api.post(f"/jobs/{job}/shards/{shards['g1']}/pause", "operator", json={"reason": "vip"})
+            assert (r.status_code, r.json()["status"]) == (200, "paused")
+            r = await api.post(f"/jobs/{job}/shards/{other_shards['g9']}/pause", "operator")
+            assert r.status_code == 404
+            assert r.json()["detail"] == f"job {job} has no shard {other_shards['g9']}"
+            detail = (await api.get(f"/jobs/{job}", "operator")).json()
+            by_guid = {s["guid"]: s for s in detail["shards"]}
+            assert (by_guid["g1"]["status"], by_guid["g1"]["paused_reason"]) == ("paused", "vip")
+            assert by_guid["g2"]["status"] == "pending"
+            r = await api.post(f"/jobs/{job}/shards/{shards['g1']}/resume", "operator")
+            assert (r.status_code, r.json()["status"]) == (200, "running")
+
+    asyncio.run(go())
+    log = audit(database_url, str(shards["g1"]))
+    assert [(a["action"], a["before"]["status"], a["after"]["status"]) for a in log] == [
+        ("pause", "pending", "paused"), ("resume", "paused", "running")]
+    assert rows(database_url, "SELECT status FROM shards WHERE shard_id = %s", other_shards["g9"])[0]["status"] \
+        == "pending"
+
+
+def test_job_detail_progress_shards_and_failure_categories(database_url: str) -> None:
+    job, _, items = seed_job(database_url, {"g1": 4, "g2": 2})
+    move(database_url, items[:2], "failed", "needs_human")
+    move(database_url, items[2:3], "waiting_retry", "retryable")
+    # The reconciler's projection, as it would have counted these moves.
+    with psycopg.connect(database_url) as conn:
+        conn.execute("DELETE FROM shard_status_counts")
+        conn.execute("INSERT INTO shard_status_counts SELECT shard_id, status, count(*) FROM items"
+                     " GROUP BY shard_id, status")
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            d = (await api.get(f"/jobs/{job}", "operator")).json()
+            assert d["counts"] == {"failed": 2, "pending": 3, "waiting_retry": 1}
+            assert sorted((s["guid"], s["total"], sum(s["counts"].values())) for s in d["shards"]) == [
+                ("g1", 4, 4), ("g2", 2, 2)]
+            assert d["failures"] == [
+                {"error_class": "needs_human", "total": 2, "by_status": {"failed": 2}},
+                {"error_class": "retryable", "total": 1, "by_status": {"waiting_retry": 1}},
+            ]
+            listed = (await api.get("/jobs", "operator")).json()["jobs"]
+            assert [(j["job_id"], j["total"], j["counts"]) for j in listed] == [(job, 6, d["counts"])]
+
+    asyncio.run(go())
+
+
+def test_job_list_filters_and_before_cursor(database_url: str) -> None:
+    jobs = [seed_job(database_url, {"g1": 1})[0] for _ in range(5)]
+    with psycopg.connect(database_url) as conn:
+        for n, job in enumerate(jobs):  # distinct creation times, oldest first
+            conn.execute("UPDATE jobs SET created_at = now() - make_interval(mins => %s) WHERE job_id = %s",
+                         (10 - n, job))
+        conn.execute("UPDATE jobs SET status = 'paused', created_by = 'ops:bob' WHERE job_id = %s", (jobs[1],))
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            first = (await api.get("/jobs?limit=2", "operator")).json()
+            assert [j["job_id"] for j in first["jobs"]] == [jobs[4], jobs[3]]
+            second = (await api.get(f"/jobs?limit=2&before={first['next_before']}", "operator")).json()
+            assert [j["job_id"] for j in second["jobs"]] == [jobs[2], jobs[1]]
+            third = (await api.get(f"/jobs?limit=2&before={second['next_before']}", "operator")).json()
+            assert ([j["job_id"] for j in third["jobs"]], third["next_before"]) == ([jobs[0]], None)
+            paused = (await api.get("/jobs?status=paused", "operator")).json()["jobs"]
+            assert [j["job_id"] for j in paused] == [jobs[1]]
+            assert [j["job_id"] for j in (await api.get("/jobs?created_by=ops:bob", "operator")).json()["jobs"]] \
+                == [jobs[1]]
+            r = await api.get("/jobs?status=sleeping", "operator")
+            assert r.status_code == 422 and r.json()["detail"].startswith("invalid request: query.status:")
+            r = await api.get("/jobs?limit=501", "operator")
+            assert r.status_code == 422
+            r = await api.get(f"/jobs?before={uuid.uuid4()}", "operator")
+            assert r.status_code == 404 and "'before' cursor" in r.json()["detail"]
+
+    asyncio.run(go())
+
+
+# ---- retries and items ----------------------------------------------------------------------
+
+
+def test_retry_by_filter_creates_compensations_with_one_audit_record(database_url: str) -> None:
+    job, _, items = seed_job(database_url, {"g1": 3, "g2": 3})
+    g1 = [i for i in items if rows(database_url, "SELECT guid FROM items WHERE item_id = %s", i)[0]["guid"] == "g1"]
+    g2 = [i for i in items if i not in g1]
+    move(database_url, g1, "failed", "needs_human")
+    move(database_url, g2[:1], "failed", "needs_human")
+    move(database_url, g2[1:2], "failed", "bad_params")
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            body = {"filter": {"status": "failed", "error_class": "needs_human", "guid": "g1"}, "reason": "back online"}
+            r = await api.post(f"/jobs/{job}/retry", "operator", json=body)
+            assert r.status_code == 200, r.text
+            out = r.json()
+            assert out["totals"] == {"created": 3, "already_queued": 0, "already_delivered": 0, "conflict": 0,
+                                     "not_found": 0}
+            assert sorted(x["item_id"] for x in out["results"]) == sorted(g1)
+            created = {x["new_item"] for x in out["results"]}
+            comps = rows(database_url, "SELECT item_id::text, compensates::text, status::text, guid FROM items"
+                                       " WHERE compensates IS NOT NULL")
+            assert {c["item_id"] for c in comps} == created
+            assert {c["compensates"] for c in comps} == set(g1)
+            assert {(c["status"], c["guid"]) for c in comps} == {("pending", "g1")}
+
+            # The same filter again: those items are retried already (their compensations stand for them).
+            again = (await api.post(f"/jobs/{job}/retry", "operator", json=body)).json()
+            assert again["totals"]["created"] == 0 and again["results"] == []
+
+            # By id: a pending item is already queued, a foreign id is not part of the job.
+            stranger = str(uuid.uuid4())
+            by_id = await api.post(f"/jobs/{job}/retry", "operator",
+                                   json={"item_ids": [g2[1], g2[2], stranger]})
+            got = {x["item_id"]: x["outcome"] for x in by_id.json()["results"]}
+            assert got == {g2[1]: "created", g2[2]: "already_queued", stranger: "not_found"}
+
+            r = await api.post(f"/jobs/{job}/retry", "operator", json={"filter": {"status": "pending"}})
+            assert r.status_code == 422
+            r = await api.post(f"/jobs/{job}/retry", "operator", json={})
+            assert r.status_code == 422 and "either 'item_ids' or 'filter'" in r.json()["detail"]
+            r = await api.post(f"/jobs/{uuid.uuid4()}/retry", "operator", json={"filter": {}})
+            assert r.status_code == 404
+
+    asyncio.run(go())
+    log = [a for a in audit(database_url, job) if a["action"] == "retry"]
+    assert len(log) == 3  # one per bulk request, whatever the number of items
+    assert log[0]["actor"] == "token:operator" and log[0]["reason"] == "back online"
+    assert log[0]["before"] == {"filter": {"status": "failed", "error_class": "needs_human", "guid": "g1"},
+                                "matched": 3}
+    assert log[0]["after"]["created"] == 3
+    assert log[2]["after"] == {"created": 1, "already_queued": 1, "already_delivered": 0, "conflict": 0,
+                               "not_found": 1}
+
+
+def test_single_item_retry_and_cancel_are_audited(database_url: str) -> None:
+    _, _, (a, b) = seed_job(database_url, {"g1": 2})
+    move(database_url, [a], "failed", "bad_params")
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            r = await api.post(f"/items/{a}/retry", "operator", json={"reason": "fixed the template"})
+            assert r.status_code == 200, r.text
+            assert r.json()["result"] == "created" and r.json()["new_item"]
+            r2 = await api.post(f"/items/{a}/retry", "operator")
+            assert r2.status_code == 409
+            assert r2.json()["detail"] == "a retry of this item is already in progress"
+
+            c = await api.post(f"/items/{b}/cancel", "operator")
+            assert (c.status_code, c.json()["status"]) == (200, "abandoned")
+            c2 = await api.post(f"/items/{b}/cancel", "operator")
+            assert (c2.status_code, c2.json()["detail"]) == (409, "this item is already abandoned")
+            assert (await api.post(f"/items/{uuid.uuid4()}/cancel", "operator")).status_code == 404
+
+    asyncio.run(go())
+    retries = audit(database_url, a)
+    assert [(x["action"], x["before"], x["after"]["outcome"]) for x in retries] == [
+        ("retry", {"status": "failed"}, "created"), ("retry", {"status": "failed"}, "conflict")]
+    assert retries[0]["reason"] == "fixed the template"
+    cancels = audit(database_url, b)
+    assert [(x["action"], x["after"]) for x in cancels] == [
+        ("cancel", {"outcome": "cancelled", "status": "abandoned"}),
+        ("cancel", {"outcome": "already_final", "status": "abandoned"})]
+
+
+def test_items_filters_and_keyset_pages(database_url: str) -> None:
+    job, _, items = seed_job(database_url, {"g1": 4, "g2": 3})
+    failed = sorted(items)[:2]
+    move(database_url, failed, "failed", "needs_human")
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            seen: list[str] = []
+            after = None
+            pages = 0
+            while True:
+                q = f"/jobs/{job}/items?limit=3" + (f"&after={after}" if after else "")
+                page = (await api.get(q, "operator")).json()
+                seen += [i["item_id"] for i in page["items"]]
+                pages += 1
+                after = page["next_after"]
+                if after is None:
+                    break
+            assert seen == sorted(items) and pages == 3
+
+            g2 = (await api.get(f"/jobs/{job}/items?guid=g2", "operator")).json()["items"]
+            assert len(g2) == 3 and {i["guid"] for i in g2} == {"g2"}
+            pending = (await api.get(f"/jobs/{job}/items?status=pending", "operator")).json()["items"]
+            assert len(pending) == 5
+            by_class = (await api.get(f"/jobs/{job}/items?error_class=needs_human", "operator")).json()["items"]
+            assert sorted(i["item_id"] for i in by_class) == failed
+
+            f = (await api.get(f"/jobs/{job}/failed", "operator")).json()
+            assert [(i["item_id"], i["status"], i["last_error_class"]) for i in f["items"]] == [
+                (x, "failed", "needs_human") for x in failed]
+            f1 = (await api.get(f"/jobs/{job}/failed?limit=1", "operator")).json()
+            assert [i["item_id"] for i in f1["items"]] == failed[:1] and f1["next_after"] == failed[0]
+            f2 = (await api.get(f"/jobs/{job}/failed?limit=1&after={f1['next_after']}", "operator")).json()
+            assert [i["item_id"] for i in f2["items"]] == failed[1:]
+
+            assert (await api.get(f"/jobs/{uuid.uuid4()}/items", "operator")).status_code == 404
+            assert (await api.get(f"/jobs/{job}/items?after=nope", "operator")).status_code == 422
+
+    asyncio.run(go())
+
+
+def test_report_csv_streams_every_item(database_url: str) -> None:
+    job, _, items = seed_job(database_url, {"g1": 3, "=cmd": 1})
+    move(database_url, items[:1], "failed", "bad_params")
+
+    async def go() -> str:
+        async with control_api(database_url) as api:
+            r = await api.get(f"/jobs/{job}/report.csv", "operator")
+            assert r.status_code == 200
+            assert r.headers["content-type"].startswith("text/csv")
+            assert r.headers["content-disposition"] == f'attachment; filename="pacer-report-req-{job}.csv"'
+            return r.text
+
+    text = asyncio.run(go())
+    lines = list(csv.reader(io.StringIO(text)))
+    assert lines[0] == ["item_id", "guid", "to_id", "status", "attempts", "last_error_class", "last_error",
+                        "updated_at"]
+    body = {line[0]: line for line in lines[1:]}
+    assert sorted(body) == sorted(items)
+    db = {r["item_id"]: r for r in rows(database_url, "SELECT item_id::text, guid, to_id, status::text, attempts,"
+                                                      " last_error_class FROM items WHERE job_id = %s", job)}
+    for item_id, line in body.items():
+        r = db[item_id]
+        guid = "'" + r["guid"] if r["guid"].startswith("=") else r["guid"]  # no formulas in spreadsheets
+        assert line[1:6] == [guid, r["to_id"], r["status"], str(r["attempts"]), r["last_error_class"] or ""]
+    assert body[items[0]][3:7] == ["failed", "0", "bad_params", "test: bad_params"]
+
+
+# ---- guids ----------------------------------------------------------------------------------
+
+
+def test_guid_pause_resume_and_forced_lease_release(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("SELECT * FROM pacer_acquire_guids(ARRAY['g1'], 'sender-a', interval '30 seconds')")
+    _, _, (item,) = seed_job(database_url, {"g1": 1})
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            r = await api.post("/guids/g1/pause", "operator", json={"reason": "kicked offline"})
+            assert (r.status_code, r.json()["outcome"]) == (200, "done")
+            again = (await api.post("/guids/g1/pause", "operator", json={"reason": "x"})).json()
+            assert again["outcome"] == "noop" and "already paused (kicked offline)" in again["message"]
+
+            health = (await api.get("/guids/g1", "operator")).json()
+            assert health == {"guid": "g1", "paused": True, "paused_reason": "kicked offline",
+                              "paused_by": "token:operator", "paused_at": health["paused_at"]}
+            full = (await api.get("/guids/g1", "tech_admin")).json()
+            assert (full["owner"], full["epoch"], full["expired"]) == ("sender-a", 1, False)
+            paused = (await api.get("/guids?paused=true", "operator")).json()["guids"]
+            assert [g["guid"] for g in paused] == ["g1"] and "owner" not in paused[0]
+
+            r = await api.post("/guids/g1/release-lock", "tech_admin")
+            assert r.status_code == 403
+            r = await api.post("/guids/g1/release-lock", "admin", json={"reason": "sender host is gone"})
+            assert r.status_code == 200, r.text
+            msg = r.json()["message"]
+            assert "believes it holds the lease until its next renewal" in msg
+            assert "pacer_begin_send refuses its sends" in msg and "epoch 2" in msg
+            again = (await api.post("/guids/g1/release-lock", "admin")).json()
+            assert again["outcome"] == "noop"
+            assert (await api.post("/guids/nobody/release-lock", "admin")).status_code == 404
+
+            r = await api.post("/guids/g1/resume", "operator")
+            assert (r.status_code, r.json()["outcome"]) == (200, "done")
+            r = await api.post("/guids/g1/resume", "operator")
+            assert (r.status_code, r.json()["outcome"]) == (200, "noop")
+            assert (await api.post("/guids/nobody/resume", "operator")).status_code == 404
+            assert (await api.get("/guids/nobody", "operator")).status_code == 404
+
+    asyncio.run(go())
+    # Fencing: the old holder can no longer begin a send; the next acquirer gets epoch 2.
+    with psycopg.connect(database_url) as conn:
+        (outcome,) = conn.execute("SELECT outcome FROM pacer_begin_send(%s, 'sender-a', interval '30 seconds',"
+                                  " 'k', 'g1', 'room-0')", (item,)).fetchone()
+        assert outcome == "guid_lost"
+        (epoch,) = conn.execute("SELECT epoch FROM pacer_acquire_guids(ARRAY['g1'], 'sender-b',"
+                                " interval '30 seconds')").fetchone()
+        assert epoch == 2
+    log = audit(database_url, "g1")
+    assert [(a["actor"], a["action"]) for a in log] == [
+        ("token:operator", "pause"), ("token:admin", "release_lock"), ("token:operator", "resume")]
+    assert log[1]["before"]["owner"] == "sender-a" and log[1]["after"]["owner"] is None
+    assert log[1]["reason"] == "sender host is gone"
+
+
+def test_hot_limits_are_validated_stored_and_audited(database_url: str) -> None:
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            r = await api.call("PUT", "/guids/g7/limits", "operator", json={"min_interval_s": 3})
+            assert r.status_code == 403
+            r = await api.call("PUT", "/guids/g7/limits?reason=complaints", "tech_admin",
+                               json={"min_interval_s": 3, "quiet_hours": "22:00-08:00"})
+            assert r.status_code == 200, r.text
+            assert r.json()["limits"] == {"min_interval_s": 3.0, "quiet_hours": "22:00-08:00"}
+            r = await api.call("PUT", "/guids/g7/limits", "tech_admin", json={"per_hour": 300})
+            assert r.json()["limits"] == {"min_interval_s": 3.0, "quiet_hours": "22:00-08:00", "per_hour": 300}
+            for bad, why in [({"min_interval": 3}, "unknown limit"), ({"online_reserve": 1.5}, "online_reserve"),
+                             ({"quiet_hours": "late"}, "22:00-08:00"), ({}, "at least one limit")]:
+                r = await api.call("PUT", "/guids/g7/limits", "tech_admin", json=bad)
+                assert r.status_code == 422 and why in r.json()["detail"], (bad, r.text)
+            full = (await api.get("/guids/g7", "tech_admin")).json()
+            assert full["limits"]["per_hour"] == 300
+
+    asyncio.run(go())
+    (row,) = rows(database_url, "SELECT limits, updated_by FROM guid_limits WHERE guid = 'g7'")
+    assert row == {"limits": {"min_interval_s": 3.0, "quiet_hours": "22:00-08:00", "per_hour": 300},
+                   "updated_by": "token:tech_admin"}
+    log = audit(database_url, "g7")
+    assert [(a["action"], a["before"], a["after"]) for a in log] == [
+        ("set_limits", {"limits": None}, {"limits": {"min_interval_s": 3.0, "quiet_hours": "22:00-08:00"}}),
+        ("set_limits", {"limits": {"min_interval_s": 3.0, "quiet_hours": "22:00-08:00"}},
+         {"limits": {"min_interval_s": 3.0, "quiet_hours": "22:00-08:00", "per_hour": 300}}),
+    ]
+    assert log[0]["reason"] == "complaints"
+
+
+# ---- tokens and the audit log ---------------------------------------------------------------
+
+
+def test_tokens_create_use_list_and_revoke(database_url: str) -> None:
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            r = await api.post("/tokens", "tech_admin", json={"name": "carol", "role": "operator"})
+            assert (r.status_code, r.json()["detail"]) == (
+                403, "role 'tech_admin' may not create API tokens; needs 'admin'")
+            r = await api.post("/tokens", "admin", json={"name": "carol", "role": "operator"})
+            assert r.status_code == 201, r.text
+            secret = r.json()["token"]
+            carol = {"Authorization": f"Bearer {secret}"}
+            assert (await api.client.get("/jobs", headers=carol)).status_code == 200
+            r = await api.client.post(f"/jobs/{uuid.uuid4()}/terminate", headers=carol)
+            assert (r.status_code, r.json()["detail"]) == (
+                403, "role 'operator' may not terminate jobs; needs 'tech_admin'")
+
+            listed = (await api.get("/tokens", "admin")).json()
+            assert {t["name"] for t in listed} == {"operator", "tech_admin", "admin", "carol"}
+            assert secret not in str(listed) and all("token" not in t for t in listed)
+            carol_row = next(t for t in listed if t["name"] == "carol")
+            assert carol_row["created_by"] == "token:admin" and carol_row["last_used_at"] is not None
+
+            dup = await api.post("/tokens", "admin", json={"name": "carol", "role": "admin"})
+            assert dup.status_code == 409 and "already exists" in dup.json()["detail"]
+
+            r = await api.call("DELETE", "/tokens/carol", "admin")
+            assert (r.status_code, r.json()["outcome"]) == (200, "done")
+            r = await api.client.get("/jobs", headers=carol)
+            assert (r.status_code, r.json()["detail"]) == (401, "unknown or revoked token")
+            assert r.headers["www-authenticate"] == "Bearer"
+            assert (await api.call("DELETE", "/tokens/carol", "admin")).json()["outcome"] == "noop"
+            assert (await api.call("DELETE", "/tokens/nobody", "admin")).status_code == 404
+
+            r = await api.client.get("/jobs")
+            assert (r.status_code, r.json()["detail"]) == (
+                401, "missing bearer token: send 'Authorization: Bearer <token>'")
+            r = await api.client.get("/jobs", headers={"Authorization": "Basic abc"})
+            assert r.status_code == 401
+
+    asyncio.run(go())
+    (stored,) = rows(database_url, "SELECT token_hash, role, revoked_at FROM api_tokens WHERE name = 'carol'")
+    assert len(stored["token_hash"]) == 64 and stored["revoked_at"] is not None
+    assert [(a["actor"], a["action"]) for a in audit(database_url, "carol")] == [
+        ("token:admin", "create_token"), ("token:admin", "revoke_token")]
+
+
+def test_audit_log_filters_and_pages(database_url: str) -> None:
+    jobs = [seed_job(database_url, {"g1": 1})[0] for _ in range(3)]
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            for job in jobs:
+                await api.post(f"/jobs/{job}/pause", "operator")
+            await api.post("/guids/g1/pause", "tech_admin", json={"reason": "x"})
+
+            newest = (await api.get("/audit?limit=2", "operator")).json()
+            assert [(e["target_type"], e["action"]) for e in newest["entries"]] == [("guid", "pause"), ("job", "pause")]
+            older = (await api.get(f"/audit?limit=2&before={newest['next_before']}", "operator")).json()
+            assert [e["target_id"] for e in older["entries"]] == [jobs[1], jobs[0]]
+            first_id = older["entries"][-1]["id"]
+            tail = (await api.get(f"/audit?after={first_id}", "operator")).json()
+            assert [e["target_id"] for e in tail["entries"]] == [jobs[1], jobs[2], "g1"]
+            assert tail["next_after"] == tail["entries"][-1]["id"]
+            by_actor = (await api.get("/audit?actor=token:tech_admin", "operator")).json()["entries"]
+            assert [e["target_id"] for e in by_actor] == ["g1"]
+            one = (await api.get(f"/audit?target_type=job&target_id={jobs[0]}", "operator")).json()["entries"]
+            assert [(e["action"], e["before"], e["after"]["status"]) for e in one] == [
+                ("pause", {"status": "running", "paused_reason": None}, "paused")]
+            r = await api.get("/audit?after=1&before=5", "operator")
+            assert r.status_code == 422
+
+    asyncio.run(go())

@@ -1,0 +1,109 @@
+"""Authorization matrix: every operation of the Control API × {no token, operator, tech_admin,
+admin}, checked against the one permission table. An operation without a rule fails here."""
+
+from __future__ import annotations
+
+import functools
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from fastapi.routing import APIRoute
+from psycopg_pool import AsyncConnectionPool
+
+from pacer_common.db.pool import open_pool
+from pacer_common.domain.tokens import RANK, Role
+from pacer_control.app import build_app
+from pacer_control.domain.permissions import FIELD_ACTIONS, RULES
+from tests.conftest import TEMPLATE, _with_db
+from tests.integration.control_support import make_tokens
+
+
+# Routes that need no token: probes and the API's own description.
+PUBLIC = {"/healthz", "/readyz", "/metrics", "/api/v1/openapi.json", "/api/v1/docs",
+          "/api/v1/docs/oauth2-redirect"}
+PARAMS = {"job_id": str(uuid.uuid4()), "item_id": str(uuid.uuid4()), "shard_id": "1", "guid": "g-matrix",
+          "name": "nobody"}
+
+
+def _offline_app() -> Any:
+    # The OpenAPI document needs no database: a pool that is never opened will do.
+    return build_app(AsyncConnectionPool("postgresql://unused/none", open=False))
+
+
+def _operations() -> list[tuple[str, str, dict[str, Any]]]:
+    doc = _offline_app().openapi()
+    return [(method.upper(), path, op) for path, ops in doc["paths"].items() for method, op in ops.items()]
+
+
+OPERATIONS = _operations()
+
+
+def test_every_route_is_public_or_in_the_openapi_document_with_a_rule() -> None:
+    app = _offline_app()
+    documented = {(m, p) for m, p, _ in OPERATIONS}
+    for route in app.routes:
+        if isinstance(route, APIRoute) and route.path not in PUBLIC:
+            for method in route.methods - {"HEAD"}:
+                assert (method, route.path) in documented, f"{method} {route.path} is not in the OpenAPI document"
+    for method, path, op in OPERATIONS:
+        action = op.get("x-pacer-action")
+        assert action in RULES, f"{method} {path} names no action of the permission table (x-pacer-action)"
+        assert op["x-pacer-role"] == RULES[action].role.value
+    assert {op["x-pacer-action"] for _, _, op in OPERATIONS} == set(RULES) - FIELD_ACTIONS, "a rule no route uses"
+
+
+@dataclass
+class Matrix:
+    """The app on one database and one event loop (in a thread) for the whole matrix."""
+
+    portal: BlockingPortal
+    client: httpx.AsyncClient
+    tokens: dict[str, str]
+
+    def request(self, method: str, target: str, headers: dict[str, str]) -> httpx.Response:
+        return self.portal.call(functools.partial(self.client.request, method, target, headers=headers))
+
+
+@pytest.fixture(scope="module")
+def matrix(infra_env: object) -> Iterator[Matrix]:
+    base = infra_env.database_url  # type: ignore[attr-defined]
+    name = f"t_authz_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_with_db(base, "postgres"), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    url = _with_db(base, name)
+    try:
+        with start_blocking_portal() as portal:
+            pool = portal.call(functools.partial(open_pool, url, min_size=1, max_size=2, name="test-authz"))
+            client = httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(pool)), base_url="http://control")
+            try:
+                yield Matrix(portal, client, portal.call(make_tokens, url))
+            finally:
+                portal.call(client.aclose)
+                portal.call(pool.close)
+    finally:
+        with psycopg.connect(_with_db(base, "postgres"), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.mark.parametrize("role", [None, *(r.value for r in Role)], ids=lambda r: r or "no-token")
+@pytest.mark.parametrize("method,path,op", OPERATIONS, ids=[f"{m} {p}" for m, p, _ in OPERATIONS])
+def test_authorization(matrix: Matrix, method: str, path: str, op: dict[str, Any], role: str | None) -> None:
+    rule = RULES[op["x-pacer-action"]]
+    target = re.sub(r"{(\w+)}", lambda m: PARAMS[m.group(1)], path)
+    r = matrix.request(method, target, {"Authorization": f"Bearer {matrix.tokens[role]}"} if role else {})
+    if role is None:
+        assert r.status_code == 401, r.text
+        assert r.json() == {"detail": "missing bearer token: send 'Authorization: Bearer <token>'"}
+    elif RANK[Role(role)] < RANK[rule.role]:
+        assert r.status_code == 403, r.text
+        assert r.json() == {"detail": f"role '{role}' may not {rule.what}; needs '{rule.role.value}'"}
+    else:
+        assert r.status_code not in (401, 403), r.text
+        assert r.status_code < 500, r.text

@@ -1,0 +1,181 @@
+"""The Control API's pure parts: permission table, CSV rows, limits, dry runs, views, auth."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from pacer_common.domain.limits import LimitsPatch, parse_limits
+from pacer_common.domain.requests import JobRequest
+from pacer_common.domain.tokens import Role, new_token, token_hash
+from pacer_control.core import MISSING_TOKEN, UNKNOWN_TOKEN, Control
+from pacer_control.domain import report
+from pacer_control.domain.dryrun import DryRunError, dry_run
+from pacer_control.domain.errors import Forbidden, Unauthorized
+from pacer_control.domain.permissions import FIELD_ACTIONS, RULES, Principal, may, refusal
+from pacer_control.domain.views import failure_categories, sum_counts
+from pacer_planner.domain.planning import PlanError, plan
+from pacer_sender.domain.pacing import Limits
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+# ---- permissions ----------------------------------------------------------------------------
+
+
+def test_roles_are_cumulative_and_refusals_name_the_role_needed() -> None:
+    for action, rule in RULES.items():
+        allowed = [r for r in Role if may(r, action)]
+        # Everything from the least role up, nothing below it.
+        assert allowed == list(Role)[list(Role).index(rule.role):], action
+    assert refusal(Role.OPERATOR, "jobs.terminate") == "role 'operator' may not terminate jobs; needs 'tech_admin'"
+    assert refusal(Role.TECH_ADMIN, "tokens.create") == "role 'tech_admin' may not create API tokens; needs 'admin'"
+    assert refusal(Role.ADMIN, "guids.release_lock") is None
+    assert FIELD_ACTIONS <= set(RULES)
+    assert Principal("alice", Role.OPERATOR).actor == "token:alice"
+
+
+def test_the_operator_role_covers_the_day_to_day_actions() -> None:
+    operator = {a for a in RULES if may(Role.OPERATOR, a)}
+    assert {"jobs.view", "jobs.pause", "jobs.resume", "jobs.cancel", "items.retry", "items.cancel",
+            "guids.pause", "guids.resume", "audit.view", "requests.dry_run", "reports.view"} <= operator
+    assert not operator & {"jobs.terminate", "locks.view", "guids.limits", "gateway.test_send", "guids.leases",
+                           "guids.release_lock", "jobs.budget", "tokens.create"}
+
+
+class _Tokens:
+    """An in-memory stand-in for the token lookup of ControlStore."""
+
+    def __init__(self, **tokens: Role) -> None:
+        self.by_hash = {token_hash(t): Principal(f"name-{t}", r) for t, r in tokens.items()}
+
+    async def principal(self, h: str) -> Principal | None:
+        return self.by_hash.get(h)
+
+
+def test_authenticate_reads_bearer_tokens_and_authorize_applies_the_table() -> None:
+    ctl = Control(_Tokens(secret=Role.TECH_ADMIN))  # type: ignore[arg-type]
+
+    def auth(header: str | None) -> Any:
+        return asyncio.run(ctl.authenticate(header))
+
+    assert auth("Bearer secret") == Principal("name-secret", Role.TECH_ADMIN)
+    assert auth("bearer   secret ").role is Role.TECH_ADMIN
+    for header, why in [(None, MISSING_TOKEN), ("", MISSING_TOKEN), ("Bearer", MISSING_TOKEN),
+                        ("Basic secret", MISSING_TOKEN), ("Bearer other", UNKNOWN_TOKEN)]:
+        with pytest.raises(Unauthorized, match=why):
+            auth(header)
+    who = auth("Bearer secret")
+    Control.authorize(who, "jobs.terminate")
+    with pytest.raises(Forbidden, match="needs 'admin'"):
+        Control.authorize(who, "guids.release_lock")
+
+
+def test_tokens_are_random_and_stored_as_sha256() -> None:
+    a, b = new_token(), new_token()
+    assert a != b and len(a) >= 40
+    assert token_hash(a) == hashlib.sha256(a.encode()).hexdigest()
+
+
+# ---- report ---------------------------------------------------------------------------------
+
+
+def test_report_lines_are_csv_with_no_formulas() -> None:
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert report.header() == ",".join(report.COLUMNS) + "\r\n"
+    text = report.lines([("i1", "=HYPERLINK(1)", "+86 123", "failed", 2, None, 'said "no", twice', at)])
+    assert text == "i1,'=HYPERLINK(1),'+86 123,failed,2,,\"said \"\"no\"\", twice\",2026-01-02T03:04:05+00:00\r\n"
+    assert report.filename("campaign/../x y") == "pacer-report-campaign_.._x_y.csv"
+
+
+# ---- limits ---------------------------------------------------------------------------------
+
+
+def test_limit_fields_are_the_senders_limit_fields() -> None:
+    assert set(LimitsPatch.model_fields) == {f.name for f in dataclasses.fields(Limits)}
+
+
+def test_limits_are_validated_before_they_are_stored() -> None:
+    assert parse_limits({"min_interval_s": "2", "per_hour": None}) == {"min_interval_s": 2.0, "per_hour": None}
+    for bad, why in [({"min_interval": 1}, "unknown limit"), ({"min_interval_s": None}, "cannot be null"),
+                     ({"quiet_hours": "22-8"}, "22:00-08:00"), ({"timezone": "Mars/Base"}, "unknown time zone"),
+                     ({"online_reserve": 1}, "less than 1"), ({"per_day": 0}, "greater than 0"),
+                     ({"jitter_s": float("nan")}, "finite"), ({}, "at least one")]:
+        with pytest.raises(ValueError, match=why):
+            parse_limits(bad)
+
+
+# ---- dry run --------------------------------------------------------------------------------
+
+
+def _req(**changes: Any) -> JobRequest:
+    base: dict[str, Any] = {
+        "request_id": "r-1", "kind": "campaign", "created_by": "ops:alice",
+        "message": {"content": "Hello {name}"},
+        "targets": {"mode": "snapshot", "items": [
+            {"guid": "g1", "to_id": "a", "vars": {"name": "A"}},
+            {"guid": "g1", "to_id": "b", "vars": {"name": "B"}},
+            {"guid": "g2", "to_id": "a", "vars": {"name": "C"}}]},
+    }
+    base.update(changes)
+    return JobRequest.model_validate(base)
+
+
+def test_dry_run_reports_items_shards_and_samples() -> None:
+    d = dry_run(_req(budget={"max_sends": 2}), NOW, samples=2)
+    assert (d.items, d.shards, d.lane, d.priority, d.template_fields) == (3, {"g1": 2, "g2": 1}, "batch", 3, ["name"])
+    assert [(s.guid, s.to_id, s.content) for s in d.samples] == [("g1", "a", "Hello A"), ("g1", "b", "Hello B")]
+    assert d.warnings == [("budget.max_sends (2) is below the 3 items: the job pauses when the budget is used up, "
+                           "until an admin confirms a larger one")]
+
+
+BROKEN = [
+    {"expire_at": (NOW - timedelta(minutes=1)).isoformat()},
+    {"message": {"content": "Hello {name.upper}"}},
+    {"message": {"content": "Hello {name"}},
+    {"message": {"content": "Hello {surname}"}},
+    {"targets": {"items": [{"guid": "g1", "to_id": "a", "vars": {"name": "A"}},
+                           {"guid": "g1", "to_id": "a", "vars": {"name": "A"}}]}},
+]
+
+
+@pytest.mark.parametrize("change", BROKEN)
+def test_dry_run_refuses_what_the_planner_refuses_in_its_words(change: dict[str, Any]) -> None:
+    req = _req(**change)
+    with pytest.raises(PlanError) as planner:
+        plan(req, NOW)
+    with pytest.raises(DryRunError) as ours:
+        dry_run(req, NOW)
+    assert str(ours.value) == str(planner.value)
+
+
+def test_dry_run_agrees_with_the_planner_on_a_valid_request() -> None:
+    req = _req()
+    p, d = plan(req, NOW), dry_run(req, NOW, samples=10)
+    per_guid: dict[str, int] = {}
+    for key, n in p.shards.items():  # keyed by guid, or by (guid, sub) where a guid is split
+        guid = key[0] if isinstance(key, tuple) else key
+        per_guid[guid] = per_guid.get(guid, 0) + n
+    assert d.shards == per_guid and d.items == len(p.items) and d.priority == p.priority
+    assert [(s.guid, s.to_id, s.content) for s in d.samples] == [(i.guid, i.to_id, i.content) for i in p.items]
+
+
+# ---- views ----------------------------------------------------------------------------------
+
+
+def test_counts_and_failure_categories() -> None:
+    assert sum_counts([{"pending": 2, "failed": 1}, {"pending": 3, "confirmed": 0}]) == {"failed": 1, "pending": 5}
+    got = failure_categories([
+        {"error_class": "needs_human", "status": "failed", "n": 2},
+        {"error_class": "retryable", "status": "waiting_retry", "n": 5},
+        {"error_class": "needs_human", "status": "abandoned", "n": 4},
+    ])
+    assert got == [
+        {"error_class": "needs_human", "total": 6, "by_status": {"abandoned": 4, "failed": 2}},
+        {"error_class": "retryable", "total": 5, "by_status": {"waiting_retry": 5}},
+    ]
