@@ -1,4 +1,4 @@
-"""Pacer's processes on one machine: the fake gateway and the three services, as real processes.
+"""Pacer's processes on one machine: the fake gateway and the services, as real processes.
 
 Used by ``make up``/``make down``, the demo and the end-to-end and chaos tests. Every
 process is started in its own session (so ``make up`` can return), logs to
@@ -23,7 +23,7 @@ from typing import Any
 from pacer_dev.fakegateway.process import free_port, wait_healthy
 from pacer_dev.infra import Infra
 
-SERVICES = ("planner", "sender", "reconciler")
+SERVICES = ("planner", "sender", "reconciler", "control")
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """``make up`` / ``make down``: the whole stack in the background, for trying Pacer by hand.
 
 ``make up`` starts (or reuses) Kafka and Postgres, migrates, creates topics, starts the
-fake gateway — unless ``PACER_GATEWAY_URL`` names a gateway to use — and the three
-services, then prints where everything is. ``make down`` stops all of it.
+fake gateway — unless ``PACER_GATEWAY_URL`` names a gateway to use — the three services
+and the Control API, makes an admin API token (kept in the state directory, so ``make env``
+prints it again), then prints where everything is. ``make down`` stops all of it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from pathlib import Path
 
 from pacer_dev import infra
 from pacer_dev.stack import Stack, prepare
+
+# `make up` lets POST /test-send reach this to_id (on the fake gateway, unless a real one is named).
+SANDBOX_TARGET = "sandbox-room"
 
 
 def _state(args: argparse.Namespace) -> Path:
@@ -37,7 +41,9 @@ def up(args: argparse.Namespace) -> int:
             stack.start_gateway()
         for kind in ("planner", "sender", "reconciler"):
             stack.start_service(kind)
-    _print(inf, stack)
+        stack.start_service("control", PACER_CONTROL_SANDBOX_TARGETS=SANDBOX_TARGET)
+    _admin_token(state, inf.database_url)
+    _print(inf, stack, state)
     return 0
 
 
@@ -47,15 +53,52 @@ def env(args: argparse.Namespace) -> int:
     if inf is None:
         print("pacer: not up; run `make up`", file=sys.stderr)
         return 1
-    _print(inf, Stack.load(state, inf))
+    _print(inf, Stack.load(state, inf), state)
     return 0
 
 
-def _print(inf: infra.Infra, stack: Stack) -> None:
+def _admin_token(state: Path, database_url: str) -> str:
+    """The local admin token of the Control API: the one kept in ``<state>/control-token`` if
+    the database still knows it, else a new one (made like ``pacer token create``)."""
+    import asyncio
+    import secrets
+
+    import psycopg
+
+    from pacer_common.db.operations import create_token
+    from pacer_common.domain.tokens import Role, token_hash
+
+    path = state / "control-token"
+    if path.exists():
+        token = path.read_text().strip()
+        with psycopg.connect(database_url) as conn:
+            if conn.execute("SELECT 1 FROM api_tokens WHERE token_hash = %s AND revoked_at IS NULL",
+                            (token_hash(token),)).fetchone():
+                return token
+
+    async def make() -> str:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            made = await create_token(conn, f"make-up-admin-{secrets.token_hex(3)}", Role.ADMIN, "make-up")
+        return made.token
+
+    token = asyncio.run(make())
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return token
+
+
+def _print(inf: infra.Infra, stack: Stack, state: Path) -> None:
     print(f"export PACER_KAFKA_BOOTSTRAP_SERVERS={inf.kafka_bootstrap}")
     print(f"export PACER_DATABASE_URL={inf.database_url}")
     print(f"export PACER_GATEWAY_URL={stack.gateway_url}")
     print(f"export PACER_TOPIC_PREFIX={stack.topic_prefix}")
+    control = stack.procs.get("control")
+    token = state / "control-token"
+    if control is not None:
+        print(f"export PACER_CONTROL_URL={control.url}/api/v1")
+        if token.exists():
+            print(f"export PACER_TOKEN={token.read_text().strip()}")
+        print(f"# control API docs: {control.url}/api/v1/docs (sandbox to_id for test sends: {SANDBOX_TARGET})")
     for p in stack.procs.values():
         print(f"# {p.name}: pid {p.pid}, {p.url}, log {p.log}")
 
