@@ -7,9 +7,17 @@ import asyncio
 import csv
 import io
 import uuid
+from typing import Any
 
+import httpx
 import psycopg
+import pytest
 
+from pacer_common import cli
+from pacer_common.domain.failures import DEFAULT_CODE_TABLE
+from pacer_common.domain.tokens import token_hash
+from pacer_common.gateway import GatewayClient, make_client
+from pacer_dev.fakegateway.process import start_fake_gateway, stop
 from tests.integration.control_support import audit, control_api, move, rows
 from tests.integration.helpers import seed_job
 
@@ -519,5 +527,95 @@ def test_audit_log_filters_and_pages(database_url: str) -> None:
                 ("pause", {"status": "running", "paused_reason": None}, "paused")]
             r = await api.get("/audit?after=1&before=5", "operator")
             assert r.status_code == 422
+
+    asyncio.run(go())
+
+
+# ---- tools ----------------------------------------------------------------------------------
+
+
+def test_test_send_reaches_only_sandbox_targets_and_is_audited(database_url: str) -> None:
+    url, proc = start_fake_gateway()
+    try:
+        async def go() -> None:
+            http = make_client(url, 5.0, max_connections=2)
+            try:
+                async with control_api(database_url, gateway=GatewayClient(http, DEFAULT_CODE_TABLE),
+                                       sandbox_targets=["sandbox-room"]) as api:
+                    body = {"guid": "g1", "to_id": "sandbox-room", "content": "hello from the runbook"}
+                    r = await api.post("/test-send", "operator", json=body)
+                    assert r.status_code == 403 and "needs 'tech_admin'" in r.json()["detail"]
+                    r = await api.post("/test-send", "tech_admin", json={**body, "to_id": "a-customer"})
+                    assert r.status_code == 403
+                    assert r.json()["detail"] == ("to_id 'a-customer' is not a sandbox target; test sends may only "
+                                                  "go to sandbox-room (PACER_CONTROL_SANDBOX_TARGETS)")
+                    r = await api.post("/test-send", "tech_admin", json=body)
+                    assert r.status_code == 200, r.text
+                    assert r.json()["sent"] is True and r.json()["idem_key"].startswith("test:")
+            finally:
+                await http.aclose()
+
+        asyncio.run(go())
+        sends = httpx.get(f"{url}/_admin/sends", timeout=5).json()
+    finally:
+        stop(proc)
+    assert sends["total"] == 1  # the refused ones never reached the gateway
+    assert [(s["guid"], s["toId"], s["content"]) for s in sends["sends"]] == [("g1", "sandbox-room", "hello from the runbook")]
+    (entry,) = audit(database_url, "g1")
+    assert (entry["actor"], entry["action"], entry["after"]["to_id"]) == ("token:tech_admin", "test_send",
+                                                                          "sandbox-room")
+
+
+def test_test_send_is_refused_when_no_sandbox_is_configured(database_url: str) -> None:
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            r = await api.post("/test-send", "admin", json={"guid": "g1", "to_id": "x", "content": "y"})
+            assert (r.status_code, r.json()["detail"]) == (
+                403, "test sends are disabled: PACER_CONTROL_SANDBOX_TARGETS lists no sandbox target")
+
+    asyncio.run(go())
+    assert [a for a in audit(database_url) if a["action"] == "test_send"] == []
+
+
+def test_cli_token_create_prints_the_token_once_and_audits_it(database_url: str, monkeypatch: Any,
+                                                              capsys: Any) -> None:
+    monkeypatch.setenv("PACER_DATABASE_URL", database_url)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["token", "create", "--name", "root", "--role", "admin"])
+    assert done.value.code == 0
+    token = capsys.readouterr().out.strip()
+    (row,) = rows(database_url, "SELECT name, role, created_by, token_hash FROM api_tokens")
+    assert row == {"name": "root", "role": "admin", "created_by": "cli", "token_hash": token_hash(token)}
+    (entry,) = audit(database_url, "root")
+    assert (entry["actor"], entry["action"], entry["after"]) == ("cli", "create_token", {"role": "admin"})
+    with pytest.raises(SystemExit) as again:
+        cli.main(["token", "create", "--name", "root", "--role", "operator"])
+    assert again.value.code == cli.EXIT_REFUSED
+    assert "already exists" in capsys.readouterr().err
+
+    async def use() -> int:
+        async with control_api(database_url) as api:
+            r = await api.client.get("/tokens", headers={"Authorization": f"Bearer {token}"})
+            return r.status_code
+
+    assert asyncio.run(use()) == 200
+
+
+def test_malformed_requests_get_a_readable_422(database_url: str) -> None:
+    job, _, _ = seed_job(database_url, {"g1": 1})
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            h = {**api.auth("admin"), "Content-Type": "application/json"}
+            r = await api.client.post(f"/jobs/{job}/budget", headers=h, content=b"{not json")
+            assert r.status_code == 422 and r.json()["detail"].startswith("invalid request: body")
+            r = await api.client.post(f"/jobs/{job}/pause", headers=h, content=b'{"reason": "a\\u0000b"}')
+            assert r.status_code == 422 and "body.reason" in r.json()["detail"]
+            r = await api.client.get("/jobs/not-a-uuid", headers=h)
+            assert r.status_code == 422 and r.json()["detail"].startswith("invalid request: path.job_id")
+            r = await api.post("/dry-run", "operator", json={"request_id": "r", "kind": "campaign"})
+            assert r.status_code == 422
+            assert r.json()["detail"] == ("invalid job request: created_by: Field required; message: Field "
+                                          "required; targets: Field required")
 
     asyncio.run(go())
