@@ -180,8 +180,6 @@ class Control:
     async def items(self, job_id: str, f: ItemFilter) -> list[Row]:
         if await self.store.job_head(job_id) is None:
             raise NotFound(f"no job {job_id}")
-        if f.after is not None and f.after == "":
-            raise Invalid("'after' must be an item id")
         return await self.store.items(job_id, f)
 
     async def report(self, job_id: str) -> tuple[str, AsyncIterator[str]]:
