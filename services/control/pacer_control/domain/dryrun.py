@@ -8,12 +8,12 @@ requests and fails when they disagree.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from string import Formatter
 
 from pacer_common.domain.requests import JobRequest, lane_of
+from pacer_common.domain.templates import render
+from pacer_common.domain.templates import template_fields as _template_fields
 
 
 class DryRunError(ValueError):
@@ -42,23 +42,7 @@ class DryRun:
 
 
 def template_fields(template: str) -> list[str]:
-    """The ``{name}`` fields of a template. Only plain names: no attributes, indexes or formats."""
-    try:
-        parsed = list(Formatter().parse(template))
-    except ValueError as exc:
-        raise DryRunError(f"message.content is not a valid template: {exc}") from None
-    fields = []
-    for _, name, spec, conversion in parsed:
-        if name is None:
-            continue
-        if not name.isidentifier() or spec or conversion:
-            raise DryRunError(f"message.content: template field {{{name}}} must be a plain {{name}}")
-        fields.append(name)
-    return fields
-
-
-def render(template: str, variables: Mapping[str, str]) -> str:
-    return template.format_map(variables)
+    return _template_fields(template, DryRunError)
 
 
 def dry_run(req: JobRequest, now: datetime, samples: int = 5) -> DryRun:

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from string import Formatter
 from urllib.parse import quote
 
 from pacer_common.domain.ids import JobId, job_id_for, new_item_id
 from pacer_common.domain.requests import JobKind, JobRequest, RequeryTargets, Target
+from pacer_common.domain.templates import render
+from pacer_common.domain.templates import template_fields as _template_fields
 from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS, ShardKey, sub_counts, sub_of
 
 
@@ -70,24 +71,7 @@ class Plan:
 
 
 def template_fields(template: str) -> list[str]:
-    """The ``{name}`` fields of a template. Only plain names: no attributes, indexes or formats."""
-    try:
-        parsed = list(Formatter().parse(template))
-    except ValueError as exc:
-        raise PlanError(f"message.content is not a valid template: {exc}") from None
-    fields = []
-    for _, name, spec, conversion in parsed:
-        if name is None:
-            continue
-        if not name.isidentifier() or spec or conversion:
-            raise PlanError(f"message.content: template field {{{name}}} must be a plain {{name}}")
-        fields.append(name)
-    return fields
-
-
-def render(template: str, variables: Mapping[str, str]) -> str:
-    """Fill ``{name}`` fields from the target's vars; a missing variable is an error, never blank."""
-    return template.format_map(variables)
+    return _template_fields(template, PlanError)
 
 
 def _part(value: str) -> str:
