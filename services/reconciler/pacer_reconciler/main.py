@@ -57,17 +57,14 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         moved = Counter("pacer_reconciler_sweep_items_total", "Items moved by sweeps", ["sweep"], registry=ctx.registry)
         verified = Counter("pacer_reconciler_verifications_total", "In-doubt sends resolved", ["result"],
                            registry=ctx.registry)
-        lock_gauges = {
+        # Gauges set from the database each sweep: locks (lock_counts.sql) and governance.
+        gauges = {
             name: Gauge(f"pacer_{name}", help_, registry=ctx.registry) for name, help_ in {
                 "running_items": "Items claimed or submitted right now",
                 "expired_leases": "Guid and item leases held past their expiry (takeover pending)",
                 "takeovers": "Guid leases taken over from another sender, all time",
                 "duplicate_intercepts": "Sends refused by the idempotency ledger, all time",
                 "retry_conflicts": "Manual retries refused because the item was executing, all time",
-            }.items()
-        }
-        gov_gauges = {
-            name: Gauge(f"pacer_{name}", help_, registry=ctx.registry) for name, help_ in {
                 "jobs_paused_budget": "Jobs paused because their send budget is used up",
                 "jobs_paused_breaker": "Jobs paused by a circuit breaker",
                 "jobs_paused_operator": "Jobs paused by an operator",
@@ -117,10 +114,10 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                         moved.labels(kind).inc(k)
                     for result, k in report.verified.items():
                         verified.labels(result).inc(k)
-                    for name, value in (await store.lock_stats()).items():
-                        lock_gauges[name].set(value)
-                    for name, value in (await store.governance_stats(timedelta(seconds=cfg.stall_after_s))).items():
-                        gov_gauges[name].set(value)
+                    stall_after = timedelta(seconds=cfg.stall_after_s)
+                    stats = await store.lock_stats() | await store.governance_stats(stall_after)
+                    for name, value in stats.items():
+                        gauges[name].set(value)
                     next_sweep = loop.time() + cfg.sweep_interval_s
                 if n < cfg.batch:
                     await _idle(ctx.stop, 0.1)
