@@ -233,3 +233,41 @@ def test_command_with_future_expiry_is_sent() -> None:
     repo, gw = setup()
     cmd = command(expire_at=datetime.now(UTC) + timedelta(hours=1))
     assert run(repo, gw, cmd) == Executed("confirmed", True)
+
+
+class SlowBegin(InMemoryItemRepository):
+    """A claim that comes back late: ``queued_s`` waiting for a batched statement, then a
+    statement of ``statement_s``."""
+
+    def __init__(self, queued_s: float, statement_s: float) -> None:
+        super().__init__()
+        self.queued_s, self.statement_s = queued_s, statement_s
+
+    async def begin_send(self, cmd: ItemCommand, owner: str):  # type: ignore[no-untyped-def]
+        import dataclasses
+        import time
+
+        await asyncio.sleep(self.queued_s)
+        sent_at = time.monotonic()
+        await asyncio.sleep(self.statement_s)
+        return dataclasses.replace(await super().begin_send(cmd, owner), sent_at=sent_at)
+
+
+def late(queued_s: float, statement_s: float) -> tuple[Executed, SlowBegin, FakeGateway]:
+    repo, gw = SlowBegin(queued_s, statement_s), FakeGateway()
+    repo.add("it-1")
+    ex = Executor(repo, gw, owner="sender-1", retry=POLICY, rng=random.Random(0), send_deadline_s=0.05)
+    return asyncio.run(ex.execute(command())), repo, gw
+
+
+def test_a_claim_older_than_the_send_deadline_is_not_sent() -> None:
+    result, repo, gw = late(queued_s=0.0, statement_s=0.12)
+    assert result == Executed("deadline_missed", False)
+    assert gw.sent == [] and repo.items["it-1"].status is S.WAITING_RETRY
+    assert "it-1" not in {e.item_id for e in repo.ledger.values()}  # nothing sent: key freed
+
+
+def test_time_queued_before_the_claiming_statement_does_not_count_against_the_deadline() -> None:
+    result, repo, gw = late(queued_s=0.12, statement_s=0.0)
+    assert result == Executed("confirmed", True)
+    assert len(gw.sent) == 1

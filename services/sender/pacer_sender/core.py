@@ -68,6 +68,10 @@ class Executor:
             log.warning("duplicate send intercepted: idempotency key held by item %s", begun.holder)
             return Executed("duplicate", False)
         assert begun.epoch is not None and begun.attempts is not None
+        # The item's lease runs from its claim, which is no earlier than the moment the
+        # claiming statement was sent (time spent queued for a batched statement is not
+        # lease time).
+        started = max(started, begun.sent_at or started)
         if time.monotonic() - started > self.send_deadline_s:
             # Paused (GC, SIGSTOP, overload) between submitted and the call: our lease may be
             # gone and the item re-sent by someone else. Do not send; it goes round again.

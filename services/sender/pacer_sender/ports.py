@@ -18,13 +18,16 @@ class Begun:
 
     ``submitted``: the item is ours (lease ``epoch``) and may be sent; ``duplicate``: another
     item holds its idempotency key, so it was abandoned unsent; ``not_pending``: someone
-    else has it, or it is finished or cancelled.
+    else has it, or it is finished or cancelled; ``held``: its job, shard or guid is on hold
+    (the reason is in ``holder``) and the item stays pending; ``guid_lost``: this sender no
+    longer holds the guid's lease.
     """
 
-    outcome: Literal["submitted", "duplicate", "not_pending", "guid_lost"]
+    outcome: Literal["submitted", "duplicate", "not_pending", "guid_lost", "held"]
     epoch: int | None
     attempts: int | None  # attempts before this one
     holder: str | None
+    sent_at: float | None = None  # monotonic time the claiming statement was sent, if known
 
 
 class ItemRepository(Protocol):

@@ -8,6 +8,7 @@ over cannot record anything.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -71,12 +72,13 @@ class PostgresItemRepository:
             by_owner.setdefault(owner, []).append(i)
         for owner, idx in by_owner.items():
             cmds = [reqs[i][0] for i in idx]
+            sent_at = time.monotonic()  # no claim in this statement is older than this
             rows = await self._rows("begin_send_many", {
                 "items": [c.item_id for c in cmds], "owner": owner, "ttl": self.lease_ttl,
                 "keys": [c.idem_key for c in cmds], "guids": [c.guid for c in cmds], "to_ids": [c.to_id for c in cmds],
             })
             for r in rows:
-                out[idx[r["ord"] - 1]] = Begun(r["outcome"], r["epoch"], r["attempts"], r["holder"])
+                out[idx[r["ord"] - 1]] = Begun(r["outcome"], r["epoch"], r["attempts"], r["holder"], sent_at)
         return out  # type: ignore[return-value]
 
     async def _confirm_many(self, reqs: Sequence[tuple[ItemCommand, int, Receipt]]) -> list[bool]:
