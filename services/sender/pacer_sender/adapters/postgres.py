@@ -72,8 +72,7 @@ class PostgresItemRepository:
             by_owner.setdefault(owner, []).append(i)
         for owner, idx in by_owner.items():
             cmds = [reqs[i][0] for i in idx]
-            sent_at = time.monotonic()  # no claim in this statement is older than this
-            rows = await self._rows("begin_send_many", {
+            sent_at, rows = await self._timed_rows("begin_send_many", {
                 "items": [c.item_id for c in cmds], "owner": owner, "ttl": self.lease_ttl,
                 "keys": [c.idem_key for c in cmds], "guids": [c.guid for c in cmds], "to_ids": [c.to_id for c in cmds],
             })
@@ -90,6 +89,17 @@ class PostgresItemRepository:
         for r in rows:
             moved[r["ord"] - 1] = bool(r["moved"])
         return moved
+
+    async def _timed_rows(self, name: str, params: dict[str, Any]) -> tuple[float, list[Any]]:
+        """The rows, and when the statement was sent: once a connection was in hand, so time
+        spent waiting for the pool or a retry is not counted as time since the claim."""
+
+        async def work() -> tuple[float, list[Any]]:
+            async with self.pool.connection() as conn:
+                sent_at = time.monotonic()
+                return sent_at, await (await conn.execute(_sql(name), params)).fetchall()  # type: ignore[arg-type]
+
+        return await with_retry(work)
 
     async def _rows(self, name: str, params: dict[str, Any]) -> list[Any]:
         async def work() -> list[Any]:
