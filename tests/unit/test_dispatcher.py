@@ -163,3 +163,16 @@ def test_releasing_when_nothing_is_queued_is_harmless() -> None:
         return await d.release({("t", 3)})
 
     assert asyncio.run(scenario()) == {}
+
+
+def test_guids_asking_for_their_lease_at_once_are_granted_in_one_round_trip() -> None:
+    store = GrantAll(held_elsewhere={"g-7"})
+    leases = GuidLeases(store, "me", 30.0)  # type: ignore[arg-type]
+
+    async def go() -> list[object]:
+        return list(await asyncio.gather(*(leases.acquire(f"g-{i}") for i in range(50))))
+
+    got = asyncio.run(go())
+    assert store.asked == 1
+    assert [g is None for g in got] == [i == 7 for i in range(50)]
+    assert set(leases.held) == {f"g-{i}" for i in range(50)} - {"g-7"}

@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+from pacer_common.db.batching import Batcher
 from pacer_common.db.errors import TransientError
 from pacer_sender.ports import GuidLease, GuidLeaseStore
 
@@ -26,14 +27,19 @@ class GuidLeases:
         self.held: dict[str, int] = {}  # guid → lease epoch
         self.takeovers = 0
         self.lost = 0
+        # Guids asking for their lease in the same instant are taken in one statement.
+        self._batch: Batcher[str, GuidLease | None] = Batcher(self._acquire_many)
+
+    async def _acquire_many(self, guids: Sequence[str]) -> list[GuidLease | None]:
+        got = {lease.guid: lease for lease in await self.store.acquire(list(dict.fromkeys(guids)), self.owner)}
+        return [got.get(g) for g in guids]
 
     async def acquire(self, guid: str) -> GuidLease | None:
         """Take the guid's lease if it is free, expired or ours; None while another holds it."""
-        got = await self.store.acquire([guid], self.owner)
-        if not got:
+        lease = await self._batch.submit(guid)
+        if lease is None:
             self.held.pop(guid, None)
             return None
-        lease = got[0]
         self.held[guid] = lease.epoch
         if lease.took_over:
             self.takeovers += 1
