@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pacer_common.domain.requests import JobRequest, lane_of
-from pacer_common.domain.templates import render
+from pacer_common.domain.templates import render_targets
 from pacer_common.domain.templates import template_fields as _template_fields
 
 
@@ -60,21 +60,9 @@ def dry_run(req: JobRequest, now: datetime, samples: int = 5) -> DryRun:
                 f"so items, shards and samples are not known yet")
         return DryRun(req.request_id, req.kind.value, priority, lane_of(priority), None, {}, [], fields, budget,
                       [note])
-    seen: dict[tuple[str, str], int] = {}
     shards: dict[str, int] = {}
     shown: list[Sample] = []
-    for pos, target in enumerate(targets):
-        pair = (target.guid, target.to_id)
-        if pair in seen:
-            raise DryRunError(
-                f"target guid={target.guid!r} to_id={target.to_id!r} appears twice "
-                f"(targets[{seen[pair]}] and targets[{pos}])"
-            )
-        seen[pair] = pos
-        try:
-            content = render(template, target.vars)
-        except KeyError as exc:
-            raise DryRunError(f"targets[{pos}]: template variable {exc.args[0]!r} has no value") from None
+    for target, content in render_targets(template, targets, DryRunError):
         shards[target.guid] = shards.get(target.guid, 0) + 1
         if len(shown) < samples:
             shown.append(Sample(target.guid, target.to_id, content))

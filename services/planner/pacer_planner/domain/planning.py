@@ -15,7 +15,8 @@ from urllib.parse import quote
 
 from pacer_common.domain.ids import JobId, job_id_for, new_item_id
 from pacer_common.domain.requests import JobKind, JobRequest, RequeryTargets, Target
-from pacer_common.domain.templates import render
+from pacer_common.domain.templates import render as render  # re-exported: the requery pages render too
+from pacer_common.domain.templates import render_targets
 from pacer_common.domain.templates import template_fields as _template_fields
 from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS, ShardKey, sub_counts, sub_of
 
@@ -116,23 +117,10 @@ def plan(req: JobRequest, now: datetime, coalesce_window: timedelta = timedelta(
     job_id = job_id_for(req.request_id)
     if isinstance(req.targets, RequeryTargets):
         return Plan(job_id, req, req.effective_priority, {}, [], not_before, coalesce)
-    seen: dict[tuple[str, str], int] = {}
-    rendered: list[tuple[Target, str]] = []
+    rendered = list(render_targets(template, req.targets.items, PlanError))
     per_guid: dict[str, int] = {}
-    for pos, target in enumerate(req.targets.items):
-        pair = (target.guid, target.to_id)
-        if pair in seen:
-            raise PlanError(
-                f"target guid={target.guid!r} to_id={target.to_id!r} appears twice "
-                f"(targets[{seen[pair]}] and targets[{pos}])"
-            )
-        seen[pair] = pos
-        try:
-            content = render(template, target.vars)
-        except KeyError as exc:
-            raise PlanError(f"targets[{pos}]: template variable {exc.args[0]!r} has no value") from None
+    for target, _ in rendered:
         per_guid[target.guid] = per_guid.get(target.guid, 0) + 1
-        rendered.append((target, content))
     subs = sub_counts(per_guid, max_shard_items)
     items = [
         PlannedItem(new_item_id(), t.guid, t.to_id, content, idem_key(req, t), sub_of(t.to_id, subs[t.guid]))
