@@ -176,3 +176,41 @@ def test_guids_asking_for_their_lease_at_once_are_granted_in_one_round_trip() ->
     assert store.asked == 1
     assert [g is None for g in got] == [i == 7 for i in range(50)]
     assert set(leases.held) == {f"g-{i}" for i in range(50)} - {"g-7"}
+
+
+class SlowGrant(GrantAll):
+    """Grants after a moment, and records releases."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.granted = asyncio.Event()
+        self.released: list[str] = []
+
+    async def acquire(self, guids: Sequence[str], owner: str) -> list[GuidLease]:
+        await asyncio.sleep(0.01)  # the statement is on its way when the worker is stopped
+        got = await super().acquire(guids, owner)
+        self.granted.set()
+        return got
+
+    async def release(self, guids: Sequence[str], owner: str) -> int:
+        self.released.extend(guids)
+        return len(guids)
+
+
+def test_a_lease_taken_for_a_worker_stopped_meanwhile_is_given_back() -> None:
+    store = SlowGrant()
+    leases = GuidLeases(store, "me", 30.0)  # type: ignore[arg-type]
+
+    async def go() -> None:
+        worker = asyncio.ensure_future(leases.acquire("g-1"))
+        await asyncio.sleep(0)
+        worker.cancel()  # the partition was revoked while the lease was being taken
+        await asyncio.wait_for(store.granted.wait(), 5)
+        for _ in range(100):
+            if store.released:
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(go())
+    assert store.released == ["g-1"]
+    assert "g-1" not in leases.held

@@ -29,6 +29,7 @@ class GuidLeases:
         self.lost = 0
         # Guids asking for their lease in the same instant are taken in one statement.
         self._batch: Batcher[str, GuidLease | None] = Batcher(self._acquire_many)
+        self._giving_back: set[asyncio.Future[int]] = set()
 
     async def _acquire_many(self, guids: Sequence[str]) -> list[GuidLease | None]:
         got = {lease.guid: lease for lease in await self.store.acquire(list(dict.fromkeys(guids)), self.owner)}
@@ -36,7 +37,15 @@ class GuidLeases:
 
     async def acquire(self, guid: str) -> GuidLease | None:
         """Take the guid's lease if it is free, expired or ours; None while another holds it."""
-        lease = await self._batch.submit(guid)
+        asked = asyncio.ensure_future(self._batch.submit(guid))
+        try:
+            lease = await asyncio.shield(asked)
+        except asyncio.CancelledError:
+            # The worker was stopped (its partition was revoked) while the statement ran: a
+            # lease taken for it is given back at once, not left to block the next owner
+            # until it expires.
+            asked.add_done_callback(self._give_back)
+            raise
         if lease is None:
             self.held.pop(guid, None)
             return None
@@ -45,6 +54,15 @@ class GuidLeases:
             self.takeovers += 1
             log.info("took over the lease of guid %s", guid)
         return lease
+
+    def _give_back(self, asked: asyncio.Future[GuidLease | None]) -> None:
+        if asked.cancelled() or asked.exception() is not None or asked.result() is None:
+            return
+        guid = asked.result().guid  # type: ignore[union-attr]
+        if guid not in self.held:
+            task = asyncio.ensure_future(self.store.release([guid], self.owner))
+            self._giving_back.add(task)
+            task.add_done_callback(self._giving_back.discard)
 
     def forget(self, guid: str) -> None:
         """The database says the lease is gone (``guid_lost``)."""
