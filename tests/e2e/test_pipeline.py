@@ -98,7 +98,10 @@ def test_malformed_requests_go_to_the_dlq_with_a_reason_while_valid_ones_flow(st
     publish(stack, not_json, json.dumps(good1).encode(), json.dumps(missing).encode(), json.dumps(good2).encode())
     for good in (good1, good2):
         rid = str(good["request_id"])
-        wait_for(lambda rid=rid: (s := job_state(stack, rid)) and s[0] == "completed", 120, f"job {rid}")
+        try:
+            wait_for(lambda rid=rid: (s := job_state(stack, rid)) and s[0] == "completed", 120, f"job {rid}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {_job_diagnosis(stack, rid)}") from None
     dlq = {m["raw"]: m["headers"]["pacer-error-reason"].decode() for m in _read_raw_dlq(stack)}
     assert set(dlq) == {not_json, json.dumps(missing).encode()}, "original bytes, untouched"
     assert dlq[not_json].startswith("invalid job request: (request): Invalid JSON")
@@ -203,3 +206,14 @@ def _open_items(db: str, job: str) -> str:
         audit = conn.execute("SELECT at, actor, action, before, after FROM audit_log WHERE target_id = %s ORDER BY id",
                              (str(job),)).fetchall()
     return f"open items {items}; their events {events}; audit {audit}"
+
+
+def _job_diagnosis(stack: Stack, request_id: str) -> str:
+    with psycopg.connect(stack.infra.database_url) as conn:
+        row = conn.execute("SELECT job_id, status FROM jobs WHERE request_id = %s", (request_id,)).fetchone()
+        if row is None:
+            return "no such job"
+        leases = conn.execute("SELECT guid, owner, lease_until > now(), paused_reason FROM guid_leases"
+                              " WHERE guid IN (SELECT guid FROM items WHERE job_id = %s)", (row[0],)).fetchall()
+        shards = conn.execute("SELECT shard_id, status FROM shards WHERE job_id = %s", (row[0],)).fetchall()
+    return f"job {row[1]}; shards {shards}; leases {leases}; {_open_items(stack.infra.database_url, row[0])}"
