@@ -214,3 +214,33 @@ def test_a_lease_taken_for_a_worker_stopped_meanwhile_is_given_back() -> None:
     asyncio.run(go())
     assert store.released == ["g-1"]
     assert "g-1" not in leases.held
+
+
+class GatedRecorder(Recorder):
+    """Executes only when let through: a guid stays 'executing' as long as the test likes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def execute(self, cmd: ItemCommand) -> Executed:
+        await self.gate.wait()
+        return await super().execute(cmd)
+
+
+def test_a_guid_executing_when_its_partition_goes_gives_its_lease_back_after_the_item() -> None:
+    store = SlowGrant()
+    rec = GatedRecorder()
+    d = Dispatcher(rec, lambda g: Limits(min_interval_s=0, jitter_s=0),  # type: ignore[arg-type]
+                   GuidLeases(store, "me", 30.0))  # type: ignore[arg-type]
+
+    async def go() -> None:
+        d.submit(Envelope(("t", 0), 0, cmd("g", 0)))
+        await until(lambda: "g" in d.executing)
+        await d.release({("t", 0)}, timeout_s=0.05)  # gives up waiting for the item in hand
+        assert store.released == []  # in hand: the lease stays while the item runs
+        rec.gate.set()
+        await until(lambda: store.released == ["g"])
+
+    asyncio.run(go())
+    assert "g" not in d.leases.held

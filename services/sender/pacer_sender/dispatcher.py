@@ -56,6 +56,7 @@ class Dispatcher:
         self.wakes: dict[str, asyncio.Event] = {}
         self.workers: dict[str, asyncio.Task[None]] = {}
         self.executing: dict[str, Envelope] = {}
+        self._releasing: set[asyncio.Future[None]] = set()
         self.books: dict[TP, PartitionOffsets] = {}
         self.by_lane: dict[Lane, int] = {"online": 0, "batch": 0}  # commands held, per lane
         self.by_tp: dict[TP, int] = {}  # commands held, per partition (flow control)
@@ -136,6 +137,14 @@ class Dispatcher:
             if not lanes:
                 self.queues.pop(guid, None)
                 self.wakes.pop(guid, None)
+            tp = self.guid_tp.get(guid)
+            if not lanes and tp is not None and tp not in self.books:
+                # Its partition was revoked while it was executing: release() had to leave
+                # the lease to it. Give it back now, or it would be renewed for nobody.
+                self.guid_tp.pop(guid, None)
+                task = asyncio.ensure_future(self.leases.release([guid]))
+                self._releasing.add(task)
+                task.add_done_callback(self._releasing.discard)
 
     async def _take_lease(self, guid: str, pacer: GuidPacer, limits: Limits) -> bool:
         try:
