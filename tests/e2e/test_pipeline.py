@@ -52,6 +52,15 @@ def projected_counts(stack: Stack, request_id: str) -> dict[str, int]:
     return dict(rows)
 
 
+def wait_completed(stack: Stack, request_id: str, timeout_s: float) -> tuple[str, dict[str, int]]:
+    """Wait for the job of ``request_id`` to complete; on timeout, say where every open item stands."""
+    try:
+        return wait_for(lambda: (s := job_state(stack, request_id)) and s[0] == "completed" and s, timeout_s,
+                        f"job {request_id} completion")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {_job_diagnosis(stack, request_id)}") from None
+
+
 def sends_for(stack: Stack, prefix: str) -> list[dict]:
     out, offset = [], 0
     while True:
@@ -67,7 +76,7 @@ def test_thousand_items_over_twenty_guids_are_each_delivered_exactly_once(stack:
     req = request(1000, 20)
     rid = str(req["request_id"])
     publish(stack, json.dumps(req).encode(), key=rid.encode())
-    state = wait_for(lambda: (s := job_state(stack, rid)) and s[0] == "completed" and s, 180, "job completion")
+    state = wait_completed(stack, rid, 180)
     assert state[1] == {"confirmed": 1000}
     assert projected_counts(stack, rid) == {"confirmed": 1000}, "the reconciler's projection matches the items"
     sends = sends_for(stack, rid)
@@ -83,7 +92,7 @@ def test_the_same_request_published_twice_makes_one_job(stack: Stack) -> None:
     rid = str(req["request_id"])
     body = json.dumps(req).encode()
     publish(stack, body, body, key=rid.encode())
-    wait_for(lambda: (s := job_state(stack, rid)) and s[0] == "completed", 120, "job completion")
+    wait_completed(stack, rid, 120)
     with psycopg.connect(stack.infra.database_url) as conn:
         (jobs,) = conn.execute("SELECT count(*) FROM jobs WHERE request_id = %s", (rid,)).fetchone()
     assert jobs == 1
@@ -97,11 +106,7 @@ def test_malformed_requests_go_to_the_dlq_with_a_reason_while_valid_ones_flow(st
     not_json = b"{this is not json"
     publish(stack, not_json, json.dumps(good1).encode(), json.dumps(missing).encode(), json.dumps(good2).encode())
     for good in (good1, good2):
-        rid = str(good["request_id"])
-        try:
-            wait_for(lambda rid=rid: (s := job_state(stack, rid)) and s[0] == "completed", 120, f"job {rid}")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; {_job_diagnosis(stack, rid)}") from None
+        wait_completed(stack, str(good["request_id"]), 120)
     dlq = {m["raw"]: m["headers"]["pacer-error-reason"].decode() for m in _read_raw_dlq(stack)}
     assert set(dlq) == {not_json, json.dumps(missing).encode()}, "original bytes, untouched"
     assert dlq[not_json].startswith("invalid job request: (request): Invalid JSON")
@@ -191,7 +196,7 @@ def test_a_paused_job_stops_within_a_second_and_resumes_to_exactly_once(stack: S
             " WHERE e.job_id = %s AND e.type = 'ItemClaimed' AND a.action = 'resume'"
             "   AND e.occurred_at > %s + interval '1 second' AND e.occurred_at < a.at", (job, paused_at)).fetchone()[0]
     assert late_claims == 0, "an item was claimed more than a second after the pause"
-    state = wait_for(lambda: (s := job_state(stack, rid)) and s[0] == "completed" and s, 120, "job completion")
+    state = wait_completed(stack, rid, 120)
     assert state[1] == {"confirmed": 240}, _open_items(db, job)
     keys = [s["idempotencyKey"] for s in sends_for(stack, rid)]
     assert len(keys) == 240 and len(set(keys)) == 240, "each item delivered exactly once"
@@ -221,4 +226,5 @@ def _job_diagnosis(stack: Stack, request_id: str) -> str:
         leases = conn.execute("SELECT guid, owner, lease_until > now(), paused_reason FROM guid_leases"
                               " WHERE guid IN (SELECT guid FROM items WHERE job_id = %s)", (row[0],)).fetchall()
         shards = conn.execute("SELECT shard_id, status FROM shards WHERE job_id = %s", (row[0],)).fetchall()
-    return f"job {row[1]}; shards {shards}; leases {leases}; {_open_items(stack.infra.database_url, row[0])}"
+    return (f"job {row[1]}; shards {shards}; projected counts {projected_counts(stack, request_id)}; leases {leases};"
+            f" {_open_items(stack.infra.database_url, row[0])}")

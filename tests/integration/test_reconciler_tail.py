@@ -120,3 +120,33 @@ def test_requeued_item_gets_a_new_command(
     assert moved["claim_expired"] == 1
     commands = read_topic(kafka_config, topics[1], expect=1)
     assert [(c["key"], c["value"]["item_id"]) for c in commands] == [(b"g7", item)]
+
+
+def test_events_are_read_in_transaction_id_order_across_a_digit_boundary(
+    database_url: str, kafka_config: dict[str, str], topics: tuple[str, str]
+) -> None:
+    """Transaction ids 9, 10, 11 are read in that order, one batch at a time: none is read
+    twice or passed over where its id gains a digit (as text, '10' sorts before '9')."""
+    _, _, items = seed_job(database_url, {"g1": 3})
+    with psycopg.connect(database_url) as conn:
+        for xid, item in zip((9, 10, 11), items, strict=True):
+            conn.execute(
+                "INSERT INTO item_events (xid, item_id, job_id, shard_id, guid, version, type, from_status, to_status)"
+                " SELECT %s::text::xid8, item_id, job_id, shard_id, guid, 1, 'ItemClaimed', 'pending', 'claimed'"
+                " FROM items WHERE item_id = %s", (xid, item))
+
+    async def scenario() -> list[int]:
+        pool, rec = await _reconciler(database_url, kafka_config, topics)
+        rec.batch = 1
+        try:
+            return [await rec.tail_once() for _ in range(4)]
+        finally:
+            await pool.close()
+
+    assert asyncio.run(scenario()) == [1, 1, 1, 0]
+    published = read_topic(kafka_config, topics[0], expect=3)
+    assert [m["value"]["item_id"] for m in published] == items
+    with psycopg.connect(database_url) as conn:
+        counts = dict(conn.execute(
+            "SELECT status::text, sum(n) FROM shard_status_counts WHERE n <> 0 GROUP BY status").fetchall())
+    assert counts == {"claimed": 3}

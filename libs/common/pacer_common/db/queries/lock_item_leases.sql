@@ -3,5 +3,5 @@ SELECT item_id::text AS item_id, guid, status::text AS status, lease_owner, leas
        (lease_until < now()) AS expired
 FROM items
 WHERE status IN ('claimed', 'submitted')
-ORDER BY lease_until NULLS LAST, item_id
+ORDER BY items.lease_until NULLS LAST, items.item_id
 LIMIT %(limit)s

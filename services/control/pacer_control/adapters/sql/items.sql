@@ -9,5 +9,5 @@ WHERE job_id = %(job)s::uuid
   AND (%(error_class)s::text IS NULL OR last_error_class = %(error_class)s::text)
   AND (NOT %(with_error)s OR last_error_class IS NOT NULL)
   AND (%(after)s::uuid IS NULL OR item_id > %(after)s::uuid)
-ORDER BY item_id
+ORDER BY items.item_id  -- the uuid column, as in the WHERE (not the text alias)
 LIMIT %(limit)s

@@ -1,11 +1,13 @@
 -- Events after the cursor whose transactions have all finished. Transactions commit out of
 -- sequence order, so reading "seq > last" could pass over an event that commits later;
 -- taking only xid < the oldest running xid, in (xid, seq) order, never can.
+-- The order names the table's columns: a bare "xid" would be the text alias below, and
+-- '1000' sorts before '999'.
 SELECT seq, xid::text AS xid, item_id::text AS item_id, job_id::text AS job_id, shard_id, guid,
        version, type, from_status::text AS from_status, to_status::text AS to_status,
        payload, occurred_at
 FROM item_events
 WHERE (xid, seq) > (%(xid)s::xid8, %(seq)s::bigint)
   AND xid < pg_snapshot_xmin(pg_current_snapshot())
-ORDER BY xid, seq
+ORDER BY item_events.xid, item_events.seq
 LIMIT %(limit)s
