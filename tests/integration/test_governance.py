@@ -114,6 +114,30 @@ def test_a_paused_shard_or_guid_holds_only_its_own_items(database_url: str) -> N
     assert [t for _, t, *_ in audit(url, "g2")] == ["pause", "resume"]
 
 
+
+@pytest.mark.parametrize("plans", ["force_custom_plan", "force_generic_plan"])
+def test_releases_of_every_scope_pending_at_once_are_all_worked_through(database_url: str, plans: str) -> None:
+    """A job's, a shard's and a guid's release requests side by side: each key is read as its
+    own scope's type (a job's uuid is never taken for a shard id), whatever plan Postgres picks."""
+    url = database_url
+    job_a, _, _ = seed_job(url, {"ga": 2})
+    job_b, shards_b, _ = seed_job(url, {"gb": 2})
+    job_c, _, _ = seed_job(url, {"gc": 2})
+    assert action(url, job_a, "pause")[0] == "done"
+    assert one(url, "SELECT outcome FROM pacer_shard_action(%s, 'pause', %s)", shards_b["gb"], ACTOR) == "done"
+    assert one(url, "SELECT pacer_hold_guid('gc', 'operator check', %s)", ACTOR) is True
+    cmds = item_cmds(url, job_a) + item_cmds(url, job_b) + item_cmds(url, job_c)
+    assert {o for o, _ in begin_all(url, cmds, ["ga", "gb", "gc"])} == {"held"}
+    assert action(url, job_a, "resume")[0] == "done"
+    assert one(url, "SELECT outcome FROM pacer_shard_action(%s, 'resume', %s)", shards_b["gb"], ACTOR) == "done"
+    assert one(url, "SELECT outcome FROM pacer_resume_guid('gc', %s)", ACTOR) == "done"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"SET plan_cache_mode = {plans}")
+        conn.execute("SET enable_seqscan = off")  # the index paths a large items table takes
+        released = [conn.execute("SELECT pacer_release_held(2)").fetchone()[0] for _ in range(8)]
+    assert sum(released) == 6 and max(released) <= 2
+    assert one(url, "SELECT count(*) FROM items WHERE held") == 0
+
 # -- cancel and terminate ----------------------------------------------------------------------
 def test_cancel_abandons_what_waits_lets_in_flight_finish_and_is_final(database_url: str) -> None:
     url = database_url
