@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pacer_common.domain.events import ItemEvent
@@ -19,6 +19,7 @@ SWEEP_KINDS: tuple[SweepKind, ...] = ("claim_expired", "submit_expired", "retry_
 class SweepReport:
     moved: dict[str, int]
     verified: dict[str, int]
+    failed: list[str] = field(default_factory=list)  # sweeps that raised this round
 
 
 class Reconciler:
@@ -77,7 +78,18 @@ class Reconciler:
                 self.tripped.append(trip)
 
     async def sweep_once(self) -> SweepReport:
-        moved = {kind: await self.sweeps.sweep(kind, self.sweep_limit) for kind in SWEEP_KINDS}
+        """Run every sweep once. A sweep that fails is logged and reported, and the others
+        (and the tail, the reconciler's first duty) go on: one broken sweep must not stop
+        projection and re-dispatch for every job, as a crash-restart loop would."""
+        moved: dict[str, int] = {}
+        failed: list[str] = []
+        for kind in SWEEP_KINDS:
+            try:
+                moved[kind] = await self.sweeps.sweep(kind, self.sweep_limit)
+            except Exception:
+                log.exception("sweep %s failed; the other duties go on", kind)
+                moved[kind] = 0
+                failed.append(kind)
         verified: dict[str, int] = {}
         now = datetime.now(UTC)
         for item in await self.sweeps.in_doubt(self.verify_limit):
@@ -87,4 +99,4 @@ class Reconciler:
                 verified[result] = verified.get(result, 0) + 1
         if any(moved.values()) or verified:
             log.info("sweep: moved %s, verified %s", moved, verified)
-        return SweepReport(moved, verified)
+        return SweepReport(moved, verified, failed)

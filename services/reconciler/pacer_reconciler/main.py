@@ -55,6 +55,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
     async def body(ctx: ServiceContext) -> None:
         tailed = Counter("pacer_reconciler_events_total", "Events projected and published", registry=ctx.registry)
         moved = Counter("pacer_reconciler_sweep_items_total", "Items moved by sweeps", ["sweep"], registry=ctx.registry)
+        sweep_errors = Counter("pacer_reconciler_sweep_errors_total", "Sweep rounds that failed, by sweep", ["sweep"],
+                               registry=ctx.registry)
         verified = Counter("pacer_reconciler_verifications_total", "In-doubt sends resolved", ["result"],
                            registry=ctx.registry)
         # Gauges set from the database each sweep: locks (lock_counts.sql) and governance.
@@ -112,6 +114,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                     report = await rec.sweep_once()
                     for kind, k in report.moved.items():
                         moved.labels(kind).inc(k)
+                    for kind in report.failed:
+                        sweep_errors.labels(kind).inc()
                     for result, k in report.verified.items():
                         verified.labels(result).inc(k)
                     stall_after = timedelta(seconds=cfg.stall_after_s)

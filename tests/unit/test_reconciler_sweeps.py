@@ -1,0 +1,36 @@
+"""One failing sweep is reported and the others still run."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+from pacer_reconciler.core import SWEEP_KINDS, Reconciler
+from pacer_reconciler.ports import InDoubt, SweepKind
+
+
+class Sweeps:
+    def __init__(self, broken: SweepKind) -> None:
+        self.broken = broken
+        self.ran: list[str] = []
+
+    async def sweep(self, kind: SweepKind, limit: int) -> int:
+        self.ran.append(kind)
+        if kind == self.broken:
+            raise ValueError("invalid input syntax for type bigint")
+        return 2
+
+    async def in_doubt(self, limit: int) -> list[InDoubt]:
+        return []
+
+    async def resolve(self, item: InDoubt, found: bool | None, now: datetime) -> str | None:
+        return None
+
+
+def test_a_failing_sweep_is_reported_and_the_others_still_run() -> None:
+    sweeps = Sweeps(broken="claim_expired")
+    rec = Reconciler(events=None, sweeps=sweeps, publisher=None, lookup=None)  # type: ignore[arg-type]
+    report = asyncio.run(rec.sweep_once())
+    assert sweeps.ran == list(SWEEP_KINDS)
+    assert report.failed == ["claim_expired"]
+    assert report.moved == {k: (0 if k == "claim_expired" else 2) for k in SWEEP_KINDS}
