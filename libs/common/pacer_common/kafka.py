@@ -120,7 +120,11 @@ class AsyncConsumer:
         return await loop.run_in_executor(self._thread, lambda: fn(*args, **kwargs))
 
     async def consume(self, n: int, timeout_s: float) -> list[Message]:
-        msgs: list[Message] = await self.call(self.consumer.consume, n, timeout_s)
+        """Up to ``n`` messages: what is buffered now, or else the first to arrive within
+        ``timeout_s`` and whatever came with it. Never waits for a batch to fill (a batch
+        ``consume`` blocks until it has ``n`` or the timeout passes), so a lone message —
+        an auto-reply among quiet traffic — is handed over as soon as it is fetched."""
+        msgs: list[Message] = await self.call(self._consume, n, timeout_s)
         out = []
         for m in msgs:
             err = m.error()
@@ -133,6 +137,15 @@ class AsyncConsumer:
             else:
                 log.warning("kafka consume error: %s", err)
         return out
+
+    def _consume(self, n: int, timeout_s: float) -> list[Message]:
+        msgs: list[Message] = self.consumer.consume(n, 0)
+        if msgs:
+            return msgs
+        msgs = self.consumer.consume(1, timeout_s)
+        if msgs and n > 1:
+            msgs += self.consumer.consume(n - 1, 0)
+        return msgs
 
     async def commit(self, offsets: list[TopicPartition]) -> None:
         if offsets:
