@@ -6,7 +6,7 @@ A lone auto-reply must not wait for a batch to fill: this produces one message e
 ``n`` and timeout, and for a single-message poll (the floor).
 Uses the Kafka at ``PACER_KAFKA_BOOTSTRAP_SERVERS`` or starts the local one.
 
-Usage: python bench/consume_latency.py [--messages 100] [--gap-ms 100] [--batch 16] [--timeout-s 0.5]
+Usage: python -m bench.consume_latency [--messages 100] [--gap-ms 100] [--batch 16] [--timeout-s 0.5]
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import statistics
 import struct
 import time
 import uuid
-from pathlib import Path
 
+from bench.common import real_infra
 from pacer_common.kafka import AsyncConsumer, ensure_topics, make_consumer, make_producer
 
 
@@ -63,10 +63,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--timeout-s", type=float, default=0.5)
     a = ap.parse_args()
-    bootstrap = os.environ.get("PACER_KAFKA_BOOTSTRAP_SERVERS")
-    if not bootstrap:
-        from pacer_dev import infra
-        bootstrap = infra.up(Path(os.environ.get("PACER_BENCH_STATE_DIR", ".pacer/bench"))).kafka_bootstrap
+    bootstrap = os.environ.get("PACER_KAFKA_BOOTSTRAP_SERVERS") or real_infra().kafka_bootstrap
     for call in ("pacer", "raw_batch", "single"):
         lat = sorted(asyncio.run(measure(bootstrap, a.messages, a.gap_ms / 1000, a.batch, a.timeout_s, call)))
         p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
