@@ -46,6 +46,23 @@ def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """On a failure, name the stack's services that exited, with the end of their logs: a
+    crashed service stalls jobs, and the test then only sees a timeout."""
+    outcome = yield
+    report = outcome.get_result()
+    st = getattr(item, "funcargs", {}).get("stack")
+    if report.failed and isinstance(st, Stack):
+        dead = [f"{p.name} (pid {p.pid}) exited; log ends:\n" + "\n".join(_tail(p.log, 15))
+                for p in st.procs.values() if not p.alive()]
+        report.sections.append(("stack services", "\n\n".join(dead) or "every service of the stack is alive"))
+
+
+def _tail(path: str, n: int) -> list[str]:
+    return Path(path).read_text(errors="replace").splitlines()[-n:]
+
+
 def gateway(stack: Stack, path: str, method: str = "GET", body: Any = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(f"{stack.gateway_url}{path}", data=data, method=method,
