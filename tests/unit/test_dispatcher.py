@@ -36,6 +36,7 @@ class Recorder:
         self.sent: list[tuple[str, str, float]] = []
 
     async def execute(self, cmd: ItemCommand) -> Executed:
+        await asyncio.sleep(0)  # as a database or gateway call would, let other guids run
         self.sent.append((cmd.guid, cmd.item_id, time.monotonic()))
         return Executed("confirmed", True)
 
@@ -244,3 +245,94 @@ def test_a_guid_executing_when_its_partition_goes_gives_its_lease_back_after_the
 
     asyncio.run(go())
     assert "g" not in d.leases.held
+
+
+class Pending:
+    """Postgres as parking reads it: the commands of items still pending."""
+
+    def __init__(self, cmds: list[ItemCommand]) -> None:
+        self.by_id = {c.item_id: c for c in cmds}
+        self.reads: list[list[str]] = []
+
+    async def __call__(self, item_ids: Sequence[str]) -> list[ItemCommand]:
+        self.reads.append(list(item_ids))
+        return [self.by_id[i] for i in item_ids if i in self.by_id]
+
+
+def parking_dispatcher(pending: Pending, cap: int) -> tuple[Dispatcher, Recorder]:
+    rec = Recorder()
+    d = Dispatcher(rec, lambda g: Limits(min_interval_s=0.0, jitter_s=0.0), GuidLeases(GrantAll(), "me", 30.0),  # type: ignore[arg-type]
+                   read_back=pending, guid_cap=cap)
+    return d, rec
+
+
+def test_a_guid_backlog_is_parked_so_its_partition_keeps_room_for_other_guids() -> None:
+    backlog = [cmd("g1", n) for n in range(40)]
+    pending = Pending(backlog + [cmd("g2", 0)])
+
+    async def scenario() -> tuple[int, int, list[str], dict]:
+        d, rec = parking_dispatcher(pending, cap=4)
+        for n, c in enumerate(backlog):
+            d.submit(Envelope(("t", 0), n, c))
+        d.submit(Envelope(("t", 0), 40, cmd("g2", 0)))
+        in_memory, parked = d.by_tp[("t", 0)], d.parked_by_tp[("t", 0)]
+        await until(lambda: len(rec.sent) == 41)
+        await until(lambda: not d.workers)
+        return in_memory, parked, [i for _, i, _ in rec.sent], d.commit_points()
+
+    in_memory, parked, sent, points = asyncio.run(scenario())
+    assert (in_memory, parked) == (5, 36), "four of g1's commands and g2's in memory, the rest parked"
+    assert sorted(sent) == sorted([c.item_id for c in backlog] + ["g2-0"]), "each item once"
+    assert [i for i in sent if i.startswith("g1")] == [c.item_id for c in backlog], "g1 in order"
+    assert sent.index("g2-0") < 4, "g2 did not wait for g1's backlog"
+    assert points == {("t", 0): 41}, "parked offsets commit once their items are done"
+    assert all(len(r) <= 4 for r in pending.reads), "read back a guid's cap at a time"
+
+
+def test_a_parked_item_finished_meanwhile_is_not_sent_and_its_offset_completes() -> None:
+    backlog = [cmd("g1", n) for n in range(6)]
+    pending = Pending([c for c in backlog if c.item_id != "g1-4"])  # g1-4 was cancelled meanwhile
+
+    async def scenario() -> tuple[list[str], dict]:
+        d, rec = parking_dispatcher(pending, cap=2)
+        for n, c in enumerate(backlog):
+            d.submit(Envelope(("t", 0), n, c))
+        await until(lambda: not d.workers)
+        return [i for _, i, _ in rec.sent], d.commit_points()
+
+    sent, points = asyncio.run(scenario())
+    assert sent == ["g1-0", "g1-1", "g1-2", "g1-3", "g1-5"]
+    assert points == {("t", 0): 6}
+
+
+def test_parked_commands_of_a_revoked_partition_stay_uncommitted_for_the_next_owner() -> None:
+    backlog = [cmd("g1", n) for n in range(10)]
+    pending = Pending(backlog)
+    gate = asyncio.Event
+
+    class Stuck(Recorder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.go = gate()
+
+        async def execute(self, c: ItemCommand) -> Executed:
+            await self.go.wait()
+            return await super().execute(c)
+
+    async def scenario() -> tuple[dict, dict, dict, list[str]]:
+        d, _ = parking_dispatcher(pending, cap=2)
+        d.executor = stuck = Stuck()  # type: ignore[assignment]
+        for n, c in enumerate(backlog):
+            d.submit(Envelope(("t", 0), n, c))
+        await until(lambda: "g1" in d.executing)
+        releasing = asyncio.create_task(d.release({("t", 0)}, timeout_s=5.0))
+        await asyncio.sleep(0)
+        stuck.go.set()  # the item in hand finishes; nothing else of the partition may start
+        points = await releasing
+        await until(lambda: not d.workers)
+        return points, d.parked, d.parked_by_tp, [i for _, i, _ in stuck.sent]
+
+    points, parked, parked_by_tp, sent = asyncio.run(scenario())
+    assert sent == ["g1-0"]
+    assert points == {("t", 0): 1}, "only the finished item's offset is committed"
+    assert parked == {} and parked_by_tp == {}

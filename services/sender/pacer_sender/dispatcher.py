@@ -3,16 +3,24 @@
 Each guid with work has one worker task that takes its most urgent ready item, waits out
 the guid's pacing gap, and executes it. The Kafka poll loop never waits on pacing: it only
 hands envelopes over and pauses partitions when too much is buffered.
+
+A guid with more batch commands than ``guid_cap`` in memory *parks* the rest: only the
+item id and the offset are kept (the offset stays uncommitted), and the worker reads the
+commands back from Postgres as its queue runs low. A campaign backlog of one guid thus
+never fills its partition's share of the buffer, and the other guids of that partition
+keep being read: no head-of-line blocking across guids, with memory bounded by
+``guid_cap`` commands per guid plus a small entry per parked command.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -39,6 +47,8 @@ class Dispatcher:
     def __init__(self, executor: Executor, limits: Callable[[str], Limits], leases: GuidLeases, *,
                  on_executed: Callable[[Envelope, Executed], None] | None = None,
                  job_interval: Callable[[str], float | None] = lambda job_id: None,
+                 read_back: Callable[[Sequence[str]], Awaitable[list[ItemCommand]]] | None = None,
+                 guid_cap: int = 50,
                  rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.executor = executor
         self.limits = limits  # guid → its current limits (hot-adjustable)
@@ -60,21 +70,44 @@ class Dispatcher:
         self.books: dict[TP, PartitionOffsets] = {}
         self.by_lane: dict[Lane, int] = {"online": 0, "batch": 0}  # commands held, per lane
         self.by_tp: dict[TP, int] = {}  # commands held, per partition (flow control)
+        # Parking (module docstring): item ids → their still-pending commands, or None: never park.
+        self.read_back = read_back
+        self.guid_cap = guid_cap  # batch commands of one guid held in memory before parking
+        self.parked: dict[str, dict[str, tuple[TP, int]]] = {}  # guid → item id → (tp, offset), oldest first
+        self.parked_by_tp: dict[TP, int] = {}  # parked entries, per partition (flow control)
+        self._reading: set[str] = set()  # guids reading parked commands back right now
         self._progress = asyncio.Event()
 
     # -- intake ---------------------------------------------------------------------------
     def submit(self, env: Envelope) -> None:
-        self.books.setdefault(env.tp, PartitionOffsets()).add(env.offset)
+        book = self.books.setdefault(env.tp, PartitionOffsets())
+        book.add(env.offset)
         lanes = self.queues.setdefault(env.cmd.guid, GuidLanes())
         self.guid_tp[env.cmd.guid] = env.tp
+        if self._parks(env.cmd, lanes):
+            parked = self.parked.setdefault(env.cmd.guid, {})
+            if env.cmd.item_id in parked:
+                book.done(env.offset)  # a repeated command: the parked entry stands for the item
+            else:
+                parked[env.cmd.item_id] = (env.tp, env.offset)
+                self.parked_by_tp[env.tp] = self.parked_by_tp.get(env.tp, 0) + 1
+        else:
+            self._hold(lanes, env)
+        if env.cmd.guid not in self.workers:
+            self.workers[env.cmd.guid] = asyncio.create_task(self._run(env.cmd.guid), name=f"guid:{env.cmd.guid}")
+
+    def _parks(self, cmd: ItemCommand, lanes: GuidLanes[Envelope]) -> bool:
+        if self.read_back is None or lane_of(cmd.priority) != "batch":
+            return False  # online commands are few and urgent: always in memory
+        return bool(self.parked.get(cmd.guid)) or len(lanes.lanes["batch"]) >= self.guid_cap
+
+    def _hold(self, lanes: GuidLanes[Envelope], env: Envelope) -> None:
         lanes.push(env, env.cmd.priority, self._due(env.cmd), env.cmd.job_id)
         self.by_lane[lane_of(env.cmd.priority)] += 1
         self.by_tp[env.tp] = self.by_tp.get(env.tp, 0) + 1
         wake = self.wakes.get(env.cmd.guid)
         if wake is not None:
             wake.set()
-        if env.cmd.guid not in self.workers:
-            self.workers[env.cmd.guid] = asyncio.create_task(self._run(env.cmd.guid), name=f"guid:{env.cmd.guid}")
 
     def skip(self, tp: TP, offset: int) -> None:
         """An offset with nothing to execute (unreadable command): count it done."""
@@ -94,7 +127,13 @@ class Dispatcher:
         pacer = self.paces.setdefault(guid, GuidPacer())
         wake = self.wakes.setdefault(guid, asyncio.Event())
         try:
-            while lanes:
+            while lanes or self.parked.get(guid):
+                if self.parked.get(guid) and len(lanes.lanes["batch"]) <= self.guid_cap // 2:
+                    if not await self._read_back(guid, lanes):
+                        await self._sleep(wake, self.lease_retry_s)
+                        continue
+                    if not lanes:
+                        continue  # every parked item read was finished meanwhile
                 limits = self.limits(guid)
                 if guid not in self.leases.held and not await self._take_lease(guid, pacer, limits):
                     await self._sleep(wake, self.lease_retry_s)
@@ -134,17 +173,47 @@ class Dispatcher:
                 self.on_executed(env, result)
         finally:
             self.workers.pop(guid, None)
-            if not lanes:
+            idle = not lanes and not self.parked.get(guid)
+            if idle:
                 self.queues.pop(guid, None)
                 self.wakes.pop(guid, None)
             tp = self.guid_tp.get(guid)
-            if not lanes and tp is not None and tp not in self.books:
+            if idle and tp is not None and tp not in self.books:
                 # Its partition was revoked while it was executing: release() had to leave
                 # the lease to it. Give it back now, or it would be renewed for nobody.
                 self.guid_tp.pop(guid, None)
                 task = asyncio.ensure_future(self.leases.release([guid]))
                 self._releasing.add(task)
                 task.add_done_callback(self._releasing.discard)
+
+    async def _read_back(self, guid: str, lanes: GuidLanes[Envelope]) -> bool:
+        """Bring the oldest parked commands of ``guid`` back into memory, up to ``guid_cap``.
+        Items no longer pending are done. False when the database could not be read."""
+        assert self.read_back is not None
+        parked = self.parked[guid]
+        taken = list(itertools.islice(parked.items(), max(1, self.guid_cap - len(lanes.lanes["batch"]))))
+        books = {tp: self.books.get(tp) for _, (tp, _) in taken}
+        self._reading.add(guid)
+        try:
+            found = {c.item_id: c for c in await self.read_back([item_id for item_id, _ in taken])}
+        except TransientError:
+            log.exception("parked commands of guid %s not read back; trying again", guid)
+            return False
+        finally:
+            self._reading.discard(guid)
+        for item_id, (tp, offset) in taken:
+            book = self.books.get(tp)
+            if book is None or book is not books[tp] or parked.pop(item_id, None) is None:
+                continue  # its partition went meanwhile (its next owner reads the command again)
+            self.parked_by_tp[tp] -= 1
+            cmd = found.get(item_id)
+            if cmd is None:
+                book.done(offset)  # finished, cancelled or taken since: nothing to send
+            else:
+                self._hold(lanes, Envelope(tp, offset, cmd))
+        if not parked and self.parked.get(guid) is parked:
+            del self.parked[guid]
+        return True
 
     async def _take_lease(self, guid: str, pacer: GuidPacer, limits: Limits) -> bool:
         try:
@@ -198,7 +267,7 @@ class Dispatcher:
         out = {}
         for tp in list(self.books) if tps is None else tps:
             book = self.books.get(tp)
-            cp = book.commit_point() if book else None
+            cp = book.commit_point() if book is not None else None  # (an empty book is falsy)
             if cp is not None and cp > book.committed:  # type: ignore[union-attr]
                 out[tp] = cp
         return out
@@ -217,11 +286,17 @@ class Dispatcher:
         for guid, q in list(self.queues.items()):
             for env in q.remove_if(lambda e: e.tp in tps):
                 self.by_lane[lane_of(env.cmd.priority)] -= 1
+            parked = self.parked.get(guid, {})
+            for item_id in [i for i, (tp, _) in parked.items() if tp in tps]:
+                del parked[item_id]  # uncommitted: the partition's next owner reads them again
+            if not parked:
+                self.parked.pop(guid, None)
             task = self.workers.get(guid)
-            if not q and task is not None and guid not in self.executing:
+            if not q and not parked and task is not None and guid not in self.executing and guid not in self._reading:
                 task.cancel()  # only ever cancelled while waiting, never mid-item
         for tp in tps:
             self.by_tp.pop(tp, None)
+            self.parked_by_tp.pop(tp, None)
         deadline = self.clock() + timeout_s
         while any(e.tp in tps for e in self.executing.values()) and self.clock() < deadline:
             self._progress.clear()
@@ -247,6 +322,10 @@ class Dispatcher:
     @property
     def buffered(self) -> int:
         return sum(self.by_lane.values())
+
+    @property
+    def parked_count(self) -> int:
+        return sum(self.parked_by_tp.values())
 
     @property
     def active_guids(self) -> int:

@@ -54,6 +54,8 @@ class SenderSettings(OpsSettings):
     max_attempts: int = 5
     retry_base_s: float = 1.0
     max_buffered: int = 20_000
+    guid_buffer: int = Field(default=50, ge=2)
+    max_parked: int = 500_000
     failure_codes: dict[int, FailureClass] = Field(default_factory=lambda: dict(DEFAULT_CODE_TABLE))
     db_pool_max: int = 20
 
@@ -152,16 +154,20 @@ class ConsumerLoop:
         """Bounded memory without head-of-line blocking between partitions: each partition
         has its own share of ``max_buffered`` and is paused alone when it holds that much, so
         a backlog in one partition (or lane) never stops another from being read — a reply
-        in the online lane, or a partition just taken over from a dead sender."""
+        in the online lane, or a partition just taken over from a dead sender. Within a
+        partition, one guid's backlog is parked past ``guid_buffer`` commands (see the
+        dispatcher), so it does not fill the share; parked entries have their own, larger
+        share of ``max_parked``."""
         if not self.assigned:
             return
         share = max(100, self.cfg.max_buffered // len(self.assigned))
+        park_share = max(1000, self.cfg.max_parked // len(self.assigned))
         pause, resume = [], []
         for tp in self.assigned:
-            held = self.dispatcher.by_tp.get(tp, 0)
-            if tp not in self.paused and held >= share:
+            held, parked = self.dispatcher.by_tp.get(tp, 0), self.dispatcher.parked_by_tp.get(tp, 0)
+            if tp not in self.paused and (held >= share or parked >= park_share):
                 pause.append(tp)
-            elif tp in self.paused and held <= share // 2:
+            elif tp in self.paused and held <= share // 2 and parked <= park_share // 2:
                 resume.append(tp)
         if pause:
             await self.consumer.call(self.consumer.consumer.pause, [TopicPartition(t, p) for t, p in pause])
@@ -215,7 +221,10 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
               registry=ctx.registry).set_function(lambda: leases.takeovers)
         limits = LimitsBook(defaults, PostgresLimitsSource(pool))
         await limits.refresh()
-        dispatcher = Dispatcher(executor, limits, leases, on_executed=on_executed, job_interval=limits.job_interval)
+        dispatcher = Dispatcher(executor, limits, leases, on_executed=on_executed, job_interval=limits.job_interval,
+                                read_back=repo.pending_commands, guid_cap=cfg.guid_buffer)
+        Gauge("pacer_sender_parked_items", "Commands parked (offset kept, command read back from Postgres)",
+              registry=ctx.registry).set_function(lambda: dispatcher.parked_count)
         limits.on_change = dispatcher.wake
         refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))
         renewals = asyncio.create_task(leases.keep_renewed(ctx.stop))

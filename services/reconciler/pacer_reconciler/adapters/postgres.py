@@ -103,7 +103,7 @@ class PostgresLog:
     async def items_for_dispatch(self, item_ids: Sequence[str]) -> list[ItemCommand]:
         async def work() -> list[ItemCommand]:
             async with self.pool.connection() as conn:
-                rows = await (await conn.execute(_sql("items_for_dispatch"), {"ids": list(item_ids)})).fetchall()  # type: ignore[arg-type]
+                rows = await (await conn.execute(query("pending_commands"), {"ids": list(item_ids)})).fetchall()  # type: ignore[arg-type]
             return [ItemCommand.model_validate(r) for r in rows]
 
         return await with_retry(work)

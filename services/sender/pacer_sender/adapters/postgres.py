@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pacer_common.db.batching import Batcher
 from pacer_common.db.errors import with_retry
+from pacer_common.db.sql import query
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.receipts import Receipt
@@ -45,6 +46,16 @@ class PostgresItemRepository:
         async def work() -> Any:
             async with self.pool.connection() as conn:
                 return await (await conn.execute(_sql(name), params)).fetchone()  # type: ignore[arg-type]
+
+        return await with_retry(work)
+
+    async def pending_commands(self, item_ids: Sequence[str]) -> list[ItemCommand]:
+        """The commands of those of ``item_ids`` still pending (parked commands, read back)."""
+
+        async def work() -> list[ItemCommand]:
+            async with self.pool.connection() as conn:
+                rows = await (await conn.execute(query("pending_commands"), {"ids": list(item_ids)})).fetchall()  # type: ignore[arg-type]
+            return [ItemCommand.model_validate(r) for r in rows]
 
         return await with_retry(work)
 
