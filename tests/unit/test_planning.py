@@ -246,3 +246,15 @@ def test_a_requery_request_is_planned_as_a_job_without_items() -> None:
 def test_a_requery_request_with_a_broken_template_is_refused_up_front() -> None:
     with pytest.raises(PlanError):
         plan(requery("Hi {"), NOW)
+
+
+def test_item_ids_are_distinct_canonical_version_4_uuids() -> None:
+    import uuid
+
+    from pacer_common.domain.ids import new_item_ids
+
+    ids = new_item_ids(5000)
+    parsed = [uuid.UUID(i) for i in ids]
+    assert len(set(ids)) == 5000
+    assert all(u.version == 4 and u.variant == uuid.RFC_4122 and str(u) == i for u, i in zip(parsed, ids, strict=True))
+    assert new_item_ids(0) == []

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from urllib.parse import quote
 
-from pacer_common.domain.ids import JobId, job_id_for, new_item_id
+from pacer_common.domain.ids import JobId, job_id_for, new_item_ids
 from pacer_common.domain.requests import JobKind, JobRequest, RequeryTargets, Target
 from pacer_common.domain.templates import render as render  # re-exported: the requery pages render too
 from pacer_common.domain.templates import render_targets
@@ -122,8 +122,13 @@ def plan(req: JobRequest, now: datetime, coalesce_window: timedelta = timedelta(
     for target, _ in rendered:
         per_guid[target.guid] = per_guid.get(target.guid, 0) + 1
     subs = sub_counts(per_guid, max_shard_items)
-    items = [
-        PlannedItem(new_item_id(), t.guid, t.to_id, content, idem_key(req, t), sub_of(t.to_id, subs[t.guid]))
-        for t, content in rendered
-    ]
+    items = planned_items(req, rendered, subs)
     return Plan(job_id, req, req.effective_priority, count_shards(items), items, not_before, coalesce, subs)
+
+
+def planned_items(req: JobRequest, rendered: list[tuple[Target, str]], subs: Mapping[str, int]) -> list[PlannedItem]:
+    """One item per rendered target, in its guid's sub-shard, with a fresh id."""
+    return [
+        PlannedItem(item_id, t.guid, t.to_id, content, idem_key(req, t), sub_of(t.to_id, subs[t.guid]))
+        for item_id, (t, content) in zip(new_item_ids(len(rendered)), rendered, strict=True)
+    ]

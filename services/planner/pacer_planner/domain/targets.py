@@ -16,10 +16,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import ValidationError
 
-from pacer_common.domain.ids import new_item_id
 from pacer_common.domain.requests import JobRequest, RequeryTargets, Target
-from pacer_planner.domain.planning import PlannedItem, count_guids, count_shards, idem_key, render
-from pacer_planner.domain.sharding import ShardKey, sub_count, sub_of
+from pacer_planner.domain.planning import PlannedItem, count_guids, count_shards, planned_items, render
+from pacer_planner.domain.sharding import ShardKey, sub_count
 
 MAX_CURSOR_LENGTH = 4096
 _TARGET_FIELDS = ("guid", "to_id", "vars")
@@ -139,11 +138,7 @@ def plan_page(req: JobRequest, page: Page, known_subs: Mapping[str, int], max_sh
             new_counts[target.guid] = new_counts.get(target.guid, 0) + 1
     new_subs = {guid: sub_count(n, max_shard_items) for guid, n in new_counts.items()}
     subs = {**known_subs, **new_subs}
-    items = [
-        PlannedItem(new_item_id(), t.guid, t.to_id, content, idem_key(req, t), sub_of(t.to_id, subs[t.guid]))
-        for t, content in rendered
-    ]
-    return PagePlan(items, new_subs, duplicates, invalid, first_error)
+    return PagePlan(planned_items(req, rendered, subs), new_subs, duplicates, invalid, first_error)
 
 
 def redact_url(url: str) -> str:
