@@ -47,10 +47,19 @@ def home_dir(state_dir: Path) -> Path:
     return state_dir / "kafka"
 
 
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka makes them (``Uuid.randomUuid``): base64url of 16 random
+    bytes, never starting with '-', which the storage tool would read as an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def create(state_dir: Path) -> KafkaRecord:
     """Pick ports and a cluster id for a new broker; nothing is started yet."""
     port, controller_port = process.free_ports(2)
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = new_cluster_id()
     home_dir(state_dir).mkdir(parents=True, exist_ok=True)
     return KafkaRecord(port=port, controller_port=controller_port, cluster_id=cluster_id)
 
