@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from confluent_kafka import Producer
 
-from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.commands import ItemCommand, JobCommands
 from pacer_common.domain.requests import LANES, lane_of
 from pacer_common.kafka import produce_all
 
@@ -21,6 +21,9 @@ class KafkaCommandBus:
     def dispatch(self, commands: Sequence[ItemCommand]) -> int:
         """Produce and flush every command; raises unless Kafka acknowledged all of them."""
         topics = {lane: self.commands_topic(lane) for lane in LANES}
+        if isinstance(commands, JobCommands):  # a job's: encoded in bulk, no model per item
+            topic = topics[lane_of(commands.priority)]
+            return produce_all(self.producer, ((topic, guid.encode(), value, None) for guid, value in commands.encoded()))
         return produce_all(
             self.producer,
             ((topics[lane_of(c.priority)], c.guid.encode(), c.model_dump_json().encode(), None) for c in commands),

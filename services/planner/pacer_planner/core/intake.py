@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.commands import ItemCommand, JobCommands
 from pacer_common.domain.requests import JobRequest
 from pacer_common.logs import bind
 from pacer_planner.domain.admission import refusal
@@ -38,18 +38,12 @@ class Handled:
 
 
 def item_commands(job_id: str, req: JobRequest, priority: int, not_before: datetime | None,
-                  items: Iterable[PlannedItem], shard_ids: Mapping[ShardKey, int]) -> list[ItemCommand]:
-    return [
-        ItemCommand.model_construct(
-            schema_version=1, item_id=it.item_id, job_id=job_id, shard_id=shard_ids[it.shard],
-            guid=it.guid, to_id=it.to_id, content=it.content, idem_key=it.idem_key,
-            priority=priority, kind=req.kind.value, expire_at=req.expire_at, not_before=not_before,
-        )
-        for it in items
-    ]
+                  items: Iterable[PlannedItem], shard_ids: Mapping[ShardKey, int]) -> JobCommands:
+    return JobCommands(job_id, priority, req.kind.value, req.expire_at, not_before, [
+        (it.item_id, shard_ids[it.shard], it.guid, it.to_id, it.content, it.idem_key) for it in items])
 
 
-def commands_for(p: Plan, shard_ids: Mapping[ShardKey, int]) -> list[ItemCommand]:
+def commands_for(p: Plan, shard_ids: Mapping[ShardKey, int]) -> JobCommands:
     return item_commands(p.job_id, p.request, p.priority, p.not_before, p.items, shard_ids)
 
 
