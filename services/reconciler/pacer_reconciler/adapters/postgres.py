@@ -10,6 +10,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from pacer_common.db.commands import pending_commands
 from pacer_common.db.errors import with_retry
 from pacer_common.db.sql import query
 from pacer_common.db.transitions import Transition, apply
@@ -101,12 +102,7 @@ class PostgresLog:
         await with_retry(work)
 
     async def items_for_dispatch(self, item_ids: Sequence[str]) -> list[ItemCommand]:
-        async def work() -> list[ItemCommand]:
-            async with self.pool.connection() as conn:
-                rows = await (await conn.execute(query("pending_commands"), {"ids": list(item_ids)})).fetchall()  # type: ignore[arg-type]
-            return [ItemCommand.model_validate(r) for r in rows]
-
-        return await with_retry(work)
+        return await pending_commands(self.pool, item_ids)
 
     # -- sweeps ---------------------------------------------------------------------------
     async def sweep(self, kind: SweepKind, limit: int) -> int:

@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pacer_common.db.batching import Batcher
 from pacer_common.db.errors import with_retry
-from pacer_common.db.sql import query
+from pacer_common.db.commands import pending_commands
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.receipts import Receipt
@@ -51,13 +51,7 @@ class PostgresItemRepository:
 
     async def pending_commands(self, item_ids: Sequence[str]) -> list[ItemCommand]:
         """The commands of those of ``item_ids`` still pending (parked commands, read back)."""
-
-        async def work() -> list[ItemCommand]:
-            async with self.pool.connection() as conn:
-                rows = await (await conn.execute(query("pending_commands"), {"ids": list(item_ids)})).fetchall()  # type: ignore[arg-type]
-            return [ItemCommand.model_validate(r) for r in rows]
-
-        return await with_retry(work)
+        return await pending_commands(self.pool, item_ids)
 
     async def expire(self, cmd: ItemCommand) -> bool:
         t = Transition("ItemExpired", S.EXPIRED, frozenset({S.PENDING}),
