@@ -150,3 +150,49 @@ def test_events_are_read_in_transaction_id_order_across_a_digit_boundary(
         counts = dict(conn.execute(
             "SELECT status::text, sum(n) FROM shard_status_counts WHERE n <> 0 GROUP BY status").fetchall())
     assert counts == {"claimed": 3}
+
+
+def test_a_rebuilt_projection_matches_the_items_and_the_tail_goes_on_from_the_end(
+    database_url: str, kafka_config: dict[str, str], topics: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pacer rebuild-projection` recounts shard progress from the items table (here after
+    counts went wrong), completes what is done and moves the cursor past every event."""
+    from pacer_common.cli import main as cli
+
+    job_id, shards, items = seed_job(database_url, {"g1": 2, "g2": 1})
+
+    async def scenario(n_events: int) -> int:
+        pool, rec = await _reconciler(database_url, kafka_config, topics)
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                for m in await apply(conn, CLAIM, items[:n_events]):
+                    await apply(conn, Transition("ItemSubmitted", S.SUBMITTED, frozenset({S.CLAIMED}),
+                                                 epoch=m.lease_epoch), [m.item_id])
+                    await apply(conn, Transition("ItemConfirmed", S.CONFIRMED, frozenset({S.SUBMITTED})), [m.item_id])
+            return await rec.tail_once()
+        finally:
+            await pool.close()
+
+    assert asyncio.run(scenario(3)) == 9  # every item confirmed and projected
+    with psycopg.connect(database_url) as conn:  # then counts and cursor go wrong
+        conn.execute("UPDATE shard_status_counts SET n = n + 7 WHERE shard_id = %s", (shards["g1"],))
+        conn.execute("UPDATE jobs SET status = 'running', finished_at = NULL WHERE job_id = %s", (job_id,))
+        conn.execute("UPDATE log_cursors SET last_xid = '0', last_seq = 0 WHERE name = 'reconciler'")
+    monkeypatch.setenv("PACER_DATABASE_URL", database_url)
+    with pytest.raises(SystemExit) as refused:
+        cli(["rebuild-projection"])
+    assert refused.value.code == 3, "refused without the confirmation that services are stopped"
+    with pytest.raises(SystemExit) as done:
+        cli(["rebuild-projection", "--services-stopped"])
+    assert done.value.code == 0
+    with psycopg.connect(database_url) as conn:
+        counts = dict(conn.execute(
+            "SELECT status::text, sum(n) FROM shard_status_counts WHERE n <> 0 GROUP BY status").fetchall())
+        job = conn.execute("SELECT status FROM jobs WHERE job_id = %s", (job_id,)).fetchone()[0]
+    assert counts == {"confirmed": 3}
+    assert job == "completed"
+    assert asyncio.run(scenario(0)) == 0, "no event is applied again after the rebuild"
+    with psycopg.connect(database_url) as conn:
+        again = dict(conn.execute(
+            "SELECT status::text, sum(n) FROM shard_status_counts WHERE n <> 0 GROUP BY status").fetchall())
+    assert again == {"confirmed": 3}

@@ -49,6 +49,19 @@ def _migrate(_: argparse.Namespace) -> int:
     return 0
 
 
+def _rebuild_projection(args: argparse.Namespace) -> int:
+    if not args.services_stopped:
+        print("refused: stop the planner, the senders and the reconciler first (nothing may write item "
+              "events while the projection is rebuilt), then pass --services-stopped", file=sys.stderr)
+        return EXIT_REFUSED
+    url = PostgresSettings().database_url.get_secret_value()  # type: ignore[call-arg]
+    with psycopg.connect(url) as conn:
+        conn.execute(query("rebuild_projection"))
+        (shards,) = conn.execute("SELECT count(DISTINCT shard_id) FROM shard_status_counts").fetchone()  # type: ignore[misc]
+    print(f"projection rebuilt from the items table: {shards} shards; the log cursor is at the end of the log")
+    return 0
+
+
 def _topics(_: argparse.Namespace) -> int:
     k = KafkaSettings()  # type: ignore[call-arg]
     layout = topic_layout(k)
@@ -203,6 +216,10 @@ def main(argv: list[str] | None = None) -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(fn=_migrate)
     sub.add_parser("topics", help="create the Kafka topics if missing").set_defaults(fn=_topics)
+    rb = sub.add_parser("rebuild-projection", help="recount shard progress from the items table (services stopped)")
+    rb.add_argument("--services-stopped", action="store_true",
+                    help="confirm that the planner, the senders and the reconciler are stopped")
+    rb.set_defaults(fn=_rebuild_projection)
     pub = sub.add_parser("publish", help="publish a job request (JSON file, or - for stdin)")
     pub.add_argument("file")
     pub.add_argument("--raw", action="store_true", help="publish without validating (to try the DLQ)")
