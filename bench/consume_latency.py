@@ -32,8 +32,13 @@ async def measure(bootstrap: str, messages: int, gap_s: float, batch: int, timeo
     producer = make_producer({"bootstrap.servers": bootstrap}, **{"linger.ms": 0})
     latencies: list[float] = []
 
+    joined = time.monotonic() + 30  # the clock starts once the group has given us the partition
+    while not await consumer.call(consumer.consumer.assignment):
+        if time.monotonic() > joined:
+            raise RuntimeError(f"no partition of {topic} assigned within 30 s")
+        await consumer.call(consumer.consumer.consume, 1, 0.2)  # serves the rebalance callbacks
+
     async def produce() -> None:
-        await asyncio.sleep(3.0)  # let the group settle before the clock starts
         for _ in range(messages):
             producer.produce(topic, struct.pack("d", time.time()))
             producer.poll(0)
