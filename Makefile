@@ -33,7 +33,7 @@ down: install           ## stop everything `make up` started
 	$(BIN)/python -m pacer_dev.updown down
 
 chaos: install          ## every fault scenario on real processes; exits non-zero on a duplicate or a loss
-	$(BIN)/python -m pacer_dev.chaos
+	$(BIN)/python -m pacer_dev.chaos $(SCENARIOS)
 
 bench: install          ## benchmarks on real Kafka, Postgres and the fake gateway (long: see docs/performance.md)
 	$(BIN)/python -m bench

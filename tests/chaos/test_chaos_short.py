@@ -22,8 +22,8 @@ EVIDENCE = {
     "kill-sender": lambda f: f["kills"] >= SHORT.kills,
     "scale": lambda f: f["violations"] == 0 and f["max_guid_concurrency"] <= 1,
     "zombie": lambda f: f["guid_takeovers"] > 0 and f["max_guid_concurrency"] <= 1,
-    "kafka-restart": lambda f: True,
-    "postgres-restart": lambda f: True,
+    "kafka-restart": lambda f: f["open_at_fault"] > 0,
+    "postgres-restart": lambda f: f["terminated"] > 0 and f["open_at_fault"] > 0,
     "gateway-faults": lambda f: f["dropped"] > 0 and f["rejected"] > 0 and f["verified"] > 0,
     "double-submit": lambda f: f["jobs"] == 1 and f["cancelled"] > 0 and f["retried"] > 0,
 }

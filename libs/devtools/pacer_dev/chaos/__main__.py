@@ -1,5 +1,7 @@
 """``python -m pacer_dev.chaos [--short] [scenario …]``: run the fault scenarios, one line each.
 
+``CHAOS_KILLS=N`` sets how many senders the kill scenario kills (default 20); ``CHAOS_SEED`` fixes the seed.
+
 Exits non-zero if any scenario shows a duplicate delivery, a lost item, or did not finish.
 """
 
@@ -10,6 +12,7 @@ import logging
 import os
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from pacer_dev import infra
@@ -29,6 +32,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=int(os.environ.get("CHAOS_SEED", "0")) or None)
     args = p.parse_args()
     size = Size(items=1000, guids=20, kills=5, timeout_s=300) if args.short else Size()
+    if kills := os.environ.get("CHAOS_KILLS"):
+        size = replace(size, kills=int(kills), timeout_s=max(size.timeout_s, int(kills) * 12.0))
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     state = Path(os.environ.get("PACER_STATE_DIR", ".pacer")) / "chaos"
     inf = infra.up(state)

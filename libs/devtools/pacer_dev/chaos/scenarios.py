@@ -38,7 +38,8 @@ def kill_sender(inf: Infra, root: Path, size: Size, rng: random.Random) -> Resul
     """kill -9 a random sender again and again; a fresh one replaces it each time."""
     sc = open_scenario("kill-sender", inf, root, senders=3, gateway={"latency_ms": 20, "latency_jitter_ms": 30})
     try:
-        sc.publish(size.items, size.guids)
+        # Enough work to outlast every kill (about one a second): CHAOS_KILLS=100 gets a longer job.
+        sc.publish(max(size.items, size.kills * 120), size.guids)
         sc.wait_progress(0.02)
         kills = 0
         spawned = 3
@@ -97,9 +98,11 @@ def kafka_restart(inf: Infra, root: Path, size: Size, rng: random.Random) -> Res
     try:
         sc.publish(size.items, size.guids)
         sc.wait_progress(0.3)
+        planned, final = sc.progress()
         local_infra.restart_kafka(inf.state_dir)
         fig = _finish(sc, size)
-        return fig, ("takeovers", "verified", "completed")
+        fig["open_at_fault"] = planned - final  # the restart hit a job with work still open
+        return fig, ("open_at_fault", "takeovers", "verified", "completed")
     finally:
         close_scenario(sc)
 
@@ -110,12 +113,16 @@ def postgres_restart(inf: Infra, root: Path, size: Size, rng: random.Random) -> 
         sc.publish(size.items, size.guids)
         sc.wait_progress(0.25)
         with psycopg.connect(sc.db, autocommit=True) as conn:
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                         " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            row = conn.execute("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+                               " WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()
+        terminated = int(row[0]) if row else 0
         sc.wait_progress(0.5)
+        planned, final = sc.progress()
         local_infra.restart_postgres(inf.state_dir)
         fig = _finish(sc, size)
-        return fig, ("takeovers", "verified", "completed")
+        fig["terminated"] = terminated  # the services' connections cut before the restart
+        fig["open_at_fault"] = planned - final
+        return fig, ("terminated", "open_at_fault", "takeovers", "verified", "completed")
     finally:
         close_scenario(sc)
 
