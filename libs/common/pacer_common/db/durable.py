@@ -16,10 +16,10 @@ statements and COMMIT together, so this costs no extra round trip.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncPipeline
 from psycopg.abc import Query
 
 SYNCHRONOUS = "SET LOCAL synchronous_commit = on"
@@ -28,7 +28,8 @@ SYNCHRONOUS = "SET LOCAL synchronous_commit = on"
 @asynccontextmanager
 async def synchronous_transaction(conn: AsyncConnection[Any]) -> AsyncIterator[AsyncConnection[Any]]:
     """A transaction on the idle (autocommit) ``conn`` that commits synchronously."""
-    async with conn.pipeline(), conn.transaction():
+    batched = conn.pipeline() if AsyncPipeline.is_supported() else nullcontext()  # libpq < 14: one by one
+    async with batched, conn.transaction():
         await conn.execute(SYNCHRONOUS)
         yield conn
 
