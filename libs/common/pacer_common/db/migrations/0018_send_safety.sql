@@ -103,18 +103,22 @@ DECLARE
     j uuid;
     budgeted boolean := false;
 BEGIN
-    -- Whether the send being settled counted a budget unit: its ItemSubmitted says so. (If
-    -- the item is no longer ours, the guarded transition below moves nothing.)
-    SELECT i.guid, i.job_id, COALESCE((e.payload ->> 'budgeted')::boolean, false)
-    INTO g, j, budgeted
-    FROM items i LEFT JOIN item_events e ON e.item_id = i.item_id AND e.version = i.version
-    WHERE i.item_id = p_item;
-    IF p_refund AND budgeted THEN
-        -- The job's row before the item's, the order pacer_begin_send takes them in.
-        PERFORM 1 FROM jobs WHERE job_id = j FOR UPDATE;
+    SELECT i.guid, i.job_id INTO g, j FROM items i WHERE i.item_id = p_item;
+    IF p_refund THEN
+        -- Whether the send being settled counted a budget unit: its ItemSubmitted (the item's
+        -- latest event while it is ours) says so. If it is no longer ours, the guarded
+        -- transition below moves nothing and nothing is given back.
+        SELECT COALESCE((e.payload ->> 'budgeted')::boolean, false) INTO budgeted
+        FROM items i JOIN item_events e ON e.item_id = i.item_id AND e.version = i.version
+        WHERE i.item_id = p_item;
+        IF budgeted THEN
+            -- The job's row before the item's, the order pacer_begin_send takes them in.
+            PERFORM 1 FROM jobs WHERE job_id = j FOR UPDATE;
+        END IF;
     END IF;
     PERFORM pacer_transition(ARRAY[p_item], '{submitted}', p_to, p_type,
-        jsonb_build_object('error_class', p_error_class, 'error', p_error, 'refund', p_refund), p_epoch => p_epoch,
+        jsonb_build_object('error_class', p_error_class, 'error', p_error)
+            || CASE WHEN p_refund THEN '{"refund": true}'::jsonb ELSE '{}'::jsonb END, p_epoch => p_epoch,
         p_clear_lease => true, p_next_attempt_at => p_next_attempt_at,
         p_attempt_bump => CASE WHEN p_refund THEN -1 ELSE 0 END,
         p_error_class => p_error_class, p_error => p_error);
@@ -124,7 +128,7 @@ BEGIN
     IF p_release_ledger THEN
         DELETE FROM send_ledger WHERE idem_key = p_idem_key AND item_id = p_item AND state = 'reserved';
     END IF;
-    IF p_refund AND budgeted THEN
+    IF budgeted THEN
         UPDATE jobs SET budget_used = budget_used - 1 WHERE job_id = j AND budget_used > 0;
     END IF;
     IF p_hold_guid IS NOT NULL THEN
