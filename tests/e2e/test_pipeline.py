@@ -272,3 +272,28 @@ def _job_diagnosis(stack: Stack, request_id: str) -> str:
         shards = conn.execute("SELECT shard_id, status FROM shards WHERE job_id = %s", (row[0],)).fetchall()
     return (f"job {row[1]}; shards {shards}; projected counts {projected_counts(stack, request_id)}; leases {leases};"
             f" {_open_items(stack.infra.database_url, row[0])}")
+
+
+def test_a_guid_the_gateway_rate_limits_is_slowed_and_no_item_fails_or_pays_for_it(stack: Stack) -> None:
+    """The gateway accepts this guid at most every 250 ms while Pacer's limit says 10 ms: it
+    answers "too fast" (45009) until the guid has slowed down. Every item is still delivered
+    once, none failed, none used more than the one attempt that went through, and the job's
+    budget of exactly one send per item was enough."""
+    req = request(12, 1) | {"budget": {"max_sends": 12}}
+    rid = str(req["request_id"])
+    guid = f"{rid}-g0"
+    knobs = gateway(stack, "/_admin/config")
+    gateway(stack, "/_admin/config", "PUT", {"guid_min_interval_ms": {**knobs["guid_min_interval_ms"], guid: 250}})
+    publish(stack, json.dumps(req).encode(), key=rid.encode())
+    state = wait_completed(stack, rid, 180)
+    assert state[1] == {"confirmed": 12}
+    keys = [s["idempotencyKey"] for s in sends_for(stack, rid)]
+    assert len(keys) == 12 == len(set(keys)), "each item delivered exactly once"
+    with psycopg.connect(stack.infra.database_url) as conn:
+        deferrals, attempts, used = conn.execute(
+            "SELECT (SELECT count(*) FROM item_events e WHERE e.job_id = j.job_id AND e.type = 'ItemRetryScheduled'"
+            "        AND e.payload ->> 'error_class' = 'rate_limited'),"
+            "       (SELECT max(i.attempts) FROM items i WHERE i.job_id = j.job_id), j.budget_used"
+            " FROM jobs j WHERE j.request_id = %s", (rid,)).fetchone()
+    assert deferrals > 0, "the gateway did rate-limit the guid"
+    assert (attempts, used) == (1, 12)

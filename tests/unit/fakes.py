@@ -6,7 +6,8 @@
   key — or, when another item holds it, abandons this item (``"duplicate"``) — and moves
   to ``submitted``, all at once, as the database function does;
 * ``confirm`` / ``settle`` only from ``submitted`` with the claim's epoch; ``settle`` frees
-  the key when the decision says the send provably did not happen.
+  the key when the decision says the send provably did not happen, and gives the attempt
+  back when it says the send was a deferral (``refund``).
 
 Every status change is checked against the transition table.
 """
@@ -143,6 +144,8 @@ class InMemoryItemRepository:
             del self.ledger[cmd.idem_key]
         if decision.hold_guid is not None:
             self.paused_guids.setdefault(cmd.guid, decision.hold_guid)
+        if decision.refund:
+            rec.attempts -= 1  # a deferral: the attempt counted by begin_send is given back
         return True
 
 

@@ -6,6 +6,8 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
 from pacer_common.domain.status import ItemStatus, check_transition
@@ -14,7 +16,7 @@ from pacer_sender.domain.decisions import after_failure
 F = FailureClass
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 POLICY = RetryPolicy(max_attempts=3, base=timedelta(seconds=1), cap=timedelta(seconds=30))
-RETRYING = [F.RETRYABLE, F.RATE_LIMITED, F.NOT_SENT]
+RETRYING = [F.RETRYABLE, F.NOT_SENT]  # within the item's attempts
 
 
 def decide(cls: FailureClass, attempts: int = 1, retry_after: timedelta | None = None, seed: int = 0):  # type: ignore[no-untyped-def]
@@ -86,20 +88,45 @@ def test_needs_human_pauses_the_guid_and_keeps_the_item() -> None:
 
 
 def test_retry_after_is_a_floor_on_the_delay() -> None:
-    d = decide(F.RATE_LIMITED, attempts=1, retry_after=timedelta(seconds=90))
-    assert d.next_attempt_at is not None
-    assert d.next_attempt_at >= NOW + timedelta(seconds=90)
+    for cls in (F.RATE_LIMITED, F.RETRYABLE):
+        d = decide(cls, attempts=1, retry_after=timedelta(seconds=90))
+        assert d.next_attempt_at is not None
+        assert d.next_attempt_at >= NOW + timedelta(seconds=90)
 
 
 def test_short_retry_after_does_not_shorten_the_backoff() -> None:
     for seed in range(20):
-        d = decide(F.RATE_LIMITED, attempts=2, retry_after=timedelta(milliseconds=1), seed=seed)
+        d = decide(F.RETRYABLE, attempts=2, retry_after=timedelta(milliseconds=1), seed=seed)
         assert d.next_attempt_at == NOW + POLICY.next_delay(2, random.Random(seed))  # type: ignore[operator]
 
 
 def test_retry_after_does_not_extend_exhausted_attempts() -> None:
-    d = decide(F.RATE_LIMITED, attempts=POLICY.max_attempts, retry_after=timedelta(seconds=5))
+    d = decide(F.RETRYABLE, attempts=POLICY.max_attempts, retry_after=timedelta(seconds=5))
     assert d.to is ItemStatus.FAILED
+
+
+@given(attempts=st.integers(min_value=1, max_value=10_000), seed=st.integers(min_value=0, max_value=2**32),
+       retry_after_s=st.none() | st.floats(min_value=0, max_value=3600))
+def test_a_rate_limited_answer_is_a_deferral_never_a_failure(attempts: int, seed: int,
+                                                              retry_after_s: float | None) -> None:
+    """However many attempts came before and however often the gateway says "too fast", the
+    item waits (reason rate_limited) with its attempt and budget unit given back, and its
+    key freed: nothing was sent."""
+    retry_after = None if retry_after_s is None else timedelta(seconds=retry_after_s)
+    d = decide(F.RATE_LIMITED, attempts, retry_after=retry_after, seed=seed)
+    assert d.to is ItemStatus.WAITING_RETRY and d.event == "ItemRetryScheduled"
+    assert d.refund and d.release_ledger and d.hold_guid is None
+    assert d.error_class == "rate_limited"
+    assert d.next_attempt_at is not None and d.next_attempt_at > NOW
+    assert d.next_attempt_at <= NOW + max(POLICY.cap, retry_after or timedelta(0)), "the wait is bounded"
+    if retry_after is not None:
+        assert d.next_attempt_at >= NOW + retry_after
+
+
+@pytest.mark.parametrize("cls", [c for c in FailureClass if c is not F.RATE_LIMITED])
+def test_only_a_rate_limited_answer_gives_the_attempt_back(cls: FailureClass) -> None:
+    for attempts in (1, POLICY.max_attempts):
+        assert decide(cls, attempts).refund is False
 
 
 @pytest.mark.parametrize("cls", list(FailureClass))
@@ -113,7 +140,7 @@ def test_only_classes_proving_non_delivery_are_retried(cls: FailureClass) -> Non
     d = decide(cls, attempts=1)
     if d.to is ItemStatus.WAITING_RETRY:
         # needs_human: the gateway refused (account offline/kicked), so nothing was sent
-        assert cls in RETRYING or cls is F.NEEDS_HUMAN
+        assert cls in RETRYING or cls in (F.NEEDS_HUMAN, F.RATE_LIMITED)
         assert d.release_ledger
     if cls is F.IN_DOUBT:
         assert not d.release_ledger and d.to is not ItemStatus.WAITING_RETRY

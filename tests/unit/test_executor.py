@@ -170,6 +170,21 @@ def test_rate_limited_failure_is_reported_as_such_and_retried() -> None:
     assert rec.next_attempt_at is not None and rec.next_attempt_at >= before + timedelta(seconds=60)
 
 
+def test_rate_limited_answers_never_use_up_the_items_attempts() -> None:
+    """Ten "too fast" answers in a row, with a retry policy of three attempts: the item is
+    still waiting (reason rate_limited) with no attempt used, and sends once the gateway
+    lets it."""
+    repo, gw = setup(errors=[SendError(F.RATE_LIMITED, 45009, "too fast")] * 10)
+    for _ in range(10):
+        assert run(repo, gw, command()) == Executed("rate_limited", True)
+        rec = repo.items["it-1"]
+        assert (rec.status, rec.error_class, rec.attempts) == (S.WAITING_RETRY, "rate_limited", 0)
+        assert command().idem_key not in repo.ledger, "not sent: the key is free"
+        repo.requeue("it-1")
+    assert run(repo, gw, command()) == Executed("confirmed", True)
+    assert repo.items["it-1"].attempts == 1
+
+
 def test_needs_human_pauses_the_guid_and_later_items_are_held_unsent() -> None:
     repo, gw = setup(errors=[SendError(F.NEEDS_HUMAN, 1001, "device offline")])
     assert run(repo, gw, command()) == Executed("needs_human", True)

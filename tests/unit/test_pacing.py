@@ -8,6 +8,8 @@ from datetime import datetime, time
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pacer_sender.domain.pacing import GuidPacer, Limits, lane_of
 
@@ -112,6 +114,29 @@ def test_rate_limited_rejection_slows_down_and_clean_sends_recover() -> None:
     assert p.multiplier == 1.0
     p.sent("batch", limits, 30.0, 0.0, RNG)
     assert p.multiplier == 1.0, "never faster than the configured interval"
+
+
+@given(penalty=st.floats(min_value=1.0, max_value=10.0), cap=st.floats(min_value=1.0, max_value=100.0),
+       n=st.integers(min_value=1, max_value=60))
+def test_repeated_rate_limits_slow_the_guid_more_each_time_up_to_the_cap(penalty: float, cap: float, n: int) -> None:
+    limits = Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.0, rate_limited_penalty=penalty,
+                    max_penalty=cap)
+    p = GuidPacer()
+    waits = []
+    for k in range(n):
+        p.slowed("batch", limits, float(k), RNG)
+        waits.append(p.ready_at("batch", limits, float(k), 0.0) - k)
+    assert all(b >= a - 1e-9 for a, b in zip(waits, waits[1:])), "each rate limit in a row waits at least as long"
+    assert waits[0] == pytest.approx(min(penalty, cap))
+    assert max(waits) <= cap + 1e-9, "never slower than max_penalty times the interval"
+    assert waits[-1] == pytest.approx(min(cap, penalty ** n))
+
+
+def test_pacing_refuses_a_penalty_that_would_speed_up() -> None:
+    with pytest.raises(ValueError):
+        Limits(rate_limited_penalty=0.5)
+    with pytest.raises(ValueError):
+        Limits(max_penalty=0.5)
 
 
 def test_handover_keeps_the_previous_owners_spacing() -> None:

@@ -7,13 +7,14 @@ import json
 import logging
 import os
 import socket
+import uuid
 from datetime import time as dtime
 from datetime import timedelta
 from typing import Literal
 
 from confluent_kafka import KafkaException, TopicPartition
 from prometheus_client import Counter, Gauge
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.pool import open_pool
@@ -37,7 +38,10 @@ class SenderSettings(OpsSettings):
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_SENDER_")
     port: int = 9102
     group_id: str | None = None  # default: "<topic prefix>.sender"
-    owner: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    # This process's identity on leases: the name given (default <hostname>:<pid>) plus a
+    # random suffix drawn once per start, so two containers with the same hostname and pid 1,
+    # or a restarted one, never share an owner (and never renew each other's leases).
+    owner: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}", validate_default=True)
     gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL")
     gateway_timeout_s: float = 10.0
     lease_ttl_s: float = 60.0
@@ -58,6 +62,11 @@ class SenderSettings(OpsSettings):
     max_parked: int = 500_000
     failure_codes: dict[int, FailureClass] = Field(default_factory=lambda: dict(DEFAULT_CODE_TABLE))
     db_pool_max: int = 20
+
+    @field_validator("owner")
+    @classmethod
+    def _unique_owner(cls, name: str) -> str:
+        return f"{name}:{uuid.uuid4().hex[:12]}"
 
     def limits(self) -> Limits:
         quiet = None
@@ -203,8 +212,13 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         Gauge("pacer_sender_active_guids", "Guids with work in hand", registry=ctx.registry).set_function(
             lambda: dispatcher.active_guids)
 
+        rate_limited = Counter("pacer_sender_rate_limited_total", "Rate-limited gateway answers: the guid slowed, "
+                               "the item deferred (no attempt, no budget used)", registry=ctx.registry)
+
         def on_executed(env: Envelope, res: Executed) -> None:
             executed.labels(res.outcome).inc()
+            if res.outcome == "rate_limited":
+                rate_limited.inc()
 
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=2, max_size=cfg.db_pool_max,
                                name="pacer-sender")

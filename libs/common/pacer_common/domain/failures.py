@@ -58,8 +58,14 @@ class RetryPolicy:
         """Full-jitter exponential backoff; ``None`` once attempts are used up."""
         if attempts >= self.max_attempts:
             return None
-        ceiling = min(self.cap.total_seconds(), self.base.total_seconds() * 2 ** max(attempts - 1, 0))
+        return self.backoff(attempts, rng)
+
+    def backoff(self, n: int, rng: random.Random) -> timedelta:
+        """The jittered delay after the ``n``-th try (from 1), growing to ``cap``; never ends."""
+        ceiling = min(self.cap.total_seconds(), self.base.total_seconds() * 2 ** min(max(n - 1, 0), 64))
         return timedelta(seconds=rng.uniform(ceiling / 2, ceiling))
 
 
-RETRY_CLASSES = frozenset({FailureClass.RETRYABLE, FailureClass.RATE_LIMITED, FailureClass.NOT_SENT})
+# Retried within the item's attempts. RATE_LIMITED is not here: a rate-limited answer is a
+# deferral (the guid slows down, the item waits), never an attempt.
+RETRY_CLASSES = frozenset({FailureClass.RETRYABLE, FailureClass.NOT_SENT})

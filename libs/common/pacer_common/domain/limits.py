@@ -42,6 +42,7 @@ class LimitsPatch(BaseModel):
     timezone: str | None = None
     rate_limited_penalty: Annotated[float, Field(ge=1)] | None = None
     penalty_decay: Annotated[float, Field(gt=0, le=1)] | None = None
+    max_penalty: Annotated[float, Field(ge=1)] | None = None
 
     @field_validator("quiet_hours")
     @classmethod

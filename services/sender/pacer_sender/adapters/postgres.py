@@ -3,7 +3,8 @@
 The steps are database functions (``migrations/0002_item_functions.sql``) built on the
 guarded ``pacer_transition``: begin (claim + reserve key + submitted), confirm, settle.
 Every write after the claim carries the lease epoch, so a worker whose lease was taken
-over cannot record anything.
+over cannot record anything. Every write commits synchronously, whatever the server's
+default (``pacer_common.db.durable``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from pacer_common.db.batching import Batcher
 from pacer_common.db.errors import with_retry
 from pacer_common.db.commands import pending_commands
+from pacer_common.db.durable import fetch_durably, synchronous_transaction
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.receipts import Receipt
@@ -45,7 +47,7 @@ class PostgresItemRepository:
     async def _row(self, name: str, params: dict[str, Any]) -> Any:
         async def work() -> Any:
             async with self.pool.connection() as conn:
-                return await (await conn.execute(_sql(name), params)).fetchone()  # type: ignore[arg-type]
+                return (await fetch_durably(conn, _sql(name), params))[0]  # type: ignore[arg-type]
 
         return await with_retry(work)
 
@@ -58,7 +60,7 @@ class PostgresItemRepository:
                        error_class="expired", error=f"expire_at {cmd.expire_at} passed before sending")
 
         async def work() -> bool:
-            async with self.pool.connection() as conn:
+            async with self.pool.connection() as conn, synchronous_transaction(conn):
                 return bool(await apply(conn, t, [cmd.item_id]))
 
         return await with_retry(work)
@@ -102,14 +104,14 @@ class PostgresItemRepository:
         async def work() -> tuple[float, list[Any]]:
             async with self.pool.connection() as conn:
                 sent_at = time.monotonic()
-                return sent_at, await (await conn.execute(_sql(name), params)).fetchall()  # type: ignore[arg-type]
+                return sent_at, await fetch_durably(conn, _sql(name), params)  # type: ignore[arg-type]
 
         return await with_retry(work)
 
     async def _rows(self, name: str, params: dict[str, Any]) -> list[Any]:
         async def work() -> list[Any]:
             async with self.pool.connection() as conn:
-                return await (await conn.execute(_sql(name), params)).fetchall()  # type: ignore[arg-type]
+                return await fetch_durably(conn, _sql(name), params)  # type: ignore[arg-type]
 
         return await with_retry(work)
 
@@ -117,7 +119,7 @@ class PostgresItemRepository:
         row = await self._row("settle", {
             "item_id": cmd.item_id, "epoch": epoch, "idem_key": cmd.idem_key, "to": d.to.value, "type": d.event,
             "error_class": d.error_class, "error": d.error, "next_attempt_at": d.next_attempt_at,
-            "release": d.release_ledger, "hold_guid": d.hold_guid,
+            "release": d.release_ledger, "hold_guid": d.hold_guid, "refund": d.refund,
         })
         return bool(row["moved"])
 
@@ -132,8 +134,8 @@ class PostgresGuidLeases:
     async def acquire(self, guids: Sequence[str], owner: str) -> list[GuidLease]:
         async def work() -> list[GuidLease]:
             async with self.pool.connection() as conn:
-                rows = await (await conn.execute(_sql("acquire_guids"), {  # type: ignore[arg-type]
-                    "guids": list(guids), "owner": owner, "ttl": self.ttl})).fetchall()
+                rows = await fetch_durably(conn, _sql("acquire_guids"), {  # type: ignore[arg-type]
+                    "guids": list(guids), "owner": owner, "ttl": self.ttl})
             return [GuidLease(r["guid"], r["epoch"], r["last_send_at"], r["took_over"], r["db_now"],
                               {k: (int(v[0]), int(v[1])) for k, v in (r["windows"] or {}).items()}) for r in rows]
 
@@ -142,8 +144,8 @@ class PostgresGuidLeases:
     async def release(self, guids: Sequence[str], owner: str) -> int:
         async def work() -> int:
             async with self.pool.connection() as conn:
-                row = await (await conn.execute(_sql("release_guids"), {  # type: ignore[arg-type]
-                    "guids": list(guids), "owner": owner})).fetchone()
+                (row,) = await fetch_durably(conn, _sql("release_guids"), {  # type: ignore[arg-type]
+                    "guids": list(guids), "owner": owner})
             return int(row["released"])
 
         return await with_retry(work)

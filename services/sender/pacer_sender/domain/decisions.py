@@ -20,11 +20,13 @@ class Decision:
     next_attempt_at: datetime | None = None
     release_ledger: bool = False  # the send provably did not happen: free the idempotency key
     hold_guid: str | None = None  # pause the item's guid with this reason (needs a person)
+    refund: bool = False  # a deferral, not an attempt: give back the attempt and the budget unit
 
 
 def after_failure(err: SendError, attempts: int, policy: RetryPolicy, now: datetime,
                   rng: random.Random) -> Decision:
-    """Retry what may be retried (bounded), verify what may have been delivered, fail the rest."""
+    """Retry what may be retried (bounded), defer what was rate-limited (unbounded, no attempt),
+    verify what may have been delivered, fail the rest."""
     cls = err.failure_class
     if cls is FailureClass.IN_DOUBT:
         # The gateway may have delivered: never resend blindly; the reconciler verifies.
@@ -34,6 +36,15 @@ def after_failure(err: SendError, attempts: int, policy: RetryPolicy, now: datet
         # guid and keep the item; it goes again once an operator resumes the guid.
         return Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", cls.value, str(err),
                         next_attempt_at=now, release_ledger=True, hold_guid=f"needs_human: {err}")
+    if cls is FailureClass.RATE_LIMITED:
+        # Not the item's fault and not sent: the guid slows down (its pacer) and the item
+        # waits its turn again, without using up an attempt or a unit of its job's budget,
+        # as often as it takes. Only its expire_at ends the wait.
+        delay = policy.backoff(attempts, rng)
+        if err.retry_after is not None:
+            delay = max(delay, err.retry_after)
+        return Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", cls.value, str(err),
+                        next_attempt_at=now + delay, release_ledger=True, refund=True)
     if cls in RETRY_CLASSES:
         delay = policy.next_delay(attempts, rng)
         if err.retry_after is not None and delay is not None:

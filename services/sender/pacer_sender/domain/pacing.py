@@ -6,7 +6,8 @@
   "what is free".
 * Fixed windows per minute / hour / day, shared by both lanes, batch capped at its share.
 * Quiet hours hold batch sends (not replies to a customer) until they end.
-* A rate-limited rejection multiplies the interval; clean sends decay it back to 1.
+* A rate-limited rejection multiplies the interval (up to ``max_penalty``); clean sends
+  decay it back to 1.
 
 All times are passed in: monotonic seconds for spacing, wall-clock seconds for windows and
 quiet hours. A deferral here is never a failed attempt.
@@ -45,12 +46,15 @@ class Limits:
     timezone: str = "Asia/Shanghai"
     rate_limited_penalty: float = 2.0
     penalty_decay: float = 0.9
+    max_penalty: float = 32.0  # repeated rate limits slow the guid at most this many times
 
     def __post_init__(self) -> None:
         if not 0 <= self.online_reserve < 1:
             raise ValueError("online_reserve must be in [0, 1)")
         if self.min_interval_s < 0 or self.jitter_s < 0:
             raise ValueError("intervals must not be negative")
+        if self.rate_limited_penalty < 1 or self.max_penalty < 1:
+            raise ValueError("rate_limited_penalty and max_penalty must be at least 1")
 
     def jitter(self, rng: random.Random) -> float:
         if self.jitter_s <= 0:
@@ -145,8 +149,9 @@ class GuidPacer:
             w.batch += lane == "batch"
 
     def slowed(self, lane: Lane, limits: Limits, mono: float, rng: random.Random) -> None:
-        """A rate-limited rejection: slow down before anything is retried."""
-        self.multiplier = min(32.0, self.multiplier * limits.rate_limited_penalty)
+        """A rate-limited rejection: slow down before anything is retried. Each one in a row
+        multiplies the interval again, up to ``max_penalty`` times the configured one."""
+        self.multiplier = min(limits.max_penalty, self.multiplier * limits.rate_limited_penalty)
         self._mark(lane, limits, mono, rng)
 
     def _mark(self, lane: Lane, limits: Limits, mono: float, rng: random.Random) -> None:

@@ -1,0 +1,41 @@
+"""Transactions whose commit is synchronous whatever the server's or database's default.
+
+Exactly-once rests on a few commits being durable before anything leaves the process: the
+claim with ``submitted`` (written before the gateway call), the outcome, the guid lease.
+With ``synchronous_commit = off`` (a server, database or role default an operator may set
+for throughput) Postgres acknowledges a commit before its WAL is flushed; a crash then
+loses a ``submitted`` the sender already acted on, and the item is sent again.
+
+``SET LOCAL`` inside the transaction is the one setting that covers the commit itself: a
+function's ``SET`` clause is undone when the function returns, before the commit, and a
+session-level ``SET`` does not survive a transaction-pooling proxy (PgBouncer) that hands
+the next transaction another server connection. Pipeline mode sends BEGIN, the setting, the
+statements and COMMIT together, so this costs no extra round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, nullcontext
+from typing import Any
+
+from psycopg import AsyncConnection, AsyncPipeline
+from psycopg.abc import Query
+
+SYNCHRONOUS = "SET LOCAL synchronous_commit = on"
+
+
+@asynccontextmanager
+async def synchronous_transaction(conn: AsyncConnection[Any]) -> AsyncIterator[AsyncConnection[Any]]:
+    """A transaction on the idle (autocommit) ``conn`` that commits synchronously."""
+    batched = conn.pipeline() if AsyncPipeline.is_supported() else nullcontext()  # libpq < 14: one by one
+    async with batched, conn.transaction():
+        await conn.execute(SYNCHRONOUS)
+        yield conn
+
+
+async def fetch_durably(conn: AsyncConnection[Any], sql: Query, params: Any = None) -> list[Any]:
+    """Run ``sql`` as its own synchronously committed transaction; return its rows."""
+    async with synchronous_transaction(conn):
+        cur = await conn.execute(sql, params)
+    return await cur.fetchall() if cur.description is not None else []
