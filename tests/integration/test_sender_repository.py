@@ -115,6 +115,19 @@ def test_a_sender_without_the_guid_lease_writes_nothing(database_url: str) -> No
     assert status_and_events(database_url, item) == ("pending", [])
 
 
+def test_the_first_lease_of_a_guid_never_seen_is_returned_at_once(database_url: str) -> None:
+    async def scenario() -> list:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        try:
+            return await PostgresGuidLeases(pool, timedelta(seconds=30)).acquire(["new-guid", "other"], "w1")
+        finally:
+            await pool.close()
+
+    leases = asyncio.run(scenario())
+    assert sorted(lease.guid for lease in leases) == ["new-guid", "other"]  # type: ignore[attr-defined]
+    assert all(lease.windows == {} and lease.last_send_at is None for lease in leases)  # type: ignore[attr-defined]
+
+
 def test_an_expired_guid_lease_is_taken_over_with_its_last_send_time(database_url: str) -> None:
     _, _, (item, item2) = seed_job(database_url, {"g1": 2})
 
