@@ -20,11 +20,6 @@ from tests.integration.helpers import read_topic, seed_job
 CLAIM = Transition("ItemClaimed", S.CLAIMED, frozenset({S.PENDING}), lease_owner="w", lease_ttl=timedelta(seconds=30))
 
 
-class NoLookup:
-    async def lookup(self, guid: str, idem_key: str) -> bool | None:
-        return None
-
-
 @pytest.fixture
 def topics(kafka_config: dict[str, str], topic_prefix: str) -> tuple[str, str]:
     outcomes, commands = f"{topic_prefix}.item-outcomes", f"{topic_prefix}.item-commands"
@@ -35,7 +30,7 @@ def topics(kafka_config: dict[str, str], topic_prefix: str) -> tuple[str, str]:
 async def _reconciler(url: str, kafka_config: dict[str, str], topics: tuple[str, str]):  # type: ignore[no-untyped-def]
     pool = await open_pool(url, min_size=1, max_size=2)
     store = PostgresLog(pool, "reconciler", timedelta(seconds=60))
-    rec = Reconciler(store, store, KafkaPublisher(make_producer(kafka_config), topics[0], lambda lane: topics[1]), NoLookup())
+    rec = Reconciler(store, store, KafkaPublisher(make_producer(kafka_config), topics[0], lambda lane: topics[1]))
     return pool, rec
 
 

@@ -29,7 +29,7 @@ class Sweeps:
 
 def test_a_failing_sweep_is_reported_and_the_others_still_run() -> None:
     sweeps = Sweeps(broken="claim_expired")
-    rec = Reconciler(events=None, sweeps=sweeps, publisher=None, lookup=None)  # type: ignore[arg-type]
+    rec = Reconciler(events=None, sweeps=sweeps, publisher=None)  # type: ignore[arg-type]
     report = asyncio.run(rec.sweep_once())
     assert sweeps.ran == list(SWEEP_KINDS)
     assert report.failed == ["claim_expired"]

@@ -1,15 +1,19 @@
-"""The reconciler's duties: tail the event log, publish, project progress, sweep, verify."""
+"""The reconciler's duties: tail the event log, publish, project progress, sweep.
+
+Verification of in-doubt sends runs apart, in :mod:`pacer_reconciler.verifier`.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
+from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
 from pacer_reconciler.domain.breakers import Breakers, Trip
 from pacer_reconciler.domain.projection import to_dispatch
-from pacer_reconciler.ports import DeliveryLookup, EventLog, Holds, Position, Publisher, SweepKind, Sweeps
+from pacer_reconciler.ports import EventLog, Holds, Position, Publisher, SweepKind, Sweeps, Unreadable
 
 log = logging.getLogger(__name__)
 SWEEP_KINDS: tuple[SweepKind, ...] = ("claim_expired", "submit_expired", "retry_due", "release_held")
@@ -18,21 +22,19 @@ SWEEP_KINDS: tuple[SweepKind, ...] = ("claim_expired", "submit_expired", "retry_
 @dataclass
 class SweepReport:
     moved: dict[str, int]
-    verified: dict[str, int]
     failed: list[str] = field(default_factory=list)  # sweeps that raised this round
 
 
 class Reconciler:
-    def __init__(self, events: EventLog, sweeps: Sweeps, publisher: Publisher, lookup: DeliveryLookup,
+    def __init__(self, events: EventLog, sweeps: Sweeps, publisher: Publisher,
                  *, holds: Holds | None = None, breakers: Breakers | None = None,
-                 batch: int = 2000, sweep_limit: int = 1000, verify_limit: int = 200) -> None:
+                 batch: int = 2000, sweep_limit: int = 1000) -> None:
         self.events = events
         self.sweeps = sweeps
         self.publisher = publisher
-        self.lookup = lookup
         self.batch = batch
         self.sweep_limit = sweep_limit
-        self.verify_limit = verify_limit
+        self.bad: Counter[str] = Counter()  # events/commands skipped, by reason; drained by the caller
         self._pos: Position | None = None
         self.holds = holds
         self.breakers = breakers
@@ -48,15 +50,25 @@ class Reconciler:
         A crash between the two republishes the batch: outcomes are at-least-once (consumers
         dedupe on item_id + version) and a repeated item command finds the item no longer
         pending, or claimed by its first delivery.
+
+        A row that cannot be read as an event, a command that cannot be built, a message too
+        large for Kafka: each is logged with its reason, counted in ``bad`` and skipped, and
+        the rest of the batch goes on (the cursor passes it: it would fail the same way again).
         """
         if self._pos is None:
             self._pos = await self.events.position()
         batch = await self.events.read(self._pos, self.batch)
         if not batch:
             return 0
-        events = [ev for _, ev in batch]
-        commands = await self.events.items_for_dispatch(to_dispatch(events))
-        self.publisher.publish(events, commands)
+        events: list[ItemEvent] = []
+        for pos, ev in batch:
+            if isinstance(ev, Unreadable):
+                self._skip("unreadable_event", f"event seq {ev.seq} of item {ev.item_id} at {pos}: {ev.reason}")
+            else:
+                events.append(ev)
+        commands = await self._commands(to_dispatch(events))
+        for r in self.publisher.publish(events, commands):
+            self._skip("unpublishable", f"item {r.item_id}: {r.reason}")
         to = batch[-1][0]
         try:
             await self.events.commit_batch(events, self._pos, to)
@@ -66,6 +78,26 @@ class Reconciler:
         self._pos = to
         await self._trip_breakers(events)
         return len(events)
+
+    async def _commands(self, item_ids: list[str]) -> list[ItemCommand]:
+        """The commands of the re-queued items; if one of them cannot be built (a bad value),
+        each is built alone and only those that fail are skipped."""
+        try:
+            return await self.events.items_for_dispatch(item_ids)
+        except ValueError:
+            if len(item_ids) < 2:
+                raise
+        commands: list[ItemCommand] = []
+        for item_id in item_ids:
+            try:
+                commands += await self.events.items_for_dispatch([item_id])
+            except ValueError as exc:
+                self._skip("bad_command", f"item {item_id}: command cannot be built: {exc}")
+        return commands
+
+    def _skip(self, reason: str, detail: str) -> None:
+        log.error("skipped (%s): %s", reason, detail)
+        self.bad[reason] += 1
 
     async def _trip_breakers(self, events: list[ItemEvent]) -> None:
         """Pause the jobs and guids whose recent outcomes tripped a breaker (after the commit:
@@ -90,13 +122,6 @@ class Reconciler:
                 log.exception("sweep %s failed; the other duties go on", kind)
                 moved[kind] = 0
                 failed.append(kind)
-        verified: dict[str, int] = {}
-        now = datetime.now(UTC)
-        for item in await self.sweeps.in_doubt(self.verify_limit):
-            found = await self.lookup.lookup(item.guid, item.idem_key)
-            result = await self.sweeps.resolve(item, found, now)
-            if result:
-                verified[result] = verified.get(result, 0) + 1
-        if any(moved.values()) or verified:
-            log.info("sweep: moved %s, verified %s", moved, verified)
-        return SweepReport(moved, verified, failed)
+        if any(moved.values()):
+            log.info("sweep: moved %s", moved)
+        return SweepReport(moved, failed)
