@@ -85,8 +85,7 @@ class Reconciler:
         try:
             return await self.events.items_for_dispatch(item_ids)
         except ValueError:
-            if len(item_ids) < 2:
-                raise
+            pass
         commands: list[ItemCommand] = []
         for item_id in item_ids:
             try:
