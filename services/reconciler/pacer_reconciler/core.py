@@ -77,7 +77,7 @@ class Reconciler:
             raise
         self._pos = to
         await self._trip_breakers(events)
-        return len(events)
+        return len(batch)  # rows passed, skipped ones included
 
     async def _commands(self, item_ids: list[str]) -> list[ItemCommand]:
         """The commands of the re-queued items; if one of them cannot be built (a bad value),
