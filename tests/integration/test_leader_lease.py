@@ -11,7 +11,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from pacer_common.db.leader import LeaderLock, LeadershipLost
+from pacer_common.db.leader import LeaderLock, LeadershipLost, fence
 from pacer_common.db.pool import open_pool
 from pacer_reconciler.adapters.postgres import PostgresLog
 from pacer_reconciler.ports import Position
@@ -94,5 +94,27 @@ def test_a_cursor_write_under_an_old_epoch_is_refused(database_url: str) -> None
             await a.release()
             await b.release()
             await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_leader_frozen_inside_its_fenced_transaction_does_not_block_the_takeover(database_url: str) -> None:
+    """The fence's row lock dies with the frozen transaction (idle_in_transaction_session_timeout,
+    as the reconciler sets it), so the standby still takes over within the bound."""
+
+    async def scenario() -> None:
+        a, b = LeaderLock(database_url, "t", ttl_s=TTL), LeaderLock(database_url, "t", ttl_s=TTL)
+        frozen = await psycopg.AsyncConnection.connect(
+            database_url, options=f"-c idle_in_transaction_session_timeout={int(TTL * 500)}")
+        try:
+            assert await a.hold()
+            await fence(frozen, "t", a.epoch)  # opens a transaction holding the lease row: then a freezes
+            waited = await _until(b.hold, timeout_s=4 * TTL)
+            assert waited <= TTL + TTL / 3 + 1.0
+            assert b.epoch == 2
+        finally:
+            await frozen.close()
+            await a.release()
+            await b.release()
 
     asyncio.run(scenario())

@@ -99,7 +99,12 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                         registry=reg)
         url = pg.database_url.get_secret_value()
         leader = LeaderLock(url, "pacer-reconciler", ttl_s=cfg.leader_ttl_s)
-        pool = await open_pool(url, min_size=1, max_size=6, name="pacer-reconciler")
+        # A leader frozen inside a transaction keeps its row locks (the lease row under the
+        # fence, the cursor row) while its TCP connection lives; the server ends such a
+        # transaction after half a TTL, so a standby's takeover is never blocked behind it.
+        idle_tx_ms = max(1000, int(cfg.leader_ttl_s * 500))
+        pool = await open_pool(url, min_size=1, max_size=6, name="pacer-reconciler",
+                               options=f"-c idle_in_transaction_session_timeout={idle_tx_ms}")
         producer = make_producer(kafka.client_config())
         http = make_client(cfg.gateway_url, cfg.gateway_timeout_s, max_connections=cfg.verify_concurrency + 4)
         store = PostgresLog(pool, "reconciler", timedelta(seconds=cfg.verify_deadline_s),
