@@ -173,3 +173,7 @@ SCENARIOS: dict[str, Callable[[Infra, Path, Size, random.Random], Result]] = {
     "gateway-faults": gateway_faults,
     "double-submit": double_submit,
 }
+
+from pacer_dev.chaos.scenarios_reconciler import SCENARIOS as _RECONCILER  # noqa: E402
+
+SCENARIOS.update(_RECONCILER)
