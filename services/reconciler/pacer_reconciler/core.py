@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from pacer_common.domain.commands import ItemCommand
@@ -124,3 +125,31 @@ class Reconciler:
         if any(moved.values()):
             log.info("sweep: moved %s", moved)
         return SweepReport(moved, failed)
+
+
+class RoundGuard:
+    """Runs the leader's rounds so that nothing they raise stops the service.
+
+    A database or broker that is down, or a bug met by one round, is logged, counted by
+    error type and followed by an exponential back-off (``base_s`` doubling up to
+    ``max_s``); the next round comes all the same, and a success resets the back-off.
+    """
+
+    def __init__(self, base_s: float = 0.5, max_s: float = 30.0) -> None:
+        self.base_s = base_s
+        self.max_s = max_s
+        self.failures = 0  # in a row
+        self.errors: Counter[str] = Counter()  # by exception type; drained by the caller
+
+    async def run(self, round_: Callable[[], Awaitable[int]]) -> tuple[int, float]:
+        """``(rows handled, seconds to wait before the next round)``."""
+        try:
+            n = await round_()
+        except Exception as exc:
+            self.failures += 1
+            self.errors[type(exc).__name__] += 1
+            delay = min(self.max_s, self.base_s * 2 ** min(self.failures - 1, 16))
+            log.exception("reconciler round failed (%d in a row); next try in %.1fs", self.failures, delay)
+            return 0, delay
+        self.failures = 0
+        return n, 0.0

@@ -20,7 +20,7 @@ from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_reconciler.adapters.kafka import KafkaPublisher
 from pacer_reconciler.adapters.postgres import CursorMoved, PostgresLog
-from pacer_reconciler.core import Reconciler
+from pacer_reconciler.core import Reconciler, RoundGuard
 from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
 from pacer_reconciler.verifier import LOOKUP_RESULTS, Verifier
 
@@ -128,7 +128,15 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
               registry=reg).set_function(lambda: float(verifier.in_flight))
 
         async def round_() -> int:
-            n = await rec.tail_once()
+            try:
+                n = await rec.tail_once()
+            except CursorMoved as exc:
+                log.error("event batch not applied: %s; reading again from the stored cursor", exc)
+                return 0
+            except LeadershipLost as exc:
+                log.warning("event batch not applied: %s", exc)
+                rec.forget_position()
+                return 0
             tailed.inc(n)
             nonlocal next_sweep
             if loop.time() >= next_sweep:
@@ -146,7 +154,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         def drain() -> None:
             while rec.tripped:
                 trips.labels(rec.tripped.pop().scope).inc()
-            for src, counter in ((rec.bad, bad), (verifier.lookups, lookups), (verifier.resolved, verified)):
+            for src, counter in ((rec.bad, bad), (verifier.lookups, lookups), (verifier.resolved, verified),
+                                 (guard.errors, round_errors)):
                 for label, k in src.items():
                     counter.labels(label).inc(k)
                 src.clear()
@@ -154,7 +163,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         ctx.health.set_ready(True, "standby")
         next_sweep = 0.0
         epoch: int | None = None
-        failures = 0
+        guard = RoundGuard(max_s=cfg.error_backoff_max_s)
         tasks = [asyncio.create_task(leader.keep(ctx.stop), name="leader-lease"),
                  asyncio.create_task(verifier.run(ctx.stop, lambda: leader.is_leader, cfg.sweep_interval_s),
                                      name="verifier")]
@@ -174,24 +183,11 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                     epoch = leader.epoch
                     ctx.health.set_ready(True, "leader")
                     last_tail = loop.time()
-                try:
-                    n = await round_()
-                    last_tail = loop.time()
-                    failures = 0
-                except CursorMoved as exc:
-                    log.error("event batch not applied: %s; reading again from the stored cursor", exc)
-                    n = 0
-                except LeadershipLost as exc:
-                    log.warning("event batch not applied: %s", exc)
-                    rec.forget_position()
-                    n = 0
-                except Exception as exc:  # database or Kafka down, or a bug: never exit for it
-                    failures += 1
-                    round_errors.labels(type(exc).__name__).inc()
-                    delay = min(cfg.error_backoff_max_s, 0.5 * 2 ** min(failures - 1, 10))
-                    log.exception("reconciler round failed (%d in a row); next try in %.1fs", failures, delay)
+                n, delay = await guard.run(round_)
+                if delay:
                     await _idle(ctx.stop, delay)
                     continue
+                last_tail = loop.time()
                 if n < cfg.batch:
                     await _idle(ctx.stop, 0.1)
         finally:
