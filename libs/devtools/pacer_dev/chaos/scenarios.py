@@ -174,6 +174,6 @@ SCENARIOS: dict[str, Callable[[Infra, Path, Size, random.Random], Result]] = {
     "double-submit": double_submit,
 }
 
-from pacer_dev.chaos.scenarios_reconciler import SCENARIOS as _RECONCILER  # noqa: E402
+from pacer_dev.chaos.scenarios_reconciler import SCENARIOS as _RECONCILER
 
 SCENARIOS.update(_RECONCILER)
