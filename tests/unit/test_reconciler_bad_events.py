@@ -81,3 +81,61 @@ def test_bad_rows_are_skipped_and_counted_and_every_good_one_goes_through(kinds:
     assert rec.bad == {reason: len(ids[kind]) for kind, reason in (
         ("unreadable", "unreadable_event"), ("bad_command", "bad_command"), ("too_large", "unpublishable"))
         if ids.get(kind)}
+
+
+class PoisonLog(Log):
+    """Applying a batch that holds a poison event fails (as a foreign-key violation would);
+    ``down`` makes every commit fail as an outage would."""
+
+    def __init__(self, rows: list[tuple[Position, ItemEvent | Unreadable]], poison: set[str]) -> None:
+        super().__init__(rows, set())
+        self.poison = poison
+        self.down = False
+
+    async def commit_batch(self, events: Sequence[ItemEvent], start: Position, to: Position) -> None:
+        if self.down:
+            raise ConnectionError("database unreachable")
+        if any(e.item_id in self.poison for e in events):
+            raise RuntimeError("insert or update violates foreign key constraint")
+        await super().commit_batch(events, start, to)
+
+
+class NoPublisher:
+    def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> list[Rejected]:
+        return []
+
+
+async def _rounds(rec: Reconciler, n: int) -> None:
+    for _ in range(n):  # as RoundGuard runs them: an exception ends the round, the next comes
+        try:
+            await rec.tail_once()
+        except (RuntimeError, ConnectionError):
+            pass
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 40), data=st.data(), batch=st.integers(1, 16))
+def test_a_row_that_fails_its_batch_is_isolated_and_skipped_and_every_other_is_applied_once(
+        n: int, data: st.DataObject, batch: int) -> None:
+    rows: list[tuple[Position, ItemEvent | Unreadable]] = [(Position("1", k), _event(k)) for k in range(1, n + 1)]
+    poison = data.draw(st.sets(st.sampled_from([f"i{k}" for k in range(1, n + 1)]), max_size=3))
+    log = PoisonLog(rows, poison)
+    rec = Reconciler(log, None, NoPublisher(), batch=batch, environment_errors=(ConnectionError,))  # type: ignore[arg-type]
+    asyncio.run(_rounds(rec, 400))
+    assert log.cursor == rows[-1][0]
+    assert sorted(e.item_id for e in log.applied) == sorted(f"i{k}" for k in range(1, n + 1) if f"i{k}" not in poison)
+    assert rec.bad.get("unprocessable", 0) == len(poison)
+
+
+def test_an_outage_skips_nothing_and_a_defect_in_every_row_skips_only_a_few() -> None:
+    rows: list[tuple[Position, ItemEvent | Unreadable]] = [(Position("1", k), _event(k)) for k in range(1, 31)]
+    log = PoisonLog(rows, set())
+    log.down = True
+    rec = Reconciler(log, None, NoPublisher(), batch=8, environment_errors=(ConnectionError,))  # type: ignore[arg-type]
+    asyncio.run(_rounds(rec, 50))
+    assert log.cursor == Position("0", 0) and not rec.bad, "an outage is retried, never skipped over"
+    log.down = False
+    log.poison = {f"i{k}" for k in range(1, 31)}  # a defect: every row fails
+    asyncio.run(_rounds(rec, 200))
+    assert rec.bad == {"unprocessable": rec.max_skips_in_row}, "the tail holds after a few skips in a row"
+    assert log.cursor == rows[rec.max_skips_in_row - 1][0]

@@ -29,11 +29,22 @@ class SweepReport:
 class Reconciler:
     def __init__(self, events: EventLog, sweeps: Sweeps, publisher: Publisher,
                  *, holds: Holds | None = None, breakers: Breakers | None = None,
-                 batch: int = 2000, sweep_limit: int = 1000) -> None:
+                 batch: int = 2000, sweep_limit: int = 1000,
+                 environment_errors: tuple[type[BaseException], ...] = (),
+                 poison_after: int = 3, max_skips_in_row: int = 10) -> None:
         self.events = events
         self.sweeps = sweeps
         self.publisher = publisher
         self.batch = batch
+        # Errors that are not a row's fault (database or Kafka down, leadership lost): they
+        # fail the round and nothing is isolated or skipped for them.
+        self.environment_errors = environment_errors
+        self.poison_after = poison_after
+        self.max_skips_in_row = max_skips_in_row
+        self._limit = batch  # halved while a batch fails for a reason of its own
+        self._failed_at: Position | None = None
+        self._fails_alone = 0  # failures of the single row at _failed_at
+        self._skipped_in_row = 0
         self.sweep_limit = sweep_limit
         self.bad: Counter[str] = Counter()  # events/commands skipped, by reason; drained by the caller
         self._pos: Position | None = None
@@ -55,12 +66,56 @@ class Reconciler:
         A row that cannot be read as an event, a command that cannot be built, a message too
         large for Kafka: each is logged with its reason, counted in ``bad`` and skipped, and
         the rest of the batch goes on (the cursor passes it: it would fail the same way again).
+        Any other failure that is not one of ``environment_errors`` is raised, and the next
+        rounds read half as much until the row at fault is alone; it is skipped once it has
+        failed alone ``poison_after`` times (see :meth:`_isolate`).
         """
         if self._pos is None:
             self._pos = await self.events.position()
-        batch = await self.events.read(self._pos, self.batch)
+        start = self._pos
+        batch = await self.events.read(start, min(self._limit, self.batch))
         if not batch:
             return 0
+        try:
+            await self._apply(start, batch)
+        except self.environment_errors:
+            raise
+        except Exception as exc:
+            if await self._isolate(start, batch, exc):
+                return 1
+            raise
+        self._limit = min(self.batch, self._limit * 2)
+        self._skipped_in_row = 0
+        return len(batch)  # rows passed, skipped ones included
+
+    async def _isolate(self, start: Position, batch: list[tuple[Position, ItemEvent | Unreadable]],
+                       exc: Exception) -> bool:
+        """After a batch failed for a reason of its own: halve the next read; a single row that
+        failed alone ``poison_after`` times is passed over (True). At most ``max_skips_in_row``
+        rows are passed over in a row: past that the fault is more likely a defect than bad
+        rows, and the tail holds (and alerts) rather than skip everything."""
+        if len(batch) > 1:
+            self._limit = max(1, len(batch) // 2)
+            return False
+        if start != self._failed_at:
+            self._failed_at, self._fails_alone = start, 0
+        self._fails_alone += 1
+        if self._fails_alone < self.poison_after:
+            return False
+        if self._skipped_in_row >= self.max_skips_in_row:
+            log.error("%d rows skipped in a row; holding the tail at %s instead of skipping more", self._skipped_in_row,
+                      start)
+            return False
+        pos, ev = batch[0]
+        await self.events.commit_batch([], start, pos)  # passes the row, with no effect
+        self._pos = pos
+        self._fails_alone = 0
+        self._skipped_in_row += 1
+        self._skip("unprocessable", f"event at {pos} of item {ev.item_id} failed alone {self.poison_after} times:"
+                                    f" {type(exc).__name__}: {exc}")
+        return True
+
+    async def _apply(self, start: Position, batch: list[tuple[Position, ItemEvent | Unreadable]]) -> None:
         events: list[ItemEvent] = []
         for pos, ev in batch:
             if isinstance(ev, Unreadable):
@@ -72,13 +127,12 @@ class Reconciler:
             self._skip("unpublishable", f"item {r.item_id}: {r.reason}")
         to = batch[-1][0]
         try:
-            await self.events.commit_batch(events, self._pos, to)
+            await self.events.commit_batch(events, start, to)
         except Exception:
             self._pos = None  # reload: never apply a batch twice, never skip one
             raise
         self._pos = to
         await self._trip_breakers(events)
-        return len(batch)  # rows passed, skipped ones included
 
     async def _commands(self, item_ids: list[str]) -> list[ItemCommand]:
         """The commands of the re-queued items; if one of them cannot be built (a bad value),

@@ -7,15 +7,17 @@ import contextlib
 import logging
 from datetime import timedelta
 
+from confluent_kafka import KafkaException
 from prometheus_client import Counter, Gauge
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from pacer_common.db.errors import TransientError
 from pacer_common.db.leader import LeaderLock, LeadershipLost
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
 from pacer_common.gateway import GatewayClient, make_client
-from pacer_common.kafka import make_producer
+from pacer_common.kafka import ProduceError, make_producer
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_reconciler.adapters.kafka import KafkaPublisher
@@ -25,6 +27,8 @@ from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
 from pacer_reconciler.verifier import LOOKUP_RESULTS, Verifier
 
 log = logging.getLogger("pacer.reconciler")
+# Failures of the environment, not of an event row: retried with back-off, nothing skipped.
+ENVIRONMENT_ERRORS = (TransientError, ProduceError, KafkaException, CursorMoved, LeadershipLost, OSError)
 
 
 class ReconcilerSettings(OpsSettings):
@@ -113,7 +117,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                                                       cfg.max_message_bytes), holds=store,
                          breakers=Breakers(BreakerPolicy(cfg.breaker_consecutive, cfg.breaker_window,
                                                          cfg.breaker_ratio, cfg.breaker_min_samples)),
-                         batch=cfg.batch)
+                         batch=cfg.batch, environment_errors=ENVIRONMENT_ERRORS)
         verifier = Verifier(store, GatewayClient(http, DEFAULT_CODE_TABLE), concurrency=cfg.verify_concurrency,
                             timeout_s=cfg.verify_timeout_s)
         loop = asyncio.get_running_loop()
