@@ -125,7 +125,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         Gauge("pacer_reconciler_leader", "1 while this process is the leader", registry=reg).set_function(
             lambda: float(leader.is_leader))
         Gauge("pacer_reconciler_leader_epoch", "Fencing epoch of this process's leader lease (0: standby)",
-              registry=reg).set_function(lambda: float(leader.epoch or 0))
+              registry=reg).set_function(lambda: float(leader.epoch or 0) if leader.is_leader else 0.0)
         Gauge("pacer_reconciler_tail_lag_seconds", "Seconds since the leader last finished a tail round (0 on a"
               " standby)", registry=reg).set_function(lambda: loop.time() - last_tail if leader.is_leader else 0.0)
         Gauge("pacer_reconciler_lookups_in_flight", "Gateway delivery lookups running now",
