@@ -147,7 +147,10 @@ def frozen_leader(inf: Infra, root: Path, size: Size, rng: random.Random) -> Res
         fig["took_over"] = int(took_over)
         fig["old_stepped_down"] = int(stepped_down and _metric(sc, new, "pacer_reconciler_leader") == 1.0)
         fig["lost"] += fig["projection_mismatch"]
-        return fig, ("failover_s", "took_over", "old_stepped_down", "projection_mismatch", "completed")
+        # Informational: batches the woken old leader had in hand and the epoch fence refused.
+        fig["old_batches_refused"] = Path(sc.stack.procs[old].log).read_text().count("expired or taken over")
+        return fig, ("failover_s", "took_over", "old_stepped_down", "old_batches_refused", "projection_mismatch",
+                     "completed")
     finally:
         close_scenario(sc)
 
