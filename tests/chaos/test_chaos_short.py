@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pacer_dev.chaos.scenarios import SCENARIOS, Size
+from pacer_dev.chaos.scenarios_reconciler import LEADER_TTL_S
 from pacer_dev.infra import Infra
 
 pytestmark = pytest.mark.chaos
@@ -26,6 +27,10 @@ EVIDENCE = {
     "postgres-restart": lambda f: f["terminated"] > 0 and f["open_at_fault"] > 0,
     "gateway-faults": lambda f: f["dropped"] > 0 and f["rejected"] > 0 and f["verified"] > 0,
     "double-submit": lambda f: f["jobs"] == 1 and f["cancelled"] > 0 and f["retried"] > 0,
+    "lookup-hang": lambda f: f["lookups_timed_out"] > 0 and f["lookups_delayed"] > 0 and f["in_doubt_while_hung"] > 0
+    and f["max_tail_lag_s"] <= 10,
+    "frozen-leader": lambda f: f["took_over"] == 1 and f["failover_s"] <= LEADER_TTL_S + 3
+    and f["old_stepped_down"] == 1 and f["projection_mismatch"] == 0,
 }
 
 

@@ -159,6 +159,15 @@ def test_lookup_unavailable_answers_503(client: httpx.Client) -> None:
     assert client.get("/message/lookup", params={"guid": "g1"}).json()["code"] == 40001
 
 
+def test_lookup_delay_holds_the_answer_back(client: httpx.Client) -> None:
+    knobs(client, lookup_delay_ms=60_000)
+    with pytest.raises(httpx.ReadTimeout):
+        client.get("/message/lookup", params={"guid": "g1", "idempotencyKey": "k"}, timeout=0.3)
+    assert stats(client)["lookups_delayed"] == 1
+    knobs(client, lookup_delay_ms=0)
+    assert client.get("/message/lookup", params={"guid": "g1", "idempotencyKey": "k"}).json()["code"] == 0
+
+
 def test_min_interval_violation_is_rejected_and_counted(client: httpx.Client) -> None:
     knobs(client, min_interval_ms=60_000, guid_min_interval_ms={"unpaced": 0})
     assert send(client, "g1", "u1", "first", key="k1").json()["code"] == 0

@@ -20,11 +20,6 @@ from tests.integration.helpers import read_topic, seed_job
 CLAIM = Transition("ItemClaimed", S.CLAIMED, frozenset({S.PENDING}), lease_owner="w", lease_ttl=timedelta(seconds=30))
 
 
-class NoLookup:
-    async def lookup(self, guid: str, idem_key: str) -> bool | None:
-        return None
-
-
 @pytest.fixture
 def topics(kafka_config: dict[str, str], topic_prefix: str) -> tuple[str, str]:
     outcomes, commands = f"{topic_prefix}.item-outcomes", f"{topic_prefix}.item-commands"
@@ -35,7 +30,7 @@ def topics(kafka_config: dict[str, str], topic_prefix: str) -> tuple[str, str]:
 async def _reconciler(url: str, kafka_config: dict[str, str], topics: tuple[str, str]):  # type: ignore[no-untyped-def]
     pool = await open_pool(url, min_size=1, max_size=2)
     store = PostgresLog(pool, "reconciler", timedelta(seconds=60))
-    rec = Reconciler(store, store, KafkaPublisher(make_producer(kafka_config), topics[0], lambda lane: topics[1]), NoLookup())
+    rec = Reconciler(store, store, KafkaPublisher(make_producer(kafka_config), topics[0], lambda lane: topics[1]))
     return pool, rec
 
 
@@ -196,3 +191,42 @@ def test_a_rebuilt_projection_matches_the_items_and_the_tail_goes_on_from_the_en
         again = dict(conn.execute(
             "SELECT status::text, sum(n) FROM shard_status_counts WHERE n <> 0 GROUP BY status").fetchall())
     assert again == {"confirmed": 3}
+
+
+def test_an_unreadable_event_and_an_oversized_command_are_skipped_and_the_rest_goes_through(
+    database_url: str, kafka_config: dict[str, str], topics: tuple[str, str]
+) -> None:
+    _, _, (odd, big, fine) = seed_job(database_url, {"g1": 3})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE items SET content = repeat('x', 5000) WHERE item_id = %s", (big,))
+        # an event type from a newer version of Pacer
+        conn.execute(
+            "INSERT INTO item_events (item_id, job_id, shard_id, guid, version, type, from_status, to_status)"
+            " SELECT item_id, job_id, shard_id, guid, 1, 'ItemTeleported', 'pending', 'pending'"
+            " FROM items WHERE item_id = %s", (odd,))
+
+    async def scenario() -> tuple[int, dict[str, int]]:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        store = PostgresLog(pool, "reconciler", timedelta(seconds=60))
+        pub = KafkaPublisher(make_producer(kafka_config), topics[0], lambda lane: topics[1], max_message_bytes=4000)
+        rec = Reconciler(store, store, pub)
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                for item in (big, fine):  # both back to pending: each needs a command again
+                    await apply(conn, Transition("ItemClaimed", S.CLAIMED, frozenset({S.PENDING}),
+                                                 lease_owner="dead", lease_ttl=timedelta(0)), [item])
+            await rec.sweep_once()
+            n = 0
+            while (k := await rec.tail_once()):
+                n += k
+            return n, dict(rec.bad)
+        finally:
+            await pool.close()
+
+    rows, bad = asyncio.run(scenario())
+    assert rows == 5, "1 unreadable + 2 claims + 2 lease expiries: every row passed"
+    assert bad == {"unreadable_event": 1, "unpublishable": 1}
+    commands = read_topic(kafka_config, topics[1], expect=1)
+    assert [c["value"]["item_id"] for c in commands] == [fine]
+    outcomes = read_topic(kafka_config, topics[0], expect=4)
+    assert sorted(o["value"]["type"] for o in outcomes) == ["ItemClaimed"] * 2 + ["ItemLeaseExpired"] * 2

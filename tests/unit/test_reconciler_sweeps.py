@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
-from pacer_reconciler.core import SWEEP_KINDS, Reconciler
+from pacer_reconciler.core import SWEEP_KINDS, Reconciler, RoundGuard
 from pacer_reconciler.ports import InDoubt, SweepKind
 
 
@@ -29,8 +29,27 @@ class Sweeps:
 
 def test_a_failing_sweep_is_reported_and_the_others_still_run() -> None:
     sweeps = Sweeps(broken="claim_expired")
-    rec = Reconciler(events=None, sweeps=sweeps, publisher=None, lookup=None)  # type: ignore[arg-type]
+    rec = Reconciler(events=None, sweeps=sweeps, publisher=None)  # type: ignore[arg-type]
     report = asyncio.run(rec.sweep_once())
     assert sweeps.ran == list(SWEEP_KINDS)
     assert report.failed == ["claim_expired"]
     assert report.moved == {k: (0 if k == "claim_expired" else 2) for k in SWEEP_KINDS}
+
+
+def test_a_failing_round_is_counted_and_backed_off_never_raised() -> None:
+    guard = RoundGuard(base_s=0.5, max_s=3.0)
+    outcomes: list[object] = [KeyError("bug"), ConnectionError("db down"), ConnectionError("db down"),
+                              ConnectionError("db down"), ConnectionError("db down"), 7, KeyError("bug")]
+
+    async def round_() -> int:
+        out = outcomes.pop(0)
+        if isinstance(out, Exception):
+            raise out
+        return out  # type: ignore[return-value]
+
+    async def run_all() -> list[tuple[int, float]]:
+        return [await guard.run(round_) for _ in range(7)]
+
+    results = asyncio.run(run_all())
+    assert results == [(0, 0.5), (0, 1.0), (0, 2.0), (0, 3.0), (0, 3.0), (7, 0.0), (0, 0.5)]
+    assert guard.errors == {"KeyError": 2, "ConnectionError": 4}

@@ -1,15 +1,20 @@
-"""The reconciler's duties: tail the event log, publish, project progress, sweep, verify."""
+"""The reconciler's duties: tail the event log, publish, project progress, sweep.
+
+Verification of in-doubt sends runs apart, in :mod:`pacer_reconciler.verifier`.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
+from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
 from pacer_reconciler.domain.breakers import Breakers, Trip
 from pacer_reconciler.domain.projection import to_dispatch
-from pacer_reconciler.ports import DeliveryLookup, EventLog, Holds, Position, Publisher, SweepKind, Sweeps
+from pacer_reconciler.ports import EventLog, Holds, Position, Publisher, SweepKind, Sweeps, Unreadable
 
 log = logging.getLogger(__name__)
 SWEEP_KINDS: tuple[SweepKind, ...] = ("claim_expired", "submit_expired", "retry_due", "release_held")
@@ -18,21 +23,30 @@ SWEEP_KINDS: tuple[SweepKind, ...] = ("claim_expired", "submit_expired", "retry_
 @dataclass
 class SweepReport:
     moved: dict[str, int]
-    verified: dict[str, int]
     failed: list[str] = field(default_factory=list)  # sweeps that raised this round
 
 
 class Reconciler:
-    def __init__(self, events: EventLog, sweeps: Sweeps, publisher: Publisher, lookup: DeliveryLookup,
+    def __init__(self, events: EventLog, sweeps: Sweeps, publisher: Publisher,
                  *, holds: Holds | None = None, breakers: Breakers | None = None,
-                 batch: int = 2000, sweep_limit: int = 1000, verify_limit: int = 200) -> None:
+                 batch: int = 2000, sweep_limit: int = 1000,
+                 environment_errors: tuple[type[BaseException], ...] = (),
+                 poison_after: int = 3, max_skips_in_row: int = 10) -> None:
         self.events = events
         self.sweeps = sweeps
         self.publisher = publisher
-        self.lookup = lookup
         self.batch = batch
+        # Errors that are not a row's fault (database or Kafka down, leadership lost): they
+        # fail the round and nothing is isolated or skipped for them.
+        self.environment_errors = environment_errors
+        self.poison_after = poison_after
+        self.max_skips_in_row = max_skips_in_row
+        self._limit = batch  # halved while a batch fails for a reason of its own
+        self._failed_at: Position | None = None
+        self._fails_alone = 0  # failures of the single row at _failed_at
+        self._skipped_in_row = 0
         self.sweep_limit = sweep_limit
-        self.verify_limit = verify_limit
+        self.bad: Counter[str] = Counter()  # events/commands skipped, by reason; drained by the caller
         self._pos: Position | None = None
         self.holds = holds
         self.breakers = breakers
@@ -48,24 +62,96 @@ class Reconciler:
         A crash between the two republishes the batch: outcomes are at-least-once (consumers
         dedupe on item_id + version) and a repeated item command finds the item no longer
         pending, or claimed by its first delivery.
+
+        A row that cannot be read as an event, a command that cannot be built, a message too
+        large for Kafka: each is logged with its reason, counted in ``bad`` and skipped, and
+        the rest of the batch goes on (the cursor passes it: it would fail the same way again).
+        Any other failure that is not one of ``environment_errors`` is raised, and the next
+        rounds read half as much until the row at fault is alone; it is skipped once it has
+        failed alone ``poison_after`` times (see :meth:`_isolate`).
         """
         if self._pos is None:
             self._pos = await self.events.position()
-        batch = await self.events.read(self._pos, self.batch)
+        start = self._pos
+        batch = await self.events.read(start, min(self._limit, self.batch))
         if not batch:
             return 0
-        events = [ev for _, ev in batch]
-        commands = await self.events.items_for_dispatch(to_dispatch(events))
-        self.publisher.publish(events, commands)
+        try:
+            await self._apply(start, batch)
+        except self.environment_errors:
+            raise
+        except Exception as exc:
+            if await self._isolate(start, batch, exc):
+                return 1
+            raise
+        self._limit = min(self.batch, self._limit * 2)
+        self._skipped_in_row = 0
+        return len(batch)  # rows passed, skipped ones included
+
+    async def _isolate(self, start: Position, batch: list[tuple[Position, ItemEvent | Unreadable]],
+                       exc: Exception) -> bool:
+        """After a batch failed for a reason of its own: halve the next read; a single row that
+        failed alone ``poison_after`` times is passed over (True). At most ``max_skips_in_row``
+        rows are passed over in a row: past that the fault is more likely a defect than bad
+        rows, and the tail holds (and alerts) rather than skip everything."""
+        if len(batch) > 1:
+            self._limit = max(1, len(batch) // 2)
+            return False
+        if start != self._failed_at:
+            self._failed_at, self._fails_alone = start, 0
+        self._fails_alone += 1
+        if self._fails_alone < self.poison_after:
+            return False
+        if self._skipped_in_row >= self.max_skips_in_row:
+            log.error("%d rows skipped in a row; holding the tail at %s instead of skipping more", self._skipped_in_row,
+                      start)
+            return False
+        pos, ev = batch[0]
+        await self.events.commit_batch([], start, pos)  # passes the row, with no effect
+        self._pos = pos
+        self._fails_alone = 0
+        self._skipped_in_row += 1
+        self._skip("unprocessable", f"event at {pos} of item {ev.item_id} failed alone {self.poison_after} times:"
+                                    f" {type(exc).__name__}: {exc}")
+        return True
+
+    async def _apply(self, start: Position, batch: list[tuple[Position, ItemEvent | Unreadable]]) -> None:
+        events: list[ItemEvent] = []
+        for pos, ev in batch:
+            if isinstance(ev, Unreadable):
+                self._skip("unreadable_event", f"event seq {ev.seq} of item {ev.item_id} at {pos}: {ev.reason}")
+            else:
+                events.append(ev)
+        commands = await self._commands(to_dispatch(events))
+        for r in self.publisher.publish(events, commands):
+            self._skip("unpublishable", f"item {r.item_id}: {r.reason}")
         to = batch[-1][0]
         try:
-            await self.events.commit_batch(events, self._pos, to)
+            await self.events.commit_batch(events, start, to)
         except Exception:
             self._pos = None  # reload: never apply a batch twice, never skip one
             raise
         self._pos = to
         await self._trip_breakers(events)
-        return len(events)
+
+    async def _commands(self, item_ids: list[str]) -> list[ItemCommand]:
+        """The commands of the re-queued items; if one of them cannot be built (a bad value),
+        each is built alone and only those that fail are skipped."""
+        try:
+            return await self.events.items_for_dispatch(item_ids)
+        except ValueError:
+            pass
+        commands: list[ItemCommand] = []
+        for item_id in item_ids:
+            try:
+                commands += await self.events.items_for_dispatch([item_id])
+            except ValueError as exc:
+                self._skip("bad_command", f"item {item_id}: command cannot be built: {exc}")
+        return commands
+
+    def _skip(self, reason: str, detail: str) -> None:
+        log.error("skipped (%s): %s", reason, detail)
+        self.bad[reason] += 1
 
     async def _trip_breakers(self, events: list[ItemEvent]) -> None:
         """Pause the jobs and guids whose recent outcomes tripped a breaker (after the commit:
@@ -90,13 +176,34 @@ class Reconciler:
                 log.exception("sweep %s failed; the other duties go on", kind)
                 moved[kind] = 0
                 failed.append(kind)
-        verified: dict[str, int] = {}
-        now = datetime.now(UTC)
-        for item in await self.sweeps.in_doubt(self.verify_limit):
-            found = await self.lookup.lookup(item.guid, item.idem_key)
-            result = await self.sweeps.resolve(item, found, now)
-            if result:
-                verified[result] = verified.get(result, 0) + 1
-        if any(moved.values()) or verified:
-            log.info("sweep: moved %s, verified %s", moved, verified)
-        return SweepReport(moved, verified, failed)
+        if any(moved.values()):
+            log.info("sweep: moved %s", moved)
+        return SweepReport(moved, failed)
+
+
+class RoundGuard:
+    """Runs the leader's rounds so that nothing they raise stops the service.
+
+    A database or broker that is down, or a bug met by one round, is logged, counted by
+    error type and followed by an exponential back-off (``base_s`` doubling up to
+    ``max_s``); the next round comes all the same, and a success resets the back-off.
+    """
+
+    def __init__(self, base_s: float = 0.5, max_s: float = 30.0) -> None:
+        self.base_s = base_s
+        self.max_s = max_s
+        self.failures = 0  # in a row
+        self.errors: Counter[str] = Counter()  # by exception type; drained by the caller
+
+    async def run(self, round_: Callable[[], Awaitable[int]]) -> tuple[int, float]:
+        """``(rows handled, seconds to wait before the next round)``."""
+        try:
+            n = await round_()
+        except Exception as exc:
+            self.failures += 1
+            self.errors[type(exc).__name__] += 1
+            delay = min(self.max_s, self.base_s * 2 ** min(self.failures - 1, 16))
+            log.exception("reconciler round failed (%d in a row); next try in %.1fs", self.failures, delay)
+            return 0, delay
+        self.failures = 0
+        return n, 0.0

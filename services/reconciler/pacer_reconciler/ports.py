@@ -27,9 +27,26 @@ class InDoubt:
     since: datetime
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """An event row that cannot be read back as an event (a bad value, an unknown type)."""
+
+    seq: int
+    item_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A message that cannot be published (too large for Kafka): skipped, with the reason."""
+
+    item_id: str
+    reason: str
+
+
 class EventLog(Protocol):
     async def position(self) -> Position: ...
-    async def read(self, after: Position, limit: int) -> list[tuple[Position, ItemEvent]]: ...
+    async def read(self, after: Position, limit: int) -> list[tuple[Position, ItemEvent | Unreadable]]: ...
     async def commit_batch(self, events: Sequence[ItemEvent], start: Position, to: Position) -> None: ...
     async def items_for_dispatch(self, item_ids: Sequence[str]) -> list[ItemCommand]: ...
 
@@ -45,7 +62,7 @@ class Holds(Protocol):
 
 
 class Publisher(Protocol):
-    def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> None: ...
+    def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> list[Rejected]: ...
 
 
 class DeliveryLookup(Protocol):

@@ -6,22 +6,26 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 
-async def open_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pacer") -> AsyncConnectionPool:
+async def open_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pacer",
+                    options: str | None = None) -> AsyncConnectionPool:
     """Open a pool of autocommit connections: a statement is its own transaction unless a
-    ``conn.transaction()`` block groups several. Broken connections are discarded on return."""
-    pool = new_pool(url, min_size=min_size, max_size=max_size, name=name)
+    ``conn.transaction()`` block groups several. Broken connections are discarded on return.
+    ``options`` are server settings for every connection (``-c name=value …``)."""
+    pool = new_pool(url, min_size=min_size, max_size=max_size, name=name, options=options)
     await pool.open(wait=True, timeout=30)
     return pool
 
 
-def new_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pacer") -> AsyncConnectionPool:
+def new_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pacer",
+             options: str | None = None) -> AsyncConnectionPool:
     """The same pool, not opened yet: for an app that opens it on the event loop that serves it."""
+    extra = {"options": options} if options else {}
     return AsyncConnectionPool(
         url,
         min_size=min_size,
         max_size=max_size,
         open=False,
         name=name,
-        kwargs={"autocommit": True, "row_factory": dict_row, "application_name": name},
+        kwargs={"autocommit": True, "row_factory": dict_row, "application_name": name, **extra},
         reconnect_timeout=300,
     )

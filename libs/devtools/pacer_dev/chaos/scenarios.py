@@ -180,3 +180,7 @@ SCENARIOS: dict[str, Callable[[Infra, Path, Size, random.Random], Result]] = {
     "gateway-faults": gateway_faults,
     "double-submit": double_submit,
 }
+
+from pacer_dev.chaos.scenarios_reconciler import SCENARIOS as _RECONCILER
+
+SCENARIOS.update(_RECONCILER)

@@ -51,6 +51,9 @@ def create_app(config: GatewayConfig | None = None) -> FakeGatewayApp:
 
     @app.get("/message/lookup")
     async def lookup(request: Request) -> JSONResponse:
+        if gw.config.lookup_delay_ms > 0:
+            gw.lookups_delayed += 1
+            await asyncio.sleep(gw.config.lookup_delay_ms / 1000.0)
         if gw.config.lookup_unavailable:
             return JSONResponse({"code": -1, "msg": "lookup unavailable"}, status_code=503)
         q = request.query_params

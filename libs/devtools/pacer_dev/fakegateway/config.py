@@ -26,6 +26,7 @@ NON_NEGATIVE_KNOBS: tuple[str, ...] = (
     "latency_jitter_ms",
     "drop_hang_ms",
     "min_interval_ms",
+    "lookup_delay_ms",
 )
 
 
@@ -51,6 +52,8 @@ class GatewayConfig:
     guid_min_interval_ms: Mapping[str, float] = dataclasses.field(default_factory=dict)
     seed: int | None = None
     lookup_unavailable: bool = False
+    # Every /message/lookup waits this long before answering (a slow or hanging gateway).
+    lookup_delay_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view of the knobs."""

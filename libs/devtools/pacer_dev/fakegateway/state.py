@@ -117,6 +117,7 @@ class GatewayState:
         self.rejected_by_code: dict[int, int] = {}
         self.http_5xx = 0
         self.dropped_responses = 0
+        self.lookups_delayed = 0
         self.max_concurrency_per_guid = 0
         self.max_concurrency_guid: str | None = None
         self.max_concurrency_total = 0
@@ -285,6 +286,7 @@ class GatewayState:
             "rejected_by_code": {str(k): v for k, v in sorted(self.rejected_by_code.items())},
             "http_5xx": self.http_5xx,
             "dropped_responses": self.dropped_responses,
+            "lookups_delayed": self.lookups_delayed,
             "max_concurrency_per_guid": self.max_concurrency_per_guid,
             "max_concurrency_guid": self.max_concurrency_guid,
             "max_concurrency_total": self.max_concurrency_total,

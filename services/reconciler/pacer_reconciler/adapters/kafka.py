@@ -10,23 +10,40 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.requests import lane_of
 from pacer_common.kafka import produce_all
+from pacer_reconciler.ports import Rejected
 
 Msg = tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]
 
 
 class KafkaPublisher:
-    def __init__(self, producer: Producer, outcomes_topic: str, commands_topic: Callable[[str], str]) -> None:
+    def __init__(self, producer: Producer, outcomes_topic: str, commands_topic: Callable[[str], str],
+                 max_message_bytes: int = 1_000_000) -> None:
         self.producer = producer
         self.outcomes_topic = outcomes_topic
         self.commands_topic = commands_topic
+        self.max_message_bytes = max_message_bytes  # at most the topics' max.message.bytes
 
-    def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> None:
-        """Produce and flush all; raises unless Kafka acknowledged every message."""
-        produce_all(self.producer, self._messages(events, commands))
+    def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> list[Rejected]:
+        """Produce and flush all that fit; raises unless Kafka acknowledged every one of them.
 
-    def _messages(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> Iterator[Msg]:
+        A message larger than ``max_message_bytes`` would be refused by the broker on every
+        try: it is left out and returned, so that it cannot hold up the batch for ever.
+        """
+        rejected: list[Rejected] = []
+        fit: list[Msg] = []
+        for item_id, msg in self._messages(events, commands):
+            size = len(msg[1] or b"") + len(msg[2]) + sum(len(k) + len(v) for k, v in msg[3] or [])
+            if size > self.max_message_bytes:
+                rejected.append(Rejected(item_id, f"{msg[0]} message of {size} bytes exceeds {self.max_message_bytes}"))
+            else:
+                fit.append(msg)
+        produce_all(self.producer, fit)
+        return rejected
+
+    def _messages(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> Iterator[tuple[str, Msg]]:
         for ev in events:
             headers = [("pacer-event-type", ev.type.encode()), ("pacer-dedupe-key", f"{ev.item_id}:{ev.version}".encode())]
-            yield self.outcomes_topic, ev.item_id.encode(), ev.model_dump_json().encode(), headers
+            yield ev.item_id, (self.outcomes_topic, ev.item_id.encode(), ev.model_dump_json().encode(), headers)
         for cmd in commands:
-            yield self.commands_topic(lane_of(cmd.priority)), cmd.guid.encode(), cmd.model_dump_json().encode(), None
+            yield cmd.item_id, (self.commands_topic(lane_of(cmd.priority)), cmd.guid.encode(),
+                                cmd.model_dump_json().encode(), None)

@@ -12,6 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pacer_common.db.commands import pending_commands
 from pacer_common.db.errors import with_retry
+from pacer_common.db.leader import LeaderLock, fence
 from pacer_common.db.sql import query
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
@@ -19,7 +20,7 @@ from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.status import ItemStatus as S
 from pacer_reconciler.domain.projection import count_deltas
 from pacer_reconciler.domain.verification import verdict
-from pacer_reconciler.ports import InDoubt, Position, SweepKind
+from pacer_reconciler.ports import InDoubt, Position, SweepKind, Unreadable
 
 
 class CursorMoved(Exception):
@@ -45,10 +46,18 @@ _SWEEPS: dict[SweepKind, Transition] = {
 }
 
 
+def _event(row: Any) -> ItemEvent | Unreadable:
+    try:
+        return ItemEvent.model_validate(row)
+    except ValueError as exc:
+        return Unreadable(int(row["seq"]), str(row.get("item_id")), str(exc).replace("\n", "; ")[:500])
+
+
 class PostgresLog:
     def __init__(self, pool: AsyncConnectionPool, cursor_name: str, verify_deadline: timedelta,
-                 verify_after: timedelta = timedelta(seconds=15)) -> None:
+                 verify_after: timedelta = timedelta(seconds=15), *, leader: LeaderLock | None = None) -> None:
         self.pool = pool
+        self.leader = leader  # when set, the cursor moves only under its live lease epoch
         self.cursor_name = cursor_name
         self.verify_deadline = verify_deadline
         self.verify_after = verify_after
@@ -61,13 +70,13 @@ class PostgresLog:
 
         return await with_retry(work)
 
-    async def read(self, after: Position, limit: int) -> list[tuple[Position, ItemEvent]]:
-        async def work() -> list[tuple[Position, ItemEvent]]:
+    async def read(self, after: Position, limit: int) -> list[tuple[Position, ItemEvent | Unreadable]]:
+        async def work() -> list[tuple[Position, ItemEvent | Unreadable]]:
             async with self.pool.connection() as conn:
                 rows: list[Any] = await (await conn.execute(
                     _sql("read_events"), {"xid": after.xid, "seq": after.seq, "limit": limit}  # type: ignore[arg-type]
                 )).fetchall()
-            return [(Position(r["xid"], r["seq"]), ItemEvent.model_validate(r)) for r in rows]
+            return [(Position(r["xid"], r["seq"]), _event(r)) for r in rows]
 
         return await with_retry(work)
 
@@ -81,6 +90,8 @@ class PostgresLog:
 
         async def work() -> None:
             async with self.pool.connection() as conn, conn.transaction():
+                if self.leader is not None:  # a frozen-then-resumed old leader stops here
+                    await fence(conn, self.leader.name, self.leader.epoch)
                 if deltas:
                     keys = list(deltas)
                     await conn.execute(_sql("apply_counts"), {  # type: ignore[arg-type]

@@ -1,0 +1,158 @@
+"""Reconciler faults: a gateway whose lookups hang, and a leader that freezes."""
+
+from __future__ import annotations
+
+import math
+import random
+import signal
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psycopg
+from prometheus_client.parser import text_string_to_metric_families
+
+from pacer_dev.chaos.harness import TERMINAL_VALUES, Scenario, close_scenario, open_scenario
+from pacer_dev.infra import Infra
+
+if TYPE_CHECKING:
+    from pacer_dev.chaos.scenarios import Result, Size
+
+LEADER_TTL_S = 4.0
+
+
+def _metric(sc: Scenario, proc: str, name: str, labels: dict[str, str] | None = None) -> float | None:
+    """One sample from a service's /metrics; None while it does not answer."""
+    try:
+        with urllib.request.urlopen(f"{sc.stack.procs[proc].url}/metrics", timeout=1.0) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in (labels or {}).items()):
+                return float(s.value)
+    return None
+
+
+def _poll(until: Callable[[], bool], every: Callable[[], None], timeout_s: float, period_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        every()
+        if until():
+            return True
+        time.sleep(period_s)
+    return False
+
+
+def _projection_mismatch(sc: Scenario) -> int:
+    """Statuses whose projected count differs from the items table (a batch applied twice
+    or skipped shows here)."""
+    with psycopg.connect(sc.db) as conn:
+        real = dict(conn.execute(
+            "SELECT i.status::text, count(*) FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = %s"
+            " GROUP BY 1", (sc.request_id,)).fetchall())
+        projected = dict(conn.execute(
+            "SELECT c.status::text, sum(c.n) FROM shard_status_counts c JOIN shards s USING (shard_id)"
+            " JOIN jobs j USING (job_id) WHERE j.request_id = %s GROUP BY 1 HAVING sum(c.n) <> 0",
+            (sc.request_id,)).fetchall())
+    return sum(1 for k in set(real) | set(projected) if real.get(k, 0) != projected.get(k, 0))
+
+
+def lookup_hang(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
+    """Responses are dropped after delivery (items go in doubt) while every gateway lookup
+    hangs; the event tail must keep up all the same. Then the gateway heals and the items in
+    doubt are verified."""
+    from pacer_dev.chaos.scenarios import _finish  # that module registers this one
+
+    knobs = {"p_drop_after_accept": 0.05, "drop_hang_ms": 0, "lookup_delay_ms": 600_000,
+             "seed": rng.randrange(1 << 30)}
+    env = {"PACER_RECONCILER_VERIFY_TIMEOUT_S": "1", "PACER_RECONCILER_VERIFY_CONCURRENCY": "4",
+           "PACER_RECONCILER_GATEWAY_TIMEOUT_S": "30", "PACER_RECONCILER_VERIFY_DEADLINE_S": "300"}
+    sc = open_scenario("lookup-hang", inf, root, senders=2, gateway=knobs, env=env)
+    lag = [0.0]
+
+    def sample() -> None:
+        v = _metric(sc, "reconciler", "pacer_reconciler_tail_lag_seconds")
+        lag[0] = max(lag[0], v or 0.0)
+
+    def timeouts() -> float:
+        return _metric(sc, "reconciler", "pacer_reconciler_lookups_total", {"result": "timeout"}) or 0.0
+
+    try:
+        sc.publish(size.items, size.guids)
+        # While lookups hang, everything but the items in doubt must become final: outcomes,
+        # projection and re-dispatch go on without the gateway's answers.
+        def rest_final() -> bool:
+            with psycopg.connect(sc.db) as conn:
+                planned, open_ = conn.execute(
+                    "SELECT count(*), count(*) FILTER (WHERE NOT i.status::text = ANY(%s))"
+                    " FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = %s",
+                    ([*TERMINAL_VALUES, "recovery_pending"], sc.request_id)).fetchone()
+            return planned >= sc.items and open_ == 0 and timeouts() >= 8
+
+        rest_done = _poll(rest_final, sample, timeout_s=size.timeout_s / 2)
+        with psycopg.connect(sc.db) as conn:
+            in_doubt = conn.execute("SELECT count(*) FROM items WHERE status = 'recovery_pending'").fetchone()[0]
+        fig_timeouts = timeouts()
+        sc.gateway("/_admin/config", {"lookup_delay_ms": 0}, method="PUT")
+        _poll(lambda: sc.progress()[1] >= sc.items, sample, timeout_s=size.timeout_s / 2)
+        fig = _finish(sc, size)
+        fig["completed"] &= int(rest_done)
+        fig["in_doubt_while_hung"] = int(in_doubt)
+        fig["lookups_timed_out"] = int(fig_timeouts)
+        fig["lookups_delayed"] = int(sc.gateway("/_admin/stats")["lookups_delayed"])
+        fig["max_tail_lag_s"] = math.ceil(lag[0])
+        return fig, ("max_tail_lag_s", "lookups_timed_out", "lookups_delayed", "in_doubt_while_hung", "verified",
+                     "completed")
+    finally:
+        close_scenario(sc)
+
+
+def frozen_leader(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
+    """Two reconcilers; SIGSTOP the leader; the standby must take over within the lease TTL
+    and a standby poll; SIGCONT the old one, which must step down without applying a batch."""
+    from pacer_dev.chaos.scenarios import _finish  # that module registers this one
+
+    env = {"PACER_RECONCILER_LEADER_TTL_S": str(LEADER_TTL_S)}
+    sc = open_scenario("frozen-leader", inf, root, senders=2, gateway={"latency_ms": 5}, env=env)
+    try:
+        sc.stack.start_service("reconciler", "reconciler-2")
+        names = ("reconciler", "reconciler-2")
+
+        def leader_of() -> str | None:
+            return next((n for n in names if _metric(sc, n, "pacer_reconciler_leader") == 1.0), None)
+
+        _poll(lambda: leader_of() is not None, lambda: None, timeout_s=30)
+        old = leader_of() or "reconciler"
+        new = next(n for n in names if n != old)
+        sc.publish(size.items, size.guids)
+        sc.wait_progress(0.1)
+        sc.stack.signal(old, signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        took_over = _poll(lambda: _metric(sc, new, "pacer_reconciler_leader") == 1.0, lambda: None,
+                          timeout_s=LEADER_TTL_S * 10, period_s=0.05)
+        failover_s = time.monotonic() - frozen_at
+        sc.wait_progress(0.5)
+        time.sleep(LEADER_TTL_S)  # chaos timing: the old leader stays frozen well past its term
+        sc.stack.signal(old, signal.SIGCONT)
+        stepped_down = _poll(lambda: _metric(sc, old, "pacer_reconciler_leader") == 0.0, lambda: None, timeout_s=30)
+        fig = _finish(sc, size)
+        # The new leader projects every event once: wait for it to catch up, then compare.
+        _poll(lambda: _projection_mismatch(sc) == 0, lambda: None, timeout_s=30)
+        fig["projection_mismatch"] = _projection_mismatch(sc)
+        fig["failover_s"] = math.ceil(failover_s)
+        fig["took_over"] = int(took_over)
+        fig["old_stepped_down"] = int(stepped_down and _metric(sc, new, "pacer_reconciler_leader") == 1.0)
+        fig["lost"] += fig["projection_mismatch"]
+        # Informational: batches the woken old leader had in hand and the epoch fence refused.
+        fig["old_batches_refused"] = Path(sc.stack.procs[old].log).read_text().count("expired or taken over")
+        return fig, ("failover_s", "took_over", "old_stepped_down", "old_batches_refused", "projection_mismatch",
+                     "completed")
+    finally:
+        close_scenario(sc)
+
+
+SCENARIOS = {"lookup-hang": lookup_hang, "frozen-leader": frozen_leader}

@@ -1,0 +1,120 @@
+"""Leadership is a lease row with a TTL: one holder at a time, taken over once it runs out,
+and a write fenced by an old epoch is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from pacer_common.db.leader import LeaderLock, LeadershipLost, fence
+from pacer_common.db.pool import open_pool
+from pacer_reconciler.adapters.postgres import PostgresLog
+from pacer_reconciler.ports import Position
+
+TTL = 1.0
+
+
+async def _until(cond: Callable[[], Awaitable[bool]], timeout_s: float) -> float:
+    started = time.monotonic()
+    while not await cond():
+        assert time.monotonic() - started < timeout_s, "condition not met in time"
+        await asyncio.sleep(0.05)
+    return time.monotonic() - started
+
+
+def _cursor(url: str) -> tuple[str, int] | None:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT last_xid::text, last_seq FROM log_cursors WHERE name = 'reconciler'").fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def test_one_holder_at_a_time_and_the_standby_takes_over_once_the_lease_runs_out(database_url: str) -> None:
+    async def scenario() -> None:
+        a, b = LeaderLock(database_url, "t", ttl_s=TTL), LeaderLock(database_url, "t", ttl_s=TTL)
+        try:
+            assert await a.hold() and a.epoch == 1
+            assert not await b.hold(), "a live lease is not taken"
+            # a keeps renewing for longer than the TTL: b never gets it
+            deadline = time.monotonic() + 2 * TTL
+            while time.monotonic() < deadline:
+                assert await a.hold()
+                assert not await b.hold()
+                await asyncio.sleep(TTL / 6)
+            # a freezes (stops renewing): b takes over once the lease has run out, at a new epoch
+            waited = await _until(b.hold, timeout_s=3 * TTL)
+            assert waited <= TTL + TTL / 3 + 0.5
+            assert b.epoch == 2
+            assert not a.is_leader, "the frozen holder's own clock has already ended its term"
+            assert not await a.hold(), "a resumed old holder steps down"
+            assert a.epoch is None
+        finally:
+            await a.release()
+            await b.release()
+
+    asyncio.run(scenario())
+
+
+def test_release_hands_over_at_once(database_url: str) -> None:
+    async def scenario() -> None:
+        a, b = LeaderLock(database_url, "t", ttl_s=30), LeaderLock(database_url, "t", ttl_s=30)
+        try:
+            assert await a.hold()
+            await a.release()
+            assert await b.hold(), "a released lease is free without waiting for its TTL"
+            assert b.epoch == 2
+        finally:
+            await b.release()
+
+    asyncio.run(scenario())
+
+
+def test_a_cursor_write_under_an_old_epoch_is_refused(database_url: str) -> None:
+    async def scenario() -> None:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        a = LeaderLock(database_url, "pacer-reconciler", ttl_s=TTL)
+        b = LeaderLock(database_url, "pacer-reconciler", ttl_s=TTL)
+        old, new = (PostgresLog(pool, "reconciler", timedelta(seconds=60), leader=lease) for lease in (a, b))
+        try:
+            assert await a.hold()
+            await old.commit_batch([], Position("0", 0), Position("5", 1))
+            stale_epoch = a.epoch
+            await _until(b.hold, timeout_s=3 * TTL)  # a froze; b took over
+            a.epoch = stale_epoch  # a wakes up mid-batch, still believing in its epoch
+            with pytest.raises(LeadershipLost):
+                await old.commit_batch([], Position("5", 1), Position("6", 1))
+            assert _cursor(database_url) == ("5", 1), "the old leader's batch was not applied"
+            await new.commit_batch([], Position("5", 1), Position("6", 1))
+            assert _cursor(database_url) == ("6", 1)
+        finally:
+            await a.release()
+            await b.release()
+            await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_leader_frozen_inside_its_fenced_transaction_does_not_block_the_takeover(database_url: str) -> None:
+    """The fence's row lock dies with the frozen transaction (idle_in_transaction_session_timeout,
+    as the reconciler sets it), so the standby still takes over within the bound."""
+
+    async def scenario() -> None:
+        a, b = LeaderLock(database_url, "t", ttl_s=TTL), LeaderLock(database_url, "t", ttl_s=TTL)
+        frozen = await psycopg.AsyncConnection.connect(
+            database_url, options=f"-c idle_in_transaction_session_timeout={int(TTL * 500)}")
+        try:
+            assert await a.hold()
+            await fence(frozen, "t", a.epoch)  # opens a transaction holding the lease row: then a freezes
+            waited = await _until(b.hold, timeout_s=4 * TTL)
+            assert waited <= TTL + TTL / 3 + 1.0
+            assert b.epoch == 2
+        finally:
+            await frozen.close()
+            await a.release()
+            await b.release()
+
+    asyncio.run(scenario())
