@@ -26,6 +26,7 @@ EVIDENCE = {
     "postgres-restart": lambda f: True,
     "gateway-faults": lambda f: f["dropped"] > 0 and f["rejected"] > 0 and f["verified"] > 0,
     "double-submit": lambda f: f["jobs"] == 1 and f["cancelled"] > 0 and f["retried"] > 0,
+    "retention-loss": lambda f: f["deleted"] >= SHORT.items and f["swept"] > 0,
 }
 
 

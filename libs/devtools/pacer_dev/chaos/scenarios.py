@@ -13,6 +13,7 @@ import psycopg
 
 from pacer_dev import infra as local_infra
 from pacer_dev.chaos.harness import Scenario, close_scenario, open_scenario
+from pacer_dev.chaos.scenarios_queue import retention_loss
 from pacer_dev.infra import Infra
 
 
@@ -173,3 +174,4 @@ SCENARIOS: dict[str, Callable[[Infra, Path, Size, random.Random], Result]] = {
     "gateway-faults": gateway_faults,
     "double-submit": double_submit,
 }
+SCENARIOS["retention-loss"] = retention_loss
