@@ -138,6 +138,15 @@ def test_a_window_holds_up_to_its_cap_per_lane_and_rings_for_the_rest() -> None:
     assert len(w) == 3 and w.more and w.rings == 2
     assert w.offer(command(99, priority=1)), "the online lane has its own room"
     assert len(w.lanes.lanes["online"]) == 1
+    w.take("batch")
+    assert not w.offer(command(5)), "Postgres holds older batch work: it chooses, not arrival"
+    assert w.rings == 3
+
+
+def test_an_urgent_command_is_held_even_while_postgres_holds_more() -> None:
+    w = GuidWindow(cap=3)
+    w.ring()
+    assert w.offer(command(1, priority=0)) and len(w.lanes.lanes["online"]) == 1
 
 
 def test_a_window_never_holds_an_item_twice() -> None:

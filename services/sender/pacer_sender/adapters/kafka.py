@@ -102,6 +102,7 @@ class ConsumerLoop:
                 await self._commit()
                 last_commit = self.loop.time()
         # Graceful stop: finish the items in hand, commit, give the guids back, leave the group.
+        self.assigned.clear()  # owns nothing any more: a sweep under way starts nothing
         await self.dispatcher.release(lambda g: True)
         await self._commit()
 

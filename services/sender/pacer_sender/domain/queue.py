@@ -100,10 +100,13 @@ class GuidWindow:
 
     def offer(self, cmd: ItemCommand, room: bool = True) -> bool:
         """Hold ``cmd`` if its lane has room (and ``room``: the sender's memory allows);
-        otherwise ring. True if the window holds it now (or already did)."""
+        otherwise ring. While Postgres holds more than the window, a batch command rings too:
+        the guid's next batch items are then chosen in Postgres, among all of its ready work,
+        not by arrival. True if the window holds it now (or already did)."""
         if cmd.item_id in self.ids:
             return True
-        if not room or len(self.lanes.lanes[lane_of(cmd.priority)]) >= self.cap:
+        lane = lane_of(cmd.priority)
+        if not room or len(self.lanes.lanes[lane]) >= self.cap or (self.more and lane == "batch"):
             self.ring()
             return False
         self.put(cmd)
