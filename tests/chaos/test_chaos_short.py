@@ -31,6 +31,7 @@ EVIDENCE = {
     and f["max_tail_lag_s"] <= 10,
     "frozen-leader": lambda f: f["took_over"] == 1 and f["failover_s"] <= LEADER_TTL_S + 3
     and f["old_stepped_down"] == 1 and f["projection_mismatch"] == 0,
+    "retention-loss": lambda f: f["deleted"] >= SHORT.items and f["swept"] > 0,
 }
 
 

@@ -30,7 +30,8 @@ def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "PACER_SENDER_MIN_INTERVAL_MS": "10",
         "PACER_SENDER_JITTER_MS": "5",
         "PACER_RECONCILER_SWEEP_INTERVAL_S": "0.5",
-        "PACER_SENDER_MAX_BUFFERED": "100",  # small, so a backlog stays unread in Kafka
+        "PACER_SENDER_MAX_BUFFERED": "100",  # small, so a backlog is read from Postgres
+        "PACER_SENDER_SWEEP_S": "2",  # work without a command is found within seconds
     })
     prepare(url, {"bootstrap.servers": inf.kafka_bootstrap}, st.topic_prefix)
     st.start_gateway(min_interval_ms=8)

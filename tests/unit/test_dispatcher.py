@@ -1,18 +1,23 @@
-"""The per-guid dispatcher: priority lanes, no head-of-line blocking, hot limits, leases."""
+"""The per-guid dispatcher: Postgres holds each guid's queue, memory a bounded window of it;
+priority lanes, no head-of-line blocking, scheduled work aside, hot limits, leases, and
+failures that stay with their item."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+from pacer_common.db.errors import TransientError
 from pacer_common.domain.commands import ItemCommand
 from pacer_sender.core import Executed
-from pacer_sender.dispatcher import Dispatcher, Envelope
+from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
-from pacer_sender.ports import GuidLease
+from pacer_sender.ports import GuidLease, Ready, UnstorableItem, Waiting
+from pacer_sender.sweeper import Sweeper
 
 
 class GrantAll:
@@ -21,6 +26,7 @@ class GrantAll:
     def __init__(self, held_elsewhere: set[str] | None = None) -> None:
         self.held_elsewhere = held_elsewhere or set()
         self.asked = 0
+        self.released: list[str] = []
 
     async def acquire(self, guids: Sequence[str], owner: str) -> list[GuidLease]:
         self.asked += 1
@@ -28,22 +34,81 @@ class GrantAll:
         return [GuidLease(g, 1, None, False, now) for g in guids if g not in self.held_elsewhere]
 
     async def release(self, guids: Sequence[str], owner: str) -> int:
+        self.released.extend(guids)
         return len(guids)
 
 
-class Recorder:
+class Store:
+    """Postgres as the dispatcher sees it: the pending items of every guid, in order."""
+
     def __init__(self) -> None:
+        self.pending: dict[str, ItemCommand] = {}
+        self.failed: dict[str, tuple[str, str]] = {}
+        self.reads: list[tuple[str, int]] = []
+
+    def add(self, *cmds: ItemCommand) -> None:
+        for c in cmds:
+            self.pending[c.item_id] = c
+
+    async def next_ready(self, guid: str, exclude: Sequence[str], limit: int) -> Ready:
+        self.reads.append((guid, limit))
+        now = datetime.now(UTC)
+        mine = [c for c in self.pending.values() if c.guid == guid]
+        ready = sorted((c for c in mine if c.item_id not in exclude and (c.not_before is None or c.not_before <= now)),
+                       key=lambda c: c.priority)
+        due = [c.not_before for c in mine if c.not_before is not None and c.not_before > now]
+        return Ready(ready[:limit], (min(due) - now).total_seconds() if due else None)
+
+    async def waiting_guids(self, horizon_s: float, grace_s: float) -> list[Waiting]:
+        soon = datetime.now(UTC) + timedelta(seconds=horizon_s)
+        return [Waiting(g, True) for g in sorted({c.guid for c in self.pending.values()
+                                                  if c.not_before is None or c.not_before <= soon})]
+
+    async def fail_unsent(self, cmd: ItemCommand, error_class: str, reason: str) -> bool:
+        if self.pending.pop(cmd.item_id, None) is None:
+            return False
+        self.failed[cmd.item_id] = (error_class, reason)
+        return True
+
+
+class Recorder:
+    """Executes an item as begin_send would: only if it is still pending in the store."""
+
+    def __init__(self, store: Store | None = None) -> None:
+        self.store = store or Store()
         self.sent: list[tuple[str, str, float]] = []
 
     async def execute(self, cmd: ItemCommand) -> Executed:
         await asyncio.sleep(0)  # as a database or gateway call would, let other guids run
-        self.sent.append((cmd.guid, cmd.item_id, time.monotonic()))
+        if self.store.pending.pop(cmd.item_id, None) is None:
+            return Executed("not_pending", False)
+        self.sent.append((cmd.guid, name(cmd.item_id), time.monotonic()))
         return Executed("confirmed", True)
 
 
-def cmd(guid: str, n: int, priority: int = 3, job: str = "j") -> ItemCommand:
-    return ItemCommand(item_id=f"{guid}-{n}", job_id=job, shard_id=1, guid=guid, to_id=f"r{n}", content="x",
-                       idem_key=f"k-{guid}-{n}", priority=priority, kind="campaign")
+def item_id(guid: str, n: int) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_OID, f"{guid}-{n}"))
+
+
+NAMES: dict[str, str] = {}
+
+
+def name(item: str) -> str:
+    return NAMES.get(item, item)
+
+
+def cmd(guid: str, n: int, priority: int = 3, job: str = "j", not_before: datetime | None = None,
+        content: str = "x") -> ItemCommand:
+    i = item_id(guid, n)
+    NAMES[i] = f"{guid}-{n}"
+    return ItemCommand(item_id=i, job_id=job, shard_id=1, guid=guid, to_id=f"r{n}", content=content,
+                       idem_key=f"k-{guid}-{n}", priority=priority, kind="campaign", not_before=not_before)
+
+
+def ring(d: Dispatcher, store: Store, c: ItemCommand) -> None:
+    """The planner's order: the item row first, then its command (a doorbell)."""
+    store.add(c)
+    d.ring(c.guid, c)
 
 
 async def until(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -53,23 +118,34 @@ async def until(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped
         await asyncio.sleep(0.01)
 
 
-def dispatcher(limits: Limits, store: GrantAll | None = None) -> tuple[Dispatcher, Recorder, dict[str, Limits]]:
-    rec = Recorder()
+def dispatcher(limits: Limits, store: GrantAll | None = None, cap: int = 50, executor: Recorder | None = None,
+               **kw: object) -> tuple[Dispatcher, Recorder, dict[str, Limits]]:
+    rec = executor or Recorder()
     table: dict[str, Limits] = {}
-    d = Dispatcher(rec, lambda g: table.get(g, limits), GuidLeases(store or GrantAll(), "me", 30.0))  # type: ignore[arg-type]
+    d = Dispatcher(rec, lambda g: table.get(g, limits), GuidLeases(store or GrantAll(), "me", 30.0),  # type: ignore[arg-type]
+                   rec.store, guid_cap=cap, **kw)  # type: ignore[arg-type]
+    d.lease_retry_s = 0.02
     return d, rec, table
+
+
+def stop(d: Dispatcher) -> None:
+    for g in d.guids.values():
+        if g.task is not None:
+            g.task.cancel()
+
+
+FAST = Limits(min_interval_s=0.0, jitter_s=0.0)
 
 
 def test_an_auto_reply_does_not_wait_behind_a_campaign_backlog() -> None:
     async def scenario() -> list[str]:
         d, rec, _ = dispatcher(Limits(min_interval_s=0.2, jitter_s=0.0, online_reserve=0.2))
         for n in range(50):
-            d.submit(Envelope(("t", 0), n, cmd("g1", n)))
+            ring(d, rec.store, cmd("g1", n))
         await until(lambda: len(rec.sent) >= 2)
-        d.submit(Envelope(("t", 0), 99, cmd("g1", 99, priority=1)))
+        ring(d, rec.store, cmd("g1", 99, priority=1))
         await until(lambda: any(i == "g1-99" for _, i, _ in rec.sent))
-        for t in d.workers.values():
-            t.cancel()
+        stop(d)
         return [i for _, i, _ in rec.sent]
 
     order = asyncio.run(scenario())
@@ -78,15 +154,14 @@ def test_an_auto_reply_does_not_wait_behind_a_campaign_backlog() -> None:
 
 def test_a_slow_guid_does_not_hold_up_another_guid() -> None:
     async def scenario() -> list[tuple[str, str, float]]:
-        d, rec, table = dispatcher(Limits(min_interval_s=0.0, jitter_s=0.0))
+        d, rec, table = dispatcher(FAST)
         table["slow"] = Limits(min_interval_s=60.0, jitter_s=0.0)
         for n in range(3):
-            d.submit(Envelope(("t", 0), n, cmd("slow", n)))
+            ring(d, rec.store, cmd("slow", n))
         for n in range(20):
-            d.submit(Envelope(("t", 0), 10 + n, cmd("fast", n)))
+            ring(d, rec.store, cmd("fast", n))
         await until(lambda: sum(g == "fast" for g, _, _ in rec.sent) == 20)
-        for t in d.workers.values():
-            t.cancel()
+        stop(d)
         return rec.sent
 
     sent = asyncio.run(scenario())
@@ -98,9 +173,9 @@ def test_a_hot_rate_change_applies_to_a_waiting_guid() -> None:
     async def scenario() -> int:
         d, rec, table = dispatcher(Limits(min_interval_s=3600.0, jitter_s=0.0))
         for n in range(5):
-            d.submit(Envelope(("t", 0), n, cmd("g", n)))
+            ring(d, rec.store, cmd("g", n))
         await until(lambda: len(rec.sent) == 1)
-        table["g"] = Limits(min_interval_s=0.0, jitter_s=0.0)
+        table["g"] = FAST
         d.wake(["g"])  # what the limits book does when guid_limits changes
         await until(lambda: len(rec.sent) == 5, timeout=5.0)
         return len(rec.sent)
@@ -111,10 +186,9 @@ def test_a_hot_rate_change_applies_to_a_waiting_guid() -> None:
 def test_a_guid_held_by_another_sender_waits_and_sends_nothing() -> None:
     async def scenario() -> tuple[int, int]:
         store = GrantAll(held_elsewhere={"g"})
-        d, rec, _ = dispatcher(Limits(min_interval_s=0.0, jitter_s=0.0), store)
-        d.lease_retry_s = 0.02
+        d, rec, _ = dispatcher(FAST, store)
         for n in range(3):
-            d.submit(Envelope(("t", 0), n, cmd("g", n)))
+            ring(d, rec.store, cmd("g", n))
         await until(lambda: store.asked >= 3)  # it keeps asking for the lease, sending nothing
         before = len(rec.sent)
         store.held_elsewhere.clear()
@@ -124,46 +198,246 @@ def test_a_guid_held_by_another_sender_waits_and_sends_nothing() -> None:
     assert asyncio.run(scenario()) == (0, 3)
 
 
-def test_finished_offsets_commit_in_order_even_when_guids_finish_out_of_order() -> None:
-    async def scenario() -> dict:  # type: ignore[type-arg]
-        d, rec, table = dispatcher(Limits(min_interval_s=0.0, jitter_s=0.0))
-        table["slow"] = Limits(min_interval_s=60.0, jitter_s=0.0)
-        d.submit(Envelope(("t", 0), 0, cmd("slow", 0)))
-        d.submit(Envelope(("t", 0), 1, cmd("slow", 1)))
-        d.submit(Envelope(("t", 0), 2, cmd("fast", 0)))
-        await until(lambda: len(rec.sent) == 2)
-        points = d.commit_points()
-        for t in d.workers.values():
-            t.cancel()
-        return points
+def test_a_backlog_past_the_window_is_read_from_postgres_and_never_fills_memory() -> None:
+    backlog = [cmd("g1", n) for n in range(40)]
 
-    assert asyncio.run(scenario()) == {("t", 0): 1}, "offset 1 is unfinished: commit stops there"
+    async def scenario() -> tuple[int, list[str], list[tuple[str, int]]]:
+        d, rec, _ = dispatcher(FAST, cap=4)
+        for c in backlog:
+            ring(d, rec.store, c)
+        ring(d, rec.store, cmd("g2", 0))
+        in_memory = d.buffered
+        peak = 0
+
+        def done() -> bool:
+            nonlocal peak
+            peak = max(peak, d.buffered)
+            return len(rec.sent) == 41 and not d.guids
+
+        await until(done)
+        return max(in_memory, peak), [i for _, i, _ in rec.sent], rec.store.reads
+
+    most, sent, reads = asyncio.run(scenario())
+    assert most <= 5, "at most a window of g1's commands and g2's in memory"
+    assert sorted(sent) == sorted([f"g1-{n}" for n in range(40)] + ["g2-0"]), "each item once"
+    assert sent.index("g2-0") < 4, "g2 did not wait for g1's backlog"
+    assert reads and all(limit <= 4 for _, limit in reads), "read a window at a time"
 
 
-def test_releasing_partitions_drops_their_queued_items_and_keeps_the_others() -> None:
-    async def scenario() -> tuple[dict, int, int, list[str]]:  # type: ignore[type-arg]
-        d, rec, table = dispatcher(Limits(min_interval_s=0.0, jitter_s=0.0))
+def test_a_doorbell_without_a_command_starts_its_guid_from_postgres() -> None:
+    async def scenario() -> list[str]:
+        d, rec, _ = dispatcher(FAST)
+        rec.store.add(*(cmd("g", n) for n in range(3)))
+        d.ring("g")  # an unreadable command: only its key is known
+        await until(lambda: len(rec.sent) == 3 and not d.guids)
+        return [i for _, i, _ in rec.sent]
+
+    assert sorted(asyncio.run(scenario())) == ["g-0", "g-1", "g-2"]
+
+
+def test_an_item_finished_meanwhile_is_not_sent() -> None:
+    async def scenario() -> list[str]:
+        d, rec, _ = dispatcher(FAST, cap=2)
+        backlog = [cmd("g1", n) for n in range(6)]
+        rec.store.add(*backlog)
+        for c in backlog:
+            d.ring(c.guid, c)
+        rec.store.pending.pop(backlog[4].item_id)  # cancelled meanwhile
+        await until(lambda: not d.guids)
+        return [i for _, i, _ in rec.sent]
+
+    assert sorted(asyncio.run(scenario())) == ["g1-0", "g1-1", "g1-2", "g1-3", "g1-5"]
+
+
+def test_scheduled_items_wait_in_postgres_and_never_hold_up_ready_ones() -> None:
+    async def scenario() -> tuple[int, list[str], float, float]:
+        d, rec, _ = dispatcher(FAST)
+        due = datetime.now(UTC) + timedelta(seconds=0.4)
+        for n in range(5):
+            ring(d, rec.store, cmd("g", n, not_before=due))
+        for n in range(5, 8):
+            ring(d, rec.store, cmd("g", n))
+        await until(lambda: len(rec.sent) == 3)
+        held_while_waiting = d.buffered
+        await until(lambda: len(rec.sent) == 8)
+        first_scheduled = min(t for _, i, t in rec.sent if int(i.split("-")[1]) < 5)
+        return held_while_waiting, [i for _, i, _ in rec.sent], first_scheduled, due.timestamp()
+
+    held, sent, first_scheduled_at, _ = asyncio.run(scenario())
+    assert sent[:3] == ["g-5", "g-6", "g-7"], "ready items go first"
+    assert held == 0, "scheduled commands are not held in memory"
+    assert sorted(sent[3:]) == [f"g-{n}" for n in range(5)]
+
+
+def test_a_guid_with_nothing_due_soon_ends_its_worker_until_the_sweep_starts_it() -> None:
+    async def scenario() -> tuple[bool, int, list[str]]:
+        d, rec, _ = dispatcher(FAST, horizon_s=0.2)
+        ring(d, rec.store, cmd("g", 0, not_before=datetime.now(UTC) + timedelta(seconds=0.5)))
+        await until(lambda: not d.guids)  # due beyond the horizon: no worker waits for it
+        ended = not rec.sent
+        sweeper = Sweeper(d, rec.store, _owns_all, interval_s=0.1)
+        found = 0
+        while not rec.sent:
+            found += await sweeper.sweep("periodic")
+            await asyncio.sleep(0.05)
+        return ended, found, [i for _, i, _ in rec.sent]
+
+    ended, found, sent = asyncio.run(scenario())
+    assert ended and sent == ["g-0"] and found >= 1
+
+
+async def _owns_all():  # type: ignore[no-untyped-def]
+    return lambda g: True
+
+
+def test_the_sweep_starts_owned_guids_whose_doorbells_were_lost_and_counts_them() -> None:
+    async def scenario() -> tuple[int, int, list[str], list[tuple[str, int]]]:
+        d, rec, _ = dispatcher(FAST)
+        rec.store.add(cmd("mine", 0), cmd("mine", 1), cmd("theirs", 0))
+        ring(d, rec.store, cmd("busy", 0))  # has a worker already
+
+        async def owns():  # type: ignore[no-untyped-def]
+            return lambda g: g != "theirs"
+
+        counted: list[tuple[str, int]] = []
+        sweeper = Sweeper(d, rec.store, owns, interval_s=1.0, on_swept=lambda t, n: counted.append((t, n)))
+        found = await sweeper.sweep("assign")
+        await until(lambda: sum(g == "mine" for g, _, _ in rec.sent) == 2)
+        second = await sweeper.sweep("periodic")
+        stop(d)
+        return found, second, sorted(i for _, i, _ in rec.sent), counted
+
+    found, second, sent, counted = asyncio.run(scenario())
+    assert found == 1, "one owned guid without a worker"
+    assert "theirs-0" not in sent, "another sender's guid is left alone"
+    assert {"mine-0", "mine-1"} <= set(sent)
+    assert second == 0 and counted == [("assign", 1), ("periodic", 0)]
+
+
+def test_releasing_stops_the_guids_that_went_leaves_their_work_in_postgres_and_keeps_the_others() -> None:
+    async def scenario() -> tuple[int, list[str], list[str], set[str]]:
+        leases = GrantAll()
+        d, rec, table = dispatcher(FAST, leases)
         table["slow"] = Limits(min_interval_s=3600.0, jitter_s=0.0)
         for n in range(3):
-            d.submit(Envelope(("t", 0), n, cmd("slow", n)))
-        for n in range(3):
-            d.submit(Envelope(("t", 1), n, cmd("other", n, job="k")))
-        await until(lambda: len(rec.sent) >= 4)  # slow sent one and waits; other sent all
-        points = await d.release({("t", 0)})
-        await until(lambda: "slow" not in d.workers)
-        return points, d.buffered, d.by_tp.get(("t", 0), 0), sorted(d.queues)
+            ring(d, rec.store, cmd("slow", n))
+        ring(d, rec.store, cmd("idle", 0))
+        await until(lambda: len(rec.sent) == 2)  # slow sent one and waits; idle sent its item and ended
+        await d.release(lambda g: g in {"slow", "idle"})
+        await until(lambda: "slow" not in d.guids)
+        left = sorted(name(i) for i, c in rec.store.pending.items())
+        return d.buffered, left, sorted(leases.released), set(d.leases.held)
 
-    points, buffered, held, queues = asyncio.run(scenario())
-    assert points == {("t", 0): 1}, "the two dropped items stay uncommitted for the next owner"
-    assert (buffered, held, queues) == (0, 0, [])
+    buffered, left, released, held = asyncio.run(scenario())
+    assert buffered == 0
+    assert left == ["slow-1", "slow-2"], "the dropped items stay pending for the next owner"
+    assert released == ["idle", "slow"], "idle guids give their leases back too"
+    assert held == set()
 
 
 def test_releasing_when_nothing_is_queued_is_harmless() -> None:
-    async def scenario() -> dict:  # type: ignore[type-arg]
+    async def scenario() -> int:
         d, _, _ = dispatcher(Limits())
-        return await d.release({("t", 3)})
+        await d.release(lambda g: True)
+        return d.buffered
 
-    assert asyncio.run(scenario()) == {}
+    assert asyncio.run(scenario()) == 0
+
+
+class Faulty(Recorder):
+    """Raises the next of ``errors[item name]`` at each attempt, then executes."""
+
+    def __init__(self, errors: dict[str, list[BaseException]], submit_first: bool = False) -> None:
+        super().__init__()
+        self.errors = errors
+        self.submit_first = submit_first
+        self.attempts: dict[str, int] = {}
+
+    async def execute(self, c: ItemCommand) -> Executed:
+        n = name(c.item_id)
+        self.attempts[n] = self.attempts.get(n, 0) + 1
+        left = self.errors.get(n)
+        if left:
+            if self.submit_first:
+                self.store.pending.pop(c.item_id, None)  # submitted, then the failure
+            raise left.pop(0)
+        return await super().execute(c)
+
+
+def run_faulty(executor: Faulty, items: int, **kw: object) -> tuple[Faulty, int]:
+    errors = 0
+
+    def count() -> None:
+        nonlocal errors
+        errors += 1
+
+    async def scenario() -> None:
+        d, rec, _ = dispatcher(FAST, executor=executor, on_internal_error=count, error_backoff_s=0.01, **kw)
+        for n in range(items):
+            ring(d, rec.store, cmd("g", n))
+        await until(lambda: not d.guids)
+
+    asyncio.run(scenario())
+    return executor, errors
+
+
+def test_an_item_its_database_refuses_fails_alone_with_bad_params_and_its_guid_goes_on() -> None:
+    ex, errors = run_faulty(Faulty({"g-1": [UnstorableItem("DataError: index row size 9000 exceeds maximum")]}), 3)
+    assert [i for _, i, _ in ex.sent] == ["g-0", "g-2"]
+    (failure,) = ex.store.failed.values()
+    assert failure[0] == "bad_params" and "index row size" in failure[1]
+    assert ex.attempts["g-1"] == 1 and errors == 0, "the item's own fault: not retried, not an internal error"
+
+
+def test_a_command_that_cannot_be_sent_as_it_stands_is_only_a_doorbell() -> None:
+    async def scenario() -> tuple[list[str], dict[str, tuple[str, str]]]:
+        d, rec, _ = dispatcher(FAST)
+        clean = cmd("g", 0)
+        rec.store.add(clean)
+        d.ring("g", clean.model_copy(update={"content": "poisoned\x00"}))  # a corrupted command on Kafka
+        await until(lambda: not d.guids)
+        return [i for _, i, _ in rec.sent], rec.store.failed
+
+    sent, failed = asyncio.run(scenario())
+    assert sent == ["g-0"] and failed == {}, "the row in Postgres was sent, not the command"
+
+
+def test_an_item_that_cannot_be_sent_as_stored_fails_with_a_reason() -> None:
+    async def scenario() -> tuple[list[str], dict[str, tuple[str, str]]]:
+        d, rec, _ = dispatcher(FAST)
+        rec.store.add(cmd("g", 0, content="lone \ud800 surrogate"), cmd("g", 1))
+        d.ring("g")
+        await until(lambda: not d.guids)
+        return [i for _, i, _ in rec.sent], rec.store.failed
+
+    sent, failed = asyncio.run(scenario())
+    assert sent == ["g-1"]
+    assert [f[0] for f in failed.values()] == ["bad_params"] and "content is not valid text" in next(iter(failed.values()))[1]
+
+
+def test_a_programming_error_is_retried_then_fails_its_item_and_the_sender_goes_on() -> None:
+    ex, errors = run_faulty(Faulty({"g-1": [RuntimeError("boom")] * 9}), 3, error_attempts=3)
+    assert sorted(i for _, i, _ in ex.sent) == ["g-0", "g-2"]
+    assert ex.attempts["g-1"] == 3 and errors == 3
+    (failure,) = ex.store.failed.values()
+    assert failure == ("bad_params", "internal error: RuntimeError: boom")
+
+
+def test_a_programming_error_that_passes_goes_unnoticed_by_the_item() -> None:
+    ex, errors = run_faulty(Faulty({"g-0": [KeyError("once"), KeyError("twice")]}), 1, error_attempts=3)
+    assert [i for _, i, _ in ex.sent] == ["g-0"] and ex.store.failed == {} and errors == 2
+
+
+def test_an_item_submitted_before_a_programming_error_is_left_to_the_reconciler() -> None:
+    ex, errors = run_faulty(Faulty({"g-0": [RuntimeError("after submitted")] * 9}, submit_first=True), 2,
+                            error_attempts=2)
+    assert ex.store.failed == {}, "a submitted item is verified, never failed blindly"
+    assert [i for _, i, _ in ex.sent] == ["g-1"] and errors == 2
+
+
+def test_a_database_outage_is_retried_and_never_fails_the_item() -> None:
+    ex, errors = run_faulty(Faulty({"g-0": [TransientError("down")] * 4}), 2, error_attempts=2)
+    assert sorted(i for _, i, _ in ex.sent) == ["g-0", "g-1"] and ex.store.failed == {} and errors == 0
 
 
 def test_guids_asking_for_their_lease_at_once_are_granted_in_one_round_trip() -> None:
@@ -232,13 +506,16 @@ class GatedRecorder(Recorder):
 def test_a_guid_executing_when_its_partition_goes_gives_its_lease_back_after_the_item() -> None:
     store = SlowGrant()
     rec = GatedRecorder()
+    db = rec.store
+    owned = {"g"}
     d = Dispatcher(rec, lambda g: Limits(min_interval_s=0, jitter_s=0),  # type: ignore[arg-type]
-                   GuidLeases(store, "me", 30.0))  # type: ignore[arg-type]
+                   GuidLeases(store, "me", 30.0), db, owns=lambda g: g in owned)  # type: ignore[arg-type]
 
     async def go() -> None:
-        d.submit(Envelope(("t", 0), 0, cmd("g", 0)))
-        await until(lambda: "g" in d.executing)
-        await d.release({("t", 0)}, timeout_s=0.05)  # gives up waiting for the item in hand
+        ring(d, db, cmd("g", 0))
+        await until(lambda: "g" in d.guids and d.guids["g"].executing is not None)
+        owned.clear()  # its partition was revoked
+        await d.release(lambda g: g not in owned, timeout_s=0.05)  # gives up waiting for the item in hand
         assert store.released == []  # in hand: the lease stays while the item runs
         rec.gate.set()
         await until(lambda: store.released == ["g"])
@@ -247,92 +524,3 @@ def test_a_guid_executing_when_its_partition_goes_gives_its_lease_back_after_the
     assert "g" not in d.leases.held
 
 
-class Pending:
-    """Postgres as parking reads it: the commands of items still pending."""
-
-    def __init__(self, cmds: list[ItemCommand]) -> None:
-        self.by_id = {c.item_id: c for c in cmds}
-        self.reads: list[list[str]] = []
-
-    async def __call__(self, item_ids: Sequence[str]) -> list[ItemCommand]:
-        self.reads.append(list(item_ids))
-        return [self.by_id[i] for i in item_ids if i in self.by_id]
-
-
-def parking_dispatcher(pending: Pending, cap: int) -> tuple[Dispatcher, Recorder]:
-    rec = Recorder()
-    d = Dispatcher(rec, lambda g: Limits(min_interval_s=0.0, jitter_s=0.0), GuidLeases(GrantAll(), "me", 30.0),  # type: ignore[arg-type]
-                   read_back=pending, guid_cap=cap)
-    return d, rec
-
-
-def test_a_guid_backlog_is_parked_so_its_partition_keeps_room_for_other_guids() -> None:
-    backlog = [cmd("g1", n) for n in range(40)]
-    pending = Pending(backlog + [cmd("g2", 0)])
-
-    async def scenario() -> tuple[int, int, list[str], dict]:
-        d, rec = parking_dispatcher(pending, cap=4)
-        for n, c in enumerate(backlog):
-            d.submit(Envelope(("t", 0), n, c))
-        d.submit(Envelope(("t", 0), 40, cmd("g2", 0)))
-        in_memory, parked = d.by_tp[("t", 0)], d.parked_by_tp[("t", 0)]
-        await until(lambda: len(rec.sent) == 41)
-        await until(lambda: not d.workers)
-        return in_memory, parked, [i for _, i, _ in rec.sent], d.commit_points()
-
-    in_memory, parked, sent, points = asyncio.run(scenario())
-    assert (in_memory, parked) == (5, 36), "four of g1's commands and g2's in memory, the rest parked"
-    assert sorted(sent) == sorted([c.item_id for c in backlog] + ["g2-0"]), "each item once"
-    assert [i for i in sent if i.startswith("g1")] == [c.item_id for c in backlog], "g1 in order"
-    assert sent.index("g2-0") < 4, "g2 did not wait for g1's backlog"
-    assert points == {("t", 0): 41}, "parked offsets commit once their items are done"
-    assert all(len(r) <= 4 for r in pending.reads), "read back a guid's cap at a time"
-
-
-def test_a_parked_item_finished_meanwhile_is_not_sent_and_its_offset_completes() -> None:
-    backlog = [cmd("g1", n) for n in range(6)]
-    pending = Pending([c for c in backlog if c.item_id != "g1-4"])  # g1-4 was cancelled meanwhile
-
-    async def scenario() -> tuple[list[str], dict]:
-        d, rec = parking_dispatcher(pending, cap=2)
-        for n, c in enumerate(backlog):
-            d.submit(Envelope(("t", 0), n, c))
-        await until(lambda: not d.workers)
-        return [i for _, i, _ in rec.sent], d.commit_points()
-
-    sent, points = asyncio.run(scenario())
-    assert sent == ["g1-0", "g1-1", "g1-2", "g1-3", "g1-5"]
-    assert points == {("t", 0): 6}
-
-
-def test_parked_commands_of_a_revoked_partition_stay_uncommitted_for_the_next_owner() -> None:
-    backlog = [cmd("g1", n) for n in range(10)]
-    pending = Pending(backlog)
-    gate = asyncio.Event
-
-    class Stuck(Recorder):
-        def __init__(self) -> None:
-            super().__init__()
-            self.go = gate()
-
-        async def execute(self, c: ItemCommand) -> Executed:
-            await self.go.wait()
-            return await super().execute(c)
-
-    async def scenario() -> tuple[dict, dict, dict, list[str]]:
-        d, _ = parking_dispatcher(pending, cap=2)
-        d.executor = stuck = Stuck()  # type: ignore[assignment]
-        for n, c in enumerate(backlog):
-            d.submit(Envelope(("t", 0), n, c))
-        await until(lambda: "g1" in d.executing)
-        releasing = asyncio.create_task(d.release({("t", 0)}, timeout_s=5.0))
-        await asyncio.sleep(0)
-        stuck.go.set()  # the item in hand finishes; nothing else of the partition may start
-        points = await releasing
-        await until(lambda: not d.workers)
-        return points, d.parked, d.parked_by_tp, [i for _, i, _ in stuck.sent]
-
-    points, parked, parked_by_tp, sent = asyncio.run(scenario())
-    assert sent == ["g1-0"]
-    assert points == {("t", 0): 1}, "only the finished item's offset is committed"
-    assert parked == {} and parked_by_tp == {}

@@ -1,25 +1,26 @@
-"""One guid's queue: priority order, FIFO within a priority, deferred items held until due."""
+"""One guid's in-memory window: priority order, FIFO within a priority, jobs taking turns,
+bounded per lane, ringing for what it does not hold."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pacer_sender.domain.queue import GuidQueue
+from pacer_common.domain.commands import ItemCommand
+from pacer_sender.domain.queue import GuidQueue, GuidWindow
 
 
-def drain(q: GuidQueue[str], now: float) -> list[str]:
+def drain(q: GuidQueue[str]) -> list[str]:
     out = []
-    while (v := q.pop(now)) is not None:
+    while (v := q.pop()) is not None:
         out.append(v)
     return out
 
 
 def test_empty_queue_pops_nothing() -> None:
     q: GuidQueue[str] = GuidQueue()
-    assert q.pop(0.0) is None
+    assert q.pop() is None
     assert len(q) == 0
-    assert q.next_due() is None
 
 
 def test_lower_priority_number_pops_first() -> None:
@@ -28,7 +29,7 @@ def test_lower_priority_number_pops_first() -> None:
     q.push("takeover", 0)
     q.push("ticket", 2)
     q.push("reply", 1)
-    assert drain(q, 0.0) == ["takeover", "reply", "ticket", "campaign"]
+    assert drain(q) == ["takeover", "reply", "ticket", "campaign"]
 
 
 def test_fifo_within_a_priority() -> None:
@@ -36,89 +37,35 @@ def test_fifo_within_a_priority() -> None:
     for name in ["a", "b", "c", "d"]:
         q.push(name, 2)
     q.push("urgent", 0)
-    assert drain(q, 0.0) == ["urgent", "a", "b", "c", "d"]
+    assert drain(q) == ["urgent", "a", "b", "c", "d"]
 
 
-def test_len_counts_ready_and_deferred() -> None:
-    q: GuidQueue[str] = GuidQueue()
-    q.push("now", 1)
-    q.push("later", 1, due_at=50.0)
-    assert len(q) == 2
-    q.pop(0.0)
-    assert len(q) == 1
-
-
-def test_deferred_item_is_not_popped_before_due() -> None:
-    q: GuidQueue[str] = GuidQueue()
-    q.push("scheduled", 0, due_at=10.0)
-    assert q.pop(9.999) is None
-    assert len(q) == 1
-    assert q.pop(10.0) == "scheduled"
-    assert len(q) == 0
-
-
-def test_urgent_deferred_item_does_not_jump_ahead_before_due() -> None:
-    q: GuidQueue[str] = GuidQueue()
-    q.push("takeover-later", 0, due_at=10.0)
-    q.push("campaign-now", 3)
-    assert q.pop(5.0) == "campaign-now"
-
-
-def test_due_items_compete_by_priority_with_ready_items() -> None:
-    q: GuidQueue[str] = GuidQueue()
-    q.push("campaign", 3)
-    q.push("reply", 1)
-    q.push("takeover-due", 0, due_at=10.0)
-    q.push("low-due", 5, due_at=10.0)
-    assert drain(q, 10.0) == ["takeover-due", "reply", "campaign", "low-due"]
-
-
-def test_next_due_is_the_earliest_deferred_time() -> None:
-    q: GuidQueue[str] = GuidQueue()
-    q.push("ready", 0)
-    assert q.next_due() is None
-    q.push("b", 0, due_at=30.0)
-    q.push("a", 9, due_at=20.0)
-    assert q.next_due() == 20.0
-    assert q.pop(25.0) == "ready"
-    assert q.pop(25.0) == "a"
-    assert q.next_due() == 30.0
-    assert q.pop(25.0) is None
-    assert q.pop(30.0) == "b"
-    assert q.next_due() is None
-
-
-def test_remove_if_drops_matching_entries_from_both_heaps_and_returns_them() -> None:
+def test_remove_if_drops_matching_entries_and_returns_them() -> None:
     q: GuidQueue[str] = GuidQueue()
     q.push("p0:keep", 0)
     q.push("p1:drop", 1)
     q.push("p2:keep", 2)
-    q.push("d5:drop", 0, due_at=5.0)
-    q.push("d7:keep", 1, due_at=7.0)
+    q.push("p3:drop", 0)
     dropped = q.remove_if(lambda v: v.endswith("drop"))
-    assert sorted(dropped) == ["d5:drop", "p1:drop"]
-    assert len(q) == 3
-    assert q.next_due() == 7.0
-    assert drain(q, 100.0) == ["p0:keep", "d7:keep", "p2:keep"]
+    assert sorted(dropped) == ["p1:drop", "p3:drop"]
+    assert len(q) == 2
+    assert drain(q) == ["p0:keep", "p2:keep"]
 
 
 def test_remove_if_with_no_match_changes_nothing() -> None:
     q: GuidQueue[str] = GuidQueue()
     q.push("a", 1)
-    q.push("b", 0, due_at=3.0)
+    q.push("b", 0)
     assert q.remove_if(lambda v: False) == []
-    assert len(q) == 2
-    assert drain(q, 3.0) == ["b", "a"]
+    assert drain(q) == ["b", "a"]
 
 
-# A reference model: each entry is (priority, arrival, due or None, value). A pop at ``now``
-# first makes every entry due by ``now`` ready — it joins the line then, in (due, push)
-# order; among ready entries the lowest (priority, arrival) wins. ``next_due`` is the
-# earliest due time not yet made ready. (One job: fairness between jobs is tested apart.)
+# A reference model: each entry is (priority, arrival, value); the lowest (priority,
+# arrival) pops first. (One job: fairness between jobs is tested apart.)
 ops = st.lists(
     st.one_of(
-        st.tuples(st.just("push"), st.integers(0, 4), st.none() | st.integers(0, 20)),
-        st.tuples(st.just("pop"), st.integers(0, 25)),
+        st.tuples(st.just("push"), st.integers(0, 4)),
+        st.tuples(st.just("pop")),
         st.tuples(st.just("remove"), st.integers(0, 2)),
     ),
     max_size=60,
@@ -130,35 +77,20 @@ ops = st.lists(
 def test_queue_behaves_like_the_reference_model(script: list[tuple]) -> None:  # type: ignore[type-arg]
     q: GuidQueue[int] = GuidQueue()
     ready: list[tuple[int, int, int]] = []  # (priority, arrival, value)
-    deferred: list[tuple[float, int, int]] = []  # (due, priority, value)
-    now = 0.0
-    arrival = 0
     for n, op in enumerate(script):
         if op[0] == "push":
-            _, prio, due = op
-            q.push(n, prio, None if due is None else float(due))
-            if due is None:
-                ready.append((prio, arrival, n))
-                arrival += 1
-            else:
-                deferred.append((float(due), prio, n))
+            q.push(n, op[1])
+            ready.append((op[1], n, n))
         elif op[0] == "pop":
-            now = max(now, float(op[1]))  # a monotonic clock
-            for due, prio, v in sorted(d for d in deferred if d[0] <= now):
-                ready.append((prio, arrival, v))
-                arrival += 1
-            deferred = [d for d in deferred if d[0] > now]
             expected = min(ready)[2] if ready else None
-            assert q.pop(now) == expected
+            assert q.pop() == expected
             ready = [r for r in ready if r[2] != expected]
         else:
             mod = op[1]
-            expected_dropped = sorted(v for *_, v in ready + deferred if v % 3 == mod)
+            expected_dropped = sorted(v for *_, v in ready if v % 3 == mod)
             assert sorted(q.remove_if(lambda v, m=mod: v % 3 == m)) == expected_dropped
             ready = [r for r in ready if r[2] % 3 != mod]
-            deferred = [d for d in deferred if d[2] % 3 != mod]
-        assert len(q) == len(ready) + len(deferred)
-        assert q.next_due() == (min(d[0] for d in deferred) if deferred else None)
+        assert len(q) == len(ready)
 
 
 def test_jobs_of_one_priority_take_turns() -> None:
@@ -167,7 +99,7 @@ def test_jobs_of_one_priority_take_turns() -> None:
         q.push(f"big-{i}", 3, job="broadcast")
     for i in range(3):
         q.push(f"small-{i}", 3, job="notice")
-    first_six = [q.pop(0.0) for _ in range(6)]
+    first_six = [q.pop() for _ in range(6)]
     assert first_six == ["big-0", "small-0", "big-1", "small-1", "big-2", "small-2"]
 
 
@@ -176,10 +108,10 @@ def test_a_late_job_does_not_starve_the_running_one() -> None:
     for i in range(10):
         q.push(f"a-{i}", 3, job="a")
     for _ in range(5):
-        q.pop(0.0)
+        q.pop()
     for i in range(10):
         q.push(f"b-{i}", 3, job="b")
-    order = [q.pop(0.0) for _ in range(6)]
+    order = [q.pop() for _ in range(6)]
     assert order.count("a-5") == 1 and sum(v.startswith("a") for v in order) == 3
 
 
@@ -190,5 +122,93 @@ def test_online_lane_items_are_kept_apart_from_the_batch_backlog() -> None:
     for i in range(1000):
         lanes.push(f"campaign-{i}", 3, job="c")
     lanes.push("reply", 1, job="r")
-    assert lanes.lanes["online"].pop(0.0) == "reply"
+    assert lanes.lanes["online"].pop() == "reply"
     assert len(lanes) == 1000
+
+
+def command(n: int, priority: int = 3) -> ItemCommand:
+    return ItemCommand(item_id=f"00000000-0000-0000-0000-{n:012d}", job_id="j", shard_id=1, guid="g",
+                       to_id=f"r{n}", content="x", idem_key=f"k{n}", priority=priority, kind="campaign")
+
+
+def test_a_window_holds_up_to_its_cap_per_lane_and_rings_for_the_rest() -> None:
+    w = GuidWindow(cap=3)
+    held = [w.offer(command(n)) for n in range(5)]
+    assert held == [True, True, True, False, False]
+    assert len(w) == 3 and w.more and w.rings == 2
+    assert w.offer(command(99, priority=1)), "the online lane has its own room"
+    assert len(w.lanes.lanes["online"]) == 1
+    w.take("batch")
+    assert not w.offer(command(5)), "Postgres holds older batch work: it chooses, not arrival"
+    assert w.rings == 3
+
+
+def test_an_urgent_command_is_held_even_while_postgres_holds_more() -> None:
+    w = GuidWindow(cap=3)
+    w.ring()
+    assert w.offer(command(1, priority=0)) and len(w.lanes.lanes["online"]) == 1
+
+
+def test_a_window_never_holds_an_item_twice() -> None:
+    w = GuidWindow(cap=5)
+    assert w.offer(command(1))
+    cmd = w.take("batch")
+    assert cmd is not None and w.offer(command(1)), "in hand: a repeated doorbell is not held again"
+    assert len(w) == 0
+    w.finished(cmd)
+    assert w.offer(command(1)) and len(w) == 1
+
+
+def test_a_window_asks_for_a_refill_only_when_rung_and_down_to_half() -> None:
+    w = GuidWindow(cap=4)
+    for n in range(4):
+        w.offer(command(n))
+    assert w.refill_size() == 0, "not rung: Postgres holds nothing the window does not"
+    w.offer(command(9))  # full: rings
+    assert w.refill_size() == 0, "rung, but still more than half full"
+    w.take("batch")
+    w.take("batch")
+    assert w.refill_size() == 2
+
+
+def test_a_short_refill_means_postgres_has_no_more_unless_rung_meanwhile() -> None:
+    w = GuidWindow(cap=4)
+    w.ring()
+    rings = w.rings
+    w.ring()  # a doorbell while the read was on its way
+    assert w.refilled([command(1)], asked=4, rings_before=rings) == 1
+    assert w.more, "the doorbell that rang during the read may be for an item the read missed"
+    rings = w.rings
+    assert w.refilled([command(1), command(2)], asked=4, rings_before=rings) == 1, "item 1 already held"
+    assert not w.more
+    w.ring()
+    rings = w.rings
+    w.refilled([command(n) for n in range(3, 5)], asked=2, rings_before=rings)
+    assert w.more, "a full refill: Postgres may hold more"
+
+
+@settings(database=None, max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("offer"), st.integers(0, 30), st.sampled_from([1, 3])),
+                          st.tuples(st.just("take"), st.sampled_from(["online", "batch"])),
+                          st.tuples(st.just("refill"), st.lists(st.integers(0, 30), max_size=6))), max_size=80))
+def test_a_window_holds_each_item_once_and_at_most_its_cap_from_doorbells(script: list[tuple]) -> None:  # type: ignore[type-arg]
+    w = GuidWindow(cap=4)
+    in_hand: set[str] = set()
+    for op in script:
+        if op[0] == "offer":
+            before = {lane: len(q) for lane, q in w.lanes.lanes.items()}
+            w.offer(command(op[1], op[2]))
+            lane = "online" if op[2] == 1 else "batch"
+            assert len(w.lanes.lanes[lane]) <= max(w.cap, before[lane]), "a doorbell never overfills a lane"
+        elif op[0] == "take":
+            cmd = w.take(op[1])
+            if cmd is not None:
+                in_hand.add(cmd.item_id)
+        else:
+            n = w.refill_size()
+            if n:
+                w.refilled([command(i) for i in op[1][:n]], n, w.rings)
+        held = [e.value.item_id for q in w.lanes.lanes.values() for e in q._ready]
+        assert len(held) == len(set(held)), "an item held twice"
+        assert set(held) | in_hand == w.ids
+        assert not set(held) & in_hand

@@ -36,6 +36,9 @@ def make_producer(config: dict[str, str], **extra: Any) -> Producer:
         "queue.buffering.max.messages": 1_000_000,
         # Snapshot job requests carry their targets; the topic allows large messages.
         "message.max.bytes": MAX_REQUEST_BYTES,
+        # CRC32 of the key (librdkafka's default, stated): senders map a guid to its
+        # partition with the same function to find the guids they own in Postgres.
+        "partitioner": "consistent_random",
         "error_cb": lambda err: log.warning("kafka producer error: %s", err),
         **extra,
     }

@@ -1,218 +1,180 @@
-"""Per-guid serial execution, guids in parallel, paced; offsets committed only when done.
+"""Per-guid serial execution, guids in parallel, paced; Postgres holds every guid's queue.
 
-Each guid with work has one worker task that takes its most urgent ready item, waits out
-the guid's pacing gap, and executes it. The Kafka poll loop never waits on pacing: it only
-hands envelopes over and pauses partitions when too much is buffered.
+A consumed item command is a doorbell: "guid G, whose partition this sender owns, has
+work". Each guid with work has one worker task and a small window of ready commands in
+memory (``GuidWindow``, at most ``guid_cap`` per lane). A command that fits is held, so
+most sends need no read; one that does not fit, a scheduled one, or a doorbell without a
+readable command *rings* the window instead, and the worker reads the guid's next ready
+items from Postgres as its window runs low. A backlog of any size thus costs one window per
+guid, and nothing in memory stands for work Postgres does not also hold.
 
-A guid with more batch commands than ``guid_cap`` in memory *parks* the rest: only the
-item id and the offset are kept (the offset stays uncommitted), and the worker reads the
-commands back from Postgres as its queue runs low. A campaign backlog of one guid thus
-never fills its partition's share of the buffer, and the other guids of that partition
-keep being read: no head-of-line blocking across guids, with memory bounded by
-``guid_cap`` commands per guid plus a small entry per parked command.
+A worker with nothing ready learns from Postgres when the guid's next scheduled item is
+due and sleeps until then (a doorbell wakes it sooner); if that is beyond ``horizon_s`` the
+worker ends, and the sweep (``sweeper.py``) starts it again in time. Scheduled work is
+never in the window, so it never holds up ready work.
+
+What goes wrong with an item stays with that item: the database away (``TransientError``)
+is retried without end; a value the item holds that cannot be stored or sent fails it
+(``bad_params``, with the reason); any other exception is logged, counted and retried a
+few times with backoff, then fails the item as an internal error — but only while it is
+pending: a submitted item is the reconciler's to verify. The guid goes on either way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pacer_common.db.errors import TransientError
 from pacer_common.domain.commands import ItemCommand
 from pacer_sender.core import Executed, Executor
-from pacer_sender.domain.offsets import PartitionOffsets
 from pacer_sender.domain.pacing import GuidPacer, Lane, Limits, lane_of
-from pacer_sender.domain.queue import GuidLanes
+from pacer_sender.domain.queue import GuidWindow
+from pacer_sender.domain.vetting import unsendable
 from pacer_sender.leases import GuidLeases
+from pacer_sender.ports import GuidQueueStore, UnstorableItem
 
 log = logging.getLogger(__name__)
-TP = tuple[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class Envelope:
-    tp: TP
-    offset: int
-    cmd: ItemCommand
+@dataclass(eq=False)
+class GuidWork:
+    """One guid's worker and what it holds."""
+
+    window: GuidWindow
+    pacer: GuidPacer
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    executing: ItemCommand | None = None
+    due_at: float | None = None  # when its earliest scheduled item in Postgres is due (clock)
+    stopping: bool = False  # its partition went: finish the item in hand, then end
+    revived: bool = False  # rung again while stopping: start afresh once stopped
+    errors: dict[str, int] = field(default_factory=dict)  # item id → internal errors so far
 
 
 class Dispatcher:
-    def __init__(self, executor: Executor, limits: Callable[[str], Limits], leases: GuidLeases, *,
-                 on_executed: Callable[[Envelope, Executed], None] | None = None,
+    def __init__(self, executor: Executor, limits: Callable[[str], Limits], leases: GuidLeases,
+                 queue: GuidQueueStore, *,
+                 on_executed: Callable[[ItemCommand, Executed], None] | None = None,
+                 on_internal_error: Callable[[], None] | None = None,
                  job_interval: Callable[[str], float | None] = lambda job_id: None,
-                 read_back: Callable[[Sequence[str]], Awaitable[list[ItemCommand]]] | None = None,
-                 guid_cap: int = 50,
+                 owns: Callable[[str], bool] = lambda guid: True,
+                 guid_cap: int = 50, max_buffered: int = 20_000, horizon_s: float = 60.0,
+                 error_attempts: int = 3, error_backoff_s: float = 1.0,
                  rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.executor = executor
         self.limits = limits  # guid → its current limits (hot-adjustable)
         self.job_interval = job_interval  # job → its own interval per guid, if set (hot-adjustable)
-        self.max_idle_s = 30.0  # a waiting guid re-checks at least this often (changes wake it sooner)
-        self.fatal: BaseException | None = None
         self.leases = leases
-        self.lease_retry_s = 1.0
-        self.guid_tp: dict[str, TP] = {}
-        self.on_executed = on_executed or (lambda env, res: None)
+        self.queue = queue
+        self.owns = owns  # is this guid's partition assigned to this sender?
+        self.on_executed = on_executed or (lambda cmd, res: None)
+        self.on_internal_error = on_internal_error or (lambda: None)
+        self.guid_cap = guid_cap
+        self.max_buffered = max_buffered  # batch commands held in memory, all guids together
+        self.horizon_s = horizon_s
+        self.error_attempts = error_attempts
+        self.error_backoff_s = error_backoff_s
         self.rng = rng or random.Random()
         self.clock = clock
-        self.queues: dict[str, GuidLanes[Envelope]] = {}
-        self.paces: dict[str, GuidPacer] = {}
-        self.wakes: dict[str, asyncio.Event] = {}
-        self.workers: dict[str, asyncio.Task[None]] = {}
-        self.executing: dict[str, Envelope] = {}
+        self.max_idle_s = 30.0  # a waiting guid re-checks at least this often (changes wake it sooner)
+        self.lease_retry_s = 1.0
+        self.guids: dict[str, GuidWork] = {}
+        self.paces: dict[str, GuidPacer] = {}  # kept across workers: spacing survives an idle spell
+        self.buffered = 0  # commands held in windows
         self._releasing: set[asyncio.Future[None]] = set()
-        self.books: dict[TP, PartitionOffsets] = {}
-        self.by_lane: dict[Lane, int] = {"online": 0, "batch": 0}  # commands held, per lane
-        self.by_tp: dict[TP, int] = {}  # commands held, per partition (flow control)
-        # Parking (module docstring): item ids → their still-pending commands, or None: never park.
-        self.read_back = read_back
-        self.guid_cap = guid_cap  # batch commands of one guid held in memory before parking
-        self.parked: dict[str, dict[str, tuple[TP, int]]] = {}  # guid → item id → (tp, offset), oldest first
-        self.parked_by_tp: dict[TP, int] = {}  # parked entries, per partition (flow control)
-        self._reading: set[str] = set()  # guids reading parked commands back right now
         self._progress = asyncio.Event()
 
-    # -- intake ---------------------------------------------------------------------------
-    def submit(self, env: Envelope) -> None:
-        book = self.books.setdefault(env.tp, PartitionOffsets())
-        book.add(env.offset)
-        lanes = self.queues.setdefault(env.cmd.guid, GuidLanes())
-        self.guid_tp[env.cmd.guid] = env.tp
-        if self._parks(env.cmd, lanes):
-            parked = self.parked.setdefault(env.cmd.guid, {})
-            if env.cmd.item_id in parked:
-                book.done(env.offset)  # a repeated command: the parked entry stands for the item
-            else:
-                parked[env.cmd.item_id] = (env.tp, env.offset)
-                self.parked_by_tp[env.tp] = self.parked_by_tp.get(env.tp, 0) + 1
+    # -- doorbells ------------------------------------------------------------------------
+    def ring(self, guid: str, cmd: ItemCommand | None = None) -> bool:
+        """Guid ``guid`` has work (``cmd``, if its command was readable). True if this
+        started a worker for it."""
+        g = self.guids.get(guid)
+        started = g is None
+        if g is None:
+            g = self.guids[guid] = GuidWork(GuidWindow(self.guid_cap), self.paces.setdefault(guid, GuidPacer()))
+        if g.stopping:
+            g.revived = True
+        if cmd is None or cmd.guid != guid or unsendable(cmd) is not None or _scheduled(cmd):
+            g.window.ring()  # Postgres has it: the worker reads it from there
         else:
-            self._hold(lanes, env)
-        if env.cmd.guid not in self.workers:
-            self.workers[env.cmd.guid] = asyncio.create_task(self._run(env.cmd.guid), name=f"guid:{env.cmd.guid}")
+            held = len(g.window)
+            g.window.offer(cmd, room=lane_of(cmd.priority) == "online" or self.buffered < self.max_buffered)
+            self.buffered += len(g.window) - held
+        g.wake.set()
+        if g.task is None:
+            g.task = asyncio.create_task(self._run(guid, g), name=f"guid:{guid}")
+        return started
 
-    def _parks(self, cmd: ItemCommand, lanes: GuidLanes[Envelope]) -> bool:
-        if self.read_back is None or lane_of(cmd.priority) != "batch":
-            return False  # online commands are few and urgent: always in memory
-        return bool(self.parked.get(cmd.guid)) or len(lanes.lanes["batch"]) >= self.guid_cap
+    def full(self, guid: str) -> bool:
+        """Whether a batch command for ``guid`` would only ring (no need to read it)."""
+        g = self.guids.get(guid)
+        return g is not None and (len(g.window.lanes.lanes["batch"]) >= self.guid_cap
+                                  or self.buffered >= self.max_buffered)
 
-    def _hold(self, lanes: GuidLanes[Envelope], env: Envelope) -> None:
-        lanes.push(env, env.cmd.priority, self._due(env.cmd), env.cmd.job_id)
-        self.by_lane[lane_of(env.cmd.priority)] += 1
-        self.by_tp[env.tp] = self.by_tp.get(env.tp, 0) + 1
-        wake = self.wakes.get(env.cmd.guid)
-        if wake is not None:
-            wake.set()
-
-    def skip(self, tp: TP, offset: int) -> None:
-        """An offset with nothing to execute (unreadable command): count it done."""
-        book = self.books.setdefault(tp, PartitionOffsets())
-        book.add(offset)
-        book.done(offset)
-
-    def _due(self, cmd: ItemCommand) -> float | None:
-        if cmd.not_before is None:
-            return None
-        delta = (cmd.not_before - datetime.now(UTC)).total_seconds()
-        return self.clock() + delta if delta > 0 else None
+    def poke(self, guid: str) -> bool:
+        """The sweep found queued work for ``guid``: a worker reads it from Postgres. True if
+        that needed a new worker (its doorbell was lost, or handled by a previous owner)."""
+        return self.ring(guid)
 
     # -- per-guid worker ------------------------------------------------------------------
-    async def _run(self, guid: str) -> None:
-        lanes = self.queues[guid]
-        pacer = self.paces.setdefault(guid, GuidPacer())
-        wake = self.wakes.setdefault(guid, asyncio.Event())
+    async def _run(self, guid: str, g: GuidWork) -> None:
         try:
-            while lanes or self.parked.get(guid):
-                if self.parked.get(guid) and len(lanes.lanes["batch"]) <= self.guid_cap // 2:
-                    if not await self._read_back(guid, lanes):
-                        await self._sleep(wake, self.lease_retry_s)
-                        continue
-                    if not lanes:
-                        continue  # every parked item read was finished meanwhile
+            while not g.stopping:
+                if g.due_at is not None and g.due_at <= self.clock():
+                    g.due_at = None
+                    g.window.ring()  # scheduled work came due: read it
+                n = g.window.refill_size()
+                if n and not await self._refill(guid, g, n):
+                    await self._sleep(g, self.lease_retry_s)
+                    continue
+                if not g.window:
+                    if g.window.more:
+                        continue  # rung while reading: read again
+                    if g.due_at is None or g.due_at - self.clock() > self.horizon_s:
+                        break  # nothing ready, nothing due soon: the sweep restarts it in time
+                    await self._sleep(g, g.due_at - self.clock())
+                    continue
                 limits = self.limits(guid)
-                if guid not in self.leases.held and not await self._take_lease(guid, pacer, limits):
-                    await self._sleep(wake, self.lease_retry_s)
+                if guid not in self.leases.held and not await self._take_lease(guid, g.pacer, limits):
+                    await self._sleep(g, self.lease_retry_s)
                     continue
-                picked, wait = self._pick(lanes, pacer, limits)
+                picked, wait = self._pick(g, limits)
                 if picked is None:
-                    if wait is None:
-                        break
-                    await self._sleep(wake, wait)  # the guid's next moment; new work wakes it early
+                    await self._sleep(g, wait if wait is not None else self.lease_retry_s)
                     continue
-                lane, env = picked
-                self.executing[guid] = env
-                try:
-                    result = await self.executor.execute(env.cmd)
-                except TransientError:
-                    # The database stayed away past the retry deadline. Every step is guarded,
-                    # so running the item again is safe: back off, put it back, go on.
-                    log.exception("item execution failed; retrying it after a pause")
-                    lanes.push(env, env.cmd.priority, self.clock() + 1.0, env.cmd.job_id)
-                    continue
-                except Exception as exc:
-                    self.fatal = exc  # a bug, not weather: stop the service rather than loop
-                    raise
-                finally:
-                    self.executing.pop(guid, None)
-                if result.outcome == "guid_lost":
-                    self.leases.forget(guid)
-                    lanes.push(env, env.cmd.priority, None, env.cmd.job_id)
-                    continue
-                if result.called_gateway:
-                    if result.outcome == "rate_limited":
-                        pacer.slowed(lane, limits, self.clock(), self.rng)
-                    else:
-                        pacer.sent(lane, limits, self.clock(), time.time(), self.rng,
-                                   self.job_interval(env.cmd.job_id))
-                self._done(env)
-                self.on_executed(env, result)
+                pause = await self._execute(guid, g, *picked, limits)
+                if pause:
+                    await self._sleep(g, pause)
+        except Exception:
+            # A bug outside any one item. The guid's work is in Postgres: the next doorbell
+            # or sweep starts a fresh worker; the sender itself goes on.
+            log.exception("guid worker for %s failed", guid)
+            self.on_internal_error()
         finally:
-            self.workers.pop(guid, None)
-            idle = not lanes and not self.parked.get(guid)
-            if idle:
-                self.queues.pop(guid, None)
-                self.wakes.pop(guid, None)
-            tp = self.guid_tp.get(guid)
-            if idle and tp is not None and tp not in self.books:
-                # Its partition was revoked while it was executing: release() had to leave
-                # the lease to it. Give it back now, or it would be renewed for nobody.
-                self.guid_tp.pop(guid, None)
-                task = asyncio.ensure_future(self.leases.release([guid]))
-                self._releasing.add(task)
-                task.add_done_callback(self._releasing.discard)
+            self._retire(guid, g)
 
-    async def _read_back(self, guid: str, lanes: GuidLanes[Envelope]) -> bool:
-        """Bring the oldest parked commands of ``guid`` back into memory, up to ``guid_cap``.
-        Items no longer pending are done. False when the database could not be read."""
-        assert self.read_back is not None
-        parked = self.parked[guid]
-        taken = list(itertools.islice(parked.items(), max(1, self.guid_cap - len(lanes.lanes["batch"]))))
-        books = {tp: self.books.get(tp) for _, (tp, _) in taken}
-        self._reading.add(guid)
+    async def _refill(self, guid: str, g: GuidWork, n: int) -> bool:
+        """Read the guid's next ready items from Postgres into its window. False if the
+        database could not be read."""
+        rings = g.window.rings
+        if self.buffered >= self.max_buffered:
+            n = min(n, 1)  # memory is full: enough to keep this guid going
         try:
-            found = {c.item_id: c for c in await self.read_back([item_id for item_id, _ in taken])}
+            ready = await self.queue.next_ready(guid, list(g.window.ids), n)
         except TransientError:
-            log.exception("parked commands of guid %s not read back; trying again", guid)
+            log.exception("next items of guid %s not read; trying again", guid)
             return False
-        finally:
-            self._reading.discard(guid)
-        for item_id, (tp, offset) in taken:
-            book = self.books.get(tp)
-            if book is None or book is not books[tp] or parked.pop(item_id, None) is None:
-                continue  # its partition went meanwhile (its next owner reads the command again)
-            self.parked_by_tp[tp] -= 1
-            cmd = found.get(item_id)
-            if cmd is None:
-                book.done(offset)  # finished, cancelled or taken since: nothing to send
-            else:
-                self._hold(lanes, Envelope(tp, offset, cmd))
-        if not parked and self.parked.get(guid) is parked:
-            del self.parked[guid]
+        if g.stopping:
+            return True
+        self.buffered += g.window.refilled(ready.commands, n, rings)
+        g.due_at = None if ready.due_in_s is None else self.clock() + max(0.0, ready.due_in_s)
         return True
 
     async def _take_lease(self, guid: str, pacer: GuidPacer, limits: Limits) -> bool:
@@ -227,106 +189,142 @@ class Dispatcher:
         pacer.resume_after(self.clock(), since, limits, lease.windows)
         return True
 
-    def _pick(self, lanes: GuidLanes[Envelope], pacer: GuidPacer,
-              limits: Limits) -> tuple[tuple[Lane, Envelope] | None, float | None]:
-        """The next item to send now (online lane first), or how long to wait (None: no work)."""
+    def _pick(self, g: GuidWork, limits: Limits) -> tuple[tuple[Lane, ItemCommand] | None, float | None]:
+        """The next item to send now (online lane first), or how long to wait."""
         now, wall = self.clock(), time.time()
         wait: float | None = None
-        for lane, q in lanes.lanes.items():
+        for lane, q in g.window.lanes.lanes.items():
             if not q:
                 continue
-            due = q.next_due()
-            if q.has_ready() or (due is not None and due <= now):
-                ready_at = pacer.ready_at(lane, limits, now, wall)
-                if ready_at <= now:
-                    env = q.pop(now)
-                    if env is not None:
-                        return (lane, env), None
-                candidate = ready_at - now
-            else:
-                candidate = (due or now) - now
-            wait = candidate if wait is None else min(wait, candidate)
+            ready_at = g.pacer.ready_at(lane, limits, now, wall)
+            if ready_at <= now:
+                cmd = g.window.take(lane)
+                if cmd is not None:
+                    self.buffered -= 1
+                    return (lane, cmd), None
+            wait = ready_at - now if wait is None else min(wait, ready_at - now)
         return None, wait
 
-    async def _sleep(self, wake: asyncio.Event, seconds: float) -> None:
-        """Wait for the guid's next moment; a new command for the guid ends the wait early."""
-        wake.clear()
+    async def _execute(self, guid: str, g: GuidWork, lane: Lane, cmd: ItemCommand, limits: Limits) -> float:
+        """Execute one item; returns how long the worker should pause afterwards."""
+        g.executing = cmd
+        try:
+            reason = unsendable(cmd)
+            if reason is not None:
+                raise UnstorableItem(reason)
+            result = await self.executor.execute(cmd)
+        except TransientError:
+            # The database stayed away past the retry deadline. Every step is guarded, so
+            # running the item again is safe: put it back, pause, go on.
+            log.exception("item %s not executed: database unavailable; retrying it", cmd.item_id)
+            return self._put_back(g, cmd, self.lease_retry_s)
+        except UnstorableItem as exc:
+            await self._fail(g, cmd, "bad_params", f"cannot be sent as it stands: {exc}")
+            return 0.0
+        except Exception as exc:
+            log.exception("internal error executing item %s", cmd.item_id)
+            self.on_internal_error()
+            n = g.errors[cmd.item_id] = g.errors.get(cmd.item_id, 0) + 1
+            if n < self.error_attempts:
+                return self._put_back(g, cmd, min(60.0, self.error_backoff_s * 2 ** (n - 1)))
+            await self._fail(g, cmd, "bad_params", f"internal error: {type(exc).__name__}: {exc}")
+            return 0.0
+        finally:
+            g.executing = None
+            self._progress.set()
+        if result.outcome == "guid_lost":
+            self.leases.forget(guid)
+            return self._put_back(g, cmd, 0.0)
+        if result.called_gateway:
+            if result.outcome == "rate_limited":
+                g.pacer.slowed(lane, limits, self.clock(), self.rng)
+            else:
+                g.pacer.sent(lane, limits, self.clock(), time.time(), self.rng, self.job_interval(cmd.job_id))
+        g.window.finished(cmd)
+        g.errors.pop(cmd.item_id, None)
+        self.on_executed(cmd, result)
+        return 0.0
+
+    def _put_back(self, g: GuidWork, cmd: ItemCommand, pause: float) -> float:
+        if not g.stopping:
+            g.window.put(cmd)
+            self.buffered += 1
+        else:
+            g.window.finished(cmd)
+        return pause
+
+    async def _fail(self, g: GuidWork, cmd: ItemCommand, error_class: str, reason: str) -> None:
+        """Fail a pending item with ``reason``; an item no longer pending is left alone."""
+        g.errors.pop(cmd.item_id, None)
+        g.window.finished(cmd)
+        try:
+            moved = await self.queue.fail_unsent(cmd, error_class, reason)
+        except TransientError:
+            log.exception("item %s not failed: database unavailable; it stays pending", cmd.item_id)
+            g.window.ring()  # read again from Postgres later
+            return
+        except UnstorableItem:
+            moved = False  # not even its id can be stored: a bogus command; the row, if any, is swept
+        if moved:
+            log.warning("item %s failed (%s): %s", cmd.item_id, error_class, reason)
+            self.on_executed(cmd, Executed("failed", False))
+        else:
+            log.warning("item %s not failed (no longer pending; a submitted one is verified): %s",
+                        cmd.item_id, reason)
+
+    async def _sleep(self, g: GuidWork, seconds: float) -> None:
+        """Wait for the guid's next moment; a doorbell for the guid ends the wait early."""
+        g.wake.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), timeout=max(0.0, min(seconds, self.max_idle_s)))
+            await asyncio.wait_for(g.wake.wait(), timeout=max(0.0, min(seconds, self.max_idle_s)))
 
-    def _done(self, env: Envelope) -> None:
-        self.by_lane[lane_of(env.cmd.priority)] -= 1
-        self.by_tp[env.tp] = self.by_tp.get(env.tp, 1) - 1
-        book = self.books.get(env.tp)
-        if book is not None:
-            book.done(env.offset)
-        self._progress.set()
+    def _retire(self, guid: str, g: GuidWork) -> None:
+        """A worker ended: forget the guid's window; give its lease back if the guid is no
+        longer this sender's (its partition went while an item was in hand)."""
+        if self.guids.get(guid) is g:
+            del self.guids[guid]
+        self.buffered -= g.window.clear()
+        if g.revived and self.owns(guid):
+            self.ring(guid)  # rung again meanwhile: a fresh worker reads Postgres
+        elif not self.owns(guid) and guid in self.leases.held:
+            task = asyncio.ensure_future(self.leases.release([guid]))
+            self._releasing.add(task)
+            task.add_done_callback(self._releasing.discard)
 
-    # -- commit points, revocation, shutdown ----------------------------------------------
-    def commit_points(self, tps: Iterable[TP] | None = None) -> dict[TP, int]:
-        out = {}
-        for tp in list(self.books) if tps is None else tps:
-            book = self.books.get(tp)
-            cp = book.commit_point() if book is not None else None  # (an empty book is falsy)
-            if cp is not None and cp > book.committed:  # type: ignore[union-attr]
-                out[tp] = cp
-        return out
-
-    def mark_committed(self, points: dict[TP, int]) -> None:
-        for tp, cp in points.items():
-            if tp in self.books:
-                self.books[tp].committed = cp
-
-    async def release(self, tps: set[TP], timeout_s: float = 30.0) -> dict[TP, int]:
-        """Stop work for these partitions: drop queued items, let in-hand ones finish.
-
-        Returns the commit points to commit before the partitions go. Dropped items stay
-        uncommitted, so whoever owns the partitions next reads them again.
-        """
-        for guid, q in list(self.queues.items()):
-            for env in q.remove_if(lambda e: e.tp in tps):
-                self.by_lane[lane_of(env.cmd.priority)] -= 1
-            parked = self.parked.get(guid, {})
-            for item_id in [i for i, (tp, _) in parked.items() if tp in tps]:
-                del parked[item_id]  # uncommitted: the partition's next owner reads them again
-            if not parked:
-                self.parked.pop(guid, None)
-            task = self.workers.get(guid)
-            if not q and not parked and task is not None and guid not in self.executing and guid not in self._reading:
-                task.cancel()  # only ever cancelled while waiting, never mid-item
-        for tp in tps:
-            self.by_tp.pop(tp, None)
-            self.parked_by_tp.pop(tp, None)
+    # -- revocation, shutdown, hot limits --------------------------------------------------
+    async def release(self, gone: Callable[[str], bool], timeout_s: float = 30.0) -> None:
+        """Stop the workers of the guids for which ``gone(guid)``: drop their windows (their
+        work stays in Postgres for the next owner), let items in hand finish, and give the
+        guids' leases back."""
+        stopped = {guid: g for guid, g in self.guids.items() if gone(guid)}
+        for guid, g in stopped.items():
+            g.stopping = True
+            g.revived = False
+            self.buffered -= g.window.clear()
+            if g.executing is None:
+                del self.guids[guid]
+                if g.task is not None:
+                    g.task.cancel()  # only ever cancelled between items, never mid-item
         deadline = self.clock() + timeout_s
-        while any(e.tp in tps for e in self.executing.values()) and self.clock() < deadline:
+        while any(g.executing is not None for g in stopped.values()) and self.clock() < deadline:
             self._progress.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._progress.wait(), timeout=0.5)
-            except TimeoutError:
-                pass
-        points = self.commit_points(tps)
-        for tp in tps:
-            self.books.pop(tp, None)
-        gone = [g for g, tp in self.guid_tp.items() if tp in tps and g not in self.executing]
-        await self.leases.release(gone)
-        for g in gone:
-            self.guid_tp.pop(g, None)
-        return points
+        # Every lease of a guid that went, workers or not (idle guids keep theirs), except
+        # those with an item still in hand: their workers give them back when it is done.
+        in_hand = {guid for guid, g in stopped.items() if g.executing is not None}
+        await self.leases.release([guid for guid in list(self.leases.held) if gone(guid) and guid not in in_hand])
 
     def wake(self, guids: list[str]) -> None:
         """Make waiting workers look again now (their limits changed); ``*`` wakes all."""
-        targets = self.wakes.keys() if "*" in guids else [g for g in guids if g in self.wakes]
-        for guid in list(targets):
-            self.wakes[guid].set()
-
-    @property
-    def buffered(self) -> int:
-        return sum(self.by_lane.values())
-
-    @property
-    def parked_count(self) -> int:
-        return sum(self.parked_by_tp.values())
+        targets = list(self.guids) if "*" in guids else [g for g in guids if g in self.guids]
+        for guid in targets:
+            self.guids[guid].wake.set()
 
     @property
     def active_guids(self) -> int:
-        return len(self.workers)
+        return len(self.guids)
+
+
+def _scheduled(cmd: ItemCommand) -> bool:
+    return cmd.not_before is not None and cmd.not_before > datetime.now(UTC)

@@ -1,4 +1,4 @@
-"""Composition root of the sender: settings, pool, gateway, dispatcher, the Kafka loop."""
+"""Composition root of the sender: settings, pool, gateway, dispatcher, sweep, the Kafka loop."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from datetime import time as dtime
 from datetime import timedelta
 from typing import Literal
 
-from confluent_kafka import KafkaException, TopicPartition
 from prometheus_client import Counter, Gauge
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.pool import open_pool
@@ -24,12 +23,15 @@ from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.kafka import AsyncConsumer, make_consumer
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
+from pacer_sender.adapters.kafka import ConsumerLoop
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository, PostgresLimitsSource
+from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.core import Executed, Executor
-from pacer_sender.dispatcher import TP, Dispatcher, Envelope
+from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
 from pacer_sender.limits import LimitsBook
+from pacer_sender.sweeper import Sweeper, Trigger
 
 log = logging.getLogger("pacer.sender")
 
@@ -59,7 +61,8 @@ class SenderSettings(OpsSettings):
     retry_base_s: float = 1.0
     max_buffered: int = 20_000
     guid_buffer: int = Field(default=50, ge=2)
-    max_parked: int = 500_000
+    sweep_s: float = Field(default=20.0, gt=0)
+    item_error_attempts: int = Field(default=3, ge=1)
     failure_codes: dict[int, FailureClass] = Field(default_factory=lambda: dict(DEFAULT_CODE_TABLE))
     db_pool_max: int = 20
 
@@ -88,125 +91,15 @@ class SenderSettings(OpsSettings):
         return self
 
 
-class ConsumerLoop:
-    """Polls, hands over, pauses when full, commits what is done; handles rebalances."""
-
-    def __init__(self, consumer: AsyncConsumer, dispatcher: Dispatcher, cfg: SenderSettings,
-                 bad_commands: Counter, online_topic: str, batch_topic: str) -> None:
-        self.consumer = consumer
-        self.dispatcher = dispatcher
-        self.cfg = cfg
-        self.bad_commands = bad_commands
-        self.assigned: set[TP] = set()
-        self.paused: set[TP] = set()  # partitions paused for holding their share
-        self.topic = {"online": online_topic, "batch": batch_topic}
-        self.online_topic, self.batch_topic = online_topic, batch_topic
-        self.loop = asyncio.get_running_loop()
-
-    # Rebalance callbacks run on the consumer thread, inside poll.
-    def on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
-        self.assigned |= {(p.topic, p.partition) for p in partitions}
-        log.info("partitions assigned: %s", sorted(p.partition for p in partitions))
-
-    def on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
-        tps = {(p.topic, p.partition) for p in partitions}
-        self.assigned -= tps
-        self.paused -= tps
-        fut = asyncio.run_coroutine_threadsafe(self.dispatcher.release(tps), self.loop)
-        points = fut.result(timeout=60)
-        if points:
-            try:
-                self.consumer.consumer.commit(offsets=_offsets(points), asynchronous=False)
-            except KafkaException as exc:
-                log.warning("offset commit on revoke refused: %s", exc)
-        log.info("partitions revoked: %s", sorted(p.partition for p in partitions))
-
-    def on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
-        tps = {(p.topic, p.partition) for p in partitions}
-        self.assigned -= tps
-        self.paused -= tps
-        asyncio.run_coroutine_threadsafe(self.dispatcher.release(tps), self.loop).result(timeout=60)
-        log.warning("partitions lost: %s", sorted(p.partition for p in partitions))
-
-    async def run(self, stop: asyncio.Event) -> None:
-        topics = [self.online_topic, self.batch_topic]
-        await self.consumer.call(self.consumer.consumer.subscribe, topics, on_assign=self.on_assign,
-                                 on_revoke=self.on_revoke, on_lost=self.on_lost)
-        last_commit = self.loop.time()
-        while not stop.is_set():
-            if self.dispatcher.fatal is not None:
-                raise RuntimeError("a guid worker failed") from self.dispatcher.fatal
-            for msg in await self.consumer.consume(500, 0.05):
-                tp = (msg.topic(), msg.partition())
-                if tp not in self.assigned:
-                    continue
-                try:
-                    cmd = ItemCommand.model_validate_json(msg.value() or b"")
-                except ValidationError as exc:
-                    self.bad_commands.inc()
-                    log.error("unreadable item command at %s[%d]@%d: %s", *tp, msg.offset(), exc)
-                    self.dispatcher.skip(tp, msg.offset())
-                    continue
-                self.dispatcher.submit(Envelope(tp, msg.offset(), cmd))
-            await self._flow_control()
-            if self.loop.time() - last_commit >= 0.5:
-                await self._commit()
-                last_commit = self.loop.time()
-        # Graceful stop: finish the items in hand, commit, leave the group.
-        points = await self.dispatcher.release(set(self.assigned))
-        try:
-            await self.consumer.commit(_offsets(points))
-        except KafkaException as exc:
-            log.warning("final offset commit refused: %s", exc)
-
-    async def _flow_control(self) -> None:
-        """Bounded memory without head-of-line blocking between partitions: each partition
-        has its own share of ``max_buffered`` and is paused alone when it holds that much, so
-        a backlog in one partition (or lane) never stops another from being read — a reply
-        in the online lane, or a partition just taken over from a dead sender. Within a
-        partition, one guid's backlog is parked past ``guid_buffer`` commands (see the
-        dispatcher), so it does not fill the share; parked entries have their own, larger
-        share of ``max_parked``."""
-        if not self.assigned:
-            return
-        share = max(100, self.cfg.max_buffered // len(self.assigned))
-        park_share = max(1000, self.cfg.max_parked // len(self.assigned))
-        pause, resume = [], []
-        for tp in self.assigned:
-            held, parked = self.dispatcher.by_tp.get(tp, 0), self.dispatcher.parked_by_tp.get(tp, 0)
-            if tp not in self.paused and (held >= share or parked >= park_share):
-                pause.append(tp)
-            elif tp in self.paused and held <= share // 2 and parked <= park_share // 2:
-                resume.append(tp)
-        if pause:
-            await self.consumer.call(self.consumer.consumer.pause, [TopicPartition(t, p) for t, p in pause])
-            self.paused.update(pause)
-        if resume:
-            await self.consumer.call(self.consumer.consumer.resume, [TopicPartition(t, p) for t, p in resume])
-            self.paused.difference_update(resume)
-
-    async def _commit(self) -> None:
-        points = self.dispatcher.commit_points()
-        if not points:
-            return
-        try:
-            await self.consumer.commit(_offsets(points))
-        except KafkaException as exc:
-            # A rebalance in progress: the offsets stay uncommitted, and what they cover is
-            # redelivered to the next owner, whose claims find those items no longer pending.
-            log.warning("offset commit refused, will retry: %s", exc)
-            return
-        self.dispatcher.mark_committed(points)
-
-
-def _offsets(points: dict[TP, int]) -> list[TopicPartition]:
-    return [TopicPartition(t, p, off) for (t, p), off in points.items()]
-
-
 async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -> None:
     async def body(ctx: ServiceContext) -> None:
         executed = Counter("pacer_sender_items_total", "Items executed, by outcome", ["outcome"], registry=ctx.registry)
         bad = Counter("pacer_sender_bad_commands_total", "Unreadable item commands", registry=ctx.registry)
+        internal = Counter("pacer_sender_internal_errors_total", "Unexpected errors while executing an item",
+                           registry=ctx.registry)
+        swept = Counter("pacer_sender_swept_guids_total",
+                        "Guids with overdue queued work and no worker, found in Postgres by the sweep",
+                        ["trigger"], registry=ctx.registry)
         Gauge("pacer_sender_buffered_items", "Commands held in memory", registry=ctx.registry).set_function(
             lambda: dispatcher.buffered)
         Gauge("pacer_sender_active_guids", "Guids with work in hand", registry=ctx.registry).set_function(
@@ -215,16 +108,20 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         rate_limited = Counter("pacer_sender_rate_limited_total", "Rate-limited gateway answers: the guid slowed, "
                                "the item deferred (no attempt, no budget used)", registry=ctx.registry)
 
-        def on_executed(env: Envelope, res: Executed) -> None:
+        def on_executed(cmd: ItemCommand, res: Executed) -> None:
             executed.labels(res.outcome).inc()
             if res.outcome == "rate_limited":
                 rate_limited.inc()
+
+        def on_swept(trigger: Trigger, n: int) -> None:
+            swept.labels(trigger).inc(n)
 
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=2, max_size=cfg.db_pool_max,
                                name="pacer-sender")
         http = make_client(cfg.gateway_url, cfg.gateway_timeout_s)
         gateway = GatewayClient(http, cfg.failure_codes)
         repo = PostgresItemRepository(pool, timedelta(seconds=cfg.lease_ttl_s))
+        queue = PostgresGuidQueue(pool)
         retry = RetryPolicy(cfg.max_attempts, timedelta(seconds=cfg.retry_base_s))
         executor = Executor(repo, gateway, cfg.owner, retry, send_deadline_s=cfg.lease_ttl_s / 4)
         defaults = cfg.limits()
@@ -235,23 +132,29 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
               registry=ctx.registry).set_function(lambda: leases.takeovers)
         limits = LimitsBook(defaults, PostgresLimitsSource(pool))
         await limits.refresh()
-        dispatcher = Dispatcher(executor, limits, leases, on_executed=on_executed, job_interval=limits.job_interval,
-                                read_back=repo.pending_commands, guid_cap=cfg.guid_buffer)
-        Gauge("pacer_sender_parked_items", "Commands parked (offset kept, command read back from Postgres)",
-              registry=ctx.registry).set_function(lambda: dispatcher.parked_count)
-        limits.on_change = dispatcher.wake
-        refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))
-        renewals = asyncio.create_task(leases.keep_renewed(ctx.stop))
         # Kafka 4's consumer group protocol (KIP-848) rebalances incrementally, and its range
         # assignor gives partition N of both lane topics to the same sender: a guid's online
         # and batch commands meet in one process.
         consumer = AsyncConsumer(make_consumer(kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.sender",
                                                protocol="consumer", remote_assignor="range"))
-        loop = ConsumerLoop(consumer, dispatcher, cfg, bad, kafka.item_commands("online"), kafka.item_commands("batch"))
+        dispatcher = Dispatcher(executor, limits, leases, queue, on_executed=on_executed,
+                                on_internal_error=internal.inc, job_interval=limits.job_interval,
+                                guid_cap=cfg.guid_buffer, max_buffered=cfg.max_buffered, horizon_s=2 * cfg.sweep_s,
+                                error_attempts=cfg.item_error_attempts)
+        loop = ConsumerLoop(consumer, dispatcher, bad, kafka.item_commands("online"), kafka.item_commands("batch"))
+        dispatcher.owns = loop.owns
+        sweeper = Sweeper(dispatcher, queue, loop.ownership, cfg.sweep_s, on_swept)
+        loop.on_assigned = sweeper.request
+        limits.on_change = dispatcher.wake
+        refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))
+        renewals = asyncio.create_task(leases.keep_renewed(ctx.stop))
+        sweeps = asyncio.create_task(sweeper.run(ctx.stop))
         ctx.health.set_ready(True, "consuming")
         try:
             await loop.run(ctx.stop)
         finally:
+            ctx.stop.set()
+            await sweeps
             await consumer.close()
             await renewals
             await refresher

@@ -30,12 +30,43 @@ class Begun:
     sent_at: float | None = None  # monotonic time the claiming statement was sent, if known
 
 
+class UnstorableItem(Exception):
+    """The database refuses a value the item's command holds (a NUL character, a key past an
+    index's row limit, …): the item's own fault, not the environment's. Never retried."""
+
+
 class ItemRepository(Protocol):
-    async def pending_commands(self, item_ids: Sequence[str]) -> list[ItemCommand]: ...
     async def expire(self, cmd: ItemCommand) -> bool: ...
     async def begin_send(self, cmd: ItemCommand, owner: str) -> Begun: ...
     async def confirm(self, cmd: ItemCommand, epoch: int, receipt: Receipt) -> bool: ...
     async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A guid's next ready items from Postgres, and when its next scheduled one is due."""
+
+    commands: list[ItemCommand]
+    due_in_s: float | None  # seconds until its earliest scheduled (``not_before``) pending item
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A guid with claimable pending work, found by the sweep."""
+
+    guid: str
+    overdue: bool  # its first item has been ready for longer than the sweep's grace
+
+
+class GuidQueueStore(Protocol):
+    """Postgres as the record of every guid's queue."""
+
+    async def next_ready(self, guid: str, exclude: Sequence[str], limit: int) -> Ready: ...
+    async def waiting_guids(self, horizon_s: float, grace_s: float) -> list[Waiting]: ...
+    async def fail_unsent(self, cmd: ItemCommand, error_class: str, reason: str) -> bool:
+        """pending → failed with a reason; False if the item is not pending (a submitted item
+        is left to the reconciler's verification)."""
+        ...
 
 
 @dataclass(frozen=True)

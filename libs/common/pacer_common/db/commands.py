@@ -1,4 +1,4 @@
-"""Item commands read back from the items table: for re-dispatch, and for parked commands."""
+"""Item commands read back from the items table, for re-dispatch."""
 
 from __future__ import annotations
 

@@ -34,6 +34,8 @@ _TRANSIENT = (
 
 
 def translate(exc: BaseException) -> BaseException:
+    if isinstance(exc, pgerr.ProgramLimitExceeded):
+        return exc  # an index row or value too large: the data's fault, retrying cannot help
     if isinstance(exc, _TRANSIENT):
         return TransientError(str(exc))
     if isinstance(exc, pgerr.UniqueViolation):

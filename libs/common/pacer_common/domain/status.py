@@ -28,8 +28,9 @@ class ItemStatus(StrEnum):
 S = ItemStatus
 
 TRANSITIONS: dict[ItemStatus, frozenset[ItemStatus]] = {
-    # claim; cancel; past expire_at at dequeue; a lifted hold re-publishes (pending → pending)
-    S.PENDING: frozenset({S.PENDING, S.CLAIMED, S.ABANDONED, S.EXPIRED}),
+    # claim; cancel; past expire_at at dequeue; a lifted hold re-publishes (pending → pending);
+    # unsendable as it stands (bad_params, before any claim: nothing was sent)
+    S.PENDING: frozenset({S.PENDING, S.CLAIMED, S.ABANDONED, S.EXPIRED, S.FAILED}),
     # "submitted" is written before the gateway call; lease lost before submit → pending
     # (nothing was sent); a duplicate intercepted by the ledger, or expiry → terminal.
     S.CLAIMED: frozenset({S.SUBMITTED, S.PENDING, S.ABANDONED, S.EXPIRED}),

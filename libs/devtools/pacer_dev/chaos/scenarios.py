@@ -13,6 +13,7 @@ import psycopg
 
 from pacer_dev import infra as local_infra
 from pacer_dev.chaos.harness import Scenario, close_scenario, open_scenario
+from pacer_dev.chaos.scenarios_queue import retention_loss
 from pacer_dev.infra import Infra
 
 
@@ -184,3 +185,4 @@ SCENARIOS: dict[str, Callable[[Infra, Path, Size, random.Random], Result]] = {
 from pacer_dev.chaos.scenarios_reconciler import SCENARIOS as _RECONCILER
 
 SCENARIOS.update(_RECONCILER)
+SCENARIOS["retention-loss"] = retention_loss

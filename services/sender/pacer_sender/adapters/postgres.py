@@ -5,30 +5,78 @@ guarded ``pacer_transition``: begin (claim + reserve key + submitted), confirm, 
 Every write after the claim carries the lease epoch, so a worker whose lease was taken
 over cannot record anything. Every write commits synchronously, whatever the server's
 default (``pacer_common.db.durable``).
+
+A value the database refuses (``DataError``, an index row past its limit) is the item's
+fault: it surfaces as :class:`UnstorableItem`, for that item alone — a batched statement
+that fails for one item is run again item by item, so the others of the batch go on.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from importlib import resources
 from typing import Any
 
+import psycopg
+from psycopg import errors as pgerr
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from pacer_common.db.batching import Batcher
 from pacer_common.db.errors import with_retry
-from pacer_common.db.commands import pending_commands
 from pacer_common.db.durable import fetch_durably, synchronous_transaction
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus as S
 from pacer_sender.domain.decisions import Decision
-from pacer_sender.ports import Begun, GuidLease
+from pacer_sender.ports import Begun, GuidLease, UnstorableItem
+
+# A value the database refuses, or that cannot even be encoded for it.
+_ITEM_FAULTS = (psycopg.DataError, pgerr.ProgramLimitExceeded, UnicodeError)
+
+
+def storable(text: str | None, limit: int = 2000) -> str | None:
+    """``text`` as a column can hold it: no NUL, bounded length."""
+    if text is None:
+        return None
+    return text.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\0")[:limit]
+
+
+def _unstorable(exc: BaseException) -> UnstorableItem:
+    return UnstorableItem(storable(f"{type(exc).__name__}: {exc}".strip(), 500) or "")
+
+
+async def move(pool: AsyncConnectionPool, t: Transition, cmd: ItemCommand) -> bool:
+    """Apply ``t`` to the item of ``cmd``; whether it moved."""
+
+    async def work() -> bool:
+        async with pool.connection() as conn, synchronous_transaction(conn):
+            return bool(await apply(conn, t, [cmd.item_id]))
+
+    try:
+        return await with_retry(work)
+    except _ITEM_FAULTS as exc:
+        raise _unstorable(exc) from exc
+
+
+def one_by_one(run_many: Callable[[Sequence[Any]], Awaitable[Sequence[Any]]]
+               ) -> Callable[[Sequence[Any]], Awaitable[list[Any]]]:
+    """``run_many``, but a batch the database refuses for an item's data runs again item by
+    item: each request gets its result, or the :class:`UnstorableItem` of its own fault."""
+
+    async def run(reqs: Sequence[Any]) -> list[Any]:
+        try:
+            return list(await run_many(reqs))
+        except _ITEM_FAULTS as exc:  # the whole statement rolled back: nothing was written
+            if len(reqs) == 1:
+                return [_unstorable(exc)]
+        return [r for req in reqs for r in await run([req])]
+
+    return run
 
 
 @cache
@@ -41,8 +89,10 @@ class PostgresItemRepository:
         self.pool = pool
         self.lease_ttl = lease_ttl
         # Steps asked for in the same instant by different guid workers go as one statement.
-        self._begins: Batcher[tuple[ItemCommand, str], Begun] = Batcher(self._begin_many, max_batch)
-        self._confirms: Batcher[tuple[ItemCommand, int, Receipt], bool] = Batcher(self._confirm_many, max_batch)
+        self._begins: Batcher[tuple[ItemCommand, str], Begun | UnstorableItem] = Batcher(
+            one_by_one(self._begin_many), max_batch)
+        self._confirms: Batcher[tuple[ItemCommand, int, Receipt], bool | UnstorableItem] = Batcher(
+            one_by_one(self._confirm_many), max_batch)
 
     async def _row(self, name: str, params: dict[str, Any]) -> Any:
         async def work() -> Any:
@@ -51,26 +101,26 @@ class PostgresItemRepository:
 
         return await with_retry(work)
 
-    async def pending_commands(self, item_ids: Sequence[str]) -> list[ItemCommand]:
-        """The commands of those of ``item_ids`` still pending (parked commands, read back)."""
-        return await pending_commands(self.pool, item_ids)
-
     async def expire(self, cmd: ItemCommand) -> bool:
         t = Transition("ItemExpired", S.EXPIRED, frozenset({S.PENDING}),
                        error_class="expired", error=f"expire_at {cmd.expire_at} passed before sending")
+        return await self._move(t, cmd)
 
-        async def work() -> bool:
-            async with self.pool.connection() as conn, synchronous_transaction(conn):
-                return bool(await apply(conn, t, [cmd.item_id]))
-
-        return await with_retry(work)
+    async def _move(self, t: Transition, cmd: ItemCommand) -> bool:
+        return await move(self.pool, t, cmd)
 
     async def begin_send(self, cmd: ItemCommand, owner: str) -> Begun:
         """Claim, reserve the idempotency key and write ``submitted``, durably, before sending."""
-        return await self._begins.submit((cmd, owner))
+        got = await self._begins.submit((cmd, owner))
+        if isinstance(got, UnstorableItem):
+            raise got
+        return got
 
     async def confirm(self, cmd: ItemCommand, epoch: int, receipt: Receipt) -> bool:
-        return await self._confirms.submit((cmd, epoch, receipt))
+        got = await self._confirms.submit((cmd, epoch, receipt))
+        if isinstance(got, UnstorableItem):
+            raise got
+        return got
 
     async def _begin_many(self, reqs: Sequence[tuple[ItemCommand, str]]) -> list[Begun]:
         out: list[Begun | None] = [None] * len(reqs)
@@ -118,7 +168,7 @@ class PostgresItemRepository:
     async def settle(self, cmd: ItemCommand, epoch: int, d: Decision) -> bool:
         row = await self._row("settle", {
             "item_id": cmd.item_id, "epoch": epoch, "idem_key": cmd.idem_key, "to": d.to.value, "type": d.event,
-            "error_class": d.error_class, "error": d.error, "next_attempt_at": d.next_attempt_at,
+            "error_class": d.error_class, "error": storable(d.error), "next_attempt_at": d.next_attempt_at,
             "release": d.release_ledger, "hold_guid": d.hold_guid, "refund": d.refund,
         })
         return bool(row["moved"])

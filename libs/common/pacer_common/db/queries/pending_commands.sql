@@ -1,5 +1,5 @@
 -- The item commands of those of the given items that are still pending, as published:
--- the reconciler re-dispatches with them, a sender reads back the commands it parked.
+-- the reconciler re-dispatches with them.
 SELECT item_id::text, job_id::text, shard_id, guid, to_id, content, idem_key, priority, kind,
        expire_at, not_before
 FROM items

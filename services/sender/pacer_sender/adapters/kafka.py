@@ -1,0 +1,155 @@
+"""The sender's Kafka side: doorbells in, offsets committed, partitions assigned and revoked.
+
+An item command says "this guid has work"; the work itself is in Postgres. So a command's
+offset is committed as soon as the command is noted (held in its guid's window, or rung
+for), and a partition's commit point never waits on queued or scheduled work. Partition
+assignment decides which guids this sender runs; the guid lease in Postgres decides which
+sender may send for a guid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from confluent_kafka import KafkaException, Message, TopicPartition
+from prometheus_client import Counter
+from pydantic import ValidationError
+
+from pacer_common.domain.commands import ItemCommand
+from pacer_common.kafka import AsyncConsumer
+from pacer_sender.dispatcher import Dispatcher
+from pacer_sender.domain.partitions import partition_of
+
+log = logging.getLogger(__name__)
+TP = tuple[str, int]
+
+
+class ConsumerLoop:
+    """Polls, rings doorbells, commits what was noted; handles rebalances."""
+
+    def __init__(self, consumer: AsyncConsumer, dispatcher: Dispatcher, bad_commands: Counter,
+                 online_topic: str, batch_topic: str, on_assigned: Callable[[], None] = lambda: None) -> None:
+        self.consumer = consumer
+        self.dispatcher = dispatcher
+        self.bad_commands = bad_commands
+        self.online_topic, self.batch_topic = online_topic, batch_topic
+        self.on_assigned = on_assigned  # called on the event loop after partitions were assigned
+        self.assigned: set[TP] = set()
+        self.partitions: dict[str, int] = {}  # topic → partition count
+        self.noted: dict[TP, int] = {}  # the next offset to read, per partition: commit point
+        self.committed: dict[TP, int] = {}
+        self.loop = asyncio.get_running_loop()
+
+    # -- ownership --------------------------------------------------------------------------
+    def owns(self, guid: str) -> bool:
+        """Is ``guid``'s partition (of either lane topic) assigned to this sender?"""
+        return any((t, partition_of(guid, n)) in self.assigned for t, n in self.partitions.items())
+
+    async def ownership(self) -> Callable[[str], bool]:
+        """:meth:`owns`, with partition counts read afresh (partitions may have been added)."""
+        for topic in (self.online_topic, self.batch_topic):
+            meta = await self.consumer.call(self.consumer.consumer.list_topics, topic, 10)
+            n = len(meta.topics[topic].partitions) if topic in meta.topics else 0
+            if n:
+                self.partitions[topic] = n
+        return self.owns
+
+    # -- rebalance callbacks: on the consumer thread, inside poll --------------------------
+    def on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        self.assigned |= {(p.topic, p.partition) for p in partitions}
+        log.info("partitions assigned: %s", sorted(p.partition for p in partitions))
+        self.loop.call_soon_threadsafe(self.on_assigned)  # sweep: the new partitions' guids get going
+
+    def on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        tps = self._drop(partitions)
+        points = {tp: off for tp, off in self.noted.items() if tp in tps and off > self.committed.get(tp, -1)}
+        if points:
+            try:
+                self.consumer.consumer.commit(offsets=_offsets(points), asynchronous=False)
+            except KafkaException as exc:
+                log.warning("offset commit on revoke refused: %s", exc)  # the next owner re-reads: harmless
+        for tp in tps:
+            self.noted.pop(tp, None)
+            self.committed.pop(tp, None)
+        log.info("partitions revoked: %s", sorted(p.partition for p in partitions))
+
+    def on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
+        for tp in self._drop(partitions):
+            self.noted.pop(tp, None)
+            self.committed.pop(tp, None)
+        log.warning("partitions lost: %s", sorted(p.partition for p in partitions))
+
+    def _drop(self, partitions: list[TopicPartition]) -> set[TP]:
+        """Stop the guids of these partitions (items in hand finish) and give their leases back."""
+        tps = {(p.topic, p.partition) for p in partitions}
+        self.assigned -= tps
+        fut = asyncio.run_coroutine_threadsafe(self.dispatcher.release(lambda g: not self.owns(g)), self.loop)
+        fut.result(timeout=60)
+        return tps
+
+    # -- the loop ---------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.ownership()
+        await self.consumer.call(self.consumer.consumer.subscribe, [self.online_topic, self.batch_topic],
+                                 on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
+        last_commit = self.loop.time()
+        while not stop.is_set():
+            for msg in await self.consumer.consume(500, 0.05):
+                self._doorbell(msg)
+            if self.loop.time() - last_commit >= 0.5:
+                await self._commit()
+                last_commit = self.loop.time()
+        # Graceful stop: finish the items in hand, commit, give the guids back, leave the group.
+        self.assigned.clear()  # owns nothing any more: a sweep under way starts nothing
+        await self.dispatcher.release(lambda g: True)
+        await self._commit()
+
+    def _doorbell(self, msg: Message) -> None:
+        tp = (msg.topic(), msg.partition())
+        if tp not in self.assigned:
+            return
+        self.noted[tp] = msg.offset() + 1
+        key = _text(msg.key())
+        if key is not None and msg.topic() == self.batch_topic and self.dispatcher.full(key):
+            self.dispatcher.ring(key)  # it would not be held anyway: no need to read it
+            return
+        try:
+            cmd = ItemCommand.model_validate_json(msg.value() or b"")
+        except ValidationError as exc:
+            # Only a doorbell lost: the item, if there is one, is in Postgres. Ring by the key.
+            self.bad_commands.inc()
+            log.error("unreadable item command at %s[%d]@%d: %s", *tp, msg.offset(), exc)
+            if key:
+                self.dispatcher.ring(key)
+            return
+        self.dispatcher.ring(cmd.guid, cmd)
+
+    async def _commit(self) -> None:
+        points = {tp: off for tp, off in self.noted.items() if off > self.committed.get(tp, -1)}
+        if not points:
+            return
+        try:
+            await self.consumer.commit(_offsets(points))
+        except KafkaException as exc:
+            # A rebalance in progress: what these offsets cover is read again by whoever owns
+            # the partitions next, and only rings for work Postgres holds anyway.
+            log.warning("offset commit refused, will retry: %s", exc)
+            return
+        for tp, off in points.items():
+            if tp in self.noted:
+                self.committed[tp] = off
+
+
+def _offsets(points: dict[TP, int]) -> list[TopicPartition]:
+    return [TopicPartition(t, p, off) for (t, p), off in points.items()]
+
+
+def _text(key: bytes | None) -> str | None:
+    if not key:
+        return None
+    try:
+        return key.decode()
+    except UnicodeDecodeError:
+        return None

@@ -1,0 +1,31 @@
+-- Guids with work a sender may have to start, whatever happened to their Kafka commands:
+-- a pending item, not held, ready now or due within the horizon, that pacer_begin_send
+-- could claim (its job running, its shard and its guid not paused).
+--
+-- A loose index scan over items_guid_queued (guid) finds each distinct queued guid with one
+-- index probe, so the sweep costs one probe per guid with queued work, not one row per item;
+-- per guid, LIMIT 1 stops at its first claimable item. ``overdue``: that item has been
+-- ready for longer than the grace, so its command should long have been handled.
+WITH RECURSIVE queued(guid) AS (
+    (SELECT guid FROM items WHERE status IN ('pending', 'waiting_retry') ORDER BY guid LIMIT 1)
+    UNION ALL
+    SELECT (SELECT i.guid FROM items i
+            WHERE i.status IN ('pending', 'waiting_retry') AND i.guid > q.guid
+            ORDER BY i.guid LIMIT 1)
+    FROM queued q
+    WHERE q.guid IS NOT NULL
+)
+SELECT q.guid, f.ready_since < now() - %(grace)s::interval AS overdue
+FROM queued q
+CROSS JOIN LATERAL (
+    SELECT greatest(i.updated_at, i.not_before) AS ready_since
+    FROM items i
+    JOIN jobs j ON j.job_id = i.job_id
+    JOIN shards s ON s.shard_id = i.shard_id
+    WHERE i.guid = q.guid AND i.status = 'pending' AND NOT i.held
+      AND (i.not_before IS NULL OR i.not_before <= now() + %(horizon)s::interval)
+      AND j.status = 'running' AND s.status <> 'paused'
+    LIMIT 1
+) f
+WHERE q.guid IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM guid_leases l WHERE l.guid = q.guid AND l.paused_reason IS NOT NULL)

@@ -1,0 +1,75 @@
+"""Lost doorbells: find guids with queued work in Postgres that this sender owns and runs no
+worker for, and start their workers.
+
+A guid's item commands are only doorbells (their offsets are committed once noted), so
+Kafka never holds the only trace of work: if a command is deleted by retention, skipped by
+an offset reset, lost, or was handled by a sender that died, the item row is still pending
+in Postgres. The sweep runs when partitions are assigned (the new owner gets going at once,
+without waiting for commands) and every ``interval_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Literal
+
+from pacer_common.db.errors import TransientError
+from pacer_sender.dispatcher import Dispatcher
+from pacer_sender.ports import GuidQueueStore
+
+log = logging.getLogger(__name__)
+Trigger = Literal["assign", "periodic"]
+
+
+class Sweeper:
+    def __init__(self, dispatcher: Dispatcher, queue: GuidQueueStore,
+                 ownership: Callable[[], Awaitable[Callable[[str], bool]]], interval_s: float,
+                 on_swept: Callable[[Trigger, int], None] = lambda trigger, n: None) -> None:
+        self.dispatcher = dispatcher
+        self.queue = queue
+        self.ownership = ownership  # → "is this guid mine?", with fresh partition counts
+        self.interval_s = interval_s
+        self.on_swept = on_swept
+        self._asked = asyncio.Event()
+
+    def request(self) -> None:
+        """Sweep now (partitions were assigned). Call from the event loop's thread."""
+        self._asked.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            trigger: Trigger = "assign" if self._asked.is_set() else "periodic"
+            self._asked.clear()
+            try:
+                await self.sweep(trigger)
+            except TransientError:
+                log.exception("sweep for queued work failed; trying again")
+            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._asked.wait())]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED), self.interval_s)
+            for w in waits:
+                w.cancel()
+
+    async def sweep(self, trigger: Trigger) -> int:
+        """Start workers for owned guids with queued work; returns how many guids had work
+        overdue and no worker (their doorbells were lost or handled by a previous owner)."""
+        owns = await self.ownership()
+        # Work due within two sweeps gets its worker now; it sleeps until the work is due.
+        waiting = await self.queue.waiting_guids(horizon_s=2 * self.interval_s, grace_s=self.interval_s)
+        found = 0
+        for w in waiting:
+            if not owns(w.guid):
+                continue
+            if w.guid in self.dispatcher.guids:
+                if w.overdue:
+                    self.dispatcher.poke(w.guid)  # its window may never reach this item: read Postgres
+                continue
+            self.dispatcher.poke(w.guid)
+            found += w.overdue
+        if found:
+            log.warning("sweep (%s) found %d guids with queued work and no worker", trigger, found)
+        self.on_swept(trigger, found)
+        return found

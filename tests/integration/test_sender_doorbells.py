@@ -1,0 +1,94 @@
+"""Item commands are doorbells: their offsets are committed once noted, whatever their items
+wait for; an unreadable command rings its key's guid; the guid's work is read from Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import psycopg
+from confluent_kafka import Consumer, TopicPartition
+from prometheus_client import CollectorRegistry, Counter
+
+from pacer_common.db.pool import open_pool
+from pacer_common.domain.commands import ItemCommand
+from pacer_common.kafka import AsyncConsumer, ensure_topics, make_consumer, make_producer, produce_all
+from pacer_sender.adapters.kafka import ConsumerLoop
+from pacer_sender.adapters.queue import PostgresGuidQueue
+from pacer_sender.core import Executed
+from pacer_sender.dispatcher import Dispatcher
+from pacer_sender.domain.pacing import Limits
+from pacer_sender.leases import GuidLeases
+from tests.integration.helpers import seed_job
+from tests.unit.test_dispatcher import GrantAll
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def execute(self, cmd: ItemCommand) -> Executed:
+        self.sent.append(cmd.item_id)
+        return Executed("confirmed", True)
+
+
+def command(url: str, item_id: str) -> ItemCommand:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT item_id::text, job_id::text, shard_id, guid, to_id, content, idem_key, priority, kind,"
+            " expire_at, not_before FROM items WHERE item_id = %s", (item_id,)).fetchone()
+    keys = ["item_id", "job_id", "shard_id", "guid", "to_id", "content", "idem_key", "priority", "kind",
+            "expire_at", "not_before"]
+    return ItemCommand.model_validate(dict(zip(keys, row, strict=True)))
+
+
+def committed(kafka_config: dict[str, str], group: str, topic: str, partitions: int) -> int:
+    c = Consumer({**kafka_config, "group.id": group})
+    try:
+        got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return sum(max(tp.offset, 0) for tp in got)
+    finally:
+        c.close()
+
+
+def test_scheduled_commands_are_committed_at_once_and_an_unreadable_one_rings_its_guid(
+        database_url: str, kafka_config: dict[str, str], topic_prefix: str) -> None:
+    online, batch = f"{topic_prefix}.item-commands.online", f"{topic_prefix}.item-commands.batch"
+    ensure_topics(kafka_config, {online: (2, {}), batch: (2, {})})
+    _, _, later = seed_job(database_url, {"g-later": 3})
+    _, _, (ready,) = seed_job(database_url, {"g-ready": 1})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE items SET not_before = now() + interval '1 hour' WHERE item_id = ANY(%s)", (later,))
+    messages = [(batch, b"g-later", command(database_url, i).model_dump_json().encode(), None) for i in later]
+    messages.append((batch, b"g-ready", b"{not an item command", None))
+    produce_all(make_producer(kafka_config), messages)
+    group = f"{topic_prefix}.sender"
+
+    async def scenario() -> tuple[list[str], int]:
+        pool = await open_pool(database_url, min_size=1, max_size=4)
+        rec = Recorder()
+        dispatcher = Dispatcher(rec, lambda g: Limits(min_interval_s=0, jitter_s=0),  # type: ignore[arg-type]
+                                GuidLeases(GrantAll(), "me", 30.0), PostgresGuidQueue(pool))  # type: ignore[arg-type]
+        consumer = AsyncConsumer(make_consumer(kafka_config, group, protocol="consumer", remote_assignor="range"))
+        bad = Counter("bad", "bad", registry=CollectorRegistry())
+        loop = ConsumerLoop(consumer, dispatcher, bad, online, batch)
+        dispatcher.owns = loop.owns
+        stop = asyncio.Event()
+        task = asyncio.create_task(loop.run(stop))
+        deadline = time.monotonic() + 60
+        while (not rec.sent or committed(kafka_config, group, batch, 2) < len(messages)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        stop.set()
+        await task
+        await consumer.close()
+        await pool.close()
+        return rec.sent, int(bad._value.get())  # type: ignore[attr-defined]
+
+    sent, bad = asyncio.run(scenario())
+    assert committed(kafka_config, group, batch, 2) == len(messages), "every command committed, scheduled or not"
+    assert sent == [ready], "the unreadable command rang its guid, whose item was read from Postgres"
+    assert bad == 1
+    with psycopg.connect(database_url) as conn:
+        still = conn.execute("SELECT count(*) FROM items WHERE item_id = ANY(%s) AND status = 'pending'",
+                             (later,)).fetchone()[0]
+    assert still == 3, "scheduled items wait in Postgres"

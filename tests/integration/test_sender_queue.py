@@ -1,0 +1,109 @@
+"""Postgres as the record of every guid's queue: the sender's reads of it, and items whose
+data the database refuses failing alone."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from pacer_common.db.pool import open_pool
+from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
+from pacer_sender.adapters.queue import PostgresGuidQueue
+from pacer_sender.ports import UnstorableItem
+from tests.integration.helpers import seed_job
+from tests.integration.test_sender_repository import cmd
+
+
+def run(url: str, fn):  # type: ignore[no-untyped-def]
+    async def go():  # type: ignore[no-untyped-def]
+        pool = await open_pool(url, min_size=1, max_size=8)
+        try:
+            return await fn(pool)
+        finally:
+            await pool.close()
+
+    return asyncio.run(go())
+
+
+def sql(url: str, statement: str, *args: object) -> None:
+    with psycopg.connect(url) as conn:
+        conn.execute(statement, args)
+
+
+def test_next_ready_gives_a_guids_due_unheld_pending_items_urgent_first_and_when_the_next_is_due(
+        database_url: str) -> None:
+    _, _, items = seed_job(database_url, {"g1": 6, "g2": 2})
+    a, b, c, d, e, f = items[:6]
+    sql(database_url, "UPDATE items SET priority = 1 WHERE item_id = %s", e)
+    sql(database_url, "UPDATE items SET held = true WHERE item_id = %s", b)
+    sql(database_url, "UPDATE items SET not_before = now() + interval '90 seconds' WHERE item_id = %s", c)
+    sql(database_url, "UPDATE items SET status = 'confirmed' WHERE item_id = %s", d)
+
+    ready = run(database_url, lambda pool: PostgresGuidQueue(pool).next_ready("g1", [a], 10))
+    assert [x.item_id for x in ready.commands] == [e, f], "urgent first; held, scheduled, done and excluded left out"
+    assert ready.commands[0].priority == 1 and ready.commands[0].guid == "g1"
+    assert ready.due_in_s is not None and 80 < ready.due_in_s <= 90
+    limited = run(database_url, lambda pool: PostgresGuidQueue(pool).next_ready("g1", [], 1))
+    assert [x.item_id for x in limited.commands] == [e]
+
+
+def test_the_sweep_finds_each_guid_with_claimable_work_once_and_says_which_is_overdue(database_url: str) -> None:
+    _, _, items = seed_job(database_url, {"fresh": 3, "old": 1, "held": 1, "later": 1, "soon": 1, "retry": 1})
+    fresh, _, _, old, held, later, soon, retry = items
+    sql(database_url, "UPDATE items SET updated_at = now() - interval '1 hour' WHERE item_id = %s", old)
+    sql(database_url, "UPDATE items SET held = true WHERE item_id = %s", held)
+    sql(database_url, "UPDATE items SET not_before = now() + interval '1 hour' WHERE item_id = %s", later)
+    sql(database_url, "UPDATE items SET not_before = now() + interval '5 seconds' WHERE item_id = %s", soon)
+    sql(database_url, "UPDATE items SET status = 'waiting_retry' WHERE item_id = %s", retry)
+    _, _, (paused_item,) = seed_job(database_url, {"paused-job": 1})
+    sql(database_url, "UPDATE jobs SET status = 'paused' WHERE job_id = (SELECT job_id FROM items WHERE item_id = %s)",
+        paused_item)
+    seed_job(database_url, {"paused-guid": 1})
+    sql(database_url, "INSERT INTO guid_leases (guid, paused_reason) VALUES ('paused-guid', 'kicked')")
+
+    found = run(database_url, lambda pool: PostgresGuidQueue(pool).waiting_guids(horizon_s=30, grace_s=20))
+    assert {w.guid: w.overdue for w in found} == {"fresh": False, "old": True, "soon": False}
+
+
+def test_an_item_whose_key_the_database_refuses_fails_alone_and_its_batch_goes_on(database_url: str) -> None:
+    _, _, (good, bad, other) = seed_job(database_url, {"g1": 2, "g2": 1})
+    huge = os.urandom(12_000).hex()  # incompressible, far past a btree row's limit
+    sql(database_url, "UPDATE items SET idem_key = %s WHERE item_id = %s", huge, bad)
+
+    async def scenario(pool):  # type: ignore[no-untyped-def]
+        await PostgresGuidLeases(pool, timedelta(seconds=30)).acquire(["g1", "g2"], "w1")
+        repo = PostgresItemRepository(pool, timedelta(seconds=30))
+        got = await asyncio.gather(repo.begin_send(cmd(good, "k-good"), "w1"),
+                                   repo.begin_send(cmd(bad, huge), "w1"),
+                                   repo.begin_send(cmd(other, "k-other", guid="g2"), "w1"),
+                                   return_exceptions=True)
+        failed = await PostgresGuidQueue(pool).fail_unsent(cmd(bad, huge), "bad_params", f"cannot be sent: {got[1]}")
+        again = await PostgresGuidQueue(pool).fail_unsent(cmd(good, "k-good"), "bad_params", "not pending any more")
+        return got, failed, again
+
+    got, failed, again = run(database_url, scenario)
+    assert [getattr(g, "outcome", None) for g in got] == ["submitted", None, "submitted"]
+    assert isinstance(got[1], UnstorableItem) and "index row" in str(got[1])
+    assert failed and not again, "only a pending item is failed; a submitted one is left to verification"
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT status::text, last_error_class, last_error FROM items WHERE item_id = %s",
+                           (bad,)).fetchone()
+        event = conn.execute("SELECT type, from_status::text, to_status::text FROM item_events"
+                             " WHERE item_id = %s", (bad,)).fetchall()
+    assert row[0] == "failed" and row[1] == "bad_params" and "index row" in row[2]
+    assert event == [("ItemFailed", "pending", "failed")]
+
+
+def test_a_nul_in_a_command_is_the_items_fault_not_the_databases(database_url: str) -> None:
+    _, _, (item,) = seed_job(database_url, {"g1": 1})
+
+    async def scenario(pool):  # type: ignore[no-untyped-def]
+        await PostgresGuidLeases(pool, timedelta(seconds=30)).acquire(["g1"], "w1")
+        await PostgresItemRepository(pool, timedelta(seconds=30)).begin_send(cmd(item, "k\x00"), "w1")
+
+    with pytest.raises(UnstorableItem, match="NUL"):
+        run(database_url, scenario)
