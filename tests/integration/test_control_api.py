@@ -394,9 +394,9 @@ def test_guid_pause_resume_and_forced_lease_release(database_url: str) -> None:
             assert r.status_code == 403
             r = await api.post("/guids/g1/release-lock", "admin", json={"reason": "sender host is gone"})
             assert r.status_code == 200, r.text
-            msg = r.json()["message"]
-            assert "believes it holds the lease until its next renewal" in msg
-            assert "pacer_begin_send refuses its sends" in msg and "epoch 2" in msg
+            body = r.json()
+            assert "The holder is fenced" in body["message"] and "now epoch 2" in body["message"]
+            assert (body["previous_owner"], body["epoch"]) == ("sender-a", 2)
             again = (await api.post("/guids/g1/release-lock", "admin")).json()
             assert again["outcome"] == "noop"
             assert (await api.post("/guids/nobody/release-lock", "admin")).status_code == 404

@@ -8,7 +8,7 @@ import asyncio
 from hypothesis import given, settings, strategies as st
 
 from pacer_sender.leases import GuidLeases
-from tests.unit.fakes import InMemoryGuidLeases
+from .fakes import InMemoryGuidLeases
 
 
 def run(coro):  # type: ignore[no-untyped-def]

@@ -38,11 +38,12 @@ BEGIN
         FROM guid_leases l
         WHERE l.guid = ANY(p_guids)
           AND (l.owner IS NULL OR l.owner = p_owner OR l.lease_until < now())
-          AND NOT (l.evicted_owner = p_owner AND l.evicted_until > now())
-          AND NOT (l.evicted_owner IS NOT NULL AND l.evicted_owner <> p_owner AND EXISTS (
-                SELECT 1 FROM items i
-                WHERE i.guid = l.guid AND i.status IN ('claimed', 'submitted')
-                  AND i.lease_owner = l.evicted_owner AND i.lease_until > now()))
+          AND (l.evicted_owner IS NULL
+               OR (l.evicted_owner = p_owner AND l.evicted_until <= now())
+               OR (l.evicted_owner <> p_owner AND NOT EXISTS (
+                     SELECT 1 FROM items i
+                     WHERE i.guid = l.guid AND i.status IN ('claimed', 'submitted')
+                       AND i.lease_owner = l.evicted_owner AND i.lease_until > now())))
         ORDER BY l.guid
         FOR UPDATE
     )
