@@ -173,3 +173,6 @@ SCENARIOS: dict[str, Callable[[Infra, Path, Size, random.Random], Result]] = {
     "gateway-faults": gateway_faults,
     "double-submit": double_submit,
 }
+
+from pacer_dev.chaos.scenarios_control import CONTROL_SCENARIOS  # noqa: E402  (they use Size and Result)
+SCENARIOS.update(CONTROL_SCENARIOS)
