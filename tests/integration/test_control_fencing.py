@@ -171,6 +171,7 @@ def test_a_retry_in_a_cancelled_or_terminated_job_is_refused_with_the_reason(dat
         conn.execute("UPDATE jobs SET status = %s", (job_status,))
     r = _retry(database_url, item)
     assert (r.outcome, r.new_item) == ("refused", None) and f"is {job_status}" in r.message
+    assert ("publish a new job request" if job_status == "cancelled" else "resume the job first") in r.message
 
     async def api() -> tuple[int, str, dict]:  # type: ignore[type-arg]
         async with control_api(database_url) as c:
@@ -197,12 +198,19 @@ def test_a_retry_of_a_superseded_ticket_notification_is_refused(database_url: st
 
 
 def test_a_retry_in_a_paused_job_is_created_and_says_what_it_waits_for(database_url: str) -> None:
-    _, _, (item,) = seed_job(database_url, {"g1": 1})
+    job, _, (item,) = seed_job(database_url, {"g1": 1})
     move(database_url, [item], "failed", "retryable")
     with psycopg.connect(database_url) as conn:
         conn.execute("UPDATE jobs SET status = 'paused', paused_reason = 'budget_exhausted'")
     r = _retry(database_url, item)
     assert r.outcome == "created" and r.message.endswith("waiting: job paused: budget_exhausted")
+
+    async def shown() -> dict[str, str | None]:
+        async with control_api(database_url) as api:
+            page = (await api.get(f"/jobs/{job}/items", "operator")).json()
+            return {i["item_id"]: i["waiting"] for i in page["items"]}
+
+    assert asyncio.run(shown()) == {item: None, r.new_item: "waiting: job paused: budget_exhausted"}
 
 
 # -- hot limits in commit order ---------------------------------------------------------------

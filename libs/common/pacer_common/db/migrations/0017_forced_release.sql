@@ -201,8 +201,11 @@ BEGIN
     SELECT * INTO j FROM jobs WHERE job_id = o.job_id;
     IF j.status IN ('cancelled', 'terminated') THEN
         RETURN QUERY SELECT 'refused'::text, NULL::uuid,
-            format('job %s is %s: its items are never sent again, so a retry would wait for ever; '
-                   'publish a new job request instead', o.job_id, j.status);
+            CASE WHEN j.status = 'cancelled'
+                 THEN format('job %s is cancelled: its items are never sent again, so a retry would wait for '
+                             'ever; publish a new job request instead', o.job_id)
+                 ELSE format('job %s is terminated: resume the job first (once its in-flight items are '
+                             'settled), then retry', o.job_id) END;
         RETURN;
     END IF;
     IF j.coalesce_key IS NOT NULL THEN
