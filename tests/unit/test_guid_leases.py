@@ -25,6 +25,16 @@ def test_a_force_released_holder_loses_the_guid_at_its_next_renewal() -> None:
     assert store.rows["g1"].owner is None  # the renewal did not take it back
 
 
+def test_a_renewal_never_takes_a_released_lease_even_once_the_eviction_has_run_out() -> None:
+    store = InMemoryGuidLeases(ttl=30)
+    a = GuidLeases(store, "a", 30)  # type: ignore[arg-type]
+    run(a.acquire("g1"))
+    store.force_release("g1")
+    store.now = 40  # a renewal that is late, past evicted_until: acquiring would succeed now
+    run(a.renew())
+    assert "g1" not in a.held and store.rows["g1"].owner is None
+
+
 def test_a_renewal_keeps_a_lease_whose_owner_and_epoch_are_unchanged() -> None:
     store = InMemoryGuidLeases(ttl=30)
     a = GuidLeases(store, "a", 30)  # type: ignore[arg-type]
