@@ -26,7 +26,7 @@ EVIDENCE = {
     "postgres-restart": lambda f: True,
     "gateway-faults": lambda f: f["dropped"] > 0 and f["rejected"] > 0 and f["verified"] > 0,
     "double-submit": lambda f: f["jobs"] == 1 and f["cancelled"] > 0 and f["retried"] > 0,
-    "forced-release": lambda f: (f["forced"] > 0 and f["evicted"] > 0 and f["taken_back"] == 0
+    "forced-release": lambda f: (f["forced"] > 0 and f["evicted"] > 0 and f["taken_back"] == 0 and f["exited"] == 0
                                  and f["max_guid_concurrency"] <= 1 and f["violations"] == 0),
 }
 

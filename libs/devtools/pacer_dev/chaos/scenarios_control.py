@@ -74,7 +74,9 @@ def forced_release(inf: Infra, root: Path, size: Size, rng: random.Random) -> Re
                 " AND NOT (before->>'expired')::boolean").fetchone()[0])  # type: ignore[index]
         figures["forced"] = forced
         figures["taken_back"] = taken_back
-        return figures, ("forced", "evicted", "taken_back", "guid_takeovers", "violations",
+        # No service may have died of it (nothing in this scenario stops one on purpose).
+        figures["exited"] = sum(1 for p in sc.stack.procs.values() if not p.alive())
+        return figures, ("forced", "evicted", "taken_back", "exited", "guid_takeovers", "violations",
                          "max_guid_concurrency", "completed")
     finally:
         close_scenario(sc)
