@@ -9,14 +9,18 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
-
 from pacer_common.db import operations
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.receipts import Receipt
-from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository, PostgresLimitsSource
+from pacer_sender.adapters.postgres import (
+    PostgresGuidLeases,
+    PostgresItemRepository,
+    PostgresLimitsSource,
+)
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.limits import LimitsBook
+from psycopg.rows import dict_row
+
 from tests.integration.control_support import audit, control_api, move, rows
 from tests.integration.helpers import seed_job
 from tests.integration.test_sender_repository import cmd, status_and_events

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-from hypothesis import given, settings, strategies as st
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pacer_sender.leases import GuidLeases
+
 from .fakes import InMemoryGuidLeases
 
 
