@@ -19,7 +19,6 @@ from pacer_common.domain.failures import SendError
 from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.requests import JobRequest
 from pacer_common.domain.tokens import Role, token_hash
-
 from pacer_control.domain import report
 from pacer_control.domain.dryrun import DryRun, DryRunError, dry_run
 from pacer_control.domain.errors import (
@@ -54,6 +53,7 @@ from pacer_control.ports import (
     NewToken,
     Row,
 )
+
 
 log = logging.getLogger("pacer.control")
 

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Sequence
 
 from pacer_common.db.batching import Batcher
 from pacer_common.db.errors import TransientError
-
 from pacer_sender.ports import GuidLease, GuidLeaseStore
 
 log = logging.getLogger(__name__)
