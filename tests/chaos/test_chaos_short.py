@@ -32,6 +32,8 @@ EVIDENCE = {
     "frozen-leader": lambda f: f["took_over"] == 1 and f["failover_s"] <= LEADER_TTL_S + 3
     and f["old_stepped_down"] == 1 and f["projection_mismatch"] == 0,
     "retention-loss": lambda f: f["deleted"] >= SHORT.items and f["swept"] > 0,
+    "forced-release": lambda f: (f["forced"] > 0 and f["evicted"] > 0 and f["taken_back"] == 0 and f["exited"] == 0
+                                 and f["max_guid_concurrency"] <= 1 and f["violations"] == 0),
 }
 
 

@@ -231,7 +231,7 @@ def test_retry_by_filter_creates_compensations_with_one_audit_record(database_ur
             assert r.status_code == 200, r.text
             out = r.json()
             assert out["totals"] == {"created": 3, "already_queued": 0, "already_delivered": 0, "conflict": 0,
-                                     "not_found": 0}
+                                     "refused": 0, "not_found": 0}
             assert sorted(x["item_id"] for x in out["results"]) == sorted(g1)
             created = {x["new_item"] for x in out["results"]}
             comps = rows(database_url, "SELECT item_id::text, compensates::text, status::text, guid FROM items"
@@ -266,7 +266,7 @@ def test_retry_by_filter_creates_compensations_with_one_audit_record(database_ur
                                 "matched": 3}
     assert log[0]["after"]["created"] == 3
     assert log[2]["after"] == {"created": 1, "already_queued": 1, "already_delivered": 0, "conflict": 0,
-                               "not_found": 1}
+                               "refused": 0, "not_found": 1}
 
 
 def test_single_item_retry_and_cancel_are_audited(database_url: str) -> None:
@@ -394,9 +394,9 @@ def test_guid_pause_resume_and_forced_lease_release(database_url: str) -> None:
             assert r.status_code == 403
             r = await api.post("/guids/g1/release-lock", "admin", json={"reason": "sender host is gone"})
             assert r.status_code == 200, r.text
-            msg = r.json()["message"]
-            assert "believes it holds the lease until its next renewal" in msg
-            assert "pacer_begin_send refuses its sends" in msg and "epoch 2" in msg
+            body = r.json()
+            assert "The holder is fenced" in body["message"] and "now epoch 2" in body["message"]
+            assert (body["previous_owner"], body["epoch"]) == ("sender-a", 2)
             again = (await api.post("/guids/g1/release-lock", "admin")).json()
             assert again["outcome"] == "noop"
             assert (await api.post("/guids/nobody/release-lock", "admin")).status_code == 404
@@ -409,14 +409,15 @@ def test_guid_pause_resume_and_forced_lease_release(database_url: str) -> None:
             assert (await api.get("/guids/nobody", "operator")).status_code == 404
 
     asyncio.run(go())
-    # Fencing: the old holder can no longer begin a send; the next acquirer gets epoch 2.
+    # Fencing: the old holder can no longer begin a send; the release moved the epoch to 2, the
+    # next acquirer gets 3.
     with psycopg.connect(database_url) as conn:
         (outcome,) = conn.execute("SELECT outcome FROM pacer_begin_send(%s, 'sender-a', interval '30 seconds',"
                                   " 'k', 'g1', 'room-0')", (item,)).fetchone()
         assert outcome == "guid_lost"
         (epoch,) = conn.execute("SELECT epoch FROM pacer_acquire_guids(ARRAY['g1'], 'sender-b',"
                                 " interval '30 seconds')").fetchone()
-        assert epoch == 2
+        assert epoch == 3
     log = audit(database_url, "g1")
     assert [(a["actor"], a["action"]) for a in log] == [
         ("token:operator", "pause"), ("token:admin", "release_lock"), ("token:operator", "resume")]

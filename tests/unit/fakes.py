@@ -14,16 +14,16 @@ Every status change is checked against the transition table.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import SendError
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus, check_transition
 from pacer_sender.domain.decisions import Decision
-from pacer_sender.ports import Begun
+from pacer_sender.ports import Begun, GuidLease
 
 S = ItemStatus
 
@@ -179,3 +179,72 @@ class FakeGateway:
         if self.errors:
             raise self.errors.pop(0)
         return Receipt(0, "ok", f"msg-{len(self.sent)}", 1.0)
+
+
+@dataclass
+class LeaseRow:
+    owner: str | None = None
+    epoch: int = 0
+    until: float = 0.0
+    evicted_owner: str | None = None
+    evicted_until: float = 0.0
+
+
+class InMemoryGuidLeases:
+    """The guid lease rules of ``pacer_acquire_guids``, ``renew_guids.sql`` and
+    ``pacer_force_release_guid`` (migration 0017), on a clock the test moves.
+
+    ``in_flight`` holds (guid, owner) pairs with a send still on the wire: a force-released
+    guid is not given to another owner while its evicted holder has one.
+    """
+
+    def __init__(self, ttl: float = 30.0) -> None:
+        self.ttl = ttl
+        self.now = 0.0
+        self.rows: dict[str, LeaseRow] = {}
+        self.in_flight: set[tuple[str, str]] = set()
+
+    def _free_for(self, row: LeaseRow, guid: str, owner: str) -> bool:
+        if not (row.owner is None or row.owner == owner or row.until < self.now):
+            return False
+        if row.evicted_owner == owner and row.evicted_until > self.now:
+            return False
+        return not (row.evicted_owner not in (None, owner) and (guid, row.evicted_owner) in self.in_flight)
+
+    async def acquire(self, guids: Sequence[str], owner: str) -> list[GuidLease]:
+        got = []
+        for guid in guids:
+            row = self.rows.setdefault(guid, LeaseRow())
+            if not self._free_for(row, guid, owner):
+                continue
+            prev = row.owner
+            if prev != owner:
+                row.epoch += 1
+            row.owner, row.until, row.evicted_owner, row.evicted_until = owner, self.now + self.ttl, None, 0.0
+            got.append(GuidLease(guid, row.epoch, None, prev not in (None, owner), datetime.now(UTC)))
+        return got
+
+    async def renew(self, held: Mapping[str, int], owner: str) -> set[str]:
+        kept = set()
+        for guid, epoch in held.items():
+            row = self.rows.get(guid)
+            if row is not None and row.owner == owner and row.epoch == epoch:
+                row.until = self.now + self.ttl
+                kept.add(guid)
+        return kept
+
+    async def release(self, guids: Sequence[str], owner: str) -> int:
+        n = 0
+        for guid in guids:
+            row = self.rows.get(guid)
+            if row is not None and row.owner == owner:
+                row.owner, n = None, n + 1
+        return n
+
+    def force_release(self, guid: str) -> bool:
+        row = self.rows.get(guid)
+        if row is None or row.owner is None:
+            return False
+        row.evicted_owner, row.evicted_until = row.owner, max(row.until, self.now)
+        row.owner, row.epoch = None, row.epoch + 1
+        return True

@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.limits import LimitsBook
 
-T0 = datetime(2026, 11, 29, tzinfo=UTC)
-
 
 class Rows:
     def __init__(self) -> None:
-        self.rows: list[tuple[str, dict[str, Any], datetime]] = []
+        self.rows: list[tuple[str, dict[str, Any], int]] = []
 
     def set(self, key: str, limits: dict[str, Any]) -> None:
-        self.rows.append((key, limits, T0 + timedelta(seconds=len(self.rows) + 1)))
+        self.rows.append((key, limits, len(self.rows) + 1))
 
-    async def changed_since(self, since: datetime | None) -> list[tuple[str, dict[str, Any], datetime]]:
-        return [r for r in self.rows if since is None or r[2] > since]
+    async def changed_since(self, after: int | None) -> list[tuple[str, dict[str, Any], int]]:
+        return [r for r in self.rows if after is None or r[2] > after]
 
 
 def test_guid_job_and_default_overrides_apply_from_the_next_refresh() -> None:

@@ -145,7 +145,8 @@ def _locks(args: argparse.Namespace) -> int:
         return 0
     print("guid leases")
     print(_table(view["guid_leases"], ["guid", "owner", "epoch", "since", "lease_until", "renew_count",
-                                       "takeovers", "last_send_at", "expired"]))
+                                       "takeovers", "last_send_at", "expired", "forced_releases",
+                                       "released_by", "released_at", "evicted_owner", "evicted_until"]))
     print("\nitem leases")
     print(_table(view["item_leases"], ["item_id", "guid", "status", "lease_owner", "lease_epoch",
                                        "lease_until", "expired"]))

@@ -3,7 +3,7 @@
 Decisions about jobs, shards, guids and budgets are taken by database functions under row
 locks (``migrations/0008_governance.sql``), which also write their audit records; the use
 cases here add the ones the database does not audit (bulk and single retries, cancels, limits,
-lease releases, tokens, test sends), always in the same transaction as the change.
+tokens, test sends), always in the same transaction as the change.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from pacer_control.domain.filters import (
     RetryFilter,
     check_retry_status,
 )
-from pacer_control.domain.leases import release_note
 from pacer_control.domain.outcomes import (
     CANCEL_OUTCOMES,
     RETRY_OUTCOMES,
@@ -226,18 +225,23 @@ class Control:
         return await self.store.atomically(lambda tx: tx.resume_guid(guid, who.actor, reason))
 
     async def release_guid_lock(self, guid: str, who: Principal, reason: str | None) -> ActionResult:
+        """Evict the guid's lease holder (fenced, audited by ``pacer_force_release_guid``)."""
         async def work(tx: ControlTx) -> ActionResult:
-            lease = await tx.lock_guid_lease(guid)
-            if lease is None:
-                return ActionResult("not_found", f"no guid {guid}")
-            if lease["owner"] is None:
-                return ActionResult("noop", f"guid {guid} has no lease holder; nothing to release")
-            await tx.release_guid_lease(guid)
-            before = {k: _json(lease[k]) for k in ("owner", "epoch", "lease_until")}
-            await tx.audit(AuditEntry(who.actor, "release_lock", "guid", guid, reason, before=before,
-                                      after={"owner": None, "epoch": lease["epoch"], "lease_until": None}))
-            return ActionResult("done", release_note(guid, lease["owner"], lease["epoch"]), None,
-                                {"previous_owner": lease["owner"], "epoch": lease["epoch"]})
+            r = await tx.force_release_guid(guid, who.actor, reason)
+            extra = {} if r["outcome"] != "done" else {
+                "previous_owner": r["previous_owner"], "epoch": r["epoch"],
+                "evicted_until": _json(r["evicted_until"]), "sends_in_flight": r["in_flight"]}
+            return ActionResult(r["outcome"], r["message"], None, extra)
+
+        return await self.store.atomically(work)
+
+    async def release_item_lock(self, item_id: str, who: Principal, reason: str | None) -> ActionResult:
+        """Take an item's lease from its holder: claimed → pending, submitted → recovery_pending
+        (verified, never resent blindly), with a new epoch; audited by ``pacer_force_release_item``."""
+        async def work(tx: ControlTx) -> ActionResult:
+            r = await tx.force_release_item(item_id, who.actor, reason)
+            extra = {} if r["outcome"] != "done" else {"from_status": r["from_status"], "epoch": r["epoch"]}
+            return ActionResult(r["outcome"], r["message"], r["to_status"], extra)
 
         return await self.store.atomically(work)
 

@@ -92,6 +92,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                 "takeovers": "Guid leases taken over from another sender, all time",
                 "duplicate_intercepts": "Sends refused by the idempotency ledger, all time",
                 "retry_conflicts": "Manual retries refused because the item was executing, all time",
+                "forced_releases": "Guid leases force-released by an admin (holder evicted), all time",
+                "forced_item_releases": "Item leases force-released by an admin, all time",
                 "jobs_paused_budget": "Jobs paused because their send budget is used up",
                 "jobs_paused_breaker": "Jobs paused by a circuit breaker",
                 "jobs_paused_operator": "Jobs paused by an operator",

@@ -1,8 +1,9 @@
 """This sender's guid leases: taken before a guid's first item, renewed, released on revoke.
 
 Kafka's partition assignment decides who *should* run a guid; the lease in Postgres decides
-who *may*. A sender that lost a lease (paused past its expiry, cut off from the database)
-finds out at its next renewal or, at the latest, when ``pacer_begin_send`` refuses it.
+who *may*. A sender that lost a lease (paused past its expiry, cut off from the database,
+force-released by an admin) finds out at its next renewal — which keeps a lease only while
+its owner and epoch are still ours — or, at the latest, when ``pacer_begin_send`` refuses it.
 """
 
 from __future__ import annotations
@@ -70,12 +71,18 @@ class GuidLeases:
             self.lost += 1
 
     async def renew(self) -> None:
+        """Extend the leases still ours. One whose owner or epoch moved (force-released by an
+        admin, taken over after expiry) is forgotten: this sender stops sending for it and
+        may take it again only through ``acquire``, like any other sender."""
         if not self.held:
             return
-        kept = {lease.guid: lease.epoch for lease in await self.store.acquire(list(self.held), self.owner)}
-        for guid in [g for g in self.held if kept.get(g) != self.held[g]]:
-            log.warning("lease of guid %s lost", guid)
-            self.forget(guid)
+        asked = dict(self.held)
+        kept = await self.store.renew(asked, self.owner)
+        for guid, epoch in asked.items():
+            # Only the lease we asked about: one re-taken meanwhile has a new epoch of its own.
+            if guid not in kept and self.held.get(guid) == epoch:
+                log.warning("lease of guid %s lost (epoch %s is no longer ours)", guid, epoch)
+                self.forget(guid)
 
     async def release(self, guids: Iterable[str]) -> None:
         mine = [g for g in guids if g in self.held]

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from datetime import datetime, time as dtime
+from datetime import time as dtime
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -18,7 +18,10 @@ _FIELDS = {f.name for f in dataclasses.fields(Limits)}
 
 
 class LimitsSource(Protocol):
-    async def changed_since(self, since: datetime | None) -> list[tuple[str, dict[str, Any], datetime]]: ...
+    async def changed_since(self, after: int | None) -> list[tuple[str, dict[str, Any], int]]:
+        """(guid, overrides, cursor) of every row changed past cursor ``after``, in commit
+        order; a change committed late must not be passed over (the cursor is not a clock)."""
+        ...
 
 
 def apply_overrides(base: Limits, overrides: dict[str, Any]) -> Limits:
@@ -41,7 +44,7 @@ class LimitsBook:
         self.on_change = on_change or (lambda guids: None)  # e.g. wake those guids' workers
         self._overrides: dict[str, dict[str, Any]] = {}
         self._resolved: dict[str, Limits] = {}
-        self._since: datetime | None = None
+        self._cursor: int | None = None
 
     def job_interval(self, job_id: str) -> float | None:
         """A job's own minimum interval per guid (row ``job:<job_id>``, field min_interval_s)."""
@@ -56,10 +59,10 @@ class LimitsBook:
         return found if found is not None else self._resolved.get("*", self.defaults)
 
     async def refresh(self) -> int:
-        changed = await self.source.changed_since(self._since)
-        for guid, overrides, at in changed:
+        changed = await self.source.changed_since(self._cursor)
+        for guid, overrides, cursor in changed:
             self._overrides[guid] = overrides
-            self._since = at
+            self._cursor = cursor
         if changed:
             base = self.defaults
             if "*" in self._overrides:

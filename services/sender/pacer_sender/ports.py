@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol
@@ -82,6 +82,9 @@ class GuidLease:
 
 class GuidLeaseStore(Protocol):
     async def acquire(self, guids: Sequence[str], owner: str) -> list[GuidLease]: ...
+    async def renew(self, held: Mapping[str, int], owner: str) -> set[str]:
+        """Extend the leases (guid → epoch) whose owner and epoch are still these; the guids kept."""
+        ...
     async def release(self, guids: Sequence[str], owner: str) -> int: ...
 
 

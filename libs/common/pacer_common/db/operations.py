@@ -18,7 +18,8 @@ from psycopg.rows import dict_row
 from pacer_common.db.sql import query
 from pacer_common.domain.tokens import Role, new_token, token_hash
 
-RetryOutcome = Literal["created", "conflict", "already_queued", "already_delivered", "not_found"]
+# refused: the retry could never be sent (job cancelled or terminated, notification superseded)
+RetryOutcome = Literal["created", "conflict", "already_queued", "already_delivered", "refused", "not_found"]
 CancelOutcome = Literal["cancelled", "too_late", "already_final", "not_found"]
 
 
@@ -58,6 +59,11 @@ class GuidLease(TypedDict):
     takeovers: int
     last_send_at: datetime | None
     expired: bool
+    forced_releases: int
+    released_by: str | None
+    released_at: datetime | None
+    evicted_owner: str | None  # the holder a forced release evicted; it may not take the guid
+    evicted_until: datetime | None  # back before this (its released lease's end)
 
 
 class ItemLease(TypedDict):
@@ -76,6 +82,8 @@ class LockCounts(TypedDict):
     takeovers: int
     duplicate_intercepts: int
     retry_conflicts: int
+    forced_releases: int
+    forced_item_releases: int
 
 
 class LockView(TypedDict):

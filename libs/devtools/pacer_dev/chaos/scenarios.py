@@ -182,7 +182,10 @@ SCENARIOS: dict[str, Callable[[Infra, Path, Size, random.Random], Result]] = {
     "double-submit": double_submit,
 }
 
-from pacer_dev.chaos.scenarios_reconciler import SCENARIOS as _RECONCILER
+# Scenarios kept in modules of their own (they import Size and Result from here).
+from pacer_dev.chaos.scenarios_control import CONTROL_SCENARIOS  # noqa: E402
+from pacer_dev.chaos.scenarios_reconciler import SCENARIOS as _RECONCILER  # noqa: E402
 
-SCENARIOS.update(_RECONCILER)
 SCENARIOS["retention-loss"] = retention_loss
+SCENARIOS.update(_RECONCILER)
+SCENARIOS.update(CONTROL_SCENARIOS)

@@ -119,11 +119,15 @@ class _Tx:
         row = await _row(self.conn, "resume_guid", {"guid": guid, "actor": actor, "reason": reason})
         return _result(row, f"no guid {guid}")
 
-    async def lock_guid_lease(self, guid: str) -> Row | None:
-        return await _row(self.conn, "lock_guid_lease", {"guid": guid})
+    async def force_release_guid(self, guid: str, actor: str, reason: str | None) -> Row:
+        row = await _row(self.conn, "force_release_guid", {"guid": guid, "actor": actor, "reason": reason})
+        assert row is not None  # pacer_force_release_guid always answers
+        return row
 
-    async def release_guid_lease(self, guid: str) -> None:
-        await self.conn.execute(_sql("release_guid_lease"), {"guid": guid})  # type: ignore[arg-type]
+    async def force_release_item(self, item_id: str, actor: str, reason: str | None) -> Row:
+        row = await _row(self.conn, "force_release_item", {"item": item_id, "actor": actor, "reason": reason})
+        assert row is not None  # pacer_force_release_item always answers
+        return row
 
     async def guid_limits(self, guid: str) -> dict[str, Any] | None:
         row = await _row(self.conn, "guid_limits", {"guid": guid})

@@ -65,7 +65,8 @@ async def resume_guid(guid: GuidPath, ctl: Ctl, who: Caller, body: ActionBody | 
 
 
 @router.post("/guids/{guid}/release-lock", response_model=ActionResponse,
-             summary="Force-release a guid's lease (the old holder is fenced off by pacer_begin_send)",
+             summary="Force-release a guid's lease: the holder is evicted (fenced) and may not take it back "
+                     "before its lease would have run out",
              **guard("guids.release_lock", 404, 422))
 async def release_lock(guid: GuidPath, ctl: Ctl, who: Caller, body: ActionBody | None = None) -> Any:
     return respond(await ctl.release_guid_lock(guid, who, body.reason if body else None))

@@ -158,6 +158,13 @@ async def retry_item(item_id: uuid.UUID, ctl: Ctl, who: Caller, body: ActionBody
     return respond(await ctl.retry_item(str(item_id), who, body.reason if body else None))
 
 
+@router.post("/items/{item_id}/release-lock", response_model=ActionResponse, tags=["items"],
+             summary="Force-release an item's lease: claimed → pending, submitted → recovery_pending (verified)",
+             **guard("items.release_lock", 404, 409, 422))
+async def release_item_lock(item_id: uuid.UUID, ctl: Ctl, who: Caller, body: ActionBody | None = None) -> Any:
+    return respond(await ctl.release_item_lock(str(item_id), who, body.reason if body else None))
+
+
 @router.post("/items/{item_id}/cancel", response_model=ActionResponse, tags=["items"],
              summary="Cancel one item that has not been taken yet (pending or waiting_retry)",
              **guard("items.cancel", 404, 409, 422))

@@ -169,6 +169,8 @@ class ItemView(BaseModel):
     expire_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    waiting: str | None = Field(None, description="why an open item is not moving: 'waiting: job paused: …', "
+                                                  "a retry not yet due, a verification; null when it is not waiting")
 
 
 class ItemPage(BaseModel):

@@ -24,7 +24,7 @@ class ActionResult:
 # pacer_retry_item / pacer_cancel_item answers → the common outcome words.
 RETRY_OUTCOMES: dict[str, Outcome] = {
     "created": "done", "already_queued": "conflict", "already_delivered": "conflict",
-    "conflict": "conflict", "not_found": "not_found",
+    "conflict": "conflict", "refused": "conflict", "not_found": "not_found",
 }
 CANCEL_OUTCOMES: dict[str, Outcome] = {
     "cancelled": "done", "too_late": "conflict", "already_final": "conflict", "not_found": "not_found",

@@ -15,7 +15,7 @@ from pacer_common.domain.tokens import Role, at_least
 Action = Literal[
     "jobs.view", "jobs.pause", "jobs.resume", "jobs.cancel", "jobs.terminate", "jobs.budget",
     "shards.pause", "shards.resume",
-    "items.view", "items.retry", "items.cancel", "reports.view",
+    "items.view", "items.retry", "items.cancel", "items.release_lock", "reports.view",
     "guids.health", "guids.leases", "guids.pause", "guids.resume", "guids.limits", "guids.release_lock",
     "locks.view", "audit.view", "requests.dry_run", "gateway.test_send",
     "tokens.view", "tokens.create", "tokens.revoke",
@@ -49,6 +49,7 @@ RULES: dict[Action, Rule] = {
     "guids.resume": Rule(O, "resume guids"),
     "guids.limits": Rule(T, "change guid rate limits"),
     "guids.release_lock": Rule(A, "force-release guid leases"),
+    "items.release_lock": Rule(A, "force-release item leases"),
     "locks.view": Rule(T, "view locks"),
     "audit.view": Rule(O, "view the audit log"),
     "requests.dry_run": Rule(O, "dry-run job requests"),

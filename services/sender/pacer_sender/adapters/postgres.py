@@ -14,8 +14,8 @@ that fails for one item is run again item by item, so the others of the batch go
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import timedelta
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -191,6 +191,18 @@ class PostgresGuidLeases:
 
         return await with_retry(work)
 
+    async def renew(self, held: Mapping[str, int], owner: str) -> set[str]:
+        """Extend the leases still ours (owner and epoch); the guids kept."""
+        guids = sorted(held)
+
+        async def work() -> set[str]:
+            async with self.pool.connection() as conn:
+                rows = await (await conn.execute(_sql("renew_guids"), {  # type: ignore[arg-type]
+                    "guids": guids, "epochs": [held[g] for g in guids], "owner": owner, "ttl": self.ttl})).fetchall()
+            return {r["guid"] for r in rows}
+
+        return await with_retry(work)
+
     async def release(self, guids: Sequence[str], owner: str) -> int:
         async def work() -> int:
             async with self.pool.connection() as conn:
@@ -205,11 +217,12 @@ class PostgresLimitsSource:
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
 
-    async def changed_since(self, since: datetime | None) -> list[tuple[str, dict[str, Any], datetime]]:
-        async def work() -> list[tuple[str, dict[str, Any], datetime]]:
+    async def changed_since(self, after: int | None) -> list[tuple[str, dict[str, Any], int]]:
+        """Rows changed by transactions committed after cursor ``after``, in commit order."""
+        async def work() -> list[tuple[str, dict[str, Any], int]]:
             async with self.pool.connection() as conn:
                 rows = await (await conn.execute(_sql("changed_limits"), {  # type: ignore[arg-type]
-                    "since": since or datetime(1970, 1, 1, tzinfo=UTC)})).fetchall()
-            return [(r["guid"], r["limits"], r["updated_at"]) for r in rows]
+                    "after": str(after or 0)})).fetchall()
+            return [(r["guid"], r["limits"], int(r["cursor"])) for r in rows]
 
         return await with_retry(work)

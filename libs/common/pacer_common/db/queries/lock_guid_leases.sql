@@ -1,7 +1,9 @@
--- Guid leases as lock records: holder, since, lease-until, renewals, takeovers. A released
--- lease (no owner) is listed too: its takeovers and last send time still matter.
+-- Guid leases as lock records: holder, since, lease-until, renewals, takeovers, forced
+-- releases (by whom, when, which holder was evicted and until when it may not take the guid
+-- back). A released lease (no owner) is listed too: its history still matters.
 SELECT guid, owner, epoch, since, lease_until, renew_count, takeovers, last_send_at,
-       (owner IS NOT NULL AND lease_until < now()) AS expired
+       (owner IS NOT NULL AND lease_until < now()) AS expired,
+       forced_releases, released_by, released_at, evicted_owner, evicted_until
 FROM guid_leases
 ORDER BY expired DESC, guid
 LIMIT %(limit)s

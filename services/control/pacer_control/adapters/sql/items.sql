@@ -1,13 +1,26 @@
--- One keyset page of a job's items, by item id.
-SELECT item_id::text AS item_id, shard_id, guid, to_id, status::text AS status, attempts, priority, held,
-       compensates::text AS compensates, last_error_class, last_error, next_attempt_at, expire_at,
-       created_at, updated_at
-FROM items
-WHERE job_id = %(job)s::uuid
-  AND (%(statuses)s::item_status[] IS NULL OR status = ANY(%(statuses)s::item_status[]))
-  AND (%(guid)s::text IS NULL OR guid = %(guid)s::text)
-  AND (%(error_class)s::text IS NULL OR last_error_class = %(error_class)s::text)
-  AND (NOT %(with_error)s OR last_error_class IS NOT NULL)
-  AND (%(after)s::uuid IS NULL OR item_id > %(after)s::uuid)
-ORDER BY items.item_id  -- the uuid column, as in the WHERE (not the text alias)
+-- One keyset page of a job's items, by item id. ``waiting``: why an open item is not moving
+-- (a hold on its job, shard or guid; a retry not yet due; a verification), NULL otherwise.
+-- A completed job is no hold: a compensation in it reopens the job.
+SELECT i.item_id::text AS item_id, i.shard_id, i.guid, i.to_id, i.status::text AS status, i.attempts, i.priority,
+       i.held, i.compensates::text AS compensates, i.last_error_class, i.last_error, i.next_attempt_at,
+       i.expire_at, i.created_at, i.updated_at,
+       CASE WHEN i.status IN ('pending', 'waiting_retry') AND pacer_hold_reason(
+                 CASE WHEN j.status = 'completed' THEN 'running' ELSE j.status END, j.paused_reason,
+                 s.status, s.paused_reason, g.paused_reason) IS NOT NULL
+            THEN 'waiting: ' || pacer_hold_reason(CASE WHEN j.status = 'completed' THEN 'running' ELSE j.status END,
+                                                  j.paused_reason, s.status, s.paused_reason, g.paused_reason)
+            WHEN i.status = 'waiting_retry' THEN 'waiting: retry due at ' || i.next_attempt_at
+            WHEN i.status = 'recovery_pending' THEN 'waiting: delivery being verified with the gateway'
+       END AS waiting
+FROM items i
+JOIN jobs j ON j.job_id = i.job_id
+JOIN shards s ON s.shard_id = i.shard_id
+LEFT JOIN guid_leases g ON g.guid = i.guid
+WHERE i.job_id = %(job)s::uuid
+  AND (%(statuses)s::item_status[] IS NULL OR i.status = ANY(%(statuses)s::item_status[]))
+  AND (%(guid)s::text IS NULL OR i.guid = %(guid)s::text)
+  AND (%(error_class)s::text IS NULL OR i.last_error_class = %(error_class)s::text)
+  AND (NOT %(with_error)s OR i.last_error_class IS NOT NULL)
+  AND (%(after)s::uuid IS NULL OR i.item_id > %(after)s::uuid)
+ORDER BY i.item_id  -- the uuid column, as in the WHERE (not the text alias)
 LIMIT %(limit)s

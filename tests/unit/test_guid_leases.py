@@ -1,0 +1,123 @@
+"""The guid lease renewal rule: a lease is kept only while its owner AND epoch are ours, so a
+forced release evicts its holder instead of being taken back by the next renewal."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pacer_sender.leases import GuidLeases
+
+from .fakes import InMemoryGuidLeases
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def test_a_force_released_holder_loses_the_guid_at_its_next_renewal() -> None:
+    store = InMemoryGuidLeases(ttl=30)
+    a = GuidLeases(store, "a", 30)  # type: ignore[arg-type]
+    assert run(a.acquire("g1")) is not None
+    assert store.force_release("g1")
+    run(a.renew())
+    assert "g1" not in a.held and a.lost == 1
+    assert store.rows["g1"].owner is None  # the renewal did not take it back
+
+
+def test_a_renewal_never_takes_a_released_lease_even_once_the_eviction_has_run_out() -> None:
+    store = InMemoryGuidLeases(ttl=30)
+    a = GuidLeases(store, "a", 30)  # type: ignore[arg-type]
+    run(a.acquire("g1"))
+    store.force_release("g1")
+    store.now = 40  # a renewal that is late, past evicted_until: acquiring would succeed now
+    run(a.renew())
+    assert "g1" not in a.held and store.rows["g1"].owner is None
+
+
+def test_a_renewal_keeps_a_lease_whose_owner_and_epoch_are_unchanged() -> None:
+    store = InMemoryGuidLeases(ttl=30)
+    a = GuidLeases(store, "a", 30)  # type: ignore[arg-type]
+    run(a.acquire("g1"))
+    store.now = 25
+    run(a.renew())
+    assert a.held == {"g1": 1} and store.rows["g1"].until == 55
+
+
+def test_the_evicted_holder_may_not_take_the_guid_back_before_its_old_lease_would_have_run_out() -> None:
+    store = InMemoryGuidLeases(ttl=30)
+    a = GuidLeases(store, "a", 30)  # type: ignore[arg-type]
+    run(a.acquire("g1"))
+    store.force_release("g1")
+    store.now = 29
+    run(a.renew())
+    assert run(a.acquire("g1")) is None
+    store.now = 31
+    back = run(a.acquire("g1"))
+    assert back is not None and back.epoch == 3  # taken, released (2), taken again (3)
+
+
+def test_another_sender_takes_a_released_guid_once_the_evicted_holders_send_has_settled() -> None:
+    store = InMemoryGuidLeases(ttl=30)
+    a, b = GuidLeases(store, "a", 30), GuidLeases(store, "b", 30)  # type: ignore[arg-type]
+    run(a.acquire("g1"))
+    store.in_flight.add(("g1", "a"))
+    store.force_release("g1")
+    assert run(b.acquire("g1")) is None  # a's request may still be on the wire
+    store.in_flight.clear()
+    taken = run(b.acquire("g1"))
+    assert taken is not None and not taken.took_over  # released, so not a takeover of a live lease
+    run(a.renew())
+    assert "g1" not in a.held and b.held == {"g1": 3}
+
+
+def test_a_guid_taken_again_while_a_renewal_ran_is_not_forgotten_by_that_renewal() -> None:
+    store = InMemoryGuidLeases(ttl=30)
+    a = GuidLeases(store, "a", 30)  # type: ignore[arg-type]
+    run(a.acquire("g1"))
+    store.force_release("g1")
+    renew = store.renew
+
+    async def slow_renew(held, owner):  # type: ignore[no-untyped-def]
+        kept = await renew(held, owner)
+        store.now = 31  # meanwhile the eviction ran out and the worker took the guid again
+        await a.acquire("g1")
+        return kept
+
+    store.renew = slow_renew  # type: ignore[method-assign]
+    run(a.renew())
+    assert a.held == {"g1": 3}
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["acquire", "renew", "release", "force", "tick"]),
+                         st.sampled_from(["a", "b", "c"]), st.sampled_from(["g1", "g2"])), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(OPS)
+def test_after_renewals_only_the_recorded_owner_believes_it_holds_a_guid(ops: list[tuple[str, str, str]]) -> None:
+    store = InMemoryGuidLeases(ttl=30)
+    senders = {n: GuidLeases(store, n, 30) for n in "abc"}  # type: ignore[arg-type]
+
+    async def play() -> None:
+        for op, who, guid in ops:
+            s = senders[who]
+            if op == "acquire":
+                await s.acquire(guid)
+            elif op == "renew":
+                await s.renew()
+            elif op == "release":
+                await s.release([guid])
+            elif op == "force":
+                store.force_release(guid)
+            else:
+                store.now += 11
+            for other in senders.values():
+                await other.renew()
+            for name, other in senders.items():
+                for g, epoch in other.held.items():
+                    row = store.rows[g]
+                    assert (row.owner, row.epoch) == (name, epoch), (name, g, epoch, row)
+
+    run(play())
