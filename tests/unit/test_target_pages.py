@@ -67,7 +67,7 @@ def test_invalid_targets_are_skipped_counted_and_the_first_error_kept() -> None:
     ({"guid": "g", "to_id": 5}, "items[0].to_id: Input should be a valid string"),
     ({"guid": "g", "to_id": "x", "vars": {"a": 1}}, "items[0].vars.a: Input should be a valid string"),
     ({"guid": "g", "to_id": "x" * 300}, "items[0].to_id: String should have at most 256 characters"),
-    ({"guid": "g\x00", "to_id": "x"}, "items[0]: contains a NUL character"),
+    ({"guid": "g\x00", "to_id": "x"}, "items[0].guid: contains a NUL character (\\u0000), which cannot be stored"),
 ])
 def test_invalid_target_messages_name_the_position_and_field(raw: Any, message: str) -> None:
     assert parse_page({"items": [raw], "next_cursor": None}, None).first_error == message

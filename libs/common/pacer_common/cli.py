@@ -35,7 +35,8 @@ def topic_layout(k: KafkaSettings) -> dict[str, tuple[int, dict[str, str]]]:
     large = {"max.message.bytes": str(MAX_REQUEST_BYTES)}
     return {
         k.job_requests: (4, large),
-        k.job_requests_dlq: (1, large),
+        # A request as received plus its reason headers: room for both.
+        k.job_requests_dlq: (1, {"max.message.bytes": str(MAX_REQUEST_BYTES + 1_048_576)}),
         # Both lanes have the same partition count, so a guid has the same partition in each.
         k.item_commands("online"): (k.item_command_partitions, {}),
         k.item_commands("batch"): (k.item_command_partitions, {}),
