@@ -130,7 +130,7 @@ class IntakeLoop:
         retrying = AsyncRetrying(
             retry=retry_if_exception(self._environmental),
             stop=stop_never if attempts is None else stop_after_attempt(attempts),
-            wait=wait_exponential_jitter(initial=self.policy.backoff_initial_s, max=self.policy.backoff_max_s,
+            wait=wait_exponential_jitter(multiplier=self.policy.backoff_initial_s, max=self.policy.backoff_max_s,
                                          jitter=self.policy.backoff_initial_s),
             sleep=self._pause,
             before_sleep=self._waiting,
