@@ -46,7 +46,7 @@ def reason(raw: bytes | dict[str, Any]) -> str:
     with pytest.raises(InvalidRequest) as info:
         validate_request(body, NOW)
     text = str(info.value)
-    text.encode()  # a Kafka header: always UTF-8
+    assert storable(text)  # a Kafka header and a log line: no NUL, always UTF-8
     return text
 
 
@@ -214,7 +214,7 @@ def test_any_value_anywhere_is_accepted_storably_or_refused_with_a_reason(path: 
         valid = validate_request(raw, NOW)
     except InvalidRequest as exc:
         assert str(exc).startswith(("invalid job request: ", "cannot plan job request: "))
-        str(exc).encode()
+        assert storable(str(exc))
         return
     req = valid.request
     texts = [req.request_id, req.created_by, req.message.content, req.business_id or ""]
@@ -231,4 +231,4 @@ def test_arbitrary_bytes_never_raise_anything_but_a_reason(raw: bytes) -> None:
     try:
         validate_request(raw, NOW)
     except InvalidRequest as exc:
-        str(exc).encode()
+        assert storable(str(exc))

@@ -140,7 +140,7 @@ def describe(exc: ValidationError, limit: int = 5) -> str:
     """``field.path: message`` for the first few errors, e.g. ``targets.items.3.guid: Field required``."""
     parts = []
     for err in exc.errors()[:limit]:
-        where = ".".join(str(p) for p in _without_union_tag(err["loc"])) or "(request)"
+        where = ".".join(_loc_part(p) for p in _without_union_tag(err["loc"])) or "(request)"
         parts.append(f"{where}: {error_text(err)}")
     more = exc.error_count() - limit
     if more > 0:
@@ -155,6 +155,15 @@ def error_text(err: ErrorDetails) -> str:
     if err["type"] == "string_unicode":
         return "is not valid Unicode text (a lone surrogate?), which cannot be stored"
     return err["msg"].removeprefix("Value error, ")
+
+
+def _loc_part(part: int | str) -> str:
+    # A dict key is part of the path (vars.<key>): quoted when it is not plain, so what the
+    # reason names cannot carry a NUL or a page of text into a header.
+    text = str(part)
+    if text.isprintable() and len(text) <= 64 and storable(text):
+        return text
+    return repr(text[:64]) + ("…" if len(text) > 64 else "")
 
 
 def _without_union_tag(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
