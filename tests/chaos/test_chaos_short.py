@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pacer_dev.chaos.scenarios import SCENARIOS, Size
+from pacer_dev.chaos.scenarios_intake import REPLIES
 from pacer_dev.infra import Infra
 
 pytestmark = pytest.mark.chaos
@@ -26,6 +27,8 @@ EVIDENCE = {
     "postgres-restart": lambda f: True,
     "gateway-faults": lambda f: f["dropped"] > 0 and f["rejected"] > 0 and f["verified"] > 0,
     "double-submit": lambda f: f["jobs"] == 1 and f["cancelled"] > 0 and f["retried"] > 0,
+    "poison-requests": lambda f: f["dead_lettered"] == f["poisoned"] > 0 and f["jobs"] == 1 + REPLIES
+    and f["planner_exited"] == 0,
 }
 
 

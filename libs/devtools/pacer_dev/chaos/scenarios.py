@@ -173,3 +173,7 @@ SCENARIOS: dict[str, Callable[[Infra, Path, Size, random.Random], Result]] = {
     "gateway-faults": gateway_faults,
     "double-submit": double_submit,
 }
+
+from pacer_dev.chaos.scenarios_intake import INTAKE_SCENARIOS  # noqa: E402  (it uses this module's helpers)
+
+SCENARIOS.update(INTAKE_SCENARIOS)
