@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.requests import INT4_MAX, MAX_ID_CHARS
+from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.kafka import AsyncConsumer, ensure_topics, make_consumer, make_producer
 from pacer_dev.hostile import BUILDERS, base, hostile
 from pacer_planner.adapters.faults import ENVIRONMENT
@@ -250,3 +251,27 @@ def _is_json(value: bytes) -> bool:
     except ValueError:
         return False
 
+
+
+# -- the dry run says what the planner would --------------------------------------------------
+
+def test_the_dry_run_refuses_each_hostile_request_with_the_planners_reason(database_url: str) -> None:
+    from tests.integration.control_support import control_api
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            h = {**api.auth("operator"), "Content-Type": "application/json"}
+            for kind in sorted(BUILDERS):
+                body = hostile(kind, f"dry-{kind}", "é")
+                r = await api.client.post("/dry-run", headers=h, content=body)
+                assert r.status_code == 422, (kind, r.text)
+                with pytest.raises(InvalidRequest) as planner:
+                    validate_request(body, datetime.now(UTC))
+                if kind != "expired":  # its reason names the (same) instant, seen a moment apart
+                    assert r.json()["detail"] == str(planner.value), kind
+                else:
+                    assert r.json()["detail"].startswith("cannot plan job request: request already expired at ")
+            ok = await api.client.post("/dry-run", headers=h, content=json.dumps(base("dry-ok", n=3)).encode())
+            assert ok.status_code == 200 and ok.json()["items"] == 3
+
+    asyncio.run(go())

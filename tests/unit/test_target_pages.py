@@ -97,6 +97,16 @@ def test_a_target_missing_a_template_variable_is_invalid_not_blank() -> None:
     assert p.first_error == "items[1]: template variable 'name' has no value"
 
 
+def test_targets_the_store_could_not_hold_are_counted_invalid_and_the_page_goes_on() -> None:
+    wide = "é" * 256  # a legal guid and to_id, but together an idempotency key past the index limit
+    p = plan_page(requery(content="{name}{name}"), page_of(
+        t("g", "a", name="A"), t(wide, wide, name="B"), t("g", "c", name="x" * 4000), t("g", "d\x00", name="D"),
+        t("g", "e\ud800", name="E"), t("g", "f", name="F")), {}, 100)
+    assert [i.to_id for i in p.items] == ["a", "f"]
+    assert p.invalid == 4
+    assert p.first_error is not None and p.first_error.startswith("items[3].to_id: contains a NUL character")
+
+
 def test_a_page_error_comes_before_a_render_error() -> None:
     p = plan_page(requery(), page_of(t("g", "b"), {"guid": "g"}), {}, 100)
     assert p.invalid == 2 and p.first_error == "items[1].to_id: Field required"

@@ -70,9 +70,13 @@ def _request_body() -> dict[str, Any]:
 
 # The body is read as bytes and checked by the planner's own validation (not by FastAPI's
 # parsing), so a dry run accepts and refuses exactly what the planner would.
+def _with_request_body(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {**kwargs, "openapi_extra": {**kwargs["openapi_extra"], **_request_body()}}
+
+
 @router.post("/dry-run", response_model=DryRunResponse, tags=["tools"],
              summary="Validate and plan a job request without storing or sending anything",
-             openapi_extra=_request_body(), **guard("requests.dry_run", 422))
+             **_with_request_body(guard("requests.dry_run", 422)))
 async def dry_run(http: Request, ctl: Ctl,
                   samples: Annotated[int, Query(ge=0, le=50, description="rendered contents to show")] = 5) -> Any:
     return ctl.dry_run(await http.body(), samples)
