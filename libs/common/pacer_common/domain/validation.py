@@ -179,7 +179,7 @@ class _Twice(Exception):
 
 
 def _no_twice(pairs: list[tuple[str, Any]]) -> None:
-    if len(pairs) > 1 and len({k for k, _ in pairs}) != len(pairs):
+    if len(pairs) > 1 and len(dict(pairs)) != len(pairs):
         seen: set[str] = set()
         for k, _ in pairs:
             if k in seen:
