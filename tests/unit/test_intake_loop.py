@@ -213,3 +213,14 @@ def test_the_number_of_attempts_at_a_programming_error_is_the_policys(attempts: 
     asyncio.run(intake.process(None, request("r1")))
     assert events.internal == attempts and len(bus.dlq) == 1
 
+
+
+def test_an_index_row_too_large_is_the_inputs_fault_not_a_transient_one() -> None:
+    from psycopg import errors as pgerr
+
+    from pacer_common.db.errors import RefusedError, TransientError, translate
+    from pacer_planner.adapters.faults import ENVIRONMENT
+
+    refused = translate(pgerr.ProgramLimitExceeded("index row size 3000 exceeds btree version 4 maximum 2704"))
+    assert isinstance(refused, RefusedError) and not isinstance(refused, ENVIRONMENT)
+    assert isinstance(translate(pgerr.AdminShutdown("restarting")), TransientError)
