@@ -11,8 +11,8 @@ goes wrong while handling one is one of three things, told apart here and nowher
 - **anything else** is a programming error: the message is tried ``internal_attempts``
   times, then dead-lettered as ``internal error: <type>: <message>`` (traceback logged,
   counted), so one message cannot crash-loop the planner. A request whose job is already
-  stored is never dead-lettered: it is a job, and its commands are re-sent by a redelivery
-  of the request or by the reconciler from Postgres.
+  stored is never dead-lettered: it is a job, left with ``dispatched_at`` empty and its items
+  pending in Postgres; publishing the request again re-sends their commands.
 
 The dead-letter produce is itself retried as an environment fault: an offset moves only
 once the record is acknowledged.
@@ -120,7 +120,8 @@ class IntakeLoop:
     async def _give_up(self, key: bytes | None, value: bytes, exc: Exception) -> Handled:
         if isinstance(exc, DispatchFailed):
             # Stored: the request is a job and must not also be a dead-letter record.
-            log.error("job %s stored but not dispatched; moving on, its pending items are in Postgres", exc.job_id)
+            log.error("job %s stored but not dispatched; moving on: its items are pending in Postgres, and "
+                      "publishing the request again re-sends their commands", exc.job_id)
             return Handled("undispatched", exc.job_id, reason=_text(exc.__cause__ or exc))
         reason = f"internal error: {_text(exc)}"
         return await self._patiently(lambda: _now(self.planner.reject(key, value, reason)))
