@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Self
 
 import psycopg
 import pytest
@@ -132,7 +133,7 @@ class RunningPlanner:
     def _main(self) -> None:
         try:
             self.loop.run_until_complete(self._run())
-        except BaseException as exc:  # what the test asserts never happens
+        except BaseException as exc:  # noqa: BLE001  (what the test asserts never happens)
             self.error = exc
 
     async def _run(self) -> None:
@@ -150,7 +151,7 @@ class RunningPlanner:
             await consumer.close()
             await pool.close()
 
-    def __enter__(self) -> RunningPlanner:
+    def __enter__(self) -> Self:
         self.thread.start()
         assert self.ready.wait(30)
         return self

@@ -21,7 +21,13 @@ from urllib.parse import quote
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from pacer_common.domain.requests import NO_NUL, JobKind, JobRequest, RequeryTargets, Target
+from pacer_common.domain.requests import (
+    NO_NUL,
+    JobKind,
+    JobRequest,
+    RequeryTargets,
+    Target,
+)
 from pacer_common.domain.templates import render, template_fields
 
 MAX_CONTENT_CHARS = 4096  # a rendered message, as the gateway takes it

@@ -174,6 +174,6 @@ SCENARIOS: dict[str, Callable[[Infra, Path, Size, random.Random], Result]] = {
     "double-submit": double_submit,
 }
 
-from pacer_dev.chaos.scenarios_intake import INTAKE_SCENARIOS  # noqa: E402  (it uses this module's helpers)
+from pacer_dev.chaos.scenarios_intake import INTAKE_SCENARIOS  # at the end: it uses this module's helpers
 
 SCENARIOS.update(INTAKE_SCENARIOS)
