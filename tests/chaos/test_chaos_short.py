@@ -13,6 +13,7 @@ import pytest
 
 from pacer_dev.chaos.scenarios import SCENARIOS, Size
 from pacer_dev.chaos.scenarios_reconciler import LEADER_TTL_S
+from pacer_dev.chaos.scenarios_intake import REPLIES
 from pacer_dev.infra import Infra
 
 pytestmark = pytest.mark.chaos
@@ -34,6 +35,8 @@ EVIDENCE = {
     "retention-loss": lambda f: f["deleted"] >= SHORT.items and f["swept"] > 0,
     "forced-release": lambda f: (f["forced"] > 0 and f["evicted"] > 0 and f["taken_back"] == 0 and f["exited"] == 0
                                  and f["max_guid_concurrency"] <= 1 and f["violations"] == 0),
+    "poison-requests": lambda f: f["dead_lettered"] == f["poisoned"] > 0 and f["jobs"] == 1 + REPLIES
+    and f["planner_exited"] == 0,
 }
 
 

@@ -15,6 +15,7 @@ from pacer_common.domain.requests import JobRequest
 from pacer_common.domain.tokens import Role, new_token, token_hash
 from pacer_control.core import MISSING_TOKEN, UNKNOWN_TOKEN, Control
 from pacer_control.domain import report
+from pacer_common.domain.validation import prepare
 from pacer_control.domain.dryrun import DryRunError, dry_run
 from pacer_control.domain.errors import Forbidden, Unauthorized
 from pacer_control.domain.permissions import FIELD_ACTIONS, RULES, Principal, may, refusal
@@ -126,8 +127,12 @@ def _req(**changes: Any) -> JobRequest:
     return JobRequest.model_validate(base)
 
 
+def _dry_run(req: JobRequest, samples: int = 5) -> Any:
+    return dry_run(prepare(req, NOW), NOW, samples)
+
+
 def test_dry_run_reports_items_shards_and_samples() -> None:
-    d = dry_run(_req(budget={"max_sends": 2}), NOW, samples=2)
+    d = _dry_run(_req(budget={"max_sends": 2}), samples=2)
     assert (d.items, d.shards, d.lane, d.priority, d.template_fields) == (3, {"g1": 2, "g2": 1}, "batch", 3, ["name"])
     assert [(s.guid, s.to_id, s.content) for s in d.samples] == [("g1", "a", "Hello A"), ("g1", "b", "Hello B")]
     assert d.warnings == [("budget.max_sends (2) is below the 3 items: the job pauses when the budget is used up, "
@@ -150,13 +155,13 @@ def test_dry_run_refuses_what_the_planner_refuses_in_its_words(change: dict[str,
     with pytest.raises(PlanError) as planner:
         plan(req, NOW)
     with pytest.raises(DryRunError) as ours:
-        dry_run(req, NOW)
+        prepare(req, NOW)
     assert str(ours.value) == str(planner.value)
 
 
 def test_dry_run_agrees_with_the_planner_on_a_valid_request() -> None:
     req = _req()
-    p, d = plan(req, NOW), dry_run(req, NOW, samples=10)
+    p, d = plan(req, NOW), _dry_run(req, samples=10)
     per_guid: dict[str, int] = {}
     for key, n in p.shards.items():  # keyed by guid, or by (guid, sub) where a guid is split
         guid = key[0] if isinstance(key, tuple) else key

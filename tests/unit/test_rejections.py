@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from pacer_common.domain.requests import JobRequest
-from pacer_planner.domain.rejections import describe
+from pacer_common.domain.validation import describe
 
 VALID: dict[str, Any] = {
     "request_id": "r-1",

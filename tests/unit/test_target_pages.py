@@ -67,7 +67,7 @@ def test_invalid_targets_are_skipped_counted_and_the_first_error_kept() -> None:
     ({"guid": "g", "to_id": 5}, "items[0].to_id: Input should be a valid string"),
     ({"guid": "g", "to_id": "x", "vars": {"a": 1}}, "items[0].vars.a: Input should be a valid string"),
     ({"guid": "g", "to_id": "x" * 300}, "items[0].to_id: String should have at most 256 characters"),
-    ({"guid": "g\x00", "to_id": "x"}, "items[0]: contains a NUL character"),
+    ({"guid": "g\x00", "to_id": "x"}, "items[0].guid: contains a NUL character (\\u0000), which cannot be stored"),
 ])
 def test_invalid_target_messages_name_the_position_and_field(raw: Any, message: str) -> None:
     assert parse_page({"items": [raw], "next_cursor": None}, None).first_error == message
@@ -95,6 +95,16 @@ def test_a_target_missing_a_template_variable_is_invalid_not_blank() -> None:
     assert [i.to_id for i in p.items] == ["a"]
     assert p.invalid == 2
     assert p.first_error == "items[1]: template variable 'name' has no value"
+
+
+def test_targets_the_store_could_not_hold_are_counted_invalid_and_the_page_goes_on() -> None:
+    wide = "é" * 256  # a legal guid and to_id, but together an idempotency key past the index limit
+    p = plan_page(requery(content="{name}{name}"), page_of(
+        t("g", "a", name="A"), t(wide, wide, name="B"), t("g", "c", name="x" * 4000), t("g", "d\x00", name="D"),
+        t("g", "e\ud800", name="E"), t("g", "f", name="F")), {}, 100)
+    assert [i.to_id for i in p.items] == ["a", "f"]
+    assert p.invalid == 4
+    assert p.first_error is not None and p.first_error.startswith("items[3].to_id: contains a NUL character")
 
 
 def test_a_page_error_comes_before_a_render_error() -> None:

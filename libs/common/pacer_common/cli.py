@@ -7,7 +7,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,6 +21,7 @@ from pacer_common.db.sql import query
 from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.requests import JobRequest
 from pacer_common.domain.tokens import Role
+from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.kafka import MAX_REQUEST_BYTES, ensure_topics, make_producer, produce_all
 from pacer_common.settings import KafkaSettings, PostgresSettings
 
@@ -35,7 +36,8 @@ def topic_layout(k: KafkaSettings) -> dict[str, tuple[int, dict[str, str]]]:
     large = {"max.message.bytes": str(MAX_REQUEST_BYTES)}
     return {
         k.job_requests: (4, large),
-        k.job_requests_dlq: (1, large),
+        # A request as received plus its reason headers: room for both.
+        k.job_requests_dlq: (1, {"max.message.bytes": str(MAX_REQUEST_BYTES + 1_048_576)}),
         # Both lanes have the same partition count, so a guid has the same partition in each.
         k.item_commands("online"): (k.item_command_partitions, {}),
         k.item_commands("batch"): (k.item_command_partitions, {}),
@@ -76,7 +78,11 @@ def _publish(args: argparse.Namespace) -> int:
     raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     key = None
     if not args.raw:
-        req = JobRequest.model_validate_json(raw)  # fail here, loudly, before Kafka does
+        try:  # the planner's own validation: fail here, with its reason, before Kafka does
+            req = validate_request(raw, datetime.now(UTC)).request
+        except InvalidRequest as exc:
+            print(f"not published: {exc}", file=sys.stderr)
+            return EXIT_REFUSED
         key = req.request_id.encode()
     produce_all(make_producer(k.client_config()), [(k.job_requests, key, raw, None)])
     print(f"published to {k.job_requests}")

@@ -17,10 +17,10 @@ from typing import Any
 
 from pacer_common.domain.failures import SendError
 from pacer_common.domain.limits import parse_limits
-from pacer_common.domain.requests import JobRequest
+from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.domain.tokens import Role, token_hash
 from pacer_control.domain import report
-from pacer_control.domain.dryrun import DryRun, DryRunError, dry_run
+from pacer_control.domain.dryrun import DryRun, dry_run
 from pacer_control.domain.errors import (
     Conflict,
     Forbidden,
@@ -265,11 +265,14 @@ class Control:
         return await self.store.locks(limit)
 
     # -- tools ---------------------------------------------------------------------------
-    def dry_run(self, req: JobRequest, samples: int) -> DryRun:
+    def dry_run(self, raw: bytes, samples: int) -> DryRun:
+        """``raw`` as the planner would take it from Kafka: the same validation, the same reasons."""
+        now = self.clock()
         try:
-            return dry_run(req, self.clock(), samples)
-        except DryRunError as exc:
-            raise Invalid(f"cannot plan job request: {exc}") from None
+            valid = validate_request(raw, now)
+        except InvalidRequest as exc:
+            raise Invalid(str(exc)) from None
+        return dry_run(valid, now, samples)
 
     async def test_send(self, guid: str, to_id: str, content: str, who: Principal) -> Row:
         """One message to a sandbox target through the gateway. The audit record is written

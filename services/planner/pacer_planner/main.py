@@ -15,14 +15,16 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.pool import open_pool
-from pacer_common.kafka import MAX_REQUEST_BYTES, AsyncConsumer, make_consumer, make_producer, next_offset
+from pacer_common.kafka import MAX_REQUEST_BYTES, AsyncConsumer, make_consumer, make_producer
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_planner.adapters.http import HttpTargetSource
-from pacer_planner.adapters.kafka import KafkaCommandBus
+from pacer_planner.adapters.faults import ENVIRONMENT
+from pacer_planner.adapters.kafka import KafkaCommandBus, KafkaRequestSource
 from pacer_planner.adapters.postgres import PostgresJobStore
 from pacer_planner.adapters.postgres_targets import PostgresTargetStore
-from pacer_planner.core import PagingConfig, PagingSupervisor, Planner, TargetPager
+from pacer_planner.core import Handled, PagingConfig, PagingSupervisor, Planner, TargetPager
+from pacer_planner.core.consume import IntakeLoop, IntakePolicy
 from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS
 
 log = logging.getLogger("pacer.planner")
@@ -47,6 +49,32 @@ class PlannerSettings(OpsSettings):
     requery_backoff_max_s: float = Field(30.0, ge=0)
     requery_lease_s: float = Field(120.0, gt=0)  # a dead planner's jobs are taken over after this
     requery_admission_wait_s: float = Field(5.0, gt=0)  # a refused page is fetched again after this
+    # A job request that fails with an unexpected error is tried this often, then dead-lettered.
+    internal_attempts: int = Field(3, ge=1)
+    # Backoff between attempts at one request (the database or Kafka unavailable, or an error).
+    retry_backoff_initial_s: float = Field(0.5, gt=0)
+    retry_backoff_max_s: float = Field(30.0, gt=0)
+
+
+class _IntakeMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter("pacer_planner_requests_total", "Job requests handled", ["outcome"], registry=registry)
+        self.items = Counter("pacer_planner_items_total", "Items planned and dispatched", registry=registry)
+        self.environment = Counter("pacer_planner_environment_faults_total",
+                                   "Job request attempts that failed for the database or Kafka (retried)",
+                                   registry=registry)
+        self.internal = Counter("pacer_planner_internal_errors_total",
+                                "Job request attempts that failed with an unexpected error", registry=registry)
+
+    def handled(self, result: Handled) -> None:
+        self.requests.labels(result.outcome).inc()
+        self.items.inc(result.items)
+
+    def environment_fault(self) -> None:
+        self.environment.inc()
+
+    def internal_error(self) -> None:
+        self.internal.inc()
 
 
 class _PagingMetrics:
@@ -73,11 +101,10 @@ class _PagingMetrics:
 
 async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) -> None:
     async def body(ctx: ServiceContext) -> None:
-        handled = Counter("pacer_planner_requests_total", "Job requests handled", ["outcome"], registry=ctx.registry)
-        planned = Counter("pacer_planner_items_total", "Items planned and dispatched", registry=ctx.registry)
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=1,
                                max_size=4 + cfg.requery_max_jobs, name="pacer-planner")
-        producer = make_producer(kafka.client_config())
+        # A dead-letter record is a request (up to MAX_REQUEST_BYTES) plus its reason headers.
+        producer = make_producer(kafka.client_config(), **{"message.max.bytes": MAX_REQUEST_BYTES + 1_048_576})
         consumer = AsyncConsumer(make_consumer(
             kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.planner",
             **{"fetch.max.bytes": MAX_REQUEST_BYTES, "receive.message.max.bytes": MAX_REQUEST_BYTES + 1_048_576},
@@ -99,17 +126,12 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
         Gauge("pacer_planner_paging_jobs", "Requery jobs being paged by this planner",
               registry=ctx.registry).set_function(lambda: len(paging.tasks))
         sweeper = asyncio.create_task(paging.run(ctx.stop), name="paging-sweep")
+        intake = IntakeLoop(planner, KafkaRequestSource(consumer), IntakePolicy(
+            ENVIRONMENT, cfg.internal_attempts, backoff_initial_s=cfg.retry_backoff_initial_s,
+            backoff_max_s=cfg.retry_backoff_max_s), _IntakeMetrics(ctx.registry), ctx.stop, paging.ensure)
         ctx.health.set_ready(True, "consuming")
         try:
-            while not ctx.stop.is_set():
-                for msg in await consumer.consume(16, 0.5):
-                    result = await planner.handle(msg.key(), msg.value() or b"")
-                    handled.labels(result.outcome).inc()
-                    planned.inc(result.items)
-                    # The job and its commands are durable: only now may the offset move.
-                    await consumer.commit([next_offset(msg)])
-                    if result.paging and result.job_id:
-                        paging.ensure(result.job_id)  # the job row holds the cursor: safe to start now
+            await intake.run()
         finally:
             sweeper.cancel()
             await asyncio.gather(sweeper, return_exceptions=True)

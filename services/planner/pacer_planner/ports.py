@@ -24,6 +24,11 @@ class Stored:
     shard_ids: dict[ShardKey, int]  # (guid, sub) → shard id
 
 
+class StoreRefused(Exception):
+    """The database refused the job for what it holds (a value it cannot store), not for
+    being unavailable; nothing of it was stored, and storing it again cannot help."""
+
+
 class JobStore(Protocol):
     async def store(self, plan: Plan) -> Stored: ...
     async def pending_commands(self, job_id: str) -> Sequence[ItemCommand]: ...

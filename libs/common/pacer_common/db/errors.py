@@ -24,6 +24,11 @@ class ConflictError(DatabaseError):
     """A uniqueness or guard conflict: retrying the same write will not help."""
 
 
+class RefusedError(DatabaseError):
+    """A statement past one of the server's limits for what it holds (an index row too large,
+    a statement too complex): the input's fault, never worth retrying."""
+
+
 _TRANSIENT = (
     psycopg.OperationalError,
     pgerr.SerializationFailure,
@@ -34,8 +39,10 @@ _TRANSIENT = (
 
 
 def translate(exc: BaseException) -> BaseException:
+    # Class 54 (program_limit_exceeded) is an OperationalError to psycopg, but waiting does
+    # not shrink an index row: checked before the transient ones so it is not retried.
     if isinstance(exc, pgerr.ProgramLimitExceeded):
-        return exc  # an index row or value too large: the data's fault, retrying cannot help
+        return RefusedError(str(exc))
     if isinstance(exc, _TRANSIENT):
         return TransientError(str(exc))
     if isinstance(exc, pgerr.UniqueViolation):

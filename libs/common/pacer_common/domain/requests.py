@@ -6,13 +6,56 @@ The JSON Schema published at ``schemas/job-request.schema.json`` is generated fr
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Discriminator, Field, HttpUrl, Tag, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    HttpUrl,
+    StringConstraints,
+    Tag,
+    model_validator,
+)
 
-NonEmpty = Annotated[str, Field(min_length=1, max_length=256)]
+# Every bound below is one a store or a transport has: Postgres text cannot hold NUL (and
+# the JSON parser refuses lone surrogates), integer columns are 32-bit, an indexed text
+# value must fit a btree row (~2700 bytes: 256 characters are at most 1024 bytes), and a
+# message must fit the gateway and a Kafka record. A request past one is refused with the
+# reason instead of failing in the database (see ``validation``).
+NO_NUL = r"^[^\x00]*$"
+INT4_MAX = 2**31 - 1
+MAX_ID_CHARS = 256
+MAX_TEMPLATE_CHARS = 4096
+MAX_VARS = 64
+MAX_VAR_NAME_CHARS = 128
+MAX_VAR_VALUE_CHARS = 4096
+# Instants Postgres and Python can both hold in any time zone: stored and read back safely.
+EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC)
+
+NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=NO_NUL)]
+VarName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_VAR_NAME_CHARS, pattern=NO_NUL)]
+VarValue = Annotated[str, StringConstraints(max_length=MAX_VAR_VALUE_CHARS, pattern=NO_NUL)]
+Vars = Annotated[dict[VarName, VarValue], Field(max_length=MAX_VARS)]
+Int4 = Annotated[int, Field(ge=0, le=INT4_MAX)]
+
+
+def _storable_instant(value: datetime) -> datetime:
+    try:
+        storable = EARLIEST <= value.astimezone(UTC) < LATEST
+    except OverflowError:  # past year 1 or 9999 once moved to UTC
+        storable = False
+    if not storable:
+        raise ValueError(f"must be between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d} (UTC)")
+    return value
+
+
+Instant = Annotated[AwareDatetime, AfterValidator(_storable_instant)]
 
 
 class JobKind(StrEnum):
@@ -46,13 +89,13 @@ class _Model(BaseModel):
 
 class Message(_Model):
     type: Literal["text"] = "text"
-    content: Annotated[str, Field(min_length=1, max_length=4096)]
+    content: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEMPLATE_CHARS, pattern=NO_NUL)]
 
 
 class Target(_Model):
     guid: NonEmpty
     to_id: NonEmpty
-    vars: dict[str, str] = Field(default_factory=dict)
+    vars: Vars = Field(default_factory=dict)
 
 
 class SnapshotTargets(_Model):
@@ -73,7 +116,7 @@ class RequeryTargets(_Model):
     mode: Literal["requery"]
     url: HttpUrl
     page_size: Annotated[int, Field(ge=1, le=REQUERY_PAGE_SIZE_MAX)] = 500
-    vars: dict[str, str] = Field(default_factory=dict)
+    vars: Vars = Field(default_factory=dict)
 
 
 def _target_mode(value: Any) -> Any:
@@ -92,7 +135,7 @@ Targets = Annotated[
 
 
 class Budget(_Model):
-    max_sends: Annotated[int, Field(gt=0)]
+    max_sends: Annotated[int, Field(gt=0, le=INT4_MAX)]
 
 
 class JobRequest(_Model):
@@ -102,17 +145,17 @@ class JobRequest(_Model):
     kind: JobKind
     created_by: NonEmpty
     message: Message
-    content_version: Annotated[int, Field(ge=0)] = 0
+    content_version: Int4 = 0
     targets: Targets
-    expire_at: AwareDatetime | None = None
-    not_before: AwareDatetime | None = None
+    expire_at: Instant | None = None
+    not_before: Instant | None = None
     priority: Annotated[int, Field(ge=0, le=9)] | None = None
     budget: Budget | None = None
     # auto_reply: the customer's message being answered (idempotency: guid + uid).
     source_msg_uid: NonEmpty | None = None
     # ticket_notify: business id and status version (idempotency and coalescing).
     business_id: NonEmpty | None = None
-    status_version: Annotated[int, Field(ge=0)] | None = None
+    status_version: Int4 | None = None
 
     @model_validator(mode="after")
     def _kind_fields(self) -> JobRequest:

@@ -52,6 +52,11 @@ class Scenario:
     request_id: str = ""
     items: int = 0
     notes: dict[str, Any] = field(default_factory=dict)
+    also: list[str] = field(default_factory=list)  # more request ids counted with this one
+
+    @property
+    def request_ids(self) -> list[str]:
+        return [self.request_id, *self.also]
 
     @property
     def db(self) -> str:
@@ -79,7 +84,7 @@ class Scenario:
             with psycopg.connect(self.db, connect_timeout=3) as conn:
                 row = conn.execute(
                     "SELECT count(*), count(*) FILTER (WHERE i.status::text = ANY(%s)) FROM items i"
-                    " JOIN jobs j USING (job_id) WHERE j.request_id = %s", (TERMINAL_VALUES, self.request_id)).fetchone()
+                    " JOIN jobs j USING (job_id) WHERE j.request_id = ANY(%s)", (TERMINAL_VALUES, self.request_ids)).fetchone()
         except psycopg.OperationalError:
             return 0, 0
         return (int(row[0]), int(row[1])) if row else (0, 0)
@@ -119,12 +124,12 @@ class Scenario:
     def measure(self) -> dict[str, int]:
         with psycopg.connect(self.db) as conn:
             rows = conn.execute(
-                "SELECT i.idem_key, i.status::text FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = %s",
-                (self.request_id,)).fetchall()
+                "SELECT i.idem_key, i.status::text FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = ANY(%s)",
+                (self.request_ids,)).fetchall()
             events = dict(conn.execute(
-                "SELECT e.type, count(*) FROM item_events e JOIN jobs j USING (job_id) WHERE j.request_id = %s"
-                " GROUP BY 1", (self.request_id,)).fetchall())
-            jobs = conn.execute("SELECT count(*) FROM jobs WHERE request_id = %s", (self.request_id,)).fetchone()[0]
+                "SELECT e.type, count(*) FROM item_events e JOIN jobs j USING (job_id) WHERE j.request_id = ANY(%s)"
+                " GROUP BY 1", (self.request_ids,)).fetchall())
+            jobs = conn.execute("SELECT count(*) FROM jobs WHERE request_id = ANY(%s)", (self.request_ids,)).fetchone()[0]
             guid_takeovers = conn.execute("SELECT coalesce(sum(takeovers), 0) FROM guid_leases").fetchone()[0]
         delivered: Counter[str] = Counter()
         offset = 0

@@ -182,10 +182,12 @@ SCENARIOS: dict[str, Callable[[Infra, Path, Size, random.Random], Result]] = {
     "double-submit": double_submit,
 }
 
-# Scenarios kept in modules of their own (they import Size and Result from here).
+# Scenarios kept in modules of their own (they use this module's Size, Result and helpers).
 from pacer_dev.chaos.scenarios_control import CONTROL_SCENARIOS  # noqa: E402
+from pacer_dev.chaos.scenarios_intake import INTAKE_SCENARIOS  # noqa: E402
 from pacer_dev.chaos.scenarios_reconciler import SCENARIOS as _RECONCILER  # noqa: E402
 
 SCENARIOS["retention-loss"] = retention_loss
 SCENARIOS.update(_RECONCILER)
 SCENARIOS.update(CONTROL_SCENARIOS)
+SCENARIOS.update(INTAKE_SCENARIOS)

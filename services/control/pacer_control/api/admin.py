@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 
 from pacer_common.domain.requests import JobRequest
 from pacer_control.api.auth import Caller, Ctl, guard
@@ -51,12 +51,35 @@ async def audit(ctl: Ctl, target_type: TextQuery = None, target_id: TextQuery = 
     return {"entries": rows, "next_before": cursor}
 
 
+def _inline(schema: Any, defs: dict[str, Any]) -> Any:
+    """``schema`` with its ``$ref``s to ``defs`` replaced by what they name (no recursion in a request)."""
+    if isinstance(schema, dict):
+        if "$ref" in schema:
+            return _inline(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+        return {k: _inline(v, defs) for k, v in schema.items() if k != "$defs"}
+    if isinstance(schema, list):
+        return [_inline(v, defs) for v in schema]
+    return schema
+
+
+def _request_body() -> dict[str, Any]:
+    schema = JobRequest.model_json_schema()
+    return {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": _inline(schema, schema.get("$defs", {}))}}}}
+
+
+# The body is read as bytes and checked by the planner's own validation (not by FastAPI's
+# parsing), so a dry run accepts and refuses exactly what the planner would.
+def _with_request_body(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {**kwargs, "openapi_extra": {**kwargs["openapi_extra"], **_request_body()}}
+
+
 @router.post("/dry-run", response_model=DryRunResponse, tags=["tools"],
              summary="Validate and plan a job request without storing or sending anything",
-             **guard("requests.dry_run", 422))
-async def dry_run(request: JobRequest, ctl: Ctl,
+             **_with_request_body(guard("requests.dry_run", 422)))
+async def dry_run(http: Request, ctl: Ctl,
                   samples: Annotated[int, Query(ge=0, le=50, description="rendered contents to show")] = 5) -> Any:
-    return ctl.dry_run(request, samples)
+    return ctl.dry_run(await http.body(), samples)
 
 
 @router.post("/test-send", response_model=TestSendResponse, tags=["tools"],

@@ -1,9 +1,8 @@
 """A dry run: what the planner would make of a job request, without storing or sending it.
 
-Services do not import each other, so the planner's checks that decide whether a request can
-be planned are restated here: expiry, the template, duplicate targets and missing variables,
-with the planner's own wording. ``tests/unit/test_control_dryrun.py`` runs both on the same
-requests and fails when they disagree.
+The request is checked by the very function the planner runs on every request it consumes
+(``pacer_common.domain.validation.validate_request``), so a dry run refuses exactly what the
+planner dead-letters, with the same reason.
 """
 
 from __future__ import annotations
@@ -11,13 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from pacer_common.domain.requests import JobRequest, lane_of
-from pacer_common.domain.templates import render_targets
-from pacer_common.domain.templates import template_fields as _template_fields
+from pacer_common.domain.requests import lane_of
+from pacer_common.domain.validation import CannotPlan, ValidRequest
 
-
-class DryRunError(ValueError):
-    """The request is valid JSON for the schema but cannot be planned; the message says why."""
+# The request cannot be planned; the message says why (the planner's own error).
+DryRunError = CannotPlan
 
 
 @dataclass(frozen=True)
@@ -41,37 +38,27 @@ class DryRun:
     warnings: list[str]
 
 
-def template_fields(template: str) -> list[str]:
-    return _template_fields(template, DryRunError)
-
-
-def dry_run(req: JobRequest, now: datetime, samples: int = 5) -> DryRun:
-    """Plan ``req`` in memory; raise :class:`DryRunError` where the planner would refuse it."""
-    if req.expire_at is not None and req.expire_at <= now:
-        raise DryRunError(f"request already expired at {req.expire_at.isoformat()}")
-    template = req.message.content
-    fields = template_fields(template)
+def dry_run(valid: ValidRequest, now: datetime, samples: int = 5) -> DryRun:
+    """What planning ``valid`` (a request ``validate_request`` accepted) would give."""
+    req = valid.request
     priority = req.effective_priority
     budget = req.budget.max_sends if req.budget else None
-    targets = getattr(req.targets, "items", None)
-    if targets is None:  # a requery audience: only the planner fetches it
+    if valid.targets is None:  # a requery audience: only the planner fetches it
         url = getattr(req.targets, "url", "its URL")
         note = (f"the audience is fetched from {url} when the job is planned; a dry run does not fetch it, "
                 f"so items, shards and samples are not known yet")
-        return DryRun(req.request_id, req.kind.value, priority, lane_of(priority), None, {}, [], fields, budget,
-                      [note])
+        return DryRun(req.request_id, req.kind.value, priority, lane_of(priority), None, {}, [],
+                      valid.template_fields, budget, [note])
     shards: dict[str, int] = {}
-    shown: list[Sample] = []
-    for target, content in render_targets(template, targets, DryRunError):
+    for target, _, _ in valid.targets:
         shards[target.guid] = shards.get(target.guid, 0) + 1
-        if len(shown) < samples:
-            shown.append(Sample(target.guid, target.to_id, content))
-    total = len(targets)
+    shown = [Sample(t.guid, t.to_id, content) for t, content, _ in valid.targets[:samples]]
+    total = len(valid.targets)
     warnings = []
     if req.budget is not None and req.budget.max_sends < total:
         warnings.append(f"budget.max_sends ({req.budget.max_sends}) is below the {total} items: the job "
                         f"pauses when the budget is used up, until an admin confirms a larger one")
     if req.not_before is not None and req.not_before > now:
         warnings.append(f"nothing is sent before not_before ({req.not_before.isoformat()})")
-    return DryRun(req.request_id, req.kind.value, priority, lane_of(priority), total, shards, shown, fields,
-                  budget, warnings)
+    return DryRun(req.request_id, req.kind.value, priority, lane_of(priority), total, shards, shown,
+                  valid.template_fields, budget, warnings)

@@ -1,15 +1,19 @@
-"""The command bus on Kafka: item commands keyed by guid, rejected requests to the DLQ."""
+"""The command bus on Kafka: item commands keyed by guid, rejected requests to the DLQ; and
+the job requests themselves, as the intake loop's source."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
 
 from pacer_common.domain.commands import ItemCommand, JobCommands
 from pacer_common.domain.requests import LANES, lane_of
-from pacer_common.kafka import produce_all
+from pacer_common.kafka import AsyncConsumer, next_offset, produce_all
+
+MAX_REASON_CHARS = 2000  # a header, not a document: the reason's first part says what is wrong
+DLQ_TIMEOUT_S = 15.0  # a dead-letter record not acknowledged by then: retried, the offset stays
 
 
 class KafkaCommandBus:
@@ -31,9 +35,25 @@ class KafkaCommandBus:
 
     def dead_letter(self, key: bytes | None, value: bytes, reason: str) -> None:
         """The original bytes, untouched, with the reason in headers."""
+        if len(reason) > MAX_REASON_CHARS:
+            reason = reason[: MAX_REASON_CHARS - 1] + "…"
         headers = [
-            ("pacer-error-reason", reason.encode()),
+            # backslashreplace: whatever a reason quotes of the request, the header is UTF-8.
+            ("pacer-error-reason", reason.encode(errors="backslashreplace")),
             ("pacer-error-at", datetime.now(UTC).isoformat().encode()),
             ("pacer-error-source", b"planner"),
         ]
-        produce_all(self.producer, [(self.dlq_topic, key, value, headers)])
+        produce_all(self.producer, [(self.dlq_topic, key, value, headers)], timeout_s=DLQ_TIMEOUT_S)
+
+
+class KafkaRequestSource:
+    """Job requests from the planner's consumer; a commit names the offset after a message."""
+
+    def __init__(self, consumer: AsyncConsumer) -> None:
+        self.consumer = consumer
+
+    async def consume(self, n: int, timeout_s: float) -> list[Message]:
+        return await self.consumer.consume(n, timeout_s)
+
+    async def commit(self, msg: Message) -> None:
+        await self.consumer.commit([next_offset(msg)])

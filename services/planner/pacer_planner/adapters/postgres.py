@@ -7,15 +7,16 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from pacer_common.db.errors import with_retry
+from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.domain.commands import ItemCommand
 from pacer_planner.domain.planning import Plan
 from pacer_planner.domain.sharding import ShardKey
-from pacer_planner.ports import Stored
+from pacer_planner.ports import Stored, StoreRefused
 
 _COPY_ITEMS = (
     "COPY items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,"
@@ -47,7 +48,11 @@ class PostgresJobStore:
         self.pool = pool
 
     async def store(self, plan: Plan) -> Stored:
-        return await with_retry(lambda: self._store(plan))
+        try:
+            return await with_retry(lambda: self._store(plan))
+        except (psycopg.DataError, RefusedError) as exc:
+            # What the job holds cannot be stored (the transaction rolled back: nothing of it is).
+            raise StoreRefused(f"{type(exc).__name__}: {exc}".strip()) from exc
 
     async def _store(self, plan: Plan) -> Stored:
         req = plan.request

@@ -16,7 +16,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from pacer_common.db.errors import with_retry
+from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.requests import JobRequest
 from pacer_planner.adapters.postgres import insert_shards, sql
@@ -64,7 +64,7 @@ class PostgresTargetStore:
 
         try:
             return await with_retry(work)
-        except (psycopg.DataError, psycopg.IntegrityError) as exc:
+        except (psycopg.DataError, psycopg.IntegrityError, RefusedError) as exc:
             # What the page holds cannot be stored; fetching it again would not change that.
             raise PageRejected(f"{type(exc).__name__}: {exc}".strip()) from exc
 

@@ -2,6 +2,11 @@
 
 A requery request is stored as a job without items; its targets are paged in afterwards
 (``paging``), and ``Handled.paging`` tells the caller to start that.
+
+A request that cannot become a job (``validation``, admission, or the database refusing
+what it holds) is dead-lettered here, in one place, before anything of it is stored. A
+failure once the job is stored is raised as :class:`DispatchFailed`: such a request is
+never dead-lettered (``consume`` decides what to do with failures).
 """
 
 from __future__ import annotations
@@ -12,20 +17,27 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from pydantic import ValidationError
-
 from pacer_common.domain.commands import ItemCommand, JobCommands
 from pacer_common.domain.requests import JobRequest
+from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.logs import bind
 from pacer_planner.domain.admission import refusal
-from pacer_planner.domain.planning import Plan, PlanError, PlannedItem, plan
+from pacer_planner.domain.planning import Plan, PlannedItem, plan
 from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS, ShardKey
-from pacer_planner.domain.rejections import describe
-from pacer_planner.ports import CommandBus, JobStore
+from pacer_planner.ports import CommandBus, JobStore, Stored, StoreRefused
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["planned", "paging", "duplicate", "redispatched", "dead_lettered"]
+Outcome = Literal["planned", "paging", "duplicate", "redispatched", "dead_lettered", "undispatched"]
+
+
+class DispatchFailed(Exception):
+    """The job is durable, and putting out its commands failed (the cause is chained). The
+    request must not be dead-lettered: it is a job; a redelivery re-dispatches it."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} is stored; dispatching its commands failed")
+        self.job_id = job_id
 
 
 @dataclass(frozen=True)
@@ -61,38 +73,46 @@ class Planner:
     async def handle(self, key: bytes | None, value: bytes, now: datetime | None = None) -> Handled:
         now = now or datetime.now(UTC)
         try:
-            request = JobRequest.model_validate_json(value)
-            p = plan(request, now, self.coalesce_window, self.max_shard_items)
-        except ValidationError as exc:
-            return self._reject(key, value, describe(exc))
-        except PlanError as exc:
-            return self._reject(key, value, f"cannot plan job request: {exc}")
+            valid = validate_request(value, now)
+        except InvalidRequest as exc:
+            return self.reject(key, value, str(exc))
+        request = valid.request
+        p = plan(valid, now, self.coalesce_window, self.max_shard_items)
         with bind(request_id=request.request_id, job_id=p.job_id):
             guids = p.per_guid
             reason = refusal(p, await self.store.queued(list(guids)), self.max_backlog_per_guid) if guids else None
             if reason is not None and not await self.store.exists(request.request_id):
-                return self._reject(key, value, reason)
-            stored = await self.store.store(p)
-            if request.targets.mode == "requery":
-                # Admission is per page for these (domain/admission.py): nothing to refuse yet.
-                log.info("requery job %s; its targets are paged in", "stored" if stored.created else "known")
-                return Handled("paging" if stored.created else "duplicate", p.job_id, paging=True)
-            if stored.created:
-                n = self.bus.dispatch(commands_for(p, stored.shard_ids))
-                await self.store.mark_dispatched(p.job_id)
-                log.info("job planned: %d items over %d shards", n, len(p.shards))
-                return Handled("planned", p.job_id, n)
-            if not stored.dispatched:
-                # A previous run stored the job but died before its commands were flushed.
-                pending: Sequence[ItemCommand] = await self.store.pending_commands(p.job_id)
-                n = self.bus.dispatch(pending)
-                await self.store.mark_dispatched(p.job_id)
-                log.info("job re-dispatched: %d pending items", n)
-                return Handled("redispatched", p.job_id, n)
-            log.info("duplicate job request ignored")
-            return Handled("duplicate", p.job_id)
+                return self.reject(key, value, reason)
+            try:
+                stored = await self.store.store(p)  # one transaction: all of the job or nothing
+            except StoreRefused as exc:
+                return self.reject(key, value, f"cannot store job request: {exc}")
+            try:
+                return await self._dispatch(p, stored)
+            except Exception as exc:
+                raise DispatchFailed(p.job_id) from exc
 
-    def _reject(self, key: bytes | None, value: bytes, reason: str) -> Handled:
+    async def _dispatch(self, p: Plan, stored: Stored) -> Handled:
+        if p.request.targets.mode == "requery":
+            # Admission is per page for these (domain/admission.py): nothing to refuse yet.
+            log.info("requery job %s; its targets are paged in", "stored" if stored.created else "known")
+            return Handled("paging" if stored.created else "duplicate", p.job_id, paging=True)
+        if stored.created:
+            n = self.bus.dispatch(commands_for(p, stored.shard_ids))
+            await self.store.mark_dispatched(p.job_id)
+            log.info("job planned: %d items over %d shards", n, len(p.shards))
+            return Handled("planned", p.job_id, n)
+        if not stored.dispatched:
+            # A previous run stored the job but died before its commands were flushed.
+            pending: Sequence[ItemCommand] = await self.store.pending_commands(p.job_id)
+            n = self.bus.dispatch(pending)
+            await self.store.mark_dispatched(p.job_id)
+            log.info("job re-dispatched: %d pending items", n)
+            return Handled("redispatched", p.job_id, n)
+        log.info("duplicate job request ignored")
+        return Handled("duplicate", p.job_id)
+
+    def reject(self, key: bytes | None, value: bytes, reason: str) -> Handled:
         self.bus.dead_letter(key, value, reason)
         log.warning("job request dead-lettered", extra={"reason": reason})
         return Handled("dead_lettered", reason=reason)

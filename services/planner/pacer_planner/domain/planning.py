@@ -8,21 +8,21 @@ per guid, or ``ceil(n / max_shard_items)`` sub-shards of a very long guid, see
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from urllib.parse import quote
 
 from pacer_common.domain.ids import JobId, job_id_for, new_item_ids
-from pacer_common.domain.requests import JobKind, JobRequest, RequeryTargets, Target
+from pacer_common.domain.requests import JobKind, JobRequest
 from pacer_common.domain.templates import render as render  # re-exported: the requery pages render too
-from pacer_common.domain.templates import render_targets
 from pacer_common.domain.templates import template_fields as _template_fields
+from pacer_common.domain.validation import CannotPlan, Rendered, ValidRequest, prepare
+from pacer_common.domain.validation import idem_key as idem_key  # re-exported
 from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS, ShardKey, sub_counts, sub_of
 
-
-class PlanError(ValueError):
-    """The request is well-formed JSON but cannot be planned; the message says why."""
+# The request is well-formed JSON but cannot be planned; the message says why. The same
+# error the control API's dry run raises: both run ``validation.prepare``.
+PlanError = CannotPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,25 +75,6 @@ def template_fields(template: str) -> list[str]:
     return _template_fields(template, PlanError)
 
 
-def _part(value: str) -> str:
-    # Escape the separator so that distinct targets can never produce the same key.
-    return quote(value, safe="")
-
-
-def idem_key(req: JobRequest, target: Target) -> str:
-    """The business idempotency key of one customer-visible send.
-
-    auto-reply: guid + the message answered; ticket notification: business id + status
-    version + target; anything else: request + target + content version.
-    """
-    guid, to_id = _part(target.guid), _part(target.to_id)
-    if req.kind is JobKind.AUTO_REPLY:
-        return f"reply:{guid}:{_part(req.source_msg_uid or '')}:{to_id}"
-    if req.kind is JobKind.TICKET_NOTIFY:
-        return f"ticket:{_part(req.business_id or '')}:v{req.status_version}:{guid}:{to_id}"
-    return f"push:{_part(req.request_id)}:{guid}:{to_id}:v{req.content_version}"
-
-
 def coalescing(req: JobRequest, now: datetime, window: timedelta) -> tuple[datetime | None, tuple[str, int] | None]:
     """A ticket notification waits ``window`` before it may be sent, so that a newer status
     of the same business id arriving meanwhile supersedes it (A → B → C sends only C)."""
@@ -106,29 +87,27 @@ def coalescing(req: JobRequest, now: datetime, window: timedelta) -> tuple[datet
     return (held_until if req.not_before is None or req.not_before < held_until else req.not_before), key
 
 
-def plan(req: JobRequest, now: datetime, coalesce_window: timedelta = timedelta(0),
+def plan(req: JobRequest | ValidRequest, now: datetime, coalesce_window: timedelta = timedelta(0),
          max_shard_items: int = DEFAULT_MAX_SHARD_ITEMS) -> Plan:
-    """Build the plan or raise :class:`PlanError` with a reason an operator can act on."""
-    if req.expire_at is not None and req.expire_at <= now:
-        raise PlanError(f"request already expired at {req.expire_at.isoformat()}")
-    template = req.message.content
-    template_fields(template)
-    not_before, coalesce = coalescing(req, now, coalesce_window)
-    job_id = job_id_for(req.request_id)
-    if isinstance(req.targets, RequeryTargets):
-        return Plan(job_id, req, req.effective_priority, {}, [], not_before, coalesce)
-    rendered = list(render_targets(template, req.targets.items, PlanError))
+    """Build the plan of a validated request (a bare request is validated first: raises
+    :class:`PlanError` with a reason an operator can act on)."""
+    valid = req if isinstance(req, ValidRequest) else prepare(req, now)
+    request = valid.request
+    not_before, coalesce = coalescing(request, now, coalesce_window)
+    job_id = job_id_for(request.request_id)
+    if valid.targets is None:  # requery: its targets are paged in
+        return Plan(job_id, request, request.effective_priority, {}, [], not_before, coalesce)
     per_guid: dict[str, int] = {}
-    for target, _ in rendered:
+    for target, _, _ in valid.targets:
         per_guid[target.guid] = per_guid.get(target.guid, 0) + 1
     subs = sub_counts(per_guid, max_shard_items)
-    items = planned_items(req, rendered, subs)
-    return Plan(job_id, req, req.effective_priority, count_shards(items), items, not_before, coalesce, subs)
+    items = planned_items(valid.targets, subs)
+    return Plan(job_id, request, request.effective_priority, count_shards(items), items, not_before, coalesce, subs)
 
 
-def planned_items(req: JobRequest, rendered: list[tuple[Target, str]], subs: Mapping[str, int]) -> list[PlannedItem]:
+def planned_items(rendered: Sequence[Rendered], subs: Mapping[str, int]) -> list[PlannedItem]:
     """One item per rendered target, in its guid's sub-shard, with a fresh id."""
     return [
-        PlannedItem(item_id, t.guid, t.to_id, content, idem_key(req, t), sub_of(t.to_id, subs[t.guid]))
-        for item_id, (t, content) in zip(new_item_ids(len(rendered)), rendered, strict=True)
+        PlannedItem(item_id, t.guid, t.to_id, content, key, sub_of(t.to_id, subs[t.guid]))
+        for item_id, (t, content, key) in zip(new_item_ids(len(rendered)), rendered, strict=True)
     ]

@@ -17,7 +17,8 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import ValidationError
 
 from pacer_common.domain.requests import JobRequest, RequeryTargets, Target
-from pacer_planner.domain.planning import PlannedItem, count_guids, count_shards, planned_items, render
+from pacer_common.domain.validation import CannotPlan, Rendered, error_text, render_target, storable
+from pacer_planner.domain.planning import PlannedItem, count_guids, count_shards, planned_items
 from pacer_planner.domain.sharding import ShardKey, sub_count
 
 MAX_CURSOR_LENGTH = 4096
@@ -55,7 +56,7 @@ def parse_page(doc: Any, cursor_in: str | None) -> Page:
         raise TargetFetchError("page has no 'next_cursor' (null marks the last page)")
     nxt = doc["next_cursor"]
     if nxt is not None:
-        if not isinstance(nxt, str) or not nxt or len(nxt) > MAX_CURSOR_LENGTH or "\x00" in nxt:
+        if not isinstance(nxt, str) or not nxt or len(nxt) > MAX_CURSOR_LENGTH or not storable(nxt):
             raise TargetFetchError(f"'next_cursor' must be null or a non-empty string of at most "
                                    f"{MAX_CURSOR_LENGTH} characters, got {_short(nxt)}")
         if nxt == cursor_in:
@@ -76,13 +77,10 @@ def _target(raw: Any, pos: int) -> Target:
         raise ValueError(f"items[{pos}]: not an object")
     try:
         target = Target.model_validate({k: raw[k] for k in _TARGET_FIELDS if k in raw})
-    except ValidationError as exc:
+    except ValidationError as exc:  # the bounds of a request's own targets: what the store can hold
         err = exc.errors()[0]
         where = "".join(f".{p}" for p in err["loc"])
-        raise ValueError(f"items[{pos}]{where}: {err['msg']}") from None
-    # Postgres text cannot hold NUL; refused here rather than failing the page's transaction.
-    if any("\x00" in s for s in (target.guid, target.to_id, *target.vars.values())):
-        raise ValueError(f"items[{pos}]: contains a NUL character")
+        raise ValueError(f"items[{pos}]{where}: {error_text(err)}") from None
     return target
 
 
@@ -117,7 +115,7 @@ def plan_page(req: JobRequest, page: Page, known_subs: Mapping[str, int], max_sh
     assert isinstance(req.targets, RequeryTargets)
     static_vars = req.targets.vars
     seen: set[tuple[str, str]] = set()
-    rendered: list[tuple[Target, str]] = []
+    rendered: list[Rendered] = []
     duplicates, invalid, first_error = 0, page.invalid, page.first_error
     for pos, target in page.targets:
         pair = (target.guid, target.to_id)
@@ -126,19 +124,19 @@ def plan_page(req: JobRequest, page: Page, known_subs: Mapping[str, int], max_sh
             continue
         seen.add(pair)
         try:
-            content = render(req.message.content, {**static_vars, **target.vars})
-        except KeyError as exc:
+            content, key = render_target(req, target, {**static_vars, **target.vars}, f"items[{pos}]")
+        except CannotPlan as exc:  # a missing variable, a message or key past its limit
             invalid += 1
-            first_error = first_error or f"items[{pos}]: template variable {exc.args[0]!r} has no value"
+            first_error = first_error or str(exc)
             continue
-        rendered.append((target, content))
+        rendered.append((target, content, key))
     new_counts: dict[str, int] = {}
-    for target, _ in rendered:
+    for target, _, _ in rendered:
         if target.guid not in known_subs:
             new_counts[target.guid] = new_counts.get(target.guid, 0) + 1
     new_subs = {guid: sub_count(n, max_shard_items) for guid, n in new_counts.items()}
     subs = {**known_subs, **new_subs}
-    return PagePlan(planned_items(req, rendered, subs), new_subs, duplicates, invalid, first_error)
+    return PagePlan(planned_items(rendered, subs), new_subs, duplicates, invalid, first_error)
 
 
 def redact_url(url: str) -> str:

@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from pacer_common.db.batching import Batcher
-from pacer_common.db.errors import with_retry
+from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.db.durable import fetch_durably, synchronous_transaction
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
@@ -36,7 +36,7 @@ from pacer_sender.domain.decisions import Decision
 from pacer_sender.ports import Begun, GuidLease, UnstorableItem
 
 # A value the database refuses, or that cannot even be encoded for it.
-_ITEM_FAULTS = (psycopg.DataError, pgerr.ProgramLimitExceeded, UnicodeError)
+_ITEM_FAULTS = (psycopg.DataError, pgerr.ProgramLimitExceeded, RefusedError, UnicodeError)
 
 
 def storable(text: str | None, limit: int = 2000) -> str | None:

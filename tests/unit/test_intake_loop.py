@@ -1,0 +1,226 @@
+"""The intake loop tells a message's fault from the environment's and from its own bugs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pytest
+
+from pacer_common.domain.commands import ItemCommand
+from pacer_planner.core import Handled, Planner
+from pacer_planner.core.consume import IntakeLoop, IntakePolicy
+from pacer_planner.domain.planning import Plan
+from pacer_planner.ports import Stored, StoreRefused
+
+
+class Down(Exception):
+    """Stands for the database or the broker being unavailable."""
+
+
+def request(rid: str, to_id: str = "room-1") -> bytes:
+    return json.dumps({
+        "request_id": rid, "kind": "campaign", "created_by": "t", "message": {"content": "hi"},
+        "targets": {"items": [{"guid": "g1", "to_id": to_id}]},
+    }).encode()
+
+
+@dataclass
+class Store:
+    fail: list[BaseException] = field(default_factory=list)  # raised by store(), one per call
+    jobs: dict[str, bool] = field(default_factory=dict)  # job id → dispatched
+
+    async def store(self, plan: Plan) -> Stored:
+        if self.fail:
+            raise self.fail.pop(0)
+        created = plan.job_id not in self.jobs
+        self.jobs.setdefault(plan.job_id, False)
+        return Stored(plan.job_id, created, self.jobs[plan.job_id], {k: 1 for k in plan.shards})
+
+    async def pending_commands(self, job_id: str) -> Sequence[ItemCommand]:
+        return []
+
+    async def mark_dispatched(self, job_id: str) -> None:
+        self.jobs[job_id] = True
+
+    async def queued(self, guids: Sequence[str]) -> dict[str, int]:
+        return {}
+
+    async def exists(self, request_id: str) -> bool:
+        return False
+
+
+@dataclass
+class Bus:
+    fail_dispatch: list[BaseException] = field(default_factory=list)
+    fail_dlq: list[BaseException] = field(default_factory=list)
+    sent: list[ItemCommand] = field(default_factory=list)
+    dlq: list[tuple[bytes, str]] = field(default_factory=list)
+
+    def dispatch(self, commands: Sequence[ItemCommand]) -> int:
+        if self.fail_dispatch:
+            raise self.fail_dispatch.pop(0)
+        self.sent.extend(commands)
+        return len(commands)
+
+    def dead_letter(self, key: bytes | None, value: bytes, reason: str) -> None:
+        if self.fail_dlq:
+            raise self.fail_dlq.pop(0)
+        self.dlq.append((value, reason))
+
+
+@dataclass
+class Events:
+    outcomes: list[str] = field(default_factory=list)
+    environment: int = 0
+    internal: int = 0
+
+    def handled(self, result: Handled) -> None:
+        self.outcomes.append(result.outcome)
+
+    def environment_fault(self) -> None:
+        self.environment += 1
+
+    def internal_error(self) -> None:
+        self.internal += 1
+
+
+@dataclass
+class Msg:
+    v: bytes
+
+    def key(self) -> bytes | None:
+        return None
+
+    def value(self) -> bytes | None:
+        return self.v
+
+
+@dataclass
+class Source:
+    msgs: list[Msg]
+    stop: asyncio.Event
+    committed: list[bytes] = field(default_factory=list)
+
+    async def consume(self, n: int, timeout_s: float) -> list[Msg]:
+        if not self.msgs:
+            self.stop.set()
+            return []
+        out, self.msgs = self.msgs[:n], self.msgs[n:]
+        return out
+
+    async def commit(self, msg: Msg) -> None:
+        self.committed.append(msg.v)
+
+
+def loop(store: Store, bus: Bus, msgs: Sequence[bytes] = ()) -> tuple[IntakeLoop, Events, Source]:
+    stop = asyncio.Event()
+    events = Events()
+    source = Source([Msg(m) for m in msgs], stop)
+    policy = IntakePolicy((Down,), internal_attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002)
+    return IntakeLoop(Planner(store, bus), source, policy, events, stop), events, source
+
+
+def test_an_unavailable_database_is_waited_for_and_nothing_is_dead_lettered() -> None:
+    store, bus = Store(fail=[Down("db"), Down("db"), Down("db")]), Bus()
+    intake, events, _ = loop(store, bus)
+    h = asyncio.run(intake.process(None, request("r1")))
+    assert (h.outcome, h.items, events.environment, events.internal) == ("planned", 1, 3, 0)
+    assert bus.dlq == [] and len(bus.sent) == 1
+
+
+def test_a_programming_error_is_tried_a_few_times_then_dead_lettered_with_its_type() -> None:
+    store, bus = Store(fail=[RuntimeError("boom")] * 5), Bus()
+    intake, events, _ = loop(store, bus)
+    h = asyncio.run(intake.process(None, request("r1")))
+    assert h.outcome == "dead_lettered" and events.internal == 3
+    assert bus.dlq == [(request("r1"), "internal error: RuntimeError: boom")]
+    assert len(store.fail) == 2  # three attempts, not more
+
+
+def test_a_programming_error_that_goes_away_is_not_dead_lettered() -> None:
+    store, bus = Store(fail=[KeyError("once")]), Bus()
+    intake, events, _ = loop(store, bus)
+    assert asyncio.run(intake.process(None, request("r1"))).outcome == "planned"
+    assert events.internal == 1 and bus.dlq == []
+
+
+def test_a_job_the_database_refuses_is_dead_lettered_at_once_and_not_stored() -> None:
+    store, bus = Store(fail=[StoreRefused("DataError: value out of range")]), Bus()
+    intake, events, _ = loop(store, bus)
+    h = asyncio.run(intake.process(None, request("r1")))
+    assert h.outcome == "dead_lettered" and events.internal == 0 and store.jobs == {}
+    assert bus.dlq == [(request("r1"), "cannot store job request: DataError: value out of range")]
+
+
+def test_a_stored_job_whose_dispatch_keeps_failing_is_never_dead_lettered() -> None:
+    store, bus = Store(), Bus(fail_dispatch=[RuntimeError("encode")] * 5)
+    intake, events, _ = loop(store, bus)
+    h = asyncio.run(intake.process(None, request("r1")))
+    assert (h.outcome, bus.dlq, events.internal) == ("undispatched", [], 3)
+    assert list(store.jobs.values()) == [False] and "RuntimeError: encode" in (h.reason or "")
+
+
+def test_a_broker_down_during_dispatch_is_waited_for_then_the_stored_job_goes_out() -> None:
+    store, bus = Store(), Bus(fail_dispatch=[Down("kafka"), Down("kafka")])
+    intake, events, _ = loop(store, bus)
+    h = asyncio.run(intake.process(None, request("r1")))
+    # The retry finds the job stored and not dispatched: its pending commands are re-sent.
+    assert (h.outcome, events.environment, events.internal, bus.dlq) == ("redispatched", 2, 0, [])
+
+
+def test_a_failing_dead_letter_produce_is_retried_and_never_skipped() -> None:
+    bad = request("r1", to_id="r\u0000x")
+    store, bus = Store(), Bus(fail_dlq=[Down("dlq"), Down("dlq")])
+    intake, events, source = loop(store, bus, [bad, request("r2")])
+    asyncio.run(intake.run())
+    assert len(bus.dlq) == 1 and "contains a NUL character" in bus.dlq[0][1]
+    assert events.environment == 2 and source.committed == [bad, request("r2")]
+    assert events.outcomes == ["dead_lettered", "planned"]
+
+
+def test_every_message_ends_as_a_job_or_a_dead_letter_record_and_then_is_committed() -> None:
+    msgs = [request("a"), b"", request("b", to_id="x" * 300), b"[]", request("c")]
+    intake, events, source = loop(Store(), bus := Bus(), msgs)
+    asyncio.run(intake.run())
+    assert events.outcomes == ["planned", "dead_lettered", "dead_lettered", "dead_lettered", "planned"]
+    assert source.committed == msgs and len(bus.dlq) == 3
+
+
+def test_a_stop_while_waiting_for_the_environment_commits_nothing() -> None:
+    store = Store(fail=[Down("db")] * 1000)
+    intake, events, source = loop(store, Bus(), [request("r1")])
+    intake.policy = IntakePolicy((Down,), backoff_initial_s=0.01, backoff_max_s=0.01)
+
+    async def go() -> None:
+        task = asyncio.create_task(intake.run())
+        while events.environment < 3:
+            await asyncio.sleep(0.01)
+        intake.stop.set()
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(go())
+    assert source.committed == [] and events.outcomes == []
+
+
+@pytest.mark.parametrize("attempts", [1, 2, 5])
+def test_the_number_of_attempts_at_a_programming_error_is_the_policys(attempts: int) -> None:
+    store, bus = Store(fail=[RuntimeError("x")] * 10), Bus()
+    intake, events, _ = loop(store, bus)
+    intake.policy = IntakePolicy((Down,), internal_attempts=attempts, backoff_initial_s=0.001, backoff_max_s=0.001)
+    asyncio.run(intake.process(None, request("r1")))
+    assert events.internal == attempts and len(bus.dlq) == 1
+
+
+
+def test_an_index_row_too_large_is_the_inputs_fault_not_a_transient_one() -> None:
+    from psycopg import errors as pgerr
+
+    from pacer_common.db.errors import RefusedError, TransientError, translate
+    from pacer_planner.adapters.faults import ENVIRONMENT
+
+    refused = translate(pgerr.ProgramLimitExceeded("index row size 3000 exceeds btree version 4 maximum 2704"))
+    assert isinstance(refused, RefusedError) and not isinstance(refused, ENVIRONMENT)
+    assert isinstance(translate(pgerr.AdminShutdown("restarting")), TransientError)
