@@ -116,3 +116,23 @@ def test_a_long_guid_is_split_into_sub_shards_by_a_stable_hash_of_to_id(
     commands = read_topic(kafka_config, topics["batch"], expect=20)
     assert sorted((c["value"]["item_id"], c["value"]["shard_id"]) for c in commands) == sorted(
         (i[0], i[3]) for i in items)
+
+
+def test_a_job_is_stored_with_a_synchronous_commit_when_the_database_default_is_off(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    """The request's offset is committed once the job is stored: that commit must be durable
+    even where an operator set ``synchronous_commit = off`` for the database."""
+    dbname = database_url.rsplit("/", 1)[1]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{dbname}" SET synchronous_commit = off')
+        conn.execute("""
+            CREATE TABLE sync_probe (setting text NOT NULL);
+            CREATE FUNCTION probe_job() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN INSERT INTO sync_probe VALUES (current_setting('synchronous_commit')); RETURN NULL; END $$;
+            CREATE TRIGGER probe AFTER INSERT ON jobs FOR EACH ROW EXECUTE FUNCTION probe_job();""")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert conn.execute("SELECT current_setting('synchronous_commit')").fetchone() == ("off",)
+    (h,) = run(database_url, kafka_config, topics, [request("r-sync", 3)])
+    assert h.outcome == "planned"
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT setting FROM sync_probe").fetchall() == [("on",)]

@@ -26,9 +26,12 @@ SYNCHRONOUS = "SET LOCAL synchronous_commit = on"
 
 
 @asynccontextmanager
-async def synchronous_transaction(conn: AsyncConnection[Any]) -> AsyncIterator[AsyncConnection[Any]]:
-    """A transaction on the idle (autocommit) ``conn`` that commits synchronously."""
-    batched = conn.pipeline() if AsyncPipeline.is_supported() else nullcontext()  # libpq < 14: one by one
+async def synchronous_transaction(conn: AsyncConnection[Any], *,
+                                  pipeline: bool = True) -> AsyncIterator[AsyncConnection[Any]]:
+    """A transaction on the idle (autocommit) ``conn`` that commits synchronously.
+
+    ``pipeline=False`` for a transaction that uses COPY, which pipeline mode does not allow."""
+    batched = conn.pipeline() if pipeline and AsyncPipeline.is_supported() else nullcontext()  # libpq < 14: one by one
     async with batched, conn.transaction():
         await conn.execute(SYNCHRONOUS)
         yield conn

@@ -13,6 +13,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from pacer_common.db.errors import RefusedError, with_retry
+from pacer_common.db.durable import synchronous_transaction
 from pacer_common.domain.commands import ItemCommand
 from pacer_planner.domain.planning import Plan
 from pacer_planner.domain.sharding import ShardKey
@@ -57,7 +58,7 @@ class PostgresJobStore:
     async def _store(self, plan: Plan) -> Stored:
         req = plan.request
         snapshot = req.targets.mode == "snapshot"
-        async with self.pool.connection() as conn, conn.transaction():
+        async with self.pool.connection() as conn, synchronous_transaction(conn, pipeline=False):
             cur = await conn.execute(sql("insert_job"), {  # type: ignore[arg-type]
                 "job_id": plan.job_id, "request_id": req.request_id, "kind": req.kind.value,
                 "priority": plan.priority, "created_by": req.created_by,

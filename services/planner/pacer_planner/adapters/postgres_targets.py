@@ -17,6 +17,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from pacer_common.db.errors import RefusedError, with_retry
+from pacer_common.db.durable import synchronous_transaction
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.requests import JobRequest
 from pacer_planner.adapters.postgres import insert_shards, sql
@@ -59,7 +60,7 @@ class PostgresTargetStore:
     async def store_page(self, state: PagingState, owner: str, page: Page, plan: PagePlan,
                          fetched_at: datetime, ttl_s: float) -> PageStored | None:
         async def work() -> PageStored | None:
-            async with self.pool.connection() as conn, conn.transaction():
+            async with self.pool.connection() as conn, synchronous_transaction(conn, pipeline=False):
                 return await self._store_page(conn, state, owner, page, plan, fetched_at, ttl_s)
 
         try:
