@@ -8,6 +8,7 @@ from itertools import pairwise, product
 import pytest
 
 from pacer_common.domain.status import (
+    BY_OPERATOR,
     TRANSITIONS,
     IllegalTransition,
     ItemStatus,
@@ -52,11 +53,19 @@ def test_every_status_can_be_checked_as_a_source_without_key_error() -> None:
 
 
 @pytest.mark.parametrize("status", [S.CONFIRMED, S.FAILED, S.ABANDONED, S.EXPIRED, S.UNVERIFIED])
-def test_outcome_statuses_are_terminal_and_refuse_every_move(status: ItemStatus) -> None:
+def test_outcome_statuses_are_terminal_and_refuse_every_move_but_a_person_s(status: ItemStatus) -> None:
     assert is_terminal(status)
     for dst in ALL:
+        if (status, dst) in BY_OPERATOR:
+            continue
         with pytest.raises(IllegalTransition):
             check_transition(status, dst)
+
+
+def test_only_an_unverified_send_is_resolved_by_a_person_as_delivered_or_not() -> None:
+    assert BY_OPERATOR == {(S.UNVERIFIED, S.CONFIRMED), (S.UNVERIFIED, S.PENDING)}
+    for src, dst in BY_OPERATOR:
+        check_transition(src, dst)
 
 
 @pytest.mark.parametrize("status", [S.PENDING, S.CLAIMED, S.SUBMITTED, S.WAITING_RETRY, S.RECOVERY_PENDING])
@@ -65,9 +74,9 @@ def test_in_flight_statuses_are_not_terminal_and_can_reach_a_terminal_status(sta
     assert any(is_terminal(s) for s in reachable(status))
 
 
-def test_is_terminal_means_no_exit() -> None:
+def test_is_terminal_means_no_exit_but_a_person_s() -> None:
     for status in ALL:
-        has_exit = any(allowed(status, dst) for dst in ALL)
+        has_exit = any(allowed(status, dst) and (status, dst) not in BY_OPERATOR for dst in ALL)
         assert is_terminal(status) is (not has_exit)
 
 
@@ -91,7 +100,7 @@ def test_only_pending_may_transition_to_itself() -> None:
         (S.RECOVERY_PENDING, S.CLAIMED),
         (S.RECOVERY_PENDING, S.FAILED),
         (S.FAILED, S.PENDING),
-        (S.UNVERIFIED, S.PENDING),
+        (S.UNVERIFIED, S.FAILED),
         (S.EXPIRED, S.PENDING),
         (S.ABANDONED, S.CLAIMED),
     ],
@@ -138,7 +147,9 @@ def test_sources_of_claimed_is_only_pending() -> None:
 
 
 def test_sources_of_pending_are_the_requeue_routes() -> None:
-    assert sources_of(S.PENDING) == frozenset({S.PENDING, S.CLAIMED, S.WAITING_RETRY, S.RECOVERY_PENDING})
+    # … and a person deciding that an unverified send was not delivered.
+    assert sources_of(S.PENDING) == frozenset({S.PENDING, S.CLAIMED, S.WAITING_RETRY, S.RECOVERY_PENDING,
+                                               S.UNVERIFIED})
 
 
 def test_reachability_helper_is_not_vacuous() -> None:

@@ -176,6 +176,44 @@ class Control:
 
         return await self.store.atomically(work)
 
+    async def cancel_job_items(self, job_id: str, who: Principal, guid: str | None,
+                               reason: str | None) -> dict[str, int]:
+        """Cancel a job's items not yet taken (of one guid, or all), in one transaction with one
+        audit record (action ``cancel_items`` on the job, ``after`` = items per outcome). Sent
+        messages are not undone; items in flight finish."""
+        async def work(tx: ControlTx) -> dict[str, int]:
+            if not await tx.lock_job(job_id):
+                raise NotFound(f"no job {job_id}")
+            targets = await tx.select_for_cancel(job_id, guid, MAX_RETRY + 1)
+            if len(targets) > MAX_RETRY:
+                raise Invalid(f"more than {MAX_RETRY} items match; narrow it by guid, or cancel the job")
+            totals = dict.fromkeys(CANCEL_OUTCOMES, 0)
+            for item_id in targets:
+                outcome, _ = await tx.cancel_item(item_id, who.actor)
+                totals[outcome] = totals.get(outcome, 0) + 1
+            await tx.audit(AuditEntry(who.actor, "cancel_items", "job", job_id, reason,
+                                      before={"filter": {"guid": guid}, "matched": len(targets)}, after=totals))
+            return totals
+
+        return await self.store.atomically(work)
+
+    async def in_doubt(self, limit: int) -> list[Row]:
+        """Sends left unverified, with what is known of each, for a person to decide."""
+        return await self.store.in_doubt(limit)
+
+    async def resolve_in_doubt(self, item_id: str, delivered: bool, reason: str, who: Principal) -> ActionResult:
+        """An unverified send decided by a person: delivered → confirmed (its ledger key stays
+        used); not delivered → pending again (the ledger reservation released). Audited."""
+        async def work(tx: ControlTx) -> ActionResult:
+            result = await tx.resolve_unverified(item_id, delivered, who.actor, reason)
+            if result.outcome == "done":
+                await tx.audit(AuditEntry(who.actor, "resolve", "item", item_id, reason,
+                                          before={"status": "unverified"},
+                                          after={"delivered": delivered, "status": result.status}))
+            return result
+
+        return await self.store.atomically(work)
+
     async def items(self, job_id: str, f: ItemFilter) -> list[Row]:
         if await self.store.job_head(job_id) is None:
             raise NotFound(f"no job {job_id}")

@@ -25,6 +25,9 @@ EventType = Literal[
     "ItemVerifiedDelivered",
     "ItemVerifiedNotDelivered",
     "ItemUnverified",
+    # A person resolved an unverified send (the console or POST /items/{id}/resolve).
+    "ItemResolvedDelivered",
+    "ItemResolvedNotDelivered",
     "ItemDuplicateIntercepted",
     "ItemExpired",
     "ItemCancelled",

@@ -43,10 +43,16 @@ TRANSITIONS: dict[ItemStatus, frozenset[ItemStatus]] = {
     S.FAILED: frozenset(),
     S.ABANDONED: frozenset(),
     S.EXPIRED: frozenset(),
-    S.UNVERIFIED: frozenset(),
+    # in doubt for good: only a person resolves it, as delivered or as not delivered.
+    S.UNVERIFIED: frozenset({S.CONFIRMED, S.PENDING}),
 }
 
-TERMINAL: frozenset[ItemStatus] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+# Moves only a person makes (resolving an in-doubt send); Pacer itself never makes them.
+BY_OPERATOR: frozenset[tuple[ItemStatus, ItemStatus]] = frozenset(
+    {(S.UNVERIFIED, S.CONFIRMED), (S.UNVERIFIED, S.PENDING)})
+# Statuses Pacer never moves an item out of by itself.
+TERMINAL: frozenset[ItemStatus] = frozenset(
+    s for s, nxt in TRANSITIONS.items() if all((s, t) in BY_OPERATOR for t in nxt))
 # Statuses in which a command for the item may legitimately be (re)published.
 DISPATCHABLE: frozenset[ItemStatus] = frozenset({S.PENDING})
 

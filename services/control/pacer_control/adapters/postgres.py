@@ -22,6 +22,7 @@ from pacer_common.db.sql import query
 from pacer_common.domain.tokens import Role
 from pacer_control.domain.errors import Invalid, Unavailable
 from pacer_control.domain.filters import (
+    CANCELLABLE,
     FAILURE_CATEGORY,
     AuditFilter,
     ItemFilter,
@@ -107,6 +108,16 @@ class _Tx:
         row = await _row(self.conn, "cancel_item", {"item": item_id, "actor": actor})
         assert row is not None  # pacer_cancel_item always answers
         return row["outcome"], row["message"]
+
+    async def select_for_cancel(self, job_id: str, guid: str | None, limit: int) -> list[str]:
+        rows = await _rows(self.conn, "select_for_cancel", {"job": job_id, "guid": guid, "limit": limit,
+                                                           "statuses": [s.value for s in CANCELLABLE]})
+        return [r["item_id"] for r in rows]
+
+    async def resolve_unverified(self, item_id: str, delivered: bool, actor: str, reason: str) -> ActionResult:
+        row = await _row(self.conn, "resolve_unverified", {"item": item_id, "delivered": delivered, "actor": actor,
+                                                          "reason": reason})
+        return _result(row, f"no item {item_id}")
 
     async def hold_guid(self, guid: str, reason: str, actor: str) -> bool:
         row = await _row(self.conn, "hold_guid", {"guid": guid, "reason": reason, "actor": actor})
@@ -198,7 +209,8 @@ class PostgresControl:
 
     async def jobs(self, f: JobFilter) -> list[Row]:
         return await self._read("jobs", {"status": f.status, "kind": f.kind.value if f.kind else None,
-                                         "created_by": f.created_by, "before": f.before, "limit": f.limit})
+                                         "created_by": f.created_by, "before": f.before, "limit": f.limit,
+                                         "since": f.since})
 
     async def job_head(self, job_id: str) -> Row | None:
         rows = await self._read("job_head", {"job": job_id})
@@ -259,3 +271,6 @@ class PostgresControl:
 
     async def tokens(self) -> list[Row]:
         return await self._read("tokens", {})
+
+    async def in_doubt(self, limit: int) -> list[Row]:
+        return await self._read("in_doubt", {"limit": limit})

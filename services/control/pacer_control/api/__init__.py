@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from pacer_control.api import admin, errors, guids, jobs
+from pacer_control.api import admin, console, errors, guids, jobs
 from pacer_control.core import Control
 
 
@@ -26,10 +26,13 @@ audit log, as `token:<name>`, in the same transaction as the change itself."""
 def create_api(control: Control,
                lifespan: Callable[[FastAPI], AbstractAsyncContextManager[Any]] | None = None) -> FastAPI:
     app = FastAPI(title="Pacer Control API", version="1", description=DESCRIPTION,
-                  openapi_url=f"{PREFIX}/openapi.json", docs_url=f"{PREFIX}/docs", redoc_url=None,
+                  openapi_url=f"{PREFIX}/openapi.json", docs_url=None, redoc_url=None,
                   lifespan=lifespan)
     app.state.control = control
     errors.install(app)
     for router in (jobs.router, guids.router, admin.router):
         app.include_router(router, prefix=PREFIX)
+    # Swagger UI with its assets served from here: it works without the internet.
+    app.add_api_route(f"{PREFIX}/docs", lambda: console.docs_page(f"{PREFIX}/openapi.json"), include_in_schema=False)
+    console.install(app)
     return app

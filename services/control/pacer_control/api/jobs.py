@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, date, datetime, time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query
@@ -17,9 +18,13 @@ from pacer_control.api.schemas import (
     ActionBody,
     ActionResponse,
     BudgetBody,
+    CancelItemsBody,
+    CancelItemsResponse,
+    InDoubtPage,
     ItemPage,
     JobDetail,
     JobPage,
+    ResolveBody,
     RetryBody,
     RetryResponse,
 )
@@ -46,8 +51,10 @@ TextQuery = Annotated[str | None, Query(min_length=1, max_length=256, pattern=NO
 async def list_jobs(ctl: Ctl, status: JobStatus | None = None, kind: JobKind | None = None,
                     created_by: TextQuery = None, limit: Limit = DEFAULT_PAGE,
                     before: Annotated[uuid.UUID | None, Query(description="a job id: jobs created before it")] = None,
-                    ) -> dict[str, Any]:
-    f = JobFilter(status, kind, created_by, limit, str(before) if before else None)
+                    since: Annotated[date | None, Query(description="only jobs created on or after this day (UTC)")]
+                    = None) -> dict[str, Any]:
+    f = JobFilter(status, kind, created_by, limit, str(before) if before else None,
+                  datetime.combine(since, time(), UTC) if since else None)
     rows = await ctl.jobs(f)
     return {"jobs": rows, "next_before": next_cursor(rows, limit, "job_id")}
 
@@ -113,6 +120,27 @@ async def retry_job_items(job_id: JobIdPath, body: RetryBody, ctl: Ctl, who: Cal
     ids = [str(i) for i in body.item_ids] if body.item_ids is not None else None
     results, totals = await ctl.retry_job_items(str(job_id), who, ids, f, body.reason)
     return {"totals": totals, "results": results}
+
+
+@router.post("/jobs/{job_id}/cancel-items", response_model=CancelItemsResponse,
+             summary="Cancel a job's items not yet taken (all, or one guid's); sent messages are not undone",
+             **guard("items.cancel", 404, 422))
+async def cancel_job_items(job_id: JobIdPath, body: CancelItemsBody, ctl: Ctl, who: Caller) -> dict[str, Any]:
+    return {"totals": await ctl.cancel_job_items(str(job_id), who, body.guid, body.reason)}
+
+
+@router.get("/in-doubt", response_model=InDoubtPage, tags=["items"],
+            summary="Unverified sends (delivery unknown), oldest first, with their events and ledger state",
+            **guard("items.view", 422))
+async def in_doubt(ctl: Ctl, limit: Limit = DEFAULT_PAGE) -> dict[str, Any]:
+    return {"items": await ctl.in_doubt(limit)}
+
+
+@router.post("/items/{item_id}/resolve", response_model=ActionResponse, tags=["items"],
+             summary="Resolve an unverified send: delivered → confirmed, not delivered → pending (sent again)",
+             **guard("items.resolve", 404, 409, 422))
+async def resolve_item(item_id: uuid.UUID, body: ResolveBody, ctl: Ctl, who: Caller) -> Any:
+    return respond(await ctl.resolve_in_doubt(str(item_id), body.delivered, body.reason, who))
 
 
 @router.get("/jobs/{job_id}/items", response_model=ItemPage, summary="A job's items, by item id (keyset pages)",

@@ -67,6 +67,16 @@ class RetryBody(_In):
         return self
 
 
+class ResolveBody(_In):
+    delivered: bool = Field(description="true: the message did reach the recipient; false: it did not")
+    reason: Reason
+
+
+class CancelItemsBody(_In):
+    guid: Text | None = None
+    reason: Reason | None = None
+
+
 class TokenBody(_In):
     name: TokenName
     role: Role
@@ -198,6 +208,8 @@ class GuidView(BaseModel):
     paused_reason: str | None
     paused_by: str | None
     paused_at: datetime | None
+    backlog: int | None = Field(default=None, description="items queued for this guid (pending, waiting_retry)")
+    oldest_waiting: datetime | None = Field(default=None, description="when the oldest queued item was created")
     owner: str | None = None
     epoch: int | None = None
     since: datetime | None = None
@@ -285,3 +297,23 @@ class CreatedToken(BaseModel):
     token: str = Field(description="the secret; shown only in this response, never again")
     created_at: datetime
     message: str
+
+
+class InDoubtItem(_Out):
+    item_id: str
+    job_id: str
+    request_id: str
+    guid: str
+    to_id: str
+    idem_key: str
+    ledger_state: str | None
+    last_error: str | None
+    events: list[dict[str, Any]]
+
+
+class InDoubtPage(BaseModel):
+    items: list[InDoubtItem]
+
+
+class CancelItemsResponse(BaseModel):
+    totals: dict[str, int]

@@ -8,6 +8,7 @@ what the next page shows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from pacer_common.domain.requests import JobKind
@@ -22,6 +23,8 @@ DEFAULT_PAGE = 100
 FAILED: tuple[S, ...] = (S.FAILED, S.UNVERIFIED, S.EXPIRED, S.ABANDONED)
 # Statuses whose last_error_class is counted as a failure category in a job's detail.
 FAILURE_CATEGORY: tuple[S, ...] = (S.FAILED, S.ABANDONED, S.EXPIRED, S.WAITING_RETRY)
+# Items a bulk cancel may pick: not taken by a sender yet.
+CANCELLABLE: tuple[S, ...] = (S.PENDING, S.WAITING_RETRY)
 # At most this many items in one bulk retry (one transaction, one audit record).
 MAX_RETRY = 10_000
 
@@ -33,6 +36,7 @@ class JobFilter:
     created_by: str | None = None
     limit: int = DEFAULT_PAGE
     before: str | None = None  # a job id: list jobs created before it (newest first)
+    since: datetime | None = None  # only jobs created at or after this time
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pacer_common.domain.tokens import Role, at_least
 Action = Literal[
     "jobs.view", "jobs.pause", "jobs.resume", "jobs.cancel", "jobs.terminate", "jobs.budget",
     "shards.pause", "shards.resume",
-    "items.view", "items.retry", "items.cancel", "items.release_lock", "reports.view",
+    "items.view", "items.retry", "items.cancel", "items.release_lock", "items.resolve", "reports.view",
     "guids.health", "guids.leases", "guids.pause", "guids.resume", "guids.limits", "guids.release_lock",
     "locks.view", "audit.view", "requests.dry_run", "gateway.test_send",
     "tokens.view", "tokens.create", "tokens.revoke",
@@ -42,6 +42,7 @@ RULES: dict[Action, Rule] = {
     "items.view": Rule(O, "view items"),
     "items.retry": Rule(O, "retry items"),
     "items.cancel": Rule(O, "cancel items"),
+    "items.resolve": Rule(T, "resolve in-doubt sends"),
     "reports.view": Rule(O, "download delivery reports"),
     "guids.health": Rule(O, "view guid health"),
     "guids.leases": Rule(T, "view guid leases"),

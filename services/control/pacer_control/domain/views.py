@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 
@@ -24,3 +25,72 @@ def failure_categories(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]
     out = [{"error_class": c, "total": sum(s.values()), "by_status": dict(sorted(s.items()))}
            for c, s in by_class.items()]
     return sorted(out, key=lambda e: (-e["total"], e["error_class"]))
+
+
+# Statuses an item does not leave by itself: what a progress bar counts as done.
+DONE = ("confirmed", "failed", "abandoned", "expired", "unverified")
+NOT_DELIVERED = ("failed", "abandoned", "expired", "unverified")
+# A running shard with open items and no progress for this long is marked stalled.
+STALLED_AFTER_S = 120.0
+
+
+def progress(counts: Mapping[str, int], total: int) -> dict[str, Any]:
+    """How far items have run: percentages of ``total`` delivered and not delivered, and counts."""
+    total = max(int(total), sum(int(n) for n in counts.values()), 0)
+    delivered = int(counts.get("confirmed", 0))
+    failed = sum(int(counts.get(s, 0)) for s in NOT_DELIVERED)
+    done = delivered + failed
+
+    def pct(n: int) -> float:
+        return round(100.0 * n / total, 1) if total else 0.0
+
+    return {"total": total, "done": done, "delivered": delivered, "failed": failed, "open": total - done,
+            "done_pct": pct(done), "delivered_pct": pct(delivered), "failed_pct": pct(failed)}
+
+
+def stalled(job_status: str, shard: Mapping[str, Any], now: datetime, after_s: float = STALLED_AFTER_S) -> bool:
+    """A running shard of a running job with open items whose last progress is older than ``after_s``."""
+    if job_status != "running" or shard["status"] != "running":
+        return False
+    if progress(shard["counts"], shard["total"])["open"] <= 0:
+        return False
+    last = shard.get("last_progress_at")
+    return last is not None and (now - last).total_seconds() > after_s
+
+
+def examples(items: Iterable[Mapping[str, Any]], per_class: int = 3) -> dict[str, list[Mapping[str, Any]]]:
+    """A few failed items of each error class, to show what a category means."""
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for item in items:
+        bucket = out.setdefault(str(item.get("last_error_class")), [])
+        if len(bucket) < per_class:
+            bucket.append(item)
+    return out
+
+
+def describe_totals(totals: Mapping[str, int]) -> str:
+    """``created 3, already_queued 1`` — the non-zero outcomes of a bulk action."""
+    parts = [f"{k} {n}" for k, n in totals.items() if n]
+    return ", ".join(parts) or "no item matched"
+
+
+def number(text: str) -> int | float | str:
+    """A form field as the number it spells, else as given (the limits parser says what is wrong)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def ago(when: datetime | None, now: datetime) -> str:
+    """``12 s ago``, ``5 min ago``, ``3 h ago``; ``never`` for None."""
+    if when is None:
+        return "never"
+    s = max(0, int((now - when).total_seconds()))
+    if s < 120:
+        return f"{s} s ago"
+    if s < 7200:
+        return f"{s // 60} min ago"
+    return f"{s // 3600} h ago"

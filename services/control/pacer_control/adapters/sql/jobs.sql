@@ -13,6 +13,7 @@ LEFT JOIN LATERAL (
 WHERE (%(status)s::text IS NULL OR j.status = %(status)s::text)
   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
   AND (%(created_by)s::text IS NULL OR j.created_by = %(created_by)s::text)
+  AND (%(since)s::timestamptz IS NULL OR j.created_at >= %(since)s::timestamptz)
   AND (%(before)s::uuid IS NULL
        OR (j.created_at, j.job_id) < (SELECT b.created_at, b.job_id FROM jobs b WHERE b.job_id = %(before)s::uuid))
 ORDER BY j.created_at DESC, j.job_id DESC

@@ -1,0 +1,2 @@
+SELECT outcome, message, status
+FROM pacer_resolve_unverified(%(item)s::uuid, %(delivered)s, %(actor)s, %(reason)s)

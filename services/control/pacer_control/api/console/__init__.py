@@ -1,0 +1,297 @@
+"""The operator console: server-rendered HTML over the same use cases as the API.
+
+Pages (``/console/jobs`` …) are empty shells that hold no data and need no token. Each shell
+loads its content from a *part* (``/console/part/…``) with htmx; the browser's script adds the
+token kept in ``sessionStorage`` as ``Authorization: Bearer …`` to every such request. Parts
+and console actions are guarded exactly like the API routes (the same ``guard(action)``), so
+an operator is not shown what its role may not do, and is refused it anyway. No cookie is
+ever set, so a request from another site carries no credentials (nothing to forge).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, date, datetime, time
+from importlib import resources
+from typing import Annotated, Any, get_args
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, FastAPI, Path, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from pacer_common.domain.requests import JobKind
+from pacer_common.domain.status import ItemStatus
+from pacer_control.api.auth import Caller, Ctl, guard
+from pacer_control.domain import views
+from pacer_control.domain.errors import Invalid
+from pacer_control.domain.filters import FAILED, AuditFilter, JobStatus, ItemFilter, JobFilter, RetryFilter
+from pacer_control.domain.outcomes import ActionResult
+from pacer_control.domain.permissions import Action, Principal, may
+
+
+HERE = resources.files("pacer_control.api.console")
+PREFIX = "/console"
+STATIC = f"{PREFIX}/static"
+HTMX = f"{STATIC}/vendor/htmx-2.0.11/htmx.min.js"
+SWAGGER = f"{STATIC}/vendor/swagger-ui-5.35.0"
+# Pages need no script from elsewhere, no frames, no inline script.
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+PAGES = {"jobs": "Jobs", "guids": "Guids", "locks": "Locks", "in-doubt": "In doubt",
+         "audit": "Audit"}
+PAGE_ACTION: dict[str, Action] = {"jobs": "jobs.view", "guids": "guids.health", "locks": "locks.view",
+                                  "in-doubt": "items.view", "audit": "audit.view"}
+
+# What each job action does, said on screen and in its confirmation.
+JOB_ACTIONS: dict[str, tuple[Action, str]] = {
+    "pause": ("jobs.pause", "Pause: no new sends start; sends already in flight finish. Resumable."),
+    "resume": ("jobs.resume", "Resume: pending items start sending again."),
+    "cancel": ("jobs.cancel", ("Cancel: pending and waiting items are abandoned. Cancel does not undo messages "
+                               "already sent. Irreversible.")),
+    "terminate": ("jobs.terminate", ("Terminate: no new sends; in-flight sends settle; resumable once nothing "
+                                     "is in flight. It does not undo messages already sent.")),
+}
+
+templates = Jinja2Templates(directory=str(HERE.joinpath("templates")))
+templates.env.globals.update(STATIC=STATIC, HTMX=HTMX, PAGES=PAGES, JOB_ACTIONS=JOB_ACTIONS)
+templates.env.filters["ts"] = lambda v: v.strftime("%Y-%m-%d %H:%M:%S") if isinstance(v, datetime) else (v or "–")
+templates.env.filters["ago"] = lambda v: views.ago(v, datetime.now(UTC))
+
+pages = APIRouter(include_in_schema=False)
+router = APIRouter(prefix=f"{PREFIX}/part", include_in_schema=False)
+JobId = Annotated[uuid.UUID, Path()]
+GuidPath = Annotated[str, Path(min_length=1, max_length=256, pattern=r"^[^\x00]*$")]
+
+
+def install(app: FastAPI) -> None:
+    """The console's pages, parts, static files (htmx, Swagger UI's assets) and the API docs page."""
+    app.mount(STATIC, StaticFiles(directory=str(HERE.joinpath("static"))), name="console-static")
+    app.include_router(pages)
+    app.include_router(router)
+
+
+# -- pages: shells without data ----------------------------------------------------------
+def _page(request: Request, name: str, part: str, title: str) -> HTMLResponse:
+    query = request.url.query
+    return templates.TemplateResponse(request, "shell.html", {
+        "page": name, "title": title, "part": f"{PREFIX}/part/{part}" + (f"?{query}" if query else "")},
+        headers={"Content-Security-Policy": CSP, "Cache-Control": "no-store"})
+
+
+@pages.get(PREFIX)
+async def home() -> RedirectResponse:
+    return RedirectResponse(f"{PREFIX}/jobs")
+
+
+@pages.get(f"{PREFIX}/login", response_class=HTMLResponse)
+async def login(request: Request) -> HTMLResponse:
+    return templates.TemplateResponse(request, "login.html", {}, headers={"Content-Security-Policy": CSP})
+
+
+@pages.get(f"{PREFIX}/jobs/{{job_id}}", response_class=HTMLResponse)
+async def job_page(request: Request, job_id: JobId) -> HTMLResponse:
+    return _page(request, "jobs", f"jobs/{job_id}", "Job")
+
+
+def _shell(name: str) -> Any:
+    async def shell(request: Request) -> HTMLResponse:
+        return _page(request, name, name, PAGES[name])
+
+    return shell
+
+
+for _name in PAGES:
+    pages.add_api_route(f"{PREFIX}/{_name}", _shell(_name), methods=["GET"], response_class=HTMLResponse)
+
+
+# -- parts: data, guarded like the API ---------------------------------------------------
+def _render(request: Request, template: str, who: Principal, **ctx: Any) -> HTMLResponse:
+    return templates.TemplateResponse(request, template, {
+        "who": who, "may": lambda action: may(who.role, action), **ctx}, headers={"Cache-Control": "no-store"})
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """The posted form (application/x-www-form-urlencoded), blank fields left out."""
+    raw = (await request.body()).decode("utf-8", "replace")
+    return {k: v[-1].strip() for k, v in parse_qs(raw).items() if v[-1].strip()}
+
+
+def _text(form: dict[str, str], key: str, required: bool = False, limit: int = 500) -> str | None:
+    value = form.get(key)
+    if value is None and required:
+        raise Invalid(f"{key} is required")
+    if value is not None and (len(value) > limit or "\x00" in value):
+        raise Invalid(f"{key} must be at most {limit} characters, without NUL")
+    return value
+
+
+def _flash(request: Request, result: ActionResult | str, ok: bool = True) -> HTMLResponse:
+    """An action's answer for the banner; a done action also tells the page to refresh."""
+    if isinstance(result, ActionResult):
+        ok, message = result.outcome in ("done", "noop"), result.message
+    else:
+        message = result
+    headers = {"HX-Trigger": "pacer-changed", "Cache-Control": "no-store"}
+    return templates.TemplateResponse(request, "flash.html", {"ok": ok, "message": message}, headers=headers)
+
+
+@router.get("/nav", response_class=HTMLResponse, **guard("jobs.view"))
+async def nav(request: Request, who: Caller) -> HTMLResponse:
+    allowed = {name: title for name, title in PAGES.items() if may(who.role, PAGE_ACTION[name])}
+    return _render(request, "nav.html", who, allowed=allowed)
+
+
+@router.get("/jobs", response_class=HTMLResponse, **guard("jobs.view"))
+async def jobs(request: Request, ctl: Ctl, who: Caller, status: str | None = None, kind: str | None = None,
+               created_by: str | None = None, since: str | None = None, before: str | None = None) -> HTMLResponse:
+    f = JobFilter(status or None, JobKind(kind) if kind else None, created_by or None, 50,  # type: ignore[arg-type]
+                  before or None, _day(since))
+    rows = await ctl.jobs(f)
+    for r in rows:
+        r["progress"] = views.progress(r["counts"], r["total"])
+    return _render(request, "jobs.html", who, jobs=rows, f={"status": status or "", "kind": kind or "",
+                   "created_by": created_by or "", "since": since or ""},
+                   statuses=list(get_args(JobStatus)),
+                   kinds=[k.value for k in JobKind], next_before=rows[-1]["job_id"] if len(rows) == 50 else None)
+
+
+def _day(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.combine(date.fromisoformat(value), time(), UTC)
+    except ValueError:
+        raise Invalid(f"since: {value!r} is not a date (YYYY-MM-DD)") from None
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse, **guard("jobs.view"))
+async def job(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
+    row = await ctl.job(str(job_id))
+    return _render(request, "job.html", who, job=row, failed_statuses=[s.value for s in FAILED])
+
+
+@router.get("/jobs/{job_id}/progress", response_class=HTMLResponse, **guard("jobs.view"))
+async def job_progress(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
+    row = await ctl.job(str(job_id))
+    now = datetime.now(UTC)
+    failed = await ctl.items(str(job_id), ItemFilter(limit=200).failed()) if may(who.role, "items.view") else []
+    for s in row["shards"]:
+        s["progress"] = views.progress(s["counts"], s["total"])
+        s["stalled"] = views.stalled(row["status"], s, now)
+    return _render(request, "job_progress.html", who, job=row, progress=views.progress(row["counts"], row["total"]),
+                   failed=failed[:50], examples=views.examples(failed), rendered=now.timestamp())
+
+
+def _job_action(action: str) -> Any:
+    async def handler(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
+        form = await _form(request)
+        return _flash(request, await ctl.job_action(str(job_id), action, who, _text(form, "reason")))
+
+    return handler
+
+
+for _action, (_perm, _) in JOB_ACTIONS.items():
+    router.add_api_route(f"/jobs/{{job_id}}/{_action}", _job_action(_action), methods=["POST"],
+                         response_class=HTMLResponse, **guard(_perm))
+
+
+@router.post("/jobs/{job_id}/budget", response_class=HTMLResponse, **guard("jobs.budget"))
+async def budget(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
+    raw = _text(await _form(request), "max_sends", required=True) or ""
+    if not raw.isdigit() or not 0 < int(raw) < 2**31:
+        raise Invalid("max_sends must be a whole number above 0")
+    return _flash(request, await ctl.confirm_budget(str(job_id), int(raw), who))
+
+
+@router.post("/jobs/{job_id}/retry", response_class=HTMLResponse, **guard("items.retry"))
+async def bulk_retry(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
+    form = await _form(request)
+    f = RetryFilter(ItemStatus(form.get("status", "failed")), _text(form, "error_class", limit=256),
+                    _text(form, "guid", limit=256))
+    _, totals = await ctl.retry_job_items(str(job_id), who, None, f, _text(form, "reason"))
+    return _flash(request, f"retry: {views.describe_totals(totals)}", ok=totals.get("created", 0) > 0)
+
+
+@router.post("/jobs/{job_id}/cancel-items", response_class=HTMLResponse, **guard("items.cancel"))
+async def bulk_cancel(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
+    form = await _form(request)
+    totals = await ctl.cancel_job_items(str(job_id), who, _text(form, "guid", limit=256), _text(form, "reason"))
+    return _flash(request, f"cancel: {views.describe_totals(totals)} (sent messages are not undone)",
+                  ok=totals.get("cancelled", 0) > 0)
+
+
+@router.get("/guids", response_class=HTMLResponse, **guard("guids.health"))
+async def guids(request: Request, ctl: Ctl, who: Caller, paused: bool = False, after: str | None = None
+                ) -> HTMLResponse:
+    rows = await ctl.guids(who, paused, 200, after or None)
+    return _render(request, "guids.html", who, guids=rows, paused=paused)
+
+
+@router.post("/guids/{guid}/pause", response_class=HTMLResponse, **guard("guids.pause"))
+async def pause_guid(request: Request, guid: GuidPath, ctl: Ctl, who: Caller) -> HTMLResponse:
+    reason = _text(await _form(request), "reason", required=True) or ""
+    return _flash(request, await ctl.pause_guid(guid, reason, who))
+
+
+@router.post("/guids/{guid}/resume", response_class=HTMLResponse, **guard("guids.resume"))
+async def resume_guid(request: Request, guid: GuidPath, ctl: Ctl, who: Caller) -> HTMLResponse:
+    return _flash(request, await ctl.resume_guid(guid, who, _text(await _form(request), "reason")))
+
+
+@router.post("/guids/{guid}/limits", response_class=HTMLResponse, **guard("guids.limits"))
+async def set_limits(request: Request, guid: GuidPath, ctl: Ctl, who: Caller) -> HTMLResponse:
+    form = await _form(request)
+    values = {k: views.number(v) for k, v in form.items() if k in ("min_interval_s", "per_hour", "per_day")}
+    if not values:
+        raise Invalid("give at least one limit (min_interval_s, per_hour, per_day)")
+    row = await ctl.set_limits(guid, values, who, _text(form, "reason"))
+    return _flash(request, f"limits of {guid} now {row['limits']}; {row['message']}")
+
+
+@router.get("/locks", response_class=HTMLResponse, **guard("locks.view"))
+async def locks(request: Request, ctl: Ctl, who: Caller) -> HTMLResponse:
+    return _render(request, "locks.html", who, view=await ctl.locks(500))
+
+
+@router.post("/guids/{guid}/release-lock", response_class=HTMLResponse, **guard("guids.release_lock"))
+async def release_lock(request: Request, guid: GuidPath, ctl: Ctl, who: Caller) -> HTMLResponse:
+    reason = _text(await _form(request), "reason", required=True)
+    return _flash(request, await ctl.release_guid_lock(guid, who, reason))
+
+
+@router.get("/in-doubt", response_class=HTMLResponse, **guard("items.view"))
+async def in_doubt(request: Request, ctl: Ctl, who: Caller) -> HTMLResponse:
+    return _render(request, "in_doubt.html", who, items=await ctl.in_doubt(200))
+
+
+@router.post("/items/{item_id}/resolve", response_class=HTMLResponse, **guard("items.resolve"))
+async def resolve(request: Request, item_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
+    form = await _form(request)
+    verdict = form.get("delivered")
+    if verdict not in ("yes", "no"):
+        raise Invalid("say whether it was delivered (yes) or not (no)")
+    reason = _text(form, "reason", required=True) or ""
+    return _flash(request, await ctl.resolve_in_doubt(str(item_id), verdict == "yes", reason, who))
+
+
+@router.get("/audit", response_class=HTMLResponse, **guard("audit.view"))
+async def audit(request: Request, ctl: Ctl, who: Caller, target_type: str | None = None,
+                target_id: str | None = None, actor: str | None = None, before: int | None = None) -> HTMLResponse:
+    f = AuditFilter(target_type or None, target_id or None, actor or None, 100, None, before)
+    rows = await ctl.audit_log(f)
+    return _render(request, "audit.html", who, entries=rows, f={"target_type": target_type or "",
+                   "target_id": target_id or "", "actor": actor or ""},
+                   next_before=rows[-1]["id"] if len(rows) == 100 else None)
+
+
+def docs_page(openapi_url: str) -> Response:
+    """Swagger UI with its script and style served by Pacer (nothing from a CDN)."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    return get_swagger_ui_html(openapi_url=openapi_url, title="Pacer Control API",
+                               swagger_js_url=f"{SWAGGER}/swagger-ui-bundle.js",
+                               swagger_css_url=f"{SWAGGER}/swagger-ui.css",
+                               swagger_favicon_url=f"{SWAGGER}/favicon-32x32.png")
+

@@ -1,0 +1,101 @@
+"""The console in Debian's chromium, driven by Playwright, over the real services.
+
+One stack (planner, reconciler, a sender, control, fake gateway) and one browser for the
+module; each test opens its own browser context (its own session storage, so its own login).
+Screenshots go to ``.pacer/artifacts/console/`` (not committed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psycopg
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from pacer_dev.browser import chromium_path
+from pacer_dev.infra import Infra
+from pacer_dev.stack import Stack, prepare
+from tests.conftest import TEMPLATE, _with_db
+from tests.integration.control_support import make_tokens
+
+ARTIFACTS = Path(".pacer/artifacts/console")
+FAILING_GUID = "ui-bad"  # the fake gateway answers 40001 (bad_params) for every send of this guid
+
+
+@pytest.fixture(scope="module")
+def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    name = f"ui_{uuid.uuid4().hex[:12]}"
+    admin = _with_db(infra_env.database_url, "postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    url = _with_db(infra_env.database_url, name)
+    state = tmp_path_factory.mktemp("ui-stack")
+    inf = Infra(infra_env.kafka_bootstrap, url, Path(state))
+    st = Stack(Path(state), inf, topic_prefix=f"u{uuid.uuid4().hex[:10]}", env_extra={
+        "PACER_SENDER_MIN_INTERVAL_MS": "150",  # slow enough to watch progress move
+        "PACER_SENDER_JITTER_MS": "5",
+        "PACER_RECONCILER_SWEEP_INTERVAL_S": "0.5",
+    })
+    prepare(url, {"bootstrap.servers": inf.kafka_bootstrap}, st.topic_prefix)
+    st.start_gateway(fail_guids={FAILING_GUID: 40001})
+    try:
+        for kind in ("planner", "reconciler", "sender", "control"):
+            st.start_service(kind)
+        yield st
+    finally:
+        st.stop_all()
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="module")
+def tokens(stack: Stack) -> dict[str, str]:
+    # In a thread of its own: Playwright's sync API keeps an event loop running on this one.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, make_tokens(stack.infra.database_url, "ui-")).result()
+
+
+@pytest.fixture(scope="module")
+def console_url(stack: Stack) -> str:
+    return f"{stack.procs['control'].url}/console"
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox", "--disable-dev-shm-usage"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    ctx.set_default_timeout(10_000)
+    p = ctx.new_page()
+    try:
+        yield p
+    finally:
+        ctx.close()
+
+
+def login(page: Page, console_url: str, token: str) -> None:
+    page.goto(f"{console_url}/login")
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{console_url}/jobs")
+    page.wait_for_selector("nav .who")
+
+
+def shot(page: Page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path

@@ -1,0 +1,176 @@
+"""What an operator sees in the console, in a real browser over the real services."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import psycopg
+import pytest
+from playwright.sync_api import Page, expect
+
+from pacer_common.kafka import make_producer, produce_all
+from pacer_dev.stack import Stack
+from tests.browser.conftest import FAILING_GUID, login, shot
+from tests.integration.helpers import wait_for
+
+pytestmark = pytest.mark.browser
+
+
+def publish_job(stack: Stack, per_guid: int, guids: tuple[str, ...]) -> str:
+    rid = f"ui-{uuid.uuid4().hex[:8]}"
+    req = {"request_id": rid, "kind": "campaign", "created_by": "ui-test", "content_version": 1,
+           "message": {"type": "text", "content": "Hello {n}"},
+           "targets": {"mode": "snapshot", "items": [
+               {"guid": g, "to_id": f"room-{g}-{i}", "vars": {"n": str(i)}} for g in guids for i in range(per_guid)]},
+           "expire_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat()}
+    produce_all(make_producer({"bootstrap.servers": stack.infra.kafka_bootstrap}),
+                [(f"{stack.topic_prefix}.job-requests", rid.encode(), json.dumps(req).encode(), None)])
+    return rid
+
+
+def sql(stack: Stack, query: str, *args: object) -> list[tuple]:
+    with psycopg.connect(stack.infra.database_url, autocommit=True) as conn:
+        cur = conn.execute(query, args)  # type: ignore[arg-type]
+        return cur.fetchall() if cur.description else []
+
+
+def job_id_of(stack: Stack, rid: str) -> str:
+    return wait_for(lambda: (r := sql(stack, "SELECT job_id::text FROM jobs WHERE request_id = %s", rid)) and r[0][0],
+                    30, f"job {rid} planned")
+
+
+def delivered_on_page(page: Page) -> int:
+    return int(page.locator('[data-count="delivered"]').inner_text())
+
+
+def test_operator_watches_progress_reads_failure_categories_and_pauses_the_job(
+        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
+    rid = publish_job(stack, 60, ("ui-a", "ui-b", FAILING_GUID))
+    job_id = job_id_of(stack, rid)
+    login(page, console_url, tokens["operator"])
+
+    # The jobs list shows the job with its progress bar.
+    row = page.locator(f'tr[data-job="{job_id}"]')
+    expect(row).to_be_visible()
+    expect(row.locator('[role="progressbar"]')).to_be_visible()
+    shot(page, "jobs")
+    row.locator("a").click()
+    page.wait_for_url(f"{console_url}/jobs/{job_id}")
+
+    # Progress moves on screen while the senders work.
+    wait_for(lambda: page.locator('[data-count="delivered"]').count() and delivered_on_page(page) > 0, 20,
+             "first deliveries on the page")
+    first = delivered_on_page(page)
+    wait_for(lambda: delivered_on_page(page) > first, 10, "the delivered count to move on the page")
+
+    # Failures in categories, with an example and the gateway's reason.
+    category = page.locator('#failures tr[data-category="bad_params"]')
+    expect(category).to_be_visible()
+    expect(category).to_contain_text("room-ui-bad-")
+    expect(page.locator("#failed-items")).to_contain_text("bad_params")
+    # Cancel says on screen that it does not undo what was sent; an operator may not terminate.
+    expect(page.locator(".semantics")).to_contain_text("Cancel does not undo messages already sent")
+    expect(page.locator("button.act-terminate")).to_have_count(0)
+    shot(page, "job")
+
+    # Pause: the confirmation states its semantics; the job shows paused and sends stop within a second.
+    dialogs: list[str] = []
+    page.once("dialog", lambda d: (dialogs.append(d.message), d.accept()))
+    page.fill(".actions input[name=reason]", "customer asked to hold")
+    clicked = time.monotonic()
+    page.click("button.act-pause")
+    expect(page.locator("#job-status")).to_have_text("paused", timeout=1000)
+    wait_for(lambda: not sql(stack, "SELECT 1 FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = %s"
+                                    " AND i.status IN ('claimed', 'submitted')", rid),
+             max(0.05, 1.0 - (time.monotonic() - clicked)), "no send in flight within a second of the pause")
+    assert "in flight finish" in dialogs[0]
+    stopped_at = time.time()
+    expect(page.locator("#flash")).to_contain_text("running → paused")
+    # A progress refresh rendered well after the stop still shows the same count: nothing more went out.
+    frozen = sql(stack, "SELECT count(*) FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = %s"
+                        " AND i.status = 'confirmed'", rid)[0][0]
+    wait_for(lambda: float(page.locator(".summary").get_attribute("data-rendered") or 0) > stopped_at + 1.5, 5,
+             "a progress refresh 1.5 s after the stop")
+    assert delivered_on_page(page) == frozen
+    assert 0 < frozen < 120, "paused mid-run"
+    shot(page, "job-paused")
+
+
+def test_operator_is_not_offered_locks_and_the_api_refuses_a_forced_release(
+        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
+    login(page, console_url, tokens["operator"])
+    expect(page.locator("nav")).not_to_contain_text("Locks")
+    page.goto(f"{console_url}/locks")
+    expect(page.locator("#flash")).to_contain_text("403")
+    expect(page.locator("button", has_text="Force release")).to_have_count(0)
+    r = httpx.post(f"{stack.procs['control'].url}/api/v1/guids/ui-a/release-lock",
+                   headers={"Authorization": f"Bearer {tokens['operator']}"}, json={"reason": "try"})
+    assert r.status_code == 403, r.text
+    assert "may not force-release guid leases" in r.json()["detail"]
+
+
+def test_admin_force_releases_a_lock_with_a_reason_and_finds_it_in_the_audit(
+        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
+    guid = f"ui-held-{uuid.uuid4().hex[:6]}"
+    sql(stack, "INSERT INTO guid_leases (guid, owner, epoch, since, lease_until) "
+               "VALUES (%s, 'sender-stuck', 7, now(), now() + interval '1 hour')", guid)
+    login(page, console_url, tokens["admin"])
+    page.click('nav a[data-nav="locks"]')
+    row = page.locator(f'#guid-leases tr[data-guid="{guid}"]')
+    expect(row).to_contain_text("sender-stuck")
+    shot(page, "locks")
+    # The reason is required: the browser refuses to submit without one.
+    page.once("dialog", lambda d: d.accept())
+    row.locator("button", has_text="Force release").click()
+    expect(row.locator("input[name=reason]:invalid")).to_have_count(1)
+    row.locator("input[name=reason]").fill("sender host is gone")
+    page.once("dialog", lambda d: d.accept())
+    row.locator("button", has_text="Force release").click()
+    expect(page.locator("#flash .ok")).to_be_visible()
+    assert sql(stack, "SELECT owner FROM guid_leases WHERE guid = %s", guid) == [(None,)]
+
+    page.click('nav a[data-nav="audit"]')
+    page.fill("input[name=target_id]", guid)
+    page.click("form.filters button")
+    entry = page.locator('#audit tr[data-action="release_lock"]')
+    expect(entry).to_contain_text("sender host is gone")
+    expect(entry).to_contain_text(f"token:ui-admin")
+    shot(page, "audit")
+
+
+def test_tech_admin_resolves_an_in_doubt_send_as_delivered(
+        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
+    guid = f"ui-doubt-{uuid.uuid4().hex[:6]}"
+    sql(stack, "SELECT pacer_hold_guid(%s, 'test: held so no sender takes it', 'test')", guid)
+    rid = publish_job(stack, 1, (guid,))
+    job_id = job_id_of(stack, rid)
+    (item, key) = wait_for(lambda: sql(stack, "SELECT item_id::text, idem_key FROM items WHERE job_id = %s"
+                                              " AND status = 'pending'", job_id), 10, "the item")[0]
+    # As if the gateway's answer was lost and no lookup could tell: submitted → recovery_pending → unverified.
+    for src, dst, typ in (("pending", "claimed", "ItemClaimed"), ("claimed", "submitted", "ItemSubmitted"),
+                          ("submitted", "recovery_pending", "ItemInDoubt"),
+                          ("recovery_pending", "unverified", "ItemUnverified")):
+        sql(stack, "SELECT pacer_transition(ARRAY[%s::uuid], ARRAY[%s]::item_status[], %s::item_status, %s,"
+                   " p_lease_owner => 'x', p_lease_ttl => interval '30 s', p_clear_lease => %s)",
+            item, src, dst, typ, dst != "claimed")
+    sql(stack, "INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state) VALUES (%s, %s, %s, 'r', "
+               "'reserved')", key, item, guid)
+
+    login(page, console_url, tokens["tech_admin"])
+    page.click('nav a[data-nav="in-doubt"]')
+    card = page.locator(f'article[data-item="{item}"]')
+    expect(card).to_contain_text("ledger: reserved")
+    expect(card).to_contain_text("ItemInDoubt")
+    card.locator("input[name=reason]").fill("customer confirmed receipt by phone")
+    shot(page, "in-doubt")
+    page.once("dialog", lambda d: d.accept())
+    card.locator("button", has_text="Delivered").first.click()
+    expect(page.locator("#flash")).to_contain_text("resolved as delivered")
+    assert sql(stack, "SELECT status::text FROM items WHERE item_id = %s", item) == [("confirmed",)]
+    assert sql(stack, "SELECT state FROM send_ledger WHERE idem_key = %s", key) == [("sent",)]
+    assert sql(stack, "SELECT actor, reason FROM audit_log WHERE action = 'resolve' AND target_id = %s", item) == [
+        ("token:ui-tech_admin", "customer confirmed receipt by phone")]
