@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -13,7 +15,9 @@ from psycopg.rows import dict_row
 from pacer_common.db import operations
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.tokens import Role
+from pacer_common.ops import serve
 from pacer_control.app import build_app
+from pacer_dev.fakegateway.process import free_port
 
 
 ROLES = ("operator", "tech_admin", "admin")
@@ -101,3 +105,33 @@ def move(url: str, items: list[str], status: str, error_class: str | None = None
                  error_class if last else None, f"test: {error_class}" if last and error_class else None),
             ).fetchall()
             assert len(moved) == len(items), f"could not move {items} {src} -> {dst}"
+
+
+@contextlib.contextmanager
+def control_server(url: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """The Control API over HTTP on a free loopback port (its own loop, in a thread), for
+    clients that are processes or blocking code (the command line); yields (base URL, tokens)."""
+    port = free_port()
+    ready, stop = threading.Event(), threading.Event()
+    tokens: dict[str, str] = {}
+
+    async def run() -> None:
+        pool = await open_pool(url, min_size=1, max_size=4, name="test-control-http")
+        tokens.update(await make_tokens(url, "cli-"))
+        server, task = await serve(build_app(pool), "127.0.0.1", port)
+        while not server.started:
+            await asyncio.sleep(0.01)
+        ready.set()
+        await asyncio.to_thread(stop.wait)
+        server.should_exit = True
+        await task
+        await pool.close()
+
+    thread = threading.Thread(target=asyncio.run, args=(run(),), daemon=True)
+    thread.start()
+    assert ready.wait(30), "the Control API did not start"
+    try:
+        yield f"http://127.0.0.1:{port}/api/v1", tokens
+    finally:
+        stop.set()
+        thread.join(30)

@@ -11,6 +11,7 @@ import pytest
 
 from pacer_common import cli
 from pacer_common.db.operations import cancel_item, lock_view, retry_item
+from tests.integration.control_support import control_server, rows
 from tests.integration.helpers import seed_job
 
 ACTOR = "ops:alice"
@@ -366,23 +367,48 @@ def _pacer(argv: list[str]) -> int:
     return int(done.value.code)  # type: ignore[arg-type]
 
 
-def test_cli_retry_cancel_and_locks(database_url: str, monkeypatch: pytest.MonkeyPatch,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_retry_cancel_and_limits_go_through_the_control_api_with_role_and_audit(
+        database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PACER_DATABASE_URL", database_url)
     _, _, (failed, delivered, queued) = seed_job(database_url, {"g1": 3})
     move(database_url, failed, "failed")
     move(database_url, delivered, "confirmed")
 
-    assert _pacer(["retry", failed, "--actor", ACTOR, "--priority", "0"]) == 0
-    assert "created: compensation" in capsys.readouterr().out
-    assert one(database_url, "SELECT priority FROM items WHERE compensates = %s", failed) == 0
-    assert _pacer(["retry", delivered, "--actor", ACTOR]) == 3
-    assert "already_delivered" in capsys.readouterr().err
-    assert _pacer(["cancel", queued, "--actor", ACTOR]) == 0
-    assert _pacer(["cancel", queued, "--actor", ACTOR]) == 3
-    assert "already_final" in capsys.readouterr().err
-    assert _pacer(["retry", "00000000-0000-0000-0000-000000000001", "--actor", ACTOR]) == 1
+    assert _pacer(["retry", failed]) == 2
+    assert "PACER_CONTROL_URL" in capsys.readouterr().err
+    with control_server(database_url) as (api, tokens):
+        monkeypatch.setenv("PACER_CONTROL_URL", api)
+        monkeypatch.setenv("PACER_TOKEN", tokens["operator"])
+        assert _pacer(["retry", failed, "--priority", "0", "--reason", "account fixed"]) == 0
+        assert "created: compensation" in capsys.readouterr().out
+        assert one(database_url, "SELECT priority FROM items WHERE compensates = %s", failed) == 0
+        assert _pacer(["retry", delivered]) == 3
+        assert "already_delivered" in capsys.readouterr().err
+        assert _pacer(["cancel", queued]) == 0
+        assert _pacer(["cancel", queued]) == 3
+        assert "already_final" in capsys.readouterr().err
+        assert _pacer(["retry", "00000000-0000-0000-0000-000000000001"]) == 1
+        # An operator may not change rate limits, from the command line as anywhere else.
+        assert _pacer(["limits", "g1", "--set", "min_interval_s=2"]) == 4
+        assert "may not change guid rate limits" in capsys.readouterr().err
+        monkeypatch.setenv("PACER_TOKEN", tokens["tech_admin"])
+        assert _pacer(["limits", "g1", "--set", "min_interval_s=2", "--reason", "slow down"]) == 0
+        assert '"min_interval_s": 2.0' in capsys.readouterr().out
+        monkeypatch.setenv("PACER_TOKEN", "not-a-token")
+        assert _pacer(["cancel", queued]) == 4
+    log = rows(database_url, "SELECT actor, action, target_id, reason FROM audit_log"
+                             " WHERE actor LIKE 'token:cli-%%' ORDER BY id")
+    assert [(a["actor"], a["action"], a["target_id"], a["reason"]) for a in log] == [
+        ("token:cli-operator", "retry", failed, "account fixed"),
+        ("token:cli-operator", "retry", delivered, None),
+        ("token:cli-operator", "cancel", queued, None),
+        ("token:cli-operator", "cancel", queued, None),
+        ("token:cli-tech_admin", "set_limits", "g1", "slow down"),
+    ]
 
+
+def test_cli_locks(database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PACER_DATABASE_URL", database_url)
     with psycopg.connect(database_url) as conn:
         conn.execute("SELECT * FROM pacer_acquire_guids(ARRAY['g1'], 'w1', interval '30 seconds')")
     capsys.readouterr()

@@ -1,4 +1,9 @@
-"""``pacer``: the operator's command line — migrate, create topics, publish, inspect."""
+"""``pacer``: the operator's command line — migrate, create topics, publish, inspect.
+
+``retry``, ``cancel`` and ``limits`` change what Pacer does: they call the Control API
+(``PACER_CONTROL_URL``, ``PACER_TOKEN``), so each goes through the same role check, use case
+and audit record as the API and the console.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +14,13 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import quote
 from typing import Any, TypeVar
 
+import httpx
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
+from pydantic import ValidationError
 
 from pacer_common.db import operations
 from pacer_common.db.migrate import migrate
@@ -23,11 +30,14 @@ from pacer_common.domain.requests import JobRequest
 from pacer_common.domain.tokens import Role
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.kafka import MAX_REQUEST_BYTES, ensure_topics, make_producer, produce_all
-from pacer_common.settings import KafkaSettings, PostgresSettings
+from pacer_common.settings import ControlClientSettings, KafkaSettings, PostgresSettings
 
-# Exit codes of the operator actions: done; the item does not exist; refused (the message
-# says why: in flight, already queued, delivered or final).
-EXIT_DONE, EXIT_NOT_FOUND, EXIT_REFUSED = 0, 1, 3
+# Exit codes of the operator actions: done; the target does not exist; bad arguments or
+# settings; refused (the message says why: in flight, already queued, delivered or final);
+# the token is missing, unknown or its role may not do this; the Control API is unreachable.
+EXIT_DONE, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_REFUSED, EXIT_DENIED, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4, 5
+_HTTP_EXIT = {404: EXIT_NOT_FOUND, 422: EXIT_USAGE, 409: EXIT_REFUSED, 401: EXIT_DENIED, 403: EXIT_DENIED,
+              503: EXIT_UNAVAILABLE}
 T = TypeVar("T")
 
 
@@ -127,21 +137,49 @@ def _with_conn(fn: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
     return asyncio.run(run())
 
 
-def _action_exit(outcome: str, ok: bool, message: str) -> int:
-    print(f"{outcome}: {message}", file=sys.stdout if ok else sys.stderr)
-    if ok:
+def _control(method: str, path: str, **kw: Any) -> int:
+    """One call to the Control API as ``PACER_TOKEN``: the same role check, use case and audit
+    record as every other client. Prints the answer; the exit code says how it went."""
+    try:
+        cfg = ControlClientSettings()  # type: ignore[call-arg]
+    except ValidationError:
+        print("set PACER_CONTROL_URL (the Control API, e.g. http://127.0.0.1:9104/api/v1) and PACER_TOKEN "
+              "(an API token): `eval \"$(make -s env)\"` after `make up`", file=sys.stderr)
+        return EXIT_USAGE
+    headers = {"Authorization": f"Bearer {cfg.token.get_secret_value()}"}
+    try:
+        r = httpx.request(method, cfg.control_url.rstrip("/") + path, headers=headers,
+                          timeout=cfg.control_timeout_s, **kw)
+    except httpx.HTTPError as exc:
+        print(f"the Control API at {cfg.control_url} cannot be reached: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    try:
+        body = r.json()
+    except ValueError:
+        body = {"detail": r.text}
+    if r.status_code == 200:
+        if "message" in body and "outcome" in body:
+            print(f"{body.get('result', body['outcome'])}: {body['message']}")
+        else:
+            print(json.dumps(body, default=str))
         return EXIT_DONE
-    return EXIT_NOT_FOUND if outcome == "not_found" else EXIT_REFUSED
+    detail = body.get("detail", r.text)
+    word = body.get("result", body.get("outcome", str(r.status_code)))
+    print(f"{word}: {detail}", file=sys.stderr)
+    return _HTTP_EXIT.get(r.status_code, EXIT_REFUSED)
+
+
+def _reason(args: argparse.Namespace) -> dict[str, Any]:
+    return {"reason": args.reason} if args.reason else {}
 
 
 def _retry(args: argparse.Namespace) -> int:
-    r = _with_conn(lambda c: operations.retry_item(c, args.item, args.actor, args.priority))
-    return _action_exit(r.outcome, r.ok, r.message)
+    body = {**_reason(args), **({"priority": args.priority} if args.priority is not None else {})}
+    return _control("POST", f"/items/{args.item}/retry", json=body)
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    r = _with_conn(lambda c: operations.cancel_item(c, args.item, args.actor))
-    return _action_exit(r.outcome, r.ok, r.message)
+    return _control("POST", f"/items/{args.item}/cancel", json=_reason(args))
 
 
 def _locks(args: argparse.Namespace) -> int:
@@ -193,16 +231,12 @@ def _limits(args: argparse.Namespace) -> int:
         except json.JSONDecodeError:
             overrides[key] = raw
     try:
-        overrides = parse_limits(overrides)
+        overrides = parse_limits(overrides)  # say what is wrong before calling anyone
     except ValueError as exc:
         print(exc, file=sys.stderr)
-        return 2
-    url = PostgresSettings().database_url.get_secret_value()  # type: ignore[call-arg]
-    with psycopg.connect(url, row_factory=dict_row) as conn:
-        row = conn.execute(query("set_guid_limits"), {  # type: ignore[arg-type]
-            "guid": args.guid, "limits": Jsonb(overrides), "actor": args.actor}).fetchone()
-    print(json.dumps(row, default=str))
-    return 0
+        return EXIT_USAGE
+    return _control("PUT", f"/guids/{quote(args.guid, safe='')}/limits", json=overrides,
+                    params=_reason(args))
 
 
 def _token_create(args: argparse.Namespace) -> int:
@@ -238,19 +272,19 @@ def main(argv: list[str] | None = None) -> None:
     lim.add_argument("guid")
     lim.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                      help="e.g. min_interval_s=2, per_hour=300, quiet_hours=22:00-08:00, online_reserve=0.3")
-    lim.add_argument("--actor", required=True)
+    lim.add_argument("--reason", help="why (kept in the audit log)")
     lim.set_defaults(fn=_limits)
     sc = sub.add_parser("schema", help="print the job request JSON Schema")
     sc.add_argument("--out")
     sc.set_defaults(fn=_schema)
     rt = sub.add_parser("retry", help="retry an item: a compensation item through the normal send path")
     rt.add_argument("item", metavar="ITEM_ID")
-    rt.add_argument("--actor", required=True, help="who asks (recorded with the retry)")
+    rt.add_argument("--reason", help="why (kept in the audit log)")
     rt.add_argument("--priority", type=int, help="priority of the compensation (lower runs first)")
     rt.set_defaults(fn=_retry)
     cn = sub.add_parser("cancel", help="cancel an item that has not been taken yet")
     cn.add_argument("item", metavar="ITEM_ID")
-    cn.add_argument("--actor", required=True, help="who asks (recorded with the cancel)")
+    cn.add_argument("--reason", help="why (kept in the audit log)")
     cn.set_defaults(fn=_cancel)
     lk = sub.add_parser("locks", help="guid and item leases, with lock dashboard counts")
     lk.add_argument("--json", action="store_true", help="print JSON instead of tables")

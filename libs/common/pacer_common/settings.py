@@ -49,6 +49,14 @@ class KafkaSettings(_Frozen):
         return {"bootstrap.servers": self.kafka_bootstrap_servers, **self.kafka_security}
 
 
+class ControlClientSettings(_Frozen):
+    """Where the command line finds the Control API (``make up`` prints both), and as whom it calls."""
+
+    control_url: str = Field(description="the Control API's base URL, e.g. http://127.0.0.1:9104/api/v1")
+    token: SecretStr = Field(description="an API token (`pacer token create`); its role decides what is allowed")
+    control_timeout_s: float = 30.0
+
+
 class OpsSettings(_Frozen):
     """Where a service serves /healthz, /readyz and /metrics."""
 

@@ -98,6 +98,8 @@ def _print(inf: infra.Infra, stack: Stack, state: Path) -> None:
         print(f"export PACER_CONTROL_URL={control.url}/api/v1")
         if token.exists():
             print(f"export PACER_TOKEN={token.read_text().strip()}")
+        # The console asks for the token on its sign-in page; it never goes into a URL.
+        print(f"export PACER_CONSOLE_URL={control.url}/console")
         print(f"# control API docs: {control.url}/api/v1/docs (sandbox to_id for test sends: {SANDBOX_TARGET})")
     for p in stack.procs.values():
         print(f"# {p.name}: pid {p.pid}, {p.url}, log {p.log}")

@@ -149,12 +149,13 @@ class Control:
 
         return await self.store.atomically(work)
 
-    async def retry_item(self, item_id: str, who: Principal, reason: str | None) -> ActionResult:
+    async def retry_item(self, item_id: str, who: Principal, reason: str | None,
+                         priority: int | None = None) -> ActionResult:
         async def work(tx: ControlTx) -> ActionResult:
             state = await tx.item_state(item_id)
             if state is None:
                 return ActionResult("not_found", f"no item {item_id}")
-            (r,) = await tx.retry_items([item_id], who.actor)
+            (r,) = await tx.retry_items([item_id], who.actor, priority)
             await tx.audit(AuditEntry(who.actor, "retry", "item", item_id, reason, before={"status": state["status"]},
                                       after={"outcome": r.outcome, "new_item": r.new_item}))
             return ActionResult(RETRY_OUTCOMES[r.outcome], r.message, state["status"],

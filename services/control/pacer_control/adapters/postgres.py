@@ -95,10 +95,10 @@ class _Tx:
                                                           "limit": limit})
         return [r["item_id"] for r in rows]
 
-    async def retry_items(self, item_ids: Sequence[str], actor: str) -> list[ItemRetry]:
+    async def retry_items(self, item_ids: Sequence[str], actor: str, priority: int | None = None) -> list[ItemRetry]:
         if not item_ids:
             return []
-        rows = await _rows(self.conn, "retry_items", {"ids": list(item_ids), "actor": actor})
+        rows = await _rows(self.conn, "retry_items", {"ids": list(item_ids), "actor": actor, "priority": priority})
         return [ItemRetry(r["item_id"], r["outcome"], r["new_item"], r["message"]) for r in rows]
 
     async def item_state(self, item_id: str) -> Row | None:

@@ -25,6 +25,7 @@ from pacer_control.api.schemas import (
     JobDetail,
     JobPage,
     ResolveBody,
+    RetryItemBody,
     RetryBody,
     RetryResponse,
 )
@@ -182,8 +183,9 @@ async def report(job_id: JobIdPath, ctl: Ctl) -> StreamingResponse:
 @router.post("/items/{item_id}/retry", response_model=ActionResponse, tags=["items"],
              summary="Retry one item: a compensation item through the normal send path",
              **guard("items.retry", 404, 409, 422))
-async def retry_item(item_id: uuid.UUID, ctl: Ctl, who: Caller, body: ActionBody | None = None) -> Any:
-    return respond(await ctl.retry_item(str(item_id), who, body.reason if body else None))
+async def retry_item(item_id: uuid.UUID, ctl: Ctl, who: Caller, body: RetryItemBody | None = None) -> Any:
+    return respond(await ctl.retry_item(str(item_id), who, body.reason if body else None,
+                                        body.priority if body else None))
 
 
 @router.post("/items/{item_id}/release-lock", response_model=ActionResponse, tags=["items"],

@@ -39,6 +39,11 @@ class ActionBody(_In):
     reason: Reason | None = None
 
 
+class RetryItemBody(ActionBody):
+    priority: Annotated[int, Field(ge=0, le=32767, description="the compensation's priority (lower runs first); "
+                                                               "default: the item's own")] | None = None
+
+
 class PauseGuidBody(_In):
     reason: Reason
 
