@@ -24,6 +24,7 @@ from tests.conftest import TEMPLATE, _with_db
 from tests.integration.control_support import make_tokens
 
 ARTIFACTS = Path(".pacer/artifacts/console")
+APPROVAL_ABOVE = 200
 FAILING_GUID = "ui-bad"  # the fake gateway answers 40001 (bad_params) for every send of this guid
 
 
@@ -44,7 +45,9 @@ def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     prepare(url, {"bootstrap.servers": inf.kafka_bootstrap}, st.topic_prefix)
     st.start_gateway(fail_guids={FAILING_GUID: 40001})
     try:
-        for kind in ("planner", "reconciler", "sender", "control"):
+        # A job of more than APPROVAL_ABOVE items waits for an admin's approval.
+        st.start_service("planner", PACER_PLANNER_APPROVAL_ABOVE_ITEMS=str(APPROVAL_ABOVE))
+        for kind in ("reconciler", "sender", "control"):
             st.start_service(kind)
         yield st
     finally:

@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect
 
 from pacer_common.kafka import make_producer, produce_all
 from pacer_dev.stack import Stack
-from tests.browser.conftest import FAILING_GUID, login, shot
+from tests.browser.conftest import APPROVAL_ABOVE, FAILING_GUID, login, shot
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.browser
@@ -174,3 +174,44 @@ def test_tech_admin_resolves_an_in_doubt_send_as_delivered(
     assert sql(stack, "SELECT state FROM send_ledger WHERE idem_key = %s", key) == [("sent",)]
     assert sql(stack, "SELECT actor, reason FROM audit_log WHERE action = 'resolve' AND target_id = %s", item) == [
         ("token:ui-tech_admin", "customer confirmed receipt by phone")]
+
+
+def test_a_large_job_waits_for_an_admin_who_approves_it_from_its_preview(
+        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
+    per_guid = APPROVAL_ABOVE // 2 + 25
+    rid = publish_job(stack, per_guid, ("ui-big-1", "ui-big-2"))
+    job_id = job_id_of(stack, rid)
+    assert sql(stack, "SELECT status FROM jobs WHERE job_id = %s", job_id) == [("awaiting_approval",)]
+
+    # An operator sees it waiting but is not offered the decision, and the API refuses it.
+    login(page, console_url, tokens["operator"])
+    page.click('nav a[data-nav="approvals"]')
+    card = page.locator(f'article[data-job="{job_id}"]')
+    expect(card).to_contain_text(f"{2 * per_guid} items, above {APPROVAL_ABOVE}")
+    expect(card.locator("button.approve")).to_have_count(0)
+    r = httpx.post(f"{stack.procs['control'].url}/api/v1/jobs/{job_id}/approve",
+                   headers={"Authorization": f"Bearer {tokens['operator']}"})
+    assert r.status_code == 403, r.text
+
+    page.evaluate("sessionStorage.clear()")
+    login(page, console_url, tokens["admin"])
+    page.click('nav a[data-nav="approvals"]')
+    card = page.locator(f'article[data-job="{job_id}"]')
+    expect(card.locator("[data-items]")).to_have_text(str(2 * per_guid))
+    expect(card.locator("table.samples")).to_contain_text("Hello ")  # rendered: no template field left
+    expect(card.locator("table.samples")).not_to_contain_text("{n}")
+    expect(card.locator("table.guids")).to_contain_text("ui-big-1")
+    expect(card.locator("[data-duration]")).not_to_be_empty()
+    shot(page, "approvals")
+    # Nothing was sent while it waited.
+    assert sql(stack, "SELECT count(*) FROM items WHERE job_id = %s AND status <> 'pending'", job_id) == [(0,)]
+
+    card.locator("input[name=reason]").fill("copy checked with marketing")
+    page.once("dialog", lambda d: d.accept())
+    card.locator("button.approve").click()
+    expect(page.locator("#flash")).to_contain_text("job approved")
+    expect(page.locator(f'article[data-job="{job_id}"]')).to_have_count(0)
+    wait_for(lambda: sql(stack, "SELECT count(*) FROM items WHERE job_id = %s AND status = 'confirmed'", job_id)[0][0],
+             20, "the approved job's first deliveries")
+    assert sql(stack, "SELECT actor, reason FROM audit_log WHERE action = 'approve' AND target_id = %s", job_id) == [
+        ("token:ui-admin", "copy checked with marketing")]

@@ -19,7 +19,7 @@ from pacer_common.domain.failures import SendError
 from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.domain.tokens import Role, token_hash
-from pacer_control.domain import report
+from pacer_control.domain import report, views
 from pacer_control.domain.dryrun import DryRun, dry_run
 from pacer_control.domain.errors import (
     Conflict,
@@ -197,6 +197,20 @@ class Control:
             return totals
 
         return await self.store.atomically(work)
+
+    async def approvals(self, samples: int = 5, limit: int = 50) -> list[Row]:
+        """Jobs awaiting an admin's approval, oldest first, each with its preview: rendered
+        samples, items per guid and the projected duration at current rates."""
+        jobs = await self.store.jobs(JobFilter(status="awaiting_approval", limit=limit))
+        out = []
+        for job in reversed(jobs):
+            preview = await self.store.approval_preview(job["job_id"], samples)
+            out.append({**job, "samples": preview["samples"], "projection": views.projection(preview["guids"])})
+        return out
+
+    async def decide_approval(self, job_id: str, approve: bool, reason: str | None, who: Principal) -> ActionResult:
+        """Approve (→ running) or reject (→ cancelled) a job awaiting approval; audited."""
+        return await self.store.atomically(lambda tx: tx.decide_approval(job_id, approve, who.actor, reason))
 
     async def in_doubt(self, limit: int) -> list[Row]:
         """Sends left unverified, with what is known of each, for a person to decide."""

@@ -21,7 +21,7 @@ from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_planner.adapters.http import HttpTargetSource
 from pacer_planner.adapters.faults import ENVIRONMENT
 from pacer_planner.adapters.kafka import KafkaCommandBus, KafkaRequestSource
-from pacer_planner.adapters.postgres import PostgresJobStore
+from pacer_planner.adapters.postgres import ApprovalPolicy, PostgresJobStore
 from pacer_planner.adapters.postgres_targets import PostgresTargetStore
 from pacer_planner.core import Handled, PagingConfig, PagingSupervisor, Planner, TargetPager
 from pacer_planner.core.consume import IntakeLoop, IntakePolicy
@@ -54,6 +54,11 @@ class PlannerSettings(OpsSettings):
     # Backoff between attempts at one request (the database or Kafka unavailable, or an error).
     retry_backoff_initial_s: float = Field(0.5, gt=0)
     retry_backoff_max_s: float = Field(30.0, gt=0)
+    # Approvals: a job with more items than this waits for an admin's approval before it sends
+    # (None: no size limit); with approve_new_content, so does a job whose message no admin
+    # has approved before.
+    approval_above_items: int | None = Field(None, ge=0)
+    approve_new_content: bool = False
 
 
 class _IntakeMetrics:
@@ -111,7 +116,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
         ))
         await consumer.call(consumer.consumer.subscribe, [kafka.job_requests])
         bus = KafkaCommandBus(producer, kafka.item_commands, kafka.job_requests_dlq)
-        planner = Planner(PostgresJobStore(pool), bus, cfg.max_backlog_per_guid,
+        store = PostgresJobStore(pool, ApprovalPolicy(cfg.approval_above_items, cfg.approve_new_content))
+        planner = Planner(store, bus, cfg.max_backlog_per_guid,
                           timedelta(seconds=cfg.coalesce_window_s), cfg.max_shard_items)
         http = httpx.AsyncClient(timeout=cfg.requery_timeout_s, follow_redirects=False)
         targets = PostgresTargetStore(pool)

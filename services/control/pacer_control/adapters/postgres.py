@@ -109,6 +109,11 @@ class _Tx:
         assert row is not None  # pacer_cancel_item always answers
         return row["outcome"], row["message"]
 
+    async def decide_approval(self, job_id: str, approve: bool, actor: str, reason: str | None) -> ActionResult:
+        row = await _row(self.conn, "decide_approval", {"job": job_id, "approve": approve, "actor": actor,
+                                                       "reason": reason})
+        return _result(row, f"no job {job_id}")
+
     async def select_for_cancel(self, job_id: str, guid: str | None, limit: int) -> list[str]:
         rows = await _rows(self.conn, "select_for_cancel", {"job": job_id, "guid": guid, "limit": limit,
                                                            "statuses": [s.value for s in CANCELLABLE]})
@@ -274,3 +279,11 @@ class PostgresControl:
 
     async def in_doubt(self, limit: int) -> list[Row]:
         return await self._read("in_doubt", {"limit": limit})
+
+    async def approval_preview(self, job_id: str, samples: int) -> Row:
+        async def unit() -> Row:
+            async with self.pool.connection() as conn:
+                return {"samples": await _rows(conn, "approval_samples", {"job": job_id, "limit": samples}),
+                        "guids": await _rows(conn, "approval_guids", {"job": job_id})}
+
+        return await self._call(unit)

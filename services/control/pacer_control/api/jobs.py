@@ -17,6 +17,7 @@ from pacer_control.api.schemas import (
     NO_NUL,
     ActionBody,
     ActionResponse,
+    ApprovalPage,
     BudgetBody,
     CancelItemsBody,
     CancelItemsResponse,
@@ -24,6 +25,7 @@ from pacer_control.api.schemas import (
     ItemPage,
     JobDetail,
     JobPage,
+    RejectBody,
     ResolveBody,
     RetryItemBody,
     RetryBody,
@@ -102,6 +104,25 @@ router.add_api_route("/jobs/{job_id}/shards/{shard_id}/pause", _shard_action("pa
 router.add_api_route("/jobs/{job_id}/shards/{shard_id}/resume", _shard_action("resume"), methods=["POST"],
                      response_model=ActionResponse, summary="Resume a paused shard",
                      **guard("shards.resume", 404, 409, 422))
+
+
+@router.get("/approvals", response_model=ApprovalPage, summary="Jobs awaiting an admin's approval, with a preview",
+            **guard("jobs.view", 422))
+async def approvals(ctl: Ctl, samples: Annotated[int, Query(ge=0, le=50)] = 5) -> dict[str, Any]:
+    return {"jobs": await ctl.approvals(samples)}
+
+
+@router.post("/jobs/{job_id}/approve", response_model=ActionResponse,
+             summary="Approve a job awaiting approval: it starts sending", **guard("jobs.approve", 404, 409, 422))
+async def approve_job(job_id: JobIdPath, ctl: Ctl, who: Caller, body: ActionBody | None = None) -> Any:
+    return respond(await ctl.decide_approval(str(job_id), True, body.reason if body else None, who))
+
+
+@router.post("/jobs/{job_id}/reject", response_model=ActionResponse,
+             summary="Reject a job awaiting approval: it is cancelled, nothing is sent",
+             **guard("jobs.approve", 404, 409, 422))
+async def reject_job(job_id: JobIdPath, body: RejectBody, ctl: Ctl, who: Caller) -> Any:
+    return respond(await ctl.decide_approval(str(job_id), False, body.reason, who))
 
 
 @router.post("/jobs/{job_id}/budget", response_model=ActionResponse,

@@ -48,6 +48,10 @@ class PauseGuidBody(_In):
     reason: Reason
 
 
+class RejectBody(_In):
+    reason: Reason
+
+
 class BudgetBody(_In):
     max_sends: Annotated[int, Field(gt=0, le=MAX_INT4)]
 
@@ -322,3 +326,32 @@ class InDoubtPage(BaseModel):
 
 class CancelItemsResponse(BaseModel):
     totals: dict[str, int]
+
+
+class ApprovalSample(BaseModel):
+    guid: str
+    to_id: str
+    content: str
+
+
+class GuidProjection(BaseModel):
+    guid: str
+    items: int
+    interval_s: float
+    seconds: float
+
+
+class Projection(BaseModel):
+    items: int
+    seconds: float = Field(description="projected duration at current rates (the slowest guid)")
+    slowest_guid: str | None
+    guids: list[GuidProjection]
+
+
+class ApprovalView(JobSummary):
+    samples: list[ApprovalSample]
+    projection: Projection
+
+
+class ApprovalPage(BaseModel):
+    jobs: list[ApprovalView]

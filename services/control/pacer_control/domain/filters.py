@@ -15,7 +15,7 @@ from pacer_common.domain.requests import JobKind
 from pacer_common.domain.status import ItemStatus as S
 
 
-JobStatus = Literal["running", "paused", "completed", "cancelled", "terminated"]
+JobStatus = Literal["running", "awaiting_approval", "paused", "completed", "cancelled", "terminated"]
 MAX_PAGE = 500
 DEFAULT_PAGE = 100
 

@@ -13,7 +13,7 @@ from pacer_common.domain.tokens import Role, at_least
 
 
 Action = Literal[
-    "jobs.view", "jobs.pause", "jobs.resume", "jobs.cancel", "jobs.terminate", "jobs.budget",
+    "jobs.view", "jobs.pause", "jobs.resume", "jobs.cancel", "jobs.terminate", "jobs.budget", "jobs.approve",
     "shards.pause", "shards.resume",
     "items.view", "items.retry", "items.cancel", "items.release_lock", "items.resolve", "reports.view",
     "guids.health", "guids.leases", "guids.pause", "guids.resume", "guids.limits", "guids.release_lock",
@@ -37,6 +37,7 @@ RULES: dict[Action, Rule] = {
     "jobs.cancel": Rule(O, "cancel jobs"),
     "jobs.terminate": Rule(T, "terminate jobs"),
     "jobs.budget": Rule(A, "confirm send budgets"),
+    "jobs.approve": Rule(A, "approve or reject jobs"),
     "shards.pause": Rule(O, "pause shards"),
     "shards.resume": Rule(O, "resume shards"),
     "items.view": Rule(O, "view items"),

@@ -94,3 +94,30 @@ def ago(when: datetime | None, now: datetime) -> str:
     if s < 7200:
         return f"{s // 60} min ago"
     return f"{s // 3600} h ago"
+
+
+# The senders' default spacing per guid (PACER_SENDER_MIN_INTERVAL_MS 1000 plus half of
+# PACER_SENDER_JITTER_MS 500): what a projection assumes for a guid without an override.
+DEFAULT_INTERVAL_S = 1.25
+
+
+def projection(guids: Iterable[Mapping[str, Any]], default_interval_s: float = DEFAULT_INTERVAL_S) -> dict[str, Any]:
+    """How long a job takes at current rates: guids send in parallel, each one message per
+    interval, so the slowest guid decides. ``guids``: rows of ``guid``, ``items``, ``interval_s``."""
+    rows = [{"guid": g["guid"], "items": int(g["items"]),
+             "interval_s": float(g["interval_s"]) if g.get("interval_s") is not None else default_interval_s}
+            for g in guids]
+    for r in rows:
+        r["seconds"] = round(r["items"] * r["interval_s"], 1)
+    slowest = max(rows, key=lambda r: r["seconds"], default=None)
+    return {"guids": rows, "seconds": slowest["seconds"] if slowest else 0.0,
+            "slowest_guid": slowest["guid"] if slowest else None, "items": sum(r["items"] for r in rows)}
+
+
+def duration(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``3.5 h``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -44,9 +45,18 @@ async def insert_shards(conn: AsyncConnection[Any], job_id: str, shards: Mapping
     return {(r["guid"], r["sub"]): r["shard_id"] for r in await cur.fetchall()}
 
 
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """Which new jobs wait for an admin's approval (``pacer_approval_reason`` applies it)."""
+
+    above_items: int | None = None  # more items than this; None: no size limit
+    new_content: bool = False  # a message no admin has approved before
+
+
 class PostgresJobStore:
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: AsyncConnectionPool, approval: ApprovalPolicy | None = None) -> None:
         self.pool = pool
+        self.approval = approval or ApprovalPolicy()
 
     async def store(self, plan: Plan) -> Stored:
         try:
@@ -71,6 +81,7 @@ class PostgresJobStore:
                 "request": Jsonb(req.model_dump(mode="json", exclude={"targets"} if snapshot else None)),
                 "coalesce_key": plan.coalesce[0] if plan.coalesce else None,
                 "coalesce_version": plan.coalesce[1] if plan.coalesce else None,
+                "approval_above": self.approval.above_items, "approve_new": self.approval.new_content,
             })
             if await cur.fetchone() is None:
                 row = await (await conn.execute(sql("job_dispatched"), {"request_id": req.request_id})).fetchone()  # type: ignore[arg-type]

@@ -47,3 +47,74 @@ $fn$;
 
 -- The in-doubt list (console, GET /in-doubt) without a scan of every item.
 CREATE INDEX items_unverified ON items (updated_at) WHERE status = 'unverified';
+
+-- -- approvals ---------------------------------------------------------------------------------
+-- A job the planner judges needs a person's look (more items than
+-- PACER_PLANNER_APPROVAL_ABOVE_ITEMS, or, with PACER_PLANNER_APPROVE_NEW_CONTENT, a message
+-- never approved before) is stored as 'awaiting_approval', with the reason in paused_reason.
+-- It is not 'running', so pacer_begin_send holds its items exactly as for a paused job, and
+-- resume refuses it: only an admin's approval (→ running; the release trigger sends its held
+-- items) or rejection (→ cancelled) moves it on.
+ALTER TABLE jobs DROP CONSTRAINT jobs_status_check;
+ALTER TABLE jobs ADD CONSTRAINT jobs_status_check
+    CHECK (status IN ('running', 'paused', 'completed', 'cancelled', 'terminated', 'awaiting_approval'));
+
+-- Messages (templates) an admin has approved: a job sending one of them is not "new content".
+CREATE TABLE approved_contents (
+    content_hash text PRIMARY KEY,  -- md5 of the job's message (jsonb text: keys in a fixed order)
+    approved_by  text NOT NULL,
+    approved_at  timestamptz NOT NULL DEFAULT now(),
+    job_id       uuid NOT NULL
+);
+
+CREATE FUNCTION pacer_content_hash(p_message jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE AS $fn$ SELECT md5(p_message::text) $fn$;
+
+-- Why a new job waits for approval, or NULL: the planner's policy applied at insert.
+CREATE FUNCTION pacer_approval_reason(p_total bigint, p_message jsonb, p_above bigint, p_new_content boolean)
+RETURNS text
+LANGUAGE sql STABLE AS $fn$
+    SELECT CASE
+        WHEN p_above IS NOT NULL AND p_total > p_above
+            THEN format('awaiting approval: %s items, above %s', p_total, p_above)
+        WHEN p_new_content AND NOT EXISTS (
+                SELECT 1 FROM approved_contents a WHERE a.content_hash = pacer_content_hash(p_message))
+            THEN 'awaiting approval: new content (first send of this message)'
+    END;
+$fn$;
+
+-- An admin approves (→ running, the message recorded as approved) or rejects (→ cancelled,
+-- its items abandoned, nothing sent) a job awaiting approval. Audited.
+CREATE FUNCTION pacer_decide_approval(p_job uuid, p_approve boolean, p_actor text, p_reason text)
+RETURNS TABLE (outcome text, message text, status text)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+    j jobs%ROWTYPE;
+BEGIN
+    SELECT * INTO j FROM jobs WHERE job_id = p_job FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, format('no job %s', p_job), NULL::text;
+        RETURN;
+    END IF;
+    IF j.status <> 'awaiting_approval' THEN
+        RETURN QUERY SELECT 'conflict'::text, format('job is %s, not awaiting approval', j.status), j.status;
+        RETURN;
+    END IF;
+    PERFORM pacer_audit(p_actor, CASE WHEN p_approve THEN 'approve' ELSE 'reject' END, 'job', p_job::text, p_reason,
+        jsonb_build_object('status', j.status, 'paused_reason', j.paused_reason),
+        jsonb_build_object('status', CASE WHEN p_approve THEN 'running' ELSE 'cancelled' END));
+    IF p_approve THEN
+        UPDATE jobs SET status = 'running', paused_reason = NULL, paused_by = NULL, paused_at = NULL
+        WHERE job_id = p_job;
+        INSERT INTO approved_contents (content_hash, approved_by, job_id)
+        VALUES (pacer_content_hash(j.message), p_actor, p_job) ON CONFLICT DO NOTHING;
+        RETURN QUERY SELECT 'done'::text, 'job approved: awaiting_approval → running; it starts sending'::text,
+            'running'::text;
+    ELSE
+        PERFORM pacer_job_action(p_job, 'cancel', p_actor, COALESCE(p_reason, 'rejected'));
+        RETURN QUERY SELECT 'done'::text, 'job rejected: awaiting_approval → cancelled; nothing was sent'::text,
+            'cancelled'::text;
+    END IF;
+END
+$fn$;

@@ -39,9 +39,9 @@ SWAGGER = f"{STATIC}/vendor/swagger-ui-5.35.0"
 # Pages need no script from elsewhere, no frames, no inline script.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
-PAGES = {"jobs": "Jobs", "guids": "Guids", "locks": "Locks", "in-doubt": "In doubt",
+PAGES = {"jobs": "Jobs", "approvals": "Approvals", "guids": "Guids", "locks": "Locks", "in-doubt": "In doubt",
          "audit": "Audit"}
-PAGE_ACTION: dict[str, Action] = {"jobs": "jobs.view", "guids": "guids.health", "locks": "locks.view",
+PAGE_ACTION: dict[str, Action] = {"jobs": "jobs.view", "approvals": "jobs.view", "guids": "guids.health", "locks": "locks.view",
                                   "in-doubt": "items.view", "audit": "audit.view"}
 
 # What each job action does, said on screen and in its confirmation.
@@ -58,6 +58,7 @@ templates = Jinja2Templates(directory=str(HERE.joinpath("templates")))
 templates.env.globals.update(STATIC=STATIC, HTMX=HTMX, PAGES=PAGES, JOB_ACTIONS=JOB_ACTIONS)
 templates.env.filters["ts"] = lambda v: v.strftime("%Y-%m-%d %H:%M:%S") if isinstance(v, datetime) else (v or "–")
 templates.env.filters["ago"] = lambda v: views.ago(v, datetime.now(UTC))
+templates.env.filters["duration"] = views.duration
 
 pages = APIRouter(include_in_schema=False)
 router = APIRouter(prefix=f"{PREFIX}/part", include_in_schema=False)
@@ -76,7 +77,9 @@ def install(app: FastAPI) -> None:
 def _page(request: Request, name: str, part: str, title: str) -> HTMLResponse:
     query = request.url.query
     return templates.TemplateResponse(request, "shell.html", {
-        "page": name, "title": title, "part": f"{PREFIX}/part/{part}" + (f"?{query}" if query else "")},
+        "page": name, "title": title, "part": f"{PREFIX}/part/{part}" + (f"?{query}" if query else ""),
+        # After an action a list shows its effect; a job page refreshes its progress itself.
+        "refresh": part == name},
         headers={"Content-Security-Policy": CSP, "Cache-Control": "no-store"})
 
 
@@ -274,6 +277,23 @@ async def resolve(request: Request, item_id: JobId, ctl: Ctl, who: Caller) -> HT
         raise Invalid("say whether it was delivered (yes) or not (no)")
     reason = _text(form, "reason", required=True) or ""
     return _flash(request, await ctl.resolve_in_doubt(str(item_id), verdict == "yes", reason, who))
+
+
+@router.get("/approvals", response_class=HTMLResponse, **guard("jobs.view"))
+async def approvals(request: Request, ctl: Ctl, who: Caller) -> HTMLResponse:
+    return _render(request, "approvals.html", who, jobs=await ctl.approvals())
+
+
+@router.post("/jobs/{job_id}/approve", response_class=HTMLResponse, **guard("jobs.approve"))
+async def approve(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
+    reason = _text(await _form(request), "reason")
+    return _flash(request, await ctl.decide_approval(str(job_id), True, reason, who))
+
+
+@router.post("/jobs/{job_id}/reject", response_class=HTMLResponse, **guard("jobs.approve"))
+async def reject(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
+    reason = _text(await _form(request), "reason", required=True)
+    return _flash(request, await ctl.decide_approval(str(job_id), False, reason, who))
 
 
 @router.get("/audit", response_class=HTMLResponse, **guard("audit.view"))
