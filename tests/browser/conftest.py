@@ -25,7 +25,8 @@ from tests.integration.control_support import make_tokens
 
 ARTIFACTS = Path(".pacer/artifacts/console")
 APPROVAL_ABOVE = 200
-FAILING_GUID = "ui-bad"  # the fake gateway answers 40001 (bad_params) for every send of this guid
+FAILING_GUID = "ui-bad"
+SANDBOX = "sandbox-room"  # the fake gateway answers 40001 (bad_params) for every send of this guid
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +48,9 @@ def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     try:
         # A job of more than APPROVAL_ABOVE items waits for an admin's approval.
         st.start_service("planner", PACER_PLANNER_APPROVAL_ABOVE_ITEMS=str(APPROVAL_ABOVE))
-        for kind in ("reconciler", "sender", "control"):
+        for kind in ("reconciler", "sender"):
             st.start_service(kind)
+        st.start_service("control", PACER_CONTROL_SANDBOX_TARGETS=SANDBOX)
         yield st
     finally:
         st.stop_all()

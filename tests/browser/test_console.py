@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect
 
 from pacer_common.kafka import make_producer, produce_all
 from pacer_dev.stack import Stack
-from tests.browser.conftest import APPROVAL_ABOVE, FAILING_GUID, login, shot
+from tests.browser.conftest import APPROVAL_ABOVE, FAILING_GUID, SANDBOX, login, shot
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.browser
@@ -138,7 +138,7 @@ def test_admin_force_releases_a_lock_with_a_reason_and_finds_it_in_the_audit(
     page.click("form.filters button")
     entry = page.locator('#audit tr[data-action="release_lock"]')
     expect(entry).to_contain_text("sender host is gone")
-    expect(entry).to_contain_text(f"token:ui-admin")
+    expect(entry).to_contain_text("token:ui-admin")
     shot(page, "audit")
 
 
@@ -215,3 +215,25 @@ def test_a_large_job_waits_for_an_admin_who_approves_it_from_its_preview(
              20, "the approved job's first deliveries")
     assert sql(stack, "SELECT actor, reason FROM audit_log WHERE action = 'approve' AND target_id = %s", job_id) == [
         ("token:ui-admin", "copy checked with marketing")]
+
+
+def test_a_test_send_goes_out_like_any_item_under_the_guid_lease_and_the_ledger(
+        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
+    guid = f"ui-test-{uuid.uuid4().hex[:6]}"
+    login(page, console_url, tokens["tech_admin"])
+    page.click('nav a[data-nav="guids"]')
+    form = page.locator("#test-send form")
+    form.locator("input[name=guid]").fill(guid)
+    form.locator("input[name=content]").fill("sandbox check")
+    form.locator("button").click()
+    expect(page.locator("#flash")).to_contain_text("sent like any other item")
+    (item, key) = sql(stack, "SELECT item_id::text, idem_key FROM items WHERE guid = %s", guid)[0]
+    wait_for(lambda: sql(stack, "SELECT status::text FROM items WHERE item_id = %s", item) == [("confirmed",)], 30,
+             "the test send delivered")
+    assert sql(stack, "SELECT state FROM send_ledger WHERE idem_key = %s", key) == [("sent",)]
+    # It was claimed by a sender holding the guid's lease, not sent by the Control API.
+    owners = sql(stack, "SELECT payload ->> 'owner' FROM item_events WHERE item_id = %s AND type = 'ItemClaimed'", item)
+    assert owners and owners[0][0].startswith("sender-")
+    assert sql(stack, "SELECT owner IS NOT NULL OR epoch > 0 FROM guid_leases WHERE guid = %s", guid) == [(True,)]
+    sends = httpx.get(f"{stack.gateway_url}/_admin/sends?limit=1000", timeout=5).json()["sends"]
+    assert [(s["toId"], s["content"]) for s in sends if s["idempotencyKey"] == key] == [(SANDBOX, "sandbox check")]

@@ -9,15 +9,11 @@ import io
 import uuid
 from typing import Any
 
-import httpx
 import psycopg
 import pytest
 
 from pacer_common import cli
-from pacer_common.domain.failures import DEFAULT_CODE_TABLE
 from pacer_common.domain.tokens import token_hash
-from pacer_common.gateway import GatewayClient, make_client
-from pacer_dev.fakegateway.process import start_fake_gateway, stop
 from tests.integration.control_support import audit, control_api, move, rows
 from tests.integration.helpers import seed_job
 
@@ -535,36 +531,35 @@ def test_audit_log_filters_and_pages(database_url: str) -> None:
 # ---- tools ----------------------------------------------------------------------------------
 
 
-def test_test_send_reaches_only_sandbox_targets_and_is_audited(database_url: str) -> None:
-    url, proc = start_fake_gateway()
-    try:
-        async def go() -> None:
-            http = make_client(url, 5.0, max_connections=2)
-            try:
-                async with control_api(database_url, gateway=GatewayClient(http, DEFAULT_CODE_TABLE),
-                                       sandbox_targets=["sandbox-room"]) as api:
-                    body = {"guid": "g1", "to_id": "sandbox-room", "content": "hello from the runbook"}
-                    r = await api.post("/test-send", "operator", json=body)
-                    assert r.status_code == 403 and "needs 'tech_admin'" in r.json()["detail"]
-                    r = await api.post("/test-send", "tech_admin", json={**body, "to_id": "a-customer"})
-                    assert r.status_code == 403
-                    assert r.json()["detail"] == ("to_id 'a-customer' is not a sandbox target; test sends may only "
-                                                  "go to sandbox-room (PACER_CONTROL_SANDBOX_TARGETS)")
-                    r = await api.post("/test-send", "tech_admin", json=body)
-                    assert r.status_code == 200, r.text
-                    assert r.json()["sent"] is True and r.json()["idem_key"].startswith("test:")
-            finally:
-                await http.aclose()
+def test_test_send_reaches_only_sandbox_targets_and_is_queued_as_a_one_item_job(database_url: str) -> None:
+    async def go() -> dict[str, Any]:
+        async with control_api(database_url, sandbox_targets=["sandbox-room"]) as api:
+            body = {"guid": "g1", "to_id": "sandbox-room", "content": "hello from the runbook"}
+            r = await api.post("/test-send", "operator", json=body)
+            assert r.status_code == 403 and "needs 'tech_admin'" in r.json()["detail"]
+            r = await api.post("/test-send", "tech_admin", json={**body, "to_id": "a-customer"})
+            assert r.status_code == 403
+            assert r.json()["detail"] == ("to_id 'a-customer' is not a sandbox target; test sends may only "
+                                          "go to sandbox-room (PACER_CONTROL_SANDBOX_TARGETS)")
+            r = await api.post("/test-send", "tech_admin", json=body)
+            assert r.status_code == 200, r.text
+            return r.json()
 
-        asyncio.run(go())
-        sends = httpx.get(f"{url}/_admin/sends", timeout=5).json()
-    finally:
-        stop(proc)
-    assert sends["total"] == 1  # the refused ones never reached the gateway
-    assert [(s["guid"], s["toId"], s["content"]) for s in sends["sends"]] == [("g1", "sandbox-room", "hello from the runbook")]
+    made = asyncio.run(go())
+    assert made["queued"] is True and made["idem_key"] == f"test:{made['item_id']}"
+    # One pending item of a running one-item job, created by an event the reconciler turns into
+    # its command: from there the senders treat it like any other item.
+    (item,) = rows(database_url, "SELECT i.guid, i.to_id, i.content, i.status::text AS status, i.idem_key,"
+                                 " j.status AS job_status, j.created_by FROM items i JOIN jobs j USING (job_id)"
+                                 " WHERE i.item_id = %s", made["item_id"])
+    assert item == {"guid": "g1", "to_id": "sandbox-room", "content": "hello from the runbook", "status": "pending",
+                    "idem_key": made["idem_key"], "job_status": "running", "created_by": "token:tech_admin"}
+    assert rows(database_url, "SELECT type, to_status::text AS s FROM item_events WHERE item_id = %s",
+                made["item_id"]) == [{"type": "ItemTestSendCreated", "s": "pending"}]
+    assert rows(database_url, "SELECT count(*) AS n FROM items") == [{"n": 1}]  # the refused ones made nothing
     (entry,) = audit(database_url, "g1")
-    assert (entry["actor"], entry["action"], entry["after"]["to_id"]) == ("token:tech_admin", "test_send",
-                                                                          "sandbox-room")
+    assert (entry["actor"], entry["action"], entry["after"]["to_id"], entry["after"]["item_id"]) == (
+        "token:tech_admin", "test_send", "sandbox-room", made["item_id"])
 
 
 def test_test_send_is_refused_when_no_sandbox_is_configured(database_url: str) -> None:

@@ -1,4 +1,4 @@
-"""Wiring: a Postgres pool (and optionally a gateway) in, the Control API app out.
+"""Wiring: a Postgres pool in, the Control API (and the operator console) out.
 
 Tests build the app here with a pool of their own; ``main`` builds it from settings. Besides
 the API under /api/v1 the app serves /healthz, /readyz and /metrics (not in the OpenAPI
@@ -19,17 +19,16 @@ from pacer_common.ops import Health, add_ops_routes
 from pacer_control.adapters.postgres import PostgresControl
 from pacer_control.api import create_api
 from pacer_control.core import Control
-from pacer_control.ports import Gateway
 
 
-def build_app(pool: AsyncConnectionPool, *, gateway: Gateway | None = None, sandbox_targets: Iterable[str] = (),
+def build_app(pool: AsyncConnectionPool, *, sandbox_targets: Iterable[str] = (),
               registry: CollectorRegistry | None = None, health: Health | None = None,
               db_deadline_s: float = 5.0) -> FastAPI:
     """The Control API over ``pool``. If the pool is not open yet, the app's lifespan opens it
     (on the loop that serves the app) and closes it again at shutdown."""
     registry = registry or CollectorRegistry()
     health = health or Health()
-    control = Control(PostgresControl(pool, db_deadline_s), gateway, frozenset(sandbox_targets))
+    control = Control(PostgresControl(pool, db_deadline_s), frozenset(sandbox_targets))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -15,7 +15,6 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from pacer_common.domain.failures import SendError
 from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.domain.tokens import Role, token_hash
@@ -27,7 +26,6 @@ from pacer_control.domain.errors import (
     Invalid,
     NotFound,
     Unauthorized,
-    Unavailable,
 )
 from pacer_control.domain.filters import (
     MAX_RETRY,
@@ -49,7 +47,6 @@ from pacer_control.ports import (
     AuditEntry,
     ControlStore,
     ControlTx,
-    Gateway,
     NewToken,
     Row,
 )
@@ -67,11 +64,9 @@ def _json(value: Any) -> Any:
 
 
 class Control:
-    def __init__(self, store: ControlStore, gateway: Gateway | None = None,
-                 sandbox_targets: frozenset[str] = frozenset(),
+    def __init__(self, store: ControlStore, sandbox_targets: frozenset[str] = frozenset(),
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.store = store
-        self.gateway = gateway
         self.sandbox_targets = sandbox_targets
         self.clock = clock
 
@@ -328,26 +323,25 @@ class Control:
         return dry_run(valid, now, samples)
 
     async def test_send(self, guid: str, to_id: str, content: str, who: Principal) -> Row:
-        """One message to a sandbox target through the gateway. The audit record is written
-        before the call, so nothing is ever sent that the log does not show."""
+        """One message to a sandbox target, queued as a one-item job: a sender sends it under
+        the guid's lease, paced, with its key in the ledger, like every other item. Audited in
+        the same transaction."""
         if not self.sandbox_targets:
             raise Forbidden("test sends are disabled: PACER_CONTROL_SANDBOX_TARGETS lists no sandbox target")
         if to_id not in self.sandbox_targets:
             raise Forbidden(f"to_id {to_id!r} is not a sandbox target; test sends may only go to "
                             f"{', '.join(sorted(self.sandbox_targets))} (PACER_CONTROL_SANDBOX_TARGETS)")
-        if self.gateway is None:
-            raise Unavailable("test sends need a gateway, and none is configured (PACER_GATEWAY_URL)")
-        key = f"test:{uuid.uuid4()}"
-        await self.store.atomically(lambda tx: tx.audit(AuditEntry(
-            who.actor, "test_send", "guid", guid, None, None,
-            {"to_id": to_id, "idem_key": key, "content_chars": len(content)})))
-        try:
-            receipt = await self.gateway.send_text(guid, to_id, content, key)
-        except SendError as exc:
-            return {"sent": False, "idem_key": key, "failure_class": exc.failure_class.value, "code": exc.code,
-                    "message": exc.message}
-        return {"sent": True, "idem_key": key, "code": receipt.code, "msg_id": receipt.msg_id,
-                "message": receipt.msg, "latency_ms": round(receipt.latency_ms, 2)}
+
+        async def work(tx: ControlTx) -> Row:
+            made = await tx.test_send(str(uuid.uuid4()), str(uuid.uuid4()), guid, to_id, content, who.actor)
+            await tx.audit(AuditEntry(who.actor, "test_send", "guid", guid, None, None,
+                                      {"to_id": to_id, "job_id": made["job_id"], "item_id": made["item_id"],
+                                       "idem_key": made["idem_key"], "content_chars": len(content)}))
+            return {**made, "queued": True,
+                    "message": f"queued as job {made['job_id']}: sent like any other item (the guid's lease, "
+                               f"its pacing, the ledger); follow it at /jobs/{made['job_id']}"}
+
+        return await self.store.atomically(work)
 
     async def audit_log(self, f: AuditFilter) -> list[Row]:
         if f.after is not None and f.before is not None:

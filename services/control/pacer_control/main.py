@@ -1,16 +1,13 @@
-"""Composition root of the Control API: settings, pool, gateway client, uvicorn."""
+"""Composition root of the Control API: settings, pool, uvicorn."""
 
 from __future__ import annotations
 
 import logging
 
 from prometheus_client import CollectorRegistry
-from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.pool import open_pool
-from pacer_common.domain.failures import DEFAULT_CODE_TABLE
-from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.lifecycle import stop_event
 from pacer_common.ops import Health, serve
 from pacer_common.service import main_for
@@ -29,9 +26,8 @@ class ControlSettings(OpsSettings):
     db_pool_max: int = 10
     # How long an API call waits for an unreachable database before answering 503.
     db_deadline_s: float = 5.0
-    gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL")
-    gateway_timeout_s: float = 10.0
-    # Comma-separated to_ids that POST /test-send may send to; empty: test sends are refused.
+    # Comma-separated to_ids that POST /test-send may send to (as one-item jobs, through the
+    # senders like any item); empty: test sends are refused.
     sandbox_targets: str = ""
 
     def sandbox(self) -> frozenset[str]:
@@ -43,8 +39,7 @@ async def run(pg: PostgresSettings, cfg: ControlSettings) -> None:
     registry, health = CollectorRegistry(), Health()
     pool = await open_pool(pg.database_url.get_secret_value(), min_size=1, max_size=cfg.db_pool_max,
                            name="pacer-control")
-    http = make_client(cfg.gateway_url, cfg.gateway_timeout_s, max_connections=4)
-    app = build_app(pool, gateway=GatewayClient(http, DEFAULT_CODE_TABLE), sandbox_targets=cfg.sandbox(),
+    app = build_app(pool, sandbox_targets=cfg.sandbox(),
                     registry=registry, health=health, db_deadline_s=cfg.db_deadline_s)
     server, task = await serve(app, cfg.ops_host, cfg.port)
     health.set_ready(True, "serving")
@@ -55,7 +50,6 @@ async def run(pg: PostgresSettings, cfg: ControlSettings) -> None:
         health.set_ready(False, "stopping")
         server.should_exit = True
         await task
-        await http.aclose()
         await pool.close()
         log.info("control stopped")
 

@@ -32,13 +32,14 @@ EventType = Literal[
     "ItemExpired",
     "ItemCancelled",
     "ItemCompensationCreated",
+    "ItemTestSendCreated",
     "ItemReleased",
     "ItemSuperseded",
 ]
 
 SCHEMA_VERSION = 1
 # Events that create an item rather than move it (from_status = to_status = pending).
-CREATION_EVENTS = frozenset({"ItemCompensationCreated"})
+CREATION_EVENTS = frozenset({"ItemCompensationCreated", "ItemTestSendCreated"})
 # The only event that moves an item to the status it is in: a lifted hold (pending → pending)
 # that makes the reconciler publish its command again.
 SELF_EVENTS = frozenset({"ItemReleased"})

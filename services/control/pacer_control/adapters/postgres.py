@@ -119,6 +119,12 @@ class _Tx:
                                                            "statuses": [s.value for s in CANCELLABLE]})
         return [r["item_id"] for r in rows]
 
+    async def test_send(self, job_id: str, item_id: str, guid: str, to_id: str, content: str, actor: str) -> Row:
+        row = await _row(self.conn, "test_send", {"job": job_id, "item": item_id, "guid": guid, "to_id": to_id,
+                                                  "content": content, "actor": actor})
+        assert row is not None  # pacer_test_send always answers
+        return row
+
     async def resolve_unverified(self, item_id: str, delivered: bool, actor: str, reason: str) -> ActionResult:
         row = await _row(self.conn, "resolve_unverified", {"item": item_id, "delivered": delivered, "actor": actor,
                                                           "reason": reason})

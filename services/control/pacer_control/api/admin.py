@@ -83,7 +83,8 @@ async def dry_run(http: Request, ctl: Ctl,
 
 
 @router.post("/test-send", response_model=TestSendResponse, tags=["tools"],
-             summary="Send one message to a sandbox target (PACER_CONTROL_SANDBOX_TARGETS) through the gateway",
+             summary="Queue one message to a sandbox target (PACER_CONTROL_SANDBOX_TARGETS), sent like any item: "
+                     "lease, pacing, ledger",
              **guard("gateway.test_send", 422, 503))
 async def test_send(body: TestSendBody, ctl: Ctl, who: Caller) -> dict[str, Any]:
     return await ctl.test_send(body.guid, body.to_id, body.content, who)

@@ -268,7 +268,9 @@ class DryRunResponse(BaseModel):
 
 
 class TestSendResponse(_Out):
-    sent: bool
+    queued: bool
+    job_id: str
+    item_id: str
     idem_key: str
     message: str
 

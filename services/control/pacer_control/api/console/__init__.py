@@ -229,7 +229,7 @@ async def bulk_cancel(request: Request, job_id: JobId, ctl: Ctl, who: Caller) ->
 async def guids(request: Request, ctl: Ctl, who: Caller, paused: bool = False, after: str | None = None
                 ) -> HTMLResponse:
     rows = await ctl.guids(who, paused, 200, after or None)
-    return _render(request, "guids.html", who, guids=rows, paused=paused)
+    return _render(request, "guids.html", who, guids=rows, paused=paused, sandbox=sorted(ctl.sandbox_targets))
 
 
 @router.post("/guids/{guid}/pause", response_class=HTMLResponse, **guard("guids.pause"))
@@ -251,6 +251,14 @@ async def set_limits(request: Request, guid: GuidPath, ctl: Ctl, who: Caller) ->
         raise Invalid("give at least one limit (min_interval_s, per_hour, per_day)")
     row = await ctl.set_limits(guid, values, who, _text(form, "reason"))
     return _flash(request, f"limits of {guid} now {row['limits']}; {row['message']}")
+
+
+@router.post("/test-send", response_class=HTMLResponse, **guard("gateway.test_send"))
+async def test_send(request: Request, ctl: Ctl, who: Caller) -> HTMLResponse:
+    form = await _form(request)
+    made = await ctl.test_send(_text(form, "guid", True, 256) or "", _text(form, "to_id", True, 256) or "",
+                               _text(form, "content", True, 4096) or "", who)
+    return _flash(request, made["message"])
 
 
 @router.get("/locks", response_class=HTMLResponse, **guard("locks.view"))
