@@ -13,7 +13,7 @@ import pytest
 from pacer_common.db.pool import open_pool
 from pacer_common.kafka import ensure_topics, make_producer
 from pacer_planner.adapters.kafka import KafkaCommandBus
-from pacer_planner.adapters.postgres import PostgresJobStore
+from pacer_planner.adapters.postgres import ApprovalPolicy, PostgresJobStore
 from pacer_planner.core import Handled, Planner
 from tests.integration.helpers import read_topic
 
@@ -36,11 +36,12 @@ def topics(kafka_config: dict[str, str], topic_prefix: str) -> dict[str, str]:
 
 
 def run(url: str, kafka_config: dict[str, str], topics: dict[str, str], bodies: list[bytes],
-        limit: int = 100_000, max_shard_items: int = 50_000) -> list[Handled]:
+        limit: int = 100_000, max_shard_items: int = 50_000, approval: ApprovalPolicy | None = None) -> list[Handled]:
     async def go() -> list[Handled]:
         pool = await open_pool(url, min_size=1, max_size=2)
         bus = KafkaCommandBus(make_producer(kafka_config), lambda lane: topics[lane], topics["dlq"])
-        planner = Planner(PostgresJobStore(pool), bus, max_backlog_per_guid=limit, max_shard_items=max_shard_items)
+        planner = Planner(PostgresJobStore(pool, approval), bus, max_backlog_per_guid=limit,
+                          max_shard_items=max_shard_items)
         try:
             return [await planner.handle(None, b) for b in bodies]
         finally:
@@ -136,3 +137,34 @@ def test_a_job_is_stored_with_a_synchronous_commit_when_the_database_default_is_
     assert h.outcome == "planned"
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT setting FROM sync_probe").fetchall() == [("on",)]
+
+
+def job_status(url: str, rid: str) -> tuple[str, str | None]:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT status, paused_reason FROM jobs WHERE request_id = %s", (rid,)).fetchone()  # type: ignore[return-value]
+
+
+def test_a_job_above_the_approval_size_waits_for_approval_and_a_smaller_one_runs(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    run(database_url, kafka_config, topics, [request("big", 4), request("small", 3)], approval=ApprovalPolicy(3))
+    assert job_status(database_url, "big") == ("awaiting_approval", "awaiting approval: 4 items, above 3")
+    assert job_status(database_url, "small") == ("running", None)
+
+
+def test_new_content_waits_for_approval_until_an_admin_approved_that_message(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    policy = ApprovalPolicy(new_content=True)
+    run(database_url, kafka_config, topics, [request("first", 2)], approval=policy)
+    assert job_status(database_url, "first") == (
+        "awaiting_approval", "awaiting approval: new content (first send of this message)")
+    with psycopg.connect(database_url) as conn:
+        (job,) = conn.execute("SELECT job_id FROM jobs WHERE request_id = 'first'").fetchone()  # type: ignore[misc]
+        assert conn.execute("SELECT outcome FROM pacer_decide_approval(%s, true, 'token:a', 'ok')",
+                            (job,)).fetchone() == ("done",)
+    run(database_url, kafka_config, topics, [request("second", 2)], approval=policy)
+    assert job_status(database_url, "first") == ("running", None)
+    assert job_status(database_url, "second") == ("running", None)  # the same message, approved before
+    other = json.loads(request("third", 2))
+    other["message"]["content"] = "a different text {n}"
+    run(database_url, kafka_config, topics, [json.dumps(other).encode()], approval=policy)
+    assert job_status(database_url, "third")[0] == "awaiting_approval"

@@ -1,0 +1,163 @@
+"""The console's server side and the use cases it added, on a real Postgres: parts guarded
+like the API, in-doubt sends resolved through the ledger, approvals, bulk cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import psycopg
+
+from tests.integration.control_support import audit, control_api, move, rows
+from tests.integration.helpers import seed_job
+
+
+def unverified(url: str, item: str, key: str) -> None:
+    """``item`` (pending) in doubt for good, its key reserved in the ledger, as a lost answer leaves it."""
+    with psycopg.connect(url) as conn:
+        for src, dst, typ in (("pending", "claimed", "ItemClaimed"), ("claimed", "submitted", "ItemSubmitted"),
+                              ("submitted", "recovery_pending", "ItemInDoubt"),
+                              ("recovery_pending", "unverified", "ItemUnverified")):
+            conn.execute("SELECT pacer_transition(ARRAY[%s::uuid], ARRAY[%s]::item_status[], %s::item_status, %s,"
+                         " p_lease_owner => 'w1', p_lease_ttl => interval '30 s', p_clear_lease => %s)",
+                         (item, src, dst, typ, dst != "claimed"))
+        conn.execute("INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)"
+                     " SELECT idem_key, item_id, guid, to_id, 'reserved' FROM items WHERE item_id = %s", (item,))
+    assert key
+
+
+def test_in_doubt_sends_are_listed_and_resolved_through_the_ledger_by_a_tech_admin(database_url: str) -> None:
+    _, _, (sent, lost, other) = seed_job(database_url, {"g1": 3})
+    for item in (sent, lost):
+        unverified(database_url, item, "k")
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            r = await api.get("/in-doubt", "operator")
+            assert r.status_code == 200
+            listed = {i["item_id"]: i for i in r.json()["items"]}
+            assert set(listed) == {sent, lost}
+            assert listed[sent]["ledger_state"] == "reserved"
+            assert [e["type"] for e in listed[sent]["events"]] == [
+                "ItemClaimed", "ItemSubmitted", "ItemInDoubt", "ItemUnverified"]
+
+            body = {"delivered": True, "reason": "recipient confirmed"}
+            r = await api.post(f"/items/{sent}/resolve", "operator", json=body)
+            assert r.status_code == 403 and "may not resolve in-doubt sends" in r.json()["detail"]
+            r = await api.post(f"/items/{sent}/resolve", "tech_admin", json={"delivered": True})
+            assert r.status_code == 422  # a reason is required
+            r = await api.post(f"/items/{sent}/resolve", "tech_admin", json=body)
+            assert (r.status_code, r.json()["status"]) == (200, "confirmed"), r.text
+            r = await api.post(f"/items/{lost}/resolve", "tech_admin",
+                               json={"delivered": False, "reason": "not in the recipient's chat"})
+            assert (r.status_code, r.json()["status"]) == (200, "pending"), r.text
+            r = await api.post(f"/items/{other}/resolve", "tech_admin", json=body)
+            assert r.status_code == 409 and "not unverified" in r.json()["detail"]
+            r = await api.post(f"/items/{sent}/resolve", "tech_admin", json=body)
+            assert r.status_code == 409  # decided once
+            assert (await api.get("/in-doubt", "operator")).json()["items"] == []
+
+    asyncio.run(go())
+    status = {r["item_id"]: (r["status"], r["state"]) for r in rows(
+        database_url, "SELECT i.item_id::text, i.status::text, l.state FROM items i"
+                      " LEFT JOIN send_ledger l ON l.item_id = i.item_id WHERE i.item_id = ANY(%s::uuid[])",
+        [sent, lost])}
+    # Delivered: confirmed and its key stays used; not delivered: pending again, key free to send.
+    assert status == {sent: ("confirmed", "sent"), lost: ("pending", None)}
+    assert [(e["type"], e["to_status"]) for e in rows(
+        database_url, "SELECT type, to_status::text FROM item_events WHERE item_id = %s ORDER BY version", lost)][-1] \
+        == ("ItemResolvedNotDelivered", "pending")
+    assert [(a["actor"], a["action"], a["reason"], a["after"]["delivered"]) for a in audit(database_url, sent)] == [
+        ("token:tech_admin", "resolve", "recipient confirmed", True)]
+    assert [(a["action"], a["after"]["status"]) for a in audit(database_url, lost)] == [("resolve", "pending")]
+
+
+def test_approve_starts_a_waiting_job_and_reject_cancels_one_without_a_send(database_url: str) -> None:
+    good, _, _ = seed_job(database_url, {"g1": 2})
+    bad, _, bad_items = seed_job(database_url, {"g2": 2})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE jobs SET status = 'awaiting_approval', paused_reason = 'awaiting approval: test'"
+                     " WHERE job_id = ANY(%s::uuid[])", ([good, bad],))
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            r = await api.get("/approvals", "operator")
+            assert r.status_code == 200
+            waiting = {j["job_id"]: j for j in r.json()["jobs"]}
+            assert set(waiting) == {good, bad}
+            assert waiting[good]["projection"]["items"] == 2 and waiting[good]["samples"][0]["content"] == "hi"
+            assert (await api.post(f"/jobs/{good}/resume", "operator")).status_code == 409  # no way around it
+            assert (await api.post(f"/jobs/{good}/approve", "tech_admin")).status_code == 403
+            r = await api.post(f"/jobs/{good}/approve", "admin", json={"reason": "checked"})
+            assert (r.status_code, r.json()["status"]) == (200, "running"), r.text
+            assert (await api.post(f"/jobs/{good}/approve", "admin")).status_code == 409
+            assert (await api.post(f"/jobs/{bad}/reject", "admin", json={})).status_code == 422  # reason required
+            r = await api.post(f"/jobs/{bad}/reject", "admin", json={"reason": "wrong audience"})
+            assert (r.status_code, r.json()["status"]) == (200, "cancelled"), r.text
+
+    asyncio.run(go())
+    assert {r["status"] for r in rows(database_url, "SELECT status::text FROM items WHERE job_id = %s", bad)} == {
+        "abandoned"}
+    assert len(bad_items) == 2
+    assert rows(database_url, "SELECT count(*) AS n FROM approved_contents WHERE job_id = %s", good) == [{"n": 1}]
+    assert [(a["action"], a["reason"]) for a in audit(database_url, good)] == [("approve", "checked")]
+    assert [a["action"] for a in audit(database_url, bad)] == ["reject", "cancel"]
+
+
+def test_bulk_cancel_by_guid_cancels_only_items_not_taken_yet_with_one_audit_record(database_url: str) -> None:
+    job, _, items = seed_job(database_url, {"g1": 3, "g2": 2})
+    g1 = [i["item_id"] for i in rows(database_url, "SELECT item_id::text FROM items WHERE guid = 'g1' ORDER BY 1")]
+    move(database_url, g1[:1], "claimed")
+
+    async def go() -> dict[str, Any]:
+        async with control_api(database_url) as api:
+            r = await api.post(f"/jobs/{job}/cancel-items", "operator", json={"guid": "g1", "reason": "wrong list"})
+            assert r.status_code == 200, r.text
+            return r.json()["totals"]
+
+    assert asyncio.run(go())["cancelled"] == 2
+    by_guid = rows(database_url, "SELECT guid, status::text, count(*)::int AS n FROM items GROUP BY 1, 2 ORDER BY 1, 2")
+    assert [(r["guid"], r["status"], r["n"]) for r in by_guid] == [
+        ("g1", "abandoned", 2), ("g1", "claimed", 1), ("g2", "pending", 2)]
+    (entry,) = [a for a in audit(database_url, job) if a["action"] == "cancel_items"]
+    assert (entry["actor"], entry["reason"], entry["after"]["cancelled"]) == ("token:operator", "wrong list", 2)
+    assert len(items) == 5
+
+
+def test_console_pages_hold_no_data_and_parts_are_guarded_like_the_api(database_url: str) -> None:
+    job, _, _ = seed_job(database_url, {"g1": 2})
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            c = api.client
+            page = await c.get("http://control/console/jobs")
+            assert page.status_code == 200 and "default-src 'self'" in page.headers["content-security-policy"]
+            assert job not in page.text and "set-cookie" not in page.headers
+            assert (await c.get("http://control/console/part/jobs")).status_code == 401
+            r = await c.get("http://control/console/part/jobs", headers=api.auth("operator"))
+            assert r.status_code == 200 and job in r.text
+            r = await c.get("http://control/console/part/locks", headers=api.auth("operator"))
+            assert r.status_code == 403
+            assert (await c.get("http://control/console/part/locks", headers=api.auth("tech_admin"))).status_code == 200
+            r = await c.post(f"http://control/console/part/jobs/{job}/terminate", headers=api.auth("operator"))
+            assert r.status_code == 403
+            r = await c.post(f"http://control/console/part/jobs/{job}/pause", headers=api.auth("operator"),
+                             content="reason=from+the+console")
+            assert r.status_code == 200 and "running → paused" in r.text
+            r = await c.get(f"http://control/console/part/jobs/{job}", headers=api.auth("operator"))
+            assert "Cancel does not undo messages already sent" in r.text
+            assert "act-terminate" not in r.text and "act-pause" in r.text
+            r = await c.get(f"http://control/console/part/jobs/{job}", headers=api.auth("tech_admin"))
+            assert "act-terminate" in r.text
+
+            # Swagger UI and the console's script come from Pacer itself, never from elsewhere.
+            docs = await c.get("http://control/api/v1/docs")
+            assets = re.findall(r'(?:src|href)="([^"]+)"', docs.text + page.text)
+            assert assets and all(a.startswith("/") for a in assets), assets
+            for a in assets:
+                assert (await c.get(f"http://control{a}")).status_code == 200, a
+
+    asyncio.run(go())
+    (entry,) = audit(database_url, job)
+    assert (entry["actor"], entry["action"], entry["reason"]) == ("token:operator", "pause", "from the console")

@@ -1,0 +1,74 @@
+"""What the console shows: progress, stalled shards, failure examples, projected durations."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pacer_control.domain.views import (
+    DEFAULT_INTERVAL_S,
+    STALLED_AFTER_S,
+    ago,
+    describe_totals,
+    duration,
+    examples,
+    number,
+    progress,
+    projection,
+    stalled,
+)
+
+NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+STATUSES = ["pending", "claimed", "submitted", "confirmed", "failed", "waiting_retry", "abandoned", "expired",
+            "recovery_pending", "unverified"]
+
+
+@given(st.dictionaries(st.sampled_from(STATUSES), st.integers(0, 10_000)), st.integers(0, 50_000))
+def test_progress_parts_add_up_and_never_pass_a_hundred_percent(counts: dict[str, int], total: int) -> None:
+    p = progress(counts, total)
+    assert p["delivered"] + p["failed"] + p["open"] == p["total"] >= sum(counts.values())
+    assert 0 <= p["delivered_pct"] + p["failed_pct"] <= 100.2  # rounding of two shares
+    assert p["done"] == p["delivered"] + p["failed"]
+
+
+def test_progress_counts_undelivered_outcomes_as_failed_and_the_rest_as_open() -> None:
+    p = progress({"confirmed": 5, "failed": 2, "unverified": 1, "expired": 1, "abandoned": 1, "pending": 10}, 20)
+    assert (p["delivered"], p["failed"], p["open"], p["done_pct"]) == (5, 5, 10, 50.0)
+
+
+def shard(last: datetime | None, status: str = "running", pending: int = 3) -> dict[str, object]:
+    return {"status": status, "counts": {"pending": pending, "confirmed": 1}, "total": pending + 1,
+            "last_progress_at": last}
+
+
+def test_a_running_shard_with_open_items_and_no_recent_progress_is_stalled() -> None:
+    old = NOW - timedelta(seconds=STALLED_AFTER_S + 1)
+    assert stalled("running", shard(old), NOW)
+    assert not stalled("running", shard(NOW - timedelta(seconds=5)), NOW)
+    assert not stalled("paused", shard(old), NOW)  # a paused job is not stalled: it waits on purpose
+    assert not stalled("running", shard(old, status="paused"), NOW)
+    assert not stalled("running", shard(old, pending=0), NOW)  # nothing left to send
+
+
+def test_examples_keep_a_few_items_of_each_category_in_order() -> None:
+    items = [{"last_error_class": c, "to_id": f"r{i}"} for i, c in enumerate("aabaaab")]
+    ex = examples(items, per_class=2)
+    assert {k: [i["to_id"] for i in v] for k, v in ex.items()} == {"a": ["r0", "r1"], "b": ["r2", "r6"]}
+
+
+def test_projection_is_the_slowest_guid_at_its_interval_or_the_default() -> None:
+    p = projection([{"guid": "g1", "items": 100, "interval_s": 2.0}, {"guid": "g2", "items": 300, "interval_s": None}])
+    assert p["items"] == 400
+    assert p["seconds"] == 300 * DEFAULT_INTERVAL_S and p["slowest_guid"] == "g2"
+    assert projection([]) == {"guids": [], "seconds": 0.0, "slowest_guid": None, "items": 0}
+
+
+def test_words_for_durations_ages_totals_and_numbers() -> None:
+    assert [duration(s) for s in (45, 720, 12_600)] == ["45 s", "12 min", "3.5 h"]
+    assert [ago(NOW - timedelta(seconds=s), NOW) for s in (3, 600, 10_800)] == ["3 s ago", "10 min ago", "3 h ago"]
+    assert ago(None, NOW) == "never"
+    assert describe_totals({"created": 3, "conflict": 0, "already_queued": 1}) == "created 3, already_queued 1"
+    assert describe_totals({"created": 0}) == "no item matched"
+    assert (number("2"), number("2.5"), number("22:00-08:00")) == (2, 2.5, "22:00-08:00")
