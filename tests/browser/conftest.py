@@ -82,7 +82,7 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    ctx = browser.new_context(viewport={"width": 1100, "height": 900})
     ctx.set_default_timeout(10_000)
     p = ctx.new_page()
     try:
@@ -100,7 +100,9 @@ def login(page: Page, console_url: str, token: str) -> None:
 
 
 def shot(page: Page, name: str) -> Path:
+    """The whole page, and its first screenful (what README shows) as ``<name>-top.png``."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}-top.png"), clip={"x": 0, "y": 0, "width": 1100, "height": 620})
     return path

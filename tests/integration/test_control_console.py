@@ -147,7 +147,7 @@ def test_console_pages_hold_no_data_and_parts_are_guarded_like_the_api(database_
             assert r.status_code == 200 and "running → paused" in r.text
             r = await c.get(f"http://control/console/part/jobs/{job}", headers=api.auth("operator"))
             assert "Cancel does not undo messages already sent" in r.text
-            assert "act-terminate" not in r.text and "act-pause" in r.text
+            assert "act-terminate" not in r.text and "act-resume" in r.text and "act-pause" not in r.text
             r = await c.get(f"http://control/console/part/jobs/{job}", headers=api.auth("tech_admin"))
             assert "act-terminate" in r.text
 

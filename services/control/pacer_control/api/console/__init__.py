@@ -44,7 +44,12 @@ PAGES = {"jobs": "Jobs", "approvals": "Approvals", "guids": "Guids", "locks": "L
 PAGE_ACTION: dict[str, Action] = {"jobs": "jobs.view", "approvals": "jobs.view", "guids": "guids.health", "locks": "locks.view",
                                   "in-doubt": "items.view", "audit": "audit.view"}
 
-# What each job action does, said on screen and in its confirmation.
+# The job statuses each action applies to (the buttons offered), and what it does, said on
+# screen and in its confirmation.
+JOB_ACTION_FROM: dict[str, tuple[str, ...]] = {
+    "pause": ("running",), "resume": ("paused", "terminated"),
+    "cancel": ("running", "paused", "terminated", "awaiting_approval"), "terminate": ("running", "paused"),
+}
 JOB_ACTIONS: dict[str, tuple[Action, str]] = {
     "pause": ("jobs.pause", "Pause: no new sends start; sends already in flight finish. Resumable."),
     "resume": ("jobs.resume", "Resume: pending items start sending again."),
@@ -55,7 +60,8 @@ JOB_ACTIONS: dict[str, tuple[Action, str]] = {
 }
 
 templates = Jinja2Templates(directory=str(HERE.joinpath("templates")))
-templates.env.globals.update(STATIC=STATIC, HTMX=HTMX, PAGES=PAGES, JOB_ACTIONS=JOB_ACTIONS)
+templates.env.globals.update(STATIC=STATIC, HTMX=HTMX, PAGES=PAGES, JOB_ACTIONS=JOB_ACTIONS,
+                             JOB_ACTION_FROM=JOB_ACTION_FROM)
 templates.env.filters["ts"] = lambda v: v.strftime("%Y-%m-%d %H:%M:%S") if isinstance(v, datetime) else (v or "–")
 templates.env.filters["ago"] = lambda v: views.ago(v, datetime.now(UTC))
 templates.env.filters["duration"] = views.duration
@@ -78,8 +84,7 @@ def _page(request: Request, name: str, part: str, title: str) -> HTMLResponse:
     query = request.url.query
     return templates.TemplateResponse(request, "shell.html", {
         "page": name, "title": title, "part": f"{PREFIX}/part/{part}" + (f"?{query}" if query else ""),
-        # After an action a list shows its effect; a job page refreshes its progress itself.
-        "refresh": part == name},
+        "refresh": True},  # after an action the page shows its effect
         headers={"Content-Security-Policy": CSP, "Cache-Control": "no-store"})
 
 
@@ -184,7 +189,7 @@ async def job_progress(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -
         s["progress"] = views.progress(s["counts"], s["total"])
         s["stalled"] = views.stalled(row["status"], s, now)
     return _render(request, "job_progress.html", who, job=row, progress=views.progress(row["counts"], row["total"]),
-                   failed=failed[:50], examples=views.examples(failed), rendered=now.timestamp())
+                   failed=failed[:20], examples=views.examples(failed), rendered=now.timestamp())
 
 
 def _job_action(action: str) -> Any:
