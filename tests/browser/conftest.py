@@ -93,6 +93,7 @@ def page(browser: Browser) -> Iterator[Page]:
 
 def login(page: Page, console_url: str, token: str) -> None:
     page.goto(f"{console_url}/login")
+    shot(page, "login")
     page.fill("#token", token)
     page.click("button[type=submit]")
     page.wait_for_url(f"{console_url}/jobs")

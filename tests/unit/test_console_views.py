@@ -11,6 +11,7 @@ from pacer_control.domain.views import (
     DEFAULT_INTERVAL_S,
     STALLED_AFTER_S,
     ago,
+    changes,
     describe_totals,
     duration,
     examples,
@@ -72,3 +73,10 @@ def test_words_for_durations_ages_totals_and_numbers() -> None:
     assert describe_totals({"created": 3, "conflict": 0, "already_queued": 1}) == "created 3, already_queued 1"
     assert describe_totals({"created": 0}) == "no item matched"
     assert (number("2"), number("2.5"), number("22:00-08:00")) == (2, 2.5, "22:00-08:00")
+
+
+def test_an_audit_entry_shows_only_what_changed() -> None:
+    assert changes({"status": "running", "paused_reason": None}, {"status": "paused", "paused_reason": "x"}) == [
+        ("status", "running", "paused"), ("paused_reason", None, "x")]
+    assert changes(None, {"outcome": "done"}) == [("outcome", None, "done")]
+    assert changes({"epoch": 7}, {"epoch": 7}) == []

@@ -121,3 +121,9 @@ def duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[tuple[str, Any, Any]]:
+    """What an audited action changed: ``(field, before, after)`` for each field that differs."""
+    b, a = dict(before or {}), dict(after or {})
+    return [(k, b.get(k), a.get(k)) for k in dict.fromkeys([*b, *a]) if b.get(k) != a.get(k)]

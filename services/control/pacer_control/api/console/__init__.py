@@ -65,6 +65,7 @@ templates.env.globals.update(STATIC=STATIC, HTMX=HTMX, PAGES=PAGES, JOB_ACTIONS=
 templates.env.filters["ts"] = lambda v: v.strftime("%Y-%m-%d %H:%M:%S") if isinstance(v, datetime) else (v or "–")
 templates.env.filters["ago"] = lambda v: views.ago(v, datetime.now(UTC))
 templates.env.filters["duration"] = views.duration
+templates.env.globals["changes"] = views.changes
 
 pages = APIRouter(include_in_schema=False)
 router = APIRouter(prefix=f"{PREFIX}/part", include_in_schema=False)
