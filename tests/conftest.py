@@ -6,10 +6,12 @@ own, so tests never see each other's rows or messages.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -39,17 +41,43 @@ def _with_db(url: str, name: str) -> str:
     return f"{head}/{name}"
 
 
-@pytest.fixture
-def database_url(infra_env: object) -> Iterator[str]:
-    """A fresh, migrated database for this test; dropped afterwards."""
+@contextlib.contextmanager
+def cloned_database(infra_env: object, prefix: str = "t") -> Iterator[str]:
+    """A fresh database cloned from the migrated template; dropped afterwards."""
     base = infra_env.database_url  # type: ignore[attr-defined]
-    name = f"t_{uuid.uuid4().hex[:16]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:16]}"
     admin = _with_db(base, "postgres")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
-    yield _with_db(base, name)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    try:
+        yield _with_db(base, name)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@contextlib.contextmanager
+def stack_on(infra_env: Any, state: Path, topic_prefix: str, env_extra: dict[str, str]) -> Iterator[Any]:
+    """A ``pacer_dev.stack.Stack`` on a database of its own and the session's Kafka, topics
+    made; the caller starts the gateway and services. Everything is stopped and dropped after."""
+    from pacer_dev.infra import Infra
+    from pacer_dev.stack import Stack, prepare
+
+    with cloned_database(infra_env, "stack") as url:
+        st = Stack(state, Infra(infra_env.kafka_bootstrap, url, state), topic_prefix=topic_prefix,
+                   env_extra=env_extra)
+        prepare(url, {"bootstrap.servers": infra_env.kafka_bootstrap}, topic_prefix)
+        try:
+            yield st
+        finally:
+            st.stop_all()
+
+
+@pytest.fixture
+def database_url(infra_env: object) -> Iterator[str]:
+    """A fresh, migrated database for this test; dropped afterwards."""
+    with cloned_database(infra_env) as url:
+        yield url
 
 
 @pytest.fixture

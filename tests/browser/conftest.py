@@ -13,14 +13,13 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import psycopg
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from pacer_dev.browser import chromium_path
 from pacer_dev.infra import Infra
-from pacer_dev.stack import Stack, prepare
-from tests.conftest import TEMPLATE, _with_db
+from pacer_dev.stack import Stack
+from tests.conftest import stack_on
 from tests.integration.control_support import make_tokens
 
 ARTIFACTS = Path(".pacer/artifacts/console")
@@ -31,31 +30,18 @@ SANDBOX = "sandbox-room"  # the fake gateway answers 40001 (bad_params) for ever
 
 @pytest.fixture(scope="module")
 def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    name = f"ui_{uuid.uuid4().hex[:12]}"
-    admin = _with_db(infra_env.database_url, "postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
-    url = _with_db(infra_env.database_url, name)
-    state = tmp_path_factory.mktemp("ui-stack")
-    inf = Infra(infra_env.kafka_bootstrap, url, Path(state))
-    st = Stack(Path(state), inf, topic_prefix=f"u{uuid.uuid4().hex[:10]}", env_extra={
+    with stack_on(infra_env, tmp_path_factory.mktemp("ui-stack"), f"u{uuid.uuid4().hex[:10]}", {
         "PACER_SENDER_MIN_INTERVAL_MS": "150",  # slow enough to watch progress move
         "PACER_SENDER_JITTER_MS": "5",
         "PACER_RECONCILER_SWEEP_INTERVAL_S": "0.5",
-    })
-    prepare(url, {"bootstrap.servers": inf.kafka_bootstrap}, st.topic_prefix)
-    st.start_gateway(fail_guids={FAILING_GUID: 40001})
-    try:
+    }) as st:
+        st.start_gateway(fail_guids={FAILING_GUID: 40001})
         # A job of more than APPROVAL_ABOVE items waits for an admin's approval.
         st.start_service("planner", PACER_PLANNER_APPROVAL_ABOVE_ITEMS=str(APPROVAL_ABOVE))
         for kind in ("reconciler", "sender"):
             st.start_service(kind)
         st.start_service("control", PACER_CONTROL_SANDBOX_TARGETS=SANDBOX)
         yield st
-    finally:
-        st.stop_all()
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture(scope="module")

@@ -9,42 +9,28 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from pacer_dev.infra import Infra
-from pacer_dev.stack import Stack, prepare
-from tests.conftest import TEMPLATE, _with_db
+from pacer_dev.stack import Stack
+from tests.conftest import stack_on
 
 
 @pytest.fixture(scope="module")
 def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    name = f"e2e_{uuid.uuid4().hex[:12]}"
-    admin = _with_db(infra_env.database_url, "postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
-    url = _with_db(infra_env.database_url, name)
-    state = tmp_path_factory.mktemp("stack")
-    inf = Infra(infra_env.kafka_bootstrap, url, Path(state))
-    st = Stack(Path(state), inf, topic_prefix=f"e{uuid.uuid4().hex[:10]}", env_extra={
+    with stack_on(infra_env, tmp_path_factory.mktemp("stack"), f"e{uuid.uuid4().hex[:10]}", {
         "PACER_SENDER_MIN_INTERVAL_MS": "10",
         "PACER_SENDER_JITTER_MS": "5",
         "PACER_RECONCILER_SWEEP_INTERVAL_S": "0.5",
         "PACER_SENDER_MAX_BUFFERED": "100",  # small, so a backlog is read from Postgres
         "PACER_SENDER_SWEEP_S": "2",  # work without a command is found within seconds
-    })
-    prepare(url, {"bootstrap.servers": inf.kafka_bootstrap}, st.topic_prefix)
-    st.start_gateway(min_interval_ms=8)
-    try:
+    }) as st:
+        st.start_gateway(min_interval_ms=8)
         for kind in ("planner", "reconciler"):
             st.start_service(kind)
         st.start_service("sender", "sender-1")
         st.start_service("sender", "sender-2")
         yield st
-    finally:
-        st.stop_all()
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.hookimpl(hookwrapper=True)
