@@ -386,16 +386,18 @@ def test_guid_pause_resume_and_forced_lease_release(database_url: str) -> None:
             paused = (await api.get("/guids?paused=true", "operator")).json()["guids"]
             assert [g["guid"] for g in paused] == ["g1"] and "owner" not in paused[0]
 
-            r = await api.post("/guids/g1/release-lock", "tech_admin")
+            r = await api.post("/guids/g1/release-lock", "tech_admin", json={"reason": "x"})
             assert r.status_code == 403
+            r = await api.post("/guids/g1/release-lock", "admin")
+            assert r.status_code == 422  # a forced release must say why
             r = await api.post("/guids/g1/release-lock", "admin", json={"reason": "sender host is gone"})
             assert r.status_code == 200, r.text
             body = r.json()
             assert "The holder is fenced" in body["message"] and "now epoch 2" in body["message"]
             assert (body["previous_owner"], body["epoch"]) == ("sender-a", 2)
-            again = (await api.post("/guids/g1/release-lock", "admin")).json()
+            again = (await api.post("/guids/g1/release-lock", "admin", json={"reason": "again"})).json()
             assert again["outcome"] == "noop"
-            assert (await api.post("/guids/nobody/release-lock", "admin")).status_code == 404
+            assert (await api.post("/guids/nobody/release-lock", "admin", json={"reason": "x"})).status_code == 404
 
             r = await api.post("/guids/g1/resume", "operator")
             assert (r.status_code, r.json()["outcome"]) == (200, "done")

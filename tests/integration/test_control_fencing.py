@@ -120,11 +120,11 @@ def test_a_claimed_item_released_goes_back_to_pending_with_a_new_epoch(database_
 
     async def scenario() -> tuple[int, int]:
         async with control_api(database_url) as api:
-            refused = (await api.post(f"/items/{item}/release-lock", "tech_admin")).status_code
+            refused = (await api.post(f"/items/{item}/release-lock", "tech_admin", json={"reason": "x"})).status_code
             r = await api.post(f"/items/{item}/release-lock", "admin", json={"reason": "worker host is gone"})
             assert r.status_code == 200, r.text
             assert r.json()["status"] == "pending" and "nothing was sent" in r.json()["message"]
-            again = await api.post(f"/items/{item}/release-lock", "admin")
+            again = await api.post(f"/items/{item}/release-lock", "admin", json={"reason": "again"})
             assert "holds no lease" in again.json()["detail"]
             return refused, again.status_code
 
@@ -145,7 +145,7 @@ def test_a_submitted_item_released_is_verified_never_resent_and_its_holder_is_fe
         repo = PostgresItemRepository(pool, TTL)
         begun = await repo.begin_send(cmd(item, "k1"), "w1")
         async with control_api(database_url) as api:
-            r = await api.post(f"/items/{item}/release-lock", "admin")
+            r = await api.post(f"/items/{item}/release-lock", "admin", json={"reason": "sender stalled"})
             assert (r.status_code, r.json()["status"]) == (200, "recovery_pending"), r.text
         late = await repo.confirm(cmd(item, "k1"), begun.epoch, Receipt(0, "ok", "m", 1.0))  # type: ignore[arg-type]
         await pool.close()

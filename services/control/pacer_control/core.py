@@ -272,7 +272,7 @@ class Control:
     async def resume_guid(self, guid: str, who: Principal, reason: str | None) -> ActionResult:
         return await self.store.atomically(lambda tx: tx.resume_guid(guid, who.actor, reason))
 
-    async def release_guid_lock(self, guid: str, who: Principal, reason: str | None) -> ActionResult:
+    async def release_guid_lock(self, guid: str, who: Principal, reason: str) -> ActionResult:
         """Evict the guid's lease holder (fenced, audited by ``pacer_force_release_guid``)."""
         async def work(tx: ControlTx) -> ActionResult:
             r = await tx.force_release_guid(guid, who.actor, reason)
@@ -283,7 +283,7 @@ class Control:
 
         return await self.store.atomically(work)
 
-    async def release_item_lock(self, item_id: str, who: Principal, reason: str | None) -> ActionResult:
+    async def release_item_lock(self, item_id: str, who: Principal, reason: str) -> ActionResult:
         """Take an item's lease from its holder: claimed → pending, submitted → recovery_pending
         (verified, never resent blindly), with a new epoch; audited by ``pacer_force_release_item``."""
         async def work(tx: ControlTx) -> ActionResult:

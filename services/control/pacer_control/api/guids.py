@@ -16,6 +16,7 @@ from pacer_control.api.schemas import (
     GuidView,
     LimitsResponse,
     PauseGuidBody,
+    ReasonBody,
 )
 from pacer_control.domain.filters import DEFAULT_PAGE, MAX_PAGE
 
@@ -68,5 +69,5 @@ async def resume_guid(guid: GuidPath, ctl: Ctl, who: Caller, body: ActionBody | 
              summary="Force-release a guid's lease: the holder is evicted (fenced) and may not take it back "
                      "before its lease would have run out",
              **guard("guids.release_lock", 404, 422))
-async def release_lock(guid: GuidPath, ctl: Ctl, who: Caller, body: ActionBody | None = None) -> Any:
-    return respond(await ctl.release_guid_lock(guid, who, body.reason if body else None))
+async def release_lock(guid: GuidPath, body: ReasonBody, ctl: Ctl, who: Caller) -> Any:
+    return respond(await ctl.release_guid_lock(guid, who, body.reason))

@@ -25,7 +25,7 @@ from pacer_control.api.schemas import (
     ItemPage,
     JobDetail,
     JobPage,
-    RejectBody,
+    ReasonBody,
     ResolveBody,
     RetryItemBody,
     RetryBody,
@@ -121,7 +121,7 @@ async def approve_job(job_id: JobIdPath, ctl: Ctl, who: Caller, body: ActionBody
 @router.post("/jobs/{job_id}/reject", response_model=ActionResponse,
              summary="Reject a job awaiting approval: it is cancelled, nothing is sent",
              **guard("jobs.approve", 404, 409, 422))
-async def reject_job(job_id: JobIdPath, body: RejectBody, ctl: Ctl, who: Caller) -> Any:
+async def reject_job(job_id: JobIdPath, body: ReasonBody, ctl: Ctl, who: Caller) -> Any:
     return respond(await ctl.decide_approval(str(job_id), False, body.reason, who))
 
 
@@ -212,8 +212,8 @@ async def retry_item(item_id: uuid.UUID, ctl: Ctl, who: Caller, body: RetryItemB
 @router.post("/items/{item_id}/release-lock", response_model=ActionResponse, tags=["items"],
              summary="Force-release an item's lease: claimed → pending, submitted → recovery_pending (verified)",
              **guard("items.release_lock", 404, 409, 422))
-async def release_item_lock(item_id: uuid.UUID, ctl: Ctl, who: Caller, body: ActionBody | None = None) -> Any:
-    return respond(await ctl.release_item_lock(str(item_id), who, body.reason if body else None))
+async def release_item_lock(item_id: uuid.UUID, body: ReasonBody, ctl: Ctl, who: Caller) -> Any:
+    return respond(await ctl.release_item_lock(str(item_id), who, body.reason))
 
 
 @router.post("/items/{item_id}/cancel", response_model=ActionResponse, tags=["items"],

@@ -48,7 +48,9 @@ class PauseGuidBody(_In):
     reason: Reason
 
 
-class RejectBody(_In):
+class ReasonBody(_In):
+    """An action that needs to say why: rejecting a job, forcing a lease free."""
+
     reason: Reason
 
 

@@ -274,7 +274,7 @@ async def locks(request: Request, ctl: Ctl, who: Caller) -> HTMLResponse:
 
 @router.post("/guids/{guid}/release-lock", response_class=HTMLResponse, **guard("guids.release_lock"))
 async def release_lock(request: Request, guid: GuidPath, ctl: Ctl, who: Caller) -> HTMLResponse:
-    reason = _text(await _form(request), "reason", required=True)
+    reason = _text(await _form(request), "reason", required=True) or ""
     return _flash(request, await ctl.release_guid_lock(guid, who, reason))
 
 
@@ -306,7 +306,7 @@ async def approve(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTM
 
 @router.post("/jobs/{job_id}/reject", response_class=HTMLResponse, **guard("jobs.approve"))
 async def reject(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
-    reason = _text(await _form(request), "reason", required=True)
+    reason = _text(await _form(request), "reason", required=True) or ""
     return _flash(request, await ctl.decide_approval(str(job_id), False, reason, who))
 
 
