@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from pathlib import Path
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -98,6 +99,12 @@ def test_operator_watches_progress_reads_failure_categories_and_pauses_the_job(
     assert delivered_on_page(page) == frozen
     assert 0 < frozen < 120, "paused mid-run"
     shot(page, "job-paused")
+
+    # The CSV report, fetched with the token (a plain link could not carry it).
+    with page.expect_download() as download:
+        page.click("[data-download]")
+    lines = Path(download.value.path()).read_text().splitlines()
+    assert lines[0].startswith("item_id,") and len(lines) == 1 + 180
 
 
 def test_operator_is_not_offered_locks_and_the_api_refuses_a_forced_release(
