@@ -247,3 +247,13 @@ def test_a_test_send_goes_out_like_any_item_under_the_guid_lease_and_the_ledger(
     assert sql(stack, "SELECT owner IS NOT NULL OR epoch > 0 FROM guid_leases WHERE guid = %s", guid) == [(True,)]
     sends = httpx.get(f"{stack.gateway_url}/_admin/sends?limit=1000", timeout=5).json()["sends"]
     assert [(s["toId"], s["content"]) for s in sends if s["idempotencyKey"] == key] == [(SANDBOX, "sandbox check")]
+
+
+def test_the_api_docs_render_from_assets_served_by_pacer(stack: Stack, page: Page) -> None:
+    outside: list[str] = []
+    page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(stack.procs["control"].url) else None)
+    page.goto(f"{stack.procs['control'].url}/api/v1/docs")
+    expect(page.locator(".swagger-ui .opblock").first).to_be_visible()
+    expect(page.locator(".swagger-ui")).to_contain_text("/jobs/{job_id}/approve")
+    shot(page, "api-docs")
+    assert outside == [], f"requests to elsewhere: {outside}"
