@@ -16,6 +16,7 @@ from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.pool import open_pool
 from pacer_common.kafka import MAX_REQUEST_BYTES, AsyncConsumer, make_consumer, make_producer
+from pacer_common.metrics import consumer_lag_config
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_planner.adapters.http import HttpTargetSource
@@ -108,6 +109,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
         consumer = AsyncConsumer(make_consumer(
             kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.planner",
             **{"fetch.max.bytes": MAX_REQUEST_BYTES, "receive.message.max.bytes": MAX_REQUEST_BYTES + 1_048_576},
+            **consumer_lag_config(ctx.registry),
         ))
         await consumer.call(consumer.consumer.subscribe, [kafka.job_requests])
         bus = KafkaCommandBus(producer, kafka.item_commands, kafka.job_requests_dlq)
