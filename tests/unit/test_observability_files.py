@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from pacer_dev import boards, prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +31,7 @@ def _slug(heading: str) -> str:
 
 
 def _anchors(path: Path) -> set[str]:
-    return {_slug(m) for m in re.findall(r"^#+ (.+)$", path.read_text(), re.M)}
+    return {_slug(m) for m in re.findall(r"^#+ (.+)$", path.read_text(), re.MULTILINE)}
 
 
 def test_promtool_accepts_the_rules_file() -> None:
@@ -71,7 +70,7 @@ def test_every_runbook_link_names_an_existing_section() -> None:
 
 def test_every_alert_names_a_board_and_the_runbook_maps_it_there() -> None:
     uids = {b.uid for b in boards.BOARDS}
-    table = dict(re.findall(r"^\| \[`?(Pacer\w+)`?\]\(#\w+\) \| `(pacer-[\w-]+)`", RUNBOOK.read_text(), re.M))
+    table = dict(re.findall(r"^\| \[`?(Pacer\w+)`?\]\(#\w+\) \| `(pacer-[\w-]+)`", RUNBOOK.read_text(), re.MULTILINE))
     for alert in _alerts():
         board = alert["annotations"]["dashboard"]
         assert board in uids, f"{alert['alert']}: no board {board}"

@@ -17,6 +17,7 @@ from contextvars import ContextVar
 
 import httpx
 
+from pacer_common import tracing
 from pacer_common.domain.failures import FailureClass, SendError, classify
 from pacer_common.domain.receipts import Receipt
 
@@ -85,25 +86,26 @@ def _status_class(status: int) -> str:
 
 class GatewayClient:
     def __init__(self, client: httpx.AsyncClient, code_table: Mapping[int, FailureClass],
-                 lookup_path: str = "/message/lookup", observe: Observe | None = None,
-                 headers: Callable[[], dict[str, str]] | None = None) -> None:
+                 lookup_path: str = "/message/lookup", observe: Observe | None = None) -> None:
         self.client = client
         self.code_table = code_table
         self.lookup_path = lookup_path
         self.observe: Observe = observe or (lambda operation, result, seconds: None)
-        # Extra headers per request (the current trace context).
-        self.headers = headers or dict
 
     async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
                         deadline: float | None = None) -> Receipt:
         """Send, unless ``deadline`` (monotonic) passes before the request is written."""
+        with tracing.span("gateway sendText", kind="client"):
+            return await self._send_text(guid, to_id, content, idem_key, deadline)
+
+    async def _send_text(self, guid: str, to_id: str, content: str, idem_key: str, deadline: float | None) -> Receipt:
         started = time.perf_counter()
         token = SEND_DEADLINE.set(deadline)
         try:
             resp = await self.client.post(
                 "/message/sendText",
                 json={"guid": guid, "toId": to_id, "content": content},
-                headers={**self.headers(), "X-Idempotency-Key": idem_key},
+                headers={**tracing.http_headers(), "X-Idempotency-Key": idem_key},
             )
         except SendDeadlinePassed as exc:
             raise SendError(FailureClass.NOT_SENT, None, str(exc)) from exc
@@ -137,7 +139,7 @@ class GatewayClient:
         started = time.perf_counter()
         try:
             resp = await self.client.get(self.lookup_path, params={"guid": guid, "idempotencyKey": idem_key},
-                                         headers=self.headers())
+                                         headers=tracing.http_headers())
         except httpx.TransportError:
             self.observe("lookup", "transport_error", time.perf_counter() - started)
             return None

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
+from pacer_common import tracing
 from pacer_common.lifecycle import stop_event
 from pacer_common.logs import configure
 from pacer_common.metrics import service_registry
@@ -45,4 +46,5 @@ async def run_service(name: str, host: str, port: int,
 
 def main_for(name: str, level: str, coro: Awaitable[None]) -> None:
     configure(name, level)
+    tracing.setup(name)
     asyncio.run(coro)  # type: ignore[arg-type]

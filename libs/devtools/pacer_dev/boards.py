@@ -157,9 +157,9 @@ BOARDS: tuple[Board, ...] = (
               p("Stalled shards", f"max(pacer_reconciler_stalled_shards and {LEADER})", "stalled", kind="stat",
                 width=6),
               p("Paused guids", f"max(pacer_reconciler_guids_paused and {LEADER})", "paused", kind="stat", width=6),
-              p("Open jobs done", 'sum(pacer_reconciler_open_job_items{status=~"confirmed|failed|expired|abandoned|'
-                f'unverified"}} and {LEADER}) / sum(pacer_reconciler_open_job_items and {LEADER})', "done",
-                "percentunit", "stat", width=6),
+              p("Open jobs done", '(sum(pacer_reconciler_open_job_items{status=~"confirmed|failed|expired|abandoned|'
+                f'unverified"}} and {LEADER}) or vector(0)) / sum(pacer_reconciler_open_job_items and {LEADER})',
+                "done", "percentunit", "stat", width=6),
               p("Items of open jobs by status", f"sum by (status) (pacer_reconciler_open_job_items and {LEADER})",
                 "{{status}}"),
               p("Paused jobs by reason", f"max by (reason) (pacer_reconciler_jobs_paused and {LEADER})",

@@ -8,6 +8,7 @@ import os
 import socket
 import uuid
 from datetime import timedelta
+from typing import get_args
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -26,6 +27,7 @@ from pacer_planner.adapters.postgres import PostgresJobStore
 from pacer_planner.adapters.postgres_targets import PostgresTargetStore
 from pacer_planner.core import Handled, PagingConfig, PagingSupervisor, Planner, TargetPager
 from pacer_planner.core.consume import IntakeLoop, IntakePolicy
+from pacer_planner.core.intake import Outcome
 from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS
 
 log = logging.getLogger("pacer.planner")
@@ -60,6 +62,8 @@ class PlannerSettings(OpsSettings):
 class _IntakeMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter("pacer_planner_requests_total", "Job requests handled", ["outcome"], registry=registry)
+        for outcome in get_args(Outcome):
+            self.requests.labels(outcome)
         self.items = Counter("pacer_planner_items_total", "Items planned and dispatched", registry=registry)
         self.environment = Counter("pacer_planner_environment_faults_total",
                                    "Job request attempts that failed for the database or Kafka (retried)",

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from datetime import timedelta
+from typing import get_args
 
 from confluent_kafka import KafkaException
 from prometheus_client import Counter, Gauge
@@ -23,7 +24,7 @@ from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_reconciler.adapters.kafka import KafkaPublisher
 from pacer_reconciler.adapters.postgres import CursorMoved, PostgresLog
-from pacer_reconciler.core import Reconciler, RoundGuard
+from pacer_reconciler.core import SWEEP_KINDS, Reconciler, RoundGuard, SkipReason
 from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
 from pacer_reconciler.metrics import LeaderStats
 from pacer_reconciler.verifier import LOOKUP_RESULTS, Verifier
@@ -84,10 +85,15 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                       " handled, by reason", ["reason"], registry=reg)
         round_errors = Counter("pacer_reconciler_round_errors_total", "Tail or sweep rounds that failed and were"
                                " retried after a back-off, by error", ["error"], registry=reg)
-        for r in LOOKUP_RESULTS:
-            lookups.labels(r)
+        # Known label values start at 0, so boards and rates see them before the first event.
+        for counter, values in ((lookups, LOOKUP_RESULTS), (moved, SWEEP_KINDS), (sweep_errors, SWEEP_KINDS),
+                                (verified, ("confirmed", "pending", "unverified")), (bad, get_args(SkipReason))):
+            for value in values:
+                counter.labels(value)
         trips = Counter("pacer_reconciler_breaker_trips_total", "Circuit breakers tripped (job or guid paused)", ["scope"],
                         registry=reg)
+        for scope in ("job", "guid"):
+            trips.labels(scope)
         url = pg.database_url.get_secret_value()
         leader = LeaderLock(url, "pacer-reconciler", ttl_s=cfg.leader_ttl_s)
         # A leader frozen inside a transaction keeps its row locks (the lease row under the

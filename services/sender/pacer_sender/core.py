@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
+from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
 from pacer_common.domain.requests import expired
@@ -49,7 +50,9 @@ class Executor:
         self.send_deadline_s = send_deadline_s
 
     async def execute(self, cmd: ItemCommand) -> Executed:
-        with bind(item_id=cmd.item_id, job_id=cmd.job_id, guid=cmd.guid, shard_id=cmd.shard_id):
+        # The item's trace (the job request's, kept on its row and command), else a new one.
+        with (tracing.span("send item", tracing.parent(cmd.traceparent), "consumer", item_id=cmd.item_id),
+              bind(item_id=cmd.item_id, job_id=cmd.job_id, guid=cmd.guid, shard_id=cmd.shard_id)):
             return await self._execute(cmd)
 
     async def _execute(self, cmd: ItemCommand) -> Executed:

@@ -29,6 +29,8 @@ class SenderMetrics:
         self.failures = Counter("pacer_sender_send_failures_total", "Gateway calls that did not confirm a send, by "
                                 "gateway code (codes outside the code table as 'other', none as 'none') and class",
                                 ["code", "failure_class"], registry=registry)
+        for code, cls in code_table.items():
+            self.failures.labels(str(code), cls.value)
         self.rate_limited = Counter("pacer_sender_rate_limited_total", "Rate-limited gateway answers: the guid "
                                     "slowed, the item deferred (no attempt, no budget used)", registry=registry)
         self.wait = Histogram("pacer_sender_item_wait_seconds", "From an item being due (planned, or its "
