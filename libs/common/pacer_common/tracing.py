@@ -36,7 +36,9 @@ def setup(service: str, processors: Iterable[SpanProcessor] = ()) -> TracerProvi
         provider.add_span_processor(BatchSpanProcessor(exporter))
     for p in processors:
         provider.add_span_processor(p)
-    trace.set_tracer_provider(provider)
+    global _provider
+    _provider = provider
+    trace.set_tracer_provider(provider)  # for libraries; the global can be set once per process
     return provider
 
 
@@ -56,8 +58,11 @@ def _exporter(name: str) -> SpanExporter | None:
     return None
 
 
+_provider: TracerProvider | None = None
+
+
 def tracer() -> trace.Tracer:
-    return trace.get_tracer("pacer")
+    return _provider.get_tracer("pacer") if _provider is not None else trace.get_tracer("pacer")
 
 
 def parent(traceparent: str | bytes | None) -> context.Context | None:
