@@ -24,6 +24,7 @@ from pacer_control.core import Control
 from pacer_control.ports import Gateway
 
 access = logging.getLogger("pacer.control.access")
+_OPS_ROUTES = frozenset({"/metrics", "/healthz", "/readyz"})
 
 
 def build_app(pool: AsyncConnectionPool, *, gateway: Gateway | None = None, sandbox_targets: Iterable[str] = (),
@@ -75,6 +76,7 @@ def _count_requests(app: FastAPI, registry: CollectorRegistry) -> None:
             elapsed = time.perf_counter() - started
             requests.labels(request.method, route, status).inc()
             seconds.labels(request.method, route).observe(elapsed)
-            access.info("%s %s %s %.1fms", request.method, request.url.path, status, elapsed * 1000,
-                        extra={"method": request.method, "route": route, "status": int(status),
-                               "duration_ms": round(elapsed * 1000, 1)})
+            if route not in _OPS_ROUTES or status >= "400":  # scrapes and probes: counted, not logged
+                access.info("%s %s %s %.1fms", request.method, request.url.path, status, elapsed * 1000,
+                            extra={"method": request.method, "route": route, "status": int(status),
+                                   "duration_ms": round(elapsed * 1000, 1)})
