@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test up down env lint chaos bench clean
+.PHONY: install demo test up down env lint prometheus chaos bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,11 @@ install: $(STAMP)
 demo: install           ## run Pacer end to end and print one summary line
 	$(BIN)/pacer-demo
 
-test: install lint      ## the whole suite, on real Kafka and Postgres started by the suite
+test: install lint prometheus  ## the whole suite, on real Kafka, Postgres and Prometheus started by the suite
 	$(BIN)/pytest
+
+prometheus: install     ## Debian's prometheus package (prometheus, promtool), installed if missing and root
+	@$(BIN)/python -m pacer_dev.prometheus ensure
 
 lint: install           ## layering contracts
 	$(BIN)/lint-imports

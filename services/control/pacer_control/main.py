@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import CollectorRegistry
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -12,6 +11,7 @@ from pacer_common.db.pool import open_pool
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
 from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.lifecycle import stop_event
+from pacer_common.metrics import gateway_latency, service_registry
 from pacer_common.ops import Health, serve
 from pacer_common.service import main_for
 from pacer_common.settings import OpsSettings, PostgresSettings
@@ -40,11 +40,12 @@ class ControlSettings(OpsSettings):
 
 async def run(pg: PostgresSettings, cfg: ControlSettings) -> None:
     stop = stop_event()
-    registry, health = CollectorRegistry(), Health()
+    registry, health = service_registry("control"), Health()
     pool = await open_pool(pg.database_url.get_secret_value(), min_size=1, max_size=cfg.db_pool_max,
                            name="pacer-control")
     http = make_client(cfg.gateway_url, cfg.gateway_timeout_s, max_connections=4)
-    app = build_app(pool, gateway=GatewayClient(http, DEFAULT_CODE_TABLE), sandbox_targets=cfg.sandbox(),
+    gateway = GatewayClient(http, DEFAULT_CODE_TABLE, observe=gateway_latency(registry))
+    app = build_app(pool, gateway=gateway, sandbox_targets=cfg.sandbox(),
                     registry=registry, health=health, db_deadline_s=cfg.db_deadline_s)
     server, task = await serve(app, cfg.ops_host, cfg.port)
     health.set_ready(True, "serving")

@@ -8,6 +8,7 @@ import os
 import socket
 import uuid
 from datetime import timedelta
+from typing import get_args
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -16,6 +17,7 @@ from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.pool import open_pool
 from pacer_common.kafka import MAX_REQUEST_BYTES, AsyncConsumer, make_consumer, make_producer
+from pacer_common.metrics import consumer_lag_config
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_planner.adapters.http import HttpTargetSource
@@ -25,6 +27,7 @@ from pacer_planner.adapters.postgres import PostgresJobStore
 from pacer_planner.adapters.postgres_targets import PostgresTargetStore
 from pacer_planner.core import Handled, PagingConfig, PagingSupervisor, Planner, TargetPager
 from pacer_planner.core.consume import IntakeLoop, IntakePolicy
+from pacer_planner.core.intake import Outcome
 from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS
 
 log = logging.getLogger("pacer.planner")
@@ -59,6 +62,8 @@ class PlannerSettings(OpsSettings):
 class _IntakeMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter("pacer_planner_requests_total", "Job requests handled", ["outcome"], registry=registry)
+        for outcome in get_args(Outcome):
+            self.requests.labels(outcome)
         self.items = Counter("pacer_planner_items_total", "Items planned and dispatched", registry=registry)
         self.environment = Counter("pacer_planner_environment_faults_total",
                                    "Job request attempts that failed for the database or Kafka (retried)",
@@ -108,6 +113,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
         consumer = AsyncConsumer(make_consumer(
             kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.planner",
             **{"fetch.max.bytes": MAX_REQUEST_BYTES, "receive.message.max.bytes": MAX_REQUEST_BYTES + 1_048_576},
+            **consumer_lag_config(ctx.registry),
         ))
         await consumer.call(consumer.consumer.subscribe, [kafka.job_requests])
         bus = KafkaCommandBus(producer, kafka.item_commands, kafka.job_requests_dlq)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from datetime import timedelta
+from typing import get_args
 
 from confluent_kafka import KafkaException
 from prometheus_client import Counter, Gauge
@@ -18,12 +19,14 @@ from pacer_common.db.pool import open_pool
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
 from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.kafka import ProduceError, make_producer
+from pacer_common.metrics import gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_reconciler.adapters.kafka import KafkaPublisher
 from pacer_reconciler.adapters.postgres import CursorMoved, PostgresLog
-from pacer_reconciler.core import Reconciler, RoundGuard
+from pacer_reconciler.core import SWEEP_KINDS, Reconciler, RoundGuard, SkipReason
 from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
+from pacer_reconciler.metrics import LeaderStats
 from pacer_reconciler.verifier import LOOKUP_RESULTS, Verifier
 
 log = logging.getLogger("pacer.reconciler")
@@ -82,27 +85,15 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                       " handled, by reason", ["reason"], registry=reg)
         round_errors = Counter("pacer_reconciler_round_errors_total", "Tail or sweep rounds that failed and were"
                                " retried after a back-off, by error", ["error"], registry=reg)
-        for r in LOOKUP_RESULTS:
-            lookups.labels(r)
-        # Gauges set from the database each sweep: locks (lock_counts.sql) and governance.
-        gauges = {
-            name: Gauge(f"pacer_{name}", help_, registry=reg) for name, help_ in {
-                "running_items": "Items claimed or submitted right now",
-                "expired_leases": "Guid and item leases held past their expiry (takeover pending)",
-                "takeovers": "Guid leases taken over from another sender, all time",
-                "duplicate_intercepts": "Sends refused by the idempotency ledger, all time",
-                "retry_conflicts": "Manual retries refused because the item was executing, all time",
-                "forced_releases": "Guid leases force-released by an admin (holder evicted), all time",
-                "forced_item_releases": "Item leases force-released by an admin, all time",
-                "jobs_paused_budget": "Jobs paused because their send budget is used up",
-                "jobs_paused_breaker": "Jobs paused by a circuit breaker",
-                "jobs_paused_operator": "Jobs paused by an operator",
-                "guids_paused": "Guids paused (needs a person: offline, kicked, unauthorized, breaker, operator)",
-                "stalled_shards": "Open shards of running jobs with no progress for stall_after_s",
-            }.items()
-        }
-        trips = Counter("pacer_breaker_trips_total", "Circuit breakers tripped (job or guid paused)", ["scope"],
+        # Known label values start at 0, so boards and rates see them before the first event.
+        for counter, values in ((lookups, LOOKUP_RESULTS), (moved, SWEEP_KINDS), (sweep_errors, SWEEP_KINDS),
+                                (verified, ("confirmed", "pending", "unverified")), (bad, get_args(SkipReason))):
+            for value in values:
+                counter.labels(value)
+        trips = Counter("pacer_reconciler_breaker_trips_total", "Circuit breakers tripped (job or guid paused)", ["scope"],
                         registry=reg)
+        for scope in ("job", "guid"):
+            trips.labels(scope)
         url = pg.database_url.get_secret_value()
         leader = LeaderLock(url, "pacer-reconciler", ttl_s=cfg.leader_ttl_s)
         # A leader frozen inside a transaction keeps its row locks (the lease row under the
@@ -120,10 +111,11 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                          breakers=Breakers(BreakerPolicy(cfg.breaker_consecutive, cfg.breaker_window,
                                                          cfg.breaker_ratio, cfg.breaker_min_samples)),
                          batch=cfg.batch, environment_errors=ENVIRONMENT_ERRORS)
-        verifier = Verifier(store, GatewayClient(http, DEFAULT_CODE_TABLE), concurrency=cfg.verify_concurrency,
+        verifier = Verifier(store, GatewayClient(http, DEFAULT_CODE_TABLE, observe=gateway_latency(reg)), concurrency=cfg.verify_concurrency,
                             timeout_s=cfg.verify_timeout_s)
         loop = asyncio.get_running_loop()
         last_tail = loop.time()
+        leader_stats = LeaderStats(reg, lambda: leader.is_leader)
         Gauge("pacer_reconciler_leader", "1 while this process is the leader", registry=reg).set_function(
             lambda: float(leader.is_leader))
         Gauge("pacer_reconciler_leader_epoch", "Fencing epoch of this process's leader lease (0: standby)",
@@ -152,8 +144,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                 for kind in report.failed:
                     sweep_errors.labels(kind).inc()
                 stats = await store.lock_stats() | await store.governance_stats(timedelta(seconds=cfg.stall_after_s))
-                for name, value in stats.items():
-                    gauges[name].set(value)
+                leader_stats.update(stats)
                 next_sweep = loop.time() + cfg.sweep_interval_s
             return n
 
@@ -182,6 +173,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                     epoch = None
                     ctx.health.set_ready(True, "standby")
                     rec.forget_position()
+                    leader_stats.forget()
                     await _idle(ctx.stop, min(0.5, cfg.leader_ttl_s / 3))
                     continue
                 if leader.epoch != epoch:  # a new term: the cursor may have moved meanwhile

@@ -17,20 +17,21 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.pool import open_pool
-from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, RetryPolicy
 from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.kafka import AsyncConsumer, make_consumer
+from pacer_common.metrics import FunctionCounter, consumer_lag_config, gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_sender.adapters.kafka import ConsumerLoop
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository, PostgresLimitsSource
 from pacer_sender.adapters.queue import PostgresGuidQueue
-from pacer_sender.core import Executed, Executor
+from pacer_sender.core import Executor
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
 from pacer_sender.limits import LimitsBook
+from pacer_sender.metrics import SenderMetrics
 from pacer_sender.sweeper import Sweeper, Trigger
 
 log = logging.getLogger("pacer.sender")
@@ -93,7 +94,7 @@ class SenderSettings(OpsSettings):
 
 async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -> None:
     async def body(ctx: ServiceContext) -> None:
-        executed = Counter("pacer_sender_items_total", "Items executed, by outcome", ["outcome"], registry=ctx.registry)
+        metrics = SenderMetrics(ctx.registry, cfg.failure_codes)
         bad = Counter("pacer_sender_bad_commands_total", "Unreadable item commands", registry=ctx.registry)
         internal = Counter("pacer_sender_internal_errors_total", "Unexpected errors while executing an item",
                            registry=ctx.registry)
@@ -105,21 +106,13 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         Gauge("pacer_sender_active_guids", "Guids with work in hand", registry=ctx.registry).set_function(
             lambda: dispatcher.active_guids)
 
-        rate_limited = Counter("pacer_sender_rate_limited_total", "Rate-limited gateway answers: the guid slowed, "
-                               "the item deferred (no attempt, no budget used)", registry=ctx.registry)
-
-        def on_executed(cmd: ItemCommand, res: Executed) -> None:
-            executed.labels(res.outcome).inc()
-            if res.outcome == "rate_limited":
-                rate_limited.inc()
-
         def on_swept(trigger: Trigger, n: int) -> None:
             swept.labels(trigger).inc(n)
 
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=2, max_size=cfg.db_pool_max,
                                name="pacer-sender")
         http = make_client(cfg.gateway_url, cfg.gateway_timeout_s)
-        gateway = GatewayClient(http, cfg.failure_codes)
+        gateway = GatewayClient(http, cfg.failure_codes, observe=gateway_latency(ctx.registry))
         repo = PostgresItemRepository(pool, timedelta(seconds=cfg.lease_ttl_s))
         queue = PostgresGuidQueue(pool)
         retry = RetryPolicy(cfg.max_attempts, timedelta(seconds=cfg.retry_base_s))
@@ -128,16 +121,17 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         leases = GuidLeases(PostgresGuidLeases(pool, timedelta(seconds=cfg.lease_ttl_s)), cfg.owner, cfg.lease_ttl_s)
         Gauge("pacer_sender_guid_leases_held", "Guid leases this sender holds", registry=ctx.registry).set_function(
             lambda: len(leases.held))
-        Gauge("pacer_sender_guid_takeovers", "Guid leases taken over from another owner since start",
-              registry=ctx.registry).set_function(lambda: leases.takeovers)
+        FunctionCounter("pacer_sender_guid_takeovers", "Guid leases taken over from another owner since start",
+                        lambda: leases.takeovers, ctx.registry)
         limits = LimitsBook(defaults, PostgresLimitsSource(pool))
         await limits.refresh()
         # Kafka 4's consumer group protocol (KIP-848) rebalances incrementally, and its range
         # assignor gives partition N of both lane topics to the same sender: a guid's online
         # and batch commands meet in one process.
         consumer = AsyncConsumer(make_consumer(kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.sender",
-                                               protocol="consumer", remote_assignor="range"))
-        dispatcher = Dispatcher(executor, limits, leases, queue, on_executed=on_executed,
+                                               protocol="consumer", remote_assignor="range",
+                                               **consumer_lag_config(ctx.registry)))
+        dispatcher = Dispatcher(executor, limits, leases, queue, on_executed=metrics.executed,
                                 on_internal_error=internal.inc, job_interval=limits.job_interval,
                                 guid_cap=cfg.guid_buffer, max_buffered=cfg.max_buffered, horizon_s=2 * cfg.sweep_s,
                                 error_attempts=cfg.item_error_attempts)
