@@ -1,0 +1,110 @@
+"""The chart renders and validates for every value set, and its scaling and network objects
+say what values.yaml promises."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from pacer_dev.chart.check import CHART, VALUE_SETS, ChartError, check, render, validate
+
+
+def _by_kind(objs: list[dict], kind: str) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in objs if o["kind"] == kind}
+
+
+@pytest.fixture(scope="module")
+def full() -> list[dict]:
+    return render("pacer", CHART / "ci" / "full-values.yaml")
+
+
+@pytest.fixture(scope="module")
+def minimal() -> list[dict]:
+    return render("pacer", CHART / "ci" / "minimal-values.yaml")
+
+
+@pytest.mark.parametrize("vs", VALUE_SETS, ids=lambda vs: vs.name)
+def test_value_set_lints_renders_and_validates(vs):
+    kinds = check(vs)
+    assert kinds["Deployment"] == 4 * len(vs.releases)
+
+
+def test_validation_refuses_a_misspelt_field(minimal):
+    deployment = copy.deepcopy(next(o for o in minimal if o["kind"] == "Deployment"))
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["periodSecs"] = 5
+    with pytest.raises(ChartError, match="periodSecs"):
+        validate(deployment)
+
+
+def test_validation_refuses_a_bad_custom_resource(full):
+    rule = copy.deepcopy(next(o for o in full if o["kind"] == "PrometheusRule"))
+    rule["spec"]["groups"][0]["rules"][0]["for"] = "ten minutes"
+    with pytest.raises(ChartError, match="PrometheusRule"):
+        validate(rule)
+    scaled = copy.deepcopy(next(o for o in full if o["kind"] == "ScaledObject"))
+    scaled["spec"]["triggers"][0]["metadata"]["lagThreshold"] = 1000
+    with pytest.raises(ChartError, match="ScaledObject"):
+        validate(scaled)
+
+
+def test_minimal_has_fixed_replicas_and_nothing_opt_in(minimal):
+    kinds = {o["kind"] for o in minimal}
+    assert not kinds & {"HorizontalPodAutoscaler", "ScaledObject", "NetworkPolicy", "Ingress",
+                        "ServiceMonitor", "PrometheusRule"}
+    for d in _by_kind(minimal, "Deployment").values():
+        assert d["spec"]["replicas"] == 2
+
+
+def test_every_container_has_a_startup_probe(minimal):
+    for d in _by_kind(minimal, "Deployment").values():
+        (container,) = d["spec"]["template"]["spec"]["containers"]
+        assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "ops"}
+
+
+def test_autoscalers_own_the_replica_count_and_are_capped(full):
+    deployments, hpas = _by_kind(full, "Deployment"), _by_kind(full, "HorizontalPodAutoscaler")
+    assert set(hpas) == {"pacer-planner", "pacer-control"}
+    for name in ("pacer-planner", "pacer-control", "pacer-sender"):
+        assert "replicas" not in deployments[name]["spec"], name
+    assert deployments["pacer-reconciler"]["spec"]["replicas"] == 3
+    # job-requests has 4 partitions: a fifth planner would sit idle (values ask for 10).
+    assert hpas["pacer-planner"]["spec"]["maxReplicas"] == 4
+    (scaled,) = _by_kind(full, "ScaledObject").values()
+    assert scaled["spec"]["scaleTargetRef"]["name"] == "pacer-sender"
+    # 32 asked for, 8 partitions per lane topic: capped at the partitions.
+    assert scaled["spec"]["maxReplicaCount"] == 8
+    topics = {t["metadata"]["topic"] for t in scaled["spec"]["triggers"]}
+    assert topics == {"pacer.item-commands.online", "pacer.item-commands.batch"}
+    assert {t["metadata"]["consumerGroup"] for t in scaled["spec"]["triggers"]} == {"pacer.sender"}
+
+
+def _egress_ports(policy: dict) -> set[int]:
+    return {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
+
+
+def test_network_policies_let_each_service_reach_only_what_it_needs(full):
+    policies = _by_kind(full, "NetworkPolicy")
+    assert set(policies) == {f"pacer-{c}" for c in ("planner", "sender", "reconciler", "control", "migrate")}
+    base = {53, 5432, 9092}
+    assert _egress_ports(policies["pacer-migrate"]) == base
+    assert _egress_ports(policies["pacer-planner"]) == base | {443, 80}  # audience services
+    for c in ("sender", "reconciler", "control"):
+        assert _egress_ports(policies[f"pacer-{c}"]) == base | {443, 80}
+    sender = policies["pacer-sender"]["spec"]
+    assert sender["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "sender"
+    (ingress,) = sender["ingress"]
+    assert ingress["ports"] == [{"port": 9102, "protocol": "TCP"}]
+    assert ingress["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    (control_in,) = policies["pacer-control"]["spec"]["ingress"]
+    assert len(control_in["from"]) == 2  # monitoring and the ingress controller
+    assert policies["pacer-migrate"]["spec"]["ingress"] == []
+
+
+def test_ingress_routes_the_console_and_api_to_the_control_service(full):
+    (ingress,) = _by_kind(full, "Ingress").values()
+    (rule,) = ingress["spec"]["rules"]
+    paths = {p["path"]: p["backend"]["service"] for p in rule["http"]["paths"]}
+    assert paths == {"/console": {"name": "pacer-control", "port": {"name": "ops"}},
+                     "/api/v1": {"name": "pacer-control", "port": {"name": "ops"}}}
+    assert ingress["spec"]["ingressClassName"] == "nginx"
