@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-
 from pacer_dev.chart.check import CHART, VALUE_SETS, ChartError, check, render, validate
 
 
