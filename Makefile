@@ -27,6 +27,9 @@ helm: install           ## build the pinned helm from the Go module proxy into ~
 chart: install helm     ## the chart checks alone: lint, render and validate each value set, one line each
 	$(BIN)/python -m pacer_dev.chart
 
+docs: install           ## regenerate the settings tables of docs/configuration.md (and the metric list of docs/runbook.md)
+	$(BIN)/python -m pacer_dev.docs
+
 lock: install           ## recompile the image's dependency locks (deploy/docker/*.lock) from pyproject.toml
 	$(BIN)/python -m pacer_dev.lock
 
