@@ -6,6 +6,7 @@ import re
 
 import pytest
 from pacer_dev import docs
+from prometheus_client import CollectorRegistry
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -56,3 +57,18 @@ def _same(code: str, readme: str) -> bool:
         return float(code) == float(readme)
     except ValueError:
         return code == readme
+
+
+def test_runbook_metric_list_matches_the_services_metrics():
+    assert docs.runbook() == docs.RUNBOOK.read_text(), \
+        "docs/runbook.md's metric list differs from the services' metrics.py: run `make docs` and commit it"
+
+
+@pytest.mark.parametrize("service", sorted(docs.METRICS))
+def test_every_registered_metric_is_listed(service):
+    registry = CollectorRegistry()
+    docs._load(docs.METRICS[service])(registry)
+    table = docs.metrics_table()
+    for family in registry.collect():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        assert f"| `{name}" in table, name

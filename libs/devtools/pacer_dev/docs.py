@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 import annotated_types
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
 from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
@@ -34,6 +36,13 @@ SETTINGS: dict[str, tuple[str, str | None]] = {
     "SenderSettings": ("pacer_sender.main:SenderSettings", None),
     "ReconcilerSettings": ("pacer_reconciler.main:ReconcilerSettings", None),
     "ControlSettings": ("pacer_control.main:ControlSettings", None),
+}
+# Service → the class that declares all its metrics (in its ``metrics`` module).
+METRICS = {
+    "planner": "pacer_planner.metrics:PlannerMetrics",
+    "sender": "pacer_sender.metrics:SenderMetrics",
+    "reconciler": "pacer_reconciler.metrics:ReconcilerMetrics",
+    "control": "pacer_control.metrics:ControlMetrics",
 }
 _BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(<!-- end generated -->)", re.DOTALL)
 _SIMPLE = {int: "int", float: "float", str: "string", bool: "bool", SecretStr: "string (secret)"}
@@ -108,6 +117,34 @@ def settings_table(cls: type[BaseSettings], prefix: str | None = None) -> str:
     return "\n".join(rows) + "\n"
 
 
+def _metrics(holder: object) -> list[MetricWrapperBase]:
+    """The metrics an object holds, in declaration order: attributes, dicts of them, nested holders."""
+    found: list[MetricWrapperBase] = []
+    for value in vars(holder).values():
+        for v in value.values() if isinstance(value, dict) else [value]:
+            if isinstance(v, MetricWrapperBase):
+                found.append(v)
+            elif hasattr(v, "__dict__"):
+                found.extend(_metrics(v))
+    return found
+
+
+def metrics_table() -> str:
+    """Every metric of every service, declared in a fresh registry (no server is started)."""
+    rows = ["| Metric | Service | Type | Meaning |", "| --- | --- | --- | --- |"]
+    for service, path in METRICS.items():
+        for m in _metrics(_load(path)(CollectorRegistry())):
+            name = m._name + ("_total" if m._type == "counter" else "")
+            labels = "{" + ",".join(m._labelnames) + "}" if m._labelnames else ""
+            rows.append(f"| `{name}{labels}` | {service} | {m._type} | {_cell(m._documentation)} |")
+    return "\n".join(rows) + "\n"
+
+
+def runbook(text: str | None = None) -> str:
+    """docs/runbook.md with its metric list generated afresh."""
+    return _fill(RUNBOOK.read_text() if text is None else text, lambda _: metrics_table())
+
+
 def _fill(text: str, render: Callable[[str], str]) -> str:
     return _BLOCK.sub(lambda m: m.group(1) + render(m.group(2)) + m.group(4), text)
 
@@ -122,8 +159,9 @@ def configuration(text: str | None = None) -> str:
 
 
 def main() -> None:
-    CONFIGURATION.write_text(configuration())
-    print(CONFIGURATION.relative_to(REPO))
+    for path, text in ((CONFIGURATION, configuration()), (RUNBOOK, runbook())):
+        path.write_text(text)
+        print(path.relative_to(REPO))
 
 
 if __name__ == "__main__":

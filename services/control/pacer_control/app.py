@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 from psycopg_pool import AsyncConnectionPool
 
 from pacer_common.ops import Health, add_ops_routes
 from pacer_control.adapters.postgres import PostgresControl
 from pacer_control.api import create_api
 from pacer_control.core import Control
+from pacer_control.metrics import ControlMetrics
 from pacer_control.ports import Gateway
 
 
@@ -51,16 +52,13 @@ def build_app(pool: AsyncConnectionPool, *, gateway: Gateway | None = None, sand
 
 
 def _count_requests(app: FastAPI, registry: CollectorRegistry) -> None:
-    requests = Counter("pacer_control_requests_total", "Control API requests", ["method", "route", "status"],
-                       registry=registry)
-    seconds = Histogram("pacer_control_request_seconds", "Control API request time (to the first byte)",
-                        ["method", "route"], registry=registry)
+    m = ControlMetrics(registry)
 
     @app.middleware("http")
     async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         started = time.perf_counter()
         response = await call_next(request)
         route = getattr(request.scope.get("route"), "path", "unmatched")
-        requests.labels(request.method, route, str(response.status_code)).inc()
-        seconds.labels(request.method, route).observe(time.perf_counter() - started)
+        m.requests.labels(request.method, route, str(response.status_code)).inc()
+        m.seconds.labels(request.method, route).observe(time.perf_counter() - started)
         return response

@@ -10,7 +10,6 @@ import uuid
 from datetime import timedelta
 
 import httpx
-from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -23,9 +22,10 @@ from pacer_planner.adapters.faults import ENVIRONMENT
 from pacer_planner.adapters.kafka import KafkaCommandBus, KafkaRequestSource
 from pacer_planner.adapters.postgres import PostgresJobStore
 from pacer_planner.adapters.postgres_targets import PostgresTargetStore
-from pacer_planner.core import Handled, PagingConfig, PagingSupervisor, Planner, TargetPager
+from pacer_planner.core import PagingConfig, PagingSupervisor, Planner, TargetPager
 from pacer_planner.core.consume import IntakeLoop, IntakePolicy
 from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS
+from pacer_planner.metrics import PlannerMetrics
 
 log = logging.getLogger("pacer.planner")
 
@@ -90,51 +90,9 @@ class PlannerSettings(OpsSettings):
     ))
 
 
-class _IntakeMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter("pacer_planner_requests_total", "Job requests handled", ["outcome"], registry=registry)
-        self.items = Counter("pacer_planner_items_total", "Items planned and dispatched", registry=registry)
-        self.environment = Counter("pacer_planner_environment_faults_total",
-                                   "Job request attempts that failed for the database or Kafka (retried)",
-                                   registry=registry)
-        self.internal = Counter("pacer_planner_internal_errors_total",
-                                "Job request attempts that failed with an unexpected error", registry=registry)
-
-    def handled(self, result: Handled) -> None:
-        self.requests.labels(result.outcome).inc()
-        self.items.inc(result.items)
-
-    def environment_fault(self) -> None:
-        self.environment.inc()
-
-    def internal_error(self) -> None:
-        self.internal.inc()
-
-
-class _PagingMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.pages = Counter("pacer_planner_target_pages_total", "Requery pages stored", registry=registry)
-        self.targets = Counter("pacer_planner_targets_total", "Requery targets fetched, by what became of them",
-                               ["result"], registry=registry)
-        self.failures = Counter("pacer_planner_target_fetch_failures_total", "Failed requery page fetches",
-                                registry=registry)
-        self.paused = Counter("pacer_planner_target_pauses_total", "Requery jobs paused by the planner",
-                              registry=registry)
-
-    def page_stored(self, fetched: int, added: int, duplicates: int, invalid: int) -> None:
-        self.pages.inc()
-        for result, n in (("added", added), ("duplicate", duplicates), ("invalid", invalid)):
-            self.targets.labels(result).inc(n)
-
-    def fetch_failed(self) -> None:
-        self.failures.inc()
-
-    def job_paused(self) -> None:
-        self.paused.inc()
-
-
 async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) -> None:
     async def body(ctx: ServiceContext) -> None:
+        m = PlannerMetrics(ctx.registry)
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=1,
                                max_size=4 + cfg.requery_max_jobs, name="pacer-planner")
         # A dead-letter record is a request (up to MAX_REQUEST_BYTES) plus its reason headers.
@@ -155,14 +113,13 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
             backoff_max_s=cfg.requery_backoff_max_s, lease_ttl_s=cfg.requery_lease_s,
             admission_wait_s=cfg.requery_admission_wait_s, max_backlog_per_guid=cfg.max_backlog_per_guid,
             max_shard_items=cfg.max_shard_items,
-        ), _PagingMetrics(ctx.registry))
+        ), m.paging)
         paging = PagingSupervisor(pager, targets, cfg.requery_max_jobs, cfg.requery_sweep_s)
-        Gauge("pacer_planner_paging_jobs", "Requery jobs being paged by this planner",
-              registry=ctx.registry).set_function(lambda: len(paging.tasks))
+        m.paging_jobs.set_function(lambda: len(paging.tasks))
         sweeper = asyncio.create_task(paging.run(ctx.stop), name="paging-sweep")
         intake = IntakeLoop(planner, KafkaRequestSource(consumer), IntakePolicy(
             ENVIRONMENT, cfg.internal_attempts, backoff_initial_s=cfg.retry_backoff_initial_s,
-            backoff_max_s=cfg.retry_backoff_max_s), _IntakeMetrics(ctx.registry), ctx.stop, paging.ensure)
+            backoff_max_s=cfg.retry_backoff_max_s), m.intake, ctx.stop, paging.ensure)
         ctx.health.set_ready(True, "consuming")
         try:
             await intake.run()

@@ -8,7 +8,6 @@ import logging
 from datetime import timedelta
 
 from confluent_kafka import KafkaException
-from prometheus_client import Counter, Gauge
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -25,6 +24,7 @@ from pacer_reconciler.adapters.postgres import CursorMoved, PostgresLog
 from pacer_reconciler.core import Reconciler, RoundGuard
 from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
 from pacer_reconciler.verifier import LOOKUP_RESULTS, Verifier
+from pacer_reconciler.metrics import ReconcilerMetrics
 
 log = logging.getLogger("pacer.reconciler")
 # Failures of the environment, not of an event row: retried with back-off, nothing skipped.
@@ -107,38 +107,9 @@ async def _idle(stop: asyncio.Event, seconds: float) -> None:
 async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSettings) -> None:
     async def body(ctx: ServiceContext) -> None:
         reg = ctx.registry
-        tailed = Counter("pacer_reconciler_events_total", "Events projected and published", registry=reg)
-        moved = Counter("pacer_reconciler_sweep_items_total", "Items moved by sweeps", ["sweep"], registry=reg)
-        sweep_errors = Counter("pacer_reconciler_sweep_errors_total", "Sweep rounds that failed, by sweep", ["sweep"],
-                               registry=reg)
-        verified = Counter("pacer_reconciler_verifications_total", "In-doubt sends resolved", ["result"], registry=reg)
-        lookups = Counter("pacer_reconciler_lookups_total", "Gateway delivery lookups, by result (found, not_found,"
-                          " unknown, timeout, error)", ["result"], registry=reg)
-        bad = Counter("pacer_reconciler_bad_events_total", "Events or commands skipped because they cannot be"
-                      " handled, by reason", ["reason"], registry=reg)
-        round_errors = Counter("pacer_reconciler_round_errors_total", "Tail or sweep rounds that failed and were"
-                               " retried after a back-off, by error", ["error"], registry=reg)
+        m = ReconcilerMetrics(reg)
         for r in LOOKUP_RESULTS:
-            lookups.labels(r)
-        # Gauges set from the database each sweep: locks (lock_counts.sql) and governance.
-        gauges = {
-            name: Gauge(f"pacer_{name}", help_, registry=reg) for name, help_ in {
-                "running_items": "Items claimed or submitted right now",
-                "expired_leases": "Guid and item leases held past their expiry (takeover pending)",
-                "takeovers": "Guid leases taken over from another sender, all time",
-                "duplicate_intercepts": "Sends refused by the idempotency ledger, all time",
-                "retry_conflicts": "Manual retries refused because the item was executing, all time",
-                "forced_releases": "Guid leases force-released by an admin (holder evicted), all time",
-                "forced_item_releases": "Item leases force-released by an admin, all time",
-                "jobs_paused_budget": "Jobs paused because their send budget is used up",
-                "jobs_paused_breaker": "Jobs paused by a circuit breaker",
-                "jobs_paused_operator": "Jobs paused by an operator",
-                "guids_paused": "Guids paused (needs a person: offline, kicked, unauthorized, breaker, operator)",
-                "stalled_shards": "Open shards of running jobs with no progress for stall_after_s",
-            }.items()
-        }
-        trips = Counter("pacer_breaker_trips_total", "Circuit breakers tripped (job or guid paused)", ["scope"],
-                        registry=reg)
+            m.lookups.labels(r)
         url = pg.database_url.get_secret_value()
         leader = LeaderLock(url, "pacer-reconciler", ttl_s=cfg.leader_ttl_s)
         # A leader frozen inside a transaction keeps its row locks (the lease row under the
@@ -160,14 +131,10 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                             timeout_s=cfg.verify_timeout_s)
         loop = asyncio.get_running_loop()
         last_tail = loop.time()
-        Gauge("pacer_reconciler_leader", "1 while this process is the leader", registry=reg).set_function(
-            lambda: float(leader.is_leader))
-        Gauge("pacer_reconciler_leader_epoch", "Fencing epoch of this process's leader lease (0: standby)",
-              registry=reg).set_function(lambda: float(leader.epoch or 0) if leader.is_leader else 0.0)
-        Gauge("pacer_reconciler_tail_lag_seconds", "Seconds since the leader last finished a tail round (0 on a"
-              " standby)", registry=reg).set_function(lambda: loop.time() - last_tail if leader.is_leader else 0.0)
-        Gauge("pacer_reconciler_lookups_in_flight", "Gateway delivery lookups running now",
-              registry=reg).set_function(lambda: float(verifier.in_flight))
+        m.leader.set_function(lambda: float(leader.is_leader))
+        m.leader_epoch.set_function(lambda: float(leader.epoch or 0) if leader.is_leader else 0.0)
+        m.tail_lag.set_function(lambda: loop.time() - last_tail if leader.is_leader else 0.0)
+        m.lookups_in_flight.set_function(lambda: float(verifier.in_flight))
 
         async def round_() -> int:
             try:
@@ -179,25 +146,26 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                 log.warning("event batch not applied: %s", exc)
                 rec.forget_position()
                 return 0
-            tailed.inc(n)
+            m.events.inc(n)
             nonlocal next_sweep
             if loop.time() >= next_sweep:
                 report = await rec.sweep_once()
                 for kind, k in report.moved.items():
-                    moved.labels(kind).inc(k)
+                    m.sweep_items.labels(kind).inc(k)
                 for kind in report.failed:
-                    sweep_errors.labels(kind).inc()
+                    m.sweep_errors.labels(kind).inc()
                 stats = await store.lock_stats() | await store.governance_stats(timedelta(seconds=cfg.stall_after_s))
                 for name, value in stats.items():
-                    gauges[name].set(value)
+                    m.gauges[name].set(value)
                 next_sweep = loop.time() + cfg.sweep_interval_s
             return n
 
         def drain() -> None:
             while rec.tripped:
-                trips.labels(rec.tripped.pop().scope).inc()
-            for src, counter in ((rec.bad, bad), (verifier.lookups, lookups), (verifier.resolved, verified),
-                                 (guard.errors, round_errors)):
+                m.trips.labels(rec.tripped.pop().scope).inc()
+            for src, counter in ((rec.bad, m.bad_events), (verifier.lookups, m.lookups),
+                                 (verifier.resolved, m.verifications),
+                                 (guard.errors, m.round_errors)):
                 for label, k in src.items():
                     counter.labels(label).inc(k)
                 src.clear()

@@ -12,7 +12,6 @@ from datetime import time as dtime
 from datetime import timedelta
 from typing import Literal
 
-from prometheus_client import Counter, Gauge
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -31,6 +30,7 @@ from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
 from pacer_sender.limits import LimitsBook
+from pacer_sender.metrics import SenderMetrics
 from pacer_sender.sweeper import Sweeper, Trigger
 
 log = logging.getLogger("pacer.sender")
@@ -160,28 +160,17 @@ class SenderSettings(OpsSettings):
 
 async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -> None:
     async def body(ctx: ServiceContext) -> None:
-        executed = Counter("pacer_sender_items_total", "Items executed, by outcome", ["outcome"], registry=ctx.registry)
-        bad = Counter("pacer_sender_bad_commands_total", "Unreadable item commands", registry=ctx.registry)
-        internal = Counter("pacer_sender_internal_errors_total", "Unexpected errors while executing an item",
-                           registry=ctx.registry)
-        swept = Counter("pacer_sender_swept_guids_total",
-                        "Guids with overdue queued work and no worker, found in Postgres by the sweep",
-                        ["trigger"], registry=ctx.registry)
-        Gauge("pacer_sender_buffered_items", "Commands held in memory", registry=ctx.registry).set_function(
-            lambda: dispatcher.buffered)
-        Gauge("pacer_sender_active_guids", "Guids with work in hand", registry=ctx.registry).set_function(
-            lambda: dispatcher.active_guids)
-
-        rate_limited = Counter("pacer_sender_rate_limited_total", "Rate-limited gateway answers: the guid slowed, "
-                               "the item deferred (no attempt, no budget used)", registry=ctx.registry)
+        m = SenderMetrics(ctx.registry)
+        m.buffered.set_function(lambda: dispatcher.buffered)
+        m.active_guids.set_function(lambda: dispatcher.active_guids)
 
         def on_executed(cmd: ItemCommand, res: Executed) -> None:
-            executed.labels(res.outcome).inc()
+            m.executed.labels(res.outcome).inc()
             if res.outcome == "rate_limited":
-                rate_limited.inc()
+                m.rate_limited.inc()
 
         def on_swept(trigger: Trigger, n: int) -> None:
-            swept.labels(trigger).inc(n)
+            m.swept.labels(trigger).inc(n)
 
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=2, max_size=cfg.db_pool_max,
                                name="pacer-sender")
@@ -193,10 +182,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         executor = Executor(repo, gateway, cfg.owner, retry, send_deadline_s=cfg.lease_ttl_s / 4)
         defaults = cfg.limits()
         leases = GuidLeases(PostgresGuidLeases(pool, timedelta(seconds=cfg.lease_ttl_s)), cfg.owner, cfg.lease_ttl_s)
-        Gauge("pacer_sender_guid_leases_held", "Guid leases this sender holds", registry=ctx.registry).set_function(
-            lambda: len(leases.held))
-        Gauge("pacer_sender_guid_takeovers", "Guid leases taken over from another owner since start",
-              registry=ctx.registry).set_function(lambda: leases.takeovers)
+        m.leases_held.set_function(lambda: len(leases.held))
+        m.takeovers.set_function(lambda: leases.takeovers)
         limits = LimitsBook(defaults, PostgresLimitsSource(pool))
         await limits.refresh()
         # Kafka 4's consumer group protocol (KIP-848) rebalances incrementally, and its range
@@ -205,10 +192,11 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         consumer = AsyncConsumer(make_consumer(kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.sender",
                                                protocol="consumer", remote_assignor="range"))
         dispatcher = Dispatcher(executor, limits, leases, queue, on_executed=on_executed,
-                                on_internal_error=internal.inc, job_interval=limits.job_interval,
+                                on_internal_error=m.internal_errors.inc, job_interval=limits.job_interval,
                                 guid_cap=cfg.guid_buffer, max_buffered=cfg.max_buffered, horizon_s=2 * cfg.sweep_s,
                                 error_attempts=cfg.item_error_attempts)
-        loop = ConsumerLoop(consumer, dispatcher, bad, kafka.item_commands("online"), kafka.item_commands("batch"))
+        loop = ConsumerLoop(consumer, dispatcher, m.bad_commands, kafka.item_commands("online"),
+                            kafka.item_commands("batch"))
         dispatcher.owns = loop.owns
         sweeper = Sweeper(dispatcher, queue, loop.ownership, cfg.sweep_s, on_swept)
         loop.on_assigned = sweeper.request
