@@ -1,7 +1,8 @@
 """Build-once developer tools kept outside the repository: helm, built from the Go module proxy.
 
 ``python -m pacer_dev.tools helm`` builds the pinned helm into ``~/.cache/pacer/tools`` when it
-is missing (a few minutes of CPU the first time) and prints its path.
+is missing (a few minutes of CPU the first time) and prints its path. ``$PACER_CACHE_DIR``
+replaces ``~/.cache/pacer``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ HELM_VERSION = "v3.21.4"
 
 
 def tools_dir() -> Path:
-    return Path(os.environ.get("PACER_CACHE", Path.home() / ".cache" / "pacer")) / "tools"
+    env = os.environ.get("PACER_CACHE_DIR")
+    return (Path(env).expanduser() if env else Path.home() / ".cache" / "pacer") / "tools"
 
 
 def helm_path() -> Path:
