@@ -4,9 +4,19 @@ say what values.yaml promises."""
 from __future__ import annotations
 
 import copy
+import re
+import shutil
 
 import pytest
-from pacer_dev.chart.check import CHART, VALUE_SETS, ChartError, check, render, validate
+from pacer_dev.chart.check import (
+    CHART,
+    VALUE_SETS,
+    ChartError,
+    check,
+    helm,
+    render,
+    validate,
+)
 
 
 def _by_kind(objs: list[dict], kind: str) -> dict[str, dict]:
@@ -107,3 +117,18 @@ def test_ingress_routes_the_console_and_api_to_the_control_service(full):
     assert paths == {"/console": {"name": "pacer-control", "port": {"name": "ops"}},
                      "/api/v1": {"name": "pacer-control", "port": {"name": "ops"}}}
     assert ingress["spec"]["ingressClassName"] == "nginx"
+
+
+@pytest.mark.parametrize("vs", VALUE_SETS, ids=lambda vs: vs.name)
+def test_notes_render_and_name_the_topics_that_exist(vs, tmp_path):
+    # helm template does not render NOTES.txt; a copy of the chart renders it inside a template.
+    chart = tmp_path / "pacer"
+    shutil.copytree(CHART, chart)
+    notes = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "_notes.tpl").write_text('{{- define "notes" -}}\n' + notes + "\n{{- end -}}\n")
+    (chart / "templates" / "notes.yaml").write_text('notes: |\n{{ include "notes" . | indent 2 }}\n')
+    out = helm("template", vs.releases[0], str(chart), "-f", str(vs.file), "--show-only", "templates/notes.yaml")
+    assert out.returncode == 0, out.stderr
+    prefix = "tenant" if vs.name == "tenants" else "pacer"
+    assert f"{prefix}.item-commands.online" in out.stdout and f"{prefix}.item-commands.batch" in out.stdout
+    assert not re.search(r"item-commands\s", out.stdout)
