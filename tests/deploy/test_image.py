@@ -66,3 +66,10 @@ def test_the_image_gets_the_services_and_no_developer_tools(wheel):
         assert re.search(rf"^{script} = ", entry_points, re.MULTILINE), script
     # The migrations and SQL queries ship with the services.
     assert any(n.startswith("pacer_common/db/migrations/") and n.endswith(".sql") for n in names)
+
+
+def test_the_build_tools_removed_from_the_image_are_no_runtime_dependency():
+    (removed,) = re.findall(r"pip uninstall --yes ([^\n\\]+)", _build_stage())
+    runtime = set(re.findall(r"^([A-Za-z0-9_.-]+)==", (REPO / "deploy" / "docker" / "runtime.lock").read_text(), re.MULTILINE))
+    assert set(removed.split()) == {"pip", "setuptools", "wheel", "packaging"}
+    assert not set(removed.split()) & runtime

@@ -23,7 +23,8 @@ from pacer_dev.tools import ensure_helm
 
 REPO = Path(__file__).resolve().parents[4]
 CHART = REPO / "deploy" / "helm" / "pacer"
-# The oldest and newest Kubernetes minor versions the chart supports (and one between).
+# Kubernetes versions whose schemas every rendered object must satisfy: the oldest, a middle and
+# the newest of those kubernetes-validate ships that the chart supports.
 KUBE_VERSIONS = ("1.29.0", "1.33.0", "1.37.0")
 NAMESPACE = "pacer"
 _CRDS = Path(__file__).with_name("crds")
