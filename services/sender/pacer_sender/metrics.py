@@ -19,7 +19,7 @@ class SenderMetrics:
             "rescheduled)."
         ), ["outcome"], registry=registry)
         self.bad_commands = Counter("pacer_sender_bad_commands_total", (
-            "Messages on the item-commands topic that are not valid item commands. Each only rings its key's "
+            "Messages on the item-command topics that are not valid item commands. Each only rings its key's "
             "guid: the item, if there is one, is read from Postgres."
         ), registry=registry)
         self.internal_errors = Counter("pacer_sender_internal_errors_total", (
