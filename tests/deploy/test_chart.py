@@ -8,6 +8,7 @@ import re
 import shutil
 
 import pytest
+from pacer_dev import docs
 from pacer_dev.chart.check import (
     CHART,
     VALUE_SETS,
@@ -132,3 +133,14 @@ def test_notes_render_and_name_the_topics_that_exist(vs, tmp_path):
     prefix = "tenant" if vs.name == "tenants" else "pacer"
     assert f"{prefix}.item-commands.online" in out.stdout and f"{prefix}.item-commands.batch" in out.stdout
     assert not re.search(r"item-commands\s", out.stdout)
+
+
+@pytest.mark.parametrize("values", ["full", "external"])
+def test_every_variable_the_chart_sets_is_a_setting_of_the_code(values):
+    known = docs.defaults()
+    objs = render("pacer", CHART / "ci" / f"{values}-values.yaml")
+    pods = [o["spec"]["template"]["spec"] for o in objs if o["kind"] in ("Deployment", "Job")]
+    names = {e["name"] for pod in pods for c in pod.get("initContainers", []) + pod["containers"]
+             for e in c.get("env", [])}
+    assert "PACER_SENDER_LEASE_TTL_S" in names
+    assert sorted(n for n in names if n.startswith("PACER_") and n not in known) == []
