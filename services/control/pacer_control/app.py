@@ -14,13 +14,14 @@ from contextlib import asynccontextmanager
 
 from asgi_correlation_id import CorrelationIdMiddleware
 from fastapi import FastAPI, Request, Response
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 from psycopg_pool import AsyncConnectionPool
 
 from pacer_common.ops import Health, add_ops_routes
 from pacer_control.adapters.postgres import PostgresControl
 from pacer_control.api import create_api
 from pacer_control.core import Control
+from pacer_control.metrics import ControlMetrics
 from pacer_control.ports import Gateway
 
 access = logging.getLogger("pacer.control.access")
@@ -58,10 +59,7 @@ def build_app(pool: AsyncConnectionPool, *, gateway: Gateway | None = None, sand
 
 
 def _count_requests(app: FastAPI, registry: CollectorRegistry) -> None:
-    requests = Counter("pacer_control_requests_total", "Control API requests", ["method", "route", "status"],
-                       registry=registry)
-    seconds = Histogram("pacer_control_request_seconds", "Control API request time (to the first byte)",
-                        ["method", "route"], registry=registry)
+    m = ControlMetrics(registry)
 
     @app.middleware("http")
     async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -74,8 +72,8 @@ def _count_requests(app: FastAPI, registry: CollectorRegistry) -> None:
         finally:
             route = getattr(request.scope.get("route"), "path", "unmatched")
             elapsed = time.perf_counter() - started
-            requests.labels(request.method, route, status).inc()
-            seconds.labels(request.method, route).observe(elapsed)
+            m.requests.labels(request.method, route, status).inc()
+            m.seconds.labels(request.method, route).observe(elapsed)
             if route not in _OPS_ROUTES or status >= "400":  # scrapes and probes: counted, not logged
                 access.info("%s %s %s %.1fms", request.method, request.url.path, status, elapsed * 1000,
                             extra={"method": request.method, "route": route, "status": int(status),

@@ -25,14 +25,20 @@ class ControlSettings(OpsSettings):
     """``PACER_CONTROL_*``. The API and /healthz, /readyz, /metrics share one port."""
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_CONTROL_")
-    port: int = 9104
-    db_pool_max: int = 10
-    # How long an API call waits for an unreachable database before answering 503.
-    db_deadline_s: float = 5.0
-    gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL")
-    gateway_timeout_s: float = 10.0
-    # Comma-separated to_ids that POST /test-send may send to; empty: test sends are refused.
-    sandbox_targets: str = ""
+    port: int = Field(9104, description="HTTP port of the API and the ops endpoints.")
+    db_pool_max: int = Field(10, description=(
+        "Postgres connections at most (a CSV report download holds one while it streams)."
+    ))
+    db_deadline_s: float = Field(5.0, description=(
+        "How long a request retries a transient database error before answering `503`."
+    ))
+    gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL", description=(
+        "The gateway `POST /test-send` uses."
+    ))
+    gateway_timeout_s: float = Field(10.0, description="Timeout of a test send.")
+    sandbox_targets: str = Field("", description=(
+        "Comma-separated `to_id`s that `POST /test-send` may send to; empty: test sends are refused (`403`)."
+    ))
 
     def sandbox(self) -> frozenset[str]:
         return frozenset(t.strip() for t in self.sandbox_targets.split(",") if t.strip())
