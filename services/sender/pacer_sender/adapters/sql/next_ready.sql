@@ -3,7 +3,7 @@
 -- that decides which of a guid's queued items in Postgres go next: for now the most urgent
 -- priority first, then the oldest.
 SELECT item_id::text, job_id::text, shard_id, guid, to_id, content, idem_key, priority, kind,
-       expire_at, not_before
+       expire_at, not_before, created_at, traceparent
 FROM items
 WHERE guid = %(guid)s AND status = 'pending' AND NOT held
   AND (not_before IS NULL OR not_before <= now())
