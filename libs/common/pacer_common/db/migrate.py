@@ -16,6 +16,7 @@ a later one must not (``tests/unit/test_schema_files.py`` fails if one does).
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import psycopg
@@ -25,6 +26,16 @@ from pacer_common.db.sql import migrations, schema_objects
 log = logging.getLogger(__name__)
 _LOCK_ID = 0x7061636572  # "pacer"
 LAST_MIGRATION_WITH_FUNCTIONS = 18
+MOVE_TO_SCHEMA = (
+    "stored functions and triggers are not defined in migrations after {last:04d}: put each in "
+    "libs/common/pacer_common/db/schema/functions/<function>.sql or schema/triggers/<trigger>.sql "
+    "(CREATE OR REPLACE; DROP FUNCTION IF EXISTS the old signature first if it changes), which "
+    "migrate() re-applies after the migrations, then run `make schema` (docs/architecture.md, "
+    "\"Where the schema lives\")"
+)
+_ROUTINE = re.compile(
+    r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:CONSTRAINT\s+)?(FUNCTION|PROCEDURE|TRIGGER)\s+([\w.\"]+)", re.IGNORECASE)
+_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 def migrate(url: str) -> list[str]:
@@ -69,3 +80,8 @@ def apply_schema_objects(conn: psycopg.Connection[Any]) -> None:
             except psycopg.Error as exc:
                 exc.add_note(f"while applying pacer_common/db/schema/{path}")
                 raise
+
+
+def defined_routines(sql: str) -> list[str]:
+    """``"function <name>"`` / ``"trigger <name>"`` for each one ``sql`` creates (comments aside)."""
+    return [f"{kind.lower()} {name}" for kind, name in _ROUTINE.findall(_COMMENT.sub("", sql))]
