@@ -11,6 +11,7 @@ import pytest
 
 from pacer_common.db.migrate import migrate
 from pacer_common.db.sql import migrations, schema_objects
+from pacer_common.domain.commands import ItemCommand
 from pacer_dev.schema_dump import SCHEMA_SQL, dump, normalise
 
 
@@ -88,3 +89,11 @@ def test_the_comparison_ignores_what_varies_with_pg_dump_and_nothing_else() -> N
     body = "CREATE TABLE public.t (\n    a integer\n);\n\n\n\nCREATE INDEX i ON public.t USING btree (a);\n"
     assert normalise(header + body + "\n\\unrestrict AbC123\n") == normalise(body)
     assert normalise(body) != normalise(body.replace("integer", "bigint"))
+
+
+def test_the_item_command_columns_are_those_of_an_item_command(database_url: str) -> None:
+    """pacer_item_command is the one list of the columns a command is read back with."""
+    with psycopg.connect(database_url) as conn:
+        cur = conn.execute("SELECT * FROM pacer_item_command(NULL::items)")
+        columns = [d.name for d in cur.description or []]
+    assert columns == [f for f in ItemCommand.model_fields if f != "schema_version"]

@@ -453,6 +453,41 @@ CREATE FUNCTION public.pacer_hold_reason(p_job_status text, p_job_reason text, p
     END;
 $$;
 
+CREATE TABLE public.items (
+    item_id uuid NOT NULL,
+    job_id uuid NOT NULL,
+    shard_id bigint NOT NULL,
+    guid text NOT NULL,
+    to_id text NOT NULL,
+    content text NOT NULL,
+    idem_key text NOT NULL,
+    priority smallint NOT NULL,
+    kind text NOT NULL,
+    status public.item_status DEFAULT 'pending'::public.item_status NOT NULL,
+    version integer DEFAULT 0 NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    lease_owner text,
+    lease_epoch bigint DEFAULT 0 NOT NULL,
+    lease_until timestamp with time zone,
+    expire_at timestamp with time zone,
+    not_before timestamp with time zone,
+    next_attempt_at timestamp with time zone,
+    last_error_class text,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    compensates uuid,
+    held boolean DEFAULT false NOT NULL,
+    target_page integer
+);
+
+CREATE FUNCTION public.pacer_item_command(i public.items) RETURNS TABLE(item_id text, job_id text, shard_id bigint, guid text, to_id text, content text, idem_key text, priority smallint, kind text, expire_at timestamp with time zone, not_before timestamp with time zone)
+    LANGUAGE sql STABLE ROWS 1
+    AS $$
+    SELECT i.item_id::text, i.job_id::text, i.shard_id, i.guid, i.to_id, i.content, i.idem_key,
+           i.priority, i.kind, i.expire_at, i.not_before;
+$$;
+
 CREATE FUNCTION public.pacer_job_action(p_job uuid, p_action text, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text, status text)
     LANGUAGE plpgsql
     AS $$
@@ -976,34 +1011,6 @@ ALTER TABLE public.item_events ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY
 CREATE TABLE public.item_transitions (
     from_status public.item_status NOT NULL,
     to_status public.item_status NOT NULL
-);
-
-CREATE TABLE public.items (
-    item_id uuid NOT NULL,
-    job_id uuid NOT NULL,
-    shard_id bigint NOT NULL,
-    guid text NOT NULL,
-    to_id text NOT NULL,
-    content text NOT NULL,
-    idem_key text NOT NULL,
-    priority smallint NOT NULL,
-    kind text NOT NULL,
-    status public.item_status DEFAULT 'pending'::public.item_status NOT NULL,
-    version integer DEFAULT 0 NOT NULL,
-    attempts integer DEFAULT 0 NOT NULL,
-    lease_owner text,
-    lease_epoch bigint DEFAULT 0 NOT NULL,
-    lease_until timestamp with time zone,
-    expire_at timestamp with time zone,
-    not_before timestamp with time zone,
-    next_attempt_at timestamp with time zone,
-    last_error_class text,
-    last_error text,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    compensates uuid,
-    held boolean DEFAULT false NOT NULL,
-    target_page integer
 );
 
 CREATE TABLE public.job_target_pages (
