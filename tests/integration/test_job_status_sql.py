@@ -73,7 +73,8 @@ def test_every_shard_status_answers_each_action_as_the_table_says(database_url: 
         expected = outcome(table, status)
         allowed = table.get(status, frozenset({status}))
         if answer != expected or ShardStatus(after) not in allowed:
-            wrong.append(f"{action} from {status}: {answer} → {after}, table says {expected} → {sorted(s.value for s in allowed)}")
+            wrong.append(f"{action} from {status}: {answer} → {after}, "
+                         f"table says {expected} → {sorted(s.value for s in allowed)}")
     assert not wrong, "\n".join(wrong)
 
 
