@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test up down env lint prometheus chaos bench clean helm chart lock docs
+.PHONY: install demo test up down env lint prometheus chaos bench clean helm chart lock docs schema-sql
 
 $(STAMP): pyproject.toml libs/devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,9 @@ lock: install           ## recompile the image's dependency locks (deploy/docker
 
 lint: install           ## layering contracts
 	$(BIN)/lint-imports
+
+schema-sql: install     ## regenerate libs/common/pacer_common/db/schema.sql from the migrations and function files
+	$(BIN)/python -m pacer_dev.schema_dump
 
 up: install             ## start infrastructure, fake gateway and services in the background
 	$(BIN)/python -m pacer_dev.updown up

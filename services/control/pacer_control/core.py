@@ -1,7 +1,7 @@
 """The Control API's use cases: authenticate, authorize, act (audited), inspect.
 
 Decisions about jobs, shards, guids and budgets are taken by database functions under row
-locks (``migrations/0008_governance.sql``), which also write their audit records; the use
+locks (``pacer_common/db/schema/functions/``), which also write their audit records; the use
 cases here add the ones the database does not audit (bulk and single retries, cancels, limits,
 tokens, test sends), always in the same transaction as the change.
 """

@@ -1,39 +1,99 @@
-"""Numbered migrations, applied once each, in order, under an advisory lock."""
+"""Bring a database to today's schema, under an advisory lock.
+
+Two parts, in this order, on every run:
+
+1. the numbered migrations (``db/migrations/NNNN_name.sql``), each applied once, in order:
+   tables, columns, indexes, types, data;
+2. today's stored functions and triggers (``db/schema/functions/<name>.sql``,
+   ``db/schema/triggers/<name>.sql``), all re-created in one transaction — each file is
+   idempotent (``CREATE OR REPLACE``), so a database at any migration ends with exactly the
+   definitions in those files.
+
+Migrations up to :data:`LAST_MIGRATION_WITH_FUNCTIONS` still define functions, as history;
+a later one must not (``tests/unit/test_schema_files.py`` fails if one does).
+"""
 
 from __future__ import annotations
 
 import logging
+import re
+from typing import Any
 
 import psycopg
+from psycopg import errors as pgerr
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from pacer_common.db.sql import migrations
+from pacer_common.db.sql import migrations, schema_objects
 
 log = logging.getLogger(__name__)
 _LOCK_ID = 0x7061636572  # "pacer"
+MIN_SERVER_VERSION = 140000
+SCHEMA_LOCK_TIMEOUT = "5s"
+LAST_MIGRATION_WITH_FUNCTIONS = 18
+MOVE_TO_SCHEMA = (
+    "stored functions and triggers are not defined in migrations after {last:04d}: put each in "
+    "libs/common/pacer_common/db/schema/functions/<function>.sql or schema/triggers/<trigger>.sql "
+    "(CREATE OR REPLACE; DROP FUNCTION IF EXISTS the old signature first if it changes), which "
+    "migrate() re-applies after the migrations, then run `make schema-sql` (docs/architecture.md, "
+    "\"Where the schema lives\")"
+)
+_ROUTINE = re.compile(
+    r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:CONSTRAINT\s+)?(FUNCTION|PROCEDURE|TRIGGER)\s+([\w.\"]+)", re.IGNORECASE)
+_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 def migrate(url: str) -> list[str]:
-    """Apply pending migrations; returns the names applied. Safe to run concurrently."""
-    applied: list[str] = []
+    """Apply pending migrations, then re-create every stored function and trigger; returns the
+    names of the migrations applied. Safe to run concurrently."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_ID,))
         try:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                " version integer PRIMARY KEY, name text NOT NULL,"
-                " applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
-            for version, name, sql in migrations():
-                if version in done:
-                    continue
-                with conn.transaction():
-                    conn.execute(sql)  # type: ignore[arg-type]
-                    conn.execute(
-                        "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name)
-                    )
-                log.info("applied migration", extra={"migration": name})
-                applied.append(name)
+            applied = apply_migrations(conn)
+            apply_schema_objects(conn)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
     return applied
+
+
+def apply_migrations(conn: psycopg.Connection[Any]) -> list[str]:
+    """The numbered migrations not yet applied, each in its own transaction."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        " version integer PRIMARY KEY, name text NOT NULL,"
+        " applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+    applied: list[str] = []
+    for version, name, sql in migrations():
+        if version in done:
+            continue
+        with conn.transaction():
+            conn.execute(sql)  # type: ignore[arg-type]
+            conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
+        log.info("applied migration", extra={"migration": name})
+        applied.append(name)
+    return applied
+
+
+def apply_schema_objects(conn: psycopg.Connection[Any]) -> None:
+    """Every function file, then every trigger file, in one transaction."""
+    if conn.info.server_version < MIN_SERVER_VERSION:
+        raise RuntimeError(f"Pacer needs PostgreSQL 14 or later (CREATE OR REPLACE TRIGGER); "
+                           f"this server is {conn.info.server_version}")
+    for attempt in Retrying(retry=retry_if_exception_type(pgerr.LockNotAvailable), stop=stop_after_attempt(6),
+                            wait=wait_exponential_jitter(initial=1, max=10), reraise=True):
+        with attempt, conn.transaction():
+            # Re-creating a trigger locks its table against writes until commit: never queue
+            # the services' writes behind a long transaction for more than a moment.
+            conn.execute(f"SET LOCAL lock_timeout = '{SCHEMA_LOCK_TIMEOUT}'")
+            for path, sql in schema_objects():
+                try:
+                    conn.execute(sql)  # type: ignore[arg-type]
+                except psycopg.Error as exc:
+                    exc.add_note(f"while applying pacer_common/db/schema/{path}")
+                    raise
+
+
+def defined_routines(sql: str) -> list[str]:
+    """``"function <name>"`` / ``"trigger <name>"`` for each one ``sql`` creates (comments aside)."""
+    return [f"{kind.lower()} {name}" for kind, name in _ROUTINE.findall(_COMMENT.sub("", sql))]

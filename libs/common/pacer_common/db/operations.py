@@ -1,7 +1,7 @@
 """Operator actions on single items — manual retry and cancel —, the lock view, API tokens.
 
 The decisions live in database functions (``pacer_retry_item``, ``pacer_cancel_item`` in
-``migrations/0004_operator_actions.sql``) so they are taken under the row locks and guarded
+``db/schema/functions/``) so they are taken under the row locks and guarded
 transitions that make concurrent clicks, claims and sweeps safe. This module only calls
 them and shapes their answers. Nothing here calls the gateway.
 """

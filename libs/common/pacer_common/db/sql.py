@@ -1,15 +1,32 @@
-"""SQL lives in ``.sql`` files next to this module; this loads them by name."""
+"""SQL lives in ``.sql`` files next to the code that runs it; this loads them by name.
+
+``db/queries/`` holds the shared statements, ``db/migrations/`` the numbered table changes,
+``db/schema/functions/`` and ``db/schema/triggers/`` today's stored functions and triggers
+(one per file, named after it), and each service's ``adapters/sql/`` its own statements.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 
+SCHEMA_PACKAGE = "pacer_common.db.schema"
+
 
 @cache
-def query(name: str) -> str:
-    """The text of ``db/queries/<name>.sql``."""
-    return resources.files("pacer_common.db.queries").joinpath(f"{name}.sql").read_text()
+def sql_file(package: str, name: str) -> str:
+    """The text of ``<name>.sql`` in the package ``package``."""
+    return resources.files(package).joinpath(f"{name}.sql").read_text()
+
+
+def loader(package: str) -> Callable[[str], str]:
+    """``name -> text of <name>.sql`` in ``package``: each adapter's ``_sql``."""
+    return lambda name: sql_file(package, name)
+
+
+query = loader("pacer_common.db.queries")
+"""The text of ``db/queries/<name>.sql``."""
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -19,3 +36,17 @@ def migrations() -> list[tuple[int, str, str]]:
         if entry.name.endswith(".sql") and entry.name[:4].isdigit():
             found.append((int(entry.name[:4]), entry.name, entry.read_text()))
     return sorted(found)
+
+
+def schema_objects() -> list[tuple[str, str]]:
+    """``(path, sql)`` of every stored function, then every trigger, each kind by file name.
+
+    The order is the order they are (re)created in: a trigger needs its function, and a
+    ``LANGUAGE sql`` body is checked against the functions it calls when it is created, so
+    such a function's file must sort after theirs (plpgsql bodies are resolved when they run).
+    """
+    found = []
+    for kind in ("functions", "triggers"):
+        entries = [e for e in resources.files(f"{SCHEMA_PACKAGE}.{kind}").iterdir() if e.name.endswith(".sql")]
+        found += [(f"{kind}/{e.name}", e.read_text()) for e in sorted(entries, key=lambda e: e.name)]
+    return found

@@ -6,8 +6,6 @@ import functools
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from functools import cache
-from importlib import resources
 from typing import Any, TypeVar, cast
 
 import psycopg
@@ -18,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pacer_common.db import operations
 from pacer_common.db.errors import TransientError, with_retry
-from pacer_common.db.sql import query
+from pacer_common.db.sql import loader, query
 from pacer_common.domain.tokens import Role
 from pacer_control.domain.errors import Invalid, Unavailable
 from pacer_control.domain.filters import (
@@ -40,9 +38,7 @@ REPORT_FETCH = 2000
 _dumps = functools.partial(json.dumps, default=str)
 
 
-@cache
-def _sql(name: str) -> str:
-    return resources.files("pacer_control.adapters.sql").joinpath(f"{name}.sql").read_text()
+_sql = loader("pacer_control.adapters.sql")
 
 
 async def _rows(conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> list[Row]:
@@ -105,9 +101,8 @@ class _Tx:
         return await _row(self.conn, "item_state", {"item": item_id})
 
     async def cancel_item(self, item_id: str, actor: str) -> tuple[str, str]:
-        row = await _row(self.conn, "cancel_item", {"item": item_id, "actor": actor})
-        assert row is not None  # pacer_cancel_item always answers
-        return row["outcome"], row["message"]
+        r = await operations.cancel_item(self.conn, item_id, actor)
+        return r.outcome, r.message
 
     async def decide_approval(self, job_id: str, approve: bool, actor: str, reason: str | None) -> ActionResult:
         row = await _row(self.conn, "decide_approval", {"job": job_id, "approve": approve, "actor": actor,

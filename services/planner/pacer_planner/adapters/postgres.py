@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Any
 
 import psycopg
@@ -16,6 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 from pacer_common import tracing
 from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.db.durable import synchronous_transaction
+from pacer_common.db.sql import loader
 from pacer_common.domain.commands import ItemCommand
 from pacer_planner.domain.planning import Plan
 from pacer_planner.domain.sharding import ShardKey
@@ -27,10 +26,8 @@ _COPY_ITEMS = (
 )
 
 
-@cache
-def sql(name: str) -> str:
-    """The text of ``adapters/sql/<name>.sql``."""
-    return resources.files("pacer_planner.adapters.sql").joinpath(f"{name}.sql").read_text()
+sql = loader("pacer_planner.adapters.sql")
+"""The text of ``adapters/sql/<name>.sql``."""
 
 
 async def insert_shards(conn: AsyncConnection[Any], job_id: str, shards: Mapping[ShardKey, int],

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from functools import cache
-from importlib import resources
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -13,7 +11,7 @@ from psycopg_pool import AsyncConnectionPool
 from pacer_common.db.commands import pending_commands
 from pacer_common.db.errors import with_retry
 from pacer_common.db.leader import LeaderLock, fence
-from pacer_common.db.sql import query
+from pacer_common.db.sql import loader, query
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
@@ -27,9 +25,7 @@ class CursorMoved(Exception):
     """The log cursor moved under us: reload it and read again."""
 
 
-@cache
-def _sql(name: str) -> str:
-    return resources.files("pacer_reconciler.adapters.sql").joinpath(f"{name}.sql").read_text()
+_sql = loader("pacer_reconciler.adapters.sql")
 
 
 _SWEEPS: dict[SweepKind, Transition] = {

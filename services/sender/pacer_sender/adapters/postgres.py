@@ -1,6 +1,6 @@
 """Item writes for the sender, one statement (one transaction, one round trip) per step.
 
-The steps are database functions (``migrations/0002_item_functions.sql``) built on the
+The steps are database functions (``pacer_common/db/schema/functions/``) built on the
 guarded ``pacer_transition``: begin (claim + reserve key + submitted), confirm, settle.
 Every write after the claim carries the lease epoch, so a worker whose lease was taken
 over cannot record anything. Every write commits synchronously, whatever the server's
@@ -16,8 +16,6 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
-from functools import cache
-from importlib import resources
 from typing import Any
 
 import psycopg
@@ -28,6 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 from pacer_common.db.batching import Batcher
 from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.db.durable import fetch_durably, synchronous_transaction
+from pacer_common.db.sql import loader
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.receipts import Receipt
@@ -79,9 +78,7 @@ def one_by_one(run_many: Callable[[Sequence[Any]], Awaitable[Sequence[Any]]]
     return run
 
 
-@cache
-def _sql(name: str) -> str:
-    return resources.files("pacer_sender.adapters.sql").joinpath(f"{name}.sql").read_text()
+_sql = loader("pacer_sender.adapters.sql")
 
 
 class PostgresItemRepository:
@@ -175,7 +172,7 @@ class PostgresItemRepository:
 
 
 class PostgresGuidLeases:
-    """Guid leases (``migrations/0003_guid_leases.sql``): take, keep and release."""
+    """Guid leases (``pacer_acquire_guids``, ``pacer_release_guids``): take, keep and release."""
 
     def __init__(self, pool: AsyncConnectionPool, ttl: timedelta) -> None:
         self.pool = pool

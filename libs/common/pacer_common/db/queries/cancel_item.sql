@@ -1,2 +1,2 @@
--- Cancel one item (see pacer_cancel_item in migrations/0004_operator_actions.sql).
+-- Cancel one item (see db/schema/functions/pacer_cancel_item.sql).
 SELECT outcome, message FROM pacer_cancel_item(%(item)s::uuid, %(actor)s::text)

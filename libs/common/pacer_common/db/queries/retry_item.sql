@@ -1,3 +1,3 @@
--- Manual retry of one item (see pacer_retry_item in migrations/0004_operator_actions.sql).
+-- Manual retry of one item (see db/schema/functions/pacer_retry_item.sql).
 SELECT outcome, new_item::text AS new_item, message
 FROM pacer_retry_item(%(item)s::uuid, %(actor)s::text, %(priority)s::smallint)

@@ -1,4 +1,4 @@
--- Apply a transition (see pacer_transition in migrations/0002_item_functions.sql).
+-- Apply a transition (see db/schema/functions/pacer_transition.sql).
 SELECT item_id::text AS item_id, version, lease_epoch, attempts, from_status::text AS from_status
 FROM pacer_transition(
     %(ids)s::uuid[], %(from)s::item_status[], %(to)s::item_status, %(type)s, %(payload)s::jsonb,

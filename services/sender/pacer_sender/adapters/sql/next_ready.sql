@@ -2,11 +2,10 @@
 -- held, due (no not_before, or past it), not already in the window. This is the one place
 -- that decides which of a guid's queued items in Postgres go next: for now the most urgent
 -- priority first, then the oldest.
-SELECT item_id::text, job_id::text, shard_id, guid, to_id, content, idem_key, priority, kind,
-       expire_at, not_before, created_at, traceparent
-FROM items
-WHERE guid = %(guid)s AND status = 'pending' AND NOT held
-  AND (not_before IS NULL OR not_before <= now())
-  AND item_id::text <> ALL(%(exclude)s::text[])
-ORDER BY priority, created_at, item_id
+SELECT c.*
+FROM items i CROSS JOIN LATERAL pacer_item_command(i) c
+WHERE i.guid = %(guid)s AND i.status = 'pending' AND NOT i.held
+  AND (i.not_before IS NULL OR i.not_before <= now())
+  AND i.item_id::text <> ALL(%(exclude)s::text[])
+ORDER BY i.priority, i.created_at, i.item_id
 LIMIT %(limit)s

@@ -1,0 +1,1397 @@
+CREATE TYPE public.item_status AS ENUM (
+    'pending',
+    'claimed',
+    'submitted',
+    'confirmed',
+    'failed',
+    'waiting_retry',
+    'abandoned',
+    'expired',
+    'recovery_pending',
+    'unverified'
+);
+
+CREATE FUNCTION public.pacer_acquire_guids(p_guids text[], p_owner text, p_ttl interval) RETURNS TABLE(guid text, epoch bigint, last_send_at timestamp with time zone, took_over boolean, db_now timestamp with time zone)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+    INSERT INTO guid_leases (guid) SELECT DISTINCT unnest(p_guids) ON CONFLICT DO NOTHING;
+    RETURN QUERY
+    WITH free AS (
+        SELECT l.guid, l.owner AS prev_owner
+        FROM guid_leases l
+        WHERE l.guid = ANY(p_guids)
+          AND (l.owner IS NULL OR l.owner = p_owner OR l.lease_until < now())
+          AND (l.evicted_owner IS NULL
+               OR (l.evicted_owner = p_owner AND l.evicted_until <= now())
+               OR (l.evicted_owner <> p_owner AND NOT EXISTS (
+                     SELECT 1 FROM items i
+                     WHERE i.guid = l.guid AND i.status IN ('claimed', 'submitted')
+                       AND i.lease_owner = l.evicted_owner AND i.lease_until > now())))
+        ORDER BY l.guid
+        FOR UPDATE
+    )
+    UPDATE guid_leases g SET
+        epoch         = CASE WHEN free.prev_owner IS DISTINCT FROM p_owner THEN g.epoch + 1 ELSE g.epoch END,
+        since         = CASE WHEN free.prev_owner IS DISTINCT FROM p_owner THEN now() ELSE g.since END,
+        renew_count   = CASE WHEN free.prev_owner = p_owner THEN g.renew_count + 1 ELSE 0 END,
+        takeovers     = g.takeovers + CASE WHEN free.prev_owner IS NOT NULL AND free.prev_owner <> p_owner
+                                           THEN 1 ELSE 0 END,
+        owner         = p_owner,
+        lease_until   = now() + p_ttl,
+        evicted_owner = NULL,
+        evicted_until = NULL
+    FROM free
+    WHERE g.guid = free.guid
+    RETURNING g.guid, g.epoch, g.last_send_at,
+              (free.prev_owner IS NOT NULL AND free.prev_owner <> p_owner), now();
+END
+$$;
+
+CREATE FUNCTION public.pacer_approval_reason(p_total bigint, p_message jsonb, p_above bigint, p_new_content boolean) RETURNS text
+    LANGUAGE plpgsql STABLE
+    AS $$  -- plpgsql: bound late, so pacer_content_hash may be created after it
+BEGIN
+    RETURN CASE
+        WHEN p_above IS NOT NULL AND p_total > p_above
+            THEN format('awaiting approval: %s items, above %s', p_total, p_above)
+        WHEN p_new_content AND NOT EXISTS (
+                SELECT 1 FROM approved_contents a WHERE a.content_hash = pacer_content_hash(p_message))
+            THEN 'awaiting approval: new content (first send of this message)'
+    END;
+END
+$$;
+
+CREATE FUNCTION public.pacer_audit(p_actor text, p_action text, p_type text, p_id text, p_reason text, p_before jsonb, p_after jsonb) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO audit_log (actor, action, target_type, target_id, reason, before, after)
+    VALUES (p_actor, p_action, p_type, p_id, p_reason, p_before, p_after);
+$$;
+
+CREATE FUNCTION public.pacer_begin_send(p_item uuid, p_owner text, p_ttl interval, p_idem_key text, p_guid text, p_to_id text) RETURNS TABLE(outcome text, epoch bigint, attempts integer, holder text)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    c record;
+    h record;
+    g record;
+    x record;
+    hold text;
+    counted boolean := false;
+BEGIN
+    SELECT l.paused_reason INTO g FROM guid_leases l
+    WHERE l.guid = p_guid AND l.owner = p_owner AND l.lease_until > now()
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'guid_lost'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN;
+    END IF;
+    SELECT i.status, i.job_id, j.status AS job_status, j.paused_reason AS job_reason, j.budget_max_sends,
+           s.status AS shard_status, s.paused_reason AS shard_reason
+    INTO x
+    FROM items i JOIN jobs j ON j.job_id = i.job_id JOIN shards s ON s.shard_id = i.shard_id
+    WHERE i.item_id = p_item;
+    IF NOT FOUND OR x.status <> 'pending' THEN
+        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN;
+    END IF;
+    hold := pacer_hold_reason(x.job_status, x.job_reason, x.shard_status, x.shard_reason, g.paused_reason);
+    IF hold IS NULL AND x.budget_max_sends IS NOT NULL THEN
+        UPDATE jobs SET budget_used = budget_used + 1
+        WHERE job_id = x.job_id AND status = 'running' AND budget_used < budget_max_sends;
+        IF FOUND THEN
+            counted := true;
+        ELSE
+            PERFORM pacer_hold_job(x.job_id, 'budget_exhausted', 'system:budget');
+            hold := 'job paused: budget_exhausted';
+        END IF;
+    END IF;
+    IF hold IS NOT NULL THEN
+        UPDATE items SET held = true WHERE item_id = p_item AND status = 'pending';
+        RETURN QUERY SELECT 'held'::text, NULL::bigint, NULL::integer, hold;
+        RETURN;
+    END IF;
+    SELECT * INTO c FROM pacer_transition(ARRAY[p_item], '{pending}', 'claimed', 'ItemClaimed',
+        jsonb_build_object('owner', p_owner), p_lease_owner => p_owner, p_lease_ttl => p_ttl);
+    IF NOT FOUND THEN
+        IF counted THEN
+            UPDATE jobs SET budget_used = budget_used - 1 WHERE job_id = x.job_id;
+        END IF;
+        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN;
+    END IF;
+    INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
+    VALUES (p_idem_key, p_item, p_guid, p_to_id, 'reserved')
+    ON CONFLICT (idem_key) DO NOTHING;
+    SELECT l.item_id, l.state INTO h FROM send_ledger l WHERE l.idem_key = p_idem_key;
+    IF h.item_id <> p_item THEN
+        IF counted THEN
+            UPDATE jobs SET budget_used = budget_used - 1 WHERE job_id = x.job_id;
+        END IF;
+        PERFORM pacer_transition(ARRAY[p_item], '{claimed}', 'abandoned', 'ItemDuplicateIntercepted',
+            jsonb_build_object('idem_key', p_idem_key, 'holder', h.item_id), p_epoch => c.lease_epoch,
+            p_clear_lease => true, p_error_class => 'duplicate',
+            p_error => format('idempotency key already %s by item %s', h.state, h.item_id));
+        RETURN QUERY SELECT 'duplicate'::text, c.lease_epoch, c.attempts, h.item_id::text;
+        RETURN;
+    END IF;
+    PERFORM pacer_transition(ARRAY[p_item], '{claimed}', 'submitted', 'ItemSubmitted',
+        jsonb_build_object('attempt', c.attempts + 1, 'budgeted', counted), p_epoch => c.lease_epoch,
+        p_attempt_bump => 1);
+    -- The guid lease (locked above) lasts at least as long as the item's lease: the send may
+    -- not outlive the lease it is made under.
+    UPDATE guid_leases SET last_send_at = now(), lease_until = GREATEST(lease_until, now() + p_ttl)
+    WHERE guid = p_guid;
+    RETURN QUERY SELECT 'submitted'::text, c.lease_epoch, c.attempts, p_item::text;
+END
+$$;
+
+CREATE FUNCTION public.pacer_begin_send_many(p_items uuid[], p_owner text, p_ttl interval, p_keys text[], p_guids text[], p_to_ids text[]) RETURNS TABLE(ord bigint, outcome text, epoch bigint, attempts integer, holder text)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    r record;
+BEGIN
+    PERFORM 1 FROM jobs j
+    WHERE j.job_id IN (SELECT i.job_id FROM items i WHERE i.item_id = ANY(p_items))
+      AND j.budget_max_sends IS NOT NULL
+    ORDER BY j.job_id
+    FOR NO KEY UPDATE;
+    FOR r IN
+        SELECT t.item, t.key, t.guid, t.to_id, t.ord
+        FROM unnest(p_items, p_keys, p_guids, p_to_ids) WITH ORDINALITY AS t(item, key, guid, to_id, ord)
+        ORDER BY t.guid, t.item, t.ord
+    LOOP
+        RETURN QUERY SELECT r.ord, b.outcome, b.epoch, b.attempts, b.holder
+                     FROM pacer_begin_send(r.item, p_owner, p_ttl, r.key, r.guid, r.to_id) AS b;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION public.pacer_cancel_item(p_item uuid, p_actor text) RETURNS TABLE(outcome text, message text)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    s item_status;
+BEGIN
+    FOR attempt IN 1..3 LOOP
+        PERFORM pacer_transition(ARRAY[p_item], '{pending,waiting_retry}', 'abandoned', 'ItemCancelled',
+            jsonb_build_object('actor', p_actor, 'error_class', 'cancelled'), p_clear_lease => true,
+            p_error_class => 'cancelled', p_error => format('cancelled by %s', p_actor));
+        IF FOUND THEN
+            RETURN QUERY SELECT 'cancelled'::text, format('item %s cancelled by %s', p_item, p_actor);
+            RETURN;
+        END IF;
+        SELECT i.status INTO s FROM items i WHERE i.item_id = p_item;
+        IF NOT FOUND THEN
+            RETURN QUERY SELECT 'not_found'::text, format('no item %s', p_item);
+            RETURN;
+        END IF;
+        IF s IN ('claimed', 'submitted', 'recovery_pending') THEN
+            RETURN QUERY SELECT 'too_late'::text,
+                'cancel takes effect at item boundaries; this item is in flight'::text;
+            RETURN;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM item_transitions t WHERE t.from_status = s) THEN
+            RETURN QUERY SELECT 'already_final'::text, format('this item is already %s', s);
+            RETURN;
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT 'too_late'::text,
+        'cancel takes effect at item boundaries; this item is in flight'::text;
+END
+$$;
+
+CREATE FUNCTION public.pacer_coalesce(p_job uuid) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    j jobs%ROWTYPE;
+    ids uuid[];
+BEGIN
+    SELECT * INTO j FROM jobs WHERE job_id = p_job;
+    IF j.coalesce_key IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('pacer.coalesce:' || j.coalesce_key));
+    SELECT array_agg(i.item_id) INTO ids
+    FROM items i JOIN jobs o ON o.job_id = i.job_id
+    WHERE o.coalesce_key = j.coalesce_key AND i.status IN ('pending', 'waiting_retry')
+      AND (o.coalesce_version < j.coalesce_version
+           OR (o.job_id = p_job AND EXISTS (SELECT 1 FROM jobs n WHERE n.coalesce_key = j.coalesce_key
+                                                                 AND n.coalesce_version > j.coalesce_version)));
+    IF ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM pacer_transition(ids, '{pending,waiting_retry}', 'abandoned', 'ItemSuperseded',
+        jsonb_build_object('business_id', j.coalesce_key, 'by_version', j.coalesce_version, 'error_class', 'superseded'),
+        p_clear_lease => true, p_error_class => 'superseded',
+        p_error => format('superseded by status version of business id %s', j.coalesce_key));
+    RETURN cardinality(ids);
+END
+$$;
+
+CREATE FUNCTION public.pacer_confirm(p_item uuid, p_epoch bigint, p_idem_key text, p_receipt jsonb) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pacer_transition(ARRAY[p_item], '{submitted}', 'confirmed', 'ItemConfirmed',
+        jsonb_build_object('receipt', p_receipt), p_epoch => p_epoch, p_clear_lease => true);
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE send_ledger SET state = 'sent', receipt = p_receipt, sent_at = now()
+    WHERE idem_key = p_idem_key AND item_id = p_item;
+    RETURN true;
+END
+$$;
+
+CREATE FUNCTION public.pacer_confirm_budget(p_job uuid, p_max_sends bigint, p_actor text) RETURNS TABLE(outcome text, message text, status text)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    j jobs%ROWTYPE;
+    resumed boolean := false;
+BEGIN
+    SELECT * INTO j FROM jobs WHERE job_id = p_job FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, format('no job %s', p_job), NULL::text;
+        RETURN;
+    END IF;
+    IF p_max_sends <= j.budget_used THEN
+        RETURN QUERY SELECT 'conflict'::text, format('a budget of %s sends is not above the %s already used',
+                                                     p_max_sends, j.budget_used), j.status;
+        RETURN;
+    END IF;
+    UPDATE jobs SET budget_max_sends = p_max_sends WHERE job_id = p_job;
+    IF j.status = 'paused' AND j.paused_reason = 'budget_exhausted' THEN
+        UPDATE jobs SET status = 'running', paused_reason = NULL, paused_by = NULL, paused_at = NULL
+        WHERE job_id = p_job;
+        resumed := true;
+    END IF;
+    PERFORM pacer_audit(p_actor, 'confirm_budget', 'job', p_job::text, NULL,
+        jsonb_build_object('budget_max_sends', j.budget_max_sends, 'budget_used', j.budget_used, 'status', j.status),
+        jsonb_build_object('budget_max_sends', p_max_sends, 'status', CASE WHEN resumed THEN 'running' ELSE j.status END));
+    RETURN QUERY SELECT 'done'::text,
+        format('budget set to %s sends (%s used)%s', p_max_sends, j.budget_used,
+               CASE WHEN resumed THEN '; job resumed' ELSE '' END),
+        CASE WHEN resumed THEN 'running' ELSE j.status END;
+END
+$$;
+
+CREATE FUNCTION public.pacer_confirm_many(p_items uuid[], p_epochs bigint[], p_keys text[], p_receipts jsonb[]) RETURNS TABLE(ord bigint, moved boolean)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT t.item, t.epoch, t.key, t.receipt, t.ord
+        FROM unnest(p_items, p_epochs, p_keys, p_receipts) WITH ORDINALITY AS t(item, epoch, key, receipt, ord)
+        ORDER BY t.item, t.ord
+    LOOP
+        RETURN QUERY SELECT r.ord, pacer_confirm(r.item, r.epoch, r.key, r.receipt);
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION public.pacer_content_hash(p_message jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT md5(p_message::text) $$;
+
+CREATE FUNCTION public.pacer_count_send_windows() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    e double precision := extract(epoch FROM NEW.last_send_at);
+    w jsonb := COALESCE(OLD.windows, '{}');
+    r record;
+    idx bigint;
+BEGIN
+    IF NEW.last_send_at IS NULL OR NEW.last_send_at IS NOT DISTINCT FROM OLD.last_send_at THEN
+        RETURN NEW;
+    END IF;
+    FOR r IN SELECT * FROM (VALUES ('minute', 60), ('hour', 3600), ('day', 86400)) AS v(name, size) LOOP
+        idx := floor(e / r.size);
+        w := jsonb_set(w, ARRAY[r.name], jsonb_build_array(idx,
+                 CASE WHEN (w -> r.name ->> 0)::bigint = idx THEN (w -> r.name ->> 1)::bigint + 1 ELSE 1 END));
+    END LOOP;
+    NEW.windows := w;
+    RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION public.pacer_decide_approval(p_job uuid, p_approve boolean, p_actor text, p_reason text) RETURNS TABLE(outcome text, message text, status text)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    j jobs%ROWTYPE;
+BEGIN
+    SELECT * INTO j FROM jobs WHERE job_id = p_job FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, format('no job %s', p_job), NULL::text;
+        RETURN;
+    END IF;
+    IF j.status <> 'awaiting_approval' THEN
+        RETURN QUERY SELECT 'conflict'::text, format('job is %s, not awaiting approval', j.status), j.status;
+        RETURN;
+    END IF;
+    PERFORM pacer_audit(p_actor, CASE WHEN p_approve THEN 'approve' ELSE 'reject' END, 'job', p_job::text, p_reason,
+        jsonb_build_object('status', j.status, 'paused_reason', j.paused_reason),
+        jsonb_build_object('status', CASE WHEN p_approve THEN 'running' ELSE 'cancelled' END));
+    IF p_approve THEN
+        UPDATE jobs SET status = 'running', paused_reason = NULL, paused_by = NULL, paused_at = NULL
+        WHERE job_id = p_job;
+        INSERT INTO approved_contents (content_hash, approved_by, job_id)
+        VALUES (pacer_content_hash(j.message), p_actor, p_job) ON CONFLICT DO NOTHING;
+        RETURN QUERY SELECT 'done'::text, 'job approved: awaiting_approval → running; it starts sending'::text,
+            'running'::text;
+    ELSE
+        PERFORM pacer_job_action(p_job, 'cancel', p_actor, COALESCE(p_reason, 'rejected'));
+        RETURN QUERY SELECT 'done'::text, 'job rejected: awaiting_approval → cancelled; nothing was sent'::text,
+            'cancelled'::text;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION public.pacer_force_release_guid(p_guid text, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text, previous_owner text, epoch bigint, evicted_until timestamp with time zone, in_flight integer)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    l guid_leases%ROWTYPE;
+    busy integer;
+    until timestamptz;
+BEGIN
+    SELECT * INTO l FROM guid_leases WHERE guid = p_guid FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, format('no guid %s', p_guid), NULL::text, NULL::bigint,
+                            NULL::timestamptz, 0;
+        RETURN;
+    END IF;
+    IF l.owner IS NULL THEN
+        RETURN QUERY SELECT 'noop'::text, format('guid %s has no lease holder; nothing to release', p_guid),
+                            NULL::text, l.epoch, l.evicted_until, 0;
+        RETURN;
+    END IF;
+    SELECT count(*) INTO busy FROM items i
+    WHERE i.guid = p_guid AND i.status IN ('claimed', 'submitted') AND i.lease_owner = l.owner
+      AND i.lease_until > now();
+    until := GREATEST(l.lease_until, now());
+    UPDATE guid_leases SET owner = NULL, lease_until = NULL, epoch = l.epoch + 1,
+                           forced_releases = l.forced_releases + 1, released_by = p_actor, released_at = now(),
+                           evicted_owner = l.owner, evicted_until = until
+    WHERE guid = p_guid;
+    PERFORM pacer_audit(p_actor, 'release_lock', 'guid', p_guid, p_reason,
+        jsonb_build_object('owner', l.owner, 'epoch', l.epoch, 'lease_until', l.lease_until,
+                           'expired', l.lease_until < now()),
+        jsonb_build_object('owner', NULL, 'epoch', l.epoch + 1, 'lease_until', NULL,
+                           'evicted_owner', l.owner, 'evicted_until', until, 'sends_in_flight', busy));
+    RETURN QUERY SELECT 'done'::text,
+        format('lease of guid %s released (was held by %s, epoch %s; now epoch %s). The holder is fenced: '
+               'its renewal and its next send are refused, and it may not take the guid back before %s. '
+               'Another sender may take it %s.',
+               p_guid, l.owner, l.epoch, l.epoch + 1, until,
+               CASE WHEN busy > 0 THEN format('once the %s send(s) it has in flight settle', busy) ELSE 'now' END),
+        l.owner, l.epoch + 1, until, busy;
+END
+$$;
+
+CREATE FUNCTION public.pacer_force_release_item(p_item uuid, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text, from_status text, to_status text, epoch bigint)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    o items%ROWTYPE;
+    why text := format('lease force-released by %s%s', p_actor, COALESCE(': ' || p_reason, ''));
+BEGIN
+    SELECT * INTO o FROM items WHERE item_id = p_item FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, format('no item %s', p_item), NULL::text, NULL::text, NULL::bigint;
+        RETURN;
+    END IF;
+    IF o.status = 'claimed' THEN
+        PERFORM pacer_transition(ARRAY[p_item], '{claimed}', 'pending', 'ItemLeaseExpired',
+            jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor), p_clear_lease => true);
+    ELSIF o.status = 'submitted' THEN
+        PERFORM pacer_transition(ARRAY[p_item], '{submitted}', 'recovery_pending', 'ItemInDoubt',
+            jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor), p_clear_lease => true,
+            p_error_class => 'in_doubt', p_error => why);
+    ELSE
+        RETURN QUERY SELECT 'conflict'::text,
+            format('item %s is %s and holds no lease (only claimed or submitted items do)', p_item, o.status),
+            o.status::text, o.status::text, o.lease_epoch;
+        RETURN;
+    END IF;
+    UPDATE items SET lease_epoch = lease_epoch + 1 WHERE item_id = p_item;
+    PERFORM pacer_audit(p_actor, 'release_lock', 'item', p_item::text, p_reason,
+        jsonb_build_object('status', o.status, 'lease_owner', o.lease_owner, 'lease_epoch', o.lease_epoch,
+                           'lease_until', o.lease_until),
+        jsonb_build_object('status', CASE WHEN o.status = 'claimed' THEN 'pending' ELSE 'recovery_pending' END,
+                           'lease_owner', NULL, 'lease_epoch', o.lease_epoch + 1, 'lease_until', NULL));
+    RETURN QUERY SELECT 'done'::text,
+        CASE WHEN o.status = 'claimed'
+             THEN format('item %s released: claimed by %s, nothing was sent; it is pending again (epoch %s)',
+                         p_item, o.lease_owner, o.lease_epoch + 1)
+             ELSE format('item %s released: it was submitted by %s and may have been sent, so it is '
+                         'recovery_pending and will be verified with the gateway, never resent blindly (epoch %s)',
+                         p_item, o.lease_owner, o.lease_epoch + 1) END,
+        o.status::text, CASE WHEN o.status = 'claimed' THEN 'pending' ELSE 'recovery_pending' END,
+        o.lease_epoch + 1;
+END
+$$;
+
+CREATE FUNCTION public.pacer_guard_requery_completion() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.target_mode = 'requery' AND (NEW.target_complete_at IS NULL OR EXISTS (
+            SELECT 1 FROM items i
+            WHERE i.job_id = NEW.job_id
+              AND i.status IN ('pending', 'claimed', 'submitted', 'waiting_retry', 'recovery_pending'))) THEN
+        NEW.status := 'running';
+        NEW.finished_at := NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION public.pacer_hold_guid(p_guid text, p_reason text, p_actor text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO guid_leases (guid) VALUES (p_guid) ON CONFLICT DO NOTHING;
+    UPDATE guid_leases SET paused_reason = p_reason, paused_by = p_actor, paused_at = now()
+    WHERE guid = p_guid AND paused_reason IS NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pacer_audit(p_actor, 'pause', 'guid', p_guid, p_reason, jsonb_build_object('paused', false),
+                        jsonb_build_object('paused', true, 'paused_reason', p_reason));
+    RETURN true;
+END
+$$;
+
+CREATE FUNCTION public.pacer_hold_job(p_job uuid, p_reason text, p_actor text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE jobs SET status = 'paused', paused_reason = p_reason, paused_by = p_actor, paused_at = now()
+    WHERE job_id = p_job AND status = 'running';
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pacer_audit(p_actor, 'pause', 'job', p_job::text, p_reason,
+                        jsonb_build_object('status', 'running'),
+                        jsonb_build_object('status', 'paused', 'paused_reason', p_reason));
+    RETURN true;
+END
+$$;
+
+CREATE FUNCTION public.pacer_hold_reason(p_job_status text, p_job_reason text, p_shard_status text, p_shard_reason text, p_guid_reason text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE
+        WHEN p_job_status <> 'running' THEN 'job ' || p_job_status || COALESCE(': ' || p_job_reason, '')
+        WHEN p_shard_status = 'paused' THEN 'shard paused' || COALESCE(': ' || p_shard_reason, '')
+        WHEN p_guid_reason IS NOT NULL THEN 'guid paused: ' || p_guid_reason
+    END;
+$$;
+
+CREATE TABLE public.items (
+    item_id uuid NOT NULL,
+    job_id uuid NOT NULL,
+    shard_id bigint NOT NULL,
+    guid text NOT NULL,
+    to_id text NOT NULL,
+    content text NOT NULL,
+    idem_key text NOT NULL,
+    priority smallint NOT NULL,
+    kind text NOT NULL,
+    status public.item_status DEFAULT 'pending'::public.item_status NOT NULL,
+    version integer DEFAULT 0 NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    lease_owner text,
+    lease_epoch bigint DEFAULT 0 NOT NULL,
+    lease_until timestamp with time zone,
+    expire_at timestamp with time zone,
+    not_before timestamp with time zone,
+    next_attempt_at timestamp with time zone,
+    last_error_class text,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    compensates uuid,
+    held boolean DEFAULT false NOT NULL,
+    target_page integer,
+    traceparent text
+);
+
+CREATE FUNCTION public.pacer_item_command(i public.items) RETURNS TABLE(item_id text, job_id text, shard_id bigint, guid text, to_id text, content text, idem_key text, priority smallint, kind text, expire_at timestamp with time zone, not_before timestamp with time zone, created_at timestamp with time zone, traceparent text)
+    LANGUAGE sql STABLE ROWS 1
+    AS $$
+    SELECT i.item_id::text, i.job_id::text, i.shard_id, i.guid, i.to_id, i.content, i.idem_key,
+           i.priority, i.kind, i.expire_at, i.not_before, i.created_at, i.traceparent;
+$$;
+
+CREATE FUNCTION public.pacer_job_action(p_job uuid, p_action text, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text, status text)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    j jobs%ROWTYPE;
+    n bigint;
+    ids uuid[];
+    after_status text;
+BEGIN
+    SELECT * INTO j FROM jobs WHERE job_id = p_job FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, format('no job %s', p_job), NULL::text;
+        RETURN;
+    END IF;
+    IF p_action = 'pause' THEN
+        IF j.status = 'paused' THEN
+            RETURN QUERY SELECT 'noop'::text, format('job is already paused (%s)', j.paused_reason), j.status;
+            RETURN;
+        ELSIF j.status <> 'running' THEN
+            RETURN QUERY SELECT 'conflict'::text, format('job is %s; only a running job can be paused', j.status), j.status;
+            RETURN;
+        END IF;
+        UPDATE jobs SET status = 'paused', paused_reason = COALESCE(p_reason, 'operator'), paused_by = p_actor,
+                        paused_at = now()
+        WHERE job_id = p_job;
+    ELSIF p_action = 'resume' THEN
+        IF j.status = 'running' THEN
+            RETURN QUERY SELECT 'noop'::text, 'job is already running'::text, j.status;
+            RETURN;
+        ELSIF j.status NOT IN ('paused', 'terminated') THEN
+            RETURN QUERY SELECT 'conflict'::text, format('job is %s and cannot be resumed', j.status), j.status;
+            RETURN;
+        END IF;
+        IF j.status = 'terminated' THEN
+            SELECT count(*) INTO n FROM items i
+            WHERE i.job_id = p_job AND i.status IN ('claimed', 'submitted', 'recovery_pending');
+            IF n > 0 THEN
+                RETURN QUERY SELECT 'conflict'::text, format('job was terminated and %s of its items are still in '
+                    'flight or in doubt; it can be resumed once the reconciler has settled them', n), j.status;
+                RETURN;
+            END IF;
+        END IF;
+        IF j.budget_max_sends IS NOT NULL AND j.budget_used >= j.budget_max_sends THEN
+            RETURN QUERY SELECT 'conflict'::text, format('budget exhausted (%s of %s sends used): an admin must '
+                'confirm a larger budget first', j.budget_used, j.budget_max_sends), j.status;
+            RETURN;
+        END IF;
+        after_status := CASE WHEN EXISTS (
+            SELECT 1 FROM items i WHERE i.job_id = p_job
+              AND i.status IN ('pending', 'claimed', 'submitted', 'waiting_retry', 'recovery_pending'))
+            THEN 'running' ELSE 'completed' END;
+        UPDATE jobs SET status = after_status, paused_reason = NULL, paused_by = NULL, paused_at = NULL,
+                        finished_at = CASE WHEN after_status = 'completed' THEN now() END
+        WHERE job_id = p_job;
+    ELSIF p_action = 'cancel' THEN
+        IF j.status = 'cancelled' THEN
+            RETURN QUERY SELECT 'noop'::text, 'job is already cancelled'::text, j.status;
+            RETURN;
+        ELSIF j.status = 'completed' THEN
+            RETURN QUERY SELECT 'conflict'::text, 'job is completed; there is nothing left to cancel'::text, j.status;
+            RETURN;
+        END IF;
+        UPDATE jobs SET status = 'cancelled', finished_at = now(), paused_reason = COALESCE(p_reason, 'cancelled'),
+                        paused_by = p_actor, paused_at = now()
+        WHERE job_id = p_job;
+        SELECT array_agg(i.item_id) INTO ids FROM items i
+        WHERE i.job_id = p_job AND i.status IN ('pending', 'waiting_retry');
+        IF ids IS NOT NULL THEN
+            PERFORM pacer_transition(ids, '{pending,waiting_retry}', 'abandoned', 'ItemCancelled',
+                jsonb_build_object('actor', p_actor, 'error_class', 'cancelled', 'scope', 'job'),
+                p_clear_lease => true, p_error_class => 'cancelled', p_error => format('job cancelled by %s', p_actor));
+        END IF;
+    ELSIF p_action = 'terminate' THEN
+        IF j.status = 'terminated' THEN
+            RETURN QUERY SELECT 'noop'::text, 'job is already terminated'::text, j.status;
+            RETURN;
+        ELSIF j.status NOT IN ('running', 'paused') THEN
+            RETURN QUERY SELECT 'conflict'::text, format('job is %s; only a running or paused job can be terminated',
+                j.status), j.status;
+            RETURN;
+        END IF;
+        UPDATE jobs SET status = 'terminated', paused_reason = COALESCE(p_reason, 'terminated'), paused_by = p_actor,
+                        paused_at = now()
+        WHERE job_id = p_job;
+    ELSE
+        RAISE EXCEPTION 'unknown job action %', p_action USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT jobs.status INTO after_status FROM jobs WHERE job_id = p_job;
+    PERFORM pacer_audit(p_actor, p_action, 'job', p_job::text, p_reason,
+        jsonb_build_object('status', j.status, 'paused_reason', j.paused_reason),
+        (SELECT jsonb_build_object('status', x.status, 'paused_reason', x.paused_reason,
+                                   'abandoned', COALESCE(cardinality(ids), 0))
+         FROM jobs x WHERE x.job_id = p_job));
+    RETURN QUERY SELECT 'done'::text, format('job %s: %s → %s', p_action, j.status, after_status), after_status;
+END
+$$;
+
+CREATE FUNCTION public.pacer_release_guids(p_guids text[], p_owner text) RETURNS integer
+    LANGUAGE sql
+    AS $$
+    WITH released AS (
+        UPDATE guid_leases SET owner = NULL, lease_until = NULL
+        WHERE guid = ANY(p_guids) AND owner = p_owner
+        RETURNING 1
+    )
+    SELECT count(*)::integer FROM released;
+$$;
+
+CREATE FUNCTION public.pacer_release_held(p_limit integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    r record;
+    ids uuid[];
+    done integer := 0;
+    k_job uuid;
+    k_shard bigint;
+    k_guid text;
+BEGIN
+    FOR r IN SELECT * FROM hold_releases ORDER BY requested_at FOR UPDATE SKIP LOCKED LOOP
+        k_job := NULL;
+        k_shard := NULL;
+        k_guid := NULL;
+        IF r.scope = 'job' THEN
+            k_job := r.key::uuid;
+        ELSIF r.scope = 'shard' THEN
+            k_shard := r.key::bigint;
+        ELSE
+            k_guid := r.key;
+        END IF;
+        SELECT array_agg(c.item_id) INTO ids FROM (
+            SELECT i.item_id
+            FROM items i
+            JOIN jobs j ON j.job_id = i.job_id
+            JOIN shards s ON s.shard_id = i.shard_id
+            LEFT JOIN guid_leases g ON g.guid = i.guid
+            WHERE i.held AND i.status = 'pending'
+              AND (i.job_id = k_job OR i.shard_id = k_shard OR i.guid = k_guid)
+              AND pacer_hold_reason(j.status, j.paused_reason, s.status, s.paused_reason, g.paused_reason) IS NULL
+            LIMIT p_limit - done
+            FOR UPDATE OF i SKIP LOCKED
+        ) AS c;
+        IF ids IS NULL THEN
+            DELETE FROM hold_releases h
+            WHERE h.scope = r.scope AND h.key = r.key AND h.requested_at < now() - interval '30 seconds';
+            CONTINUE;
+        END IF;
+        UPDATE items SET held = false WHERE item_id = ANY(ids);
+        PERFORM pacer_transition(ids, '{pending}', 'pending', 'ItemReleased');
+        done := done + cardinality(ids);
+        EXIT WHEN done >= p_limit;
+    END LOOP;
+    RETURN done;
+END
+$$;
+
+CREATE FUNCTION public.pacer_request_release() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    k text;
+BEGIN
+    -- each table's own key column (a record's fields are resolved per trigger table)
+    IF TG_TABLE_NAME = 'jobs' THEN
+        k := NEW.job_id::text;
+    ELSIF TG_TABLE_NAME = 'shards' THEN
+        k := NEW.shard_id::text;
+    ELSE
+        k := NEW.guid;
+    END IF;
+    INSERT INTO hold_releases (scope, key) VALUES (TG_ARGV[0], k)
+    ON CONFLICT (scope, key) DO UPDATE SET requested_at = now();
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.pacer_resolve_unverified(p_item uuid, p_delivered boolean, p_actor text, p_reason text) RETURNS TABLE(outcome text, message text, status text)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    i items%ROWTYPE;
+BEGIN
+    SELECT * INTO i FROM items WHERE item_id = p_item FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, format('no item %s', p_item), NULL::text;
+        RETURN;
+    END IF;
+    IF i.status <> 'unverified' THEN
+        RETURN QUERY SELECT 'conflict'::text,
+            format('item is %s, not unverified; only an in-doubt send is resolved by hand', i.status), i.status::text;
+        RETURN;
+    END IF;
+    IF p_delivered THEN
+        PERFORM pacer_transition(ARRAY[p_item], '{unverified}', 'confirmed', 'ItemResolvedDelivered',
+            jsonb_build_object('actor', p_actor, 'reason', p_reason), p_clear_lease => true);
+        UPDATE send_ledger SET state = 'sent', sent_at = COALESCE(sent_at, now())
+        WHERE idem_key = i.idem_key AND item_id = p_item;
+        RETURN QUERY SELECT 'done'::text, format('item %s resolved as delivered: confirmed; its key stays used', p_item),
+            'confirmed'::text;
+    ELSE
+        DELETE FROM send_ledger WHERE idem_key = i.idem_key AND item_id = p_item AND state = 'reserved';
+        PERFORM pacer_transition(ARRAY[p_item], '{unverified}', 'pending', 'ItemResolvedNotDelivered',
+            jsonb_build_object('actor', p_actor, 'reason', p_reason), p_clear_lease => true);
+        RETURN QUERY SELECT 'done'::text,
+            format('item %s resolved as not delivered: pending again, it will be sent under the same key', p_item),
+            'pending'::text;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION public.pacer_resume_guid(p_guid text, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    was text;
+BEGIN
+    SELECT l.paused_reason INTO was FROM guid_leases l WHERE l.guid = p_guid FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, format('no guid %s', p_guid);
+        RETURN;
+    END IF;
+    IF was IS NULL THEN
+        RETURN QUERY SELECT 'noop'::text, 'guid is not paused'::text;
+        RETURN;
+    END IF;
+    UPDATE guid_leases SET paused_reason = NULL, paused_by = NULL, paused_at = NULL WHERE guid = p_guid;
+    PERFORM pacer_audit(p_actor, 'resume', 'guid', p_guid, p_reason,
+                        jsonb_build_object('paused', true, 'paused_reason', was), jsonb_build_object('paused', false));
+    RETURN QUERY SELECT 'done'::text, format('guid %s resumed (was paused: %s)', p_guid, was);
+END
+$$;
+
+CREATE FUNCTION public.pacer_retry_item(p_item uuid, p_actor text, p_priority smallint DEFAULT NULL::smallint) RETURNS TABLE(outcome text, new_item uuid, message text)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    o items%ROWTYPE;
+    j jobs%ROWTYPE;
+    newer integer;
+    open_id uuid;
+    c uuid;
+    hold text;
+BEGIN
+    SELECT * INTO o FROM items WHERE item_id = p_item FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, NULL::uuid, format('no item %s', p_item);
+        RETURN;
+    END IF;
+    IF o.status IN ('claimed', 'submitted', 'recovery_pending') THEN
+        INSERT INTO operator_conflicts (item_id, actor, reason) VALUES (p_item, p_actor, 'executing');
+        RETURN QUERY SELECT 'conflict'::text, NULL::uuid, 'this item is executing, check back later'::text;
+        RETURN;
+    END IF;
+    IF o.status IN ('pending', 'waiting_retry') THEN
+        RETURN QUERY SELECT 'already_queued'::text, NULL::uuid,
+            format('this item is already queued (%s)', o.status);
+        RETURN;
+    END IF;
+    IF o.status = 'confirmed' THEN
+        RETURN QUERY SELECT 'already_delivered'::text, NULL::uuid,
+            'this item was delivered; a retry would send it twice'::text;
+        RETURN;
+    END IF;
+    SELECT * INTO j FROM jobs WHERE job_id = o.job_id;
+    IF j.status IN ('cancelled', 'terminated') THEN
+        RETURN QUERY SELECT 'refused'::text, NULL::uuid,
+            CASE WHEN j.status = 'cancelled'
+                 THEN format('job %s is cancelled: its items are never sent again, so a retry would wait for '
+                             'ever; publish a new job request instead', o.job_id)
+                 ELSE format('job %s is terminated: resume the job first (once its in-flight items are '
+                             'settled), then retry', o.job_id) END;
+        RETURN;
+    END IF;
+    IF j.coalesce_key IS NOT NULL THEN
+        SELECT max(n.coalesce_version) INTO newer FROM jobs n
+        WHERE n.coalesce_key = j.coalesce_key AND n.coalesce_version > j.coalesce_version;
+        IF newer IS NOT NULL THEN
+            RETURN QUERY SELECT 'refused'::text, NULL::uuid,
+                format('superseded: business id %s has a newer status version (%s > %s); '
+                       'retrying would send an outdated status', j.coalesce_key, newer, j.coalesce_version);
+            RETURN;
+        END IF;
+    END IF;
+    -- Open = the status still has somewhere to go in the transition table.
+    SELECT i.item_id INTO open_id FROM items i
+    WHERE i.compensates = p_item
+      AND EXISTS (SELECT 1 FROM item_transitions t WHERE t.from_status = i.status)
+    LIMIT 1;
+    IF FOUND THEN
+        INSERT INTO operator_conflicts (item_id, actor, reason) VALUES (p_item, p_actor, 'retry_in_progress');
+        RETURN QUERY SELECT 'conflict'::text, open_id, 'a retry of this item is already in progress'::text;
+        RETURN;
+    END IF;
+
+    c := gen_random_uuid();
+    INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,
+                       status, version, expire_at, compensates)
+    VALUES (c, o.job_id, o.shard_id, o.guid, o.to_id, o.content, o.idem_key,
+            COALESCE(p_priority, o.priority), o.kind, 'pending', 0,
+            CASE WHEN o.expire_at > now() THEN o.expire_at END, p_item);
+    INSERT INTO item_events (item_id, job_id, shard_id, guid, version, type, from_status, to_status, payload)
+    VALUES (c, o.job_id, o.shard_id, o.guid, 0, 'ItemCompensationCreated', 'pending', 'pending',
+            jsonb_build_object('compensates', p_item, 'actor', p_actor,
+                               'priority', COALESCE(p_priority, o.priority)));
+    INSERT INTO shard_status_counts AS s (shard_id, status, n) VALUES (o.shard_id, 'pending', 1)
+    ON CONFLICT (shard_id, status) DO UPDATE SET n = s.n + 1;
+    UPDATE shards SET total = total + 1 WHERE shard_id = o.shard_id;
+    UPDATE jobs SET total = total + 1 WHERE job_id = o.job_id;
+    SELECT pacer_hold_reason(CASE WHEN j.status = 'completed' THEN 'running' ELSE j.status END, j.paused_reason,
+                             s.status, s.paused_reason, g.paused_reason)
+    INTO hold
+    FROM shards s LEFT JOIN guid_leases g ON g.guid = o.guid
+    WHERE s.shard_id = o.shard_id;
+    RETURN QUERY SELECT 'created'::text, c,
+        format('compensation %s queued for item %s', c, p_item) || COALESCE('; waiting: ' || hold, '');
+END
+$$;
+
+CREATE FUNCTION public.pacer_settle(p_item uuid, p_epoch bigint, p_idem_key text, p_to public.item_status, p_type text, p_error_class text, p_error text, p_next_attempt_at timestamp with time zone, p_release_ledger boolean, p_hold_guid text DEFAULT NULL::text, p_refund boolean DEFAULT false) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    g text;
+    j uuid;
+    budgeted boolean := false;
+BEGIN
+    SELECT i.guid, i.job_id INTO g, j FROM items i WHERE i.item_id = p_item;
+    IF p_refund THEN
+        -- Whether the send being settled counted a budget unit: its ItemSubmitted (the item's
+        -- latest event while it is ours) says so. If it is no longer ours, the guarded
+        -- transition below moves nothing and nothing is given back.
+        SELECT COALESCE((e.payload ->> 'budgeted')::boolean, false) INTO budgeted
+        FROM items i JOIN item_events e ON e.item_id = i.item_id AND e.version = i.version
+        WHERE i.item_id = p_item;
+        IF budgeted THEN
+            -- The job's row before the item's, the order pacer_begin_send takes them in.
+            PERFORM 1 FROM jobs WHERE job_id = j FOR UPDATE;
+        END IF;
+    END IF;
+    PERFORM pacer_transition(ARRAY[p_item], '{submitted}', p_to, p_type,
+        jsonb_build_object('error_class', p_error_class, 'error', p_error)
+            || CASE WHEN p_refund THEN '{"refund": true}'::jsonb ELSE '{}'::jsonb END, p_epoch => p_epoch,
+        p_clear_lease => true, p_next_attempt_at => p_next_attempt_at,
+        p_attempt_bump => CASE WHEN p_refund THEN -1 ELSE 0 END,
+        p_error_class => p_error_class, p_error => p_error);
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF p_release_ledger THEN
+        DELETE FROM send_ledger WHERE idem_key = p_idem_key AND item_id = p_item AND state = 'reserved';
+    END IF;
+    IF budgeted THEN
+        UPDATE jobs SET budget_used = budget_used - 1 WHERE job_id = j AND budget_used > 0;
+    END IF;
+    IF p_hold_guid IS NOT NULL THEN
+        PERFORM pacer_hold_guid(g, p_hold_guid, 'system:gateway');
+    END IF;
+    RETURN true;
+END
+$$;
+
+CREATE FUNCTION public.pacer_shard_action(p_shard bigint, p_action text, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text, status text)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    s shards%ROWTYPE;
+    after_status text;
+BEGIN
+    SELECT * INTO s FROM shards WHERE shard_id = p_shard FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, format('no shard %s', p_shard), NULL::text;
+        RETURN;
+    END IF;
+    IF p_action = 'pause' THEN
+        IF s.status = 'paused' THEN
+            RETURN QUERY SELECT 'noop'::text, 'shard is already paused'::text, s.status;
+            RETURN;
+        ELSIF s.status NOT IN ('pending', 'running') THEN
+            RETURN QUERY SELECT 'conflict'::text, format('shard is %s; only an open shard can be paused', s.status), s.status;
+            RETURN;
+        END IF;
+        after_status := 'paused';
+        UPDATE shards SET status = 'paused', paused_reason = COALESCE(p_reason, 'operator'), paused_by = p_actor
+        WHERE shard_id = p_shard;
+    ELSIF p_action = 'resume' THEN
+        IF s.status <> 'paused' THEN
+            RETURN QUERY SELECT 'noop'::text, format('shard is %s, not paused', s.status), s.status;
+            RETURN;
+        END IF;
+        after_status := 'running';
+        UPDATE shards SET status = 'running', paused_reason = NULL, paused_by = NULL WHERE shard_id = p_shard;
+    ELSE
+        RAISE EXCEPTION 'unknown shard action %', p_action USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pacer_audit(p_actor, p_action, 'shard', p_shard::text, p_reason,
+        jsonb_build_object('status', s.status, 'paused_reason', s.paused_reason),
+        jsonb_build_object('status', after_status, 'paused_reason', CASE WHEN after_status = 'paused'
+                                                                     THEN COALESCE(p_reason, 'operator') END));
+    RETURN QUERY SELECT 'done'::text, format('shard %s: %s → %s', p_action, s.status, after_status), after_status;
+END
+$$;
+
+CREATE FUNCTION public.pacer_stamp_limits_change() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.change_xid := pg_current_xact_id();
+    RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION public.pacer_test_send(p_job uuid, p_item uuid, p_guid text, p_to_id text, p_content text, p_actor text) RETURNS TABLE(job_id uuid, item_id uuid, idem_key text)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    s bigint;
+    k text := 'test:' || p_item::text;
+BEGIN
+    INSERT INTO jobs (job_id, request_id, kind, priority, created_by, message, content_version, target_mode,
+                      total, request, dispatched_at, target_fetched, target_complete_at)
+    VALUES (p_job, 'test-send-' || p_job::text, 'campaign', 0, p_actor,
+            jsonb_build_object('type', 'text', 'content', p_content), 1, 'snapshot', 1,
+            jsonb_build_object('test_send', true, 'guid', p_guid, 'to_id', p_to_id), now(), 1, now());
+    INSERT INTO shards (job_id, guid, total) VALUES (p_job, p_guid, 1) RETURNING shard_id INTO s;
+    INSERT INTO shard_status_counts (shard_id, status, n) VALUES (s, 'pending', 1);
+    INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind, status, version)
+    VALUES (p_item, p_job, s, p_guid, p_to_id, p_content, k, 0, 'campaign', 'pending', 0);
+    INSERT INTO item_events (item_id, job_id, shard_id, guid, version, type, from_status, to_status, payload)
+    VALUES (p_item, p_job, s, p_guid, 0, 'ItemTestSendCreated', 'pending', 'pending',
+            jsonb_build_object('actor', p_actor, 'to_id', p_to_id));
+    RETURN QUERY SELECT p_job, p_item, k;
+END
+$$;
+
+CREATE FUNCTION public.pacer_transition(p_ids uuid[], p_from public.item_status[], p_to public.item_status, p_type text, p_payload jsonb DEFAULT '{}'::jsonb, p_epoch bigint DEFAULT NULL::bigint, p_only_expired boolean DEFAULT false, p_lease_owner text DEFAULT NULL::text, p_lease_ttl interval DEFAULT NULL::interval, p_clear_lease boolean DEFAULT false, p_attempt_bump integer DEFAULT 0, p_next_attempt_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_error_class text DEFAULT NULL::text, p_error text DEFAULT NULL::text) RETURNS TABLE(item_id uuid, version integer, lease_epoch bigint, attempts integer, from_status public.item_status)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+    IF EXISTS (SELECT 1 FROM unnest(p_from) AS f(s)
+               WHERE NOT EXISTS (SELECT 1 FROM item_transitions t WHERE t.from_status = f.s AND t.to_status = p_to)) THEN
+        RAISE EXCEPTION 'illegal item transition % -> %', p_from, p_to USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN QUERY
+    WITH target AS (
+    SELECT item_id, status AS from_status
+    FROM items
+    WHERE item_id = ANY(p_ids)
+      AND status = ANY(p_from)
+      AND (p_epoch IS NULL OR lease_epoch = p_epoch)
+      AND (NOT p_only_expired OR lease_until < now())
+    ORDER BY item_id
+    FOR UPDATE
+), moved AS (
+    UPDATE items AS i SET
+        status          = p_to,
+        version         = i.version + 1,
+        updated_at      = now(),
+        lease_epoch     = i.lease_epoch + CASE WHEN p_lease_owner IS NULL THEN 0 ELSE 1 END,
+        lease_owner     = CASE WHEN p_lease_owner IS NOT NULL THEN p_lease_owner
+                               WHEN p_clear_lease THEN NULL ELSE i.lease_owner END,
+        lease_until     = CASE WHEN p_lease_owner IS NOT NULL THEN now() + p_lease_ttl
+                               WHEN p_clear_lease THEN NULL ELSE i.lease_until END,
+        attempts        = i.attempts + p_attempt_bump,
+        next_attempt_at = p_next_attempt_at,
+        last_error_class = COALESCE(p_error_class, i.last_error_class),
+        last_error      = COALESCE(p_error, i.last_error)
+    FROM target
+    WHERE i.item_id = target.item_id
+    RETURNING i.item_id, i.job_id, i.shard_id, i.guid, i.version, i.lease_epoch,
+              i.attempts, target.from_status
+)
+, logged AS (
+    INSERT INTO item_events (item_id, job_id, shard_id, guid, version, type, from_status, to_status, payload)
+    SELECT item_id, job_id, shard_id, guid, version, p_type, from_status, p_to,
+           p_payload
+    FROM moved
+)
+SELECT m.item_id, m.version, m.lease_epoch, m.attempts, m.from_status FROM moved m;
+END
+$$;
+
+CREATE TABLE public.api_tokens (
+    token_hash text NOT NULL,
+    name text NOT NULL,
+    role text NOT NULL,
+    created_by text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    revoked_at timestamp with time zone,
+    last_used_at timestamp with time zone,
+    CONSTRAINT api_tokens_role_check CHECK ((role = ANY (ARRAY['operator'::text, 'tech_admin'::text, 'admin'::text])))
+);
+
+CREATE TABLE public.approved_contents (
+    content_hash text NOT NULL,
+    approved_by text NOT NULL,
+    approved_at timestamp with time zone DEFAULT now() NOT NULL,
+    job_id uuid NOT NULL
+);
+
+CREATE TABLE public.audit_log (
+    id bigint NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    actor text NOT NULL,
+    action text NOT NULL,
+    target_type text NOT NULL,
+    target_id text NOT NULL,
+    reason text,
+    before jsonb,
+    after jsonb
+);
+
+ALTER TABLE public.audit_log ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.audit_log_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.guid_leases (
+    guid text NOT NULL,
+    owner text,
+    epoch bigint DEFAULT 0 NOT NULL,
+    since timestamp with time zone,
+    lease_until timestamp with time zone,
+    renew_count bigint DEFAULT 0 NOT NULL,
+    takeovers bigint DEFAULT 0 NOT NULL,
+    last_send_at timestamp with time zone,
+    paused_reason text,
+    paused_by text,
+    paused_at timestamp with time zone,
+    windows jsonb DEFAULT '{}'::jsonb NOT NULL,
+    forced_releases bigint DEFAULT 0 NOT NULL,
+    released_by text,
+    released_at timestamp with time zone,
+    evicted_owner text,
+    evicted_until timestamp with time zone
+);
+
+CREATE TABLE public.guid_limits (
+    guid text NOT NULL,
+    limits jsonb NOT NULL,
+    updated_by text NOT NULL,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    change_xid xid8 DEFAULT pg_current_xact_id() NOT NULL
+);
+
+CREATE TABLE public.hold_releases (
+    scope text NOT NULL,
+    key text NOT NULL,
+    requested_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT hold_releases_scope_check CHECK ((scope = ANY (ARRAY['job'::text, 'shard'::text, 'guid'::text])))
+);
+
+CREATE TABLE public.item_events (
+    seq bigint NOT NULL,
+    xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    item_id uuid NOT NULL,
+    job_id uuid NOT NULL,
+    shard_id bigint NOT NULL,
+    guid text NOT NULL,
+    version integer NOT NULL,
+    type text NOT NULL,
+    from_status public.item_status NOT NULL,
+    to_status public.item_status NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    occurred_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+ALTER TABLE public.item_events ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.item_events_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.item_transitions (
+    from_status public.item_status NOT NULL,
+    to_status public.item_status NOT NULL
+);
+
+CREATE TABLE public.job_target_pages (
+    job_id uuid NOT NULL,
+    page_no integer NOT NULL,
+    cursor_in text,
+    cursor_out text,
+    fetched integer NOT NULL,
+    added integer NOT NULL,
+    duplicates integer NOT NULL,
+    invalid integer NOT NULL,
+    first_error text,
+    fetched_at timestamp with time zone NOT NULL,
+    stored_at timestamp with time zone DEFAULT now() NOT NULL,
+    dispatched_at timestamp with time zone,
+    CONSTRAINT job_target_pages_page_no_check CHECK ((page_no > 0))
+);
+
+CREATE TABLE public.jobs (
+    job_id uuid NOT NULL,
+    request_id text NOT NULL,
+    kind text NOT NULL,
+    priority smallint NOT NULL,
+    created_by text NOT NULL,
+    message jsonb NOT NULL,
+    content_version integer NOT NULL,
+    target_mode text NOT NULL,
+    total integer NOT NULL,
+    status text DEFAULT 'running'::text NOT NULL,
+    expire_at timestamp with time zone,
+    not_before timestamp with time zone,
+    budget_max_sends integer,
+    request jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    dispatched_at timestamp with time zone,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    paused_reason text,
+    paused_by text,
+    paused_at timestamp with time zone,
+    budget_used bigint DEFAULT 0 NOT NULL,
+    coalesce_key text,
+    coalesce_version integer,
+    target_cursor text,
+    target_pages integer DEFAULT 0 NOT NULL,
+    target_fetched bigint DEFAULT 0 NOT NULL,
+    target_duplicates bigint DEFAULT 0 NOT NULL,
+    target_invalid bigint DEFAULT 0 NOT NULL,
+    target_complete_at timestamp with time zone,
+    target_wait_reason text,
+    target_owner text,
+    target_lease_until timestamp with time zone,
+    CONSTRAINT jobs_status_check CHECK ((status = ANY (ARRAY['running'::text, 'paused'::text, 'completed'::text, 'cancelled'::text, 'terminated'::text, 'awaiting_approval'::text]))),
+    CONSTRAINT jobs_target_mode_check CHECK ((target_mode = ANY (ARRAY['snapshot'::text, 'requery'::text])))
+);
+
+CREATE TABLE public.leader_leases (
+    name text NOT NULL,
+    holder text NOT NULL,
+    epoch bigint NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    taken_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT leader_leases_epoch_check CHECK ((epoch > 0))
+);
+
+CREATE TABLE public.log_cursors (
+    name text NOT NULL,
+    last_xid xid8 DEFAULT '0'::xid8 NOT NULL,
+    last_seq bigint DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.operator_conflicts (
+    id bigint NOT NULL,
+    item_id uuid NOT NULL,
+    actor text NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    reason text NOT NULL
+);
+
+ALTER TABLE public.operator_conflicts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.operator_conflicts_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.schema_migrations (
+    version integer NOT NULL,
+    name text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.send_ledger (
+    idem_key text NOT NULL,
+    item_id uuid NOT NULL,
+    guid text NOT NULL,
+    to_id text NOT NULL,
+    state text NOT NULL,
+    receipt jsonb,
+    reserved_at timestamp with time zone DEFAULT now() NOT NULL,
+    sent_at timestamp with time zone,
+    CONSTRAINT send_ledger_state_check CHECK ((state = ANY (ARRAY['reserved'::text, 'sent'::text])))
+);
+
+CREATE TABLE public.shard_status_counts (
+    shard_id bigint NOT NULL,
+    status public.item_status NOT NULL,
+    n bigint NOT NULL
+);
+
+CREATE TABLE public.shards (
+    shard_id bigint NOT NULL,
+    job_id uuid NOT NULL,
+    guid text NOT NULL,
+    sub integer DEFAULT 0 NOT NULL,
+    total integer NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    last_progress_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_reason text,
+    paused_by text,
+    subs integer DEFAULT 1 NOT NULL,
+    CONSTRAINT shards_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'paused'::text, 'completed'::text, 'failed'::text]))),
+    CONSTRAINT shards_sub_check CHECK (((sub >= 0) AND (sub < subs))),
+    CONSTRAINT shards_subs_check CHECK ((subs > 0))
+);
+
+ALTER TABLE public.shards ALTER COLUMN shard_id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.shards_shard_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+ALTER TABLE ONLY public.api_tokens
+    ADD CONSTRAINT api_tokens_name_key UNIQUE (name);
+
+ALTER TABLE ONLY public.api_tokens
+    ADD CONSTRAINT api_tokens_pkey PRIMARY KEY (token_hash);
+
+ALTER TABLE ONLY public.approved_contents
+    ADD CONSTRAINT approved_contents_pkey PRIMARY KEY (content_hash);
+
+ALTER TABLE ONLY public.audit_log
+    ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.guid_leases
+    ADD CONSTRAINT guid_leases_pkey PRIMARY KEY (guid);
+
+ALTER TABLE ONLY public.guid_limits
+    ADD CONSTRAINT guid_limits_pkey PRIMARY KEY (guid);
+
+ALTER TABLE ONLY public.hold_releases
+    ADD CONSTRAINT hold_releases_pkey PRIMARY KEY (scope, key);
+
+ALTER TABLE ONLY public.item_events
+    ADD CONSTRAINT item_events_pkey PRIMARY KEY (item_id, version);
+
+ALTER TABLE ONLY public.item_transitions
+    ADD CONSTRAINT item_transitions_pkey PRIMARY KEY (from_status, to_status);
+
+ALTER TABLE ONLY public.items
+    ADD CONSTRAINT items_pkey PRIMARY KEY (item_id);
+
+ALTER TABLE ONLY public.job_target_pages
+    ADD CONSTRAINT job_target_pages_pkey PRIMARY KEY (job_id, page_no);
+
+ALTER TABLE ONLY public.jobs
+    ADD CONSTRAINT jobs_pkey PRIMARY KEY (job_id);
+
+ALTER TABLE ONLY public.jobs
+    ADD CONSTRAINT jobs_request_id_key UNIQUE (request_id);
+
+ALTER TABLE ONLY public.leader_leases
+    ADD CONSTRAINT leader_leases_pkey PRIMARY KEY (name);
+
+ALTER TABLE ONLY public.log_cursors
+    ADD CONSTRAINT log_cursors_pkey PRIMARY KEY (name);
+
+ALTER TABLE ONLY public.operator_conflicts
+    ADD CONSTRAINT operator_conflicts_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.schema_migrations
+    ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY public.send_ledger
+    ADD CONSTRAINT send_ledger_pkey PRIMARY KEY (idem_key);
+
+ALTER TABLE ONLY public.shard_status_counts
+    ADD CONSTRAINT shard_status_counts_pkey PRIMARY KEY (shard_id, status);
+
+ALTER TABLE ONLY public.shards
+    ADD CONSTRAINT shards_job_id_guid_sub_key UNIQUE (job_id, guid, sub);
+
+ALTER TABLE ONLY public.shards
+    ADD CONSTRAINT shards_pkey PRIMARY KEY (shard_id);
+
+CREATE INDEX audit_log_target ON public.audit_log USING btree (target_type, target_id, id);
+
+CREATE INDEX guid_limits_change ON public.guid_limits USING btree (change_xid);
+
+CREATE INDEX guid_limits_updated ON public.guid_limits USING btree (updated_at);
+
+CREATE INDEX item_events_duplicates ON public.item_events USING btree (occurred_at) WHERE (type = 'ItemDuplicateIntercepted'::text);
+
+CREATE INDEX item_events_position ON public.item_events USING btree (xid, seq);
+
+CREATE INDEX items_compensates ON public.items USING btree (compensates) WHERE (compensates IS NOT NULL);
+
+CREATE INDEX items_guid_in_flight ON public.items USING btree (guid) WHERE (status = ANY (ARRAY['claimed'::public.item_status, 'submitted'::public.item_status]));
+
+CREATE INDEX items_guid_queued ON public.items USING btree (guid) WHERE (status = ANY (ARRAY['pending'::public.item_status, 'waiting_retry'::public.item_status]));
+
+CREATE INDEX items_held ON public.items USING btree (job_id) WHERE (held AND (status = 'pending'::public.item_status));
+
+CREATE INDEX items_held_guid ON public.items USING btree (guid) WHERE (held AND (status = 'pending'::public.item_status));
+
+CREATE INDEX items_held_shard ON public.items USING btree (shard_id) WHERE (held AND (status = 'pending'::public.item_status));
+
+CREATE INDEX items_job_error ON public.items USING btree (job_id, last_error_class) WHERE (last_error_class IS NOT NULL);
+
+CREATE INDEX items_job_status ON public.items USING btree (job_id, status);
+
+CREATE INDEX items_lease ON public.items USING btree (lease_until) WHERE (status = ANY (ARRAY['claimed'::public.item_status, 'submitted'::public.item_status]));
+
+CREATE INDEX items_recovery ON public.items USING btree (updated_at) WHERE (status = 'recovery_pending'::public.item_status);
+
+CREATE UNIQUE INDEX items_requery_target ON public.items USING btree (job_id, guid, to_id) WHERE (target_page IS NOT NULL);
+
+CREATE INDEX items_retry_due ON public.items USING btree (next_attempt_at) WHERE (status = 'waiting_retry'::public.item_status);
+
+CREATE INDEX items_unverified ON public.items USING btree (updated_at) WHERE (status = 'unverified'::public.item_status);
+
+CREATE INDEX jobs_coalesce ON public.jobs USING btree (coalesce_key, coalesce_version) WHERE (coalesce_key IS NOT NULL);
+
+CREATE INDEX jobs_created ON public.jobs USING btree (created_at DESC);
+
+CREATE INDEX jobs_requery_open ON public.jobs USING btree (created_at) WHERE ((target_mode = 'requery'::text) AND (dispatched_at IS NULL));
+
+CREATE INDEX operator_conflicts_item ON public.operator_conflicts USING btree (item_id, at);
+
+CREATE TRIGGER guid_limits_change BEFORE INSERT OR UPDATE ON public.guid_limits FOR EACH ROW EXECUTE FUNCTION public.pacer_stamp_limits_change();
+
+CREATE TRIGGER guid_send_windows BEFORE UPDATE OF last_send_at ON public.guid_leases FOR EACH ROW EXECUTE FUNCTION public.pacer_count_send_windows();
+
+CREATE TRIGGER guids_hold_lifted AFTER UPDATE OF paused_reason ON public.guid_leases FOR EACH ROW WHEN (((old.paused_reason IS NOT NULL) AND (new.paused_reason IS NULL))) EXECUTE FUNCTION public.pacer_request_release('guid');
+
+CREATE TRIGGER jobs_hold_lifted AFTER UPDATE OF status ON public.jobs FOR EACH ROW WHEN (((old.status <> 'running'::text) AND (new.status = 'running'::text))) EXECUTE FUNCTION public.pacer_request_release('job');
+
+CREATE TRIGGER jobs_requery_completion BEFORE UPDATE OF status ON public.jobs FOR EACH ROW WHEN ((new.status = 'completed'::text)) EXECUTE FUNCTION public.pacer_guard_requery_completion();
+
+CREATE TRIGGER shards_hold_lifted AFTER UPDATE OF status ON public.shards FOR EACH ROW WHEN (((old.status = 'paused'::text) AND (new.status <> 'paused'::text))) EXECUTE FUNCTION public.pacer_request_release('shard');
+
+ALTER TABLE ONLY public.job_target_pages
+    ADD CONSTRAINT job_target_pages_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id);
+
+ALTER TABLE ONLY public.shard_status_counts
+    ADD CONSTRAINT shard_status_counts_shard_id_fkey FOREIGN KEY (shard_id) REFERENCES public.shards(shard_id);
+
+ALTER TABLE ONLY public.shards
+    ADD CONSTRAINT shards_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id);

@@ -1,0 +1,44 @@
+-- Take or keep the leases of these guids: free ones, expired ones and our own — except
+--   * a guid whose lease was force-released from us, until our released lease would have run
+--     out (evicted_until): the release must not be taken back by the holder's next look;
+--   * a force-released guid whose evicted holder still has a send in flight on it (an item
+--     claimed or submitted under a live item lease): its request may still be on the wire,
+--     so a successor waits for it to settle (or for its item lease to run out).
+-- Any owner that takes the guid clears the eviction.
+CREATE OR REPLACE FUNCTION pacer_acquire_guids(p_guids text[], p_owner text, p_ttl interval)
+RETURNS TABLE (guid text, epoch bigint, last_send_at timestamptz, took_over boolean, db_now timestamptz)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+BEGIN
+    INSERT INTO guid_leases (guid) SELECT DISTINCT unnest(p_guids) ON CONFLICT DO NOTHING;
+    RETURN QUERY
+    WITH free AS (
+        SELECT l.guid, l.owner AS prev_owner
+        FROM guid_leases l
+        WHERE l.guid = ANY(p_guids)
+          AND (l.owner IS NULL OR l.owner = p_owner OR l.lease_until < now())
+          AND (l.evicted_owner IS NULL
+               OR (l.evicted_owner = p_owner AND l.evicted_until <= now())
+               OR (l.evicted_owner <> p_owner AND NOT EXISTS (
+                     SELECT 1 FROM items i
+                     WHERE i.guid = l.guid AND i.status IN ('claimed', 'submitted')
+                       AND i.lease_owner = l.evicted_owner AND i.lease_until > now())))
+        ORDER BY l.guid
+        FOR UPDATE
+    )
+    UPDATE guid_leases g SET
+        epoch         = CASE WHEN free.prev_owner IS DISTINCT FROM p_owner THEN g.epoch + 1 ELSE g.epoch END,
+        since         = CASE WHEN free.prev_owner IS DISTINCT FROM p_owner THEN now() ELSE g.since END,
+        renew_count   = CASE WHEN free.prev_owner = p_owner THEN g.renew_count + 1 ELSE 0 END,
+        takeovers     = g.takeovers + CASE WHEN free.prev_owner IS NOT NULL AND free.prev_owner <> p_owner
+                                           THEN 1 ELSE 0 END,
+        owner         = p_owner,
+        lease_until   = now() + p_ttl,
+        evicted_owner = NULL,
+        evicted_until = NULL
+    FROM free
+    WHERE g.guid = free.guid
+    RETURNING g.guid, g.epoch, g.last_send_at,
+              (free.prev_owner IS NOT NULL AND free.prev_owner <> p_owner), now();
+END
+$fn$;

@@ -1,0 +1,90 @@
+-- Begin one send, before any gateway call, in one transaction: the caller must hold the
+-- guid's lease (else 'guid_lost'); a hold on the job, shard or guid marks the item held and
+-- answers 'held' with the reason in ``holder``; a budgeted job counts the send under its row
+-- lock (the send that would pass the budget pauses the job instead). Then pending → claimed
+-- (new lease, epoch + 1) → idempotency key reserved → submitted, recording in ItemSubmitted
+-- whether the send was counted against the budget. If another item holds the key, this one
+-- is abandoned as an intercepted duplicate ('duplicate').
+--
+-- The claim extends the caller's guid lease to at least the item's own lease (now() +
+-- p_ttl): a sender writes its request at the latest a quarter of that TTL after the claim
+-- and the gateway timeout fits in another quarter, so the guid cannot pass to another
+-- sender while a send made under it may still be on its way.
+CREATE OR REPLACE FUNCTION pacer_begin_send(p_item uuid, p_owner text, p_ttl interval, p_idem_key text,
+                                            p_guid text, p_to_id text)
+RETURNS TABLE (outcome text, epoch bigint, attempts integer, holder text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    c record;
+    h record;
+    g record;
+    x record;
+    hold text;
+    counted boolean := false;
+BEGIN
+    SELECT l.paused_reason INTO g FROM guid_leases l
+    WHERE l.guid = p_guid AND l.owner = p_owner AND l.lease_until > now()
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'guid_lost'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN;
+    END IF;
+    SELECT i.status, i.job_id, j.status AS job_status, j.paused_reason AS job_reason, j.budget_max_sends,
+           s.status AS shard_status, s.paused_reason AS shard_reason
+    INTO x
+    FROM items i JOIN jobs j ON j.job_id = i.job_id JOIN shards s ON s.shard_id = i.shard_id
+    WHERE i.item_id = p_item;
+    IF NOT FOUND OR x.status <> 'pending' THEN
+        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN;
+    END IF;
+    hold := pacer_hold_reason(x.job_status, x.job_reason, x.shard_status, x.shard_reason, g.paused_reason);
+    IF hold IS NULL AND x.budget_max_sends IS NOT NULL THEN
+        UPDATE jobs SET budget_used = budget_used + 1
+        WHERE job_id = x.job_id AND status = 'running' AND budget_used < budget_max_sends;
+        IF FOUND THEN
+            counted := true;
+        ELSE
+            PERFORM pacer_hold_job(x.job_id, 'budget_exhausted', 'system:budget');
+            hold := 'job paused: budget_exhausted';
+        END IF;
+    END IF;
+    IF hold IS NOT NULL THEN
+        UPDATE items SET held = true WHERE item_id = p_item AND status = 'pending';
+        RETURN QUERY SELECT 'held'::text, NULL::bigint, NULL::integer, hold;
+        RETURN;
+    END IF;
+    SELECT * INTO c FROM pacer_transition(ARRAY[p_item], '{pending}', 'claimed', 'ItemClaimed',
+        jsonb_build_object('owner', p_owner), p_lease_owner => p_owner, p_lease_ttl => p_ttl);
+    IF NOT FOUND THEN
+        IF counted THEN
+            UPDATE jobs SET budget_used = budget_used - 1 WHERE job_id = x.job_id;
+        END IF;
+        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN;
+    END IF;
+    INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
+    VALUES (p_idem_key, p_item, p_guid, p_to_id, 'reserved')
+    ON CONFLICT (idem_key) DO NOTHING;
+    SELECT l.item_id, l.state INTO h FROM send_ledger l WHERE l.idem_key = p_idem_key;
+    IF h.item_id <> p_item THEN
+        IF counted THEN
+            UPDATE jobs SET budget_used = budget_used - 1 WHERE job_id = x.job_id;
+        END IF;
+        PERFORM pacer_transition(ARRAY[p_item], '{claimed}', 'abandoned', 'ItemDuplicateIntercepted',
+            jsonb_build_object('idem_key', p_idem_key, 'holder', h.item_id), p_epoch => c.lease_epoch,
+            p_clear_lease => true, p_error_class => 'duplicate',
+            p_error => format('idempotency key already %s by item %s', h.state, h.item_id));
+        RETURN QUERY SELECT 'duplicate'::text, c.lease_epoch, c.attempts, h.item_id::text;
+        RETURN;
+    END IF;
+    PERFORM pacer_transition(ARRAY[p_item], '{claimed}', 'submitted', 'ItemSubmitted',
+        jsonb_build_object('attempt', c.attempts + 1, 'budgeted', counted), p_epoch => c.lease_epoch,
+        p_attempt_bump => 1);
+    -- The guid lease (locked above) lasts at least as long as the item's lease: the send may
+    -- not outlive the lease it is made under.
+    UPDATE guid_leases SET last_send_at = now(), lease_until = GREATEST(lease_until, now() + p_ttl)
+    WHERE guid = p_guid;
+    RETURN QUERY SELECT 'submitted'::text, c.lease_epoch, c.attempts, p_item::text;
+END
+$fn$;

@@ -1,0 +1,15 @@
+-- The gateway accepted: submitted → confirmed, and the key is marked sent, together.
+CREATE OR REPLACE FUNCTION pacer_confirm(p_item uuid, p_epoch bigint, p_idem_key text, p_receipt jsonb)
+RETURNS boolean
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM pacer_transition(ARRAY[p_item], '{submitted}', 'confirmed', 'ItemConfirmed',
+        jsonb_build_object('receipt', p_receipt), p_epoch => p_epoch, p_clear_lease => true);
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE send_ledger SET state = 'sent', receipt = p_receipt, sent_at = now()
+    WHERE idem_key = p_idem_key AND item_id = p_item;
+    RETURN true;
+END
+$fn$;

@@ -1,0 +1,35 @@
+-- An admin approves (→ running, the message recorded as approved) or rejects (→ cancelled,
+-- its items abandoned, nothing sent) a job awaiting approval. Audited.
+CREATE OR REPLACE FUNCTION pacer_decide_approval(p_job uuid, p_approve boolean, p_actor text, p_reason text)
+RETURNS TABLE (outcome text, message text, status text)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+    j jobs%ROWTYPE;
+BEGIN
+    SELECT * INTO j FROM jobs WHERE job_id = p_job FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, format('no job %s', p_job), NULL::text;
+        RETURN;
+    END IF;
+    IF j.status <> 'awaiting_approval' THEN
+        RETURN QUERY SELECT 'conflict'::text, format('job is %s, not awaiting approval', j.status), j.status;
+        RETURN;
+    END IF;
+    PERFORM pacer_audit(p_actor, CASE WHEN p_approve THEN 'approve' ELSE 'reject' END, 'job', p_job::text, p_reason,
+        jsonb_build_object('status', j.status, 'paused_reason', j.paused_reason),
+        jsonb_build_object('status', CASE WHEN p_approve THEN 'running' ELSE 'cancelled' END));
+    IF p_approve THEN
+        UPDATE jobs SET status = 'running', paused_reason = NULL, paused_by = NULL, paused_at = NULL
+        WHERE job_id = p_job;
+        INSERT INTO approved_contents (content_hash, approved_by, job_id)
+        VALUES (pacer_content_hash(j.message), p_actor, p_job) ON CONFLICT DO NOTHING;
+        RETURN QUERY SELECT 'done'::text, 'job approved: awaiting_approval → running; it starts sending'::text,
+            'running'::text;
+    ELSE
+        PERFORM pacer_job_action(p_job, 'cancel', p_actor, COALESCE(p_reason, 'rejected'));
+        RETURN QUERY SELECT 'done'::text, 'job rejected: awaiting_approval → cancelled; nothing was sent'::text,
+            'cancelled'::text;
+    END IF;
+END
+$fn$;

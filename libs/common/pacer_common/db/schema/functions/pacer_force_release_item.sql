@@ -1,0 +1,47 @@
+-- -- item leases: forced release --------------------------------------------------------------
+-- claimed → pending (nothing was sent), submitted → recovery_pending (it may have been sent:
+-- verified, never resent blindly); either way with a new fencing epoch, so the holder's
+-- confirm or settle is refused. Audited. Outcomes: done, conflict (holds no lease), not_found.
+CREATE OR REPLACE FUNCTION pacer_force_release_item(p_item uuid, p_actor text, p_reason text DEFAULT NULL)
+RETURNS TABLE (outcome text, message text, from_status text, to_status text, epoch bigint)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+    o items%ROWTYPE;
+    why text := format('lease force-released by %s%s', p_actor, COALESCE(': ' || p_reason, ''));
+BEGIN
+    SELECT * INTO o FROM items WHERE item_id = p_item FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, format('no item %s', p_item), NULL::text, NULL::text, NULL::bigint;
+        RETURN;
+    END IF;
+    IF o.status = 'claimed' THEN
+        PERFORM pacer_transition(ARRAY[p_item], '{claimed}', 'pending', 'ItemLeaseExpired',
+            jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor), p_clear_lease => true);
+    ELSIF o.status = 'submitted' THEN
+        PERFORM pacer_transition(ARRAY[p_item], '{submitted}', 'recovery_pending', 'ItemInDoubt',
+            jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor), p_clear_lease => true,
+            p_error_class => 'in_doubt', p_error => why);
+    ELSE
+        RETURN QUERY SELECT 'conflict'::text,
+            format('item %s is %s and holds no lease (only claimed or submitted items do)', p_item, o.status),
+            o.status::text, o.status::text, o.lease_epoch;
+        RETURN;
+    END IF;
+    UPDATE items SET lease_epoch = lease_epoch + 1 WHERE item_id = p_item;
+    PERFORM pacer_audit(p_actor, 'release_lock', 'item', p_item::text, p_reason,
+        jsonb_build_object('status', o.status, 'lease_owner', o.lease_owner, 'lease_epoch', o.lease_epoch,
+                           'lease_until', o.lease_until),
+        jsonb_build_object('status', CASE WHEN o.status = 'claimed' THEN 'pending' ELSE 'recovery_pending' END,
+                           'lease_owner', NULL, 'lease_epoch', o.lease_epoch + 1, 'lease_until', NULL));
+    RETURN QUERY SELECT 'done'::text,
+        CASE WHEN o.status = 'claimed'
+             THEN format('item %s released: claimed by %s, nothing was sent; it is pending again (epoch %s)',
+                         p_item, o.lease_owner, o.lease_epoch + 1)
+             ELSE format('item %s released: it was submitted by %s and may have been sent, so it is '
+                         'recovery_pending and will be verified with the gateway, never resent blindly (epoch %s)',
+                         p_item, o.lease_owner, o.lease_epoch + 1) END,
+        o.status::text, CASE WHEN o.status = 'claimed' THEN 'pending' ELSE 'recovery_pending' END,
+        o.lease_epoch + 1;
+END
+$fn$;

@@ -1,0 +1,55 @@
+-- The only code that changes an item's status. Moves the given items that are in one of
+-- p_from (and, when given, hold lease epoch p_epoch / have an expired lease) to p_to, and
+-- appends one event per moved item in the same statement.
+CREATE OR REPLACE FUNCTION pacer_transition(
+    p_ids uuid[], p_from item_status[], p_to item_status, p_type text,
+    p_payload jsonb DEFAULT '{}', p_epoch bigint DEFAULT NULL, p_only_expired boolean DEFAULT false,
+    p_lease_owner text DEFAULT NULL, p_lease_ttl interval DEFAULT NULL, p_clear_lease boolean DEFAULT false,
+    p_attempt_bump integer DEFAULT 0, p_next_attempt_at timestamptz DEFAULT NULL,
+    p_error_class text DEFAULT NULL, p_error text DEFAULT NULL)
+RETURNS TABLE (item_id uuid, version integer, lease_epoch bigint, attempts integer, from_status item_status)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+BEGIN
+    IF EXISTS (SELECT 1 FROM unnest(p_from) AS f(s)
+               WHERE NOT EXISTS (SELECT 1 FROM item_transitions t WHERE t.from_status = f.s AND t.to_status = p_to)) THEN
+        RAISE EXCEPTION 'illegal item transition % -> %', p_from, p_to USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN QUERY
+    WITH target AS (
+    SELECT item_id, status AS from_status
+    FROM items
+    WHERE item_id = ANY(p_ids)
+      AND status = ANY(p_from)
+      AND (p_epoch IS NULL OR lease_epoch = p_epoch)
+      AND (NOT p_only_expired OR lease_until < now())
+    ORDER BY item_id
+    FOR UPDATE
+), moved AS (
+    UPDATE items AS i SET
+        status          = p_to,
+        version         = i.version + 1,
+        updated_at      = now(),
+        lease_epoch     = i.lease_epoch + CASE WHEN p_lease_owner IS NULL THEN 0 ELSE 1 END,
+        lease_owner     = CASE WHEN p_lease_owner IS NOT NULL THEN p_lease_owner
+                               WHEN p_clear_lease THEN NULL ELSE i.lease_owner END,
+        lease_until     = CASE WHEN p_lease_owner IS NOT NULL THEN now() + p_lease_ttl
+                               WHEN p_clear_lease THEN NULL ELSE i.lease_until END,
+        attempts        = i.attempts + p_attempt_bump,
+        next_attempt_at = p_next_attempt_at,
+        last_error_class = COALESCE(p_error_class, i.last_error_class),
+        last_error      = COALESCE(p_error, i.last_error)
+    FROM target
+    WHERE i.item_id = target.item_id
+    RETURNING i.item_id, i.job_id, i.shard_id, i.guid, i.version, i.lease_epoch,
+              i.attempts, target.from_status
+)
+, logged AS (
+    INSERT INTO item_events (item_id, job_id, shard_id, guid, version, type, from_status, to_status, payload)
+    SELECT item_id, job_id, shard_id, guid, version, p_type, from_status, p_to,
+           p_payload
+    FROM moved
+)
+SELECT m.item_id, m.version, m.lease_epoch, m.attempts, m.from_status FROM moved m;
+END
+$fn$;

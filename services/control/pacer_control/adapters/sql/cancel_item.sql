@@ -1,1 +1,0 @@
-SELECT outcome, message FROM pacer_cancel_item(%(item)s::uuid, %(actor)s::text)

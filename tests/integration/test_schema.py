@@ -1,0 +1,99 @@
+"""The migrated database is exactly ``schema.sql``, whatever migration it started from."""
+
+from __future__ import annotations
+
+import difflib
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from pacer_common.db.migrate import migrate
+from pacer_common.db.sql import migrations, schema_objects
+from pacer_common.domain.commands import ItemCommand
+from pacer_dev.schema_dump import SCHEMA_SQL, dump, normalise
+
+
+@pytest.fixture
+def empty_db(infra_env: object) -> Iterator[str]:
+    """A database with nothing in it (template0: not the suite's migrated template)."""
+    head = infra_env.database_url.rpartition("/")[0]  # type: ignore[attr-defined]
+    name = f"s_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(f"{head}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE template0")
+    yield f"{head}/{name}"
+    with psycopg.connect(f"{head}/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def migrated_by_an_earlier_release(url: str, upto: int) -> None:
+    """The state an earlier release's ``migrate()`` left: the numbered migrations up to
+    ``upto`` and nothing else (functions then lived only in migrations)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL,"
+                     " applied_at timestamptz NOT NULL DEFAULT now())")
+        for version, name, sql in migrations():
+            if version <= upto:
+                with conn.transaction():
+                    conn.execute(sql)  # type: ignore[arg-type]
+                    conn.execute("INSERT INTO schema_migrations VALUES (%s, %s)", (version, name))
+
+
+def assert_is_schema_sql(url: str) -> None:
+    got, want = dump(url), SCHEMA_SQL.read_text()
+    diff = "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True), "schema.sql", "migrated", n=2))
+    assert got == want, f"the migrated database differs from schema.sql (run `make schema-sql` if intended):\n{diff}"
+
+
+def test_a_fresh_database_migrates_to_schema_sql(empty_db: str) -> None:
+    migrate(empty_db)
+    assert_is_schema_sql(empty_db)
+
+
+@pytest.mark.parametrize("upto", [18, 12, 8])
+def test_a_database_migrated_by_an_earlier_release_reaches_the_same_schema(empty_db: str, upto: int) -> None:
+    migrated_by_an_earlier_release(empty_db, upto)
+    migrate(empty_db)
+    assert_is_schema_sql(empty_db)
+
+
+def test_every_migrate_restores_the_functions_and_triggers_in_the_files(empty_db: str) -> None:
+    migrate(empty_db)
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        conn.execute("CREATE OR REPLACE FUNCTION pacer_hold_reason(p_job_status text, p_job_reason text,"
+                     " p_shard_status text, p_shard_reason text, p_guid_reason text) RETURNS text"
+                     " LANGUAGE sql IMMUTABLE AS $$ SELECT NULL::text $$")
+        conn.execute("DROP TRIGGER jobs_hold_lifted ON jobs")
+    assert migrate(empty_db) == []
+    assert_is_schema_sql(empty_db)
+
+
+def test_the_database_has_exactly_the_functions_and_triggers_that_have_files(empty_db: str) -> None:
+    migrate(empty_db)
+    files = {p.removesuffix(".sql") for p, _ in schema_objects()}
+    with psycopg.connect(empty_db) as conn:
+        functions = {f"functions/{r[0]}" for r in conn.execute(
+            "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'")}
+        triggers = {f"triggers/{r[0]}" for r in conn.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")}
+        overloads = conn.execute("SELECT proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+                                 " WHERE n.nspname = 'public' GROUP BY proname HAVING count(*) > 1").fetchall()
+    assert functions | triggers == files
+    assert overloads == []
+
+
+def test_the_comparison_ignores_what_varies_with_pg_dump_and_nothing_else() -> None:
+    header = ("--\n-- PostgreSQL database dump\n--\n\n\\restrict AbC123\n\n-- Dumped from database version 18.1\n"
+              "-- Dumped by pg_dump version 18.1\n\nSET statement_timeout = 0;\nSET transaction_timeout = 0;\n"
+              "SELECT pg_catalog.set_config('search_path', '', false);\n\n")
+    body = "CREATE TABLE public.t (\n    a integer\n);\n\n\n\nCREATE INDEX i ON public.t USING btree (a);\n"
+    assert normalise(header + body + "\n\\unrestrict AbC123\n") == normalise(body)
+    assert normalise(body) != normalise(body.replace("integer", "bigint"))
+
+
+def test_the_item_command_columns_are_those_of_an_item_command(database_url: str) -> None:
+    """pacer_item_command is the one list of the columns a command is read back with."""
+    with psycopg.connect(database_url) as conn:
+        cur = conn.execute("SELECT * FROM pacer_item_command(NULL::items)")
+        columns = [d.name for d in cur.description or []]
+    assert columns == [f for f in ItemCommand.model_fields if f != "schema_version"]
