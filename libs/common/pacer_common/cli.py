@@ -193,7 +193,7 @@ def _limits(args: argparse.Namespace) -> int:
         except json.JSONDecodeError:
             overrides[key] = raw
     try:
-        overrides = parse_limits(overrides)
+        overrides = parse_limits(overrides, args.guid)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -247,7 +247,7 @@ class Control:
 
     async def set_limits(self, guid: str, values: dict[str, Any], who: Principal, reason: str | None) -> Row:
         try:
-            overrides = parse_limits(values)
+            overrides = parse_limits(values, guid)
         except ValueError as exc:
             raise Invalid(str(exc)) from None
 

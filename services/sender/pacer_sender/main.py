@@ -12,7 +12,7 @@ from datetime import time as dtime
 from datetime import timedelta
 from typing import Literal
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -65,6 +65,9 @@ class SenderSettings(OpsSettings):
     item_error_attempts: int = Field(default=3, ge=1)
     failure_codes: dict[int, FailureClass] = Field(default_factory=lambda: dict(DEFAULT_CODE_TABLE))
     db_pool_max: int = 20
+    shed: bool = True  # default for every guid; per guid: the ``shed`` limit
+    online_yield_s: float = Field(default=10.0, ge=0)  # per guid: the ``online_yield_s`` limit
+    shed_every_s: float = Field(default=30.0, gt=0)
 
     @field_validator("owner")
     @classmethod
@@ -77,7 +80,8 @@ class SenderSettings(OpsSettings):
             start, _, end = self.quiet_hours.partition("-")
             quiet = (dtime.fromisoformat(start.strip()), dtime.fromisoformat(end.strip()))
         return Limits(self.min_interval_ms / 1000, self.jitter_ms / 1000, self.jitter_dist, self.online_reserve,
-                      self.per_minute, self.per_hour, self.per_day, quiet, self.timezone)
+                      self.per_minute, self.per_hour, self.per_day, quiet, self.timezone,
+                      shed=self.shed, online_yield_s=self.online_yield_s)
 
     @model_validator(mode="after")
     def _lease_covers_a_send(self) -> SenderSettings:
@@ -113,6 +117,12 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
             if res.outcome == "rate_limited":
                 rate_limited.inc()
 
+        shed = Counter("pacer_sender_shed_items_total", "Batch items expired early (reason shed): they could not "
+                       "go out before their expire_at at their guid's rate", registry=ctx.registry)
+        waited = Histogram("pacer_sender_wait_seconds", "From ready (created or due) to the gateway call, by lane "
+                           "and kind", ["lane", "kind"], registry=ctx.registry,
+                           buckets=(0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600))
+
         def on_swept(trigger: Trigger, n: int) -> None:
             swept.labels(trigger).inc(n)
 
@@ -139,6 +149,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
                                                protocol="consumer", remote_assignor="range"))
         dispatcher = Dispatcher(executor, limits, leases, queue, on_executed=on_executed,
                                 on_internal_error=internal.inc, job_interval=limits.job_interval,
+                                job_weight=limits.job_weight, shed_every_s=cfg.shed_every_s, on_shed=shed.inc,
+                                on_sent=lambda lane, kind, s: waited.labels(lane, kind).observe(s),
                                 guid_cap=cfg.guid_buffer, max_buffered=cfg.max_buffered, horizon_s=2 * cfg.sweep_s,
                                 error_attempts=cfg.item_error_attempts)
         loop = ConsumerLoop(consumer, dispatcher, bad, kafka.item_commands("online"), kafka.item_commands("batch"))
