@@ -59,10 +59,9 @@ class PostgresGuidQueue:
                     "guid": guid, "interval_s": interval_s, "min_priority": ONLINE_MAX_PRIORITY + 1})).fetchall()
                 if not rows:
                     return 0
-                t = Transition("ItemExpired", S.EXPIRED, frozenset({S.PENDING}), error_class="shed",
-                               error=f"shed: at one batch send per {interval_s:.1f} s it could not go out "
-                                     "before its expire_at",
-                               payload={"reason": "shed", "interval_s": interval_s})
+                why = f"shed: at one batch send per {interval_s:.1f} s it could not go out before its expire_at"
+                t = Transition("ItemExpired", S.EXPIRED, frozenset({S.PENDING}), error_class="shed", error=why,
+                               payload={"error_class": "shed", "error": why, "interval_s": interval_s})
                 return len(await apply(conn, t, [r["item_id"] for r in rows]))
 
         return await with_retry(work)
