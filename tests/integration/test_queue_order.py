@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.domain.order import Queued, fair_order, sheds
+
 from tests.integration.test_sender_queue import run, sql
 
 

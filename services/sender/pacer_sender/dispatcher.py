@@ -146,7 +146,9 @@ class Dispatcher:
             while not g.stopping:
                 if g.due_at is not None and g.due_at <= self.clock():
                     g.due_at = None
-                    g.window.ring()  # scheduled work came due: read it
+                    held = len(g.window)
+                    g.window.reorder()  # scheduled work came due: it takes its place in the order
+                    self.buffered += len(g.window) - held
                 n = g.window.refill_size()
                 if n and not await self._refill(guid, g, n):
                     await self._sleep(g, self.lease_retry_s)

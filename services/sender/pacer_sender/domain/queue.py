@@ -130,6 +130,15 @@ class GuidWindow:
         self.more = True
         self.rings += 1
 
+    def reorder(self) -> None:
+        """Postgres holds work that may sort ahead of the batch lane (a better priority, a
+        job the window holds nothing of, scheduled work come due): drop the batch lane (its
+        items are still pending in Postgres) and refill at once, so the window stays a prefix
+        of the guid's order."""
+        self.drop("batch")
+        self.urgent = True
+        self.ring()
+
     def offer(self, cmd: ItemCommand, room: bool = True, now: float = 0.0) -> bool:
         """Hold ``cmd`` if its lane has room (and ``room``: the sender's memory allows);
         otherwise ring. While Postgres holds more than the window, a batch command rings too
@@ -143,9 +152,9 @@ class GuidWindow:
         if self.more and lane == "batch":
             best = batch.best_priority()
             if best is not None and (cmd.priority < best or not batch.holds(cmd.priority, cmd.job_id)):
-                self.drop("batch")
-                self.urgent = True
-            self.ring()
+                self.reorder()
+            else:
+                self.ring()
             return False
         if not room or len(self.lanes.lanes[lane]) >= self.cap:
             self.ring()
