@@ -20,7 +20,7 @@ from tests.integration.test_sender_queue import run, sql
 def add_job(url: str, guid: str, n: int, *, priority: int = 3, age_s: float = 0.0, spacing_s: float = 0.001,
             not_before_in_s: float | None = None, expire_in_s: float | None = None,
             weight: float | None = None) -> str:
-    """A job with ``n`` pending items on ``guid``, created ``age_s`` ago onwards (``spacing_s`` apart)."""
+    """A job with ``n`` pending items on ``guid``, ``spacing_s`` apart, the newest created ``age_s`` ago."""
     job_id = str(uuid.uuid4())
     with psycopg.connect(url) as conn:
         conn.execute("INSERT INTO jobs (job_id, request_id, kind, priority, created_by, message, content_version,"
@@ -32,7 +32,7 @@ def add_job(url: str, guid: str, n: int, *, priority: int = 3, age_s: float = 0.
             "INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,"
             " created_at, not_before, expire_at)"
             " SELECT gen_random_uuid(), %(job)s::uuid, %(sid)s, %(guid)s, 'r' || k, 'hi', %(job)s::text || ':' || k, %(prio)s,"
-            "        'campaign', now() - make_interval(secs => %(age)s) + make_interval(secs => k * %(sp)s),"
+            "        'campaign', now() - make_interval(secs => %(age)s + (%(n)s - k) * %(sp)s),"
             "        now() + make_interval(secs => %(nb)s), now() + make_interval(secs => %(ex)s)"
             " FROM generate_series(1, %(n)s) k",
             {"job": job_id, "sid": sid, "guid": guid, "prio": priority, "age": age_s, "sp": spacing_s,
