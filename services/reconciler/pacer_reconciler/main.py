@@ -20,8 +20,10 @@ from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.kafka import ProduceError, make_producer
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
+from pacer_reconciler.adapters.backlog import PostgresBacklogs
 from pacer_reconciler.adapters.kafka import KafkaPublisher
 from pacer_reconciler.adapters.postgres import CursorMoved, PostgresLog
+from pacer_reconciler.backlog import BacklogGauges
 from pacer_reconciler.core import Reconciler, RoundGuard
 from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
 from pacer_reconciler.verifier import LOOKUP_RESULTS, Verifier
@@ -61,6 +63,9 @@ class ReconcilerSettings(OpsSettings):
     breaker_min_samples: int = 40
     # A shard of a running job with open items and no progress for this long is stalled.
     stall_after_s: float = 600.0
+    # Backlog metrics: the top-N guids by queued items and by oldest wait, every so often.
+    backlog_top_n: int = Field(default=10, ge=1, le=100)
+    backlog_every_s: float = Field(default=30.0, gt=0)
 
 
 async def _idle(stop: asyncio.Event, seconds: float) -> None:
@@ -172,7 +177,9 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         guard = RoundGuard(max_s=cfg.error_backoff_max_s)
         tasks = [asyncio.create_task(leader.keep(ctx.stop), name="leader-lease"),
                  asyncio.create_task(verifier.run(ctx.stop, lambda: leader.is_leader, cfg.sweep_interval_s),
-                                     name="verifier")]
+                                     name="verifier"),
+                 asyncio.create_task(BacklogGauges(PostgresBacklogs(pool).top, reg, cfg.backlog_top_n).run(
+                     ctx.stop, lambda: leader.is_leader, cfg.backlog_every_s), name="backlog-metrics")]
         try:
             while not ctx.stop.is_set():
                 drain()
