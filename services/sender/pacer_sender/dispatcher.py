@@ -120,6 +120,9 @@ class Dispatcher:
             g.revived = True
         if cmd is None or cmd.guid != guid or unsendable(cmd) is not None or _scheduled(cmd):
             g.window.ring()  # Postgres has it: the worker reads it from there
+            if cmd is not None and cmd.guid == guid and _scheduled(cmd) and cmd.not_before is not None:
+                due = self.clock() + (cmd.not_before - datetime.now(UTC)).total_seconds()
+                g.due_at = due if g.due_at is None else min(g.due_at, due)  # on time, whatever the window holds
         else:
             held = len(g.window)
             g.window.offer(cmd, lane_of(cmd.priority) == "online" or self.buffered < self.max_buffered, time.time())
