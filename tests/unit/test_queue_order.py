@@ -88,6 +88,32 @@ def test_a_doorbell_of_a_job_the_window_holds_nothing_of_asks_for_its_turn() -> 
     assert not w.urgent
 
 
+def test_after_a_refill_a_job_that_just_arrived_goes_before_one_that_just_sent() -> None:
+    w = GuidWindow(cap=10)
+    w.ring()
+    w.refilled([cmd("g", n, job="big") for n in range(10)], asked=10, rings_before=w.refilling())
+    assert w.take("batch") == cmd("g", 0, job="big")
+    w.offer(cmd("g", 100, job="small"))  # a job the window holds nothing of: refill
+    # Postgres ranks both jobs' next items equal and puts the older (big) first; the window
+    # remembers that big has just had its turn
+    w.refilled([cmd("g", 1, job="big"), cmd("g", 100, job="small"), cmd("g", 2, job="big")], asked=10,
+               rings_before=w.refilling())
+    assert [w.take("batch") for _ in range(3)] == [cmd("g", 100, job="small"), cmd("g", 1, job="big"),
+                                                    cmd("g", 2, job="big")]
+
+
+def test_dropping_the_window_costs_a_job_nothing_it_did_not_send() -> None:
+    queue: GuidQueue[str] = GuidQueue()
+    for i in range(5):
+        queue.push(f"a{i}", 3, "A")
+    queue.push("b0", 3, "B")
+    assert queue.pop() == "a0"
+    queue.remove_if(lambda v: True)
+    for v, job in [("a1", "A"), ("b0", "B"), ("a2", "A"), ("b1", "B")]:
+        queue.push(v, 3, job)
+    assert [queue.pop() for _ in range(4)] == ["b0", "a1", "b1", "a2"]
+
+
 def test_batch_waits_for_the_online_lane_only_once_it_is_late() -> None:
     w = GuidWindow(cap=10)
     w.offer(cmd("g", 1, priority=1), now=100.0)

@@ -6,7 +6,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from pacer_common.domain.commands import ItemCommand
@@ -34,7 +34,8 @@ class Executed:
 
 class Executor:
     def __init__(self, repo: ItemRepository, gateway: Gateway, owner: str, retry: RetryPolicy,
-                 rng: random.Random | None = None, send_deadline_s: float = 10.0) -> None:
+                 rng: random.Random | None = None, send_deadline_s: float = 10.0,
+                 expire_margin_s: float = 1.0) -> None:
         self.repo = repo
         self.gateway = gateway
         self.owner = owner
@@ -42,6 +43,9 @@ class Executor:
         self.rng = rng or random.Random()
         # Never call the gateway later than this after claiming: well inside the lease.
         self.send_deadline_s = send_deadline_s
+        # An item this close to its expire_at is not begun: claim, submit and the call could
+        # land after it. Expired instead, never sent late.
+        self.expire_margin = timedelta(seconds=expire_margin_s)
 
     async def execute(self, cmd: ItemCommand) -> Executed:
         with bind(item_id=cmd.item_id, job_id=cmd.job_id, guid=cmd.guid, shard_id=cmd.shard_id):
@@ -49,7 +53,7 @@ class Executor:
 
     async def _execute(self, cmd: ItemCommand) -> Executed:
         now = datetime.now(UTC)
-        if expired(cmd.expire_at, now):
+        if expired(cmd.expire_at, now + self.expire_margin):
             await self.repo.expire(cmd)
             return Executed("expired", False)
         started = time.monotonic()

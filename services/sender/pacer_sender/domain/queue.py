@@ -5,7 +5,9 @@ rest of the guid's queue and decides what enters the window.
 Fair share is start-time fair queuing: a job's next item starts at the virtual time its
 previous one finished (``1 / weight`` later), and a job that arrives late starts at the
 current virtual time, so one large broadcast cannot starve the others and a new one cannot
-starve it either.
+starve it either. The virtual times outlive a refill: a job whose items were dropped from
+the window keeps the place of the first one dropped, so a job that has just sent does not
+win a tie against one that has just arrived.
 
 The window only ever holds ready commands, at most ``cap`` per lane. A command that does
 not fit, a scheduled one, or a doorbell without a readable command *rings*: the window
@@ -85,11 +87,20 @@ class GuidQueue(Generic[T]):
         dropped = [e for e in self._ready if pred(e.value)]
         self._ready = [e for e in self._ready if not pred(e.value)]
         heapq.heapify(self._ready)
+        first_dropped: dict[str, float] = {}
         for e in dropped:
             self._held[e.key[0], e.job] -= 1
-        if not self._ready:
-            self._job_v.clear()
-            self._held.clear()
+            first_dropped[e.job] = min(first_dropped.get(e.job, e.key[1]), e.key[1])
+        # A job's next item starts where its first one dropped would have (it keeps its place:
+        # what it sent still counts, what it did not send costs it nothing), yet after any of
+        # its items still held (first in, first out within a job).
+        last_held: dict[str, float] = {}
+        for e in self._ready:
+            if e.job in first_dropped:
+                last_held[e.job] = max(last_held.get(e.job, e.key[1]), e.key[1])
+        for job, start in first_dropped.items():
+            held = last_held.get(job)
+            self._job_v[job] = start if held is None else max(start, held + 1.0 / weight_of(self.weight(job)))
         return [e.value for e in dropped]
 
     def __len__(self) -> int:
