@@ -14,7 +14,7 @@
 
 ARG PYTHON_IMAGE=python:3.11-slim
 
-# ---- build: install the project and its runtime dependencies into a virtualenv ----
+# ---- build: install the services and their locked runtime dependencies into a virtualenv ----
 FROM ${PYTHON_IMAGE} AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
@@ -25,12 +25,19 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
 WORKDIR /src
+# Every dependency from the committed locks (`make lock`, checked by `make test`), by hash:
+# pip and the build backend first, then the runtime dependencies.
+COPY deploy/docker/build.lock deploy/docker/runtime.lock ./
+RUN pip install --require-hashes --requirement build.lock \
+ && pip install --require-hashes --no-deps --requirement runtime.lock
+# The runtime distribution only: the shared library and the services. The developer tools
+# (libs/devtools: local infrastructure, fake gateway, demo) are a separate distribution and
+# are not copied.
 COPY pyproject.toml README.md ./
-COPY libs ./libs
+COPY libs/common ./libs/common
 COPY services ./services
-# Runtime dependencies only: the `dev` extra (embedded Postgres, test tools) is not installed.
-RUN pip install --upgrade pip \
- && pip install .
+RUN pip install --no-deps --no-build-isolation . \
+ && pip uninstall --yes pip setuptools wheel packaging
 
 # ---- runtime ----
 FROM ${PYTHON_IMAGE} AS runtime

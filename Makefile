@@ -4,12 +4,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test up down env lint chaos bench clean
+.PHONY: install demo test up down env lint prometheus chaos bench clean helm chart lock docs
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml libs/devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e libs/devtools
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -17,8 +18,23 @@ install: $(STAMP)
 demo: install           ## run Pacer end to end and print one summary line
 	$(BIN)/pacer-demo
 
-test: install lint      ## the whole suite, on real Kafka and Postgres started by the suite
+test: install lint prometheus helm  ## the whole suite, on real Kafka, Postgres and Prometheus started by the suite
 	$(BIN)/pytest
+
+prometheus: install     ## Debian's prometheus package (prometheus, promtool), installed if missing and root
+	@$(BIN)/python -m pacer_dev.prometheus ensure
+
+helm: install           ## build the pinned helm from the Go module proxy into ~/.cache/pacer/tools (once)
+	@$(BIN)/python -m pacer_dev.tools helm > /dev/null
+
+chart: install helm     ## the chart checks alone: lint, render and validate each value set, one line each
+	$(BIN)/python -m pacer_dev.chart
+
+docs: install           ## regenerate the settings tables of docs/configuration.md (and the metric list of docs/runbook.md)
+	$(BIN)/python -m pacer_dev.docs
+
+lock: install           ## recompile the image's dependency locks (deploy/docker/*.lock) from pyproject.toml
+	$(BIN)/python -m pacer_dev.lock
 
 lint: install           ## layering contracts
 	$(BIN)/lint-imports

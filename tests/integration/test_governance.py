@@ -387,7 +387,8 @@ def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_ur
             await pool.close()
 
     assert asyncio.run(stats()) == {"jobs_paused_budget": 1, "jobs_paused_breaker": 0, "jobs_paused_operator": 0,
-                                    "guids_paused": 1, "stalled_shards": 1}  # g1 only: g2's guid is paused
+                                    "guids_paused": 1, "stalled_shards": 1,  # g1 only: g2's guid is paused
+                                    "jobs_running": 1, "items:pending": 7}  # job progress: open jobs' items
     action(url, job, "pause")
     assert asyncio.run(stats())["stalled_shards"] == 0  # a paused job is not stalled
     assert asyncio.run(stats())["jobs_paused_operator"] == 1

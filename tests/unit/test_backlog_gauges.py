@@ -8,6 +8,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from pacer_reconciler.backlog import BacklogGauges
+from pacer_reconciler.metrics import ReconcilerMetrics
 
 
 def series(reg: CollectorRegistry, name: str) -> dict[tuple[str, str], float]:
@@ -27,24 +28,25 @@ def test_the_top_n_replace_each_other_and_a_standby_exports_none() -> None:
         return tables[0][:limit]
 
     reg = CollectorRegistry()
-    gauges = BacklogGauges(read, reg, top_n=2)
+    m = ReconcilerMetrics(reg)
+    gauges = BacklogGauges(read, m.backlog_top, m.wait_top, top_n=2)
     asyncio.run(gauges.refresh())
     assert asked == [("backlog", 2), ("wait", 2)]
-    assert series(reg, "pacer_guid_backlog_top") == {("1", "g0"): 100, ("2", "g1"): 99}
-    assert series(reg, "pacer_guid_wait_top_seconds") == {("1", "g0"): 0.0, ("2", "g1"): 10.0}
+    assert series(reg, "pacer_reconciler_guid_backlog_top") == {("1", "g0"): 100, ("2", "g1"): 99}
+    assert series(reg, "pacer_reconciler_guid_wait_top_seconds") == {("1", "g0"): 0.0, ("2", "g1"): 10.0}
     tables.pop(0)
     asyncio.run(gauges.refresh())
-    assert series(reg, "pacer_guid_backlog_top") == {("1", "g9"): 7}, "the old top is gone, not left behind"
+    assert series(reg, "pacer_reconciler_guid_backlog_top") == {("1", "g9"): 7}, "the old top is gone, not left behind"
 
     async def standby() -> None:
         stop = asyncio.Event()
         task = asyncio.create_task(gauges.run(stop, lambda: False, 0.01))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 5
-        while series(reg, "pacer_guid_backlog_top") and loop.time() < deadline:
+        while series(reg, "pacer_reconciler_guid_backlog_top") and loop.time() < deadline:
             await asyncio.sleep(0.01)
         stop.set()
         await task
 
     asyncio.run(standby())
-    assert series(reg, "pacer_guid_backlog_top") == {} and series(reg, "pacer_guid_wait_top_seconds") == {}
+    assert series(reg, "pacer_reconciler_guid_backlog_top") == {} and series(reg, "pacer_reconciler_guid_wait_top_seconds") == {}

@@ -97,6 +97,9 @@ class Msg:
     def value(self) -> bytes | None:
         return self.v
 
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        return None
+
 
 @dataclass
 class Source:

@@ -12,11 +12,12 @@ connection, a 5xx or an unreadable body after the request left may hide a delive
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-from collections.abc import Mapping
 
 import httpx
 
+from pacer_common import tracing
 from pacer_common.domain.failures import FailureClass, SendError, classify
 from pacer_common.domain.receipts import Receipt
 
@@ -74,31 +75,47 @@ def make_client(base_url: str, timeout_s: float, max_connections: int = 200) -> 
     )
 
 
+# Called after every gateway request: (operation, result, seconds). ``result`` is the HTTP
+# status class ("2xx", "4xx", "5xx") or "transport_error".
+Observe = Callable[[str, str, float], None]
+
+
+def _status_class(status: int) -> str:
+    return f"{status // 100}xx" if 100 <= status < 600 else "other"
+
+
 class GatewayClient:
     def __init__(self, client: httpx.AsyncClient, code_table: Mapping[int, FailureClass],
-                 lookup_path: str = "/message/lookup") -> None:
+                 lookup_path: str = "/message/lookup", observe: Observe | None = None) -> None:
         self.client = client
         self.code_table = code_table
         self.lookup_path = lookup_path
+        self.observe: Observe = observe or (lambda operation, result, seconds: None)
 
     async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
                         deadline: float | None = None) -> Receipt:
         """Send, unless ``deadline`` (monotonic) passes before the request is written."""
+        with tracing.span("gateway sendText", kind="client"):
+            return await self._send_text(guid, to_id, content, idem_key, deadline)
+
+    async def _send_text(self, guid: str, to_id: str, content: str, idem_key: str, deadline: float | None) -> Receipt:
         started = time.perf_counter()
         token = SEND_DEADLINE.set(deadline)
         try:
             resp = await self.client.post(
                 "/message/sendText",
                 json={"guid": guid, "toId": to_id, "content": content},
-                headers={"X-Idempotency-Key": idem_key},
+                headers={**tracing.http_headers(), "X-Idempotency-Key": idem_key},
             )
         except SendDeadlinePassed as exc:
             raise SendError(FailureClass.NOT_SENT, None, str(exc)) from exc
         except httpx.TransportError as exc:
+            self.observe("send", "transport_error", time.perf_counter() - started)
             cls = FailureClass.NOT_SENT if _provably_not_sent(exc) else FailureClass.IN_DOUBT
             raise SendError(cls, None, f"{type(exc).__name__}: {exc}") from exc
         finally:
             SEND_DEADLINE.reset(token)
+        self.observe("send", _status_class(resp.status_code), time.perf_counter() - started)
         latency = (time.perf_counter() - started) * 1000
         if resp.status_code >= 500:
             raise SendError(FailureClass.IN_DOUBT, None, f"HTTP {resp.status_code} from gateway")
@@ -119,10 +136,14 @@ class GatewayClient:
 
     async def lookup(self, guid: str, idem_key: str) -> bool | None:
         """Was this key delivered? ``True``/``False`` when the gateway knows, ``None`` when it can't say."""
+        started = time.perf_counter()
         try:
-            resp = await self.client.get(self.lookup_path, params={"guid": guid, "idempotencyKey": idem_key})
+            resp = await self.client.get(self.lookup_path, params={"guid": guid, "idempotencyKey": idem_key},
+                                         headers=tracing.http_headers())
         except httpx.TransportError:
+            self.observe("lookup", "transport_error", time.perf_counter() - started)
             return None
+        self.observe("lookup", _status_class(resp.status_code), time.perf_counter() - started)
         if resp.status_code != 200:
             return None
         try:

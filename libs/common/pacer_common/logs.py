@@ -1,4 +1,5 @@
-"""JSON logs, one object a line, carrying job/shard/item/guid ids from context."""
+"""JSON logs, one object a line, carrying job/shard/item/guid ids from context, the
+current trace (``trace_id``, ``span_id``) and, in the Control API, the HTTP request id."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
+from asgi_correlation_id import correlation_id
+from opentelemetry import trace
+
 _context: ContextVar[dict[str, Any]] = ContextVar("pacer_log_context", default={})
 _FIELDS = ("job_id", "shard_id", "item_id", "guid", "request_id")
+_EXTRA = ("migration", "reason", "count", "topic", "method", "route", "status", "duration_ms")
 
 
 class bind:
@@ -41,7 +46,14 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
             **_context.get(),
         }
-        for key in _FIELDS + ("migration", "reason", "count", "topic"):
+        span = trace.get_current_span().get_span_context()
+        out["trace_id"] = trace.format_trace_id(span.trace_id) if span.is_valid else None
+        if span.is_valid:
+            out["span_id"] = trace.format_span_id(span.span_id)
+        http_request = correlation_id.get()
+        if http_request is not None:
+            out["http_request_id"] = http_request
+        for key in _FIELDS + _EXTRA:
             if key in record.__dict__:
                 out[key] = record.__dict__[key]
         if record.exc_info:
@@ -55,5 +67,11 @@ def configure(service: str, level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # uvicorn's own loggers go through the same handler (``serve`` gives uvicorn no log
+    # config of its own). Its access log stays quiet: the Control API writes its own, with
+    # the request id, and the ops endpoints are scraped every few seconds.
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
     for noisy in ("uvicorn.access", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
+from pacer_common import tracing
 from pacer_common.lifecycle import stop_event
 from pacer_common.logs import configure
+from pacer_common.metrics import service_registry
 from pacer_common.ops import Health, ops_app, serve
 
 log = logging.getLogger(__name__)
@@ -30,7 +32,7 @@ async def run_service(name: str, host: str, port: int,
 
     ``body`` watches ``ctx.stop`` (SIGTERM/SIGINT) and returns after finishing its work in hand.
     """
-    ctx = ServiceContext(name, CollectorRegistry(), Health(), stop_event())
+    ctx = ServiceContext(name, service_registry(name), Health(), stop_event())
     server, task = await serve(ops_app(name, ctx.registry, ctx.health), host, port)
     log.info("%s started; ops on http://%s:%d", name, host, port)
     try:
@@ -44,4 +46,5 @@ async def run_service(name: str, host: str, port: int,
 
 def main_for(name: str, level: str, coro: Awaitable[None]) -> None:
     configure(name, level)
+    tracing.setup(name)
     asyncio.run(coro)  # type: ignore[arg-type]

@@ -16,18 +16,36 @@ class _Frozen(BaseSettings):
 
 
 class PostgresSettings(_Frozen):
-    database_url: SecretStr = Field(description="libpq URL of the Pacer database")
-    pool_min: int = 2
-    pool_max: int = 10
+    database_url: SecretStr = Field(description=(
+        "libpq URL of the Pacer database, e.g. "
+        "`postgresql://pacer:PASSWORD@db.internal:5432/pacer?sslmode=require`. Kept as a secret value: not "
+        "printed in settings dumps."
+    ))
+    pool_min: int = Field(2, description=(
+        "Parsed, but not used by any service: pool sizes are set per service (see [fixed in code](#fixed-in-code)"
+        " and `PACER_SENDER_DB_POOL_MAX`)."
+    ))
+    pool_max: int = Field(10, description="Parsed, not used (as above).")
 
 
 class KafkaSettings(_Frozen):
-    kafka_bootstrap_servers: str = Field(description="Kafka bootstrap servers, host:port[,…]")
-    topic_prefix: str = "pacer"
-    item_command_partitions: int = 16
-    kafka_security: dict[str, str] = Field(
-        default_factory=dict, description="extra librdkafka settings (JSON), e.g. SASL/SSL"
-    )
+    kafka_bootstrap_servers: str = Field(description="`host:port[,host:port…]`, librdkafka `bootstrap.servers`.")
+    topic_prefix: str = Field("pacer", description=(
+        "Topic names are `<prefix>.job-requests`, `<prefix>.job-requests.dlq`, "
+        "`<prefix>.item-commands.{online,batch}`, `<prefix>.item-outcomes`. It is also the default consumer-group"
+        " prefix (`<prefix>.planner`, `<prefix>.sender`)."
+    ))
+    item_command_partitions: int = Field(16, description=(
+        "Partitions of `<prefix>.item-commands.{online,batch}`, used only by `pacer topics` when it creates that "
+        "topic. It does not change an existing topic. It is the ceiling for useful sender replicas."
+    ))
+    kafka_security: dict[str, str] = Field(default_factory=dict, description=(
+        "Extra librdkafka settings merged into every Kafka client (producers, consumers, the admin client of "
+        "`pacer topics`). Values must be JSON strings. Example: "
+        '`{"security.protocol":"SASL_SSL","sasl.mechanisms":"SCRAM-SHA-512","sasl.username":"pacer",'
+        '"sasl.password":"…","ssl.ca.location":"/etc/pacer/ca.pem"}`.'
+        " It carries credentials: give it from a secret."
+    ))
 
     @property
     def job_requests(self) -> str:
@@ -52,5 +70,11 @@ class KafkaSettings(_Frozen):
 class OpsSettings(_Frozen):
     """Where a service serves /healthz, /readyz and /metrics."""
 
-    ops_host: str = "127.0.0.1"
-    log_level: str = "INFO"
+    ops_host: str = Field("127.0.0.1", description=(
+        "Address the ops HTTP server (`/healthz`, `/readyz`, `/metrics`) binds to. In a container set it to "
+        "`0.0.0.0`, or probes and scrapes cannot reach it."
+    ))
+    log_level: str = Field("INFO", description=(
+        "Python logging level name (`DEBUG`, `INFO`, `WARNING`, `ERROR`), any case. Logs are JSON, one object per"
+        " line, on stderr."
+    ))

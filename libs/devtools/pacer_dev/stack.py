@@ -107,6 +107,23 @@ class Stack:
             self.wait_ready(proc)
         return proc
 
+    def start_prometheus(self, interval_s: float = 1.0) -> Proc:
+        """A Prometheus (Debian's binary, our own process) scraping every service started so
+        far, with Pacer's alert rules loaded; its URL is the returned process's ``url``."""
+        from pacer_dev import prometheus
+
+        targets: dict[str, list[str]] = {}
+        for p in self.procs.values():
+            if p.kind in SERVICES:
+                targets.setdefault(f"pacer-{p.kind}", []).append(f"127.0.0.1:{p.port}")
+        directory = self.state_dir / "prometheus"
+        config = prometheus.write_config(directory, targets, interval_s)
+        port = free_port()
+        proc = self._spawn("prometheus", "prometheus", prometheus.argv(config, directory / "data", port), port,
+                           self.env())
+        prometheus.Client(proc.url).wait_ready()
+        return proc
+
     def wait_ready(self, proc: Proc, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

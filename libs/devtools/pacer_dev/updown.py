@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from pacer_dev import infra
+from pacer_dev import infra, prometheus
 from pacer_dev.stack import Stack, prepare
 
 # `make up` lets POST /test-send reach this to_id (on the fake gateway, unless a real one is named).
@@ -42,6 +42,10 @@ def up(args: argparse.Namespace) -> int:
         for kind in ("planner", "sender", "reconciler"):
             stack.start_service(kind)
         stack.start_service("control", PACER_CONTROL_SANDBOX_TARGETS=SANDBOX_TARGET)
+        if prometheus.binary("prometheus"):
+            stack.start_prometheus(interval_s=5.0)
+        else:
+            print("# prometheus: not installed (apt-get install prometheus), not started")
     _admin_token(state, inf.database_url)
     _print(inf, stack, state)
     return 0
@@ -92,6 +96,9 @@ def _print(inf: infra.Infra, stack: Stack, state: Path) -> None:
     print(f"export PACER_DATABASE_URL={inf.database_url}")
     print(f"export PACER_GATEWAY_URL={stack.gateway_url}")
     print(f"export PACER_TOPIC_PREFIX={stack.topic_prefix}")
+    prom = stack.procs.get("prometheus")
+    if prom is not None:
+        print(f"export PACER_PROMETHEUS_URL={prom.url}")
     control = stack.procs.get("control")
     token = state / "control-token"
     if control is not None:

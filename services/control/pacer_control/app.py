@@ -7,19 +7,25 @@ document, no token needed).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 
+from asgi_correlation_id import CorrelationIdMiddleware
 from fastapi import FastAPI, Request, Response
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 from psycopg_pool import AsyncConnectionPool
 
 from pacer_common.ops import Health, add_ops_routes
 from pacer_control.adapters.postgres import PostgresControl
 from pacer_control.api import create_api
 from pacer_control.core import Control
+from pacer_control.metrics import ControlMetrics
 from pacer_control.ports import Gateway
+
+access = logging.getLogger("pacer.control.access")
+_OPS_ROUTES = frozenset({"/metrics", "/healthz", "/readyz"})
 
 
 def build_app(pool: AsyncConnectionPool, *, gateway: Gateway | None = None, sandbox_targets: Iterable[str] = (),
@@ -47,20 +53,28 @@ def build_app(pool: AsyncConnectionPool, *, gateway: Gateway | None = None, sand
     app = create_api(control, lifespan)
     add_ops_routes(app, "control", registry, health, include_in_schema=False)
     _count_requests(app, registry)
+    # Outermost: every request (and its log lines) carries an X-Request-ID, given or drawn.
+    app.add_middleware(CorrelationIdMiddleware, header_name="X-Request-ID")
     return app
 
 
 def _count_requests(app: FastAPI, registry: CollectorRegistry) -> None:
-    requests = Counter("pacer_control_requests_total", "Control API requests", ["method", "route", "status"],
-                       registry=registry)
-    seconds = Histogram("pacer_control_request_seconds", "Control API request time (to the first byte)",
-                        ["method", "route"], registry=registry)
+    m = ControlMetrics(registry)
 
     @app.middleware("http")
     async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         started = time.perf_counter()
-        response = await call_next(request)
-        route = getattr(request.scope.get("route"), "path", "unmatched")
-        requests.labels(request.method, route, str(response.status_code)).inc()
-        seconds.labels(request.method, route).observe(time.perf_counter() - started)
-        return response
+        status = "500"  # an unhandled exception: Starlette answers 500 outside this middleware
+        try:
+            response = await call_next(request)
+            status = str(response.status_code)
+            return response
+        finally:
+            route = getattr(request.scope.get("route"), "path", "unmatched")
+            elapsed = time.perf_counter() - started
+            m.requests.labels(request.method, route, status).inc()
+            m.seconds.labels(request.method, route).observe(elapsed)
+            if route not in _OPS_ROUTES or status >= "400":  # scrapes and probes: counted, not logged
+                access.info("%s %s %s %.1fms", request.method, request.url.path, status, elapsed * 1000,
+                            extra={"method": request.method, "route": route, "status": int(status),
+                                   "duration_ms": round(elapsed * 1000, 1)})

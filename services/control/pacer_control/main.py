@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import CollectorRegistry
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -12,6 +11,7 @@ from pacer_common.db.pool import open_pool
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
 from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.lifecycle import stop_event
+from pacer_common.metrics import gateway_latency, service_registry
 from pacer_common.ops import Health, serve
 from pacer_common.service import main_for
 from pacer_common.settings import OpsSettings, PostgresSettings
@@ -25,14 +25,20 @@ class ControlSettings(OpsSettings):
     """``PACER_CONTROL_*``. The API and /healthz, /readyz, /metrics share one port."""
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_CONTROL_")
-    port: int = 9104
-    db_pool_max: int = 10
-    # How long an API call waits for an unreachable database before answering 503.
-    db_deadline_s: float = 5.0
-    gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL")
-    gateway_timeout_s: float = 10.0
-    # Comma-separated to_ids that POST /test-send may send to; empty: test sends are refused.
-    sandbox_targets: str = ""
+    port: int = Field(9104, description="HTTP port of the API and the ops endpoints.")
+    db_pool_max: int = Field(10, description=(
+        "Postgres connections at most (a CSV report download holds one while it streams)."
+    ))
+    db_deadline_s: float = Field(5.0, description=(
+        "How long a request retries a transient database error before answering `503`."
+    ))
+    gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL", description=(
+        "The gateway `POST /test-send` uses."
+    ))
+    gateway_timeout_s: float = Field(10.0, description="Timeout of a test send.")
+    sandbox_targets: str = Field("", description=(
+        "Comma-separated `to_id`s that `POST /test-send` may send to; empty: test sends are refused (`403`)."
+    ))
 
     def sandbox(self) -> frozenset[str]:
         return frozenset(t.strip() for t in self.sandbox_targets.split(",") if t.strip())
@@ -40,11 +46,12 @@ class ControlSettings(OpsSettings):
 
 async def run(pg: PostgresSettings, cfg: ControlSettings) -> None:
     stop = stop_event()
-    registry, health = CollectorRegistry(), Health()
+    registry, health = service_registry("control"), Health()
     pool = await open_pool(pg.database_url.get_secret_value(), min_size=1, max_size=cfg.db_pool_max,
                            name="pacer-control")
     http = make_client(cfg.gateway_url, cfg.gateway_timeout_s, max_connections=4)
-    app = build_app(pool, gateway=GatewayClient(http, DEFAULT_CODE_TABLE), sandbox_targets=cfg.sandbox(),
+    gateway = GatewayClient(http, DEFAULT_CODE_TABLE, observe=gateway_latency(registry))
+    app = build_app(pool, gateway=gateway, sandbox_targets=cfg.sandbox(),
                     registry=registry, health=health, db_deadline_s=cfg.db_deadline_s)
     server, task = await serve(app, cfg.ops_host, cfg.port)
     health.set_ready(True, "serving")

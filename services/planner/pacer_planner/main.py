@@ -10,12 +10,12 @@ import uuid
 from datetime import timedelta
 
 import httpx
-from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.pool import open_pool
 from pacer_common.kafka import MAX_REQUEST_BYTES, AsyncConsumer, make_consumer, make_producer
+from pacer_common.metrics import consumer_lag_config
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_planner.adapters.http import HttpTargetSource
@@ -23,84 +23,77 @@ from pacer_planner.adapters.faults import ENVIRONMENT
 from pacer_planner.adapters.kafka import KafkaCommandBus, KafkaRequestSource
 from pacer_planner.adapters.postgres import PostgresJobStore
 from pacer_planner.adapters.postgres_targets import PostgresTargetStore
-from pacer_planner.core import Handled, PagingConfig, PagingSupervisor, Planner, TargetPager
+from pacer_planner.core import PagingConfig, PagingSupervisor, Planner, TargetPager
 from pacer_planner.core.consume import IntakeLoop, IntakePolicy
 from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS
+from pacer_planner.metrics import PlannerMetrics
 
 log = logging.getLogger("pacer.planner")
 
 
 class PlannerSettings(OpsSettings):
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_PLANNER_")
-    port: int = 9101
-    group_id: str | None = None  # default: "<topic prefix>.planner"
-    max_backlog_per_guid: int = 100_000
-    # Ticket notifications wait this long before sending, so a newer status of the same
-    # business id arriving meanwhile replaces them (only the latest is sent). 0: no wait.
-    coalesce_window_s: float = 3.0
-    # A guid with more items than this in one job is split into ceil(n / max) sub-shards.
-    max_shard_items: int = Field(DEFAULT_MAX_SHARD_ITEMS, ge=1)
-    # Requery target sets: fetched page by page by background tasks of the planner.
-    requery_max_jobs: int = Field(4, ge=1)  # jobs paged at once by one planner
-    requery_sweep_s: float = Field(5.0, gt=0)  # how often to look for jobs that need paging
-    requery_timeout_s: float = Field(10.0, gt=0)  # one page request
-    requery_page_attempts: int = Field(5, ge=1)  # fetches of one page before the job is paused
-    requery_backoff_initial_s: float = Field(0.5, ge=0)
-    requery_backoff_max_s: float = Field(30.0, ge=0)
-    requery_lease_s: float = Field(120.0, gt=0)  # a dead planner's jobs are taken over after this
-    requery_admission_wait_s: float = Field(5.0, gt=0)  # a refused page is fetched again after this
-    # A job request that fails with an unexpected error is tried this often, then dead-lettered.
-    internal_attempts: int = Field(3, ge=1)
-    # Backoff between attempts at one request (the database or Kafka unavailable, or an error).
-    retry_backoff_initial_s: float = Field(0.5, gt=0)
-    retry_backoff_max_s: float = Field(30.0, gt=0)
-
-
-class _IntakeMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter("pacer_planner_requests_total", "Job requests handled", ["outcome"], registry=registry)
-        self.items = Counter("pacer_planner_items_total", "Items planned and dispatched", registry=registry)
-        self.environment = Counter("pacer_planner_environment_faults_total",
-                                   "Job request attempts that failed for the database or Kafka (retried)",
-                                   registry=registry)
-        self.internal = Counter("pacer_planner_internal_errors_total",
-                                "Job request attempts that failed with an unexpected error", registry=registry)
-
-    def handled(self, result: Handled) -> None:
-        self.requests.labels(result.outcome).inc()
-        self.items.inc(result.items)
-
-    def environment_fault(self) -> None:
-        self.environment.inc()
-
-    def internal_error(self) -> None:
-        self.internal.inc()
-
-
-class _PagingMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.pages = Counter("pacer_planner_target_pages_total", "Requery pages stored", registry=registry)
-        self.targets = Counter("pacer_planner_targets_total", "Requery targets fetched, by what became of them",
-                               ["result"], registry=registry)
-        self.failures = Counter("pacer_planner_target_fetch_failures_total", "Failed requery page fetches",
-                                registry=registry)
-        self.paused = Counter("pacer_planner_target_pauses_total", "Requery jobs paused by the planner",
-                              registry=registry)
-
-    def page_stored(self, fetched: int, added: int, duplicates: int, invalid: int) -> None:
-        self.pages.inc()
-        for result, n in (("added", added), ("duplicate", duplicates), ("invalid", invalid)):
-            self.targets.labels(result).inc(n)
-
-    def fetch_failed(self) -> None:
-        self.failures.inc()
-
-    def job_paused(self) -> None:
-        self.paused.inc()
+    port: int = Field(9101, description="Ops HTTP port.")
+    group_id: str | None = Field(None, description=(
+        "Kafka consumer group for `<prefix>.job-requests`; unset: `<prefix>.planner`."
+    ))
+    max_backlog_per_guid: int = Field(100_000, description=(
+        "Admission control: a batch request that would take any guid past this many queued items (pending or "
+        "waiting to retry) is refused whole, to the DLQ, with the reason. Online kinds are always admitted. A "
+        "requery page that would do so waits instead (see `REQUERY_ADMISSION_WAIT_S`); a guid with nothing queued"
+        " never holds a page back."
+    ))
+    coalesce_window_s: float = Field(3.0, description=(
+        "Ticket notifications (`ticket_notify`) wait this long before they may be sent, so that a newer "
+        "`status_version` of the same `business_id` arriving meanwhile supersedes them: A → B → C inside the "
+        "window sends only C. An older version arriving after a newer one is superseded at once. `0` sends at "
+        "once (still superseding what has not been sent)."
+    ))
+    max_shard_items: int = Field(DEFAULT_MAX_SHARD_ITEMS, ge=1, description=(
+        "A guid with more items than this in one job is split into `ceil(n / max)` sub-shards by `crc32(to_id) % "
+        "subs`. For requery jobs the count is fixed from the guid's targets on the page where it first appears."
+    ))
+    requery_max_jobs: int = Field(4, ge=1, description=(
+        "Requery jobs one planner pages at once (one background task each); more wait for a later sweep."
+    ))
+    requery_sweep_s: float = Field(5.0, gt=0, description=(
+        "How often a planner looks for requery jobs that need paging: beyond the cap, taken over from a dead "
+        "planner, resumed after a pause."
+    ))
+    requery_timeout_s: float = Field(10.0, gt=0, description="Timeout of one page request to the audience service.")
+    requery_page_attempts: int = Field(5, ge=1, description=(
+        "Fetches of one page (HTTP error, not JSON, not a page) before the job is paused with the reason "
+        "(`paused_by = system:planner`)."
+    ))
+    requery_backoff_initial_s: float = Field(0.5, ge=0, description=(
+        "First wait between fetch attempts; doubles each time, plus up to as much again of jitter."
+    ))
+    requery_backoff_max_s: float = Field(30.0, ge=0, description="Longest wait between fetch attempts.")
+    requery_lease_s: float = Field(120.0, gt=0, description=(
+        "Paging lease of a job, renewed with every page: a dead planner's jobs are taken over after this. Must "
+        "outlast one page's attempts (`PAGE_ATTEMPTS × TIMEOUT_S` plus backoff)."
+    ))
+    requery_admission_wait_s: float = Field(5.0, gt=0, description=(
+        "A requery page refused by admission control is fetched again after this."
+    ))
+    internal_attempts: int = Field(3, ge=1, description=(
+        "A job request that fails with an unexpected error (a bug, not bad input and not an outage) is tried this"
+        " many times, then dead-lettered as `internal error: <type>: <message>` (a request whose job is already "
+        "stored is never dead-lettered). See [reliability](reliability.md#bad-input-job-requests)."
+    ))
+    retry_backoff_initial_s: float = Field(0.5, gt=0, description=(
+        "First wait before trying a job request again (database or Kafka unavailable, or an unexpected error); "
+        "doubles each time, plus jitter."
+    ))
+    retry_backoff_max_s: float = Field(30.0, gt=0, description=(
+        "Longest wait between attempts at one job request. The database or Kafka being unavailable is waited out "
+        "for as long as it takes: the request is never dead-lettered for it."
+    ))
 
 
 async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) -> None:
     async def body(ctx: ServiceContext) -> None:
+        m = PlannerMetrics(ctx.registry)
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=1,
                                max_size=4 + cfg.requery_max_jobs, name="pacer-planner")
         # A dead-letter record is a request (up to MAX_REQUEST_BYTES) plus its reason headers.
@@ -108,6 +101,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
         consumer = AsyncConsumer(make_consumer(
             kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.planner",
             **{"fetch.max.bytes": MAX_REQUEST_BYTES, "receive.message.max.bytes": MAX_REQUEST_BYTES + 1_048_576},
+            **consumer_lag_config(ctx.registry),
         ))
         await consumer.call(consumer.consumer.subscribe, [kafka.job_requests])
         bus = KafkaCommandBus(producer, kafka.item_commands, kafka.job_requests_dlq)
@@ -121,14 +115,13 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
             backoff_max_s=cfg.requery_backoff_max_s, lease_ttl_s=cfg.requery_lease_s,
             admission_wait_s=cfg.requery_admission_wait_s, max_backlog_per_guid=cfg.max_backlog_per_guid,
             max_shard_items=cfg.max_shard_items,
-        ), _PagingMetrics(ctx.registry))
+        ), m.paging)
         paging = PagingSupervisor(pager, targets, cfg.requery_max_jobs, cfg.requery_sweep_s)
-        Gauge("pacer_planner_paging_jobs", "Requery jobs being paged by this planner",
-              registry=ctx.registry).set_function(lambda: len(paging.tasks))
+        m.paging_jobs.set_function(lambda: len(paging.tasks))
         sweeper = asyncio.create_task(paging.run(ctx.stop), name="paging-sweep")
         intake = IntakeLoop(planner, KafkaRequestSource(consumer), IntakePolicy(
             ENVIRONMENT, cfg.internal_attempts, backoff_initial_s=cfg.retry_backoff_initial_s,
-            backoff_max_s=cfg.retry_backoff_max_s), _IntakeMetrics(ctx.registry), ctx.stop, paging.ensure)
+            backoff_max_s=cfg.retry_backoff_max_s), m.intake, ctx.stop, paging.ensure)
         ctx.health.set_ready(True, "consuming")
         try:
             await intake.run()

@@ -1,9 +1,9 @@
 """Bounded backlog metrics for the dashboards: the top-N guids by queued work and by the
 oldest wait, refreshed by the leader every so often â€” never a series per guid.
 
-``pacer_guid_backlog_top{rank, guid}`` holds the N guids with the most queued items (ready or
-scheduled), ``pacer_guid_wait_top_seconds{rank, guid}`` the N whose oldest ready item has
-waited longest. Every refresh replaces the set (at most N series each, whatever the number
+``pacer_reconciler_guid_backlog_top{rank, guid}`` holds the N guids with the most queued items
+(ready or scheduled), ``pacer_reconciler_guid_wait_top_seconds{rank, guid}`` the N whose oldest
+ready item has waited longest (declared in ``metrics.py``). Every refresh replaces the set (at most N series each, whatever the number
 of guids); a standby exports none.
 """
 
@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import Gauge
 
 from pacer_common.db.errors import TransientError
 
@@ -24,13 +24,11 @@ Read = Callable[[str, int], Awaitable[list[dict[str, Any]]]]  # (sort, limit) â†
 
 
 class BacklogGauges:
-    def __init__(self, read: Read, registry: CollectorRegistry, top_n: int) -> None:
+    def __init__(self, read: Read, backlog: Gauge, wait: Gauge, top_n: int) -> None:
         self.read = read
         self.top_n = top_n
-        self.backlog = Gauge("pacer_guid_backlog_top", "Queued items (ready or scheduled) of the top-N guids by "
-                             "backlog; rank 1 is the deepest", ["rank", "guid"], registry=registry)
-        self.wait = Gauge("pacer_guid_wait_top_seconds", "How long the oldest ready item has waited, for the top-N "
-                          "guids by wait; rank 1 is the longest", ["rank", "guid"], registry=registry)
+        self.backlog = backlog
+        self.wait = wait
 
     async def refresh(self) -> None:
         for gauge, sort, field in ((self.backlog, "backlog", "queued"), (self.wait, "wait", "oldest_wait_s")):

@@ -9,6 +9,7 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
@@ -17,6 +18,8 @@ from pacer_reconciler.domain.projection import to_dispatch
 from pacer_reconciler.ports import EventLog, Holds, Position, Publisher, SweepKind, Sweeps, Unreadable
 
 log = logging.getLogger(__name__)
+# Why a row was passed over (the ``reason`` label of pacer_reconciler_bad_events_total).
+SkipReason = Literal["unreadable_event", "bad_command", "unpublishable", "unprocessable"]
 SWEEP_KINDS: tuple[SweepKind, ...] = ("claim_expired", "submit_expired", "retry_due", "release_held")
 
 
@@ -149,7 +152,7 @@ class Reconciler:
                 self._skip("bad_command", f"item {item_id}: command cannot be built: {exc}")
         return commands
 
-    def _skip(self, reason: str, detail: str) -> None:
+    def _skip(self, reason: SkipReason, detail: str) -> None:
         log.error("skipped (%s): %s", reason, detail)
         self.bad[reason] += 1
 

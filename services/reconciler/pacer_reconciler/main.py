@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 import logging
 from datetime import timedelta
+from typing import get_args
 
 from confluent_kafka import KafkaException
-from prometheus_client import Counter, Gauge
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -18,15 +18,17 @@ from pacer_common.db.pool import open_pool
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
 from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.kafka import ProduceError, make_producer
+from pacer_common.metrics import gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_reconciler.adapters.backlog import PostgresBacklogs
 from pacer_reconciler.adapters.kafka import KafkaPublisher
 from pacer_reconciler.adapters.postgres import CursorMoved, PostgresLog
 from pacer_reconciler.backlog import BacklogGauges
-from pacer_reconciler.core import Reconciler, RoundGuard
+from pacer_reconciler.core import SWEEP_KINDS, Reconciler, RoundGuard, SkipReason
 from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
 from pacer_reconciler.verifier import LOOKUP_RESULTS, Verifier
+from pacer_reconciler.metrics import ReconcilerMetrics
 
 log = logging.getLogger("pacer.reconciler")
 # Failures of the environment, not of an event row: retried with back-off, nothing skipped.
@@ -35,37 +37,77 @@ ENVIRONMENT_ERRORS = (TransientError, ProduceError, KafkaException, CursorMoved,
 
 class ReconcilerSettings(OpsSettings):
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_RECONCILER_")
-    port: int = 9103
-    gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL")
-    gateway_timeout_s: float = 5.0
-    sweep_interval_s: float = 1.0
-    verify_deadline_s: float = 300.0
-    # Wait this long after a send went in doubt before asking the gateway: at least the
-    # senders' gateway timeout, so a request still in flight is not "proved" undelivered.
-    verify_after_s: float = 15.0
-    # In-doubt lookups run apart from the tail: at most this many at once, each cut off after
-    # verify_timeout_s (a timeout is "no answer yet", never proof of non-delivery).
-    verify_concurrency: int = Field(default=16, ge=1)
-    verify_timeout_s: float = Field(default=5.0, gt=0)
-    # Leadership is a lease in Postgres renewed every ttl/3; a frozen leader is replaced
-    # within ttl + ttl/3 (docs/reliability.md).
-    leader_ttl_s: float = Field(default=10.0, gt=0)
-    # Outcomes and commands larger than this are skipped with a reason (the topics' limit).
-    max_message_bytes: int = 1_000_000
-    # A failing round (database or Kafka down, a bug) is retried after an exponential
-    # back-off of at most this long; the service never exits for it.
-    error_backoff_max_s: float = 30.0
-    batch: int = 2000
-    # Circuit breakers per job and per guid (see domain/breakers.py).
-    breaker_consecutive: int = 20
-    breaker_window: int = 100
-    breaker_ratio: float = 0.5
-    breaker_min_samples: int = 40
-    # A shard of a running job with open items and no progress for this long is stalled.
-    stall_after_s: float = 600.0
-    # Backlog metrics: the top-N guids by queued items and by oldest wait, every so often.
-    backlog_top_n: int = Field(default=10, ge=1, le=100)
-    backlog_every_s: float = Field(default=30.0, gt=0)
+    port: int = Field(9103, description="Ops HTTP port.")
+    gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL", description=(
+        "Base URL of the gateway; in-doubt sends are verified with `GET /message/lookup?guid=…&idempotencyKey=…`."
+        " Same variable as the sender's."
+    ))
+    gateway_timeout_s: float = Field(5.0, description=(
+        "HTTP timeout of one lookup request, in seconds (`PACER_RECONCILER_VERIFY_TIMEOUT_S` cuts a lookup off "
+        "too, whichever comes first)."
+    ))
+    sweep_interval_s: float = Field(1.0, description=(
+        "Least time between two sweep rounds (expired leases, due retries) and between two verification rounds."
+    ))
+    verify_deadline_s: float = Field(300.0, description=(
+        "How long an item may stay `recovery_pending` while the gateway cannot say whether it was delivered; "
+        "after that it becomes `unverified`. Counted from when the item became `recovery_pending`."
+    ))
+    verify_after_s: float = Field(15.0, description=(
+        "An in-doubt send is first looked up only after it has been `recovery_pending` this long. Keep it at "
+        "least `PACER_SENDER_GATEWAY_TIMEOUT_S`, so a request still on its way is not taken as \"not delivered\" "
+        "(the service does not check this; the Helm chart does)."
+    ))
+    verify_concurrency: int = Field(default=16, ge=1, description=(
+        "Gateway lookups of in-doubt sends running at once. They run in a task of their own, apart from the event"
+        " tail: a slow or hanging gateway holds up verification only."
+    ))
+    verify_timeout_s: float = Field(default=5.0, gt=0, description=(
+        "Deadline of one lookup. A lookup that times out is \"no answer yet\": the item stays `recovery_pending` "
+        "and is asked again next round, until `PACER_RECONCILER_VERIFY_DEADLINE_S` makes it `unverified`. Never "
+        "taken as proof of non-delivery."
+    ))
+    leader_ttl_s: float = Field(default=10.0, gt=0, description=(
+        "TTL of the leader lease (table `leader_leases`). The leader renews it every TTL/3 and stops work once "
+        "its last renewal is older than the TTL; a standby takes over at most TTL + TTL/3 after a leader froze or"
+        " vanished (docs/reliability.md). Pool connections also get `idle_in_transaction_session_timeout` = "
+        "TTL/2, so a leader frozen inside a transaction cannot hold the lease row. Set the same value on every "
+        "replica."
+    ))
+    max_message_bytes: int = Field(1_000_000, description=(
+        "Outcomes and item commands larger than this are not published: logged with the reason, counted in "
+        "`pacer_reconciler_bad_events_total{reason=\"unpublishable\"}`, and skipped. Keep it at most the "
+        "item-outcomes and item-commands topics' `max.message.bytes`."
+    ))
+    error_backoff_max_s: float = Field(30.0, description=(
+        "A tail or sweep round that fails (database or Kafka down, a defect) is logged, counted in "
+        "`pacer_reconciler_round_errors_total{error}` and retried after an exponential back-off from 0.5 s up to "
+        "this; the service does not exit."
+    ))
+    batch: int = Field(2000, description="Most events read from the event log per tail round.")
+    breaker_consecutive: int = Field(20, description=(
+        "Circuit breaker, per job and per guid: this many failed outcomes in a row pause it (`paused_by = "
+        "system:breaker`). Failures are final failures and retries for `retryable`, `needs_human`, `bad_params` "
+        "and `in_doubt` answers; rate limits and missed send deadlines do not count."
+    ))
+    breaker_window: int = Field(100, description=(
+        "The breaker's sliding window: the last this many outcomes of the job or guid."
+    ))
+    breaker_ratio: float = Field(0.5, description="Failure ratio over the window that pauses the job or guid.")
+    breaker_min_samples: int = Field(40, description=(
+        "The ratio rule applies only once the window holds this many outcomes."
+    ))
+    stall_after_s: float = Field(600.0, description=(
+        "An open shard of a running job (guid not paused) with no progress for this long counts in "
+        "`pacer_stalled_shards` (alert `PacerShardStalled`)."
+    ))
+    backlog_top_n: int = Field(10, ge=1, le=100, description=(
+        "How many guids the backlog metrics name: the top N by queued items and the top N by oldest wait."
+    ))
+    backlog_every_s: float = Field(30.0, gt=0, description=(
+        "How often the leader refreshes the backlog metrics (one read of every pending item: keep it at tens of "
+        "seconds)."
+    ))
 
 
 async def _idle(stop: asyncio.Event, seconds: float) -> None:
@@ -76,38 +118,13 @@ async def _idle(stop: asyncio.Event, seconds: float) -> None:
 async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSettings) -> None:
     async def body(ctx: ServiceContext) -> None:
         reg = ctx.registry
-        tailed = Counter("pacer_reconciler_events_total", "Events projected and published", registry=reg)
-        moved = Counter("pacer_reconciler_sweep_items_total", "Items moved by sweeps", ["sweep"], registry=reg)
-        sweep_errors = Counter("pacer_reconciler_sweep_errors_total", "Sweep rounds that failed, by sweep", ["sweep"],
-                               registry=reg)
-        verified = Counter("pacer_reconciler_verifications_total", "In-doubt sends resolved", ["result"], registry=reg)
-        lookups = Counter("pacer_reconciler_lookups_total", "Gateway delivery lookups, by result (found, not_found,"
-                          " unknown, timeout, error)", ["result"], registry=reg)
-        bad = Counter("pacer_reconciler_bad_events_total", "Events or commands skipped because they cannot be"
-                      " handled, by reason", ["reason"], registry=reg)
-        round_errors = Counter("pacer_reconciler_round_errors_total", "Tail or sweep rounds that failed and were"
-                               " retried after a back-off, by error", ["error"], registry=reg)
-        for r in LOOKUP_RESULTS:
-            lookups.labels(r)
-        # Gauges set from the database each sweep: locks (lock_counts.sql) and governance.
-        gauges = {
-            name: Gauge(f"pacer_{name}", help_, registry=reg) for name, help_ in {
-                "running_items": "Items claimed or submitted right now",
-                "expired_leases": "Guid and item leases held past their expiry (takeover pending)",
-                "takeovers": "Guid leases taken over from another sender, all time",
-                "duplicate_intercepts": "Sends refused by the idempotency ledger, all time",
-                "retry_conflicts": "Manual retries refused because the item was executing, all time",
-                "forced_releases": "Guid leases force-released by an admin (holder evicted), all time",
-                "forced_item_releases": "Item leases force-released by an admin, all time",
-                "jobs_paused_budget": "Jobs paused because their send budget is used up",
-                "jobs_paused_breaker": "Jobs paused by a circuit breaker",
-                "jobs_paused_operator": "Jobs paused by an operator",
-                "guids_paused": "Guids paused (needs a person: offline, kicked, unauthorized, breaker, operator)",
-                "stalled_shards": "Open shards of running jobs with no progress for stall_after_s",
-            }.items()
-        }
-        trips = Counter("pacer_breaker_trips_total", "Circuit breakers tripped (job or guid paused)", ["scope"],
-                        registry=reg)
+        m = ReconcilerMetrics(reg, lambda: leader.is_leader)
+        # Known label values start at 0, so boards and rates see them before the first event.
+        for counter, values in ((m.lookups, LOOKUP_RESULTS), (m.sweep_items, SWEEP_KINDS), (m.sweep_errors, SWEEP_KINDS),
+                                (m.verifications, ("confirmed", "pending", "unverified")),
+                                (m.bad_events, get_args(SkipReason)), (m.trips, ("job", "guid"))):
+            for value in values:
+                counter.labels(value)
         url = pg.database_url.get_secret_value()
         leader = LeaderLock(url, "pacer-reconciler", ttl_s=cfg.leader_ttl_s)
         # A leader frozen inside a transaction keeps its row locks (the lease row under the
@@ -125,18 +142,14 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                          breakers=Breakers(BreakerPolicy(cfg.breaker_consecutive, cfg.breaker_window,
                                                          cfg.breaker_ratio, cfg.breaker_min_samples)),
                          batch=cfg.batch, environment_errors=ENVIRONMENT_ERRORS)
-        verifier = Verifier(store, GatewayClient(http, DEFAULT_CODE_TABLE), concurrency=cfg.verify_concurrency,
+        verifier = Verifier(store, GatewayClient(http, DEFAULT_CODE_TABLE, observe=gateway_latency(reg)), concurrency=cfg.verify_concurrency,
                             timeout_s=cfg.verify_timeout_s)
         loop = asyncio.get_running_loop()
         last_tail = loop.time()
-        Gauge("pacer_reconciler_leader", "1 while this process is the leader", registry=reg).set_function(
-            lambda: float(leader.is_leader))
-        Gauge("pacer_reconciler_leader_epoch", "Fencing epoch of this process's leader lease (0: standby)",
-              registry=reg).set_function(lambda: float(leader.epoch or 0) if leader.is_leader else 0.0)
-        Gauge("pacer_reconciler_tail_lag_seconds", "Seconds since the leader last finished a tail round (0 on a"
-              " standby)", registry=reg).set_function(lambda: loop.time() - last_tail if leader.is_leader else 0.0)
-        Gauge("pacer_reconciler_lookups_in_flight", "Gateway delivery lookups running now",
-              registry=reg).set_function(lambda: float(verifier.in_flight))
+        m.leader.set_function(lambda: float(leader.is_leader))
+        m.leader_epoch.set_function(lambda: float(leader.epoch or 0) if leader.is_leader else 0.0)
+        m.tail_lag.set_function(lambda: loop.time() - last_tail if leader.is_leader else 0.0)
+        m.lookups_in_flight.set_function(lambda: float(verifier.in_flight))
 
         async def round_() -> int:
             try:
@@ -148,25 +161,25 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                 log.warning("event batch not applied: %s", exc)
                 rec.forget_position()
                 return 0
-            tailed.inc(n)
+            m.events.inc(n)
             nonlocal next_sweep
             if loop.time() >= next_sweep:
                 report = await rec.sweep_once()
                 for kind, k in report.moved.items():
-                    moved.labels(kind).inc(k)
+                    m.sweep_items.labels(kind).inc(k)
                 for kind in report.failed:
-                    sweep_errors.labels(kind).inc()
+                    m.sweep_errors.labels(kind).inc()
                 stats = await store.lock_stats() | await store.governance_stats(timedelta(seconds=cfg.stall_after_s))
-                for name, value in stats.items():
-                    gauges[name].set(value)
+                m.leader_stats.update(stats)
                 next_sweep = loop.time() + cfg.sweep_interval_s
             return n
 
         def drain() -> None:
             while rec.tripped:
-                trips.labels(rec.tripped.pop().scope).inc()
-            for src, counter in ((rec.bad, bad), (verifier.lookups, lookups), (verifier.resolved, verified),
-                                 (guard.errors, round_errors)):
+                m.trips.labels(rec.tripped.pop().scope).inc()
+            for src, counter in ((rec.bad, m.bad_events), (verifier.lookups, m.lookups),
+                                 (verifier.resolved, m.verifications),
+                                 (guard.errors, m.round_errors)):
                 for label, k in src.items():
                     counter.labels(label).inc(k)
                 src.clear()
@@ -178,7 +191,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         tasks = [asyncio.create_task(leader.keep(ctx.stop), name="leader-lease"),
                  asyncio.create_task(verifier.run(ctx.stop, lambda: leader.is_leader, cfg.sweep_interval_s),
                                      name="verifier"),
-                 asyncio.create_task(BacklogGauges(PostgresBacklogs(pool).top, reg, cfg.backlog_top_n).run(
+                 asyncio.create_task(BacklogGauges(PostgresBacklogs(pool).top, m.backlog_top, m.wait_top,
+                                                   cfg.backlog_top_n).run(
                      ctx.stop, lambda: leader.is_leader, cfg.backlog_every_s), name="backlog-metrics")]
         try:
             while not ctx.stop.is_set():
@@ -189,6 +203,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                     epoch = None
                     ctx.health.set_ready(True, "standby")
                     rec.forget_position()
+                    m.leader_stats.forget()
                     await _idle(ctx.stop, min(0.5, cfg.leader_ttl_s / 3))
                     continue
                 if leader.epoch != epoch:  # a new term: the cursor may have moved meanwhile

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
 from pacer_common.domain.requests import expired
@@ -30,6 +31,11 @@ Outcome = Literal[
 class Executed:
     outcome: Outcome
     called_gateway: bool
+    # For metrics, not part of the result's identity:
+    error: SendError | None = field(default=None, compare=False)  # the gateway's refusal or transport failure
+    claimed_at: datetime | None = field(default=None, compare=False)  # when this sender claimed it (submitted)
+    answered_at: datetime | None = field(default=None, compare=False)  # when the gateway call ended
+    first_claim: bool = field(default=False, compare=False)  # no attempt at the item before this one
 
 
 class Executor:
@@ -48,7 +54,9 @@ class Executor:
         self.expire_margin = timedelta(seconds=expire_margin_s)
 
     async def execute(self, cmd: ItemCommand) -> Executed:
-        with bind(item_id=cmd.item_id, job_id=cmd.job_id, guid=cmd.guid, shard_id=cmd.shard_id):
+        # The item's trace (the job request's, kept on its row and command), else a new one.
+        with (tracing.span("send item", tracing.parent(cmd.traceparent), "consumer", item_id=cmd.item_id),
+              bind(item_id=cmd.item_id, job_id=cmd.job_id, guid=cmd.guid, shard_id=cmd.shard_id)):
             return await self._execute(cmd)
 
     async def _execute(self, cmd: ItemCommand) -> Executed:
@@ -76,30 +84,32 @@ class Executor:
         # claiming statement was sent (time spent queued for a batched statement is not
         # lease time).
         started = max(started, begun.sent_at or started)
+        claimed_at = datetime.now(UTC)
+        first = begun.attempts == 0
         if time.monotonic() - started > self.send_deadline_s:
             # Paused (GC, SIGSTOP, overload) between submitted and the call: our lease may be
             # gone and the item re-sent by someone else. Do not send; it goes round again.
             d = Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", FailureClass.NOT_SENT.value,
                          "send deadline passed before the gateway call", datetime.now(UTC), release_ledger=True)
             await self.repo.settle(cmd, begun.epoch, d)
-            return Executed("deadline_missed", False)
+            return Executed("deadline_missed", False, None, claimed_at, first_claim=first)
         try:
             receipt = await self.gateway.send_text(cmd.guid, cmd.to_id, cmd.content, cmd.idem_key,
                                                    deadline=started + self.send_deadline_s)
         except SendError as err:
+            answered_at = datetime.now(UTC)
             decision = after_failure(err, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng)
             if not await self.repo.settle(cmd, begun.epoch, decision):
                 log.warning("outcome not recorded: lease taken over (%s)", err)
-                return Executed("fenced", True)
+                return Executed("fenced", True, err, claimed_at, answered_at, first)
             log.info("send failed: %s → %s", err, decision.to.value)
-            if err.failure_class is FailureClass.RATE_LIMITED:
-                return Executed("rate_limited", True)
-            if err.failure_class is FailureClass.IN_DOUBT:
-                return Executed("in_doubt", True)
-            if decision.hold_guid is not None:
-                return Executed("needs_human", True)
-            return Executed("retry" if decision.next_attempt_at else "failed", True)
+            outcome: Outcome = ("rate_limited" if err.failure_class is FailureClass.RATE_LIMITED
+                                else "in_doubt" if err.failure_class is FailureClass.IN_DOUBT
+                                else "needs_human" if decision.hold_guid is not None
+                                else "retry" if decision.next_attempt_at else "failed")
+            return Executed(outcome, True, err, claimed_at, answered_at, first)
+        answered_at = datetime.now(UTC)
         if not await self.repo.confirm(cmd, begun.epoch, receipt):
             log.warning("confirmation not recorded: lease taken over")
-            return Executed("fenced", True)
-        return Executed("confirmed", True)
+            return Executed("fenced", True, None, claimed_at, answered_at, first)
+        return Executed("confirmed", True, None, claimed_at, answered_at, first)

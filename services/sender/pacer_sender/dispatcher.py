@@ -73,7 +73,6 @@ class Dispatcher:
                  on_internal_error: Callable[[], None] | None = None,
                  job_interval: Callable[[str], float | None] = lambda job_id: None,
                  job_weight: Callable[[str], float | None] = lambda job_id: None,
-                 on_sent: Callable[[Lane, str, float], None] | None = None,
                  on_shed: Callable[[int], None] | None = None,
                  shed_every_s: float = 30.0,
                  owns: Callable[[str], bool] = lambda guid: True,
@@ -84,7 +83,6 @@ class Dispatcher:
         self.limits = limits  # guid → its current limits (hot-adjustable)
         self.job_interval = job_interval  # job → its own interval per guid, if set (hot-adjustable)
         self.job_weight = job_weight  # job → its weight in the guid's fair share (hot-adjustable)
-        self.on_sent = on_sent or (lambda lane, kind, wait_s: None)  # a send: how long it waited
         self.on_shed = on_shed or (lambda n: None)
         self.shed_every_s = shed_every_s
         self.leases = leases
@@ -298,7 +296,6 @@ class Dispatcher:
             self.leases.forget(guid)
             return self._put_back(g, cmd, 0.0)
         if result.called_gateway:
-            self.on_sent(lane, cmd.kind, max(0.0, time.time() - g.window.since.get(cmd.item_id, time.time())))
             if result.outcome == "rate_limited":
                 g.pacer.slowed(lane, limits, self.clock(), self.rng)
             else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from pacer_common.db.batching import Batcher
 from pacer_common.db.errors import TransientError
@@ -27,6 +27,7 @@ class GuidLeases:
         self.ttl_s = ttl_s
         self.held: dict[str, int] = {}  # guid → lease epoch
         self.takeovers = 0
+        self.on_takeover: Callable[[], None] = lambda: None  # a metric's hook
         self.lost = 0
         # Guids asking for their lease in the same instant are taken in one statement.
         self._batch: Batcher[str, GuidLease | None] = Batcher(self._acquire_many)
@@ -53,6 +54,7 @@ class GuidLeases:
         self.held[guid] = lease.epoch
         if lease.took_over:
             self.takeovers += 1
+            self.on_takeover()
             log.info("took over the lease of guid %s", guid)
         return lease
 

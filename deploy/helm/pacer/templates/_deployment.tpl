@@ -14,7 +14,10 @@ metadata:
   labels:
     {{- include "pacer.componentLabels" (dict "ctx" $ctx "component" $component) | nindent 4 }}
 spec:
+  {{- /* An HPA or a KEDA ScaledObject owns the replica count when enabled. */}}
+  {{- if not (or (dig "autoscaling" "enabled" false $svc) (dig "keda" "enabled" false $svc)) }}
   replicas: {{ $svc.replicas }}
+  {{- end }}
   revisionHistoryLimit: 5
   selector:
     matchLabels:
@@ -75,6 +78,11 @@ spec:
             {{- with $svc.env }}
             {{- include "pacer.mapEnv" . | trim | nindent 12 }}
             {{- end }}
+          startupProbe:
+            httpGet:
+              path: /healthz
+              port: ops
+            {{- toYaml $ctx.Values.probes.startup | nindent 12 }}
           livenessProbe:
             httpGet:
               path: /healthz

@@ -156,13 +156,3 @@ podAntiAffinity:
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
-
-{{/* PromQL matchers for one component's series. */}}
-{{- define "pacer.promSelector" -}}
-{{- $sel := index .ctx.Values.prometheusRule.selectors .component -}}
-{{- if $sel -}}
-{{- $sel -}}
-{{- else -}}
-{{- printf "namespace=%q,service=%q" .ctx.Release.Namespace (printf "%s-%s" (include "pacer.fullname" .ctx) .component) -}}
-{{- end -}}
-{{- end -}}

@@ -30,6 +30,10 @@ class ItemCommand(BaseModel):
     kind: str
     expire_at: AwareDatetime | None = None
     not_before: AwareDatetime | None = None
+    # When the planner stored the item (the start of its wait), and the W3C trace context
+    # of the job request it belongs to. Absent from commands of older planners.
+    created_at: AwareDatetime | None = None
+    traceparent: str | None = None
 
 
 ItemFields = tuple[str, int, str, str, str, str]  # item_id, shard_id, guid, to_id, content, idem_key
@@ -41,9 +45,11 @@ class JobCommands(Sequence[ItemCommand]):
     their JSON without building a model per item, which a million-item job would feel."""
 
     def __init__(self, job_id: str, priority: int, kind: str, expire_at: datetime | None,
-                 not_before: datetime | None, items: Sequence[ItemFields]) -> None:
+                 not_before: datetime | None, items: Sequence[ItemFields], created_at: datetime | None = None,
+                 traceparent: str | None = None) -> None:
         self.job_id, self.priority, self.kind = job_id, priority, kind
         self.expire_at, self.not_before = expire_at, not_before
+        self.created_at, self.traceparent = created_at, traceparent
         self.items = items
 
     def __len__(self) -> int:
@@ -62,7 +68,7 @@ class JobCommands(Sequence[ItemCommand]):
     def _command(self, f: ItemFields) -> ItemCommand:
         return ItemCommand(item_id=f[0], job_id=self.job_id, shard_id=f[1], guid=f[2], to_id=f[3], content=f[4],
                            idem_key=f[5], priority=self.priority, kind=self.kind, expire_at=self.expire_at,
-                           not_before=self.not_before)
+                           not_before=self.not_before, created_at=self.created_at, traceparent=self.traceparent)
 
     def encoded(self) -> Iterator[tuple[str, bytes]]:
         """``(guid, JSON)`` per item: byte for byte what ``model_dump_json()`` of its

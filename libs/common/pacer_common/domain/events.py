@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from pacer_common.domain.status import IllegalTransition, ItemStatus, check_transition
 
@@ -58,6 +58,8 @@ class ItemEvent(BaseModel):
     to_status: ItemStatus
     occurred_at: AwareDatetime
     payload: dict[str, Any] = {}
+    # The item's W3C trace context (from its row): a Kafka header of the outcome, not its body.
+    traceparent: str | None = Field(default=None, exclude=True)
 
 
 def fold(initial: ItemStatus, events: list[ItemEvent]) -> ItemStatus:

@@ -43,6 +43,14 @@ class SendError(Exception):
         return f"{self.failure_class.value}: code={self.code} {self.message}"
 
 
+def code_label(code: int | None, table: Mapping[int, FailureClass]) -> str:
+    """A gateway code as a metric label from a bounded set: a code of the table as itself,
+    any other ``"other"``, no code at all (HTTP status, transport) ``"none"``."""
+    if code is None:
+        return "none"
+    return str(code) if code in table else "other"
+
+
 def classify(code: int, table: Mapping[int, FailureClass]) -> FailureClass:
     """Map a gateway response code to its class; unknown codes are retryable (bounded)."""
     return table.get(code, FailureClass.RETRYABLE)

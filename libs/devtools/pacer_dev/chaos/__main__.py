@@ -2,7 +2,8 @@
 
 ``CHAOS_KILLS=N`` sets how many senders the kill scenario kills (default 20); ``CHAOS_SEED`` fixes the seed.
 
-Exits non-zero if any scenario shows a duplicate delivery, a lost item, or did not finish.
+Exits non-zero if any scenario shows a duplicate delivery, a lost item, an unverified send,
+did not finish, or shows no sign of its fault (``pacer_dev.chaos.evidence``).
 """
 
 from __future__ import annotations
@@ -17,11 +18,8 @@ from pathlib import Path
 
 from pacer_dev import infra
 from pacer_dev.chaos.harness import line
+from pacer_dev.chaos.evidence import verdict
 from pacer_dev.chaos.scenarios import SCENARIOS, Size
-
-
-def judge(fig: dict[str, int]) -> bool:
-    return fig["duplicates"] == 0 and fig["lost"] == 0 and fig.get("completed", 1) == 1
 
 
 def main() -> None:
@@ -42,7 +40,9 @@ def main() -> None:
     for name in args.scenarios or list(SCENARIOS):
         fig, extra = SCENARIOS[name](inf, state / "runs", size, random.Random(seed))
         print(line(name, fig, extra), flush=True)
-        ok &= judge(fig)
+        if wrong := verdict(name, fig, size):
+            print(f"chaos {name}: FAILED: {'; '.join(wrong)}", flush=True)
+            ok = False
     raise SystemExit(0 if ok else 1)
 
 

@@ -130,7 +130,8 @@ class Scenario:
                 "SELECT e.type, count(*) FROM item_events e JOIN jobs j USING (job_id) WHERE j.request_id = ANY(%s)"
                 " GROUP BY 1", (self.request_ids,)).fetchall())
             jobs = conn.execute("SELECT count(*) FROM jobs WHERE request_id = ANY(%s)", (self.request_ids,)).fetchone()[0]
-            guid_takeovers = conn.execute("SELECT coalesce(sum(takeovers), 0) FROM guid_leases").fetchone()[0]
+            guid_takeovers, handovers = conn.execute(
+                "SELECT coalesce(sum(takeovers), 0), coalesce(sum(greatest(epoch - 1, 0)), 0) FROM guid_leases").fetchone()
         delivered: Counter[str] = Counter()
         offset = 0
         while True:
@@ -161,6 +162,7 @@ class Scenario:
             "abandoned": statuses.get("abandoned", 0),
             "takeovers": events.get("ItemLeaseExpired", 0) + events.get("ItemInDoubt", 0),
             "guid_takeovers": int(guid_takeovers),
+            "guid_handovers": int(handovers),  # a guid's lease taken again after its first owner
             "verified": events.get("ItemVerifiedDelivered", 0) + events.get("ItemVerifiedNotDelivered", 0),
             "intercepts": events.get("ItemDuplicateIntercepted", 0),
             "violations": int(stats["interval_violations"]),

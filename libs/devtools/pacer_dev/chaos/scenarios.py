@@ -70,7 +70,7 @@ def scale(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
         sc.stack.stop("sender-2")
         sc.stack.stop("sender-3")
         fig = _finish(sc, size)
-        return fig, ("violations", "max_guid_concurrency", "takeovers", "completed")
+        return fig, ("guid_handovers", "violations", "max_guid_concurrency", "takeovers", "completed")
     finally:
         close_scenario(sc)
 

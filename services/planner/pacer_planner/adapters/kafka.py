@@ -10,6 +10,7 @@ from confluent_kafka import Message, Producer
 
 from pacer_common.domain.commands import ItemCommand, JobCommands
 from pacer_common.domain.requests import LANES, lane_of
+from pacer_common import tracing
 from pacer_common.kafka import AsyncConsumer, next_offset, produce_all
 
 MAX_REASON_CHARS = 2000  # a header, not a document: the reason's first part says what is wrong
@@ -27,10 +28,13 @@ class KafkaCommandBus:
         topics = {lane: self.commands_topic(lane) for lane in LANES}
         if isinstance(commands, JobCommands):  # a job's: encoded in bulk, no model per item
             topic = topics[lane_of(commands.priority)]
-            return produce_all(self.producer, ((topic, guid.encode(), value, None) for guid, value in commands.encoded()))
+            headers = tracing.kafka_headers(commands.traceparent) or None
+            return produce_all(self.producer, ((topic, guid.encode(), value, headers)
+                                               for guid, value in commands.encoded()))
         return produce_all(
             self.producer,
-            ((topics[lane_of(c.priority)], c.guid.encode(), c.model_dump_json().encode(), None) for c in commands),
+            ((topics[lane_of(c.priority)], c.guid.encode(), c.model_dump_json().encode(),
+              tracing.kafka_headers(c.traceparent) or None) for c in commands),
         )
 
     def dead_letter(self, key: bytes | None, value: bytes, reason: str) -> None:

@@ -12,6 +12,7 @@ from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from pacer_common import tracing
 from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.db.durable import synchronous_transaction
 from pacer_common.domain.commands import ItemCommand
@@ -21,7 +22,7 @@ from pacer_planner.ports import Stored, StoreRefused
 
 _COPY_ITEMS = (
     "COPY items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,"
-    " expire_at, not_before) FROM STDIN"
+    " expire_at, not_before, traceparent) FROM STDIN"
 )
 
 
@@ -78,11 +79,12 @@ class PostgresJobStore:
                 return Stored(plan.job_id, created=False, dispatched=row["dispatched_at"] is not None, shard_ids={})
             shard_ids = await insert_shards(conn, plan.job_id, plan.shards, plan.subs)
             if plan.items:
+                traceparent = tracing.current()  # the job request's trace, kept on each item
                 async with conn.cursor() as c, c.copy(_COPY_ITEMS) as copy:  # type: ignore[arg-type]
                     for it in plan.items:
                         await copy.write_row((
                             it.item_id, plan.job_id, shard_ids[it.shard], it.guid, it.to_id, it.content,
-                            it.idem_key, plan.priority, req.kind.value, req.expire_at, plan.not_before,
+                            it.idem_key, plan.priority, req.kind.value, req.expire_at, plan.not_before, traceparent,
                         ))
             if plan.coalesce is not None:
                 await conn.execute(sql("coalesce"), {"job_id": plan.job_id})  # type: ignore[arg-type]

@@ -35,6 +35,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from pacer_common import tracing
 from pacer_planner.core.intake import DispatchFailed, Handled, Planner
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ MAX_ERROR_CHARS = 500
 class RequestMessage(Protocol):
     def key(self) -> bytes | None: ...
     def value(self) -> bytes | None: ...
+    def headers(self) -> list[tuple[str, bytes | None]] | None: ...
 
 
 class RequestSource(Protocol):
@@ -88,15 +90,24 @@ class IntakeLoop:
         the loop with its error: a new consumer is what it needs."""
         while not self.stop.is_set():
             for msg in await self.source.consume(16, 0.5):
-                try:
-                    result = await self.process(msg.key(), msg.value() or b"")
-                    # The job and its commands (or the dead-letter record) are durable: only now may the offset move.
-                    await self._commit(msg)
-                except Stopped:
+                # The request's trace (its traceparent header) or a new one: the job's items carry it.
+                with tracing.span("plan job request", tracing.from_kafka(msg.headers()), "consumer"):
+                    result = await self._handle(msg)
+                if result is None:
                     return
                 self.events.handled(result)
                 if result.paging and result.job_id:
                     self.on_paging(result.job_id)  # the job row holds the cursor: safe to start now
+
+    async def _handle(self, msg: RequestMessage) -> Handled | None:
+        """The request handled and its offset committed; None once stopped."""
+        try:
+            result = await self.process(msg.key(), msg.value() or b"")
+            # The job and its commands (or the dead-letter record) are durable: only now may the offset move.
+            await self._commit(msg)
+        except Stopped:
+            return None
+        return result
 
     async def _commit(self, msg: Any) -> None:
         try:

@@ -9,6 +9,7 @@ from confluent_kafka import Producer
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.requests import lane_of
+from pacer_common import tracing
 from pacer_common.kafka import produce_all
 from pacer_reconciler.ports import Rejected
 
@@ -42,8 +43,9 @@ class KafkaPublisher:
 
     def _messages(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> Iterator[tuple[str, Msg]]:
         for ev in events:
-            headers = [("pacer-event-type", ev.type.encode()), ("pacer-dedupe-key", f"{ev.item_id}:{ev.version}".encode())]
+            headers = [("pacer-event-type", ev.type.encode()), ("pacer-dedupe-key", f"{ev.item_id}:{ev.version}".encode()),
+                       *tracing.kafka_headers(ev.traceparent)]
             yield ev.item_id, (self.outcomes_topic, ev.item_id.encode(), ev.model_dump_json().encode(), headers)
         for cmd in commands:
             yield cmd.item_id, (self.commands_topic(lane_of(cmd.priority)), cmd.guid.encode(),
-                                cmd.model_dump_json().encode(), None)
+                                cmd.model_dump_json().encode(), tracing.kafka_headers(cmd.traceparent) or None)

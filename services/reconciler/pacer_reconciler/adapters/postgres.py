@@ -187,6 +187,7 @@ class PostgresLog:
         async def work() -> dict[str, int]:
             async with self.pool.connection() as conn:
                 row = await (await conn.execute(_sql("governance_counts"), {"stall": stall_after})).fetchone()  # type: ignore[arg-type]
-            return {k: int(v) for k, v in row.items()}
+                items = await (await conn.execute(_sql("job_items"))).fetchall()  # type: ignore[arg-type]
+            return {k: int(v) for k, v in row.items()} | {f"items:{r['status']}": int(r["n"]) for r in items}
 
         return await with_retry(work)

@@ -1,5 +1,5 @@
 SELECT i.item_id::text, i.job_id::text, i.shard_id, i.guid, i.to_id, i.content, i.idem_key,
-       i.priority, i.kind, i.expire_at, i.not_before
+       i.priority, i.kind, i.expire_at, i.not_before, i.created_at, i.traceparent
 FROM items i
 WHERE i.job_id = %(job_id)s AND i.status = 'pending'
 ORDER BY i.shard_id, i.created_at

@@ -1,6 +1,7 @@
--- Governance gauges: paused jobs by cause, paused guids, stalled shards (open, job running,
+-- Governance gauges: running jobs, paused jobs by cause, paused guids, stalled shards (open, job running,
 -- guid not paused, no progress for %(stall)s).
 SELECT
+    (SELECT count(*) FROM jobs WHERE status = 'running') AS jobs_running,
     (SELECT count(*) FROM jobs WHERE status = 'paused' AND paused_reason = 'budget_exhausted') AS jobs_paused_budget,
     (SELECT count(*) FROM jobs WHERE status = 'paused' AND paused_by = 'system:breaker') AS jobs_paused_breaker,
     (SELECT count(*) FROM jobs WHERE status = 'paused' AND paused_by NOT LIKE 'system:%%') AS jobs_paused_operator,

@@ -48,7 +48,7 @@ WITH RECURSIVE pairs(priority, job_id) AS (
     ) w
     CROSS JOIN LATERAL (
         SELECT item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind, expire_at,
-               not_before, COALESCE(not_before, created_at) AS ready_at,
+               not_before, created_at, traceparent, COALESCE(not_before, created_at) AS ready_at,
                row_number() OVER (ORDER BY COALESCE(not_before, created_at), item_id) AS k
         FROM items
         WHERE guid = %(guid)s AND status = 'pending' AND NOT held AND priority = p.priority
@@ -59,7 +59,7 @@ WITH RECURSIVE pairs(priority, job_id) AS (
     ) i
 )
 SELECT r.item_id::text, r.job_id::text, r.shard_id, r.guid, r.to_id, r.content, r.idem_key, r.priority,
-       r.kind, r.expire_at, r.not_before, r.ready_at, d.due_in_s
+       r.kind, r.expire_at, r.not_before, r.created_at, r.traceparent, r.ready_at, d.due_in_s
 FROM due d
 LEFT JOIN LATERAL (
     SELECT * FROM ready ORDER BY priority, vstart, ready_at, item_id LIMIT %(limit)s

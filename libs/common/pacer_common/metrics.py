@@ -1,0 +1,124 @@
+"""Prometheus plumbing every service shares: one registry per service with the process,
+platform and GC collectors and ``pacer_build_info``; totals kept elsewhere exported as
+counters; Kafka consumer lag per partition from librdkafka's statistics."""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from importlib.metadata import PackageNotFoundError, version
+
+from prometheus_client import CollectorRegistry, Histogram, Info
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+
+def pacer_version() -> str:
+    try:
+        return version("pacer")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "unknown"
+
+
+def service_registry(service: str) -> CollectorRegistry:
+    """A service's registry: process_* (CPU, memory, fds), python_info, python_gc_* and
+    ``pacer_build_info{service,version,python}``."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    Info("pacer_build", "Pacer build running in this process (value 1)", registry=registry).info(
+        {"service": service, "version": pacer_version(), "python": platform.python_version()})
+    return registry
+
+
+class FunctionCounter(Collector):
+    """A running total kept elsewhere (an object's attribute, a database count), exported
+    as a counter ``<name>_total``. ``fn`` returning None exports nothing (e.g. a standby)."""
+
+    def __init__(self, name: str, documentation: str, fn: Callable[[], float | None],
+                 registry: CollectorRegistry) -> None:
+        self.name, self.documentation, self.fn = name, documentation, fn
+        registry.register(self)
+
+    def collect(self) -> Iterable[Metric]:
+        value = self.fn()
+        if value is not None:
+            yield CounterMetricFamily(self.name, self.documentation, value=value)
+
+    def describe(self) -> Iterable[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation)
+
+
+class ConsumerLag(Collector):
+    """``pacer_kafka_consumer_lag{topic,partition}``: messages between a partition's high
+    watermark and this consumer's committed offset, for the partitions assigned to it, from
+    librdkafka's statistics (pass as ``stats_cb`` with ``statistics.interval.ms``). Bounded
+    by the topics' partition counts; a partition revoked from this consumer drops out."""
+
+    NAME = "pacer_kafka_consumer_lag"
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._lag: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def __call__(self, stats_json: str) -> None:
+        try:
+            lag = parse_consumer_lag(json.loads(stats_json))
+        except (ValueError, TypeError, AttributeError) as exc:
+            log.warning("unreadable librdkafka statistics: %s", exc)
+            return
+        with self._lock:
+            self._lag = lag
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(self.NAME, "Consumer lag per assigned partition (messages)",
+                                   labels=["topic", "partition"])
+        with self._lock:
+            for (topic, partition), lag in sorted(self._lag.items()):
+                family.add_metric([topic, partition], lag)
+        yield family
+
+    def describe(self) -> Iterable[Metric]:
+        yield GaugeMetricFamily(self.NAME, "Consumer lag per assigned partition (messages)",
+                                labels=["topic", "partition"])
+
+
+def parse_consumer_lag(stats: Mapping[str, object]) -> dict[tuple[str, str], int]:
+    """(topic, partition) → lag for every partition this consumer fetches (librdkafka gives
+    -1 for unassigned ones and the internal partition -1)."""
+    out: dict[tuple[str, str], int] = {}
+    topics = stats.get("topics") or {}
+    assert isinstance(topics, Mapping)
+    for topic, t in topics.items():
+        for pid, p in (t.get("partitions") or {}).items():
+            lag = p.get("consumer_lag", -1)
+            if pid != "-1" and isinstance(lag, int) and lag >= 0 and p.get("fetch_state") != "none":
+                out[(topic, pid)] = lag
+    return out
+
+
+def gateway_latency(registry: CollectorRegistry) -> Callable[[str, str, float], None]:
+    """``pacer_gateway_request_duration_seconds{operation,result}`` for a GatewayClient's ``observe``."""
+    hist = Histogram("pacer_gateway_request_duration_seconds", "Gateway HTTP calls, by operation (send, lookup) and "
+                     "result (HTTP status class or transport_error)", ["operation", "result"], registry=registry,
+                     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+
+    def observe(operation: str, result: str, seconds: float) -> None:
+        hist.labels(operation, result).observe(seconds)
+
+    return observe
+
+
+def consumer_lag_config(registry: CollectorRegistry, interval_ms: int = 5000) -> dict[str, object]:
+    """Consumer settings that keep ``pacer_kafka_consumer_lag`` in ``registry`` current."""
+    return {"statistics.interval.ms": interval_ms, "stats_cb": ConsumerLag(registry)}

@@ -1,0 +1,130 @@
+"""W3C trace context across Pacer: from a job request's Kafka headers (or a new root) through
+the planner, the item (its row and command), the sender, the gateway call and the outcome.
+
+Spans are made with the OpenTelemetry SDK, so every log line carries a ``trace_id``; they are
+exported only when the standard variables ask for it: ``OTEL_TRACES_EXPORTER=console`` (to
+stderr) or ``otlp`` (needs the ``opentelemetry-exporter-otlp`` package and its
+``OTEL_EXPORTER_OTLP_*`` settings). ``OTEL_SDK_DISABLED=true`` turns tracing off altogether.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+
+from opentelemetry import context, trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+log = logging.getLogger(__name__)
+_W3C = TraceContextTextMapPropagator()
+HEADER = "traceparent"
+
+
+def setup(service: str, processors: Iterable[SpanProcessor] = ()) -> TracerProvider | None:
+    """Install the SDK's tracer provider for ``service`` (once per process)."""
+    if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
+        return None
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", f"pacer-{service}")})
+    provider = TracerProvider(resource=resource)
+    exporter = _exporter(os.environ.get("OTEL_TRACES_EXPORTER", "none").strip().lower())
+    if exporter is not None:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    for p in processors:
+        provider.add_span_processor(p)
+    global _provider
+    _provider = provider
+    trace.set_tracer_provider(provider)  # for libraries; the global can be set once per process
+    return provider
+
+
+def _exporter(name: str) -> SpanExporter | None:
+    if name in ("", "none"):
+        return None
+    if name == "console":
+        return ConsoleSpanExporter()
+    if name == "otlp":
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            log.warning("OTEL_TRACES_EXPORTER=otlp but opentelemetry-exporter-otlp is not installed: not exporting")
+            return None
+        return OTLPSpanExporter()  # type: ignore[no-any-return]
+    log.warning("OTEL_TRACES_EXPORTER=%s is not supported (console, otlp, none): not exporting", name)
+    return None
+
+
+_provider: TracerProvider | None = None
+
+
+def tracer() -> trace.Tracer:
+    return _provider.get_tracer("pacer") if _provider is not None else trace.get_tracer("pacer")
+
+
+def parent(traceparent: str | bytes | None) -> context.Context | None:
+    """The context a ``traceparent`` value names; None (a new root) if absent or malformed."""
+    if isinstance(traceparent, bytes):
+        traceparent = traceparent.decode("ascii", "replace")
+    if not traceparent:
+        return None
+    ctx = _W3C.extract({HEADER: traceparent})
+    return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
+
+
+def from_kafka(headers: Iterable[tuple[str, bytes | None]] | None) -> context.Context | None:
+    for key, value in headers or ():
+        if key == HEADER:
+            return parent(value)
+    return None
+
+
+def current() -> str | None:
+    """The ``traceparent`` of the current span, if there is one."""
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier)
+    return carrier.get(HEADER)
+
+
+def kafka_headers(traceparent: str | None) -> list[tuple[str, bytes]]:
+    return [(HEADER, traceparent.encode())] if traceparent else []
+
+
+def http_headers() -> dict[str, str]:
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier)
+    return carrier
+
+
+def span(name: str, parent: context.Context | None = None, kind: str = "internal",
+         **attributes: str | int) -> AbstractContextManager[trace.Span]:
+    """A span made current for the block: a child of ``parent`` (else of the current span,
+    else a new root). ``kind``: internal, consumer, producer, client or server."""
+    return _Current(name, parent, _KINDS[kind], attributes)
+
+
+_KINDS = {"internal": trace.SpanKind.INTERNAL, "consumer": trace.SpanKind.CONSUMER,
+          "producer": trace.SpanKind.PRODUCER, "client": trace.SpanKind.CLIENT, "server": trace.SpanKind.SERVER}
+
+
+class _Current(AbstractContextManager[trace.Span]):
+    """Not generator-based: an exception passes through untouched (a generator-based context
+    manager re-raises it and sets its ``__traceback__``, which a frozen exception refuses)."""
+
+    def __init__(self, name: str, parent: context.Context | None, kind: trace.SpanKind,
+                 attributes: dict[str, str | int]) -> None:
+        self.name, self.parent, self.kind, self.attributes = name, parent, kind, attributes
+
+    def __enter__(self) -> trace.Span:
+        self.span = tracer().start_span(self.name, self.parent, self.kind, self.attributes)
+        self.token = context.attach(trace.set_span_in_context(self.span, self.parent))
+        return self.span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
+            self.span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:200]))
+        self.span.end()
+        context.detach(self.token)

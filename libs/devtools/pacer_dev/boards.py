@@ -1,0 +1,261 @@
+"""Pacer's Grafana dashboards as code: one per board (docs/runbook.md#boards).
+
+``python -m pacer_dev.boards`` writes them to ``deploy/grafana/<uid>.json`` (the chart ships
+them as a ConfigMap for Grafana's dashboard sidecar); a test keeps the committed files equal
+to what this module renders, and the end-to-end test runs every panel's query against a real
+Prometheus scraping a running stack.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parents[3] / "deploy" / "grafana"
+DS = {"type": "prometheus", "uid": "${datasource}"}
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    exprs: tuple[tuple[str, str], ...]  # (PromQL, legend)
+    unit: str = "short"
+    kind: str = "timeseries"  # timeseries | stat | table | bargauge
+    description: str = ""
+    width: int = 12
+
+
+@dataclass(frozen=True)
+class Board:
+    uid: str
+    title: str
+    description: str
+    panels: tuple[Panel, ...]
+    notes: str = ""  # a text panel on top
+    tags: tuple[str, ...] = field(default=("pacer",))
+
+
+def p(title: str, expr: str, legend: str = "", unit: str = "short", kind: str = "timeseries",
+      description: str = "", width: int = 12) -> Panel:
+    return Panel(title, ((expr, legend),), unit, kind, description, width)
+
+
+def q95(metric: str, by: str, window: str = "5m") -> str:
+    return f"histogram_quantile(0.95, sum by (le, {by}) (rate({metric}_bucket[{window}])))"
+
+
+def avg_of(metric: str, by: str, window: str = "5m") -> str:
+    return f"sum by ({by}) (rate({metric}_sum[{window}])) / sum by ({by}) (rate({metric}_count[{window}]))"
+
+
+ITEMS = "pacer_sender_items_total"
+WAIT = "pacer_sender_item_wait_seconds"
+E2E = "pacer_sender_item_end_to_end_seconds"
+GATEWAY = "pacer_gateway_request_duration_seconds"
+LEADER = "on (job, instance) pacer_reconciler_leader == 1"
+
+BOARDS: tuple[Board, ...] = (
+    Board("pacer-guid", "Pacer · per-guid backlog and wait",
+          "Board 1: how much each account has queued and how long its items wait.", (
+              p("Guids with the largest backlog (top N)", "max by (rank, lane, guid) (pacer_guid_backlog_items)",
+                "{{rank}} {{lane}} {{guid}}", kind="table",
+                description="Top-N guids by queued items per lane, from the sender (a small bounded set)."),
+              p("Guids with the oldest waiting item (top N)",
+                "max by (rank, lane, guid) (pacer_guid_oldest_wait_seconds)", "{{rank}} {{lane}} {{guid}}", "s",
+                kind="table"),
+              p("Wait before claim, p95 by lane", q95(WAIT, "lane"), "{{lane}}", "s"),
+              p("Average wait before claim, by lane and kind", avg_of(WAIT, "lane, kind"), "{{lane}} {{kind}}", "s"),
+              p("Items of open jobs waiting to be sent", 'sum by (status) (pacer_reconciler_open_job_items'
+                f'{{status=~"pending|waiting_retry|claimed|submitted"}} and {LEADER})', "{{status}}"),
+              p("Items held in senders' windows", "sum by (instance) (pacer_sender_buffered_items)", "{{instance}}"),
+              p("Guids with work in hand, per sender", "sum by (instance) (pacer_sender_active_guids)",
+                "{{instance}}"),
+              p("Claims per second, by lane", f"sum by (lane) (rate({WAIT}_count[5m]))", "{{lane}}", "ops"),
+          ),
+          notes="One guid in detail: `GET /api/v1/guids/GUID` (Control API) — its lease, pause, limits and "
+                "queue. Metrics never carry a label per guid; the top-N tables are the only guid labels."),
+    Board("pacer-sends", "Pacer · success rate and failure codes",
+          "Board 2: did sends succeed, and if not, what did the gateway say.", (
+              p("Success rate (confirmed / finished)", f'sum(rate({ITEMS}{{outcome="confirmed"}}[5m])) / '
+                f'sum(rate({ITEMS}{{outcome=~"confirmed|failed"}}[5m]))', "success", "percentunit", "stat", width=6),
+              p("Confirmed sends per second", f'sum(rate({ITEMS}{{outcome="confirmed"}}[5m]))', "confirmed",
+                "ops", "stat", width=6),
+              p("Outcomes", f"sum by (outcome) (rate({ITEMS}[5m]))", "{{outcome}}", "ops"),
+              p("Failures by gateway code (last hour)",
+                "sum by (code, failure_class) (increase(pacer_sender_send_failures_total[1h]))",
+                "{{code}} {{failure_class}}", kind="bargauge",
+                description="Codes outside the configured code table are 'other'; 'none': no code (HTTP status, "
+                            "timeout, connection)."),
+              p("Gateway call time, p95", q95(GATEWAY, "operation"), "{{operation}}", "s"),
+              p("Gateway answers by result", f"sum by (operation, result) (rate({GATEWAY}_count[5m]))",
+                "{{operation}} {{result}}", "ops"),
+              p("Planned → gateway confirmed, p95 by kind", q95(E2E, "kind"), "{{kind}}", "s"),
+              p("In-doubt sends resolved (last hour)",
+                "sum by (result) (increase(pacer_reconciler_verifications_total[1h]))", "{{result}}",
+                kind="bargauge"),
+          )),
+    Board("pacer-kinds", "Pacer · share by kind",
+          "Board 3: are auto-replies and takeover prompts squeezed by campaigns?", (
+              p("Confirmed sends by kind", f'sum by (kind) (rate({ITEMS}{{outcome="confirmed"}}[5m]))', "{{kind}}",
+                "ops"),
+              p("Share of confirmed sends by kind (last hour)",
+                f'sum by (kind) (increase({ITEMS}{{outcome="confirmed"}}[1h])) / ignoring (kind) group_left '
+                f'sum(increase({ITEMS}{{outcome="confirmed"}}[1h]))', "{{kind}}", "percentunit", "bargauge"),
+              p("Sends by lane", f"sum by (lane) (rate({ITEMS}[5m]))", "{{lane}}", "ops"),
+              p("Wait before claim, p95 by kind", q95(WAIT, "kind"), "{{kind}}", "s"),
+              p("Planned → confirmed, average by kind", avg_of(E2E, "kind"), "{{kind}}", "s"),
+              p("Job requests by outcome", "sum by (outcome) (rate(pacer_planner_requests_total[5m]))",
+                "{{outcome}}", "ops"),
+          )),
+    Board("pacer-dedupe", "Pacer · dedupe hits, expired and shed",
+          "Board 4: what Pacer decided not to send, and why.", (
+              p("Duplicate job requests (last hour)",
+                'sum(increase(pacer_planner_requests_total{outcome="duplicate"}[1h]))', "duplicate requests",
+                kind="stat", width=6),
+              p("Sends intercepted by the idempotency ledger (last hour)",
+                f'sum(increase({ITEMS}{{outcome="duplicate"}}[1h]))', "intercepted", kind="stat", width=6),
+              p("Duplicate intercepts, all time", f"max(pacer_reconciler_duplicate_intercepts_total and {LEADER})",
+                "all time", kind="stat", width=6),
+              p("Dead-lettered job requests (last hour)",
+                'sum(increase(pacer_planner_requests_total{outcome="dead_lettered"}[1h]))', "dead-lettered",
+                kind="stat", width=6),
+              p("Expired before sending, by kind", f'sum by (kind) (increase({ITEMS}{{outcome="expired"}}[1h]))',
+                "{{kind}}"),
+              p("Expired and abandoned items of open jobs", 'sum by (status) (pacer_reconciler_open_job_items'
+                f'{{status=~"expired|abandoned"}} and {LEADER})', "{{status}}"),
+              p("Not sent: deferred or put back", f'sum by (outcome) (rate({ITEMS}{{outcome=~"rate_limited|'
+                f'deadline_missed|guid_lost|held|not_pending"}}[5m]))', "{{outcome}}", "ops"),
+          )),
+    Board("pacer-locks", "Pacer · locks",
+          "The lock board: who holds what, what expired, what was taken over or refused.", (
+              p("Running items (claimed or submitted)", f"max(pacer_reconciler_running_items and {LEADER})",
+                "running", kind="stat", width=6),
+              p("Expired leases", f"max(pacer_reconciler_expired_leases and {LEADER})", "expired", kind="stat",
+                width=6),
+              p("Guid lease takeovers (last hour)", f"max(increase(pacer_reconciler_guid_takeovers_total[1h]) "
+                f"and {LEADER})", "takeovers", kind="stat", width=6),
+              p("Manual retry conflicts, all time", f"max(pacer_reconciler_retry_conflicts_total and {LEADER})",
+                "conflicts", kind="stat", width=6),
+              p("Takeovers per sender", "sum by (instance) (rate(pacer_sender_guid_takeovers_total[5m]))",
+                "{{instance}}", "ops"),
+              p("Guid leases held per sender", "sum by (instance) (pacer_sender_guid_leases_held)", "{{instance}}"),
+              p("Expired leases swept", "sum by (sweep) (rate(pacer_reconciler_sweep_items_total"
+                '{sweep=~"claim_expired|submit_expired"}[5m]))', "{{sweep}}", "ops"),
+              p("Fenced and duplicate outcomes", f'sum by (outcome) (rate({ITEMS}{{outcome=~"fenced|duplicate"}}'
+                "[5m]))", "{{outcome}}", "ops"),
+              p("Forced releases, all time", f"max(pacer_reconciler_forced_releases_total and {LEADER})",
+                "guid leases"),
+              p("Duplicate intercepts, all time", f"max(pacer_reconciler_duplicate_intercepts_total and {LEADER})",
+                "intercepts"),
+          )),
+    Board("pacer-jobs", "Pacer · job progress and stalled shards",
+          "Progress of open jobs, stalled shards, and what paused them.", (
+              p("Jobs running", f"max(pacer_reconciler_jobs_running and {LEADER})", "running", kind="stat", width=6),
+              p("Stalled shards", f"max(pacer_reconciler_stalled_shards and {LEADER})", "stalled", kind="stat",
+                width=6),
+              p("Paused guids", f"max(pacer_reconciler_guids_paused and {LEADER})", "paused", kind="stat", width=6),
+              p("Open jobs done", '(sum(pacer_reconciler_open_job_items{status=~"confirmed|failed|expired|abandoned|'
+                f'unverified"}} and {LEADER}) or vector(0)) / sum(pacer_reconciler_open_job_items and {LEADER})',
+                "done", "percentunit", "stat", width=6),
+              p("Items of open jobs by status", f"sum by (status) (pacer_reconciler_open_job_items and {LEADER})",
+                "{{status}}"),
+              p("Paused jobs by reason", f"max by (reason) (pacer_reconciler_jobs_paused and {LEADER})",
+                "{{reason}}"),
+              p("Breaker trips", "sum by (scope) (increase(pacer_reconciler_breaker_trips_total[15m]))", "{{scope}}"),
+              p("Events projected per second", "sum(rate(pacer_reconciler_events_total[5m]))", "events", "ops"),
+              p("Leader's tail lag", f"max(pacer_reconciler_tail_lag_seconds and {LEADER})", "lag", "s"),
+              p("Items moved by sweeps", "sum by (sweep) (rate(pacer_reconciler_sweep_items_total[5m]))",
+                "{{sweep}}", "ops"),
+          )),
+    Board("pacer-services", "Pacer · services",
+          "The processes: up, build, consumer lag, CPU, memory, GC, the Control API, the reconciler leader.", (
+              p("Targets up", 'up{job=~".*pacer.*"}', "{{job}} {{instance}}", kind="stat"),
+              p("Builds running", "count by (service, version, python) (pacer_build_info)",
+                "{{service}} {{version}} (Python {{python}})", kind="table"),
+              p("Consumer lag per partition", "max by (topic, partition) (pacer_kafka_consumer_lag)",
+                "{{topic}}[{{partition}}]"),
+              p("Reconciler leader", "max by (instance) (pacer_reconciler_leader)", "{{instance}}"),
+              p("CPU per process", "rate(process_cpu_seconds_total[1m])", "{{job}} {{instance}}", "percentunit"),
+              p("Resident memory per process", "process_resident_memory_bytes", "{{job}} {{instance}}", "bytes"),
+              p("GC collections per second", "sum by (job, generation) (rate(python_gc_collections_total[5m]))",
+                "{{job}} gen {{generation}}", "ops"),
+              p("Control API requests by status", "sum by (status) (rate(pacer_control_requests_total[5m]))",
+                "{{status}}", "reqps"),
+              p("Control API 5xx by route",
+                'sum by (route) (increase(pacer_control_requests_total{status=~"5.."}[10m]))', "{{route}}"),
+              p("Control API request time, p95", q95("pacer_control_request_seconds", "route"), "{{route}}", "s"),
+              Panel("Planner: environment faults and internal errors", (
+                  ("sum(rate(pacer_planner_environment_faults_total[5m]))", "environment"),
+                  ("sum(rate(pacer_planner_internal_errors_total[5m]))", "internal"),
+              ), "ops"),
+              Panel("Sender: unreadable commands and internal errors", (
+                  ("sum(rate(pacer_sender_bad_commands_total[5m]))", "unreadable commands"),
+                  ("sum(rate(pacer_sender_internal_errors_total[5m]))", "internal errors"),
+              ), "ops"),
+          )),
+)
+
+
+def _panel(n: int, panel: Panel, x: int, y: int) -> dict[str, Any]:
+    height = 8 if panel.kind != "stat" else 5
+    out: dict[str, Any] = {
+        "id": n, "type": panel.kind, "title": panel.title, "datasource": DS,
+        "gridPos": {"h": height, "w": panel.width, "x": x, "y": y},
+        "fieldConfig": {"defaults": {"unit": panel.unit}, "overrides": []},
+        "targets": [{"datasource": DS, "expr": expr, "legendFormat": legend, "refId": chr(ord("A") + i),
+                     **({"instant": True, "format": "table"} if panel.kind == "table" else {})}
+                    for i, (expr, legend) in enumerate(panel.exprs)],
+    }
+    if panel.description:
+        out["description"] = panel.description
+    return out
+
+
+def render(board: Board) -> dict[str, Any]:
+    panels: list[dict[str, Any]] = []
+    x = y = 0
+    row_h = 0
+    if board.notes:
+        panels.append({"id": 1, "type": "text", "title": "", "gridPos": {"h": 3, "w": 24, "x": 0, "y": 0},
+                       "options": {"mode": "markdown", "content": board.notes}})
+        y = 3
+    for panel in board.panels:
+        if x + panel.width > 24:
+            x, y, row_h = 0, y + row_h, 0
+        panels.append(_panel(len(panels) + 1, panel, x, y))
+        x += panel.width
+        row_h = max(row_h, panels[-1]["gridPos"]["h"])
+    return {
+        "uid": board.uid, "title": board.title, "description": board.description, "tags": list(board.tags),
+        "editable": True, "schemaVersion": 39, "version": 1, "refresh": "30s", "timezone": "",
+        "time": {"from": "now-6h", "to": "now"},
+        "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus",
+                                 "label": "Prometheus", "current": {}, "hide": 0}]},
+        "annotations": {"list": []},
+        "links": [{"title": "Pacer boards", "type": "dashboards", "tags": ["pacer"], "asDropdown": True}],
+        "panels": panels,
+    }
+
+
+def rendered() -> dict[str, str]:
+    """File name → JSON text, as committed under deploy/grafana/."""
+    return {f"{b.uid}.json": json.dumps(render(b), indent=2, ensure_ascii=False) + "\n" for b in BOARDS}
+
+
+def queries() -> list[tuple[str, str, str]]:
+    """(board uid, panel title, PromQL) of every panel."""
+    return [(b.uid, pn.title, expr) for b in BOARDS for pn in b.panels for expr, _ in pn.exprs]
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name, text in rendered().items():
+        (OUT / name).write_text(text)
+        print(f"wrote {OUT / name}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""The verdict on a scenario's figures: no duplicate, no loss, every item final, and proof
+that the scenario's fault really happened — a scenario that broke nothing must fail.
+
+``make chaos`` and the short suite (``tests/chaos``) judge by the same table; a unit test
+(``tests/unit/test_chaos_evidence.py``) shows every check failing on a run without its fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from pacer_dev.chaos.scenarios import Size
+from pacer_dev.chaos.scenarios_intake import REPLIES
+from pacer_dev.chaos.scenarios_reconciler import LEADER_TTL_S
+
+Figures = Mapping[str, int]
+Check = Callable[[Figures, Size], bool]
+
+EVIDENCE: dict[str, Check] = {
+    "kill-sender": lambda f, s: f["kills"] >= s.kills,
+    "scale": lambda f, s: f["guid_handovers"] > 0 and f["violations"] == 0 and f["max_guid_concurrency"] <= 1,
+    "zombie": lambda f, s: f["guid_takeovers"] > 0 and f["max_guid_concurrency"] <= 1,
+    "kafka-restart": lambda f, s: f["open_at_fault"] > 0,
+    "postgres-restart": lambda f, s: f["terminated"] > 0 and f["open_at_fault"] > 0,
+    "gateway-faults": lambda f, s: f["dropped"] > 0 and f["rejected"] > 0 and f["verified"] > 0,
+    "double-submit": lambda f, s: f["jobs"] == 1 and f["cancelled"] > 0 and f["retried"] > 0,
+    "lookup-hang": lambda f, s: (f["lookups_timed_out"] > 0 and f["lookups_delayed"] > 0
+                                 and f["in_doubt_while_hung"] > 0 and f["max_tail_lag_s"] <= 10),
+    "frozen-leader": lambda f, s: (f["took_over"] == 1 and f["failover_s"] <= LEADER_TTL_S + 3
+                                   and f["old_stepped_down"] == 1 and f["projection_mismatch"] == 0),
+    "retention-loss": lambda f, s: f["deleted"] >= s.items and f["swept"] > 0,
+    "forced-release": lambda f, s: (f["forced"] > 0 and f["evicted"] > 0 and f["taken_back"] == 0
+                                    and f["exited"] == 0 and f["max_guid_concurrency"] <= 1 and f["violations"] == 0),
+    "poison-requests": lambda f, s: (f["dead_lettered"] == f["poisoned"] > 0 and f["jobs"] == 1 + REPLIES
+                                     and f["planner_exited"] == 0),
+}
+
+
+def verdict(name: str, fig: Figures, size: Size) -> list[str]:
+    """What is wrong with a run of scenario ``name`` (empty: it passed)."""
+    wrong = []
+    if fig.get("completed", 1) != 1:
+        wrong.append("not every item reached a final state")
+    if fig["duplicates"]:
+        wrong.append("a key was delivered twice")
+    if fig["lost"]:
+        wrong.append("Pacer and the gateway disagree, or an item was lost")
+    if fig["unverified"]:
+        wrong.append("sends were left unverified")
+    if not EVIDENCE[name](fig, size):
+        wrong.append("no evidence the fault happened as planned, or it did harm")
+    return wrong

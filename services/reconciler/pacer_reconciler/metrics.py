@@ -1,0 +1,142 @@
+"""Every metric of the reconciler, declared in one place (docs/runbook.md's metric list is
+generated from it). The database-wide numbers the leader reads every sweep round (lock board,
+governance, job progress) are exported by the leader only: a standby exports none of them,
+so a replica that stepped down never keeps an alert firing with numbers from its term."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+# stats key → (metric name, help). Gauges: a level now.
+GAUGES = {
+    "running_items": ("pacer_reconciler_running_items", "Items claimed or submitted right now"),
+    "expired_leases": ("pacer_reconciler_expired_leases",
+                       "Guid and item leases held past their expiry (takeover pending)"),
+    "guids_paused": ("pacer_reconciler_guids_paused",
+                     "Guids paused (needs a person: offline, kicked, unauthorized, breaker, operator)"),
+    "stalled_shards": ("pacer_reconciler_stalled_shards",
+                       "Open shards of running jobs with no progress for stall_after_s"),
+    "jobs_running": ("pacer_reconciler_jobs_running", "Jobs running (not paused, not finished)"),
+}
+# Totals kept in the database, all time: counters (``_total`` is added on exposition).
+COUNTERS = {
+    "takeovers": ("pacer_reconciler_guid_takeovers", "Guid leases taken over from another sender, all time"),
+    "duplicate_intercepts": ("pacer_reconciler_duplicate_intercepts",
+                             "Sends refused by the idempotency ledger, all time"),
+    "retry_conflicts": ("pacer_reconciler_retry_conflicts",
+                        "Manual retries refused because the item was executing, all time"),
+    "forced_releases": ("pacer_reconciler_forced_releases",
+                        "Guid leases force-released by an admin (holder evicted), all time"),
+    "forced_item_releases": ("pacer_reconciler_forced_item_releases",
+                             "Item leases force-released by an admin, all time"),
+}
+PAUSED_JOBS = {"jobs_paused_budget": "budget", "jobs_paused_breaker": "breaker", "jobs_paused_operator": "operator"}
+ITEMS_PREFIX = "items:"  # "items:<status>" → items of open jobs in that status
+
+
+class LeaderStats(Collector):
+    def __init__(self, registry: CollectorRegistry, is_leader: Callable[[], bool]) -> None:
+        self.is_leader = is_leader
+        self.values: dict[str, int] = {}
+        registry.register(self)
+
+    def update(self, stats: Mapping[str, int]) -> None:
+        self.values = dict(stats)
+
+    def forget(self) -> None:
+        self.values = {}
+
+    def collect(self) -> Iterable[Metric]:
+        values = self.values if self.is_leader() else {}
+        for key, (name, doc) in GAUGES.items():
+            if key in values:
+                yield GaugeMetricFamily(name, doc, value=values[key])
+        for key, (name, doc) in COUNTERS.items():
+            if key in values:
+                yield CounterMetricFamily(name, doc, value=values[key])
+        paused = GaugeMetricFamily("pacer_reconciler_jobs_paused", "Jobs paused, by reason (budget, breaker, "
+                                   "operator)", labels=["reason"])
+        items = GaugeMetricFamily("pacer_reconciler_open_job_items", "Items of running and paused jobs, by status "
+                                  "(job progress)", labels=["status"])
+        for key, reason in PAUSED_JOBS.items():
+            if key in values:
+                paused.add_metric([reason], values[key])
+        for key, n in sorted(values.items()):
+            if key.startswith(ITEMS_PREFIX):
+                items.add_metric([key[len(ITEMS_PREFIX):]], n)
+        if values:
+            yield paused
+            yield items
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+class ReconcilerMetrics:
+    """The reconciler's metrics in ``registry``; the gauges get their functions in ``main``, and
+    the database-wide numbers are the leader's alone (:class:`LeaderStats`)."""
+
+    def __init__(self, registry: CollectorRegistry, is_leader: Callable[[], bool] = lambda: False) -> None:
+        self.leader_stats = LeaderStats(registry, is_leader)
+        self.events = Counter("pacer_reconciler_events_total", (
+            "Events read from the log, published and projected."
+        ), registry=registry)
+        self.sweep_items = Counter("pacer_reconciler_sweep_items_total", (
+            "Items moved by sweeps: `retry_due` (`waiting_retry` → `pending`, command re-published); "
+            "`submit_expired` (`submitted` with an expired lease → `recovery_pending`); `claim_expired` "
+            "(`claimed` with an expired lease → `pending`); `release_held` (held items whose hold was lifted, "
+            "command re-published)."
+        ), ["sweep"], registry=registry)
+        self.sweep_errors = Counter("pacer_reconciler_sweep_errors_total", (
+            "Sweep rounds that raised. The tail and the other sweeps carry on; see the alert below."
+        ), ["sweep"], registry=registry)
+        self.verifications = Counter("pacer_reconciler_verifications_total", (
+            "In-doubt sends decided: `confirmed` (gateway found the send), `pending` (gateway proved no send: "
+            "sent again), `unverified` (no answer within `PACER_RECONCILER_VERIFY_DEADLINE_S`)."
+        ), ["result"], registry=registry)
+        self.lookups = Counter("pacer_reconciler_lookups_total", (
+            "Gateway delivery lookups: `found`, `not_found`, `unknown` (the gateway cannot say), `timeout` (cut "
+            "off after `PACER_RECONCILER_VERIFY_TIMEOUT_S`), `error`. Only `found`/`not_found` decide an item."
+        ), ["result"], registry=registry)
+        self.bad_events = Counter("pacer_reconciler_bad_events_total", (
+            "Rows skipped because they cannot be handled: `unreadable_event` (an event row that is not a valid "
+            "event, e.g. an unknown type from a newer version), `bad_command` (a re-queued item whose command "
+            "cannot be built), `unpublishable` (an outcome or command over `PACER_RECONCILER_MAX_MESSAGE_BYTES`),"
+            " `unprocessable` (a row whose batch kept failing until it was alone, then failed alone 3 times: "
+            "passed over without effect)."
+        ), ["reason"], registry=registry)
+        self.round_errors = Counter("pacer_reconciler_round_errors_total", (
+            "Tail/sweep rounds that raised (database or Kafka down, a defect), by exception type; each is "
+            "followed by a back-off, the service stays up."
+        ), ["error"], registry=registry)
+        self.trips = Counter("pacer_reconciler_breaker_trips_total", (
+            "Circuit breakers tripped (job or guid paused), by scope: `job` or `guid`."
+        ), ["scope"], registry=registry)
+        self.leader = Gauge("pacer_reconciler_leader", (
+            "1 on the leader, 0 on standbys. A leader whose lease is older than its TTL reports 0 at once, even "
+            "frozen-then-woken."
+        ), registry=registry)
+        self.leader_epoch = Gauge("pacer_reconciler_leader_epoch", (
+            "The fencing epoch of this replica's lease (0 on a standby). It goes up by one at each takeover."
+        ), registry=registry)
+        self.tail_lag = Gauge("pacer_reconciler_tail_lag_seconds", (
+            "Seconds since the leader last finished an event-tail round (0 on a standby). Below a second when "
+            "healthy, whatever the gateway does; it grows while Postgres or Kafka is down."
+        ), registry=registry)
+        self.lookups_in_flight = Gauge("pacer_reconciler_lookups_in_flight", (
+            "Lookups running now; at most `PACER_RECONCILER_VERIFY_CONCURRENCY`. Pinned at the maximum: the "
+            "gateway is slow or hanging."
+        ), registry=registry)
+        self.backlog_top = Gauge("pacer_reconciler_guid_backlog_top", (
+            "Queued items (ready or scheduled) of the top-N guids by backlog (`PACER_RECONCILER_BACKLOG_TOP_N`); "
+            "rank 1 is the deepest. Leader only, replaced every `PACER_RECONCILER_BACKLOG_EVERY_S`: at most N "
+            "series, never one per guid. `GET /backlog` lists more."
+        ), ["rank", "guid"], registry=registry)
+        self.wait_top = Gauge("pacer_reconciler_guid_wait_top_seconds", (
+            "How long the oldest ready item has waited, for the top-N guids by wait; rank 1 is the longest. "
+            "Leader only, as `pacer_reconciler_guid_backlog_top`."
+        ), ["rank", "guid"], registry=registry)

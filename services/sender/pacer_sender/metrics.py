@@ -1,0 +1,97 @@
+"""Every metric of the sender, declared in one place (docs/runbook.md's metric list is generated
+from it): outcomes by lane and kind, failures by gateway code, how long items waited for a
+claim, how long from being planned to the gateway's answer, and the sender's own state."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, code_label
+from pacer_common.domain.requests import JobKind, lane_of
+from pacer_sender.core import Executed
+
+_KINDS = frozenset(k.value for k in JobKind)
+# Seconds: from a send within a pacing interval to a backlog drained over a day.
+WAIT_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400)
+
+
+def kind_label(kind: str) -> str:
+    return kind if kind in _KINDS else "other"
+
+
+class SenderMetrics:
+    """The sender's metrics in ``registry``; the gauges get their functions in ``main``."""
+
+    def __init__(self, registry: CollectorRegistry,
+                 code_table: Mapping[int, FailureClass] = DEFAULT_CODE_TABLE) -> None:
+        self.code_table = code_table
+        self.items = Counter("pacer_sender_items_total", (
+            "Items executed, by lane and kind: `confirmed`; `retry` (scheduled again: `waiting_retry`); `failed`; "
+            "`in_doubt` (→ `recovery_pending`); `rate_limited` (rescheduled, guid slowed down); `expired`; "
+            "`duplicate` (idempotency key held by another item: abandoned); `not_pending` (a redelivered command for "
+            "an item already taken or finished: no-op); `fenced` (gateway answered but the lease had been taken "
+            "over: outcome not recorded, the item is verified instead); `guid_lost` (this sender no longer holds the "
+            "guid's lease: put back); `deadline_missed` (too long between claim and gateway call: not sent, "
+            "rescheduled)."
+        ), ["outcome", "lane", "kind"], registry=registry)
+        self.failures = Counter("pacer_sender_send_failures_total", "Gateway calls that did not confirm a send, by "
+                                "gateway code (codes outside the code table as 'other', none as 'none') and class",
+                                ["code", "failure_class"], registry=registry)
+        for code, cls in code_table.items():
+            self.failures.labels(str(code), cls.value)
+        self.rate_limited = Counter("pacer_sender_rate_limited_total", (
+            "Rate-limited gateway answers: each one a deferral of the item (the guid slows down), neither an "
+            "attempt nor a unit of the job's budget."
+        ), registry=registry)
+        self.wait = Histogram("pacer_sender_item_wait_seconds", "From an item being due (planned, or its "
+                              "not_before) to its claim by a sender, first claims only", ["lane", "kind"],
+                              registry=registry, buckets=WAIT_BUCKETS)
+        self.end_to_end = Histogram("pacer_sender_item_end_to_end_seconds", "From an item being planned to the "
+                                    "gateway's answer confirming it", ["lane", "kind"], registry=registry,
+                                    buckets=WAIT_BUCKETS)
+
+        self.shed = Counter("pacer_sender_shed_items_total", (
+            "Batch items expired early (error class `shed`): at their guid's current rate they could not go out "
+            "before their `expire_at`. A rise means a backlog that will not drain in time: see the guid's backlog."
+        ), registry=registry)
+        self.bad_commands = Counter("pacer_sender_bad_commands_total", (
+            "Messages on the item-command topics that are not valid item commands. Each only rings its key's "
+            "guid: the item, if there is one, is read from Postgres."
+        ), registry=registry)
+        self.internal_errors = Counter("pacer_sender_internal_errors_total", (
+            "Unexpected exceptions (bugs) while executing an item, or in a guid's worker; each is in the log with"
+            " its traceback. The item is retried `PACER_SENDER_ITEM_ERROR_ATTEMPTS` times, then failed with "
+            "`internal error: …` if still pending. Should stay at 0: report any rise with the log lines."
+        ), registry=registry)
+        self.swept = Counter("pacer_sender_swept_guids_total", (
+            "Guids the sweep found in Postgres with work ready for longer than a sweep interval and no worker "
+            "(see [lost doorbells](#lost-doorbells-pacer_sender_swept_guids_total)). `assign`: at a partition "
+            "assignment — normal after a rebalance or a sender's death. `periodic`: a doorbell was lost."
+        ), ["trigger"], registry=registry)
+        self.buffered = Gauge("pacer_sender_buffered_items", (
+            "Commands held in guids' in-memory windows (batch ones at most `PACER_SENDER_MAX_BUFFERED`). A guid's"
+            " backlog beyond its window stays in Postgres."
+        ), registry=registry)
+        self.active_guids = Gauge("pacer_sender_active_guids", "Guids with work in hand.", registry=registry)
+        self.leases_held = Gauge("pacer_sender_guid_leases_held", "Guid leases this sender holds.", registry=registry)
+        self.takeovers = Counter("pacer_sender_guid_takeovers", (
+            "Guid leases taken over from another owner (whose lease had expired); counted by the lease book."
+        ), registry=registry)
+
+    def executed(self, cmd: ItemCommand, res: Executed) -> None:
+        lane, kind = lane_of(cmd.priority), kind_label(cmd.kind)
+        self.items.labels(res.outcome, lane, kind).inc()
+        if res.outcome == "rate_limited":
+            self.rate_limited.inc()
+        if res.error is not None and res.called_gateway:
+            self.failures.labels(code_label(res.error.code, self.code_table), res.error.failure_class.value).inc()
+        if cmd.created_at is None:
+            return
+        if res.claimed_at is not None and res.first_claim:
+            due = max(cmd.created_at, cmd.not_before) if cmd.not_before else cmd.created_at
+            self.wait.labels(lane, kind).observe(max(0.0, (res.claimed_at - due).total_seconds()))
+        if res.outcome == "confirmed" and res.answered_at is not None:
+            self.end_to_end.labels(lane, kind).observe(max(0.0, (res.answered_at - cmd.created_at).total_seconds()))

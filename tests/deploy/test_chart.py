@@ -1,0 +1,146 @@
+"""The chart renders and validates for every value set, and its scaling and network objects
+say what values.yaml promises."""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+
+import pytest
+from pacer_dev import docs
+from pacer_dev.chart.check import (
+    CHART,
+    VALUE_SETS,
+    ChartError,
+    check,
+    helm,
+    render,
+    validate,
+)
+
+
+def _by_kind(objs: list[dict], kind: str) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in objs if o["kind"] == kind}
+
+
+@pytest.fixture(scope="module")
+def full() -> list[dict]:
+    return render("pacer", CHART / "ci" / "full-values.yaml")
+
+
+@pytest.fixture(scope="module")
+def minimal() -> list[dict]:
+    return render("pacer", CHART / "ci" / "minimal-values.yaml")
+
+
+@pytest.mark.parametrize("vs", VALUE_SETS, ids=lambda vs: vs.name)
+def test_value_set_lints_renders_and_validates(vs):
+    kinds = check(vs)
+    assert kinds["Deployment"] == 4 * len(vs.releases)
+
+
+def test_validation_refuses_a_misspelt_field(minimal):
+    deployment = copy.deepcopy(next(o for o in minimal if o["kind"] == "Deployment"))
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["periodSecs"] = 5
+    with pytest.raises(ChartError, match="periodSecs"):
+        validate(deployment)
+
+
+def test_validation_refuses_a_bad_custom_resource(full):
+    rule = copy.deepcopy(next(o for o in full if o["kind"] == "PrometheusRule"))
+    rule["spec"]["groups"][0]["rules"][0]["for"] = "ten minutes"
+    with pytest.raises(ChartError, match="PrometheusRule"):
+        validate(rule)
+    scaled = copy.deepcopy(next(o for o in full if o["kind"] == "ScaledObject"))
+    scaled["spec"]["triggers"][0]["metadata"]["lagThreshold"] = 1000
+    with pytest.raises(ChartError, match="ScaledObject"):
+        validate(scaled)
+
+
+def test_minimal_has_fixed_replicas_and_nothing_opt_in(minimal):
+    kinds = {o["kind"] for o in minimal}
+    assert not kinds & {"HorizontalPodAutoscaler", "ScaledObject", "NetworkPolicy", "Ingress",
+                        "ServiceMonitor", "PrometheusRule"}
+    for d in _by_kind(minimal, "Deployment").values():
+        assert d["spec"]["replicas"] == 2
+
+
+def test_every_container_has_a_startup_probe(minimal):
+    for d in _by_kind(minimal, "Deployment").values():
+        (container,) = d["spec"]["template"]["spec"]["containers"]
+        assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "ops"}
+
+
+def test_autoscalers_own_the_replica_count_and_are_capped(full):
+    deployments, hpas = _by_kind(full, "Deployment"), _by_kind(full, "HorizontalPodAutoscaler")
+    assert set(hpas) == {"pacer-planner", "pacer-control"}
+    for name in ("pacer-planner", "pacer-control", "pacer-sender"):
+        assert "replicas" not in deployments[name]["spec"], name
+    assert deployments["pacer-reconciler"]["spec"]["replicas"] == 3
+    # job-requests has 4 partitions: a fifth planner would sit idle (values ask for 10).
+    assert hpas["pacer-planner"]["spec"]["maxReplicas"] == 4
+    (scaled,) = _by_kind(full, "ScaledObject").values()
+    assert scaled["spec"]["scaleTargetRef"]["name"] == "pacer-sender"
+    # 32 asked for, 8 partitions per lane topic: capped at the partitions.
+    assert scaled["spec"]["maxReplicaCount"] == 8
+    topics = {t["metadata"]["topic"] for t in scaled["spec"]["triggers"]}
+    assert topics == {"pacer.item-commands.online", "pacer.item-commands.batch"}
+    assert {t["metadata"]["consumerGroup"] for t in scaled["spec"]["triggers"]} == {"pacer.sender"}
+
+
+def _egress_ports(policy: dict) -> set[int]:
+    return {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
+
+
+def test_network_policies_let_each_service_reach_only_what_it_needs(full):
+    policies = _by_kind(full, "NetworkPolicy")
+    assert set(policies) == {f"pacer-{c}" for c in ("planner", "sender", "reconciler", "control", "migrate")}
+    base = {53, 5432, 9092}
+    assert _egress_ports(policies["pacer-migrate"]) == base
+    assert _egress_ports(policies["pacer-planner"]) == base | {443, 80}  # audience services
+    for c in ("sender", "reconciler", "control"):
+        assert _egress_ports(policies[f"pacer-{c}"]) == base | {443, 80}
+    sender = policies["pacer-sender"]["spec"]
+    assert sender["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "sender"
+    (ingress,) = sender["ingress"]
+    assert ingress["ports"] == [{"port": 9102, "protocol": "TCP"}]
+    assert ingress["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    (control_in,) = policies["pacer-control"]["spec"]["ingress"]
+    assert len(control_in["from"]) == 2  # monitoring and the ingress controller
+    assert policies["pacer-migrate"]["spec"]["ingress"] == []
+
+
+def test_ingress_routes_the_console_and_api_to_the_control_service(full):
+    (ingress,) = _by_kind(full, "Ingress").values()
+    (rule,) = ingress["spec"]["rules"]
+    paths = {p["path"]: p["backend"]["service"] for p in rule["http"]["paths"]}
+    assert paths == {"/console": {"name": "pacer-control", "port": {"name": "ops"}},
+                     "/api/v1": {"name": "pacer-control", "port": {"name": "ops"}}}
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+
+
+@pytest.mark.parametrize("vs", VALUE_SETS, ids=lambda vs: vs.name)
+def test_notes_render_and_name_the_topics_that_exist(vs, tmp_path):
+    # helm template does not render NOTES.txt; a copy of the chart renders it inside a template.
+    chart = tmp_path / "pacer"
+    shutil.copytree(CHART, chart)
+    notes = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "_notes.tpl").write_text('{{- define "notes" -}}\n' + notes + "\n{{- end -}}\n")
+    (chart / "templates" / "notes.yaml").write_text('notes: |\n{{ include "notes" . | indent 2 }}\n')
+    out = helm("template", vs.releases[0], str(chart), "-f", str(vs.file), "--show-only", "templates/notes.yaml")
+    assert out.returncode == 0, out.stderr
+    prefix = "tenant" if vs.name == "tenants" else "pacer"
+    assert f"{prefix}.item-commands.online" in out.stdout and f"{prefix}.item-commands.batch" in out.stdout
+    assert not re.search(r"item-commands\s", out.stdout)
+
+
+@pytest.mark.parametrize("values", ["full", "external"])
+def test_every_variable_the_chart_sets_is_a_setting_of_the_code(values):
+    known = docs.defaults()
+    objs = render("pacer", CHART / "ci" / f"{values}-values.yaml")
+    pods = [o["spec"]["template"]["spec"] for o in objs if o["kind"] in ("Deployment", "Job")]
+    names = {e["name"] for pod in pods for c in pod.get("initContainers", []) + pod["containers"]
+             for e in c.get("env", [])}
+    assert "PACER_SENDER_LEASE_TTL_S" in names
+    assert sorted(n for n in names if n.startswith("PACER_") and n not in known) == []

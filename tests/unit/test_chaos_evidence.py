@@ -1,0 +1,67 @@
+"""Every chaos scenario's evidence check can fail: on the figures of a run in which its fault
+did not happen it fails, and on figures like those its real runs print it passes."""
+
+from __future__ import annotations
+
+import pytest
+
+from pacer_dev.chaos.evidence import EVIDENCE, verdict
+from pacer_dev.chaos.scenarios import SCENARIOS, Size
+
+SIZE = Size(items=600, guids=12, kills=5, timeout_s=240)
+
+# A clean run with no fault at all: everything delivered once, nothing went wrong, nothing broke.
+QUIET = {
+    "items": 600, "delivered_once": 600, "duplicates": 0, "lost": 0, "unverified": 0, "completed": 1,
+    "jobs": 1, "failed": 0, "abandoned": 0, "violations": 0, "max_guid_concurrency": 1, "takeovers": 0,
+    "guid_takeovers": 0, "guid_handovers": 0, "verified": 0, "intercepts": 0, "kills": 0, "open_at_fault": 0,
+    "terminated": 0, "dropped": 0, "rejected": 0, "cancelled": 0, "retried": 0, "lookups_timed_out": 0,
+    "lookups_delayed": 0, "in_doubt_while_hung": 0, "max_tail_lag_s": 0, "took_over": 0, "failover_s": 0,
+    "old_stepped_down": 0, "projection_mismatch": 0, "deleted": 0, "swept": 0, "forced": 0, "evicted": 0,
+    "taken_back": 0, "exited": 0, "poisoned": 0, "dead_lettered": 0, "planner_exited": 0,
+}
+QUIET_JOBS = {"poison-requests": 11}  # its valid requests are jobs whether or not poison came first
+
+# What runs with the fault print (the short forms' figures), over the quiet ones.
+FAULTED = {
+    "kill-sender": {"kills": 5, "takeovers": 12, "verified": 12},
+    "scale": {"guid_handovers": 14},
+    "zombie": {"guid_takeovers": 9},
+    "kafka-restart": {"open_at_fault": 380},
+    "postgres-restart": {"terminated": 7, "open_at_fault": 300},
+    "gateway-faults": {"dropped": 20, "rejected": 109, "verified": 20},
+    "double-submit": {"cancelled": 12, "retried": 30},
+    "lookup-hang": {"lookups_timed_out": 8, "lookups_delayed": 12, "in_doubt_while_hung": 41, "max_tail_lag_s": 1},
+    "frozen-leader": {"took_over": 1, "failover_s": 5, "old_stepped_down": 1},
+    "retention-loss": {"deleted": 600, "swept": 24},
+    "forced-release": {"forced": 40, "evicted": 40},
+    "poison-requests": {"poisoned": 22, "dead_lettered": 22, "jobs": 11},
+}
+
+
+def test_every_scenario_has_an_evidence_check() -> None:
+    assert set(EVIDENCE) == set(SCENARIOS) == set(FAULTED)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_a_run_without_its_fault_fails(name: str) -> None:
+    quiet = QUIET | {"jobs": QUIET_JOBS.get(name, 1)}
+    assert verdict(name, quiet, SIZE) == ["no evidence the fault happened as planned, or it did harm"]
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_a_run_with_its_fault_passes_and_a_duplicate_still_fails_it(name: str) -> None:
+    faulted = QUIET | FAULTED[name]
+    assert verdict(name, faulted, SIZE) == []
+    assert "a key was delivered twice" in verdict(name, faulted | {"duplicates": 1}, SIZE)
+    assert "not every item reached a final state" in verdict(name, faulted | {"completed": 0}, SIZE)
+
+
+@pytest.mark.parametrize(("name", "broken"), [
+    ("scale", {"violations": 1}), ("zombie", {"max_guid_concurrency": 2}), ("lookup-hang", {"max_tail_lag_s": 60}),
+    ("frozen-leader", {"failover_s": 60}), ("frozen-leader", {"projection_mismatch": 1}),
+    ("forced-release", {"taken_back": 1}), ("poison-requests", {"planner_exited": 1}),
+    ("kill-sender", {"kills": 4}), ("retention-loss", {"deleted": 10}),
+])
+def test_a_fault_that_did_harm_fails(name: str, broken: dict[str, int]) -> None:
+    assert verdict(name, QUIET | FAULTED[name] | broken, SIZE) == ["no evidence the fault happened as planned, or it did harm"]
