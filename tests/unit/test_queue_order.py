@@ -190,3 +190,23 @@ def test_the_batch_rate_estimate_counts_the_reserve_the_jitter_and_the_penalty()
     pacer = GuidPacer(multiplier=2.0)
     assert pacer.batch_rate_s(Limits(min_interval_s=1.0, jitter_s=1.0, online_reserve=0.5)) == 2 * (2.0 + 0.5)
     assert FAST.shed
+
+
+def test_a_guid_whose_jobs_have_no_expire_at_is_never_read_for_shedding() -> None:
+    async def scenario() -> int:
+        checks: list[str] = []
+        d, rec, _ = dispatcher(Limits(min_interval_s=0.01, jitter_s=0.0, online_reserve=0.0), cap=4)
+        real = rec.store.shed
+
+        async def counted(guid: str, interval_s: float) -> int:
+            checks.append(guid)
+            return await real(guid, interval_s)
+
+        rec.store.shed = counted  # type: ignore[method-assign]
+        for n in range(40):
+            ring(d, rec.store, cmd("g", n))
+        await until(lambda: len(rec.sent) == 40)
+        stop(d)
+        return len(checks)
+
+    assert asyncio.run(scenario()) == 0

@@ -202,12 +202,13 @@ class Dispatcher:
     def _shed_due(self, g: GuidWork, limits: Limits) -> bool:
         """Time to check the guid's batch queue for items that cannot make their expire_at:
         every ``shed_every_s`` while Postgres holds more than the window, or when an item in
-        the window itself would miss it."""
+        the window itself would miss it. The window holds the head of each job's queue (fair
+        share), so a guid none of whose jobs has an expire_at there costs no read."""
         now = self.clock()
         if g.shed_at is not None and now - g.shed_at < self.shed_every_s:
             return False
         batch = g.window.lanes.lanes["batch"].values()
-        if not batch:
+        if not any(c.expire_at is not None for c in batch):
             return False
         if not g.window.more:
             interval, wall = g.pacer.batch_rate_s(limits), time.time()
