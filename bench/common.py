@@ -8,6 +8,7 @@ import time
 import urllib.request
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,8 @@ class Seeded:
 
 
 def seed_items(url: str, guids: int, per_guid: int, priority: int = 3, kind: str = "campaign",
-               job_id: str | None = None) -> Seeded:
+               job_id: str | None = None, not_before: datetime | None = None,
+               expire_at: datetime | None = None) -> Seeded:
     """A job with ``per_guid`` pending items on each of ``guids`` guids, written by COPY."""
     job_id = job_id or str(uuid.uuid4())
     commands = []
@@ -69,17 +71,18 @@ def seed_items(url: str, guids: int, per_guid: int, priority: int = 3, kind: str
             shard_ids[guid] = sid
             conn.execute("INSERT INTO shard_status_counts VALUES (%s, 'pending', %s)", (sid, per_guid))
         with conn.cursor().copy("COPY items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority,"
-                                " kind) FROM STDIN") as copy:
+                                " kind, not_before, expire_at) FROM STDIN") as copy:
             for n in range(per_guid):
                 for g in range(guids):
                     guid = f"bg{g:05d}"
                     item_id = str(uuid.uuid4())
                     key = f"bench:{job_id}:{guid}:{n}"
-                    copy.write_row((item_id, job_id, shard_ids[guid], guid, f"room-{n}", "hello", key, priority, kind))
+                    copy.write_row((item_id, job_id, shard_ids[guid], guid, f"room-{n}", "hello", key, priority, kind,
+                                    not_before, expire_at))
                     commands.append(ItemCommand.model_construct(
                         schema_version=1, item_id=item_id, job_id=job_id, shard_id=shard_ids[guid], guid=guid,
                         to_id=f"room-{n}", content="hello", idem_key=key, priority=priority, kind=kind,
-                        expire_at=None, not_before=None))
+                        expire_at=expire_at, not_before=not_before))
     return Seeded(job_id, commands)
 
 

@@ -15,6 +15,7 @@ from bench.common import (CORES, count, drop_db, env_int, fresh_db, gateway, pub
                           rss_mib, seed_items, stack, wait_until)
 from bench.paced import allowed, pacer_window
 from bench.peer import peer
+from bench.queue_order import fairness, refill, schedule, shed
 from pacer_common.db.pool import open_pool
 from pacer_common.kafka import ensure_topics, make_consumer, make_producer, produce_all
 from pacer_planner.adapters.kafka import KafkaCommandBus
@@ -183,9 +184,11 @@ def priority() -> str:
     """Auto-replies published while a campaign backlog waits on the same guids: request → gateway."""
     backlog, guids, replies = env_int("BENCH_PRIORITY_BACKLOG", 100_000), 100, env_int("BENCH_PRIORITY_REPLIES", 100)
     interval_ms = 1000
+    coalesce_ms = env_int("BENCH_PRIORITY_COALESCE_MS", 3000)  # the planner's default ticket coalescing window
     inf = real_infra()
     st = stack(inf, "priority", {"PACER_SENDER_MIN_INTERVAL_MS": str(interval_ms), "PACER_SENDER_JITTER_MS": "0",
-                                 "PACER_SENDER_MAX_BUFFERED": "5000"})
+                                 "PACER_SENDER_MAX_BUFFERED": "5000",
+                                 "PACER_PLANNER_COALESCE_WINDOW_S": str(coalesce_ms / 1000)})
     try:
         st.start_gateway()
         seeded = seed_items(st.infra.database_url, guids, backlog // guids)
@@ -204,15 +207,26 @@ def priority() -> str:
                                "targets": {"mode": "snapshot", "items": [{"guid": guid, "to_id": f"cust-{i}"}]}})
             published[f"cust-{i}"] = time.time()
             produce_all(producer, [(f"{st.topic_prefix}.job-requests", rid.encode(), body.encode(), None)])
+            # a ticket notification on another guid behind the same backlog (batch lane, priority 2)
+            tid = f"ticket-{uuid.uuid4().hex[:8]}"
+            body = json.dumps({"request_id": tid, "kind": "ticket_notify", "created_by": "bench",
+                               "business_id": tid, "status_version": 1, "message": {"type": "text", "content": "done"},
+                               "targets": {"mode": "snapshot", "items": [
+                                   {"guid": f"bg{(i + guids // 2) % guids:05d}", "to_id": f"tick-{i}"}]}})
+            published[f"tick-{i}"] = time.time()
+            produce_all(producer, [(f"{st.topic_prefix}.job-requests", tid.encode(), body.encode(), None)])
             time.sleep(0.05)  # replies trickle in, as customers write
         latencies: list[float] = []
+        tickets: list[float] = []
 
         def collect() -> bool:
             latencies.clear()
+            tickets.clear()
             for s in gateway(gw, "/_admin/sends?limit=200000")["sends"]:
                 if s["toId"] in published:
-                    latencies.append((s["at"] - published[s["toId"]]) * 1000)
-            return len(latencies) >= replies
+                    (tickets if s["toId"].startswith("tick-") else latencies).append(
+                        (s["at"] - published[s["toId"]]) * 1000)
+            return len(latencies) >= replies and len(tickets) >= replies
 
         wait_until(collect, 120, poll_s=1.0)
         queued = count(st.infra.database_url, "SELECT count(*) FROM items WHERE status = 'pending'")
@@ -220,8 +234,11 @@ def priority() -> str:
         st.stop_all()
         drop_db(st.infra.database_url)
     q = statistics.quantiles(latencies, n=100) if len(latencies) >= 2 else [float("nan")] * 99
+    t = statistics.quantiles(tickets, n=100) if len(tickets) >= 2 else [float("nan")] * 99
     return (f"bench priority: backlog={backlog} still_queued={queued} replies={len(latencies)}/{replies} "
-            f"autoreply_p50_ms={q[49]:.0f} p99_ms={q[98]:.0f} interval_ms={interval_ms} cores={CORES}")
+            f"autoreply_p50_ms={q[49]:.0f} p99_ms={q[98]:.0f} tickets={len(tickets)}/{replies} "
+            f"ticket_p50_ms={t[49]:.0f} ticket_p99_ms={t[98]:.0f} coalesce_window_ms={coalesce_ms} "
+            f"interval_ms={interval_ms} cores={CORES}")
 
 
 def scale() -> str:
@@ -252,3 +269,4 @@ def scale() -> str:
 
 SCENARIOS = {"planner": planner, "sender": sender, "pacing": pacing, "priority": priority,
              "recovery": recovery, "scale": scale, "peer": peer}
+SCENARIOS |= {"refill": refill, "fairness": fairness, "schedule": schedule, "shed": shed}

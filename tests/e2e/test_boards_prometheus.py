@@ -23,11 +23,12 @@ pytestmark = pytest.mark.e2e
 # Panels that may stay empty in a short, healthy run, each with the query that proves why:
 # the proof must return data while the panel returns none.
 EMPTY_BECAUSE = {
-    # The top-N per-guid gauges come with the sender's backlog API; until a sender exports
-    # them the tables are empty, and nothing else carries a guid label.
-    "Guids with the largest backlog (top N)": "absent(pacer_guid_backlog_items) and on () count(pacer_build_info)",
+    # The top-N tables list guids with queued work: once the run's items are all sent there
+    # are none, and the leader exports no series (while it does lead).
+    "Guids with the largest backlog (top N)":
+        "absent(pacer_reconciler_guid_backlog_top) and on () (pacer_reconciler_leader == 1)",
     "Guids with the oldest waiting item (top N)":
-        "absent(pacer_guid_oldest_wait_seconds) and on () count(pacer_build_info)",
+        "absent(pacer_reconciler_guid_wait_top_seconds) and on () (pacer_reconciler_leader == 1)",
     # No server error, no expired item, no intercepted duplicate, no deferral happened:
     # the counters exist, those label values never occurred.
     "Control API 5xx by route":

@@ -379,6 +379,7 @@ def test_guid_pause_resume_and_forced_lease_release(database_url: str) -> None:
             assert again["outcome"] == "noop" and "already paused (kicked offline)" in again["message"]
 
             health = (await api.get("/guids/g1", "operator")).json()
+            assert health.pop("backlog")["by_lane"] == {"batch": {"ready": 1}}
             assert health == {"guid": "g1", "paused": True, "paused_reason": "kicked offline",
                               "paused_by": "token:operator", "paused_at": health["paused_at"]}
             full = (await api.get("/guids/g1", "tech_admin")).json()

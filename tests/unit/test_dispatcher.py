@@ -14,6 +14,7 @@ from pacer_common.db.errors import TransientError
 from pacer_common.domain.commands import ItemCommand
 from pacer_sender.core import Executed
 from pacer_sender.dispatcher import Dispatcher
+from pacer_sender.domain.order import Queued, fair_order, sheds
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
 from pacer_sender.ports import GuidLease, Ready, UnstorableItem, Waiting
@@ -43,21 +44,40 @@ class Store:
 
     def __init__(self) -> None:
         self.pending: dict[str, ItemCommand] = {}
+        self.created: dict[str, float] = {}
         self.failed: dict[str, tuple[str, str]] = {}
+        self.shed_by: dict[str, float] = {}  # item id → the interval it was shed at
         self.reads: list[tuple[str, int]] = []
 
     def add(self, *cmds: ItemCommand) -> None:
         for c in cmds:
             self.pending[c.item_id] = c
+            self.created.setdefault(c.item_id, time.time() + len(self.created) * 1e-6)
+
+    def _ready(self, guid: str, exclude: Sequence[str] = ()) -> list[ItemCommand]:
+        """The guid's ready items in the send order of domain/order.py, as next_ready.sql reads them."""
+        now = datetime.now(UTC)
+        ready = {c.item_id: c for c in self.pending.values() if c.guid == guid and c.item_id not in exclude
+                 and (c.not_before is None or c.not_before <= now)}
+        return [ready[q.item_id] for q in fair_order(
+            Queued(c.item_id, c.job_id, c.priority, (c.not_before.timestamp() if c.not_before else self.created[i]))
+            for i, c in ready.items())]
 
     async def next_ready(self, guid: str, exclude: Sequence[str], limit: int) -> Ready:
         self.reads.append((guid, limit))
         now = datetime.now(UTC)
         mine = [c for c in self.pending.values() if c.guid == guid]
-        ready = sorted((c for c in mine if c.item_id not in exclude and (c.not_before is None or c.not_before <= now)),
-                       key=lambda c: c.priority)
         due = [c.not_before for c in mine if c.not_before is not None and c.not_before > now]
-        return Ready(ready[:limit], (min(due) - now).total_seconds() if due else None)
+        return Ready(self._ready(guid, exclude)[:limit], (min(due) - now).total_seconds() if due else None)
+
+    async def shed(self, guid: str, interval_s: float) -> int:
+        batch = [c for c in self._ready(guid) if c.priority > 1]
+        gone = [c for p, c in enumerate(batch, 1)
+                if sheds(p, c.expire_at.timestamp() if c.expire_at else None, time.time(), interval_s)]
+        for c in gone:
+            del self.pending[c.item_id]
+            self.shed_by[c.item_id] = interval_s
+        return len(gone)
 
     async def waiting_guids(self, horizon_s: float, grace_s: float) -> list[Waiting]:
         soon = datetime.now(UTC) + timedelta(seconds=horizon_s)

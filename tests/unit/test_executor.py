@@ -235,6 +235,15 @@ def test_expired_command_is_expired_without_a_claim_or_gateway_call() -> None:
     assert repo.calls == ["expire"]
 
 
+def test_a_command_about_to_expire_is_expired_rather_than_sent_late() -> None:
+    repo, gw = setup()
+    cmd = command(expire_at=datetime.now(UTC) + timedelta(seconds=0.5))
+    assert run(repo, gw, cmd) == Executed("expired", False)
+    assert gw.sent == [] and repo.calls == ["expire"]
+    repo, gw = setup()
+    assert run(repo, gw, command(expire_at=datetime.now(UTC) + timedelta(seconds=5))).outcome == "confirmed"
+
+
 def test_expired_command_does_not_touch_an_item_that_already_finished() -> None:
     repo, gw = setup()
     run(repo, gw, command())

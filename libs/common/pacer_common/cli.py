@@ -231,7 +231,7 @@ def _limits(args: argparse.Namespace) -> int:
         except json.JSONDecodeError:
             overrides[key] = raw
     try:
-        overrides = parse_limits(overrides)  # say what is wrong before calling anyone
+        overrides = parse_limits(overrides, args.guid)  # say what is wrong before calling anyone
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE

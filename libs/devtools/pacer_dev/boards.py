@@ -60,12 +60,14 @@ LEADER = "on (job, instance) pacer_reconciler_leader == 1"
 BOARDS: tuple[Board, ...] = (
     Board("pacer-guid", "Pacer · per-guid backlog and wait",
           "Board 1: how much each account has queued and how long its items wait.", (
-              p("Guids with the largest backlog (top N)", "max by (rank, lane, guid) (pacer_guid_backlog_items)",
-                "{{rank}} {{lane}} {{guid}}", kind="table",
-                description="Top-N guids by queued items per lane, from the sender (a small bounded set)."),
+              p("Guids with the largest backlog (top N)",
+                f"max by (rank, guid) (pacer_reconciler_guid_backlog_top and {LEADER})",
+                "{{rank}} {{guid}}", kind="table",
+                description="Top-N guids by queued items, from the reconciler leader (a small bounded set; "
+                            "per-guid detail: GET /api/v1/guids/{guid} and GET /api/v1/backlog)."),
               p("Guids with the oldest waiting item (top N)",
-                "max by (rank, lane, guid) (pacer_guid_oldest_wait_seconds)", "{{rank}} {{lane}} {{guid}}", "s",
-                kind="table"),
+                f"max by (rank, guid) (pacer_reconciler_guid_wait_top_seconds and {LEADER})", "{{rank}} {{guid}}",
+                "s", kind="table"),
               p("Wait before claim, p95 by lane", q95(WAIT, "lane"), "{{lane}}", "s"),
               p("Average wait before claim, by lane and kind", avg_of(WAIT, "lane, kind"), "{{lane}} {{kind}}", "s"),
               p("Items of open jobs waiting to be sent", 'sum by (status) (pacer_reconciler_open_job_items'

@@ -256,8 +256,12 @@ class Control:
     async def guid(self, guid: str, who: Principal) -> Row:
         row = await self.store.guid(guid)
         if row is None:
-            raise NotFound(f"no guid {guid} (it has never held a lease, been paused or had limits set)")
+            raise NotFound(f"no guid {guid} (it has never held a lease, been paused, had limits set or queued work)")
         return self._visible(row, who)
+
+    async def backlogs(self, sort: str, limit: int) -> list[Row]:
+        """Guids with queued work, most queued (``backlog``) or longest waiting (``wait``) first."""
+        return await self.store.backlogs(sort, limit)
 
     async def pause_guid(self, guid: str, reason: str, who: Principal) -> ActionResult:
         async def work(tx: ControlTx) -> ActionResult:
@@ -295,7 +299,7 @@ class Control:
 
     async def set_limits(self, guid: str, values: dict[str, Any], who: Principal, reason: str | None) -> Row:
         try:
-            overrides = parse_limits(values)
+            overrides = parse_limits(values, guid)
         except ValueError as exc:
             raise Invalid(str(exc)) from None
 

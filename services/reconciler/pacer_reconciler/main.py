@@ -21,8 +21,10 @@ from pacer_common.kafka import ProduceError, make_producer
 from pacer_common.metrics import gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
+from pacer_reconciler.adapters.backlog import PostgresBacklogs
 from pacer_reconciler.adapters.kafka import KafkaPublisher
 from pacer_reconciler.adapters.postgres import CursorMoved, PostgresLog
+from pacer_reconciler.backlog import BacklogGauges
 from pacer_reconciler.core import SWEEP_KINDS, Reconciler, RoundGuard, SkipReason
 from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
 from pacer_reconciler.verifier import LOOKUP_RESULTS, Verifier
@@ -98,6 +100,13 @@ class ReconcilerSettings(OpsSettings):
     stall_after_s: float = Field(600.0, description=(
         "An open shard of a running job (guid not paused) with no progress for this long counts in "
         "`pacer_stalled_shards` (alert `PacerShardStalled`)."
+    ))
+    backlog_top_n: int = Field(10, ge=1, le=100, description=(
+        "How many guids the backlog metrics name: the top N by queued items and the top N by oldest wait."
+    ))
+    backlog_every_s: float = Field(30.0, gt=0, description=(
+        "How often the leader refreshes the backlog metrics (one read of every pending item: keep it at tens of "
+        "seconds)."
     ))
 
 
@@ -181,7 +190,10 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         guard = RoundGuard(max_s=cfg.error_backoff_max_s)
         tasks = [asyncio.create_task(leader.keep(ctx.stop), name="leader-lease"),
                  asyncio.create_task(verifier.run(ctx.stop, lambda: leader.is_leader, cfg.sweep_interval_s),
-                                     name="verifier")]
+                                     name="verifier"),
+                 asyncio.create_task(BacklogGauges(PostgresBacklogs(pool).top, m.backlog_top, m.wait_top,
+                                                   cfg.backlog_top_n).run(
+                     ctx.stop, lambda: leader.is_leader, cfg.backlog_every_s), name="backlog-metrics")]
         try:
             while not ctx.stop.is_set():
                 drain()

@@ -131,3 +131,12 @@ class ReconcilerMetrics:
             "Lookups running now; at most `PACER_RECONCILER_VERIFY_CONCURRENCY`. Pinned at the maximum: the "
             "gateway is slow or hanging."
         ), registry=registry)
+        self.backlog_top = Gauge("pacer_reconciler_guid_backlog_top", (
+            "Queued items (ready or scheduled) of the top-N guids by backlog (`PACER_RECONCILER_BACKLOG_TOP_N`); "
+            "rank 1 is the deepest. Leader only, replaced every `PACER_RECONCILER_BACKLOG_EVERY_S`: at most N "
+            "series, never one per guid. `GET /backlog` lists more."
+        ), ["rank", "guid"], registry=registry)
+        self.wait_top = Gauge("pacer_reconciler_guid_wait_top_seconds", (
+            "How long the oldest ready item has waited, for the top-N guids by wait; rank 1 is the longest. "
+            "Leader only, as `pacer_reconciler_guid_backlog_top`."
+        ), ["rank", "guid"], registry=registry)

@@ -6,7 +6,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from pacer_common import tracing
@@ -40,7 +40,8 @@ class Executed:
 
 class Executor:
     def __init__(self, repo: ItemRepository, gateway: Gateway, owner: str, retry: RetryPolicy,
-                 rng: random.Random | None = None, send_deadline_s: float = 10.0) -> None:
+                 rng: random.Random | None = None, send_deadline_s: float = 10.0,
+                 expire_margin_s: float = 1.0) -> None:
         self.repo = repo
         self.gateway = gateway
         self.owner = owner
@@ -48,6 +49,9 @@ class Executor:
         self.rng = rng or random.Random()
         # Never call the gateway later than this after claiming: well inside the lease.
         self.send_deadline_s = send_deadline_s
+        # An item this close to its expire_at is not begun: claim, submit and the call could
+        # land after it. Expired instead, never sent late.
+        self.expire_margin = timedelta(seconds=expire_margin_s)
 
     async def execute(self, cmd: ItemCommand) -> Executed:
         # The item's trace (the job request's, kept on its row and command), else a new one.
@@ -57,7 +61,7 @@ class Executor:
 
     async def _execute(self, cmd: ItemCommand) -> Executed:
         now = datetime.now(UTC)
-        if expired(cmd.expire_at, now):
+        if expired(cmd.expire_at, now + self.expire_margin):
             await self.repo.expire(cmd)
             return Executed("expired", False)
         started = time.monotonic()

@@ -13,6 +13,13 @@ due and sleeps until then (a doorbell wakes it sooner); if that is beyond ``hori
 worker ends, and the sweep (``sweeper.py``) starts it again in time. Scheduled work is
 never in the window, so it never holds up ready work.
 
+What goes next is decided in Postgres over all of the guid's ready work (``order.py``); the
+window is a prefix of that order, refilled at once when a doorbell sorts ahead of it. While
+an online command has waited longer than the guid's ``online_yield_s``, the batch lane
+yields entirely. Every ``shed_every_s`` a guid with batch work checks, in Postgres, which of
+its batch items cannot go out before their ``expire_at`` at its current rate, and expires
+them early (reason ``shed``): the sender is where the guid's rate is known.
+
 What goes wrong with an item stays with that item: the database away (``TransientError``)
 is retried without end; a value the item holds that cannot be stored or sent fails it
 (``bad_params``, with the reason); any other exception is logged, counted and retried a
@@ -53,6 +60,7 @@ class GuidWork:
     task: asyncio.Task[None] | None = None
     executing: ItemCommand | None = None
     due_at: float | None = None  # when its earliest scheduled item in Postgres is due (clock)
+    shed_at: float | None = None  # when its batch queue was last checked for shedding (clock)
     stopping: bool = False  # its partition went: finish the item in hand, then end
     revived: bool = False  # rung again while stopping: start afresh once stopped
     errors: dict[str, int] = field(default_factory=dict)  # item id → internal errors so far
@@ -64,6 +72,9 @@ class Dispatcher:
                  on_executed: Callable[[ItemCommand, Executed], None] | None = None,
                  on_internal_error: Callable[[], None] | None = None,
                  job_interval: Callable[[str], float | None] = lambda job_id: None,
+                 job_weight: Callable[[str], float | None] = lambda job_id: None,
+                 on_shed: Callable[[int], None] | None = None,
+                 shed_every_s: float = 30.0,
                  owns: Callable[[str], bool] = lambda guid: True,
                  guid_cap: int = 50, max_buffered: int = 20_000, horizon_s: float = 60.0,
                  error_attempts: int = 3, error_backoff_s: float = 1.0,
@@ -71,6 +82,9 @@ class Dispatcher:
         self.executor = executor
         self.limits = limits  # guid → its current limits (hot-adjustable)
         self.job_interval = job_interval  # job → its own interval per guid, if set (hot-adjustable)
+        self.job_weight = job_weight  # job → its weight in the guid's fair share (hot-adjustable)
+        self.on_shed = on_shed or (lambda n: None)
+        self.shed_every_s = shed_every_s
         self.leases = leases
         self.queue = queue
         self.owns = owns  # is this guid's partition assigned to this sender?
@@ -98,14 +112,18 @@ class Dispatcher:
         g = self.guids.get(guid)
         started = g is None
         if g is None:
-            g = self.guids[guid] = GuidWork(GuidWindow(self.guid_cap), self.paces.setdefault(guid, GuidPacer()))
+            g = self.guids[guid] = GuidWork(GuidWindow(self.guid_cap, self.job_weight),
+                                            self.paces.setdefault(guid, GuidPacer()))
         if g.stopping:
             g.revived = True
         if cmd is None or cmd.guid != guid or unsendable(cmd) is not None or _scheduled(cmd):
             g.window.ring()  # Postgres has it: the worker reads it from there
+            if cmd is not None and cmd.guid == guid and _scheduled(cmd) and cmd.not_before is not None:
+                due = self.clock() + (cmd.not_before - datetime.now(UTC)).total_seconds()
+                g.due_at = due if g.due_at is None else min(g.due_at, due)  # on time, whatever the window holds
         else:
             held = len(g.window)
-            g.window.offer(cmd, room=lane_of(cmd.priority) == "online" or self.buffered < self.max_buffered)
+            g.window.offer(cmd, lane_of(cmd.priority) == "online" or self.buffered < self.max_buffered, time.time())
             self.buffered += len(g.window) - held
         g.wake.set()
         if g.task is None:
@@ -129,11 +147,16 @@ class Dispatcher:
             while not g.stopping:
                 if g.due_at is not None and g.due_at <= self.clock():
                     g.due_at = None
-                    g.window.ring()  # scheduled work came due: read it
+                    held = len(g.window)
+                    g.window.reorder()  # scheduled work came due: it takes its place in the order
+                    self.buffered += len(g.window) - held
                 n = g.window.refill_size()
                 if n and not await self._refill(guid, g, n):
                     await self._sleep(g, self.lease_retry_s)
                     continue
+                limits = self.limits(guid)
+                if limits.shed and self._shed_due(g, limits):
+                    await self._shed(guid, g, limits)
                 if not g.window:
                     if g.window.more:
                         continue  # rung while reading: read again
@@ -141,7 +164,6 @@ class Dispatcher:
                         break  # nothing ready, nothing due soon: the sweep restarts it in time
                     await self._sleep(g, g.due_at - self.clock())
                     continue
-                limits = self.limits(guid)
                 if guid not in self.leases.held and not await self._take_lease(guid, g.pacer, limits):
                     await self._sleep(g, self.lease_retry_s)
                     continue
@@ -163,7 +185,7 @@ class Dispatcher:
     async def _refill(self, guid: str, g: GuidWork, n: int) -> bool:
         """Read the guid's next ready items from Postgres into its window. False if the
         database could not be read."""
-        rings = g.window.rings
+        rings = g.window.refilling()
         if self.buffered >= self.max_buffered:
             n = min(n, 1)  # memory is full: enough to keep this guid going
         try:
@@ -173,9 +195,41 @@ class Dispatcher:
             return False
         if g.stopping:
             return True
-        self.buffered += g.window.refilled(ready.commands, n, rings)
+        self.buffered += g.window.refilled(ready.commands, n, rings, ready.ready_since, time.time())
         g.due_at = None if ready.due_in_s is None else self.clock() + max(0.0, ready.due_in_s)
         return True
+
+    def _shed_due(self, g: GuidWork, limits: Limits) -> bool:
+        """Time to check the guid's batch queue for items that cannot make their expire_at:
+        every ``shed_every_s`` while Postgres holds more than the window, or when an item in
+        the window itself would miss it. The window holds the head of each job's queue (fair
+        share), so a guid none of whose jobs has an expire_at there costs no read."""
+        now = self.clock()
+        if g.shed_at is not None and now - g.shed_at < self.shed_every_s:
+            return False
+        batch = g.window.lanes.lanes["batch"].values()
+        if not any(c.expire_at is not None for c in batch):
+            return False
+        if not g.window.more:
+            interval, wall = g.pacer.batch_rate_s(limits), time.time()
+            if all(c.expire_at is None or c.expire_at.timestamp() > wall + len(batch) * interval for c in batch):
+                return False
+        return True
+
+    async def _shed(self, guid: str, g: GuidWork, limits: Limits) -> None:
+        g.shed_at = self.clock()
+        try:
+            shed = await self.queue.shed(guid, g.pacer.batch_rate_s(limits))
+        except TransientError:
+            log.exception("batch queue of guid %s not checked for shedding; trying again later", guid)
+            return
+        if shed:
+            log.warning("guid %s: %d batch items shed (they could not go out before their expire_at)", guid, shed)
+            self.on_shed(shed)
+            held = len(g.window)
+            g.window.drop("batch")  # some may be among those shed: read the rest afresh
+            g.window.ring()
+            self.buffered += len(g.window) - held
 
     async def _take_lease(self, guid: str, pacer: GuidPacer, limits: Limits) -> bool:
         try:
@@ -196,6 +250,8 @@ class Dispatcher:
         for lane, q in g.window.lanes.lanes.items():
             if not q:
                 continue
+            if lane == "batch" and self._online_behind(g, limits, wall):
+                continue  # the online lane is behind: batch yields until it recovers
             ready_at = g.pacer.ready_at(lane, limits, now, wall)
             if ready_at <= now:
                 cmd = g.window.take(lane)
@@ -204,6 +260,11 @@ class Dispatcher:
                     return (lane, cmd), None
             wait = ready_at - now if wait is None else min(wait, ready_at - now)
         return None, wait
+
+    @staticmethod
+    def _online_behind(g: GuidWork, limits: Limits, wall: float) -> bool:
+        oldest = g.window.oldest("online")
+        return oldest is not None and wall - oldest > limits.online_yield_s
 
     async def _execute(self, guid: str, g: GuidWork, lane: Lane, cmd: ItemCommand, limits: Limits) -> float:
         """Execute one item; returns how long the worker should pause afterwards."""
@@ -247,7 +308,7 @@ class Dispatcher:
 
     def _put_back(self, g: GuidWork, cmd: ItemCommand, pause: float) -> float:
         if not g.stopping:
-            g.window.put(cmd)
+            g.window.put(cmd, time.time())
             self.buffered += 1
         else:
             g.window.finished(cmd)

@@ -48,9 +48,17 @@ class LimitsBook:
 
     def job_interval(self, job_id: str) -> float | None:
         """A job's own minimum interval per guid (row ``job:<job_id>``, field min_interval_s)."""
-        found = self._overrides.get(f"job:{job_id}", {}).get("min_interval_s")
+        found = self._job_field(job_id, "min_interval_s")
+        return None if found is None else max(0.0, found)
+
+    def job_weight(self, job_id: str) -> float | None:
+        """A job's weight against the other jobs of its priority on a guid (field weight)."""
+        return self._job_field(job_id, "weight")
+
+    def _job_field(self, job_id: str, name: str) -> float | None:
+        found = self._overrides.get(f"job:{job_id}", {}).get(name)
         try:
-            return None if found is None else max(0.0, float(found))
+            return None if found is None else float(found)
         except (TypeError, ValueError):
             return None
 
@@ -67,7 +75,8 @@ class LimitsBook:
             base = self.defaults
             if "*" in self._overrides:
                 base = self._safe(self.defaults, "*")
-            self._resolved = {"*": base} | {g: self._safe(base, g) for g in self._overrides if g != "*"}
+            self._resolved = {"*": base} | {g: self._safe(base, g) for g in self._overrides
+                                              if g != "*" and not g.startswith("job:")}
             log.info("limits changed for %d guid(s)", len(changed))
             self.on_change([guid for guid, _, _ in changed])
         return len(changed)

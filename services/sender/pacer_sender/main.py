@@ -132,6 +132,19 @@ class SenderSettings(OpsSettings):
         " Codes missing from the table are `retryable`."
     ))
     db_pool_max: int = Field(20, description="Most Postgres connections of one sender (the pool keeps at least 2).")
+    shed: bool = Field(True, description=(
+        "Default for every guid (per guid: the hot limit `shed`): batch items that cannot go out before their "
+        "`expire_at` at the guid's current rate are expired early, error class `shed` (docs/architecture.md, "
+        "\"A guid's queue\"). `false`: they wait and expire when they reach the front."
+    ))
+    online_yield_s: float = Field(10.0, ge=0, description=(
+        "Default for every guid (per guid: the hot limit `online_yield_s`): while an online command of the guid "
+        "has waited longer than this, its batch lane sends nothing."
+    ))
+    shed_every_s: float = Field(30.0, gt=0, description=(
+        "How often a guid with batch work beyond its window checks its batch queue for items to shed (one read "
+        "of the guid's whole batch queue in Postgres)."
+    ))
 
     @field_validator("owner")
     @classmethod
@@ -144,7 +157,8 @@ class SenderSettings(OpsSettings):
             start, _, end = self.quiet_hours.partition("-")
             quiet = (dtime.fromisoformat(start.strip()), dtime.fromisoformat(end.strip()))
         return Limits(self.min_interval_ms / 1000, self.jitter_ms / 1000, self.jitter_dist, self.online_reserve,
-                      self.per_minute, self.per_hour, self.per_day, quiet, self.timezone)
+                      self.per_minute, self.per_hour, self.per_day, quiet, self.timezone,
+                      shed=self.shed, online_yield_s=self.online_yield_s)
 
     @model_validator(mode="after")
     def _lease_covers_a_send(self) -> SenderSettings:
@@ -189,6 +203,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
                                                **consumer_lag_config(ctx.registry)))
         dispatcher = Dispatcher(executor, limits, leases, queue, on_executed=m.executed,
                                 on_internal_error=m.internal_errors.inc, job_interval=limits.job_interval,
+                                job_weight=limits.job_weight, shed_every_s=cfg.shed_every_s, on_shed=m.shed.inc,
                                 guid_cap=cfg.guid_buffer, max_buffered=cfg.max_buffered, horizon_s=2 * cfg.sweep_s,
                                 error_attempts=cfg.item_error_attempts)
         loop = ConsumerLoop(consumer, dispatcher, m.bad_commands, kafka.item_commands("online"),

@@ -53,6 +53,10 @@ class SenderMetrics:
                                     "gateway's answer confirming it", ["lane", "kind"], registry=registry,
                                     buckets=WAIT_BUCKETS)
 
+        self.shed = Counter("pacer_sender_shed_items_total", (
+            "Batch items expired early (error class `shed`): at their guid's current rate they could not go out "
+            "before their `expire_at`. A rise means a backlog that will not drain in time: see the guid's backlog."
+        ), registry=registry)
         self.bad_commands = Counter("pacer_sender_bad_commands_total", (
             "Messages on the item-command topics that are not valid item commands. Each only rings its key's "
             "guid: the item, if there is one, is read from Postgres."

@@ -48,6 +48,7 @@ class Ready:
 
     commands: list[ItemCommand]
     due_in_s: float | None  # seconds until its earliest scheduled (``not_before``) pending item
+    ready_since: dict[str, float] = field(default_factory=dict)  # item id → when it became ready (epoch s)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,10 @@ class GuidQueueStore(Protocol):
 
     async def next_ready(self, guid: str, exclude: Sequence[str], limit: int) -> Ready: ...
     async def waiting_guids(self, horizon_s: float, grace_s: float) -> list[Waiting]: ...
+    async def shed(self, guid: str, interval_s: float) -> int:
+        """Expire early (reason ``shed``) the guid's ready batch items that cannot go out
+        before their expire_at at one send per ``interval_s``; how many."""
+        ...
     async def fail_unsent(self, cmd: ItemCommand, error_class: str, reason: str) -> bool:
         """pending → failed with a reason; False if the item is not pending (a submitted item
         is left to the reconciler's verification)."""

@@ -1347,6 +1347,8 @@ CREATE INDEX items_guid_in_flight ON public.items USING btree (guid) WHERE (stat
 
 CREATE INDEX items_guid_queued ON public.items USING btree (guid) WHERE (status = ANY (ARRAY['pending'::public.item_status, 'waiting_retry'::public.item_status]));
 
+CREATE INDEX items_guid_ready ON public.items USING btree (guid, priority, job_id, COALESCE(not_before, created_at), item_id) WHERE ((status = 'pending'::public.item_status) AND (NOT held));
+
 CREATE INDEX items_held ON public.items USING btree (job_id) WHERE (held AND (status = 'pending'::public.item_status));
 
 CREATE INDEX items_held_guid ON public.items USING btree (guid) WHERE (held AND (status = 'pending'::public.item_status));

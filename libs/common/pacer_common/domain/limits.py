@@ -43,6 +43,8 @@ class LimitsPatch(BaseModel):
     rate_limited_penalty: Annotated[float, Field(ge=1)] | None = None
     penalty_decay: Annotated[float, Field(gt=0, le=1)] | None = None
     max_penalty: Annotated[float, Field(ge=1)] | None = None
+    shed: bool | None = None
+    online_yield_s: Annotated[float, Field(ge=0)] | None = None
 
     @field_validator("quiet_hours")
     @classmethod
@@ -82,17 +84,41 @@ class LimitsPatch(BaseModel):
         return self.model_dump(mode="json", exclude_unset=True)
 
 
-def parse_limits(values: dict[str, Any]) -> dict[str, Any]:
-    """Validated overrides, or :class:`ValueError` with one readable sentence."""
+class JobLimitsPatch(BaseModel):
+    """Fields to override for one job (row ``job:<job_id>``): its share of each guid's batch
+    sends against the other jobs of the same priority (``weight``, default 1), and its own
+    rate per guid (``min_interval_s``: after each of its sends the guid's next batch send
+    waits at least this long)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    weight: Annotated[float, Field(gt=0, le=1000)] | None = None
+    min_interval_s: Annotated[float, Field(ge=0)] | None = None
+
+    @model_validator(mode="after")
+    def _no_null(self) -> JobLimitsPatch:
+        for name in self.model_fields_set:
+            if getattr(self, name) is None:
+                raise ValueError(f"{name} cannot be null")
+        return self
+
+    def overrides(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+def parse_limits(values: dict[str, Any], target: str = "*") -> dict[str, Any]:
+    """Validated overrides for ``target`` (a guid, ``*``, or ``job:<job_id>``), or
+    :class:`ValueError` with one readable sentence."""
+    model: type[LimitsPatch] | type[JobLimitsPatch] = JobLimitsPatch if target.startswith("job:") else LimitsPatch
     try:
-        patch = LimitsPatch.model_validate(values)
+        patch = model.model_validate(values)
     except ValidationError as exc:
         parts = []
         for err in exc.errors():
             where = ".".join(str(p) for p in err["loc"])
             msg = str(err["msg"]).removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
-                msg = f"unknown limit (known: {', '.join(LimitsPatch.model_fields)})"
+                msg = f"unknown limit (known: {', '.join(model.model_fields)})"
             parts.append(f"{where}: {msg}" if where else msg)
         raise ValueError("invalid limits: " + "; ".join(parts)) from None
     out = patch.overrides()

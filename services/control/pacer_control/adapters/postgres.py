@@ -235,6 +235,7 @@ class PostgresControl:
             job["counts"] = sum_counts(s["counts"] for s in shards)
             job["shards"] = shards
             job["failures"] = failure_categories(failures)
+            job["shed"] = sum(f["total"] for f in job["failures"] if f["error_class"] == "shed")
             return job
 
         return await self._call(unit)
@@ -260,8 +261,29 @@ class PostgresControl:
         return await self._read("guids", {"paused_only": paused_only, "limit": limit, "after": after})
 
     async def guid(self, guid: str) -> Row | None:
-        rows = await self._read("guid", {"guid": guid})
-        return rows[0] if rows else None
+        """The guid's health, lease and limits, with its backlog; a guid known only by its
+        queued items has a row too."""
+        async def unit() -> Row | None:
+            async with self.pool.connection() as conn:
+                rows = await _rows(conn, "guid", {"guid": guid})
+                backlog = (await _rows(conn, "guid_backlog", {"guid": guid}))[0]
+            if not rows and not backlog["by_lane"]:
+                return None
+            row = rows[0] if rows else {"guid": guid, "paused": False, "paused_reason": None, "paused_by": None,
+                                        "paused_at": None}
+            return {**row, "backlog": backlog}
+
+        return await self._call(unit)
+
+    async def backlogs(self, sort: str, limit: int) -> list[Row]:
+        """Guids by backlog or by wait (``db/queries/guid_backlogs.sql``)."""
+        async def unit() -> list[Row]:
+            async with self.pool.connection() as conn:
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(query("guid_backlogs"), {"sort": sort, "limit": limit})  # type: ignore[arg-type]
+                return await cur.fetchall()
+
+        return await self._call(unit)
 
     async def locks(self, limit: int) -> Row:
         async def unit() -> Row:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Query
 
@@ -12,6 +12,7 @@ from pacer_control.api.schemas import (
     NO_NUL,
     ActionBody,
     ActionResponse,
+    BacklogPage,
     GuidPage,
     GuidView,
     LimitsResponse,
@@ -36,6 +37,14 @@ async def list_guids(ctl: Ctl, who: Caller, paused: bool = False,
                      ) -> dict[str, Any]:
     rows = await ctl.guids(who, paused, limit, after)
     return {"guids": rows, "next_after": next_cursor(rows, limit, "guid")}
+
+
+@router.get("/backlog", response_model=BacklogPage,
+            summary="Guids with queued work, most queued (sort=backlog) or longest waiting (sort=wait) first",
+            **guard("guids.health", 422))
+async def backlog(ctl: Ctl, who: Caller, sort: Literal["backlog", "wait"] = "backlog",
+                  limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20) -> dict[str, Any]:
+    return {"guids": await ctl.backlogs(sort, limit)}
 
 
 @router.get("/guids/{guid}", response_model=GuidView, response_model_exclude_unset=True,

@@ -172,6 +172,8 @@ class JobDetail(BaseModel):
     shards: list[ShardView]
     failures: list[FailureCategory] = Field(
         description="last error class of failed, abandoned, expired and waiting_retry items")
+    shed: int = Field(0, description="items expired early (error class shed): they could not go out before "
+                                     "their expire_at at their guid's rate")
 
 
 class ItemView(BaseModel):
@@ -211,6 +213,32 @@ class RetryResponse(BaseModel):
     results: list[RetryOutcome]
 
 
+class GuidBacklog(BaseModel):
+    """A guid's unfinished items by lane and state (ready, scheduled, held, waiting_retry,
+    claimed, submitted, recovery_pending), its queue (ready + scheduled), how long its oldest
+    ready item has waited, and the time to drain its queue at its send rate this hour."""
+
+    by_lane: dict[str, dict[str, int]]
+    queued: int
+    oldest_wait_s: float
+    drain_s: float | None
+    sends_per_s: float | None
+
+
+class BacklogRow(BaseModel):
+    guid: str
+    online_ready: int
+    batch_ready: int
+    scheduled: int
+    queued: int
+    oldest_wait_s: float
+    drain_s: float | None
+
+
+class BacklogPage(BaseModel):
+    guids: list[BacklogRow]
+
+
 class GuidView(BaseModel):
     """Health for every role; the lease fields and limit overrides only for tech_admin and up."""
 
@@ -230,6 +258,7 @@ class GuidView(BaseModel):
     last_send_at: datetime | None = None
     expired: bool | None = None
     limits: dict[str, Any] | None = None
+    backlog: GuidBacklog | None = None
 
 
 class GuidPage(BaseModel):

@@ -9,9 +9,11 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from pacer_common.db.durable import synchronous_transaction
 from pacer_common.db.errors import with_retry
-from pacer_common.db.transitions import Transition
+from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.requests import ONLINE_MAX_PRIORITY
 from pacer_common.domain.status import ItemStatus as S
 from pacer_sender.adapters.postgres import _sql, move, storable
 from pacer_sender.ports import Ready, Waiting
@@ -26,8 +28,9 @@ class PostgresGuidQueue:
             async with self.pool.connection() as conn:
                 rows: list[Any] = await (await conn.execute(_sql("next_ready"), {  # type: ignore[arg-type]
                     "guid": guid, "exclude": list(exclude), "limit": limit})).fetchall()
-                due = await (await conn.execute(_sql("next_due"), {"guid": guid})).fetchone()  # type: ignore[arg-type]
-            return Ready([ItemCommand.model_validate(r) for r in rows], due["due_in_s"] if due else None)
+            cmds = [ItemCommand.model_validate(r) for r in rows if r["item_id"] is not None]
+            since = {r["item_id"]: r["ready_at"].timestamp() for r in rows if r["item_id"] is not None}
+            return Ready(cmds, rows[0]["due_in_s"] if rows else None, since)
 
         return await with_retry(work)
 
@@ -46,3 +49,19 @@ class PostgresGuidQueue:
         t = Transition("ItemFailed", S.FAILED, frozenset({S.PENDING}), error_class=error_class, error=text,
                        payload={"error_class": error_class, "error": text})
         return await move(self.pool, t, cmd)
+
+    async def shed(self, guid: str, interval_s: float) -> int:
+        """Expire early, with reason ``shed``, the guid's ready batch items that cannot go out
+        before their expire_at at one send per ``interval_s`` (``shed.sql``); how many."""
+        async def work() -> int:
+            async with self.pool.connection() as conn, synchronous_transaction(conn):
+                rows: list[Any] = await (await conn.execute(_sql("shed"), {  # type: ignore[arg-type]
+                    "guid": guid, "interval_s": interval_s, "min_priority": ONLINE_MAX_PRIORITY + 1})).fetchall()
+                if not rows:
+                    return 0
+                why = f"shed: at one batch send per {interval_s:.1f} s it could not go out before its expire_at"
+                t = Transition("ItemExpired", S.EXPIRED, frozenset({S.PENDING}), error_class="shed", error=why,
+                               payload={"error_class": "shed", "error": why, "interval_s": interval_s})
+                return len(await apply(conn, t, [r["item_id"] for r in rows]))
+
+        return await with_retry(work)

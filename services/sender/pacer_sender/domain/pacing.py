@@ -47,12 +47,19 @@ class Limits:
     rate_limited_penalty: float = 2.0
     penalty_decay: float = 0.9
     max_penalty: float = 32.0  # repeated rate limits slow the guid at most this many times
+    # Shedding: batch items that cannot go out before their expire_at at the guid's current
+    # rate are expired early (reason ``shed``) instead of waiting to expire at their turn.
+    shed: bool = True
+    # Batch yields entirely while an online command has waited longer than this (seconds).
+    online_yield_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.online_reserve < 1:
             raise ValueError("online_reserve must be in [0, 1)")
         if self.min_interval_s < 0 or self.jitter_s < 0:
             raise ValueError("intervals must not be negative")
+        if self.online_yield_s < 0:
+            raise ValueError("online_yield_s must not be negative")
         if self.rate_limited_penalty < 1 or self.max_penalty < 1:
             raise ValueError("rate_limited_penalty and max_penalty must be at least 1")
 
@@ -62,6 +69,10 @@ class Limits:
         if self.jitter_dist == "exponential":
             return min(rng.expovariate(1 / self.jitter_s), 4 * self.jitter_s)
         return rng.random() * self.jitter_s
+
+    @property
+    def mean_jitter_s(self) -> float:
+        return self.jitter_s if self.jitter_dist == "exponential" else self.jitter_s / 2
 
     @property
     def batch_interval_s(self) -> float:
@@ -132,6 +143,11 @@ class GuidPacer:
             if self.batch_hold_until is not None:
                 at = max(at, self.batch_hold_until)
         return at
+
+    def batch_rate_s(self, limits: Limits) -> float:
+        """The guid's current mean spacing of batch sends (its penalty included); window caps
+        and quiet hours only ever make it slower, so shedding by it sheds no more than it must."""
+        return (limits.batch_interval_s + limits.mean_jitter_s) * self.multiplier
 
     def sent(self, lane: Lane, limits: Limits, mono: float, wall: float, rng: random.Random,
              job_interval_s: float | None = None) -> None:

@@ -1,27 +1,39 @@
-"""One guid's in-memory window: an online lane and a batch lane, each urgent-first and fair
-across jobs, bounded; Postgres holds the rest of the guid's queue.
+"""One guid's in-memory window: an online lane and a batch lane, each in the send order of
+``order.py`` (priority, then fair share across jobs, then age), bounded; Postgres holds the
+rest of the guid's queue and decides what enters the window.
 
-Within a lane, items go by priority; within a priority, jobs take turns (start-time fair
-queuing: each job's items get increasing virtual times, and a job that arrives late starts
-at the current virtual time, so one large broadcast cannot starve the others and a new one
-cannot starve it either).
+Fair share is start-time fair queuing: a job's next item starts at the virtual time its
+previous one finished (``1 / weight`` later), and a job that arrives late starts at the
+current virtual time, so one large broadcast cannot starve the others and a new one cannot
+starve it either. The virtual times outlive a refill: a job whose items were dropped from
+the window keeps the place of the first one dropped, so a job that has just sent does not
+win a tie against one that has just arrived.
 
 The window only ever holds ready commands, at most ``cap`` per lane. A command that does
 not fit, a scheduled one, or a doorbell without a readable command *rings*: the window
 notes that Postgres may hold more ready work than it does (``more``), and the guid's worker
 reads the next items from Postgres when its window runs low.
+
+While Postgres holds more than the window, the window is a prefix of the guid's order in
+Postgres, and must stay one: a batch doorbell that would sort ahead of what the window
+holds — a better priority, or a job the window holds nothing of at that priority (fair
+share owes it a turn) — drops the batch lane (its items are still pending in Postgres) and
+asks for a refill at once (``urgent``). So a ticket behind a deep campaign goes out with the
+guid's next send, and a new job gets its turn within one send of arriving.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from pacer_common.domain.commands import ItemCommand
 
+from pacer_sender.domain.order import weight_of
 from pacer_sender.domain.pacing import Lane, lane_of
 
 T = TypeVar("T")
@@ -36,31 +48,60 @@ class _Entry(Generic[T]):
 
 
 class GuidQueue(Generic[T]):
-    def __init__(self) -> None:
+    def __init__(self, weight: Callable[[str], float | None] = lambda job: None) -> None:
         self._ready: list[_Entry[T]] = []
         self._vtime = 0.0
-        self._job_v: dict[str, float] = {}
+        self._job_v: dict[str, float] = {}  # job → virtual time its next item starts at
+        self._held: Counter[tuple[int, str]] = Counter()  # (priority, job) → entries held
+        self.weight = weight
 
     def push(self, value: T, priority: int, job: str = "") -> None:
-        v = max(self._job_v.get(job, 0.0), self._vtime) + 1.0
-        self._job_v[job] = v
-        heapq.heappush(self._ready, _Entry((priority, v, next(_arrival)), job, value))
+        start = max(self._job_v.get(job, 0.0), self._vtime)
+        self._job_v[job] = start + 1.0 / weight_of(self.weight(job))
+        heapq.heappush(self._ready, _Entry((priority, start, next(_arrival)), job, value))
+        self._held[priority, job] += 1
 
     def pop(self) -> T | None:
         if not self._ready:
             return None
         e = heapq.heappop(self._ready)
         self._vtime = e.key[1]
+        self._held[e.key[0], e.job] -= 1
         if not self._ready:
             self._job_v.clear()  # idle: nobody is owed anything any more
+            self._held.clear()
         return e.value
+
+    def holds(self, priority: int, job: str) -> bool:
+        """Whether an entry of ``job`` at ``priority`` is held."""
+        return self._held[priority, job] > 0
+
+    def best_priority(self) -> int | None:
+        return self._ready[0].key[0] if self._ready else None
+
+    def values(self) -> list[T]:
+        return [e.value for e in self._ready]
 
     def remove_if(self, pred: Callable[[T], bool]) -> list[T]:
         """Drop the entries for which ``pred(value)`` holds; return their values."""
-        dropped = [e.value for e in self._ready if pred(e.value)]
+        dropped = [e for e in self._ready if pred(e.value)]
         self._ready = [e for e in self._ready if not pred(e.value)]
         heapq.heapify(self._ready)
-        return dropped
+        first_dropped: dict[str, float] = {}
+        for e in dropped:
+            self._held[e.key[0], e.job] -= 1
+            first_dropped[e.job] = min(first_dropped.get(e.job, e.key[1]), e.key[1])
+        # A job's next item starts where its first one dropped would have (it keeps its place:
+        # what it sent still counts, what it did not send costs it nothing), yet after any of
+        # its items still held (first in, first out within a job).
+        last_held: dict[str, float] = {}
+        for e in self._ready:
+            if e.job in first_dropped:
+                last_held[e.job] = max(last_held.get(e.job, e.key[1]), e.key[1])
+        for job, start in first_dropped.items():
+            held = last_held.get(job)
+            self._job_v[job] = start if held is None else max(start, held + 1.0 / weight_of(self.weight(job)))
+        return [e.value for e in dropped]
 
     def __len__(self) -> int:
         return len(self._ready)
@@ -69,8 +110,8 @@ class GuidQueue(Generic[T]):
 class GuidLanes(Generic[T]):
     """The two lanes of one guid."""
 
-    def __init__(self) -> None:
-        self.lanes: dict[Lane, GuidQueue[T]] = {"online": GuidQueue(), "batch": GuidQueue()}
+    def __init__(self, weight: Callable[[str], float | None] = lambda job: None) -> None:
+        self.lanes: dict[Lane, GuidQueue[T]] = {"online": GuidQueue(weight), "batch": GuidQueue(weight)}
 
     def push(self, value: T, priority: int, job: str = "") -> None:
         self.lanes[lane_of(priority)].push(value, priority, job)
@@ -86,11 +127,13 @@ class GuidWindow:
     """The ready commands of one guid held in memory (at most ``cap`` per lane), and
     whether Postgres may hold more ready work for it than the window does."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, weight: Callable[[str], float | None] = lambda job: None) -> None:
         self.cap = cap
-        self.lanes: GuidLanes[ItemCommand] = GuidLanes()
+        self.lanes: GuidLanes[ItemCommand] = GuidLanes(weight)
         self.ids: set[str] = set()  # in the window or being executed: never held twice
+        self.since: dict[str, float] = {}  # item id → when it became ready (epoch s), for waits
         self.more = False
+        self.urgent = False  # Postgres holds work that sorts ahead of the window: refill now
         self.rings = 0  # doorbells not held since the start (a refill reads what they rang for)
 
     def ring(self) -> None:
@@ -98,40 +141,66 @@ class GuidWindow:
         self.more = True
         self.rings += 1
 
-    def offer(self, cmd: ItemCommand, room: bool = True) -> bool:
+    def reorder(self) -> None:
+        """Postgres holds work that may sort ahead of the batch lane (a better priority, a
+        job the window holds nothing of, scheduled work come due): drop the batch lane (its
+        items are still pending in Postgres) and refill at once, so the window stays a prefix
+        of the guid's order."""
+        self.drop("batch")
+        self.urgent = True
+        self.ring()
+
+    def offer(self, cmd: ItemCommand, room: bool = True, now: float = 0.0) -> bool:
         """Hold ``cmd`` if its lane has room (and ``room``: the sender's memory allows);
-        otherwise ring. While Postgres holds more than the window, a batch command rings too:
-        the guid's next batch items are then chosen in Postgres, among all of its ready work,
-        not by arrival. True if the window holds it now (or already did)."""
+        otherwise ring. While Postgres holds more than the window, a batch command rings too
+        (the guid's next batch items are chosen in Postgres, among all of its ready work, not
+        by arrival), and one that sorts ahead of the window makes it refill at once. True if
+        the window holds it now (or already did)."""
         if cmd.item_id in self.ids:
             return True
         lane = lane_of(cmd.priority)
-        if not room or len(self.lanes.lanes[lane]) >= self.cap or (self.more and lane == "batch"):
+        batch = self.lanes.lanes["batch"]
+        if self.more and lane == "batch":
+            best = batch.best_priority()
+            if best is not None and (cmd.priority < best or not batch.holds(cmd.priority, cmd.job_id)):
+                self.reorder()
+            else:
+                self.ring()
+            return False
+        if not room or len(self.lanes.lanes[lane]) >= self.cap:
             self.ring()
             return False
-        self.put(cmd)
+        self.put(cmd, now)
         return True
 
-    def put(self, cmd: ItemCommand) -> None:
+    def put(self, cmd: ItemCommand, since: float = 0.0) -> None:
         """Hold ``cmd`` whatever the cap (an item put back after a failed attempt)."""
         self.ids.add(cmd.item_id)
+        self.since.setdefault(cmd.item_id, since)
         self.lanes.push(cmd, cmd.priority, cmd.job_id)
 
     def refill_size(self) -> int:
         """How many items to read from Postgres now: none unless it may hold more and the
-        window has run down to half."""
-        if not self.more or len(self.lanes) > self.cap // 2:
+        window has run down to half (or holds less than what Postgres would send first)."""
+        if not self.more or (len(self.lanes) > self.cap // 2 and not self.urgent):
             return 0
-        return self.cap - len(self.lanes)
+        return max(1, self.cap - len(self.lanes))
 
-    def refilled(self, cmds: Iterable[ItemCommand], asked: int, rings_before: int) -> int:
-        """Take what a refill read; returns how many were new. Postgres had no more ready
-        work than that if it gave fewer than asked and nothing rang meanwhile."""
+    def refilling(self) -> int:
+        """A refill starts: the doorbell count to hand to :meth:`refilled`."""
+        self.urgent = False
+        return self.rings
+
+    def refilled(self, cmds: Iterable[ItemCommand], asked: int, rings_before: int,
+                 since: dict[str, float] | None = None, now: float = 0.0) -> int:
+        """Take what a refill read (in the send order); returns how many were new. Postgres
+        had no more ready work than that if it gave fewer than asked and nothing rang
+        meanwhile."""
         got = new = 0
         for cmd in cmds:
             got += 1
             if cmd.item_id not in self.ids:
-                self.put(cmd)
+                self.put(cmd, (since or {}).get(cmd.item_id, now))
                 new += 1
         if got < asked and self.rings == rings_before:
             self.more = False
@@ -141,15 +210,27 @@ class GuidWindow:
         """The lane's next command; it stays in ``ids`` until :meth:`finished`."""
         return self.lanes.lanes[lane].pop()
 
+    def oldest(self, lane: Lane) -> float | None:
+        """When the longest-waiting command held in ``lane`` became ready (epoch s)."""
+        q = self.lanes.lanes[lane]
+        if not q:
+            return None
+        return min(self.since.get(c.item_id, float("inf")) for c in q.values())
+
     def finished(self, cmd: ItemCommand) -> None:
         self.ids.discard(cmd.item_id)
+        self.since.pop(cmd.item_id, None)
+
+    def drop(self, lane: Lane) -> int:
+        """Drop the commands held in ``lane`` (still pending in Postgres); how many."""
+        dropped = self.lanes.lanes[lane].remove_if(lambda c: True)
+        for cmd in dropped:
+            self.finished(cmd)
+        return len(dropped)
 
     def clear(self) -> int:
         """Drop every held command (the guid goes to another sender); returns how many."""
-        dropped = self.lanes.remove_if(lambda c: True)
-        for cmd in dropped:
-            self.ids.discard(cmd.item_id)
-        return len(dropped)
+        return self.drop("online") + self.drop("batch")
 
     def __len__(self) -> int:
         return len(self.lanes)

@@ -1,11 +1,67 @@
--- The next ready items of one guid, to fill its sender's in-memory window: pending, not
--- held, due (no not_before, or past it), not already in the window. This is the one place
--- that decides which of a guid's queued items in Postgres go next: for now the most urgent
--- priority first, then the oldest.
-SELECT c.*
-FROM items i CROSS JOIN LATERAL pacer_item_command(i) c
-WHERE i.guid = %(guid)s AND i.status = 'pending' AND NOT i.held
-  AND (i.not_before IS NULL OR i.not_before <= now())
-  AND i.item_id::text <> ALL(%(exclude)s::text[])
-ORDER BY i.priority, i.created_at, i.item_id
-LIMIT %(limit)s
+-- The next ready items of one guid, chosen among ALL of its ready work in Postgres, to fill
+-- its sender's in-memory window; and when its earliest scheduled item comes due. The one
+-- place that decides which of a guid's queued items go next (domain/order.py states the
+-- same rule in Python; an integration test keeps the two equal):
+--
+--   1. priority (the online lane's priorities come before the batch lane's);
+--   2. within a priority, fair share across jobs: start-time fair queuing over each job's
+--      ready items, the k-th (from 0) of job J starting at virtual time k / weight(J) —
+--      a job's weight is the ``weight`` field of its ``job:<id>`` row in guid_limits
+--      (hot-adjustable, default 1), so jobs of equal weight take turns, one of weight 2
+--      sends two for one;
+--   3. then the moment an item became ready (its not_before, else its creation), then id.
+--
+-- Ready: pending, not held, due (no not_before, or past it), not already in the window.
+-- Cost at any depth: a loose scan of items_guid_ready finds the guid's (priority, job)
+-- pairs with one probe each, then at most %(limit)s index entries per pair are read; a
+-- scheduled item sorts after its job's ready ones, so each range stops at the first not
+-- yet due. ``due_in_s`` (seconds until the earliest scheduled item, NULL if none) is one
+-- more probe per pair. The statement always returns one row at least (item_id NULL when
+-- nothing is ready), carrying due_in_s.
+WITH RECURSIVE pairs(priority, job_id) AS (
+    (SELECT priority, job_id FROM items
+     WHERE guid = %(guid)s AND status = 'pending' AND NOT held
+     ORDER BY guid, priority, job_id LIMIT 1)
+    UNION ALL
+    SELECT n.priority, n.job_id
+    FROM pairs p
+    CROSS JOIN LATERAL (
+        SELECT priority, job_id FROM items
+        WHERE guid = %(guid)s AND status = 'pending' AND NOT held AND (priority, job_id) > (p.priority, p.job_id)
+        ORDER BY guid, priority, job_id LIMIT 1
+    ) n
+), due AS (
+    SELECT extract(epoch FROM min(d.ready_at) - now())::float8 AS due_in_s
+    FROM pairs p
+    CROSS JOIN LATERAL (
+        SELECT COALESCE(not_before, created_at) AS ready_at FROM items
+        WHERE guid = %(guid)s AND status = 'pending' AND NOT held AND priority = p.priority
+          AND job_id = p.job_id AND COALESCE(not_before, created_at) > now()
+        ORDER BY guid, priority, job_id, COALESCE(not_before, created_at) LIMIT 1
+    ) d
+), ready AS (
+    SELECT i.*, (i.k - 1) / w.weight AS vstart
+    FROM pairs p
+    CROSS JOIN LATERAL (
+        SELECT greatest(COALESCE((l.limits ->> 'weight')::float8, 1.0), 0.001) AS weight
+        FROM (SELECT 1) one LEFT JOIN guid_limits l ON l.guid = 'job:' || p.job_id::text
+    ) w
+    CROSS JOIN LATERAL (
+        SELECT item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind, expire_at,
+               not_before, created_at, traceparent, COALESCE(not_before, created_at) AS ready_at,
+               row_number() OVER (ORDER BY COALESCE(not_before, created_at), item_id) AS k
+        FROM items
+        WHERE guid = %(guid)s AND status = 'pending' AND NOT held AND priority = p.priority
+          AND job_id = p.job_id AND COALESCE(not_before, created_at) <= now()
+          AND item_id::text <> ALL(%(exclude)s::text[])
+        ORDER BY guid, priority, job_id, COALESCE(not_before, created_at), item_id
+        LIMIT %(limit)s
+    ) i
+)
+SELECT r.item_id::text, r.job_id::text, r.shard_id, r.guid, r.to_id, r.content, r.idem_key, r.priority,
+       r.kind, r.expire_at, r.not_before, r.created_at, r.traceparent, r.ready_at, d.due_in_s
+FROM due d
+LEFT JOIN LATERAL (
+    SELECT * FROM ready ORDER BY priority, vstart, ready_at, item_id LIMIT %(limit)s
+) r ON true
+ORDER BY r.priority, r.vstart, r.ready_at, r.item_id

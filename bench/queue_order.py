@@ -1,0 +1,204 @@
+"""Benchmarks of a guid's queue order at depth: the refill query on a 100,000-item backlog,
+fair share between a small job and a deep one, scheduled work beside ready work, shedding.
+
+``python -m bench refill fairness schedule shed``; sizes via BENCH_* variables (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from typing import Any
+
+import psycopg
+
+from bench.common import (CORES, count, drop_db, env_int, fresh_db, gateway, publish_commands, real_infra,
+                          seed_items, stack, wait_until)
+from pacer_common.db.sql import query
+from pacer_common.kafka import make_producer, produce_all
+from pacer_dev.stack import Stack
+
+
+def _sender_sql(name: str) -> str:
+    return resources.files("pacer_sender.adapters.sql").joinpath(f"{name}.sql").read_text()
+
+
+def _explain_ms(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any], runs: int = 5) -> float:
+    """Median execution time (EXPLAIN ANALYZE) of ``sql`` over ``runs`` runs, in ms."""
+    times = []
+    for _ in range(runs):
+        (plan,) = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()  # type: ignore[misc]
+        times.append(float(plan[0]["Execution Time"]))
+    return statistics.median(times)
+
+
+def refill() -> str:
+    """The refill (next_ready.sql) and the other queue reads on one guid with a deep backlog."""
+    deep = env_int("BENCH_REFILL_BACKLOG", 100_000)
+    inf = real_infra()
+    url = fresh_db(inf, "refill")
+    try:
+        seed_items(url, 1, deep)                                            # the broadcast
+        seed_items(url, 1, 1_000)                                           # a later job, same guid
+        seed_items(url, 1, 10_000, not_before=datetime.now(UTC) + timedelta(hours=1))  # scheduled
+        seed_items(url, 1, 100, priority=2, kind="ticket_notify")           # tickets
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE items")
+            p = {"guid": "bg00000", "exclude": [], "limit": 50}
+            refill_ms = _explain_ms(conn, _sender_sql("next_ready"), p)
+            old_ms = _explain_ms(conn, "SELECT item_id FROM items WHERE guid = %(guid)s AND status = 'pending'"
+                                 " AND NOT held AND (not_before IS NULL OR not_before <= now())"
+                                 " AND item_id::text <> ALL(%(exclude)s::text[])"
+                                 " ORDER BY priority, created_at, item_id LIMIT %(limit)s", p)
+            shed_ms = _explain_ms(conn, _sender_sql("shed"), {"guid": "bg00000", "interval_s": 1.0,
+                                                              "min_priority": 2}, runs=3)
+            list_ms = _explain_ms(conn, query("guid_backlogs"), {"sort": "backlog", "limit": 10}, runs=3)
+    finally:
+        drop_db(url)
+    total = deep + 11_100
+    return (f"bench refill: backlog={total} next_ready_ms={refill_ms:.2f} before_ms={old_ms:.2f} "
+            f"shed_check_ms={shed_ms:.0f} backlog_list_ms={list_ms:.0f} cores={CORES}")
+
+
+def _paced(interval_ms: int) -> dict[str, str]:
+    return {"PACER_SENDER_MIN_INTERVAL_MS": str(interval_ms), "PACER_SENDER_JITTER_MS": "0",
+            "PACER_SENDER_ONLINE_RESERVE": "0", "PACER_SENDER_MAX_BUFFERED": "20000",
+            "PACER_SENDER_DB_POOL_MAX": "40"}
+
+
+def _publish_request(st: Stack, body: dict[str, Any]) -> float:
+    produce_all(make_producer({"bootstrap.servers": st.infra.kafka_bootstrap}),
+                [(f"{st.topic_prefix}.job-requests", body["request_id"].encode(), json.dumps(body).encode(), None)])
+    return time.time()
+
+
+def _small_job(guids: int, label: str = "small") -> dict[str, Any]:
+    rid = f"{label}-{uuid.uuid4().hex[:8]}"
+    return {"request_id": rid, "kind": "campaign", "created_by": "bench", "message": {"type": "text", "content": "hi"},
+            "targets": {"mode": "snapshot", "items": [{"guid": f"bg{g:05d}", "to_id": f"{label}-{g}"}
+                                                      for g in range(guids)]},
+            "expire_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat()}
+
+
+def _sends(gw: str) -> list[dict[str, Any]]:
+    return gateway(gw, "/_admin/sends?limit=1000000")["sends"]
+
+
+def _small_job_s(backlog: int, guids: int, interval_ms: int) -> tuple[float, list[int]]:
+    """Seconds from publishing the small job until its last item is sent, behind ``backlog``
+    (if any; else behind a one-item warm-up per guid, so its guids are paced as they would be
+    behind the backlog), and for each guid how many sends of other work came first."""
+    inf = real_infra()
+    st = stack(inf, "fairness", _paced(interval_ms))
+    try:
+        gw = st.start_gateway()
+        st.start_service("planner")
+        if backlog:
+            seeded = seed_items(st.infra.database_url, guids, backlog // guids)
+            publish_commands(inf.kafka_bootstrap, f"{st.topic_prefix}.item-commands.batch", seeded.commands)
+        else:
+            _publish_request(st, _small_job(guids, "warm"))
+        st.start_service("sender", "sender-1")
+        wait_until(lambda: gateway(gw, "/_admin/stats")["sends"] >= (3 if backlog else 1) * guids, 300)
+        t0 = _publish_request(st, _small_job(guids))
+        done: list[dict[str, Any]] = []
+
+        def all_sent() -> bool:
+            done[:] = [s for s in _sends(gw) if s["toId"].startswith("small-")]
+            return len(done) >= guids
+
+        wait_until(all_sent, 600, poll_s=0.2)
+        sends = _sends(gw)
+        ahead = [sum(1 for s in sends if s["guid"] == d["guid"] and t0 < s["at"] < d["at"]) for d in done]
+        return max(d["at"] for d in done) - t0, ahead
+    finally:
+        st.stop_all()
+        drop_db(st.infra.database_url)
+
+
+def fairness() -> str:
+    """A 100-item job (one per guid) published behind a deep job on the same 100 guids, vs alone
+    (the same guids at the same pace with nothing else queued)."""
+    backlog, guids = env_int("BENCH_FAIRNESS_BACKLOG", 100_000), 100
+    interval_ms = env_int("BENCH_FAIRNESS_INTERVAL_MS", 500)
+    behind, ahead = _small_job_s(backlog, guids, interval_ms)
+    alone, _ = _small_job_s(0, guids, interval_ms)
+    return (f"bench fairness: backlog={backlog} guids={guids} interval_ms={interval_ms} small_job_s={behind:.2f} "
+            f"small_job_alone_s={alone:.2f} ratio={behind / alone:.2f} sends_ahead_max={max(ahead)} "
+            f"sends_ahead_mean={statistics.mean(ahead):.2f} cores={CORES}")
+
+
+def schedule() -> str:
+    """Items scheduled ahead on 100 guids, a ready campaign on the same guids: the campaign's
+    achieved ratio until the scheduled items come due, then how late their guids start them."""
+    n, guids = env_int("BENCH_SCHEDULE_ITEMS", 10_000), 100
+    horizon = env_int("BENCH_SCHEDULE_HORIZON_S", 60)
+    interval = 1.0
+    inf = real_infra()
+    st = stack(inf, "schedule", _paced(int(interval * 1000)))
+    try:
+        gw = st.start_gateway(min_interval_ms=int(interval * 1000) - 5)
+        due = datetime.now(UTC) + timedelta(seconds=horizon)
+        scheduled = seed_items(st.infra.database_url, guids, n // guids, not_before=due)
+        campaign = seed_items(st.infra.database_url, guids, horizon + 60)
+        topic = f"{st.topic_prefix}.item-commands.batch"
+        publish_commands(inf.kafka_bootstrap, topic, scheduled.commands)
+        publish_commands(inf.kafka_bootstrap, topic, campaign.commands)
+        st.start_service("sender", "sender-1")
+        wait_until(lambda: gateway(gw, "/_admin/stats")["sends"] >= guids, 120)
+        t0 = time.time()
+        window = due.timestamp() - t0 - 1
+        time.sleep(max(0.0, window))  # the measurement window itself: until the scheduled items are due
+        sends = _sends(gw)
+        in_window = [s for s in sends if t0 <= s["at"] < t0 + window]
+        firsts: dict[str, float] = {}
+
+        def started() -> bool:
+            for s in _sends(gw):
+                if s["idempotencyKey"].startswith(f"bench:{scheduled.job_id}:") and s["guid"] not in firsts:
+                    firsts[s["guid"]] = s["at"]
+            return len(firsts) >= guids
+
+        wait_until(started, 120, poll_s=0.5)
+        dupes = gateway(gw, "/_admin/stats")["duplicates"]
+    finally:
+        st.stop_all()
+        drop_db(st.infra.database_url)
+    achieved = len(in_window) / (guids * window / interval) if window > 0 else float("nan")
+    late = sorted(max(0.0, at - due.timestamp()) for at in firsts.values())
+    p99 = statistics.quantiles(late, n=100)[98] if len(late) >= 2 else float("nan")
+    return (f"bench schedule: scheduled={n} guids={guids} horizon_s={horizon} campaign_achieved_ratio={achieved:.3f} "
+            f"scheduled_started={len(firsts)}/{guids} lateness_p99_s={p99:.2f} interval_s={interval:g} "
+            f"duplicates={dupes} cores={CORES}")
+
+
+def shed() -> str:
+    """A backlog that cannot drain before its expire_at (one send a second per guid): sends
+    after expire_at (target 0) and items shed early."""
+    guids, per_guid = 100, env_int("BENCH_SHED_PER_GUID", 120)
+    expire_s = env_int("BENCH_SHED_EXPIRE_S", 60)
+    inf = real_infra()
+    st = stack(inf, "shed", _paced(1000) | {"PACER_SENDER_SHED_EVERY_S": "10"})
+    try:
+        gw = st.start_gateway()
+        expire_at = datetime.now(UTC) + timedelta(seconds=expire_s)
+        seeded = seed_items(st.infra.database_url, guids, per_guid, expire_at=expire_at)
+        publish_commands(inf.kafka_bootstrap, f"{st.topic_prefix}.item-commands.batch", seeded.commands)
+        st.start_service("sender", "sender-1")
+        url = st.infra.database_url
+        wait_until(lambda: count(url, "SELECT count(*) FROM items WHERE status IN ('pending', 'claimed',"
+                                      " 'submitted')") == 0, expire_s + 120, poll_s=1.0)
+        sends = _sends(gw)
+        late = sum(1 for s in sends if s["at"] > expire_at.timestamp())
+        with psycopg.connect(url) as conn:
+            rows = dict(conn.execute("SELECT COALESCE(last_error_class, status::text), count(*) FROM items"
+                                     " GROUP BY 1").fetchall())
+    finally:
+        st.stop_all()
+        drop_db(st.infra.database_url)
+    return (f"bench shed: items={guids * per_guid} guids={guids} expire_s={expire_s} sent={len(sends)} "
+            f"sent_late={late} shed={rows.get('shed', 0)} expired_at_turn={rows.get('expired', 0)} cores={CORES}")

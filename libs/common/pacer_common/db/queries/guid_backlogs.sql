@@ -1,0 +1,31 @@
+-- Guids by backlog: their pending work (not held) by lane — ready now, scheduled — the
+-- longest a ready item has waited, and the time to drain at the guid's send rate this hour.
+-- Sorted by %(sort)s ('backlog': most queued first; 'wait': longest wait first), %(limit)s
+-- rows. Reads every pending row once (items_guid_ready); for operators and a metrics refresh
+-- every so often, not for a hot path.
+WITH per_guid AS (
+    SELECT guid,
+           count(*) FILTER (WHERE ready AND priority <= 1) AS online_ready,
+           count(*) FILTER (WHERE ready AND priority > 1) AS batch_ready,
+           count(*) FILTER (WHERE NOT ready) AS scheduled,
+           extract(epoch FROM now() - min(ready_at) FILTER (WHERE ready))::float8 AS oldest_wait_s
+    FROM (SELECT guid, priority, COALESCE(not_before, created_at) AS ready_at,
+                 COALESCE(not_before, created_at) <= now() AS ready
+          FROM items WHERE status = 'pending' AND NOT held) q
+    GROUP BY guid
+)
+SELECT p.guid, p.online_ready, p.batch_ready, p.scheduled, p.online_ready + p.batch_ready + p.scheduled AS queued,
+       COALESCE(p.oldest_wait_s, 0) AS oldest_wait_s,
+       (p.online_ready + p.batch_ready + p.scheduled) / NULLIF(r.per_s, 0) AS drain_s
+FROM per_guid p
+LEFT JOIN guid_leases l ON l.guid = p.guid
+CROSS JOIN LATERAL (
+    -- sends this hour (the senders' own window count) over the part of the hour gone by
+    SELECT CASE WHEN (l.windows -> 'hour' ->> 0)::bigint = floor(extract(epoch FROM now()) / 3600)
+                THEN (l.windows -> 'hour' ->> 1)::float8
+                     / greatest(60, extract(epoch FROM now()) - floor(extract(epoch FROM now()) / 3600) * 3600)
+           END AS per_s
+) r
+ORDER BY CASE WHEN %(sort)s = 'wait' THEN COALESCE(p.oldest_wait_s, 0)
+              ELSE (p.online_ready + p.batch_ready + p.scheduled)::float8 END DESC, p.guid
+LIMIT %(limit)s

@@ -1,0 +1,30 @@
+-- One guid's backlog: items by lane and status (those not finished), the longest a ready
+-- item has waited, and the time to drain its queue at its send rate this hour (NULL when it
+-- has not sent this hour). Reads the guid's unfinished rows (items_guid_queued,
+-- items_guid_in_flight).
+WITH counts AS (
+    SELECT CASE WHEN priority <= 1 THEN 'online' ELSE 'batch' END AS lane,
+           CASE WHEN status = 'pending' AND held THEN 'held'
+                WHEN status = 'pending' AND not_before > now() THEN 'scheduled'
+                WHEN status = 'pending' THEN 'ready'
+                ELSE status::text END AS state,
+           count(*) AS n,
+           min(COALESCE(not_before, created_at)) FILTER (
+               WHERE status = 'pending' AND NOT held AND COALESCE(not_before, created_at) <= now()) AS oldest_ready
+    FROM items
+    WHERE guid = %(guid)s AND status IN ('pending', 'waiting_retry', 'claimed', 'submitted', 'recovery_pending')
+    GROUP BY 1, 2
+), rate AS (
+    SELECT CASE WHEN (windows -> 'hour' ->> 0)::bigint = floor(extract(epoch FROM now()) / 3600)
+                THEN (windows -> 'hour' ->> 1)::float8
+                     / greatest(60, extract(epoch FROM now()) - floor(extract(epoch FROM now()) / 3600) * 3600)
+           END AS per_s
+    FROM guid_leases WHERE guid = %(guid)s
+)
+SELECT COALESCE((SELECT jsonb_object_agg(lane, states) FROM (
+            SELECT lane, jsonb_object_agg(state, n) AS states FROM counts GROUP BY lane) l), '{}') AS by_lane,
+       COALESCE((SELECT sum(n) FROM counts WHERE state IN ('ready', 'scheduled')), 0)::bigint AS queued,
+       COALESCE(extract(epoch FROM now() - (SELECT min(oldest_ready) FROM counts))::float8, 0) AS oldest_wait_s,
+       (SELECT sum(n) FROM counts WHERE state IN ('ready', 'scheduled')) / NULLIF((SELECT per_s FROM rate), 0)
+           AS drain_s,
+       (SELECT per_s FROM rate) AS sends_per_s

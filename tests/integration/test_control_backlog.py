@@ -1,0 +1,86 @@
+"""A guid's backlog and wait through the Control API, shedding in the job's progress and
+report, and per-job weights and rates set hot (role-checked, validated, audited)."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+
+from pacer_sender.adapters.queue import PostgresGuidQueue
+from tests.integration.control_support import audit, control_api, rows
+from tests.integration.test_queue_order import add_job
+from tests.integration.test_sender_queue import run
+
+
+def test_backlog_per_guid_and_the_guids_by_backlog_or_by_wait(database_url: str) -> None:
+    url = database_url
+    add_job(url, "deep", 30, age_s=20)
+    add_job(url, "deep", 5, not_before_in_s=600)
+    add_job(url, "deep", 2, priority=1, age_s=5)
+    add_job(url, "old", 3, age_s=900)
+
+    async def go() -> None:
+        async with control_api(url) as api:
+            deep = (await api.get("/guids/deep", "operator")).json()["backlog"]
+            assert deep["by_lane"] == {"batch": {"ready": 30, "scheduled": 5}, "online": {"ready": 2}}
+            assert deep["queued"] == 37 and 19 < deep["oldest_wait_s"] < 120
+            assert deep["drain_s"] is None, "no sends this hour: no rate to drain at"
+            by_backlog = (await api.get("/backlog?limit=1", "operator")).json()["guids"]
+            assert [(g["guid"], g["queued"], g["batch_ready"], g["online_ready"], g["scheduled"])
+                    for g in by_backlog] == [("deep", 37, 30, 2, 5)]
+            by_wait = (await api.get("/backlog?sort=wait&limit=5", "operator")).json()["guids"]
+            assert [g["guid"] for g in by_wait] == ["old", "deep"] and by_wait[0]["oldest_wait_s"] >= 899
+            assert (await api.get("/backlog?sort=size", "operator")).status_code == 422
+            assert (await api.get("/backlog", None)).status_code == 401
+            assert (await api.get("/guids/nobody", "operator")).status_code == 404
+
+    asyncio.run(go())
+
+
+def test_shed_items_show_in_the_jobs_progress_and_report(database_url: str) -> None:
+    url = database_url
+    job = add_job(url, "g", 50, expire_in_s=10)
+    shed = run(url, lambda pool: PostgresGuidQueue(pool).shed("g", 1.0))
+    assert 39 <= shed <= 41
+
+    async def go() -> tuple[dict, str]:  # type: ignore[type-arg]
+        async with control_api(url) as api:
+            view = (await api.get(f"/jobs/{job}", "operator")).json()
+            report = (await api.get(f"/jobs/{job}/report.csv", "operator")).text
+        return view, report
+
+    view, report = asyncio.run(go())
+    assert view["shed"] == shed
+    assert {"error_class": "shed", "total": shed, "by_status": {"expired": shed}} in view["failures"]
+    lines = list(csv.DictReader(io.StringIO(report)))
+    assert sum(r["last_error_class"] == "shed" and r["status"] == "expired" for r in lines) == shed
+
+
+def test_a_jobs_weight_and_rate_are_set_hot_checked_and_audited(database_url: str) -> None:
+    url = database_url
+    job = add_job(url, "g", 5)
+    target = f"job:{job}"
+
+    async def go() -> None:
+        async with control_api(url) as api:
+            r = await api.call("PUT", f"/guids/{target}/limits", "operator", json={"weight": 3})
+            assert r.status_code == 403
+            r = await api.call("PUT", f"/guids/{target}/limits?reason=launch", "tech_admin",
+                               json={"weight": 3, "min_interval_s": 20})
+            assert r.status_code == 200, r.text
+            assert r.json()["limits"] == {"weight": 3.0, "min_interval_s": 20.0}
+            for bad, why in [({"weight": 0}, "weight"), ({"per_hour": 10}, "unknown limit"),
+                             ({"weight": None}, "cannot be null")]:
+                r = await api.call("PUT", f"/guids/{target}/limits", "tech_admin", json=bad)
+                assert r.status_code == 422 and why in r.json()["detail"], (bad, r.text)
+            r = await api.call("PUT", "/guids/g/limits", "tech_admin", json={"weight": 3})
+            assert r.status_code == 422, "a weight is a job's, not a guid's"
+            r = await api.call("PUT", "/guids/g/limits", "tech_admin", json={"shed": False, "online_yield_s": 30})
+            assert r.status_code == 200, r.text
+
+    asyncio.run(go())
+    (row,) = rows(url, "SELECT limits FROM guid_limits WHERE guid = %s", target)
+    assert row["limits"] == {"weight": 3.0, "min_interval_s": 20.0}
+    log = audit(url, target)
+    assert [(a["action"], a["reason"]) for a in log] == [("set_limits", "launch")]

@@ -1,0 +1,146 @@
+"""A guid's queue in Postgres: what goes next is chosen over all of its ready work (priority,
+fair share across jobs by weight, age) exactly as ``domain/order.py`` states it, at any
+depth; scheduled work never stands in the way of ready work; shedding expires the batch
+items that cannot make their expire_at, with an event."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import psycopg
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pacer_sender.adapters.queue import PostgresGuidQueue
+from pacer_sender.domain.order import Queued, fair_order, sheds
+
+from tests.integration.test_sender_queue import run, sql
+
+
+def add_job(url: str, guid: str, n: int, *, priority: int = 3, age_s: float = 0.0, spacing_s: float = 0.001,
+            not_before_in_s: float | None = None, expire_in_s: float | None = None,
+            weight: float | None = None) -> str:
+    """A job with ``n`` pending items on ``guid``, ``spacing_s`` apart, the newest created ``age_s`` ago."""
+    job_id = str(uuid.uuid4())
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO jobs (job_id, request_id, kind, priority, created_by, message, content_version,"
+                     " target_mode, total, request, status) VALUES (%s, %s, 'campaign', %s, 't', '{}', 1, 'snapshot',"
+                     " %s, '{}', 'running')", (job_id, f"req-{job_id}", priority, n))
+        (sid,) = conn.execute("INSERT INTO shards (job_id, guid, total) VALUES (%s, %s, %s) RETURNING shard_id",
+                              (job_id, guid, n)).fetchone()  # type: ignore[misc]
+        conn.execute(
+            "INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,"
+            " created_at, not_before, expire_at)"
+            " SELECT gen_random_uuid(), %(job)s::uuid, %(sid)s, %(guid)s, 'r' || k, 'hi', %(job)s::text || ':' || k, %(prio)s,"
+            "        'campaign', now() - make_interval(secs => %(age)s + (%(n)s - k) * %(sp)s),"
+            "        now() + make_interval(secs => %(nb)s), now() + make_interval(secs => %(ex)s)"
+            " FROM generate_series(1, %(n)s) k",
+            {"job": job_id, "sid": sid, "guid": guid, "prio": priority, "age": age_s, "sp": spacing_s,
+             "nb": not_before_in_s, "ex": expire_in_s, "n": n})
+        if weight is not None:
+            conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 't')",
+                         (f"job:{job_id}", psycopg.types.json.Jsonb({"weight": weight})))
+    return job_id
+
+
+def all_ready(url: str, guid: str) -> list[Queued]:
+    """Every ready item of ``guid`` straight from the table (no index, no cleverness)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT item_id::text, job_id::text, priority, extract(epoch FROM COALESCE(not_before, created_at))"
+            " FROM items WHERE guid = %s AND status = 'pending' AND NOT held"
+            " AND COALESCE(not_before, created_at) <= now()", (guid,)).fetchall()
+    return [Queued(i, j, p, float(t)) for i, j, p, t in rows]
+
+
+def weights(url: str) -> dict[str, float]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT substr(guid, 5), (limits->>'weight')::float8 FROM guid_limits"
+                            " WHERE guid LIKE 'job:%%' AND limits ? 'weight'").fetchall()
+    return dict(rows)
+
+
+def next_ids(url: str, guid: str, limit: int, exclude: list[str] | None = None) -> list[str]:
+    ready = run(url, lambda pool: PostgresGuidQueue(pool).next_ready(guid, exclude or [], limit))
+    return [c.item_id for c in ready.commands]
+
+
+def test_at_depth_the_next_items_are_the_domain_order_over_all_ready_work(database_url: str) -> None:
+    url = database_url
+    big = add_job(url, "g", 20_000, age_s=3600)                       # a broadcast queued an hour ago
+    late = add_job(url, "g", 300, age_s=10, weight=2.0)               # a later job on the same guid, weight 2
+    ticket = add_job(url, "g", 5, priority=2, age_s=1)                # tickets: a better priority
+    add_job(url, "g", 5_000, age_s=7200, not_before_in_s=3600)        # scheduled an hour ahead, queued earlier
+    add_job(url, "other", 50)                                          # another guid's work
+    w = weights(url)
+    expected = [q.item_id for q in fair_order(all_ready(url, "g"), w.get)][:40]
+    got = next_ids(url, "g", 40)
+    assert got == expected
+    jobs = [{q.item_id: q.job_id for q in all_ready(url, "g")}[i] for i in got]
+    assert jobs[:5] == [ticket] * 5, "the better priority first, however deep the campaign"
+    assert jobs[5:] == ([big, late, late] * 12)[:35], "then the jobs share: the later one, of weight 2, sends two for one"
+
+
+def test_the_window_in_hand_is_left_out_and_the_order_goes_on_after_it(database_url: str) -> None:
+    url = database_url
+    add_job(url, "g", 100, age_s=100)
+    add_job(url, "g", 100, age_s=50)
+    first = next_ids(url, "g", 10)
+    second = next_ids(url, "g", 10, exclude=first)
+    assert not set(first) & set(second)
+    rest = [q for q in all_ready(url, "g") if q.item_id not in first]
+    assert second == [q.item_id for q in fair_order(rest)][:10]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(1, 40), st.sampled_from([0, 1, 2, 3, 5]), st.integers(0, 3000),
+                          st.sampled_from([None, 0.5, 1.0, 3.0]), st.booleans()), min_size=1, max_size=5),
+       st.integers(1, 60))
+def test_for_any_mix_of_jobs_priorities_ages_and_weights_postgres_and_the_domain_agree(
+        database_url: str, jobs: list[tuple[int, int, int, float | None, bool]], limit: int) -> None:
+    guid = f"g-{uuid.uuid4().hex[:8]}"
+    for n, priority, age, weight, scheduled in jobs:
+        add_job(database_url, guid, n, priority=priority, age_s=age, weight=weight,
+                not_before_in_s=(-age / 2 if not scheduled else 600))
+    expected = [q.item_id for q in fair_order(all_ready(database_url, guid), weights(database_url).get)][:limit]
+    assert next_ids(database_url, guid, limit) == expected
+
+
+def test_scheduled_work_never_blocks_ready_work_and_joins_the_order_once_due(database_url: str) -> None:
+    url = database_url
+    scheduled = add_job(url, "g", 2_000, age_s=600, not_before_in_s=3600)
+    ready = add_job(url, "g", 30, age_s=1)
+    got = run(url, lambda pool: PostgresGuidQueue(pool).next_ready("g", [], 50))
+    assert {c.job_id for c in got.commands} == {ready} and len(got.commands) == 30
+    assert got.due_in_s is not None and 3590 < got.due_in_s <= 3600
+    sql(url, "UPDATE items SET not_before = now() - interval '1 second' WHERE job_id = %s", scheduled)
+    got = run(url, lambda pool: PostgresGuidQueue(pool).next_ready("g", [], 10))
+    assert {c.job_id for c in got.commands} == {scheduled, ready}, "due now: it takes turns with the ready job"
+    assert got.due_in_s is None
+
+
+def test_shedding_expires_exactly_the_batch_items_that_cannot_make_their_expire_at(database_url: str) -> None:
+    url = database_url
+    add_job(url, "g", 3, priority=1, age_s=5, expire_in_s=2)           # online: never shed
+    ahead = add_job(url, "g", 20, priority=2, age_s=5)                 # tickets, no expire_at: ahead of the campaign
+    campaign = add_job(url, "g", 200, age_s=60, expire_in_s=100)       # 1 send/s: about 80 of them can make it
+    interval = 1.0
+    with psycopg.connect(url) as conn:
+        exp = dict(conn.execute("SELECT item_id::text, extract(epoch FROM expire_at) FROM items"
+                                " WHERE guid = 'g' AND expire_at IS NOT NULL").fetchall())
+    batch = [q for q in fair_order(all_ready(url, "g")) if q.priority > 1]
+    now = datetime.now(UTC).timestamp()
+    expected = {q.item_id for p, q in enumerate(batch, 1) if sheds(p, float(exp.get(q.item_id) or 0) or None, now,
+                                                                     interval)}
+    shed = run(url, lambda pool: PostgresGuidQueue(pool).shed("g", interval))
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT item_id::text, job_id::text, status::text, last_error_class FROM items"
+                            " WHERE guid = 'g'").fetchall()
+        events = conn.execute("SELECT type, from_status::text, to_status::text, payload->>'error_class'"
+                              " FROM item_events WHERE guid = 'g'").fetchall()
+    gone = {i for i, _, status, cls in rows if status == "expired" and cls == "shed"}
+    assert shed == len(gone) and 115 <= shed <= 125
+    assert len(gone ^ expected) <= 2, "the same items as the domain's rule (a second's drift at the edge)"
+    assert all(job == campaign for i, job, _, _ in rows if i in gone), "online and items without expire_at stay"
+    assert all(status == "pending" for _, job, status, _ in rows if job == ahead)
+    assert set(events) == {("ItemExpired", "pending", "expired", "shed")}
