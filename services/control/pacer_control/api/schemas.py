@@ -247,7 +247,7 @@ class GuidView(BaseModel):
     paused_reason: str | None
     paused_by: str | None
     paused_at: datetime | None
-    backlog: int | None = Field(default=None, description="items queued for this guid (pending, waiting_retry)")
+    queued: int | None = Field(default=None, description="items queued for this guid (pending, waiting_retry)")
     oldest_waiting: datetime | None = Field(default=None, description="when the oldest queued item was created")
     owner: str | None = None
     epoch: int | None = None
@@ -258,7 +258,8 @@ class GuidView(BaseModel):
     last_send_at: datetime | None = None
     expired: bool | None = None
     limits: dict[str, Any] | None = None
-    backlog: GuidBacklog | None = None
+    backlog: GuidBacklog | None = Field(default=None, description="one guid's view only: its queue by lane and "
+                                        "state, oldest wait and time to drain")
 
 
 class GuidPage(BaseModel):
