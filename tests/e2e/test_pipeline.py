@@ -63,7 +63,8 @@ def wait_completed(stack: Stack, request_id: str, timeout_s: float) -> tuple[str
 
 
 def sends_for(stack: Stack, prefix: str) -> list[dict]:
-    out, offset = [], 0
+    out: list[dict] = []
+    offset = 0
     while True:
         page = gateway(stack, f"/_admin/sends?limit=1000&offset={offset}")
         sends = page["sends"] if isinstance(page, dict) else page
@@ -141,7 +142,7 @@ def test_an_auto_reply_overtakes_a_campaign_backlog_on_its_guid(stack: Stack) ->
         conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 'test')",
                      (guid, json.dumps({"min_interval_s": 0.25, "jitter_s": 0.0, "online_reserve": 0.2})))
     campaign = request(300, 1)
-    campaign["targets"]["items"] = [  # type: ignore[index]
+    campaign["targets"]["items"] = [
         {"guid": guid, "to_id": f"room-{i}", "vars": {"n": str(i), "rid": "c"}} for i in range(300)]
     publish(stack, json.dumps(campaign).encode())
     wait_for(lambda: len(sends_for(stack, guid)) >= 3, 60, "the campaign to start")
@@ -182,12 +183,12 @@ def test_a_guid_backlog_does_not_hold_up_another_guid_of_its_partition(stack: St
         conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 'test')",
                      (busy, json.dumps({"min_interval_s": 0.25, "jitter_s": 0.0})))
     campaign = request(400, 1)
-    campaign["targets"]["items"] = [  # type: ignore[index]
+    campaign["targets"]["items"] = [
         {"guid": busy, "to_id": f"room-{i}", "vars": {"n": str(i), "rid": "c"}} for i in range(400)]
     publish(stack, json.dumps(campaign).encode())
     wait_for(lambda: len(sends_for(stack, busy)) >= 3, 60, "the campaign to start")
     small = request(5, 1)
-    small["targets"]["items"] = [  # type: ignore[index]
+    small["targets"]["items"] = [
         {"guid": other, "to_id": f"room-{i}", "vars": {"n": str(i), "rid": "s"}} for i in range(5)]
     try:
         publish(stack, json.dumps(small).encode())

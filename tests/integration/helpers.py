@@ -6,7 +6,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import psycopg
 from confluent_kafka import Consumer
@@ -14,10 +14,10 @@ from confluent_kafka import Consumer
 T = TypeVar("T")
 
 
-def wait_for(check: Callable[[], T], timeout_s: float = 30.0, what: str = "condition") -> T:
+def wait_for(check: Callable[[], T | Literal[False] | None], timeout_s: float = 30.0, what: str = "condition") -> T:
     """Poll ``check`` until it returns something truthy; fail with ``what`` at the deadline."""
     deadline = time.monotonic() + timeout_s
-    last: T | None = None
+    last: T | Literal[False] | None = None
     while time.monotonic() < deadline:
         last = check()
         if last:
@@ -66,14 +66,14 @@ def read_topic(config: dict[str, str], topic: str, expect: int, timeout_s: float
             msg = consumer.poll(0.2)
             if msg is None or msg.error():
                 continue
-            out.append({"key": msg.key(), "value": json.loads(msg.value()) if msg.value() else None,
+            out.append({"key": msg.key(), "value": json.loads(v) if (v := msg.value()) else None,
                         "raw": msg.value(), "headers": dict(msg.headers() or [])})
         # Give a moment for any unexpected extra messages to show up.
         end = time.monotonic() + 0.5
         while time.monotonic() < end:
             msg = consumer.poll(0.1)
             if msg is not None and not msg.error():
-                out.append({"key": msg.key(), "value": json.loads(msg.value()) if msg.value() else None,
+                out.append({"key": msg.key(), "value": json.loads(v) if (v := msg.value()) else None,
                             "raw": msg.value(), "headers": dict(msg.headers() or [])})
     finally:
         consumer.close()

@@ -44,7 +44,7 @@ def test_shed_items_show_in_the_jobs_progress_and_report(database_url: str) -> N
     shed = run(url, lambda pool: PostgresGuidQueue(pool).shed("g", 1.0))
     assert 39 <= shed <= 41
 
-    async def go() -> tuple[dict, str]:  # type: ignore[type-arg]
+    async def go() -> tuple[dict, str]:
         async with control_api(url) as api:
             view = (await api.get(f"/jobs/{job}", "operator")).json()
             report = (await api.get(f"/jobs/{job}/report.csv", "operator")).text

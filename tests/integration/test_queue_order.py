@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.domain.order import Queued, fair_order, sheds
-
 from tests.integration.test_sender_queue import run, sql
 
 
@@ -27,7 +27,7 @@ def add_job(url: str, guid: str, n: int, *, priority: int = 3, age_s: float = 0.
                      " target_mode, total, request, status) VALUES (%s, %s, 'campaign', %s, 't', '{}', 1, 'snapshot',"
                      " %s, '{}', 'running')", (job_id, f"req-{job_id}", priority, n))
         (sid,) = conn.execute("INSERT INTO shards (job_id, guid, total) VALUES (%s, %s, %s) RETURNING shard_id",
-                              (job_id, guid, n)).fetchone()  # type: ignore[misc]
+                              (job_id, guid, n)).fetchone()
         conn.execute(
             "INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,"
             " created_at, not_before, expire_at)"
@@ -126,7 +126,7 @@ def test_shedding_expires_exactly_the_batch_items_that_cannot_make_their_expire_
     campaign = add_job(url, "g", 200, age_s=60, expire_in_s=100)       # 1 send/s: about 80 of them can make it
     interval = 1.0
     with psycopg.connect(url) as conn:
-        exp = dict(conn.execute("SELECT item_id::text, extract(epoch FROM expire_at) FROM items"
+        exp: dict[str, float] = dict(conn.execute("SELECT item_id::text, extract(epoch FROM expire_at) FROM items"
                                 " WHERE guid = 'g' AND expire_at IS NOT NULL").fetchall())
     batch = [q for q in fair_order(all_ready(url, "g")) if q.priority > 1]
     now = datetime.now(UTC).timestamp()

@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pacer_common.db.errors import TransientError
 from pacer_common.domain.commands import ItemCommand
@@ -131,7 +132,7 @@ def ring(d: Dispatcher, store: Store, c: ItemCommand) -> None:
     d.ring(c.guid, c)
 
 
-async def until(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+async def until(cond, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "condition not reached in time"
@@ -142,8 +143,8 @@ def dispatcher(limits: Limits, store: GrantAll | None = None, cap: int = 50, exe
                **kw: object) -> tuple[Dispatcher, Recorder, dict[str, Limits]]:
     rec = executor or Recorder()
     table: dict[str, Limits] = {}
-    d = Dispatcher(rec, lambda g: table.get(g, limits), GuidLeases(store or GrantAll(), "me", 30.0),  # type: ignore[arg-type]
-                   rec.store, guid_cap=cap, **kw)  # type: ignore[arg-type]
+    d = Dispatcher(rec, lambda g: table.get(g, limits), GuidLeases(store or GrantAll(), "me", 30.0),  # type: ignore[arg-type]  # GrantAll and kwargs are the unit fakes' subset of the ports
+                   rec.store, guid_cap=cap, **kw)  # type: ignore[arg-type]  # GrantAll and kwargs are the unit fakes' subset of the ports
     d.lease_retry_s = 0.02
     return d, rec, table
 
@@ -283,7 +284,7 @@ def test_scheduled_items_wait_in_postgres_and_never_hold_up_ready_ones() -> None
         first_scheduled = min(t for _, i, t in rec.sent if int(i.split("-")[1]) < 5)
         return held_while_waiting, [i for _, i, _ in rec.sent], first_scheduled, due.timestamp()
 
-    held, sent, first_scheduled_at, _ = asyncio.run(scenario())
+    held, sent, _first_scheduled_at, _ = asyncio.run(scenario())
     assert sent[:3] == ["g-5", "g-6", "g-7"], "ready items go first"
     assert held == 0, "scheduled commands are not held in memory"
     assert sorted(sent[3:]) == [f"g-{n}" for n in range(5)]
@@ -306,7 +307,7 @@ def test_a_guid_with_nothing_due_soon_ends_its_worker_until_the_sweep_starts_it(
     assert ended and sent == ["g-0"] and found >= 1
 
 
-async def _owns_all():  # type: ignore[no-untyped-def]
+async def _owns_all():
     return lambda g: True
 
 
@@ -316,7 +317,7 @@ def test_the_sweep_starts_owned_guids_whose_doorbells_were_lost_and_counts_them(
         rec.store.add(cmd("mine", 0), cmd("mine", 1), cmd("theirs", 0))
         ring(d, rec.store, cmd("busy", 0))  # has a worker already
 
-        async def owns():  # type: ignore[no-untyped-def]
+        async def owns():
             return lambda g: g != "theirs"
 
         counted: list[tuple[str, int]] = []
@@ -384,7 +385,7 @@ class Faulty(Recorder):
         return await super().execute(c)
 
 
-def run_faulty(executor: Faulty, items: int, **kw: object) -> tuple[Faulty, int]:
+def run_faulty(executor: Faulty, items: int, **kw: Any) -> tuple[Faulty, int]:
     errors = 0
 
     def count() -> None:
@@ -462,7 +463,7 @@ def test_a_database_outage_is_retried_and_never_fails_the_item() -> None:
 
 def test_guids_asking_for_their_lease_at_once_are_granted_in_one_round_trip() -> None:
     store = GrantAll(held_elsewhere={"g-7"})
-    leases = GuidLeases(store, "me", 30.0)  # type: ignore[arg-type]
+    leases = GuidLeases(store, "me", 30.0)  # type: ignore[arg-type]  # GrantAll and kwargs are the unit fakes' subset of the ports
 
     async def go() -> list[object]:
         return list(await asyncio.gather(*(leases.acquire(f"g-{i}") for i in range(50))))
@@ -494,7 +495,7 @@ class SlowGrant(GrantAll):
 
 def test_a_lease_taken_for_a_worker_stopped_meanwhile_is_given_back() -> None:
     store = SlowGrant()
-    leases = GuidLeases(store, "me", 30.0)  # type: ignore[arg-type]
+    leases = GuidLeases(store, "me", 30.0)  # type: ignore[arg-type]  # GrantAll and kwargs are the unit fakes' subset of the ports
 
     async def go() -> None:
         worker = asyncio.ensure_future(leases.acquire("g-1"))
@@ -528,8 +529,8 @@ def test_a_guid_executing_when_its_partition_goes_gives_its_lease_back_after_the
     rec = GatedRecorder()
     db = rec.store
     owned = {"g"}
-    d = Dispatcher(rec, lambda g: Limits(min_interval_s=0, jitter_s=0),  # type: ignore[arg-type]
-                   GuidLeases(store, "me", 30.0), db, owns=lambda g: g in owned)  # type: ignore[arg-type]
+    d = Dispatcher(rec, lambda g: Limits(min_interval_s=0, jitter_s=0),  # type: ignore[arg-type]  # GrantAll and kwargs are the unit fakes' subset of the ports
+                   GuidLeases(store, "me", 30.0), db, owns=lambda g: g in owned)  # type: ignore[arg-type]  # GrantAll and kwargs are the unit fakes' subset of the ports
 
     async def go() -> None:
         ring(d, db, cmd("g", 0))

@@ -106,7 +106,7 @@ def test_event_type_must_be_a_known_fact() -> None:
 def test_events_are_immutable() -> None:
     e = ev(1, S.PENDING, S.CLAIMED)
     with pytest.raises(ValidationError):
-        e.to_status = S.CONFIRMED  # type: ignore[misc]
+        e.to_status = S.CONFIRMED
 
 
 def test_statuses_parsed_from_json_fold_like_enum_members() -> None:

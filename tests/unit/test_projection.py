@@ -52,7 +52,9 @@ def test_shards_are_counted_separately() -> None:
     }
 
 
-def random_history(rng: random.Random, n_items: int, n_shards: int, max_steps: int) -> tuple[list[ItemEvent], dict[str, tuple[int, ItemStatus]]]:
+def random_history(
+    rng: random.Random, n_items: int, n_shards: int, max_steps: int,
+) -> tuple[list[ItemEvent], dict[str, tuple[int, ItemStatus]]]:
     """Random legal walks over the transition table, interleaved into one batch."""
     walks: list[list[ItemEvent]] = []
     final: dict[str, tuple[int, ItemStatus]] = {}

@@ -81,7 +81,8 @@ class Breakers:
             failed = outcome_of(ev)
             if failed is None:
                 continue
-            for scope, key in (("job", ev.job_id), ("guid", ev.guid)):
+            keys: tuple[tuple[Scope, str], ...] = (("job", ev.job_id), ("guid", ev.guid))
+            for scope, key in keys:
                 b = self._state.get((scope, key))
                 if b is None:
                     if not failed:
