@@ -19,7 +19,8 @@ from pacer_reconciler.ports import Position, Rejected, Unreadable
 
 def _event(k: int) -> ItemEvent:
     return ItemEvent(seq=k, type="ItemRequeued", item_id=f"i{k}", job_id="j", shard_id=1, guid="g", version=2,
-                     from_status=S.WAITING_RETRY, to_status=S.PENDING, occurred_at=datetime(2026, 1, 1, tzinfo=UTC))
+                     from_status=S.WAITING_RETRY, to_status=S.PENDING, occurred_at=datetime(2026, 1, 1, tzinfo=UTC),
+                     payload={})
 
 
 class Log:
