@@ -28,16 +28,16 @@ def infra_env() -> Iterator[Infra]:
 
     state = Path(os.environ.get("PACER_TEST_STATE_DIR", ".pacer/test"))
     inf = infra.up(state)
-    admin = _with_db(inf.database_url, "postgres")
+    admin = with_db(inf.database_url, "postgres")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {TEMPLATE}")
-    migrate(_with_db(inf.database_url, TEMPLATE))
+    migrate(with_db(inf.database_url, TEMPLATE))
     yield inf
     infra.down(state)
 
 
-def _with_db(url: str, name: str) -> str:
+def with_db(url: str, name: str) -> str:
     head, _, _ = url.rpartition("/")
     return f"{head}/{name}"
 
@@ -47,11 +47,11 @@ def cloned_database(infra_env: Infra, prefix: str = "t") -> Iterator[str]:
     """A fresh database cloned from the migrated template; dropped afterwards."""
     base = infra_env.database_url
     name = f"{prefix}_{uuid.uuid4().hex[:16]}"
-    admin = _with_db(base, "postgres")
+    admin = with_db(base, "postgres")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
     try:
-        yield _with_db(base, name)
+        yield with_db(base, name)
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

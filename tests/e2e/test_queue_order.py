@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from pacer_dev.stack import Stack
-from tests.e2e.test_pipeline import publish, request, sends_for
+from tests.e2e.helpers import publish, request, sends_for
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.e2e

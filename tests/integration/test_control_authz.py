@@ -22,7 +22,7 @@ from pacer_common.domain.tokens import RANK, Role
 from pacer_control.app import build_app
 from pacer_control.domain.permissions import FIELD_ACTIONS, RULES
 from pacer_dev.infra import Infra
-from tests.conftest import TEMPLATE, _with_db
+from tests.conftest import TEMPLATE, with_db
 from tests.integration.control_support import make_tokens
 
 # Routes that need no token: probes and the API's own description.
@@ -75,9 +75,9 @@ class Matrix:
 def matrix(infra_env: Infra) -> Iterator[Matrix]:
     base = infra_env.database_url
     name = f"t_authz_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_with_db(base, "postgres"), autocommit=True) as conn:
+    with psycopg.connect(with_db(base, "postgres"), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
-    url = _with_db(base, name)
+    url = with_db(base, name)
     try:
         with start_blocking_portal() as portal:
             pool = portal.call(functools.partial(open_pool, url, min_size=1, max_size=2, name="test-authz"))
@@ -88,7 +88,7 @@ def matrix(infra_env: Infra) -> Iterator[Matrix]:
                 portal.call(client.aclose)
                 portal.call(pool.close)
     finally:
-        with psycopg.connect(_with_db(base, "postgres"), autocommit=True) as conn:
+        with psycopg.connect(with_db(base, "postgres"), autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 

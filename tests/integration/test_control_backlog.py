@@ -9,8 +9,7 @@ import io
 
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from tests.integration.control_support import audit, control_api, rows
-from tests.integration.test_queue_order import add_job
-from tests.integration.test_sender_queue import run
+from tests.integration.helpers import add_job, run
 
 
 def test_backlog_per_guid_and_the_guids_by_backlog_or_by_wait(database_url: str) -> None:

@@ -22,8 +22,7 @@ from pacer_sender.adapters.postgres import (
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.limits import LimitsBook
 from tests.integration.control_support import audit, control_api, move, rows
-from tests.integration.helpers import seed_job
-from tests.integration.test_sender_repository import cmd, status_and_events
+from tests.integration.helpers import cmd, seed_job, status_and_events
 
 TTL = timedelta(seconds=30)
 

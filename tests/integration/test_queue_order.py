@@ -14,33 +14,7 @@ from hypothesis import strategies as st
 
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.domain.order import Queued, fair_order, sheds
-from tests.integration.test_sender_queue import run, sql
-
-
-def add_job(url: str, guid: str, n: int, *, priority: int = 3, age_s: float = 0.0, spacing_s: float = 0.001,
-            not_before_in_s: float | None = None, expire_in_s: float | None = None,
-            weight: float | None = None) -> str:
-    """A job with ``n`` pending items on ``guid``, ``spacing_s`` apart, the newest created ``age_s`` ago."""
-    job_id = str(uuid.uuid4())
-    with psycopg.connect(url) as conn:
-        conn.execute("INSERT INTO jobs (job_id, request_id, kind, priority, created_by, message, content_version,"
-                     " target_mode, total, request, status) VALUES (%s, %s, 'campaign', %s, 't', '{}', 1, 'snapshot',"
-                     " %s, '{}', 'running')", (job_id, f"req-{job_id}", priority, n))
-        (sid,) = conn.execute("INSERT INTO shards (job_id, guid, total) VALUES (%s, %s, %s) RETURNING shard_id",
-                              (job_id, guid, n)).fetchone()
-        conn.execute(
-            "INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,"
-            " created_at, not_before, expire_at)"
-            " SELECT gen_random_uuid(), %(job)s::uuid, %(sid)s, %(guid)s, 'r' || k, 'hi', %(job)s::text || ':' || k, %(prio)s,"
-            "        'campaign', now() - make_interval(secs => %(age)s + (%(n)s - k) * %(sp)s),"
-            "        now() + make_interval(secs => %(nb)s), now() + make_interval(secs => %(ex)s)"
-            " FROM generate_series(1, %(n)s) k",
-            {"job": job_id, "sid": sid, "guid": guid, "prio": priority, "age": age_s, "sp": spacing_s,
-             "nb": not_before_in_s, "ex": expire_in_s, "n": n})
-        if weight is not None:
-            conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 't')",
-                         (f"job:{job_id}", psycopg.types.json.Jsonb({"weight": weight})))
-    return job_id
+from tests.integration.helpers import add_job, run, sql
 
 
 def all_ready(url: str, guid: str) -> list[Queued]:

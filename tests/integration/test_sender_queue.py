@@ -10,28 +10,10 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from pacer_common.db.pool import open_pool
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.ports import UnstorableItem
-from tests.integration.helpers import seed_job
-from tests.integration.test_sender_repository import cmd
-
-
-def run(url: str, fn):
-    async def go():
-        pool = await open_pool(url, min_size=1, max_size=8)
-        try:
-            return await fn(pool)
-        finally:
-            await pool.close()
-
-    return asyncio.run(go())
-
-
-def sql(url: str, statement: str, *args: object) -> None:
-    with psycopg.connect(url) as conn:
-        conn.execute(statement, args)
+from tests.integration.helpers import cmd, run, seed_job, sql
 
 
 def test_next_ready_gives_a_guids_due_unheld_pending_items_urgent_first_and_when_the_next_is_due(

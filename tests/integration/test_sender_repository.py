@@ -8,26 +8,12 @@ from datetime import timedelta
 import psycopg
 
 from pacer_common.db.pool import Pool, open_pool
-from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus as S
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.domain.decisions import Decision
 from pacer_sender.ports import Begun, GuidLease
-from tests.integration.helpers import seed_job
-
-
-def cmd(item_id: str, key: str, guid: str = "g1") -> ItemCommand:
-    return ItemCommand(item_id=item_id, job_id="00000000-0000-0000-0000-000000000000", shard_id=1, guid=guid,
-                       to_id="room", content="hi", idem_key=key, priority=3, kind="campaign")
-
-
-def status_and_events(url: str, item_id: str) -> tuple[str, list[str]]:
-    with psycopg.connect(url) as conn:
-        (status,) = conn.execute("SELECT status::text FROM items WHERE item_id = %s", (item_id,)).fetchone()
-        types = [r[0] for r in conn.execute(
-            "SELECT type FROM item_events WHERE item_id = %s ORDER BY version", (item_id,))]
-    return status, types
+from tests.integration.helpers import cmd, seed_job, status_and_events
 
 
 async def _repo(url: str, owner: str = "w1", guids: tuple[str, ...] = ("g1",)) -> tuple[Pool, PostgresItemRepository]:

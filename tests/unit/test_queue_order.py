@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pacer_sender.domain.order import Queued, fair_order, sheds
 from pacer_sender.domain.pacing import GuidPacer, Limits
 from pacer_sender.domain.queue import GuidQueue, GuidWindow
-from tests.unit.test_dispatcher import FAST, cmd, dispatcher, ring, stop, until
+from tests.unit.dispatching import FAST, cmd, dispatcher, ring, stop, until
 
 
 def q(item: str, job: str, priority: int = 3, ready_at: float = 0.0) -> Queued:
