@@ -68,8 +68,8 @@ def test_scheduled_commands_are_committed_at_once_and_an_unreadable_one_rings_it
     async def scenario() -> tuple[list[str], int]:
         pool = await open_pool(database_url, min_size=1, max_size=4)
         rec = Recorder()
-        dispatcher = Dispatcher(rec, lambda g: Limits(min_interval_s=0, jitter_s=0),  # type: ignore[arg-type]  # GrantAll is a unit fake with only the lease-store methods the dispatcher calls
-                                GuidLeases(GrantAll(), "me", 30.0), PostgresGuidQueue(pool))  # type: ignore[arg-type]  # GrantAll is a unit fake with only the lease-store methods the dispatcher calls
+        dispatcher = Dispatcher(rec, lambda g: Limits(min_interval_s=0, jitter_s=0),  # type: ignore[arg-type]  # a Recorder for the Executor
+                                GuidLeases(GrantAll(), "me", 30.0), PostgresGuidQueue(pool))
         consumer = AsyncConsumer(make_consumer(kafka_config, group, protocol="consumer", remote_assignor="range"))
         bad = Counter("bad", "bad", registry=CollectorRegistry())
         loop = ConsumerLoop(consumer, dispatcher, bad, online, batch)

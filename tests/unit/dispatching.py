@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_sender.core import Executed
@@ -30,6 +31,9 @@ class GrantAll:
         self.asked += 1
         now = datetime.now(UTC)
         return [GuidLease(g, 1, None, False, now) for g in guids if g not in self.held_elsewhere]
+
+    async def renew(self, held: Mapping[str, int], owner: str) -> set[str]:
+        return set(held)
 
     async def release(self, guids: Sequence[str], owner: str) -> int:
         self.released.extend(guids)
@@ -136,11 +140,11 @@ async def until(cond, timeout: float = 10.0) -> None:
 
 
 def dispatcher(limits: Limits, store: GrantAll | None = None, cap: int = 50, executor: Recorder | None = None,
-               **kw: object) -> tuple[Dispatcher, Recorder, dict[str, Limits]]:
+               **kw: Any) -> tuple[Dispatcher, Recorder, dict[str, Limits]]:
     rec = executor or Recorder()
     table: dict[str, Limits] = {}
-    d = Dispatcher(rec, lambda g: table.get(g, limits), GuidLeases(store or GrantAll(), "me", 30.0),  # type: ignore[arg-type]  # GrantAll and kwargs are the unit fakes' subset of the ports
-                   rec.store, guid_cap=cap, **kw)  # type: ignore[arg-type]  # GrantAll and kwargs are the unit fakes' subset of the ports
+    d = Dispatcher(rec, lambda g: table.get(g, limits), GuidLeases(store or GrantAll(), "me", 30.0),  # type: ignore[arg-type]  # a Recorder for the Executor
+                   rec.store, guid_cap=cap, **kw)
     d.lease_retry_s = 0.02
     return d, rec, table
 

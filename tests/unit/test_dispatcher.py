@@ -335,7 +335,7 @@ def test_a_database_outage_is_retried_and_never_fails_the_item() -> None:
 
 def test_guids_asking_for_their_lease_at_once_are_granted_in_one_round_trip() -> None:
     store = GrantAll(held_elsewhere={"g-7"})
-    leases = GuidLeases(store, "me", 30.0)  # type: ignore[arg-type]  # GrantAll and kwargs are the unit fakes' subset of the ports
+    leases = GuidLeases(store, "me", 30.0)
 
     async def go() -> list[object]:
         return list(await asyncio.gather(*(leases.acquire(f"g-{i}") for i in range(50))))
@@ -367,7 +367,7 @@ class SlowGrant(GrantAll):
 
 def test_a_lease_taken_for_a_worker_stopped_meanwhile_is_given_back() -> None:
     store = SlowGrant()
-    leases = GuidLeases(store, "me", 30.0)  # type: ignore[arg-type]  # GrantAll and kwargs are the unit fakes' subset of the ports
+    leases = GuidLeases(store, "me", 30.0)
 
     async def go() -> None:
         worker = asyncio.ensure_future(leases.acquire("g-1"))
@@ -401,8 +401,8 @@ def test_a_guid_executing_when_its_partition_goes_gives_its_lease_back_after_the
     rec = GatedRecorder()
     db = rec.store
     owned = {"g"}
-    d = Dispatcher(rec, lambda g: Limits(min_interval_s=0, jitter_s=0),  # type: ignore[arg-type]  # GrantAll and kwargs are the unit fakes' subset of the ports
-                   GuidLeases(store, "me", 30.0), db, owns=lambda g: g in owned)  # type: ignore[arg-type]  # GrantAll and kwargs are the unit fakes' subset of the ports
+    d = Dispatcher(rec, lambda g: Limits(min_interval_s=0, jitter_s=0),  # type: ignore[arg-type]  # a recording executor: see dispatching.py
+                   GuidLeases(store, "me", 30.0), db, owns=lambda g: g in owned)
 
     async def go() -> None:
         ring(d, db, cmd("g", 0))
