@@ -36,8 +36,10 @@ docs: install           ## regenerate the settings tables of docs/configuration.
 lock: install           ## recompile the image's dependency locks (deploy/docker/*.lock) from pyproject.toml
 	$(BIN)/python -m pacer_dev.lock
 
-lint: install           ## layering contracts
+lint: install           ## layering contracts, ruff (rules in pyproject.toml), mypy (strict on libs/common and every domain/)
 	$(BIN)/lint-imports
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 schema-sql: install     ## regenerate libs/common/pacer_common/db/schema.sql from the migrations and function files
 	$(BIN)/python -m pacer_dev.schema_dump

@@ -66,8 +66,8 @@ def seed_items(url: str, guids: int, per_guid: int, priority: int = 3, kind: str
         shard_ids = {}
         for g in range(guids):
             guid = f"bg{g:05d}"
-            (sid,) = conn.execute("INSERT INTO shards (job_id, guid, total) VALUES (%s, %s, %s) RETURNING shard_id",
-                                  (job_id, guid, per_guid)).fetchone()  # type: ignore[misc]
+            sid = conn.execute("INSERT INTO shards (job_id, guid, total) VALUES (%s, %s, %s) RETURNING shard_id",
+                               (job_id, guid, per_guid)).fetchone()[0]
             shard_ids[guid] = sid
             conn.execute("INSERT INTO shard_status_counts VALUES (%s, 'pending', %s)", (sid, per_guid))
         with conn.cursor().copy("COPY items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority,"
@@ -93,7 +93,7 @@ def publish_commands(bootstrap: str, topic: str, commands: list[ItemCommand]) ->
 
 def count(url: str, sql: str, *args: Any) -> int:
     with psycopg.connect(url) as conn:
-        return int(conn.execute(sql, args).fetchone()[0])  # type: ignore[index]
+        return int(conn.execute(sql, args).fetchone()[0])
 
 
 def wait_until(pred: Any, timeout_s: float, poll_s: float = 0.25) -> bool:

@@ -55,7 +55,7 @@ async def measure(bootstrap: str, messages: int, gap_s: float, batch: int, timeo
         else:
             got = await consumer.call(consumer.consumer.consume, 1, timeout_s)
         now = time.time()
-        latencies.extend((now - struct.unpack("d", m.value())[0]) * 1000 for m in got)
+        latencies.extend((now - struct.unpack("d", m.value() or b"")[0]) * 1000 for m in got)
     await task
     await consumer.close()
     return latencies

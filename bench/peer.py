@@ -27,11 +27,10 @@ import httpx
 from pgqueuer import AsyncpgDriver, PsycopgDriver, Queries, QueueManager
 from pgqueuer.models import Job
 from pgqueuer.ports.driver import Driver
-from psycopg_pool import AsyncConnectionPool
 
 from bench.common import CORES, drop_db, env_int, fresh_db, real_infra
 from bench.paced import GATEWAY_MIN_INTERVAL_MS, INTERVAL_S, JITTER_S, Window, measure, pacer_window, per_guid
-from pacer_common.db.pool import open_pool
+from pacer_common.db.pool import Pool, open_pool
 from pacer_common.gateway import make_client
 from pacer_dev.fakegateway.process import start_fake_gateway, stop
 
@@ -131,7 +130,7 @@ async def _worker(url: str, gateway_url: str, driver: str, guids: int, per_guid:
         await pool.close()
 
 
-def _send(pool: AsyncConnectionPool, client: httpx.AsyncClient,
+def _send(pool: Pool, client: httpx.AsyncClient,
           rng: random.Random) -> Callable[[Job], Awaitable[None]]:
     """The handler every guid's entrypoint runs: wait for the guid's moment, send, set the next one."""
 

@@ -16,8 +16,19 @@ from typing import Any
 
 import psycopg
 
-from bench.common import (CORES, count, drop_db, env_int, fresh_db, gateway, publish_commands, real_infra,
-                          seed_items, stack, wait_until)
+from bench.common import (
+    CORES,
+    count,
+    drop_db,
+    env_int,
+    fresh_db,
+    gateway,
+    publish_commands,
+    real_infra,
+    seed_items,
+    stack,
+    wait_until,
+)
 from pacer_common.db.sql import query
 from pacer_common.kafka import make_producer, produce_all
 from pacer_dev.stack import Stack
@@ -31,7 +42,7 @@ def _explain_ms(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any],
     """Median execution time (EXPLAIN ANALYZE) of ``sql`` over ``runs`` runs, in ms."""
     times = []
     for _ in range(runs):
-        (plan,) = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()  # type: ignore[misc]
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()[0]
         times.append(float(plan[0]["Execution Time"]))
     return statistics.median(times)
 
@@ -195,7 +206,7 @@ def shed() -> str:
         sends = _sends(gw)
         late = sum(1 for s in sends if s["at"] > expire_at.timestamp())
         with psycopg.connect(url) as conn:
-            rows = dict(conn.execute("SELECT COALESCE(last_error_class, status::text), count(*) FROM items"
+            rows: dict[str, int] = dict(conn.execute("SELECT COALESCE(last_error_class, status::text), count(*) FROM items"
                                      " GROUP BY 1").fetchall())
     finally:
         st.stop_all()

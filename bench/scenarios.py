@@ -11,8 +11,20 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from bench.common import (CORES, count, drop_db, env_int, fresh_db, gateway, publish_commands, real_infra,
-                          rss_mib, seed_items, stack, wait_until)
+from bench.common import (
+    CORES,
+    count,
+    drop_db,
+    env_int,
+    fresh_db,
+    gateway,
+    publish_commands,
+    real_infra,
+    rss_mib,
+    seed_items,
+    stack,
+    wait_until,
+)
 from bench.paced import allowed, pacer_window
 from bench.peer import peer
 from bench.queue_order import fairness, refill, schedule, shed
@@ -122,12 +134,12 @@ async def _bare_loop(bootstrap: str, topic: str, gateway_url: str, n: int) -> fl
             done += 1
 
     loop = asyncio.get_running_loop()
-    tasks = []
+    tasks: list[asyncio.Task[None]] = []
     t0 = time.perf_counter()
     while len(tasks) < n and time.perf_counter() - t0 < 300:
         for m in await loop.run_in_executor(None, consumer.consume, 500, 0.1):
             if m.error() is None:
-                tasks.append(asyncio.create_task(post(ItemCommand.model_validate_json(m.value()))))
+                tasks.append(asyncio.create_task(post(ItemCommand.model_validate_json(m.value() or b""))))
         await asyncio.sleep(0)
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - t0

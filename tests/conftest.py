@@ -17,40 +17,41 @@ import psycopg
 import pytest
 
 from pacer_common.db.migrate import migrate
+from pacer_dev.infra import Infra
 
 TEMPLATE = "pacer_template"
 
 
 @pytest.fixture(scope="session")
-def infra_env() -> Iterator[object]:
+def infra_env() -> Iterator[Infra]:
     from pacer_dev import infra
 
     state = Path(os.environ.get("PACER_TEST_STATE_DIR", ".pacer/test"))
     inf = infra.up(state)
-    admin = _with_db(inf.database_url, "postgres")
+    admin = with_db(inf.database_url, "postgres")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {TEMPLATE}")
-    migrate(_with_db(inf.database_url, TEMPLATE))
+    migrate(with_db(inf.database_url, TEMPLATE))
     yield inf
     infra.down(state)
 
 
-def _with_db(url: str, name: str) -> str:
+def with_db(url: str, name: str) -> str:
     head, _, _ = url.rpartition("/")
     return f"{head}/{name}"
 
 
 @contextlib.contextmanager
-def cloned_database(infra_env: object, prefix: str = "t") -> Iterator[str]:
+def cloned_database(infra_env: Infra, prefix: str = "t") -> Iterator[str]:
     """A fresh database cloned from the migrated template; dropped afterwards."""
-    base = infra_env.database_url  # type: ignore[attr-defined]
+    base = infra_env.database_url
     name = f"{prefix}_{uuid.uuid4().hex[:16]}"
-    admin = _with_db(base, "postgres")
+    admin = with_db(base, "postgres")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
     try:
-        yield _with_db(base, name)
+        yield with_db(base, name)
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
@@ -74,15 +75,15 @@ def stack_on(infra_env: Any, state: Path, topic_prefix: str, env_extra: dict[str
 
 
 @pytest.fixture
-def database_url(infra_env: object) -> Iterator[str]:
+def database_url(infra_env: Infra) -> Iterator[str]:
     """A fresh, migrated database for this test; dropped afterwards."""
     with cloned_database(infra_env) as url:
         yield url
 
 
 @pytest.fixture
-def kafka_config(infra_env: object) -> dict[str, str]:
-    return {"bootstrap.servers": infra_env.kafka_bootstrap}  # type: ignore[attr-defined]
+def kafka_config(infra_env: Infra) -> dict[str, str]:
+    return {"bootstrap.servers": infra_env.kafka_bootstrap}
 
 
 @pytest.fixture

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from pathlib import Path
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import httpx
 import psycopg
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Dialog, Page, expect
 
 from pacer_common.kafka import make_producer, produce_all
 from pacer_dev.stack import Stack
@@ -35,7 +35,7 @@ def publish_job(stack: Stack, per_guid: int, guids: tuple[str, ...]) -> str:
 
 def sql(stack: Stack, query: str, *args: object) -> list[tuple]:
     with psycopg.connect(stack.infra.database_url, autocommit=True) as conn:
-        cur = conn.execute(query, args)  # type: ignore[arg-type]
+        cur = conn.execute(query, args)
         return cur.fetchall() if cur.description else []
 
 
@@ -80,7 +80,12 @@ def test_operator_watches_progress_reads_failure_categories_and_pauses_the_job(
 
     # Pause: the confirmation states its semantics; the job shows paused and sends stop within a second.
     dialogs: list[str] = []
-    page.once("dialog", lambda d: (dialogs.append(d.message), d.accept()))
+
+    def on_dialog(d: Dialog) -> None:
+        dialogs.append(d.message)
+        d.accept()
+
+    page.once("dialog", on_dialog)
     page.fill(".actions input[name=reason]", "customer asked to hold")
     clicked = time.monotonic()
     page.click("button.act-pause")

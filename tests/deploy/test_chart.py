@@ -8,6 +8,7 @@ import re
 import shutil
 
 import pytest
+
 from pacer_dev import docs
 from pacer_dev.chart.check import (
     CHART,

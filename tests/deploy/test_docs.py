@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from pacer_dev import docs
 from prometheus_client import CollectorRegistry
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from pacer_dev import docs
 
 
 def test_configuration_tables_match_the_settings_classes():
@@ -38,7 +39,7 @@ def test_a_setting_without_a_meaning_is_refused():
     class Bare(BaseSettings):
         port: int = 9100
 
-    with pytest.raises(ValueError, match="Bare.port has no description"):
+    with pytest.raises(ValueError, match=r"Bare\.port has no description"):
         docs.settings_table(Bare)
 
 

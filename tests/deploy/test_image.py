@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from pacer_dev.lock import REPO
 
 DOCKERFILE = REPO / "Dockerfile"

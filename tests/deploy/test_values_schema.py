@@ -7,6 +7,7 @@ import json
 import jsonschema
 import pytest
 import yaml
+
 from pacer_dev.chart.check import CHART, lint, template
 
 MINIMAL = CHART / "ci" / "minimal-values.yaml"

@@ -15,7 +15,7 @@ import pytest
 from pacer_dev import boards, prometheus
 from pacer_dev.stack import Stack
 from tests.e2e.conftest import gateway
-from tests.e2e.test_pipeline import job_state, publish, request
+from tests.e2e.helpers import job_state, publish, request
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -5,44 +5,23 @@ from __future__ import annotations
 import json
 import uuid
 import zlib
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
 
-from pacer_common.kafka import make_producer, produce_all
 from pacer_dev.stack import Stack
 from tests.e2e.conftest import gateway
+from tests.e2e.helpers import job_state, publish, request, sends_for
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
 
 
-def request(items: int, guids: int, request_id: str | None = None) -> dict[str, object]:
-    rid = request_id or f"e2e-{uuid.uuid4().hex[:10]}"
-    return {
-        "request_id": rid, "kind": "campaign", "created_by": "test", "content_version": 1,
-        "message": {"type": "text", "content": "Hi {n} ({rid})"},
-        "targets": {"mode": "snapshot", "items": [
-            {"guid": f"{rid}-g{i % guids}", "to_id": f"room-{i}", "vars": {"n": str(i), "rid": rid}} for i in range(items)
-        ]},
-        "expire_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat(),
-    }
 
 
-def publish(stack: Stack, *values: bytes, key: bytes | None = None) -> None:
-    topic = f"{stack.topic_prefix}.job-requests"
-    produce_all(make_producer({"bootstrap.servers": stack.infra.kafka_bootstrap}),
-                [(topic, key, v, None) for v in values])
 
 
-def job_state(stack: Stack, request_id: str) -> tuple[str, dict[str, int]] | None:
-    with psycopg.connect(stack.infra.database_url) as conn:
-        job = conn.execute("SELECT job_id, status FROM jobs WHERE request_id = %s", (request_id,)).fetchone()
-        if job is None:
-            return None
-        rows = conn.execute("SELECT status::text, count(*) FROM items WHERE job_id = %s GROUP BY 1", (job[0],)).fetchall()
-    return job[1], dict(rows)
 
 
 def projected_counts(stack: Stack, request_id: str) -> dict[str, int]:
@@ -62,15 +41,6 @@ def wait_completed(stack: Stack, request_id: str, timeout_s: float) -> tuple[str
         raise AssertionError(f"{exc}; {_job_diagnosis(stack, request_id)}") from None
 
 
-def sends_for(stack: Stack, prefix: str) -> list[dict]:
-    out, offset = [], 0
-    while True:
-        page = gateway(stack, f"/_admin/sends?limit=1000&offset={offset}")
-        sends = page["sends"] if isinstance(page, dict) else page
-        if not sends:
-            return [s for s in out if s["guid"].startswith(prefix)]
-        out.extend(sends)
-        offset += len(sends)
 
 
 def test_thousand_items_over_twenty_guids_are_each_delivered_exactly_once(stack: Stack) -> None:
@@ -141,7 +111,7 @@ def test_an_auto_reply_overtakes_a_campaign_backlog_on_its_guid(stack: Stack) ->
         conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 'test')",
                      (guid, json.dumps({"min_interval_s": 0.25, "jitter_s": 0.0, "online_reserve": 0.2})))
     campaign = request(300, 1)
-    campaign["targets"]["items"] = [  # type: ignore[index]
+    campaign["targets"]["items"] = [
         {"guid": guid, "to_id": f"room-{i}", "vars": {"n": str(i), "rid": "c"}} for i in range(300)]
     publish(stack, json.dumps(campaign).encode())
     wait_for(lambda: len(sends_for(stack, guid)) >= 3, 60, "the campaign to start")
@@ -182,12 +152,12 @@ def test_a_guid_backlog_does_not_hold_up_another_guid_of_its_partition(stack: St
         conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 'test')",
                      (busy, json.dumps({"min_interval_s": 0.25, "jitter_s": 0.0})))
     campaign = request(400, 1)
-    campaign["targets"]["items"] = [  # type: ignore[index]
+    campaign["targets"]["items"] = [
         {"guid": busy, "to_id": f"room-{i}", "vars": {"n": str(i), "rid": "c"}} for i in range(400)]
     publish(stack, json.dumps(campaign).encode())
     wait_for(lambda: len(sends_for(stack, busy)) >= 3, 60, "the campaign to start")
     small = request(5, 1)
-    small["targets"]["items"] = [  # type: ignore[index]
+    small["targets"]["items"] = [
         {"guid": other, "to_id": f"room-{i}", "vars": {"n": str(i), "rid": "s"}} for i in range(5)]
     try:
         publish(stack, json.dumps(small).encode())

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from pacer_dev.stack import Stack
-from tests.e2e.test_pipeline import publish, request, sends_for
+from tests.e2e.helpers import publish, request, sends_for
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -19,13 +19,13 @@ pytestmark = pytest.mark.e2e
 
 def _cancel(stack: Stack, request_id: str) -> None:
     with psycopg.connect(stack.infra.database_url) as conn:
-        (job,) = conn.execute("SELECT job_id FROM jobs WHERE request_id = %s", (request_id,)).fetchone()  # type: ignore[misc]
+        (job,) = conn.execute("SELECT job_id FROM jobs WHERE request_id = %s", (request_id,)).fetchone()
         conn.execute("SELECT pacer_job_action(%s, 'cancel', 'test', 'e2e: done with it')", (job,))
 
 
 def _campaign_on(guid: str, n: int) -> dict[str, object]:
     body = request(n, 1)
-    body["targets"]["items"] = [  # type: ignore[index]
+    body["targets"]["items"] = [
         {"guid": guid, "to_id": f"room-{i}", "vars": {"n": str(i), "rid": "c"}} for i in range(n)]
     return body
 
@@ -53,18 +53,18 @@ def test_a_ticket_behind_a_two_thousand_item_campaign_goes_out_within_a_few_send
     position = next(i for i, x in enumerate(sends) if x["toId"] == "customer-7")
     with psycopg.connect(stack.infra.database_url) as conn:  # tickets are held for the coalescing window
         (due,) = conn.execute("SELECT extract(epoch FROM i.not_before) FROM items i JOIN jobs j USING (job_id)"
-                              " WHERE j.request_id = %s", (ticket["request_id"],)).fetchone()  # type: ignore[misc]
+                              " WHERE j.request_id = %s", (ticket["request_id"],)).fetchone()
     before = max(before, sum(1 for x in sends[:position] if x["at"] < float(due or 0)))
 
     small = _campaign_on(guid, 3)
-    small["targets"]["items"] = [{"guid": guid, "to_id": f"late-{i}"} for i in range(3)]  # type: ignore[index]
+    small["targets"]["items"] = [{"guid": guid, "to_id": f"late-{i}"} for i in range(3)]
     small["message"] = {"type": "text", "content": "a later campaign"}
     before_small = len(sends_for(stack, guid))
     publish(stack, json.dumps(small).encode())
     sends_after = wait_for(lambda: (s := sends_for(stack, guid)) and sum(x["toId"].startswith("late-") for x in s) == 3
                            and s, 60, "the later campaign")
     last_small = max(i for i, x in enumerate(sends_after) if x["toId"].startswith("late-"))
-    _cancel(stack, campaign["request_id"])  # type: ignore[arg-type]
+    _cancel(stack, campaign["request_id"])  # type: ignore[arg-type]  # the request id the test built is a str
     assert position - before <= 3, f"the ticket waited behind {position - before} campaign sends once due"
     assert last_small - before_small <= 3 * 2 + 3, "the later campaign took turns with the first, not after it"
     assert len(sends_after) < 2000, "the first campaign was still running"

@@ -19,7 +19,6 @@ from pacer_common.ops import serve
 from pacer_control.app import build_app
 from pacer_dev.fakegateway.process import free_port
 
-
 ROLES = ("operator", "tech_admin", "admin")
 
 
@@ -68,7 +67,7 @@ async def control_api(url: str, **kw: Any) -> AsyncIterator[Api]:
 
 def rows(url: str, sql: str, *args: Any) -> list[dict[str, Any]]:
     with psycopg.connect(url, row_factory=dict_row) as conn:
-        return conn.execute(sql, args).fetchall()  # type: ignore[arg-type]
+        return conn.execute(sql, args).fetchall()
 
 
 def audit(url: str, target_id: str | None = None) -> list[dict[str, Any]]:

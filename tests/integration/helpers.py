@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import psycopg
 from confluent_kafka import Consumer
 
+from pacer_common.db.pool import open_pool
+from pacer_common.domain.commands import ItemCommand
+
 T = TypeVar("T")
 
 
-def wait_for(check: Callable[[], T], timeout_s: float = 30.0, what: str = "condition") -> T:
+def wait_for(check: Callable[[], T | Literal[False] | None], timeout_s: float = 30.0, what: str = "condition") -> T:
     """Poll ``check`` until it returns something truthy; fail with ``what`` at the deadline."""
     deadline = time.monotonic() + timeout_s
-    last: T | None = None
+    last: T | Literal[False] | None = None
     while time.monotonic() < deadline:
         last = check()
         if last:
@@ -66,15 +70,70 @@ def read_topic(config: dict[str, str], topic: str, expect: int, timeout_s: float
             msg = consumer.poll(0.2)
             if msg is None or msg.error():
                 continue
-            out.append({"key": msg.key(), "value": json.loads(msg.value()) if msg.value() else None,
+            out.append({"key": msg.key(), "value": json.loads(v) if (v := msg.value()) else None,
                         "raw": msg.value(), "headers": dict(msg.headers() or [])})
         # Give a moment for any unexpected extra messages to show up.
         end = time.monotonic() + 0.5
         while time.monotonic() < end:
             msg = consumer.poll(0.1)
             if msg is not None and not msg.error():
-                out.append({"key": msg.key(), "value": json.loads(msg.value()) if msg.value() else None,
+                out.append({"key": msg.key(), "value": json.loads(v) if (v := msg.value()) else None,
                             "raw": msg.value(), "headers": dict(msg.headers() or [])})
     finally:
         consumer.close()
     return out
+
+
+def cmd(item_id: str, key: str, guid: str = "g1") -> ItemCommand:
+    return ItemCommand(item_id=item_id, job_id="00000000-0000-0000-0000-000000000000", shard_id=1, guid=guid,
+                       to_id="room", content="hi", idem_key=key, priority=3, kind="campaign")
+
+
+def status_and_events(url: str, item_id: str) -> tuple[str, list[str]]:
+    with psycopg.connect(url) as conn:
+        (status,) = conn.execute("SELECT status::text FROM items WHERE item_id = %s", (item_id,)).fetchone()
+        types = [r[0] for r in conn.execute(
+            "SELECT type FROM item_events WHERE item_id = %s ORDER BY version", (item_id,))]
+    return status, types
+
+
+def run(url: str, fn):
+    async def go():
+        pool = await open_pool(url, min_size=1, max_size=8)
+        try:
+            return await fn(pool)
+        finally:
+            await pool.close()
+
+    return asyncio.run(go())
+
+
+def sql(url: str, statement: str, *args: object) -> None:
+    with psycopg.connect(url) as conn:
+        conn.execute(statement, args)
+
+
+def add_job(url: str, guid: str, n: int, *, priority: int = 3, age_s: float = 0.0, spacing_s: float = 0.001,
+            not_before_in_s: float | None = None, expire_in_s: float | None = None,
+            weight: float | None = None) -> str:
+    """A job with ``n`` pending items on ``guid``, ``spacing_s`` apart, the newest created ``age_s`` ago."""
+    job_id = str(uuid.uuid4())
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO jobs (job_id, request_id, kind, priority, created_by, message, content_version,"
+                     " target_mode, total, request, status) VALUES (%s, %s, 'campaign', %s, 't', '{}', 1, 'snapshot',"
+                     " %s, '{}', 'running')", (job_id, f"req-{job_id}", priority, n))
+        (sid,) = conn.execute("INSERT INTO shards (job_id, guid, total) VALUES (%s, %s, %s) RETURNING shard_id",
+                              (job_id, guid, n)).fetchone()
+        conn.execute(
+            "INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,"
+            " created_at, not_before, expire_at)"
+            " SELECT gen_random_uuid(), %(job)s::uuid, %(sid)s, %(guid)s, 'r' || k, 'hi', %(job)s::text || ':' || k, %(prio)s,"
+            "        'campaign', now() - make_interval(secs => %(age)s + (%(n)s - k) * %(sp)s),"
+            "        now() + make_interval(secs => %(nb)s), now() + make_interval(secs => %(ex)s)"
+            " FROM generate_series(1, %(n)s) k",
+            {"job": job_id, "sid": sid, "guid": guid, "prio": priority, "age": age_s, "sp": spacing_s,
+             "nb": not_before_in_s, "ex": expire_in_s, "n": n})
+        if weight is not None:
+            conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 't')",
+                         (f"job:{job_id}", psycopg.types.json.Jsonb({"weight": weight})))
+    return job_id

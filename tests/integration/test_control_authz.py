@@ -21,9 +21,9 @@ from pacer_common.db.pool import open_pool
 from pacer_common.domain.tokens import RANK, Role
 from pacer_control.app import build_app
 from pacer_control.domain.permissions import FIELD_ACTIONS, RULES
-from tests.conftest import TEMPLATE, _with_db
+from pacer_dev.infra import Infra
+from tests.conftest import TEMPLATE, with_db
 from tests.integration.control_support import make_tokens
-
 
 # Routes that need no token: probes and the API's own description.
 PUBLIC = {"/healthz", "/readyz", "/metrics", "/api/v1/openapi.json", "/api/v1/docs",
@@ -50,7 +50,7 @@ def test_every_route_is_public_or_in_the_openapi_document_with_a_rule() -> None:
     documented = {(m, p) for m, p, _ in OPERATIONS}
     for route in app.routes:
         if isinstance(route, APIRoute) and route.path not in PUBLIC:
-            for method in route.methods - {"HEAD"}:
+            for method in (route.methods or set()) - {"HEAD"}:
                 assert (method, route.path) in documented, f"{method} {route.path} is not in the OpenAPI document"
     for method, path, op in OPERATIONS:
         action = op.get("x-pacer-action")
@@ -72,12 +72,12 @@ class Matrix:
 
 
 @pytest.fixture(scope="module")
-def matrix(infra_env: object) -> Iterator[Matrix]:
-    base = infra_env.database_url  # type: ignore[attr-defined]
+def matrix(infra_env: Infra) -> Iterator[Matrix]:
+    base = infra_env.database_url
     name = f"t_authz_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_with_db(base, "postgres"), autocommit=True) as conn:
+    with psycopg.connect(with_db(base, "postgres"), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
-    url = _with_db(base, name)
+    url = with_db(base, name)
     try:
         with start_blocking_portal() as portal:
             pool = portal.call(functools.partial(open_pool, url, min_size=1, max_size=2, name="test-authz"))
@@ -88,7 +88,7 @@ def matrix(infra_env: object) -> Iterator[Matrix]:
                 portal.call(client.aclose)
                 portal.call(pool.close)
     finally:
-        with psycopg.connect(_with_db(base, "postgres"), autocommit=True) as conn:
+        with psycopg.connect(with_db(base, "postgres"), autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 

@@ -9,8 +9,7 @@ import io
 
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from tests.integration.control_support import audit, control_api, rows
-from tests.integration.test_queue_order import add_job
-from tests.integration.test_sender_queue import run
+from tests.integration.helpers import add_job, run
 
 
 def test_backlog_per_guid_and_the_guids_by_backlog_or_by_wait(database_url: str) -> None:
@@ -44,7 +43,7 @@ def test_shed_items_show_in_the_jobs_progress_and_report(database_url: str) -> N
     shed = run(url, lambda pool: PostgresGuidQueue(pool).shed("g", 1.0))
     assert 39 <= shed <= 41
 
-    async def go() -> tuple[dict, str]:  # type: ignore[type-arg]
+    async def go() -> tuple[dict, str]:
         async with control_api(url) as api:
             view = (await api.get(f"/jobs/{job}", "operator")).json()
             report = (await api.get(f"/jobs/{job}/report.csv", "operator")).text

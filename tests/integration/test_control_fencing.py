@@ -9,6 +9,8 @@ from datetime import timedelta
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
+
 from pacer_common.db import operations
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.receipts import Receipt
@@ -19,18 +21,15 @@ from pacer_sender.adapters.postgres import (
 )
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.limits import LimitsBook
-from psycopg.rows import dict_row
-
 from tests.integration.control_support import audit, control_api, move, rows
-from tests.integration.helpers import seed_job
-from tests.integration.test_sender_repository import cmd, status_and_events
+from tests.integration.helpers import cmd, seed_job, status_and_events
 
 TTL = timedelta(seconds=30)
 
 
-def force_release(url: str, guid: str, actor: str = "token:admin") -> dict:  # type: ignore[type-arg]
+def force_release(url: str, guid: str, actor: str = "token:admin") -> dict:
     with psycopg.connect(url, row_factory=dict_row) as conn:
-        return conn.execute("SELECT * FROM pacer_force_release_guid(%s, %s, 'test')", (guid, actor)).fetchone()  # type: ignore[return-value]
+        return conn.execute("SELECT * FROM pacer_force_release_guid(%s, %s, 'test')", (guid, actor)).fetchone()  # type: ignore[return-value]  # the function returns one row: None would fail the caller's assertion
 
 
 # -- guid leases ------------------------------------------------------------------------------
@@ -43,7 +42,7 @@ def test_a_force_released_holder_can_neither_renew_nor_send_nor_take_the_guid_ba
         await pool.close()
         return lease.epoch
 
-    async def after_release(epoch: int) -> tuple[set[str], str, list, list]:  # type: ignore[type-arg]
+    async def after_release(epoch: int) -> tuple[set[str], str, list, list]:
         pool = await open_pool(database_url, min_size=1, max_size=4)
         leases = PostgresGuidLeases(pool, TTL)
         kept = await leases.renew({"g1": epoch}, "w1")
@@ -68,7 +67,7 @@ def test_a_force_released_holder_can_neither_renew_nor_send_nor_take_the_guid_ba
 
 def test_the_evicted_holder_takes_the_guid_again_once_its_released_lease_would_have_run_out(
         database_url: str) -> None:
-    async def scenario() -> list:  # type: ignore[type-arg]
+    async def scenario() -> list:
         pool = await open_pool(database_url, min_size=1, max_size=4)
         leases = PostgresGuidLeases(pool, TTL)
         await leases.acquire(["g1"], "w1")
@@ -87,16 +86,17 @@ def test_the_evicted_holder_takes_the_guid_again_once_its_released_lease_would_h
 def test_no_successor_takes_a_released_guid_while_the_evicted_holders_send_is_in_flight(database_url: str) -> None:
     _, _, (item,) = seed_job(database_url, {"g1": 1})
 
-    async def scenario() -> tuple[list, bool, list]:  # type: ignore[type-arg]
+    async def scenario() -> tuple[list, bool, list]:
         pool = await open_pool(database_url, min_size=1, max_size=4)
         leases = PostgresGuidLeases(pool, TTL)
         repo = PostgresItemRepository(pool, TTL)
         await leases.acquire(["g1"], "w1")
         begun = await repo.begin_send(cmd(item, "k1"), "w1")  # the request is on the wire
+        assert begun.epoch is not None
         released = force_release(database_url, "g1")
         assert released["in_flight"] == 1
         waiting = await leases.acquire(["g1"], "w2")
-        confirmed = await repo.confirm(cmd(item, "k1"), begun.epoch, Receipt(0, "ok", "m", 1.0))  # type: ignore[arg-type]
+        confirmed = await repo.confirm(cmd(item, "k1"), begun.epoch, Receipt(0, "ok", "m", 1.0))
         taken = await leases.acquire(["g1"], "w2")
         await pool.close()
         return waiting, confirmed, taken
@@ -144,10 +144,11 @@ def test_a_submitted_item_released_is_verified_never_resent_and_its_holder_is_fe
         await PostgresGuidLeases(pool, TTL).acquire(["g1"], "w1")
         repo = PostgresItemRepository(pool, TTL)
         begun = await repo.begin_send(cmd(item, "k1"), "w1")
+        assert begun.epoch is not None
         async with control_api(database_url) as api:
             r = await api.post(f"/items/{item}/release-lock", "admin", json={"reason": "sender stalled"})
             assert (r.status_code, r.json()["status"]) == (200, "recovery_pending"), r.text
-        late = await repo.confirm(cmd(item, "k1"), begun.epoch, Receipt(0, "ok", "m", 1.0))  # type: ignore[arg-type]
+        late = await repo.confirm(cmd(item, "k1"), begun.epoch, Receipt(0, "ok", "m", 1.0))
         await pool.close()
         return late
 
@@ -177,7 +178,7 @@ def test_a_retry_in_a_cancelled_or_terminated_job_is_refused_with_the_reason(dat
     assert (r.outcome, r.new_item) == ("refused", None) and f"is {job_status}" in r.message
     assert ("publish a new job request" if job_status == "cancelled" else "resume the job first") in r.message
 
-    async def api() -> tuple[int, str, dict]:  # type: ignore[type-arg]
+    async def api() -> tuple[int, str, dict]:
         async with control_api(database_url) as c:
             single = await c.post(f"/items/{other}/retry", "operator")
             bulk = (await c.post(f"/jobs/{job}/retry", "operator",
@@ -274,7 +275,7 @@ def test_two_senders_on_two_budgeted_jobs_never_deadlock_and_count_exactly(datab
                 await conn.commit()
             return outcomes
 
-    async def both() -> list[list[str]]:
+    async def both() -> tuple[list[str], list[str]]:
         return await asyncio.gather(sender("A", a_x + a_y), sender("B", b_y + b_x))
 
     results = asyncio.run(both())  # a deadlock raises psycopg.errors.DeadlockDetected

@@ -18,10 +18,10 @@ from schemathesis.python import asgi
 
 from pacer_common.db.pool import new_pool
 from pacer_control.app import build_app
-from tests.conftest import TEMPLATE, _with_db
+from pacer_dev.infra import Infra
+from tests.conftest import TEMPLATE, with_db
 from tests.integration.control_support import make_tokens
 from tests.integration.helpers import seed_job
-
 
 pytestmark = pytest.mark.timeout(120)
 TOKEN: dict[str, str] = {}
@@ -34,21 +34,21 @@ def _app(url: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def schema_db(infra_env: object) -> Iterator[tuple[str, Any]]:
+def schema_db(infra_env: Infra) -> Iterator[tuple[str, Any]]:
     """One database for every operation's test, with a job to find and an admin token; the
     OpenAPI document is loaded once."""
-    base = infra_env.database_url  # type: ignore[attr-defined]
+    base = infra_env.database_url
     name = f"t_schema_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_with_db(base, "postgres"), autocommit=True) as conn:
+    with psycopg.connect(with_db(base, "postgres"), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
-    url = _with_db(base, name)
+    url = with_db(base, name)
     seed_job(url, {"g1": 3, "g2": 2})
     TOKEN["admin"] = asyncio.run(make_tokens(url, prefix="schemathesis-"))["admin"]
     try:
         yield url, schemathesis.openapi.from_asgi("/api/v1/openapi.json", _app(url))
     finally:
         asgi.shutdown_lifespans()
-        with psycopg.connect(_with_db(base, "postgres"), autocommit=True) as conn:
+        with psycopg.connect(with_db(base, "postgres"), autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 

@@ -79,7 +79,7 @@ def audit(url: str, target: str) -> list[tuple]:
 # -- pause / resume ------------------------------------------------------------------------
 def test_a_paused_job_claims_nothing_and_resumes_where_it_stopped(database_url: str) -> None:
     url = database_url
-    job, _, items = seed_job(url, {"g1": 3, "g2": 2})
+    job, _, _items = seed_job(url, {"g1": 3, "g2": 2})
     assert action(url, job, "pause", "wrong template")[0] == "done"
     out = begin_all(url, item_cmds(url, job), ["g1", "g2"])
     assert all(o == "held" and "job paused: wrong template" in (h or "") for o, h in out)
@@ -141,10 +141,10 @@ def test_releases_of_every_scope_pending_at_once_are_all_worked_through(database
 # -- cancel and terminate ----------------------------------------------------------------------
 def test_cancel_abandons_what_waits_lets_in_flight_finish_and_is_final(database_url: str) -> None:
     url = database_url
-    job, _, items = seed_job(url, {"g1": 4})
+    job, _, _items = seed_job(url, {"g1": 4})
     cmds = item_cmds(url, job)
     assert [o for o, _ in begin_all(url, cmds[:1], ["g1"])] == ["submitted"]  # one in flight
-    outcome, message, status = action(url, job, "cancel", "customer complaint")
+    outcome, _message, status = action(url, job, "cancel", "customer complaint")
     assert (outcome, status) == ("done", "cancelled")
     counts = dict(rows(url, "SELECT status::text, count(*) FROM items WHERE job_id = %s GROUP BY 1", job))
     assert counts == {"submitted": 1, "abandoned": 3}
@@ -199,7 +199,7 @@ def test_a_pause_or_cancel_racing_claims_has_one_clean_boundary(database_url: st
         pool, repo = await _repo(url, guids)
         try:
             async def claims() -> list[str]:
-                out = []
+                out: list[str] = []
                 for i in range(0, len(cmds), 10):
                     out += [b.outcome for b in await asyncio.gather(*(repo.begin_send(c, "w1") for c in cmds[i:i + 10]))]
                 return out
@@ -210,7 +210,7 @@ def test_a_pause_or_cancel_racing_claims_has_one_clean_boundary(database_url: st
                     await conn.execute("SELECT * FROM pacer_job_action(%s, %s, %s)", (job, what, ACTOR))
 
             first, _ = await asyncio.gather(claims(), act())
-            after = [b.outcome for b in await asyncio.gather(*(repo.begin_send(c, "w1") for c in cmds))]
+            after: list[str] = [b.outcome for b in await asyncio.gather(*(repo.begin_send(c, "w1") for c in cmds))]
             return first, after
         finally:
             await pool.close()
@@ -370,7 +370,7 @@ def test_an_item_held_by_a_claim_racing_the_resume_is_still_released(database_ur
 
 def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_url: str) -> None:
     url = database_url
-    job, shards, _ = seed_job(url, {"g1": 2, "g2": 2, "g3": 2})
+    job, _shards, _ = seed_job(url, {"g1": 2, "g2": 2, "g3": 2})
     other, _, _ = seed_job(url, {"g4": 1})
     with psycopg.connect(url) as conn:
         conn.execute("UPDATE shards SET status = 'running', last_progress_at = now() - interval '20 minutes'"

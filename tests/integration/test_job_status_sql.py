@@ -4,6 +4,7 @@ every (status, action) pair: refused, nothing to do, or done into one of the tab
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import psycopg
 import pytest
@@ -43,7 +44,8 @@ def act_on_job(url: str, job_id: str, action: JobAction) -> tuple[str, JobStatus
 @pytest.mark.parametrize("action", list(JobAction))
 def test_every_job_status_answers_each_action_as_the_table_says(database_url: str, action: JobAction) -> None:
     table = JOB_ACTIONS[action]
-    wrong, reached = [], {}
+    wrong: list[Any] = []
+    reached: dict[Any, Any] = {}
     for status in JobStatus:
         for open_item in (True, False):
             job_id = job_in(database_url, status, open_item=open_item)
@@ -79,7 +81,8 @@ def test_every_shard_status_answers_each_action_as_the_table_says(database_url: 
 
 
 @pytest.mark.parametrize(("table", "enum"), [("jobs", JobStatus), ("shards", ShardStatus)])
-def test_the_status_enums_are_the_statuses_the_database_allows(database_url: str, table: str, enum: type) -> None:
+def test_the_status_enums_are_the_statuses_the_database_allows(database_url: str, table: str,
+                                                                 enum: type[JobStatus] | type[ShardStatus]) -> None:
     with psycopg.connect(database_url) as conn:
         (check,) = conn.execute(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = %s::regclass AND conname = %s",

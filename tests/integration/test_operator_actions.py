@@ -247,7 +247,7 @@ def test_cancel_racing_a_claim_has_exactly_one_winner(database_url: str) -> None
             return len(await cur.fetchall()) == 1
 
         try:
-            out = []
+            out: list[tuple[bool, str]] = []
             for k, item in enumerate(items):
                 # Alternate who is sent first, so each side wins some rounds.
                 if k % 2:
@@ -262,8 +262,8 @@ def test_cancel_racing_a_claim_has_exactly_one_winner(database_url: str) -> None
 
     results = asyncio.run(race())
     with psycopg.connect(database_url) as conn:
-        final = dict(conn.execute("SELECT item_id::text, status::text FROM items").fetchall())
-        logged = {}
+        final: dict[str, str] = dict(conn.execute("SELECT item_id::text, status::text FROM items").fetchall())
+        logged: dict[str, list[str]] = {}
         for item_id, typ in conn.execute("SELECT item_id::text, type FROM item_events ORDER BY version"):
             logged.setdefault(item_id, []).append(typ)
     for item, (claimed, cancel) in zip(items, results, strict=True):
@@ -315,7 +315,7 @@ async def _blocked(url: str) -> None:
         for _ in range(200):
             cur = await conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
                                      " AND wait_event_type = 'Lock'")
-            if (await cur.fetchone())[0]:  # type: ignore[index]
+            if (await cur.fetchone())[0]:
                 return
             await asyncio.sleep(0.02)
     raise AssertionError("the second writer never waited on the row lock")
@@ -364,7 +364,7 @@ def test_lock_view_shows_live_and_expired_leases_and_counts(database_url: str) -
 def _pacer(argv: list[str]) -> int:
     with pytest.raises(SystemExit) as done:
         cli.main(argv)
-    return int(done.value.code)  # type: ignore[arg-type]
+    return int(done.value.code)  # type: ignore[arg-type]  # the CLI exits with an int code
 
 
 def test_cli_retry_cancel_and_limits_go_through_the_control_api_with_role_and_audit(

@@ -105,7 +105,7 @@ def test_a_long_guid_is_split_into_sub_shards_by_a_stable_hash_of_to_id(
     with psycopg.connect(database_url) as conn:
         shards = conn.execute("SELECT guid, sub, subs, total, shard_id FROM shards ORDER BY guid, sub").fetchall()
         items = conn.execute("SELECT item_id::text, guid, to_id, shard_id FROM items").fetchall()
-        pending = dict(conn.execute("SELECT shard_id, n FROM shard_status_counts WHERE status = 'pending'").fetchall())
+        pending: dict[str, int] = dict(conn.execute("SELECT shard_id, n FROM shard_status_counts WHERE status = 'pending'").fetchall())
     assert {(g, s, n) for g, s, n, _, _ in shards} == {("g0", s, 3) for s in range(3)} | {("g1", s, 3) for s in range(3)}
     assert sum(t for _, _, _, t, _ in shards) == len(items) == 20
     sub_of_shard = {sid: (g, s) for g, s, _, _, sid in shards}
@@ -141,7 +141,7 @@ def test_a_job_is_stored_with_a_synchronous_commit_when_the_database_default_is_
 
 def job_status(url: str, rid: str) -> tuple[str, str | None]:
     with psycopg.connect(url) as conn:
-        return conn.execute("SELECT status, paused_reason FROM jobs WHERE request_id = %s", (rid,)).fetchone()  # type: ignore[return-value]
+        return conn.execute("SELECT status, paused_reason FROM jobs WHERE request_id = %s", (rid,)).fetchone()  # type: ignore[return-value]  # one row per request id: None would fail the caller's assertion
 
 
 def test_a_job_above_the_approval_size_waits_for_approval_and_a_smaller_one_runs(
@@ -158,7 +158,7 @@ def test_new_content_waits_for_approval_until_an_admin_approved_that_message(
     assert job_status(database_url, "first") == (
         "awaiting_approval", "awaiting approval: new content (first send of this message)")
     with psycopg.connect(database_url) as conn:
-        (job,) = conn.execute("SELECT job_id FROM jobs WHERE request_id = 'first'").fetchone()  # type: ignore[misc]
+        (job,) = conn.execute("SELECT job_id FROM jobs WHERE request_id = 'first'").fetchone()
         assert conn.execute("SELECT outcome FROM pacer_decide_approval(%s, true, 'token:a', 'ok')",
                             (job,)).fetchone() == ("done",)
     run(database_url, kafka_config, topics, [request("second", 2)], approval=policy)

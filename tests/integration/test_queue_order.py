@@ -11,36 +11,10 @@ from datetime import UTC, datetime
 import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.domain.order import Queued, fair_order, sheds
-
-from tests.integration.test_sender_queue import run, sql
-
-
-def add_job(url: str, guid: str, n: int, *, priority: int = 3, age_s: float = 0.0, spacing_s: float = 0.001,
-            not_before_in_s: float | None = None, expire_in_s: float | None = None,
-            weight: float | None = None) -> str:
-    """A job with ``n`` pending items on ``guid``, ``spacing_s`` apart, the newest created ``age_s`` ago."""
-    job_id = str(uuid.uuid4())
-    with psycopg.connect(url) as conn:
-        conn.execute("INSERT INTO jobs (job_id, request_id, kind, priority, created_by, message, content_version,"
-                     " target_mode, total, request, status) VALUES (%s, %s, 'campaign', %s, 't', '{}', 1, 'snapshot',"
-                     " %s, '{}', 'running')", (job_id, f"req-{job_id}", priority, n))
-        (sid,) = conn.execute("INSERT INTO shards (job_id, guid, total) VALUES (%s, %s, %s) RETURNING shard_id",
-                              (job_id, guid, n)).fetchone()  # type: ignore[misc]
-        conn.execute(
-            "INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,"
-            " created_at, not_before, expire_at)"
-            " SELECT gen_random_uuid(), %(job)s::uuid, %(sid)s, %(guid)s, 'r' || k, 'hi', %(job)s::text || ':' || k, %(prio)s,"
-            "        'campaign', now() - make_interval(secs => %(age)s + (%(n)s - k) * %(sp)s),"
-            "        now() + make_interval(secs => %(nb)s), now() + make_interval(secs => %(ex)s)"
-            " FROM generate_series(1, %(n)s) k",
-            {"job": job_id, "sid": sid, "guid": guid, "prio": priority, "age": age_s, "sp": spacing_s,
-             "nb": not_before_in_s, "ex": expire_in_s, "n": n})
-        if weight is not None:
-            conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 't')",
-                         (f"job:{job_id}", psycopg.types.json.Jsonb({"weight": weight})))
-    return job_id
+from tests.integration.helpers import add_job, run, sql
 
 
 def all_ready(url: str, guid: str) -> list[Queued]:
@@ -126,7 +100,7 @@ def test_shedding_expires_exactly_the_batch_items_that_cannot_make_their_expire_
     campaign = add_job(url, "g", 200, age_s=60, expire_in_s=100)       # 1 send/s: about 80 of them can make it
     interval = 1.0
     with psycopg.connect(url) as conn:
-        exp = dict(conn.execute("SELECT item_id::text, extract(epoch FROM expire_at) FROM items"
+        exp: dict[str, float] = dict(conn.execute("SELECT item_id::text, extract(epoch FROM expire_at) FROM items"
                                 " WHERE guid = 'g' AND expire_at IS NOT NULL").fetchall())
     batch = [q for q in fair_order(all_ready(url, "g")) if q.priority > 1]
     now = datetime.now(UTC).timestamp()

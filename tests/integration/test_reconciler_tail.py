@@ -27,7 +27,7 @@ def topics(kafka_config: dict[str, str], topic_prefix: str) -> tuple[str, str]:
     return outcomes, commands
 
 
-async def _reconciler(url: str, kafka_config: dict[str, str], topics: tuple[str, str]):  # type: ignore[no-untyped-def]
+async def _reconciler(url: str, kafka_config: dict[str, str], topics: tuple[str, str]):
     pool = await open_pool(url, min_size=1, max_size=2)
     store = PostgresLog(pool, "reconciler", timedelta(seconds=60))
     rec = Reconciler(store, store, KafkaPublisher(make_producer(kafka_config), topics[0], lambda lane: topics[1]))
@@ -46,9 +46,8 @@ def test_event_committed_after_a_later_numbered_one_is_not_skipped(
             # The slow transaction takes the lower sequence number and stays open …
             await apply(slow, CLAIM, [first])
             # … while a later-numbered event commits.
-            async with await psycopg.AsyncConnection.connect(database_url) as fast:
-                async with fast.transaction():
-                    await apply(fast, CLAIM, [second])
+            async with await psycopg.AsyncConnection.connect(database_url) as fast, fast.transaction():
+                await apply(fast, CLAIM, [second])
             while_open = await rec.tail_once()
             await slow.commit()
             after_commit = await rec.tail_once()
@@ -69,7 +68,7 @@ def test_event_committed_after_a_later_numbered_one_is_not_skipped(
 def test_projection_counts_and_completes_the_job(
     database_url: str, kafka_config: dict[str, str], topics: tuple[str, str]
 ) -> None:
-    job_id, shards, items = seed_job(database_url, {"g1": 2, "g2": 1})
+    job_id, _shards, items = seed_job(database_url, {"g1": 2, "g2": 1})
 
     async def scenario() -> None:
         pool, rec = await _reconciler(database_url, kafka_config, topics)
@@ -85,7 +84,7 @@ def test_projection_counts_and_completes_the_job(
 
     asyncio.run(scenario())
     with psycopg.connect(database_url) as conn:
-        counts = dict(conn.execute(
+        counts: dict[str, int] = dict(conn.execute(
             "SELECT status::text, sum(n) FROM shard_status_counts WHERE n <> 0 GROUP BY status").fetchall())
         job = conn.execute("SELECT status, finished_at IS NOT NULL FROM jobs WHERE job_id = %s", (job_id,)).fetchone()
         shard_states = {r[0] for r in conn.execute("SELECT status FROM shards WHERE job_id = %s", (job_id,))}
@@ -142,7 +141,7 @@ def test_events_are_read_in_transaction_id_order_across_a_digit_boundary(
     published = read_topic(kafka_config, topics[0], expect=3)
     assert [m["value"]["item_id"] for m in published] == items
     with psycopg.connect(database_url) as conn:
-        counts = dict(conn.execute(
+        counts: dict[str, int] = dict(conn.execute(
             "SELECT status::text, sum(n) FROM shard_status_counts WHERE n <> 0 GROUP BY status").fetchall())
     assert counts == {"claimed": 3}
 
@@ -181,14 +180,14 @@ def test_a_rebuilt_projection_matches_the_items_and_the_tail_goes_on_from_the_en
         cli(["rebuild-projection", "--services-stopped"])
     assert done.value.code == 0
     with psycopg.connect(database_url) as conn:
-        counts = dict(conn.execute(
+        counts: dict[str, int] = dict(conn.execute(
             "SELECT status::text, sum(n) FROM shard_status_counts WHERE n <> 0 GROUP BY status").fetchall())
         job = conn.execute("SELECT status FROM jobs WHERE job_id = %s", (job_id,)).fetchone()[0]
     assert counts == {"confirmed": 3}
     assert job == "completed"
     assert asyncio.run(scenario(0)) == 0, "no event is applied again after the rebuild"
     with psycopg.connect(database_url) as conn:
-        again = dict(conn.execute(
+        again: dict[str, int] = dict(conn.execute(
             "SELECT status::text, sum(n) FROM shard_status_counts WHERE n <> 0 GROUP BY status").fetchall())
     assert again == {"confirmed": 3}
 

@@ -12,13 +12,14 @@ import pytest
 from pacer_common.db.migrate import migrate
 from pacer_common.db.sql import migrations, schema_objects
 from pacer_common.domain.commands import ItemCommand
+from pacer_dev.infra import Infra
 from pacer_dev.schema_dump import SCHEMA_SQL, dump, normalise
 
 
 @pytest.fixture
-def empty_db(infra_env: object) -> Iterator[str]:
+def empty_db(infra_env: Infra) -> Iterator[str]:
     """A database with nothing in it (template0: not the suite's migrated template)."""
-    head = infra_env.database_url.rpartition("/")[0]  # type: ignore[attr-defined]
+    head = infra_env.database_url.rpartition("/")[0]
     name = f"s_{uuid.uuid4().hex[:16]}"
     with psycopg.connect(f"{head}/postgres", autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name} TEMPLATE template0")
@@ -36,7 +37,7 @@ def migrated_by_an_earlier_release(url: str, upto: int) -> None:
         for version, name, sql in migrations():
             if version <= upto:
                 with conn.transaction():
-                    conn.execute(sql)  # type: ignore[arg-type]
+                    conn.execute(sql)
                     conn.execute("INSERT INTO schema_migrations VALUES (%s, %s)", (version, name))
 
 

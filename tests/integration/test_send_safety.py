@@ -80,11 +80,13 @@ def test_every_send_path_commit_is_synchronous_when_the_database_default_is_off(
         await leases.acquire(["g1"], "w1")  # take
         assert [lease.guid for lease in await leases.acquire(["g1"], "w1")] == ["g1"]  # renew
         begun = await repo.begin_send(cmd(sent, job), "w1")
-        assert await repo.confirm(cmd(sent, job), begun.epoch, Receipt(0, "ok", "m-1", 1.0))  # type: ignore[arg-type]
+        assert begun.epoch is not None
+        assert await repo.confirm(cmd(sent, job), begun.epoch, Receipt(0, "ok", "m-1", 1.0))
         begun = await repo.begin_send(cmd(deferred, job), "w1")
+        assert begun.epoch is not None
         limited = after_failure(SendError(FailureClass.RATE_LIMITED, 45009, "too fast"), 1, RetryPolicy(),
                                 datetime.now(UTC), random.Random(0))
-        assert await repo.settle(cmd(deferred, job), begun.epoch, limited)  # type: ignore[arg-type]
+        assert await repo.settle(cmd(deferred, job), begun.epoch, limited)
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute("UPDATE items SET expire_at = now() - interval '1 second' WHERE item_id = %s", (late,))
         assert await repo.expire(cmd(late, job))
@@ -212,9 +214,10 @@ def test_a_refund_gives_back_only_a_budget_unit_that_was_counted(database_url: s
         await PostgresGuidLeases(pool, TTL).acquire(["g1"], "w1")
         repo = PostgresItemRepository(pool, TTL)
         begun = await repo.begin_send(cmd(item, job), "w1")
+        assert begun.epoch is not None
         one(database_url, "UPDATE jobs SET budget_max_sends = 10, budget_used = 3 WHERE job_id = %s RETURNING 1", job)
-        stale = await repo.settle(cmd(item, job), begun.epoch - 1, limited)  # type: ignore[operator]
-        fresh = await repo.settle(cmd(item, job), begun.epoch, limited)  # type: ignore[arg-type]
+        stale = await repo.settle(cmd(item, job), begun.epoch - 1, limited)
+        fresh = await repo.settle(cmd(item, job), begun.epoch, limited)
         await pool.close()
         return stale, fresh
 

@@ -20,7 +20,7 @@ from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
 from tests.integration.helpers import seed_job
-from tests.unit.test_dispatcher import GrantAll
+from tests.unit.dispatching import GrantAll
 
 
 class Recorder:
@@ -37,6 +37,7 @@ def command(url: str, item_id: str) -> ItemCommand:
         row = conn.execute(
             "SELECT item_id::text, job_id::text, shard_id, guid, to_id, content, idem_key, priority, kind,"
             " expire_at, not_before FROM items WHERE item_id = %s", (item_id,)).fetchone()
+    assert row is not None, f"item {item_id} is stored"
     keys = ["item_id", "job_id", "shard_id", "guid", "to_id", "content", "idem_key", "priority", "kind",
             "expire_at", "not_before"]
     return ItemCommand.model_validate(dict(zip(keys, row, strict=True)))
@@ -67,8 +68,8 @@ def test_scheduled_commands_are_committed_at_once_and_an_unreadable_one_rings_it
     async def scenario() -> tuple[list[str], int]:
         pool = await open_pool(database_url, min_size=1, max_size=4)
         rec = Recorder()
-        dispatcher = Dispatcher(rec, lambda g: Limits(min_interval_s=0, jitter_s=0),  # type: ignore[arg-type]
-                                GuidLeases(GrantAll(), "me", 30.0), PostgresGuidQueue(pool))  # type: ignore[arg-type]
+        dispatcher = Dispatcher(rec, lambda g: Limits(min_interval_s=0, jitter_s=0),  # type: ignore[arg-type]  # a Recorder for the Executor
+                                GuidLeases(GrantAll(), "me", 30.0), PostgresGuidQueue(pool))
         consumer = AsyncConsumer(make_consumer(kafka_config, group, protocol="consumer", remote_assignor="range"))
         bad = Counter("bad", "bad", registry=CollectorRegistry())
         loop = ConsumerLoop(consumer, dispatcher, bad, online, batch)
@@ -82,7 +83,7 @@ def test_scheduled_commands_are_committed_at_once_and_an_unreadable_one_rings_it
         await task
         await consumer.close()
         await pool.close()
-        return rec.sent, int(bad._value.get())  # type: ignore[attr-defined]
+        return rec.sent, int(bad._value.get())
 
     sent, bad = asyncio.run(scenario())
     assert committed(kafka_config, group, batch, 2) == len(messages), "every command committed, scheduled or not"

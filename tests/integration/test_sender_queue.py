@@ -10,28 +10,10 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from pacer_common.db.pool import open_pool
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.ports import UnstorableItem
-from tests.integration.helpers import seed_job
-from tests.integration.test_sender_repository import cmd
-
-
-def run(url: str, fn):  # type: ignore[no-untyped-def]
-    async def go():  # type: ignore[no-untyped-def]
-        pool = await open_pool(url, min_size=1, max_size=8)
-        try:
-            return await fn(pool)
-        finally:
-            await pool.close()
-
-    return asyncio.run(go())
-
-
-def sql(url: str, statement: str, *args: object) -> None:
-    with psycopg.connect(url) as conn:
-        conn.execute(statement, args)
+from tests.integration.helpers import cmd, run, seed_job, sql
 
 
 def test_next_ready_gives_a_guids_due_unheld_pending_items_urgent_first_and_when_the_next_is_due(
@@ -53,7 +35,7 @@ def test_next_ready_gives_a_guids_due_unheld_pending_items_urgent_first_and_when
 
 def test_the_sweep_finds_each_guid_with_claimable_work_once_and_says_which_is_overdue(database_url: str) -> None:
     _, _, items = seed_job(database_url, {"fresh": 3, "old": 1, "held": 1, "later": 1, "soon": 1, "retry": 1})
-    fresh, _, _, old, held, later, soon, retry = items
+    _fresh, _, _, old, held, later, soon, retry = items
     sql(database_url, "UPDATE items SET updated_at = now() - interval '1 hour' WHERE item_id = %s", old)
     sql(database_url, "UPDATE items SET held = true WHERE item_id = %s", held)
     sql(database_url, "UPDATE items SET not_before = now() + interval '1 hour' WHERE item_id = %s", later)
@@ -74,7 +56,7 @@ def test_an_item_whose_key_the_database_refuses_fails_alone_and_its_batch_goes_o
     huge = os.urandom(12_000).hex()  # incompressible, far past a btree row's limit
     sql(database_url, "UPDATE items SET idem_key = %s WHERE item_id = %s", huge, bad)
 
-    async def scenario(pool):  # type: ignore[no-untyped-def]
+    async def scenario(pool):
         await PostgresGuidLeases(pool, timedelta(seconds=30)).acquire(["g1", "g2"], "w1")
         repo = PostgresItemRepository(pool, timedelta(seconds=30))
         got = await asyncio.gather(repo.begin_send(cmd(good, "k-good"), "w1"),
@@ -101,7 +83,7 @@ def test_an_item_whose_key_the_database_refuses_fails_alone_and_its_batch_goes_o
 def test_a_nul_in_a_command_is_the_items_fault_not_the_databases(database_url: str) -> None:
     _, _, (item,) = seed_job(database_url, {"g1": 1})
 
-    async def scenario(pool):  # type: ignore[no-untyped-def]
+    async def scenario(pool):
         await PostgresGuidLeases(pool, timedelta(seconds=30)).acquire(["g1"], "w1")
         await PostgresItemRepository(pool, timedelta(seconds=30)).begin_send(cmd(item, "k\x00"), "w1")
 

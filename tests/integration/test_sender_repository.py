@@ -7,29 +7,16 @@ from datetime import timedelta
 
 import psycopg
 
-from pacer_common.db.pool import open_pool
-from pacer_common.domain.commands import ItemCommand
+from pacer_common.db.pool import Pool, open_pool
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus as S
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.domain.decisions import Decision
-from tests.integration.helpers import seed_job
+from pacer_sender.ports import Begun, GuidLease
+from tests.integration.helpers import cmd, seed_job, status_and_events
 
 
-def cmd(item_id: str, key: str, guid: str = "g1") -> ItemCommand:
-    return ItemCommand(item_id=item_id, job_id="00000000-0000-0000-0000-000000000000", shard_id=1, guid=guid,
-                       to_id="room", content="hi", idem_key=key, priority=3, kind="campaign")
-
-
-def status_and_events(url: str, item_id: str) -> tuple[str, list[str]]:
-    with psycopg.connect(url) as conn:
-        (status,) = conn.execute("SELECT status::text FROM items WHERE item_id = %s", (item_id,)).fetchone()
-        types = [r[0] for r in conn.execute(
-            "SELECT type FROM item_events WHERE item_id = %s ORDER BY version", (item_id,))]
-    return status, types
-
-
-async def _repo(url: str, owner: str = "w1", guids: tuple[str, ...] = ("g1",)) -> tuple[object, PostgresItemRepository]:
+async def _repo(url: str, owner: str = "w1", guids: tuple[str, ...] = ("g1",)) -> tuple[Pool, PostgresItemRepository]:
     """A repository whose sender ``owner`` already holds the leases of ``guids``."""
     pool = await open_pool(url, min_size=1, max_size=8)
     await PostgresGuidLeases(pool, timedelta(seconds=30)).acquire(list(guids), owner)
@@ -39,15 +26,16 @@ async def _repo(url: str, owner: str = "w1", guids: tuple[str, ...] = ("g1",)) -
 def test_begin_send_claims_reserves_and_submits_in_one_step(database_url: str) -> None:
     _, _, (item,) = seed_job(database_url, {"g1": 1})
 
-    async def scenario() -> tuple[object, bool]:
+    async def scenario() -> tuple[Begun, bool]:
         pool, repo = await _repo(database_url)
         begun = await repo.begin_send(cmd(item, "k1"), "w1")
-        ok = await repo.confirm(cmd(item, "k1"), begun.epoch, Receipt(0, "ok", "m-1", 1.0))  # type: ignore[arg-type]
-        await pool.close()  # type: ignore[attr-defined]
+        assert begun.epoch is not None
+        ok = await repo.confirm(cmd(item, "k1"), begun.epoch, Receipt(0, "ok", "m-1", 1.0))
+        await pool.close()
         return begun, ok
 
     begun, ok = asyncio.run(scenario())
-    assert begun.outcome == "submitted" and begun.epoch == 1 and begun.attempts == 0  # type: ignore[attr-defined]
+    assert begun.outcome == "submitted" and begun.epoch == 1 and begun.attempts == 0
     assert ok
     assert status_and_events(database_url, item) == ("confirmed", ["ItemClaimed", "ItemSubmitted", "ItemConfirmed"])
     with psycopg.connect(database_url) as conn:
@@ -60,7 +48,7 @@ def test_concurrent_begins_for_one_item_submit_it_once(database_url: str) -> Non
     async def scenario() -> list[str]:
         pool, repo = await _repo(database_url)
         results = await asyncio.gather(*(repo.begin_send(cmd(item, "k1"), "w1") for i in range(8)))
-        await pool.close()  # type: ignore[attr-defined]
+        await pool.close()
         return sorted(r.outcome for r in results)
 
     assert asyncio.run(scenario()) == ["not_pending"] * 7 + ["submitted"]
@@ -69,15 +57,15 @@ def test_concurrent_begins_for_one_item_submit_it_once(database_url: str) -> Non
 def test_second_item_with_a_taken_key_is_abandoned_unsent(database_url: str) -> None:
     _, _, (first, second) = seed_job(database_url, {"g1": 2})
 
-    async def scenario() -> object:
+    async def scenario() -> Begun:
         pool, repo = await _repo(database_url)
         await repo.begin_send(cmd(first, "same"), "w1")
         dup = await repo.begin_send(cmd(second, "same"), "w1")
-        await pool.close()  # type: ignore[attr-defined]
+        await pool.close()
         return dup
 
     dup = asyncio.run(scenario())
-    assert dup.outcome == "duplicate" and dup.holder == first  # type: ignore[attr-defined]
+    assert dup.outcome == "duplicate" and dup.holder == first
     assert status_and_events(database_url, second) == ("abandoned", ["ItemClaimed", "ItemDuplicateIntercepted"])
 
 
@@ -88,9 +76,10 @@ def test_settle_with_a_stale_epoch_records_nothing_and_keeps_the_key(database_ur
     async def scenario() -> tuple[bool, bool]:
         pool, repo = await _repo(database_url)
         begun = await repo.begin_send(cmd(item, "k1"), "w1")
-        stale = await repo.settle(cmd(item, "k1"), begun.epoch - 1, retry)  # type: ignore[operator]
-        fresh = await repo.settle(cmd(item, "k1"), begun.epoch, retry)  # type: ignore[arg-type]
-        await pool.close()  # type: ignore[attr-defined]
+        assert begun.epoch is not None
+        stale = await repo.settle(cmd(item, "k1"), begun.epoch - 1, retry)
+        fresh = await repo.settle(cmd(item, "k1"), begun.epoch, retry)
+        await pool.close()
         return stale, fresh
 
     assert asyncio.run(scenario()) == (False, True)
@@ -104,10 +93,10 @@ def test_a_sender_without_the_guid_lease_writes_nothing(database_url: str) -> No
 
     async def scenario() -> tuple[str, list]:
         pool, repo = await _repo(database_url, owner="w1")
-        leases = PostgresGuidLeases(pool, timedelta(seconds=30))  # type: ignore[arg-type]
+        leases = PostgresGuidLeases(pool, timedelta(seconds=30))
         refused = await leases.acquire(["g1"], "w2")  # w1's lease is live
         begun = await repo.begin_send(cmd(item, "k1"), "w2")
-        await pool.close()  # type: ignore[attr-defined]
+        await pool.close()
         return begun.outcome, refused
 
     outcome, refused = asyncio.run(scenario())
@@ -124,14 +113,14 @@ def test_the_first_lease_of_a_guid_never_seen_is_returned_at_once(database_url: 
             await pool.close()
 
     leases = asyncio.run(scenario())
-    assert sorted(lease.guid for lease in leases) == ["new-guid", "other"]  # type: ignore[attr-defined]
-    assert all(lease.windows == {} and lease.last_send_at is None for lease in leases)  # type: ignore[attr-defined]
+    assert sorted(lease.guid for lease in leases) == ["new-guid", "other"]
+    assert all(lease.windows == {} and lease.last_send_at is None for lease in leases)
 
 
 def test_an_expired_guid_lease_is_taken_over_with_its_last_send_time(database_url: str) -> None:
     _, _, (item, item2) = seed_job(database_url, {"g1": 2})
 
-    async def scenario() -> object:
+    async def scenario() -> tuple[GuidLease, GuidLease]:
         pool = await open_pool(database_url, min_size=1, max_size=2)
         short = PostgresGuidLeases(pool, timedelta(0))
         await short.acquire(["g1"], "w1")
@@ -147,11 +136,11 @@ def test_an_expired_guid_lease_is_taken_over_with_its_last_send_time(database_ur
         return lease, taken
 
     lease, taken = asyncio.run(scenario())
-    assert taken.took_over and taken.epoch == lease.epoch + 1  # type: ignore[attr-defined]
-    assert taken.last_send_at is not None, "the previous owner's send time carries over for pacing"  # type: ignore[attr-defined]
+    assert taken.took_over and taken.epoch == lease.epoch + 1
+    assert taken.last_send_at is not None, "the previous owner's send time carries over for pacing"
     # and so do its window counts: two sends in this minute, hour and day
-    assert {name: n for name, (_, n) in taken.windows.items()} == {"minute": 2, "hour": 2, "day": 2}  # type: ignore[attr-defined]
-    day_index = int(taken.last_send_at.timestamp() // 86400)  # type: ignore[attr-defined]
-    assert taken.windows["day"][0] == day_index  # type: ignore[attr-defined]
+    assert {name: n for name, (_, n) in taken.windows.items()} == {"minute": 2, "hour": 2, "day": 2}
+    day_index = int(taken.last_send_at.timestamp() // 86400)
+    assert taken.windows["day"][0] == day_index
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT owner, takeovers FROM guid_leases").fetchone() == ("w2", 1)

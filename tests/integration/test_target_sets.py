@@ -197,6 +197,7 @@ def test_requery_pages_through_the_audience_storing_the_cursor_per_page(
 
     h, first, rest, again, rerun = asyncio.run(go())
     job = h.job_id
+    assert job is not None
     assert (h.outcome, h.paging, first, rest) == ("paging", True, "stopped", "complete")
     assert (again.outcome, rerun) == ("duplicate", "not_claimed")  # one job; nothing left to page
     assert pages(database_url, job) == [

@@ -10,7 +10,7 @@ import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import psycopg
@@ -49,9 +49,9 @@ def spans() -> InMemorySpanExporter:
 class Gateway(BaseHTTPRequestHandler):
     """A gateway that accepts every send and remembers each request's traceparent."""
 
-    seen: list[str | None] = []
+    seen: ClassVar[list[str | None]] = []
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         Gateway.seen.append(self.headers.get("traceparent"))
         body = json.dumps({"code": 0, "msg": "ok", "data": {"msgId": f"m-{len(Gateway.seen)}"}}).encode()
@@ -126,7 +126,7 @@ def test_one_item_is_followed_from_the_request_to_its_outcome(
     server.shutdown()
 
     with psycopg.connect(database_url) as conn:
-        (stored,) = conn.execute("SELECT traceparent FROM items").fetchone()  # type: ignore[misc]
+        (stored,) = conn.execute("SELECT traceparent FROM items").fetchone()
     assert trace_id(stored) == trace, "the item row keeps the request's trace"
     (command,) = read_topic(kafka_config, topics["batch"], expect=1)
     assert trace_id(command["headers"]["traceparent"]) == trace == trace_id(command["value"]["traceparent"])

@@ -29,9 +29,8 @@ def seed_item(url: str, status: str = "pending") -> str:
 
 
 async def run(url: str, t: Transition, ids: list[str]) -> list:
-    async with await psycopg.AsyncConnection.connect(url) as conn:
-        async with conn.transaction():
-            return await apply(conn, t, ids)
+    async with await psycopg.AsyncConnection.connect(url) as conn, conn.transaction():
+        return await apply(conn, t, ids)
 
 
 def events(url: str, item_id: str) -> list[tuple]:

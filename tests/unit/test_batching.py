@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-import pytest
-
 from pacer_common.db.batching import Batcher
 
 

@@ -51,7 +51,7 @@ def test_failure_ratio_over_the_window_trips_without_a_long_run() -> None:
     b = Breakers(POLICY)
     events = [outcome("retryable" if i % 2 == 0 else "ok") for i in range(9)]
     assert b.observe(events) == []  # below min_samples
-    trips = b.observe([outcome("ok")] + [outcome("retryable")])
+    trips = b.observe([outcome("ok"), outcome("retryable")])
     assert trips and all("of the last" in t.reason for t in trips)
 
 

@@ -19,7 +19,7 @@ POLICY = RetryPolicy(max_attempts=3, base=timedelta(seconds=1), cap=timedelta(se
 RETRYING = [F.RETRYABLE, F.NOT_SENT]  # within the item's attempts
 
 
-def decide(cls: FailureClass, attempts: int = 1, retry_after: timedelta | None = None, seed: int = 0):  # type: ignore[no-untyped-def]
+def decide(cls: FailureClass, attempts: int = 1, retry_after: timedelta | None = None, seed: int = 0):
     err = SendError(cls, 1234, "boom", retry_after=retry_after)
     return after_failure(err, attempts, POLICY, NOW, random.Random(seed))
 
@@ -51,7 +51,7 @@ def test_retry_is_scheduled_by_the_backoff_policy(cls: FailureClass) -> None:
         for seed in range(20):
             d = decide(cls, attempts, seed=seed)
             expected = POLICY.next_delay(attempts, random.Random(seed))
-            assert d.next_attempt_at == NOW + expected  # type: ignore[operator]
+            assert d.next_attempt_at == NOW + expected  # type: ignore[operator]  # a retry decision always has a delay here
 
 
 @pytest.mark.parametrize("cls", RETRYING)
@@ -97,7 +97,7 @@ def test_retry_after_is_a_floor_on_the_delay() -> None:
 def test_short_retry_after_does_not_shorten_the_backoff() -> None:
     for seed in range(20):
         d = decide(F.RETRYABLE, attempts=2, retry_after=timedelta(milliseconds=1), seed=seed)
-        assert d.next_attempt_at == NOW + POLICY.next_delay(2, random.Random(seed))  # type: ignore[operator]
+        assert d.next_attempt_at == NOW + POLICY.next_delay(2, random.Random(seed))  # type: ignore[operator]  # a retry decision always has a delay here
 
 
 def test_retry_after_does_not_extend_exhausted_attempts() -> None:

@@ -11,7 +11,6 @@ from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
 from pacer_common.domain.status import ItemStatus
 from pacer_sender.core import Executed, Executor
 
-
 from .fakes import FakeGateway, InMemoryItemRepository, SentText
 
 S = ItemStatus
@@ -267,7 +266,7 @@ class SlowBegin(InMemoryItemRepository):
         super().__init__()
         self.queued_s, self.statement_s = queued_s, statement_s
 
-    async def begin_send(self, cmd: ItemCommand, owner: str):  # type: ignore[no-untyped-def]
+    async def begin_send(self, cmd: ItemCommand, owner: str):
         import dataclasses
         import time
 
@@ -292,6 +291,6 @@ def test_a_claim_older_than_the_send_deadline_is_not_sent() -> None:
 
 
 def test_time_queued_before_the_claiming_statement_does_not_count_against_the_deadline() -> None:
-    result, repo, gw = late(queued_s=0.12, statement_s=0.0)
+    result, _repo, gw = late(queued_s=0.12, statement_s=0.0)
     assert result == Executed("confirmed", True)
     assert len(gw.sent) == 1

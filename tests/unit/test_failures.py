@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import random
-from itertools import pairwise
 from datetime import timedelta
+from itertools import pairwise
 
 import pytest
 from hypothesis import given, settings

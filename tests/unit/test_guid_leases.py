@@ -7,18 +7,19 @@ import asyncio
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from pacer_sender.leases import GuidLeases
 
 from .fakes import InMemoryGuidLeases
 
 
-def run(coro):  # type: ignore[no-untyped-def]
+def run(coro):
     return asyncio.run(coro)
 
 
 def test_a_force_released_holder_loses_the_guid_at_its_next_renewal() -> None:
     store = InMemoryGuidLeases(ttl=30)
-    a = GuidLeases(store, "a", 30)  # type: ignore[arg-type]
+    a = GuidLeases(store, "a", 30)
     assert run(a.acquire("g1")) is not None
     assert store.force_release("g1")
     run(a.renew())
@@ -28,7 +29,7 @@ def test_a_force_released_holder_loses_the_guid_at_its_next_renewal() -> None:
 
 def test_a_renewal_never_takes_a_released_lease_even_once_the_eviction_has_run_out() -> None:
     store = InMemoryGuidLeases(ttl=30)
-    a = GuidLeases(store, "a", 30)  # type: ignore[arg-type]
+    a = GuidLeases(store, "a", 30)
     run(a.acquire("g1"))
     store.force_release("g1")
     store.now = 40  # a renewal that is late, past evicted_until: acquiring would succeed now
@@ -38,7 +39,7 @@ def test_a_renewal_never_takes_a_released_lease_even_once_the_eviction_has_run_o
 
 def test_a_renewal_keeps_a_lease_whose_owner_and_epoch_are_unchanged() -> None:
     store = InMemoryGuidLeases(ttl=30)
-    a = GuidLeases(store, "a", 30)  # type: ignore[arg-type]
+    a = GuidLeases(store, "a", 30)
     run(a.acquire("g1"))
     store.now = 25
     run(a.renew())
@@ -47,7 +48,7 @@ def test_a_renewal_keeps_a_lease_whose_owner_and_epoch_are_unchanged() -> None:
 
 def test_the_evicted_holder_may_not_take_the_guid_back_before_its_old_lease_would_have_run_out() -> None:
     store = InMemoryGuidLeases(ttl=30)
-    a = GuidLeases(store, "a", 30)  # type: ignore[arg-type]
+    a = GuidLeases(store, "a", 30)
     run(a.acquire("g1"))
     store.force_release("g1")
     store.now = 29
@@ -60,7 +61,7 @@ def test_the_evicted_holder_may_not_take_the_guid_back_before_its_old_lease_woul
 
 def test_another_sender_takes_a_released_guid_once_the_evicted_holders_send_has_settled() -> None:
     store = InMemoryGuidLeases(ttl=30)
-    a, b = GuidLeases(store, "a", 30), GuidLeases(store, "b", 30)  # type: ignore[arg-type]
+    a, b = GuidLeases(store, "a", 30), GuidLeases(store, "b", 30)
     run(a.acquire("g1"))
     store.in_flight.add(("g1", "a"))
     store.force_release("g1")
@@ -74,18 +75,18 @@ def test_another_sender_takes_a_released_guid_once_the_evicted_holders_send_has_
 
 def test_a_guid_taken_again_while_a_renewal_ran_is_not_forgotten_by_that_renewal() -> None:
     store = InMemoryGuidLeases(ttl=30)
-    a = GuidLeases(store, "a", 30)  # type: ignore[arg-type]
+    a = GuidLeases(store, "a", 30)
     run(a.acquire("g1"))
     store.force_release("g1")
     renew = store.renew
 
-    async def slow_renew(held, owner):  # type: ignore[no-untyped-def]
+    async def slow_renew(held, owner):
         kept = await renew(held, owner)
         store.now = 31  # meanwhile the eviction ran out and the worker took the guid again
         await a.acquire("g1")
         return kept
 
-    store.renew = slow_renew  # type: ignore[method-assign]
+    store.renew = slow_renew  # type: ignore[method-assign]  # a slow renewal patched in to race the eviction
     run(a.renew())
     assert a.held == {"g1": 3}
 
@@ -98,7 +99,7 @@ OPS = st.lists(st.tuples(st.sampled_from(["acquire", "renew", "release", "force"
 @given(OPS)
 def test_after_renewals_only_the_recorded_owner_believes_it_holds_a_guid(ops: list[tuple[str, str, str]]) -> None:
     store = InMemoryGuidLeases(ttl=30)
-    senders = {n: GuidLeases(store, n, 30) for n in "abc"}  # type: ignore[arg-type]
+    senders = {n: GuidLeases(store, n, 30) for n in "abc"}
 
     async def play() -> None:
         for op, who, guid in ops:

@@ -21,7 +21,7 @@ class Rows:
 
 
 def test_guid_job_and_default_overrides_apply_from_the_next_refresh() -> None:
-    rows, woken = Rows(), []
+    rows, woken = Rows(), list[str]()
     book = LimitsBook(Limits(min_interval_s=1.0), rows, on_change=woken.extend)
     assert book("g1").min_interval_s == 1.0 and book.job_interval("j1") is None
     rows.set("g1", {"min_interval_s": 5})

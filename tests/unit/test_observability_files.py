@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from pacer_dev import boards, prometheus
 
 ROOT = Path(__file__).resolve().parents[2]

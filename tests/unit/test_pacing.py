@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import statistics
 from datetime import datetime, time
@@ -23,7 +24,7 @@ def wall_at(hour: int, minute: int = 0, second: int = 0) -> float:
 
 @pytest.mark.parametrize("dist", ["uniform", "exponential"])
 def test_gap_is_at_least_the_interval_and_the_jitter_varies_within_bounds(dist: str) -> None:
-    limits = Limits(min_interval_s=2.0, jitter_s=1.0, jitter_dist=dist, online_reserve=0.0)  # type: ignore[arg-type]
+    limits = Limits(min_interval_s=2.0, jitter_s=1.0, jitter_dist=dist, online_reserve=0.0)  # type: ignore[arg-type]  # the distribution comes from the parametrize list, a str
     gaps = []
     for _ in range(500):
         p = GuidPacer()
@@ -126,7 +127,7 @@ def test_repeated_rate_limits_slow_the_guid_more_each_time_up_to_the_cap(penalty
     for k in range(n):
         p.slowed("batch", limits, float(k), RNG)
         waits.append(p.ready_at("batch", limits, float(k), 0.0) - k)
-    assert all(b >= a - 1e-9 for a, b in zip(waits, waits[1:])), "each rate limit in a row waits at least as long"
+    assert all(b >= a - 1e-9 for a, b in itertools.pairwise(waits)), "each rate limit in a row waits at least as long"
     assert waits[0] == pytest.approx(min(penalty, cap))
     assert max(waits) <= cap + 1e-9, "never slower than max_penalty times the interval"
     assert waits[-1] == pytest.approx(min(cap, penalty ** n))

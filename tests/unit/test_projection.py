@@ -19,7 +19,7 @@ T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 def ev(item_id: str, src: ItemStatus, dst: ItemStatus, shard_id: int = 1, version: int = 1) -> ItemEvent:
     return ItemEvent(seq=version, type="ItemClaimed", item_id=item_id, job_id="j", shard_id=shard_id,
-                     guid="g", version=version, from_status=src, to_status=dst, occurred_at=T0)
+                     guid="g", version=version, from_status=src, to_status=dst, occurred_at=T0, payload={})
 
 
 def test_empty_batch_changes_nothing() -> None:
@@ -52,7 +52,9 @@ def test_shards_are_counted_separately() -> None:
     }
 
 
-def random_history(rng: random.Random, n_items: int, n_shards: int, max_steps: int) -> tuple[list[ItemEvent], dict[str, tuple[int, ItemStatus]]]:
+def random_history(
+    rng: random.Random, n_items: int, n_shards: int, max_steps: int,
+) -> tuple[list[ItemEvent], dict[str, tuple[int, ItemStatus]]]:
     """Random legal walks over the transition table, interleaved into one batch."""
     walks: list[list[ItemEvent]] = []
     final: dict[str, tuple[int, ItemStatus]] = {}

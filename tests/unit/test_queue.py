@@ -74,7 +74,7 @@ ops = st.lists(
 
 @settings(database=None, max_examples=300, deadline=None)
 @given(ops)
-def test_queue_behaves_like_the_reference_model(script: list[tuple]) -> None:  # type: ignore[type-arg]
+def test_queue_behaves_like_the_reference_model(script: list[tuple]) -> None:
     q: GuidQueue[int] = GuidQueue()
     ready: list[tuple[int, int, int]] = []  # (priority, arrival, value)
     for n, op in enumerate(script):
@@ -191,7 +191,7 @@ def test_a_short_refill_means_postgres_has_no_more_unless_rung_meanwhile() -> No
 @given(st.lists(st.one_of(st.tuples(st.just("offer"), st.integers(0, 30), st.sampled_from([1, 3])),
                           st.tuples(st.just("take"), st.sampled_from(["online", "batch"])),
                           st.tuples(st.just("refill"), st.lists(st.integers(0, 30), max_size=6))), max_size=80))
-def test_a_window_holds_each_item_once_and_at_most_its_cap_from_doorbells(script: list[tuple]) -> None:  # type: ignore[type-arg]
+def test_a_window_holds_each_item_once_and_at_most_its_cap_from_doorbells(script: list[tuple]) -> None:
     w = GuidWindow(cap=4)
     in_hand: set[str] = set()
     for op in script:

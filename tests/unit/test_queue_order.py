@@ -5,6 +5,7 @@ gets its turn, batch yields to a late online lane, shedding."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from pacer_sender.domain.order import Queued, fair_order, sheds
 from pacer_sender.domain.pacing import GuidPacer, Limits
 from pacer_sender.domain.queue import GuidQueue, GuidWindow
-from tests.unit.test_dispatcher import FAST, cmd, dispatcher, ring, stop, until
+from tests.unit.dispatching import FAST, cmd, dispatcher, ring, stop, until
 
 
 def q(item: str, job: str, priority: int = 3, ready_at: float = 0.0) -> Queued:
@@ -150,7 +151,7 @@ def test_a_new_job_behind_a_deep_one_gets_its_turn_at_once() -> None:
     order = asyncio.run(scenario())
     small = [n for n, i in enumerate(order) if i.startswith("g-100")]
     assert small[0] <= 5, f"the new job waited behind the window: {order[:12]}"
-    assert all(b - a == 2 for a, b in zip(small, small[1:], strict=False)), f"the jobs took turns: {order[:14]}"
+    assert all(b - a == 2 for a, b in itertools.pairwise(small)), f"the jobs took turns: {order[:14]}"
 
 
 def test_batch_yield_holds_batch_while_a_reply_is_waiting_past_the_threshold() -> None:
@@ -202,7 +203,7 @@ def test_a_guid_whose_jobs_have_no_expire_at_is_never_read_for_shedding() -> Non
             checks.append(guid)
             return await real(guid, interval_s)
 
-        rec.store.shed = counted  # type: ignore[method-assign]
+        rec.store.shed = counted  # type: ignore[method-assign]  # a counting wrapper patched in to see how often it runs
         for n in range(40):
             ring(d, rec.store, cmd("g", n))
         await until(lambda: len(rec.sent) == 40)

@@ -29,7 +29,7 @@ class Sweeps:
 
 def test_a_failing_sweep_is_reported_and_the_others_still_run() -> None:
     sweeps = Sweeps(broken="claim_expired")
-    rec = Reconciler(events=None, sweeps=sweeps, publisher=None)  # type: ignore[arg-type]
+    rec = Reconciler(events=None, sweeps=sweeps, publisher=None)  # type: ignore[arg-type]  # this test sweeps only: no event log or publisher is used
     report = asyncio.run(rec.sweep_once())
     assert sweeps.ran == list(SWEEP_KINDS)
     assert report.failed == ["claim_expired"]
@@ -45,7 +45,7 @@ def test_a_failing_round_is_counted_and_backed_off_never_raised() -> None:
         out = outcomes.pop(0)
         if isinstance(out, Exception):
             raise out
-        return out  # type: ignore[return-value]
+        return out  # type: ignore[return-value]  # exceptions in the script are raised above, the rest are ints
 
     async def run_all() -> list[tuple[int, float]]:
         return [await guard.run(round_) for _ in range(7)]

@@ -181,7 +181,7 @@ def test_campaign_can_be_made_most_urgent_with_priority_zero() -> None:
 def test_requests_are_immutable() -> None:
     req = JobRequest.model_validate(EXAMPLE)
     with pytest.raises(ValidationError):
-        req.request_id = "other"  # type: ignore[misc]
+        req.request_id = "other"
 
 
 def test_expired_semantics() -> None:

@@ -63,7 +63,7 @@ def test_outcome_statuses_are_terminal_and_refuse_every_move_but_a_person_s(stat
 
 
 def test_only_an_unverified_send_is_resolved_by_a_person_as_delivered_or_not() -> None:
-    assert BY_OPERATOR == {(S.UNVERIFIED, S.CONFIRMED), (S.UNVERIFIED, S.PENDING)}
+    assert {(S.UNVERIFIED, S.CONFIRMED), (S.UNVERIFIED, S.PENDING)} == BY_OPERATOR
     for src, dst in BY_OPERATOR:
         check_transition(src, dst)
 

@@ -70,7 +70,8 @@ def produce_all(producer: Producer, messages: Iterable[tuple[str, bytes | None, 
     for topic, key, value, headers in messages:
         while True:
             try:
-                producer.produce(topic, value=value, key=key, headers=headers, on_delivery=tracker)
+                producer.produce(topic, value=value, key=key, headers=None if headers is None else list(headers),
+                                 on_delivery=tracker)
                 break
             except BufferError:
                 producer.poll(0.05)  # local queue full: serve delivery reports, then retry
@@ -162,7 +163,7 @@ class AsyncConsumer:
 def ensure_topics(config: dict[str, str], topics: dict[str, tuple[int, dict[str, str]]], *,
                   timeout_s: float = 30.0) -> None:
     """Create missing topics: name → (partitions, topic configs)."""
-    admin = AdminClient(config)
+    admin = AdminClient(dict(config))
     meta = admin.list_topics(timeout=timeout_s)
     rf = min(3, len(meta.brokers))
     new = [NewTopic(t, num_partitions=p, replication_factor=rf, config=c)
@@ -180,4 +181,13 @@ def ensure_topics(config: dict[str, str], topics: dict[str, tuple[int, dict[str,
 
 def next_offset(msg: Message) -> TopicPartition:
     """The position to commit once ``msg``'s effects are durable."""
-    return TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)
+    topic, partition, offset = position(msg)
+    return TopicPartition(topic, partition, offset + 1)
+
+
+def position(msg: Message) -> tuple[str, int, int]:
+    """``(topic, partition, offset)`` of a consumed message (an error event has none)."""
+    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+    if topic is None or partition is None or offset is None:
+        raise ValueError("not a consumed message: no topic, partition or offset")
+    return topic, partition, offset

@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 from asgi_correlation_id import correlation_id
 from opentelemetry import trace
 
-_context: ContextVar[dict[str, Any]] = ContextVar("pacer_log_context", default={})
+# Read-only default: each scope sets a new mapping, none is changed in place.
+_context: ContextVar[Mapping[str, Any]] = ContextVar("pacer_log_context", default=MappingProxyType({}))
 _FIELDS = ("job_id", "shard_id", "item_id", "guid", "request_id")
 _EXTRA = ("migration", "reason", "count", "topic", "method", "route", "status", "duration_ms")
 

@@ -10,6 +10,7 @@ import platform
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -119,6 +120,6 @@ def gateway_latency(registry: CollectorRegistry) -> Callable[[str, str, float], 
     return observe
 
 
-def consumer_lag_config(registry: CollectorRegistry, interval_ms: int = 5000) -> dict[str, object]:
+def consumer_lag_config(registry: CollectorRegistry, interval_ms: int = 5000) -> dict[str, Any]:
     """Consumer settings that keep ``pacer_kafka_consumer_lag`` in ``registry`` current."""
     return {"statistics.interval.ms": interval_ms, "stats_cb": ConsumerLag(registry)}

@@ -53,6 +53,5 @@ async def serve(app: FastAPI, host: str, port: int) -> tuple[uvicorn.Server, asy
     """Start uvicorn on the running loop; the caller sets ``server.should_exit`` to stop it."""
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off", log_config=None)
     server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
     return server, task

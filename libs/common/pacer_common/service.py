@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -44,7 +45,7 @@ async def run_service(name: str, host: str, port: int,
         log.info("%s stopped", name)
 
 
-def main_for(name: str, level: str, coro: Awaitable[None]) -> None:
+def main_for(name: str, level: str, coro: Coroutine[Any, Any, None]) -> None:
     configure(name, level)
     tracing.setup(name)
-    asyncio.run(coro)  # type: ignore[arg-type]
+    asyncio.run(coro)

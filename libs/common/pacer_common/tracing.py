@@ -53,7 +53,8 @@ def _exporter(name: str) -> SpanExporter | None:
         except ImportError:
             log.warning("OTEL_TRACES_EXPORTER=otlp but opentelemetry-exporter-otlp is not installed: not exporting")
             return None
-        return OTLPSpanExporter()  # type: ignore[no-any-return]
+        exporter: SpanExporter = OTLPSpanExporter()
+        return exporter
     log.warning("OTEL_TRACES_EXPORTER=%s is not supported (console, otlp, none): not exporting", name)
     return None
 

@@ -19,6 +19,7 @@ import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from tqdm import tqdm
@@ -46,19 +47,19 @@ def build_request(request_id: str, items: int, guids: int) -> dict[str, object]:
     }
 
 
-def gateway_stats(url: str) -> dict[str, object]:
+def gateway_stats(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{url}/_admin/stats", timeout=10) as resp:
-        return json.loads(resp.read())  # type: ignore[no-any-return]
+        return json.loads(resp.read())
 
 
-def progress(conn: psycopg.Connection[tuple[object, ...]], request_id: str) -> tuple[int, int, int]:
+def progress(conn: psycopg.Connection[tuple[Any, ...]], request_id: str) -> tuple[int, int, int]:
     """(total, terminal, confirmed) for the job, from Postgres."""
     row = conn.execute(
         "SELECT j.total,"
         " (SELECT count(*) FROM items i WHERE i.job_id = j.job_id AND i.status::text = ANY(%s)),"
         " (SELECT count(*) FROM items i WHERE i.job_id = j.job_id AND i.status = 'confirmed')"
         " FROM jobs j WHERE j.request_id = %s", (TERMINAL_SQL, request_id)).fetchone()
-    return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)  # type: ignore[call-overload]
+    return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
 
 
 def main() -> None:
@@ -103,8 +104,8 @@ def main() -> None:
             elapsed = time.monotonic() - started
             total, terminal, confirmed = progress(conn, request_id)
         stats = gateway_stats(stack.gateway_url or "")
-        duplicates = int(stats["duplicates"])  # type: ignore[call-overload]
-        delivered = int(stats["unique_keys"])  # type: ignore[call-overload]
+        duplicates = int(stats["duplicates"])
+        delivered = int(stats["unique_keys"])
         # Lost: items that never reached a terminal state, or that Postgres calls confirmed
         # while the gateway has no record of them.
         lost = (items - terminal) + max(0, confirmed - delivered)

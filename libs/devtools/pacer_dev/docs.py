@@ -79,7 +79,7 @@ def _default(field: FieldInfo) -> str:
     if field.is_required():
         return "**required**"
     if field.default_factory is not None:
-        made = field.default_factory()  # type: ignore[call-arg]
+        made = field.get_default(call_default_factory=True, validated_data={})
         if made in ({}, []):
             return f"`{made}`"
         return "built-in table" if isinstance(made, dict) else "per process"

@@ -17,10 +17,11 @@ INT4_OVER = 2**31
 def base(rid: str, salt: str = "", *, kind: str = "campaign", n: int = 1, guid: str = "g-hostile",
          expire_in: timedelta = timedelta(hours=1), **extra: Any) -> dict[str, Any]:
     """A valid request: ``n`` targets of one guid, each with a var. ``salt`` goes in the text."""
-    kind_fields: dict[str, Any] = {
+    by_kind: dict[str, dict[str, Any]] = {
         "auto_reply": {"source_msg_uid": f"m-{rid}"},
         "ticket_notify": {"business_id": f"T-{rid}", "status_version": 1},
-    }.get(kind, {})
+    }
+    kind_fields = by_kind.get(kind, {})
     return {
         "request_id": rid, "kind": kind, "created_by": "chaos:hostile",
         "message": {"type": "text", "content": "Hi {name}" + salt.replace("{", "{{").replace("}", "}}")},

@@ -15,8 +15,8 @@ from contextlib import asynccontextmanager
 from asgi_correlation_id import CorrelationIdMiddleware
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry
-from psycopg_pool import AsyncConnectionPool
 
+from pacer_common.db.pool import Pool
 from pacer_common.ops import Health, add_ops_routes
 from pacer_control.adapters.postgres import PostgresControl
 from pacer_control.api import create_api
@@ -27,7 +27,7 @@ access = logging.getLogger("pacer.control.access")
 _OPS_ROUTES = frozenset({"/metrics", "/healthz", "/readyz"})
 
 
-def build_app(pool: AsyncConnectionPool, *, sandbox_targets: Iterable[str] = (),
+def build_app(pool: Pool, *, sandbox_targets: Iterable[str] = (),
               registry: CollectorRegistry | None = None, health: Health | None = None,
               db_deadline_s: float = 5.0) -> FastAPI:
     """The Control API over ``pool``. If the pool is not open yet, the app's lifespan opens it

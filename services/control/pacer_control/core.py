@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pacer_common.domain.limits import parse_limits
-from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.domain.tokens import Role, token_hash
+from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_control.domain import report, views
 from pacer_control.domain.dryrun import DryRun, dry_run
 from pacer_control.domain.errors import (
@@ -50,7 +50,6 @@ from pacer_control.ports import (
     NewToken,
     Row,
 )
-
 
 log = logging.getLogger("pacer.control")
 

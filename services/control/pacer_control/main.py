@@ -15,7 +15,6 @@ from pacer_common.service import main_for
 from pacer_common.settings import OpsSettings, PostgresSettings
 from pacer_control.app import build_app
 
-
 log = logging.getLogger("pacer.control")
 
 
@@ -62,4 +61,4 @@ async def run(pg: PostgresSettings, cfg: ControlSettings) -> None:
 
 def main() -> None:
     cfg = ControlSettings()
-    main_for("control", cfg.log_level, run(PostgresSettings(), cfg))  # type: ignore[call-arg]
+    main_for("control", cfg.log_level, run(PostgresSettings(), cfg))

@@ -15,7 +15,6 @@ from pacer_control.domain.filters import AuditFilter, ItemFilter, JobFilter, Ret
 from pacer_control.domain.outcomes import ActionResult, ItemRetry
 from pacer_control.domain.permissions import Principal
 
-
 T = TypeVar("T")
 Row = dict[str, Any]
 

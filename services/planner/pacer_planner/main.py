@@ -8,6 +8,7 @@ import os
 import socket
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import httpx
 from pydantic import Field
@@ -18,8 +19,8 @@ from pacer_common.kafka import MAX_REQUEST_BYTES, AsyncConsumer, make_consumer, 
 from pacer_common.metrics import consumer_lag_config
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
-from pacer_planner.adapters.http import HttpTargetSource
 from pacer_planner.adapters.faults import ENVIRONMENT
+from pacer_planner.adapters.http import HttpTargetSource
 from pacer_planner.adapters.kafka import KafkaCommandBus, KafkaRequestSource
 from pacer_planner.adapters.postgres import ApprovalPolicy, PostgresJobStore
 from pacer_planner.adapters.postgres_targets import PostgresTargetStore
@@ -107,10 +108,11 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
                                max_size=4 + cfg.requery_max_jobs, name="pacer-planner")
         # A dead-letter record is a request (up to MAX_REQUEST_BYTES) plus its reason headers.
         producer = make_producer(kafka.client_config(), **{"message.max.bytes": MAX_REQUEST_BYTES + 1_048_576})
+        large: dict[str, Any] = {"fetch.max.bytes": MAX_REQUEST_BYTES,
+                                 "receive.message.max.bytes": MAX_REQUEST_BYTES + 1_048_576}
         consumer = AsyncConsumer(make_consumer(
             kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.planner",
-            **{"fetch.max.bytes": MAX_REQUEST_BYTES, "receive.message.max.bytes": MAX_REQUEST_BYTES + 1_048_576},
-            **consumer_lag_config(ctx.registry),
+            **large, **consumer_lag_config(ctx.registry),
         ))
         await consumer.call(consumer.consumer.subscribe, [kafka.job_requests])
         bus = KafkaCommandBus(producer, kafka.item_commands, kafka.job_requests_dlq)
@@ -149,4 +151,4 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
 
 def main() -> None:
     cfg = PlannerSettings()
-    main_for("planner", cfg.log_level, run(PostgresSettings(), KafkaSettings(), cfg))  # type: ignore[call-arg]
+    main_for("planner", cfg.log_level, run(PostgresSettings(), KafkaSettings(), cfg))

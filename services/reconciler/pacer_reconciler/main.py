@@ -27,8 +27,8 @@ from pacer_reconciler.adapters.postgres import CursorMoved, PostgresLog
 from pacer_reconciler.backlog import BacklogGauges
 from pacer_reconciler.core import SWEEP_KINDS, Reconciler, RoundGuard, SkipReason
 from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
-from pacer_reconciler.verifier import LOOKUP_RESULTS, Verifier
 from pacer_reconciler.metrics import ReconcilerMetrics
+from pacer_reconciler.verifier import LOOKUP_RESULTS, Verifier
 
 log = logging.getLogger("pacer.reconciler")
 # Failures of the environment, not of an event row: retried with back-off, nothing skipped.
@@ -142,14 +142,15 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                          breakers=Breakers(BreakerPolicy(cfg.breaker_consecutive, cfg.breaker_window,
                                                          cfg.breaker_ratio, cfg.breaker_min_samples)),
                          batch=cfg.batch, environment_errors=ENVIRONMENT_ERRORS)
-        verifier = Verifier(store, GatewayClient(http, DEFAULT_CODE_TABLE, observe=gateway_latency(reg)), concurrency=cfg.verify_concurrency,
-                            timeout_s=cfg.verify_timeout_s)
+        verifier = Verifier(store, GatewayClient(http, DEFAULT_CODE_TABLE, observe=gateway_latency(reg)),
+                            concurrency=cfg.verify_concurrency, timeout_s=cfg.verify_timeout_s)
         loop = asyncio.get_running_loop()
         last_tail = loop.time()
         m.leader.set_function(lambda: float(leader.is_leader))
         m.leader_epoch.set_function(lambda: float(leader.epoch or 0) if leader.is_leader else 0.0)
         m.tail_lag.set_function(lambda: loop.time() - last_tail if leader.is_leader else 0.0)
         m.lookups_in_flight.set_function(lambda: float(verifier.in_flight))
+        next_sweep = 0.0
 
         async def round_() -> int:
             try:
@@ -185,7 +186,6 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                 src.clear()
 
         ctx.health.set_ready(True, "standby")
-        next_sweep = 0.0
         epoch: int | None = None
         guard = RoundGuard(max_s=cfg.error_backoff_max_s)
         tasks = [asyncio.create_task(leader.keep(ctx.stop), name="leader-lease"),
@@ -232,4 +232,4 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
 
 def main() -> None:
     cfg = ReconcilerSettings()
-    main_for("reconciler", cfg.log_level, run(PostgresSettings(), KafkaSettings(), cfg))  # type: ignore[call-arg]
+    main_for("reconciler", cfg.log_level, run(PostgresSettings(), KafkaSettings(), cfg))

@@ -11,6 +11,8 @@ stays in doubt and is asked again next round, until ``verify_deadline_s`` makes 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -56,9 +58,12 @@ class Verifier:
                 continue
             task = asyncio.create_task(self._verify(item), name=f"verify:{item.item_id}")
             self._tasks[item.item_id] = task
-            task.add_done_callback(lambda _t, k=item.item_id: self._tasks.pop(k, None))
+            task.add_done_callback(functools.partial(self._forget, item.item_id))
             started += 1
         return started
+
+    def _forget(self, item_id: str, _task: asyncio.Task[None]) -> None:
+        self._tasks.pop(item_id, None)
 
     async def _verify(self, item: InDoubt) -> None:
         found: bool | None = None
@@ -97,10 +102,8 @@ class Verifier:
                         self.errors += 1
                         delay = min(30.0, interval_s * 2 ** min(failures, 6))
                         log.exception("verification round failed; next in %.1fs", delay)
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
-                except TimeoutError:
-                    pass
         finally:
             await self.close()
 

@@ -13,8 +13,8 @@ from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
 from pacer_common.domain.requests import expired
-from pacer_common.logs import bind
 from pacer_common.domain.status import ItemStatus
+from pacer_common.logs import bind
 from pacer_sender.domain.decisions import Decision, after_failure
 from pacer_sender.ports import Gateway, ItemRepository
 

@@ -59,9 +59,12 @@ class GuidLeases:
         return lease
 
     def _give_back(self, asked: asyncio.Future[GuidLease | None]) -> None:
-        if asked.cancelled() or asked.exception() is not None or asked.result() is None:
+        if asked.cancelled() or asked.exception() is not None:
             return
-        guid = asked.result().guid  # type: ignore[union-attr]
+        lease = asked.result()
+        if lease is None:
+            return
+        guid = lease.guid
         if guid not in self.held:
             task = asyncio.ensure_future(self.store.release([guid], self.owner))
             self._giving_back.add(task)

@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from datetime import time as dtime
 from collections.abc import Callable
+from datetime import time as dtime
 from typing import Any, Protocol
 
 from pacer_common.db.errors import TransientError

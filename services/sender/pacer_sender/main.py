@@ -234,4 +234,4 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
 
 def main() -> None:
     cfg = SenderSettings()
-    main_for("sender", cfg.log_level, run(PostgresSettings(), KafkaSettings(), cfg))  # type: ignore[call-arg]
+    main_for("sender", cfg.log_level, run(PostgresSettings(), KafkaSettings(), cfg))

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
-from typing import Any
+from typing import Any, LiteralString
 
 from psycopg import AsyncConnection, AsyncPipeline
-from psycopg.abc import Query
 
 SYNCHRONOUS = "SET LOCAL synchronous_commit = on"
 
@@ -37,7 +36,7 @@ async def synchronous_transaction(conn: AsyncConnection[Any], *,
         yield conn
 
 
-async def fetch_durably(conn: AsyncConnection[Any], sql: Query, params: Any = None) -> list[Any]:
+async def fetch_durably(conn: AsyncConnection[Any], sql: LiteralString, params: Any = None) -> list[Any]:
     """Run ``sql`` as its own synchronously committed transaction; return its rows."""
     async with synchronous_transaction(conn):
         cur = await conn.execute(sql, params)

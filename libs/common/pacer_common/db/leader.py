@@ -21,8 +21,10 @@ import os
 import socket
 import time
 import uuid
+from typing import Any
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from pacer_common.db.sql import query
 
@@ -33,12 +35,12 @@ class LeadershipLost(Exception):
     """The lease is no longer held at the epoch a write names: the write must not happen."""
 
 
-async def fence(conn: psycopg.AsyncConnection[object], name: str, epoch: int | None) -> None:
+async def fence(conn: psycopg.AsyncConnection[Any], name: str, epoch: int | None) -> None:
     """Call first inside a leader-only transaction; raises :class:`LeadershipLost` unless the
     lease ``name`` is live at ``epoch``, and holds off any takeover until the transaction ends."""
     if epoch is None:
         raise LeadershipLost(f"not the leader of {name}")
-    row = await (await conn.execute(query("leader_fence"), {"name": name, "epoch": epoch})).fetchone()  # type: ignore[arg-type]
+    row = await (await conn.execute(query("leader_fence"), {"name": name, "epoch": epoch})).fetchone()
     if row is None:
         raise LeadershipLost(f"lease {name!r} at epoch {epoch} expired or taken over")
 
@@ -54,7 +56,7 @@ class LeaderLock:
         self.epoch: int | None = None  # the fencing token while leader
         self._valid_until = 0.0  # monotonic
         self._next_try = 0.0  # monotonic
-        self._conn: psycopg.AsyncConnection[object] | None = None
+        self._conn: psycopg.AsyncConnection[TupleRow] | None = None
         self._busy = asyncio.Lock()
 
     @property
@@ -88,7 +90,7 @@ class LeaderLock:
             try:
                 async with asyncio.timeout(budget):
                     conn = await self._connection()
-                    row = await (await conn.execute(query("leader_take"), {  # type: ignore[arg-type]
+                    row = await (await conn.execute(query("leader_take"), {
                         "name": self.name, "holder": self.holder, "ttl": self.ttl_s, "epoch": self.epoch})).fetchone()
             except (psycopg.Error, OSError, TimeoutError) as exc:
                 log.warning("lease %s: renewal failed (%s: %s); retrying", self.name, type(exc).__name__, exc)
@@ -106,7 +108,7 @@ class LeaderLock:
             self.epoch = int(row[0])
             self._valid_until = started + self.ttl_s
 
-    async def _connection(self) -> psycopg.AsyncConnection[object]:
+    async def _connection(self) -> psycopg.AsyncConnection[TupleRow]:
         if self._conn is None or self._conn.closed:
             timeout = max(1, int(self.ttl_s / 3))
             self._conn = await psycopg.AsyncConnection.connect(
@@ -126,7 +128,7 @@ class LeaderLock:
         if self.epoch is not None and self._conn is not None:
             with contextlib.suppress(psycopg.Error, OSError, TimeoutError):
                 async with asyncio.timeout(2.0):
-                    await self._conn.execute(query("leader_release"), {  # type: ignore[arg-type]
+                    await self._conn.execute(query("leader_release"), {
                         "name": self.name, "holder": self.holder, "epoch": self.epoch})
         self.epoch = None
         await self._drop_connection()

@@ -68,7 +68,7 @@ def apply_migrations(conn: psycopg.Connection[Any]) -> list[str]:
         if version in done:
             continue
         with conn.transaction():
-            conn.execute(sql)  # type: ignore[arg-type]
+            conn.execute(sql)
             conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
         log.info("applied migration", extra={"migration": name})
         applied.append(name)
@@ -88,7 +88,7 @@ def apply_schema_objects(conn: psycopg.Connection[Any]) -> None:
             conn.execute(f"SET LOCAL lock_timeout = '{SCHEMA_LOCK_TIMEOUT}'")
             for path, sql in schema_objects():
                 try:
-                    conn.execute(sql)  # type: ignore[arg-type]
+                    conn.execute(sql)
                 except psycopg.Error as exc:
                     exc.add_note(f"while applying pacer_common/db/schema/{path}")
                     raise

@@ -115,11 +115,11 @@ async def lock_view(conn: AsyncConnection[Any], limit: int = 1000) -> LockView:
     dashboard counts: running items, expired leases, takeovers, duplicate intercepts and
     refused manual retries."""
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query("lock_guid_leases"), {"limit": limit})  # type: ignore[arg-type]
+        await cur.execute(query("lock_guid_leases"), {"limit": limit})
         guids = await cur.fetchall()
-        await cur.execute(query("lock_item_leases"), {"limit": limit})  # type: ignore[arg-type]
+        await cur.execute(query("lock_item_leases"), {"limit": limit})
         items = await cur.fetchall()
-        await cur.execute(query("lock_counts"))  # type: ignore[arg-type]
+        await cur.execute(query("lock_counts"))
         counts = await cur.fetchone()
     return LockView(guid_leases=cast(list[GuidLease], guids), item_leases=cast(list[ItemLease], items),
                     counts=cast(LockCounts, counts))
@@ -149,7 +149,7 @@ async def create_token(conn: AsyncConnection[Any], name: str, role: Role, actor:
 
 async def _one(conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> dict[str, Any]:
     async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query(name), params)  # type: ignore[arg-type]
+        await cur.execute(query(name), params)
         row = await cur.fetchone()
     if row is None:
         raise RuntimeError(f"{name} returned no row")

@@ -70,7 +70,7 @@ async def apply(conn: AsyncConnection[Any], t: Transition, ids: Sequence[str]) -
         "type": t.type,
         "payload": json.dumps(t.payload, default=str),
     }
-    cur = await conn.execute(query("transition"), params)  # type: ignore[arg-type]
+    cur = await conn.execute(query("transition"), params)
     rows = await cur.fetchall()
     return [
         Moved(

@@ -10,7 +10,7 @@ from typing import overload
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 SCHEMA_VERSION = 1
-_enc = json.encoder.encode_basestring  # type: ignore[attr-defined]  # a str as a JSON string, UTF-8 kept as is
+_enc = json.encoder.encode_basestring
 
 
 class ItemCommand(BaseModel):

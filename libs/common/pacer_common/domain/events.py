@@ -1,15 +1,21 @@
 """Item events: immutable, past-tense facts appended to the event log.
 
-The event log (table ``item_events``) is the source of truth; ``items`` is its projection.
-Each event records the transition it made, so any state can be rebuilt by a fold.
+The event log (table ``item_events``) is an outbox: ``items`` is written by the same guarded
+stored functions that append the events, in the same transaction, and the reconciler tails
+the log to publish outcomes, re-dispatch and keep the shard counts. Each event records the
+transition it made, so an item's status can be checked against its events by ``fold``.
+
+Each event type has its own frozen payload model; ``ItemEvent.payload`` is their union,
+discriminated by the event's ``type``. Payload models allow extra keys, so a key a stored
+function adds later is kept (and published) before a model names it.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, assert_never
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_serializer, model_validator
 
 from pacer_common.domain.status import IllegalTransition, ItemStatus, check_transition
 
@@ -45,6 +51,147 @@ CREATION_EVENTS = frozenset({"ItemCompensationCreated", "ItemTestSendCreated"})
 SELF_EVENTS = frozenset({"ItemReleased"})
 
 
+class _Payload(BaseModel):
+    """What an event says beyond its transition. ``type`` is its event's, never stored in it."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+class _Failure(_Payload):
+    error_class: str | None = None
+    error: str | None = None
+
+
+class _ByPerson(_Payload):
+    actor: str | None = None
+    reason: str | None = None
+
+
+class _Released(_Failure):
+    """A send whose outcome is (or was) unknown: why, and whether a person forced it."""
+
+    reason: str | None = None
+    forced: bool | None = None
+    actor: str | None = None
+
+
+class ItemClaimed(_Payload):
+    type: Literal["ItemClaimed"] = Field(default="ItemClaimed", exclude=True)
+    owner: str | None = None
+
+
+class ItemSubmitted(_Payload):
+    type: Literal["ItemSubmitted"] = Field(default="ItemSubmitted", exclude=True)
+    attempt: int | None = None
+    budgeted: bool | None = None
+
+
+class ItemConfirmed(_Payload):
+    type: Literal["ItemConfirmed"] = Field(default="ItemConfirmed", exclude=True)
+    receipt: dict[str, Any] | None = None
+
+
+class ItemFailed(_Failure):
+    type: Literal["ItemFailed"] = Field(default="ItemFailed", exclude=True)
+
+
+class ItemRetryScheduled(_Failure):
+    type: Literal["ItemRetryScheduled"] = Field(default="ItemRetryScheduled", exclude=True)
+
+
+class ItemRequeued(_Failure):
+    type: Literal["ItemRequeued"] = Field(default="ItemRequeued", exclude=True)
+
+
+class ItemExpired(_Failure):
+    type: Literal["ItemExpired"] = Field(default="ItemExpired", exclude=True)
+
+
+class ItemInDoubt(_Released):
+    type: Literal["ItemInDoubt"] = Field(default="ItemInDoubt", exclude=True)
+
+
+class ItemLeaseExpired(_Released):
+    type: Literal["ItemLeaseExpired"] = Field(default="ItemLeaseExpired", exclude=True)
+
+
+class ItemVerifiedDelivered(_Released):
+    type: Literal["ItemVerifiedDelivered"] = Field(default="ItemVerifiedDelivered", exclude=True)
+
+
+class ItemVerifiedNotDelivered(_Released):
+    type: Literal["ItemVerifiedNotDelivered"] = Field(default="ItemVerifiedNotDelivered", exclude=True)
+
+
+class ItemUnverified(_Released):
+    type: Literal["ItemUnverified"] = Field(default="ItemUnverified", exclude=True)
+
+
+class ItemResolvedDelivered(_ByPerson):
+    type: Literal["ItemResolvedDelivered"] = Field(default="ItemResolvedDelivered", exclude=True)
+
+
+class ItemResolvedNotDelivered(_ByPerson):
+    type: Literal["ItemResolvedNotDelivered"] = Field(default="ItemResolvedNotDelivered", exclude=True)
+
+
+class ItemDuplicateIntercepted(_Payload):
+    type: Literal["ItemDuplicateIntercepted"] = Field(default="ItemDuplicateIntercepted", exclude=True)
+    idem_key: str | None = None
+    holder: str | None = None  # the item that holds the key
+
+
+class ItemCancelled(_Failure):
+    type: Literal["ItemCancelled"] = Field(default="ItemCancelled", exclude=True)
+    actor: str | None = None
+    scope: str | None = None  # "job" when the whole job was cancelled
+
+
+class ItemCompensationCreated(_Payload):
+    type: Literal["ItemCompensationCreated"] = Field(default="ItemCompensationCreated", exclude=True)
+    compensates: str | None = None
+    actor: str | None = None
+
+
+class ItemTestSendCreated(_Payload):
+    type: Literal["ItemTestSendCreated"] = Field(default="ItemTestSendCreated", exclude=True)
+    actor: str | None = None
+    to_id: str | None = None
+
+
+class ItemReleased(_Payload):
+    type: Literal["ItemReleased"] = Field(default="ItemReleased", exclude=True)
+
+
+class ItemSuperseded(_Failure):
+    type: Literal["ItemSuperseded"] = Field(default="ItemSuperseded", exclude=True)
+    business_id: str | None = None
+    by_version: int | None = None
+
+
+Payload = Annotated[
+    ItemClaimed | ItemSubmitted | ItemConfirmed | ItemFailed | ItemRetryScheduled | ItemRequeued
+    | ItemInDoubt | ItemLeaseExpired | ItemVerifiedDelivered | ItemVerifiedNotDelivered | ItemUnverified
+    | ItemResolvedDelivered | ItemResolvedNotDelivered | ItemDuplicateIntercepted | ItemExpired
+    | ItemCancelled | ItemCompensationCreated | ItemTestSendCreated | ItemReleased | ItemSuperseded,
+    Field(discriminator="type"),
+]
+
+
+def error_class_of(p: Payload) -> str | None:
+    """The failure class an event records (``None`` for events that record none)."""
+    match p:
+        case (ItemFailed() | ItemRetryScheduled() | ItemRequeued() | ItemExpired() | ItemCancelled()
+              | ItemSuperseded() | ItemInDoubt() | ItemLeaseExpired() | ItemVerifiedDelivered()
+              | ItemVerifiedNotDelivered() | ItemUnverified()):
+            return p.error_class
+        case (ItemClaimed() | ItemSubmitted() | ItemConfirmed() | ItemResolvedDelivered() | ItemResolvedNotDelivered()
+              | ItemDuplicateIntercepted() | ItemCompensationCreated() | ItemTestSendCreated() | ItemReleased()):
+            return None
+        case _:
+            assert_never(p)
+
+
 class ItemEvent(BaseModel):
     """One row of the event log, as read back by the reconciler and published as an outcome."""
 
@@ -61,9 +208,22 @@ class ItemEvent(BaseModel):
     from_status: ItemStatus
     to_status: ItemStatus
     occurred_at: AwareDatetime
-    payload: dict[str, Any] = {}
+    payload: Payload
     # The item's W3C trace context (from its row): a Kafka header of the outcome, not its body.
     traceparent: str | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _payload_of_its_type(cls, data: Any) -> Any:
+        """The stored payload has no ``type``: it is the event's, so the union can pick its model."""
+        if isinstance(data, dict) and not isinstance(data.get("payload"), BaseModel):
+            return {**data, "payload": {**(data.get("payload") or {}), "type": data.get("type")}}
+        return data
+
+    @field_serializer("payload")
+    def _payload_as_stored(self, p: _Payload) -> dict[str, Any]:
+        # Only what was recorded: no defaults filled in, no ``type`` (the envelope has it).
+        return p.model_dump(mode="json", exclude_unset=True, exclude={"type"})
 
 
 def fold(initial: ItemStatus, events: list[ItemEvent]) -> ItemStatus:

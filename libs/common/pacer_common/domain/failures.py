@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from typing import Mapping
 
 
 class FailureClass(StrEnum):

@@ -17,8 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from pacer_dev import infra
-from pacer_dev.chaos.harness import line
 from pacer_dev.chaos.evidence import verdict
+from pacer_dev.chaos.harness import line
 from pacer_dev.chaos.scenarios import SCENARIOS, Size
 
 

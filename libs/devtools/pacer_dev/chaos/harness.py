@@ -126,12 +126,13 @@ class Scenario:
             rows = conn.execute(
                 "SELECT i.idem_key, i.status::text FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = ANY(%s)",
                 (self.request_ids,)).fetchall()
-            events = dict(conn.execute(
+            events: dict[str, int] = dict(conn.execute(
                 "SELECT e.type, count(*) FROM item_events e JOIN jobs j USING (job_id) WHERE j.request_id = ANY(%s)"
                 " GROUP BY 1", (self.request_ids,)).fetchall())
             jobs = conn.execute("SELECT count(*) FROM jobs WHERE request_id = ANY(%s)", (self.request_ids,)).fetchone()[0]
             guid_takeovers, handovers = conn.execute(
-                "SELECT coalesce(sum(takeovers), 0), coalesce(sum(greatest(epoch - 1, 0)), 0) FROM guid_leases").fetchone()
+                "SELECT coalesce(sum(takeovers), 0), coalesce(sum(greatest(epoch - 1, 0)), 0)"
+                " FROM guid_leases").fetchone() or (0, 0)
         delivered: Counter[str] = Counter()
         offset = 0
         while True:

@@ -39,7 +39,8 @@ def _release_some(sc: Scenario, rng: random.Random, n: int) -> list[tuple[str, s
 
 def _taken_back(sc: Scenario, released: list[tuple[str, str, datetime]]) -> int:
     with psycopg.connect(sc.db) as conn:
-        return sum(int(conn.execute(TAKEN_BACK, r).fetchone()[0]) for r in released)  # type: ignore[index]
+        counts: list[int] = [conn.execute(TAKEN_BACK, r).fetchone()[0] for r in released]
+    return sum(counts)
 
 
 def forced_release(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
@@ -71,7 +72,7 @@ def forced_release(inf: Infra, root: Path, size: Size, rng: random.Random) -> Re
         with psycopg.connect(sc.db) as conn:
             figures["evicted"] = int(conn.execute(
                 "SELECT count(*) FROM audit_log WHERE action = 'release_lock' AND target_type = 'guid'"
-                " AND NOT (before->>'expired')::boolean").fetchone()[0])  # type: ignore[index]
+                " AND NOT (before->>'expired')::boolean").fetchone()[0])
         figures["forced"] = forced
         figures["taken_back"] = taken_back
         # No service may have died of it (nothing in this scenario stops one on purpose).

@@ -82,10 +82,17 @@ def _dead_letters(bootstrap: str, topic: str, expect: set[bytes], timeout_s: flo
             if msg is None or msg.error():
                 continue
             headers = dict(msg.headers() or [])
-            found[msg.value() or b""] = headers.get("pacer-error-reason", b"").decode(errors="replace")
+            found[msg.value() or b""] = _text(headers.get("pacer-error-reason"))
     finally:
         consumer.close()
     return found
 
 
 INTAKE_SCENARIOS: dict[str, Callable[..., Any]] = {"poison-requests": poison_requests}
+
+
+def _text(header: str | bytes | None) -> str:
+    """A header's text: headers read back from Kafka are bytes, or absent."""
+    if isinstance(header, bytes):
+        return header.decode(errors="replace")
+    return header or ""

@@ -83,7 +83,7 @@ def _drop_commands(sc: Scenario) -> int:
     commands were deleted."""
     conf = {"bootstrap.servers": sc.infra.kafka_bootstrap}
     topics = [f"{sc.stack.topic_prefix}.item-commands.{lane}" for lane in ("online", "batch")]
-    admin = AdminClient(conf)
+    admin = AdminClient(dict(conf))
     short = [ConfigEntry(k, "1000", incremental_operation=AlterConfigOpType.SET) for k in ("retention.ms", "segment.ms")]
     for fut in admin.incremental_alter_configs(
             [ConfigResource(ResourceType.TOPIC, t, incremental_configs=short) for t in topics]).values():
@@ -113,7 +113,7 @@ def _metric(sc: Scenario, proc: str, name: str) -> int:
                    if line.startswith(name + "{") or line.startswith(name + " ")))
 
 
-def _wait(cond, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def _wait(cond, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
         if time.monotonic() > deadline:

@@ -51,10 +51,10 @@ def _projection_mismatch(sc: Scenario) -> int:
     """Statuses whose projected count differs from the items table (a batch applied twice
     or skipped shows here)."""
     with psycopg.connect(sc.db) as conn:
-        real = dict(conn.execute(
+        real: dict[str, int] = dict(conn.execute(
             "SELECT i.status::text, count(*) FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = %s"
             " GROUP BY 1", (sc.request_id,)).fetchall())
-        projected = dict(conn.execute(
+        projected: dict[str, int] = dict(conn.execute(
             "SELECT c.status::text, sum(c.n) FROM shard_status_counts c JOIN shards s USING (shard_id)"
             " JOIN jobs j USING (job_id) WHERE j.request_id = %s GROUP BY 1 HAVING sum(c.n) <> 0",
             (sc.request_id,)).fetchall())
@@ -90,7 +90,7 @@ def lookup_hang(inf: Infra, root: Path, size: Size, rng: random.Random) -> Resul
                 planned, open_ = conn.execute(
                     "SELECT count(*), count(*) FILTER (WHERE NOT i.status::text = ANY(%s))"
                     " FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = %s",
-                    ([*TERMINAL_VALUES, "recovery_pending"], sc.request_id)).fetchone()
+                    ([*TERMINAL_VALUES, "recovery_pending"], sc.request_id)).fetchone() or (0, 0)
             return planned >= sc.items and open_ == 0 and timeouts() >= 8
 
         rest_done = _poll(rest_final, sample, timeout_s=size.timeout_s / 2)

@@ -91,7 +91,7 @@ def _crd_schema(file: str) -> dict:
 def validate(obj: dict, kube_versions: tuple[str, ...] = KUBE_VERSIONS) -> None:
     """Raise ChartError when ``obj`` is not a valid object of its kind."""
     where = f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
-    crd = CRD_SCHEMAS.get((obj.get("apiVersion"), obj.get("kind")))
+    crd = CRD_SCHEMAS.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
     if crd:
         try:
             jsonschema.validate(obj, _crd_schema(crd))

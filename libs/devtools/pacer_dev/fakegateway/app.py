@@ -9,6 +9,7 @@ else (lookup, admin, health, audiences for requery targets) is ordinary FastAPI 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -232,10 +233,8 @@ async def _drop_connection(receive: Receive, send: Send) -> None:
     transport = getattr(getattr(send, "__self__", None), "transport", None)
     if transport is not None and callable(getattr(transport, "close", None)):
         transport.close()
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(_until_disconnect(receive), timeout=2.0)
-        except TimeoutError:
-            pass
         return
     await send(
         {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"1024")]}

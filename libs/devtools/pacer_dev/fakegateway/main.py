@@ -66,7 +66,7 @@ def load_settings(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Ser
     return ServerSettings(host, port, log_level.lower(), config_from_mapping(raw))
 
 
-def speedups() -> dict[str, str]:
+def speedups() -> dict[str, Any]:
     """uvicorn ``http``/``loop`` choices: httptools and uvloop when installed."""
     return {
         "http": "httptools" if importlib.util.find_spec("httptools") else "h11",

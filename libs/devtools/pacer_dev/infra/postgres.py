@@ -19,6 +19,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import psycopg
 
@@ -186,7 +187,7 @@ class _Tools:
         Output goes to a temporary file, not a pipe: the postmaster that `pg_ctl start`
         forks would inherit a pipe and keep us reading for as long as the server runs.
         """
-        identity: dict[str, object] = {}
+        identity: dict[str, Any] = {}
         if self.uid is not None:
             identity = {"user": self.uid, "group": self.gid, "extra_groups": []}
         argv = [str(_wheel()._commands.POSTGRES_BIN_PATH / program), *args]
@@ -199,7 +200,7 @@ class _Tools:
                 stderr=subprocess.STDOUT,
                 timeout=START_TIMEOUT_S + 30,
                 check=False,
-                **identity,  # type: ignore[call-overload]
+                **identity,
             )
             output.seek(0)
             text = output.read().strip()

@@ -12,10 +12,10 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
 from pacer_common.db import operations
 from pacer_common.db.errors import TransientError, with_retry
+from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader, query
 from pacer_common.domain.tokens import Role
 from pacer_control.domain.errors import Invalid, Unavailable
@@ -32,7 +32,6 @@ from pacer_control.domain.permissions import Principal
 from pacer_control.domain.views import failure_categories, sum_counts
 from pacer_control.ports import AuditEntry, NewToken, Row
 
-
 T = TypeVar("T")
 REPORT_FETCH = 2000
 _dumps = functools.partial(json.dumps, default=str)
@@ -43,7 +42,7 @@ _sql = loader("pacer_control.adapters.sql")
 
 async def _rows(conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> list[Row]:
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(_sql(name), params)  # type: ignore[arg-type]
+        await cur.execute(_sql(name), params)
         return await cur.fetchall()
 
 
@@ -153,7 +152,7 @@ class _Tx:
     async def set_guid_limits(self, guid: str, limits: dict[str, Any], actor: str) -> dict[str, Any]:
         # The same statement as `pacer limits GUID --set …`.
         async with self.conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(query("set_guid_limits"),  # type: ignore[arg-type]
+            await cur.execute(query("set_guid_limits"),
                               {"guid": guid, "limits": Jsonb(limits), "actor": actor})
             row = await cur.fetchone()
         assert row is not None
@@ -170,7 +169,7 @@ class _Tx:
         return await _row(self.conn, "revoke_token", {"name": name})
 
     async def audit(self, entry: AuditEntry) -> None:
-        await self.conn.execute(_sql("audit"), {  # type: ignore[arg-type]
+        await self.conn.execute(_sql("audit"), {
             "actor": entry.actor, "action": entry.action, "type": entry.target_type, "id": entry.target_id,
             "reason": entry.reason,
             "before": None if entry.before is None else Jsonb(entry.before, dumps=_dumps),
@@ -181,7 +180,7 @@ class _Tx:
 class PostgresControl:
     """``ControlStore`` on a psycopg pool of autocommit connections."""
 
-    def __init__(self, pool: AsyncConnectionPool, deadline_s: float = 5.0) -> None:
+    def __init__(self, pool: Pool, deadline_s: float = 5.0) -> None:
         self.pool = pool
         # An API caller waits this long at most while the database is away, then gets a 503.
         self.deadline_s = deadline_s
@@ -195,7 +194,7 @@ class PostgresControl:
         except psycopg.DataError as exc:
             raise Invalid(f"the database refused a value: {exc.diag.message_primary or exc}") from exc
 
-    async def atomically(self, work: Callable[[_Tx], Awaitable[T]]) -> T:  # type: ignore[override]
+    async def atomically(self, work: Callable[[_Tx], Awaitable[T]]) -> T:
         async def unit() -> T:
             async with self.pool.connection() as conn, conn.transaction():
                 return await work(_Tx(conn))
@@ -253,7 +252,7 @@ class PostgresControl:
             conn.transaction(),
             conn.cursor(name=f"report_{uuid.uuid4().hex}", row_factory=tuple_row) as cur,
         ):
-            await cur.execute(_sql("report"), {"job": job_id})  # type: ignore[arg-type]
+            await cur.execute(_sql("report"), {"job": job_id})
             while rows := await cur.fetchmany(REPORT_FETCH):
                 yield rows
 
@@ -280,7 +279,7 @@ class PostgresControl:
         async def unit() -> list[Row]:
             async with self.pool.connection() as conn:
                 cur = conn.cursor(row_factory=dict_row)
-                await cur.execute(query("guid_backlogs"), {"sort": sort, "limit": limit})  # type: ignore[arg-type]
+                await cur.execute(query("guid_backlogs"), {"sort": sort, "limit": limit})
                 return await cur.fetchall()
 
         return await self._call(unit)

@@ -11,7 +11,6 @@ from fastapi import FastAPI
 from pacer_control.api import admin, console, errors, guids, jobs
 from pacer_control.core import Control
 
-
 PREFIX = "/api/v1"
 
 DESCRIPTION = """Operate Pacer: list and inspect jobs, pause, resume, cancel or terminate them, retry

@@ -25,7 +25,6 @@ from pacer_control.api.schemas import (
 )
 from pacer_control.domain.filters import DEFAULT_PAGE, MAX_PAGE, AuditFilter
 
-
 router = APIRouter()
 
 TextQuery = Annotated[str | None, Query(min_length=1, max_length=256, pattern=NO_NUL)]

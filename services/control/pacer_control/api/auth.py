@@ -16,7 +16,6 @@ from pacer_control.api.schemas import Problem
 from pacer_control.core import Control
 from pacer_control.domain.permissions import RULES, Action, Principal
 
-
 bearer = HTTPBearer(auto_error=False, description="an API token: `pacer token create` or POST /api/v1/tokens")
 
 _PROBLEMS = {
@@ -30,7 +29,7 @@ _PROBLEMS = {
 
 
 def control(request: Request) -> Control:
-    return request.app.state.control  # type: ignore[no-any-return]
+    return request.app.state.control
 
 
 def guard(action: Action, *statuses: int) -> dict[str, Any]:
@@ -54,7 +53,7 @@ def guard(action: Action, *statuses: int) -> dict[str, Any]:
 
 def caller(request: Request) -> Principal:
     """The authenticated caller (set by the route's guard, which runs first)."""
-    return request.state.principal  # type: ignore[no-any-return]
+    return request.state.principal
 
 
 Caller = Annotated[Principal, Depends(caller)]

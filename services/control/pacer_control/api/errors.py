@@ -18,7 +18,6 @@ from pacer_control.domain.errors import (
     Unavailable,
 )
 
-
 log = logging.getLogger("pacer.control")
 
 STATUS: dict[type[ControlError], int] = {

@@ -21,7 +21,6 @@ from pacer_control.api.schemas import (
 )
 from pacer_control.domain.filters import DEFAULT_PAGE, MAX_PAGE
 
-
 router = APIRouter(tags=["guids"])
 
 GuidPath = Annotated[str, Path(min_length=1, max_length=256, pattern=NO_NUL, description="the guid ('*' for limits of all)")]

@@ -27,8 +27,8 @@ from pacer_control.api.schemas import (
     JobPage,
     ReasonBody,
     ResolveBody,
-    RetryItemBody,
     RetryBody,
+    RetryItemBody,
     RetryResponse,
 )
 from pacer_control.domain.filters import (
@@ -40,7 +40,6 @@ from pacer_control.domain.filters import (
     RetryFilter,
 )
 from pacer_control.domain.permissions import Action
-
 
 router = APIRouter(tags=["jobs"])
 

@@ -11,7 +11,6 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from pacer_common.domain.tokens import Role
 from pacer_control.domain.filters import MAX_RETRY
 
-
 # Postgres text cannot hold NUL; refusing it here gives a 422 instead of a database error.
 NO_NUL = r"^[^\x00]*$"
 Text = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=NO_NUL)]

@@ -14,7 +14,6 @@ from typing import Literal
 from pacer_common.domain.requests import JobKind
 from pacer_common.domain.status import ItemStatus as S
 
-
 JobStatus = Literal["running", "awaiting_approval", "paused", "completed", "cancelled", "terminated"]
 MAX_PAGE = 500
 DEFAULT_PAGE = 100

@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-
 # done: changed; noop: already so, nothing changed; conflict: not allowed now (message says
 # why); not_found: no such target.
 Outcome = Literal["done", "noop", "conflict", "not_found"]

@@ -11,7 +11,6 @@ from typing import Literal
 
 from pacer_common.domain.tokens import Role, at_least
 
-
 Action = Literal[
     "jobs.view", "jobs.pause", "jobs.resume", "jobs.cancel", "jobs.terminate", "jobs.budget", "jobs.approve",
     "shards.pause", "shards.resume",
@@ -28,7 +27,7 @@ class Rule:
     what: str  # completes "role 'operator' may not …"
 
 
-O, T, A = Role.OPERATOR, Role.TECH_ADMIN, Role.ADMIN
+O, T, A = Role.OPERATOR, Role.TECH_ADMIN, Role.ADMIN  # noqa: E741  # initials keep the table below one rule a line
 
 RULES: dict[Action, Rule] = {
     "jobs.view": Rule(O, "view jobs"),

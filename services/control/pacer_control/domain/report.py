@@ -8,7 +8,6 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-
 COLUMNS: tuple[str, ...] = (
     "item_id", "guid", "to_id", "status", "attempts", "last_error_class", "last_error", "updated_at",
 )

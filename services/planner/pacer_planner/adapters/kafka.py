@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 from confluent_kafka import Message, Producer
 
+from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand, JobCommands
 from pacer_common.domain.requests import LANES, lane_of
-from pacer_common import tracing
 from pacer_common.kafka import AsyncConsumer, next_offset, produce_all
 
 MAX_REASON_CHARS = 2000  # a header, not a document: the reason's first part says what is wrong

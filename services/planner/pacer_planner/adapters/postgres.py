@@ -9,11 +9,11 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
 from pacer_common import tracing
-from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.db.durable import synchronous_transaction
+from pacer_common.db.errors import RefusedError, with_retry
+from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader
 from pacer_common.domain.commands import ItemCommand
 from pacer_planner.domain.planning import Plan
@@ -36,7 +36,7 @@ async def insert_shards(conn: AsyncConnection[Any], job_id: str, shards: Mapping
     if not shards:
         return {}
     keys = list(shards)
-    cur = await conn.execute(sql("insert_shards"), {  # type: ignore[arg-type]
+    cur = await conn.execute(sql("insert_shards"), {
         "job_id": job_id, "guids": [g for g, _ in keys], "subs": [s for _, s in keys],
         "counts": [subs.get(g, 1) for g, _ in keys], "totals": [shards[k] for k in keys],
     })
@@ -52,7 +52,7 @@ class ApprovalPolicy:
 
 
 class PostgresJobStore:
-    def __init__(self, pool: AsyncConnectionPool, approval: ApprovalPolicy | None = None) -> None:
+    def __init__(self, pool: Pool, approval: ApprovalPolicy | None = None) -> None:
         self.pool = pool
         self.approval = approval or ApprovalPolicy()
 
@@ -67,7 +67,7 @@ class PostgresJobStore:
         req = plan.request
         snapshot = req.targets.mode == "snapshot"
         async with self.pool.connection() as conn, synchronous_transaction(conn, pipeline=False):
-            cur = await conn.execute(sql("insert_job"), {  # type: ignore[arg-type]
+            cur = await conn.execute(sql("insert_job"), {
                 "job_id": plan.job_id, "request_id": req.request_id, "kind": req.kind.value,
                 "priority": plan.priority, "created_by": req.created_by,
                 "message": Jsonb(req.message.model_dump()), "content_version": req.content_version,
@@ -82,26 +82,26 @@ class PostgresJobStore:
                 "approval_above": self.approval.above_items, "approve_new": self.approval.new_content,
             })
             if await cur.fetchone() is None:
-                row = await (await conn.execute(sql("job_dispatched"), {"request_id": req.request_id})).fetchone()  # type: ignore[arg-type]
+                row = await (await conn.execute(sql("job_dispatched"), {"request_id": req.request_id})).fetchone()
                 assert row is not None
                 return Stored(plan.job_id, created=False, dispatched=row["dispatched_at"] is not None, shard_ids={})
             shard_ids = await insert_shards(conn, plan.job_id, plan.shards, plan.subs)
             if plan.items:
                 traceparent = tracing.current()  # the job request's trace, kept on each item
-                async with conn.cursor() as c, c.copy(_COPY_ITEMS) as copy:  # type: ignore[arg-type]
+                async with conn.cursor() as c, c.copy(_COPY_ITEMS) as copy:
                     for it in plan.items:
                         await copy.write_row((
                             it.item_id, plan.job_id, shard_ids[it.shard], it.guid, it.to_id, it.content,
                             it.idem_key, plan.priority, req.kind.value, req.expire_at, plan.not_before, traceparent,
                         ))
             if plan.coalesce is not None:
-                await conn.execute(sql("coalesce"), {"job_id": plan.job_id})  # type: ignore[arg-type]
+                await conn.execute(sql("coalesce"), {"job_id": plan.job_id})
         return Stored(plan.job_id, created=True, dispatched=False, shard_ids=shard_ids)
 
     async def pending_commands(self, job_id: str) -> Sequence[ItemCommand]:
         async def work() -> list[ItemCommand]:
             async with self.pool.connection() as conn:
-                rows: list[Any] = await (await conn.execute(sql("pending_commands"), {"job_id": job_id})).fetchall()  # type: ignore[arg-type]
+                rows: list[Any] = await (await conn.execute(sql("pending_commands"), {"job_id": job_id})).fetchall()
             return [ItemCommand.model_validate(r) for r in rows]
 
         return await with_retry(work)
@@ -111,7 +111,7 @@ class PostgresJobStore:
 
         async def work() -> dict[str, int]:
             async with self.pool.connection() as conn:
-                rows = await (await conn.execute(sql("backlog"), {"guids": list(guids)})).fetchall()  # type: ignore[arg-type]
+                rows = await (await conn.execute(sql("backlog"), {"guids": list(guids)})).fetchall()
             return {r["guid"]: int(r["queued"]) for r in rows}
 
         return await with_retry(work)
@@ -119,7 +119,7 @@ class PostgresJobStore:
     async def exists(self, request_id: str) -> bool:
         async def work() -> bool:
             async with self.pool.connection() as conn:
-                row = await (await conn.execute(sql("job_exists"), {"request_id": request_id})).fetchone()  # type: ignore[arg-type]
+                row = await (await conn.execute(sql("job_exists"), {"request_id": request_id})).fetchone()
             return row is not None
 
         return await with_retry(work)
@@ -127,6 +127,6 @@ class PostgresJobStore:
     async def mark_dispatched(self, job_id: str) -> None:
         async def work() -> None:
             async with self.pool.connection() as conn, conn.transaction():
-                await conn.execute(sql("mark_dispatched"), {"job_id": job_id})  # type: ignore[arg-type]
+                await conn.execute(sql("mark_dispatched"), {"job_id": job_id})
 
         await with_retry(work)

@@ -14,10 +14,10 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 
-from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.db.durable import synchronous_transaction
+from pacer_common.db.errors import RefusedError, with_retry
+from pacer_common.db.pool import Pool
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.requests import JobRequest
 from pacer_planner.adapters.postgres import insert_shards, sql
@@ -27,13 +27,13 @@ from pacer_planner.ports import PageRejected, PageStored, PagingState
 
 
 class PostgresTargetStore:
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
     async def _rows(self, name: str, params: dict[str, Any]) -> list[Any]:
         async def work() -> list[Any]:
             async with self.pool.connection() as conn:
-                cur = await conn.execute(sql(name), params)  # type: ignore[arg-type]
+                cur = await conn.execute(sql(name), params)
                 return await cur.fetchall() if cur.description else []
 
         return await with_retry(work)
@@ -72,14 +72,14 @@ class PostgresTargetStore:
     async def _store_page(self, conn: AsyncConnection[Any], state: PagingState, owner: str, page: Page,
                           plan: PagePlan, fetched_at: datetime, ttl_s: float) -> PageStored | None:
         job_id, page_no = state.job_id, state.pages + 1
-        lock = await (await conn.execute(sql("page_lock"), {"job_id": job_id})).fetchone()  # type: ignore[arg-type]
+        lock = await (await conn.execute(sql("page_lock"), {"job_id": job_id})).fetchone()
         if (lock is None or lock["target_owner"] != owner or lock["target_pages"] != state.pages
                 or lock["complete"] or lock["status"] not in ("running", "paused")):
             return None
         shard_ids = await _page_shards(conn, job_id, plan)
         req = state.request
         items = plan.items
-        cur = await conn.execute(sql("page_items"), {  # type: ignore[arg-type]
+        cur = await conn.execute(sql("page_items"), {
             "job_id": job_id, "priority": req.effective_priority, "kind": req.kind.value,
             "expire_at": req.expire_at, "not_before": req.not_before, "page_no": page_no,
             "item_ids": [it.item_id for it in items], "shard_ids": [shard_ids[it.shard] for it in items],
@@ -87,14 +87,14 @@ class PostgresTargetStore:
             "contents": [it.content for it in items], "keys": [it.idem_key for it in items],
         })
         added = frozenset(r["item_id"] for r in await cur.fetchall())
-        await conn.execute(sql("page_record"), {  # type: ignore[arg-type]
+        await conn.execute(sql("page_record"), {
             "job_id": job_id, "page_no": page_no, "cursor_in": page.cursor_in, "cursor_out": page.next_cursor,
             "fetched": page.fetched, "added": len(added),
             "duplicates": plan.duplicates + len(items) - len(added), "invalid": plan.invalid,
             "first_error": plan.first_error, "fetched_at": fetched_at, "last": page.last, "ttl_s": ttl_s,
         })
         if page.last:
-            await conn.execute(sql("target_done"), {"job_id": job_id})  # type: ignore[arg-type]
+            await conn.execute(sql("target_done"), {"job_id": job_id})
         return PageStored(added, shard_ids)
 
     async def undispatched_pages(self, job_id: str) -> list[int]:
@@ -116,8 +116,8 @@ class PostgresTargetStore:
     async def hold(self, job_id: str, reason: str) -> bool:
         async def work() -> bool:
             async with self.pool.connection() as conn, conn.transaction():
-                await conn.execute(sql("paging_note"), {"job_id": job_id, "reason": reason})  # type: ignore[arg-type]
-                row = await (await conn.execute(sql("paging_hold"), {"job_id": job_id, "reason": reason})).fetchone()  # type: ignore[arg-type]
+                await conn.execute(sql("paging_note"), {"job_id": job_id, "reason": reason})
+                row = await (await conn.execute(sql("paging_hold"), {"job_id": job_id, "reason": reason})).fetchone()
             return bool(row and row["held"])
 
         return await with_retry(work)
@@ -125,8 +125,8 @@ class PostgresTargetStore:
     async def close_set(self, job_id: str, owner: str, reason: str) -> None:
         async def work() -> None:
             async with self.pool.connection() as conn, conn.transaction():
-                await conn.execute(sql("paging_close"), {"job_id": job_id, "owner": owner, "reason": reason})  # type: ignore[arg-type]
-                await conn.execute(sql("target_done"), {"job_id": job_id})  # type: ignore[arg-type]
+                await conn.execute(sql("paging_close"), {"job_id": job_id, "owner": owner, "reason": reason})
+                await conn.execute(sql("target_done"), {"job_id": job_id})
 
         await with_retry(work)
 
@@ -138,7 +138,7 @@ async def _page_shards(conn: AsyncConnection[Any], job_id: str, plan: PagePlan) 
     """The shard of every (guid, sub) of the page, creating those not there yet (empty: their
     totals grow with the items actually added)."""
     shards = plan.shards
-    rows = await (await conn.execute(sql("page_shards"), {  # type: ignore[arg-type]
+    rows = await (await conn.execute(sql("page_shards"), {
         "job_id": job_id, "guids": sorted({g for g, _ in shards})})).fetchall()
     ids: dict[ShardKey, int] = {(r["guid"], r["sub"]): r["shard_id"] for r in rows}
     missing = {k: 0 for k in shards if k not in ids}

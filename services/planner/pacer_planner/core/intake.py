@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand, JobCommands
 from pacer_common.domain.requests import JobRequest
 from pacer_common.domain.validation import InvalidRequest, validate_request
-from pacer_common import tracing
 from pacer_common.logs import bind
 from pacer_planner.domain.admission import refusal
 from pacer_planner.domain.planning import Plan, PlannedItem, plan

@@ -19,6 +19,7 @@ resuming it resumes paging.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -235,10 +236,8 @@ class PagingSupervisor:
                 await self.sweep()
             except Exception:
                 log.exception("paging sweep failed; trying again in %.1fs", self.sweep_s)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.sweep_s)
-            except TimeoutError:
-                pass
 
     async def close(self) -> None:
         """Stop every pager; their leases are released so another planner takes over at once."""

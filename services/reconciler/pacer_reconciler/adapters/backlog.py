@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
-
 from pacer_common.db.errors import with_retry
+from pacer_common.db.pool import Pool
 from pacer_common.db.sql import query
 
 
 class PostgresBacklogs:
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
     async def top(self, sort: str, limit: int) -> list[dict[str, Any]]:
         async def work() -> list[dict[str, Any]]:
             async with self.pool.connection() as conn:
-                return await (await conn.execute(query("guid_backlogs"), {  # type: ignore[arg-type]
+                return await (await conn.execute(query("guid_backlogs"), {
                     "sort": sort, "limit": limit})).fetchall()
 
         return await with_retry(work)

@@ -6,10 +6,10 @@ from collections.abc import Callable, Iterator, Sequence
 
 from confluent_kafka import Producer
 
+from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.requests import lane_of
-from pacer_common import tracing
 from pacer_common.kafka import produce_all
 from pacer_reconciler.ports import Rejected
 

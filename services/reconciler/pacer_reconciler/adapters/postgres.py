@@ -6,11 +6,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
-
 from pacer_common.db.commands import pending_commands
 from pacer_common.db.errors import with_retry
 from pacer_common.db.leader import LeaderLock, fence
+from pacer_common.db.pool import Pool, one
 from pacer_common.db.sql import loader, query
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
@@ -50,7 +49,7 @@ def _event(row: Any) -> ItemEvent | Unreadable:
 
 
 class PostgresLog:
-    def __init__(self, pool: AsyncConnectionPool, cursor_name: str, verify_deadline: timedelta,
+    def __init__(self, pool: Pool, cursor_name: str, verify_deadline: timedelta,
                  verify_after: timedelta = timedelta(seconds=15), *, leader: LeaderLock | None = None) -> None:
         self.pool = pool
         self.leader = leader  # when set, the cursor moves only under its live lease epoch
@@ -61,7 +60,7 @@ class PostgresLog:
     async def position(self) -> Position:
         async def work() -> Position:
             async with self.pool.connection() as conn:
-                row = await (await conn.execute(_sql("load_cursor"), {"name": self.cursor_name})).fetchone()  # type: ignore[arg-type]
+                row = await (await conn.execute(_sql("load_cursor"), {"name": self.cursor_name})).fetchone()
             return Position(row["xid"], row["last_seq"]) if row else Position("0", 0)
 
         return await with_retry(work)
@@ -70,7 +69,7 @@ class PostgresLog:
         async def work() -> list[tuple[Position, ItemEvent | Unreadable]]:
             async with self.pool.connection() as conn:
                 rows: list[Any] = await (await conn.execute(
-                    _sql("read_events"), {"xid": after.xid, "seq": after.seq, "limit": limit}  # type: ignore[arg-type]
+                    _sql("read_events"), {"xid": after.xid, "seq": after.seq, "limit": limit}
                 )).fetchall()
             return [(Position(r["xid"], r["seq"]), _event(r)) for r in rows]
 
@@ -90,17 +89,17 @@ class PostgresLog:
                     await fence(conn, self.leader.name, self.leader.epoch)
                 if deltas:
                     keys = list(deltas)
-                    await conn.execute(_sql("apply_counts"), {  # type: ignore[arg-type]
+                    await conn.execute(_sql("apply_counts"), {
                         "shards": [k[0] for k in keys], "statuses": [k[1].value for k in keys],
                         "deltas": [deltas[k] for k in keys],
                     })
                 shards = sorted({ev.shard_id for ev in events})
                 if shards:
-                    rows = await (await conn.execute(_sql("refresh_shards"), {"shards": shards})).fetchall()  # type: ignore[arg-type]
+                    rows = await (await conn.execute(_sql("refresh_shards"), {"shards": shards})).fetchall()
                     jobs = sorted({str(r["job_id"]) for r in rows})
                     if jobs:
-                        await conn.execute(_sql("refresh_jobs"), {"jobs": jobs})  # type: ignore[arg-type]
-                moved = await (await conn.execute(_sql("save_cursor"), {  # type: ignore[arg-type]
+                        await conn.execute(_sql("refresh_jobs"), {"jobs": jobs})
+                moved = await (await conn.execute(_sql("save_cursor"), {
                     "name": self.cursor_name, "xid": to.xid, "seq": to.seq,
                     "from_xid": start.xid, "from_seq": start.seq})).fetchone()
                 if moved is None:
@@ -119,7 +118,7 @@ class PostgresLog:
 
         async def work() -> int:
             async with self.pool.connection() as conn, conn.transaction():
-                rows = await (await conn.execute(_sql(f"due_{kind}"), {"limit": limit})).fetchall()  # type: ignore[arg-type]
+                rows = await (await conn.execute(_sql(f"due_{kind}"), {"limit": limit})).fetchall()
                 if not rows:
                     return 0
                 return len(await apply(conn, t, [r["item_id"] for r in rows]))
@@ -131,7 +130,7 @@ class PostgresLog:
 
         async def work() -> int:
             async with self.pool.connection() as conn:
-                row = await (await conn.execute(_sql("release_held"), {"limit": limit})).fetchone()  # type: ignore[arg-type]
+                row = await one(conn, _sql("release_held"), {"limit": limit})
             return int(row["n"])
 
         return await with_retry(work)
@@ -139,7 +138,8 @@ class PostgresLog:
     async def in_doubt(self, limit: int) -> list[InDoubt]:
         async def work() -> list[InDoubt]:
             async with self.pool.connection() as conn:
-                rows = await (await conn.execute(_sql("due_in_doubt"), {"limit": limit, "settle": self.verify_after})).fetchall()  # type: ignore[arg-type]
+                rows = await (await conn.execute(_sql("due_in_doubt"), {
+                    "limit": limit, "settle": self.verify_after})).fetchall()
             return [InDoubt(r["item_id"], r["guid"], r["idem_key"], r["updated_at"]) for r in rows]
 
         return await with_retry(work)
@@ -156,7 +156,7 @@ class PostgresLog:
             async with self.pool.connection() as conn, conn.transaction():
                 moved = await apply(conn, t, [item.item_id])
                 if moved and ledger:
-                    await conn.execute(ledger, {"k": item.idem_key, "i": item.item_id})  # type: ignore[arg-type]
+                    await conn.execute(ledger, {"k": item.idem_key, "i": item.item_id})
                 return v.to.value if moved else None
 
         return await with_retry(work)
@@ -164,7 +164,7 @@ class PostgresLog:
     async def lock_stats(self) -> dict[str, int]:
         async def work() -> dict[str, int]:
             async with self.pool.connection() as conn:
-                row = await (await conn.execute(query("lock_counts"))).fetchone()
+                row = await one(conn, query("lock_counts"))
             return {k: int(v) for k, v in row.items()}
 
         return await with_retry(work)
@@ -173,8 +173,7 @@ class PostgresLog:
     async def hold(self, scope: str, key: str, reason: str, actor: str) -> bool:
         async def work() -> bool:
             async with self.pool.connection() as conn:
-                row = await (await conn.execute(_sql("hold"), {  # type: ignore[arg-type]
-                    "scope": scope, "key": key, "reason": reason, "actor": actor})).fetchone()
+                row = await one(conn, _sql("hold"), {"scope": scope, "key": key, "reason": reason, "actor": actor})
             return bool(row["held"])
 
         return await with_retry(work)
@@ -182,8 +181,8 @@ class PostgresLog:
     async def governance_stats(self, stall_after: timedelta) -> dict[str, int]:
         async def work() -> dict[str, int]:
             async with self.pool.connection() as conn:
-                row = await (await conn.execute(_sql("governance_counts"), {"stall": stall_after})).fetchone()  # type: ignore[arg-type]
-                items = await (await conn.execute(_sql("job_items"))).fetchall()  # type: ignore[arg-type]
+                row = await one(conn, _sql("governance_counts"), {"stall": stall_after})
+                items = await (await conn.execute(_sql("job_items"))).fetchall()
             return {k: int(v) for k, v in row.items()} | {f"items:{r['status']}": int(r["n"]) for r in items}
 
         return await with_retry(work)

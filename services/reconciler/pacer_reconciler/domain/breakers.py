@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pacer_common.domain.events import ItemEvent
+from pacer_common.domain.events import ItemEvent, error_class_of
 from pacer_common.domain.status import ItemStatus
 
 Scope = Literal["job", "guid"]
@@ -63,7 +63,7 @@ def outcome_of(ev: ItemEvent) -> bool | None:
     """True: a failure that counts; False: a success; None: says nothing about job or account."""
     if ev.to_status is ItemStatus.CONFIRMED:
         return False
-    error_class = ev.payload.get("error_class")
+    error_class = error_class_of(ev.payload)
     if ev.to_status in (ItemStatus.FAILED, ItemStatus.WAITING_RETRY, ItemStatus.RECOVERY_PENDING):
         return error_class in FAILING_CLASSES
     return None
@@ -81,13 +81,14 @@ class Breakers:
             failed = outcome_of(ev)
             if failed is None:
                 continue
-            for scope, key in (("job", ev.job_id), ("guid", ev.guid)):
+            keys: tuple[tuple[Scope, str], ...] = (("job", ev.job_id), ("guid", ev.guid))
+            for scope, key in keys:
                 b = self._state.get((scope, key))
                 if b is None:
                     if not failed:
                         continue  # nothing to remember about a key that only succeeds
                     b = self._state[(scope, key)] = _Breaker(deque(maxlen=self.policy.window))
-                b.record(failed, ev.payload.get("error_class"))
+                b.record(failed, error_class_of(ev.payload))
                 reason = self._verdict(b)
                 if reason is not None:
                     trips.append(Trip(scope, key, reason))

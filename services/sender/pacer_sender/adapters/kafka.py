@@ -18,7 +18,7 @@ from prometheus_client import Counter
 from pydantic import ValidationError
 
 from pacer_common.domain.commands import ItemCommand
-from pacer_common.kafka import AsyncConsumer
+from pacer_common.kafka import AsyncConsumer, position
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.partitions import partition_of
 
@@ -107,10 +107,11 @@ class ConsumerLoop:
         await self._commit()
 
     def _doorbell(self, msg: Message) -> None:
-        tp = (msg.topic(), msg.partition())
+        topic, partition, offset = position(msg)
+        tp = (topic, partition)
         if tp not in self.assigned:
             return
-        self.noted[tp] = msg.offset() + 1
+        self.noted[tp] = offset + 1
         key = _text(msg.key())
         if key is not None and msg.topic() == self.batch_topic and self.dispatcher.full(key):
             self.dispatcher.ring(key)  # it would not be held anyway: no need to read it

@@ -21,11 +21,11 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerr
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
 from pacer_common.db.batching import Batcher
-from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.db.durable import fetch_durably, synchronous_transaction
+from pacer_common.db.errors import RefusedError, with_retry
+from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
@@ -49,7 +49,7 @@ def _unstorable(exc: BaseException) -> UnstorableItem:
     return UnstorableItem(storable(f"{type(exc).__name__}: {exc}".strip(), 500) or "")
 
 
-async def move(pool: AsyncConnectionPool, t: Transition, cmd: ItemCommand) -> bool:
+async def move(pool: Pool, t: Transition, cmd: ItemCommand) -> bool:
     """Apply ``t`` to the item of ``cmd``; whether it moved."""
 
     async def work() -> bool:
@@ -82,7 +82,7 @@ _sql = loader("pacer_sender.adapters.sql")
 
 
 class PostgresItemRepository:
-    def __init__(self, pool: AsyncConnectionPool, lease_ttl: timedelta, max_batch: int = 500) -> None:
+    def __init__(self, pool: Pool, lease_ttl: timedelta, max_batch: int = 500) -> None:
         self.pool = pool
         self.lease_ttl = lease_ttl
         # Steps asked for in the same instant by different guid workers go as one statement.
@@ -94,7 +94,7 @@ class PostgresItemRepository:
     async def _row(self, name: str, params: dict[str, Any]) -> Any:
         async def work() -> Any:
             async with self.pool.connection() as conn:
-                return (await fetch_durably(conn, _sql(name), params))[0]  # type: ignore[arg-type]
+                return (await fetch_durably(conn, _sql(name), params))[0]
 
         return await with_retry(work)
 
@@ -132,7 +132,10 @@ class PostgresItemRepository:
             })
             for r in rows:
                 out[idx[r["ord"] - 1]] = Begun(r["outcome"], r["epoch"], r["attempts"], r["holder"], sent_at)
-        return out  # type: ignore[return-value]
+        begun = [b for b in out if b is not None]
+        if len(begun) != len(out):
+            raise RuntimeError("begin_send_many answered for fewer items than it was given")
+        return begun
 
     async def _confirm_many(self, reqs: Sequence[tuple[ItemCommand, int, Receipt]]) -> list[bool]:
         rows = await self._rows("confirm_many", {
@@ -151,14 +154,14 @@ class PostgresItemRepository:
         async def work() -> tuple[float, list[Any]]:
             async with self.pool.connection() as conn:
                 sent_at = time.monotonic()
-                return sent_at, await fetch_durably(conn, _sql(name), params)  # type: ignore[arg-type]
+                return sent_at, await fetch_durably(conn, _sql(name), params)
 
         return await with_retry(work)
 
     async def _rows(self, name: str, params: dict[str, Any]) -> list[Any]:
         async def work() -> list[Any]:
             async with self.pool.connection() as conn:
-                return await fetch_durably(conn, _sql(name), params)  # type: ignore[arg-type]
+                return await fetch_durably(conn, _sql(name), params)
 
         return await with_retry(work)
 
@@ -174,14 +177,14 @@ class PostgresItemRepository:
 class PostgresGuidLeases:
     """Guid leases (``pacer_acquire_guids``, ``pacer_release_guids``): take, keep and release."""
 
-    def __init__(self, pool: AsyncConnectionPool, ttl: timedelta) -> None:
+    def __init__(self, pool: Pool, ttl: timedelta) -> None:
         self.pool = pool
         self.ttl = ttl
 
     async def acquire(self, guids: Sequence[str], owner: str) -> list[GuidLease]:
         async def work() -> list[GuidLease]:
             async with self.pool.connection() as conn:
-                rows = await fetch_durably(conn, _sql("acquire_guids"), {  # type: ignore[arg-type]
+                rows = await fetch_durably(conn, _sql("acquire_guids"), {
                     "guids": list(guids), "owner": owner, "ttl": self.ttl})
             return [GuidLease(r["guid"], r["epoch"], r["last_send_at"], r["took_over"], r["db_now"],
                               {k: (int(v[0]), int(v[1])) for k, v in (r["windows"] or {}).items()}) for r in rows]
@@ -194,7 +197,7 @@ class PostgresGuidLeases:
 
         async def work() -> set[str]:
             async with self.pool.connection() as conn:
-                rows = await (await conn.execute(_sql("renew_guids"), {  # type: ignore[arg-type]
+                rows = await (await conn.execute(_sql("renew_guids"), {
                     "guids": guids, "epochs": [held[g] for g in guids], "owner": owner, "ttl": self.ttl})).fetchall()
             return {r["guid"] for r in rows}
 
@@ -203,7 +206,7 @@ class PostgresGuidLeases:
     async def release(self, guids: Sequence[str], owner: str) -> int:
         async def work() -> int:
             async with self.pool.connection() as conn:
-                (row,) = await fetch_durably(conn, _sql("release_guids"), {  # type: ignore[arg-type]
+                (row,) = await fetch_durably(conn, _sql("release_guids"), {
                     "guids": list(guids), "owner": owner})
             return int(row["released"])
 
@@ -211,14 +214,14 @@ class PostgresGuidLeases:
 
 
 class PostgresLimitsSource:
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
     async def changed_since(self, after: int | None) -> list[tuple[str, dict[str, Any], int]]:
         """Rows changed by transactions committed after cursor ``after``, in commit order."""
         async def work() -> list[tuple[str, dict[str, Any], int]]:
             async with self.pool.connection() as conn:
-                rows = await (await conn.execute(_sql("changed_limits"), {  # type: ignore[arg-type]
+                rows = await (await conn.execute(_sql("changed_limits"), {
                     "after": str(after or 0)})).fetchall()
             return [(r["guid"], r["limits"], int(r["cursor"])) for r in rows]
 

@@ -7,10 +7,9 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
-
 from pacer_common.db.durable import synchronous_transaction
 from pacer_common.db.errors import with_retry
+from pacer_common.db.pool import Pool
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.requests import ONLINE_MAX_PRIORITY
@@ -20,13 +19,13 @@ from pacer_sender.ports import Ready, Waiting
 
 
 class PostgresGuidQueue:
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
     async def next_ready(self, guid: str, exclude: Sequence[str], limit: int) -> Ready:
         async def work() -> Ready:
             async with self.pool.connection() as conn:
-                rows: list[Any] = await (await conn.execute(_sql("next_ready"), {  # type: ignore[arg-type]
+                rows: list[Any] = await (await conn.execute(_sql("next_ready"), {
                     "guid": guid, "exclude": list(exclude), "limit": limit})).fetchall()
             cmds = [ItemCommand.model_validate(r) for r in rows if r["item_id"] is not None]
             since = {r["item_id"]: r["ready_at"].timestamp() for r in rows if r["item_id"] is not None}
@@ -37,7 +36,7 @@ class PostgresGuidQueue:
     async def waiting_guids(self, horizon_s: float, grace_s: float) -> list[Waiting]:
         async def work() -> list[Waiting]:
             async with self.pool.connection() as conn:
-                rows: list[Any] = await (await conn.execute(_sql("waiting_guids"), {  # type: ignore[arg-type]
+                rows: list[Any] = await (await conn.execute(_sql("waiting_guids"), {
                     "horizon": timedelta(seconds=horizon_s), "grace": timedelta(seconds=grace_s)})).fetchall()
             return [Waiting(r["guid"], bool(r["overdue"])) for r in rows]
 
@@ -55,7 +54,7 @@ class PostgresGuidQueue:
         before their expire_at at one send per ``interval_s`` (``shed.sql``); how many."""
         async def work() -> int:
             async with self.pool.connection() as conn, synchronous_transaction(conn):
-                rows: list[Any] = await (await conn.execute(_sql("shed"), {  # type: ignore[arg-type]
+                rows: list[Any] = await (await conn.execute(_sql("shed"), {
                     "guid": guid, "interval_s": interval_s, "min_priority": ONLINE_MAX_PRIORITY + 1})).fetchall()
                 if not rows:
                     return 0

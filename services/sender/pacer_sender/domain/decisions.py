@@ -46,12 +46,12 @@ def after_failure(err: SendError, attempts: int, policy: RetryPolicy, now: datet
         return Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", cls.value, str(err),
                         next_attempt_at=now + delay, release_ledger=True, refund=True)
     if cls in RETRY_CLASSES:
-        delay = policy.next_delay(attempts, rng)
-        if err.retry_after is not None and delay is not None:
-            delay = max(delay, err.retry_after)
-        if delay is not None:
+        wait = policy.next_delay(attempts, rng)
+        if err.retry_after is not None and wait is not None:
+            wait = max(wait, err.retry_after)
+        if wait is not None:
             return Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", cls.value, str(err),
-                            next_attempt_at=now + delay, release_ledger=True)
+                            next_attempt_at=now + wait, release_ledger=True)
         return Decision(ItemStatus.FAILED, "ItemFailed", cls.value,
                         f"gave up after {attempts} attempts: {err}", release_ledger=True)
     return Decision(ItemStatus.FAILED, "ItemFailed", cls.value, str(err), release_ledger=True)

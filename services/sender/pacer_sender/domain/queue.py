@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from pacer_common.domain.commands import ItemCommand
-
 from pacer_sender.domain.order import weight_of
 from pacer_sender.domain.pacing import Lane, lane_of
 

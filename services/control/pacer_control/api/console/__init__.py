@@ -26,10 +26,9 @@ from pacer_common.domain.status import ItemStatus
 from pacer_control.api.auth import Caller, Ctl, guard
 from pacer_control.domain import views
 from pacer_control.domain.errors import Invalid
-from pacer_control.domain.filters import FAILED, AuditFilter, JobStatus, ItemFilter, JobFilter, RetryFilter
+from pacer_control.domain.filters import FAILED, AuditFilter, ItemFilter, JobFilter, JobStatus, RetryFilter
 from pacer_control.domain.outcomes import ActionResult
 from pacer_control.domain.permissions import Action, Principal, may
-
 
 HERE = resources.files("pacer_control.api.console")
 PREFIX = "/console"
@@ -155,7 +154,7 @@ async def nav(request: Request, who: Caller) -> HTMLResponse:
 @router.get("/jobs", response_class=HTMLResponse, **guard("jobs.view"))
 async def jobs(request: Request, ctl: Ctl, who: Caller, status: str | None = None, kind: str | None = None,
                created_by: str | None = None, since: str | None = None, before: str | None = None) -> HTMLResponse:
-    f = JobFilter(status or None, JobKind(kind) if kind else None, created_by or None, 50,  # type: ignore[arg-type]
+    f = JobFilter(status or None, JobKind(kind) if kind else None, created_by or None, 50,  # type: ignore[arg-type]  # the form's status goes to SQL as text: an unknown one matches no job
                   before or None, _day(since))
     rows = await ctl.jobs(f)
     for r in rows:

@@ -1,0 +1,127 @@
+"""The guid lease store's contract, run against the in-memory fake the unit tests use and the
+Postgres adapter the sender runs: the fake cannot drift from the real rules unnoticed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+
+from pacer_common.db.pool import open_pool
+from pacer_sender.adapters.postgres import PostgresGuidLeases
+from pacer_sender.ports import GuidLeaseStore
+from tests.unit.fakes import InMemoryGuidLeases
+
+TTL_S = 30.0
+
+
+@dataclass
+class Subject:
+    store: GuidLeaseStore
+    expire: Callable[[str], Awaitable[None]]  # let the guid's lease run out
+
+
+@asynccontextmanager
+async def memory() -> AsyncIterator[Subject]:
+    fake = InMemoryGuidLeases(ttl=TTL_S)
+
+    async def expire(guid: str) -> None:
+        fake.now = fake.rows[guid].until + 1
+
+    yield Subject(fake, expire)
+
+
+@asynccontextmanager
+async def postgres(url: str) -> AsyncIterator[Subject]:
+    pool = await open_pool(url, min_size=1, max_size=2)
+
+    async def expire(guid: str) -> None:
+        async with pool.connection() as conn:
+            await conn.execute("UPDATE guid_leases SET lease_until = now() - interval '1 second' WHERE guid = %s",
+                               (guid,))
+
+    try:
+        yield Subject(PostgresGuidLeases(pool, timedelta(seconds=TTL_S)), expire)
+    finally:
+        await pool.close()
+
+
+Scenario = Callable[[Subject], Awaitable[None]]
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def run(request: pytest.FixtureRequest) -> Callable[[Scenario], None]:
+    """Run a scenario against one implementation of the port."""
+
+    def go(scenario: Scenario) -> None:
+        async def main() -> None:
+            subject = memory() if request.param == "memory" else postgres(request.getfixturevalue("database_url"))
+            async with subject as s:
+                await scenario(s)
+
+        asyncio.run(main())
+
+    return go
+
+
+def test_free_guids_are_granted_at_epoch_one_without_a_takeover(run: Callable[[Scenario], None]) -> None:
+    async def scenario(s: Subject) -> None:
+        got = await s.store.acquire(["g1", "g2"], "w1")
+        assert sorted((g.guid, g.epoch, g.took_over) for g in got) == [("g1", 1, False), ("g2", 1, False)]
+
+    run(scenario)
+
+
+def test_a_live_lease_is_not_granted_to_another_owner(run: Callable[[Scenario], None]) -> None:
+    async def scenario(s: Subject) -> None:
+        await s.store.acquire(["g1"], "w1")
+        assert [g.guid for g in await s.store.acquire(["g1", "g2"], "w2")] == ["g2"]
+        assert await s.store.acquire(["g1"], "w2") == []
+
+    run(scenario)
+
+
+def test_the_owner_acquiring_again_keeps_its_epoch(run: Callable[[Scenario], None]) -> None:
+    async def scenario(s: Subject) -> None:
+        (first,) = await s.store.acquire(["g1"], "w1")
+        (again,) = await s.store.acquire(["g1"], "w1")
+        assert (again.epoch, again.took_over) == (first.epoch, False)
+
+    run(scenario)
+
+
+def test_renew_keeps_only_the_leases_held_by_this_owner_at_this_epoch(run: Callable[[Scenario], None]) -> None:
+    async def scenario(s: Subject) -> None:
+        (g1,) = await s.store.acquire(["g1"], "w1")
+        (g2,) = await s.store.acquire(["g2"], "w1")
+        assert await s.store.renew({"g1": g1.epoch, "g2": g2.epoch + 1}, "w1") == {"g1"}
+        assert await s.store.renew({"g1": g1.epoch}, "w2") == set()
+
+    run(scenario)
+
+
+def test_release_frees_only_the_owners_leases_and_the_next_owner_gets_a_new_epoch(
+        run: Callable[[Scenario], None]) -> None:
+    async def scenario(s: Subject) -> None:
+        (first,) = await s.store.acquire(["g1"], "w1")
+        assert await s.store.release(["g1"], "w2") == 0, "not w2's to release"
+        assert await s.store.release(["g1"], "w1") == 1
+        (second,) = await s.store.acquire(["g1"], "w2")
+        assert (second.epoch, second.took_over) == (first.epoch + 1, False), "released, not taken over"
+
+    run(scenario)
+
+
+def test_an_expired_lease_is_taken_over_with_a_new_epoch(run: Callable[[Scenario], None]) -> None:
+    async def scenario(s: Subject) -> None:
+        (first,) = await s.store.acquire(["g1"], "w1")
+        await s.expire("g1")
+        (taken,) = await s.store.acquire(["g1"], "w2")
+        assert (taken.epoch, taken.took_over) == (first.epoch + 1, True)
+        assert await s.store.renew({"g1": first.epoch}, "w1") == set(), "the old owner's renewal is refused"
+
+    run(scenario)
