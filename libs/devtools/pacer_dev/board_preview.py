@@ -15,7 +15,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -40,6 +40,14 @@ def _number(value: float, unit: str | None) -> str:
     if unit == "percentunit":
         return f"{value * 100:.1f}%"
     return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+class Source(Protocol):
+    """What a board is drawn from: Prometheus's instant and range query answers."""
+
+    def instant(self, expr: str) -> list[dict[str, Any]]: ...
+
+    def range(self, expr: str, minutes: int) -> list[dict[str, Any]]: ...
 
 
 class Prometheus:
@@ -87,7 +95,7 @@ def _table(rows: list[tuple[str, float]], unit: str | None) -> str:
     return f"<table>{body}</table>"
 
 
-def render(board: dict[str, Any], prom: Prometheus, minutes: int) -> str:
+def render(board: dict[str, Any], prom: Source, minutes: int) -> str:
     cards = []
     for panel in board["panels"]:
         unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
