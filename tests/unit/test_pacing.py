@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pacer_sender.domain.pacing import GuidPacer, Limits, lane_of
+from pacer_common.domain.requests import lane_of
+from pacer_sender.domain.pacing import GuidPacer, Limits
 
 RNG = random.Random(7)
 TZ = ZoneInfo("Asia/Shanghai")

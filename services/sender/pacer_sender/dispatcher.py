@@ -40,8 +40,9 @@ from datetime import UTC, datetime
 
 from pacer_common.db.errors import TransientError
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.requests import Lane, lane_of
 from pacer_sender.core import Executed, Executor
-from pacer_sender.domain.pacing import GuidPacer, Lane, Limits, lane_of
+from pacer_sender.domain.pacing import GuidPacer, Limits
 from pacer_sender.domain.queue import GuidWindow
 from pacer_sender.domain.vetting import unsendable
 from pacer_sender.leases import GuidLeases

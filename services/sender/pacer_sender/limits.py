@@ -7,10 +7,10 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
-from datetime import time as dtime
 from typing import Any, Protocol
 
 from pacer_common.db.errors import TransientError
+from pacer_common.domain.limits import parse_quiet_hours
 from pacer_sender.domain.pacing import Limits
 
 log = logging.getLogger(__name__)
@@ -31,8 +31,7 @@ def apply_overrides(base: Limits, overrides: dict[str, Any]) -> Limits:
         raise ValueError(f"unknown limit fields: {sorted(unknown)}")
     fixed = dict(overrides)
     if isinstance(fixed.get("quiet_hours"), str):
-        start, _, end = fixed["quiet_hours"].partition("-")
-        fixed["quiet_hours"] = (dtime.fromisoformat(start), dtime.fromisoformat(end))
+        fixed["quiet_hours"] = parse_quiet_hours(fixed["quiet_hours"])
     return dataclasses.replace(base, **fixed)
 
 

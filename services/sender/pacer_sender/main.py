@@ -8,7 +8,6 @@ import logging
 import os
 import socket
 import uuid
-from datetime import time as dtime
 from datetime import timedelta
 from typing import Literal
 
@@ -17,6 +16,7 @@ from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, RetryPolicy
+from pacer_common.domain.limits import parse_quiet_hours
 from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.kafka import AsyncConsumer, make_consumer
 from pacer_common.metrics import consumer_lag_config, gateway_latency
@@ -152,10 +152,7 @@ class SenderSettings(OpsSettings):
         return f"{name}:{uuid.uuid4().hex[:12]}"
 
     def limits(self) -> Limits:
-        quiet = None
-        if self.quiet_hours:
-            start, _, end = self.quiet_hours.partition("-")
-            quiet = (dtime.fromisoformat(start.strip()), dtime.fromisoformat(end.strip()))
+        quiet = parse_quiet_hours(self.quiet_hours) if self.quiet_hours else None
         return Limits(self.min_interval_ms / 1000, self.jitter_ms / 1000, self.jitter_dist, self.online_reserve,
                       self.per_minute, self.per_hour, self.per_day, quiet, self.timezone,
                       shed=self.shed, online_yield_s=self.online_yield_s)

@@ -23,6 +23,18 @@ from pydantic import (
 )
 
 Cap = Annotated[int, Field(gt=0)] | None
+
+def parse_quiet_hours(text: str) -> tuple[dtime, dtime]:
+    """``"22:00-08:00"`` → (start, end), local times; the window may wrap midnight."""
+    start, sep, end = text.partition("-")
+    try:
+        if not sep:
+            raise ValueError
+        return dtime.fromisoformat(start.strip()), dtime.fromisoformat(end.strip())
+    except ValueError:
+        raise ValueError(f"quiet_hours must look like 22:00-08:00, not {text!r}") from None
+
+
 NULLABLE = frozenset({"per_minute", "per_hour", "per_day", "quiet_hours"})
 
 
@@ -49,16 +61,8 @@ class LimitsPatch(BaseModel):
     @field_validator("quiet_hours")
     @classmethod
     def _quiet_hours(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        start, sep, end = v.partition("-")
-        try:
-            if not sep:
-                raise ValueError
-            dtime.fromisoformat(start)
-            dtime.fromisoformat(end)
-        except ValueError:
-            raise ValueError(f"quiet_hours must look like 22:00-08:00, not {v!r}") from None
+        if v is not None:
+            parse_quiet_hours(v)
         return v
 
     @field_validator("timezone")

@@ -76,10 +76,11 @@ DEFAULT_PRIORITY: dict[JobKind, int] = {
 
 # Takeover prompts and auto-replies travel in the online lane; everything else in batch.
 ONLINE_MAX_PRIORITY = 1
-LANES = ("online", "batch")
+Lane = Literal["online", "batch"]
+LANES: tuple[Lane, ...] = ("online", "batch")
 
 
-def lane_of(priority: int) -> str:
+def lane_of(priority: int) -> Lane:
     return "online" if priority <= ONLINE_MAX_PRIORITY else "batch"
 
 

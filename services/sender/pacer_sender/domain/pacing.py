@@ -22,14 +22,9 @@ from datetime import time as dtime
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from pacer_common.domain.requests import lane_of as common_lane_of
+from pacer_common.domain.requests import Lane
 
-Lane = Literal["online", "batch"]
 WINDOWS: tuple[tuple[str, int], ...] = (("minute", 60), ("hour", 3600), ("day", 86400))
-
-
-def lane_of(priority: int) -> Lane:
-    return "online" if common_lane_of(priority) == "online" else "batch"
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.requests import Lane, lane_of
 from pacer_sender.domain.order import weight_of
-from pacer_sender.domain.pacing import Lane, lane_of
 
 T = TypeVar("T")
 _arrival = itertools.count()
