@@ -118,11 +118,16 @@ def test_an_auto_reply_overtakes_a_campaign_backlog_on_its_guid(stack: Stack) ->
     reply = {"request_id": f"reply-{uuid.uuid4().hex[:8]}", "kind": "auto_reply", "created_by": "bot",
              "source_msg_uid": "m-1", "message": {"type": "text", "content": "We are on it"},
              "targets": {"mode": "snapshot", "items": [{"guid": guid, "to_id": "customer-1"}]}}
-    before = len(sends_for(stack, guid))
     publish(stack, json.dumps(reply).encode())
     sends = wait_for(lambda: (s := sends_for(stack, guid)) and any(x["toId"] == "customer-1" for x in s) and s,
                      60, "the auto-reply")
     position = next(i for i, x in enumerate(sends) if x["toId"] == "customer-1")
+    # Count from the moment the reply was queued (its row in Postgres), so what is measured is
+    # the sender's order, not how long intake took on a busy machine.
+    with psycopg.connect(stack.infra.database_url) as conn:
+        (queued_at,) = conn.execute("SELECT extract(epoch FROM i.created_at)::float8 FROM items i JOIN jobs j "
+                                    "USING (job_id) WHERE j.request_id = %s", (reply["request_id"],)).fetchone()
+    before = sum(1 for x in sends if x["at"] < queued_at)
     # The rest of the campaign (a minute and a half at this pace) would otherwise run on
     # under the next tests, its backlog filling its partition's share of the sender buffer.
     with psycopg.connect(stack.infra.database_url) as conn:

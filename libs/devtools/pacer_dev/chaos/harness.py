@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 
@@ -106,10 +106,19 @@ class Scenario:
 
     def wait_for_guid_takeover(self, timeout_s: float) -> None:
         """Block until some guid lease has been taken over from a silent owner."""
+        self._wait_for_leases("SELECT coalesce(sum(takeovers), 0) FROM guid_leases", timeout_s)
+
+    def wait_for_guid_handover(self, timeout_s: float) -> None:
+        """Block until some guid lease has been taken again after its first owner (a rebalance
+        handed the guid on), or the job is done."""
+        self._wait_for_leases("SELECT coalesce(sum(greatest(epoch - 1, 0)), 0) FROM guid_leases", timeout_s)
+
+    def _wait_for_leases(self, count: LiteralString, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.progress()[1] < self.items:
             with psycopg.connect(self.db) as conn:
-                if conn.execute("SELECT coalesce(sum(takeovers), 0) FROM guid_leases").fetchone()[0]:
+                row = conn.execute(count).fetchone()
+                if row and row[0]:
                     return
             time.sleep(0.5)
 

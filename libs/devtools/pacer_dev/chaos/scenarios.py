@@ -66,6 +66,7 @@ def scale(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
         sc.wait_progress(0.15)
         sc.stack.start_service("sender", "sender-2")
         sc.stack.start_service("sender", "sender-3")
+        sc.wait_for_guid_handover(60)  # the group has rebalanced and guids moved, before it shrinks
         sc.wait_progress(0.5)
         sc.stack.stop("sender-2")
         sc.stack.stop("sender-3")
