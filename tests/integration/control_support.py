@@ -118,7 +118,9 @@ def control_server(url: str) -> Iterator[tuple[str, dict[str, str]]]:
         pool = await open_pool(url, min_size=1, max_size=4, name="test-control-http")
         tokens.update(await make_tokens(url, "cli-"))
         server, task = await serve(build_app(pool), "127.0.0.1", port)
+        deadline = asyncio.get_running_loop().time() + 30
         while not server.started:
+            assert asyncio.get_running_loop().time() < deadline, "the Control API did not start"
             await asyncio.sleep(0.01)
         ready.set()
         await asyncio.to_thread(stop.wait)

@@ -5,6 +5,7 @@ failures that stay with their item."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -170,7 +171,9 @@ def test_a_guid_with_nothing_due_soon_ends_its_worker_until_the_sweep_starts_it(
         ended = not rec.sent
         sweeper = Sweeper(d, rec.store, _owns_all, interval_s=0.1)
         found = 0
+        deadline = time.monotonic() + 10
         while not rec.sent:
+            assert time.monotonic() < deadline, "the sweep never restarted the guid's worker"
             found += await sweeper.sweep("periodic")
             await asyncio.sleep(0.05)
         return ended, found, [i for _, i, _ in rec.sent]

@@ -199,7 +199,9 @@ def test_a_stop_while_waiting_for_the_environment_commits_nothing() -> None:
 
     async def go() -> None:
         task = asyncio.create_task(intake.run())
+        deadline = asyncio.get_running_loop().time() + 10
         while events.environment < 3:
+            assert asyncio.get_running_loop().time() < deadline, "the outage was not retried"
             await asyncio.sleep(0.01)
         intake.stop.set()
         await asyncio.wait_for(task, 5)
