@@ -58,9 +58,17 @@ def kill_sender(inf: Infra, root: Path, size: Size, rng: random.Random) -> Resul
         close_scenario(sc)
 
 
+SCALE_GUID_SHARE_S = 20.0  # how long one guid's items take at the scenario's pace
+
+
 def scale(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
-    """Senders 1 → 3 → 1 while the job runs; pacing must hold across every handover."""
-    sc = open_scenario("scale", inf, root, senders=1)
+    """Senders 1 → 3 → 1 while the job runs; pacing must hold across every handover.
+
+    Paced slowly enough (each guid's share of the job lasts well past a group rebalance) that
+    the growing group always hands guids on before the job is done."""
+    per_guid = max(1, size.items // size.guids)
+    interval_ms = max(10, int(SCALE_GUID_SHARE_S * 1000 / per_guid))
+    sc = open_scenario("scale", inf, root, senders=1, env={"PACER_SENDER_MIN_INTERVAL_MS": str(interval_ms)})
     try:
         sc.publish(size.items, size.guids)
         sc.wait_progress(0.15)
