@@ -249,8 +249,8 @@ def test_a_budget_pauses_the_job_until_an_admin_confirms_more(database_url: str)
     assert one(url, "SELECT budget_used FROM jobs WHERE job_id = %s", job) == 5
 
 
-# -- needs-human pauses the guid ---------------------------------------------------------------------
-def test_a_needs_human_answer_pauses_the_guid_with_the_reason(database_url: str) -> None:
+# -- needs-human holds the guid in its lifecycle state -------------------------------------------
+def test_a_needs_human_answer_holds_the_guid_in_the_state_its_code_means(database_url: str) -> None:
     from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
     from pacer_sender.domain.decisions import after_failure
 
@@ -271,11 +271,16 @@ def test_a_needs_human_answer_pauses_the_guid_with_the_reason(database_url: str)
 
     assert asyncio.run(settle())
     assert one(url, "SELECT status::text FROM items WHERE item_id = %s", cmds[0].item_id) == "waiting_retry"
-    reason, by = one(url, "SELECT paused_reason, paused_by FROM guid_leases WHERE guid = 'g1'")
-    assert "1002" in reason and "account kicked" in reason and by == "system:gateway"
-    assert {o for o, _ in begin_all(url, cmds[1:], ["g1"])} == {"held"}
-    assert audit(url, "g1")[0][:2] == ("system:gateway", "pause")
+    state, source, reason = one(url, "SELECT state::text, source, reason FROM guid_states WHERE guid = 'g1'")
+    assert (state, source) == ("kicked", "send_failure") and "1002" in reason and "account kicked" in reason
+    assert one(url, "SELECT paused_reason FROM guid_leases WHERE guid = 'g1'") is None  # no free-text pause
+    begun = begin_all(url, cmds[1:], ["g1"])
+    assert {o for o, _ in begun} == {"held"}
     assert one(url, "SELECT outcome FROM pacer_resume_guid('g1', %s)", ACTOR) == "done"
+    assert one(url, "SELECT (state::text, source) FROM guid_states WHERE guid = 'g1'") == ("online", "operator")
+    assert [r[0] for r in rows(url, "SELECT state::text FROM guid_state_history WHERE guid = 'g1' ORDER BY id")] \
+        == ["kicked", "online"]
+    assert audit(url, "g1")[0][:2] == (ACTOR, "resume")
     assert release(url) == 2
 
 

@@ -142,8 +142,8 @@ class InMemoryItemRepository:
         if (decision.release_ledger and entry is not None and entry.item_id == cmd.item_id
                 and entry.state == "reserved"):
             del self.ledger[cmd.idem_key]
-        if decision.hold_guid is not None:
-            self.paused_guids.setdefault(cmd.guid, decision.hold_guid)
+        if decision.guid_state is not None:
+            self.paused_guids.setdefault(cmd.guid, f"{decision.guid_state.value}: {decision.error}")
         if decision.refund:
             rec.attempts -= 1  # a deferral: the attempt counted by begin_send is given back
         return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -12,6 +13,7 @@ from typing import Literal
 from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
+from pacer_common.domain.guid_health import DEFAULT_STATE_CODES, GuidState
 from pacer_common.domain.requests import expired
 from pacer_common.domain.status import ItemStatus
 from pacer_common.logs import bind
@@ -41,8 +43,9 @@ class Executed:
 class Executor:
     def __init__(self, repo: ItemRepository, gateway: Gateway, owner: str, retry: RetryPolicy,
                  rng: random.Random | None = None, send_deadline_s: float = 10.0,
-                 expire_margin_s: float = 1.0) -> None:
+                 expire_margin_s: float = 1.0, states: Mapping[int, GuidState] = DEFAULT_STATE_CODES) -> None:
         self.repo = repo
+        self.states = states  # needs-human gateway codes → the guid's lifecycle state
         self.gateway = gateway
         self.owner = owner
         self.retry = retry
@@ -98,14 +101,14 @@ class Executor:
                                                    deadline=started + self.send_deadline_s)
         except SendError as err:
             answered_at = datetime.now(UTC)
-            decision = after_failure(err, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng)
+            decision = after_failure(err, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng, self.states)
             if not await self.repo.settle(cmd, begun.epoch, decision):
                 log.warning("outcome not recorded: lease taken over (%s)", err)
                 return Executed("fenced", True, err, claimed_at, answered_at, first)
             log.info("send failed: %s → %s", err, decision.to.value)
             outcome: Outcome = ("rate_limited" if err.failure_class is FailureClass.RATE_LIMITED
                                 else "in_doubt" if err.failure_class is FailureClass.IN_DOUBT
-                                else "needs_human" if decision.hold_guid is not None
+                                else "needs_human" if decision.guid_state is not None
                                 else "retry" if decision.next_attempt_at else "failed")
             return Executed(outcome, True, err, claimed_at, answered_at, first)
         answered_at = datetime.now(UTC)

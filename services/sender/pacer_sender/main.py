@@ -16,6 +16,7 @@ from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, RetryPolicy
+from pacer_common.domain.guid_health import DEFAULT_STATE_CODES, GuidState
 from pacer_common.domain.limits import parse_quiet_hours
 from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.kafka import AsyncConsumer, make_consumer
@@ -131,6 +132,13 @@ class SenderSettings(OpsSettings):
         '"45009":"rate_limited"}`.'
         " Codes missing from the table are `retryable`."
     ))
+    guid_state_codes: dict[int, GuidState] = Field(default_factory=lambda: dict(DEFAULT_STATE_CODES), description=(
+        "Which guid lifecycle state a `needs_human` answer's code means (the failure-code table decides that it "
+        "is `needs_human`): the guid takes that state (source `send_failure`) and its queue is held until it is "
+        "`online` again. When set it replaces the built-in table. Built-in: "
+        '`{"1001":"offline","1002":"kicked","1003":"unauthorized"}`; a `needs_human` code missing from it means '
+        "`offline`."
+    ))
     db_pool_max: int = Field(20, description="Most Postgres connections of one sender (the pool keeps at least 2).")
     shed: bool = Field(True, description=(
         "Default for every guid (per guid: the hot limit `shed`): batch items that cannot go out before their "
@@ -185,7 +193,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         repo = PostgresItemRepository(pool, timedelta(seconds=cfg.lease_ttl_s))
         queue = PostgresGuidQueue(pool)
         retry = RetryPolicy(cfg.max_attempts, timedelta(seconds=cfg.retry_base_s))
-        executor = Executor(repo, gateway, cfg.owner, retry, send_deadline_s=cfg.lease_ttl_s / 4)
+        executor = Executor(repo, gateway, cfg.owner, retry, send_deadline_s=cfg.lease_ttl_s / 4,
+                            states=cfg.guid_state_codes)
         defaults = cfg.limits()
         leases = GuidLeases(PostgresGuidLeases(pool, timedelta(seconds=cfg.lease_ttl_s)), cfg.owner, cfg.lease_ttl_s)
         m.leases_held.set_function(lambda: len(leases.held))

@@ -1,0 +1,39 @@
+-- guid lifecycle: what the gateway says of each account (seed 004). `online` sends;
+-- `offline`, `kicked`, `unauthorized` hold the guid's whole queue (next_ready.sql,
+-- waiting_guids.sql and pacer_begin_send claim nothing of it) until it is `online` again.
+-- Learned from `device.status` callbacks, from send failures (the gateway codes that mean
+-- one of these states) and from operators. An event applies only when it is newer (its
+-- `ts`) than the newest one applied: a late or repeated callback never overrides a newer
+-- state (pacer_set_guid_state; pacer_common/domain/guid_health.py states the same rule).
+-- Pacer never replaces a guid: a held guid waits for its own account to come back.
+CREATE TYPE guid_state AS ENUM ('online', 'offline', 'kicked', 'unauthorized');
+
+CREATE TABLE guid_states (
+    guid text PRIMARY KEY,
+    state guid_state NOT NULL,
+    since timestamptz NOT NULL DEFAULT now(),   -- when this state began (the first event that set it)
+    source text NOT NULL CHECK (source IN ('callback', 'send_failure', 'operator')),
+    reason text,
+    event_ts timestamptz NOT NULL,              -- the newest event applied (any state): older ones are ignored
+    events bigint NOT NULL DEFAULT 1,           -- events applied (a repeated state only moves event_ts)
+    changes bigint NOT NULL DEFAULT 0           -- state changes
+);
+-- The held guids, for the sweeps and the gauge, without a scan of every guid.
+CREATE INDEX guid_states_held ON guid_states (guid) WHERE state <> 'online';
+
+-- Every change of a guid's state, newest last.
+CREATE TABLE guid_state_history (
+    id bigserial PRIMARY KEY,
+    guid text NOT NULL,
+    state guid_state NOT NULL,
+    previous guid_state,
+    at timestamptz NOT NULL DEFAULT now(),
+    event_ts timestamptz NOT NULL,
+    source text NOT NULL,
+    reason text
+);
+CREATE INDEX guid_state_history_guid ON guid_state_history (guid, id);
+
+-- pacer_set_guid_state: db/schema/functions/pacer_set_guid_state.sql
+-- pacer_guid_hold: db/schema/functions/pacer_guid_hold.sql
+-- guid_states_online (release request when a guid is back online): db/schema/triggers/
