@@ -52,6 +52,7 @@ def topic_layout(k: KafkaSettings) -> dict[str, tuple[int, dict[str, str]]]:
         k.item_commands("online"): (k.item_command_partitions, {}),
         k.item_commands("batch"): (k.item_command_partitions, {}),
         k.item_outcomes: (8, {}),
+        k.callbacks: (8, {}),
     }
 
 

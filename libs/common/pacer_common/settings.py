@@ -63,6 +63,11 @@ class KafkaSettings(_Frozen):
     def item_outcomes(self) -> str:
         return f"{self.topic_prefix}.item-outcomes"
 
+    @property
+    def callbacks(self) -> str:
+        """Gateway callbacks as the intake appended them (key = guid)."""
+        return f"{self.topic_prefix}.callbacks"
+
     def client_config(self) -> dict[str, str]:
         return {"bootstrap.servers": self.kafka_bootstrap_servers, **self.kafka_security}
 

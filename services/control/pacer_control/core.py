@@ -249,8 +249,13 @@ class Control:
             return row
         return {k: v for k, v in row.items() if k not in LEASE_FIELDS and k != "limits"}
 
-    async def guids(self, who: Principal, paused_only: bool, limit: int, after: str | None) -> list[Row]:
-        return [self._visible(r, who) for r in await self.store.guids(paused_only, limit, after)]
+    async def guids(self, who: Principal, paused_only: bool, limit: int, after: str | None,
+                    state: str | None = None) -> list[Row]:
+        return [self._visible(r, who) for r in await self.store.guids(paused_only, limit, after, state)]
+
+    async def guid_history(self, guid: str, limit: int, before: int | None) -> list[Row]:
+        """The guid's lifecycle changes (online, offline, kicked, unauthorized), newest first."""
+        return await self.store.guid_history(guid, limit, before)
 
     async def guid(self, guid: str, who: Principal) -> Row:
         row = await self.store.guid(guid)

@@ -17,14 +17,16 @@ from pacer_common.db.leader import LeaderLock, LeadershipLost
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
 from pacer_common.gateway import GatewayClient, make_client
-from pacer_common.kafka import ProduceError, make_producer
+from pacer_common.kafka import AsyncConsumer, ProduceError, make_consumer, make_producer
 from pacer_common.metrics import gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_reconciler.adapters.backlog import PostgresBacklogs
+from pacer_reconciler.adapters.callbacks import KafkaCallbackSource
 from pacer_reconciler.adapters.kafka import KafkaPublisher
-from pacer_reconciler.adapters.postgres import CursorMoved, PostgresLog
+from pacer_reconciler.adapters.postgres import CursorMoved, PostgresGuidStates, PostgresLog
 from pacer_reconciler.backlog import BacklogGauges
+from pacer_reconciler.callbacks import CALLBACK_CMDS, RESULTS, CallbackConsumer
 from pacer_reconciler.core import SWEEP_KINDS, Reconciler, RoundGuard, SkipReason
 from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
 from pacer_reconciler.metrics import ReconcilerMetrics
@@ -108,6 +110,10 @@ class ReconcilerSettings(OpsSettings):
         "How often the leader refreshes the backlog metrics (one read of every pending item: keep it at tens of "
         "seconds)."
     ))
+    callbacks_group: str = Field("", description=(
+        "Consumer group of the gateway callbacks topic (`<prefix>.callbacks`), read by every replica (not only "
+        "the leader): `device.status` moves guid lifecycles. Empty: `<prefix>.reconciler.callbacks`."
+    ))
 
 
 async def _idle(stop: asyncio.Event, seconds: float) -> None:
@@ -120,6 +126,9 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         reg = ctx.registry
         m = ReconcilerMetrics(reg, lambda: leader.is_leader)
         # Known label values start at 0, so boards and rates see them before the first event.
+        for cmd in CALLBACK_CMDS:
+            for result in RESULTS:
+                m.callbacks.labels(cmd, result)
         for counter, values in ((m.lookups, LOOKUP_RESULTS), (m.sweep_items, SWEEP_KINDS), (m.sweep_errors, SWEEP_KINDS),
                                 (m.verifications, ("confirmed", "pending", "unverified")),
                                 (m.bad_events, get_args(SkipReason)), (m.trips, ("job", "guid"))):
@@ -144,6 +153,19 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                          batch=cfg.batch, environment_errors=ENVIRONMENT_ERRORS)
         verifier = Verifier(store, GatewayClient(http, DEFAULT_CODE_TABLE, observe=gateway_latency(reg)),
                             concurrency=cfg.verify_concurrency, timeout_s=cfg.verify_timeout_s)
+        consumer = AsyncConsumer(make_consumer(kafka.client_config(),
+                                               cfg.callbacks_group or f"{kafka.topic_prefix}.reconciler.callbacks"))
+        await consumer.call(consumer.consumer.subscribe, [kafka.callbacks])
+        callbacks = CallbackConsumer(KafkaCallbackSource(consumer), PostgresGuidStates(pool),
+                                     environment_errors=ENVIRONMENT_ERRORS)
+        callback_guard = RoundGuard(max_s=cfg.error_backoff_max_s)
+
+        async def consume_callbacks() -> None:
+            while not ctx.stop.is_set():
+                _, delay = await callback_guard.run(callbacks.round)
+                if delay:
+                    await _idle(ctx.stop, delay)
+
         loop = asyncio.get_running_loop()
         last_tail = loop.time()
         m.leader.set_function(lambda: float(leader.is_leader))
@@ -180,10 +202,15 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                 m.trips.labels(rec.tripped.pop().scope).inc()
             for src, counter in ((rec.bad, m.bad_events), (verifier.lookups, m.lookups),
                                  (verifier.resolved, m.verifications),
-                                 (guard.errors, m.round_errors)):
+                                 (guard.errors, m.round_errors), (callback_guard.errors, m.round_errors)):
                 for label, k in src.items():
                     counter.labels(label).inc(k)
                 src.clear()
+            for (cmd, result), k in callbacks.handled.items():
+                m.callbacks.labels(cmd, result).inc(k)
+                if result == "bad":
+                    m.bad_events.labels("bad_callback").inc(k)
+            callbacks.handled.clear()
 
         ctx.health.set_ready(True, "standby")
         epoch: int | None = None
@@ -193,7 +220,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                                      name="verifier"),
                  asyncio.create_task(BacklogGauges(PostgresBacklogs(pool).top, m.backlog_top, m.wait_top,
                                                    cfg.backlog_top_n).run(
-                     ctx.stop, lambda: leader.is_leader, cfg.backlog_every_s), name="backlog-metrics")]
+                     ctx.stop, lambda: leader.is_leader, cfg.backlog_every_s), name="backlog-metrics"),
+                 asyncio.create_task(consume_callbacks(), name="callbacks")]
         try:
             while not ctx.stop.is_set():
                 drain()
@@ -224,6 +252,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
             drain()
             await leader.release()
             producer.flush(10)
+            await consumer.close()
             await http.aclose()
             await pool.close()
 

@@ -9,6 +9,7 @@ from typing import Literal, Protocol
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
+from pacer_common.domain.guid_health import StatusEvent
 
 SweepKind = Literal["retry_due", "claim_expired", "submit_expired", "release_held"]
 
@@ -67,3 +68,20 @@ class Publisher(Protocol):
 
 class DeliveryLookup(Protocol):
     async def lookup(self, guid: str, idem_key: str) -> bool | None: ...
+
+
+@dataclass(frozen=True)
+class RawCallback:
+    """One record of the callbacks topic: its body as the intake appended it."""
+
+    value: bytes | None
+    position: tuple[str, int, int]  # topic, partition, offset
+
+
+class CallbackSource(Protocol):
+    async def fetch(self, n: int, timeout_s: float) -> list[RawCallback]: ...
+    async def commit(self, done: Sequence[RawCallback]) -> None: ...
+
+
+class GuidStates(Protocol):
+    async def set_state(self, guid: str, event: StatusEvent) -> bool: ...

@@ -256,8 +256,11 @@ class PostgresControl:
             while rows := await cur.fetchmany(REPORT_FETCH):
                 yield rows
 
-    async def guids(self, paused_only: bool, limit: int, after: str | None) -> list[Row]:
-        return await self._read("guids", {"paused_only": paused_only, "limit": limit, "after": after})
+    async def guids(self, paused_only: bool, limit: int, after: str | None, state: str | None = None) -> list[Row]:
+        return await self._read("guids", {"paused_only": paused_only, "limit": limit, "after": after, "state": state})
+
+    async def guid_history(self, guid: str, limit: int, before: int | None) -> list[Row]:
+        return await self._read("guid_history", {"guid": guid, "limit": limit, "before": before})
 
     async def guid(self, guid: str) -> Row | None:
         """The guid's health, lease and limits, with its backlog; a guid known only by its
@@ -269,7 +272,7 @@ class PostgresControl:
             if not rows and not backlog["by_lane"]:
                 return None
             row = rows[0] if rows else {"guid": guid, "paused": False, "paused_reason": None, "paused_by": None,
-                                        "paused_at": None}
+                                        "paused_at": None, "state": "online", "held": False}
             return {**row, "backlog": backlog}
 
         return await self._call(unit)

@@ -246,6 +246,13 @@ class GuidView(BaseModel):
     paused_reason: str | None
     paused_by: str | None
     paused_at: datetime | None
+    state: Literal["online", "offline", "kicked", "unauthorized"] = Field(default="online", description=(
+        "lifecycle state, from device.status callbacks, send failures and operators; any but online holds the "
+        "guid's queue until it is online again (a guid never heard of is online)"))
+    state_since: datetime | None = None
+    state_source: Literal["callback", "send_failure", "operator"] | None = None
+    state_reason: str | None = None
+    held: bool = Field(default=False, description="the guid sends nothing: paused, or its state is not online")
     queued: int | None = Field(default=None, description="items queued for this guid (pending, waiting_retry)")
     oldest_waiting: datetime | None = Field(default=None, description="when the oldest queued item was created")
     owner: str | None = None
@@ -259,6 +266,22 @@ class GuidView(BaseModel):
     limits: dict[str, Any] | None = None
     backlog: GuidBacklog | None = Field(default=None, description="one guid's view only: its queue by lane and "
                                         "state, oldest wait and time to drain")
+
+
+class GuidStateChange(BaseModel):
+    id: int
+    state: Literal["online", "offline", "kicked", "unauthorized"]
+    previous: Literal["online", "offline", "kicked", "unauthorized"] | None
+    at: datetime = Field(description="when Pacer applied the change")
+    event_ts: datetime = Field(description="the moment the event describes (the callback's ts, a failure's time)")
+    source: Literal["callback", "send_failure", "operator"]
+    reason: str | None
+
+
+class GuidHistory(BaseModel):
+    guid: str
+    changes: list[GuidStateChange]
+    next_before: int | None = Field(description="pass as ?before= for older changes; null at the end")
 
 
 class GuidPage(BaseModel):
