@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -84,6 +86,26 @@ def _status_class(status: int) -> str:
     return f"{status // 100}xx" if 100 <= status < 600 else "other"
 
 
+MEDIA_SEND_PATHS = {"image": "/message/sendImage", "file": "/message/sendFile", "video": "/message/sendVideo"}
+
+
+@dataclass(frozen=True)
+class MediaAnswer:
+    media_id: str
+    status: str  # pending, ready, failed
+    reason: str | None
+    latency_ms: float
+
+
+def _media_answer(data: Mapping[str, Any], latency_ms: float) -> MediaAnswer:
+    status = data.get("status")
+    media_id = data.get("mediaId")
+    if not isinstance(media_id, str) or not media_id or status not in ("pending", "ready", "failed"):
+        raise SendError(FailureClass.RETRYABLE, None, f"unreadable media answer: {dict(data)!r:.200}")
+    reason = data.get("reason")
+    return MediaAnswer(media_id, str(status), None if reason is None else str(reason)[:500], latency_ms)
+
+
 class GatewayClient:
     def __init__(self, client: httpx.AsyncClient, code_table: Mapping[int, FailureClass],
                  lookup_path: str = "/message/lookup", observe: Observe | None = None) -> None:
@@ -96,27 +118,54 @@ class GatewayClient:
                         deadline: float | None = None) -> Receipt:
         """Send, unless ``deadline`` (monotonic) passes before the request is written."""
         with tracing.span("gateway sendText", kind="client"):
-            return await self._send_text(guid, to_id, content, idem_key, deadline)
+            return await self._send("/message/sendText", {"guid": guid, "toId": to_id, "content": content},
+                                    idem_key, deadline)
 
-    async def _send_text(self, guid: str, to_id: str, content: str, idem_key: str, deadline: float | None) -> Receipt:
+    async def send_media(self, kind: str, guid: str, to_id: str, media_id: str, idem_key: str,
+                         deadline: float | None = None) -> Receipt:
+        """``/message/sendImage|sendFile|sendVideo`` by ``mediaId`` (only once the media is ready)."""
+        path = MEDIA_SEND_PATHS[kind]
+        with tracing.span(f"gateway {path.rsplit('/', 1)[-1]}", kind="client"):
+            return await self._send(path, {"guid": guid, "toId": to_id, "mediaId": media_id}, idem_key, deadline)
+
+    async def upload_media(self, guid: str, url: str, kind: str, file_name: str | None, idem_key: str) -> MediaAnswer:
+        """``/media/upload``: the gateway's ``mediaId`` and whether it is ready yet."""
+        body: dict[str, str] = {"guid": guid, "url": url, "kind": kind}
+        if file_name is not None:
+            body["fileName"] = file_name
+        started = time.perf_counter()
+        data = await self._call("/media/upload", body, idem_key, None, "media")
+        return _media_answer(data, (time.perf_counter() - started) * 1000)
+
+    async def media_status(self, guid: str, media_id: str) -> MediaAnswer:
+        """``/media/status``: ``pending``, ``ready`` or ``failed`` (with the gateway's reason)."""
+        started = time.perf_counter()
+        data = await self._call("/media/status", {"guid": guid, "mediaId": media_id}, f"media-status:{media_id}",
+                                None, "media")
+        return _media_answer(data | {"mediaId": data.get("mediaId", media_id)}, (time.perf_counter() - started) * 1000)
+
+    async def _send(self, path: str, body: dict[str, str], idem_key: str, deadline: float | None) -> Receipt:
+        started = time.perf_counter()
+        data = await self._call(path, body, idem_key, deadline, "send")
+        return Receipt(0, str(data.pop("__msg", "")), data.get("msgId"), (time.perf_counter() - started) * 1000)
+
+    async def _call(self, path: str, body: dict[str, str], idem_key: str, deadline: float | None,
+                    operation: str) -> dict[str, Any]:
+        """POST one action; its ``data`` (with the answer's ``msg`` as ``__msg``), or :class:`SendError`."""
         started = time.perf_counter()
         token = SEND_DEADLINE.set(deadline)
         try:
-            resp = await self.client.post(
-                "/message/sendText",
-                json={"guid": guid, "toId": to_id, "content": content},
-                headers={**tracing.http_headers(), "X-Idempotency-Key": idem_key},
-            )
+            resp = await self.client.post(path, json=body,
+                                          headers={**tracing.http_headers(), "X-Idempotency-Key": idem_key})
         except SendDeadlinePassed as exc:
             raise SendError(FailureClass.NOT_SENT, None, str(exc)) from exc
         except httpx.TransportError as exc:
-            self.observe("send", "transport_error", time.perf_counter() - started)
+            self.observe(operation, "transport_error", time.perf_counter() - started)
             cls = FailureClass.NOT_SENT if _provably_not_sent(exc) else FailureClass.IN_DOUBT
             raise SendError(cls, None, f"{type(exc).__name__}: {exc}") from exc
         finally:
             SEND_DEADLINE.reset(token)
-        self.observe("send", _status_class(resp.status_code), time.perf_counter() - started)
-        latency = (time.perf_counter() - started) * 1000
+        self.observe(operation, _status_class(resp.status_code), time.perf_counter() - started)
         if resp.status_code >= 500:
             raise SendError(FailureClass.IN_DOUBT, None, f"HTTP {resp.status_code} from gateway")
         if resp.status_code == 429:
@@ -124,15 +173,16 @@ class GatewayClient:
         if resp.status_code >= 400:
             raise SendError(FailureClass.BAD_PARAMS, None, f"HTTP {resp.status_code}: {resp.text[:200]}")
         try:
-            body = resp.json()
-            code = int(body["code"])
+            answer = resp.json()
+            code = int(answer["code"])
+            data = dict(answer.get("data") or {})
         except (ValueError, KeyError, TypeError) as exc:
             raise SendError(FailureClass.IN_DOUBT, None, f"unreadable gateway response: {resp.text[:200]!r}") from exc
-        msg = str(body.get("msg", ""))
+        msg = str(answer.get("msg", ""))
         if code != 0:
             raise SendError(classify(code, self.code_table), code, msg)
-        data = body.get("data") or {}
-        return Receipt(code, msg, data.get("msgId"), latency)
+        data["__msg"] = msg
+        return data
 
     async def lookup(self, guid: str, idem_key: str) -> bool | None:
         """Was this key delivered? ``True``/``False`` when the gateway knows, ``None`` when it can't say."""

@@ -1,8 +1,8 @@
 """The consumer of gateway callbacks (``<prefix>.callbacks``, appended by the intake).
 
 ``device.status`` moves the guid's lifecycle (``pacer_set_guid_state``: ordered by the
-event's ts, so a late or repeated callback changes nothing); ``media.ready`` is counted
-(media readiness is not acted on yet); other commands are for business consumers and are
+event's ts, so a late or repeated callback changes nothing); ``media.ready`` settles a
+pending upload (ready or failed, once); other commands are for business consumers and are
 passed over. A body that cannot be read, or whose handling raises a defect, is logged,
 counted in ``bad`` and skipped: one bad event never stops the others. A database or broker
 outage fails the round; the same records are handled again after a back-off (handling is
@@ -64,7 +64,8 @@ class CallbackConsumer:
                     log.info("guid %s is %s (callback at %s)", cb.guid, cb.event.state.value, cb.event.ts)
                 return "device.status", "applied" if changed else "stale"
             if isinstance(cb, MediaReady):
-                return "media.ready", "ignored"
+                settled = await self.states.media_ready(cb.guid, cb.media_id, cb.ok, cb.reason)
+                return "media.ready", "applied" if settled else "stale"
             return "other", "ignored"
         except self.environment_errors:
             raise

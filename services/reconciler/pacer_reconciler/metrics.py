@@ -119,8 +119,9 @@ class ReconcilerMetrics:
         ), ["reason"], registry=registry)
         self.callbacks = Counter("pacer_reconciler_callbacks_total", (
             "Gateway callbacks consumed (every replica), by `cmd` (`device.status`, `media.ready`, `other`) and "
-            "`result`: `applied` (the guid's state changed), `stale` (older than, or the same as, what is known: "
-            "nothing changed), `ignored` (not Pacer's to act on), `bad` (unreadable or failed: skipped, also in "
+            "`result`: `applied` (the guid's state changed; the media became ready or failed), `stale` (older than, or "
+            "the same as, what is known, or a media already settled or unknown: nothing changed), `ignored` (not "
+            "Pacer's to act on), `bad` (unreadable or failed: skipped, also in "
             "`pacer_reconciler_bad_events_total{reason=\"bad_callback\"}`)."
         ), ["cmd", "result"], registry=registry)
         self.round_errors = Counter("pacer_reconciler_round_errors_total", (

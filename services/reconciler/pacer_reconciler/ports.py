@@ -85,3 +85,6 @@ class CallbackSource(Protocol):
 
 class GuidStates(Protocol):
     async def set_state(self, guid: str, event: StatusEvent) -> bool: ...
+    async def media_ready(self, guid: str, media_id: str, ok: bool, reason: str | None) -> bool:
+        """A pending media becomes ready (``ok``) or failed; False if it was settled already or unknown."""
+        ...

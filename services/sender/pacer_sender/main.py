@@ -24,10 +24,12 @@ from pacer_common.metrics import consumer_lag_config, gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
 from pacer_sender.adapters.kafka import ConsumerLoop
+from pacer_sender.adapters.media import PostgresMedia
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository, PostgresLimitsSource
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.core import Executor
 from pacer_sender.dispatcher import Dispatcher
+from pacer_sender.domain.media import MediaTiming
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
 from pacer_sender.limits import LimitsBook
@@ -139,6 +141,18 @@ class SenderSettings(OpsSettings):
         '`{"1001":"offline","1002":"kicked","1003":"unauthorized"}`; a `needs_human` code missing from it means '
         "`offline`."
     ))
+    media_poll_after_s: float = Field(30.0, gt=0, description=(
+        "A media (image, file, video) uploaded but not yet ready: if no `media.ready` callback made it ready "
+        "within this many seconds of the upload, the sender asks the gateway (`/media/status`)."
+    ))
+    media_poll_every_s: float = Field(10.0, gt=0, description=(
+        "After the first `/media/status` poll, at most one poll per media this often; also the wait before "
+        "an upload that did not go through (timeout, 5xx) is tried again."
+    ))
+    media_recheck_s: float = Field(2.0, gt=0, description=(
+        "How often an item waiting for its media looks at the media's row again (a callback may have made it "
+        "ready). The item waits pending, with the reason, and still expires at its `expire_at`."
+    ))
     db_pool_max: int = Field(20, description="Most Postgres connections of one sender (the pool keeps at least 2).")
     shed: bool = Field(True, description=(
         "Default for every guid (per guid: the hot limit `shed`): batch items that cannot go out before their "
@@ -194,7 +208,10 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         queue = PostgresGuidQueue(pool)
         retry = RetryPolicy(cfg.max_attempts, timedelta(seconds=cfg.retry_base_s))
         executor = Executor(repo, gateway, cfg.owner, retry, send_deadline_s=cfg.lease_ttl_s / 4,
-                            states=cfg.guid_state_codes)
+                            states=cfg.guid_state_codes, media=PostgresMedia(pool), media_gateway=gateway,
+                            media_timing=MediaTiming(timedelta(seconds=cfg.media_poll_after_s),
+                                                     timedelta(seconds=cfg.media_poll_every_s),
+                                                     timedelta(seconds=cfg.media_recheck_s)))
         defaults = cfg.limits()
         leases = GuidLeases(PostgresGuidLeases(pool, timedelta(seconds=cfg.lease_ttl_s)), cfg.owner, cfg.lease_ttl_s)
         m.leases_held.set_function(lambda: len(leases.held))

@@ -9,7 +9,10 @@ from typing import Literal, Protocol
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.receipts import Receipt
+from pacer_common.domain.requests import MediaMessage, TextMessage
+from pacer_common.gateway import MediaAnswer
 from pacer_sender.domain.decisions import Decision
+from pacer_sender.domain.media import MediaRow
 
 
 @dataclass(frozen=True)
@@ -96,3 +99,24 @@ class GuidLeaseStore(Protocol):
 class Gateway(Protocol):
     async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
                         deadline: float | None = None) -> Receipt: ...
+
+
+class MediaGateway(Protocol):
+    async def send_media(self, kind: str, guid: str, to_id: str, media_id: str, idem_key: str,
+                         deadline: float | None = None) -> Receipt: ...
+    async def upload_media(self, guid: str, url: str, kind: str, file_name: str | None,
+                           idem_key: str) -> MediaAnswer: ...
+    async def media_status(self, guid: str, media_id: str) -> MediaAnswer: ...
+
+
+class MediaStore(Protocol):
+    """Jobs' messages, the guid's uploaded media, and media items waiting for them."""
+
+    async def message_of(self, job_id: str) -> TextMessage | MediaMessage: ...
+    async def media(self, guid: str, url_hash: str) -> MediaRow | None: ...
+    async def uploaded(self, guid: str, url_hash: str, msg: MediaMessage, answer: MediaAnswer) -> MediaRow: ...
+    async def checked(self, guid: str, url_hash: str, status: str, reason: str | None) -> MediaRow: ...
+    async def wait(self, cmd: ItemCommand, until: datetime, reason: str) -> bool:
+        """Keep a pending item waiting (not_before ``until``, the reason on the item)."""
+        ...
+    async def fail_unsent(self, cmd: ItemCommand, error_class: str, reason: str) -> bool: ...

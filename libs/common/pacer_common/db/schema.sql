@@ -1304,6 +1304,24 @@ CREATE TABLE public.log_cursors (
     updated_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE public.media (
+    guid text NOT NULL,
+    url_hash text NOT NULL,
+    url text NOT NULL,
+    kind text NOT NULL,
+    file_name text,
+    media_id text NOT NULL,
+    status text NOT NULL,
+    reason text,
+    uploaded_at timestamp with time zone DEFAULT now() NOT NULL,
+    checked_at timestamp with time zone,
+    settled_at timestamp with time zone,
+    settled_by text,
+    CONSTRAINT media_kind_check CHECK ((kind = ANY (ARRAY['image'::text, 'file'::text, 'video'::text]))),
+    CONSTRAINT media_settled_by_check CHECK ((settled_by = ANY (ARRAY['upload'::text, 'callback'::text, 'poll'::text]))),
+    CONSTRAINT media_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'ready'::text, 'failed'::text])))
+);
+
 CREATE TABLE public.operator_conflicts (
     id bigint NOT NULL,
     item_id uuid NOT NULL,
@@ -1424,6 +1442,9 @@ ALTER TABLE ONLY public.leader_leases
 ALTER TABLE ONLY public.log_cursors
     ADD CONSTRAINT log_cursors_pkey PRIMARY KEY (name);
 
+ALTER TABLE ONLY public.media
+    ADD CONSTRAINT media_pkey PRIMARY KEY (guid, url_hash);
+
 ALTER TABLE ONLY public.operator_conflicts
     ADD CONSTRAINT operator_conflicts_pkey PRIMARY KEY (id);
 
@@ -1489,6 +1510,8 @@ CREATE INDEX jobs_coalesce ON public.jobs USING btree (coalesce_key, coalesce_ve
 CREATE INDEX jobs_created ON public.jobs USING btree (created_at DESC);
 
 CREATE INDEX jobs_requery_open ON public.jobs USING btree (created_at) WHERE ((target_mode = 'requery'::text) AND (dispatched_at IS NULL));
+
+CREATE UNIQUE INDEX media_by_id ON public.media USING btree (guid, media_id);
 
 CREATE INDEX operator_conflicts_item ON public.operator_conflicts USING btree (item_id, at);
 

@@ -88,9 +88,43 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Message(_Model):
+class TextMessage(_Model):
     type: Literal["text"] = "text"
     content: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEMPLATE_CHARS, pattern=NO_NUL)]
+
+
+MediaKind = Literal["image", "file", "video"]
+MAX_URL_CHARS = 2048
+
+
+class MediaMessage(_Model):
+    """An image, file or video, sent by ``mediaId`` once the gateway has it ready: uploaded
+    once per distinct ``url`` per guid (not per target), then sent to every target."""
+
+    type: MediaKind
+    url: Annotated[str, StringConstraints(min_length=8, max_length=MAX_URL_CHARS, pattern=r"^https?://[^\s\x00]+$")]
+    fileName: Annotated[str, StringConstraints(
+        min_length=1, max_length=255, pattern=NO_NUL)] | None = None
+
+    @property
+    def content(self) -> str:
+        """What each item stores as its content (the console shows it): the kind and the name."""
+        return f"[{self.type}] {self.fileName or self.url}"
+
+
+def _message_type(value: Any) -> Any:
+    # ``type`` may be left out of a text message, as it always could.
+    if isinstance(value, dict):
+        kind = value.get("type", "text")
+        return "media" if kind in ("image", "file", "video") else kind
+    return "media" if isinstance(value, MediaMessage) else getattr(value, "type", None)
+
+
+Message = Annotated[
+    Annotated[TextMessage, Tag("text")] | Annotated[MediaMessage, Tag("media")],
+    Discriminator(_message_type, custom_error_type="message_type",
+                  custom_error_message="'type' must be 'text', 'image', 'file' or 'video'"),
+]
 
 
 class Target(_Model):

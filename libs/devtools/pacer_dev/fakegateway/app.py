@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from pacer_dev.fakegateway.actions import action_routes
 from pacer_dev.fakegateway.audiences import AudienceError, Audiences
 from pacer_dev.fakegateway.config import ConfigError, GatewayConfig
 from pacer_dev.fakegateway.state import CODE_BAD_PARAMS, GatewayState, Outcome, message_for
@@ -33,6 +34,7 @@ class FakeGatewayApp(FastAPI):
         super().__init__(**kwargs)
         self.gateway = gateway
         self.audiences = Audiences()
+        self.actions: Any = None  # set by create_app (pacer_dev.fakegateway.actions.Actions)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == SEND_PATH and scope["method"] == "POST":
@@ -100,6 +102,7 @@ def create_app(config: GatewayConfig | None = None) -> FakeGatewayApp:
         return {"status": "reset"}
 
     _audience_routes(app)
+    app.actions = action_routes(app, gw)  # media, customers, devices (actions.py)
     return app
 
 

@@ -192,7 +192,8 @@ class PostgresLog:
 
 
 class PostgresGuidStates:
-    """Guid lifecycle events (``pacer_set_guid_state``): applied in the order of their ts."""
+    """What callbacks change: guid lifecycle events (``pacer_set_guid_state``, applied in the
+    order of their ts) and media readiness."""
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
@@ -204,5 +205,14 @@ class PostgresGuidStates:
                     "guid": guid, "state": event.state.value, "source": event.source, "reason": event.reason,
                     "ts": event.ts})
             return bool(row["changed"])
+
+        return await with_retry(work)
+
+    async def media_ready(self, guid: str, media_id: str, ok: bool, reason: str | None) -> bool:
+        async def work() -> bool:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(_sql("media_ready"), {
+                    "guid": guid, "media_id": media_id, "ok": ok, "reason": reason})).fetchone()
+            return row is not None
 
         return await with_retry(work)

@@ -37,3 +37,25 @@ CREATE INDEX guid_state_history_guid ON guid_state_history (guid, id);
 -- pacer_set_guid_state: db/schema/functions/pacer_set_guid_state.sql
 -- pacer_guid_hold: db/schema/functions/pacer_guid_hold.sql
 -- guid_states_online (release request when a guid is back online): db/schema/triggers/
+
+-- Media (image, file, video) a guid has uploaded to the gateway: one row per distinct media
+-- (its url) per guid, so a job to many targets uploads once. Items of a media job are sent
+-- by `mediaId` only once the row is `ready` (a `media.ready` callback, or the sender's poll
+-- of /media/status when no callback came in time); until then they wait, pending, with the
+-- reason (`last_error_class = 'media_pending'`); a `failed` upload fails them.
+CREATE TABLE media (
+    guid text NOT NULL,
+    url_hash text NOT NULL,              -- sha256 of the url, hex
+    url text NOT NULL,
+    kind text NOT NULL CHECK (kind IN ('image', 'file', 'video')),
+    file_name text,
+    media_id text NOT NULL,
+    status text NOT NULL CHECK (status IN ('pending', 'ready', 'failed')),
+    reason text,
+    uploaded_at timestamptz NOT NULL DEFAULT now(),
+    checked_at timestamptz,              -- last /media/status poll
+    settled_at timestamptz,              -- when it became ready or failed
+    settled_by text CHECK (settled_by IN ('upload', 'callback', 'poll')),
+    PRIMARY KEY (guid, url_hash)
+);
+CREATE UNIQUE INDEX media_by_id ON media (guid, media_id);

@@ -1,5 +1,6 @@
 -- One keyset page of a job's items, by item id. ``waiting``: why an open item is not moving
--- (a hold on its job, shard or guid; a retry not yet due; a verification), NULL otherwise.
+-- (a hold on its job, shard or guid; a retry not yet due; its media not ready yet; a
+-- verification), NULL otherwise.
 -- A completed job is no hold: a compensation in it reopens the job.
 SELECT i.item_id::text AS item_id, i.shard_id, i.guid, i.to_id, i.status::text AS status, i.attempts, i.priority,
        i.held, i.compensates::text AS compensates, i.last_error_class, i.last_error, i.next_attempt_at,
@@ -11,6 +12,8 @@ SELECT i.item_id::text AS item_id, i.shard_id, i.guid, i.to_id, i.status::text A
                                                   j.paused_reason, s.status, s.paused_reason,
                                                   pacer_guid_hold(g.paused_reason, h.state::text, h.reason))
             WHEN i.status = 'waiting_retry' THEN 'waiting: retry due at ' || i.next_attempt_at
+            WHEN i.status = 'pending' AND i.last_error_class = 'media_pending' AND i.not_before > now()
+            THEN 'waiting: ' || i.last_error
             WHEN i.status = 'recovery_pending' THEN 'waiting: delivery being verified with the gateway'
        END AS waiting
 FROM items i

@@ -1,0 +1,114 @@
+"""Media messages end to end: one upload per media per guid, items wait visibly until the
+media is ready (a media.ready callback, or a /media/status poll when the callback is lost),
+a failed upload fails the items with its reason, and no send is ever made into media that is
+not ready."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+from pacer_common.kafka import make_producer, produce_all
+from pacer_dev.infra import Infra
+from pacer_dev.stack import Stack
+from tests.conftest import stack_on
+from tests.e2e.conftest import gateway
+from tests.e2e.helpers import job_state, publish, sends_for
+from tests.integration.helpers import wait_for
+
+
+@pytest.fixture(scope="module")
+def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with stack_on(infra_env, tmp_path_factory.mktemp("stack"), f"m{uuid.uuid4().hex[:10]}", {
+        "PACER_SENDER_MIN_INTERVAL_MS": "10",
+        "PACER_SENDER_JITTER_MS": "5",
+        "PACER_RECONCILER_SWEEP_INTERVAL_S": "0.5",
+        "PACER_SENDER_MEDIA_POLL_AFTER_S": "3",
+        "PACER_SENDER_MEDIA_POLL_EVERY_S": "1",
+        "PACER_SENDER_MEDIA_RECHECK_S": "0.5",
+    }) as st:
+        st.start_gateway()
+        for kind in ("planner", "reconciler", "sender"):
+            st.start_service(kind)
+        yield st
+
+
+def media_job(guid: str, n: int, url: str, kind: str = "image") -> dict[str, object]:
+    return {"request_id": f"media-{uuid.uuid4().hex[:10]}", "kind": "campaign", "created_by": "test",
+            "message": {"type": kind, "url": url, "fileName": "poster.png"},
+            "targets": {"mode": "snapshot", "items": [{"guid": guid, "to_id": f"room-{i}"} for i in range(n)]},
+            "expire_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat()}
+
+
+def db(stack: Stack, sql: str, *args: object) -> list[tuple]:
+    with psycopg.connect(stack.infra.database_url) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def completed(stack: Stack, rid: str) -> dict[str, int] | None:
+    s = job_state(stack, rid)
+    return s[1] if s and s[0] == "completed" else None
+
+
+def test_a_media_whose_readiness_callback_is_lost_is_resolved_by_polling(stack: Stack) -> None:
+    guid = f"mg-{uuid.uuid4().hex[:6]}"
+    gateway(stack, "/_admin/actions", "PUT", {"media_ready_after_ms": 1500})
+    uploads = gateway(stack, "/_admin/actions")["uploads"]
+    job = media_job(guid, 5, f"https://cdn.example/{guid}/poster.png")
+    publish(stack, json.dumps(job).encode())
+    # Waiting, visibly: pending with the reason, nothing sent.
+    wait_for(lambda: db(stack, "SELECT count(*) FROM items WHERE guid = %s AND status = 'pending' AND "
+                               "last_error_class = 'media_pending' AND last_error LIKE 'waiting for image%%'",
+                        guid)[0][0] >= 1, 60, "an item waiting for its media")
+    counts = wait_for(lambda: completed(stack, str(job["request_id"])), 90, "the media job to complete")
+    assert counts == {"confirmed": 5}
+    sends = sends_for(stack, guid)
+    assert len(sends) == len({s["idempotencyKey"] for s in sends}) == 5
+    assert all(s["content"].startswith("image:media-") for s in sends)
+    stats = gateway(stack, "/_admin/actions")
+    assert stats["uploads"] - uploads == 1, "one upload for the media, not one per target"
+    assert stats["sends_unready"] == 0, "a send was made into media not ready"
+    assert stats["status_polls"] >= 1
+    assert db(stack, "SELECT status, settled_by FROM media WHERE guid = %s", guid) == [("ready", "poll")]
+
+
+def test_a_media_ready_callback_releases_the_items_without_a_poll(stack: Stack) -> None:
+    producer = make_producer({"bootstrap.servers": stack.infra.kafka_bootstrap})
+    topic = f"{stack.topic_prefix}.callbacks"
+
+    def callback(guid: str, cmd: str, data: dict[str, object]) -> None:
+        body = {"cmd": cmd, "guid": guid, "ts": datetime.now(UTC).isoformat(), "data": data}
+        produce_all(producer, [(topic, guid.encode(), json.dumps(body).encode(), None)])
+
+    # The callbacks consumer has joined its group and reads promptly.
+    probe = f"probe-{uuid.uuid4().hex[:6]}"
+    callback(probe, "device.status", {"status": "online"})
+    wait_for(lambda: db(stack, "SELECT 1 FROM guid_states WHERE guid = %s", probe), 60, "the callbacks consumer")
+
+    guid = f"mc-{uuid.uuid4().hex[:6]}"
+    gateway(stack, "/_admin/actions", "PUT", {"media_ready_after_ms": 3_600_000})  # pending until settled
+    job = media_job(guid, 3, f"https://cdn.example/{guid}/clip.mp4", "video")
+    publish(stack, json.dumps(job).encode())
+    (media_id,) = wait_for(lambda: next(iter(db(stack, "SELECT media_id FROM media WHERE guid = %s", guid)), None),
+                           60, "the upload")
+    gateway(stack, f"/_admin/media/{media_id}", "PUT", {"status": "ready"})
+    callback(guid, "media.ready", {"mediaId": media_id, "ok": True})
+    assert wait_for(lambda: completed(stack, str(job["request_id"])), 60, "the job") == {"confirmed": 3}
+    assert db(stack, "SELECT status, settled_by FROM media WHERE guid = %s", guid) == [("ready", "callback")]
+    assert gateway(stack, "/_admin/actions")["sends_unready"] == 0
+
+
+def test_a_failed_upload_fails_the_items_with_its_reason(stack: Stack) -> None:
+    guid = f"mf-{uuid.uuid4().hex[:6]}"
+    gateway(stack, "/_admin/actions", "PUT", {"media_ready_after_ms": 0})
+    job = media_job(guid, 3, f"https://cdn.example/{guid}/fail-upload.pdf", "file")
+    publish(stack, json.dumps(job).encode())
+    assert wait_for(lambda: completed(stack, str(job["request_id"])), 60, "the job") == {"failed": 3}
+    reasons = {r[0] for r in db(stack, "SELECT last_error FROM items WHERE guid = %s", guid)}
+    assert reasons == {"media upload failed: could not fetch the url"}
+    assert sends_for(stack, guid) == []
