@@ -12,14 +12,16 @@ connection, a 5xx or an unreadable body after the request left may hide a delive
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from pacer_common import tracing
+from pacer_common.domain.customers import Customer
 from pacer_common.domain.failures import FailureClass, SendError, classify
 from pacer_common.domain.receipts import Receipt
 
@@ -144,12 +146,32 @@ class GatewayClient:
                                 None, "media")
         return _media_answer(data | {"mediaId": data.get("mediaId", media_id)}, (time.perf_counter() - started) * 1000)
 
-    async def _send(self, path: str, body: dict[str, str], idem_key: str, deadline: float | None) -> Receipt:
+    async def customer_tags(self, op: str, guid: str, customer_id: str, tag_ids: Sequence[str], idem_key: str,
+                            deadline: float | None = None) -> Receipt:
+        """``/customer/tags/add`` or ``/customer/tags/remove`` (``op``); idempotent by key."""
+        with tracing.span(f"gateway tags.{op}", kind="client"):
+            return await self._send(f"/customer/tags/{op}", {"guid": guid, "customerId": customer_id,
+                                                              "tagIds": list(tag_ids)}, idem_key, deadline)
+
+    async def customer_detail(self, guid: str, customer_id: str, idem_key: str,
+                              deadline: float | None = None) -> tuple[Receipt, Customer]:
+        """``/customer/detail``: the customer with its version."""
+        started = time.perf_counter()
+        with tracing.span("gateway customer.detail", kind="client"):
+            data = await self._call("/customer/detail", {"guid": guid, "customerId": customer_id}, idem_key,
+                                    deadline, "send")
+        try:
+            customer = Customer.model_validate(data.get("customer"))
+        except ValidationError as exc:
+            raise SendError(FailureClass.RETRYABLE, None, f"unreadable customer: {exc.errors()[:2]}") from exc
+        return Receipt(0, str(data.get("__msg", "")), None, (time.perf_counter() - started) * 1000), customer
+
+    async def _send(self, path: str, body: dict[str, Any], idem_key: str, deadline: float | None) -> Receipt:
         started = time.perf_counter()
         data = await self._call(path, body, idem_key, deadline, "send")
         return Receipt(0, str(data.pop("__msg", "")), data.get("msgId"), (time.perf_counter() - started) * 1000)
 
-    async def _call(self, path: str, body: dict[str, str], idem_key: str, deadline: float | None,
+    async def _call(self, path: str, body: Mapping[str, Any], idem_key: str, deadline: float | None,
                     operation: str) -> dict[str, Any]:
         """POST one action; its ``data`` (with the answer's ``msg`` as ``__msg``), or :class:`SendError`."""
         started = time.perf_counter()

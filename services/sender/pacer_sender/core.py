@@ -6,7 +6,7 @@ import logging
 import random
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -14,13 +14,14 @@ from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
 from pacer_common.domain.guid_health import DEFAULT_STATE_CODES, GuidState
-from pacer_common.domain.requests import MediaMessage, expired
+from pacer_common.domain.receipts import Receipt
+from pacer_common.domain.requests import AnyMessage, MediaMessage, TagsMessage, TextMessage, expired
 from pacer_common.domain.status import ItemStatus
 from pacer_common.gateway import MediaAnswer
 from pacer_common.logs import bind
 from pacer_sender.domain.decisions import Decision, after_failure
 from pacer_sender.domain.media import MediaTiming, next_step, url_hash
-from pacer_sender.ports import Gateway, ItemRepository, MediaGateway, MediaStore
+from pacer_sender.ports import ActionGateway, ActionStore, Gateway, ItemRepository
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +47,11 @@ class Executor:
     def __init__(self, repo: ItemRepository, gateway: Gateway, owner: str, retry: RetryPolicy,
                  rng: random.Random | None = None, send_deadline_s: float = 10.0,
                  expire_margin_s: float = 1.0, states: Mapping[int, GuidState] = DEFAULT_STATE_CODES,
-                 media: MediaStore | None = None, media_gateway: MediaGateway | None = None,
+                 actions: ActionStore | None = None, action_gateway: ActionGateway | None = None,
                  media_timing: MediaTiming | None = None) -> None:
         self.repo = repo
-        self.media = media  # None: every item is text (tests of the text path)
-        self.media_gateway = media_gateway
+        self.actions = actions  # None: every item is text (tests of the text path)
+        self.action_gateway = action_gateway
         self.media_timing = media_timing or MediaTiming()
         self.states = states  # needs-human gateway codes → the guid's lifecycle state
         self.gateway = gateway
@@ -74,14 +75,15 @@ class Executor:
         if expired(cmd.expire_at, now + self.expire_margin):
             await self.repo.expire(cmd)
             return Executed("expired", False)
-        media: tuple[str, str] | None = None  # (kind, mediaId) of a media item whose media is ready
-        if self.media is not None:
-            msg = await self.media.message_of(cmd.job_id)
+        msg: AnyMessage | None = None  # None: a text send (no action store: the text path alone)
+        media_id: str | None = None  # of a media item whose media is ready
+        if self.actions is not None:
+            msg = await self.actions.message_of(cmd.job_id)
             if isinstance(msg, MediaMessage):
                 ready = await self._media_ready(cmd, msg)
                 if isinstance(ready, Executed):
                     return ready
-                media = (msg.type, ready)
+                media_id = ready
         started = time.monotonic()
         begun = await self.repo.begin_send(cmd, self.owner)
         if begun.outcome == "guid_lost":
@@ -112,12 +114,7 @@ class Executor:
             await self.repo.settle(cmd, begun.epoch, d)
             return Executed("deadline_missed", False, None, claimed_at, first_claim=first)
         try:
-            if media is not None and self.media_gateway is not None:
-                receipt = await self.media_gateway.send_media(media[0], cmd.guid, cmd.to_id, media[1], cmd.idem_key,
-                                                              deadline=started + self.send_deadline_s)
-            else:
-                receipt = await self.gateway.send_text(cmd.guid, cmd.to_id, cmd.content, cmd.idem_key,
-                                                       deadline=started + self.send_deadline_s)
+            receipt = await self._call(cmd, msg, media_id, started + self.send_deadline_s)
         except SendError as err:
             answered_at = datetime.now(UTC)
             decision = after_failure(err, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng, self.states)
@@ -136,40 +133,60 @@ class Executor:
             return Executed("fenced", True, None, claimed_at, answered_at, first)
         return Executed("confirmed", True, None, claimed_at, answered_at, first)
 
+    async def _call(self, cmd: ItemCommand, msg: AnyMessage | None, media_id: str | None,
+                    deadline: float) -> Receipt:
+        """The item's one gateway action: text, media by ``mediaId``, tags, or a customer sync
+        (read ``/customer/detail``, then Pacer's copy written under its version check)."""
+        g = self.action_gateway
+        if g is None or msg is None or isinstance(msg, TextMessage):
+            return await self.gateway.send_text(cmd.guid, cmd.to_id, cmd.content, cmd.idem_key, deadline=deadline)
+        if isinstance(msg, MediaMessage):
+            assert media_id is not None
+            return await g.send_media(msg.type, cmd.guid, cmd.to_id, media_id, cmd.idem_key, deadline=deadline)
+        if isinstance(msg, TagsMessage):
+            return await g.customer_tags(msg.type.removeprefix("tags."), cmd.guid, cmd.to_id, msg.tagIds,
+                                         cmd.idem_key, deadline=deadline)
+        receipt, customer = await g.customer_detail(cmd.guid, cmd.to_id, cmd.idem_key, deadline=deadline)
+        assert self.actions is not None
+        stored = await self.actions.save_customer(customer, cmd.item_id)
+        verdict = (f"customer {customer.customer_id} v{customer.version} applied" if stored is None
+                   else f"customer {customer.customer_id} v{customer.version} not applied: Pacer has v{stored}")
+        return replace(receipt, msg=verdict)
+
     async def _media_ready(self, cmd: ItemCommand, msg: MediaMessage) -> str | Executed:
         """The ready media's id, or what became of the item: it waits (pending, with its reason)
         or fails (the upload failed). Uploads the media if this guid has not yet."""
-        assert self.media is not None and self.media_gateway is not None
+        assert self.actions is not None and self.action_gateway is not None
         h = url_hash(msg.url)
-        row = await self.media.media(cmd.guid, h)
+        row = await self.actions.media(cmd.guid, h)
         step, until = next_step(row, datetime.now(UTC), self.media_timing)
         called = False
         if step == "upload":
             called = True
             try:
-                answer = await self.media_gateway.upload_media(cmd.guid, msg.url, msg.type, msg.fileName,
+                answer = await self.action_gateway.upload_media(cmd.guid, msg.url, msg.type, msg.fileName,
                                                                f"media:{cmd.guid}:{h}")
             except SendError as err:
                 if err.failure_class is not FailureClass.BAD_PARAMS:  # not the media's fault: again later
                     return await self._media_wait(cmd, datetime.now(UTC) + self.media_timing.poll_every,
                                                   f"media upload not done, trying again: {err}", True)
                 answer = MediaAnswer("-", "failed", str(err), 0.0)
-            row = await self.media.uploaded(cmd.guid, h, msg, answer)
+            row = await self.actions.uploaded(cmd.guid, h, msg, answer)
         elif step == "poll":
             assert row is not None
             called = True
             try:
-                answer = await self.media_gateway.media_status(cmd.guid, row.media_id)
-                row = await self.media.checked(cmd.guid, h, answer.status, answer.reason)
+                answer = await self.action_gateway.media_status(cmd.guid, row.media_id)
+                row = await self.actions.checked(cmd.guid, h, answer.status, answer.reason)
             except SendError as err:
-                row = await self.media.checked(cmd.guid, h, "pending", f"status poll failed: {err}")
+                row = await self.actions.checked(cmd.guid, h, "pending", f"status poll failed: {err}")
         step, until = next_step(row, datetime.now(UTC), self.media_timing)
         if step == "send":
             assert row is not None
             return row.media_id
         if step == "fail":
             assert row is not None
-            await self.media.fail_unsent(cmd, "bad_params", f"media upload failed: {row.reason or 'no reason given'}")
+            await self.actions.fail_unsent(cmd, "bad_params", f"media upload failed: {row.reason or 'no reason given'}")
             return Executed("failed", called)
         assert row is not None
         return await self._media_wait(cmd, until or datetime.now(UTC) + self.media_timing.recheck,
@@ -177,6 +194,6 @@ class Executor:
                                       f"{row.uploaded_at:%H:%M:%S})", called)
 
     async def _media_wait(self, cmd: ItemCommand, until: datetime, reason: str, called: bool) -> Executed:
-        assert self.media is not None
-        await self.media.wait(cmd, until, reason)
+        assert self.actions is not None
+        await self.actions.wait(cmd, until, reason)
         return Executed("media_waiting", called)

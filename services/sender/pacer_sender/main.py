@@ -23,8 +23,8 @@ from pacer_common.kafka import AsyncConsumer, make_consumer
 from pacer_common.metrics import consumer_lag_config, gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
+from pacer_sender.adapters.actions import PostgresActions
 from pacer_sender.adapters.kafka import ConsumerLoop
-from pacer_sender.adapters.media import PostgresMedia
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository, PostgresLimitsSource
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.core import Executor
@@ -208,7 +208,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         queue = PostgresGuidQueue(pool)
         retry = RetryPolicy(cfg.max_attempts, timedelta(seconds=cfg.retry_base_s))
         executor = Executor(repo, gateway, cfg.owner, retry, send_deadline_s=cfg.lease_ttl_s / 4,
-                            states=cfg.guid_state_codes, media=PostgresMedia(pool), media_gateway=gateway,
+                            states=cfg.guid_state_codes, actions=PostgresActions(pool), action_gateway=gateway,
                             media_timing=MediaTiming(timedelta(seconds=cfg.media_poll_after_s),
                                                      timedelta(seconds=cfg.media_poll_every_s),
                                                      timedelta(seconds=cfg.media_recheck_s)))

@@ -1138,6 +1138,17 @@ ALTER TABLE public.audit_log ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+CREATE TABLE public.customers (
+    customer_id text NOT NULL,
+    name text DEFAULT ''::text NOT NULL,
+    remark text DEFAULT ''::text NOT NULL,
+    tags jsonb DEFAULT '[]'::jsonb NOT NULL,
+    version bigint NOT NULL,
+    synced_at timestamp with time zone DEFAULT now() NOT NULL,
+    synced_by uuid,
+    writes bigint DEFAULT 1 NOT NULL
+);
+
 CREATE TABLE public.guid_leases (
     guid text NOT NULL,
     owner text,
@@ -1402,6 +1413,9 @@ ALTER TABLE ONLY public.approved_contents
 
 ALTER TABLE ONLY public.audit_log
     ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.customers
+    ADD CONSTRAINT customers_pkey PRIMARY KEY (customer_id);
 
 ALTER TABLE ONLY public.guid_leases
     ADD CONSTRAINT guid_leases_pkey PRIMARY KEY (guid);

@@ -112,19 +112,54 @@ class MediaMessage(_Model):
         return f"[{self.type}] {self.fileName or self.url}"
 
 
+TagId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=NO_NUL)]
+
+
+class TagsMessage(_Model):
+    """Add tags to, or remove them from, each target's customer (the target's ``to_id`` is the
+    ``customerId``). Idempotent: adding a tag held, or removing one not held, changes nothing."""
+
+    type: Literal["tags.add", "tags.remove"]
+    tagIds: Annotated[list[TagId], Field(min_length=1, max_length=100)]
+
+    @property
+    def content(self) -> str:
+        return f"[{self.type}] {','.join(self.tagIds)}"
+
+
+class SyncMessage(_Model):
+    """Read each target's customer (``to_id`` = ``customerId``) from the gateway into Pacer's
+    copy (``customers``), under a version check: the newest version wins, a sync that read an
+    older or the same version changes nothing."""
+
+    type: Literal["customer.sync"]
+
+    @property
+    def content(self) -> str:
+        return "[customer.sync]"
+
+
+MESSAGE_TAGS = {"image": "media", "file": "media", "video": "media", "tags.add": "tags", "tags.remove": "tags",
+                "customer.sync": "sync"}
+
+
 def _message_type(value: Any) -> Any:
     # ``type`` may be left out of a text message, as it always could.
     if isinstance(value, dict):
         kind = value.get("type", "text")
-        return "media" if kind in ("image", "file", "video") else kind
-    return "media" if isinstance(value, MediaMessage) else getattr(value, "type", None)
+        return MESSAGE_TAGS.get(kind, kind) if isinstance(kind, str) else kind
+    tags: dict[type, str] = {MediaMessage: "media", TagsMessage: "tags", SyncMessage: "sync"}
+    return tags.get(type(value), "text")
 
 
 Message = Annotated[
-    Annotated[TextMessage, Tag("text")] | Annotated[MediaMessage, Tag("media")],
+    Annotated[TextMessage, Tag("text")] | Annotated[MediaMessage, Tag("media")]
+    | Annotated[TagsMessage, Tag("tags")] | Annotated[SyncMessage, Tag("sync")],
     Discriminator(_message_type, custom_error_type="message_type",
-                  custom_error_message="'type' must be 'text', 'image', 'file' or 'video'"),
+                  custom_error_message="'type' must be 'text', 'image', 'file', 'video', 'tags.add', 'tags.remove' "
+                                       "or 'customer.sync'"),
 ]
+AnyMessage = TextMessage | MediaMessage | TagsMessage | SyncMessage
 
 
 class Target(_Model):

@@ -35,7 +35,7 @@ MAX_CONTENT_CHARS = 4096  # a rendered message, as the gateway takes it
 MAX_KEY_BYTES = 2048  # an idempotency key: the send ledger's primary key, under the btree row limit
 MAX_COMMAND_BYTES = 256 * 1024  # an item command, well under a Kafka record's default 1 MiB
 TARGET_MODES = ("snapshot", "requery")
-MESSAGE_TAGS = ("text", "media")
+MESSAGE_TAGS = ("text", "media", "tags", "sync")
 
 Rendered = tuple[Target, str, str]  # a target, its rendered content, its idempotency key
 
@@ -80,7 +80,7 @@ def prepare(req: JobRequest, now: datetime) -> ValidRequest:
     """Check what the schema cannot: expiry, the template, and every target rendered and keyed."""
     if req.expire_at is not None and req.expire_at <= now:
         raise CannotPlan(f"request already expired at {req.expire_at.isoformat()}")
-    # A media message is sent as it is (its url is no template).
+    # Only a text message is a template; the others are sent as they are.
     fields = template_fields(req.message.content, CannotPlan) if isinstance(req.message, TextMessage) else []
     if isinstance(req.targets, RequeryTargets):
         return ValidRequest(req, fields, None)

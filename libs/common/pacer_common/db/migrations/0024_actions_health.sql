@@ -59,3 +59,17 @@ CREATE TABLE media (
     PRIMARY KEY (guid, url_hash)
 );
 CREATE UNIQUE INDEX media_by_id ON media (guid, media_id);
+
+-- Pacer's copy of customers, written by customer.sync items (seed 000 §12): under a version
+-- check, so of concurrent syncs of one customer (real time, manual, full reconciliation)
+-- each version takes effect once and the newest wins; an older or equal one changes nothing.
+CREATE TABLE customers (
+    customer_id text PRIMARY KEY,
+    name text NOT NULL DEFAULT '',
+    remark text NOT NULL DEFAULT '',
+    tags jsonb NOT NULL DEFAULT '[]',
+    version bigint NOT NULL,
+    synced_at timestamptz NOT NULL DEFAULT now(),
+    synced_by uuid,                      -- the item whose sync wrote this version
+    writes bigint NOT NULL DEFAULT 1     -- versions applied
+);

@@ -1,7 +1,10 @@
-"""Media messages end to end: one upload per media per guid, items wait visibly until the
-media is ready (a media.ready callback, or a /media/status poll when the callback is lost),
-a failed upload fails the items with its reason, and no send is ever made into media that is
-not ready."""
+"""Every gateway action end to end, as items through the same claim, lease, ledger and pacing.
+
+Media: one upload per media per guid, items wait visibly until the media is ready (a
+media.ready callback, or a /media/status poll when the callback is lost), a failed upload
+fails the items with its reason, and no send is ever made into media that is not ready.
+Customers: tags add/remove are idempotent; concurrent syncs of one customer take effect once,
+the newest version winning."""
 
 from __future__ import annotations
 
@@ -112,3 +115,51 @@ def test_a_failed_upload_fails_the_items_with_its_reason(stack: Stack) -> None:
     reasons = {r[0] for r in db(stack, "SELECT last_error FROM items WHERE guid = %s", guid)}
     assert reasons == {"media upload failed: could not fetch the url"}
     assert sends_for(stack, guid) == []
+
+
+def action_job(guid: str, message: dict[str, object], customers: list[str]) -> dict[str, object]:
+    return {"request_id": f"act-{uuid.uuid4().hex[:10]}", "kind": "campaign", "created_by": "test",
+            "message": message, "targets": {"mode": "snapshot", "items": [{"guid": guid, "to_id": c}
+                                                                           for c in customers]}}
+
+
+def test_tags_add_and_remove_are_idempotent(stack: Stack) -> None:
+    guid, customer = f"tg-{uuid.uuid4().hex[:6]}", f"cust-{uuid.uuid4().hex[:6]}"
+    start = gateway(stack, f"/_admin/customers/{customer}", "PUT", {"tags": ["vip"], "version": 1})
+    assert start["version"] == 1
+    add = action_job(guid, {"type": "tags.add", "tagIds": ["t1", "t2"]}, [customer])
+    publish(stack, json.dumps(add).encode(), json.dumps(add).encode())  # published twice: one job
+    assert wait_for(lambda: completed(stack, str(add["request_id"])), 60, "tags.add") == {"confirmed": 1}
+    again = action_job(guid, {"type": "tags.add", "tagIds": ["t2", "t1"]}, [customer])  # the same tags again
+    publish(stack, json.dumps(again).encode())
+    assert wait_for(lambda: completed(stack, str(again["request_id"])), 60, "tags.add again") == {"confirmed": 1}
+    remove = action_job(guid, {"type": "tags.remove", "tagIds": ["t1", "nope"]}, [customer])
+    publish(stack, json.dumps(remove).encode())
+    assert wait_for(lambda: completed(stack, str(remove["request_id"])), 60, "tags.remove") == {"confirmed": 1}
+    sync = action_job(guid, {"type": "customer.sync"}, [customer])
+    publish(stack, json.dumps(sync).encode())
+    assert wait_for(lambda: completed(stack, str(sync["request_id"])), 60, "sync") == {"confirmed": 1}
+    # The second add changed nothing (no new version); the twice-published request made one call.
+    assert db(stack, "SELECT tags, version FROM customers WHERE customer_id = %s", customer) == [(["t2", "vip"], 3)]
+    calls = [s["content"] for s in sends_for(stack, guid)]
+    assert calls == ["tags.add:t1,t2", "tags.add:t1,t2", "tags.remove:nope,t1", "customer.detail"]
+    assert len({s["idempotencyKey"] for s in sends_for(stack, guid)}) == 4
+
+
+def test_three_concurrent_syncs_of_one_customer_take_effect_once_newest_winning(stack: Stack) -> None:
+    customer = f"cust-{uuid.uuid4().hex[:6]}"
+    gateway(stack, f"/_admin/customers/{customer}", "PUT", {"name": "Ann", "tags": ["a"], "version": 7})
+    # Real time, manual and full reconciliation: three jobs, three guids, one customer, at once.
+    jobs = [action_job(f"sy{k}-{uuid.uuid4().hex[:6]}", {"type": "customer.sync"}, [customer]) for k in range(3)]
+    publish(stack, *(json.dumps(j).encode() for j in jobs))
+    for j in jobs:
+        assert wait_for(lambda j=j: completed(stack, str(j["request_id"])), 60, "a sync") == {"confirmed": 1}
+    assert db(stack, "SELECT name, version, writes FROM customers WHERE customer_id = %s", customer) == \
+        [("Ann", 7, 1)]  # three reads of v7: applied once
+    # A newer version at the gateway: the next sync brings it; Pacer never goes back to v7.
+    gateway(stack, f"/_admin/customers/{customer}", "PUT", {"name": "Ann B", "version": 9})
+    newer = action_job(f"sy3-{uuid.uuid4().hex[:6]}", {"type": "customer.sync"}, [customer])
+    publish(stack, json.dumps(newer).encode())
+    assert wait_for(lambda: completed(stack, str(newer["request_id"])), 60, "the newer sync") == {"confirmed": 1}
+    assert db(stack, "SELECT name, version, writes FROM customers WHERE customer_id = %s", customer) == \
+        [("Ann B", 9, 2)]

@@ -1,4 +1,4 @@
-"""Jobs' messages and the guids' uploaded media, on Postgres (``media`` table)."""
+"""Jobs' messages, the guids' uploaded media (``media``) and Pacer's copy of customers (``customers``), on Postgres."""
 
 from __future__ import annotations
 
@@ -6,30 +6,32 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
+from psycopg.types.json import Jsonb
 from pydantic import TypeAdapter
 
 from pacer_common.db.errors import with_retry
 from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader
 from pacer_common.domain.commands import ItemCommand
-from pacer_common.domain.requests import MediaMessage, Message, TextMessage
+from pacer_common.domain.customers import Customer
+from pacer_common.domain.requests import AnyMessage, MediaMessage, Message, TextMessage
 from pacer_common.gateway import MediaAnswer
 from pacer_sender.adapters.postgres import storable
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.domain.media import MediaRow
 
 _sql = loader("pacer_sender.adapters.sql")
-_message: TypeAdapter[TextMessage | MediaMessage] = TypeAdapter(Message)
+_message: TypeAdapter[AnyMessage] = TypeAdapter(Message)
 
 
 def _row(r: Any) -> MediaRow:
     return MediaRow(r["media_id"], r["status"], r["reason"], r["uploaded_at"], r["checked_at"])
 
 
-class PostgresMedia:
+class PostgresActions:
     def __init__(self, pool: Pool, cache_jobs: int = 4096) -> None:
         self.pool = pool
-        self._messages: OrderedDict[str, TextMessage | MediaMessage] = OrderedDict()  # a job's message never changes
+        self._messages: OrderedDict[str, AnyMessage] = OrderedDict()  # a job's message never changes
         self.cache_jobs = cache_jobs
 
     async def _one(self, name: str, params: dict[str, Any]) -> Any:
@@ -40,7 +42,7 @@ class PostgresMedia:
 
         return await with_retry(work)
 
-    async def message_of(self, job_id: str) -> TextMessage | MediaMessage:
+    async def message_of(self, job_id: str) -> AnyMessage:
         msg = self._messages.get(job_id)
         if msg is None:
             row = await self._one("job_message", {"job": job_id})
@@ -69,3 +71,13 @@ class PostgresMedia:
 
     async def fail_unsent(self, cmd: ItemCommand, error_class: str, reason: str) -> bool:
         return await PostgresGuidQueue(self.pool).fail_unsent(cmd, error_class, reason)
+
+    async def save_customer(self, customer: Customer, item_id: str) -> int | None:
+        row = await self._one("save_customer", {
+            "id": customer.customer_id, "name": customer.name, "remark": customer.remark,
+            "tags": Jsonb(customer.tags), "version": customer.version, "item": item_id})
+        if row["written"] is not None:
+            return None
+        # Refused: read the version that refused it afresh (this statement's snapshot may predate it).
+        row = await self._one("customer_version", {"id": customer.customer_id})
+        return int(row["held"])
