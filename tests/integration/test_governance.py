@@ -381,7 +381,7 @@ def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_ur
         conn.execute("UPDATE shards SET status = 'running', last_progress_at = now() - interval '20 minutes'"
                      " WHERE job_id = %s", (job,))
         conn.execute("UPDATE shards SET last_progress_at = now() WHERE guid = 'g3'")  # this one moves
-    assert one(url, "SELECT pacer_hold_guid('g2', 'needs_human: 1001 offline', 'system:gateway')") is True
+    assert one(url, "SELECT pacer_hold_guid('g2', 'operator check', 'token:operator')") is True
     assert one(url, "SELECT pacer_hold_job(%s, 'budget_exhausted', 'system:budget')", other) is True
 
     async def stats() -> dict[str, int]:
@@ -393,7 +393,13 @@ def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_ur
 
     assert asyncio.run(stats()) == {"jobs_paused_budget": 1, "jobs_paused_breaker": 0, "jobs_paused_operator": 0,
                                     "guids_paused": 1, "stalled_shards": 1,  # g1 only: g2's guid is paused
-                                    "jobs_running": 1, "items:pending": 7}  # job progress: open jobs' items
+                                    "jobs_running": 1, "items:pending": 7,  # job progress: open jobs' items
+                                    "guids:online": 0, "guids:offline": 0, "guids:kicked": 0,
+                                    "guids:unauthorized": 0}
+    with psycopg.connect(url) as conn:  # a kicked guid is held too: its shard is not stalled, it is counted
+        conn.execute("SELECT * FROM pacer_set_guid_state('g1', 'kicked', 'callback', NULL, now())")
+    kicked = asyncio.run(stats())
+    assert (kicked["stalled_shards"], kicked["guids:kicked"], kicked["guids:online"]) == (0, 1, 0)
     action(url, job, "pause")
     assert asyncio.run(stats())["stalled_shards"] == 0  # a paused job is not stalled
     assert asyncio.run(stats())["jobs_paused_operator"] == 1
