@@ -34,6 +34,7 @@ def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "PACER_SENDER_MEDIA_POLL_AFTER_S": "3",
         "PACER_SENDER_MEDIA_POLL_EVERY_S": "1",
         "PACER_SENDER_MEDIA_RECHECK_S": "0.5",
+        "PACER_SENDER_SWEEP_S": "2",  # a guid back online is started again within seconds
     }) as st:
         st.start_gateway()
         for kind in ("planner", "reconciler", "sender"):
@@ -163,3 +164,21 @@ def test_three_concurrent_syncs_of_one_customer_take_effect_once_newest_winning(
     assert wait_for(lambda: completed(stack, str(newer["request_id"])), 60, "the newer sync") == {"confirmed": 1}
     assert db(stack, "SELECT name, version, writes FROM customers WHERE customer_id = %s", customer) == \
         [("Ann B", 9, 2)]
+
+
+def test_an_upload_refused_because_the_account_is_out_holds_the_guid_until_it_is_back(stack: Stack) -> None:
+    guid = f"mk-{uuid.uuid4().hex[:6]}"
+    gateway(stack, "/_admin/actions", "PUT", {"media_ready_after_ms": 0})
+    gateway(stack, f"/_admin/devices/{guid}", "PUT", {"status": "unauthorized"})
+    job = media_job(guid, 2, f"https://cdn.example/{guid}/a.png")
+    publish(stack, json.dumps(job).encode())
+    state = wait_for(lambda: next(iter(db(stack, "SELECT state::text, source FROM guid_states WHERE guid = %s",
+                                          guid)), None), 60, "the guid's state")
+    assert state == ("unauthorized", "send_failure")
+    assert db(stack, "SELECT count(*) FROM media WHERE guid = %s", guid) == [(0,)]  # nothing uploaded yet
+    gateway(stack, f"/_admin/devices/{guid}", "PUT", {"status": "online"})
+    body = {"cmd": "device.status", "guid": guid, "ts": datetime.now(UTC).isoformat(), "data": {"status": "online"}}
+    produce_all(make_producer({"bootstrap.servers": stack.infra.kafka_bootstrap}),
+                [(f"{stack.topic_prefix}.callbacks", guid.encode(), json.dumps(body).encode(), None)])
+    assert wait_for(lambda: completed(stack, str(job["request_id"])), 90, "the job") == {"confirmed": 2}
+    assert len(sends_for(stack, guid)) == 2

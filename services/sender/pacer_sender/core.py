@@ -13,7 +13,7 @@ from typing import Literal
 from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
-from pacer_common.domain.guid_health import DEFAULT_STATE_CODES, GuidState
+from pacer_common.domain.guid_health import DEFAULT_STATE_CODES, GuidState, state_for_code
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.requests import AnyMessage, MediaMessage, TagsMessage, TextMessage, expired
 from pacer_common.domain.status import ItemStatus
@@ -167,6 +167,8 @@ class Executor:
                 answer = await self.action_gateway.upload_media(cmd.guid, msg.url, msg.type, msg.fileName,
                                                                f"media:{cmd.guid}:{h}")
             except SendError as err:
+                if err.failure_class is FailureClass.NEEDS_HUMAN:  # the account is out: its queue is held
+                    await self.actions.guid_state(cmd.guid, state_for_code(err.code, self.states), str(err))
                 if err.failure_class is not FailureClass.BAD_PARAMS:  # not the media's fault: again later
                     return await self._media_wait(cmd, datetime.now(UTC) + self.media_timing.poll_every,
                                                   f"media upload not done, trying again: {err}", True)

@@ -9,6 +9,7 @@ from typing import Literal, Protocol
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.customers import Customer
+from pacer_common.domain.guid_health import GuidState
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.requests import AnyMessage, MediaMessage
 from pacer_common.gateway import MediaAnswer
@@ -125,6 +126,9 @@ class ActionStore(Protocol):
         """Keep a pending item waiting (not_before ``until``, the reason on the item)."""
         ...
     async def fail_unsent(self, cmd: ItemCommand, error_class: str, reason: str) -> bool: ...
+    async def guid_state(self, guid: str, state: GuidState, reason: str) -> None:
+        """The gateway refused a call outside a send (an upload) because the account is out."""
+        ...
     async def save_customer(self, customer: Customer, item_id: str) -> int | None:
         """Write Pacer's copy if ``customer`` is newer than it; None if written, else the version kept."""
         ...

@@ -14,6 +14,7 @@ from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.customers import Customer
+from pacer_common.domain.guid_health import GuidState
 from pacer_common.domain.requests import AnyMessage, MediaMessage, Message, TextMessage
 from pacer_common.gateway import MediaAnswer
 from pacer_sender.adapters.postgres import storable
@@ -81,3 +82,6 @@ class PostgresActions:
         # Refused: read the version that refused it afresh (this statement's snapshot may predate it).
         row = await self._one("customer_version", {"id": customer.customer_id})
         return int(row["held"])
+
+    async def guid_state(self, guid: str, state: GuidState, reason: str) -> None:
+        await self._one("guid_state", {"guid": guid, "state": state.value, "reason": storable(reason)})
