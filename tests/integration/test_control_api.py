@@ -459,6 +459,23 @@ def test_a_guid_lifecycle_is_visible_with_its_history_and_an_operator_resume_set
         assert conn.execute("SELECT count(*) FROM hold_releases WHERE scope = 'guid' AND key = 'gk'").fetchone() == (1,)
 
 
+def test_an_item_waiting_for_its_media_or_its_guid_says_so(database_url: str) -> None:
+    job, _, items = seed_job(database_url, {"gm": 2, "gk": 1})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE items SET not_before = now() + interval '1 minute', last_error_class = 'media_pending',"
+                     " last_error = 'waiting for image m-1 to be ready' WHERE guid = 'gm'")
+        conn.execute("SELECT * FROM pacer_set_guid_state('gk', 'offline', 'callback', 'phone off', now())")
+
+    async def go() -> dict[str, str | None]:
+        async with control_api(database_url) as api:
+            page = (await api.get(f"/jobs/{job}/items", "operator")).json()
+            return {i["guid"] + ":" + i["to_id"]: i["waiting"] for i in page["items"]}
+
+    waiting = asyncio.run(go())
+    assert sorted(waiting.values()) == ["waiting: guid offline: phone off", "waiting: waiting for image m-1 to be ready",
+                                        "waiting: waiting for image m-1 to be ready"]
+
+
 def test_hot_limits_are_validated_stored_and_audited(database_url: str) -> None:
     async def go() -> None:
         async with control_api(database_url) as api:
