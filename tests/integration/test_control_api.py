@@ -460,7 +460,7 @@ def test_a_guid_lifecycle_is_visible_with_its_history_and_an_operator_resume_set
 
 
 def test_an_item_waiting_for_its_media_or_its_guid_says_so(database_url: str) -> None:
-    job, _, items = seed_job(database_url, {"gm": 2, "gk": 1})
+    job, _, _ = seed_job(database_url, {"gm": 2, "gk": 1})
     with psycopg.connect(database_url) as conn:
         conn.execute("UPDATE items SET not_before = now() + interval '1 minute', last_error_class = 'media_pending',"
                      " last_error = 'waiting for image m-1 to be ready' WHERE guid = 'gm'")
