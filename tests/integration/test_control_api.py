@@ -472,7 +472,7 @@ def test_an_item_waiting_for_its_media_or_its_guid_says_so(database_url: str) ->
             return {i["guid"] + ":" + i["to_id"]: i["waiting"] for i in page["items"]}
 
     waiting = asyncio.run(go())
-    assert sorted(waiting.values()) == ["waiting: guid offline: phone off", "waiting: waiting for image m-1 to be ready",
+    assert sorted(str(w) for w in waiting.values()) == ["waiting: guid offline: phone off", "waiting: waiting for image m-1 to be ready",
                                         "waiting: waiting for image m-1 to be ready"]
 
 
