@@ -182,3 +182,14 @@ def test_an_upload_refused_because_the_account_is_out_holds_the_guid_until_it_is
                 [(f"{stack.topic_prefix}.callbacks", guid.encode(), json.dumps(body).encode(), None)])
     assert wait_for(lambda: completed(stack, str(job["request_id"])), 90, "the job") == {"confirmed": 2}
     assert len(sends_for(stack, guid)) == 2
+
+
+def test_an_item_waiting_for_its_media_still_expires(stack: Stack) -> None:
+    guid = f"me-{uuid.uuid4().hex[:6]}"
+    gateway(stack, "/_admin/actions", "PUT", {"media_ready_after_ms": 3_600_000})  # never ready in time
+    job = media_job(guid, 2, f"https://cdn.example/{guid}/late.png")
+    job["expire_at"] = (datetime.now(UTC) + timedelta(seconds=8)).isoformat()
+    publish(stack, json.dumps(job).encode())
+    assert wait_for(lambda: completed(stack, str(job["request_id"])), 60, "the job") == {"expired": 2}
+    assert sends_for(stack, guid) == []
+    assert db(stack, "SELECT status FROM media WHERE guid = %s", guid) == [("pending",)]
