@@ -25,6 +25,7 @@ from bench.common import (
     stack,
     wait_until,
 )
+from bench.fleet import fleet
 from bench.paced import allowed, pacer_window
 from bench.peer import peer
 from bench.queue_order import fairness, refill, schedule, shed
@@ -280,5 +281,5 @@ def scale() -> str:
 
 
 SCENARIOS = {"planner": planner, "sender": sender, "pacing": pacing, "priority": priority,
-             "recovery": recovery, "scale": scale, "peer": peer}
+             "recovery": recovery, "scale": scale, "fleet": fleet, "peer": peer}
 SCENARIOS |= {"refill": refill, "fairness": fairness, "schedule": schedule, "shed": shed}

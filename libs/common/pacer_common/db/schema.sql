@@ -44,7 +44,7 @@ BEGIN
         evicted_until = NULL
     FROM free
     WHERE g.guid = free.guid
-    RETURNING g.guid, g.epoch, g.last_send_at,
+    RETURNING g.guid, g.epoch, GREATEST(g.last_send_at, g.last_answer_at),
               (free.prev_owner IS NOT NULL AND free.prev_owner <> p_owner), now();
 END
 $$;
@@ -246,6 +246,8 @@ BEGIN
     END IF;
     UPDATE send_ledger SET state = 'sent', receipt = p_receipt, sent_at = now()
     WHERE idem_key = p_idem_key AND item_id = p_item;
+    UPDATE guid_leases SET last_answer_at = clock_timestamp()
+    WHERE guid = (SELECT i.guid FROM items i WHERE i.item_id = p_item);
     RETURN true;
 END
 $$;
@@ -893,6 +895,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    UPDATE guid_leases SET last_answer_at = clock_timestamp() WHERE guid = g;  -- a successor paces from here
     IF p_release_ledger THEN
         DELETE FROM send_ledger WHERE idem_key = p_idem_key AND item_id = p_item AND state = 'reserved';
     END IF;
@@ -1084,7 +1087,8 @@ CREATE TABLE public.guid_leases (
     released_by text,
     released_at timestamp with time zone,
     evicted_owner text,
-    evicted_until timestamp with time zone
+    evicted_until timestamp with time zone,
+    last_answer_at timestamp with time zone
 );
 
 CREATE TABLE public.guid_limits (
