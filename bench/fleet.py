@@ -6,7 +6,7 @@ Every guid holds more items than the window can send, paced at one send per
 are unpaced, so the opening burst is left out); a sender joins at a third of the window and
 one of the first ones stops (SIGTERM: it finishes its sends and hands its guids on) at two
 thirds. Printed: sends / allowed over the window; the gateway's interval violations,
-duplicates over the whole run, and how many guids changed owner.
+duplicates and sends in flight at once on one guid over the whole run, and how many guids changed owner.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 
@@ -151,7 +151,7 @@ def test_a_successor_paces_from_the_gateways_answer_not_from_the_sends_start(dat
     interval from the start could send again sooner than the interval after the gateway saw it."""
     _, _, (item,) = seed_job(database_url, {"g1": 1})
 
-    async def scenario() -> tuple[GuidLease, object, object]:
+    async def scenario() -> tuple[GuidLease, datetime | None, datetime | None]:
         pool, repo = await _repo(database_url)
         begun = await repo.begin_send(cmd(item, "k1"), "w1")
         assert begun.epoch is not None
