@@ -26,6 +26,7 @@ from bench.common import (
     wait_until,
 )
 from bench.fleet import fleet
+from bench.footprint import footprint
 from bench.paced import allowed, pacer_window
 from bench.peer import peer
 from bench.queue_order import fairness, refill, schedule, shed
@@ -281,5 +282,5 @@ def scale() -> str:
 
 
 SCENARIOS = {"planner": planner, "sender": sender, "pacing": pacing, "priority": priority,
-             "recovery": recovery, "scale": scale, "fleet": fleet, "peer": peer}
+             "recovery": recovery, "scale": scale, "fleet": fleet, "footprint": footprint, "peer": peer}
 SCENARIOS |= {"refill": refill, "fairness": fairness, "schedule": schedule, "shed": shed}
