@@ -5,16 +5,37 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from confluent_kafka import Message, Producer
+from prometheus_client import CollectorRegistry
 
 from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand, JobCommands
 from pacer_common.domain.requests import LANES, lane_of
-from pacer_common.kafka import AsyncConsumer, next_offset, produce_all
+from pacer_common.kafka import MAX_REQUEST_BYTES, AsyncConsumer, make_consumer, make_producer, next_offset, produce_all
+from pacer_common.metrics import consumer_lag_config
+from pacer_common.settings import KafkaSettings
 
 MAX_REASON_CHARS = 2000  # a header, not a document: the reason's first part says what is wrong
 DLQ_TIMEOUT_S = 15.0  # a dead-letter record not acknowledged by then: retried, the offset stays
+
+
+def request_producer(kafka: KafkaSettings) -> Producer:
+    """The producer of item commands and dead letters; a dead-letter record is a request (up
+    to MAX_REQUEST_BYTES) plus its reason headers."""
+    return make_producer(kafka.client_config(), **{"message.max.bytes": MAX_REQUEST_BYTES + 1_048_576})
+
+
+async def request_consumer(kafka: KafkaSettings, group_id: str | None, registry: CollectorRegistry) -> AsyncConsumer:
+    """The consumer of ``<prefix>.job-requests`` (group ``group_id``, default
+    ``<prefix>.planner``), subscribed, sized for the largest request."""
+    large: dict[str, Any] = {"fetch.max.bytes": MAX_REQUEST_BYTES,
+                             "receive.message.max.bytes": MAX_REQUEST_BYTES + 1_048_576}
+    consumer = AsyncConsumer(make_consumer(kafka.client_config(), group_id or f"{kafka.topic_prefix}.planner",
+                                           **large, **consumer_lag_config(registry)))
+    await consumer.call(consumer.consumer.subscribe, [kafka.job_requests])
+    return consumer
 
 
 class KafkaCommandBus:
