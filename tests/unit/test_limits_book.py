@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import time
 from typing import Any
 
+from pacer_common.domain.limits import parse_limits
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.limits import LimitsBook
 
@@ -36,3 +38,13 @@ def test_guid_job_and_default_overrides_apply_from_the_next_refresh() -> None:
     rows.set("job:j1", {})  # the job's own rate removed
     asyncio.run(book.refresh())
     assert book.job_interval("j1") is None
+
+
+def test_a_stored_row_is_read_back_as_written_and_a_row_out_of_bounds_is_ignored() -> None:
+    rows = Rows()
+    book = LimitsBook(Limits(min_interval_s=1.0), rows)
+    rows.set("g1", parse_limits({"quiet_hours": "22:00-08:00", "per_hour": 300}))
+    rows.set("g2", {"online_reserve": 1.5, "min_interval_s": 9})  # written around the API's checks
+    asyncio.run(book.refresh())
+    assert book("g1").quiet_hours == (time(22), time(8)) and book("g1").per_hour == 300
+    assert book("g2") == book("g3") == Limits(min_interval_s=1.0)  # the whole bad row is ignored

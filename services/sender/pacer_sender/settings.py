@@ -5,18 +5,20 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass
-from pacer_common.domain.limits import parse_quiet_hours
+from pacer_common.domain.limits import DEFAULTS, JitterDist, parse_quiet_hours
 from pacer_common.settings import OpsSettings
 from pacer_sender.domain.pacing import Limits
 
 
 class SenderSettings(OpsSettings):
+    """``PACER_SENDER_*``. The pacing fields are the defaults of every guid's limits; their
+    bounds and defaults come from ``pacer_common.domain.limits.Pacing``."""
+
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_SENDER_")
     port: int = Field(9102, description="Ops HTTP port.")
     group_id: str | None = Field(None, description=(
@@ -44,18 +46,18 @@ class SenderSettings(OpsSettings):
         "claimed item is not sent if more than TTL/4 passed between the claim and the gateway call; it is "
         "rescheduled instead (outcome `deadline_missed`)."
     ))
-    min_interval_ms: int = Field(1000, description="Least gap between two sends of one guid, in ms.")
-    jitter_ms: int = Field(500, description=(
+    min_interval_ms: int = Field(round(DEFAULTS.min_interval_s * 1000), description="Least gap between two sends of one guid, in ms.")
+    jitter_ms: int = Field(round(DEFAULTS.jitter_s * 1000), description=(
         "Random extra gap added to each interval, in ms (see `JITTER_DIST`). After a rate-limited answer the "
         "interval is multiplied by `rate_limited_penalty` (2), again for each one in a row, up to `max_penalty` "
         "(×32); each clean send brings the multiplier back by `penalty_decay` (×0.9) toward 1. All three are "
         "hot-adjustable limits (`pacer limits GUID --set max_penalty=64 --actor NAME`)."
     ))
-    jitter_dist: Literal["uniform", "exponential"] = Field("uniform", description=(
+    jitter_dist: JitterDist = Field(DEFAULTS.jitter_dist, description=(
         "Distribution of the random gap: uniform in [0, jitter), or exponential with mean jitter (capped at 4 × "
         "jitter)."
     ))
-    online_reserve: float = Field(0.2, description=(
+    online_reserve: float = Field(DEFAULTS.online_reserve, description=(
         "Share of each account's rate kept for online traffic (takeover prompts, auto-replies). Batch sends are "
         "spaced `min_interval / (1 − reserve)` apart and get `(1 − reserve)` of each window cap."
     ))
@@ -68,7 +70,7 @@ class SenderSettings(OpsSettings):
     quiet_hours: str | None = Field(default=None, description=(
         "Local time span in which batch sends wait (may wrap midnight); online sends still go."
     ))
-    timezone: str = Field("Asia/Shanghai", description="Time zone of quiet hours and calendar windows.")
+    timezone: str = Field(DEFAULTS.timezone, description="Time zone of quiet hours and calendar windows.")
     limits_refresh_s: float = Field(1.0, description=(
         "How often the sender reads `guid_limits` for hot changes (`pacer limits GUID --set …`)."
     ))
@@ -112,12 +114,12 @@ class SenderSettings(OpsSettings):
         " Codes missing from the table are `retryable`."
     ))
     db_pool_max: int = Field(20, description="Most Postgres connections of one sender (the pool keeps at least 2).")
-    shed: bool = Field(True, description=(
+    shed: bool = Field(DEFAULTS.shed, description=(
         "Default for every guid (per guid: the hot limit `shed`): batch items that cannot go out before their "
         "`expire_at` at the guid's current rate are expired early, error class `shed` (docs/architecture.md, "
         "\"A guid's queue\"). `false`: they wait and expire when they reach the front."
     ))
-    online_yield_s: float = Field(10.0, ge=0, description=(
+    online_yield_s: float = Field(DEFAULTS.online_yield_s, ge=0, description=(
         "Default for every guid (per guid: the hot limit `online_yield_s`): while an online command of the guid "
         "has waited longer than this, its batch lane sends nothing."
     ))
@@ -132,10 +134,12 @@ class SenderSettings(OpsSettings):
         return f"{name}:{uuid.uuid4().hex[:12]}"
 
     def limits(self) -> Limits:
-        quiet = parse_quiet_hours(self.quiet_hours) if self.quiet_hours else None
-        return Limits(self.min_interval_ms / 1000, self.jitter_ms / 1000, self.jitter_dist, self.online_reserve,
-                      self.per_minute, self.per_hour, self.per_day, quiet, self.timezone,
-                      shed=self.shed, online_yield_s=self.online_yield_s)
+        """The default limits of every guid (the fields, their bounds and defaults: ``Pacing``)."""
+        return Limits(min_interval_s=self.min_interval_ms / 1000, jitter_s=self.jitter_ms / 1000,
+                      jitter_dist=self.jitter_dist, online_reserve=self.online_reserve, per_minute=self.per_minute,
+                      per_hour=self.per_hour, per_day=self.per_day,
+                      quiet_hours=parse_quiet_hours(self.quiet_hours) if self.quiet_hours else None,
+                      timezone=self.timezone, shed=self.shed, online_yield_s=self.online_yield_s)
 
     @model_validator(mode="after")
     def _lease_covers_a_send(self) -> SenderSettings:
