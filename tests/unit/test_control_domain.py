@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pacer_common.domain.ids import RequestId
 from pacer_common.domain.limits import Pacing, parse_limits
 from pacer_common.domain.requests import JobRequest
 from pacer_common.domain.tokens import Role, new_token, token_hash
@@ -90,7 +91,7 @@ def test_report_lines_are_csv_with_no_formulas() -> None:
     assert report.header() == ",".join(report.COLUMNS) + "\r\n"
     text = report.lines([("i1", "=HYPERLINK(1)", "+86 123", "failed", 2, None, 'said "no", twice', at)])
     assert text == "i1,'=HYPERLINK(1),'+86 123,failed,2,,\"said \"\"no\"\", twice\",2026-01-02T03:04:05+00:00\r\n"
-    assert report.filename("campaign/../x y") == "pacer-report-campaign_.._x_y.csv"
+    assert report.filename(RequestId("campaign/../x y")) == "pacer-report-campaign_.._x_y.csv"
 
 
 # ---- limits ---------------------------------------------------------------------------------

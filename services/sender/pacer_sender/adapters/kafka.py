@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter
 from pydantic import ValidationError
 
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.ids import Guid
 from pacer_common.kafka import AsyncConsumer, make_consumer, position
 from pacer_common.metrics import consumer_lag_config
 from pacer_common.settings import KafkaSettings
@@ -58,7 +59,7 @@ class ConsumerLoop:
     # -- ownership --------------------------------------------------------------------------
     def owns(self, guid: str) -> bool:
         """Is ``guid``'s partition (of either lane topic) assigned to this sender?"""
-        return any((t, partition_of(guid, n)) in self.assigned for t, n in self.partitions.items())
+        return any((t, partition_of(Guid(guid), n)) in self.assigned for t, n in self.partitions.items())
 
     async def ownership(self) -> Callable[[str], bool]:
         """:meth:`owns`, with partition counts read afresh (partitions may have been added)."""
