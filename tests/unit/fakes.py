@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import SendError
@@ -325,3 +326,20 @@ class InMemoryGuidQueue:
             return False
         self.failed[cmd.item_id] = (error_class, reason)
         return True
+
+
+class InMemoryLimitsSource:
+    """``guid_limits`` as the sender reads it (``LimitsSource``): one row per guid, ``*`` or
+    ``job:<id>``; each write moves the row past every earlier one in the change order."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[dict[str, Any], int]] = {}
+        self.changes = 0
+
+    def set(self, key: str, limits: dict[str, Any]) -> None:
+        self.changes += 1
+        self.rows[key] = (limits, self.changes)
+
+    async def changed_since(self, after: int | None) -> list[tuple[str, dict[str, Any], int]]:
+        return sorted(((key, limits, cursor) for key, (limits, cursor) in self.rows.items()
+                       if after is None or cursor > after), key=lambda row: row[2])
