@@ -6,7 +6,6 @@ job or guid — and the sweep's ``overdue`` flag are the database's alone and ar
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -21,7 +20,7 @@ from pacer_common.db.pool import open_pool
 from pacer_common.domain.commands import ItemCommand
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.ports import GuidQueueStore
-from tests.integration.helpers import add_job
+from tests.integration.helpers import add_job, contract
 from tests.unit.fakes import InMemoryGuidQueue
 
 # (guid, n, priority, not_before_in_s, expire_in_s) → the job's pending commands, oldest first
@@ -77,16 +76,7 @@ Scenario = Callable[[Subject], Awaitable[None]]
 @pytest.fixture(params=["memory", "postgres"])
 def run(request: pytest.FixtureRequest) -> Callable[[Scenario], None]:
     """Run a scenario against one implementation of the port."""
-
-    def go(scenario: Scenario) -> None:
-        async def main() -> None:
-            subject = memory() if request.param == "memory" else postgres(request.getfixturevalue("database_url"))
-            async with subject as s:
-                await scenario(s)
-
-        asyncio.run(main())
-
-    return go
+    return contract(request, memory, postgres)
 
 
 def ids(cmds: list[ItemCommand]) -> list[str]:

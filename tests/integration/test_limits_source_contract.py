@@ -5,7 +5,6 @@ database's own case: ``test_control_fencing.py``.)"""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from psycopg.types.json import Jsonb
 from pacer_common.db.pool import open_pool
 from pacer_sender.adapters.postgres import PostgresLimitsSource
 from pacer_sender.limits import LimitsSource
+from tests.integration.helpers import contract
 from tests.unit.fakes import InMemoryLimitsSource
 
 
@@ -54,16 +54,7 @@ Scenario = Callable[[Subject], Awaitable[None]]
 @pytest.fixture(params=["memory", "postgres"])
 def run(request: pytest.FixtureRequest) -> Callable[[Scenario], None]:
     """Run a scenario against one implementation of the port."""
-
-    def go(scenario: Scenario) -> None:
-        async def main() -> None:
-            subject = memory() if request.param == "memory" else postgres(request.getfixturevalue("database_url"))
-            async with subject as s:
-                await scenario(s)
-
-        asyncio.run(main())
-
-    return go
+    return contract(request, memory, postgres)
 
 
 def test_every_row_once_in_change_order_then_only_what_changed_since(run: Callable[[Scenario], None]) -> None:
