@@ -15,7 +15,7 @@ from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, PostgresSettings
 from pacer_planner.adapters.faults import ENVIRONMENT
 from pacer_planner.adapters.http import HttpTargetSource
-from pacer_planner.adapters.kafka import KafkaCommandBus, KafkaRequestSource, request_consumer, request_producer
+from pacer_planner.adapters.kafka import KafkaCommandBus, KafkaRequestSource
 from pacer_planner.adapters.postgres import ApprovalPolicy, PostgresJobStore
 from pacer_planner.adapters.postgres_targets import PostgresTargetStore
 from pacer_planner.core import PagingConfig, PagingSupervisor, Planner, TargetPager
@@ -29,9 +29,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
         m = PlannerMetrics(ctx.registry)
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=1,
                                max_size=4 + cfg.requery_max_jobs, name="pacer-planner")
-        producer = request_producer(kafka)
-        consumer = await request_consumer(kafka, cfg.group_id, ctx.registry)
-        bus = KafkaCommandBus(producer, kafka.item_commands, kafka.job_requests_dlq)
+        bus = KafkaCommandBus.create(kafka)
+        requests = await KafkaRequestSource.create(kafka, cfg.group_id, ctx.registry)
         store = PostgresJobStore(pool, ApprovalPolicy(cfg.approval_above_items, cfg.approve_new_content))
         planner = Planner(store, bus, cfg.max_backlog_per_guid,
                           timedelta(seconds=cfg.coalesce_window_s), cfg.max_shard_items)
@@ -47,7 +46,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
         paging = PagingSupervisor(pager, targets, cfg.requery_max_jobs, cfg.requery_sweep_s)
         m.paging_jobs.set_function(lambda: len(paging.tasks))
         sweeper = asyncio.create_task(paging.run(ctx.stop), name="paging-sweep")
-        intake = IntakeLoop(planner, KafkaRequestSource(consumer), IntakePolicy(
+        intake = IntakeLoop(planner, requests, IntakePolicy(
             ENVIRONMENT, cfg.internal_attempts, backoff_initial_s=cfg.retry_backoff_initial_s,
             backoff_max_s=cfg.retry_backoff_max_s), m.intake, ctx.stop, paging.ensure)
         ctx.health.set_ready(True, "consuming")
@@ -58,8 +57,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
             await asyncio.gather(sweeper, return_exceptions=True)
             await paging.close()
             await http.aclose()
-            await consumer.close()
-            producer.flush(10)
+            await requests.close()
+            bus.close()
             await pool.close()
 
     await run_service("planner", cfg.ops_host, cfg.port, body)

@@ -8,7 +8,6 @@ from pacer_common.db.leader import LeaderLock
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
 from pacer_common.gateway import GatewayClient, make_client
-from pacer_common.kafka import make_producer
 from pacer_common.metrics import gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, PostgresSettings
@@ -36,12 +35,11 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         idle_tx_ms = max(1000, int(cfg.leader_ttl_s * 500))
         pool = await open_pool(url, min_size=1, max_size=6, name="pacer-reconciler",
                                options=f"-c idle_in_transaction_session_timeout={idle_tx_ms}")
-        producer = make_producer(kafka.client_config())
+        publisher = KafkaPublisher.create(kafka, cfg.max_message_bytes)
         http = make_client(cfg.gateway_url, cfg.gateway_timeout_s, max_connections=cfg.verify_concurrency + 4)
         store = PostgresLog(pool, "reconciler", timedelta(seconds=cfg.verify_deadline_s),
                             timedelta(seconds=cfg.verify_after_s), leader=leader)
-        rec = Reconciler(store, store, KafkaPublisher(producer, kafka.item_outcomes, kafka.item_commands,
-                                                      cfg.max_message_bytes), holds=store,
+        rec = Reconciler(store, store, publisher, holds=store,
                          breakers=Breakers(BreakerPolicy(cfg.breaker_consecutive, cfg.breaker_window,
                                                          cfg.breaker_ratio, cfg.breaker_min_samples)),
                          batch=cfg.batch, environment_errors=ENVIRONMENT)
@@ -55,7 +53,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         try:
             await loop.run(ctx.stop, ctx.health.set_ready)
         finally:
-            producer.flush(10)
+            publisher.close()
             await http.aclose()
             await pool.close()
 

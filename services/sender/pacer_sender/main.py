@@ -71,7 +71,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         finally:
             ctx.stop.set()
             await sweeps
-            await consumer.close()
+            await loop.close()
             await renewals
             await refresher
             await leases.release(list(leases.held))

@@ -120,6 +120,10 @@ class ConsumerLoop:
         await self.dispatcher.release(lambda g: True)
         await self._commit()
 
+    async def close(self) -> None:
+        """Leave the consumer group (after :meth:`run` returned)."""
+        await self.consumer.close()
+
     def _doorbell(self, msg: Message) -> None:
         topic, partition, offset = position(msg)
         tp = (topic, partition)
