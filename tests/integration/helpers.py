@@ -7,9 +7,11 @@ import json
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, TypeVar
 
 import psycopg
+import pytest
 from confluent_kafka import Consumer
 
 from pacer_common.db.pool import open_pool
@@ -137,3 +139,23 @@ def add_job(url: str, guid: str, n: int, *, priority: int = 3, age_s: float = 0.
             conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 't')",
                          (f"job:{job_id}", psycopg.types.json.Jsonb({"weight": weight})))
     return job_id
+
+
+def contract(request: pytest.FixtureRequest, memory: Callable[..., AbstractAsyncContextManager[Any]],
+             postgres: Callable[..., AbstractAsyncContextManager[Any]]) -> Callable[..., None]:
+    """The ``run`` of a contract suite (a fixture with params ``memory`` and ``postgres``):
+    ``run(*args, scenario)`` opens the implementation the param names — ``memory(*args)``, or
+    ``postgres(database_url, *args)`` on the test's own database — and runs the scenario on it."""
+
+    def go(*args: Any) -> None:
+        *params, scenario = args
+
+        async def main() -> None:
+            subject = (memory(*params) if request.param == "memory"
+                       else postgres(request.getfixturevalue("database_url"), *params))
+            async with subject as s:
+                await scenario(s)
+
+        asyncio.run(main())
+
+    return go

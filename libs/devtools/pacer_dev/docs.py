@@ -32,10 +32,10 @@ SETTINGS: dict[str, tuple[str, str | None]] = {
     "PostgresSettings": ("pacer_common.settings:PostgresSettings", None),
     "KafkaSettings": ("pacer_common.settings:KafkaSettings", None),
     "OpsSettings": ("pacer_common.settings:OpsSettings", "PACER_<SERVICE>_"),
-    "PlannerSettings": ("pacer_planner.main:PlannerSettings", None),
-    "SenderSettings": ("pacer_sender.main:SenderSettings", None),
-    "ReconcilerSettings": ("pacer_reconciler.main:ReconcilerSettings", None),
-    "ControlSettings": ("pacer_control.main:ControlSettings", None),
+    "PlannerSettings": ("pacer_planner.settings:PlannerSettings", None),
+    "SenderSettings": ("pacer_sender.settings:SenderSettings", None),
+    "ReconcilerSettings": ("pacer_reconciler.settings:ReconcilerSettings", None),
+    "ControlSettings": ("pacer_control.settings:ControlSettings", None),
 }
 # Service → the class that declares all its metrics (in its ``metrics`` module).
 METRICS = {

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+from pacer_common.domain.ids import ItemId
 from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.tokens import Role, token_hash
 from pacer_common.domain.validation import InvalidRequest, validate_request
@@ -135,7 +136,7 @@ class Control:
                                   f"or retry in parts")
                 selection = {"filter": {"status": f.status.value, "error_class": f.error_class, "guid": f.guid}}
             results = await tx.retry_items(targets, who.actor)
-            results += [ItemRetry(i, "not_found", None, f"item {i} is not part of job {job_id}") for i in foreign]
+            results += [ItemRetry(ItemId(i), "not_found", None, f"item {i} is not part of job {job_id}") for i in foreign]
             totals = tally(results)
             await tx.audit(AuditEntry(who.actor, "retry", "job", job_id, reason,
                                       before={**selection, "matched": len(targets)}, after=totals))

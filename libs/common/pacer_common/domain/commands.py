@@ -9,6 +9,8 @@ from typing import overload
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
+from pacer_common.domain.ids import Guid, IdemKey, ItemId, JobId, ToId
+
 SCHEMA_VERSION = 1
 _enc = json.encoder.encode_basestring
 
@@ -19,13 +21,13 @@ class ItemCommand(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     schema_version: int = SCHEMA_VERSION
-    item_id: str
-    job_id: str
+    item_id: ItemId
+    job_id: JobId
     shard_id: int
-    guid: str
-    to_id: str
+    guid: Guid
+    to_id: ToId
     content: str
-    idem_key: str
+    idem_key: IdemKey
     priority: int
     kind: str
     expire_at: AwareDatetime | None = None
@@ -36,7 +38,7 @@ class ItemCommand(BaseModel):
     traceparent: str | None = None
 
 
-ItemFields = tuple[str, int, str, str, str, str]  # item_id, shard_id, guid, to_id, content, idem_key
+ItemFields = tuple[ItemId, int, Guid, ToId, str, IdemKey]  # item_id, shard_id, guid, to_id, content, idem_key
 
 
 class JobCommands(Sequence[ItemCommand]):
@@ -44,7 +46,7 @@ class JobCommands(Sequence[ItemCommand]):
     own as a tuple. A sequence of :class:`ItemCommand` like any other; :meth:`encoded` gives
     their JSON without building a model per item, which a million-item job would feel."""
 
-    def __init__(self, job_id: str, priority: int, kind: str, expire_at: datetime | None,
+    def __init__(self, job_id: JobId, priority: int, kind: str, expire_at: datetime | None,
                  not_before: datetime | None, items: Sequence[ItemFields], created_at: datetime | None = None,
                  traceparent: str | None = None) -> None:
         self.job_id, self.priority, self.kind = job_id, priority, kind
@@ -74,7 +76,7 @@ class JobCommands(Sequence[ItemCommand]):
         """``(guid, JSON)`` per item: byte for byte what ``model_dump_json()`` of its
         :class:`ItemCommand` gives. The fields after ``idem_key`` are the job's: pydantic
         encodes them once; each item's strings go through the json module's encoder."""
-        proto = self._command(("", 0, "", "", "", "")).model_dump_json()
+        proto = self._command((ItemId(""), 0, Guid(""), ToId(""), "", IdemKey(""))).model_dump_json()
         tail = proto[proto.index(',"priority":'):]
         job = _enc(self.job_id)
         for item_id, shard_id, guid, to_id, content, idem_key in self.items:

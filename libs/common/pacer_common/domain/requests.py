@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from pacer_common.domain.ids import Guid, RequestId, ToId
+
 # Every bound below is one a store or a transport has: Postgres text cannot hold NUL (and
 # the JSON parser refuses lone surrogates), integer columns are 32-bit, an indexed text
 # value must fit a btree row (~2700 bytes: 256 characters are at most 1024 bytes), and a
@@ -39,6 +41,7 @@ MAX_VAR_VALUE_CHARS = 4096
 EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC)
 
 NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=NO_NUL)]
+_ID = StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=NO_NUL)
 VarName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_VAR_NAME_CHARS, pattern=NO_NUL)]
 VarValue = Annotated[str, StringConstraints(max_length=MAX_VAR_VALUE_CHARS, pattern=NO_NUL)]
 Vars = Annotated[dict[VarName, VarValue], Field(max_length=MAX_VARS)]
@@ -94,8 +97,8 @@ class Message(_Model):
 
 
 class Target(_Model):
-    guid: NonEmpty
-    to_id: NonEmpty
+    guid: Annotated[Guid, _ID]
+    to_id: Annotated[ToId, _ID]
     vars: Vars = Field(default_factory=dict)
 
 
@@ -142,7 +145,7 @@ class Budget(_Model):
 class JobRequest(_Model):
     """One submitted request. Fields may be added; unknown fields are refused."""
 
-    request_id: NonEmpty
+    request_id: Annotated[RequestId, _ID]
     kind: JobKind
     created_by: NonEmpty
     message: Message

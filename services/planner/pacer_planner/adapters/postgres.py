@@ -16,6 +16,7 @@ from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.ids import Guid
 from pacer_planner.domain.planning import Plan
 from pacer_planner.domain.sharding import ShardKey
 from pacer_planner.ports import Stored, StoreRefused
@@ -31,7 +32,7 @@ sql = loader("pacer_planner.adapters.sql")
 
 
 async def insert_shards(conn: AsyncConnection[Any], job_id: str, shards: Mapping[ShardKey, int],
-                        subs: Mapping[str, int]) -> dict[ShardKey, int]:
+                        subs: Mapping[Guid, int]) -> dict[ShardKey, int]:
     """Create shards (guid, sub) with their totals; ``subs`` is each guid's sub count."""
     if not shards:
         return {}
@@ -106,10 +107,10 @@ class PostgresJobStore:
 
         return await with_retry(work)
 
-    async def queued(self, guids: Sequence[str]) -> dict[str, int]:
+    async def queued(self, guids: Sequence[Guid]) -> dict[Guid, int]:
         """Items waiting to be sent (pending or waiting to retry), per guid."""
 
-        async def work() -> dict[str, int]:
+        async def work() -> dict[Guid, int]:
             async with self.pool.connection() as conn:
                 rows = await (await conn.execute(sql("backlog"), {"guids": list(guids)})).fetchall()
             return {r["guid"]: int(r["queued"]) for r in rows}

@@ -19,6 +19,7 @@ from pacer_common.db.durable import synchronous_transaction
 from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.db.pool import Pool
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.ids import Guid
 from pacer_common.domain.requests import JobRequest
 from pacer_planner.adapters.postgres import insert_shards, sql
 from pacer_planner.domain.sharding import ShardKey
@@ -49,11 +50,11 @@ class PostgresTargetStore:
         return PagingState(r["job_id"], JobRequest.model_validate(r["request"]), r["status"], r["target_cursor"],
                            r["target_pages"], r["complete"])
 
-    async def known_subs(self, job_id: str, guids: Sequence[str]) -> dict[str, int]:
+    async def known_subs(self, job_id: str, guids: Sequence[Guid]) -> dict[Guid, int]:
         rows = await self._rows("page_shards", {"job_id": job_id, "guids": list(guids)})
         return {r["guid"]: r["subs"] for r in rows}
 
-    async def queued(self, guids: Sequence[str]) -> dict[str, int]:
+    async def queued(self, guids: Sequence[Guid]) -> dict[Guid, int]:
         rows = await self._rows("backlog", {"guids": list(guids)})
         return {r["guid"]: int(r["queued"]) for r in rows}
 

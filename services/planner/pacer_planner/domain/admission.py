@@ -14,22 +14,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from pacer_common.domain.ids import Guid
 from pacer_common.domain.requests import lane_of
 from pacer_planner.domain.planning import Plan
 
 
-def refusal(plan: Plan, queued: Mapping[str, int], limit: int) -> str | None:
+def refusal(plan: Plan, queued: Mapping[Guid, int], limit: int) -> str | None:
     """Why this plan may not be admitted, or None if it may."""
     reason = _over(plan.priority, plan.per_guid, queued, limit, "this request", strict=True)
     return None if reason is None else f"{reason}; retry later or split the request"
 
 
-def page_refusal(priority: int, adds: Mapping[str, int], queued: Mapping[str, int], limit: int) -> str | None:
+def page_refusal(priority: int, adds: Mapping[Guid, int], queued: Mapping[Guid, int], limit: int) -> str | None:
     """Why a requery page must wait, or None if it may be stored now."""
     return _over(priority, adds, queued, limit, "this page", strict=False)
 
 
-def _over(priority: int, adds: Mapping[str, int], queued: Mapping[str, int], limit: int, what: str,
+def _over(priority: int, adds: Mapping[Guid, int], queued: Mapping[Guid, int], limit: int, what: str,
           *, strict: bool) -> str | None:
     if lane_of(priority) == "online":
         return None

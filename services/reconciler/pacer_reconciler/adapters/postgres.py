@@ -17,12 +17,7 @@ from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.status import ItemStatus as S
 from pacer_reconciler.domain.projection import count_deltas
 from pacer_reconciler.domain.verification import verdict
-from pacer_reconciler.ports import InDoubt, Position, SweepKind, Unreadable
-
-
-class CursorMoved(Exception):
-    """The log cursor moved under us: reload it and read again."""
-
+from pacer_reconciler.ports import CursorMoved, InDoubt, Position, SweepKind, Unreadable
 
 _sql = loader("pacer_reconciler.adapters.sql")
 
