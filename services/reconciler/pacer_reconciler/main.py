@@ -9,18 +9,19 @@ from datetime import timedelta
 from typing import get_args
 
 from confluent_kafka import KafkaException
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.errors import TransientError
 from pacer_common.db.leader import LeaderLock, LeadershipLost
 from pacer_common.db.pool import open_pool
+from pacer_common.db.tenants import TenantCache
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
-from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.kafka import ProduceError, make_producer
 from pacer_common.metrics import gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
+from pacer_common.tenant_gateways import TenantGateways
 from pacer_reconciler.adapters.backlog import PostgresBacklogs
 from pacer_reconciler.adapters.kafka import KafkaPublisher
 from pacer_reconciler.adapters.postgres import CursorMoved, PostgresLog
@@ -42,6 +43,11 @@ class ReconcilerSettings(OpsSettings):
         "Base URL of the gateway; in-doubt sends are verified with `GET /message/lookup?guid=…&idempotencyKey=…`."
         " Same variable as the sender's."
     ))
+    gateway_credential: SecretStr | None = Field(None, validation_alias="PACER_GATEWAY_CREDENTIAL", description=(
+        "Bearer credential of the `default` tenant's gateway, as the sender's. Lookups go to the item's "
+        "tenant's gateway (`tenants`)."
+    ))
+    tenants_refresh_s: float = Field(5.0, description="How often the tenant table is re-read.")
     gateway_timeout_s: float = Field(5.0, description=(
         "HTTP timeout of one lookup request, in seconds (`PACER_RECONCILER_VERIFY_TIMEOUT_S` cuts a lookup off "
         "too, whichever comes first)."
@@ -134,7 +140,11 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         pool = await open_pool(url, min_size=1, max_size=6, name="pacer-reconciler",
                                options=f"-c idle_in_transaction_session_timeout={idle_tx_ms}")
         producer = make_producer(kafka.client_config())
-        http = make_client(cfg.gateway_url, cfg.gateway_timeout_s, max_connections=cfg.verify_concurrency + 4)
+        tenants = TenantCache(pool, cfg.tenants_refresh_s,
+                              fill=lambda t: t.with_defaults(cfg.gateway_url, cfg.gateway_credential))
+        await tenants.reload()
+        gateways = TenantGateways(tenants.get, cfg.gateway_timeout_s, DEFAULT_CODE_TABLE, observe=gateway_latency(reg),
+                                  max_connections=cfg.verify_concurrency + 4)
         store = PostgresLog(pool, "reconciler", timedelta(seconds=cfg.verify_deadline_s),
                             timedelta(seconds=cfg.verify_after_s), leader=leader)
         rec = Reconciler(store, store, KafkaPublisher(producer, kafka.item_outcomes, kafka.item_commands,
@@ -142,7 +152,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                          breakers=Breakers(BreakerPolicy(cfg.breaker_consecutive, cfg.breaker_window,
                                                          cfg.breaker_ratio, cfg.breaker_min_samples)),
                          batch=cfg.batch, environment_errors=ENVIRONMENT_ERRORS)
-        verifier = Verifier(store, GatewayClient(http, DEFAULT_CODE_TABLE, observe=gateway_latency(reg)),
+        verifier = Verifier(store, gateways,
                             concurrency=cfg.verify_concurrency, timeout_s=cfg.verify_timeout_s)
         loop = asyncio.get_running_loop()
         last_tail = loop.time()
@@ -189,6 +199,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         epoch: int | None = None
         guard = RoundGuard(max_s=cfg.error_backoff_max_s)
         tasks = [asyncio.create_task(leader.keep(ctx.stop), name="leader-lease"),
+                 asyncio.create_task(tenants.keep_fresh(ctx.stop), name="tenants"),
                  asyncio.create_task(verifier.run(ctx.stop, lambda: leader.is_leader, cfg.sweep_interval_s),
                                      name="verifier"),
                  asyncio.create_task(BacklogGauges(PostgresBacklogs(pool).top, m.backlog_top, m.wait_top,
@@ -224,7 +235,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
             drain()
             await leader.release()
             producer.flush(10)
-            await http.aclose()
+            await gateways.aclose()
             await pool.close()
 
     await run_service("reconciler", cfg.ops_host, cfg.port, body)

@@ -11,17 +11,19 @@ import uuid
 from datetime import timedelta
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.pool import open_pool
+from pacer_common.db.tenants import TenantCache
+from pacer_common.domain.breaker import Breaker
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, RetryPolicy
 from pacer_common.domain.limits import parse_quiet_hours
-from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.kafka import AsyncConsumer, make_consumer
 from pacer_common.metrics import consumer_lag_config, gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
+from pacer_common.tenant_gateways import TenantGateways
 from pacer_sender.adapters.kafka import ConsumerLoop
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository, PostgresLimitsSource
 from pacer_sender.adapters.queue import PostgresGuidQueue
@@ -59,6 +61,20 @@ class SenderSettings(OpsSettings):
         "Timeout of one gateway request, in seconds; the connect timeout is the smaller of this and 5 s. Must be "
         "at most `PACER_SENDER_LEASE_TTL_S / 4`, or the sender refuses to start."
     ))
+    gateway_credential: SecretStr | None = Field(None, validation_alias="PACER_GATEWAY_CREDENTIAL", description=(
+        "Bearer credential of the `default` tenant's gateway (`Authorization: Bearer …`), unless its row in "
+        "`tenants` sets one. Other tenants' credentials live in `tenants` (Control API `/tenants`). A secret: "
+        "never logged. No `SENDER_` part."
+    ))
+    tenants_refresh_s: float = Field(5.0, description=(
+        "How often the tenant table (gateway URLs, credentials) is re-read; a changed tenant is used within this."
+    ))
+    breaker_failures: int = Field(5, ge=1, description=(
+        "Gateway failures in a row (unreachable, 5xx, timeout) that open a tenant's circuit breaker: its sends "
+        "are then deferred at once (outcome `rate_limited`, no attempt used) for `BREAKER_COOLDOWN_S`, then one "
+        "probe goes. Per tenant: one tenant's failing gateway never slows another's sends."
+    ))
+    breaker_cooldown_s: float = Field(10.0, gt=0, description="How long an open tenant breaker refuses sends, in s.")
     lease_ttl_s: float = Field(60.0, description=(
         "Lease length, in seconds, of a claimed item and of a guid lease. Guid leases are renewed every TTL/3. A "
         "claimed item is not sent if more than TTL/4 passed between the claim and the gateway call; it is "
@@ -180,8 +196,13 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
 
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=2, max_size=cfg.db_pool_max,
                                name="pacer-sender")
-        http = make_client(cfg.gateway_url, cfg.gateway_timeout_s)
-        gateway = GatewayClient(http, cfg.failure_codes, observe=gateway_latency(ctx.registry))
+        tenants = TenantCache(pool, cfg.tenants_refresh_s,
+                              fill=lambda t: t.with_defaults(cfg.gateway_url, cfg.gateway_credential))
+        await tenants.reload()
+        gateway = TenantGateways(tenants.get, cfg.gateway_timeout_s, cfg.failure_codes,
+                                 observe=gateway_latency(ctx.registry),
+                                 breaker=lambda: Breaker(cfg.breaker_failures, cfg.breaker_cooldown_s))
+        m.open_breakers.set_function(lambda: float(gateway.open_tenants()))
         repo = PostgresItemRepository(pool, timedelta(seconds=cfg.lease_ttl_s))
         queue = PostgresGuidQueue(pool)
         retry = RetryPolicy(cfg.max_attempts, timedelta(seconds=cfg.retry_base_s))
@@ -210,6 +231,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         loop.on_assigned = sweeper.request
         limits.on_change = dispatcher.wake
         refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))
+        tenant_refresher = asyncio.create_task(tenants.keep_fresh(ctx.stop))
         renewals = asyncio.create_task(leases.keep_renewed(ctx.stop))
         sweeps = asyncio.create_task(sweeper.run(ctx.stop))
         ctx.health.set_ready(True, "consuming")
@@ -221,8 +243,9 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
             await consumer.close()
             await renewals
             await refresher
+            await tenant_refresher
             await leases.release(list(leases.held))
-            await http.aclose()
+            await gateway.aclose()
             await pool.close()
 
     log.info("sender settings: %s", json.dumps(cfg.model_dump(mode="json")))

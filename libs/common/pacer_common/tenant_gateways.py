@@ -1,0 +1,100 @@
+"""One gateway client per tenant: its base URL, its credential, its breaker.
+
+Senders send and the reconciler verifies through this: each call is routed to the item's
+tenant's gateway with ``Authorization: Bearer <credential>``. Each tenant has its own
+connection pool (a hung gateway holds only its own connections) and its own breaker (a
+gateway that is down is refused at once, as a deferral that uses no attempt, instead of
+every call waiting out a timeout). Clients follow the tenant table: a changed URL or
+credential gets a new client on the next call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+
+import httpx
+
+from pacer_common.domain.breaker import Breaker
+from pacer_common.domain.failures import FailureClass, SendError
+from pacer_common.domain.receipts import Receipt
+from pacer_common.domain.tenants import Tenant
+from pacer_common.gateway import GatewayClient, Observe, make_client
+
+
+def _gateway_failure(err: SendError) -> bool:
+    """A failure of the gateway itself (no answer, 5xx, unreadable), not an answer about one message."""
+    return err.code is None and err.failure_class in (FailureClass.IN_DOUBT, FailureClass.NOT_SENT)
+
+
+class TenantGateways:
+    def __init__(self, tenants: Callable[[str], Tenant | None], timeout_s: float,
+                 code_table: Mapping[int, FailureClass], observe: Observe | None = None,
+                 max_connections: int = 200, breaker: Callable[[], Breaker] = Breaker,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.tenants = tenants
+        self.timeout_s, self.code_table, self.observe = timeout_s, code_table, observe
+        self.max_connections = max_connections
+        self.new_breaker, self.clock = breaker, clock
+        self.clients: dict[str, tuple[tuple[str, str | None], GatewayClient]] = {}
+        self.breakers: dict[str, Breaker] = {}
+        self.retired: list[httpx.AsyncClient] = []
+
+    def _for(self, tenant: str) -> GatewayClient:
+        t = self.tenants(tenant)
+        if t is None or not t.base_url:
+            raise SendError(FailureClass.BAD_PARAMS, None, f"unknown tenant {tenant!r}, or it has no gateway URL")
+        key = (t.base_url, t.credential.get_secret_value() if t.credential else None)
+        held = self.clients.get(tenant)
+        if held is not None and held[0] == key:
+            return held[1]
+        if held is not None:
+            self.retired.append(held[1].client)  # closed at shutdown: calls in flight finish on it
+        gw = GatewayClient(make_client(t.base_url, self.timeout_s, self.max_connections, t.credential),
+                           self.code_table, observe=self.observe)
+        self.clients[tenant] = (key, gw)
+        return gw
+
+    def breaker(self, tenant: str) -> Breaker:
+        b = self.breakers.get(tenant)
+        if b is None:
+            b = self.breakers[tenant] = self.new_breaker()
+        return b
+
+    async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
+                        deadline: float | None = None, tenant: str = "default") -> Receipt:
+        gw = self._for(tenant)
+        b = self.breaker(tenant)
+        wait = b.wait(self.clock())
+        if wait is not None:
+            raise SendError(FailureClass.RATE_LIMITED, None,
+                            f"tenant {tenant!r}: its gateway is failing (circuit open); next try in {wait:.1f}s",
+                            retry_after=timedelta(seconds=wait))
+        try:
+            receipt = await gw.send_text(guid, to_id, content, idem_key, deadline)
+        except SendError as err:
+            b.record(_gateway_failure(err), self.clock())
+            raise
+        except BaseException:
+            b.probing = False  # cancelled, not answered: says nothing; the next call may probe
+            raise
+        b.record(False, self.clock())
+        return receipt
+
+    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
+        try:
+            gw = self._for(tenant)
+        except SendError:
+            return None
+        return await gw.lookup(guid, idem_key)
+
+    def open_tenants(self) -> int:
+        return sum(b.is_open for b in self.breakers.values())
+
+    async def aclose(self) -> None:
+        for c in [*self.retired, *(gw.client for _, gw in self.clients.values())]:
+            await c.aclose()
+        self.clients.clear()
+        self.retired.clear()
+
