@@ -35,7 +35,7 @@ def test_a_changed_body_or_another_secret_does_not_verify(secret: str, body: byt
 
 def test_breaker_opens_after_failures_in_a_row_then_lets_one_probe_through() -> None:
     b = Breaker(threshold=3, cooldown_s=10.0)
-    for t in range(2):
+    for t in (0.0, 1.0):
         assert b.wait(t) is None
         b.record(True, t)
     b.record(False, 2.0)  # a success breaks the run

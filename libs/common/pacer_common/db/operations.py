@@ -136,14 +136,15 @@ class CreatedToken:
 
 
 async def create_token(conn: AsyncConnection[Any], name: str, role: Role, actor: str,
-                       reason: str | None = None) -> CreatedToken:
-    """Make an API token and its audit record in one transaction.
+                       reason: str | None = None, tenants: list[str] | None = None) -> CreatedToken:
+    """Make an API token and its audit record in one transaction; with ``tenants``, the token
+    sees and changes only those tenants' jobs.
 
     Raises ``psycopg.errors.UniqueViolation`` if a token (even a revoked one) has that name.
     """
     token = new_token()
     row = await _one(conn, "create_token", {"hash": token_hash(token), "name": name, "role": role.value,
-                                            "actor": actor, "reason": reason})
+                                            "actor": actor, "reason": reason, "tenants": tenants})
     return CreatedToken(row["name"], Role(row["role"]), token, row["created_at"])
 
 

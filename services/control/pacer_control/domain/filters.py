@@ -36,6 +36,7 @@ class JobFilter:
     limit: int = DEFAULT_PAGE
     before: str | None = None  # a job id: list jobs created before it (newest first)
     since: datetime | None = None  # only jobs created at or after this time
+    tenants: frozenset[str] | None = None  # only these tenants' jobs (a scoped token's); None: all
 
 
 @dataclass(frozen=True)
