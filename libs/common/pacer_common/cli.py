@@ -52,6 +52,9 @@ def topic_layout(k: KafkaSettings) -> dict[str, tuple[int, dict[str, str]]]:
         k.item_commands("online"): (k.item_command_partitions, {}),
         k.item_commands("batch"): (k.item_command_partitions, {}),
         k.item_outcomes: (8, {}),
+        # Gateway callbacks, keyed by guid: a guid's events stay in order on one partition.
+        k.callbacks: (8, {}),
+        k.callbacks_dlq: (1, {}),
     }
 
 
