@@ -28,7 +28,7 @@ from tests.integration.helpers import read_topic
 @contextlib.asynccontextmanager
 async def intake(url: str, kafka_config: dict[str, str], prefix: str,
                  registry: CollectorRegistry) -> AsyncIterator[httpx.AsyncClient]:
-    topics = {f"{prefix}.callbacks": (2, {}), f"{prefix}.callbacks.dlq": (1, {})}
+    topics: dict[str, tuple[int, dict[str, str]]] = {f"{prefix}.callbacks": (2, {}), f"{prefix}.callbacks.dlq": (1, {})}
     ensure_topics(kafka_config, topics)
     pool = await open_pool(url, min_size=1, max_size=2)
     cache = TenantCache(pool, 60.0)
