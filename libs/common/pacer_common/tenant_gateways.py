@@ -22,6 +22,8 @@ from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.tenants import Tenant
 from pacer_common.gateway import GatewayClient, Observe, make_client
 
+UNKNOWN_RETRY_S = 5.0
+
 
 def _gateway_failure(err: SendError) -> bool:
     """A failure of the gateway itself (no answer, 5xx, unreadable), not an answer about one message."""
@@ -44,7 +46,12 @@ class TenantGateways:
     def _for(self, tenant: str) -> GatewayClient:
         t = self.tenants(tenant)
         if t is None or not t.base_url:
-            raise SendError(FailureClass.BAD_PARAMS, None, f"unknown tenant {tenant!r}, or it has no gateway URL")
+            # A job's tenant exists (the planner checks it, and a tenant with jobs is never
+            # deleted): this copy of the tenant table is older than the tenant, or its URL is
+            # being set. A deferral, not a failure of the item.
+            raise SendError(FailureClass.RATE_LIMITED, None,
+                            f"tenant {tenant!r} not known here yet, or without a gateway URL; trying again shortly",
+                            retry_after=timedelta(seconds=UNKNOWN_RETRY_S))
         key = (t.base_url, t.credential.get_secret_value() if t.credential else None)
         held = self.clients.get(tenant)
         if held is not None and held[0] == key:
