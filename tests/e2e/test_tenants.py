@@ -54,7 +54,7 @@ def test_one_tenants_failing_gateway_leaves_the_others_job_to_complete_and_scope
     token = api.post("/tokens", json={"name": "acme-operator", "role": "operator", "tenants": ["acme"]}).json()["token"]
     scoped = httpx.Client(base_url=f"{control.url}/api/v1", headers={"Authorization": f"Bearer {token}"})
     with psycopg.connect(stack.infra.database_url) as conn:
-        ids = dict(conn.execute("SELECT tenant, job_id::text FROM jobs WHERE request_id = ANY(%s)",
+        ids: dict[str, str] = dict(conn.execute("SELECT tenant, job_id::text FROM jobs WHERE request_id = ANY(%s)",
                                 ([acme, globex],)).fetchall())
     assert scoped.get(f"/jobs/{ids['acme']}").status_code == 200
     for r in (scoped.get(f"/jobs/{ids['globex']}"), scoped.post(f"/jobs/{ids['globex']}/cancel", json={"reason": "x"})):

@@ -109,10 +109,10 @@ class Stack:
             self.wait_ready(proc)
         return proc
 
-    def start_intake(self, name: str = "intake", secret: str = LOCAL_CALLBACK_SECRET, **env: str) -> Proc:
+    def start_intake(self, name: str = "intake", secret: str = LOCAL_CALLBACK_SECRET) -> Proc:
         """The callback intake, with ``secret`` as the `default` tenant's callback secret; the
         fake gateway (if it is ours) posts the `default` tenant's callbacks to it, signed."""
-        proc = self.start_service("intake", name, PACER_INTAKE_DEFAULT_CALLBACK_SECRET=secret, **env)
+        proc = self.start_service("intake", name, PACER_INTAKE_DEFAULT_CALLBACK_SECRET=secret)
         if "gateway" in self.procs and self.gateway_url:
             req = urllib.request.Request(f"{self.gateway_url}/_admin/tenants/default", method="PUT",
                                          data=json.dumps({"callback_secret": secret,
