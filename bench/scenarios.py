@@ -25,6 +25,7 @@ from bench.common import (
     stack,
     wait_until,
 )
+from bench.intake import intake
 from bench.paced import allowed, pacer_window
 from bench.peer import peer
 from bench.queue_order import fairness, refill, schedule, shed
@@ -282,3 +283,4 @@ def scale() -> str:
 SCENARIOS = {"planner": planner, "sender": sender, "pacing": pacing, "priority": priority,
              "recovery": recovery, "scale": scale, "peer": peer}
 SCENARIOS |= {"refill": refill, "fairness": fairness, "schedule": schedule, "shed": shed}
+SCENARIOS |= {"intake": intake}
