@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
 from pacer_common.db.pool import open_pool
-from pacer_common.db.tenants import TenantCache
+from pacer_common.db.tenants import TenantCache, add_usage
 from pacer_common.domain.breaker import Breaker
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, SendError
 from pacer_common.domain.tenants import Tenant
@@ -118,3 +118,40 @@ def test_callbacks_reach_the_intake_signed_through_duplicates_losses_delays_and_
     assert sum(k - 1 for k in Counter(uids).values()) == counts["duplicated"]
     order = [int(u.removeprefix("m-")) for u in dict.fromkeys(uids)]
     assert order != sorted(order)  # some arrived out of order
+
+
+def test_a_tenant_past_its_daily_quota_is_deferred_across_senders_and_others_go_on(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name, sends_per_day) VALUES ('small', 3), ('big', NULL)")
+    with running_fake_gateway() as url:
+        async def go() -> tuple[list[str], int, dict[str, int]]:
+            pool = await open_pool(database_url, min_size=1, max_size=2)
+            cache = TenantCache(pool, 60.0, fill=lambda t: Tenant(t.name, url, sends_per_day=t.sends_per_day))
+            await cache.reload()
+            one, two = (TenantGateways(cache.get, 2.0, DEFAULT_CODE_TABLE) for _ in range(2))  # two senders
+            outcomes: list[str] = []
+            try:
+                for n, gws in enumerate([one, two, one, two, one]):
+                    try:
+                        await gws.send_text(f"s{n}", "t", "hi", f"small-{n}", tenant="small")
+                        outcomes.append("sent")
+                    except SendError as err:
+                        outcomes.append(err.failure_class.value)
+                    for each in (one, two):  # a round of each sender's usage loop
+                        await add_usage(pool, each.usage)
+                big = 0
+                for n in range(5):
+                    await two.send_text(f"b{n}", "t", "hi", f"big-{n}", tenant="big")
+                    big += 1
+                await add_usage(pool, two.usage)
+                return outcomes, big, dict(two.usage.totals)
+            finally:
+                await one.aclose()
+                await two.aclose()
+                await pool.close()
+
+        outcomes, big, totals = asyncio.run(go())
+        # the third send reaches the quota; the two senders see each other's sends in the totals
+        assert outcomes == ["sent", "sent", "sent", "rate_limited", "rate_limited"]
+        assert big == 5 and totals == {"small": 3, "big": 5}
+        assert httpx.get(f"{url}/_admin/stats").json()["sends"] == 8

@@ -82,3 +82,26 @@ def test_a_request_names_its_tenant_or_gets_default() -> None:
     for bad in ("", "Acme", "a b", "-x", "x" * 64):
         with pytest.raises(ValidationError):
             JobRequest.model_validate({**REQ, "tenant": bad})
+
+
+def test_daily_usage_counts_this_senders_sends_on_top_of_the_days_totals() -> None:
+    from datetime import date
+
+    from pacer_common.domain.quota import DailyUsage
+
+    today, tomorrow = date(2026, 1, 1), date(2026, 1, 2)
+    u = DailyUsage()
+    assert u.allows("acme", 2, today) and u.allows("acme", None, today)
+    u.count("acme")
+    u.absorb(today, {"acme": 0})
+    assert u.used("acme", today) == 1 and u.allows("acme", 2, today)
+    sent = u.take()
+    assert sent == {"acme": 1} and u.used("acme", today) == 0
+    u.absorb(today, {"acme": 1, "globex": 5})
+    u.count("acme")
+    assert u.used("acme", today) == 2 and not u.allows("acme", 2, today)
+    assert u.allows("globex", 6, today) and not u.allows("globex", 5, today)
+    assert u.used("globex", tomorrow) == 0  # yesterday's totals do not count against a new day
+    failed = u.take()
+    u.restore(failed)  # adding them failed: kept for the next round
+    assert u.take() == {"acme": 1}

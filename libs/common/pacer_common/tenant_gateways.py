@@ -4,7 +4,8 @@ Senders send and the reconciler verifies through this: each call is routed to th
 tenant's gateway with ``Authorization: Bearer <credential>``. Each tenant has its own
 connection pool (a hung gateway holds only its own connections) and its own breaker (a
 gateway that is down is refused at once, as a deferral that uses no attempt, instead of
-every call waiting out a timeout). Clients follow the tenant table: a changed URL or
+every call waiting out a timeout), and its daily quota (``sends_per_day``, a soft limit: see
+``domain.quota``; a tenant past it is deferred the same way until the next UTC day). Clients follow the tenant table: a changed URL or
 credential gets a new client on the next call.
 """
 
@@ -12,17 +13,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import httpx
 
 from pacer_common.domain.breaker import Breaker
 from pacer_common.domain.failures import FailureClass, SendError
+from pacer_common.domain.quota import DailyUsage
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.tenants import Tenant
 from pacer_common.gateway import GatewayClient, Observe, make_client
 
 UNKNOWN_RETRY_S = 5.0
+QUOTA_RECHECK_S = 300.0
 
 
 def _gateway_failure(err: SendError) -> bool:
@@ -34,7 +37,7 @@ class TenantGateways:
     def __init__(self, tenants: Callable[[str], Tenant | None], timeout_s: float,
                  code_table: Mapping[int, FailureClass], observe: Observe | None = None,
                  max_connections: int = 200, breaker: Callable[[], Breaker] = Breaker,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, usage: DailyUsage | None = None) -> None:
         self.tenants = tenants
         self.timeout_s, self.code_table, self.observe = timeout_s, code_table, observe
         self.max_connections = max_connections
@@ -42,6 +45,7 @@ class TenantGateways:
         self.clients: dict[str, tuple[tuple[str, str | None], GatewayClient]] = {}
         self.breakers: dict[str, Breaker] = {}
         self.retired: list[httpx.AsyncClient] = []
+        self.usage = usage or DailyUsage()  # sends per tenant today, against sends_per_day
 
     def _for(self, tenant: str) -> GatewayClient:
         t = self.tenants(tenant)
@@ -72,6 +76,7 @@ class TenantGateways:
     async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
                         deadline: float | None = None, tenant: str = "default") -> Receipt:
         gw = self._for(tenant)
+        self._check_quota(tenant)
         b = self.breaker(tenant)
         wait = b.wait(self.clock())
         if wait is not None:
@@ -87,7 +92,20 @@ class TenantGateways:
             b.probing = False  # cancelled, not answered: says nothing; the next call may probe
             raise
         b.record(False, self.clock())
+        self.usage.count(tenant)
         return receipt
+
+    def _check_quota(self, tenant: str) -> None:
+        t = self.tenants(tenant)
+        now = datetime.now(UTC)
+        if t is None or self.usage.allows(tenant, t.sends_per_day, now.date()):
+            return
+        # Not a failure of the item: it waits for tomorrow (UTC), or a raised quota (re-read
+        # with the tenant table), checked again at least every QUOTA_RECHECK_S.
+        midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), UTC)
+        raise SendError(FailureClass.RATE_LIMITED, None,
+                        f"tenant {tenant!r} has used its quota of {t.sends_per_day} sends today (UTC)",
+                        retry_after=min(midnight - now, timedelta(seconds=QUOTA_RECHECK_S)))
 
     async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
         try:

@@ -15,7 +15,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.pool import open_pool
-from pacer_common.db.tenants import TenantCache
+from pacer_common.db.tenants import TenantCache, keep_usage
 from pacer_common.domain.breaker import Breaker
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, RetryPolicy
 from pacer_common.domain.limits import parse_quiet_hours
@@ -232,6 +232,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         limits.on_change = dispatcher.wake
         refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))
         tenant_refresher = asyncio.create_task(tenants.keep_fresh(ctx.stop))
+        usage = asyncio.create_task(keep_usage(pool, gateway.usage, ctx.stop))
         renewals = asyncio.create_task(leases.keep_renewed(ctx.stop))
         sweeps = asyncio.create_task(sweeper.run(ctx.stop))
         ctx.health.set_ready(True, "consuming")
@@ -244,6 +245,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
             await renewals
             await refresher
             await tenant_refresher
+            await usage
             await leases.release(list(leases.held))
             await gateway.aclose()
             await pool.close()

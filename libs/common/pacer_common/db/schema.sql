@@ -1277,6 +1277,12 @@ CREATE TABLE public.tenant_guids (
     created_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE public.tenant_usage (
+    tenant text NOT NULL,
+    day date NOT NULL,
+    sends bigint DEFAULT 0 NOT NULL
+);
+
 CREATE TABLE public.tenants (
     name text NOT NULL,
     base_url text,
@@ -1357,6 +1363,9 @@ ALTER TABLE ONLY public.shards
 ALTER TABLE ONLY public.tenant_guids
     ADD CONSTRAINT tenant_guids_pkey PRIMARY KEY (guid);
 
+ALTER TABLE ONLY public.tenant_usage
+    ADD CONSTRAINT tenant_usage_pkey PRIMARY KEY (tenant, day);
+
 ALTER TABLE ONLY public.tenants
     ADD CONSTRAINT tenants_pkey PRIMARY KEY (name);
 
@@ -1436,3 +1445,6 @@ ALTER TABLE ONLY public.shards
 
 ALTER TABLE ONLY public.tenant_guids
     ADD CONSTRAINT tenant_guids_tenant_fkey FOREIGN KEY (tenant) REFERENCES public.tenants(name);
+
+ALTER TABLE ONLY public.tenant_usage
+    ADD CONSTRAINT tenant_usage_tenant_fkey FOREIGN KEY (tenant) REFERENCES public.tenants(name);

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import SecretStr
@@ -13,6 +14,7 @@ from pydantic import SecretStr
 from pacer_common.db.errors import with_retry
 from pacer_common.db.pool import Pool
 from pacer_common.db.sql import query
+from pacer_common.domain.quota import DailyUsage
 from pacer_common.domain.tenants import Tenant
 
 log = logging.getLogger(__name__)
@@ -62,3 +64,36 @@ class TenantCache:
                 await self.reload()
             except Exception:  # the copy in hand stays; the next round tries again
                 log.warning("reloading tenants failed; keeping the %d known", len(self.tenants), exc_info=True)
+
+
+async def add_usage(pool: Pool, usage: DailyUsage) -> None:
+    """Add this sender's sends to today's totals and read the totals back into ``usage``."""
+    sent = usage.take()
+    try:
+        async def work() -> list[Any]:
+            async with pool.connection() as conn:
+                return await (await conn.execute(query("tenant_usage"), {
+                    "tenants": list(sent), "sends": list(sent.values())})).fetchall()
+
+        rows = await with_retry(work, deadline_s=5.0)
+    except Exception:
+        usage.restore(sent)
+        raise
+    if rows:
+        usage.absorb(rows[0]["day"], {r["tenant"]: int(r["sends"]) for r in rows})
+    else:
+        usage.absorb(datetime.now(UTC).date(), {})
+
+
+async def keep_usage(pool: Pool, usage: DailyUsage, stop: asyncio.Event, every_s: float = 1.0) -> None:
+    """``add_usage`` every ``every_s`` until ``stop``, and once more after it."""
+    while True:
+        stopped = stop.is_set()
+        try:
+            await add_usage(pool, usage)
+        except Exception:  # kept for the next round
+            log.warning("adding tenant usage failed; trying again", exc_info=True)
+        if stopped:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_s)

@@ -35,3 +35,13 @@ CREATE INDEX tenant_guids_tenant ON tenant_guids (tenant);
 
 -- A Control API token scoped to tenants sees and changes only their jobs; NULL: every tenant.
 ALTER TABLE api_tokens ADD COLUMN tenants text[];
+
+-- Sends per tenant per UTC day, against its sends_per_day: each sender adds what it sent
+-- every second or so and reads the totals back (a soft quota: senders may overshoot it by
+-- what they send within one such round).
+CREATE TABLE tenant_usage (
+    tenant text NOT NULL REFERENCES tenants (name),
+    day    date NOT NULL,
+    sends  bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, day)
+);
