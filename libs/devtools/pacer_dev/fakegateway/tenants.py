@@ -24,7 +24,6 @@ with 5xx or not at all is tried again (at most 5 times, backing off); 4xx is not
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import itertools
 import json
@@ -38,6 +37,8 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import Scope, Send
+
+from pacer_common.domain.tenants import sign
 
 # Paths that are the gateway's own administration, not calls a tenant makes.
 _OPEN_PREFIXES = ("/_admin", "/healthz", "/_audience")
@@ -176,7 +177,7 @@ class Tenants:
         assert t.callback_url and t.callback_secret
         if self.client is None:
             self.client = httpx.AsyncClient(timeout=5.0)
-        signature = hmac.new(t.callback_secret.encode(), body, hashlib.sha256).hexdigest()
+        signature = sign(t.callback_secret, body)
         for attempt in range(POST_ATTEMPTS):
             try:
                 resp = await self.client.post(t.callback_url, content=body, headers={
