@@ -5,13 +5,15 @@ Kafka; this process offers ``BENCH_INTAKE_RATE`` callbacks a second (1,000) for
 ``BENCH_INTAKE_SECONDS`` (10), open loop: each is sent at its scheduled moment whether or not
 earlier ones were answered (at most ``MAX_IN_FLIGHT`` outstanding). Figures: callbacks
 accepted per second over the window, and the ack latency (request sent → 200, which the
-intake answers only once Kafka acknowledged the append, acks=all) at p50 and p99.
+intake answers only once Kafka acknowledged the append, acks=all) at p50 and p99, and the
+intake's own CPU time per callback (what one core's worth of intake costs, whatever else runs).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import time
 
@@ -68,14 +70,23 @@ def intake() -> str:
     try:
         proc = st.start_intake()
         asyncio.run(offer(proc.url, 50, 1))  # warm up: connections, the producer's metadata
+        cpu0 = _cpu_s(proc.pid)
         sent, lat, errors, wall = asyncio.run(offer(proc.url, rate, seconds))
+        cpu_us = (_cpu_s(proc.pid) - cpu0) * 1e6 / max(1, sent)
     finally:
         st.stop_all()
         drop_db(st.infra.database_url)
     q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [float("nan")] * 99
     return (f"bench intake: target_per_s={rate} seconds={seconds} sent={sent} accepted={len(lat)} errors={errors} "
             f"accepted_per_s={len(lat) / wall:.0f} ack_p50_ms={q[49] * 1000:.1f} ack_p99_ms={q[98] * 1000:.1f} "
-            f"cores={CORES}")
+            f"intake_cpu_us_per_callback={cpu_us:.0f} cores={CORES}")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":
