@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import psycopg
+import pytest
 
+from pacer_common import cli
 from tests.integration.control_support import audit, control_api, rows
 from tests.integration.helpers import seed_job
 
@@ -75,3 +78,18 @@ def test_a_scoped_token_sees_and_changes_only_its_tenants_jobs(database_url: str
             assert (await api.get(f"/jobs/{theirs}", role="operator")).status_code == 200
 
     asyncio.run(go())
+
+
+def test_cli_makes_a_token_scoped_to_existing_tenants_only(database_url: str, monkeypatch: Any, capsys: Any) -> None:
+    monkeypatch.setenv("PACER_DATABASE_URL", database_url)
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name) VALUES ('acme')")
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["token", "create", "--name", "x", "--role", "operator", "--tenant", "nope"])
+    assert refused.value.code == cli.EXIT_REFUSED and "no tenant named 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        cli.main(["token", "create", "--name", "acme-ops", "--role", "operator", "--tenant", "acme"])
+    assert done.value.code == 0
+    capsys.readouterr()
+    assert rows(database_url, "SELECT name, tenants FROM api_tokens") == [{"name": "acme-ops", "tenants": ["acme"]}]
+    assert [a["after"] for a in audit(database_url, "acme-ops")] == [{"role": "operator", "tenants": ["acme"]}]

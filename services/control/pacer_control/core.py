@@ -375,12 +375,7 @@ class Control:
     async def create_token(self, name: str, role: Role, who: Principal, tenants: list[str] | None = None) -> NewToken:
         scope = None if tenants is None else sorted(set(tenants))
 
-        async def work(tx: ControlTx) -> NewToken | None:
-            if scope is not None and (unknown := await tx.unknown_tenants(scope)):
-                raise Invalid(f"no tenant named {', '.join(map(repr, unknown))}; create it first (POST /tenants)")
-            return await tx.create_token(name, role, who.actor, scope)
-
-        made = await self.store.atomically(work)
+        made = await self.store.atomically(lambda tx: tx.create_token(name, role, who.actor, scope))
         if made is None:
             raise Conflict(f"a token named {name!r} already exists (names are never reused, even after revocation)")
         return made

@@ -175,10 +175,9 @@ class _Tx:
             made = await operations.create_token(self.conn, name, role, actor, tenants=tenants)
         except psycopg.errors.UniqueViolation:
             return None  # its savepoint is rolled back; this transaction goes on
+        except operations.UnknownTenants as exc:
+            raise Invalid(str(exc)) from None
         return NewToken(made.name, made.role, made.token, made.created_at, tenants)
-
-    async def unknown_tenants(self, names: Sequence[str]) -> list[str]:
-        return [r["name"] for r in await _rows(self.conn, "unknown_tenants", {"names": list(names)})]
 
     async def create_tenant(self, name: str, fields: dict[str, Any]) -> bool:
         return await _row(self.conn, "create_tenant", {**_tenant_params(fields), "name": name}) is not None
