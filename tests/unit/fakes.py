@@ -175,7 +175,7 @@ class FakeGateway:
         self.during_send = during_send
 
     async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
-                        deadline: float | None = None) -> Receipt:
+                        deadline: float | None = None, tenant: str = "default") -> Receipt:
         call = SentText(guid, to_id, content, idem_key)
         self.sent.append(call)
         if self.during_send is not None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 
 import httpx
+from pydantic import SecretStr
 
 from pacer_common import tracing
 from pacer_common.domain.failures import FailureClass, SendError, classify
@@ -57,7 +58,9 @@ async def _refuse_late_send(session: object, ctx: object, params: object) -> Non
         raise SendDeadlinePassed(f"send deadline passed {time.monotonic() - deadline:.3f}s before writing")
 
 
-def make_client(base_url: str, timeout_s: float, max_connections: int = 200) -> httpx.AsyncClient:
+def make_client(base_url: str, timeout_s: float, max_connections: int = 200,
+                credential: SecretStr | None = None) -> httpx.AsyncClient:
+    """A client of one gateway; with ``credential``, every call carries ``Authorization: Bearer``."""
     import aiohttp
     from httpx_aiohttp import AiohttpTransport
 
@@ -68,8 +71,10 @@ def make_client(base_url: str, timeout_s: float, max_connections: int = 200) -> 
         return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=max_connections), trace_configs=[trace])
 
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    headers = {"Authorization": f"Bearer {credential.get_secret_value()}"} if credential else None
     return httpx.AsyncClient(
         base_url=base_url,
+        headers=headers,
         timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
         transport=AiohttpTransport(limits=limits, client=session),
     )
@@ -93,8 +98,9 @@ class GatewayClient:
         self.observe: Observe = observe or (lambda operation, result, seconds: None)
 
     async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
-                        deadline: float | None = None) -> Receipt:
-        """Send, unless ``deadline`` (monotonic) passes before the request is written."""
+                        deadline: float | None = None, tenant: str = "default") -> Receipt:
+        """Send, unless ``deadline`` (monotonic) passes before the request is written. A client
+        is one tenant's gateway (``tenant_gateways`` routes by tenant): ``tenant`` is not used."""
         with tracing.span("gateway sendText", kind="client"):
             return await self._send_text(guid, to_id, content, idem_key, deadline)
 
@@ -139,7 +145,7 @@ class GatewayClient:
         started = time.perf_counter()
         try:
             resp = await self.client.get(self.lookup_path, params={"guid": guid, "idempotencyKey": idem_key},
-                                         headers=tracing.http_headers())
+                                         headers={**tracing.http_headers(), "X-Idempotency-Key": idem_key})
         except httpx.TransportError:
             self.observe("lookup", "transport_error", time.perf_counter() - started)
             return None

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from pacer_common.db.leader import LeaderLock
 from pacer_common.db.pool import open_pool
+from pacer_common.db.tenants import TenantCache
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
-from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.metrics import gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, PostgresSettings
+from pacer_common.tenant_gateways import TenantGateways
 from pacer_reconciler.adapters.backlog import PostgresBacklogs
 from pacer_reconciler.adapters.faults import ENVIRONMENT
 from pacer_reconciler.adapters.kafka import KafkaPublisher
@@ -36,25 +38,31 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         pool = await open_pool(url, min_size=1, max_size=6, name="pacer-reconciler",
                                options=f"-c idle_in_transaction_session_timeout={idle_tx_ms}")
         publisher = KafkaPublisher.create(kafka, cfg.max_message_bytes)
-        http = make_client(cfg.gateway_url, cfg.gateway_timeout_s, max_connections=cfg.verify_concurrency + 4)
+        tenants = TenantCache(pool, cfg.tenants_refresh_s,
+                              fill=lambda t: t.with_defaults(cfg.gateway_url, cfg.gateway_credential))
+        await tenants.reload()
+        gateways = TenantGateways(tenants.get, cfg.gateway_timeout_s, DEFAULT_CODE_TABLE,
+                                  observe=gateway_latency(ctx.registry), max_connections=cfg.verify_concurrency + 4)
         store = PostgresLog(pool, "reconciler", timedelta(seconds=cfg.verify_deadline_s),
                             timedelta(seconds=cfg.verify_after_s), leader=leader)
         rec = Reconciler(store, store, publisher, holds=store,
                          breakers=Breakers(BreakerPolicy(cfg.breaker_consecutive, cfg.breaker_window,
                                                          cfg.breaker_ratio, cfg.breaker_min_samples)),
                          batch=cfg.batch, environment_errors=ENVIRONMENT)
-        verifier = Verifier(store, GatewayClient(http, DEFAULT_CODE_TABLE, observe=gateway_latency(ctx.registry)),
-                            concurrency=cfg.verify_concurrency, timeout_s=cfg.verify_timeout_s)
+        verifier = Verifier(store, gateways, concurrency=cfg.verify_concurrency, timeout_s=cfg.verify_timeout_s)
         backlog = BacklogGauges(PostgresBacklogs(pool).top, m.backlog_top, m.wait_top, cfg.backlog_top_n)
         loop = LeaderLoop(leader, rec, store, verifier, backlog, m, LoopConfig(
             leader_ttl_s=cfg.leader_ttl_s, sweep_interval_s=cfg.sweep_interval_s, batch=cfg.batch,
             stall_after_s=cfg.stall_after_s, error_backoff_max_s=cfg.error_backoff_max_s,
             backlog_every_s=cfg.backlog_every_s))
+        tenant_refresher = asyncio.create_task(tenants.keep_fresh(ctx.stop), name="tenants")
         try:
             await loop.run(ctx.stop, ctx.health.set_ready)
         finally:
+            ctx.stop.set()
+            await tenant_refresher
             publisher.close()
-            await http.aclose()
+            await gateways.aclose()
             await pool.close()
 
     await run_service("reconciler", cfg.ops_host, cfg.port, body)

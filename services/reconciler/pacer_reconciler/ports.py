@@ -29,6 +29,7 @@ class InDoubt:
     guid: str
     idem_key: str
     since: datetime
+    tenant: str = "default"
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,9 @@ class Publisher(Protocol):
 
 
 class DeliveryLookup(Protocol):
-    async def lookup(self, guid: str, idem_key: str) -> bool | None: ...
+    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
+        """Asked of the item's tenant's gateway."""
+        ...
 
 
 class LeaderStats(Protocol):

@@ -95,7 +95,7 @@ class Executor:
             return Executed("deadline_missed", False, None, claimed_at, first_claim=first)
         try:
             receipt = await self.gateway.send_text(cmd.guid, cmd.to_id, cmd.content, cmd.idem_key,
-                                                   deadline=started + self.send_deadline_s)
+                                                   deadline=started + self.send_deadline_s, tenant=cmd.tenant)
         except SendError as err:
             answered_at = datetime.now(UTC)
             decision = after_failure(err, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng)

@@ -94,5 +94,7 @@ class GuidLeaseStore(Protocol):
 
 
 class Gateway(Protocol):
+    """The item's tenant's gateway (``tenant`` picks it)."""
+
     async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
-                        deadline: float | None = None) -> Receipt: ...
+                        deadline: float | None = None, tenant: str = "default") -> Receipt: ...

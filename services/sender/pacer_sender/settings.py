@@ -6,7 +6,7 @@ import os
 import socket
 import uuid
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass
@@ -41,6 +41,20 @@ class SenderSettings(OpsSettings):
         "Timeout of one gateway request, in seconds; the connect timeout is the smaller of this and 5 s. Must be "
         "at most `PACER_SENDER_LEASE_TTL_S / 4`, or the sender refuses to start."
     ))
+    gateway_credential: SecretStr | None = Field(None, validation_alias="PACER_GATEWAY_CREDENTIAL", description=(
+        "Bearer credential of the `default` tenant's gateway (`Authorization: Bearer …`), unless its row in "
+        "`tenants` sets one. Other tenants' credentials live in `tenants` (Control API `/tenants`). A secret: "
+        "never logged. No `SENDER_` part."
+    ))
+    tenants_refresh_s: float = Field(5.0, description=(
+        "How often the tenant table (gateway URLs, credentials) is re-read; a changed tenant is used within this."
+    ))
+    breaker_failures: int = Field(5, ge=1, description=(
+        "Gateway failures in a row (unreachable, 5xx, timeout) that open a tenant's circuit breaker: its sends "
+        "are then deferred at once (outcome `rate_limited`, no attempt used) for `BREAKER_COOLDOWN_S`, then one "
+        "probe goes. Per tenant: one tenant's failing gateway never slows another's sends."
+    ))
+    breaker_cooldown_s: float = Field(10.0, gt=0, description="How long an open tenant breaker refuses sends, in s.")
     lease_ttl_s: float = Field(60.0, description=(
         "Lease length, in seconds, of a claimed item and of a guid lease. Guid leases are renewed every TTL/3. A "
         "claimed item is not sent if more than TTL/4 passed between the claim and the gateway call; it is "

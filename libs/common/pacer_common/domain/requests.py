@@ -46,6 +46,10 @@ VarName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_VAR_NAME
 VarValue = Annotated[str, StringConstraints(max_length=MAX_VAR_VALUE_CHARS, pattern=NO_NUL)]
 Vars = Annotated[dict[VarName, VarValue], Field(max_length=MAX_VARS)]
 Int4 = Annotated[int, Field(ge=0, le=INT4_MAX)]
+# A tenant's name, as the ``tenants`` table's CHECK constraint has it (migrations/0023_tenants.sql).
+TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+TenantName = Annotated[str, StringConstraints(pattern=TENANT_NAME)]
+DEFAULT_TENANT = "default"
 
 
 def _storable_instant(value: datetime) -> datetime:
@@ -160,6 +164,8 @@ class JobRequest(_Model):
     # ticket_notify: business id and status version (idempotency and coalescing).
     business_id: NonEmpty | None = None
     status_version: Int4 | None = None
+    # The tenant (gateway token) whose gateway sends it; one that does not exist is dead-lettered.
+    tenant: TenantName = DEFAULT_TENANT
 
     @model_validator(mode="after")
     def _kind_fields(self) -> JobRequest:

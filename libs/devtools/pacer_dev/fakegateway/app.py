@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 from pacer_dev.fakegateway.audiences import AudienceError, Audiences
 from pacer_dev.fakegateway.config import ConfigError, GatewayConfig
 from pacer_dev.fakegateway.state import CODE_BAD_PARAMS, GatewayState, Outcome, message_for
+from pacer_dev.fakegateway.tenants import Tenants, tenant_routes
 
 SEND_PATH = "/message/sendText"
 IDEMPOTENCY_HEADER = b"x-idempotency-key"
@@ -33,8 +34,11 @@ class FakeGatewayApp(FastAPI):
         super().__init__(**kwargs)
         self.gateway = gateway
         self.audiences = Audiences()
+        self.tenants = Tenants(seed=gateway.config.seed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not await self.tenants.admit(scope, send):
+            return
         if scope["type"] == "http" and scope["path"] == SEND_PATH and scope["method"] == "POST":
             await handle_send_text(self.gateway, scope, receive, send)
             return
@@ -100,6 +104,7 @@ def create_app(config: GatewayConfig | None = None) -> FakeGatewayApp:
         return {"status": "reset"}
 
     _audience_routes(app)
+    tenant_routes(app, app.tenants)
     return app
 
 

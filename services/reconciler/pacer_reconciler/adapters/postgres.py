@@ -135,7 +135,7 @@ class PostgresLog:
             async with self.pool.connection() as conn:
                 rows = await (await conn.execute(_sql("due_in_doubt"), {
                     "limit": limit, "settle": self.verify_after})).fetchall()
-            return [InDoubt(r["item_id"], r["guid"], r["idem_key"], r["updated_at"]) for r in rows]
+            return [InDoubt(r["item_id"], r["guid"], r["idem_key"], r["updated_at"], r["tenant"]) for r in rows]
 
         return await with_retry(work)
 
