@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.ids import Guid, IdemKey, ItemId, JobId, ToId
 from pacer_common.kafka import make_producer, produce_all
 from pacer_dev import infra
 from pacer_dev.infra import Infra
@@ -80,8 +81,8 @@ def seed_items(url: str, guids: int, per_guid: int, priority: int = 3, kind: str
                     copy.write_row((item_id, job_id, shard_ids[guid], guid, f"room-{n}", "hello", key, priority, kind,
                                     not_before, expire_at))
                     commands.append(ItemCommand.model_construct(
-                        schema_version=1, item_id=item_id, job_id=job_id, shard_id=shard_ids[guid], guid=guid,
-                        to_id=f"room-{n}", content="hello", idem_key=key, priority=priority, kind=kind,
+                        schema_version=1, item_id=ItemId(item_id), job_id=JobId(job_id), shard_id=shard_ids[guid],
+                        guid=Guid(guid), to_id=ToId(f"room-{n}"), content="hello", idem_key=IdemKey(key), priority=priority, kind=kind,
                         expire_at=expire_at, not_before=not_before))
     return Seeded(job_id, commands)
 

@@ -1,6 +1,8 @@
-"""``bench peer``: pgqueuer, a Postgres job queue, and Pacer on the same paced per-guid workload.
+"""``bench peer``: Pacer against the queues a Python user would pick instead, on the same paced
+per-guid workload: pgqueuer (a Postgres job queue) and DBOS (durable workflows on Postgres with
+a partitioned queue, ``bench.peer_dbos``).
 
-The peer is pgqueuer in one worker process, set up as its documentation shows. Each guid is
+pgqueuer runs in one worker process, set up as its documentation shows. Each guid is
 an entrypoint with ``concurrency_limit=1``, which pgqueuer enforces inside its dequeue
 statement for all workers: a guid's messages run one at a time. The earliest moment a guid
 may send again is a row in Postgres (``peer_pace``), read before each send and moved on
@@ -29,7 +31,8 @@ from pgqueuer.models import Job
 from pgqueuer.ports.driver import Driver
 
 from bench.common import CORES, drop_db, env_int, fresh_db, real_infra
-from bench.paced import GATEWAY_MIN_INTERVAL_MS, INTERVAL_S, JITTER_S, Window, measure, pacer_window, per_guid
+from bench.paced import GATEWAY_MIN_INTERVAL_MS, INTERVAL_S, JITTER_S, Window, allowed, measure, pacer_window, per_guid
+from bench.peer_dbos import dbos_window
 from pacer_common.db.pool import Pool, open_pool
 from pacer_common.gateway import make_client
 from pacer_dev.fakegateway.process import start_fake_gateway, stop
@@ -43,19 +46,33 @@ WAIT = ("SELECT greatest(0, extract(epoch FROM next_at - clock_timestamp()))::fl
 SENT = "UPDATE peer_pace SET next_at = clock_timestamp() + make_interval(secs => %s) WHERE guid = %s"
 
 
+PEERS = ("pgqueuer", "dbos")
+
+
 def peer() -> str:
-    """pgqueuer vs Pacer: sends per second the gateway saw over the same window, and violations."""
-    guids, seconds = env_int("BENCH_PEER_GUIDS", 200), env_int("BENCH_PEER_SECONDS", 60)
+    """Each peer vs Pacer: sends per second the gateway saw over the same window, and violations.
+
+    One line per peer (``BENCH_PEERS``, default every one), each against the same Pacer window."""
+    guids, seconds = env_int("BENCH_PEER_GUIDS", 2000), env_int("BENCH_PEER_SECONDS", 60)
     driver = os.environ.get("BENCH_PEER_DRIVER", "asyncpg")
     if driver not in DRIVERS:
         raise SystemExit(f"BENCH_PEER_DRIVER={driver!r}; choose from {DRIVERS}")
-    peer_w = pgqueuer_window(guids, seconds, driver)
+    peers = [p for p in os.environ.get("BENCH_PEERS", ",".join(PEERS)).split(",") if p]
+    if unknown := set(peers) - set(PEERS):
+        raise SystemExit(f"BENCH_PEERS names {sorted(unknown)}; choose from {PEERS}")
     pacer_w = pacer_window(guids, seconds, "peer_pacer")
-    ratio = pacer_w.per_s / peer_w.per_s if peer_w.sends else float("inf")
-    return (f"bench peer: peer=pgqueuer peer_per_s={peer_w.per_s:.1f} pacer_per_s={pacer_w.per_s:.1f} "
-            f"ratio={ratio:.2f} guids={guids} seconds={seconds} peer_driver={driver} "
-            f"peer_violations={peer_w.violations} pacer_violations={pacer_w.violations} "
-            f"peer_duplicates={peer_w.duplicates} pacer_duplicates={pacer_w.duplicates} cores={CORES}")
+    lines = []
+    for name in peers:
+        if name == "pgqueuer":
+            peer_w, detail = pgqueuer_window(guids, seconds, driver), f" peer_driver={driver}"
+        else:
+            peer_w, detail = dbos_window(guids, per_guid(seconds), seconds), ""
+        ratio = pacer_w.per_s / peer_w.per_s if peer_w.sends else float("inf")
+        lines.append(f"bench peer: peer={name} peer_per_s={peer_w.per_s:.1f} pacer_per_s={pacer_w.per_s:.1f} "
+                     f"ratio={ratio:.2f} allowed_per_s={allowed(guids, 1):.1f} guids={guids} seconds={seconds}"
+                     f"{detail} peer_violations={peer_w.violations} pacer_violations={pacer_w.violations} "
+                     f"peer_duplicates={peer_w.duplicates} pacer_duplicates={pacer_w.duplicates} cores={CORES}")
+    return "\n".join(lines)
 
 
 def pgqueuer_window(guids: int, seconds: int, driver: str) -> Window:

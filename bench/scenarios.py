@@ -25,6 +25,9 @@ from bench.common import (
     stack,
     wait_until,
 )
+from bench.fleet import fleet
+from bench.footprint import footprint
+from bench.intake import intake
 from bench.paced import allowed, pacer_window
 from bench.peer import peer
 from bench.queue_order import fairness, refill, schedule, shed
@@ -280,5 +283,6 @@ def scale() -> str:
 
 
 SCENARIOS = {"planner": planner, "sender": sender, "pacing": pacing, "priority": priority,
-             "recovery": recovery, "scale": scale, "peer": peer}
+             "recovery": recovery, "scale": scale, "fleet": fleet, "footprint": footprint, "peer": peer}
 SCENARIOS |= {"refill": refill, "fairness": fairness, "schedule": schedule, "shed": shed}
+SCENARIOS |= {"intake": intake}

@@ -7,9 +7,11 @@ import json
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, TypeVar
 
 import psycopg
+import pytest
 from confluent_kafka import Consumer
 
 from pacer_common.db.pool import open_pool
@@ -58,6 +60,15 @@ def seed_job(url: str, guids: dict[str, int], status: str = "pending") -> tuple[
     return job_id, shard_ids, items
 
 
+def _record(msg: Any) -> dict[str, Any]:
+    """A consumed message: key, value as JSON (None when it is not JSON), raw bytes, headers."""
+    try:
+        value = json.loads(v) if (v := msg.value()) else None
+    except ValueError:
+        value = None
+    return {"key": msg.key(), "value": value, "raw": msg.value(), "headers": dict(msg.headers() or [])}
+
+
 def read_topic(config: dict[str, str], topic: str, expect: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:
     """Read ``topic`` from the beginning until ``expect`` messages arrived (or the deadline)."""
     consumer = Consumer({**config, "group.id": f"test-{uuid.uuid4().hex}", "auto.offset.reset": "earliest",
@@ -70,15 +81,13 @@ def read_topic(config: dict[str, str], topic: str, expect: int, timeout_s: float
             msg = consumer.poll(0.2)
             if msg is None or msg.error():
                 continue
-            out.append({"key": msg.key(), "value": json.loads(v) if (v := msg.value()) else None,
-                        "raw": msg.value(), "headers": dict(msg.headers() or [])})
+            out.append(_record(msg))
         # Give a moment for any unexpected extra messages to show up.
         end = time.monotonic() + 0.5
         while time.monotonic() < end:
             msg = consumer.poll(0.1)
             if msg is not None and not msg.error():
-                out.append({"key": msg.key(), "value": json.loads(v) if (v := msg.value()) else None,
-                            "raw": msg.value(), "headers": dict(msg.headers() or [])})
+                out.append(_record(msg))
     finally:
         consumer.close()
     return out
@@ -137,3 +146,23 @@ def add_job(url: str, guid: str, n: int, *, priority: int = 3, age_s: float = 0.
             conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 't')",
                          (f"job:{job_id}", psycopg.types.json.Jsonb({"weight": weight})))
     return job_id
+
+
+def contract(request: pytest.FixtureRequest, memory: Callable[..., AbstractAsyncContextManager[Any]],
+             postgres: Callable[..., AbstractAsyncContextManager[Any]]) -> Callable[..., None]:
+    """The ``run`` of a contract suite (a fixture with params ``memory`` and ``postgres``):
+    ``run(*args, scenario)`` opens the implementation the param names — ``memory(*args)``, or
+    ``postgres(database_url, *args)`` on the test's own database — and runs the scenario on it."""
+
+    def go(*args: Any) -> None:
+        *params, scenario = args
+
+        async def main() -> None:
+            subject = (memory(*params) if request.param == "memory"
+                       else postgres(request.getfixturevalue("database_url"), *params))
+            async with subject as s:
+                await scenario(s)
+
+        asyncio.run(main())
+
+    return go

@@ -3,7 +3,6 @@ Postgres adapter the sender runs: the fake cannot drift from the real rules unno
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ import pytest
 from pacer_common.db.pool import open_pool
 from pacer_sender.adapters.postgres import PostgresGuidLeases
 from pacer_sender.ports import GuidLeaseStore
+from tests.integration.helpers import contract
 from tests.unit.fakes import InMemoryGuidLeases
 
 TTL_S = 30.0
@@ -56,16 +56,7 @@ Scenario = Callable[[Subject], Awaitable[None]]
 @pytest.fixture(params=["memory", "postgres"])
 def run(request: pytest.FixtureRequest) -> Callable[[Scenario], None]:
     """Run a scenario against one implementation of the port."""
-
-    def go(scenario: Scenario) -> None:
-        async def main() -> None:
-            subject = memory() if request.param == "memory" else postgres(request.getfixturevalue("database_url"))
-            async with subject as s:
-                await scenario(s)
-
-        asyncio.run(main())
-
-    return go
+    return contract(request, memory, postgres)
 
 
 def test_free_guids_are_granted_at_epoch_one_without_a_takeover(run: Callable[[Scenario], None]) -> None:

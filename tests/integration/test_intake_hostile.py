@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pacer_common.db.pool import open_pool
+from pacer_common.domain.ids import ToId
 from pacer_common.domain.requests import INT4_MAX, MAX_ID_CHARS
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.kafka import AsyncConsumer, ensure_topics, make_consumer, make_producer
@@ -288,7 +289,7 @@ def test_a_job_the_database_refuses_mid_copy_leaves_nothing_stored(database_url:
 
     valid = validate_request(json.dumps(base("refused-mid-copy", n=3)).encode(), datetime.now(UTC))
     p = plan(valid, datetime.now(UTC))
-    p = replace(p, items=[*p.items[:2], replace(p.items[2], to_id="r\x00x")])
+    p = replace(p, items=[*p.items[:2], replace(p.items[2], to_id=ToId("r\x00x"))])
 
     async def go() -> None:
         pool = await open_pool(database_url, min_size=1, max_size=1)

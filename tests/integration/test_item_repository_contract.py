@@ -4,7 +4,6 @@ send per key, fenced outcomes, and expiry of pending items only."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -20,7 +19,7 @@ from pacer_common.domain.status import ItemStatus as S
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.domain.decisions import Decision
 from pacer_sender.ports import ItemRepository
-from tests.integration.helpers import cmd, seed_job
+from tests.integration.helpers import cmd, contract, seed_job
 from tests.unit.fakes import InMemoryItemRepository
 
 OK = Receipt(0, "ok", "m-1", 1.0)
@@ -79,16 +78,7 @@ Scenario = Callable[[Subject], Awaitable[None]]
 @pytest.fixture(params=["memory", "postgres"])
 def run(request: pytest.FixtureRequest) -> Callable[[int, Scenario], None]:
     """Run a scenario, with ``n`` pending items, against one implementation of the port."""
-
-    def go(n: int, scenario: Scenario) -> None:
-        async def main() -> None:
-            subject = memory(n) if request.param == "memory" else postgres(request.getfixturevalue("database_url"), n)
-            async with subject as s:
-                await scenario(s)
-
-        asyncio.run(main())
-
-    return go
+    return contract(request, memory, postgres)
 
 
 def test_begin_send_claims_and_submits_a_pending_item_once(run: Callable[[int, Scenario], None]) -> None:

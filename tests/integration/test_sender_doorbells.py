@@ -20,7 +20,7 @@ from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
 from tests.integration.helpers import seed_job
-from tests.unit.dispatching import GrantAll
+from tests.unit.fakes import GrantAll
 
 
 class Recorder:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 
@@ -144,3 +144,28 @@ def test_an_expired_guid_lease_is_taken_over_with_its_last_send_time(database_ur
     assert taken.windows["day"][0] == day_index
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT owner, takeovers FROM guid_leases").fetchone() == ("w2", 1)
+
+
+def test_a_successor_paces_from_the_gateways_answer_not_from_the_sends_start(database_url: str) -> None:
+    """The gateway sees a send between its start and its answer: a new owner that counted the
+    interval from the start could send again sooner than the interval after the gateway saw it."""
+    _, _, (item,) = seed_job(database_url, {"g1": 1})
+
+    async def scenario() -> tuple[GuidLease, datetime | None, datetime | None]:
+        pool, repo = await _repo(database_url)
+        begun = await repo.begin_send(cmd(item, "k1"), "w1")
+        assert begun.epoch is not None
+        await asyncio.sleep(0.3)  # the request on the wire: the gateway answers later
+        await repo.confirm(cmd(item, "k1"), begun.epoch, Receipt(0, "ok", "m-1", 1.0))
+        async with pool.connection() as conn:
+            row = await (await conn.execute(
+                "SELECT last_send_at, last_answer_at FROM guid_leases WHERE guid = 'g1'")).fetchone()
+            started, answered = row["last_send_at"], row["last_answer_at"]
+            await conn.execute("UPDATE guid_leases SET lease_until = now() - interval '1 second'")
+        (taken,) = await PostgresGuidLeases(pool, timedelta(seconds=30)).acquire(["g1"], "w2")
+        await pool.close()
+        return taken, started, answered
+
+    taken, started, answered = asyncio.run(scenario())
+    assert answered is not None and started is not None and answered > started
+    assert taken.took_over and taken.last_send_at == answered

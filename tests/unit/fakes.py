@@ -1,4 +1,5 @@
-"""In-memory stand-ins for the sender's ports, with the same guards as the Postgres adapter.
+"""In-memory stand-ins for the sender's ports, with the same guards as the Postgres adapter
+(the contract suites in ``tests/integration/test_*_contract.py`` run against both).
 
 ``InMemoryItemRepository`` keeps one record per item and a dict ledger of idempotency keys:
 
@@ -14,16 +15,19 @@ Every status change is checked against the transition table.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import SendError
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus, check_transition
 from pacer_sender.domain.decisions import Decision
-from pacer_sender.ports import Begun, GuidLease
+from pacer_sender.domain.order import Queued, fair_order, sheds
+from pacer_sender.ports import Begun, GuidLease, Ready, Waiting
 
 S = ItemStatus
 
@@ -171,7 +175,7 @@ class FakeGateway:
         self.during_send = during_send
 
     async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
-                        deadline: float | None = None) -> Receipt:
+                        deadline: float | None = None, tenant: str = "default") -> Receipt:
         call = SentText(guid, to_id, content, idem_key)
         self.sent.append(call)
         if self.during_send is not None:
@@ -248,3 +252,94 @@ class InMemoryGuidLeases:
         row.evicted_owner, row.evicted_until = row.owner, max(row.until, self.now)
         row.owner, row.epoch = None, row.epoch + 1
         return True
+
+
+class GrantAll:
+    """A lease store that grants every guid except those listed as held elsewhere."""
+
+    def __init__(self, held_elsewhere: set[str] | None = None) -> None:
+        self.held_elsewhere = held_elsewhere or set()
+        self.asked = 0
+        self.released: list[str] = []
+
+    async def acquire(self, guids: Sequence[str], owner: str) -> list[GuidLease]:
+        self.asked += 1
+        now = datetime.now(UTC)
+        return [GuidLease(g, 1, None, False, now) for g in guids if g not in self.held_elsewhere]
+
+    async def renew(self, held: Mapping[str, int], owner: str) -> set[str]:
+        return set(held)
+
+    async def release(self, guids: Sequence[str], owner: str) -> int:
+        self.released.extend(guids)
+        return len(guids)
+
+
+class InMemoryGuidQueue:
+    """Postgres as the dispatcher sees it (``GuidQueueStore``): the pending items of every guid,
+    in the send order of ``domain/order.py``, as ``next_ready.sql`` reads them."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, ItemCommand] = {}
+        self.created: dict[str, float] = {}
+        self.failed: dict[str, tuple[str, str]] = {}
+        self.shed_by: dict[str, float] = {}  # item id → the interval it was shed at
+        self.reads: list[tuple[str, int]] = []
+
+    def add(self, *cmds: ItemCommand) -> None:
+        for c in cmds:
+            self.pending[c.item_id] = c
+            self.created.setdefault(c.item_id, time.time() + len(self.created) * 1e-6)
+
+    def _ready(self, guid: str, exclude: Sequence[str] = ()) -> list[ItemCommand]:
+        """The guid's ready items in the send order of domain/order.py, as next_ready.sql reads them."""
+        now = datetime.now(UTC)
+        ready = {c.item_id: c for c in self.pending.values() if c.guid == guid and c.item_id not in exclude
+                 and (c.not_before is None or c.not_before <= now)}
+        return [ready[q.item_id] for q in fair_order(
+            Queued(c.item_id, c.job_id, c.priority, (c.not_before.timestamp() if c.not_before else self.created[i]))
+            for i, c in ready.items())]
+
+    async def next_ready(self, guid: str, exclude: Sequence[str], limit: int) -> Ready:
+        self.reads.append((guid, limit))
+        now = datetime.now(UTC)
+        mine = [c for c in self.pending.values() if c.guid == guid]
+        due = [c.not_before for c in mine if c.not_before is not None and c.not_before > now]
+        return Ready(self._ready(guid, exclude)[:limit], (min(due) - now).total_seconds() if due else None)
+
+    async def shed(self, guid: str, interval_s: float) -> int:
+        batch = [c for c in self._ready(guid) if c.priority > 1]
+        gone = [c for p, c in enumerate(batch, 1)
+                if sheds(p, c.expire_at.timestamp() if c.expire_at else None, time.time(), interval_s)]
+        for c in gone:
+            del self.pending[c.item_id]
+            self.shed_by[c.item_id] = interval_s
+        return len(gone)
+
+    async def waiting_guids(self, horizon_s: float, grace_s: float) -> list[Waiting]:
+        soon = datetime.now(UTC) + timedelta(seconds=horizon_s)
+        return [Waiting(g, True) for g in sorted({c.guid for c in self.pending.values()
+                                                  if c.not_before is None or c.not_before <= soon})]
+
+    async def fail_unsent(self, cmd: ItemCommand, error_class: str, reason: str) -> bool:
+        if self.pending.pop(cmd.item_id, None) is None:
+            return False
+        self.failed[cmd.item_id] = (error_class, reason)
+        return True
+
+
+class InMemoryLimitsSource:
+    """``guid_limits`` as the sender reads it (``LimitsSource``): one row per guid, ``*`` or
+    ``job:<id>``; each write moves the row past every earlier one in the change order."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[dict[str, Any], int]] = {}
+        self.changes = 0
+
+    def set(self, key: str, limits: dict[str, Any]) -> None:
+        self.changes += 1
+        self.rows[key] = (limits, self.changes)
+
+    async def changed_since(self, after: int | None) -> list[tuple[str, dict[str, Any], int]]:
+        return sorted(((key, limits, cursor) for key, (limits, cursor) in self.rows.items()
+                       if after is None or cursor > after), key=lambda row: row[2])

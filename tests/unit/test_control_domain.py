@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from pacer_common.domain.limits import LimitsPatch, parse_limits
+from pacer_common.domain.ids import RequestId
+from pacer_common.domain.limits import Pacing, parse_limits
 from pacer_common.domain.requests import JobRequest
 from pacer_common.domain.tokens import Role, new_token, token_hash
 from pacer_common.domain.validation import prepare
@@ -91,14 +91,16 @@ def test_report_lines_are_csv_with_no_formulas() -> None:
     assert report.header() == ",".join(report.COLUMNS) + "\r\n"
     text = report.lines([("i1", "=HYPERLINK(1)", "+86 123", "failed", 2, None, 'said "no", twice', at)])
     assert text == "i1,'=HYPERLINK(1),'+86 123,failed,2,,\"said \"\"no\"\", twice\",2026-01-02T03:04:05+00:00\r\n"
-    assert report.filename("campaign/../x y") == "pacer-report-campaign_.._x_y.csv"
+    assert report.filename(RequestId("campaign/../x y")) == "pacer-report-campaign_.._x_y.csv"
 
 
 # ---- limits ---------------------------------------------------------------------------------
 
 
-def test_limit_fields_are_the_senders_limit_fields() -> None:
-    assert set(LimitsPatch.model_fields) == {f.name for f in dataclasses.fields(Limits)}
+def test_hot_limits_are_the_senders_limits_and_keep_them_valid() -> None:
+    assert issubclass(Limits, Pacing) and set(Limits.model_fields) == set(Pacing.model_fields)
+    stored = parse_limits({"quiet_hours": "22:00-08:00", "online_reserve": "0.3"})
+    assert stored == {"quiet_hours": "22:00-08:00", "online_reserve": 0.3}
 
 
 def test_limits_are_validated_before_they_are_stored() -> None:

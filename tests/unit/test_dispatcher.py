@@ -20,7 +20,6 @@ from pacer_sender.ports import GuidLease, UnstorableItem
 from pacer_sender.sweeper import Sweeper
 from tests.unit.dispatching import (
     FAST,
-    GrantAll,
     Recorder,
     cmd,
     dispatcher,
@@ -29,6 +28,7 @@ from tests.unit.dispatching import (
     stop,
     until,
 )
+from tests.unit.fakes import GrantAll
 
 
 def test_an_auto_reply_does_not_wait_behind_a_campaign_backlog() -> None:

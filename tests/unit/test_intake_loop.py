@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.ids import Guid
 from pacer_planner.core import Handled, Planner
 from pacer_planner.core.consume import IntakeLoop, IntakePolicy
 from pacer_planner.domain.planning import Plan
@@ -45,7 +46,7 @@ class Store:
     async def mark_dispatched(self, job_id: str) -> None:
         self.jobs[job_id] = True
 
-    async def queued(self, guids: Sequence[str]) -> dict[str, int]:
+    async def queued(self, guids: Sequence[Guid]) -> dict[Guid, int]:
         return {}
 
     async def exists(self, request_id: str) -> bool:

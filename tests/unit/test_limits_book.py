@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from datetime import time
 
+from pacer_common.domain.limits import parse_limits
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.limits import LimitsBook
-
-
-class Rows:
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, dict[str, Any], int]] = []
-
-    def set(self, key: str, limits: dict[str, Any]) -> None:
-        self.rows.append((key, limits, len(self.rows) + 1))
-
-    async def changed_since(self, after: int | None) -> list[tuple[str, dict[str, Any], int]]:
-        return [r for r in self.rows if after is None or r[2] > after]
+from tests.unit.fakes import InMemoryLimitsSource
 
 
 def test_guid_job_and_default_overrides_apply_from_the_next_refresh() -> None:
-    rows, woken = Rows(), list[str]()
+    rows, woken = InMemoryLimitsSource(), list[str]()
     book = LimitsBook(Limits(min_interval_s=1.0), rows, on_change=woken.extend)
     assert book("g1").min_interval_s == 1.0 and book.job_interval("j1") is None
     rows.set("g1", {"min_interval_s": 5})
@@ -36,3 +27,13 @@ def test_guid_job_and_default_overrides_apply_from_the_next_refresh() -> None:
     rows.set("job:j1", {})  # the job's own rate removed
     asyncio.run(book.refresh())
     assert book.job_interval("j1") is None
+
+
+def test_a_stored_row_is_read_back_as_written_and_a_row_out_of_bounds_is_ignored() -> None:
+    rows = InMemoryLimitsSource()
+    book = LimitsBook(Limits(min_interval_s=1.0), rows)
+    rows.set("g1", parse_limits({"quiet_hours": "22:00-08:00", "per_hour": 300}))
+    rows.set("g2", {"online_reserve": 1.5, "min_interval_s": 9})  # written around the API's checks
+    asyncio.run(book.refresh())
+    assert book("g1").quiet_hours == (time(22), time(8)) and book("g1").per_hour == 300
+    assert book("g2") == book("g3") == Limits(min_interval_s=1.0)  # the whole bad row is ignored

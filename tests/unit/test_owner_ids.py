@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from pacer_sender.main import SenderSettings
+from pacer_sender.settings import SenderSettings
 
 
 def test_two_starts_with_the_same_hostname_and_pid_get_different_owners() -> None:

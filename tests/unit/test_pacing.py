@@ -25,7 +25,7 @@ def wall_at(hour: int, minute: int = 0, second: int = 0) -> float:
 
 @pytest.mark.parametrize("dist", ["uniform", "exponential"])
 def test_gap_is_at_least_the_interval_and_the_jitter_varies_within_bounds(dist: str) -> None:
-    limits = Limits(min_interval_s=2.0, jitter_s=1.0, jitter_dist=dist, online_reserve=0.0)  # type: ignore[arg-type]  # the distribution comes from the parametrize list, a str
+    limits = Limits(min_interval_s=2.0, jitter_s=1.0, jitter_dist=dist, online_reserve=0.0)
     gaps = []
     for _ in range(500):
         p = GuidPacer()

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.ids import JobId
 from pacer_sender.domain.queue import GuidQueue, GuidWindow
 
 
@@ -96,9 +97,9 @@ def test_queue_behaves_like_the_reference_model(script: list[tuple]) -> None:
 def test_jobs_of_one_priority_take_turns() -> None:
     q: GuidQueue[str] = GuidQueue()
     for i in range(100):
-        q.push(f"big-{i}", 3, job="broadcast")
+        q.push(f"big-{i}", 3, job=JobId("broadcast"))
     for i in range(3):
-        q.push(f"small-{i}", 3, job="notice")
+        q.push(f"small-{i}", 3, job=JobId("notice"))
     first_six = [q.pop() for _ in range(6)]
     assert first_six == ["big-0", "small-0", "big-1", "small-1", "big-2", "small-2"]
 
@@ -106,11 +107,11 @@ def test_jobs_of_one_priority_take_turns() -> None:
 def test_a_late_job_does_not_starve_the_running_one() -> None:
     q: GuidQueue[str] = GuidQueue()
     for i in range(10):
-        q.push(f"a-{i}", 3, job="a")
+        q.push(f"a-{i}", 3, job=JobId("a"))
     for _ in range(5):
         q.pop()
     for i in range(10):
-        q.push(f"b-{i}", 3, job="b")
+        q.push(f"b-{i}", 3, job=JobId("b"))
     order = [q.pop() for _ in range(6)]
     assert order.count("a-5") == 1 and sum(v.startswith("a") for v in order) == 3
 
@@ -120,8 +121,8 @@ def test_online_lane_items_are_kept_apart_from_the_batch_backlog() -> None:
 
     lanes: GuidLanes[str] = GuidLanes()
     for i in range(1000):
-        lanes.push(f"campaign-{i}", 3, job="c")
-    lanes.push("reply", 1, job="r")
+        lanes.push(f"campaign-{i}", 3, job=JobId("c"))
+    lanes.push("reply", 1, job=JobId("r"))
     assert lanes.lanes["online"].pop() == "reply"
     assert len(lanes) == 1000
 

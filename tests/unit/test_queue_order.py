@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pacer_common.domain.ids import ItemId, JobId
 from pacer_sender.domain.order import Queued, fair_order, sheds
 from pacer_sender.domain.pacing import GuidPacer, Limits
 from pacer_sender.domain.queue import GuidQueue, GuidWindow
@@ -18,7 +19,7 @@ from tests.unit.dispatching import FAST, cmd, dispatcher, ring, stop, until
 
 
 def q(item: str, job: str, priority: int = 3, ready_at: float = 0.0) -> Queued:
-    return Queued(item, job, priority, ready_at)
+    return Queued(ItemId(item), JobId(job), priority, ready_at)
 
 
 def test_priority_first_then_jobs_take_turns_then_age() -> None:
@@ -60,11 +61,11 @@ def test_shedding_is_for_items_that_would_go_out_after_their_expire_at() -> None
 
 
 def test_the_memory_queue_shares_by_weight_too() -> None:
-    queue: GuidQueue[str] = GuidQueue({"B": 2.0}.get)
+    queue: GuidQueue[str] = GuidQueue({JobId("B"): 2.0}.get)
     for i in range(4):
-        queue.push(f"a{i}", 3, "A")
+        queue.push(f"a{i}", 3, JobId("A"))
     for i in range(4):
-        queue.push(f"b{i}", 3, "B")
+        queue.push(f"b{i}", 3, JobId("B"))
     assert [queue.pop() for _ in range(6)] == ["a0", "b0", "b1", "a1", "b2", "b3"]
 
 
@@ -106,12 +107,12 @@ def test_after_a_refill_a_job_that_just_arrived_goes_before_one_that_just_sent()
 def test_dropping_the_window_costs_a_job_nothing_it_did_not_send() -> None:
     queue: GuidQueue[str] = GuidQueue()
     for i in range(5):
-        queue.push(f"a{i}", 3, "A")
-    queue.push("b0", 3, "B")
+        queue.push(f"a{i}", 3, JobId("A"))
+    queue.push("b0", 3, JobId("B"))
     assert queue.pop() == "a0"
     queue.remove_if(lambda v: True)
     for v, job in [("a1", "A"), ("b0", "B"), ("a2", "A"), ("b1", "B")]:
-        queue.push(v, 3, job)
+        queue.push(v, 3, JobId(job))
     assert [queue.pop() for _ in range(4)] == ["b0", "a1", "b1", "a2"]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from pacer_common.domain.ids import RequestId
 from pacer_common.domain.requests import JobKind, JobRequest, RequeryTargets, SnapshotTargets, expired
 
 EXAMPLE: dict[str, Any] = {
@@ -181,7 +182,7 @@ def test_campaign_can_be_made_most_urgent_with_priority_zero() -> None:
 def test_requests_are_immutable() -> None:
     req = JobRequest.model_validate(EXAMPLE)
     with pytest.raises(ValidationError):
-        req.request_id = "other"
+        req.request_id = RequestId("other")
 
 
 def test_expired_semantics() -> None:

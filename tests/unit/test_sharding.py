@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pacer_common.domain.ids import ToId
 from pacer_common.domain.requests import JobRequest
 from pacer_planner.domain.planning import plan
 from pacer_planner.domain.sharding import sub_count, sub_of, target_hash
@@ -28,7 +29,7 @@ def request(targets: list[tuple[str, str]]) -> JobRequest:
     ("room-1", 3203663878), ("g-001", 362543354), ("客户-7", 984438628), ("", 0)])
 def test_the_hash_is_crc32_of_utf8_and_never_changes(to_id: str, expected: int) -> None:
     # Pinned values: a requery job keeps adding items by this hash across planner releases.
-    assert target_hash(to_id) == expected
+    assert target_hash(ToId(to_id)) == expected
 
 
 def test_the_hash_is_the_same_in_another_process() -> None:
@@ -36,7 +37,7 @@ def test_the_hash_is_the_same_in_another_process() -> None:
     code = "from pacer_planner.domain.sharding import target_hash; print(target_hash('room-42'))"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                          env={**os.environ, "PYTHONHASHSEED": "random"}).stdout
-    assert int(out) == target_hash("room-42")
+    assert int(out) == target_hash(ToId("room-42"))
 
 
 @pytest.mark.parametrize(("n", "max_items", "subs"), [
@@ -51,11 +52,11 @@ def test_sub_count_refuses_a_max_below_one() -> None:
 
 
 def test_one_sub_puts_everything_in_sub_zero() -> None:
-    assert {sub_of(f"r{i}", 1) for i in range(100)} == {0}
+    assert {sub_of(ToId(f"r{i}"), 1) for i in range(100)} == {0}
 
 
 def test_subs_are_the_hash_modulo_the_count() -> None:
-    assert all(sub_of(f"r{i}", 7) == target_hash(f"r{i}") % 7 for i in range(100))
+    assert all(sub_of(ToId(f"r{i}"), 7) == target_hash(ToId(f"r{i}")) % 7 for i in range(100))
 
 
 def test_a_long_guid_is_split_into_ceil_n_over_max_shards_with_every_item_once() -> None:

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pacer_common.domain.commands import JobCommands
+from pacer_common.domain.ids import Guid, IdemKey, ItemId, JobId, ToId
 from pacer_common.domain.requests import INT4_MAX, MAX_ID_CHARS, MAX_VARS
 from pacer_common.domain.validation import (
     MAX_COMMAND_BYTES,
@@ -171,8 +172,8 @@ def test_a_request_expired_before_it_is_planned_is_refused() -> None:
 def test_the_largest_item_command_fits_a_kafka_record_with_room_to_spare() -> None:
     # Every character JSON escapes costs 6 bytes; the key is ASCII and bounded by itself.
     worst = "\x01" * MAX_ID_CHARS
-    commands = JobCommands("j" * 36, 9, "ticket_notify", NOW, NOW, [
-        ("i" * 36, INT4_MAX, worst, worst, "\x01" * MAX_CONTENT_CHARS, "k" * MAX_KEY_BYTES)])
+    commands = JobCommands(JobId("j" * 36), 9, "ticket_notify", NOW, NOW, [
+        (ItemId("i" * 36), INT4_MAX, Guid(worst), ToId(worst), "\x01" * MAX_CONTENT_CHARS, IdemKey("k" * MAX_KEY_BYTES))])
     ((_, value),) = list(commands.encoded())
     assert len(value) <= MAX_COMMAND_BYTES
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from pacer_common import tracing
 from pacer_common.domain.customers import Customer
@@ -61,7 +61,9 @@ async def _refuse_late_send(session: object, ctx: object, params: object) -> Non
         raise SendDeadlinePassed(f"send deadline passed {time.monotonic() - deadline:.3f}s before writing")
 
 
-def make_client(base_url: str, timeout_s: float, max_connections: int = 200) -> httpx.AsyncClient:
+def make_client(base_url: str, timeout_s: float, max_connections: int = 200,
+                credential: SecretStr | None = None) -> httpx.AsyncClient:
+    """A client of one gateway; with ``credential``, every call carries ``Authorization: Bearer``."""
     import aiohttp
     from httpx_aiohttp import AiohttpTransport
 
@@ -72,8 +74,10 @@ def make_client(base_url: str, timeout_s: float, max_connections: int = 200) -> 
         return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=max_connections), trace_configs=[trace])
 
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    headers = {"Authorization": f"Bearer {credential.get_secret_value()}"} if credential else None
     return httpx.AsyncClient(
         base_url=base_url,
+        headers=headers,
         timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
         transport=AiohttpTransport(limits=limits, client=session),
     )
@@ -117,20 +121,22 @@ class GatewayClient:
         self.observe: Observe = observe or (lambda operation, result, seconds: None)
 
     async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
-                        deadline: float | None = None) -> Receipt:
-        """Send, unless ``deadline`` (monotonic) passes before the request is written."""
+                        deadline: float | None = None, tenant: str = "default") -> Receipt:
+        """Send, unless ``deadline`` (monotonic) passes before the request is written. A client
+        is one tenant's gateway (``tenant_gateways`` routes by tenant): ``tenant`` is not used."""
         with tracing.span("gateway sendText", kind="client"):
             return await self._send("/message/sendText", {"guid": guid, "toId": to_id, "content": content},
                                     idem_key, deadline)
 
     async def send_media(self, kind: str, guid: str, to_id: str, media_id: str, idem_key: str,
-                         deadline: float | None = None) -> Receipt:
+                         deadline: float | None = None, tenant: str = "default") -> Receipt:
         """``/message/sendImage|sendFile|sendVideo`` by ``mediaId`` (only once the media is ready)."""
         path = MEDIA_SEND_PATHS[kind]
         with tracing.span(f"gateway {path.rsplit('/', 1)[-1]}", kind="client"):
             return await self._send(path, {"guid": guid, "toId": to_id, "mediaId": media_id}, idem_key, deadline)
 
-    async def upload_media(self, guid: str, url: str, kind: str, file_name: str | None, idem_key: str) -> MediaAnswer:
+    async def upload_media(self, guid: str, url: str, kind: str, file_name: str | None, idem_key: str,
+                           tenant: str = "default") -> MediaAnswer:
         """``/media/upload``: the gateway's ``mediaId`` and whether it is ready yet."""
         body: dict[str, str] = {"guid": guid, "url": url, "kind": kind}
         if file_name is not None:
@@ -139,7 +145,7 @@ class GatewayClient:
         data = await self._call("/media/upload", body, idem_key, None, "media")
         return _media_answer(data, (time.perf_counter() - started) * 1000)
 
-    async def media_status(self, guid: str, media_id: str) -> MediaAnswer:
+    async def media_status(self, guid: str, media_id: str, tenant: str = "default") -> MediaAnswer:
         """``/media/status``: ``pending``, ``ready`` or ``failed`` (with the gateway's reason)."""
         started = time.perf_counter()
         data = await self._call("/media/status", {"guid": guid, "mediaId": media_id}, f"media-status:{media_id}",
@@ -147,14 +153,14 @@ class GatewayClient:
         return _media_answer(data | {"mediaId": data.get("mediaId", media_id)}, (time.perf_counter() - started) * 1000)
 
     async def customer_tags(self, op: str, guid: str, customer_id: str, tag_ids: Sequence[str], idem_key: str,
-                            deadline: float | None = None) -> Receipt:
+                            deadline: float | None = None, tenant: str = "default") -> Receipt:
         """``/customer/tags/add`` or ``/customer/tags/remove`` (``op``); idempotent by key."""
         with tracing.span(f"gateway tags.{op}", kind="client"):
             return await self._send(f"/customer/tags/{op}", {"guid": guid, "customerId": customer_id,
                                                               "tagIds": list(tag_ids)}, idem_key, deadline)
 
     async def customer_detail(self, guid: str, customer_id: str, idem_key: str,
-                              deadline: float | None = None) -> tuple[Receipt, Customer]:
+                              deadline: float | None = None, tenant: str = "default") -> tuple[Receipt, Customer]:
         """``/customer/detail``: the customer with its version."""
         started = time.perf_counter()
         with tracing.span("gateway customer.detail", kind="client"):
@@ -211,7 +217,7 @@ class GatewayClient:
         started = time.perf_counter()
         try:
             resp = await self.client.get(self.lookup_path, params={"guid": guid, "idempotencyKey": idem_key},
-                                         headers=tracing.http_headers())
+                                         headers={**tracing.http_headers(), "X-Idempotency-Key": idem_key})
         except httpx.TransportError:
             self.observe("lookup", "transport_error", time.perf_counter() - started)
             return None

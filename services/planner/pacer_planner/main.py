@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import uuid
 from datetime import timedelta
-from typing import Any
 
 import httpx
-from pydantic import Field
-from pydantic_settings import SettingsConfigDict
 
 from pacer_common.db.pool import open_pool
-from pacer_common.kafka import MAX_REQUEST_BYTES, AsyncConsumer, make_consumer, make_producer
-from pacer_common.metrics import consumer_lag_config
 from pacer_common.service import ServiceContext, main_for, run_service
-from pacer_common.settings import KafkaSettings, OpsSettings, PostgresSettings
+from pacer_common.settings import KafkaSettings, PostgresSettings
 from pacer_planner.adapters.faults import ENVIRONMENT
 from pacer_planner.adapters.http import HttpTargetSource
 from pacer_planner.adapters.kafka import KafkaCommandBus, KafkaRequestSource
@@ -26,79 +20,8 @@ from pacer_planner.adapters.postgres import ApprovalPolicy, PostgresJobStore
 from pacer_planner.adapters.postgres_targets import PostgresTargetStore
 from pacer_planner.core import PagingConfig, PagingSupervisor, Planner, TargetPager
 from pacer_planner.core.consume import IntakeLoop, IntakePolicy
-from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS
 from pacer_planner.metrics import PlannerMetrics
-
-log = logging.getLogger("pacer.planner")
-
-
-class PlannerSettings(OpsSettings):
-    model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_PLANNER_")
-    port: int = Field(9101, description="Ops HTTP port.")
-    group_id: str | None = Field(None, description=(
-        "Kafka consumer group for `<prefix>.job-requests`; unset: `<prefix>.planner`."
-    ))
-    max_backlog_per_guid: int = Field(100_000, description=(
-        "Admission control: a batch request that would take any guid past this many queued items (pending or "
-        "waiting to retry) is refused whole, to the DLQ, with the reason. Online kinds are always admitted. A "
-        "requery page that would do so waits instead (see `REQUERY_ADMISSION_WAIT_S`); a guid with nothing queued"
-        " never holds a page back."
-    ))
-    coalesce_window_s: float = Field(3.0, description=(
-        "Ticket notifications (`ticket_notify`) wait this long before they may be sent, so that a newer "
-        "`status_version` of the same `business_id` arriving meanwhile supersedes them: A → B → C inside the "
-        "window sends only C. An older version arriving after a newer one is superseded at once. `0` sends at "
-        "once (still superseding what has not been sent)."
-    ))
-    max_shard_items: int = Field(DEFAULT_MAX_SHARD_ITEMS, ge=1, description=(
-        "A guid with more items than this in one job is split into `ceil(n / max)` sub-shards by `crc32(to_id) % "
-        "subs`. For requery jobs the count is fixed from the guid's targets on the page where it first appears."
-    ))
-    requery_max_jobs: int = Field(4, ge=1, description=(
-        "Requery jobs one planner pages at once (one background task each); more wait for a later sweep."
-    ))
-    requery_sweep_s: float = Field(5.0, gt=0, description=(
-        "How often a planner looks for requery jobs that need paging: beyond the cap, taken over from a dead "
-        "planner, resumed after a pause."
-    ))
-    requery_timeout_s: float = Field(10.0, gt=0, description="Timeout of one page request to the audience service.")
-    requery_page_attempts: int = Field(5, ge=1, description=(
-        "Fetches of one page (HTTP error, not JSON, not a page) before the job is paused with the reason "
-        "(`paused_by = system:planner`)."
-    ))
-    requery_backoff_initial_s: float = Field(0.5, ge=0, description=(
-        "First wait between fetch attempts; doubles each time, plus up to as much again of jitter."
-    ))
-    requery_backoff_max_s: float = Field(30.0, ge=0, description="Longest wait between fetch attempts.")
-    requery_lease_s: float = Field(120.0, gt=0, description=(
-        "Paging lease of a job, renewed with every page: a dead planner's jobs are taken over after this. Must "
-        "outlast one page's attempts (`PAGE_ATTEMPTS × TIMEOUT_S` plus backoff)."
-    ))
-    requery_admission_wait_s: float = Field(5.0, gt=0, description=(
-        "A requery page refused by admission control is fetched again after this."
-    ))
-    internal_attempts: int = Field(3, ge=1, description=(
-        "A job request that fails with an unexpected error (a bug, not bad input and not an outage) is tried this"
-        " many times, then dead-lettered as `internal error: <type>: <message>` (a request whose job is already "
-        "stored is never dead-lettered). See [reliability](reliability.md#bad-input-job-requests)."
-    ))
-    retry_backoff_initial_s: float = Field(0.5, gt=0, description=(
-        "First wait before trying a job request again (database or Kafka unavailable, or an unexpected error); "
-        "doubles each time, plus jitter."
-    ))
-    retry_backoff_max_s: float = Field(30.0, gt=0, description=(
-        "Longest wait between attempts at one job request. The database or Kafka being unavailable is waited out "
-        "for as long as it takes: the request is never dead-lettered for it."
-    ))
-    approval_above_items: int | None = Field(None, ge=0, description=(
-        "A job with more items than this is stored as `awaiting_approval` and sends nothing until an admin approves "
-        "it (console *Approvals*, `POST /api/v1/jobs/{id}/approve`); unset: no size limit. For a requery job the "
-        "count is the first page's. See [operations](operations.md#approvals)."
-    ))
-    approve_new_content: bool = Field(False, description=(
-        "A job whose message (template) no admin has approved before waits for approval too; approving it records "
-        "the message as approved."
-    ))
+from pacer_planner.settings import PlannerSettings
 
 
 async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) -> None:
@@ -106,16 +29,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
         m = PlannerMetrics(ctx.registry)
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=1,
                                max_size=4 + cfg.requery_max_jobs, name="pacer-planner")
-        # A dead-letter record is a request (up to MAX_REQUEST_BYTES) plus its reason headers.
-        producer = make_producer(kafka.client_config(), **{"message.max.bytes": MAX_REQUEST_BYTES + 1_048_576})
-        large: dict[str, Any] = {"fetch.max.bytes": MAX_REQUEST_BYTES,
-                                 "receive.message.max.bytes": MAX_REQUEST_BYTES + 1_048_576}
-        consumer = AsyncConsumer(make_consumer(
-            kafka.client_config(), cfg.group_id or f"{kafka.topic_prefix}.planner",
-            **large, **consumer_lag_config(ctx.registry),
-        ))
-        await consumer.call(consumer.consumer.subscribe, [kafka.job_requests])
-        bus = KafkaCommandBus(producer, kafka.item_commands, kafka.job_requests_dlq)
+        bus = KafkaCommandBus.create(kafka)
+        requests = await KafkaRequestSource.create(kafka, cfg.group_id, ctx.registry)
         store = PostgresJobStore(pool, ApprovalPolicy(cfg.approval_above_items, cfg.approve_new_content))
         planner = Planner(store, bus, cfg.max_backlog_per_guid,
                           timedelta(seconds=cfg.coalesce_window_s), cfg.max_shard_items)
@@ -131,7 +46,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
         paging = PagingSupervisor(pager, targets, cfg.requery_max_jobs, cfg.requery_sweep_s)
         m.paging_jobs.set_function(lambda: len(paging.tasks))
         sweeper = asyncio.create_task(paging.run(ctx.stop), name="paging-sweep")
-        intake = IntakeLoop(planner, KafkaRequestSource(consumer), IntakePolicy(
+        intake = IntakeLoop(planner, requests, IntakePolicy(
             ENVIRONMENT, cfg.internal_attempts, backoff_initial_s=cfg.retry_backoff_initial_s,
             backoff_max_s=cfg.retry_backoff_max_s), m.intake, ctx.stop, paging.ensure)
         ctx.health.set_ready(True, "consuming")
@@ -142,8 +57,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
             await asyncio.gather(sweeper, return_exceptions=True)
             await paging.close()
             await http.aclose()
-            await consumer.close()
-            producer.flush(10)
+            await requests.close()
+            bus.close()
             await pool.close()
 
     await run_service("planner", cfg.ops_host, cfg.port, body)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 from pacer_common.domain.commands import ItemCommand
@@ -12,6 +12,10 @@ from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.guid_health import StatusEvent
 
 SweepKind = Literal["retry_due", "claim_expired", "submit_expired", "release_held"]
+
+
+class CursorMoved(Exception):
+    """The log cursor moved under us (another leader wrote it): reload it and read again."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,7 @@ class InDoubt:
     guid: str
     idem_key: str
     since: datetime
+    tenant: str = "default"
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class Rejected:
 class EventLog(Protocol):
     async def position(self) -> Position: ...
     async def read(self, after: Position, limit: int) -> list[tuple[Position, ItemEvent | Unreadable]]: ...
+    # Applies nothing and raises CursorMoved unless the stored cursor is still at ``start``.
     async def commit_batch(self, events: Sequence[ItemEvent], start: Position, to: Position) -> None: ...
     async def items_for_dispatch(self, item_ids: Sequence[str]) -> list[ItemCommand]: ...
 
@@ -67,7 +73,16 @@ class Publisher(Protocol):
 
 
 class DeliveryLookup(Protocol):
-    async def lookup(self, guid: str, idem_key: str) -> bool | None: ...
+    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
+        """Asked of the item's tenant's gateway."""
+        ...
+
+
+class LeaderStats(Protocol):
+    """Database-wide numbers the leader exports (locks held, stalled shards, …)."""
+
+    async def lock_stats(self) -> dict[str, int]: ...
+    async def governance_stats(self, stall_after: timedelta) -> dict[str, int]: ...
 
 
 @dataclass(frozen=True)

@@ -139,14 +139,17 @@ class Executor:
         (read ``/customer/detail``, then Pacer's copy written under its version check)."""
         g = self.action_gateway
         if g is None or msg is None or isinstance(msg, TextMessage):
-            return await self.gateway.send_text(cmd.guid, cmd.to_id, cmd.content, cmd.idem_key, deadline=deadline)
+            return await self.gateway.send_text(cmd.guid, cmd.to_id, cmd.content, cmd.idem_key, deadline=deadline,
+                                                tenant=cmd.tenant)
         if isinstance(msg, MediaMessage):
             assert media_id is not None
-            return await g.send_media(msg.type, cmd.guid, cmd.to_id, media_id, cmd.idem_key, deadline=deadline)
+            return await g.send_media(msg.type, cmd.guid, cmd.to_id, media_id, cmd.idem_key, deadline=deadline,
+                                      tenant=cmd.tenant)
         if isinstance(msg, TagsMessage):
             return await g.customer_tags(msg.type.removeprefix("tags."), cmd.guid, cmd.to_id, msg.tagIds,
-                                         cmd.idem_key, deadline=deadline)
-        receipt, customer = await g.customer_detail(cmd.guid, cmd.to_id, cmd.idem_key, deadline=deadline)
+                                         cmd.idem_key, deadline=deadline, tenant=cmd.tenant)
+        receipt, customer = await g.customer_detail(cmd.guid, cmd.to_id, cmd.idem_key, deadline=deadline,
+                                                    tenant=cmd.tenant)
         assert self.actions is not None
         stored = await self.actions.save_customer(customer, cmd.item_id)
         verdict = (f"customer {customer.customer_id} v{customer.version} applied" if stored is None
@@ -165,7 +168,7 @@ class Executor:
             called = True
             try:
                 answer = await self.action_gateway.upload_media(cmd.guid, msg.url, msg.type, msg.fileName,
-                                                               f"media:{cmd.guid}:{h}")
+                                                                f"media:{cmd.guid}:{h}", tenant=cmd.tenant)
             except SendError as err:
                 if err.failure_class is FailureClass.NEEDS_HUMAN:  # the account is out: its queue is held
                     await self.actions.guid_state(cmd.guid, state_for_code(err.code, self.states), str(err))
@@ -178,7 +181,7 @@ class Executor:
             assert row is not None
             called = True
             try:
-                answer = await self.action_gateway.media_status(cmd.guid, row.media_id)
+                answer = await self.action_gateway.media_status(cmd.guid, row.media_id, tenant=cmd.tenant)
                 row = await self.actions.checked(cmd.guid, h, answer.status, answer.reason)
             except SendError as err:
                 row = await self.actions.checked(cmd.guid, h, "pending", f"status poll failed: {err}")

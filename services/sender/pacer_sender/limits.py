@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from pacer_common.db.errors import TransientError
-from pacer_common.domain.limits import parse_quiet_hours
 from pacer_sender.domain.pacing import Limits
 
 log = logging.getLogger(__name__)
-_FIELDS = {f.name for f in dataclasses.fields(Limits)}
 
 
 class LimitsSource(Protocol):
@@ -25,14 +22,9 @@ class LimitsSource(Protocol):
 
 
 def apply_overrides(base: Limits, overrides: dict[str, Any]) -> Limits:
-    """``base`` with the given fields replaced; unknown fields are refused."""
-    unknown = set(overrides) - _FIELDS
-    if unknown:
-        raise ValueError(f"unknown limit fields: {sorted(unknown)}")
-    fixed = dict(overrides)
-    if isinstance(fixed.get("quiet_hours"), str):
-        fixed["quiet_hours"] = parse_quiet_hours(fixed["quiet_hours"])
-    return dataclasses.replace(base, **fixed)
+    """``base`` with the given fields replaced, validated as a whole; unknown fields and
+    values out of bounds are refused (``ValueError``)."""
+    return Limits.model_validate(base.model_dump() | overrides)
 
 
 class LimitsBook:

@@ -78,6 +78,10 @@ class SenderMetrics:
         ), registry=registry)
         self.active_guids = Gauge("pacer_sender_active_guids", "Guids with work in hand.", registry=registry)
         self.leases_held = Gauge("pacer_sender_guid_leases_held", "Guid leases this sender holds.", registry=registry)
+        self.open_breakers = Gauge("pacer_sender_open_tenant_breakers", (
+            "Tenants whose gateway circuit breaker is open in this sender (their sends deferred at once, see "
+            "`PACER_SENDER_BREAKER_FAILURES`). Above 0 for minutes: that tenant's gateway is down or refuses us."
+        ), registry=registry)
         self.takeovers = Counter("pacer_sender_guid_takeovers", (
             "Guid leases taken over from another owner (whose lease had expired); counted by the lease book."
         ), registry=registry)

@@ -51,7 +51,7 @@ BEGIN
         evicted_until = NULL
     FROM free
     WHERE g.guid = free.guid
-    RETURNING g.guid, g.epoch, g.last_send_at,
+    RETURNING g.guid, g.epoch, GREATEST(g.last_send_at, g.last_answer_at),
               (free.prev_owner IS NOT NULL AND free.prev_owner <> p_owner), now();
 END
 $$;
@@ -254,6 +254,8 @@ BEGIN
     END IF;
     UPDATE send_ledger SET state = 'sent', receipt = p_receipt, sent_at = now()
     WHERE idem_key = p_idem_key AND item_id = p_item;
+    UPDATE guid_leases SET last_answer_at = clock_timestamp()
+    WHERE guid = (SELECT i.guid FROM items i WHERE i.item_id = p_item);
     RETURN true;
 END
 $$;
@@ -551,11 +553,12 @@ CREATE TABLE public.items (
     traceparent text
 );
 
-CREATE FUNCTION public.pacer_item_command(i public.items) RETURNS TABLE(item_id text, job_id text, shard_id bigint, guid text, to_id text, content text, idem_key text, priority smallint, kind text, expire_at timestamp with time zone, not_before timestamp with time zone, created_at timestamp with time zone, traceparent text)
+CREATE FUNCTION public.pacer_item_command(i public.items) RETURNS TABLE(item_id text, job_id text, shard_id bigint, guid text, to_id text, content text, idem_key text, priority smallint, kind text, expire_at timestamp with time zone, not_before timestamp with time zone, created_at timestamp with time zone, traceparent text, tenant text)
     LANGUAGE sql STABLE ROWS 1
     AS $$
     SELECT i.item_id::text, i.job_id::text, i.shard_id, i.guid, i.to_id, i.content, i.idem_key,
-           i.priority, i.kind, i.expire_at, i.not_before, i.created_at, i.traceparent;
+           i.priority, i.kind, i.expire_at, i.not_before, i.created_at, i.traceparent,
+           (SELECT j.tenant FROM jobs j WHERE j.job_id = i.job_id);  -- an item's tenant is its job's
 $$;
 
 CREATE FUNCTION public.pacer_job_action(p_job uuid, p_action text, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text, status text)
@@ -964,6 +967,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    UPDATE guid_leases SET last_answer_at = clock_timestamp() WHERE guid = g;  -- a successor paces from here
     IF p_release_ledger THEN
         DELETE FROM send_ledger WHERE idem_key = p_idem_key AND item_id = p_item AND state = 'reserved';
     END IF;
@@ -1107,6 +1111,7 @@ CREATE TABLE public.api_tokens (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     revoked_at timestamp with time zone,
     last_used_at timestamp with time zone,
+    tenants text[],
     CONSTRAINT api_tokens_role_check CHECK ((role = ANY (ARRAY['operator'::text, 'tech_admin'::text, 'admin'::text])))
 );
 
@@ -1166,7 +1171,8 @@ CREATE TABLE public.guid_leases (
     released_by text,
     released_at timestamp with time zone,
     evicted_owner text,
-    evicted_until timestamp with time zone
+    evicted_until timestamp with time zone,
+    last_answer_at timestamp with time zone
 );
 
 CREATE TABLE public.guid_limits (
@@ -1295,6 +1301,7 @@ CREATE TABLE public.jobs (
     target_wait_reason text,
     target_owner text,
     target_lease_until timestamp with time zone,
+    tenant text DEFAULT 'default'::text NOT NULL,
     CONSTRAINT jobs_status_check CHECK ((status = ANY (ARRAY['running'::text, 'paused'::text, 'completed'::text, 'cancelled'::text, 'terminated'::text, 'awaiting_approval'::text]))),
     CONSTRAINT jobs_target_mode_check CHECK ((target_mode = ANY (ARRAY['snapshot'::text, 'requery'::text])))
 );
@@ -1400,6 +1407,32 @@ ALTER TABLE public.shards ALTER COLUMN shard_id ADD GENERATED ALWAYS AS IDENTITY
     CACHE 1
 );
 
+CREATE TABLE public.tenant_guids (
+    guid text NOT NULL,
+    tenant text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.tenant_usage (
+    tenant text NOT NULL,
+    day date NOT NULL,
+    sends bigint DEFAULT 0 NOT NULL
+);
+
+CREATE TABLE public.tenants (
+    name text NOT NULL,
+    base_url text,
+    credential text,
+    callback_secret text,
+    sends_per_day integer,
+    max_guids integer,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tenants_max_guids_check CHECK ((max_guids > 0)),
+    CONSTRAINT tenants_name_check CHECK ((name ~ '^[a-z0-9][a-z0-9_-]{0,62}$'::text)),
+    CONSTRAINT tenants_sends_per_day_check CHECK ((sends_per_day > 0))
+);
+
 ALTER TABLE ONLY public.guid_state_history ALTER COLUMN id SET DEFAULT nextval('public.guid_state_history_id_seq'::regclass);
 
 ALTER TABLE ONLY public.api_tokens
@@ -1477,6 +1510,15 @@ ALTER TABLE ONLY public.shards
 ALTER TABLE ONLY public.shards
     ADD CONSTRAINT shards_pkey PRIMARY KEY (shard_id);
 
+ALTER TABLE ONLY public.tenant_guids
+    ADD CONSTRAINT tenant_guids_pkey PRIMARY KEY (guid);
+
+ALTER TABLE ONLY public.tenant_usage
+    ADD CONSTRAINT tenant_usage_pkey PRIMARY KEY (tenant, day);
+
+ALTER TABLE ONLY public.tenants
+    ADD CONSTRAINT tenants_pkey PRIMARY KEY (name);
+
 CREATE INDEX audit_log_target ON public.audit_log USING btree (target_type, target_id, id);
 
 CREATE INDEX guid_limits_change ON public.guid_limits USING btree (change_xid);
@@ -1525,9 +1567,13 @@ CREATE INDEX jobs_created ON public.jobs USING btree (created_at DESC);
 
 CREATE INDEX jobs_requery_open ON public.jobs USING btree (created_at) WHERE ((target_mode = 'requery'::text) AND (dispatched_at IS NULL));
 
+CREATE INDEX jobs_tenant ON public.jobs USING btree (tenant, created_at);
+
 CREATE UNIQUE INDEX media_by_id ON public.media USING btree (guid, media_id);
 
 CREATE INDEX operator_conflicts_item ON public.operator_conflicts USING btree (item_id, at);
+
+CREATE INDEX tenant_guids_tenant ON public.tenant_guids USING btree (tenant);
 
 CREATE TRIGGER guid_limits_change BEFORE INSERT OR UPDATE ON public.guid_limits FOR EACH ROW EXECUTE FUNCTION public.pacer_stamp_limits_change();
 
@@ -1546,8 +1592,17 @@ CREATE TRIGGER shards_hold_lifted AFTER UPDATE OF status ON public.shards FOR EA
 ALTER TABLE ONLY public.job_target_pages
     ADD CONSTRAINT job_target_pages_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id);
 
+ALTER TABLE ONLY public.jobs
+    ADD CONSTRAINT jobs_tenant_fkey FOREIGN KEY (tenant) REFERENCES public.tenants(name);
+
 ALTER TABLE ONLY public.shard_status_counts
     ADD CONSTRAINT shard_status_counts_shard_id_fkey FOREIGN KEY (shard_id) REFERENCES public.shards(shard_id);
 
 ALTER TABLE ONLY public.shards
     ADD CONSTRAINT shards_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id);
+
+ALTER TABLE ONLY public.tenant_guids
+    ADD CONSTRAINT tenant_guids_tenant_fkey FOREIGN KEY (tenant) REFERENCES public.tenants(name);
+
+ALTER TABLE ONLY public.tenant_usage
+    ADD CONSTRAINT tenant_usage_tenant_fkey FOREIGN KEY (tenant) REFERENCES public.tenants(name);

@@ -9,6 +9,8 @@ from typing import overload
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
+from pacer_common.domain.ids import Guid, IdemKey, ItemId, JobId, ToId
+
 SCHEMA_VERSION = 1
 _enc = json.encoder.encode_basestring
 
@@ -19,13 +21,13 @@ class ItemCommand(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     schema_version: int = SCHEMA_VERSION
-    item_id: str
-    job_id: str
+    item_id: ItemId
+    job_id: JobId
     shard_id: int
-    guid: str
-    to_id: str
+    guid: Guid
+    to_id: ToId
     content: str
-    idem_key: str
+    idem_key: IdemKey
     priority: int
     kind: str
     expire_at: AwareDatetime | None = None
@@ -34,9 +36,11 @@ class ItemCommand(BaseModel):
     # of the job request it belongs to. Absent from commands of older planners.
     created_at: AwareDatetime | None = None
     traceparent: str | None = None
+    # The job's tenant: whose gateway (URL, credential, breaker) sends it.
+    tenant: str = "default"
 
 
-ItemFields = tuple[str, int, str, str, str, str]  # item_id, shard_id, guid, to_id, content, idem_key
+ItemFields = tuple[ItemId, int, Guid, ToId, str, IdemKey]  # item_id, shard_id, guid, to_id, content, idem_key
 
 
 class JobCommands(Sequence[ItemCommand]):
@@ -44,10 +48,10 @@ class JobCommands(Sequence[ItemCommand]):
     own as a tuple. A sequence of :class:`ItemCommand` like any other; :meth:`encoded` gives
     their JSON without building a model per item, which a million-item job would feel."""
 
-    def __init__(self, job_id: str, priority: int, kind: str, expire_at: datetime | None,
+    def __init__(self, job_id: JobId, priority: int, kind: str, expire_at: datetime | None,
                  not_before: datetime | None, items: Sequence[ItemFields], created_at: datetime | None = None,
-                 traceparent: str | None = None) -> None:
-        self.job_id, self.priority, self.kind = job_id, priority, kind
+                 traceparent: str | None = None, tenant: str = "default") -> None:
+        self.job_id, self.priority, self.kind, self.tenant = job_id, priority, kind, tenant
         self.expire_at, self.not_before = expire_at, not_before
         self.created_at, self.traceparent = created_at, traceparent
         self.items = items
@@ -68,13 +72,14 @@ class JobCommands(Sequence[ItemCommand]):
     def _command(self, f: ItemFields) -> ItemCommand:
         return ItemCommand(item_id=f[0], job_id=self.job_id, shard_id=f[1], guid=f[2], to_id=f[3], content=f[4],
                            idem_key=f[5], priority=self.priority, kind=self.kind, expire_at=self.expire_at,
-                           not_before=self.not_before, created_at=self.created_at, traceparent=self.traceparent)
+                           not_before=self.not_before, created_at=self.created_at, traceparent=self.traceparent,
+                           tenant=self.tenant)
 
     def encoded(self) -> Iterator[tuple[str, bytes]]:
         """``(guid, JSON)`` per item: byte for byte what ``model_dump_json()`` of its
         :class:`ItemCommand` gives. The fields after ``idem_key`` are the job's: pydantic
         encodes them once; each item's strings go through the json module's encoder."""
-        proto = self._command(("", 0, "", "", "", "")).model_dump_json()
+        proto = self._command((ItemId(""), 0, Guid(""), ToId(""), "", IdemKey(""))).model_dump_json()
         tail = proto[proto.index(',"priority":'):]
         job = _enc(self.job_id)
         for item_id, shard_id, guid, to_id, content, idem_key in self.items:

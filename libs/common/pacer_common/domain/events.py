@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, assert_never
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_serializer, model_validator
 
+from pacer_common.domain.ids import Guid, IdemKey, ItemId, JobId, ToId
 from pacer_common.domain.status import IllegalTransition, ItemStatus, check_transition
 
 EventType = Literal[
@@ -137,8 +138,8 @@ class ItemResolvedNotDelivered(_ByPerson):
 
 class ItemDuplicateIntercepted(_Payload):
     type: Literal["ItemDuplicateIntercepted"] = Field(default="ItemDuplicateIntercepted", exclude=True)
-    idem_key: str | None = None
-    holder: str | None = None  # the item that holds the key
+    idem_key: IdemKey | None = None
+    holder: ItemId | None = None  # the item that holds the key
 
 
 class ItemCancelled(_Failure):
@@ -149,14 +150,14 @@ class ItemCancelled(_Failure):
 
 class ItemCompensationCreated(_Payload):
     type: Literal["ItemCompensationCreated"] = Field(default="ItemCompensationCreated", exclude=True)
-    compensates: str | None = None
+    compensates: ItemId | None = None  # the item it stands in for
     actor: str | None = None
 
 
 class ItemTestSendCreated(_Payload):
     type: Literal["ItemTestSendCreated"] = Field(default="ItemTestSendCreated", exclude=True)
     actor: str | None = None
-    to_id: str | None = None
+    to_id: ToId | None = None
 
 
 class ItemReleased(_Payload):
@@ -200,10 +201,10 @@ class ItemEvent(BaseModel):
     schema_version: int = SCHEMA_VERSION
     seq: int
     type: EventType
-    item_id: str
-    job_id: str
+    item_id: ItemId
+    job_id: JobId
     shard_id: int
-    guid: str
+    guid: Guid
     version: int
     from_status: ItemStatus
     to_status: ItemStatus
@@ -211,6 +212,8 @@ class ItemEvent(BaseModel):
     payload: Payload
     # The item's W3C trace context (from its row): a Kafka header of the outcome, not its body.
     traceparent: str | None = Field(default=None, exclude=True)
+    # The item's job's tenant: the outcome's header ``pacer-tenant``, not its body.
+    tenant: str | None = Field(default=None, exclude=True)
 
     @model_validator(mode="before")
     @classmethod

@@ -1,4 +1,9 @@
-"""Typed identifiers. ``NewType`` keeps a guid from being passed where a to_id belongs."""
+"""Typed identifiers. ``NewType`` keeps a guid from being passed where a to_id belongs.
+
+Every signature and model field in ``pacer_common.domain`` and the services' ``domain/`` that
+holds one of these ids uses its type; adapters and the HTTP API wrap a value read from
+outside (``Guid(row["guid"])``) where it enters a domain call. Shard ids are plain ``int``
+(database serials, never confused with another id of the same type)."""
 
 from __future__ import annotations
 
@@ -8,7 +13,6 @@ from typing import NewType
 
 JobId = NewType("JobId", str)
 ItemId = NewType("ItemId", str)
-ShardId = NewType("ShardId", int)
 Guid = NewType("Guid", str)
 ToId = NewType("ToId", str)
 RequestId = NewType("RequestId", str)
@@ -17,7 +21,7 @@ IdemKey = NewType("IdemKey", str)
 _JOB_NAMESPACE = uuid.UUID("6b1f4a2e-4f7e-4d5e-9a55-1c0b8f3e2a10")
 
 
-def job_id_for(request_id: str) -> JobId:
+def job_id_for(request_id: RequestId) -> JobId:
     """A job's id is derived from its request id, so a re-published request maps to the same job."""
     return JobId(str(uuid.uuid5(_JOB_NAMESPACE, request_id)))
 

@@ -1,10 +1,12 @@
-"""What may be written to ``guid_limits``: the pacing fields a sender reads, validated.
+"""The pacing limits of a guid, defined once, and what may be written to ``guid_limits``.
 
-A hot limit change (``pacer limits`` or the Control API) is checked here before it is
-stored, so a typo or an impossible value is refused at the door instead of being ignored
-by every sender that reads it. The fields mirror the sender's ``Limits`` (a unit test keeps
-the two in step); only the window caps and quiet hours may be set to ``null`` (no cap, no
-quiet hours).
+:class:`Pacing` is the one definition of every pacing field: its type, its bounds and its
+default. The sender's ``Limits`` is this model with the pacing arithmetic added; a hot
+limit change (``pacer limits`` or the Control API) is any subset of these fields, checked
+here before it is stored, so a typo or an impossible value is refused at the door instead
+of being ignored by every sender that reads it; the sender's settings take their defaults
+from it. Only the fields whose default is ``null`` (the window caps, quiet hours) may be
+set to ``null``.
 """
 
 from __future__ import annotations
@@ -15,14 +17,18 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 Cap = Annotated[int, Field(gt=0)] | None
+JitterDist = Literal["uniform", "exponential"]
+
 
 def parse_quiet_hours(text: str) -> tuple[dtime, dtime]:
     """``"22:00-08:00"`` → (start, end), local times; the window may wrap midnight."""
@@ -35,57 +41,55 @@ def parse_quiet_hours(text: str) -> tuple[dtime, dtime]:
         raise ValueError(f"quiet_hours must look like 22:00-08:00, not {text!r}") from None
 
 
-NULLABLE = frozenset({"per_minute", "per_hour", "per_day", "quiet_hours"})
+def format_quiet_hours(span: tuple[dtime, dtime]) -> str:
+    """(start, end) → ``"22:00-08:00"``, as stored in ``guid_limits``."""
+    return "-".join(t.isoformat("minutes" if not t.second and not t.microsecond else "auto") for t in span)
 
 
-class LimitsPatch(BaseModel):
-    """Fields to override for one guid (or ``*``); unset fields keep their current value."""
+def _quiet_hours(value: Any) -> Any:
+    return parse_quiet_hours(value) if isinstance(value, str) else value
+
+
+QuietHours = Annotated[tuple[dtime, dtime], BeforeValidator(_quiet_hours),
+                       PlainSerializer(format_quiet_hours, return_type=str, when_used="json")]
+
+
+class Pacing(BaseModel):
+    """One account's pacing limits. Hot-adjustable: a new value applies from the next decision."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    min_interval_s: Annotated[float, Field(ge=0)] | None = None
-    jitter_s: Annotated[float, Field(ge=0)] | None = None
-    jitter_dist: Literal["uniform", "exponential"] | None = None
-    online_reserve: Annotated[float, Field(ge=0, lt=1)] | None = None
+    min_interval_s: float = Field(1.0, ge=0)
+    jitter_s: float = Field(0.5, ge=0)
+    jitter_dist: JitterDist = "uniform"
+    online_reserve: float = Field(0.2, ge=0, lt=1)
     per_minute: Cap = None
     per_hour: Cap = None
     per_day: Cap = None
-    quiet_hours: Annotated[str, Field(description="HH:MM-HH:MM local time, may wrap midnight")] | None = None
-    timezone: str | None = None
-    rate_limited_penalty: Annotated[float, Field(ge=1)] | None = None
-    penalty_decay: Annotated[float, Field(gt=0, le=1)] | None = None
-    max_penalty: Annotated[float, Field(ge=1)] | None = None
-    shed: bool | None = None
-    online_yield_s: Annotated[float, Field(ge=0)] | None = None
-
-    @field_validator("quiet_hours")
-    @classmethod
-    def _quiet_hours(cls, v: str | None) -> str | None:
-        if v is not None:
-            parse_quiet_hours(v)
-        return v
+    # [start, end) local time, may wrap midnight; written "HH:MM-HH:MM"
+    quiet_hours: QuietHours | None = None
+    timezone: str = "Asia/Shanghai"
+    rate_limited_penalty: float = Field(2.0, ge=1)
+    penalty_decay: float = Field(0.9, gt=0, le=1)
+    max_penalty: float = Field(32.0, ge=1)  # repeated rate limits slow the guid at most this many times
+    # Shedding: batch items that cannot go out before their expire_at at the guid's current
+    # rate are expired early (reason ``shed``) instead of waiting to expire at their turn.
+    shed: bool = True
+    # Batch yields entirely while an online command has waited longer than this (seconds).
+    online_yield_s: float = Field(10.0, ge=0)
 
     @field_validator("timezone")
     @classmethod
-    def _timezone(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
+    def _timezone(cls, v: str) -> str:
         try:
             ZoneInfo(v)
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError(f"unknown time zone {v!r} (use an IANA name such as Asia/Shanghai)") from None
         return v
 
-    @model_validator(mode="after")
-    def _no_null_for_required(self) -> LimitsPatch:
-        for name in self.model_fields_set - NULLABLE:
-            if getattr(self, name) is None:
-                raise ValueError(f"{name} cannot be null; only {', '.join(sorted(NULLABLE))} can")
-        return self
 
-    def overrides(self) -> dict[str, Any]:
-        """Only the fields given, JSON-ready: what is merged into ``guid_limits.limits``."""
-        return self.model_dump(mode="json", exclude_unset=True)
+DEFAULTS = Pacing()
+NULLABLE = frozenset(name for name, f in Pacing.model_fields.items() if f.default is None)
 
 
 class JobLimitsPatch(BaseModel):
@@ -106,14 +110,17 @@ class JobLimitsPatch(BaseModel):
                 raise ValueError(f"{name} cannot be null")
         return self
 
-    def overrides(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_unset=True)
-
 
 def parse_limits(values: dict[str, Any], target: str = "*") -> dict[str, Any]:
-    """Validated overrides for ``target`` (a guid, ``*``, or ``job:<job_id>``), or
-    :class:`ValueError` with one readable sentence."""
-    model: type[LimitsPatch] | type[JobLimitsPatch] = JobLimitsPatch if target.startswith("job:") else LimitsPatch
+    """Validated overrides for ``target`` (a guid, ``*``, or ``job:<job_id>``), JSON-ready,
+    or :class:`ValueError` with one readable sentence."""
+    job = target.startswith("job:")
+    model: type[Pacing] | type[JobLimitsPatch] = JobLimitsPatch if job else Pacing
+    if not values:
+        raise ValueError("invalid limits: give at least one limit to change")
+    nulls = sorted(k for k, v in values.items() if v is None and k in model.model_fields and k not in NULLABLE)
+    if nulls and not job:
+        raise ValueError(f"invalid limits: {', '.join(nulls)} cannot be null; only {', '.join(sorted(NULLABLE))} can")
     try:
         patch = model.model_validate(values)
     except ValidationError as exc:
@@ -125,7 +132,5 @@ def parse_limits(values: dict[str, Any], target: str = "*") -> dict[str, Any]:
                 msg = f"unknown limit (known: {', '.join(model.model_fields)})"
             parts.append(f"{where}: {msg}" if where else msg)
         raise ValueError("invalid limits: " + "; ".join(parts)) from None
-    out = patch.overrides()
-    if not out:
-        raise ValueError("invalid limits: give at least one limit to change")
-    return out
+    given = patch.model_dump(mode="json", include=set(values))
+    return {k: given[k] for k in values}

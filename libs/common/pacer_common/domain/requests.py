@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from pacer_common.domain.ids import Guid, RequestId, ToId
+
 # Every bound below is one a store or a transport has: Postgres text cannot hold NUL (and
 # the JSON parser refuses lone surrogates), integer columns are 32-bit, an indexed text
 # value must fit a btree row (~2700 bytes: 256 characters are at most 1024 bytes), and a
@@ -39,10 +41,15 @@ MAX_VAR_VALUE_CHARS = 4096
 EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC)
 
 NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=NO_NUL)]
+_ID = StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=NO_NUL)
 VarName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_VAR_NAME_CHARS, pattern=NO_NUL)]
 VarValue = Annotated[str, StringConstraints(max_length=MAX_VAR_VALUE_CHARS, pattern=NO_NUL)]
 Vars = Annotated[dict[VarName, VarValue], Field(max_length=MAX_VARS)]
 Int4 = Annotated[int, Field(ge=0, le=INT4_MAX)]
+# A tenant's name, as the ``tenants`` table's CHECK constraint has it (migrations/0023_tenants.sql).
+TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+TenantName = Annotated[str, StringConstraints(pattern=TENANT_NAME)]
+DEFAULT_TENANT = "default"
 
 
 def _storable_instant(value: datetime) -> datetime:
@@ -163,8 +170,8 @@ AnyMessage = TextMessage | MediaMessage | TagsMessage | SyncMessage
 
 
 class Target(_Model):
-    guid: NonEmpty
-    to_id: NonEmpty
+    guid: Annotated[Guid, _ID]
+    to_id: Annotated[ToId, _ID]
     vars: Vars = Field(default_factory=dict)
 
 
@@ -211,7 +218,7 @@ class Budget(_Model):
 class JobRequest(_Model):
     """One submitted request. Fields may be added; unknown fields are refused."""
 
-    request_id: NonEmpty
+    request_id: Annotated[RequestId, _ID]
     kind: JobKind
     created_by: NonEmpty
     message: Message
@@ -226,6 +233,8 @@ class JobRequest(_Model):
     # ticket_notify: business id and status version (idempotency and coalescing).
     business_id: NonEmpty | None = None
     status_version: Int4 | None = None
+    # The tenant (gateway token) whose gateway sends it; one that does not exist is dead-lettered.
+    tenant: TenantName = DEFAULT_TENANT
 
     @model_validator(mode="after")
     def _kind_fields(self) -> JobRequest:

@@ -21,6 +21,7 @@ from urllib.parse import quote
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from pacer_common.domain.ids import IdemKey
 from pacer_common.domain.requests import (
     NO_NUL,
     JobKind,
@@ -37,7 +38,7 @@ MAX_COMMAND_BYTES = 256 * 1024  # an item command, well under a Kafka record's d
 TARGET_MODES = ("snapshot", "requery")
 MESSAGE_TAGS = ("text", "media", "tags", "sync")
 
-Rendered = tuple[Target, str, str]  # a target, its rendered content, its idempotency key
+Rendered = tuple[Target, str, IdemKey]  # a target, its rendered content, its idempotency key
 
 
 class InvalidRequest(ValueError):
@@ -97,7 +98,7 @@ def prepare(req: JobRequest, now: datetime) -> ValidRequest:
     return ValidRequest(req, fields, out)
 
 
-def render_target(req: JobRequest, target: Target, variables: Mapping[str, str], where: str) -> tuple[str, str]:
+def render_target(req: JobRequest, target: Target, variables: Mapping[str, str], where: str) -> tuple[str, IdemKey]:
     """One target's content and idempotency key, or :class:`CannotPlan` naming ``where``."""
     try:
         content = (render(req.message.content, variables) if isinstance(req.message, TextMessage)
@@ -119,7 +120,7 @@ def _part(value: str) -> str:
     return quote(value, safe="")
 
 
-def idem_key(req: JobRequest, target: Target) -> str:
+def idem_key(req: JobRequest, target: Target) -> IdemKey:
     """The business idempotency key of one customer-visible send.
 
     auto-reply: guid + the message answered; ticket notification: business id + status
@@ -127,10 +128,10 @@ def idem_key(req: JobRequest, target: Target) -> str:
     """
     guid, to_id = _part(target.guid), _part(target.to_id)
     if req.kind is JobKind.AUTO_REPLY:
-        return f"reply:{guid}:{_part(req.source_msg_uid or '')}:{to_id}"
+        return IdemKey(f"reply:{guid}:{_part(req.source_msg_uid or '')}:{to_id}")
     if req.kind is JobKind.TICKET_NOTIFY:
-        return f"ticket:{_part(req.business_id or '')}:v{req.status_version}:{guid}:{to_id}"
-    return f"push:{_part(req.request_id)}:{guid}:{to_id}:v{req.content_version}"
+        return IdemKey(f"ticket:{_part(req.business_id or '')}:v{req.status_version}:{guid}:{to_id}")
+    return IdemKey(f"push:{_part(req.request_id)}:{guid}:{to_id}:v{req.content_version}")
 
 
 def storable(text: str) -> bool:

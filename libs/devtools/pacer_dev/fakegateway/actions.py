@@ -11,10 +11,10 @@ Admin (``/_admin/actions``): ``PUT`` knobs (``media_ready_after_ms``: how long a
 counters (uploads, sends refused because the media was not ready — a client that waits
 correctly keeps that at 0). ``PUT /_admin/devices/{guid}`` ``{"status": ...}`` sets a device's
 status: anything but ``online`` makes the guid's sends answer its code (1001 offline, 1002
-kicked, 1003 unauthorized) through the ``fail_guids`` knob, and the listeners in
-``Actions.on_device_status`` (the callback poster) hear of it. ``PUT /_admin/customers/{id}``
+kicked, 1003 unauthorized) through the ``fail_guids`` knob, and a ``device.status`` callback
+is posted to the tenant's callback URL (``"tenant"`` in the body, default ``default``). ``PUT /_admin/customers/{id}``
 seeds a customer; ``PUT /_admin/media/{mediaId}`` ``{"status": "ready"|"failed"}`` settles a
-media now.
+media now and posts its ``media.ready`` callback.
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ class Actions:
     uploads: int = 0
     status_polls: int = 0
     sends_unready: int = 0
-    on_device_status: list[Callable[[str, str], None]] = field(default_factory=list)
+    # (tenant, cmd, guid, data) → the callback poster (tenants.Tenants.emit), set by the app
+    on_event: list[Callable[[str, str, str, dict[str, Any]], None]] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     # -- media --------------------------------------------------------------------------
@@ -139,7 +140,7 @@ class Actions:
         return outcome
 
     # -- devices ------------------------------------------------------------------------
-    def set_device(self, guid: str, status: str) -> None:
+    def set_device(self, guid: str, status: str, tenant: str = "default") -> None:
         self.devices[guid] = status
         failing = dict(self.gw.config.fail_guids)
         if status == "online":
@@ -147,8 +148,8 @@ class Actions:
         else:
             failing[guid] = DEVICE_CODES[status]
         self.gw.update_config({"fail_guids": failing})
-        for listener in self.on_device_status:
-            listener(guid, status)
+        for listener in self.on_event:
+            listener(tenant, "device.status", guid, {"status": status})
 
     def stats(self) -> dict[str, Any]:
         return {"uploads": self.uploads, "media": len(self.media), "status_polls": self.status_polls,
@@ -281,6 +282,9 @@ def action_routes(app: FastAPI, gw: GatewayState) -> Actions:
         if m is None or status not in ("ready", "failed"):
             return JSONResponse({"error": "a known mediaId; status: ready or failed"}, status_code=400)
         m.forced = status
+        for listener in actions.on_event:
+            listener(str(b.get("tenant", "default")), "media.ready", m.guid,
+                     {"mediaId": media_id, "ok": status == "ready"})
         return JSONResponse({"mediaId": media_id, "status": status})
 
     @app.put("/_admin/devices/{guid}")
@@ -289,7 +293,7 @@ def action_routes(app: FastAPI, gw: GatewayState) -> Actions:
         status = b.get("status") if isinstance(b, dict) else None
         if status != "online" and status not in DEVICE_CODES:
             return JSONResponse({"error": "status: online, offline, kicked or unauthorized"}, status_code=400)
-        actions.set_device(guid, status)
+        actions.set_device(guid, status, str(b.get("tenant", "default")))
         return JSONResponse({"guid": guid, "status": status})
 
     @app.put("/_admin/customers/{customer_id}")

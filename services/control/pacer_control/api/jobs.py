@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
 
+from pacer_common.domain.ids import Guid, ItemId, JobId
 from pacer_common.domain.requests import JobKind
 from pacer_common.domain.status import ItemStatus
 from pacer_control.api.auth import Caller, Ctl, guard
@@ -49,14 +50,15 @@ Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
 TextQuery = Annotated[str | None, Query(min_length=1, max_length=256, pattern=NO_NUL)]
 
 
-@router.get("/jobs", response_model=JobPage, summary="List jobs, newest first", **guard("jobs.view", 404, 422))
-async def list_jobs(ctl: Ctl, status: JobStatus | None = None, kind: JobKind | None = None,
+@router.get("/jobs", response_model=JobPage, summary="List jobs, newest first (a scoped token: its tenants' only)",
+            **guard("jobs.view", 404, 422, tenant_filtered=True))
+async def list_jobs(ctl: Ctl, who: Caller, status: JobStatus | None = None, kind: JobKind | None = None,
                     created_by: TextQuery = None, limit: Limit = DEFAULT_PAGE,
                     before: Annotated[uuid.UUID | None, Query(description="a job id: jobs created before it")] = None,
                     since: Annotated[date | None, Query(description="only jobs created on or after this day (UTC)")]
                     = None) -> dict[str, Any]:
-    f = JobFilter(status, kind, created_by, limit, str(before) if before else None,
-                  datetime.combine(since, time(), UTC) if since else None)
+    f = JobFilter(status, kind, created_by, limit, JobId(str(before)) if before else None,
+                  datetime.combine(since, time(), UTC) if since else None, who.tenants)
     rows = await ctl.jobs(f)
     return {"jobs": rows, "next_before": next_cursor(rows, limit, "job_id")}
 
@@ -137,7 +139,7 @@ async def confirm_budget(job_id: JobIdPath, body: BudgetBody, ctl: Ctl, who: Cal
 async def retry_job_items(job_id: JobIdPath, body: RetryBody, ctl: Ctl, who: Caller) -> dict[str, Any]:
     f = None
     if body.filter is not None:
-        f = RetryFilter(ItemStatus(body.filter.status), body.filter.error_class, body.filter.guid)
+        f = RetryFilter(ItemStatus(body.filter.status), body.filter.error_class, _guid(body.filter.guid))
     ids = [str(i) for i in body.item_ids] if body.item_ids is not None else None
     results, totals = await ctl.retry_job_items(str(job_id), who, ids, f, body.reason)
     return {"totals": totals, "results": results}
@@ -170,7 +172,7 @@ async def list_items(job_id: JobIdPath, ctl: Ctl, status: ItemStatus | None = No
                      error_class: TextQuery = None, limit: Limit = DEFAULT_PAGE,
                      after: Annotated[uuid.UUID | None, Query(description="an item id: the page starts after it")]
                      = None) -> dict[str, Any]:
-    f = ItemFilter((status,) if status else None, guid, error_class, False, limit, str(after) if after else None)
+    f = ItemFilter((status,) if status else None, _guid(guid), error_class, False, limit, ItemId(str(after)) if after else None)
     rows = await ctl.items(str(job_id), f)
     return {"items": rows, "next_after": next_cursor(rows, limit, "item_id")}
 
@@ -182,8 +184,8 @@ async def list_failed(job_id: JobIdPath, ctl: Ctl,
                       status: Literal["failed", "unverified", "expired", "abandoned"] | None = None,
                       guid: TextQuery = None, error_class: TextQuery = None, limit: Limit = DEFAULT_PAGE,
                       after: uuid.UUID | None = None) -> dict[str, Any]:
-    f = ItemFilter((ItemStatus(status),) if status else None, guid, error_class, True, limit,
-                   str(after) if after else None).failed()
+    f = ItemFilter((ItemStatus(status),) if status else None, _guid(guid), error_class, True, limit,
+                   ItemId(str(after)) if after else None).failed()
     rows = await ctl.items(str(job_id), f)
     return {"items": rows, "next_after": next_cursor(rows, limit, "item_id")}
 
@@ -220,3 +222,7 @@ async def release_item_lock(item_id: uuid.UUID, body: ReasonBody, ctl: Ctl, who:
              **guard("items.cancel", 404, 409, 422))
 async def cancel_item(item_id: uuid.UUID, ctl: Ctl, who: Caller, body: ActionBody | None = None) -> Any:
     return respond(await ctl.cancel_item(str(item_id), who, body.reason if body else None))
+
+
+def _guid(value: str | None) -> Guid | None:
+    return None if value is None else Guid(value)

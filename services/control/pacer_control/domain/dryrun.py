@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from pacer_common.domain.ids import Guid, RequestId, ToId
 from pacer_common.domain.requests import lane_of
 from pacer_common.domain.validation import CannotPlan, ValidRequest
 
@@ -19,19 +20,19 @@ DryRunError = CannotPlan
 
 @dataclass(frozen=True)
 class Sample:
-    guid: str
-    to_id: str
+    guid: Guid
+    to_id: ToId
     content: str
 
 
 @dataclass(frozen=True)
 class DryRun:
-    request_id: str
+    request_id: RequestId
     kind: str
     priority: int
     lane: str
     items: int | None  # None: the audience is fetched when the job is planned (requery)
-    shards: dict[str, int]  # guid → items
+    shards: dict[Guid, int]  # guid → items
     samples: list[Sample]
     template_fields: list[str]
     budget_max_sends: int | None
@@ -49,7 +50,7 @@ def dry_run(valid: ValidRequest, now: datetime, samples: int = 5) -> DryRun:
                 f"so items, shards and samples are not known yet")
         return DryRun(req.request_id, req.kind.value, priority, lane_of(priority), None, {}, [],
                       valid.template_fields, budget, [note])
-    shards: dict[str, int] = {}
+    shards: dict[Guid, int] = {}
     for target, _, _ in valid.targets:
         shards[target.guid] = shards.get(target.guid, 0) + 1
     shown = [Sample(t.guid, t.to_id, content) for t, content, _ in valid.targets[:samples]]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from pacer_common.domain.ids import Guid, ItemId, JobId
 from pacer_common.domain.requests import JobKind
 from pacer_common.domain.status import ItemStatus as S
 
@@ -34,18 +35,19 @@ class JobFilter:
     kind: JobKind | None = None
     created_by: str | None = None
     limit: int = DEFAULT_PAGE
-    before: str | None = None  # a job id: list jobs created before it (newest first)
+    before: JobId | None = None  # a job id: list jobs created before it (newest first)
     since: datetime | None = None  # only jobs created at or after this time
+    tenants: frozenset[str] | None = None  # only these tenants' jobs (a scoped token's); None: all
 
 
 @dataclass(frozen=True)
 class ItemFilter:
     statuses: tuple[S, ...] | None = None
-    guid: str | None = None
+    guid: Guid | None = None
     error_class: str | None = None
     only_with_error: bool = False
     limit: int = DEFAULT_PAGE
-    after: str | None = None  # an item id: the page starts after it (items by id)
+    after: ItemId | None = None  # an item id: the page starts after it (items by id)
 
     def failed(self) -> ItemFilter:
         """This filter narrowed to items that ended without delivery and carry an error."""
@@ -69,7 +71,7 @@ class RetryFilter:
 
     status: S = S.FAILED
     error_class: str | None = None
-    guid: str | None = None
+    guid: Guid | None = None
 
 
 def check_retry_status(status: S) -> str | None:

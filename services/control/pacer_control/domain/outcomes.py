@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pacer_common.domain.ids import ItemId
+
 # done: changed; noop: already so, nothing changed; conflict: not allowed now (message says
 # why); not_found: no such target.
 Outcome = Literal["done", "noop", "conflict", "not_found"]
@@ -34,9 +36,9 @@ CANCEL_OUTCOMES: dict[str, Outcome] = {
 class ItemRetry:
     """One item's answer in a bulk retry (``outcome`` as pacer_retry_item says it)."""
 
-    item_id: str
+    item_id: ItemId
     outcome: str
-    new_item: str | None
+    new_item: ItemId | None
     message: str
 
 

@@ -8,6 +8,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from pacer_common.domain.ids import RequestId
+
 COLUMNS: tuple[str, ...] = (
     "item_id", "guid", "to_id", "status", "attempts", "last_error_class", "last_error", "updated_at",
 )
@@ -40,7 +42,7 @@ def lines(rows: Iterable[Sequence[Any]], raw: bool = False) -> str:
     return out.getvalue()
 
 
-def filename(request_id: str) -> str:
+def filename(request_id: RequestId) -> str:
     """A safe download name derived from the job's request id."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in request_id)[:100]
     return f"pacer-report-{safe or 'job'}.csv"

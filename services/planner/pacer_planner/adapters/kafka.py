@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from confluent_kafka import Message, Producer
+from prometheus_client import CollectorRegistry
 
 from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand, JobCommands
 from pacer_common.domain.requests import LANES, lane_of
-from pacer_common.kafka import AsyncConsumer, next_offset, produce_all
+from pacer_common.kafka import MAX_REQUEST_BYTES, AsyncConsumer, make_consumer, make_producer, next_offset, produce_all
+from pacer_common.metrics import consumer_lag_config
+from pacer_common.settings import KafkaSettings
 
 MAX_REASON_CHARS = 2000  # a header, not a document: the reason's first part says what is wrong
 DLQ_TIMEOUT_S = 15.0  # a dead-letter record not acknowledged by then: retried, the offset stays
@@ -22,6 +26,13 @@ class KafkaCommandBus:
         self.producer = producer
         self.commands_topic = commands_topic  # lane → topic
         self.dlq_topic = dlq_topic
+
+    @classmethod
+    def create(cls, kafka: KafkaSettings) -> KafkaCommandBus:
+        """A bus with a producer of its own; a dead-letter record is a request (up to
+        MAX_REQUEST_BYTES) plus its reason headers."""
+        producer = make_producer(kafka.client_config(), **{"message.max.bytes": MAX_REQUEST_BYTES + 1_048_576})
+        return cls(producer, kafka.item_commands, kafka.job_requests_dlq)
 
     def dispatch(self, commands: Sequence[ItemCommand]) -> int:
         """Produce and flush every command; raises unless Kafka acknowledged all of them."""
@@ -49,6 +60,10 @@ class KafkaCommandBus:
         ]
         produce_all(self.producer, [(self.dlq_topic, key, value, headers)], timeout_s=DLQ_TIMEOUT_S)
 
+    def close(self) -> None:
+        """Deliver what is still queued (each dispatch flushes already; this is for a stop mid-way)."""
+        self.producer.flush(10)
+
 
 class KafkaRequestSource:
     """Job requests from the planner's consumer; a commit names the offset after a message."""
@@ -56,8 +71,23 @@ class KafkaRequestSource:
     def __init__(self, consumer: AsyncConsumer) -> None:
         self.consumer = consumer
 
+    @classmethod
+    async def create(cls, kafka: KafkaSettings, group_id: str | None, registry: CollectorRegistry) -> KafkaRequestSource:
+        """Subscribed to ``<prefix>.job-requests`` in group ``group_id`` (default
+        ``<prefix>.planner``), sized for the largest request."""
+        large: dict[str, Any] = {"fetch.max.bytes": MAX_REQUEST_BYTES,
+                                 "receive.message.max.bytes": MAX_REQUEST_BYTES + 1_048_576}
+        consumer = AsyncConsumer(make_consumer(kafka.client_config(), group_id or f"{kafka.topic_prefix}.planner",
+                                               **large, **consumer_lag_config(registry)))
+        await consumer.call(consumer.consumer.subscribe, [kafka.job_requests])
+        return cls(consumer)
+
     async def consume(self, n: int, timeout_s: float) -> list[Message]:
         return await self.consumer.consume(n, timeout_s)
 
     async def commit(self, msg: Message) -> None:
         await self.consumer.commit([next_offset(msg)])
+
+    async def close(self) -> None:
+        """Leave the consumer group."""
+        await self.consumer.close()

@@ -16,6 +16,8 @@ from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.ids import Guid
+from pacer_planner.domain.admission import tenant_refusal
 from pacer_planner.domain.planning import Plan
 from pacer_planner.domain.sharding import ShardKey
 from pacer_planner.ports import Stored, StoreRefused
@@ -31,7 +33,7 @@ sql = loader("pacer_planner.adapters.sql")
 
 
 async def insert_shards(conn: AsyncConnection[Any], job_id: str, shards: Mapping[ShardKey, int],
-                        subs: Mapping[str, int]) -> dict[ShardKey, int]:
+                        subs: Mapping[Guid, int]) -> dict[ShardKey, int]:
     """Create shards (guid, sub) with their totals; ``subs`` is each guid's sub count."""
     if not shards:
         return {}
@@ -41,6 +43,17 @@ async def insert_shards(conn: AsyncConnection[Any], job_id: str, shards: Mapping
         "counts": [subs.get(g, 1) for g, _ in keys], "totals": [shards[k] for k in keys],
     })
     return {(r["guid"], r["sub"]): r["shard_id"] for r in await cur.fetchall()}
+
+
+async def claim_guids(conn: AsyncConnection[Any], tenant: str, guids: list[str]) -> None:
+    """Record ``guids`` as ``tenant``'s, or raise :class:`RefusedError` with the reason (the
+    caller's transaction rolls back: nothing of the job is stored)."""
+    cur = await conn.execute(sql("tenant_guids"), {"tenant": tenant, "guids": guids})
+    row = await cur.fetchone()
+    assert row is not None
+    reason = tenant_refusal(tenant, row["known"], list(row["foreign"]), int(row["held"]), row["max_guids"])
+    if reason is not None:
+        raise RefusedError(reason)
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,7 @@ class PostgresJobStore:
         req = plan.request
         snapshot = req.targets.mode == "snapshot"
         async with self.pool.connection() as conn, synchronous_transaction(conn, pipeline=False):
+            await claim_guids(conn, req.tenant, list(plan.per_guid))
             cur = await conn.execute(sql("insert_job"), {
                 "job_id": plan.job_id, "request_id": req.request_id, "kind": req.kind.value,
                 "priority": plan.priority, "created_by": req.created_by,
@@ -80,6 +94,7 @@ class PostgresJobStore:
                 "coalesce_key": plan.coalesce[0] if plan.coalesce else None,
                 "coalesce_version": plan.coalesce[1] if plan.coalesce else None,
                 "approval_above": self.approval.above_items, "approve_new": self.approval.new_content,
+                "tenant": req.tenant,
             })
             if await cur.fetchone() is None:
                 row = await (await conn.execute(sql("job_dispatched"), {"request_id": req.request_id})).fetchone()
@@ -106,10 +121,10 @@ class PostgresJobStore:
 
         return await with_retry(work)
 
-    async def queued(self, guids: Sequence[str]) -> dict[str, int]:
+    async def queued(self, guids: Sequence[Guid]) -> dict[Guid, int]:
         """Items waiting to be sent (pending or waiting to retry), per guid."""
 
-        async def work() -> dict[str, int]:
+        async def work() -> dict[Guid, int]:
             async with self.pool.connection() as conn:
                 rows = await (await conn.execute(sql("backlog"), {"guids": list(guids)})).fetchall()
             return {r["guid"]: int(r["queued"]) for r in rows}

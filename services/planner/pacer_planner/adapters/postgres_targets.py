@@ -19,8 +19,9 @@ from pacer_common.db.durable import synchronous_transaction
 from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.db.pool import Pool
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.ids import Guid
 from pacer_common.domain.requests import JobRequest
-from pacer_planner.adapters.postgres import insert_shards, sql
+from pacer_planner.adapters.postgres import claim_guids, insert_shards, sql
 from pacer_planner.domain.sharding import ShardKey
 from pacer_planner.domain.targets import Page, PagePlan
 from pacer_planner.ports import PageRejected, PageStored, PagingState
@@ -49,11 +50,11 @@ class PostgresTargetStore:
         return PagingState(r["job_id"], JobRequest.model_validate(r["request"]), r["status"], r["target_cursor"],
                            r["target_pages"], r["complete"])
 
-    async def known_subs(self, job_id: str, guids: Sequence[str]) -> dict[str, int]:
+    async def known_subs(self, job_id: str, guids: Sequence[Guid]) -> dict[Guid, int]:
         rows = await self._rows("page_shards", {"job_id": job_id, "guids": list(guids)})
         return {r["guid"]: r["subs"] for r in rows}
 
-    async def queued(self, guids: Sequence[str]) -> dict[str, int]:
+    async def queued(self, guids: Sequence[Guid]) -> dict[Guid, int]:
         rows = await self._rows("backlog", {"guids": list(guids)})
         return {r["guid"]: int(r["queued"]) for r in rows}
 
@@ -76,8 +77,11 @@ class PostgresTargetStore:
         if (lock is None or lock["target_owner"] != owner or lock["target_pages"] != state.pages
                 or lock["complete"] or lock["status"] not in ("running", "paused")):
             return None
-        shard_ids = await _page_shards(conn, job_id, plan)
         req = state.request
+        # The page's guids become the job's tenant's, or the page is refused (another tenant's
+        # guid, past max_guids): the job is then held with the reason.
+        await claim_guids(conn, req.tenant, list(plan.per_guid))
+        shard_ids = await _page_shards(conn, job_id, plan)
         items = plan.items
         cur = await conn.execute(sql("page_items"), {
             "job_id": job_id, "priority": req.effective_priority, "kind": req.kind.value,

@@ -19,6 +19,7 @@ from typing import Literal
 
 from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand, JobCommands
+from pacer_common.domain.ids import JobId
 from pacer_common.domain.requests import JobRequest
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.logs import bind
@@ -52,9 +53,9 @@ class Handled:
 
 def item_commands(job_id: str, req: JobRequest, priority: int, not_before: datetime | None,
                   items: Iterable[PlannedItem], shard_ids: Mapping[ShardKey, int]) -> JobCommands:
-    return JobCommands(job_id, priority, req.kind.value, req.expire_at, not_before, [
+    return JobCommands(JobId(job_id), priority, req.kind.value, req.expire_at, not_before, [
         (it.item_id, shard_ids[it.shard], it.guid, it.to_id, it.content, it.idem_key) for it in items],
-        created_at=datetime.now(UTC), traceparent=tracing.current())
+        created_at=datetime.now(UTC), traceparent=tracing.current(), tenant=req.tenant)
 
 
 def commands_for(p: Plan, shard_ids: Mapping[ShardKey, int]) -> JobCommands:

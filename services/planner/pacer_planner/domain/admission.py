@@ -14,22 +14,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from pacer_common.domain.ids import Guid
 from pacer_common.domain.requests import lane_of
 from pacer_planner.domain.planning import Plan
 
 
-def refusal(plan: Plan, queued: Mapping[str, int], limit: int) -> str | None:
+def refusal(plan: Plan, queued: Mapping[Guid, int], limit: int) -> str | None:
     """Why this plan may not be admitted, or None if it may."""
     reason = _over(plan.priority, plan.per_guid, queued, limit, "this request", strict=True)
     return None if reason is None else f"{reason}; retry later or split the request"
 
 
-def page_refusal(priority: int, adds: Mapping[str, int], queued: Mapping[str, int], limit: int) -> str | None:
+def page_refusal(priority: int, adds: Mapping[Guid, int], queued: Mapping[Guid, int], limit: int) -> str | None:
     """Why a requery page must wait, or None if it may be stored now."""
     return _over(priority, adds, queued, limit, "this page", strict=False)
 
 
-def _over(priority: int, adds: Mapping[str, int], queued: Mapping[str, int], limit: int, what: str,
+def _over(priority: int, adds: Mapping[Guid, int], queued: Mapping[Guid, int], limit: int, what: str,
           *, strict: bool) -> str | None:
     if lane_of(priority) == "online":
         return None
@@ -42,3 +43,16 @@ def _over(priority: int, adds: Mapping[str, int], queued: Mapping[str, int], lim
     more = f" (and {len(over) - 1} more guids)" if len(over) > 1 else ""
     return (f"admission refused: guid {guid!r} has {q} queued items and {what} adds {n}, "
             f"over the limit of {limit} per guid{more}")
+
+
+def tenant_refusal(tenant: str, known: bool, foreign: list[str], held: int, max_guids: int | None) -> str | None:
+    """Why a job may not be stored for ``tenant``, or None: the tenant must exist, its guids
+    must not be another tenant's, and it may hold at most ``max_guids`` guids."""
+    if not known:
+        return f"unknown tenant {tenant!r}: create it first (POST /api/v1/tenants) or leave 'tenant' out for 'default'"
+    if foreign:
+        return (f"guid {foreign[0]!r} belongs to another tenant than {tenant!r}; a guid sends for one tenant only"
+                + (f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""))
+    if max_guids is not None and held > max_guids:
+        return f"tenant {tenant!r} would hold {held} guids, over its quota of {max_guids} (max_guids)"
+    return None

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from pacer_common.domain.ids import JobId, job_id_for, new_item_ids
+from pacer_common.domain.ids import Guid, IdemKey, ItemId, JobId, ToId, job_id_for, new_item_ids
 from pacer_common.domain.requests import JobKind, JobRequest
 from pacer_common.domain.templates import render as render  # re-exported: the requery pages render too
 from pacer_common.domain.templates import template_fields as _template_fields
@@ -27,11 +27,11 @@ PlanError = CannotPlan
 
 @dataclass(frozen=True, slots=True)
 class PlannedItem:
-    item_id: str
-    guid: str
-    to_id: str
+    item_id: ItemId
+    guid: Guid
+    to_id: ToId
     content: str
-    idem_key: str
+    idem_key: IdemKey
     sub: int = 0
 
     @property
@@ -47,9 +47,9 @@ def count_shards(items: list[PlannedItem]) -> dict[ShardKey, int]:
     return shards
 
 
-def count_guids(shards: Mapping[ShardKey, int]) -> dict[str, int]:
+def count_guids(shards: Mapping[ShardKey, int]) -> dict[Guid, int]:
     """Items per guid, summed over its sub-shards."""
-    out: dict[str, int] = {}
+    out: dict[Guid, int] = {}
     for (guid, _), n in shards.items():
         out[guid] = out.get(guid, 0) + n
     return out
@@ -64,10 +64,10 @@ class Plan:
     items: list[PlannedItem]
     not_before: datetime | None = None  # the request's, or later: held for coalescing
     coalesce: tuple[str, int] | None = None  # (business id, status version) of a ticket notification
-    subs: dict[str, int] = field(default_factory=dict)  # guid → its number of sub-shards
+    subs: dict[Guid, int] = field(default_factory=dict)  # guid → its number of sub-shards
 
     @property
-    def per_guid(self) -> dict[str, int]:
+    def per_guid(self) -> dict[Guid, int]:
         return count_guids(self.shards)
 
 
@@ -97,7 +97,7 @@ def plan(req: JobRequest | ValidRequest, now: datetime, coalesce_window: timedel
     job_id = job_id_for(request.request_id)
     if valid.targets is None:  # requery: its targets are paged in
         return Plan(job_id, request, request.effective_priority, {}, [], not_before, coalesce)
-    per_guid: dict[str, int] = {}
+    per_guid: dict[Guid, int] = {}
     for target, _, _ in valid.targets:
         per_guid[target.guid] = per_guid.get(target.guid, 0) + 1
     subs = sub_counts(per_guid, max_shard_items)
@@ -105,7 +105,7 @@ def plan(req: JobRequest | ValidRequest, now: datetime, coalesce_window: timedel
     return Plan(job_id, request, request.effective_priority, count_shards(items), items, not_before, coalesce, subs)
 
 
-def planned_items(rendered: Sequence[Rendered], subs: Mapping[str, int]) -> list[PlannedItem]:
+def planned_items(rendered: Sequence[Rendered], subs: Mapping[Guid, int]) -> list[PlannedItem]:
     """One item per rendered target, in its guid's sub-shard, with a fresh id."""
     return [
         PlannedItem(item_id, t.guid, t.to_id, content, key, sub_of(t.to_id, subs[t.guid]))

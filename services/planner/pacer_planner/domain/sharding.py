@@ -12,13 +12,15 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Mapping
 
+from pacer_common.domain.ids import Guid, ToId
+
 # (guid, sub): the identity of a shard within a job.
-ShardKey = tuple[str, int]
+ShardKey = tuple[Guid, int]
 
 DEFAULT_MAX_SHARD_ITEMS = 50_000
 
 
-def target_hash(to_id: str) -> int:
+def target_hash(to_id: ToId) -> int:
     """A stable, unsigned 32-bit hash of a target's ``to_id``."""
     return zlib.crc32(to_id.encode("utf-8"))
 
@@ -30,19 +32,19 @@ def sub_count(n: int, max_items: int) -> int:
     return max(1, -(-n // max_items))
 
 
-def sub_of(to_id: str, subs: int) -> int:
+def sub_of(to_id: ToId, subs: int) -> int:
     """The sub-shard of a target among ``subs``."""
     return 0 if subs <= 1 else target_hash(to_id) % subs
 
 
-def sub_counts(per_guid: Mapping[str, int], max_items: int) -> dict[str, int]:
+def sub_counts(per_guid: Mapping[Guid, int], max_items: int) -> dict[Guid, int]:
     """The sub count of each guid, from its number of items."""
     return {guid: sub_count(n, max_items) for guid, n in per_guid.items()}
 
 
-def per_guid(keys: Iterable[str]) -> dict[str, int]:
+def per_guid(keys: Iterable[Guid]) -> dict[Guid, int]:
     """How many times each guid occurs, in first-seen order."""
-    counts: dict[str, int] = {}
+    counts: dict[Guid, int] = {}
     for guid in keys:
         counts[guid] = counts.get(guid, 0) + 1
     return counts

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import ValidationError
 
+from pacer_common.domain.ids import Guid
 from pacer_common.domain.requests import JobRequest, RequeryTargets, Target
 from pacer_common.domain.validation import CannotPlan, Rendered, error_text, render_target, storable
 from pacer_planner.domain.planning import PlannedItem, count_guids, count_shards, planned_items
@@ -94,7 +95,7 @@ class PagePlan:
     """The items a page adds (before removing targets the job already has)."""
 
     items: list[PlannedItem]
-    new_subs: dict[str, int]  # guids first seen on this page → their sub count, fixed from now on
+    new_subs: dict[Guid, int]  # guids first seen on this page → their sub count, fixed from now on
     duplicates: int  # targets repeated within the page
     invalid: int  # the page's invalid targets plus those that could not be rendered
     first_error: str | None
@@ -104,11 +105,11 @@ class PagePlan:
         return count_shards(self.items)
 
     @property
-    def per_guid(self) -> dict[str, int]:
+    def per_guid(self) -> dict[Guid, int]:
         return count_guids(self.shards)
 
 
-def plan_page(req: JobRequest, page: Page, known_subs: Mapping[str, int], max_shard_items: int) -> PagePlan:
+def plan_page(req: JobRequest, page: Page, known_subs: Mapping[Guid, int], max_shard_items: int) -> PagePlan:
     """Render the page's targets. A guid already in the job keeps its sub count; a new guid
     gets ``ceil(its targets on this page / max_shard_items)`` sub-shards, fixed from then on
     (the size of a requery set is not known up front)."""
@@ -130,7 +131,7 @@ def plan_page(req: JobRequest, page: Page, known_subs: Mapping[str, int], max_sh
             first_error = first_error or str(exc)
             continue
         rendered.append((target, content, key))
-    new_counts: dict[str, int] = {}
+    new_counts: dict[Guid, int] = {}
     for target, _, _ in rendered:
         if target.guid not in known_subs:
             new_counts[target.guid] = new_counts.get(target.guid, 0) + 1

@@ -6,13 +6,24 @@ from collections.abc import Sequence
 
 from confluent_kafka import TopicPartition
 
-from pacer_common.kafka import AsyncConsumer, position
+from pacer_common.kafka import AsyncConsumer, make_consumer, position
+from pacer_common.settings import KafkaSettings
 from pacer_reconciler.ports import RawCallback
 
 
 class KafkaCallbackSource:
     def __init__(self, consumer: AsyncConsumer) -> None:
         self.consumer = consumer
+
+    @classmethod
+    async def create(cls, kafka: KafkaSettings, group: str) -> KafkaCallbackSource:
+        """A consumer of its own in ``group``, subscribed to ``kafka``'s callbacks topic."""
+        consumer = AsyncConsumer(make_consumer(kafka.client_config(), group))
+        await consumer.call(consumer.consumer.subscribe, [kafka.callbacks])
+        return cls(consumer)
+
+    async def close(self) -> None:
+        await self.consumer.close()
 
     async def fetch(self, n: int, timeout_s: float) -> list[RawCallback]:
         return [RawCallback(m.value(), position(m)) for m in await self.consumer.consume(n, timeout_s)]

@@ -10,7 +10,8 @@ from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.requests import lane_of
-from pacer_common.kafka import produce_all
+from pacer_common.kafka import make_producer, produce_all
+from pacer_common.settings import KafkaSettings
 from pacer_reconciler.ports import Rejected
 
 Msg = tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]
@@ -23,6 +24,15 @@ class KafkaPublisher:
         self.outcomes_topic = outcomes_topic
         self.commands_topic = commands_topic
         self.max_message_bytes = max_message_bytes  # at most the topics' max.message.bytes
+
+    @classmethod
+    def create(cls, kafka: KafkaSettings, max_message_bytes: int) -> KafkaPublisher:
+        """A publisher with a producer of its own, to the topics ``kafka`` names."""
+        return cls(make_producer(kafka.client_config()), kafka.item_outcomes, kafka.item_commands, max_message_bytes)
+
+    def close(self) -> None:
+        """Deliver what is still queued (publish flushes already; this is for a stop mid-way)."""
+        self.producer.flush(10)
 
     def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> list[Rejected]:
         """Produce and flush all that fit; raises unless Kafka acknowledged every one of them.
@@ -45,6 +55,8 @@ class KafkaPublisher:
         for ev in events:
             headers = [("pacer-event-type", ev.type.encode()), ("pacer-dedupe-key", f"{ev.item_id}:{ev.version}".encode()),
                        *tracing.kafka_headers(ev.traceparent)]
+            if ev.tenant is not None:
+                headers.append(("pacer-tenant", ev.tenant.encode()))
             yield ev.item_id, (self.outcomes_topic, ev.item_id.encode(), ev.model_dump_json().encode(), headers)
         for cmd in commands:
             yield cmd.item_id, (self.commands_topic(lane_of(cmd.priority)), cmd.guid.encode(),

@@ -18,12 +18,7 @@ from pacer_common.domain.guid_health import StatusEvent
 from pacer_common.domain.status import ItemStatus as S
 from pacer_reconciler.domain.projection import count_deltas
 from pacer_reconciler.domain.verification import verdict
-from pacer_reconciler.ports import InDoubt, Position, SweepKind, Unreadable
-
-
-class CursorMoved(Exception):
-    """The log cursor moved under us: reload it and read again."""
-
+from pacer_reconciler.ports import CursorMoved, InDoubt, Position, SweepKind, Unreadable
 
 _sql = loader("pacer_reconciler.adapters.sql")
 
@@ -141,7 +136,7 @@ class PostgresLog:
             async with self.pool.connection() as conn:
                 rows = await (await conn.execute(_sql("due_in_doubt"), {
                     "limit": limit, "settle": self.verify_after})).fetchall()
-            return [InDoubt(r["item_id"], r["guid"], r["idem_key"], r["updated_at"]) for r in rows]
+            return [InDoubt(r["item_id"], r["guid"], r["idem_key"], r["updated_at"], r["tenant"]) for r in rows]
 
         return await with_retry(work)
 

@@ -14,16 +14,30 @@ import logging
 from collections.abc import Callable
 
 from confluent_kafka import KafkaException, Message, TopicPartition
-from prometheus_client import Counter
+from prometheus_client import CollectorRegistry, Counter
 from pydantic import ValidationError
 
 from pacer_common.domain.commands import ItemCommand
-from pacer_common.kafka import AsyncConsumer, position
+from pacer_common.domain.ids import Guid
+from pacer_common.kafka import AsyncConsumer, make_consumer, position
+from pacer_common.metrics import consumer_lag_config
+from pacer_common.settings import KafkaSettings
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.partitions import partition_of
 
 log = logging.getLogger(__name__)
 TP = tuple[str, int]
+
+
+def command_consumer(kafka: KafkaSettings, group_id: str | None, registry: CollectorRegistry) -> AsyncConsumer:
+    """The consumer of both lane topics, in group ``group_id`` (default ``<prefix>.sender``).
+
+    Kafka 4's consumer group protocol (KIP-848) rebalances incrementally, and its range
+    assignor gives partition N of both lane topics to the same sender: a guid's online and
+    batch commands meet in one process."""
+    return AsyncConsumer(make_consumer(kafka.client_config(), group_id or f"{kafka.topic_prefix}.sender",
+                                       protocol="consumer", remote_assignor="range",
+                                       **consumer_lag_config(registry)))
 
 
 class ConsumerLoop:
@@ -45,7 +59,7 @@ class ConsumerLoop:
     # -- ownership --------------------------------------------------------------------------
     def owns(self, guid: str) -> bool:
         """Is ``guid``'s partition (of either lane topic) assigned to this sender?"""
-        return any((t, partition_of(guid, n)) in self.assigned for t, n in self.partitions.items())
+        return any((t, partition_of(Guid(guid), n)) in self.assigned for t, n in self.partitions.items())
 
     async def ownership(self) -> Callable[[str], bool]:
         """:meth:`owns`, with partition counts read afresh (partitions may have been added)."""
@@ -105,6 +119,10 @@ class ConsumerLoop:
         self.assigned.clear()  # owns nothing any more: a sweep under way starts nothing
         await self.dispatcher.release(lambda g: True)
         await self._commit()
+
+    async def close(self) -> None:
+        """Leave the consumer group (after :meth:`run` returned)."""
+        await self.consumer.close()
 
     def _doorbell(self, msg: Message) -> None:
         topic, partition, offset = position(msg)

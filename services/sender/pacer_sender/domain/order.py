@@ -16,13 +16,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from pacer_common.domain.ids import ItemId, JobId
+
 MIN_WEIGHT = 0.001  # a weight of 0 or less would starve a job for ever: it counts as this
 
 
 @dataclass(frozen=True)
 class Queued:
-    item_id: str
-    job_id: str
+    item_id: ItemId
+    job_id: JobId
     priority: int
     ready_at: float  # epoch seconds
 
@@ -31,9 +33,9 @@ def weight_of(value: float | None) -> float:
     return max(MIN_WEIGHT, 1.0 if value is None else value)
 
 
-def fair_order(items: Iterable[Queued], weight: Callable[[str], float | None] = lambda job: None) -> list[Queued]:
+def fair_order(items: Iterable[Queued], weight: Callable[[JobId], float | None] = lambda job: None) -> list[Queued]:
     """``items`` in the order they are to be sent."""
-    by_pair: dict[tuple[int, str], list[Queued]] = {}
+    by_pair: dict[tuple[int, JobId], list[Queued]] = {}
     for q in items:
         by_pair.setdefault((q.priority, q.job_id), []).append(q)
     keyed = []

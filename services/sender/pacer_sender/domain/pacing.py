@@ -18,46 +18,16 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from datetime import time as dtime
-from typing import Literal
 from zoneinfo import ZoneInfo
 
+from pacer_common.domain.limits import Pacing
 from pacer_common.domain.requests import Lane
 
 WINDOWS: tuple[tuple[str, int], ...] = (("minute", 60), ("hour", 3600), ("day", 86400))
 
 
-@dataclass(frozen=True)
-class Limits:
-    """One account's limits. Hot-adjustable: a new value applies from the next decision."""
-
-    min_interval_s: float = 1.0
-    jitter_s: float = 0.5
-    jitter_dist: Literal["uniform", "exponential"] = "uniform"
-    online_reserve: float = 0.2
-    per_minute: int | None = None
-    per_hour: int | None = None
-    per_day: int | None = None
-    quiet_hours: tuple[dtime, dtime] | None = None  # [start, end) local time; may wrap midnight
-    timezone: str = "Asia/Shanghai"
-    rate_limited_penalty: float = 2.0
-    penalty_decay: float = 0.9
-    max_penalty: float = 32.0  # repeated rate limits slow the guid at most this many times
-    # Shedding: batch items that cannot go out before their expire_at at the guid's current
-    # rate are expired early (reason ``shed``) instead of waiting to expire at their turn.
-    shed: bool = True
-    # Batch yields entirely while an online command has waited longer than this (seconds).
-    online_yield_s: float = 10.0
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.online_reserve < 1:
-            raise ValueError("online_reserve must be in [0, 1)")
-        if self.min_interval_s < 0 or self.jitter_s < 0:
-            raise ValueError("intervals must not be negative")
-        if self.online_yield_s < 0:
-            raise ValueError("online_yield_s must not be negative")
-        if self.rate_limited_penalty < 1 or self.max_penalty < 1:
-            raise ValueError("rate_limited_penalty and max_penalty must be at least 1")
+class Limits(Pacing):
+    """One account's limits (the fields: :class:`Pacing`), with the pacing arithmetic."""
 
     def jitter(self, rng: random.Random) -> float:
         if self.jitter_s <= 0:

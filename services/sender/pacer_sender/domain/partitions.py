@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import zlib
 
+from pacer_common.domain.ids import Guid
 
-def partition_of(guid: str, partitions: int) -> int:
+
+def partition_of(guid: Guid, partitions: int) -> int:
     return zlib.crc32(guid.encode()) % partitions

@@ -32,8 +32,11 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.ids import ItemId, JobId
 from pacer_common.domain.requests import Lane, lane_of
 from pacer_sender.domain.order import weight_of
+
+NO_JOB = JobId("")  # entries not of any job (tests, single-queue use)
 
 T = TypeVar("T")
 _arrival = itertools.count()
@@ -42,19 +45,19 @@ _arrival = itertools.count()
 @dataclass(order=True)
 class _Entry(Generic[T]):
     key: tuple[int, float, int]
-    job: str = field(compare=False)
+    job: JobId = field(compare=False)
     value: T = field(compare=False)
 
 
 class GuidQueue(Generic[T]):
-    def __init__(self, weight: Callable[[str], float | None] = lambda job: None) -> None:
+    def __init__(self, weight: Callable[[JobId], float | None] = lambda job: None) -> None:
         self._ready: list[_Entry[T]] = []
         self._vtime = 0.0
-        self._job_v: dict[str, float] = {}  # job → virtual time its next item starts at
-        self._held: Counter[tuple[int, str]] = Counter()  # (priority, job) → entries held
+        self._job_v: dict[JobId, float] = {}  # job → virtual time its next item starts at
+        self._held: Counter[tuple[int, JobId]] = Counter()  # (priority, job) → entries held
         self.weight = weight
 
-    def push(self, value: T, priority: int, job: str = "") -> None:
+    def push(self, value: T, priority: int, job: JobId = NO_JOB) -> None:
         start = max(self._job_v.get(job, 0.0), self._vtime)
         self._job_v[job] = start + 1.0 / weight_of(self.weight(job))
         heapq.heappush(self._ready, _Entry((priority, start, next(_arrival)), job, value))
@@ -71,7 +74,7 @@ class GuidQueue(Generic[T]):
             self._held.clear()
         return e.value
 
-    def holds(self, priority: int, job: str) -> bool:
+    def holds(self, priority: int, job: JobId) -> bool:
         """Whether an entry of ``job`` at ``priority`` is held."""
         return self._held[priority, job] > 0
 
@@ -86,14 +89,14 @@ class GuidQueue(Generic[T]):
         dropped = [e for e in self._ready if pred(e.value)]
         self._ready = [e for e in self._ready if not pred(e.value)]
         heapq.heapify(self._ready)
-        first_dropped: dict[str, float] = {}
+        first_dropped: dict[JobId, float] = {}
         for e in dropped:
             self._held[e.key[0], e.job] -= 1
             first_dropped[e.job] = min(first_dropped.get(e.job, e.key[1]), e.key[1])
         # A job's next item starts where its first one dropped would have (it keeps its place:
         # what it sent still counts, what it did not send costs it nothing), yet after any of
         # its items still held (first in, first out within a job).
-        last_held: dict[str, float] = {}
+        last_held: dict[JobId, float] = {}
         for e in self._ready:
             if e.job in first_dropped:
                 last_held[e.job] = max(last_held.get(e.job, e.key[1]), e.key[1])
@@ -109,10 +112,10 @@ class GuidQueue(Generic[T]):
 class GuidLanes(Generic[T]):
     """The two lanes of one guid."""
 
-    def __init__(self, weight: Callable[[str], float | None] = lambda job: None) -> None:
+    def __init__(self, weight: Callable[[JobId], float | None] = lambda job: None) -> None:
         self.lanes: dict[Lane, GuidQueue[T]] = {"online": GuidQueue(weight), "batch": GuidQueue(weight)}
 
-    def push(self, value: T, priority: int, job: str = "") -> None:
+    def push(self, value: T, priority: int, job: JobId = NO_JOB) -> None:
         self.lanes[lane_of(priority)].push(value, priority, job)
 
     def remove_if(self, pred: Callable[[T], bool]) -> list[T]:
@@ -126,11 +129,11 @@ class GuidWindow:
     """The ready commands of one guid held in memory (at most ``cap`` per lane), and
     whether Postgres may hold more ready work for it than the window does."""
 
-    def __init__(self, cap: int, weight: Callable[[str], float | None] = lambda job: None) -> None:
+    def __init__(self, cap: int, weight: Callable[[JobId], float | None] = lambda job: None) -> None:
         self.cap = cap
         self.lanes: GuidLanes[ItemCommand] = GuidLanes(weight)
-        self.ids: set[str] = set()  # in the window or being executed: never held twice
-        self.since: dict[str, float] = {}  # item id → when it became ready (epoch s), for waits
+        self.ids: set[ItemId] = set()  # in the window or being executed: never held twice
+        self.since: dict[ItemId, float] = {}  # item id → when it became ready (epoch s), for waits
         self.more = False
         self.urgent = False  # Postgres holds work that sorts ahead of the window: refill now
         self.rings = 0  # doorbells not held since the start (a refill reads what they rang for)

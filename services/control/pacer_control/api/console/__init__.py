@@ -21,6 +21,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from pacer_common.domain import ids
 from pacer_common.domain.requests import JobKind
 from pacer_common.domain.status import ItemStatus
 from pacer_control.api.auth import Caller, Ctl, guard
@@ -155,7 +156,7 @@ async def nav(request: Request, who: Caller) -> HTMLResponse:
 async def jobs(request: Request, ctl: Ctl, who: Caller, status: str | None = None, kind: str | None = None,
                created_by: str | None = None, since: str | None = None, before: str | None = None) -> HTMLResponse:
     f = JobFilter(status or None, JobKind(kind) if kind else None, created_by or None, 50,  # type: ignore[arg-type]  # the form's status goes to SQL as text: an unknown one matches no job
-                  before or None, _day(since))
+                  ids.JobId(before) if before else None, _day(since))
     rows = await ctl.jobs(f)
     for r in rows:
         r["progress"] = views.progress(r["counts"], r["total"])
@@ -217,7 +218,7 @@ async def budget(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTML
 async def bulk_retry(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
     form = await _form(request)
     f = RetryFilter(ItemStatus(form.get("status", "failed")), _text(form, "error_class", limit=256),
-                    _text(form, "guid", limit=256))
+                    _guid(_text(form, "guid", limit=256)))
     _, totals = await ctl.retry_job_items(str(job_id), who, None, f, _text(form, "reason"))
     return _flash(request, f"retry: {views.describe_totals(totals)}", ok=totals.get("created", 0) > 0)
 
@@ -334,3 +335,6 @@ def docs_page(openapi_url: str) -> Response:
                                swagger_css_url=f"{SWAGGER}/swagger-ui.css",
                                swagger_favicon_url=f"{SWAGGER}/favicon-32x32.png")
 
+
+def _guid(value: str | None) -> ids.Guid | None:
+    return None if value is None else ids.Guid(value)

@@ -5,6 +5,9 @@
 --     claimed or submitted under a live item lease): its request may still be on the wire,
 --     so a successor waits for it to settle (or for its item lease to run out).
 -- Any owner that takes the guid clears the eviction.
+-- last_send_at is returned as the later of the last send's start and the last gateway answer
+-- settled on the guid: the gateway saw the send between the two, so a successor pacing from
+-- the answer never sends sooner than the guid's interval after it.
 CREATE OR REPLACE FUNCTION pacer_acquire_guids(p_guids text[], p_owner text, p_ttl interval)
 RETURNS TABLE (guid text, epoch bigint, last_send_at timestamptz, took_over boolean, db_now timestamptz)
 LANGUAGE plpgsql AS $fn$
@@ -38,7 +41,7 @@ BEGIN
         evicted_until = NULL
     FROM free
     WHERE g.guid = free.guid
-    RETURNING g.guid, g.epoch, g.last_send_at,
+    RETURNING g.guid, g.epoch, GREATEST(g.last_send_at, g.last_answer_at),
               (free.prev_owner IS NOT NULL AND free.prev_owner <> p_owner), now();
 END
 $fn$;

@@ -1,4 +1,5 @@
--- The gateway accepted: submitted → confirmed, and the key is marked sent, together.
+-- The gateway accepted: submitted → confirmed, and the key is marked sent, together. The
+-- guid's last answer time is what a successor paces from (pacer_acquire_guids).
 CREATE OR REPLACE FUNCTION pacer_confirm(p_item uuid, p_epoch bigint, p_idem_key text, p_receipt jsonb)
 RETURNS boolean
 LANGUAGE plpgsql AS $fn$
@@ -10,6 +11,8 @@ BEGIN
     END IF;
     UPDATE send_ledger SET state = 'sent', receipt = p_receipt, sent_at = now()
     WHERE idem_key = p_idem_key AND item_id = p_item;
+    UPDATE guid_leases SET last_answer_at = clock_timestamp()
+    WHERE guid = (SELECT i.guid FROM items i WHERE i.item_id = p_item);
     RETURN true;
 END
 $fn$;

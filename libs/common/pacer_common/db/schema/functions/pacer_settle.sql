@@ -41,6 +41,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    UPDATE guid_leases SET last_answer_at = clock_timestamp() WHERE guid = g;  -- a successor paces from here
     IF p_release_ledger THEN
         DELETE FROM send_ledger WHERE idem_key = p_idem_key AND item_id = p_item AND state = 'reserved';
     END IF;

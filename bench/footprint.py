@@ -1,0 +1,78 @@
+"""``bench footprint``: what one item costs Postgres, end to end.
+
+A campaign of ``BENCH_FOOTPRINT_ITEMS`` items goes through the whole path — request on Kafka,
+planner, sender, fake gateway, reconciler — until the job is completed. Printed: WAL bytes
+written per item (``pg_current_wal_lsn`` before and after), bytes per item left in tables
+and indexes (every table of the database), the three largest tables' share, and rows
+written per item in ``item_events``. docs/scale.md multiplies these by a billion items a day.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+
+from bench.common import CORES, count, drop_db, env_int, real_infra, stack, wait_until
+from pacer_common.kafka import make_producer, produce_all
+
+FAST = {"PACER_SENDER_MIN_INTERVAL_MS": "0", "PACER_SENDER_JITTER_MS": "0", "PACER_SENDER_DB_POOL_MAX": "40"}
+SIZES = ("SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+         " WHERE c.relkind IN ('r', 'p') AND n.nspname = 'public' ORDER BY 2 DESC")
+
+
+def footprint() -> str:
+    n, guids = env_int("BENCH_FOOTPRINT_ITEMS", 20_000), 200
+    inf = real_infra()
+    st = stack(inf, "footprint", FAST)
+    url = st.infra.database_url
+    try:
+        st.start_gateway()
+        for kind in ("planner", "reconciler"):
+            st.start_service(kind)
+        st.start_service("sender", "sender-1")
+        before_sizes = dict(_sizes(url))
+        lsn0 = _lsn(url)
+        rid = f"footprint-{uuid.uuid4().hex[:8]}"
+        body = json.dumps({
+            "request_id": rid, "kind": "campaign", "created_by": "bench",
+            "message": {"type": "text", "content": "Hello {n}, this is a campaign message of ordinary length."},
+            "targets": {"mode": "snapshot", "items": [
+                {"guid": f"g{i % guids:04d}", "to_id": f"room-{i:07d}", "vars": {"n": str(i)}} for i in range(n)]},
+            "expire_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat()}).encode()
+        produce_all(make_producer({"bootstrap.servers": inf.kafka_bootstrap}),
+                    [(f"{st.topic_prefix}.job-requests", rid.encode(), body, None)])
+        done = wait_until(lambda: count(url, "SELECT count(*) FROM jobs WHERE request_id = %s AND status = 'completed'",
+                                        rid) == 1, 1800, poll_s=1.0)
+        if not done:
+            raise SystemExit(f"bench footprint: the job did not complete in 30 minutes ({_progress(url)})")
+        wal = _lsn(url) - lsn0
+        sizes = _sizes(url)
+        events = count(url, "SELECT count(*) FROM item_events")
+    finally:
+        st.stop_all()
+        drop_db(url)
+    grown = {name: size - before_sizes.get(name, 0) for name, size in sizes}
+    total = sum(grown.values())
+    top = sorted(grown.items(), key=lambda kv: -kv[1])[:3]
+    shares = " ".join(f"{name}={size / total:.2f}" for name, size in top)
+    return (f"bench footprint: items={n} wal_bytes_per_item={wal / n:.0f} table_bytes_per_item={total / n:.0f} "
+            f"events_per_item={events / n:.2f} largest: {shares} cores={CORES}")
+
+
+def _lsn(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").fetchone()
+        return int(row[0]) if row else 0
+
+
+def _sizes(url: str) -> list[tuple[str, int]]:
+    with psycopg.connect(url) as conn:
+        return [(str(r[0]), int(r[1])) for r in conn.execute(SIZES).fetchall()]
+
+
+def _progress(url: str) -> str:
+    with psycopg.connect(url) as conn:
+        return ", ".join(f"{s}={c}" for s, c in conn.execute("SELECT status, count(*) FROM items GROUP BY 1").fetchall())

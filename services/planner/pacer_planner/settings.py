@@ -1,0 +1,78 @@
+"""The planner's settings (``PACER_PLANNER_*``), read in ``main()``."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from pacer_common.settings import OpsSettings
+from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS
+
+
+class PlannerSettings(OpsSettings):
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_PLANNER_")
+    port: int = Field(9101, description="Ops HTTP port.")
+    group_id: str | None = Field(None, description=(
+        "Kafka consumer group for `<prefix>.job-requests`; unset: `<prefix>.planner`."
+    ))
+    max_backlog_per_guid: int = Field(100_000, description=(
+        "Admission control: a batch request that would take any guid past this many queued items (pending or "
+        "waiting to retry) is refused whole, to the DLQ, with the reason. Online kinds are always admitted. A "
+        "requery page that would do so waits instead (see `REQUERY_ADMISSION_WAIT_S`); a guid with nothing queued"
+        " never holds a page back."
+    ))
+    coalesce_window_s: float = Field(3.0, description=(
+        "Ticket notifications (`ticket_notify`) wait this long before they may be sent, so that a newer "
+        "`status_version` of the same `business_id` arriving meanwhile supersedes them: A → B → C inside the "
+        "window sends only C. An older version arriving after a newer one is superseded at once. `0` sends at "
+        "once (still superseding what has not been sent)."
+    ))
+    max_shard_items: int = Field(DEFAULT_MAX_SHARD_ITEMS, ge=1, description=(
+        "A guid with more items than this in one job is split into `ceil(n / max)` sub-shards by `crc32(to_id) % "
+        "subs`. For requery jobs the count is fixed from the guid's targets on the page where it first appears."
+    ))
+    requery_max_jobs: int = Field(4, ge=1, description=(
+        "Requery jobs one planner pages at once (one background task each); more wait for a later sweep."
+    ))
+    requery_sweep_s: float = Field(5.0, gt=0, description=(
+        "How often a planner looks for requery jobs that need paging: beyond the cap, taken over from a dead "
+        "planner, resumed after a pause."
+    ))
+    requery_timeout_s: float = Field(10.0, gt=0, description="Timeout of one page request to the audience service.")
+    requery_page_attempts: int = Field(5, ge=1, description=(
+        "Fetches of one page (HTTP error, not JSON, not a page) before the job is paused with the reason "
+        "(`paused_by = system:planner`)."
+    ))
+    requery_backoff_initial_s: float = Field(0.5, ge=0, description=(
+        "First wait between fetch attempts; doubles each time, plus up to as much again of jitter."
+    ))
+    requery_backoff_max_s: float = Field(30.0, ge=0, description="Longest wait between fetch attempts.")
+    requery_lease_s: float = Field(120.0, gt=0, description=(
+        "Paging lease of a job, renewed with every page: a dead planner's jobs are taken over after this. Must "
+        "outlast one page's attempts (`PAGE_ATTEMPTS × TIMEOUT_S` plus backoff)."
+    ))
+    requery_admission_wait_s: float = Field(5.0, gt=0, description=(
+        "A requery page refused by admission control is fetched again after this."
+    ))
+    internal_attempts: int = Field(3, ge=1, description=(
+        "A job request that fails with an unexpected error (a bug, not bad input and not an outage) is tried this"
+        " many times, then dead-lettered as `internal error: <type>: <message>` (a request whose job is already "
+        "stored is never dead-lettered). See [reliability](reliability.md#bad-input-job-requests)."
+    ))
+    retry_backoff_initial_s: float = Field(0.5, gt=0, description=(
+        "First wait before trying a job request again (database or Kafka unavailable, or an unexpected error); "
+        "doubles each time, plus jitter."
+    ))
+    retry_backoff_max_s: float = Field(30.0, gt=0, description=(
+        "Longest wait between attempts at one job request. The database or Kafka being unavailable is waited out "
+        "for as long as it takes: the request is never dead-lettered for it."
+    ))
+    approval_above_items: int | None = Field(None, ge=0, description=(
+        "A job with more items than this is stored as `awaiting_approval` and sends nothing until an admin approves "
+        "it (console *Approvals*, `POST /api/v1/jobs/{id}/approve`); unset: no size limit. For a requery job the "
+        "count is the first page's. See [operations](operations.md#approvals)."
+    ))
+    approve_new_content: bool = Field(False, description=(
+        "A job whose message (template) no admin has approved before waits for approval too; approving it records "
+        "the message as approved."
+    ))

@@ -1,0 +1,93 @@
+"""The reconciler's settings (``PACER_RECONCILER_*``), read in ``main()``."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import SettingsConfigDict
+
+from pacer_common.settings import OpsSettings
+
+
+class ReconcilerSettings(OpsSettings):
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_RECONCILER_")
+    port: int = Field(9103, description="Ops HTTP port.")
+    gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL", description=(
+        "Base URL of the gateway; in-doubt sends are verified with `GET /message/lookup?guid=…&idempotencyKey=…`."
+        " Same variable as the sender's."
+    ))
+    gateway_credential: SecretStr | None = Field(None, validation_alias="PACER_GATEWAY_CREDENTIAL", description=(
+        "Bearer credential of the `default` tenant's gateway, as the sender's. Lookups go to the item's "
+        "tenant's gateway (`tenants`)."
+    ))
+    tenants_refresh_s: float = Field(5.0, description="How often the tenant table is re-read.")
+    gateway_timeout_s: float = Field(5.0, description=(
+        "HTTP timeout of one lookup request, in seconds (`PACER_RECONCILER_VERIFY_TIMEOUT_S` cuts a lookup off "
+        "too, whichever comes first)."
+    ))
+    sweep_interval_s: float = Field(1.0, description=(
+        "Least time between two sweep rounds (expired leases, due retries) and between two verification rounds."
+    ))
+    verify_deadline_s: float = Field(300.0, description=(
+        "How long an item may stay `recovery_pending` while the gateway cannot say whether it was delivered; "
+        "after that it becomes `unverified`. Counted from when the item became `recovery_pending`."
+    ))
+    verify_after_s: float = Field(15.0, description=(
+        "An in-doubt send is first looked up only after it has been `recovery_pending` this long. Keep it at "
+        "least `PACER_SENDER_GATEWAY_TIMEOUT_S`, so a request still on its way is not taken as \"not delivered\" "
+        "(the service does not check this; the Helm chart does)."
+    ))
+    verify_concurrency: int = Field(default=16, ge=1, description=(
+        "Gateway lookups of in-doubt sends running at once. They run in a task of their own, apart from the event"
+        " tail: a slow or hanging gateway holds up verification only."
+    ))
+    verify_timeout_s: float = Field(default=5.0, gt=0, description=(
+        "Deadline of one lookup. A lookup that times out is \"no answer yet\": the item stays `recovery_pending` "
+        "and is asked again next round, until `PACER_RECONCILER_VERIFY_DEADLINE_S` makes it `unverified`. Never "
+        "taken as proof of non-delivery."
+    ))
+    leader_ttl_s: float = Field(default=10.0, gt=0, description=(
+        "TTL of the leader lease (table `leader_leases`). The leader renews it every TTL/3 and stops work once "
+        "its last renewal is older than the TTL; a standby takes over at most TTL + TTL/3 after a leader froze or"
+        " vanished (docs/reliability.md). Pool connections also get `idle_in_transaction_session_timeout` = "
+        "TTL/2, so a leader frozen inside a transaction cannot hold the lease row. Set the same value on every "
+        "replica."
+    ))
+    max_message_bytes: int = Field(1_000_000, description=(
+        "Outcomes and item commands larger than this are not published: logged with the reason, counted in "
+        "`pacer_reconciler_bad_events_total{reason=\"unpublishable\"}`, and skipped. Keep it at most the "
+        "item-outcomes and item-commands topics' `max.message.bytes`."
+    ))
+    error_backoff_max_s: float = Field(30.0, description=(
+        "A tail or sweep round that fails (database or Kafka down, a defect) is logged, counted in "
+        "`pacer_reconciler_round_errors_total{error}` and retried after an exponential back-off from 0.5 s up to "
+        "this; the service does not exit."
+    ))
+    batch: int = Field(2000, description="Most events read from the event log per tail round.")
+    breaker_consecutive: int = Field(20, description=(
+        "Circuit breaker, per job and per guid: this many failed outcomes in a row pause it (`paused_by = "
+        "system:breaker`). Failures are final failures and retries for `retryable`, `needs_human`, `bad_params` "
+        "and `in_doubt` answers; rate limits and missed send deadlines do not count."
+    ))
+    breaker_window: int = Field(100, description=(
+        "The breaker's sliding window: the last this many outcomes of the job or guid."
+    ))
+    breaker_ratio: float = Field(0.5, description="Failure ratio over the window that pauses the job or guid.")
+    breaker_min_samples: int = Field(40, description=(
+        "The ratio rule applies only once the window holds this many outcomes."
+    ))
+    stall_after_s: float = Field(600.0, description=(
+        "An open shard of a running job (guid not paused) with no progress for this long counts in "
+        "`pacer_stalled_shards` (alert `PacerShardStalled`)."
+    ))
+    backlog_top_n: int = Field(10, ge=1, le=100, description=(
+        "How many guids the backlog metrics name: the top N by queued items and the top N by oldest wait."
+    ))
+    backlog_every_s: float = Field(30.0, gt=0, description=(
+        "How often the leader refreshes the backlog metrics (one read of every pending item: keep it at tens of "
+        "seconds)."
+    ))
+    callbacks_group: str = Field("", description=(
+        "Consumer group of the gateway callbacks topic (`<prefix>.callbacks`), read by every replica (not only "
+        "the leader): `device.status` moves guid lifecycles, `media.ready` settles uploads. Empty: "
+        "`<prefix>.reconciler.callbacks`."
+    ))

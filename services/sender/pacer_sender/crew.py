@@ -1,0 +1,50 @@
+"""What every guid worker shares: the executor, the stores, the memory budget, the lease
+keeper, the knobs and the hooks the composition root plugs metrics into."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pacer_common.domain.commands import ItemCommand
+from pacer_sender.core import Executed, Executor
+from pacer_sender.domain.pacing import Limits
+from pacer_sender.flow import Buffer
+from pacer_sender.leasing import LeaseKeeper
+from pacer_sender.ports import GuidQueueStore
+
+
+@dataclass
+class WorkerConfig:
+    shed_every_s: float = 30.0  # how often a guid with batch work checks it for shedding
+    horizon_s: float = 60.0  # a worker with nothing due sooner than this ends (the sweep restarts it)
+    error_attempts: int = 3  # attempts of an item whose execution raises a bug
+    error_backoff_s: float = 1.0  # first pause after such an attempt; doubles, at most 60 s
+    max_idle_s: float = 30.0  # a waiting guid re-checks at least this often (changes wake it sooner)
+    lease_retry_s: float = 1.0  # pause after the database or the guid lease was not to be had
+
+
+@dataclass
+class Hooks:
+    on_executed: Callable[[ItemCommand, Executed], None] = lambda cmd, res: None
+    on_internal_error: Callable[[], None] = lambda: None
+    on_shed: Callable[[int], None] = lambda n: None
+    job_interval: Callable[[str], float | None] = lambda job_id: None  # a job's own interval per guid
+    job_weight: Callable[[str], float | None] = lambda job_id: None  # a job's weight in the guid's fair share
+
+
+@dataclass(eq=False)
+class Crew:
+    executor: Executor
+    limits: Callable[[str], Limits]  # guid → its current limits (hot-adjustable)
+    queue: GuidQueueStore
+    buffer: Buffer
+    leases: LeaseKeeper
+    config: WorkerConfig
+    hooks: Hooks
+    rng: random.Random = field(default_factory=random.Random)
+    clock: Callable[[], float] = time.monotonic
+    progress: asyncio.Event = field(default_factory=asyncio.Event)  # set whenever an item in hand finishes

@@ -1,0 +1,113 @@
+"""One guid's items, executed one at a time, each with the error policy.
+
+What goes wrong with an item stays with that item: the database away (``TransientError``)
+is retried without end; a value the item holds that cannot be stored or sent fails it
+(``bad_params``, with the reason); any other exception is logged, counted and retried a
+few times with backoff, then fails the item as an internal error — but only while it is
+pending: a submitted item is the reconciler's to verify. The guid goes on either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from pacer_common.db.errors import TransientError
+from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.requests import Lane
+from pacer_sender.core import Executed
+from pacer_sender.crew import Crew
+from pacer_sender.domain.pacing import GuidPacer, Limits
+from pacer_sender.domain.queue import GuidWindow
+from pacer_sender.domain.vetting import unsendable
+from pacer_sender.ports import UnstorableItem
+
+log = logging.getLogger(__name__)
+
+
+class ItemRunner:
+    def __init__(self, guid: str, crew: Crew, window: GuidWindow, pacer: GuidPacer,
+                 stopping: Callable[[], bool]) -> None:
+        self.guid = guid
+        self.crew = crew
+        self.window = window
+        self.pacer = pacer
+        self.stopping = stopping  # the guid's partition went: items are no longer put back
+        self.executing: ItemCommand | None = None
+        self.errors: dict[str, int] = {}  # item id → internal errors so far
+
+    async def run(self, lane: Lane, cmd: ItemCommand, limits: Limits) -> float:
+        """Execute one item; returns how long the worker should pause afterwards."""
+        self.executing = cmd
+        try:
+            reason = unsendable(cmd)
+            if reason is not None:
+                raise UnstorableItem(reason)
+            result = await self.crew.executor.execute(cmd)
+        except TransientError:
+            # The database stayed away past the retry deadline. Every step is guarded, so
+            # running the item again is safe: put it back, pause, go on.
+            log.exception("item %s not executed: database unavailable; retrying it", cmd.item_id)
+            return self._put_back(cmd, self.crew.config.lease_retry_s)
+        except UnstorableItem as exc:
+            await self._fail(cmd, "bad_params", f"cannot be sent as it stands: {exc}")
+            return 0.0
+        except Exception as exc:
+            return await self._internal_error(cmd, exc)
+        finally:
+            self.executing = None
+            self.crew.progress.set()
+        return self._settled(lane, cmd, limits, result)
+
+    def _settled(self, lane: Lane, cmd: ItemCommand, limits: Limits, result: Executed) -> float:
+        if result.outcome == "guid_lost":
+            self.crew.leases.lost(self.guid)
+            return self._put_back(cmd, 0.0)
+        if result.called_gateway:
+            clock, rng = self.crew.clock, self.crew.rng
+            if result.outcome == "rate_limited":
+                self.pacer.slowed(lane, limits, clock(), rng)
+            else:
+                self.pacer.sent(lane, limits, clock(), time.time(), rng, self.crew.hooks.job_interval(cmd.job_id))
+        self.window.finished(cmd)
+        self.errors.pop(cmd.item_id, None)
+        self.crew.hooks.on_executed(cmd, result)
+        return 0.0
+
+    async def _internal_error(self, cmd: ItemCommand, exc: Exception) -> float:
+        log.exception("internal error executing item %s", cmd.item_id)
+        self.crew.hooks.on_internal_error()
+        n = self.errors[cmd.item_id] = self.errors.get(cmd.item_id, 0) + 1
+        cfg = self.crew.config
+        if n < cfg.error_attempts:
+            return self._put_back(cmd, min(60.0, cfg.error_backoff_s * 2 ** (n - 1)))
+        await self._fail(cmd, "bad_params", f"internal error: {type(exc).__name__}: {exc}")
+        return 0.0
+
+    def _put_back(self, cmd: ItemCommand, pause: float) -> float:
+        if not self.stopping():
+            with self.crew.buffer.tracking(self.window):
+                self.window.put(cmd, time.time())
+        else:
+            self.window.finished(cmd)
+        return pause
+
+    async def _fail(self, cmd: ItemCommand, error_class: str, reason: str) -> None:
+        """Fail a pending item with ``reason``; an item no longer pending is left alone."""
+        self.errors.pop(cmd.item_id, None)
+        self.window.finished(cmd)
+        try:
+            moved = await self.crew.queue.fail_unsent(cmd, error_class, reason)
+        except TransientError:
+            log.exception("item %s not failed: database unavailable; it stays pending", cmd.item_id)
+            self.window.ring()  # read again from Postgres later
+            return
+        except UnstorableItem:
+            moved = False  # not even its id can be stored: a bogus command; the row, if any, is swept
+        if moved:
+            log.warning("item %s failed (%s): %s", cmd.item_id, error_class, reason)
+            self.crew.hooks.on_executed(cmd, Executed("failed", False))
+        else:
+            log.warning("item %s not failed (no longer pending; a submitted one is verified): %s",
+                        cmd.item_id, reason)

@@ -1,0 +1,187 @@
+"""The sender's settings (``PACER_SENDER_*``), read in ``main()``."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass
+from pacer_common.domain.guid_health import DEFAULT_STATE_CODES, GuidState
+from pacer_common.domain.limits import DEFAULTS, JitterDist, parse_quiet_hours
+from pacer_common.settings import OpsSettings
+from pacer_sender.domain.pacing import Limits
+
+
+class SenderSettings(OpsSettings):
+    """``PACER_SENDER_*``. The pacing fields are the defaults of every guid's limits; their
+    bounds and defaults come from ``pacer_common.domain.limits.Pacing``."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_SENDER_")
+    port: int = Field(9102, description="Ops HTTP port.")
+    group_id: str | None = Field(None, description=(
+        "Kafka consumer group for `<prefix>.item-commands.{online,batch}`; unset: `<prefix>.sender`. All "
+        "replicas must share it."
+    ))
+    owner: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}", validate_default=True,
+                       description=(
+        "The name in this sender's identity on item leases (`items.lease_owner`) and guid leases "
+        "(`guid_leases.owner`). Each process start appends a random suffix (`<name>:<12 hex digits>`, in the "
+        "`sender settings` log line), so owners are unique per process even when hostname and pid repeat (two "
+        "pods on one node, pid 1 in every container, a restarted container). In Kubernetes the default name is "
+        "the pod name plus the pid."
+    ))
+    gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL", description=(
+        "Base URL of the WeCom HTTP gateway; sends go to `POST /message/sendText`. The variable has no `SENDER_` "
+        "part: `PACER_SENDER_GATEWAY_URL` is not read."
+    ))
+    gateway_timeout_s: float = Field(10.0, description=(
+        "Timeout of one gateway request, in seconds; the connect timeout is the smaller of this and 5 s. Must be "
+        "at most `PACER_SENDER_LEASE_TTL_S / 4`, or the sender refuses to start."
+    ))
+    gateway_credential: SecretStr | None = Field(None, validation_alias="PACER_GATEWAY_CREDENTIAL", description=(
+        "Bearer credential of the `default` tenant's gateway (`Authorization: Bearer …`), unless its row in "
+        "`tenants` sets one. Other tenants' credentials live in `tenants` (Control API `/tenants`). A secret: "
+        "never logged. No `SENDER_` part."
+    ))
+    tenants_refresh_s: float = Field(5.0, description=(
+        "How often the tenant table (gateway URLs, credentials) is re-read; a changed tenant is used within this."
+    ))
+    breaker_failures: int = Field(5, ge=1, description=(
+        "Gateway failures in a row (unreachable, 5xx, timeout) that open a tenant's circuit breaker: its sends "
+        "are then deferred at once (outcome `rate_limited`, no attempt used) for `BREAKER_COOLDOWN_S`, then one "
+        "probe goes. Per tenant: one tenant's failing gateway never slows another's sends."
+    ))
+    breaker_cooldown_s: float = Field(10.0, gt=0, description="How long an open tenant breaker refuses sends, in s.")
+    lease_ttl_s: float = Field(60.0, description=(
+        "Lease length, in seconds, of a claimed item and of a guid lease. Guid leases are renewed every TTL/3. A "
+        "claimed item is not sent if more than TTL/4 passed between the claim and the gateway call; it is "
+        "rescheduled instead (outcome `deadline_missed`)."
+    ))
+    min_interval_ms: int = Field(round(DEFAULTS.min_interval_s * 1000), description="Least gap between two sends of one guid, in ms.")
+    jitter_ms: int = Field(round(DEFAULTS.jitter_s * 1000), description=(
+        "Random extra gap added to each interval, in ms (see `JITTER_DIST`). After a rate-limited answer the "
+        "interval is multiplied by `rate_limited_penalty` (2), again for each one in a row, up to `max_penalty` "
+        "(×32); each clean send brings the multiplier back by `penalty_decay` (×0.9) toward 1. All three are "
+        "hot-adjustable limits (`pacer limits GUID --set max_penalty=64 --actor NAME`)."
+    ))
+    jitter_dist: JitterDist = Field(DEFAULTS.jitter_dist, description=(
+        "Distribution of the random gap: uniform in [0, jitter), or exponential with mean jitter (capped at 4 × "
+        "jitter)."
+    ))
+    online_reserve: float = Field(DEFAULTS.online_reserve, description=(
+        "Share of each account's rate kept for online traffic (takeover prompts, auto-replies). Batch sends are "
+        "spaced `min_interval / (1 − reserve)` apart and get `(1 − reserve)` of each window cap."
+    ))
+    per_minute: int | None = Field(None, description=(
+        "Sends per guid per calendar minute (both lanes together; batch capped at its share). A full window "
+        "defers sends to the next window; a deferral is not an attempt."
+    ))
+    per_hour: int | None = Field(None, description="Sends per guid per calendar hour, as `PER_MINUTE`.")
+    per_day: int | None = Field(None, description="Sends per guid per calendar day, as `PER_MINUTE`.")
+    quiet_hours: str | None = Field(default=None, description=(
+        "Local time span in which batch sends wait (may wrap midnight); online sends still go."
+    ))
+    timezone: str = Field(DEFAULTS.timezone, description="Time zone of quiet hours and calendar windows.")
+    limits_refresh_s: float = Field(1.0, description=(
+        "How often the sender reads `guid_limits` for hot changes (`pacer limits GUID --set …`)."
+    ))
+    max_attempts: int = Field(5, description=(
+        "Attempts for retryable and not-sent failures; after the last the item is `failed`. A rate-limited answer"
+        " is not an attempt: the item waits (`waiting_retry`, reason `rate_limited`, at least the backoff below "
+        "and any retry-after) as often as it takes, until its `expire_at`."
+    ))
+    retry_base_s: float = Field(1.0, description=(
+        "Retry backoff base, in seconds. The delay before attempt n+1 is drawn uniformly from [c/2, c], with c = "
+        "min(300 s, base × 2^(n−1))."
+    ))
+    max_buffered: int = Field(20_000, description=(
+        "Batch commands held in memory by all guids' windows together. Past it a batch command only rings its "
+        "guid (the item is read from Postgres when the guid gets to it), and a guid reads one item at a time. "
+        "Online commands are always held, up to a window each."
+    ))
+    guid_buffer: int = Field(default=50, ge=2, description=(
+        "A guid's in-memory window, per lane (at least 2): ready commands held so most sends need no read. Past "
+        "it a command only rings, and the guid reads its next ready items from Postgres (up to the window) when "
+        "the window is down to half. One guid's backlog never costs more than this, whatever its size."
+    ))
+    sweep_s: float = Field(default=20.0, gt=0, description=(
+        "How often (and at every partition assignment) the sender looks in Postgres for guids with claimable work"
+        " that it owns and runs no worker for — work whose commands were deleted, skipped, lost, or handled by a "
+        "sender that died — and starts them. A guid whose next scheduled item is more than two sweeps away has no"
+        " worker until a sweep brings it back."
+    ))
+    item_error_attempts: int = Field(default=3, ge=1, description=(
+        "Attempts of an item whose execution raises an unexpected exception (a bug), with backoff (1 s, "
+        "doubling); after the last the item fails with `bad_params` and `internal error: …` — only if it is still"
+        " pending (a submitted item is verified by the reconciler). Database outages are retried without limit "
+        "and never count."
+    ))
+    failure_codes: dict[int, FailureClass] = Field(default_factory=lambda: dict(DEFAULT_CODE_TABLE), description=(
+        "Maps gateway response codes to failure classes. When set it replaces the built-in table (no merge). "
+        "Classes: `retryable`, `rate_limited`, `needs_human`, `bad_params`, `expired`, `in_doubt`, `not_sent`. "
+        "Built-in: "
+        '`{"-1":"retryable","1001":"needs_human","1002":"needs_human","1003":"needs_human","40001":"bad_params",'
+        '"45009":"rate_limited"}`.'
+        " Codes missing from the table are `retryable`."
+    ))
+    guid_state_codes: dict[int, GuidState] = Field(default_factory=lambda: dict(DEFAULT_STATE_CODES), description=(
+        "Which guid lifecycle state a `needs_human` answer's code means (the failure-code table decides that it "
+        "is `needs_human`): the guid takes that state (source `send_failure`) and its queue is held until it is "
+        "`online` again. When set it replaces the built-in table. Built-in: "
+        '`{"1001":"offline","1002":"kicked","1003":"unauthorized"}`; a `needs_human` code missing from it means '
+        "`offline`."
+    ))
+    media_poll_after_s: float = Field(30.0, gt=0, description=(
+        "A media (image, file, video) uploaded but not yet ready: if no `media.ready` callback made it ready "
+        "within this many seconds of the upload, the sender asks the gateway (`/media/status`)."
+    ))
+    media_poll_every_s: float = Field(10.0, gt=0, description=(
+        "After the first `/media/status` poll, at most one poll per media this often; also the wait before "
+        "an upload that did not go through (timeout, 5xx) is tried again."
+    ))
+    media_recheck_s: float = Field(2.0, gt=0, description=(
+        "How often an item waiting for its media looks at the media's row again (a callback may have made it "
+        "ready). The item waits pending, with the reason, and still expires at its `expire_at`."
+    ))
+    db_pool_max: int = Field(20, description="Most Postgres connections of one sender (the pool keeps at least 2).")
+    shed: bool = Field(DEFAULTS.shed, description=(
+        "Default for every guid (per guid: the hot limit `shed`): batch items that cannot go out before their "
+        "`expire_at` at the guid's current rate are expired early, error class `shed` (docs/architecture.md, "
+        "\"A guid's queue\"). `false`: they wait and expire when they reach the front."
+    ))
+    online_yield_s: float = Field(DEFAULTS.online_yield_s, ge=0, description=(
+        "Default for every guid (per guid: the hot limit `online_yield_s`): while an online command of the guid "
+        "has waited longer than this, its batch lane sends nothing."
+    ))
+    shed_every_s: float = Field(30.0, gt=0, description=(
+        "How often a guid with batch work beyond its window checks its batch queue for items to shed (one read "
+        "of the guid's whole batch queue in Postgres)."
+    ))
+
+    @field_validator("owner")
+    @classmethod
+    def _unique_owner(cls, name: str) -> str:
+        return f"{name}:{uuid.uuid4().hex[:12]}"
+
+    def limits(self) -> Limits:
+        """The default limits of every guid (the fields, their bounds and defaults: ``Pacing``)."""
+        return Limits(min_interval_s=self.min_interval_ms / 1000, jitter_s=self.jitter_ms / 1000,
+                      jitter_dist=self.jitter_dist, online_reserve=self.online_reserve, per_minute=self.per_minute,
+                      per_hour=self.per_hour, per_day=self.per_day,
+                      quiet_hours=parse_quiet_hours(self.quiet_hours) if self.quiet_hours else None,
+                      timezone=self.timezone, shed=self.shed, online_yield_s=self.online_yield_s)
+
+    @model_validator(mode="after")
+    def _lease_covers_a_send(self) -> SenderSettings:
+        self.limits()  # refuse bad pacing settings at start-up
+        # A claim must outlive the longest send it covers (the send deadline is a quarter of
+        # the lease, the gateway timeout at most a quarter more), so item leases need no renewal.
+        if self.gateway_timeout_s > self.lease_ttl_s / 4:
+            raise ValueError(
+                f"PACER_SENDER_GATEWAY_TIMEOUT_S ({self.gateway_timeout_s}) must be at most a quarter of "
+                f"PACER_SENDER_LEASE_TTL_S ({self.lease_ttl_s})")
+        return self

@@ -1,0 +1,217 @@
+"""One guid's worker: serial, paced, reading the guid's ready work from Postgres.
+
+The worker holds a small window of the guid's ready commands (``GuidWindow``, at most
+``guid_cap`` per lane) and reads the guid's next ready items from Postgres as the window
+runs low. With nothing ready it learns from Postgres when the guid's next scheduled item is
+due and sleeps until then (a doorbell wakes it sooner); if that is beyond ``horizon_s`` it
+ends, and the sweep (``sweeper.py``) starts it again in time. Scheduled work is never in
+the window, so it never holds up ready work.
+
+While an online command has waited longer than the guid's ``online_yield_s``, the batch lane
+yields entirely. Every ``shed_every_s`` a guid with batch work checks, in Postgres, which of
+its batch items cannot go out before their ``expire_at`` at its current rate, and expires
+them early (reason ``shed``): the sender is where the guid's rate is known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from pacer_common.db.errors import TransientError
+from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.requests import Lane
+from pacer_sender.crew import Crew
+from pacer_sender.domain.pacing import GuidPacer, Limits
+from pacer_sender.domain.queue import GuidWindow
+from pacer_sender.execution import ItemRunner
+
+log = logging.getLogger(__name__)
+
+
+class GuidWorker:
+    def __init__(self, guid: str, crew: Crew, pacer: GuidPacer, on_end: Callable[[GuidWorker], None]) -> None:
+        self.guid = guid
+        self.crew = crew
+        self.pacer = pacer  # kept across workers by the dispatcher: spacing survives an idle spell
+        self.on_end = on_end
+        self.window = GuidWindow(crew.buffer.guid_cap, crew.hooks.job_weight)
+        self.runner = ItemRunner(guid, crew, self.window, pacer, lambda: self.stopping)
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.due_at: float | None = None  # when its earliest scheduled item in Postgres is due (clock)
+        self.shed_at: float | None = None  # when its batch queue was last checked for shedding (clock)
+        self.stopping = False  # its partition went: finish the item in hand, then end
+        self.revived = False  # rung again while stopping: start afresh once stopped
+
+    @property
+    def executing(self) -> ItemCommand | None:
+        return self.runner.executing
+
+    # -- doorbells ------------------------------------------------------------------------
+    def hold(self, cmd: ItemCommand) -> None:
+        """A ready command: held in the window if it and memory have room, else it rings."""
+        with self.crew.buffer.tracking(self.window):
+            self.window.offer(cmd, self.crew.buffer.admits(cmd), time.time())
+
+    def ring(self, not_before: datetime | None = None) -> None:
+        """Postgres has work the window does not hold (due at ``not_before``, if scheduled)."""
+        self.window.ring()
+        if not_before is not None:
+            due = self.crew.clock() + (not_before - datetime.now(UTC)).total_seconds()
+            self.due_at = due if self.due_at is None else min(self.due_at, due)  # on time, whatever the window holds
+
+    def start(self) -> None:
+        """Wake the worker, starting its task if it has none."""
+        if self.stopping:
+            self.revived = True
+        self.wake.set()
+        if self.task is None:
+            self.task = asyncio.create_task(self._run(), name=f"guid:{self.guid}")
+
+    def stop(self) -> bool:
+        """The guid's partition went: drop the window (its work stays in Postgres for the next
+        owner). True if no item is in hand (the task may be cancelled)."""
+        self.stopping = True
+        self.revived = False
+        self.drop_window()
+        return self.executing is None
+
+    def drop_window(self) -> None:
+        with self.crew.buffer.tracking(self.window):
+            self.window.clear()
+
+    # -- the loop ---------------------------------------------------------------------------
+    async def _run(self) -> None:
+        try:
+            while not self.stopping and await self._turn():
+                pass
+        except Exception:
+            # A bug outside any one item. The guid's work is in Postgres: the next doorbell
+            # or sweep starts a fresh worker; the sender itself goes on.
+            log.exception("guid worker for %s failed", self.guid)
+            self.crew.hooks.on_internal_error()
+        finally:
+            self.on_end(self)
+
+    async def _turn(self) -> bool:
+        """One step: read, shed, wait, or send one item. False when nothing is ready and
+        nothing due soon (the worker ends)."""
+        retry_s = self.crew.config.lease_retry_s
+        self._order_due_work()
+        if not await self._refill():
+            await self._sleep(retry_s)
+            return True
+        limits = self.crew.limits(self.guid)
+        if limits.shed and self._shed_due(limits):
+            await self._shed(limits)
+        if not self.window:
+            return await self._idle()
+        if not await self.crew.leases.take(self.guid, self.pacer, limits):
+            await self._sleep(retry_s)
+            return True
+        picked, wait = self._pick(limits)
+        if picked is None:
+            await self._sleep(wait if wait is not None else retry_s)
+            return True
+        pause = await self.runner.run(*picked, limits)
+        if pause:
+            await self._sleep(pause)
+        return True
+
+    def _order_due_work(self) -> None:
+        if self.due_at is not None and self.due_at <= self.crew.clock():
+            self.due_at = None
+            with self.crew.buffer.tracking(self.window):
+                self.window.reorder()  # scheduled work came due: it takes its place in the order
+
+    async def _idle(self) -> bool:
+        """Nothing in the window: read again, sleep until scheduled work is due, or end."""
+        if self.window.more:
+            return True  # rung while reading: read again
+        if self.due_at is None or self.due_at - self.crew.clock() > self.crew.config.horizon_s:
+            return False  # nothing ready, nothing due soon: the sweep restarts it in time
+        await self._sleep(self.due_at - self.crew.clock())
+        return True
+
+    async def _refill(self) -> bool:
+        """Read the guid's next ready items from Postgres into its window, if it runs low.
+        False if the database could not be read."""
+        n = self.window.refill_size()
+        if not n:
+            return True
+        rings = self.window.refilling()
+        n = self.crew.buffer.read_size(n)
+        try:
+            ready = await self.crew.queue.next_ready(self.guid, list(self.window.ids), n)
+        except TransientError:
+            log.exception("next items of guid %s not read; trying again", self.guid)
+            return False
+        if self.stopping:
+            return True
+        with self.crew.buffer.tracking(self.window):
+            self.window.refilled(ready.commands, n, rings, ready.ready_since, time.time())
+        self.due_at = None if ready.due_in_s is None else self.crew.clock() + max(0.0, ready.due_in_s)
+        return True
+
+    def _shed_due(self, limits: Limits) -> bool:
+        """Time to check the guid's batch queue for items that cannot make their expire_at:
+        every ``shed_every_s`` while Postgres holds more than the window, or when an item in
+        the window itself would miss it. The window holds the head of each job's queue (fair
+        share), so a guid none of whose jobs has an expire_at there costs no read."""
+        if self.shed_at is not None and self.crew.clock() - self.shed_at < self.crew.config.shed_every_s:
+            return False
+        batch = self.window.lanes.lanes["batch"].values()
+        if not any(c.expire_at is not None for c in batch):
+            return False
+        if not self.window.more:
+            interval, wall = self.pacer.batch_rate_s(limits), time.time()
+            if all(c.expire_at is None or c.expire_at.timestamp() > wall + len(batch) * interval for c in batch):
+                return False
+        return True
+
+    async def _shed(self, limits: Limits) -> None:
+        self.shed_at = self.crew.clock()
+        try:
+            shed = await self.crew.queue.shed(self.guid, self.pacer.batch_rate_s(limits))
+        except TransientError:
+            log.exception("batch queue of guid %s not checked for shedding; trying again later", self.guid)
+            return
+        if shed:
+            log.warning("guid %s: %d batch items shed (they could not go out before their expire_at)", self.guid, shed)
+            self.crew.hooks.on_shed(shed)
+            with self.crew.buffer.tracking(self.window):
+                self.window.drop("batch")  # some may be among those shed: read the rest afresh
+            self.window.ring()
+
+    def _pick(self, limits: Limits) -> tuple[tuple[Lane, ItemCommand] | None, float | None]:
+        """The next item to send now (online lane first), or how long to wait."""
+        now, wall = self.crew.clock(), time.time()
+        wait: float | None = None
+        for lane, q in self.window.lanes.lanes.items():
+            if not q:
+                continue
+            if lane == "batch" and self._online_behind(limits, wall):
+                continue  # the online lane is behind: batch yields until it recovers
+            ready_at = self.pacer.ready_at(lane, limits, now, wall)
+            if ready_at <= now:
+                with self.crew.buffer.tracking(self.window):
+                    cmd = self.window.take(lane)
+                if cmd is not None:
+                    return (lane, cmd), None
+            wait = ready_at - now if wait is None else min(wait, ready_at - now)
+        return None, wait
+
+    def _online_behind(self, limits: Limits, wall: float) -> bool:
+        oldest = self.window.oldest("online")
+        return oldest is not None and wall - oldest > limits.online_yield_s
+
+    async def _sleep(self, seconds: float) -> None:
+        """Wait for the guid's next moment; a doorbell for the guid ends the wait early."""
+        self.wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, min(seconds, self.crew.config.max_idle_s)))
