@@ -93,7 +93,8 @@ class TenantGateways:
 
     async def customer_detail(self, guid: str, customer_id: str, idem_key: str,
                               deadline: float | None = None, tenant: str = "default") -> tuple[Receipt, Customer]:
-        return await self._guarded(tenant, True, lambda gw: gw.customer_detail(guid, customer_id, idem_key, deadline))
+        """A read, not a send: behind the tenant's breaker, outside its quota."""
+        return await self._guarded(tenant, False, lambda gw: gw.customer_detail(guid, customer_id, idem_key, deadline))
 
     async def upload_media(self, guid: str, url: str, kind: str, file_name: str | None, idem_key: str,
                            tenant: str = "default") -> MediaAnswer:
