@@ -203,3 +203,6 @@ SCENARIOS.update(INTAKE_SCENARIOS)
 from pacer_dev.chaos.scenarios_health import HEALTH_SCENARIOS  # noqa: E402
 
 SCENARIOS.update(HEALTH_SCENARIOS)
+from pacer_dev.chaos.scenarios_callbacks import CALLBACK_SCENARIOS  # noqa: E402
+
+SCENARIOS.update(CALLBACK_SCENARIOS)

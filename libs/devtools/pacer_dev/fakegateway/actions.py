@@ -7,7 +7,8 @@ through ``GatewayState.submit`` like a text send, so the duplicate and pacing wi
 (``image:<mediaId>``, ``tags.add:<ids>``, ``customer.detail``) and its ``toId`` the target.
 
 Admin (``/_admin/actions``): ``PUT`` knobs (``media_ready_after_ms``: how long an upload stays
-``pending``; ``media_fail_marker``: an upload whose url contains it ends ``failed``), ``GET``
+``pending``, after which its ``media.ready`` callback is posted; ``media_fail_marker``: an
+upload whose url contains it ends ``failed``), ``GET``
 counters (uploads, sends refused because the media was not ready — a client that waits
 correctly keeps that at 0). ``PUT /_admin/devices/{guid}`` ``{"status": ...}`` sets a device's
 status: anything but ``online`` makes the guid's sends answer its code (1001 offline, 1002
@@ -19,6 +20,7 @@ media now and posts its ``media.ready`` callback.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import Callable
@@ -92,7 +94,8 @@ class Actions:
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     # -- media --------------------------------------------------------------------------
-    def upload(self, guid: str, url: str, kind: str, file_name: str | None, key: str | None) -> dict[str, Any]:
+    def upload(self, guid: str, url: str, kind: str, file_name: str | None, key: str | None,
+               tenant: str = "default") -> dict[str, Any]:
         if key and key in self.uploads_by_key:  # the same upload again: the same media
             m = self.media[self.uploads_by_key[key]]
         else:
@@ -102,6 +105,8 @@ class Actions:
             self.media[m.media_id] = m
             if key:
                 self.uploads_by_key[key] = m.media_id
+            if self.media_ready_after_ms > 0:  # settles later: say so by callback when it does
+                asyncio.get_running_loop().call_later(self.media_ready_after_ms / 1000, self._settled, m, tenant)
         status = self._status(m)
         return {"mediaId": m.media_id, "status": status} | ({"reason": "could not fetch the url"}
                                                             if status == "failed" else {})
@@ -114,6 +119,14 @@ class Actions:
         status = self._status(m)
         return {"mediaId": media_id, "status": status} | ({"reason": "could not fetch the url"}
                                                           if status == "failed" else {})
+
+    def _settled(self, m: Media, tenant: str) -> None:
+        if m.forced is not None:
+            return  # an admin settled it already, with its own callback
+        ok = not m.fails
+        for listener in self.on_event:
+            listener(tenant, "media.ready", m.guid,
+                     {"mediaId": m.media_id, "ok": ok} | ({} if ok else {"reason": "could not fetch the url"}))
 
     def _status(self, m: Media) -> str:
         return m.status(self.media_ready_after_ms / 1000.0, time.monotonic())
@@ -203,7 +216,8 @@ def action_routes(app: FastAPI, gw: GatewayState) -> Actions:
             return bad(f"kind must be one of {', '.join(MEDIA_KINDS)}")
         if (r := refused(guid)) is not None:
             return r
-        data = actions.upload(guid, url, kind, file_name, request.headers.get("x-idempotency-key"))
+        data = actions.upload(guid, url, kind, file_name, request.headers.get("x-idempotency-key"),
+                              str(request.scope.get("pacer_tenant", "default")))
         return JSONResponse({"code": 0, "msg": "ok", "data": data})
 
     @app.post("/media/status")
