@@ -211,3 +211,13 @@ def test_keys_made_in_bulk_are_the_keys_made_one_by_one(pairs: list[tuple[str, s
                 "ticket_notify": [f"ticket:T%201:v3:{g}:{t}" for g, t in escaped]}[kind]
     assert idem_keys(req, guids, to_ids) == expected
     assert [idem_key(req, TargetRow(g, t, {})) for g, t in pairs] == expected
+
+
+def test_a_fast_path_request_reads_as_the_model_and_dumps_without_its_targets() -> None:
+    raw = json.dumps({"request_id": "r", "kind": "campaign", "created_by": "o", "message": {"content": "Hi"},
+                      "targets": {"items": [{"guid": "g", "to_id": "t"}, {"guid": "g", "to_id": "u",
+                                                                         "vars": {"a": "b"}}]}}).encode()
+    fast, model = validate_request(raw, NOW).request, parse_request(raw)
+    assert fast == model and list(fast.targets.items) == list(model.targets.items)
+    assert fast.targets.items[-1:] == [Target(guid="g", to_id="u", vars={"a": "b"})]
+    assert fast.model_dump(mode="json", exclude={"targets"}) == model.model_dump(mode="json", exclude={"targets"})

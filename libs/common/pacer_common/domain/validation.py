@@ -84,7 +84,7 @@ class CannotPlan(ValueError):
 
 @dataclass(frozen=True)
 class ValidRequest:
-    request: JobRequest
+    request: JobRequest  # a snapshot's targets.items may be a LazyTargets: read them from ``targets``
     template_fields: list[str]
     targets: list[Rendered] | None  # None for a requery job: its targets are fetched later
 
@@ -250,10 +250,9 @@ def _fast_parse(raw: bytes) -> tuple[JobRequest, list[TargetRow]] | None:
         return None
     # The envelope, by the model, in JSON mode like the request itself: with one target
     # standing for all (they are checked above), so its cost does not grow with them.
-    envelope = json.dumps({**doc, "targets": {**targets, "items": items[:1]}})
     try:
-        req = JobRequest.model_validate_json(envelope)
-    except ValidationError:
+        req = JobRequest.model_validate_json(json.dumps({**doc, "targets": {**targets, "items": items[:1]}}))
+    except (ValidationError, ValueError, RecursionError):
         return None
     whole = req.targets.model_copy(update={"items": LazyTargets(items)})
     return req.model_copy(update={"targets": whole}), rows
@@ -292,7 +291,9 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 class LazyTargets(Sequence[Target]):
     """A fast-path request's targets as the model holds them: each a :class:`Target` when
-    read (the fast path checked every one), none built unless someone reads them."""
+    read (the fast path checked every one), none built unless someone reads them. pydantic
+    cannot serialise it: dump such a request without its targets (the planner stores a
+    snapshot's targets as items, never in the job's row)."""
 
     def __init__(self, items: list[dict[str, Any]]) -> None:
         self._items = items
