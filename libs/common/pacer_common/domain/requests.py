@@ -37,6 +37,7 @@ MAX_TEMPLATE_CHARS = 4096
 MAX_VARS = 64
 MAX_VAR_NAME_CHARS = 128
 MAX_VAR_VALUE_CHARS = 4096
+MAX_SNAPSHOT_TARGETS = 2_000_000
 # Instants Postgres and Python can both hold in any time zone: stored and read back safely.
 EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC)
 
@@ -179,7 +180,7 @@ class SnapshotTargets(_Model):
     """Every target in the request itself; the set is frozen when the job is created."""
 
     mode: Literal["snapshot"] = "snapshot"
-    items: Annotated[list[Target], Field(min_length=1, max_length=2_000_000)]
+    items: Annotated[list[Target], Field(min_length=1, max_length=MAX_SNAPSHOT_TARGETS)]
 
 
 REQUERY_PAGE_SIZE_MAX = 5000

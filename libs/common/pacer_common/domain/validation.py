@@ -7,22 +7,38 @@ store can hold: the model bounds every string, number and instant (``requests``)
 module bounds what is derived from them — a rendered message (the gateway's limit) and an
 idempotency key (a btree row). Those bounds also bound an item command far below a Kafka
 record's limit (``MAX_COMMAND_BYTES``; a test builds the largest one).
+
+A snapshot's targets are the bulk of a big request, and a pydantic model per target costs
+more than everything else the planner does with it. So a request is first tried on a fast
+path (``_fast_parse``): one JSON parse, the envelope (everything but the targets) validated
+by the model, and the targets checked by plain code against the model's own bounds. The
+fast path only ever *accepts*: whatever it is not sure of (any target out of bounds, a
+``\\u0000`` or surrogate escape anywhere in the bytes, a key twice, JSON the parser
+refuses) goes through the model whole, which decides and gives the reason. A property test
+holds the two to the same answer.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple, Protocol, overload
 from urllib.parse import quote
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from pacer_common.domain.ids import IdemKey
+from pacer_common.domain.ids import Guid, IdemKey, ToId
 from pacer_common.domain.requests import (
+    MAX_ID_CHARS,
+    MAX_SNAPSHOT_TARGETS,
+    MAX_VAR_NAME_CHARS,
+    MAX_VAR_VALUE_CHARS,
+    MAX_VARS,
     NO_NUL,
     JobKind,
     JobRequest,
@@ -38,7 +54,27 @@ MAX_COMMAND_BYTES = 256 * 1024  # an item command, well under a Kafka record's d
 TARGET_MODES = ("snapshot", "requery")
 MESSAGE_TAGS = ("text", "media", "tags", "sync")
 
-Rendered = tuple[Target, str, IdemKey]  # a target, its rendered content, its idempotency key
+
+class TargetFields(Protocol):
+    """What planning reads of a target: a :class:`Target`, or a :class:`TargetRow` the fast path made."""
+
+    @property
+    def guid(self) -> Guid: ...
+    @property
+    def to_id(self) -> ToId: ...
+    @property
+    def vars(self) -> Mapping[str, str]: ...
+
+
+class TargetRow(NamedTuple):
+    """A target the fast path checked against :class:`Target`'s bounds, without building the model."""
+
+    guid: Guid
+    to_id: ToId
+    vars: Mapping[str, str]
+
+
+Rendered = tuple[TargetFields, str, IdemKey]  # a target, its rendered content, its idempotency key
 
 
 class InvalidRequest(ValueError):
@@ -51,16 +87,17 @@ class CannotPlan(ValueError):
 
 @dataclass(frozen=True)
 class ValidRequest:
-    request: JobRequest
+    request: JobRequest  # a snapshot's targets.items may be a LazyTargets: read them from ``targets``
     template_fields: list[str]
     targets: list[Rendered] | None  # None for a requery job: its targets are fetched later
 
 
 def validate_request(raw: bytes, now: datetime) -> ValidRequest:
     """The request in ``raw``, checked whole, or :class:`InvalidRequest` with the reason."""
-    req = parse_request(raw)
+    fast = _fast_parse(raw)
+    req, rows = fast if fast is not None else (parse_request(raw), None)
     try:
-        return prepare(req, now)
+        return prepare(req, now, rows)
     except CannotPlan as exc:
         raise InvalidRequest(f"cannot plan job request: {exc}") from None
 
@@ -77,17 +114,42 @@ def parse_request(raw: bytes) -> JobRequest:
     return req
 
 
-def prepare(req: JobRequest, now: datetime) -> ValidRequest:
-    """Check what the schema cannot: expiry, the template, and every target rendered and keyed."""
+def prepare(req: JobRequest, now: datetime, rows: Sequence[TargetFields] | None = None) -> ValidRequest:
+    """Check what the schema cannot: expiry, the template, and every target rendered and keyed.
+    ``rows``: the snapshot's targets when the fast path checked them (else the model's)."""
     if req.expire_at is not None and req.expire_at <= now:
         raise CannotPlan(f"request already expired at {req.expire_at.isoformat()}")
     # Only a text message is a template; the others are sent as they are.
     fields = template_fields(req.message.content, CannotPlan) if isinstance(req.message, TextMessage) else []
     if isinstance(req.targets, RequeryTargets):
         return ValidRequest(req, fields, None)
+    targets: Sequence[TargetFields] = req.targets.items if rows is None else rows
+    return ValidRequest(req, fields, _render_all(req, targets) or _render_each(req, targets))
+
+
+def _render_all(req: JobRequest, targets: Sequence[TargetFields]) -> list[Rendered] | None:
+    """Every target rendered and keyed, a step at a time over all of them (the biggest
+    requests have millions); None if any step finds a fault: ``_render_each`` names it."""
+    guids, to_ids = [t.guid for t in targets], [t.to_id for t in targets]
+    if len(set(zip(guids, to_ids, strict=True))) != len(targets):
+        return None
+    template = req.message.content
+    try:  # only a text message is a template; the others are sent as they are
+        contents = ([render(template, t.vars) for t in targets] if isinstance(req.message, TextMessage)
+                    else [template] * len(targets))
+    except KeyError:
+        return None
+    keys = idem_keys(req, guids, to_ids)
+    if max(map(len, contents)) > MAX_CONTENT_CHARS or max(map(len, keys)) > MAX_KEY_BYTES:
+        return None
+    return list(zip(targets, contents, keys, strict=True))
+
+
+def _render_each(req: JobRequest, targets: Sequence[TargetFields]) -> list[Rendered]:
+    """Target by target, in order: the first fault raised as :class:`CannotPlan`, naming it."""
     seen: dict[tuple[str, str], int] = {}
     out: list[Rendered] = []
-    for pos, target in enumerate(req.targets.items):
+    for pos, target in enumerate(targets):
         pair = (target.guid, target.to_id)
         if pair in seen:
             raise CannotPlan(f"target guid={target.guid!r} to_id={target.to_id!r} appears twice "
@@ -95,10 +157,11 @@ def prepare(req: JobRequest, now: datetime) -> ValidRequest:
         seen[pair] = pos
         content, key = render_target(req, target, target.vars, f"targets[{pos}]")
         out.append((target, content, key))
-    return ValidRequest(req, fields, out)
+    return out
 
 
-def render_target(req: JobRequest, target: Target, variables: Mapping[str, str], where: str) -> tuple[str, IdemKey]:
+def render_target(req: JobRequest, target: TargetFields, variables: Mapping[str, str],
+                  where: str) -> tuple[str, IdemKey]:
     """One target's content and idempotency key, or :class:`CannotPlan` naming ``where``."""
     try:
         content = (render(req.message.content, variables) if isinstance(req.message, TextMessage)
@@ -115,23 +178,42 @@ def render_target(req: JobRequest, target: Target, variables: Mapping[str, str],
     return content, key
 
 
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")  # what quote(…, safe="") leaves as it is
+
+
 def _part(value: str) -> str:
     # Escape the separator so that distinct targets can never produce the same key.
-    return quote(value, safe="")
+    return value if _UNRESERVED.fullmatch(value) else quote(value, safe="")
 
 
-def idem_key(req: JobRequest, target: Target) -> IdemKey:
+def _key_format(req: JobRequest) -> Callable[[str, str], IdemKey]:
+    """``(escaped guid, escaped to_id) → key`` for ``req``, the request's own parts escaped once."""
+    if req.kind is JobKind.AUTO_REPLY:
+        uid = _part(req.source_msg_uid or "")
+        return lambda guid, to_id: IdemKey(f"reply:{guid}:{uid}:{to_id}")
+    if req.kind is JobKind.TICKET_NOTIFY:
+        ticket = f"ticket:{_part(req.business_id or '')}:v{req.status_version}"
+        return lambda guid, to_id: IdemKey(f"{ticket}:{guid}:{to_id}")
+    push, version = f"push:{_part(req.request_id)}", f"v{req.content_version}"
+    return lambda guid, to_id: IdemKey(f"{push}:{guid}:{to_id}:{version}")
+
+
+def idem_keys(req: JobRequest, guids: Sequence[str], to_ids: Sequence[str]) -> list[IdemKey]:
+    """:func:`idem_key` of many targets at once: when no guid and no to_id needs escaping
+    (one match over all of them says so), none is escaped one by one."""
+    key = _key_format(req)
+    if _UNRESERVED.fullmatch("".join(guids)) and _UNRESERVED.fullmatch("".join(to_ids)):
+        return [key(g, t) for g, t in zip(guids, to_ids, strict=True)]
+    return [key(_part(g), _part(t)) for g, t in zip(guids, to_ids, strict=True)]
+
+
+def idem_key(req: JobRequest, target: TargetFields) -> IdemKey:
     """The business idempotency key of one customer-visible send.
 
     auto-reply: guid + the message answered; ticket notification: business id + status
     version + target; anything else: request + target + content version.
     """
-    guid, to_id = _part(target.guid), _part(target.to_id)
-    if req.kind is JobKind.AUTO_REPLY:
-        return IdemKey(f"reply:{guid}:{_part(req.source_msg_uid or '')}:{to_id}")
-    if req.kind is JobKind.TICKET_NOTIFY:
-        return IdemKey(f"ticket:{_part(req.business_id or '')}:v{req.status_version}:{guid}:{to_id}")
-    return IdemKey(f"push:{_part(req.request_id)}:{guid}:{to_id}:v{req.content_version}")
+    return IdemKey(_key_format(req)(_part(target.guid), _part(target.to_id)))
 
 
 def storable(text: str) -> bool:
@@ -143,6 +225,105 @@ def storable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+# -- the fast path ----------------------------------------------------------------------------
+
+# A NUL or a UTF-16 surrogate can only reach a parsed string through a \u escape (raw
+# control characters are not JSON, and UTF-8 cannot encode a surrogate): bytes with such an
+# escape anywhere (or merely something that looks like one) are left to the model.
+_NUL_OR_SURROGATE = re.compile(rb"\\u(?:0000|[dD][89abcdefABCDEF])")
+_NO_VARS: Mapping[str, str] = MappingProxyType({})
+
+
+def _fast_parse(raw: bytes) -> tuple[JobRequest, list[TargetRow]] | None:
+    """A snapshot request and its targets, when every target is plainly within
+    :class:`Target`'s bounds; None whenever only the model can say (it then decides)."""
+    if _NUL_OR_SURROGATE.search(raw):
+        return None
+    try:  # UTF-8 only, as the model reads it (json.loads of bytes would also take UTF-16)
+        doc = json.loads(raw.decode(), object_pairs_hook=_unique)
+    except (ValueError, RecursionError, _Twice):
+        return None
+    targets = doc.get("targets") if type(doc) is dict else None
+    if type(targets) is not dict or targets.get("mode", "snapshot") != "snapshot":
+        return None
+    items = targets.get("items")
+    if type(items) is not list or not 1 <= len(items) <= MAX_SNAPSHOT_TARGETS:
+        return None
+    rows = _target_rows(items)
+    if rows is None:
+        return None
+    # The envelope, by the model, in JSON mode like the request itself: with one target
+    # standing for all (they are checked above), so its cost does not grow with them.
+    try:
+        req = JobRequest.model_validate_json(json.dumps({**doc, "targets": {**targets, "items": items[:1]}}))
+    except (ValidationError, ValueError, RecursionError):
+        return None
+    whole = req.targets.model_copy(update={"items": LazyTargets(items)})
+    return req.model_copy(update={"targets": whole}), rows
+
+
+def _target_rows(items: list[Any]) -> list[TargetRow] | None:
+    """Each item as a row, if each is what :class:`Target` accepts without a doubt; else None."""
+    rows: list[TargetRow] = []
+    for t in items:
+        if type(t) is not dict:
+            return None
+        guid, to_id = t.get("guid"), t.get("to_id")
+        if (type(guid) is not str or type(to_id) is not str or not 0 < len(guid) <= MAX_ID_CHARS
+                or not 0 < len(to_id) <= MAX_ID_CHARS):
+            return None
+        if len(t) == 2:
+            variables: Mapping[str, str] = _NO_VARS
+        else:
+            variables = t.get("vars")  # type: ignore[assignment]  # checked on the next lines
+            if len(t) != 3 or type(variables) is not dict or len(variables) > MAX_VARS:
+                return None
+            for name, value in variables.items():
+                if type(value) is not str or not 0 < len(name) <= MAX_VAR_NAME_CHARS or len(
+                        value) > MAX_VAR_VALUE_CHARS:
+                    return None
+        rows.append(TargetRow(Guid(guid), ToId(to_id), variables))
+    return rows
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        raise _Twice()
+    return d
+
+
+class LazyTargets(Sequence[Target]):
+    """A fast-path request's targets as the model holds them: each a :class:`Target` when
+    read (the fast path checked every one), none built unless someone reads them. pydantic
+    cannot serialise it: dump such a request without its targets (the planner stores a
+    snapshot's targets as items, never in the job's row)."""
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self._items = items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, i: int) -> Target: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Target]: ...
+
+    def __getitem__(self, i: int | slice) -> Target | list[Target]:
+        if isinstance(i, slice):
+            return [Target.model_validate(t) for t in self._items[i]]
+        return Target.model_validate(self._items[i])
+
+    def __iter__(self) -> Iterator[Target]:
+        return (Target.model_validate(t) for t in self._items)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 # -- reasons --------------------------------------------------------------------------------

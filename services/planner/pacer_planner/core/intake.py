@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from pacer_common import tracing
+from pacer_common import gcpause, tracing
 from pacer_common.domain.commands import ItemCommand, JobCommands
 from pacer_common.domain.ids import JobId
 from pacer_common.domain.requests import JobRequest
@@ -76,11 +76,12 @@ class Planner:
     async def handle(self, key: bytes | None, value: bytes, now: datetime | None = None) -> Handled:
         now = now or datetime.now(UTC)
         try:
-            valid = validate_request(value, now)
+            with gcpause.paused():  # millions of objects, none garbage, for a big request
+                valid = validate_request(value, now)
+                p = plan(valid, now, self.coalesce_window, self.max_shard_items)
         except InvalidRequest as exc:
             return self.reject(key, value, str(exc))
         request = valid.request
-        p = plan(valid, now, self.coalesce_window, self.max_shard_items)
         with bind(request_id=request.request_id, job_id=p.job_id):
             guids = p.per_guid
             reason = refusal(p, await self.store.queued(list(guids)), self.max_backlog_per_guid) if guids else None

@@ -132,9 +132,9 @@ def plan_page(req: JobRequest, page: Page, known_subs: Mapping[Guid, int], max_s
             continue
         rendered.append((target, content, key))
     new_counts: dict[Guid, int] = {}
-    for target, _, _ in rendered:
-        if target.guid not in known_subs:
-            new_counts[target.guid] = new_counts.get(target.guid, 0) + 1
+    for added, _, _ in rendered:
+        if added.guid not in known_subs:
+            new_counts[Guid(added.guid)] = new_counts.get(Guid(added.guid), 0) + 1
     new_subs = {guid: sub_count(n, max_shard_items) for guid, n in new_counts.items()}
     subs = {**known_subs, **new_subs}
     return PagePlan(planned_items(rendered, subs), new_subs, duplicates, invalid, first_error)
