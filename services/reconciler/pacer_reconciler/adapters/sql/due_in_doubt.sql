@@ -1,7 +1,8 @@
--- In-doubt sends to verify, oldest first. Only once they have been in doubt for longer than
--- a gateway call can take: a request still travelling must not be "proved" undelivered.
+-- In-doubt sends of this replica's segments to verify, oldest first. Only once they have been
+-- in doubt for longer than a gateway call can take: a request still travelling must not be "proved" undelivered.
 SELECT item_id::text AS item_id, guid, idem_key, updated_at
 FROM items
 WHERE status = 'recovery_pending' AND updated_at < now() - %(settle)s::interval
+  AND (hashtext(guid) & 2147483647) %% {segments} = ANY(%(segments)s::int[])
 ORDER BY updated_at
 LIMIT %(limit)s

@@ -1,0 +1,99 @@
+"""Reconcilers share the event log by segment: two real reconciler processes split the
+segments, each tails only its own, and when one is killed its segments move to the other
+within the lease bound without an event being applied twice."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pacer_dev.infra import Infra
+from pacer_dev.segments import confirm_job, segment_events, segments_behind
+from pacer_dev.stack import Proc, Stack
+from tests.conftest import stack_on
+from tests.integration.helpers import read_topic, seed_job, wait_for
+
+N, TTL = 8, 2.0
+
+
+@pytest.fixture
+def stack(infra_env: Infra, tmp_path: Path) -> Iterator[Stack]:
+    with stack_on(infra_env, tmp_path, f"s{uuid.uuid4().hex[:10]}", {
+        "PACER_RECONCILER_SEGMENTS": str(N), "PACER_RECONCILER_LEADER_TTL_S": str(TTL),
+        "PACER_RECONCILER_SWEEP_INTERVAL_S": "0.5",
+    }) as st:
+        yield st
+
+
+def _metric(proc: Proc, name: str) -> float:
+    with urllib.request.urlopen(f"{proc.url}/metrics", timeout=2) as resp:
+        text = resp.read().decode()
+    return next(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
+
+
+def _held(url: str, proc: Proc) -> list[int]:
+    """Segments whose live lease names this process as holder."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT name FROM leader_leases WHERE holder LIKE %s AND expires_at > clock_timestamp()"
+                            " AND name LIKE 'pacer-reconciler/%%of%%'", (f"%:{proc.pid}:%",)).fetchall()
+    return sorted(int(r[0].rsplit("/", 1)[1].split("of")[0]) for r in rows)
+
+
+def _projection_matches(url: str) -> bool:
+    with psycopg.connect(url) as conn:
+        real = dict(conn.execute("SELECT status::text, count(*) FROM items GROUP BY 1").fetchall())
+        projected = dict(conn.execute("SELECT status::text, sum(n) FROM shard_status_counts GROUP BY 1"
+                                      " HAVING sum(n) <> 0").fetchall())
+    return real == projected
+
+
+def _job(url: str, guids: int, per_guid: int) -> tuple[str, int]:
+    job_id, _, _ = seed_job(url, {f"g{uuid.uuid4().hex[:6]}-{i}": per_guid for i in range(guids)})
+    return job_id, confirm_job(url, job_id)
+
+
+def test_two_reconcilers_split_the_segments_and_a_killed_ones_move_to_the_other(stack: Stack) -> None:
+    url = stack.infra.database_url
+    a = stack.start_service("reconciler", "rec-a")
+    b = stack.start_service("reconciler", "rec-b")
+    wait_for(lambda: len(_held(url, a)) == len(_held(url, b)) == N // 2, 6 * TTL, "an even split")
+    mine = {p.name: _held(url, p) for p in (a, b)}
+    assert sorted(mine["rec-a"] + mine["rec-b"]) == list(range(N))
+
+    job1, events1 = _job(url, guids=40, per_guid=3)
+    wait_for(lambda: segments_behind(url, N) == 0, 30, "every segment's cursor at its last event")
+    wait_for(lambda: _metric(a, "pacer_reconciler_events_total") + _metric(b, "pacer_reconciler_events_total")
+             >= events1, 10, "the events counted")
+    for p in (a, b):  # each read exactly its own segments' events, nothing of the other's
+        assert _metric(p, "pacer_reconciler_events_total") == segment_events(url, N, mine[p.name]) > 0
+    assert _projection_matches(url)
+    assert {_metric(a, "pacer_reconciler_leader"), _metric(b, "pacer_reconciler_leader")} == {0.0, 1.0}
+
+    before = _metric(b, "pacer_reconciler_events_total")
+    stack.kill("rec-a")
+    killed = time.monotonic()
+    wait_for(lambda: _held(url, b) == list(range(N)), 4 * TTL, "the survivor holding every segment")
+    took = time.monotonic() - killed
+    assert took <= TTL + TTL / 3 + 1.0, f"failover took {took:.1f}s"
+    assert _metric(b, "pacer_reconciler_leader") == 1.0
+
+    job2, events2 = _job(url, guids=40, per_guid=2)
+    wait_for(lambda: segments_behind(url, N) == 0, 30, "every cursor at the end after the failover")
+    wait_for(lambda: _metric(b, "pacer_reconciler_events_total") - before >= events2, 10, "the events counted")
+    assert _metric(b, "pacer_reconciler_events_total") - before == events2, "no event read twice"
+    assert _projection_matches(url), "no batch applied twice or skipped"
+    outcomes = read_topic({"bootstrap.servers": stack.infra.kafka_bootstrap}, f"{stack.topic_prefix}.item-outcomes",
+                          expect=events1 + events2)
+    seen = [(m["value"]["item_id"], m["value"]["version"]) for m in outcomes]
+    assert len(set(seen)) == events1 + events2 == len(seen), "one outcome per state change"
+    with psycopg.connect(url) as conn:
+        done = conn.execute("SELECT count(*) FROM jobs WHERE job_id = ANY(%s) AND status = 'completed'",
+                            ([job1, job2],)).fetchone()
+    assert done == (2,)
