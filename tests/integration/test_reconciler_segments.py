@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pacer_dev.infra import Infra
-from pacer_dev.segments import confirm_job, segment_events, segments_behind
+from pacer_dev.segments import confirm_job, segment_ends, segment_events, segments_behind
 from pacer_dev.stack import Proc, Stack
 from tests.conftest import stack_on
 from tests.integration.helpers import read_topic, seed_job, wait_for
@@ -48,8 +48,8 @@ def _held(url: str, proc: Proc) -> list[int]:
 
 def _projection_matches(url: str) -> bool:
     with psycopg.connect(url) as conn:
-        real = dict(conn.execute("SELECT status::text, count(*) FROM items GROUP BY 1").fetchall())
-        projected = dict(conn.execute("SELECT status::text, sum(n) FROM shard_status_counts GROUP BY 1"
+        real: dict[str, int] = dict(conn.execute("SELECT status::text, count(*) FROM items GROUP BY 1").fetchall())
+        projected: dict[str, int] = dict(conn.execute("SELECT status::text, sum(n) FROM shard_status_counts GROUP BY 1"
                                       " HAVING sum(n) <> 0").fetchall())
     return real == projected
 
@@ -68,7 +68,8 @@ def test_two_reconcilers_split_the_segments_and_a_killed_ones_move_to_the_other(
     assert sorted(mine["rec-a"] + mine["rec-b"]) == list(range(N))
 
     job1, events1 = _job(url, guids=40, per_guid=3)
-    wait_for(lambda: segments_behind(url, N) == 0, 30, "every segment's cursor at its last event")
+    ends = segment_ends(url, N)
+    wait_for(lambda: segments_behind(url, ends) == 0, 30, "every segment's cursor at its last event")
     wait_for(lambda: _metric(a, "pacer_reconciler_events_total") + _metric(b, "pacer_reconciler_events_total")
              >= events1, 10, "the events counted")
     for p in (a, b):  # each read exactly its own segments' events, nothing of the other's
@@ -85,7 +86,8 @@ def test_two_reconcilers_split_the_segments_and_a_killed_ones_move_to_the_other(
     assert _metric(b, "pacer_reconciler_leader") == 1.0
 
     job2, events2 = _job(url, guids=40, per_guid=2)
-    wait_for(lambda: segments_behind(url, N) == 0, 30, "every cursor at the end after the failover")
+    ends = segment_ends(url, N)
+    wait_for(lambda: segments_behind(url, ends) == 0, 30, "every cursor at the end after the failover")
     wait_for(lambda: _metric(b, "pacer_reconciler_events_total") - before >= events2, 10, "the events counted")
     assert _metric(b, "pacer_reconciler_events_total") - before == events2, "no event read twice"
     assert _projection_matches(url), "no batch applied twice or skipped"

@@ -40,6 +40,7 @@ class LoopConfig:
     stall_after_s: float
     error_backoff_max_s: float
     backlog_every_s: float
+    tail_concurrency: int = 4  # segment tails running at once (each takes a pool connection)
 
 
 class SegmentLoop:
@@ -57,6 +58,7 @@ class SegmentLoop:
         self.prepare = prepare  # the cursors of the layout, once before the first tail
         self.prepared = False
         self.guard = RoundGuard(max_s=config.error_backoff_max_s)
+        self._slots = asyncio.Semaphore(config.tail_concurrency)
         self.tails: dict[int, Reconciler] = {}
         self.epochs: dict[int, int | None] = {}  # the lease term each tail serves
         self.now = asyncio.get_running_loop().time
@@ -130,27 +132,34 @@ class SegmentLoop:
         await _idle(stop, min(0.5, self.config.leader_ttl_s / 3))
 
     async def _round(self) -> int:
-        """One tail round of every segment held (then the sweeps, when due); the most events
-        one segment had."""
+        """One tail round of every segment held, up to ``tail_concurrency`` at once (one's
+        database and Kafka waits overlap another's work), then the sweeps when due; returns
+        the most events one segment had. A failure other than a lost lease or a moved cursor
+        fails the round once every segment's tail has finished."""
         if not self.prepared:
             await self.prepare()
             self.prepared = True
-        most = 0
-        for s, rec in list(self.tails.items()):
+        results = await asyncio.gather(*(self._tail(s, rec) for s, rec in list(self.tails.items())),
+                                       return_exceptions=True)
+        counts = [r for r in results if not isinstance(r, BaseException)]
+        self.m.events.inc(sum(counts))
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        if self.now() >= self.next_sweep:
+            await self._sweep()
+        return max(counts, default=0)
+
+    async def _tail(self, s: int, rec: Reconciler) -> int:
+        async with self._slots:
             try:
-                n = await rec.tail_once()
+                return await rec.tail_once()
             except CursorMoved as exc:
                 log.error("segment %d: event batch not applied: %s; reading again from the stored cursor", s, exc)
-                continue
             except LeadershipLost as exc:
                 log.warning("segment %d: event batch not applied: %s", s, exc)
                 rec.forget_position()
-                continue
-            self.m.events.inc(n)
-            most = max(most, n)
-        if self.now() >= self.next_sweep:
-            await self._sweep()
-        return most
+            return 0
 
     async def _sweep(self) -> None:
         report = await self.sweeper.sweep_once()

@@ -36,7 +36,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         # fence, a cursor row) while its TCP connection lives; the server ends such a
         # transaction after half a TTL, so a peer's takeover is never blocked behind it.
         idle_tx_ms = max(1000, int(cfg.leader_ttl_s * 500))
-        pool = await open_pool(url, min_size=1, max_size=6, name="pacer-reconciler",
+        pool = await open_pool(url, min_size=1, max_size=8, name="pacer-reconciler",
                                options=f"-c idle_in_transaction_session_timeout={idle_tx_ms}")
         publisher = KafkaPublisher.create(kafka, cfg.max_message_bytes)
         http = make_client(cfg.gateway_url, cfg.gateway_timeout_s, max_connections=cfg.verify_concurrency + 4)
