@@ -4,19 +4,24 @@ within the lease bound without an event being applied twice."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from pacer_common.db.pool import open_pool
 from pacer_dev.infra import Infra
 from pacer_dev.segments import confirm_job, segment_ends, segment_events, segments_behind
 from pacer_dev.stack import Proc, Stack
+from pacer_reconciler.adapters.layout import LayoutBlocked, adopt_layout
+from pacer_reconciler.adapters.postgres import PostgresLog
 from tests.conftest import stack_on
 from tests.integration.helpers import read_topic, seed_job, wait_for
 
@@ -99,3 +104,72 @@ def test_two_reconcilers_split_the_segments_and_a_killed_ones_move_to_the_other(
         done = conn.execute("SELECT count(*) FROM jobs WHERE job_id = ANY(%s) AND status = 'completed'",
                             ([job1, job2],)).fetchone()
     assert done == (2,)
+
+
+def _cursors(url: str) -> dict[str, tuple[int, int]]:
+    with psycopg.connect(url) as conn:
+        return {r[0]: (int(r[1]), r[2]) for r in conn.execute(
+            "SELECT name, last_xid::text, last_seq FROM log_cursors").fetchall()}
+
+
+def _set_cursors(url: str, at: dict[str, tuple[int, int]]) -> None:
+    with psycopg.connect(url) as conn:
+        conn.execute("DELETE FROM log_cursors")
+        for name, (xid, seq) in at.items():
+            conn.execute("INSERT INTO log_cursors (name, last_xid, last_seq) VALUES (%s, %s::text::xid8, %s)",
+                         (name, xid, seq))
+
+
+def test_a_new_segment_count_starts_where_every_old_cursor_stands_or_not_at_all(database_url: str) -> None:
+    url = database_url
+    _job(url, guids=12, per_guid=2)
+    two = segment_ends(url, 2)  # where each segment of a 2-segment layout ends
+    end = max(two.values())
+
+    async def adopt(n: int) -> None:
+        pool = await open_pool(url, min_size=1, max_size=1)
+        try:
+            await adopt_layout(pool, "reconciler", n)
+        finally:
+            await pool.close()
+
+    # The single leader's cursor (before segments): every new cursor starts there.
+    _set_cursors(url, {"reconciler": end})
+    asyncio.run(adopt(4))
+    assert _cursors(url) == {f"reconciler/{s}of4": end for s in range(4)}
+    # Two segments each at its own last event: caught up, though at different positions.
+    _set_cursors(url, two)
+    asyncio.run(adopt(3))
+    assert _cursors(url) == {f"reconciler/{s}of3": end for s in range(3)}
+    # One old segment still has events to apply: the new layout must not start.
+    behind = {**two, "reconciler/0of2": (0, 0)}
+    _set_cursors(url, behind)
+    with pytest.raises(LayoutBlocked):
+        asyncio.run(adopt(3))
+    assert _cursors(url) == behind, "nothing changed"
+
+
+def test_sweeps_and_verification_take_only_the_segments_held(database_url: str) -> None:
+    url = database_url
+    seed_job(url, {f"g{i}": 1 for i in range(24)}, status="claimed")
+    seed_job(url, {f"h{i}": 1 for i in range(24)}, status="recovery_pending")
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE items SET lease_until = now() - interval '1 minute', updated_at = now() - interval '1 hour'")
+        segment_of = dict(conn.execute(
+            "SELECT item_id::text, (hashtext(guid) & 2147483647) % 4 FROM items").fetchall())
+
+    async def sweep() -> tuple[list[str], int]:
+        pool = await open_pool(url, min_size=1, max_size=2)
+        try:
+            log = PostgresLog(pool, "reconciler", timedelta(seconds=60), timedelta(0), segments=4, owned=lambda: [1, 2])
+            return [i.item_id for i in await log.in_doubt(100)], await log.sweep("claim_expired", 100)
+        finally:
+            await pool.close()
+
+    in_doubt, moved = asyncio.run(sweep())
+    with psycopg.connect(url) as conn:
+        requeued = [r[0] for r in conn.execute("SELECT item_id::text FROM items WHERE status = 'pending'").fetchall()]
+    assert requeued and moved == len(requeued)
+    assert {segment_of[i] for i in requeued} <= {1, 2}
+    assert sum(1 for s in segment_of.values() if s in (1, 2)) == len(requeued) + len(in_doubt)
+    assert in_doubt and {segment_of[i] for i in in_doubt} <= {1, 2}
