@@ -209,6 +209,7 @@ def _export(m: ReconcilerMetrics, loop: SegmentLoop) -> None:
     m.leader.set_function(lambda: float(loop.is_leader()))
     m.leader_epoch.set_function(epoch)
     m.segments_owned.set_function(lambda: float(len(leases.owned())))
+    m.segments.set(leases.n)
     m.replicas.set_function(lambda: float(leases.replicas))
     m.tail_lag.set_function(lambda: loop.now() - loop.last_tail if loop.is_active() else 0.0)
     m.lookups_in_flight.set_function(lambda: float(loop.verifier.in_flight))

@@ -1,6 +1,6 @@
 """Every metric of the reconciler, declared in one place (docs/runbook.md's metric list is
-generated from it). The database-wide numbers the leader reads every sweep round (lock board,
-governance, job progress) are exported by the leader only: a standby exports none of them,
+generated from it). The database-wide numbers the leader (the owner of segment 0) reads every
+sweep round (lock board, governance, job progress) are exported by it only: the others export none,
 so a replica that stepped down never keeps an alert firing with numbers from its term."""
 
 from __future__ import annotations
@@ -128,6 +128,10 @@ class ReconcilerMetrics:
         self.segments_owned = Gauge("pacer_reconciler_segments_owned", (
             "Segments this replica holds now (of `PACER_RECONCILER_SEGMENTS`); summed over replicas it is the "
             "segment count once failover settles."
+        ), registry=registry)
+        self.segments = Gauge("pacer_reconciler_segments", (
+            "The segment count this replica runs with (`PACER_RECONCILER_SEGMENTS`); alert "
+            "`PacerReconcilerSegmentsUnowned` compares the segments held with it."
         ), registry=registry)
         self.replicas = Gauge("pacer_reconciler_replicas", (
             "Live reconciler replicas this one counts when it shares out the segments (itself included)."
