@@ -155,7 +155,7 @@ def test_sweeps_and_verification_take_only_the_segments_held(database_url: str) 
     seed_job(url, {f"h{i}": 1 for i in range(24)}, status="recovery_pending")
     with psycopg.connect(url) as conn:
         conn.execute("UPDATE items SET lease_until = now() - interval '1 minute', updated_at = now() - interval '1 hour'")
-        segment_of = dict(conn.execute(
+        segment_of: dict[str, int] = dict(conn.execute(
             "SELECT item_id::text, (hashtext(guid) & 2147483647) % 4 FROM items").fetchall())
 
     async def sweep() -> tuple[list[str], int]:
