@@ -25,7 +25,7 @@ from pacer_reconciler.adapters.postgres import PostgresLog
 from tests.conftest import stack_on
 from tests.integration.helpers import read_topic, seed_job, wait_for
 
-N, TTL = 8, 2.0
+N, TTL = 16, 2.0  # 16: the count migrations make the event index for
 
 
 @pytest.fixture

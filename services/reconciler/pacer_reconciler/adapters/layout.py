@@ -11,6 +11,7 @@ then removed in the same transaction. Otherwise :class:`LayoutBlocked` says what
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import LiteralString, cast
 
@@ -19,6 +20,7 @@ from pacer_common.db.pool import Pool, one
 from pacer_common.db.sql import loader
 from pacer_reconciler.domain.segments import segment_names
 
+log = logging.getLogger(__name__)
 _sql = loader("pacer_reconciler.adapters.sql")
 _SEGMENT = re.compile(r"/(\d+)of(\d+)$")
 
@@ -28,8 +30,12 @@ class LayoutBlocked(Exception):
 
 
 def segment_sql(name: str, n: int) -> LiteralString:
-    """``<name>.sql`` with the segment count written in, as the index expression has it."""
-    return cast(LiteralString, _sql(name).replace("{segments}", str(int(n))))
+    """``<name>.sql`` with a guid's segment written in as the index expression has it (the
+    count a literal), or as 0 when there is one segment (no filter, the plain log order)."""
+    n = int(n)
+    expr = f"((hashtext(guid) & 2147483647) %% {n})" if n > 1 else "0"
+    order = f"((hashtext(item_events.guid) & 2147483647) %% {n}), " if n > 1 else ""
+    return cast(LiteralString, _sql(name).replace("{guid_segment}", expr).replace("{segment_order}", order))
 
 
 def _key(xid: str, seq: int) -> tuple[int, int]:
@@ -66,3 +72,9 @@ async def adopt_layout(pool: Pool, prefix: str, n: int) -> None:
             await conn.execute(_sql("layout_drop"), {"names": [r["name"] for r in old]})
 
     await with_retry(work)
+    if n > 1:
+        async with pool.connection() as conn:
+            row = await one(conn, _sql("layout_index"), {"name": f"item_events_segment_{n}"})
+        if not row["present"]:
+            log.error("index item_events_segment_%d is missing: each tail round scans the rest of the event log "
+                      "(docs/reliability.md, \"Changing the segment count\", step 1)", n)

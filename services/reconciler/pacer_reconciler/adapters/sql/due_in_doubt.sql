@@ -3,6 +3,6 @@
 SELECT item_id::text AS item_id, guid, idem_key, updated_at
 FROM items
 WHERE status = 'recovery_pending' AND updated_at < now() - %(settle)s::interval
-  AND (hashtext(guid) & 2147483647) %% {segments} = ANY(%(segments)s::int[])
+  AND {guid_segment} = ANY(%(segments)s::int[])
 ORDER BY updated_at
 LIMIT %(limit)s

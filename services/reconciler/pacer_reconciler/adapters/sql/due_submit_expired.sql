@@ -3,7 +3,7 @@
 SELECT item_id::text AS item_id, guid, idem_key, updated_at
 FROM items
 WHERE status = 'submitted' AND lease_until < now()
-  AND (hashtext(guid) & 2147483647) %% {segments} = ANY(%(segments)s::int[])
+  AND {guid_segment} = ANY(%(segments)s::int[])
 ORDER BY updated_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED

@@ -4,5 +4,5 @@ SELECT EXISTS (
     SELECT 1 FROM item_events
     WHERE (xid, seq) > (%(from_xid)s::xid8, %(from_seq)s::bigint)
       AND (xid, seq) <= (%(to_xid)s::xid8, %(to_seq)s::bigint)
-      AND (hashtext(guid) & 2147483647) %% {segments} = %(segment)s
+      AND {guid_segment} = %(segment)s
 ) AS gap
