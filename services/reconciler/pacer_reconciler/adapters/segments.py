@@ -21,6 +21,7 @@ import uuid
 import psycopg
 from psycopg.rows import TupleRow
 
+from pacer_common.db.leader import close_quietly, lease_connection
 from pacer_common.db.sql import loader, query
 from pacer_reconciler.domain.segments import balance, segment_names
 
@@ -122,18 +123,12 @@ class SegmentLeases:
 
     async def _connection(self) -> psycopg.AsyncConnection[TupleRow]:
         if self._conn is None or self._conn.closed:
-            timeout = max(1, int(self.ttl_s / 3))
-            self._conn = await psycopg.AsyncConnection.connect(
-                self.url, autocommit=True, application_name=f"leases:{self.prefix}", connect_timeout=timeout,
-                keepalives=1, keepalives_idle=timeout, keepalives_interval=1, keepalives_count=3,
-                options=f"-c statement_timeout={timeout * 1000}")
+            self._conn = await lease_connection(self.url, f"leases:{self.prefix}", self.ttl_s)
         return self._conn
 
     async def _drop_connection(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(psycopg.Error, OSError):
-                await self._conn.close()
-            self._conn = None
+        await close_quietly(self._conn)
+        self._conn = None
 
     async def release(self) -> None:
         """Give every segment and the membership up (a clean stop): peers take over at once."""
