@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # (BuildKit: `COPY --chmod` below needs it; it is Docker's default builder since 23.0.)
 #
-# One image for the Pacer services (planner, sender, reconciler, control) and the `pacer` operator CLI.
+# One image for the Pacer services (planner, sender, reconciler, control, intake) and the `pacer` operator CLI.
 #
 #   docker build -t pacer:0.1.0 .
 #   docker run --rm pacer:0.1.0 sender            # pacer-sender
@@ -57,8 +57,8 @@ COPY --chmod=0755 deploy/docker/entrypoint.sh /usr/local/bin/pacer-entrypoint
 USER 10001:10001
 WORKDIR /home/pacer
 
-# Default ops ports: planner 9101, sender 9102, reconciler 9103; control API 9104.
-EXPOSE 9101 9102 9103 9104
+# Default ops ports: planner 9101, sender 9102, reconciler 9103; control API 9104; callback intake 9105.
+EXPOSE 9101 9102 9103 9104 9105
 
 ENTRYPOINT ["/usr/local/bin/pacer-entrypoint"]
 CMD []

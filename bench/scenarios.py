@@ -27,6 +27,7 @@ from bench.common import (
 )
 from bench.fleet import fleet
 from bench.footprint import footprint
+from bench.intake import intake
 from bench.paced import allowed, pacer_window
 from bench.peer import peer
 from bench.queue_order import fairness, refill, schedule, shed
@@ -286,3 +287,4 @@ SCENARIOS = {"planner": planner, "sender": sender, "pacing": pacing, "priority":
              "recovery": recovery, "scale": scale, "fleet": fleet, "footprint": footprint, "peer": peer}
 SCENARIOS |= {"reconciler": reconciler}
 SCENARIOS |= {"refill": refill, "fairness": fairness, "schedule": schedule, "shed": shed}
+SCENARIOS |= {"intake": intake}

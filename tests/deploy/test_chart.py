@@ -38,7 +38,7 @@ def minimal() -> list[dict]:
 @pytest.mark.parametrize("vs", VALUE_SETS, ids=lambda vs: vs.name)
 def test_value_set_lints_renders_and_validates(vs):
     kinds = check(vs)
-    assert kinds["Deployment"] == 4 * len(vs.releases)
+    assert kinds["Deployment"] == 5 * len(vs.releases)  # planner, sender, reconciler, control, intake
 
 
 def test_validation_refuses_a_misspelt_field(minimal):
@@ -106,7 +106,7 @@ def _egress_ports(policy: dict) -> set[int]:
 
 def test_network_policies_let_each_service_reach_only_what_it_needs(full):
     policies = _by_kind(full, "NetworkPolicy")
-    assert set(policies) == {f"pacer-{c}" for c in ("planner", "sender", "reconciler", "control", "migrate")}
+    assert set(policies) == {f"pacer-{c}" for c in ("planner", "sender", "reconciler", "control", "intake", "migrate")}
     base = {53, 5432, 9092}
     assert _egress_ports(policies["pacer-migrate"]) == base
     assert _egress_ports(policies["pacer-planner"]) == base | {443, 80}  # audience services
@@ -120,6 +120,9 @@ def test_network_policies_let_each_service_reach_only_what_it_needs(full):
     (control_in,) = policies["pacer-control"]["spec"]["ingress"]
     assert len(control_in["from"]) == 2  # monitoring and the ingress controller
     assert policies["pacer-migrate"]["spec"]["ingress"] == []
+    assert _egress_ports(policies["pacer-intake"]) == base  # it calls no gateway; the gateway calls it
+    (intake_in,) = policies["pacer-intake"]["spec"]["ingress"]
+    assert intake_in["ports"] == [{"port": 9105, "protocol": "TCP"}] and len(intake_in["from"]) == 2
 
 
 def test_ingress_routes_the_console_and_api_to_the_control_service(full):

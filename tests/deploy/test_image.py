@@ -14,7 +14,7 @@ import pytest
 from pacer_dev.lock import REPO
 
 DOCKERFILE = REPO / "Dockerfile"
-SERVICES = ("pacer_common", "pacer_planner", "pacer_sender", "pacer_reconciler", "pacer_control")
+SERVICES = ("pacer_common", "pacer_planner", "pacer_sender", "pacer_reconciler", "pacer_control", "pacer_intake")
 
 
 def _build_stage() -> str:
@@ -63,7 +63,7 @@ def test_the_image_gets_the_services_and_no_developer_tools(wheel):
     assert tops == set(SERVICES)
     assert not [n for n in names if "pacer_dev" in n]
     assert "pacer_dev" not in entry_points
-    for script in ("pacer", "pacer-planner", "pacer-sender", "pacer-reconciler", "pacer-control"):
+    for script in ("pacer", "pacer-planner", "pacer-sender", "pacer-reconciler", "pacer-control", "pacer-intake"):
         assert re.search(rf"^{script} = ", entry_points, re.MULTILINE), script
     # The migrations and SQL queries ship with the services.
     assert any(n.startswith("pacer_common/db/migrations/") and n.endswith(".sql") for n in names)

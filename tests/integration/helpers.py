@@ -60,6 +60,15 @@ def seed_job(url: str, guids: dict[str, int], status: str = "pending") -> tuple[
     return job_id, shard_ids, items
 
 
+def _record(msg: Any) -> dict[str, Any]:
+    """A consumed message: key, value as JSON (None when it is not JSON), raw bytes, headers."""
+    try:
+        value = json.loads(v) if (v := msg.value()) else None
+    except ValueError:
+        value = None
+    return {"key": msg.key(), "value": value, "raw": msg.value(), "headers": dict(msg.headers() or [])}
+
+
 def read_topic(config: dict[str, str], topic: str, expect: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:
     """Read ``topic`` from the beginning until ``expect`` messages arrived (or the deadline)."""
     consumer = Consumer({**config, "group.id": f"test-{uuid.uuid4().hex}", "auto.offset.reset": "earliest",
@@ -72,15 +81,13 @@ def read_topic(config: dict[str, str], topic: str, expect: int, timeout_s: float
             msg = consumer.poll(0.2)
             if msg is None or msg.error():
                 continue
-            out.append({"key": msg.key(), "value": json.loads(v) if (v := msg.value()) else None,
-                        "raw": msg.value(), "headers": dict(msg.headers() or [])})
+            out.append(_record(msg))
         # Give a moment for any unexpected extra messages to show up.
         end = time.monotonic() + 0.5
         while time.monotonic() < end:
             msg = consumer.poll(0.1)
             if msg is not None and not msg.error():
-                out.append({"key": msg.key(), "value": json.loads(v) if (v := msg.value()) else None,
-                            "raw": msg.value(), "headers": dict(msg.headers() or [])})
+                out.append(_record(msg))
     finally:
         consumer.close()
     return out

@@ -381,7 +381,8 @@ def test_guid_pause_resume_and_forced_lease_release(database_url: str) -> None:
             health = (await api.get("/guids/g1", "operator")).json()
             assert health.pop("backlog")["by_lane"] == {"batch": {"ready": 1}}
             assert health == {"guid": "g1", "paused": True, "paused_reason": "kicked offline",
-                              "paused_by": "token:operator", "paused_at": health["paused_at"]}
+                              "paused_by": "token:operator", "paused_at": health["paused_at"], "state": "online",
+                              "state_since": None, "state_source": None, "state_reason": None, "held": True}
             full = (await api.get("/guids/g1", "tech_admin")).json()
             assert (full["owner"], full["epoch"], full["expired"]) == ("sender-a", 1, False)
             paused = (await api.get("/guids?paused=true", "operator")).json()["guids"]
@@ -422,6 +423,57 @@ def test_guid_pause_resume_and_forced_lease_release(database_url: str) -> None:
         ("token:operator", "pause"), ("token:admin", "release_lock"), ("token:operator", "resume")]
     assert log[1]["before"]["owner"] == "sender-a" and log[1]["after"]["owner"] is None
     assert log[1]["reason"] == "sender host is gone"
+
+
+def test_a_guid_lifecycle_is_visible_with_its_history_and_an_operator_resume_sets_it_online(
+        database_url: str) -> None:
+    seed_job(database_url, {"gk": 2})
+    with psycopg.connect(database_url) as conn:
+        for state, source, ts in (("offline", "callback", "2026-11-30T09:00:00Z"),
+                                  ("kicked", "send_failure", "2026-11-30T09:05:00Z"),
+                                  ("online", "callback", "2026-11-30T09:01:00Z")):  # late: ignored
+            conn.execute("SELECT * FROM pacer_set_guid_state('gk', %s, %s, 'why', %s)", (state, source, ts))
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            g = (await api.get("/guids/gk", "operator")).json()
+            assert (g["state"], g["state_source"], g["held"], g["paused"]) == ("kicked", "send_failure", True, False)
+            kicked = (await api.get("/guids?state=kicked", "operator")).json()["guids"]
+            assert [x["guid"] for x in kicked] == ["gk"]
+            assert [x["guid"] for x in (await api.get("/guids?paused=true", "operator")).json()["guids"]] == ["gk"]
+            assert (await api.get("/guids?state=online", "operator")).json()["guids"] == []
+            hist = (await api.get("/guids/gk/history?limit=1", "operator")).json()
+            assert [(c["previous"], c["state"]) for c in hist["changes"]] == [("offline", "kicked")]
+            older = (await api.get(f"/guids/gk/history?before={hist['next_before']}", "operator")).json()
+            assert [(c["previous"], c["state"]) for c in older["changes"]] == [(None, "offline")]
+            r = await api.post("/guids/gk/resume", "operator", json={"reason": "re-logged in"})
+            assert (r.status_code, r.json()["outcome"]) == (200, "done") and "kicked" in r.json()["message"]
+            g = (await api.get("/guids/gk", "operator")).json()
+            assert (g["state"], g["state_source"], g["state_reason"], g["held"]) == \
+                ("online", "operator", "re-logged in", False)
+
+    asyncio.run(go())
+    assert [(a["action"], a["before"]["state"], a["after"]["state"]) for a in audit(database_url, "gk")] == [
+        ("resume", "kicked", "online")]
+    with psycopg.connect(database_url) as conn:  # the release of its held items was requested
+        assert conn.execute("SELECT count(*) FROM hold_releases WHERE scope = 'guid' AND key = 'gk'").fetchone() == (1,)
+
+
+def test_an_item_waiting_for_its_media_or_its_guid_says_so(database_url: str) -> None:
+    job, _, _ = seed_job(database_url, {"gm": 2, "gk": 1})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE items SET not_before = now() + interval '1 minute', last_error_class = 'media_pending',"
+                     " last_error = 'waiting for image m-1 to be ready' WHERE guid = 'gm'")
+        conn.execute("SELECT * FROM pacer_set_guid_state('gk', 'offline', 'callback', 'phone off', now())")
+
+    async def go() -> dict[str, str | None]:
+        async with control_api(database_url) as api:
+            page = (await api.get(f"/jobs/{job}/items", "operator")).json()
+            return {i["guid"] + ":" + i["to_id"]: i["waiting"] for i in page["items"]}
+
+    waiting = asyncio.run(go())
+    assert sorted(str(w) for w in waiting.values()) == ["waiting: guid offline: phone off", "waiting: waiting for image m-1 to be ready",
+                                        "waiting: waiting for image m-1 to be ready"]
 
 
 def test_hot_limits_are_validated_stored_and_audited(database_url: str) -> None:

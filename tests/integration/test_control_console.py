@@ -151,6 +151,15 @@ def test_console_pages_hold_no_data_and_parts_are_guarded_like_the_api(database_
             r = await c.get(f"http://control/console/part/jobs/{job}", headers=api.auth("tech_admin"))
             assert "act-terminate" in r.text
 
+            # The guids page shows a guid's lifecycle state, and its history on demand.
+            with psycopg.connect(database_url) as conn:
+                conn.execute("SELECT * FROM pacer_set_guid_state('g1', 'kicked', 'callback', 'logged out', now())")
+            r = await c.get("http://control/console/part/guids", headers=api.auth("operator"))
+            assert r.status_code == 200 and 'guid-state">kicked</span>' in r.text and "logged out" in r.text
+            assert "Resume" in r.text  # a held guid offers the resume
+            r = await c.get("http://control/console/part/guids/g1/history", headers=api.auth("operator"))
+            assert r.status_code == 200 and "<b>kicked</b>" in r.text and "callback" in r.text
+
             # Swagger UI and the console's script come from Pacer itself, never from elsewhere.
             docs = await c.get("http://control/api/v1/docs")
             assets = re.findall(r'(?:src|href)="([^"]+)"', docs.text + page.text)

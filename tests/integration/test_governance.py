@@ -249,8 +249,8 @@ def test_a_budget_pauses_the_job_until_an_admin_confirms_more(database_url: str)
     assert one(url, "SELECT budget_used FROM jobs WHERE job_id = %s", job) == 5
 
 
-# -- needs-human pauses the guid ---------------------------------------------------------------------
-def test_a_needs_human_answer_pauses_the_guid_with_the_reason(database_url: str) -> None:
+# -- needs-human holds the guid in its lifecycle state -------------------------------------------
+def test_a_needs_human_answer_holds_the_guid_in_the_state_its_code_means(database_url: str) -> None:
     from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
     from pacer_sender.domain.decisions import after_failure
 
@@ -271,11 +271,16 @@ def test_a_needs_human_answer_pauses_the_guid_with_the_reason(database_url: str)
 
     assert asyncio.run(settle())
     assert one(url, "SELECT status::text FROM items WHERE item_id = %s", cmds[0].item_id) == "waiting_retry"
-    reason, by = one(url, "SELECT paused_reason, paused_by FROM guid_leases WHERE guid = 'g1'")
-    assert "1002" in reason and "account kicked" in reason and by == "system:gateway"
-    assert {o for o, _ in begin_all(url, cmds[1:], ["g1"])} == {"held"}
-    assert audit(url, "g1")[0][:2] == ("system:gateway", "pause")
+    state, source, reason = one(url, "SELECT state::text, source, reason FROM guid_states WHERE guid = 'g1'")
+    assert (state, source) == ("kicked", "send_failure") and "1002" in reason and "account kicked" in reason
+    assert one(url, "SELECT paused_reason FROM guid_leases WHERE guid = 'g1'") is None  # no free-text pause
+    begun = begin_all(url, cmds[1:], ["g1"])
+    assert {o for o, _ in begun} == {"held"}
     assert one(url, "SELECT outcome FROM pacer_resume_guid('g1', %s)", ACTOR) == "done"
+    assert one(url, "SELECT (state::text, source) FROM guid_states WHERE guid = 'g1'") == ("online", "operator")
+    assert [r[0] for r in rows(url, "SELECT state::text FROM guid_state_history WHERE guid = 'g1' ORDER BY id")] \
+        == ["kicked", "online"]
+    assert audit(url, "g1")[0][:2] == (ACTOR, "resume")
     assert release(url) == 2
 
 
@@ -376,7 +381,7 @@ def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_ur
         conn.execute("UPDATE shards SET status = 'running', last_progress_at = now() - interval '20 minutes'"
                      " WHERE job_id = %s", (job,))
         conn.execute("UPDATE shards SET last_progress_at = now() WHERE guid = 'g3'")  # this one moves
-    assert one(url, "SELECT pacer_hold_guid('g2', 'needs_human: 1001 offline', 'system:gateway')") is True
+    assert one(url, "SELECT pacer_hold_guid('g2', 'operator check', 'token:operator')") is True
     assert one(url, "SELECT pacer_hold_job(%s, 'budget_exhausted', 'system:budget')", other) is True
 
     async def stats() -> dict[str, int]:
@@ -388,7 +393,13 @@ def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_ur
 
     assert asyncio.run(stats()) == {"jobs_paused_budget": 1, "jobs_paused_breaker": 0, "jobs_paused_operator": 0,
                                     "guids_paused": 1, "stalled_shards": 1,  # g1 only: g2's guid is paused
-                                    "jobs_running": 1, "items:pending": 7}  # job progress: open jobs' items
+                                    "jobs_running": 1, "items:pending": 7,  # job progress: open jobs' items
+                                    "guids:online": 0, "guids:offline": 0, "guids:kicked": 0,
+                                    "guids:unauthorized": 0}
+    with psycopg.connect(url) as conn:  # a kicked guid is held too: its shard is not stalled, it is counted
+        conn.execute("SELECT * FROM pacer_set_guid_state('g1', 'kicked', 'callback', NULL, now())")
+    kicked = asyncio.run(stats())
+    assert (kicked["stalled_shards"], kicked["guids:kicked"], kicked["guids:online"]) == (0, 1, 0)
     action(url, job, "pause")
     assert asyncio.run(stats())["stalled_shards"] == 0  # a paused job is not stalled
     assert asyncio.run(stats())["jobs_paused_operator"] == 1

@@ -168,3 +168,47 @@ def test_new_content_waits_for_approval_until_an_admin_approved_that_message(
     other["message"]["content"] = "a different text {n}"
     run(database_url, kafka_config, topics, [json.dumps(other).encode()], approval=policy)
     assert job_status(database_url, "third")[0] == "awaiting_approval"
+
+
+# ---- tenants: jobs record theirs, their guids become its, refusals are dead-lettered -------------
+
+def tenant_request(rid: str, guids: list[str], tenant: str | None = None) -> bytes:
+    extra = {} if tenant is None else {"tenant": tenant}
+    body = json.loads(request(rid, 0, 1, **extra))
+    body["targets"]["items"] = [{"guid": g, "to_id": f"to-{g}", "vars": {"n": "1"}} for g in guids]
+    return json.dumps(body).encode()
+
+
+def test_jobs_record_their_tenant_and_claim_its_guids(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name, base_url) VALUES ('acme', 'http://acme')")
+    hs = run(database_url, kafka_config, topics, [tenant_request("t1", ["a1", "a2"], "acme"), tenant_request("t2", ["d1"])])
+    assert [h.outcome for h in hs] == ["planned", "planned"]
+    with psycopg.connect(database_url) as conn:
+        assert dict(conn.execute("SELECT request_id, tenant FROM jobs").fetchall()) == {"t1": "acme", "t2": "default"}
+        assert dict(conn.execute("SELECT guid, tenant FROM tenant_guids").fetchall()) == {
+            "a1": "acme", "a2": "acme", "d1": "default"}
+    commands = read_topic(kafka_config, topics["batch"], expect=3)
+    assert {c["value"]["guid"]: c["value"]["tenant"] for c in commands} == {"a1": "acme", "a2": "acme", "d1": "default"}
+
+
+def test_refused_tenants_are_dead_lettered_with_the_reason_and_store_nothing(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name, base_url, max_guids) VALUES ('small', 'http://s', 2)")
+    hs = run(database_url, kafka_config, topics, [
+        tenant_request("u1", ["g1"], "nope"),  # unknown tenant
+        tenant_request("u2", ["s1", "s2"], "small"),
+        tenant_request("u3", ["s1"]),  # s1 is small's, not default's
+        tenant_request("u4", ["s3"], "small"),  # a third guid: over small's max_guids
+    ])
+    assert [h.outcome for h in hs] == ["dead_lettered", "planned", "dead_lettered", "dead_lettered"]
+    assert "unknown tenant 'nope'" in (hs[0].reason or "")
+    assert "guid 's1' belongs to another tenant than 'default'" in (hs[2].reason or "")
+    assert "over its quota of 2 (max_guids)" in (hs[3].reason or "")
+    dlq = read_topic(kafka_config, topics["dlq"], expect=3)
+    assert sorted(json.loads(d["raw"])["request_id"] for d in dlq) == ["u1", "u3", "u4"]
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT array_agg(request_id) FROM jobs").fetchone() == (["u2"],)
+        assert conn.execute("SELECT count(*) FROM tenant_guids").fetchone() == (2,)

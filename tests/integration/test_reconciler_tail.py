@@ -63,6 +63,9 @@ def test_event_committed_after_a_later_numbered_one_is_not_skipped(
     assert again == 0
     published = read_topic(kafka_config, topics[0], expect=2)
     assert sorted(m["value"]["item_id"] for m in published) == sorted([first, second])
+    # each outcome names its job's tenant in a header, as callbacks do; the body is unchanged
+    assert {m["headers"]["pacer-tenant"] for m in published} == {b"default"}
+    assert all("tenant" not in m["value"] for m in published)
 
 
 def test_projection_counts_and_completes_the_job(

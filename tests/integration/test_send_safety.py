@@ -163,7 +163,7 @@ class ScriptedGateway:
         self.calls = 0
 
     async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
-                        deadline: float | None = None) -> Receipt:
+                        deadline: float | None = None, tenant: str = "default") -> Receipt:
         self.calls += 1
         if self.calls <= self.limited:
             raise SendError(FailureClass.RATE_LIMITED, 45009, "freq limit")

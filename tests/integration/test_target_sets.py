@@ -408,3 +408,25 @@ def test_a_requery_guid_keeps_the_sub_count_fixed_on_the_page_it_first_appeared(
         assert sub == zlib.crc32(to_id.encode()) % 3
     assert one(database_url, "SELECT total FROM jobs WHERE job_id = %s", job) == 17
     shards_consistent(database_url, job)
+
+
+def test_a_requery_page_naming_another_tenants_guid_holds_the_job_with_the_reason(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name) VALUES ('acme')")
+    audience.put(targets(4, guids=2))  # guids g0, g1
+
+    async def go() -> tuple[str, str]:
+        async with instance(database_url, kafka_config, topics) as p:
+            mine = await p.planner.handle(None, snapshot("tq-default", targets(1, guids=1)))  # g0 is default's
+            assert mine.outcome == "planned"
+            h = await p.planner.handle(None, requery("tq-acme", audience.url, 10, tenant="acme"))
+            assert h.job_id is not None
+            return h.job_id, await p.pager.run(h.job_id)
+
+    job, outcome = asyncio.run(go())
+    assert outcome == "paused"
+    status, reason, total = one(database_url, "SELECT status, paused_reason, total FROM jobs WHERE job_id = %s", job)
+    assert (status, total) == ("paused", 0)
+    assert "guid 'g0' belongs to another tenant than 'acme'" in reason
+    assert rows(database_url, "SELECT guid, tenant FROM tenant_guids ORDER BY guid") == [("g0", "default")]

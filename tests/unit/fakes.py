@@ -146,8 +146,8 @@ class InMemoryItemRepository:
         if (decision.release_ledger and entry is not None and entry.item_id == cmd.item_id
                 and entry.state == "reserved"):
             del self.ledger[cmd.idem_key]
-        if decision.hold_guid is not None:
-            self.paused_guids.setdefault(cmd.guid, decision.hold_guid)
+        if decision.guid_state is not None:
+            self.paused_guids.setdefault(cmd.guid, f"{decision.guid_state.value}: {decision.error}")
         if decision.refund:
             rec.attempts -= 1  # a deferral: the attempt counted by begin_send is given back
         return True
@@ -175,7 +175,7 @@ class FakeGateway:
         self.during_send = during_send
 
     async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
-                        deadline: float | None = None) -> Receipt:
+                        deadline: float | None = None, tenant: str = "default") -> Receipt:
         call = SentText(guid, to_id, content, idem_key)
         self.sent.append(call)
         if self.during_send is not None:

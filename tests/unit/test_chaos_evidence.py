@@ -19,6 +19,7 @@ QUIET = {
     "lookups_delayed": 0, "in_doubt_while_hung": 0, "max_tail_lag_s": 0, "took_over": 0, "failover_s": 0,
     "old_stepped_down": 0, "projection_mismatch": 0, "deleted": 0, "swept": 0, "forced": 0, "evicted": 0,
     "taken_back": 0, "exited": 0, "poisoned": 0, "dead_lettered": 0, "planner_exited": 0,
+    "kicks": 0, "holds": 0, "resumed": 0, "still_held": 0, "sent_while_held": 0,
 }
 QUIET_JOBS = {"poison-requests": 11}  # its valid requests are jobs whether or not poison came first
 
@@ -36,6 +37,7 @@ FAULTED = {
     "retention-loss": {"deleted": 600, "swept": 24},
     "forced-release": {"forced": 40, "evicted": 40},
     "poison-requests": {"poisoned": 22, "dead_lettered": 22, "jobs": 11},
+    "guid-kicks": {"kicks": 9, "holds": 7, "resumed": 7},
 }
 
 
@@ -62,6 +64,7 @@ def test_a_run_with_its_fault_passes_and_a_duplicate_still_fails_it(name: str) -
     ("frozen-leader", {"failover_s": 60}), ("frozen-leader", {"projection_mismatch": 1}),
     ("forced-release", {"taken_back": 1}), ("poison-requests", {"planner_exited": 1}),
     ("kill-sender", {"kills": 4}), ("retention-loss", {"deleted": 10}),
+    ("guid-kicks", {"sent_while_held": 1}), ("guid-kicks", {"still_held": 1}),
 ])
 def test_a_fault_that_did_harm_fails(name: str, broken: dict[str, int]) -> None:
     assert verdict(name, QUIET | FAULTED[name] | broken, SIZE) == ["no evidence the fault happened as planned, or it did harm"]

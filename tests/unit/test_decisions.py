@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
+from pacer_common.domain.guid_health import GuidState
 from pacer_common.domain.status import ItemStatus, check_transition
 from pacer_sender.domain.decisions import after_failure
 
@@ -73,18 +74,22 @@ def test_bad_params_fail_at_once_and_are_never_retried() -> None:
         assert d.event == "ItemFailed"
         assert d.next_attempt_at is None
         assert d.error_class == "bad_params"
-        assert d.hold_guid is None
+        assert d.guid_state is None
 
 
-def test_needs_human_pauses_the_guid_and_keeps_the_item() -> None:
+def test_needs_human_holds_the_guid_in_the_state_its_code_means_and_keeps_the_item() -> None:
     """Offline / kicked / unauthorized is the account's state, not the item's fault: the
-    item waits (nothing was sent, its key is freed) and the guid is paused for a person."""
-    for attempts in (1, POLICY.max_attempts + 3):
-        d = decide(F.NEEDS_HUMAN, attempts=attempts)
-        assert d.to is ItemStatus.WAITING_RETRY
-        assert d.release_ledger is True
-        assert d.hold_guid is not None and d.hold_guid.startswith("needs_human")
-        assert "1234" in d.hold_guid  # the gateway's code is kept in the reason
+    item waits (nothing was sent, its key is freed) and the guid takes the state the code
+    means (a needs-human code the table does not know means offline)."""
+    table = {1001: GuidState.OFFLINE, 1002: GuidState.KICKED, 1003: GuidState.UNAUTHORIZED}
+    for code, state in [*table.items(), (1234, GuidState.OFFLINE), (None, GuidState.OFFLINE)]:
+        for attempts in (1, POLICY.max_attempts + 3):
+            err = SendError(F.NEEDS_HUMAN, code, "account")
+            d = after_failure(err, attempts, POLICY, NOW, random.Random(0), table)
+            assert d.to is ItemStatus.WAITING_RETRY
+            assert d.release_ledger is True
+            assert d.guid_state is state
+            assert str(code) in (d.error or "")  # the gateway's code is kept in the reason
 
 
 def test_retry_after_is_a_floor_on_the_delay() -> None:
@@ -115,7 +120,7 @@ def test_a_rate_limited_answer_is_a_deferral_never_a_failure(attempts: int, seed
     retry_after = None if retry_after_s is None else timedelta(seconds=retry_after_s)
     d = decide(F.RATE_LIMITED, attempts, retry_after=retry_after, seed=seed)
     assert d.to is ItemStatus.WAITING_RETRY and d.event == "ItemRetryScheduled"
-    assert d.refund and d.release_ledger and d.hold_guid is None
+    assert d.refund and d.release_ledger and d.guid_state is None
     assert d.error_class == "rate_limited"
     assert d.next_attempt_at is not None and d.next_attempt_at > NOW
     assert d.next_attempt_at <= NOW + max(POLICY.cap, retry_after or timedelta(0)), "the wait is bounded"

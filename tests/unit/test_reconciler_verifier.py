@@ -25,7 +25,7 @@ class Lookup:
         self.asked: list[str] = []
         self.never = asyncio.Event()
 
-    async def lookup(self, guid: str, idem_key: str) -> bool | None:
+    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
         self.asked.append(idem_key)
         answer = self.answers[idem_key]
         if answer == "hang":

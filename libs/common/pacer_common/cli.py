@@ -52,6 +52,9 @@ def topic_layout(k: KafkaSettings) -> dict[str, tuple[int, dict[str, str]]]:
         k.item_commands("online"): (k.item_command_partitions, {}),
         k.item_commands("batch"): (k.item_command_partitions, {}),
         k.item_outcomes: (8, {}),
+        # Gateway callbacks, keyed by guid: a guid's events stay in order on one partition.
+        k.callbacks: (8, {}),
+        k.callbacks_dlq: (1, {}),
     }
 
 
@@ -242,13 +245,20 @@ def _limits(args: argparse.Namespace) -> int:
 
 def _token_create(args: argparse.Namespace) -> int:
     """Make an API token for the Control API; the secret is printed once, only its hash is kept."""
+    tenants = sorted(set(args.tenants)) if args.tenants else None
     try:
-        made = _with_conn(lambda c: operations.create_token(c, args.name, Role(args.role), "cli", args.reason))
+        made = _with_conn(lambda c: operations.create_token(c, args.name, Role(args.role), "cli", args.reason,
+                                                            tenants=tenants))
+    except operations.UnknownTenants as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_REFUSED
     except psycopg.errors.UniqueViolation:
         print(f"a token named {args.name!r} already exists (names are never reused, even after revocation)",
               file=sys.stderr)
         return EXIT_REFUSED
-    print(f"token {made.name!r} (role {made.role.value}) created; it is shown only this once:", file=sys.stderr)
+    scope = f", tenants {', '.join(tenants)}" if tenants else ""
+    print(f"token {made.name!r} (role {made.role.value}{scope}) created; it is shown only this once:",
+          file=sys.stderr)
     print(made.token)
     return 0
 
@@ -298,6 +308,8 @@ def main(argv: list[str] | None = None) -> None:
     tc.add_argument("--role", required=True, choices=[r.value for r in Role],
                     help="operator < tech_admin < admin (cumulative)")
     tc.add_argument("--reason", help="why (kept in the audit log)")
+    tc.add_argument("--tenant", action="append", dest="tenants", metavar="NAME",
+                    help="scope the token to this tenant (repeatable): it sees and changes only its jobs")
     tc.set_defaults(fn=_token_create)
     args = p.parse_args(argv)
     raise SystemExit(args.fn(args))

@@ -32,7 +32,8 @@ class KafkaSettings(_Frozen):
     kafka_bootstrap_servers: str = Field(description="`host:port[,host:port…]`, librdkafka `bootstrap.servers`.")
     topic_prefix: str = Field("pacer", description=(
         "Topic names are `<prefix>.job-requests`, `<prefix>.job-requests.dlq`, "
-        "`<prefix>.item-commands.{online,batch}`, `<prefix>.item-outcomes`. It is also the default consumer-group"
+        "`<prefix>.item-commands.{online,batch}`, `<prefix>.item-outcomes`, `<prefix>.callbacks`, "
+        "`<prefix>.callbacks.dlq`. It is also the default consumer-group"
         " prefix (`<prefix>.planner`, `<prefix>.sender`)."
     ))
     item_command_partitions: int = Field(16, description=(
@@ -62,6 +63,15 @@ class KafkaSettings(_Frozen):
     @property
     def item_outcomes(self) -> str:
         return f"{self.topic_prefix}.item-outcomes"
+
+    @property
+    def callbacks(self) -> str:
+        """Gateway callbacks as the intake received them (key = guid, header ``pacer-tenant``)."""
+        return f"{self.topic_prefix}.callbacks"
+
+    @property
+    def callbacks_dlq(self) -> str:
+        return f"{self.topic_prefix}.callbacks.dlq"
 
     def client_config(self) -> dict[str, str]:
         return {"bootstrap.servers": self.kafka_bootstrap_servers, **self.kafka_security}

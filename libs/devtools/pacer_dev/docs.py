@@ -36,6 +36,7 @@ SETTINGS: dict[str, tuple[str, str | None]] = {
     "SenderSettings": ("pacer_sender.settings:SenderSettings", None),
     "ReconcilerSettings": ("pacer_reconciler.settings:ReconcilerSettings", None),
     "ControlSettings": ("pacer_control.settings:ControlSettings", None),
+    "IntakeSettings": ("pacer_intake.settings:IntakeSettings", None),
 }
 # Service → the class that declares all its metrics (in its ``metrics`` module).
 METRICS = {
@@ -43,6 +44,7 @@ METRICS = {
     "sender": "pacer_sender.metrics:SenderMetrics",
     "reconciler": "pacer_reconciler.metrics:ReconcilerMetrics",
     "control": "pacer_control.metrics:ControlMetrics",
+    "intake": "pacer_intake.metrics:IntakeMetrics",
 }
 _BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(<!-- end generated -->)", re.DOTALL)
 _SIMPLE = {int: "int", float: "float", str: "string", bool: "bool", SecretStr: "string (secret)"}

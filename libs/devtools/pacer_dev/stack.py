@@ -23,7 +23,9 @@ from typing import Any
 from pacer_dev.fakegateway.process import free_port, wait_healthy
 from pacer_dev.infra import Infra
 
-SERVICES = ("planner", "sender", "reconciler", "control")
+SERVICES = ("planner", "sender", "reconciler", "control", "intake")
+# The `default` tenant's callback secret on a local stack (make up, tests): not a secret anywhere else.
+LOCAL_CALLBACK_SECRET = "local-callback-secret"
 
 
 @dataclass
@@ -105,6 +107,19 @@ class Stack:
         proc = self._spawn(name, kind, [sys.executable, "-m", f"pacer_{kind}"], port, self.env(**extra))
         if wait:
             self.wait_ready(proc)
+        return proc
+
+    def start_intake(self, name: str = "intake", secret: str = LOCAL_CALLBACK_SECRET) -> Proc:
+        """The callback intake, with ``secret`` as the `default` tenant's callback secret; the
+        fake gateway (if it is ours) posts the `default` tenant's callbacks to it, signed."""
+        proc = self.start_service("intake", name, PACER_INTAKE_DEFAULT_CALLBACK_SECRET=secret)
+        if "gateway" in self.procs and self.gateway_url:
+            req = urllib.request.Request(f"{self.gateway_url}/_admin/tenants/default", method="PUT",
+                                         data=json.dumps({"callback_secret": secret,
+                                                          "callback_url": f"{proc.url}/callbacks/default"}).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=5.0):
+                pass
         return proc
 
     def start_prometheus(self, interval_s: float = 1.0) -> Proc:

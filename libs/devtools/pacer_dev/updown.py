@@ -1,8 +1,8 @@
 """``make up`` / ``make down``: the whole stack in the background, for trying Pacer by hand.
 
 ``make up`` starts (or reuses) Kafka and Postgres, migrates, creates topics, starts the
-fake gateway — unless ``PACER_GATEWAY_URL`` names a gateway to use — the three services
-and the Control API, makes an admin API token (kept in the state directory, so ``make env``
+fake gateway — unless ``PACER_GATEWAY_URL`` names a gateway to use — the three services,
+the Control API and the callback intake, makes an admin API token (kept in the state directory, so ``make env``
 prints it again), then prints where everything is. ``make down`` stops all of it.
 """
 
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from pacer_dev import infra, prometheus
-from pacer_dev.stack import Stack, prepare
+from pacer_dev.stack import LOCAL_CALLBACK_SECRET, Stack, prepare
 
 # `make up` lets POST /test-send reach this to_id (on the fake gateway, unless a real one is named).
 SANDBOX_TARGET = "sandbox-room"
@@ -42,6 +42,7 @@ def up(args: argparse.Namespace) -> int:
         for kind in ("planner", "sender", "reconciler"):
             stack.start_service(kind)
         stack.start_service("control", PACER_CONTROL_SANDBOX_TARGETS=SANDBOX_TARGET)
+        stack.start_intake()
         if prometheus.binary("prometheus"):
             stack.start_prometheus(interval_s=5.0)
         else:
@@ -108,6 +109,10 @@ def _print(inf: infra.Infra, stack: Stack, state: Path) -> None:
         # The console asks for the token on its sign-in page; it never goes into a URL.
         print(f"export PACER_CONSOLE_URL={control.url}/console")
         print(f"# control API docs: {control.url}/api/v1/docs (sandbox to_id for test sends: {SANDBOX_TARGET})")
+    intake = stack.procs.get("intake")
+    if intake is not None:
+        print(f"export PACER_INTAKE_URL={intake.url}")
+        print(f"export PACER_INTAKE_DEFAULT_CALLBACK_SECRET={LOCAL_CALLBACK_SECRET}")
     for p in stack.procs.values():
         print(f"# {p.name}: pid {p.pid}, {p.url}, log {p.log}")
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from pacer_common.domain.ids import ItemId
 from pacer_common.domain.limits import parse_limits
+from pacer_common.domain.requests import DEFAULT_TENANT
 from pacer_common.domain.tokens import Role, token_hash
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_control.domain import report, views
@@ -43,7 +44,7 @@ from pacer_control.domain.outcomes import (
     ItemRetry,
     tally,
 )
-from pacer_control.domain.permissions import Action, Principal, may, refusal
+from pacer_control.domain.permissions import Action, Principal, may, refusal, scope_refusal
 from pacer_control.ports import (
     AuditEntry,
     ControlStore,
@@ -86,6 +87,25 @@ class Control:
         why = refusal(principal.role, action)
         if why is not None:
             raise Forbidden(why)
+
+    async def authorize_scope(self, who: Principal, action: Action, target: tuple[str, str] | None,
+                              tenant_filtered: bool) -> None:
+        """A token scoped to tenants: the job or item ``target`` (kind, id) must be one of its
+        tenants' (else 404, as if it did not exist); with no target, the route must show it only
+        its tenants' rows (else 403)."""
+        why = scope_refusal(who, action, lists=target is None and not tenant_filtered)
+        if why is not None:
+            raise Forbidden(why)
+        if target is None:
+            return
+        kind, target_id = target
+        try:
+            uuid.UUID(target_id)
+        except ValueError:
+            return  # not an id at all: the route's own validation answers 422
+        tenant = await self.store.tenant_of(kind, target_id)
+        if tenant is None or not who.sees(tenant):
+            raise NotFound(f"no {kind} {target_id} among the jobs of tenant(s) {who.scope} (token '{who.name}')")
 
     # -- jobs ----------------------------------------------------------------------------
     async def jobs(self, f: JobFilter) -> list[Row]:
@@ -250,8 +270,13 @@ class Control:
             return row
         return {k: v for k, v in row.items() if k not in LEASE_FIELDS and k != "limits"}
 
-    async def guids(self, who: Principal, paused_only: bool, limit: int, after: str | None) -> list[Row]:
-        return [self._visible(r, who) for r in await self.store.guids(paused_only, limit, after)]
+    async def guids(self, who: Principal, paused_only: bool, limit: int, after: str | None,
+                    state: str | None = None) -> list[Row]:
+        return [self._visible(r, who) for r in await self.store.guids(paused_only, limit, after, state)]
+
+    async def guid_history(self, guid: str, limit: int, before: int | None) -> list[Row]:
+        """The guid's lifecycle changes (online, offline, kicked, unauthorized), newest first."""
+        return await self.store.guid_history(guid, limit, before)
 
     async def guid(self, guid: str, who: Principal) -> Row:
         row = await self.store.guid(guid)
@@ -353,8 +378,10 @@ class Control:
         return await self.store.audit_log(f)
 
     # -- tokens --------------------------------------------------------------------------
-    async def create_token(self, name: str, role: Role, who: Principal) -> NewToken:
-        made = await self.store.atomically(lambda tx: tx.create_token(name, role, who.actor))
+    async def create_token(self, name: str, role: Role, who: Principal, tenants: list[str] | None = None) -> NewToken:
+        scope = None if tenants is None else sorted(set(tenants))
+
+        made = await self.store.atomically(lambda tx: tx.create_token(name, role, who.actor, scope))
         if made is None:
             raise Conflict(f"a token named {name!r} already exists (names are never reused, even after revocation)")
         return made
@@ -374,6 +401,56 @@ class Control:
             return ActionResult("done", f"token {name!r} revoked; it is refused from now on")
 
         return await self.store.atomically(work)
+
+
+    # -- tenants -------------------------------------------------------------------------
+    async def tenants(self) -> list[Row]:
+        return await self.store.tenants()
+
+    async def create_tenant(self, name: str, fields: dict[str, Any], who: Principal) -> Row:
+        async def work(tx: ControlTx) -> Row:
+            if not await tx.create_tenant(name, fields):
+                raise Conflict(f"a tenant named {name!r} already exists; change it with PATCH /tenants/{name}")
+            after = await tx.tenant(name)
+            await tx.audit(AuditEntry(who.actor, "create_tenant", "tenant", name, None, None, _public(after)))
+            assert after is not None
+            return after
+
+        return await self.store.atomically(work)
+
+    async def update_tenant(self, name: str, fields: dict[str, Any], who: Principal, reason: str | None) -> Row:
+        async def work(tx: ControlTx) -> Row:
+            before = await tx.tenant(name)
+            if before is None or not await tx.update_tenant(name, fields):
+                raise NotFound(f"no tenant {name!r}")
+            after = await tx.tenant(name)
+            await tx.audit(AuditEntry(who.actor, "update_tenant", "tenant", name, reason, _public(before),
+                                      {**(_public(after) or {}), "changed": sorted(fields)}))
+            assert after is not None
+            return after
+
+        return await self.store.atomically(work)
+
+    async def delete_tenant(self, name: str, who: Principal, reason: str | None) -> ActionResult:
+        if name == DEFAULT_TENANT:
+            return ActionResult("conflict", "the tenant 'default' cannot be deleted (requests without 'tenant' use it)")
+
+        async def work(tx: ControlTx) -> ActionResult:
+            before = await tx.tenant(name)
+            row = await tx.delete_tenant(name)
+            if row is None:
+                return ActionResult("not_found", f"no tenant {name!r}")
+            if not row["deleted"]:
+                return ActionResult("conflict", f"tenant {name!r} has {row['jobs']} jobs; a tenant with jobs is kept")
+            await tx.audit(AuditEntry(who.actor, "delete_tenant", "tenant", name, reason, _public(before), None))
+            return ActionResult("done", f"tenant {name!r} deleted; its guids may now be any tenant's")
+
+        return await self.store.atomically(work)
+
+
+def _public(row: Row | None) -> dict[str, Any] | None:
+    """A tenant as the audit log keeps it: no secret, only whether each is set."""
+    return None if row is None else {k: _json(v) for k, v in row.items() if k not in ("created_at", "updated_at")}
 
 
 def as_dict(result: ActionResult) -> dict[str, Any]:

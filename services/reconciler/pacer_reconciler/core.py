@@ -19,7 +19,7 @@ from pacer_reconciler.ports import EventLog, Holds, Position, Publisher, SweepKi
 
 log = logging.getLogger(__name__)
 # Why a row was passed over (the ``reason`` label of pacer_reconciler_bad_events_total).
-SkipReason = Literal["unreadable_event", "bad_command", "unpublishable", "unprocessable"]
+SkipReason = Literal["unreadable_event", "bad_command", "unpublishable", "unprocessable", "bad_callback"]
 SWEEP_KINDS: tuple[SweepKind, ...] = ("claim_expired", "submit_expired", "retry_due", "release_held")
 
 

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from datetime import timedelta
 
 from pacer_common.db.pool import open_pool
+from pacer_common.db.tenants import TenantCache
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
-from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.metrics import gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, PostgresSettings
+from pacer_common.tenant_gateways import TenantGateways
 from pacer_reconciler.adapters.backlog import PostgresBacklogs
+from pacer_reconciler.adapters.callbacks import KafkaCallbackSource
 from pacer_reconciler.adapters.faults import ENVIRONMENT
 from pacer_reconciler.adapters.kafka import KafkaPublisher
 from pacer_reconciler.adapters.layout import adopt_layout
-from pacer_reconciler.adapters.postgres import PostgresLog
+from pacer_reconciler.adapters.postgres import PostgresGuidStates, PostgresLog
 from pacer_reconciler.adapters.segments import SegmentLeases
 from pacer_reconciler.backlog import BacklogGauges
-from pacer_reconciler.core import Reconciler
+from pacer_reconciler.callbacks import CALLBACK_CMDS, RESULTS, CallbackConsumer
+from pacer_reconciler.core import Reconciler, RoundGuard
 from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
 from pacer_reconciler.domain.segments import segment_names
 from pacer_reconciler.leading import LoopConfig, SegmentLoop
@@ -39,7 +44,11 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         pool = await open_pool(url, min_size=1, max_size=8, name="pacer-reconciler",
                                options=f"-c idle_in_transaction_session_timeout={idle_tx_ms}")
         publisher = KafkaPublisher.create(kafka, cfg.max_message_bytes)
-        http = make_client(cfg.gateway_url, cfg.gateway_timeout_s, max_connections=cfg.verify_concurrency + 4)
+        tenants = TenantCache(pool, cfg.tenants_refresh_s,
+                              fill=lambda t: t.with_defaults(cfg.gateway_url, cfg.gateway_credential))
+        await tenants.reload()
+        gateways = TenantGateways(tenants.get, cfg.gateway_timeout_s, DEFAULT_CODE_TABLE,
+                                  observe=gateway_latency(ctx.registry), max_connections=cfg.verify_concurrency + 4)
         verify_deadline, verify_after = timedelta(seconds=cfg.verify_deadline_s), timedelta(seconds=cfg.verify_after_s)
         cursors = segment_names("reconciler", cfg.segments)
         # One breaker state for every segment this process holds (a job's outcomes in them).
@@ -55,21 +64,51 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                               environment_errors=ENVIRONMENT)
 
         rec = Reconciler(store, store, publisher, holds=store, batch=cfg.batch, environment_errors=ENVIRONMENT)
-        verifier = Verifier(store, GatewayClient(http, DEFAULT_CODE_TABLE, observe=gateway_latency(ctx.registry)),
-                            concurrency=cfg.verify_concurrency, timeout_s=cfg.verify_timeout_s)
+        verifier = Verifier(store, gateways, concurrency=cfg.verify_concurrency, timeout_s=cfg.verify_timeout_s)
         backlog = BacklogGauges(PostgresBacklogs(pool).top, m.backlog_top, m.wait_top, cfg.backlog_top_n)
         loop = SegmentLoop(leases, tailer, rec, store, verifier, backlog, m, LoopConfig(
             leader_ttl_s=cfg.leader_ttl_s, sweep_interval_s=cfg.sweep_interval_s, batch=cfg.batch,
             stall_after_s=cfg.stall_after_s, error_backoff_max_s=cfg.error_backoff_max_s,
             backlog_every_s=cfg.backlog_every_s), prepare=lambda: adopt_layout(pool, "reconciler", cfg.segments))
+        source = await KafkaCallbackSource.create(kafka, cfg.callbacks_group or f"{kafka.topic_prefix}.reconciler.callbacks")
+        callbacks = CallbackConsumer(source, PostgresGuidStates(pool), environment_errors=ENVIRONMENT)
+        tenant_refresher = asyncio.create_task(tenants.keep_fresh(ctx.stop), name="tenants")
+        consuming = asyncio.create_task(consume_callbacks(callbacks, m, ctx.stop, cfg.error_backoff_max_s),
+                                        name="callbacks")
         try:
             await loop.run(ctx.stop, ctx.health.set_ready)
         finally:
+            ctx.stop.set()
+            await tenant_refresher
+            await consuming
+            await source.close()
             publisher.close()
-            await http.aclose()
+            await gateways.aclose()
             await pool.close()
 
     await run_service("reconciler", cfg.ops_host, cfg.port, body)
+
+
+async def consume_callbacks(callbacks: CallbackConsumer, m: ReconcilerMetrics, stop: asyncio.Event,
+                            backoff_max_s: float) -> None:
+    """The callbacks consumer's rounds, in every replica, until ``stop``; its counts exported."""
+    guard = RoundGuard(max_s=backoff_max_s)
+    for name in CALLBACK_CMDS:  # known label values start at 0
+        for outcome in RESULTS:
+            m.callbacks.labels(name, outcome)
+    while not stop.is_set():
+        _, delay = await guard.run(callbacks.round)
+        for (cmd, result), k in callbacks.handled.items():
+            m.callbacks.labels(cmd, result).inc(k)
+            if result == "bad":
+                m.bad_events.labels("bad_callback").inc(k)
+        callbacks.handled.clear()
+        for error, k in guard.errors.items():
+            m.round_errors.labels(error).inc(k)
+        guard.errors.clear()
+        if delay:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=delay)
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ GAUGES = {
     "expired_leases": ("pacer_reconciler_expired_leases",
                        "Guid and item leases held past their expiry (takeover pending)"),
     "guids_paused": ("pacer_reconciler_guids_paused",
-                     "Guids paused (needs a person: offline, kicked, unauthorized, breaker, operator)"),
+                     "Guids paused by a breaker or an operator (lifecycle holds: pacer_reconciler_guids_by_state)"),
     "stalled_shards": ("pacer_reconciler_stalled_shards",
                        "Open shards of running jobs with no progress for stall_after_s"),
     "jobs_running": ("pacer_reconciler_jobs_running", "Jobs running (not paused, not finished)"),
@@ -36,6 +36,7 @@ COUNTERS = {
 }
 PAUSED_JOBS = {"jobs_paused_budget": "budget", "jobs_paused_breaker": "breaker", "jobs_paused_operator": "operator"}
 ITEMS_PREFIX = "items:"  # "items:<status>" → items of open jobs in that status
+GUIDS_PREFIX = "guids:"  # "guids:<state>" → guids in that lifecycle state
 
 
 class LeaderStats(Collector):
@@ -65,12 +66,19 @@ class LeaderStats(Collector):
         for key, reason in PAUSED_JOBS.items():
             if key in values:
                 paused.add_metric([reason], values[key])
+        states = GaugeMetricFamily("pacer_reconciler_guids_by_state", "Guids by lifecycle state (`online`, "
+                                   "`offline`, `kicked`, `unauthorized`); any but `online` holds the guid's queue "
+                                   "(alert `PacerGuidHeld`). No guid label: `GET /api/v1/guids?state=…` names them",
+                                   labels=["state"])
         for key, n in sorted(values.items()):
             if key.startswith(ITEMS_PREFIX):
                 items.add_metric([key[len(ITEMS_PREFIX):]], n)
+            elif key.startswith(GUIDS_PREFIX):
+                states.add_metric([key[len(GUIDS_PREFIX):]], n)
         if values:
             yield paused
             yield items
+            yield states
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -107,8 +115,15 @@ class ReconcilerMetrics:
             "event, e.g. an unknown type from a newer version), `bad_command` (a re-queued item whose command "
             "cannot be built), `unpublishable` (an outcome or command over `PACER_RECONCILER_MAX_MESSAGE_BYTES`),"
             " `unprocessable` (a row whose batch kept failing until it was alone, then failed alone 3 times: "
-            "passed over without effect)."
+            "passed over without effect), `bad_callback` (a gateway callback that cannot be read or handled)."
         ), ["reason"], registry=registry)
+        self.callbacks = Counter("pacer_reconciler_callbacks_total", (
+            "Gateway callbacks consumed (every replica), by `cmd` (`device.status`, `media.ready`, `other`) and "
+            "`result`: `applied` (the guid's state changed; the media became ready or failed), `stale` (older than, or "
+            "the same as, what is known, or a media already settled or unknown: nothing changed), `ignored` (not "
+            "Pacer's to act on), `bad` (unreadable or failed: skipped, also in "
+            "`pacer_reconciler_bad_events_total{reason=\"bad_callback\"}`)."
+        ), ["cmd", "result"], registry=registry)
         self.round_errors = Counter("pacer_reconciler_round_errors_total", (
             "Tail/sweep rounds that raised (database or Kafka down, a defect), by exception type; each is "
             "followed by a back-off, the service stays up."

@@ -10,6 +10,7 @@ from typing import Literal, Protocol
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
+from pacer_common.domain.guid_health import StatusEvent
 
 SweepKind = Literal["retry_due", "claim_expired", "submit_expired", "release_held"]
 
@@ -30,6 +31,7 @@ class InDoubt:
     guid: str
     idem_key: str
     since: datetime
+    tenant: str = "default"
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,9 @@ class Publisher(Protocol):
 
 
 class DeliveryLookup(Protocol):
-    async def lookup(self, guid: str, idem_key: str) -> bool | None: ...
+    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
+        """Asked of the item's tenant's gateway."""
+        ...
 
 
 class Lease(Protocol):
@@ -99,3 +103,23 @@ class LeaderStats(Protocol):
 
     async def lock_stats(self) -> dict[str, int]: ...
     async def governance_stats(self, stall_after: timedelta) -> dict[str, int]: ...
+
+
+@dataclass(frozen=True)
+class RawCallback:
+    """One record of the callbacks topic: its body as the intake appended it."""
+
+    value: bytes | None
+    position: tuple[str, int, int]  # topic, partition, offset
+
+
+class CallbackSource(Protocol):
+    async def fetch(self, n: int, timeout_s: float) -> list[RawCallback]: ...
+    async def commit(self, done: Sequence[RawCallback]) -> None: ...
+
+
+class GuidStates(Protocol):
+    async def set_state(self, guid: str, event: StatusEvent) -> bool: ...
+    async def media_ready(self, guid: str, media_id: str, ok: bool, reason: str | None) -> bool:
+        """A pending media becomes ready (``ok``) or failed; False if it was settled already or unknown."""
+        ...

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.settings import OpsSettings
@@ -15,6 +15,11 @@ class ReconcilerSettings(OpsSettings):
         "Base URL of the gateway; in-doubt sends are verified with `GET /message/lookup?guid=…&idempotencyKey=…`."
         " Same variable as the sender's."
     ))
+    gateway_credential: SecretStr | None = Field(None, validation_alias="PACER_GATEWAY_CREDENTIAL", description=(
+        "Bearer credential of the `default` tenant's gateway, as the sender's. Lookups go to the item's "
+        "tenant's gateway (`tenants`)."
+    ))
+    tenants_refresh_s: float = Field(5.0, description="How often the tenant table is re-read.")
     gateway_timeout_s: float = Field(5.0, description=(
         "HTTP timeout of one lookup request, in seconds (`PACER_RECONCILER_VERIFY_TIMEOUT_S` cuts a lookup off "
         "too, whichever comes first)."
@@ -87,4 +92,9 @@ class ReconcilerSettings(OpsSettings):
     backlog_every_s: float = Field(30.0, gt=0, description=(
         "How often the leader refreshes the backlog metrics (one read of every pending item: keep it at tens of "
         "seconds)."
+    ))
+    callbacks_group: str = Field("", description=(
+        "Consumer group of the gateway callbacks topic (`<prefix>.callbacks`), read by every replica (not only "
+        "the leader): `device.status` moves guid lifecycles, `media.ready` settles uploads. Empty: "
+        "`<prefix>.reconciler.callbacks`."
     ))

@@ -69,7 +69,7 @@ class Verifier:
         found: bool | None = None
         try:
             async with asyncio.timeout(self.timeout_s):
-                found = await self.lookup.lookup(item.guid, item.idem_key)
+                found = await self.lookup.lookup(item.guid, item.idem_key, tenant=item.tenant)
             self.lookups[{True: "found", False: "not_found", None: "unknown"}[found]] += 1
         except TimeoutError:
             self.lookups["timeout"] += 1

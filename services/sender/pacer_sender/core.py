@@ -5,25 +5,30 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
-from pacer_common.domain.requests import expired
+from pacer_common.domain.guid_health import DEFAULT_STATE_CODES, GuidState, state_for_code
+from pacer_common.domain.receipts import Receipt
+from pacer_common.domain.requests import AnyMessage, MediaMessage, TagsMessage, TextMessage, expired
 from pacer_common.domain.status import ItemStatus
+from pacer_common.gateway import MediaAnswer
 from pacer_common.logs import bind
 from pacer_sender.domain.decisions import Decision, after_failure
-from pacer_sender.ports import Gateway, ItemRepository
+from pacer_sender.domain.media import MediaTiming, next_step, url_hash
+from pacer_sender.ports import ActionGateway, ActionStore, Gateway, ItemRepository
 
 log = logging.getLogger(__name__)
 
 Outcome = Literal[
     "confirmed", "retry", "failed", "in_doubt", "rate_limited", "expired", "duplicate",
     "not_pending", "fenced", "guid_lost", "deadline_missed", "held",
-    "needs_human",
+    "needs_human", "media_waiting",
 ]
 
 
@@ -41,8 +46,14 @@ class Executed:
 class Executor:
     def __init__(self, repo: ItemRepository, gateway: Gateway, owner: str, retry: RetryPolicy,
                  rng: random.Random | None = None, send_deadline_s: float = 10.0,
-                 expire_margin_s: float = 1.0) -> None:
+                 expire_margin_s: float = 1.0, states: Mapping[int, GuidState] = DEFAULT_STATE_CODES,
+                 actions: ActionStore | None = None, action_gateway: ActionGateway | None = None,
+                 media_timing: MediaTiming | None = None) -> None:
         self.repo = repo
+        self.actions = actions  # None: every item is text (tests of the text path)
+        self.action_gateway = action_gateway
+        self.media_timing = media_timing or MediaTiming()
+        self.states = states  # needs-human gateway codes → the guid's lifecycle state
         self.gateway = gateway
         self.owner = owner
         self.retry = retry
@@ -64,6 +75,15 @@ class Executor:
         if expired(cmd.expire_at, now + self.expire_margin):
             await self.repo.expire(cmd)
             return Executed("expired", False)
+        msg: AnyMessage | None = None  # None: a text send (no action store: the text path alone)
+        media_id: str | None = None  # of a media item whose media is ready
+        if self.actions is not None:
+            msg = await self.actions.message_of(cmd.job_id)
+            if isinstance(msg, MediaMessage):
+                ready = await self._media_ready(cmd, msg)
+                if isinstance(ready, Executed):
+                    return ready
+                media_id = ready
         started = time.monotonic()
         begun = await self.repo.begin_send(cmd, self.owner)
         if begun.outcome == "guid_lost":
@@ -94,18 +114,17 @@ class Executor:
             await self.repo.settle(cmd, begun.epoch, d)
             return Executed("deadline_missed", False, None, claimed_at, first_claim=first)
         try:
-            receipt = await self.gateway.send_text(cmd.guid, cmd.to_id, cmd.content, cmd.idem_key,
-                                                   deadline=started + self.send_deadline_s)
+            receipt = await self._call(cmd, msg, media_id, started + self.send_deadline_s)
         except SendError as err:
             answered_at = datetime.now(UTC)
-            decision = after_failure(err, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng)
+            decision = after_failure(err, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng, self.states)
             if not await self.repo.settle(cmd, begun.epoch, decision):
                 log.warning("outcome not recorded: lease taken over (%s)", err)
                 return Executed("fenced", True, err, claimed_at, answered_at, first)
             log.info("send failed: %s → %s", err, decision.to.value)
             outcome: Outcome = ("rate_limited" if err.failure_class is FailureClass.RATE_LIMITED
                                 else "in_doubt" if err.failure_class is FailureClass.IN_DOUBT
-                                else "needs_human" if decision.hold_guid is not None
+                                else "needs_human" if decision.guid_state is not None
                                 else "retry" if decision.next_attempt_at else "failed")
             return Executed(outcome, True, err, claimed_at, answered_at, first)
         answered_at = datetime.now(UTC)
@@ -113,3 +132,73 @@ class Executor:
             log.warning("confirmation not recorded: lease taken over")
             return Executed("fenced", True, None, claimed_at, answered_at, first)
         return Executed("confirmed", True, None, claimed_at, answered_at, first)
+
+    async def _call(self, cmd: ItemCommand, msg: AnyMessage | None, media_id: str | None,
+                    deadline: float) -> Receipt:
+        """The item's one gateway action: text, media by ``mediaId``, tags, or a customer sync
+        (read ``/customer/detail``, then Pacer's copy written under its version check)."""
+        g = self.action_gateway
+        if g is None or msg is None or isinstance(msg, TextMessage):
+            return await self.gateway.send_text(cmd.guid, cmd.to_id, cmd.content, cmd.idem_key, deadline=deadline,
+                                                tenant=cmd.tenant)
+        if isinstance(msg, MediaMessage):
+            assert media_id is not None
+            return await g.send_media(msg.type, cmd.guid, cmd.to_id, media_id, cmd.idem_key, deadline=deadline,
+                                      tenant=cmd.tenant)
+        if isinstance(msg, TagsMessage):
+            return await g.customer_tags(msg.type.removeprefix("tags."), cmd.guid, cmd.to_id, msg.tagIds,
+                                         cmd.idem_key, deadline=deadline, tenant=cmd.tenant)
+        receipt, customer = await g.customer_detail(cmd.guid, cmd.to_id, cmd.idem_key, deadline=deadline,
+                                                    tenant=cmd.tenant)
+        assert self.actions is not None
+        stored = await self.actions.save_customer(customer, cmd.item_id)
+        verdict = (f"customer {customer.customer_id} v{customer.version} applied" if stored is None
+                   else f"customer {customer.customer_id} v{customer.version} not applied: Pacer has v{stored}")
+        return replace(receipt, msg=verdict)
+
+    async def _media_ready(self, cmd: ItemCommand, msg: MediaMessage) -> str | Executed:
+        """The ready media's id, or what became of the item: it waits (pending, with its reason)
+        or fails (the upload failed). Uploads the media if this guid has not yet."""
+        assert self.actions is not None and self.action_gateway is not None
+        h = url_hash(msg.url)
+        row = await self.actions.media(cmd.guid, h)
+        step, until = next_step(row, datetime.now(UTC), self.media_timing)
+        called = False
+        if step == "upload":
+            called = True
+            try:
+                answer = await self.action_gateway.upload_media(cmd.guid, msg.url, msg.type, msg.fileName,
+                                                                f"media:{cmd.guid}:{h}", tenant=cmd.tenant)
+            except SendError as err:
+                if err.failure_class is FailureClass.NEEDS_HUMAN:  # the account is out: its queue is held
+                    await self.actions.guid_state(cmd.guid, state_for_code(err.code, self.states), str(err))
+                if err.failure_class is not FailureClass.BAD_PARAMS:  # not the media's fault: again later
+                    return await self._media_wait(cmd, datetime.now(UTC) + self.media_timing.poll_every,
+                                                  f"media upload not done, trying again: {err}", True)
+                answer = MediaAnswer("-", "failed", str(err), 0.0)
+            row = await self.actions.uploaded(cmd.guid, h, msg, answer)
+        elif step == "poll":
+            assert row is not None
+            called = True
+            try:
+                answer = await self.action_gateway.media_status(cmd.guid, row.media_id, tenant=cmd.tenant)
+                row = await self.actions.checked(cmd.guid, h, answer.status, answer.reason)
+            except SendError as err:
+                row = await self.actions.checked(cmd.guid, h, "pending", f"status poll failed: {err}")
+        step, until = next_step(row, datetime.now(UTC), self.media_timing)
+        if step == "send":
+            assert row is not None
+            return row.media_id
+        if step == "fail":
+            assert row is not None
+            await self.actions.fail_unsent(cmd, "bad_params", f"media upload failed: {row.reason or 'no reason given'}")
+            return Executed("failed", called)
+        assert row is not None
+        return await self._media_wait(cmd, until or datetime.now(UTC) + self.media_timing.recheck,
+                                      f"waiting for {msg.type} {row.media_id} to be ready (uploaded "
+                                      f"{row.uploaded_at:%H:%M:%S})", called)
+
+    async def _media_wait(self, cmd: ItemCommand, until: datetime, reason: str, called: bool) -> Executed:
+        assert self.actions is not None
+        await self.actions.wait(cmd, until, reason)
+        return Executed("media_waiting", called)

@@ -8,16 +8,20 @@ import logging
 from datetime import timedelta
 
 from pacer_common.db.pool import open_pool
+from pacer_common.db.tenants import TenantCache, keep_usage
+from pacer_common.domain.breaker import Breaker
 from pacer_common.domain.failures import RetryPolicy
-from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.metrics import gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, PostgresSettings
+from pacer_common.tenant_gateways import TenantGateways
+from pacer_sender.adapters.actions import PostgresActions
 from pacer_sender.adapters.kafka import ConsumerLoop, command_consumer
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository, PostgresLimitsSource
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.core import Executor
 from pacer_sender.dispatcher import Dispatcher
+from pacer_sender.domain.media import MediaTiming
 from pacer_sender.leases import GuidLeases
 from pacer_sender.limits import LimitsBook
 from pacer_sender.metrics import SenderMetrics
@@ -38,12 +42,21 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
 
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=2, max_size=cfg.db_pool_max,
                                name="pacer-sender")
-        http = make_client(cfg.gateway_url, cfg.gateway_timeout_s)
-        gateway = GatewayClient(http, cfg.failure_codes, observe=gateway_latency(ctx.registry))
+        tenants = TenantCache(pool, cfg.tenants_refresh_s,
+                              fill=lambda t: t.with_defaults(cfg.gateway_url, cfg.gateway_credential))
+        await tenants.reload()
+        gateway = TenantGateways(tenants.get, cfg.gateway_timeout_s, cfg.failure_codes,
+                                 observe=gateway_latency(ctx.registry),
+                                 breaker=lambda: Breaker(cfg.breaker_failures, cfg.breaker_cooldown_s))
+        m.open_breakers.set_function(lambda: float(gateway.open_tenants()))
         repo = PostgresItemRepository(pool, timedelta(seconds=cfg.lease_ttl_s))
         queue = PostgresGuidQueue(pool)
         retry = RetryPolicy(cfg.max_attempts, timedelta(seconds=cfg.retry_base_s))
-        executor = Executor(repo, gateway, cfg.owner, retry, send_deadline_s=cfg.lease_ttl_s / 4)
+        executor = Executor(repo, gateway, cfg.owner, retry, send_deadline_s=cfg.lease_ttl_s / 4,
+                            states=cfg.guid_state_codes, actions=PostgresActions(pool), action_gateway=gateway,
+                            media_timing=MediaTiming(timedelta(seconds=cfg.media_poll_after_s),
+                                                     timedelta(seconds=cfg.media_poll_every_s),
+                                                     timedelta(seconds=cfg.media_recheck_s)))
         defaults = cfg.limits()
         leases = GuidLeases(PostgresGuidLeases(pool, timedelta(seconds=cfg.lease_ttl_s)), cfg.owner, cfg.lease_ttl_s)
         m.leases_held.set_function(lambda: len(leases.held))
@@ -63,6 +76,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         loop.on_assigned = sweeper.request
         limits.on_change = dispatcher.wake
         refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))
+        tenant_refresher = asyncio.create_task(tenants.keep_fresh(ctx.stop))
+        usage = asyncio.create_task(keep_usage(pool, gateway.usage, ctx.stop))
         renewals = asyncio.create_task(leases.keep_renewed(ctx.stop))
         sweeps = asyncio.create_task(sweeper.run(ctx.stop))
         ctx.health.set_ready(True, "consuming")
@@ -74,8 +89,10 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
             await loop.close()
             await renewals
             await refresher
+            await tenant_refresher
+            await usage
             await leases.release(list(leases.held))
-            await http.aclose()
+            await gateway.aclose()
             await pool.close()
 
     log.info("sender settings: %s", json.dumps(cfg.model_dump(mode="json")))

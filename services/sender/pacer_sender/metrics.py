@@ -35,7 +35,8 @@ class SenderMetrics:
             "an item already taken or finished: no-op); `fenced` (gateway answered but the lease had been taken "
             "over: outcome not recorded, the item is verified instead); `guid_lost` (this sender no longer holds the "
             "guid's lease: put back); `deadline_missed` (too long between claim and gateway call: not sent, "
-            "rescheduled)."
+            "rescheduled); `needs_human` (the gateway said the account is offline, kicked or unauthorized: the guid "
+            "is held); `media_waiting` (a media item whose media is not ready yet: it waits, pending, unclaimed)."
         ), ["outcome", "lane", "kind"], registry=registry)
         self.failures = Counter("pacer_sender_send_failures_total", "Gateway calls that did not confirm a send, by "
                                 "gateway code (codes outside the code table as 'other', none as 'none') and class",
@@ -77,6 +78,10 @@ class SenderMetrics:
         ), registry=registry)
         self.active_guids = Gauge("pacer_sender_active_guids", "Guids with work in hand.", registry=registry)
         self.leases_held = Gauge("pacer_sender_guid_leases_held", "Guid leases this sender holds.", registry=registry)
+        self.open_breakers = Gauge("pacer_sender_open_tenant_breakers", (
+            "Tenants whose gateway circuit breaker is open in this sender (their sends deferred at once, see "
+            "`PACER_SENDER_BREAKER_FAILURES`). Above 0 for minutes: that tenant's gateway is down or refuses us."
+        ), registry=registry)
         self.takeovers = Counter("pacer_sender_guid_takeovers", (
             "Guid leases taken over from another owner (whose lease had expired); counted by the lease book."
         ), registry=registry)

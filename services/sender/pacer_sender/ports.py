@@ -8,8 +8,13 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.customers import Customer
+from pacer_common.domain.guid_health import GuidState
 from pacer_common.domain.receipts import Receipt
+from pacer_common.domain.requests import AnyMessage, MediaMessage
+from pacer_common.gateway import MediaAnswer
 from pacer_sender.domain.decisions import Decision
+from pacer_sender.domain.media import MediaRow
 
 
 @dataclass(frozen=True)
@@ -94,5 +99,38 @@ class GuidLeaseStore(Protocol):
 
 
 class Gateway(Protocol):
+    """The item's tenant's gateway (``tenant`` picks it)."""
+
     async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
-                        deadline: float | None = None) -> Receipt: ...
+                        deadline: float | None = None, tenant: str = "default") -> Receipt: ...
+
+
+class ActionGateway(Protocol):
+    async def send_media(self, kind: str, guid: str, to_id: str, media_id: str, idem_key: str,
+                         deadline: float | None = None, tenant: str = "default") -> Receipt: ...
+    async def upload_media(self, guid: str, url: str, kind: str, file_name: str | None,
+                           idem_key: str, tenant: str = "default") -> MediaAnswer: ...
+    async def media_status(self, guid: str, media_id: str, tenant: str = "default") -> MediaAnswer: ...
+    async def customer_tags(self, op: str, guid: str, customer_id: str, tag_ids: Sequence[str], idem_key: str,
+                            deadline: float | None = None, tenant: str = "default") -> Receipt: ...
+    async def customer_detail(self, guid: str, customer_id: str, idem_key: str,
+                              deadline: float | None = None, tenant: str = "default") -> tuple[Receipt, Customer]: ...
+
+
+class ActionStore(Protocol):
+    """Jobs' messages, the guids' uploaded media and the items waiting for them, customers."""
+
+    async def message_of(self, job_id: str) -> AnyMessage: ...
+    async def media(self, guid: str, url_hash: str) -> MediaRow | None: ...
+    async def uploaded(self, guid: str, url_hash: str, msg: MediaMessage, answer: MediaAnswer) -> MediaRow: ...
+    async def checked(self, guid: str, url_hash: str, status: str, reason: str | None) -> MediaRow: ...
+    async def wait(self, cmd: ItemCommand, until: datetime, reason: str) -> bool:
+        """Keep a pending item waiting (not_before ``until``, the reason on the item)."""
+        ...
+    async def fail_unsent(self, cmd: ItemCommand, error_class: str, reason: str) -> bool: ...
+    async def guid_state(self, guid: str, state: GuidState, reason: str) -> None:
+        """The gateway refused a call outside a send (an upload) because the account is out."""
+        ...
+    async def save_customer(self, customer: Customer, item_id: str) -> int | None:
+        """Write Pacer's copy if ``customer`` is newer than it; None if written, else the version kept."""
+        ...

@@ -6,10 +6,11 @@ import os
 import socket
 import uuid
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass
+from pacer_common.domain.guid_health import DEFAULT_STATE_CODES, GuidState
 from pacer_common.domain.limits import DEFAULTS, JitterDist, parse_quiet_hours
 from pacer_common.settings import OpsSettings
 from pacer_sender.domain.pacing import Limits
@@ -41,6 +42,20 @@ class SenderSettings(OpsSettings):
         "Timeout of one gateway request, in seconds; the connect timeout is the smaller of this and 5 s. Must be "
         "at most `PACER_SENDER_LEASE_TTL_S / 4`, or the sender refuses to start."
     ))
+    gateway_credential: SecretStr | None = Field(None, validation_alias="PACER_GATEWAY_CREDENTIAL", description=(
+        "Bearer credential of the `default` tenant's gateway (`Authorization: Bearer …`), unless its row in "
+        "`tenants` sets one. Other tenants' credentials live in `tenants` (Control API `/tenants`). A secret: "
+        "never logged. No `SENDER_` part."
+    ))
+    tenants_refresh_s: float = Field(5.0, description=(
+        "How often the tenant table (gateway URLs, credentials) is re-read; a changed tenant is used within this."
+    ))
+    breaker_failures: int = Field(5, ge=1, description=(
+        "Gateway failures in a row (unreachable, 5xx, timeout) that open a tenant's circuit breaker: its sends "
+        "are then deferred at once (outcome `rate_limited`, no attempt used) for `BREAKER_COOLDOWN_S`, then one "
+        "probe goes. Per tenant: one tenant's failing gateway never slows another's sends."
+    ))
+    breaker_cooldown_s: float = Field(10.0, gt=0, description="How long an open tenant breaker refuses sends, in s.")
     lease_ttl_s: float = Field(60.0, description=(
         "Lease length, in seconds, of a claimed item and of a guid lease. Guid leases are renewed every TTL/3. A "
         "claimed item is not sent if more than TTL/4 passed between the claim and the gateway call; it is "
@@ -112,6 +127,25 @@ class SenderSettings(OpsSettings):
         '`{"-1":"retryable","1001":"needs_human","1002":"needs_human","1003":"needs_human","40001":"bad_params",'
         '"45009":"rate_limited"}`.'
         " Codes missing from the table are `retryable`."
+    ))
+    guid_state_codes: dict[int, GuidState] = Field(default_factory=lambda: dict(DEFAULT_STATE_CODES), description=(
+        "Which guid lifecycle state a `needs_human` answer's code means (the failure-code table decides that it "
+        "is `needs_human`): the guid takes that state (source `send_failure`) and its queue is held until it is "
+        "`online` again. When set it replaces the built-in table. Built-in: "
+        '`{"1001":"offline","1002":"kicked","1003":"unauthorized"}`; a `needs_human` code missing from it means '
+        "`offline`."
+    ))
+    media_poll_after_s: float = Field(30.0, gt=0, description=(
+        "A media (image, file, video) uploaded but not yet ready: if no `media.ready` callback made it ready "
+        "within this many seconds of the upload, the sender asks the gateway (`/media/status`)."
+    ))
+    media_poll_every_s: float = Field(10.0, gt=0, description=(
+        "After the first `/media/status` poll, at most one poll per media this often; also the wait before "
+        "an upload that did not go through (timeout, 5xx) is tried again."
+    ))
+    media_recheck_s: float = Field(2.0, gt=0, description=(
+        "How often an item waiting for its media looks at the media's row again (a callback may have made it "
+        "ready). The item waits pending, with the reason, and still expires at its `expire_at`."
     ))
     db_pool_max: int = Field(20, description="Most Postgres connections of one sender (the pool keeps at least 2).")
     shed: bool = Field(DEFAULTS.shed, description=(

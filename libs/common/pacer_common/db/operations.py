@@ -135,15 +135,27 @@ class CreatedToken:
     created_at: datetime
 
 
-async def create_token(conn: AsyncConnection[Any], name: str, role: Role, actor: str,
-                       reason: str | None = None) -> CreatedToken:
-    """Make an API token and its audit record in one transaction.
+class UnknownTenants(ValueError):
+    """A token scoped to a tenant that does not exist."""
 
-    Raises ``psycopg.errors.UniqueViolation`` if a token (even a revoked one) has that name.
+
+async def create_token(conn: AsyncConnection[Any], name: str, role: Role, actor: str,
+                       reason: str | None = None, tenants: list[str] | None = None) -> CreatedToken:
+    """Make an API token and its audit record in one transaction; with ``tenants``, the token
+    sees and changes only those tenants' jobs.
+
+    Raises ``psycopg.errors.UniqueViolation`` if a token (even a revoked one) has that name,
+    :class:`UnknownTenants` if a tenant named is none.
     """
+    if tenants:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(query("unknown_tenants"), {"names": tenants})
+            unknown = [r["name"] for r in await cur.fetchall()]
+        if unknown:
+            raise UnknownTenants(f"no tenant named {', '.join(map(repr, unknown))}; create it first (POST /tenants)")
     token = new_token()
     row = await _one(conn, "create_token", {"hash": token_hash(token), "name": name, "role": role.value,
-                                            "actor": actor, "reason": reason})
+                                            "actor": actor, "reason": reason, "tenants": tenants})
     return CreatedToken(row["name"], Role(row["role"]), token, row["created_at"])
 
 

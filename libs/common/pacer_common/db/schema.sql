@@ -1,3 +1,10 @@
+CREATE TYPE public.guid_state AS ENUM (
+    'online',
+    'offline',
+    'kicked',
+    'unauthorized'
+);
+
 CREATE TYPE public.item_status AS ENUM (
     'pending',
     'claimed',
@@ -81,9 +88,10 @@ DECLARE
     hold text;
     counted boolean := false;
 BEGIN
-    SELECT l.paused_reason INTO g FROM guid_leases l
+    SELECT pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason) AS reason INTO g
+    FROM guid_leases l LEFT JOIN guid_states gs ON gs.guid = l.guid
     WHERE l.guid = p_guid AND l.owner = p_owner AND l.lease_until > now()
-    FOR UPDATE;
+    FOR UPDATE OF l;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 'guid_lost'::text, NULL::bigint, NULL::integer, NULL::text;
         RETURN;
@@ -97,7 +105,7 @@ BEGIN
         RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
         RETURN;
     END IF;
-    hold := pacer_hold_reason(x.job_status, x.job_reason, x.shard_status, x.shard_reason, g.paused_reason);
+    hold := pacer_hold_reason(x.job_status, x.job_reason, x.shard_status, x.shard_reason, g.reason);
     IF hold IS NULL AND x.budget_max_sends IS NOT NULL THEN
         UPDATE jobs SET budget_used = budget_used + 1
         WHERE job_id = x.job_id AND status = 'running' AND budget_used < budget_max_sends;
@@ -465,6 +473,15 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.pacer_guid_hold(p_paused_reason text, p_state text, p_state_reason text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE
+        WHEN p_paused_reason IS NOT NULL THEN 'paused: ' || p_paused_reason
+        WHEN p_state IS NOT NULL AND p_state <> 'online' THEN p_state || COALESCE(': ' || p_state_reason, '')
+    END;
+$$;
+
 CREATE FUNCTION public.pacer_hold_guid(p_guid text, p_reason text, p_actor text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
@@ -503,7 +520,7 @@ CREATE FUNCTION public.pacer_hold_reason(p_job_status text, p_job_reason text, p
     SELECT CASE
         WHEN p_job_status <> 'running' THEN 'job ' || p_job_status || COALESCE(': ' || p_job_reason, '')
         WHEN p_shard_status = 'paused' THEN 'shard paused' || COALESCE(': ' || p_shard_reason, '')
-        WHEN p_guid_reason IS NOT NULL THEN 'guid paused: ' || p_guid_reason
+        WHEN p_guid_reason IS NOT NULL THEN 'guid ' || p_guid_reason
     END;
 $$;
 
@@ -536,11 +553,12 @@ CREATE TABLE public.items (
     traceparent text
 );
 
-CREATE FUNCTION public.pacer_item_command(i public.items) RETURNS TABLE(item_id text, job_id text, shard_id bigint, guid text, to_id text, content text, idem_key text, priority smallint, kind text, expire_at timestamp with time zone, not_before timestamp with time zone, created_at timestamp with time zone, traceparent text)
+CREATE FUNCTION public.pacer_item_command(i public.items) RETURNS TABLE(item_id text, job_id text, shard_id bigint, guid text, to_id text, content text, idem_key text, priority smallint, kind text, expire_at timestamp with time zone, not_before timestamp with time zone, created_at timestamp with time zone, traceparent text, tenant text)
     LANGUAGE sql STABLE ROWS 1
     AS $$
     SELECT i.item_id::text, i.job_id::text, i.shard_id, i.guid, i.to_id, i.content, i.idem_key,
-           i.priority, i.kind, i.expire_at, i.not_before, i.created_at, i.traceparent;
+           i.priority, i.kind, i.expire_at, i.not_before, i.created_at, i.traceparent,
+           (SELECT j.tenant FROM jobs j WHERE j.job_id = i.job_id);  -- an item's tenant is its job's
 $$;
 
 CREATE FUNCTION public.pacer_job_action(p_job uuid, p_action text, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text, status text)
@@ -680,9 +698,11 @@ BEGIN
             JOIN jobs j ON j.job_id = i.job_id
             JOIN shards s ON s.shard_id = i.shard_id
             LEFT JOIN guid_leases g ON g.guid = i.guid
+            LEFT JOIN guid_states h ON h.guid = i.guid
             WHERE i.held AND i.status = 'pending'
               AND (i.job_id = k_job OR i.shard_id = k_shard OR i.guid = k_guid)
-              AND pacer_hold_reason(j.status, j.paused_reason, s.status, s.paused_reason, g.paused_reason) IS NULL
+              AND pacer_hold_reason(j.status, j.paused_reason, s.status, s.paused_reason,
+                                    pacer_guid_hold(g.paused_reason, h.state::text, h.reason)) IS NULL
             LIMIT p_limit - done
             FOR UPDATE OF i SKIP LOCKED
         ) AS c;
@@ -761,20 +781,33 @@ CREATE FUNCTION public.pacer_resume_guid(p_guid text, p_actor text, p_reason tex
 #variable_conflict use_column
 DECLARE
     was text;
+    known boolean;
+    st guid_state;
 BEGIN
     SELECT l.paused_reason INTO was FROM guid_leases l WHERE l.guid = p_guid FOR UPDATE;
-    IF NOT FOUND THEN
+    known := FOUND;
+    SELECT h.state INTO st FROM guid_states h WHERE h.guid = p_guid FOR UPDATE;
+    known := known OR FOUND;
+    IF NOT known THEN
         RETURN QUERY SELECT 'not_found'::text, format('no guid %s', p_guid);
         RETURN;
     END IF;
-    IF was IS NULL THEN
+    IF was IS NULL AND COALESCE(st, 'online') = 'online' THEN
         RETURN QUERY SELECT 'noop'::text, 'guid is not paused'::text;
         RETURN;
     END IF;
-    UPDATE guid_leases SET paused_reason = NULL, paused_by = NULL, paused_at = NULL WHERE guid = p_guid;
+    IF was IS NOT NULL THEN
+        UPDATE guid_leases SET paused_reason = NULL, paused_by = NULL, paused_at = NULL WHERE guid = p_guid;
+    END IF;
+    IF st IS NOT NULL AND st <> 'online' THEN
+        PERFORM pacer_set_guid_state(p_guid, 'online', 'operator', COALESCE(p_reason, 'resumed by ' || p_actor),
+                                     clock_timestamp());
+    END IF;
     PERFORM pacer_audit(p_actor, 'resume', 'guid', p_guid, p_reason,
-                        jsonb_build_object('paused', true, 'paused_reason', was), jsonb_build_object('paused', false));
-    RETURN QUERY SELECT 'done'::text, format('guid %s resumed (was paused: %s)', p_guid, was);
+                        jsonb_build_object('paused', was IS NOT NULL, 'paused_reason', was, 'state', st),
+                        jsonb_build_object('paused', false, 'state', CASE WHEN st IS NULL THEN NULL ELSE 'online' END));
+    RETURN QUERY SELECT 'done'::text,
+        format('guid %s resumed (was %s)', p_guid, concat_ws(', ', 'paused: ' || was, NULLIF(st::text, 'online')));
 END
 $$;
 
@@ -856,12 +889,51 @@ BEGIN
     UPDATE shards SET total = total + 1 WHERE shard_id = o.shard_id;
     UPDATE jobs SET total = total + 1 WHERE job_id = o.job_id;
     SELECT pacer_hold_reason(CASE WHEN j.status = 'completed' THEN 'running' ELSE j.status END, j.paused_reason,
-                             s.status, s.paused_reason, g.paused_reason)
+                             s.status, s.paused_reason, pacer_guid_hold(g.paused_reason, h.state::text, h.reason))
     INTO hold
-    FROM shards s LEFT JOIN guid_leases g ON g.guid = o.guid
+    FROM shards s LEFT JOIN guid_leases g ON g.guid = o.guid LEFT JOIN guid_states h ON h.guid = o.guid
     WHERE s.shard_id = o.shard_id;
     RETURN QUERY SELECT 'created'::text, c,
         format('compensation %s queued for item %s', c, p_item) || COALESCE('; waiting: ' || hold, '');
+END
+$$;
+
+CREATE FUNCTION public.pacer_set_guid_state(p_guid text, p_state public.guid_state, p_source text, p_reason text, p_ts timestamp with time zone) RETURNS TABLE(changed boolean, previous public.guid_state, state public.guid_state)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    cur record;
+BEGIN
+    SELECT g.state, g.event_ts INTO cur FROM guid_states g WHERE g.guid = p_guid FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO guid_states (guid, state, since, source, reason, event_ts, changes)
+        VALUES (p_guid, p_state, now(), p_source, p_reason, p_ts, 1)
+        ON CONFLICT (guid) DO NOTHING;
+        IF FOUND THEN
+            INSERT INTO guid_state_history (guid, state, previous, event_ts, source, reason)
+            VALUES (p_guid, p_state, NULL, p_ts, p_source, p_reason);
+            RETURN QUERY SELECT true, NULL::guid_state, p_state;
+            RETURN;
+        END IF;
+        -- inserted meanwhile by a concurrent event: apply on top of it
+        SELECT g.state, g.event_ts INTO cur FROM guid_states g WHERE g.guid = p_guid FOR UPDATE;
+    END IF;
+    IF p_ts <= cur.event_ts THEN
+        RETURN QUERY SELECT false, cur.state, cur.state;
+        RETURN;
+    END IF;
+    IF cur.state = p_state THEN
+        UPDATE guid_states SET event_ts = p_ts, events = events + 1 WHERE guid = p_guid;
+        RETURN QUERY SELECT false, cur.state, cur.state;
+        RETURN;
+    END IF;
+    UPDATE guid_states SET state = p_state, since = now(), source = p_source, reason = p_reason, event_ts = p_ts,
+                           events = events + 1, changes = changes + 1
+    WHERE guid = p_guid;
+    INSERT INTO guid_state_history (guid, state, previous, event_ts, source, reason)
+    VALUES (p_guid, p_state, cur.state, p_ts, p_source, p_reason);
+    RETURN QUERY SELECT true, cur.state, p_state;
 END
 $$;
 
@@ -903,7 +975,7 @@ BEGIN
         UPDATE jobs SET budget_used = budget_used - 1 WHERE job_id = j AND budget_used > 0;
     END IF;
     IF p_hold_guid IS NOT NULL THEN
-        PERFORM pacer_hold_guid(g, p_hold_guid, 'system:gateway');
+        PERFORM pacer_set_guid_state(g, p_hold_guid::guid_state, 'send_failure', p_error, clock_timestamp());
     END IF;
     RETURN true;
 END
@@ -1039,6 +1111,7 @@ CREATE TABLE public.api_tokens (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     revoked_at timestamp with time zone,
     last_used_at timestamp with time zone,
+    tenants text[],
     CONSTRAINT api_tokens_role_check CHECK ((role = ANY (ARRAY['operator'::text, 'tech_admin'::text, 'admin'::text])))
 );
 
@@ -1070,6 +1143,17 @@ ALTER TABLE public.audit_log ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+CREATE TABLE public.customers (
+    customer_id text NOT NULL,
+    name text DEFAULT ''::text NOT NULL,
+    remark text DEFAULT ''::text NOT NULL,
+    tags jsonb DEFAULT '[]'::jsonb NOT NULL,
+    version bigint NOT NULL,
+    synced_at timestamp with time zone DEFAULT now() NOT NULL,
+    synced_by uuid,
+    writes bigint DEFAULT 1 NOT NULL
+);
+
 CREATE TABLE public.guid_leases (
     guid text NOT NULL,
     owner text,
@@ -1097,6 +1181,38 @@ CREATE TABLE public.guid_limits (
     updated_by text NOT NULL,
     updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
     change_xid xid8 DEFAULT pg_current_xact_id() NOT NULL
+);
+
+CREATE TABLE public.guid_state_history (
+    id bigint NOT NULL,
+    guid text NOT NULL,
+    state public.guid_state NOT NULL,
+    previous public.guid_state,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    event_ts timestamp with time zone NOT NULL,
+    source text NOT NULL,
+    reason text
+);
+
+CREATE SEQUENCE public.guid_state_history_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.guid_state_history_id_seq OWNED BY public.guid_state_history.id;
+
+CREATE TABLE public.guid_states (
+    guid text NOT NULL,
+    state public.guid_state NOT NULL,
+    since timestamp with time zone DEFAULT now() NOT NULL,
+    source text NOT NULL,
+    reason text,
+    event_ts timestamp with time zone NOT NULL,
+    events bigint DEFAULT 1 NOT NULL,
+    changes bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT guid_states_source_check CHECK ((source = ANY (ARRAY['callback'::text, 'send_failure'::text, 'operator'::text])))
 );
 
 CREATE TABLE public.hold_releases (
@@ -1185,6 +1301,7 @@ CREATE TABLE public.jobs (
     target_wait_reason text,
     target_owner text,
     target_lease_until timestamp with time zone,
+    tenant text DEFAULT 'default'::text NOT NULL,
     CONSTRAINT jobs_status_check CHECK ((status = ANY (ARRAY['running'::text, 'paused'::text, 'completed'::text, 'cancelled'::text, 'terminated'::text, 'awaiting_approval'::text]))),
     CONSTRAINT jobs_target_mode_check CHECK ((target_mode = ANY (ARRAY['snapshot'::text, 'requery'::text])))
 );
@@ -1203,6 +1320,24 @@ CREATE TABLE public.log_cursors (
     last_xid xid8 DEFAULT '0'::xid8 NOT NULL,
     last_seq bigint DEFAULT 0 NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.media (
+    guid text NOT NULL,
+    url_hash text NOT NULL,
+    url text NOT NULL,
+    kind text NOT NULL,
+    file_name text,
+    media_id text NOT NULL,
+    status text NOT NULL,
+    reason text,
+    uploaded_at timestamp with time zone DEFAULT now() NOT NULL,
+    checked_at timestamp with time zone,
+    settled_at timestamp with time zone,
+    settled_by text,
+    CONSTRAINT media_kind_check CHECK ((kind = ANY (ARRAY['image'::text, 'file'::text, 'video'::text]))),
+    CONSTRAINT media_settled_by_check CHECK ((settled_by = ANY (ARRAY['upload'::text, 'callback'::text, 'poll'::text]))),
+    CONSTRAINT media_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'ready'::text, 'failed'::text])))
 );
 
 CREATE TABLE public.operator_conflicts (
@@ -1272,6 +1407,34 @@ ALTER TABLE public.shards ALTER COLUMN shard_id ADD GENERATED ALWAYS AS IDENTITY
     CACHE 1
 );
 
+CREATE TABLE public.tenant_guids (
+    guid text NOT NULL,
+    tenant text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.tenant_usage (
+    tenant text NOT NULL,
+    day date NOT NULL,
+    sends bigint DEFAULT 0 NOT NULL
+);
+
+CREATE TABLE public.tenants (
+    name text NOT NULL,
+    base_url text,
+    credential text,
+    callback_secret text,
+    sends_per_day integer,
+    max_guids integer,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tenants_max_guids_check CHECK ((max_guids > 0)),
+    CONSTRAINT tenants_name_check CHECK ((name ~ '^[a-z0-9][a-z0-9_-]{0,62}$'::text)),
+    CONSTRAINT tenants_sends_per_day_check CHECK ((sends_per_day > 0))
+);
+
+ALTER TABLE ONLY public.guid_state_history ALTER COLUMN id SET DEFAULT nextval('public.guid_state_history_id_seq'::regclass);
+
 ALTER TABLE ONLY public.api_tokens
     ADD CONSTRAINT api_tokens_name_key UNIQUE (name);
 
@@ -1284,11 +1447,20 @@ ALTER TABLE ONLY public.approved_contents
 ALTER TABLE ONLY public.audit_log
     ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.customers
+    ADD CONSTRAINT customers_pkey PRIMARY KEY (customer_id);
+
 ALTER TABLE ONLY public.guid_leases
     ADD CONSTRAINT guid_leases_pkey PRIMARY KEY (guid);
 
 ALTER TABLE ONLY public.guid_limits
     ADD CONSTRAINT guid_limits_pkey PRIMARY KEY (guid);
+
+ALTER TABLE ONLY public.guid_state_history
+    ADD CONSTRAINT guid_state_history_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.guid_states
+    ADD CONSTRAINT guid_states_pkey PRIMARY KEY (guid);
 
 ALTER TABLE ONLY public.hold_releases
     ADD CONSTRAINT hold_releases_pkey PRIMARY KEY (scope, key);
@@ -1317,6 +1489,9 @@ ALTER TABLE ONLY public.leader_leases
 ALTER TABLE ONLY public.log_cursors
     ADD CONSTRAINT log_cursors_pkey PRIMARY KEY (name);
 
+ALTER TABLE ONLY public.media
+    ADD CONSTRAINT media_pkey PRIMARY KEY (guid, url_hash);
+
 ALTER TABLE ONLY public.operator_conflicts
     ADD CONSTRAINT operator_conflicts_pkey PRIMARY KEY (id);
 
@@ -1335,11 +1510,24 @@ ALTER TABLE ONLY public.shards
 ALTER TABLE ONLY public.shards
     ADD CONSTRAINT shards_pkey PRIMARY KEY (shard_id);
 
+ALTER TABLE ONLY public.tenant_guids
+    ADD CONSTRAINT tenant_guids_pkey PRIMARY KEY (guid);
+
+ALTER TABLE ONLY public.tenant_usage
+    ADD CONSTRAINT tenant_usage_pkey PRIMARY KEY (tenant, day);
+
+ALTER TABLE ONLY public.tenants
+    ADD CONSTRAINT tenants_pkey PRIMARY KEY (name);
+
 CREATE INDEX audit_log_target ON public.audit_log USING btree (target_type, target_id, id);
 
 CREATE INDEX guid_limits_change ON public.guid_limits USING btree (change_xid);
 
 CREATE INDEX guid_limits_updated ON public.guid_limits USING btree (updated_at);
+
+CREATE INDEX guid_state_history_guid ON public.guid_state_history USING btree (guid, id);
+
+CREATE INDEX guid_states_held ON public.guid_states USING btree (guid) WHERE (state <> 'online'::public.guid_state);
 
 CREATE INDEX item_events_duplicates ON public.item_events USING btree (occurred_at) WHERE (type = 'ItemDuplicateIntercepted'::text);
 
@@ -1381,11 +1569,19 @@ CREATE INDEX jobs_created ON public.jobs USING btree (created_at DESC);
 
 CREATE INDEX jobs_requery_open ON public.jobs USING btree (created_at) WHERE ((target_mode = 'requery'::text) AND (dispatched_at IS NULL));
 
+CREATE INDEX jobs_tenant ON public.jobs USING btree (tenant, created_at);
+
+CREATE UNIQUE INDEX media_by_id ON public.media USING btree (guid, media_id);
+
 CREATE INDEX operator_conflicts_item ON public.operator_conflicts USING btree (item_id, at);
+
+CREATE INDEX tenant_guids_tenant ON public.tenant_guids USING btree (tenant);
 
 CREATE TRIGGER guid_limits_change BEFORE INSERT OR UPDATE ON public.guid_limits FOR EACH ROW EXECUTE FUNCTION public.pacer_stamp_limits_change();
 
 CREATE TRIGGER guid_send_windows BEFORE UPDATE OF last_send_at ON public.guid_leases FOR EACH ROW EXECUTE FUNCTION public.pacer_count_send_windows();
+
+CREATE TRIGGER guid_states_online AFTER UPDATE OF state ON public.guid_states FOR EACH ROW WHEN (((old.state <> 'online'::public.guid_state) AND (new.state = 'online'::public.guid_state))) EXECUTE FUNCTION public.pacer_request_release('guid');
 
 CREATE TRIGGER guids_hold_lifted AFTER UPDATE OF paused_reason ON public.guid_leases FOR EACH ROW WHEN (((old.paused_reason IS NOT NULL) AND (new.paused_reason IS NULL))) EXECUTE FUNCTION public.pacer_request_release('guid');
 
@@ -1398,8 +1594,17 @@ CREATE TRIGGER shards_hold_lifted AFTER UPDATE OF status ON public.shards FOR EA
 ALTER TABLE ONLY public.job_target_pages
     ADD CONSTRAINT job_target_pages_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id);
 
+ALTER TABLE ONLY public.jobs
+    ADD CONSTRAINT jobs_tenant_fkey FOREIGN KEY (tenant) REFERENCES public.tenants(name);
+
 ALTER TABLE ONLY public.shard_status_counts
     ADD CONSTRAINT shard_status_counts_shard_id_fkey FOREIGN KEY (shard_id) REFERENCES public.shards(shard_id);
 
 ALTER TABLE ONLY public.shards
     ADD CONSTRAINT shards_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id);
+
+ALTER TABLE ONLY public.tenant_guids
+    ADD CONSTRAINT tenant_guids_tenant_fkey FOREIGN KEY (tenant) REFERENCES public.tenants(name);
+
+ALTER TABLE ONLY public.tenant_usage
+    ADD CONSTRAINT tenant_usage_tenant_fkey FOREIGN KEY (tenant) REFERENCES public.tenants(name);

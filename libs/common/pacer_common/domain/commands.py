@@ -36,6 +36,8 @@ class ItemCommand(BaseModel):
     # of the job request it belongs to. Absent from commands of older planners.
     created_at: AwareDatetime | None = None
     traceparent: str | None = None
+    # The job's tenant: whose gateway (URL, credential, breaker) sends it.
+    tenant: str = "default"
 
 
 ItemFields = tuple[ItemId, int, Guid, ToId, str, IdemKey]  # item_id, shard_id, guid, to_id, content, idem_key
@@ -48,8 +50,8 @@ class JobCommands(Sequence[ItemCommand]):
 
     def __init__(self, job_id: JobId, priority: int, kind: str, expire_at: datetime | None,
                  not_before: datetime | None, items: Sequence[ItemFields], created_at: datetime | None = None,
-                 traceparent: str | None = None) -> None:
-        self.job_id, self.priority, self.kind = job_id, priority, kind
+                 traceparent: str | None = None, tenant: str = "default") -> None:
+        self.job_id, self.priority, self.kind, self.tenant = job_id, priority, kind, tenant
         self.expire_at, self.not_before = expire_at, not_before
         self.created_at, self.traceparent = created_at, traceparent
         self.items = items
@@ -70,7 +72,8 @@ class JobCommands(Sequence[ItemCommand]):
     def _command(self, f: ItemFields) -> ItemCommand:
         return ItemCommand(item_id=f[0], job_id=self.job_id, shard_id=f[1], guid=f[2], to_id=f[3], content=f[4],
                            idem_key=f[5], priority=self.priority, kind=self.kind, expire_at=self.expire_at,
-                           not_before=self.not_before, created_at=self.created_at, traceparent=self.traceparent)
+                           not_before=self.not_before, created_at=self.created_at, traceparent=self.traceparent,
+                           tenant=self.tenant)
 
     def encoded(self) -> Iterator[tuple[str, bytes]]:
         """``(guid, JSON)`` per item: byte for byte what ``model_dump_json()`` of its

@@ -212,6 +212,8 @@ class ItemEvent(BaseModel):
     payload: Payload
     # The item's W3C trace context (from its row): a Kafka header of the outcome, not its body.
     traceparent: str | None = Field(default=None, exclude=True)
+    # The item's job's tenant: the outcome's header ``pacer-tenant``, not its body.
+    tenant: str | None = Field(default=None, exclude=True)
 
     @model_validator(mode="before")
     @classmethod

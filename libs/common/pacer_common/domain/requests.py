@@ -46,6 +46,10 @@ VarName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_VAR_NAME
 VarValue = Annotated[str, StringConstraints(max_length=MAX_VAR_VALUE_CHARS, pattern=NO_NUL)]
 Vars = Annotated[dict[VarName, VarValue], Field(max_length=MAX_VARS)]
 Int4 = Annotated[int, Field(ge=0, le=INT4_MAX)]
+# A tenant's name, as the ``tenants`` table's CHECK constraint has it (migrations/0023_tenants.sql).
+TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+TenantName = Annotated[str, StringConstraints(pattern=TENANT_NAME)]
+DEFAULT_TENANT = "default"
 
 
 def _storable_instant(value: datetime) -> datetime:
@@ -91,9 +95,78 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Message(_Model):
+class TextMessage(_Model):
     type: Literal["text"] = "text"
     content: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEMPLATE_CHARS, pattern=NO_NUL)]
+
+
+MediaKind = Literal["image", "file", "video"]
+MAX_URL_CHARS = 2048
+
+
+class MediaMessage(_Model):
+    """An image, file or video, sent by ``mediaId`` once the gateway has it ready: uploaded
+    once per distinct ``url`` per guid (not per target), then sent to every target."""
+
+    type: MediaKind
+    url: Annotated[str, StringConstraints(min_length=8, max_length=MAX_URL_CHARS, pattern=r"^https?://[^\s\x00]+$")]
+    fileName: Annotated[str, StringConstraints(
+        min_length=1, max_length=255, pattern=NO_NUL)] | None = None
+
+    @property
+    def content(self) -> str:
+        """What each item stores as its content (the console shows it): the kind and the name."""
+        return f"[{self.type}] {self.fileName or self.url}"
+
+
+TagId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=NO_NUL)]
+
+
+class TagsMessage(_Model):
+    """Add tags to, or remove them from, each target's customer (the target's ``to_id`` is the
+    ``customerId``). Idempotent: adding a tag held, or removing one not held, changes nothing."""
+
+    type: Literal["tags.add", "tags.remove"]
+    tagIds: Annotated[list[TagId], Field(min_length=1, max_length=100)]
+
+    @property
+    def content(self) -> str:
+        return f"[{self.type}] {','.join(self.tagIds)}"
+
+
+class SyncMessage(_Model):
+    """Read each target's customer (``to_id`` = ``customerId``) from the gateway into Pacer's
+    copy (``customers``), under a version check: the newest version wins, a sync that read an
+    older or the same version changes nothing."""
+
+    type: Literal["customer.sync"]
+
+    @property
+    def content(self) -> str:
+        return "[customer.sync]"
+
+
+MESSAGE_TAGS = {"image": "media", "file": "media", "video": "media", "tags.add": "tags", "tags.remove": "tags",
+                "customer.sync": "sync"}
+
+
+def _message_type(value: Any) -> Any:
+    # ``type`` may be left out of a text message, as it always could.
+    if isinstance(value, dict):
+        kind = value.get("type", "text")
+        return MESSAGE_TAGS.get(kind, kind) if isinstance(kind, str) else kind
+    tags: dict[type, str] = {MediaMessage: "media", TagsMessage: "tags", SyncMessage: "sync"}
+    return tags.get(type(value), "text")
+
+
+Message = Annotated[
+    Annotated[TextMessage, Tag("text")] | Annotated[MediaMessage, Tag("media")]
+    | Annotated[TagsMessage, Tag("tags")] | Annotated[SyncMessage, Tag("sync")],
+    Discriminator(_message_type, custom_error_type="message_type",
+                  custom_error_message="'type' must be 'text', 'image', 'file', 'video', 'tags.add', 'tags.remove' "
+                                       "or 'customer.sync'"),
+]
+AnyMessage = TextMessage | MediaMessage | TagsMessage | SyncMessage
 
 
 class Target(_Model):
@@ -160,6 +233,8 @@ class JobRequest(_Model):
     # ticket_notify: business id and status version (idempotency and coalescing).
     business_id: NonEmpty | None = None
     status_version: Int4 | None = None
+    # The tenant (gateway token) whose gateway sends it; one that does not exist is dead-lettered.
+    tenant: TenantName = DEFAULT_TENANT
 
     @model_validator(mode="after")
     def _kind_fields(self) -> JobRequest:

@@ -28,6 +28,7 @@ from pacer_common.domain.requests import (
     JobRequest,
     RequeryTargets,
     Target,
+    TextMessage,
 )
 from pacer_common.domain.templates import render, template_fields
 
@@ -35,6 +36,7 @@ MAX_CONTENT_CHARS = 4096  # a rendered message, as the gateway takes it
 MAX_KEY_BYTES = 2048  # an idempotency key: the send ledger's primary key, under the btree row limit
 MAX_COMMAND_BYTES = 256 * 1024  # an item command, well under a Kafka record's default 1 MiB
 TARGET_MODES = ("snapshot", "requery")
+MESSAGE_TAGS = ("text", "media", "tags", "sync")
 
 Rendered = tuple[Target, str, IdemKey]  # a target, its rendered content, its idempotency key
 
@@ -79,7 +81,8 @@ def prepare(req: JobRequest, now: datetime) -> ValidRequest:
     """Check what the schema cannot: expiry, the template, and every target rendered and keyed."""
     if req.expire_at is not None and req.expire_at <= now:
         raise CannotPlan(f"request already expired at {req.expire_at.isoformat()}")
-    fields = template_fields(req.message.content, CannotPlan)
+    # Only a text message is a template; the others are sent as they are.
+    fields = template_fields(req.message.content, CannotPlan) if isinstance(req.message, TextMessage) else []
     if isinstance(req.targets, RequeryTargets):
         return ValidRequest(req, fields, None)
     seen: dict[tuple[str, str], int] = {}
@@ -98,7 +101,8 @@ def prepare(req: JobRequest, now: datetime) -> ValidRequest:
 def render_target(req: JobRequest, target: Target, variables: Mapping[str, str], where: str) -> tuple[str, IdemKey]:
     """One target's content and idempotency key, or :class:`CannotPlan` naming ``where``."""
     try:
-        content = render(req.message.content, variables)
+        content = (render(req.message.content, variables) if isinstance(req.message, TextMessage)
+                   else req.message.content)
     except KeyError as exc:
         raise CannotPlan(f"{where}: template variable {exc.args[0]!r} has no value") from None
     if len(content) > MAX_CONTENT_CHARS:
@@ -174,9 +178,11 @@ def _loc_part(part: int | str) -> str:
 
 
 def _without_union_tag(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
-    # pydantic puts the union member's tag in the path (targets.snapshot.items.3); the
-    # request has no such field, so the reader is told ``targets.items.3``.
-    if len(loc) > 1 and loc[0] == "targets" and loc[1] in TARGET_MODES:
+    # pydantic puts the union member's tag in the path (targets.snapshot.items.3,
+    # message.text.content); the request has no such field, so the reader is told
+    # ``targets.items.3``, ``message.content``.
+    if len(loc) > 1 and ((loc[0] == "targets" and loc[1] in TARGET_MODES)
+                         or (loc[0] == "message" and loc[1] in MESSAGE_TAGS)):
         return (loc[0], *loc[2:])
     return loc
 

@@ -31,6 +31,8 @@ EVIDENCE: dict[str, Check] = {
     "retention-loss": lambda f, s: f["deleted"] >= s.items and f["swept"] > 0,
     "forced-release": lambda f, s: (f["forced"] > 0 and f["evicted"] > 0 and f["taken_back"] == 0
                                     and f["exited"] == 0 and f["max_guid_concurrency"] <= 1 and f["violations"] == 0),
+    "guid-kicks": lambda f, s: (f["kicks"] > 0 and f["holds"] > 0 and f["resumed"] > 0 and f["still_held"] == 0
+                                and f["sent_while_held"] == 0 and f["violations"] == 0),
     "poison-requests": lambda f, s: (f["dead_lettered"] == f["poisoned"] > 0 and f["jobs"] == 1 + REPLIES
                                      and f["planner_exited"] == 0),
 }

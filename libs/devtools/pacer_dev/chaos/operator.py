@@ -53,15 +53,17 @@ def retry_failed(sc: Scenario, concurrency: int) -> dict[str, int]:
 
 @contextmanager
 def resuming_paused_guids(sc: Scenario, every_s: float = 1.0) -> Iterator[Counter[str]]:
-    """An operator who brings accounts back: while the block runs, every guid paused for a
-    needs-human answer is resumed (as a person would after logging the account in again)."""
+    """An operator who brings accounts back: while the block runs, every guid paused, or held
+    by a needs-human answer (offline, kicked, unauthorized), is resumed (as a person would
+    after logging the account in again)."""
     stop = threading.Event()
     resumed: Counter[str] = Counter()
 
     def loop() -> None:
         while not stop.wait(every_s):
             with psycopg.connect(sc.db, autocommit=True) as conn:
-                for (guid,) in conn.execute("SELECT guid FROM guid_leases WHERE paused_reason IS NOT NULL").fetchall():
+                for (guid,) in conn.execute("SELECT guid FROM guid_leases WHERE paused_reason IS NOT NULL UNION"
+                                            " SELECT guid FROM guid_states WHERE state <> 'online'").fetchall():
                     row = conn.execute("SELECT outcome FROM pacer_resume_guid(%s, 'chaos:operator')", (guid,)).fetchone()
                     resumed[row[0] if row else "none"] += 1
 

@@ -200,3 +200,6 @@ SCENARIOS["retention-loss"] = retention_loss
 SCENARIOS.update(_RECONCILER)
 SCENARIOS.update(CONTROL_SCENARIOS)
 SCENARIOS.update(INTAKE_SCENARIOS)
+from pacer_dev.chaos.scenarios_health import HEALTH_SCENARIOS  # noqa: E402
+
+SCENARIOS.update(HEALTH_SCENARIOS)

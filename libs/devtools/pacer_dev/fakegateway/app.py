@@ -17,9 +17,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from pacer_dev.fakegateway.actions import action_routes
 from pacer_dev.fakegateway.audiences import AudienceError, Audiences
 from pacer_dev.fakegateway.config import ConfigError, GatewayConfig
 from pacer_dev.fakegateway.state import CODE_BAD_PARAMS, GatewayState, Outcome, message_for
+from pacer_dev.fakegateway.tenants import Tenants, tenant_routes
 
 SEND_PATH = "/message/sendText"
 IDEMPOTENCY_HEADER = b"x-idempotency-key"
@@ -33,8 +35,12 @@ class FakeGatewayApp(FastAPI):
         super().__init__(**kwargs)
         self.gateway = gateway
         self.audiences = Audiences()
+        self.actions: Any = None  # set by create_app (pacer_dev.fakegateway.actions.Actions)
+        self.tenants = Tenants(seed=gateway.config.seed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not await self.tenants.admit(scope, send):
+            return
         if scope["type"] == "http" and scope["path"] == SEND_PATH and scope["method"] == "POST":
             await handle_send_text(self.gateway, scope, receive, send)
             return
@@ -100,6 +106,9 @@ def create_app(config: GatewayConfig | None = None) -> FakeGatewayApp:
         return {"status": "reset"}
 
     _audience_routes(app)
+    app.actions = action_routes(app, gw)  # media, customers, devices (actions.py)
+    tenant_routes(app, app.tenants)
+    app.actions.on_event.append(app.tenants.emit)  # device.status and media.ready callbacks
     return app
 
 

@@ -57,6 +57,17 @@ def _result(row: Row | None, missing: str) -> ActionResult:
     return ActionResult(row["outcome"], row["message"], row.get("status"))
 
 
+TENANT_FIELDS = ("base_url", "credential", "callback_secret", "sends_per_day", "max_guids")
+
+
+def _tenant_params(fields: dict[str, Any]) -> dict[str, Any]:
+    """Statement parameters of a tenant's fields (secrets revealed here, for the database only)."""
+    out = dict.fromkeys(TENANT_FIELDS)
+    for k, v in fields.items():
+        out[k] = v.get_secret_value() if hasattr(v, "get_secret_value") else v
+    return out
+
+
 class _Tx:
     """The writes of one transaction (see ``ports.ControlTx``)."""
 
@@ -158,12 +169,28 @@ class _Tx:
         assert row is not None
         return cast(dict[str, Any], row["limits"])
 
-    async def create_token(self, name: str, role: Role, actor: str) -> NewToken | None:
+    async def create_token(self, name: str, role: Role, actor: str,
+                           tenants: list[str] | None = None) -> NewToken | None:
         try:
-            made = await operations.create_token(self.conn, name, role, actor)
+            made = await operations.create_token(self.conn, name, role, actor, tenants=tenants)
         except psycopg.errors.UniqueViolation:
             return None  # its savepoint is rolled back; this transaction goes on
-        return NewToken(made.name, made.role, made.token, made.created_at)
+        except operations.UnknownTenants as exc:
+            raise Invalid(str(exc)) from None
+        return NewToken(made.name, made.role, made.token, made.created_at, tenants)
+
+    async def create_tenant(self, name: str, fields: dict[str, Any]) -> bool:
+        return await _row(self.conn, "create_tenant", {**_tenant_params(fields), "name": name}) is not None
+
+    async def update_tenant(self, name: str, fields: dict[str, Any]) -> bool:
+        return await _row(self.conn, "update_tenant", {**_tenant_params(fields), "name": name,
+                                                      "fields": sorted(fields)}) is not None
+
+    async def delete_tenant(self, name: str) -> Row | None:
+        return await _row(self.conn, "delete_tenant", {"name": name})
+
+    async def tenant(self, name: str) -> Row | None:
+        return await _row(self.conn, "tenants", {"name": name})
 
     async def revoke_token(self, name: str) -> Row | None:
         return await _row(self.conn, "revoke_token", {"name": name})
@@ -210,12 +237,23 @@ class PostgresControl:
 
     async def principal(self, token_hash: str) -> Principal | None:
         rows = await self._read("principal", {"hash": token_hash})
-        return Principal(rows[0]["name"], Role(rows[0]["role"])) if rows else None
+        if not rows:
+            return None
+        scoped = rows[0]["tenants"]
+        return Principal(rows[0]["name"], Role(rows[0]["role"]), None if scoped is None else frozenset(scoped))
+
+    async def tenants(self) -> list[Row]:
+        return await self._read("tenants", {"name": None})
+
+    async def tenant_of(self, kind: str, target_id: str) -> str | None:
+        rows = await self._read(f"tenant_of_{'job' if kind == 'job' else 'item'}", {"id": target_id})
+        return rows[0]["tenant"] if rows else None
 
     async def jobs(self, f: JobFilter) -> list[Row]:
         return await self._read("jobs", {"status": f.status, "kind": f.kind.value if f.kind else None,
                                          "created_by": f.created_by, "before": f.before, "limit": f.limit,
-                                         "since": f.since})
+                                         "since": f.since,
+                                         "tenants": None if f.tenants is None else sorted(f.tenants)})
 
     async def job_head(self, job_id: str) -> Row | None:
         rows = await self._read("job_head", {"job": job_id})
@@ -256,8 +294,11 @@ class PostgresControl:
             while rows := await cur.fetchmany(REPORT_FETCH):
                 yield rows
 
-    async def guids(self, paused_only: bool, limit: int, after: str | None) -> list[Row]:
-        return await self._read("guids", {"paused_only": paused_only, "limit": limit, "after": after})
+    async def guids(self, paused_only: bool, limit: int, after: str | None, state: str | None = None) -> list[Row]:
+        return await self._read("guids", {"paused_only": paused_only, "limit": limit, "after": after, "state": state})
+
+    async def guid_history(self, guid: str, limit: int, before: int | None) -> list[Row]:
+        return await self._read("guid_history", {"guid": guid, "limit": limit, "before": before})
 
     async def guid(self, guid: str) -> Row | None:
         """The guid's health, lease and limits, with its backlog; a guid known only by its
@@ -269,7 +310,7 @@ class PostgresControl:
             if not rows and not backlog["by_lane"]:
                 return None
             row = rows[0] if rows else {"guid": guid, "paused": False, "paused_reason": None, "paused_by": None,
-                                        "paused_at": None}
+                                        "paused_at": None, "state": "online", "held": False}
             return {**row, "backlog": backlog}
 
         return await self._call(unit)

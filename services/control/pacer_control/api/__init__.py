@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from pacer_control.api import admin, console, errors, guids, jobs
+from pacer_control.api import admin, console, errors, guids, jobs, tenants
 from pacer_control.core import Control
 
 PREFIX = "/api/v1"
@@ -29,7 +29,7 @@ def create_api(control: Control,
                   lifespan=lifespan)
     app.state.control = control
     errors.install(app)
-    for router in (jobs.router, guids.router, admin.router):
+    for router in (jobs.router, guids.router, admin.router, tenants.router):
         app.include_router(router, prefix=PREFIX)
     # Swagger UI with its assets served from here: it works without the internet.
     app.add_api_route(f"{PREFIX}/docs", lambda: console.docs_page(f"{PREFIX}/openapi.json"), include_in_schema=False)

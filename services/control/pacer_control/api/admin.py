@@ -75,7 +75,7 @@ def _with_request_body(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 @router.post("/dry-run", response_model=DryRunResponse, tags=["tools"],
              summary="Validate and plan a job request without storing or sending anything",
-             **_with_request_body(guard("requests.dry_run", 422)))
+             **_with_request_body(guard("requests.dry_run", 422, tenant_filtered=True)))
 async def dry_run(http: Request, ctl: Ctl,
                   samples: Annotated[int, Query(ge=0, le=50, description="rendered contents to show")] = 5) -> Any:
     return ctl.dry_run(await http.body(), samples)
@@ -92,8 +92,9 @@ async def test_send(body: TestSendBody, ctl: Ctl, who: Caller) -> dict[str, Any]
 @router.post("/tokens", response_model=CreatedToken, status_code=201, tags=["tokens"],
              summary="Create an API token; the secret is in this response only", **guard("tokens.create", 409, 422))
 async def create_token(body: TokenBody, ctl: Ctl, who: Caller) -> dict[str, Any]:
-    made = await ctl.create_token(body.name, body.role, who)
-    return {"name": made.name, "role": made.role, "token": made.token, "created_at": made.created_at,
+    made = await ctl.create_token(body.name, body.role, who, body.tenants)
+    return {"name": made.name, "role": made.role, "tenants": made.tenants, "token": made.token,
+            "created_at": made.created_at,
             "message": "store this token now: it is not shown again (only its hash is kept)"}
 
 

@@ -32,14 +32,23 @@ def control(request: Request) -> Control:
     return request.app.state.control
 
 
-def guard(action: Action, *statuses: int) -> dict[str, Any]:
-    """Route keyword arguments that require ``action`` of the caller (see module doc)."""
+def guard(action: Action, *statuses: int, tenant_filtered: bool = False) -> dict[str, Any]:
+    """Route keyword arguments that require ``action`` of the caller (see module doc).
+
+    A token scoped to tenants is checked against the job or item the path names (not one of
+    its tenants': 404, as if it did not exist); a route naming neither is refused to it (403)
+    unless ``tenant_filtered`` (the route itself shows it only its tenants' rows, or nothing
+    stored at all)."""
 
     async def check(request: Request,
                     _: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]) -> None:
         ctl = control(request)
         principal = await ctl.authenticate(request.headers.get("authorization"))
         ctl.authorize(principal, action)
+        if principal.tenants is not None:
+            params = request.path_params
+            target = next(((kind, params[f"{kind}_id"]) for kind in ("job", "item") if f"{kind}_id" in params), None)
+            await ctl.authorize_scope(principal, action, target, tenant_filtered)
         request.state.principal = principal
 
     responses: dict[int | str, dict[str, Any]] = {

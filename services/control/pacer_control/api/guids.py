@@ -13,6 +13,7 @@ from pacer_control.api.schemas import (
     ActionBody,
     ActionResponse,
     BacklogPage,
+    GuidHistory,
     GuidPage,
     GuidView,
     LimitsResponse,
@@ -24,6 +25,7 @@ from pacer_control.domain.filters import DEFAULT_PAGE, MAX_PAGE
 router = APIRouter(tags=["guids"])
 
 GuidPath = Annotated[str, Path(min_length=1, max_length=256, pattern=NO_NUL, description="the guid ('*' for limits of all)")]
+GuidStateQuery = Annotated[Literal["online", "offline", "kicked", "unauthorized"] | None, Query()]
 ReasonQuery = Annotated[str | None, Query(min_length=1, max_length=500, pattern=NO_NUL)]
 
 
@@ -33,8 +35,10 @@ ReasonQuery = Annotated[str | None, Query(min_length=1, max_length=500, pattern=
 async def list_guids(ctl: Ctl, who: Caller, paused: bool = False,
                      limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
                      after: Annotated[str | None, Query(min_length=1, max_length=256, pattern=NO_NUL)] = None,
-                     ) -> dict[str, Any]:
-    rows = await ctl.guids(who, paused, limit, after)
+                     state: GuidStateQuery = None) -> dict[str, Any]:
+    """``paused=true``: only guids that send nothing (paused, or a state other than online);
+    ``state``: only guids in that lifecycle state."""
+    rows = await ctl.guids(who, paused, limit, after, state)
     return {"guids": rows, "next_after": next_cursor(rows, limit, "guid")}
 
 
@@ -52,6 +56,16 @@ async def get_guid(guid: GuidPath, ctl: Ctl, who: Caller) -> dict[str, Any]:
     return await ctl.guid(guid, who)
 
 
+@router.get("/guids/{guid}/history", response_model=GuidHistory,
+            summary="A guid's lifecycle changes (online, offline, kicked, unauthorized), newest first",
+            **guard("guids.health", 422))
+async def guid_history(guid: GuidPath, ctl: Ctl, who: Caller,
+                       limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
+                       before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None) -> dict[str, Any]:
+    rows = await ctl.guid_history(guid, limit, before)
+    return {"guid": guid, "changes": rows, "next_before": rows[-1]["id"] if len(rows) == limit else None}
+
+
 @router.put("/guids/{guid}/limits", response_model=LimitsResponse,
             summary="Hot-adjust a guid's pacing limits (merged into its overrides; senders apply them in ~1 s)",
             **guard("guids.limits", 422))
@@ -67,7 +81,8 @@ async def pause_guid(guid: GuidPath, body: PauseGuidBody, ctl: Ctl, who: Caller)
     return respond(await ctl.pause_guid(guid, body.reason, who))
 
 
-@router.post("/guids/{guid}/resume", response_model=ActionResponse, summary="Resume a paused guid",
+@router.post("/guids/{guid}/resume", response_model=ActionResponse,
+             summary="Resume a guid: clear its pause; set it online if its state held it",
              **guard("guids.resume", 404, 422))
 async def resume_guid(guid: GuidPath, ctl: Ctl, who: Caller, body: ActionBody | None = None) -> Any:
     return respond(await ctl.resume_guid(guid, who, body.reason if body else None))

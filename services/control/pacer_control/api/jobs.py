@@ -50,14 +50,15 @@ Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
 TextQuery = Annotated[str | None, Query(min_length=1, max_length=256, pattern=NO_NUL)]
 
 
-@router.get("/jobs", response_model=JobPage, summary="List jobs, newest first", **guard("jobs.view", 404, 422))
-async def list_jobs(ctl: Ctl, status: JobStatus | None = None, kind: JobKind | None = None,
+@router.get("/jobs", response_model=JobPage, summary="List jobs, newest first (a scoped token: its tenants' only)",
+            **guard("jobs.view", 404, 422, tenant_filtered=True))
+async def list_jobs(ctl: Ctl, who: Caller, status: JobStatus | None = None, kind: JobKind | None = None,
                     created_by: TextQuery = None, limit: Limit = DEFAULT_PAGE,
                     before: Annotated[uuid.UUID | None, Query(description="a job id: jobs created before it")] = None,
                     since: Annotated[date | None, Query(description="only jobs created on or after this day (UTC)")]
                     = None) -> dict[str, Any]:
     f = JobFilter(status, kind, created_by, limit, JobId(str(before)) if before else None,
-                  datetime.combine(since, time(), UTC) if since else None)
+                  datetime.combine(since, time(), UTC) if since else None, who.tenants)
     rows = await ctl.jobs(f)
     return {"jobs": rows, "next_before": next_cursor(rows, limit, "job_id")}
 

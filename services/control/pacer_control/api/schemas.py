@@ -6,8 +6,9 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, StringConstraints, model_validator
 
+from pacer_common.domain.requests import TENANT_NAME
 from pacer_common.domain.tokens import Role
 from pacer_control.domain.filters import MAX_RETRY
 
@@ -17,6 +18,7 @@ Text = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=NO
 Reason = Annotated[str, StringConstraints(min_length=1, max_length=500, pattern=NO_NUL)]
 TokenName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")]
 MAX_INT4 = 2_147_483_647
+TenantName = Annotated[str, StringConstraints(pattern=TENANT_NAME)]
 
 
 class _In(BaseModel):
@@ -90,6 +92,34 @@ class CancelItemsBody(_In):
 class TokenBody(_In):
     name: TokenName
     role: Role
+    tenants: Annotated[list[TenantName], Field(min_length=1, max_length=100)] | None = Field(None, description=(
+        "scope the token to these tenants: it sees and changes only their jobs and items, and nothing that spans "
+        "tenants (guids, locks, audit, tokens); left out: every tenant"))
+
+
+GatewayUrl = Annotated[str, StringConstraints(min_length=1, max_length=2048, pattern=r"^https?://[^\s\x00]+$")]
+def _no_nul(value: SecretStr) -> SecretStr:
+    if "\x00" in value.get_secret_value():
+        raise ValueError("must not contain NUL characters")
+    return value
+
+
+Secret = Annotated[SecretStr, Field(min_length=1, max_length=4096), AfterValidator(_no_nul)]
+Quota = Annotated[int, Field(gt=0, le=MAX_INT4)]
+
+
+class TenantChange(_In):
+    """Fields to set; a field left out is unchanged, ``null`` clears it. Secrets are write-only."""
+
+    base_url: GatewayUrl | None = Field(None, description="the tenant's gateway, e.g. https://gw.example/api")
+    credential: Secret | None = Field(None, description="sent as `Authorization: Bearer …`; never shown again")
+    callback_secret: Secret | None = Field(None, description="signs its callbacks (HMAC-SHA256); never shown again")
+    sends_per_day: Quota | None = None
+    max_guids: Quota | None = Field(None, description="guids the tenant may hold; a job past it is dead-lettered")
+
+
+class TenantBody(TenantChange):
+    name: TenantName
 
 
 class TestSendBody(_In):
@@ -118,6 +148,7 @@ class JobSummary(BaseModel):
     created_at: datetime
     total: int
     counts: dict[str, int]
+    tenant: str = Field("default", description="the tenant whose gateway sends the job")
 
 
 class JobPage(BaseModel):
@@ -166,6 +197,7 @@ class JobDetail(BaseModel):
     expire_at: datetime | None
     not_before: datetime | None
     total: int
+    tenant: str = Field("default", description="the tenant whose gateway sends the job")
     budget: Budget
     counts: dict[str, int] = Field(description="items per status, summed over the shards")
     shards: list[ShardView]
@@ -246,6 +278,13 @@ class GuidView(BaseModel):
     paused_reason: str | None
     paused_by: str | None
     paused_at: datetime | None
+    state: Literal["online", "offline", "kicked", "unauthorized"] = Field(default="online", description=(
+        "lifecycle state, from device.status callbacks, send failures and operators; any but online holds the "
+        "guid's queue until it is online again (a guid never heard of is online)"))
+    state_since: datetime | None = None
+    state_source: Literal["callback", "send_failure", "operator"] | None = None
+    state_reason: str | None = None
+    held: bool = Field(default=False, description="the guid sends nothing: paused, or its state is not online")
     queued: int | None = Field(default=None, description="items queued for this guid (pending, waiting_retry)")
     oldest_waiting: datetime | None = Field(default=None, description="when the oldest queued item was created")
     owner: str | None = None
@@ -259,6 +298,22 @@ class GuidView(BaseModel):
     limits: dict[str, Any] | None = None
     backlog: GuidBacklog | None = Field(default=None, description="one guid's view only: its queue by lane and "
                                         "state, oldest wait and time to drain")
+
+
+class GuidStateChange(BaseModel):
+    id: int
+    state: Literal["online", "offline", "kicked", "unauthorized"]
+    previous: Literal["online", "offline", "kicked", "unauthorized"] | None
+    at: datetime = Field(description="when Pacer applied the change")
+    event_ts: datetime = Field(description="the moment the event describes (the callback's ts, a failure's time)")
+    source: Literal["callback", "send_failure", "operator"]
+    reason: str | None
+
+
+class GuidHistory(BaseModel):
+    guid: str
+    changes: list[GuidStateChange]
+    next_before: int | None = Field(description="pass as ?before= for older changes; null at the end")
 
 
 class GuidPage(BaseModel):
@@ -327,15 +382,31 @@ class AuditPage(BaseModel):
 class TokenView(BaseModel):
     name: str
     role: Role
+    tenants: list[str] | None = None
     created_by: str
     created_at: datetime
     revoked_at: datetime | None
     last_used_at: datetime | None
 
 
+class TenantView(BaseModel):
+    """A tenant without its secrets: whether each is set, never its value."""
+
+    name: str
+    base_url: str | None
+    has_credential: bool
+    has_callback_secret: bool
+    sends_per_day: int | None
+    max_guids: int | None
+    guids: int
+    created_at: datetime
+    updated_at: datetime
+
+
 class CreatedToken(BaseModel):
     name: str
     role: Role
+    tenants: list[str] | None = None
     token: str = Field(description="the secret; shown only in this response, never again")
     created_at: datetime
     message: str

@@ -18,6 +18,7 @@ Action = Literal[
     "guids.health", "guids.leases", "guids.pause", "guids.resume", "guids.limits", "guids.release_lock",
     "locks.view", "audit.view", "requests.dry_run", "gateway.test_send",
     "tokens.view", "tokens.create", "tokens.revoke",
+    "tenants.view", "tenants.manage",
 ]
 
 
@@ -58,7 +59,19 @@ RULES: dict[Action, Rule] = {
     "tokens.view": Rule(A, "list API tokens"),
     "tokens.create": Rule(A, "create API tokens"),
     "tokens.revoke": Rule(A, "revoke API tokens"),
+    "tenants.view": Rule(T, "view tenants"),
+    "tenants.manage": Rule(A, "create, change or delete tenants"),
 }
+
+# What a token scoped to tenants may do at all: act on its tenants' jobs and their items
+# (each route naming a job or an item is checked against the token's tenants), list jobs
+# (filtered to its tenants) and dry-run requests. Everything else spans tenants (guids,
+# locks, the audit log, tokens, tenants) and is refused to it.
+TENANT_ACTIONS: frozenset[Action] = frozenset({
+    "jobs.view", "jobs.pause", "jobs.resume", "jobs.cancel", "jobs.terminate", "jobs.budget", "jobs.approve",
+    "shards.pause", "shards.resume", "items.view", "items.retry", "items.cancel", "reports.view",
+    "requests.dry_run",
+})
 
 # Actions that decide which fields a response shows rather than whether a route may be called
 # (GET /guids shows everyone health, and the lease view only to tech_admin and up).
@@ -67,10 +80,18 @@ FIELD_ACTIONS: frozenset[Action] = frozenset({"guids.leases"})
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: the token's name and role."""
+    """Who is calling: the token's name and role, and the tenants it is scoped to (None: all)."""
 
     name: str
     role: Role
+    tenants: frozenset[str] | None = None
+
+    def sees(self, tenant: str) -> bool:
+        return self.tenants is None or tenant in self.tenants
+
+    @property
+    def scope(self) -> str:
+        return ", ".join(sorted(self.tenants or ()))
 
     @property
     def actor(self) -> str:
@@ -88,3 +109,14 @@ def refusal(role: Role, action: Action) -> str | None:
     if at_least(role, rule.role):
         return None
     return f"role '{role.value}' may not {rule.what}; needs '{rule.role.value}'"
+
+
+def scope_refusal(who: Principal, action: Action, lists: bool) -> str | None:
+    """Why a token scoped to tenants may not do ``action`` here, or None. ``lists``: the route
+    shows rows of many jobs (only GET /jobs filters them by tenant; the others are refused)."""
+    if who.tenants is None:
+        return None
+    if action in TENANT_ACTIONS and not lists:
+        return None
+    return (f"token '{who.name}' is scoped to tenant(s) {who.scope}: it may not {RULES[action].what} "
+            f"across tenants")

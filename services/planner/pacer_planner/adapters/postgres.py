@@ -17,6 +17,7 @@ from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.ids import Guid
+from pacer_planner.domain.admission import tenant_refusal
 from pacer_planner.domain.planning import Plan
 from pacer_planner.domain.sharding import ShardKey
 from pacer_planner.ports import Stored, StoreRefused
@@ -44,6 +45,17 @@ async def insert_shards(conn: AsyncConnection[Any], job_id: str, shards: Mapping
     return {(r["guid"], r["sub"]): r["shard_id"] for r in await cur.fetchall()}
 
 
+async def claim_guids(conn: AsyncConnection[Any], tenant: str, guids: list[str]) -> None:
+    """Record ``guids`` as ``tenant``'s, or raise :class:`RefusedError` with the reason (the
+    caller's transaction rolls back: nothing of the job is stored)."""
+    cur = await conn.execute(sql("tenant_guids"), {"tenant": tenant, "guids": guids})
+    row = await cur.fetchone()
+    assert row is not None
+    reason = tenant_refusal(tenant, row["known"], list(row["foreign"]), int(row["held"]), row["max_guids"])
+    if reason is not None:
+        raise RefusedError(reason)
+
+
 @dataclass(frozen=True)
 class ApprovalPolicy:
     """Which new jobs wait for an admin's approval (``pacer_approval_reason`` applies it)."""
@@ -68,6 +80,7 @@ class PostgresJobStore:
         req = plan.request
         snapshot = req.targets.mode == "snapshot"
         async with self.pool.connection() as conn, synchronous_transaction(conn, pipeline=False):
+            await claim_guids(conn, req.tenant, list(plan.per_guid))
             cur = await conn.execute(sql("insert_job"), {
                 "job_id": plan.job_id, "request_id": req.request_id, "kind": req.kind.value,
                 "priority": plan.priority, "created_by": req.created_by,
@@ -81,6 +94,7 @@ class PostgresJobStore:
                 "coalesce_key": plan.coalesce[0] if plan.coalesce else None,
                 "coalesce_version": plan.coalesce[1] if plan.coalesce else None,
                 "approval_above": self.approval.above_items, "approve_new": self.approval.new_content,
+                "tenant": req.tenant,
             })
             if await cur.fetchone() is None:
                 row = await (await conn.execute(sql("job_dispatched"), {"request_id": req.request_id})).fetchone()

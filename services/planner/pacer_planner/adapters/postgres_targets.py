@@ -21,7 +21,7 @@ from pacer_common.db.pool import Pool
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.ids import Guid
 from pacer_common.domain.requests import JobRequest
-from pacer_planner.adapters.postgres import insert_shards, sql
+from pacer_planner.adapters.postgres import claim_guids, insert_shards, sql
 from pacer_planner.domain.sharding import ShardKey
 from pacer_planner.domain.targets import Page, PagePlan
 from pacer_planner.ports import PageRejected, PageStored, PagingState
@@ -77,8 +77,11 @@ class PostgresTargetStore:
         if (lock is None or lock["target_owner"] != owner or lock["target_pages"] != state.pages
                 or lock["complete"] or lock["status"] not in ("running", "paused")):
             return None
-        shard_ids = await _page_shards(conn, job_id, plan)
         req = state.request
+        # The page's guids become the job's tenant's, or the page is refused (another tenant's
+        # guid, past max_guids): the job is then held with the reason.
+        await claim_guids(conn, req.tenant, list(plan.per_guid))
+        shard_ids = await _page_shards(conn, job_id, plan)
         items = plan.items
         cur = await conn.execute(sql("page_items"), {
             "job_id": job_id, "priority": req.effective_priority, "kind": req.kind.value,

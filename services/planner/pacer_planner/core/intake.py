@@ -55,7 +55,7 @@ def item_commands(job_id: str, req: JobRequest, priority: int, not_before: datet
                   items: Iterable[PlannedItem], shard_ids: Mapping[ShardKey, int]) -> JobCommands:
     return JobCommands(JobId(job_id), priority, req.kind.value, req.expire_at, not_before, [
         (it.item_id, shard_ids[it.shard], it.guid, it.to_id, it.content, it.idem_key) for it in items],
-        created_at=datetime.now(UTC), traceparent=tracing.current())
+        created_at=datetime.now(UTC), traceparent=tracing.current(), tenant=req.tenant)
 
 
 def commands_for(p: Plan, shard_ids: Mapping[ShardKey, int]) -> JobCommands:

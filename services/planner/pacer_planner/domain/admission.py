@@ -43,3 +43,16 @@ def _over(priority: int, adds: Mapping[Guid, int], queued: Mapping[Guid, int], l
     more = f" (and {len(over) - 1} more guids)" if len(over) > 1 else ""
     return (f"admission refused: guid {guid!r} has {q} queued items and {what} adds {n}, "
             f"over the limit of {limit} per guid{more}")
+
+
+def tenant_refusal(tenant: str, known: bool, foreign: list[str], held: int, max_guids: int | None) -> str | None:
+    """Why a job may not be stored for ``tenant``, or None: the tenant must exist, its guids
+    must not be another tenant's, and it may hold at most ``max_guids`` guids."""
+    if not known:
+        return f"unknown tenant {tenant!r}: create it first (POST /api/v1/tenants) or leave 'tenant' out for 'default'"
+    if foreign:
+        return (f"guid {foreign[0]!r} belongs to another tenant than {tenant!r}; a guid sends for one tenant only"
+                + (f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""))
+    if max_guids is not None and held > max_guids:
+        return f"tenant {tenant!r} would hold {held} guids, over its quota of {max_guids} (max_guids)"
+    return None

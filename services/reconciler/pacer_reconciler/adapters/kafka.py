@@ -55,6 +55,8 @@ class KafkaPublisher:
         for ev in events:
             headers = [("pacer-event-type", ev.type.encode()), ("pacer-dedupe-key", f"{ev.item_id}:{ev.version}".encode()),
                        *tracing.kafka_headers(ev.traceparent)]
+            if ev.tenant is not None:
+                headers.append(("pacer-tenant", ev.tenant.encode()))
             yield ev.item_id, (self.outcomes_topic, ev.item_id.encode(), ev.model_dump_json().encode(), headers)
         for cmd in commands:
             yield cmd.item_id, (self.commands_topic(lane_of(cmd.priority)), cmd.guid.encode(),

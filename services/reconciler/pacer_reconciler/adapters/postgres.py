@@ -14,6 +14,7 @@ from pacer_common.db.sql import loader, query
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
+from pacer_common.domain.guid_health import StatusEvent
 from pacer_common.domain.status import ItemStatus as S
 from pacer_reconciler.adapters.layout import segment_sql
 from pacer_reconciler.domain.projection import count_deltas
@@ -149,7 +150,7 @@ class PostgresLog:
             async with self.pool.connection() as conn:
                 rows = await (await conn.execute(segment_sql("due_in_doubt", self.segments), {
                     "limit": limit, "settle": self.verify_after, "segments": list(self.owned())})).fetchall()
-            return [InDoubt(r["item_id"], r["guid"], r["idem_key"], r["updated_at"]) for r in rows]
+            return [InDoubt(r["item_id"], r["guid"], r["idem_key"], r["updated_at"], r["tenant"]) for r in rows]
 
         return await with_retry(work)
 
@@ -192,6 +193,35 @@ class PostgresLog:
             async with self.pool.connection() as conn:
                 row = await one(conn, _sql("governance_counts"), {"stall": stall_after})
                 items = await (await conn.execute(_sql("job_items"))).fetchall()
-            return {k: int(v) for k, v in row.items()} | {f"items:{r['status']}": int(r["n"]) for r in items}
+                states = await (await conn.execute(_sql("guid_state_counts"))).fetchall()
+            return ({k: int(v) for k, v in row.items()} | {f"items:{r['status']}": int(r["n"]) for r in items}
+                    | {f"guids:{r['state']}": int(r["n"]) for r in states})
+
+        return await with_retry(work)
+
+
+class PostgresGuidStates:
+    """What callbacks change: guid lifecycle events (``pacer_set_guid_state``, applied in the
+    order of their ts) and media readiness."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    async def set_state(self, guid: str, event: StatusEvent) -> bool:
+        async def work() -> bool:
+            async with self.pool.connection() as conn:
+                row = await one(conn, _sql("set_guid_state"), {
+                    "guid": guid, "state": event.state.value, "source": event.source, "reason": event.reason,
+                    "ts": event.ts})
+            return bool(row["changed"])
+
+        return await with_retry(work)
+
+    async def media_ready(self, guid: str, media_id: str, ok: bool, reason: str | None) -> bool:
+        async def work() -> bool:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(_sql("media_ready"), {
+                    "guid": guid, "media_id": media_id, "ok": ok, "reason": reason})).fetchone()
+            return row is not None
 
         return await with_retry(work)

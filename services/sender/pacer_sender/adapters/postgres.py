@@ -169,7 +169,7 @@ class PostgresItemRepository:
         row = await self._row("settle", {
             "item_id": cmd.item_id, "epoch": epoch, "idem_key": cmd.idem_key, "to": d.to.value, "type": d.event,
             "error_class": d.error_class, "error": storable(d.error), "next_attempt_at": d.next_attempt_at,
-            "release": d.release_ledger, "hold_guid": d.hold_guid, "refund": d.refund,
+            "release": d.release_ledger, "hold_guid": d.guid_state and d.guid_state.value, "refund": d.refund,
         })
         return bool(row["moved"])
 

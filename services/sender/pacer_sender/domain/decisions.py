@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from pacer_common.domain.events import EventType
 from pacer_common.domain.failures import RETRY_CLASSES, FailureClass, RetryPolicy, SendError
+from pacer_common.domain.guid_health import DEFAULT_STATE_CODES, GuidState, state_for_code
 from pacer_common.domain.status import ItemStatus
 
 
@@ -19,12 +21,12 @@ class Decision:
     error: str | None = None
     next_attempt_at: datetime | None = None
     release_ledger: bool = False  # the send provably did not happen: free the idempotency key
-    hold_guid: str | None = None  # pause the item's guid with this reason (needs a person)
+    guid_state: GuidState | None = None  # the guid's lifecycle state the answer tells (holds its queue)
     refund: bool = False  # a deferral, not an attempt: give back the attempt and the budget unit
 
 
 def after_failure(err: SendError, attempts: int, policy: RetryPolicy, now: datetime,
-                  rng: random.Random) -> Decision:
+                  rng: random.Random, states: Mapping[int, GuidState] = DEFAULT_STATE_CODES) -> Decision:
     """Retry what may be retried (bounded), defer what was rate-limited (unbounded, no attempt),
     verify what may have been delivered, fail the rest."""
     cls = err.failure_class
@@ -32,10 +34,11 @@ def after_failure(err: SendError, attempts: int, policy: RetryPolicy, now: datet
         # The gateway may have delivered: never resend blindly; the reconciler verifies.
         return Decision(ItemStatus.RECOVERY_PENDING, "ItemInDoubt", cls.value, str(err))
     if cls is FailureClass.NEEDS_HUMAN:
-        # The account is offline, kicked or unauthorized: not the item's fault. Pause the
-        # guid and keep the item; it goes again once an operator resumes the guid.
+        # The account is offline, kicked or unauthorized: not the item's fault. The guid takes
+        # that lifecycle state (its queue is held) and the item waits; it goes again once the
+        # guid is online (a device.status callback, or an operator's resume).
         return Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", cls.value, str(err),
-                        next_attempt_at=now, release_ledger=True, hold_guid=f"needs_human: {err}")
+                        next_attempt_at=now, release_ledger=True, guid_state=state_for_code(err.code, states))
     if cls is FailureClass.RATE_LIMITED:
         # Not the item's fault and not sent: the guid slows down (its pacer) and the item
         # waits its turn again, without using up an attempt or a unit of its job's budget,

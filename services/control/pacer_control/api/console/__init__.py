@@ -238,6 +238,12 @@ async def guids(request: Request, ctl: Ctl, who: Caller, paused: bool = False, a
     return _render(request, "guids.html", who, guids=rows, paused=paused, sandbox=sorted(ctl.sandbox_targets))
 
 
+@router.get("/guids/{guid}/history", response_class=HTMLResponse, **guard("guids.health"))
+async def guid_history(request: Request, guid: GuidPath, ctl: Ctl, who: Caller) -> HTMLResponse:
+    rows = await ctl.guid_history(guid, 50, None)
+    return _render(request, "guid_history.html", who, guid=guid, changes=rows)
+
+
 @router.post("/guids/{guid}/pause", response_class=HTMLResponse, **guard("guids.pause"))
 async def pause_guid(request: Request, guid: GuidPath, ctl: Ctl, who: Caller) -> HTMLResponse:
     reason = _text(await _form(request), "reason", required=True) or ""

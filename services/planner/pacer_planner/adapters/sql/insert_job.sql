@@ -5,12 +5,12 @@ WITH decision AS (
                                  %(approve_new)s::boolean) AS reason
 )
 INSERT INTO jobs (job_id, request_id, kind, priority, created_by, message, content_version,
-                  target_mode, total, expire_at, not_before, budget_max_sends, request,
+                  target_mode, total, expire_at, not_before, budget_max_sends, request, tenant,
                   coalesce_key, coalesce_version, target_fetched, target_complete_at,
                   status, paused_reason, paused_by, paused_at)
 VALUES (%(job_id)s, %(request_id)s, %(kind)s, %(priority)s, %(created_by)s, %(message)s,
         %(content_version)s, %(target_mode)s, %(total)s, %(expire_at)s, %(not_before)s,
-        %(budget_max_sends)s, %(request)s, %(coalesce_key)s, %(coalesce_version)s,
+        %(budget_max_sends)s, %(request)s, %(tenant)s, %(coalesce_key)s, %(coalesce_version)s,
         %(total)s, CASE WHEN %(target_complete)s THEN now() END,
         (SELECT CASE WHEN d.reason IS NULL THEN 'running' ELSE 'awaiting_approval' END FROM decision d),
         (SELECT d.reason FROM decision d),

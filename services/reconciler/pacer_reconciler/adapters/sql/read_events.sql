@@ -10,7 +10,8 @@
 SELECT seq, xid::text AS xid, item_id::text AS item_id, job_id::text AS job_id, shard_id, guid,
        version, type, from_status::text AS from_status, to_status::text AS to_status,
        payload, occurred_at,
-       (SELECT i.traceparent FROM items i WHERE i.item_id = item_events.item_id) AS traceparent
+       (SELECT i.traceparent FROM items i WHERE i.item_id = item_events.item_id) AS traceparent,
+       (SELECT j.tenant FROM jobs j WHERE j.job_id = item_events.job_id) AS tenant
 FROM item_events
 WHERE {guid_segment} >= %(segment)s AND {guid_segment} <= %(segment)s
   AND (xid, seq) > (%(xid)s::xid8, %(seq)s::bigint)

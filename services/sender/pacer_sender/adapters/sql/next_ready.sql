@@ -11,7 +11,9 @@
 --      sends two for one;
 --   3. then the moment an item became ready (its not_before, else its creation), then id.
 --
--- Ready: pending, not held, due (no not_before, or past it), not already in the window.
+-- Ready: pending, not held, due (no not_before, or past it), not already in the window; and
+-- nothing at all while the guid's lifecycle state is not `online` (offline, kicked,
+-- unauthorized hold its whole queue, at any depth: the anchor below finds no pair).
 -- Cost at any depth: a loose scan of items_guid_ready finds the guid's (priority, job)
 -- pairs with one probe each, then at most %(limit)s index entries per pair are read; a
 -- scheduled item sorts after its job's ready ones, so each range stops at the first not
@@ -21,6 +23,7 @@
 WITH RECURSIVE pairs(priority, job_id) AS (
     (SELECT priority, job_id FROM items
      WHERE guid = %(guid)s AND status = 'pending' AND NOT held
+       AND NOT EXISTS (SELECT 1 FROM guid_states h WHERE h.guid = %(guid)s AND h.state <> 'online')
      ORDER BY guid, priority, job_id LIMIT 1)
     UNION ALL
     SELECT n.priority, n.job_id
@@ -59,7 +62,8 @@ WITH RECURSIVE pairs(priority, job_id) AS (
     ) i
 )
 SELECT r.item_id::text, r.job_id::text, r.shard_id, r.guid, r.to_id, r.content, r.idem_key, r.priority,
-       r.kind, r.expire_at, r.not_before, r.created_at, r.traceparent, r.ready_at, d.due_in_s
+       r.kind, r.expire_at, r.not_before, r.created_at, r.traceparent, r.ready_at, d.due_in_s,
+       (SELECT j.tenant FROM jobs j WHERE j.job_id = r.job_id) AS tenant
 FROM due d
 LEFT JOIN LATERAL (
     SELECT * FROM ready ORDER BY priority, vstart, ready_at, item_id LIMIT %(limit)s

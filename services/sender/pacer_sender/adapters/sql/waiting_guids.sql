@@ -1,6 +1,7 @@
 -- Guids with work a sender may have to start, whatever happened to their Kafka commands:
 -- a pending item, not held, ready now or due within the horizon, that pacer_begin_send
--- could claim (its job running, its shard and its guid not paused).
+-- could claim (its job running, its shard and its guid not paused, the guid `online` or of
+-- unknown state).
 --
 -- A loose index scan over items_guid_queued (guid) finds each distinct queued guid with one
 -- index probe, so the sweep costs one probe per guid with queued work, not one row per item;
@@ -29,3 +30,4 @@ CROSS JOIN LATERAL (
 ) f
 WHERE q.guid IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM guid_leases l WHERE l.guid = q.guid AND l.paused_reason IS NOT NULL)
+  AND NOT EXISTS (SELECT 1 FROM guid_states h WHERE h.guid = q.guid AND h.state <> 'online')

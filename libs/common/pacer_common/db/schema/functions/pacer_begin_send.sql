@@ -22,9 +22,10 @@ DECLARE
     hold text;
     counted boolean := false;
 BEGIN
-    SELECT l.paused_reason INTO g FROM guid_leases l
+    SELECT pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason) AS reason INTO g
+    FROM guid_leases l LEFT JOIN guid_states gs ON gs.guid = l.guid
     WHERE l.guid = p_guid AND l.owner = p_owner AND l.lease_until > now()
-    FOR UPDATE;
+    FOR UPDATE OF l;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 'guid_lost'::text, NULL::bigint, NULL::integer, NULL::text;
         RETURN;
@@ -38,7 +39,7 @@ BEGIN
         RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
         RETURN;
     END IF;
-    hold := pacer_hold_reason(x.job_status, x.job_reason, x.shard_status, x.shard_reason, g.paused_reason);
+    hold := pacer_hold_reason(x.job_status, x.job_reason, x.shard_status, x.shard_reason, g.reason);
     IF hold IS NULL AND x.budget_max_sends IS NOT NULL THEN
         UPDATE jobs SET budget_used = budget_used + 1
         WHERE job_id = x.job_id AND status = 'running' AND budget_used < budget_max_sends;

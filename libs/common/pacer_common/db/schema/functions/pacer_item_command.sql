@@ -8,8 +8,9 @@ DROP FUNCTION IF EXISTS pacer_item_command(items);
 CREATE OR REPLACE FUNCTION pacer_item_command(i items)
 RETURNS TABLE (item_id text, job_id text, shard_id bigint, guid text, to_id text, content text,
                idem_key text, priority smallint, kind text, expire_at timestamptz, not_before timestamptz,
-               created_at timestamptz, traceparent text)
+               created_at timestamptz, traceparent text, tenant text)
 LANGUAGE sql STABLE ROWS 1 AS $fn$
     SELECT i.item_id::text, i.job_id::text, i.shard_id, i.guid, i.to_id, i.content, i.idem_key,
-           i.priority, i.kind, i.expire_at, i.not_before, i.created_at, i.traceparent;
+           i.priority, i.kind, i.expire_at, i.not_before, i.created_at, i.traceparent,
+           (SELECT j.tenant FROM jobs j WHERE j.job_id = i.job_id);  -- an item's tenant is its job's
 $fn$;

@@ -34,9 +34,11 @@ BEGIN
             JOIN jobs j ON j.job_id = i.job_id
             JOIN shards s ON s.shard_id = i.shard_id
             LEFT JOIN guid_leases g ON g.guid = i.guid
+            LEFT JOIN guid_states h ON h.guid = i.guid
             WHERE i.held AND i.status = 'pending'
               AND (i.job_id = k_job OR i.shard_id = k_shard OR i.guid = k_guid)
-              AND pacer_hold_reason(j.status, j.paused_reason, s.status, s.paused_reason, g.paused_reason) IS NULL
+              AND pacer_hold_reason(j.status, j.paused_reason, s.status, s.paused_reason,
+                                    pacer_guid_hold(g.paused_reason, h.state::text, h.reason)) IS NULL
             LIMIT p_limit - done
             FOR UPDATE OF i SKIP LOCKED
         ) AS c;

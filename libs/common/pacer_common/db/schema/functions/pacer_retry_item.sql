@@ -85,9 +85,9 @@ BEGIN
     UPDATE shards SET total = total + 1 WHERE shard_id = o.shard_id;
     UPDATE jobs SET total = total + 1 WHERE job_id = o.job_id;
     SELECT pacer_hold_reason(CASE WHEN j.status = 'completed' THEN 'running' ELSE j.status END, j.paused_reason,
-                             s.status, s.paused_reason, g.paused_reason)
+                             s.status, s.paused_reason, pacer_guid_hold(g.paused_reason, h.state::text, h.reason))
     INTO hold
-    FROM shards s LEFT JOIN guid_leases g ON g.guid = o.guid
+    FROM shards s LEFT JOIN guid_leases g ON g.guid = o.guid LEFT JOIN guid_states h ON h.guid = o.guid
     WHERE s.shard_id = o.shard_id;
     RETURN QUERY SELECT 'created'::text, c,
         format('compensation %s queued for item %s', c, p_item) || COALESCE('; waiting: ' || hold, '');

@@ -1,6 +1,7 @@
 -- Any answer but a confirmation: move from submitted as decided (p_to, p_type), fenced by
--- the lease epoch; free the idempotency key when nothing was sent (p_release_ledger); pause
--- the guid when the gateway says so (p_hold_guid). p_refund: the send did not happen and was
+-- the lease epoch; free the idempotency key when nothing was sent (p_release_ledger); when
+-- the gateway says the account is offline, kicked or unauthorized, p_hold_guid names that
+-- lifecycle state and the guid takes it (source `send_failure`), which holds its queue. p_refund: the send did not happen and was
 -- no attempt (the gateway rate-limited the guid), so the attempt counted by pacer_begin_send
 -- is given back, and so is the budget unit if that send counted one.
 --
@@ -48,7 +49,7 @@ BEGIN
         UPDATE jobs SET budget_used = budget_used - 1 WHERE job_id = j AND budget_used > 0;
     END IF;
     IF p_hold_guid IS NOT NULL THEN
-        PERFORM pacer_hold_guid(g, p_hold_guid, 'system:gateway');
+        PERFORM pacer_set_guid_state(g, p_hold_guid::guid_state, 'send_failure', p_error, clock_timestamp());
     END IF;
     RETURN true;
 END

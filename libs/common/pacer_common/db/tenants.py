@@ -1,0 +1,99 @@
+"""Tenants read from Postgres, cached: each service keeps a copy refreshed every few seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import SecretStr
+
+from pacer_common.db.errors import with_retry
+from pacer_common.db.pool import Pool
+from pacer_common.db.sql import query
+from pacer_common.domain.quota import DailyUsage
+from pacer_common.domain.tenants import Tenant
+
+log = logging.getLogger(__name__)
+
+
+def _secret(value: str | None) -> SecretStr | None:
+    return SecretStr(value) if value else None
+
+
+async def load_tenants(pool: Pool) -> dict[str, Tenant]:
+    async def work() -> dict[str, Tenant]:
+        async with pool.connection() as conn:
+            rows: list[Any] = await (await conn.execute(query("tenants"))).fetchall()
+        return {r["name"]: Tenant(r["name"], r["base_url"], _secret(r["credential"]), _secret(r["callback_secret"]),
+                                  r["sends_per_day"], r["max_guids"]) for r in rows}
+
+    return await with_retry(work)
+
+
+class TenantCache:
+    """The tenants as of the last reload; ``keep_fresh`` reloads them every ``refresh_s`` in
+    the background, so a lookup never waits on the database (a tenant created or changed is
+    seen within ``refresh_s``). A failed reload keeps the copy in hand and is retried.
+    ``fill`` completes each tenant (the ``default`` tenant's settings)."""
+
+    def __init__(self, pool: Pool, refresh_s: float = 5.0, fill: Callable[[Tenant], Tenant] = lambda t: t) -> None:
+        self.pool, self.refresh_s, self.fill = pool, refresh_s, fill
+        self.tenants: dict[str, Tenant] = {}
+        self.on_change: Callable[[], None] = lambda: None
+
+    def get(self, name: str) -> Tenant | None:
+        return self.tenants.get(name)
+
+    async def reload(self) -> None:
+        fresh = {n: self.fill(t) for n, t in (await load_tenants(self.pool)).items()}
+        changed, self.tenants = fresh != self.tenants, fresh
+        if changed:
+            self.on_change()
+
+    async def keep_fresh(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.refresh_s)
+            if stop.is_set():
+                return
+            try:
+                await self.reload()
+            except Exception:  # the copy in hand stays; the next round tries again
+                log.warning("reloading tenants failed; keeping the %d known", len(self.tenants), exc_info=True)
+
+
+async def add_usage(pool: Pool, usage: DailyUsage) -> None:
+    """Add this sender's sends to today's totals and read the totals back into ``usage``."""
+    sent = usage.take()
+    try:
+        async def work() -> list[Any]:
+            async with pool.connection() as conn:
+                return await (await conn.execute(query("tenant_usage"), {
+                    "tenants": list(sent), "sends": list(sent.values())})).fetchall()
+
+        rows = await with_retry(work, deadline_s=5.0)
+    except Exception:
+        usage.restore(sent)
+        raise
+    if rows:
+        usage.absorb(rows[0]["day"], {r["tenant"]: int(r["sends"]) for r in rows})
+    else:
+        usage.absorb(datetime.now(UTC).date(), {})
+
+
+async def keep_usage(pool: Pool, usage: DailyUsage, stop: asyncio.Event, every_s: float = 1.0) -> None:
+    """``add_usage`` every ``every_s`` until ``stop``, and once more after it."""
+    while True:
+        stopped = stop.is_set()
+        try:
+            await add_usage(pool, usage)
+        except Exception:  # kept for the next round
+            log.warning("adding tenant usage failed; trying again", exc_info=True)
+        if stopped:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_s)

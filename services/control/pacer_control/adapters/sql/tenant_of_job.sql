@@ -1,0 +1,1 @@
+SELECT tenant FROM jobs WHERE job_id = %(id)s::uuid

@@ -1,0 +1,1 @@
+"""pacer-intake: the gateway callback intake (POST /callbacks/{tenant} → Kafka)."""

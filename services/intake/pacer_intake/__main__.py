@@ -1,0 +1,3 @@
+from pacer_intake.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""Kafka and Postgres for the callback intake."""

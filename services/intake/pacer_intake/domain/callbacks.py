@@ -1,0 +1,46 @@
+"""What makes a gateway callback well-formed (DESIGN.md "Gateway contract, all actions", Callbacks).
+
+A callback is a JSON object ``{"cmd", "guid", "ts", "data": {...}}``. The intake needs only
+``cmd`` and ``guid`` (the Kafka key) to append it; it does not judge the rest, and appends the
+body byte for byte as received. Any ``cmd`` is appended (consumers skip the ones they do not
+know), so a gateway adding an event type needs no change here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+MAX_GUID_BYTES = 1024  # a Kafka key, and the guid column's index, hold it with room to spare
+
+
+class BadCallback(ValueError):
+    """The body cannot be appended as a callback; the message says why, for people."""
+
+
+@dataclass(frozen=True)
+class Callback:
+    cmd: str
+    guid: str
+
+
+def parse(raw: bytes) -> Callback:
+    """The callback in ``raw``, or :class:`BadCallback` with the reason."""
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise BadCallback("not UTF-8 text") from None
+    except ValueError as exc:
+        raise BadCallback(f"not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadCallback(f"not a JSON object but {type(body).__name__}")
+    cmd, guid, data = body.get("cmd"), body.get("guid"), body.get("data")
+    if not isinstance(cmd, str) or not cmd:
+        raise BadCallback("missing 'cmd' (a non-empty string)")
+    if not isinstance(guid, str) or not guid:
+        raise BadCallback("missing 'guid' (a non-empty string)")
+    if len(guid.encode(errors="surrogatepass")) > MAX_GUID_BYTES or "\x00" in guid:
+        raise BadCallback(f"'guid' is not a guid (over {MAX_GUID_BYTES} bytes, or a NUL character)")
+    if data is not None and not isinstance(data, dict):
+        raise BadCallback("'data' must be an object")
+    return Callback(cmd, guid)

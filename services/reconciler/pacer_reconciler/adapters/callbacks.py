@@ -1,0 +1,36 @@
+"""The callbacks topic as the consumer's source: records in, offsets committed after them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from confluent_kafka import TopicPartition
+
+from pacer_common.kafka import AsyncConsumer, make_consumer, position
+from pacer_common.settings import KafkaSettings
+from pacer_reconciler.ports import RawCallback
+
+
+class KafkaCallbackSource:
+    def __init__(self, consumer: AsyncConsumer) -> None:
+        self.consumer = consumer
+
+    @classmethod
+    async def create(cls, kafka: KafkaSettings, group: str) -> KafkaCallbackSource:
+        """A consumer of its own in ``group``, subscribed to ``kafka``'s callbacks topic."""
+        consumer = AsyncConsumer(make_consumer(kafka.client_config(), group))
+        await consumer.call(consumer.consumer.subscribe, [kafka.callbacks])
+        return cls(consumer)
+
+    async def close(self) -> None:
+        await self.consumer.close()
+
+    async def fetch(self, n: int, timeout_s: float) -> list[RawCallback]:
+        return [RawCallback(m.value(), position(m)) for m in await self.consumer.consume(n, timeout_s)]
+
+    async def commit(self, done: Sequence[RawCallback]) -> None:
+        last: dict[tuple[str, int], int] = {}
+        for r in done:
+            topic, partition, offset = r.position
+            last[(topic, partition)] = max(offset, last.get((topic, partition), -1))
+        await self.consumer.commit([TopicPartition(t, p, o + 1) for (t, p), o in last.items()])

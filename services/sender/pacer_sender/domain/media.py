@@ -1,0 +1,55 @@
+"""When a media item may be sent: its media (one per url per guid) must be ``ready``.
+
+The first item of a media on a guid uploads it; the gateway answers ``pending`` or
+``ready``. Readiness then comes by a ``media.ready`` callback (the reconciler writes it), or,
+when none came within ``poll_after`` of the upload, by the sender asking ``/media/status``
+(then at most every ``poll_every``). Until then the item waits, pending, and looks again
+every ``recheck`` (a cheap read of the media row). A ``failed`` media fails the item with
+the gateway's reason. A send is never made into media that is not ready.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+
+def url_hash(url: str) -> str:
+    return hashlib.sha256(url.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class MediaRow:
+    media_id: str
+    status: Literal["pending", "ready", "failed"]
+    reason: str | None
+    uploaded_at: datetime
+    checked_at: datetime | None
+
+
+@dataclass(frozen=True)
+class MediaTiming:
+    poll_after: timedelta = timedelta(seconds=30)
+    poll_every: timedelta = timedelta(seconds=10)
+    recheck: timedelta = timedelta(seconds=2)
+
+
+Step = Literal["upload", "poll", "send", "fail", "wait"]
+
+
+def next_step(row: MediaRow | None, now: datetime, t: MediaTiming) -> tuple[Step, datetime | None]:
+    """What to do for an item of this media now; for ``wait``, until when."""
+    if row is None:
+        return "upload", None
+    if row.status == "ready":
+        return "send", None
+    if row.status == "failed":
+        return "fail", None
+    poll_at = row.uploaded_at + t.poll_after
+    if row.checked_at is not None:
+        poll_at = max(poll_at, row.checked_at + t.poll_every)
+    if now >= poll_at:
+        return "poll", None
+    return "wait", min(poll_at, now + t.recheck)

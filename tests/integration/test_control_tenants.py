@@ -1,0 +1,95 @@
+"""Tenants in the Control API: CRUD by admins, secrets never returned nor audited, and tokens
+scoped to tenants that see and change only their tenants' jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+from pacer_common import cli
+from tests.integration.control_support import audit, control_api, rows
+from tests.integration.helpers import seed_job
+
+
+def test_tenant_crud_never_shows_or_audits_a_secret(database_url: str) -> None:
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            made = await api.post("/tenants", json={"name": "acme", "base_url": "http://gw.acme", "credential":
+                                                    "tok-SECRET-1", "callback_secret": "cb-SECRET-2", "max_guids": 5})
+            assert made.status_code == 201, made.text
+            assert made.json()["has_credential"] and made.json()["has_callback_secret"]
+            assert (await api.post("/tenants", json={"name": "acme"})).status_code == 409
+            assert (await api.post("/tenants", json={"name": "x"}, role="tech_admin")).status_code == 403
+            listed = await api.get("/tenants", role="tech_admin")
+            assert [t["name"] for t in listed.json()] == ["acme", "default"]
+            changed = await api.call("PATCH", "/tenants/acme", json={"credential": "tok-SECRET-3", "max_guids": None})
+            assert changed.status_code == 200 and changed.json()["max_guids"] is None
+            assert changed.json()["base_url"] == "http://gw.acme"  # left out: unchanged
+            assert (await api.call("PATCH", "/tenants/nope", json={})).status_code == 404
+            for text in (made.text, listed.text, changed.text, json.dumps(audit(database_url, "acme"), default=str)):
+                assert "SECRET" not in text
+            assert rows(database_url, "SELECT credential FROM tenants WHERE name = 'acme'") == [
+                {"credential": "tok-SECRET-3"}]
+            assert [a["action"] for a in audit(database_url, "acme")] == ["create_tenant", "update_tenant"]
+            assert (await api.call("DELETE", "/tenants/default")).status_code == 409
+            assert (await api.call("DELETE", "/tenants/acme")).status_code == 200
+            assert (await api.call("DELETE", "/tenants/acme")).status_code == 404
+
+    asyncio.run(go())
+
+
+def test_a_scoped_token_sees_and_changes_only_its_tenants_jobs(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name) VALUES ('acme'), ('globex')")
+    mine, _, _ = seed_job(database_url, {"g1": 1})
+    theirs, _, their_items = seed_job(database_url, {"g2": 1})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE jobs SET tenant = 'acme' WHERE job_id = %s", (mine,))
+        conn.execute("UPDATE jobs SET tenant = 'globex' WHERE job_id = %s", (theirs,))
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            refused = await api.post("/tokens", json={"name": "bad", "role": "operator", "tenants": ["nope"]})
+            assert refused.status_code == 422 and "no tenant named 'nope'" in refused.text
+            made = await api.post("/tokens", json={"name": "acme-ops", "role": "operator", "tenants": ["acme"]})
+            assert made.status_code == 201 and made.json()["tenants"] == ["acme"]
+            api.tokens["acme"] = made.json()["token"]
+
+            listed = await api.get("/jobs", role="acme")
+            assert [j["job_id"] for j in listed.json()["jobs"]] == [mine]
+            assert (await api.get(f"/jobs/{mine}", role="acme")).json()["tenant"] == "acme"
+            for method, path in (("GET", f"/jobs/{theirs}"), ("POST", f"/jobs/{theirs}/pause"),
+                                 ("GET", f"/jobs/{theirs}/items"), ("POST", f"/items/{their_items[0]}/cancel")):
+                r = await api.call(method, path, role="acme", json={"reason": "x"})
+                assert r.status_code == 404, (path, r.text)
+                assert "tenant(s) acme" in r.json()["detail"]
+            assert rows(database_url, "SELECT status FROM jobs WHERE job_id = %s", theirs) == [{"status": "running"}]
+            assert (await api.post(f"/jobs/{mine}/pause", role="acme", json={"reason": "x"})).status_code == 200
+            # Whatever spans tenants is refused to a scoped token, whatever its role.
+            for path in ("/guids", "/approvals", "/in-doubt", "/audit"):
+                r = await api.get(path, role="acme")
+                assert r.status_code == 403 and "scoped to tenant(s) acme" in r.json()["detail"], path
+            # An unscoped token sees every tenant.
+            assert {j["job_id"] for j in (await api.get("/jobs", role="operator")).json()["jobs"]} == {mine, theirs}
+            assert (await api.get(f"/jobs/{theirs}", role="operator")).status_code == 200
+
+    asyncio.run(go())
+
+
+def test_cli_makes_a_token_scoped_to_existing_tenants_only(database_url: str, monkeypatch: Any, capsys: Any) -> None:
+    monkeypatch.setenv("PACER_DATABASE_URL", database_url)
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name) VALUES ('acme')")
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["token", "create", "--name", "x", "--role", "operator", "--tenant", "nope"])
+    assert refused.value.code == cli.EXIT_REFUSED and "no tenant named 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        cli.main(["token", "create", "--name", "acme-ops", "--role", "operator", "--tenant", "acme"])
+    assert done.value.code == 0
+    capsys.readouterr()
+    assert rows(database_url, "SELECT name, tenants FROM api_tokens") == [{"name": "acme-ops", "tenants": ["acme"]}]
+    assert [a["after"] for a in audit(database_url, "acme-ops")] == [{"role": "operator", "tenants": ["acme"]}]

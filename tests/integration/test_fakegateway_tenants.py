@@ -1,0 +1,157 @@
+"""The fake gateway per tenant, and Pacer's clients of it: each tenant's credential is checked,
+a failing tenant's gateway trips only that tenant's breaker, and callbacks reach the real
+intake (and Kafka) signed with the tenant's secret, through duplicate, lost, late and
+out-of-order faults."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
+
+from pacer_common.db.pool import open_pool
+from pacer_common.db.tenants import TenantCache, add_usage
+from pacer_common.domain.breaker import Breaker
+from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, SendError
+from pacer_common.domain.tenants import Tenant
+from pacer_common.kafka import ensure_topics
+from pacer_common.ops import Health, serve
+from pacer_common.tenant_gateways import TenantGateways
+from pacer_dev.fakegateway.process import free_port, running_fake_gateway
+from pacer_intake.adapters.kafka import KafkaCallbackLog, callback_producer
+from pacer_intake.app import build_app
+from pacer_intake.core import Intake
+from tests.integration.helpers import read_topic
+
+
+def test_each_tenant_has_its_credential_and_a_failing_one_trips_only_its_own_breaker() -> None:
+    with running_fake_gateway() as url:
+        httpx.put(f"{url}/_admin/tenants/acme", json={"credential": "acme-cred"}).raise_for_status()
+        httpx.put(f"{url}/_admin/tenants/globex", json={"credential": "globex-cred", "fail": True}).raise_for_status()
+        body = {"guid": "g", "toId": "t", "content": "hi"}
+        assert httpx.post(f"{url}/message/sendText", json=body).status_code == 401
+        assert httpx.post(f"{url}/message/sendText", json=body,
+                          headers={"Authorization": "Bearer wrong"}).status_code == 401
+        tenants = {"acme": Tenant("acme", url, SecretStr("acme-cred")),
+                   "globex": Tenant("globex", url, SecretStr("globex-cred"))}
+
+        async def go() -> tuple[list[str], list[str]]:
+            gws = TenantGateways(tenants.get, 2.0, DEFAULT_CODE_TABLE, breaker=lambda: Breaker(3, 60.0))
+            acme, globex = [], []
+            try:
+                for n in range(6):
+                    try:
+                        await gws.send_text("g-glob", "t", "hi", f"gk{n}", tenant="globex")
+                    except SendError as err:
+                        globex.append(err.failure_class.value)
+                    acme.append((await gws.send_text("g-acme", "t", "hi", f"ak{n}", tenant="acme")).msg_id or "")
+                assert await gws.lookup("g-acme", "ak0", tenant="acme") is True
+                assert await gws.lookup("g-glob", "gk0", tenant="globex") is None
+            finally:
+                await gws.aclose()
+            return acme, globex
+
+        acme, globex = asyncio.run(go())
+        assert all(acme) and len(acme) == 6
+        # Three 503s (in doubt) open globex's breaker; then it is refused at once, unsent.
+        assert globex == ["in_doubt"] * 3 + [FailureClass.RATE_LIMITED.value] * 3
+        stats = httpx.get(f"{url}/_admin/tenants").json()
+        assert {t["name"]: t["has_credential"] for t in stats} == {"acme": True, "globex": True}
+        assert "acme-cred" not in json.dumps(stats)
+        # three sends and the lookup reached it; the three refused by the breaker did not
+        assert httpx.get(f"{url}/_admin/callbacks").json()["counts"]["failed:globex"] == 4
+
+
+@pytest.mark.parametrize("faults", [{"p_duplicate": 0.3, "p_lost": 0.2, "p_reorder": 0.3, "late_ms": 20,
+                                     "late_jitter_ms": 30, "reorder_hold_ms": 200}])
+def test_callbacks_reach_the_intake_signed_through_duplicates_losses_delays_and_reordering(
+        database_url: str, kafka_config: dict[str, str], topic_prefix: str, faults: dict[str, Any]) -> None:
+    topic = f"{topic_prefix}.callbacks"
+    ensure_topics(kafka_config, {topic: (1, {}), f"{topic}.dlq": (1, {})})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name, callback_secret) VALUES ('acme', 'acme-cb')")
+    n = 60
+
+    async def go(gw: str) -> dict[str, Any]:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        cache = TenantCache(pool, 60.0)
+        await cache.reload()
+        log = KafkaCallbackLog(callback_producer(kafka_config, 10.0), topic, f"{topic}.dlq", 10.0)
+        port = free_port()
+        server, task = await serve(build_app(Intake(cache.get, log), CollectorRegistry(), Health()), "127.0.0.1", port)
+        try:
+            async with httpx.AsyncClient(base_url=gw) as c:
+                (await c.put("/_admin/tenants/acme", json={
+                    "callback_secret": "acme-cb", "callback_url": f"http://127.0.0.1:{port}/callbacks/acme"})
+                 ).raise_for_status()
+                (await c.put("/_admin/callbacks", json=faults)).raise_for_status()
+                (await c.post("/_admin/callbacks/emit", json={
+                    "tenant": "acme", "cmd": "message.received", "guid": "g1", "data": {"fromId": "c", "content": "x"},
+                    "count": n})).raise_for_status()
+                deadline = time.monotonic() + 30
+                while (view := (await c.get("/_admin/callbacks")).json())["in_flight"]:
+                    assert time.monotonic() < deadline, view
+                    await asyncio.sleep(0.05)
+                return dict(view["counts"])
+        finally:
+            server.should_exit = True
+            await task
+            log.close()
+            await pool.close()
+
+    with running_fake_gateway(seed=7) as gw:
+        counts = asyncio.run(go(gw))
+    assert counts["emitted"] == n and min(counts["lost"], counts["duplicated"], counts["reordered"], counts["late"]) > 0
+    assert counts["posted"] == n - counts["lost"] + counts["duplicated"]
+    got = read_topic(kafka_config, topic, expect=counts["posted"])
+    uids = [m["value"]["data"]["msgUid"] for m in got]
+    assert len(uids) == counts["posted"] and {m["key"] for m in got} == {b"g1"}
+    assert len(set(uids)) == n - counts["lost"]  # every callback not lost arrived, some twice
+    assert sum(k - 1 for k in Counter(uids).values()) == counts["duplicated"]
+    order = [int(u.removeprefix("m-")) for u in dict.fromkeys(uids)]
+    assert order != sorted(order)  # some arrived out of order
+
+
+def test_a_tenant_past_its_daily_quota_is_deferred_across_senders_and_others_go_on(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name, sends_per_day) VALUES ('small', 3), ('big', NULL)")
+    with running_fake_gateway() as url:
+        async def go() -> tuple[list[str], int, dict[str, int]]:
+            pool = await open_pool(database_url, min_size=1, max_size=2)
+            cache = TenantCache(pool, 60.0, fill=lambda t: Tenant(t.name, url, sends_per_day=t.sends_per_day))
+            await cache.reload()
+            one, two = (TenantGateways(cache.get, 2.0, DEFAULT_CODE_TABLE) for _ in range(2))  # two senders
+            outcomes: list[str] = []
+            try:
+                for n, gws in enumerate([one, two, one, two, one]):
+                    try:
+                        await gws.send_text(f"s{n}", "t", "hi", f"small-{n}", tenant="small")
+                        outcomes.append("sent")
+                    except SendError as err:
+                        outcomes.append(err.failure_class.value)
+                    for each in (one, two):  # a round of each sender's usage loop
+                        await add_usage(pool, each.usage)
+                big = 0
+                for n in range(5):
+                    await two.send_text(f"b{n}", "t", "hi", f"big-{n}", tenant="big")
+                    big += 1
+                await add_usage(pool, two.usage)
+                return outcomes, big, dict(two.usage.totals)
+            finally:
+                await one.aclose()
+                await two.aclose()
+                await pool.close()
+
+        outcomes, big, totals = asyncio.run(go())
+        # the third send reaches the quota; the two senders see each other's sends in the totals
+        assert outcomes == ["sent", "sent", "sent", "rate_limited", "rate_limited"]
+        assert big == 5 and totals == {"small": 3, "big": 5}
+        assert httpx.get(f"{url}/_admin/stats").json()["sends"] == 8

@@ -1,0 +1,97 @@
+"""The callback intake's rules: what a callback is, and what is answered and appended when."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import SecretStr
+
+from pacer_common.domain.tenants import Tenant, sign
+from pacer_intake.core import Intake
+from pacer_intake.domain.callbacks import BadCallback, parse
+from pacer_intake.ports import LogUnavailable
+
+names = st.text(min_size=1, max_size=40).filter(lambda s: "\x00" not in s)
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+                           max_leaves=10)
+
+
+@given(names, names, st.dictionaries(st.text(), json_values, max_size=4))
+def test_any_object_with_cmd_and_guid_is_a_callback(cmd: str, guid: str, data: dict[str, object]) -> None:
+    cb = parse(json.dumps({"cmd": cmd, "guid": guid, "ts": 1, "data": data}).encode())
+    assert (cb.cmd, cb.guid) == (cmd, guid)
+
+
+@pytest.mark.parametrize(("raw", "why"), [
+    (b"{not json", "not JSON"),
+    (b"\xff\xfe", "not UTF-8"),
+    (b"[1, 2]", "not a JSON object but list"),
+    (b'{"guid": "g"}', "missing 'cmd'"),
+    (b'{"cmd": "", "guid": "g"}', "missing 'cmd'"),
+    (b'{"cmd": "device.status"}', "missing 'guid'"),
+    (b'{"cmd": "device.status", "guid": 7}', "missing 'guid'"),
+    (b'{"cmd": "x", "guid": "g", "data": [1]}', "'data' must be an object"),
+    (json.dumps({"cmd": "x", "guid": "g" * 1025}).encode(), "is not a guid"),
+])
+def test_a_malformed_body_is_refused_with_its_reason(raw: bytes, why: str) -> None:
+    with pytest.raises(BadCallback, match=why):
+        parse(raw)
+
+
+class Log:
+    def __init__(self, down: bool = False) -> None:
+        self.appended: list[tuple[str, str, bytes]] = []
+        self.dead: list[tuple[str, bytes, str]] = []
+        self.down = down
+
+    async def append(self, tenant: str, guid: str, raw: bytes) -> None:
+        if self.down:
+            raise LogUnavailable("down")
+        self.appended.append((tenant, guid, raw))
+
+    async def dead_letter(self, tenant: str, raw: bytes, reason: str) -> None:
+        if self.down:
+            raise LogUnavailable("down")
+        self.dead.append((tenant, raw, reason))
+
+
+TENANTS = {"acme": Tenant("acme", callback_secret=SecretStr("s3")), "bare": Tenant("bare")}
+
+
+def receive(log: Log, tenant: str, raw: bytes | None, signature: str | None) -> tuple[str, int]:
+    got = asyncio.run(Intake(TENANTS.get, log, max_body_bytes=100).receive(tenant, raw, signature))
+    return got.result, got.status
+
+
+def test_a_signed_callback_is_appended_under_its_guid() -> None:
+    log, raw = Log(), b'{"cmd":"device.status","guid":"g1","ts":1,"data":{"status":"online"}}'
+    assert receive(log, "acme", raw, sign("s3", raw)) == ("accepted", 200)
+    assert log.appended == [("acme", "g1", raw)] and not log.dead
+
+
+def test_nothing_unsigned_is_written_anywhere() -> None:
+    log, raw = Log(), b'{"cmd":"device.status","guid":"g1"}'
+    assert receive(log, "acme", raw, sign("other", raw)) == ("bad_signature", 401)
+    assert receive(log, "acme", raw, None) == ("bad_signature", 401)
+    assert receive(log, "acme", b"garbage", "00") == ("bad_signature", 401)  # not dead-lettered either
+    assert receive(log, "bare", raw, sign("", raw)) == ("bad_signature", 401)  # no secret: nothing verifies
+    assert receive(log, "nope", raw, sign("s3", raw)) == ("unknown_tenant", 404)
+    assert receive(log, "acme", None, None) == ("too_large", 413)
+    assert not log.appended and not log.dead
+
+
+def test_a_signed_malformed_body_is_dead_lettered_with_the_reason() -> None:
+    log, raw = Log(), b'{"cmd":"x"}'
+    assert receive(log, "acme", raw, sign("s3", raw)) == ("dead_lettered", 400)
+    assert log.dead == [("acme", raw, "missing 'guid' (a non-empty string)")] and not log.appended
+
+
+def test_a_log_that_cannot_acknowledge_is_a_503_to_send_again() -> None:
+    raw = b'{"cmd":"x","guid":"g"}'
+    assert receive(Log(down=True), "acme", raw, sign("s3", raw)) == ("unavailable", 503)
+    assert receive(Log(down=True), "acme", b"[]", sign("s3", b"[]")) == ("unavailable", 503)
