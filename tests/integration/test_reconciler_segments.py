@@ -22,6 +22,7 @@ from pacer_dev.segments import confirm_job, segment_ends, segment_events, segmen
 from pacer_dev.stack import Proc, Stack
 from pacer_reconciler.adapters.layout import LayoutBlocked, adopt_layout
 from pacer_reconciler.adapters.postgres import PostgresLog
+from pacer_reconciler.ports import Position
 from tests.conftest import stack_on
 from tests.integration.helpers import read_topic, seed_job, wait_for
 
@@ -173,3 +174,47 @@ def test_sweeps_and_verification_take_only_the_segments_held(database_url: str) 
     assert {segment_of[i] for i in requeued} <= {1, 2}
     assert sum(1 for s in segment_of.values() if s in (1, 2)) == len(requeued) + len(in_doubt)
     assert in_doubt and {segment_of[i] for i in in_doubt} <= {1, 2}
+
+
+def test_two_segments_completing_a_jobs_last_shards_at_once_complete_the_job(database_url: str) -> None:
+    """Each segment's commit sees only its own shard completed while the other's is in flight;
+    the job row is locked before refresh_jobs, so the second to commit reads the first's shard
+    and completes the job. A transaction holding the job row lines both commits up."""
+    url = database_url
+    with psycopg.connect(url) as conn:
+        guids: dict[int, str] = {}
+        for k in range(64):  # one guid in each of two segments
+            guids.setdefault(conn.execute("SELECT (hashtext(%s) & 2147483647) %% 2", (f"g{k}",)).fetchone()[0],
+                             f"g{k}")
+    job_id, _, _ = seed_job(url, {guids[0]: 1, guids[1]: 1})
+    confirm_job(url, job_id)
+
+    async def scenario() -> None:
+        pool = await open_pool(url, min_size=2, max_size=4)
+        logs = [PostgresLog(pool, f"reconciler/{s}of2", timedelta(seconds=60), segments=2, segment=s) for s in (0, 1)]
+        batches = [await log.read(Position("0", 0), 100) for log in logs]
+        holder = await psycopg.AsyncConnection.connect(url)
+        try:
+            await holder.execute("SELECT 1 FROM jobs WHERE job_id = %s FOR UPDATE", (job_id,))
+            commits = [asyncio.create_task(log.commit_batch([ev for _, ev in b], Position("0", 0), b[-1][0]))
+                       for log, b in zip(logs, batches, strict=True)]
+
+            async def both_waiting() -> bool:
+                async with pool.connection() as conn:
+                    row = await (await conn.execute(
+                        "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'")).fetchone()
+                return row is not None and row["n"] >= 2
+
+            deadline = time.monotonic() + 10
+            while not await both_waiting():
+                assert time.monotonic() < deadline, "the commits did not line up behind the job row"
+                await asyncio.sleep(0.05)
+            await holder.rollback()
+            await asyncio.gather(*commits)
+        finally:
+            await holder.close()
+            await pool.close()
+
+    asyncio.run(scenario())
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT status FROM jobs WHERE job_id = %s", (job_id,)).fetchone() == ("completed",)
