@@ -116,6 +116,8 @@ class PostgresLog:
         await with_retry(work)
 
     async def items_for_dispatch(self, item_ids: Sequence[str]) -> list[ItemCommand]:
+        if not item_ids:  # most batches re-queue nothing: no round trip for them
+            return []
         return await pending_commands(self.pool, item_ids)
 
     # -- sweeps ---------------------------------------------------------------------------
