@@ -31,6 +31,7 @@ from bench.intake import intake
 from bench.paced import allowed, pacer_window
 from bench.peer import peer
 from bench.queue_order import fairness, refill, schedule, shed
+from bench.reconciler import reconciler
 from pacer_common.db.pool import open_pool
 from pacer_common.kafka import ensure_topics, make_consumer, make_producer, produce_all
 from pacer_planner.adapters.kafka import KafkaCommandBus
@@ -284,5 +285,6 @@ def scale() -> str:
 
 SCENARIOS = {"planner": planner, "sender": sender, "pacing": pacing, "priority": priority,
              "recovery": recovery, "scale": scale, "fleet": fleet, "footprint": footprint, "peer": peer}
+SCENARIOS |= {"reconciler": reconciler}
 SCENARIOS |= {"refill": refill, "fairness": fairness, "schedule": schedule, "shed": shed}
 SCENARIOS |= {"intake": intake}

@@ -90,6 +90,16 @@ def test_autoscalers_own_the_replica_count_and_are_capped(full):
     assert {t["metadata"]["consumerGroup"] for t in scaled["spec"]["triggers"]} == {"pacer.sender"}
 
 
+def test_reconciler_replicas_share_the_segments_and_are_capped_at_their_count(full, tmp_path):
+    (container,) = _by_kind(full, "Deployment")["pacer-reconciler"]["spec"]["template"]["spec"]["containers"]
+    assert {"name": "PACER_RECONCILER_SEGMENTS", "value": "16"} in container["env"]
+    values = tmp_path / "few-segments.yaml"
+    values.write_text((CHART / "ci" / "full-values.yaml").read_text().replace(
+        "reconciler:\n  replicas: 3", "reconciler:\n  replicas: 3\n  segments: 2"))
+    few = render("pacer", values)
+    assert _by_kind(few, "Deployment")["pacer-reconciler"]["spec"]["replicas"] == 2
+
+
 def _egress_ports(policy: dict) -> set[int]:
     return {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
 

@@ -1,5 +1,6 @@
 """Leadership is a lease row with a TTL: one holder at a time, taken over once it runs out,
-and a write fenced by an old epoch is refused."""
+and a write fenced by an old epoch is refused; the reconciler's segment leases are the same
+rows, one per segment."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from pacer_common.db.leader import LeaderLock, LeadershipLost, fence
 from pacer_common.db.pool import open_pool
 from pacer_reconciler.adapters.postgres import PostgresLog
+from pacer_reconciler.adapters.segments import SegmentLeases
 from pacer_reconciler.ports import Position
 
 TTL = 1.0
@@ -116,5 +118,51 @@ def test_a_leader_frozen_inside_its_fenced_transaction_does_not_block_the_takeov
             await frozen.close()
             await a.release()
             await b.release()
+
+    asyncio.run(scenario())
+
+
+def test_segment_leases_split_fail_over_within_the_bound_and_fence_the_old_owner(database_url: str) -> None:
+    """The leader lease generalised to one row per segment: two replicas split four segments,
+    one freezes and the other holds all four within TTL + TTL/3, and a cursor write under
+    the frozen one's epoch is refused."""
+
+    async def scenario() -> None:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        a = SegmentLeases(database_url, "pacer-reconciler", 4, ttl_s=TTL)
+        b = SegmentLeases(database_url, "pacer-reconciler", 4, ttl_s=TTL)
+        try:
+            assert await a.step() and a.owned() == [0, 1, 2, 3], "alone, a replica takes every segment"
+            await b.step()
+            assert b.replicas == 2 and b.owned() == [], "a newcomer finds none free"
+            await a.step()
+            assert a.owned() == [0, 1], "the surplus is released, segment 0 kept"
+            await b.step()
+            assert b.owned() == [2, 3]
+            old = PostgresLog(pool, "reconciler/0of4", timedelta(seconds=60), leader=a.lease(0), segments=4)
+            await old.commit_batch([], Position("0", 0), Position("5", 1))
+            stale = a.lease(0).epoch
+
+            async def b_holds_all() -> bool:  # a froze: only b runs its rounds
+                await b.step()
+                return b.owned() == [0, 1, 2, 3]
+
+            waited = await _until(b_holds_all, timeout_s=4 * TTL)
+            assert waited <= TTL + TTL / 3 + 0.5
+            assert not a.owned(), "the frozen replica's own clock has ended its terms"
+            a.lease(0).epoch = stale  # a wakes up mid-batch, still believing in its epoch
+            with pytest.raises(LeadershipLost):
+                await old.commit_batch([], Position("5", 1), Position("6", 1))
+            new = PostgresLog(pool, "reconciler/0of4", timedelta(seconds=60), leader=b.lease(0), segments=4)
+            await new.commit_batch([], Position("5", 1), Position("6", 1))
+            a.lease(0).epoch = None
+            await a.step()  # a rejoins: b gives the surplus back
+            await b.step()
+            await a.step()
+            assert (a.owned(), b.owned()) == ([2, 3], [0, 1])
+        finally:
+            await a.release()
+            await b.release()
+            await pool.close()
 
     asyncio.run(scenario())

@@ -1,9 +1,12 @@
-"""The reconciler's loop: hold the leader lease; while leader, tail the event log and run
-the sweeps; as a standby, wait for the lease to run out.
+"""The reconciler's loop: hold a fair share of the segment leases; tail each held segment's
+events and run the sweeps of the held segments; a replica that holds none stands by.
 
-Alongside it run the lease's renewals, the verification of in-doubt sends (its own task:
-a slow gateway holds up only verification) and the backlog metrics. Nothing a round raises
-stops the loop (``RoundGuard``): it is logged, counted and followed by a back-off.
+Alongside it run the leases' renewals and claims, the verification of the held segments'
+in-doubt sends (its own task: a slow gateway holds up only verification) and the backlog
+metrics. The owner of segment 0 also runs the duties that are not per guid: the
+release of lifted holds, the backlog metrics and the database-wide stats (it is "the
+leader" in the metrics). Nothing a round raises stops the loop (``RoundGuard``): it is
+logged, counted and followed by a back-off.
 """
 
 from __future__ import annotations
@@ -11,44 +14,53 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import get_args
 
-from pacer_common.db.leader import LeaderLock, LeadershipLost
+from pacer_common.db.leader import LeadershipLost
 from pacer_reconciler.backlog import BacklogGauges
 from pacer_reconciler.core import SWEEP_KINDS, Reconciler, RoundGuard, SkipReason
+from pacer_reconciler.domain.segments import SINGLETON_SEGMENT
 from pacer_reconciler.metrics import ReconcilerMetrics
-from pacer_reconciler.ports import CursorMoved, LeaderStats
+from pacer_reconciler.ports import CursorMoved, LeaderStats, Lease, Leases
 from pacer_reconciler.verifier import LOOKUP_RESULTS, Verifier
 
 log = logging.getLogger("pacer.reconciler")
 Ready = Callable[[bool, str], None]  # the readiness probe's (ready, state)
+Tailer = Callable[[int, Lease], Reconciler]  # the tail of one segment, fenced by its lease
 
 
 @dataclass(frozen=True)
 class LoopConfig:
     leader_ttl_s: float
     sweep_interval_s: float  # least time between sweep rounds and between verification rounds
-    batch: int  # most events per tail round: a full round is followed at once by the next
+    batch: int  # most events per segment per tail round: a full round is followed at once by the next
     stall_after_s: float
     error_backoff_max_s: float
     backlog_every_s: float
+    tail_concurrency: int = 4  # segment tails running at once (each takes a pool connection)
 
 
-class LeaderLoop:
-    def __init__(self, leader: LeaderLock, rec: Reconciler, stats: LeaderStats, verifier: Verifier,
-                 backlog: BacklogGauges, m: ReconcilerMetrics, config: LoopConfig) -> None:
-        self.leader = leader
-        self.rec = rec
+class SegmentLoop:
+    def __init__(self, leases: Leases, tailer: Tailer, sweeper: Reconciler, stats: LeaderStats,
+                 verifier: Verifier, backlog: BacklogGauges, m: ReconcilerMetrics, config: LoopConfig,
+                 prepare: Callable[[], Awaitable[None]]) -> None:
+        self.leases = leases
+        self.tailer = tailer
+        self.sweeper = sweeper  # runs the sweeps of the segments held
         self.stats = stats
         self.verifier = verifier
         self.backlog = backlog
         self.m = m
         self.config = config
+        self.prepare = prepare  # the cursors of the layout, once before the first tail
+        self.prepared = False
         self.guard = RoundGuard(max_s=config.error_backoff_max_s)
-        self.epoch: int | None = None  # the leader term being served
+        self._slots = asyncio.Semaphore(config.tail_concurrency)
+        self.tails: dict[int, Reconciler] = {}
+        self.epochs: dict[int, int | None] = {}  # the lease term each tail serves
         self.now = asyncio.get_running_loop().time
         self.last_tail = self.now()
         self.next_sweep = 0.0
@@ -56,8 +68,8 @@ class LeaderLoop:
 
     async def run(self, stop: asyncio.Event, ready: Ready) -> None:
         ready(True, "standby")
-        tasks = [asyncio.create_task(self.leader.keep(stop), name="leader-lease"),
-                 asyncio.create_task(self.verifier.run(stop, self.is_leader, self.config.sweep_interval_s),
+        tasks = [asyncio.create_task(self.leases.keep(stop), name="segment-leases"),
+                 asyncio.create_task(self.verifier.run(stop, self.is_active, self.config.sweep_interval_s),
                                      name="verifier"),
                  asyncio.create_task(self.backlog.run(stop, self.is_leader, self.config.backlog_every_s),
                                      name="backlog-metrics")]
@@ -68,21 +80,25 @@ class LeaderLoop:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
             self.drain()
-            await self.leader.release()
+            await self.leases.release()
 
     def is_leader(self) -> bool:
-        return self.leader.is_leader
+        """Owner of segment 0: runs the duties that are not per guid."""
+        return SINGLETON_SEGMENT in self.leases.owned()
+
+    def is_active(self) -> bool:
+        return bool(self.leases.owned())
 
     async def _turn(self, stop: asyncio.Event, ready: Ready) -> None:
         self.drain()
-        if not await self.leader.hold():
+        owned = self.leases.owned()
+        if not owned:
             await self._stand_by(stop, ready)
             return
-        if self.leader.epoch != self.epoch:  # a new term: the cursor may have moved meanwhile
-            self.rec.forget_position()
-            self.epoch = self.leader.epoch
-            ready(True, "leader")
+        if not self.tails:
             self.last_tail = self.now()
+        self._follow(owned)
+        ready(True, "leader" if SINGLETON_SEGMENT in owned else "active")
         n, delay = await self.guard.run(self._round)
         if delay:
             await _idle(stop, delay)
@@ -91,53 +107,93 @@ class LeaderLoop:
         if n < self.config.batch:
             await _idle(stop, 0.1)
 
+    def _follow(self, owned: list[int]) -> None:
+        """Tails for the segments held now; a segment taken at a new term reloads its cursor
+        (another replica may have moved it meanwhile)."""
+        for s in [s for s in self.tails if s not in owned]:
+            self._drain(self.tails.pop(s))
+            log.info("segment %d no longer held (epoch %s)", s, self.epochs.pop(s, None))
+        for s in owned:
+            lease = self.leases.lease(s)
+            if s not in self.tails:
+                self.tails[s] = self.tailer(s, lease)
+            elif self.epochs.get(s) != lease.epoch:
+                self.tails[s].forget_position()
+            self.epochs[s] = lease.epoch
+
     async def _stand_by(self, stop: asyncio.Event, ready: Ready) -> None:
-        if self.epoch is not None:
-            log.warning("stepped down from leadership (epoch %s)", self.epoch)
-        self.epoch = None
+        if self.tails:
+            log.warning("holding no segment: standing by")
+        for s in list(self.tails):
+            self._drain(self.tails.pop(s))
+        self.epochs.clear()
         ready(True, "standby")
-        self.rec.forget_position()
         self.m.leader_stats.forget()
         await _idle(stop, min(0.5, self.config.leader_ttl_s / 3))
 
     async def _round(self) -> int:
-        try:
-            n = await self.rec.tail_once()
-        except CursorMoved as exc:
-            log.error("event batch not applied: %s; reading again from the stored cursor", exc)
-            return 0
-        except LeadershipLost as exc:
-            log.warning("event batch not applied: %s", exc)
-            self.rec.forget_position()
-            return 0
-        self.m.events.inc(n)
+        """One tail round of every segment held, up to ``tail_concurrency`` at once (one's
+        database and Kafka waits overlap another's work), then the sweeps when due; returns
+        the most events one segment had. A failure other than a lost lease or a moved cursor
+        fails the round once every segment's tail has finished."""
+        if not self.prepared:
+            await self.prepare()
+            self.prepared = True
+        results = await asyncio.gather(*(self._tail(s, rec) for s, rec in list(self.tails.items())),
+                                       return_exceptions=True)
+        counts = [r for r in results if not isinstance(r, BaseException)]
+        self.m.events.inc(sum(counts))
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
         if self.now() >= self.next_sweep:
             await self._sweep()
-        return n
+        return max(counts, default=0)
+
+    async def _tail(self, s: int, rec: Reconciler) -> int:
+        async with self._slots:
+            try:
+                return await rec.tail_once()
+            except CursorMoved as exc:
+                log.error("segment %d: event batch not applied: %s; reading again from the stored cursor", s, exc)
+            except LeadershipLost as exc:
+                log.warning("segment %d: event batch not applied: %s", s, exc)
+                rec.forget_position()
+            return 0
 
     async def _sweep(self) -> None:
-        report = await self.rec.sweep_once()
+        report = await self.sweeper.sweep_once()
         for kind, k in report.moved.items():
             self.m.sweep_items.labels(kind).inc(k)
         for kind in report.failed:
             self.m.sweep_errors.labels(kind).inc()
-        stall_after = timedelta(seconds=self.config.stall_after_s)
-        self.m.leader_stats.update(await self.stats.lock_stats() | await self.stats.governance_stats(stall_after))
+        if self.is_leader():
+            stall_after = timedelta(seconds=self.config.stall_after_s)
+            self.m.leader_stats.update(await self.stats.lock_stats() | await self.stats.governance_stats(stall_after))
+        else:
+            self.m.leader_stats.forget()
         self.next_sweep = self.now() + self.config.sweep_interval_s
 
     def drain(self) -> None:
-        """Move the counts the reconciler, the verifier and the guard keep into the metrics."""
-        m, rec = self.m, self.rec
-        while rec.tripped:
-            m.trips.labels(rec.tripped.pop().scope).inc()
-        for src, counter in ((rec.bad, m.bad_events), (self.verifier.lookups, m.lookups),
-                             (self.verifier.resolved, m.verifications), (self.guard.errors, m.round_errors)):
+        """Move the counts the tails, the verifier and the guard keep into the metrics."""
+        m = self.m
+        for rec in [*self.tails.values(), self.sweeper]:
+            self._drain(rec)
+        for src, counter in ((self.verifier.lookups, m.lookups), (self.verifier.resolved, m.verifications),
+                             (self.guard.errors, m.round_errors)):
             for label, k in src.items():
                 counter.labels(label).inc(k)
             src.clear()
 
+    def _drain(self, rec: Reconciler) -> None:
+        while rec.tripped:
+            self.m.trips.labels(rec.tripped.pop().scope).inc()
+        for label, k in rec.bad.items():
+            self.m.bad_events.labels(label).inc(k)
+        rec.bad.clear()
 
-def _export(m: ReconcilerMetrics, loop: LeaderLoop) -> None:
+
+def _export(m: ReconcilerMetrics, loop: SegmentLoop) -> None:
     """The gauges read from the loop; known label values start at 0, so boards and rates see
     them before the first event."""
     for counter, values in ((m.lookups, LOOKUP_RESULTS), (m.sweep_items, SWEEP_KINDS), (m.sweep_errors, SWEEP_KINDS),
@@ -145,10 +201,17 @@ def _export(m: ReconcilerMetrics, loop: LeaderLoop) -> None:
                             (m.bad_events, get_args(SkipReason)), (m.trips, ("job", "guid"))):
         for value in values:
             counter.labels(value)
-    leader = loop.leader
-    m.leader.set_function(lambda: float(leader.is_leader))
-    m.leader_epoch.set_function(lambda: float(leader.epoch or 0) if leader.is_leader else 0.0)
-    m.tail_lag.set_function(lambda: loop.now() - loop.last_tail if leader.is_leader else 0.0)
+    leases = loop.leases
+
+    def epoch() -> float:
+        return float(leases.lease(SINGLETON_SEGMENT).epoch or 0) if loop.is_leader() else 0.0
+
+    m.leader.set_function(lambda: float(loop.is_leader()))
+    m.leader_epoch.set_function(epoch)
+    m.segments_owned.set_function(lambda: float(len(leases.owned())))
+    m.segments.set(leases.n)
+    m.replicas.set_function(lambda: float(leases.replicas))
+    m.tail_lag.set_function(lambda: loop.now() - loop.last_tail if loop.is_active() else 0.0)
     m.lookups_in_flight.set_function(lambda: float(loop.verifier.in_flight))
 
 

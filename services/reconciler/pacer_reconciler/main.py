@@ -1,4 +1,4 @@
-"""Composition root of the reconciler: settings, pool, producer, gateway, the leader loop."""
+"""Composition root of the reconciler: settings, pool, producer, gateway, the segment loop."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 from datetime import timedelta
 
-from pacer_common.db.leader import LeaderLock
 from pacer_common.db.pool import open_pool
 from pacer_common.db.tenants import TenantCache
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
@@ -18,13 +17,17 @@ from pacer_reconciler.adapters.backlog import PostgresBacklogs
 from pacer_reconciler.adapters.callbacks import KafkaCallbackSource
 from pacer_reconciler.adapters.faults import ENVIRONMENT
 from pacer_reconciler.adapters.kafka import KafkaPublisher
+from pacer_reconciler.adapters.layout import adopt_layout
 from pacer_reconciler.adapters.postgres import PostgresGuidStates, PostgresLog
+from pacer_reconciler.adapters.segments import SegmentLeases
 from pacer_reconciler.backlog import BacklogGauges
 from pacer_reconciler.callbacks import CALLBACK_CMDS, RESULTS, CallbackConsumer
 from pacer_reconciler.core import Reconciler, RoundGuard
 from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
-from pacer_reconciler.leading import LeaderLoop, LoopConfig
+from pacer_reconciler.domain.segments import segment_names
+from pacer_reconciler.leading import LoopConfig, SegmentLoop
 from pacer_reconciler.metrics import ReconcilerMetrics
+from pacer_reconciler.ports import Lease
 from pacer_reconciler.settings import ReconcilerSettings
 from pacer_reconciler.verifier import Verifier
 
@@ -32,13 +35,13 @@ from pacer_reconciler.verifier import Verifier
 async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSettings) -> None:
     async def body(ctx: ServiceContext) -> None:
         url = pg.database_url.get_secret_value()
-        leader = LeaderLock(url, "pacer-reconciler", ttl_s=cfg.leader_ttl_s)
-        m = ReconcilerMetrics(ctx.registry, lambda: leader.is_leader)
-        # A leader frozen inside a transaction keeps its row locks (the lease row under the
-        # fence, the cursor row) while its TCP connection lives; the server ends such a
-        # transaction after half a TTL, so a standby's takeover is never blocked behind it.
+        leases = SegmentLeases(url, "pacer-reconciler", cfg.segments, ttl_s=cfg.leader_ttl_s)
+        m = ReconcilerMetrics(ctx.registry, lambda: 0 in leases.owned())
+        # An owner frozen inside a transaction keeps its row locks (a lease row under the
+        # fence, a cursor row) while its TCP connection lives; the server ends such a
+        # transaction after half a TTL, so a peer's takeover is never blocked behind it.
         idle_tx_ms = max(1000, int(cfg.leader_ttl_s * 500))
-        pool = await open_pool(url, min_size=1, max_size=6, name="pacer-reconciler",
+        pool = await open_pool(url, min_size=1, max_size=8, name="pacer-reconciler",
                                options=f"-c idle_in_transaction_session_timeout={idle_tx_ms}")
         publisher = KafkaPublisher.create(kafka, cfg.max_message_bytes)
         tenants = TenantCache(pool, cfg.tenants_refresh_s,
@@ -46,18 +49,27 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         await tenants.reload()
         gateways = TenantGateways(tenants.get, cfg.gateway_timeout_s, DEFAULT_CODE_TABLE,
                                   observe=gateway_latency(ctx.registry), max_connections=cfg.verify_concurrency + 4)
-        store = PostgresLog(pool, "reconciler", timedelta(seconds=cfg.verify_deadline_s),
-                            timedelta(seconds=cfg.verify_after_s), leader=leader)
-        rec = Reconciler(store, store, publisher, holds=store,
-                         breakers=Breakers(BreakerPolicy(cfg.breaker_consecutive, cfg.breaker_window,
-                                                         cfg.breaker_ratio, cfg.breaker_min_samples)),
-                         batch=cfg.batch, environment_errors=ENVIRONMENT)
+        verify_deadline, verify_after = timedelta(seconds=cfg.verify_deadline_s), timedelta(seconds=cfg.verify_after_s)
+        cursors = segment_names("reconciler", cfg.segments)
+        # One breaker state for every segment this process holds (a job's outcomes in them).
+        breakers = Breakers(BreakerPolicy(cfg.breaker_consecutive, cfg.breaker_window, cfg.breaker_ratio,
+                                          cfg.breaker_min_samples))
+        store = PostgresLog(pool, "reconciler", verify_deadline, verify_after, segments=cfg.segments,
+                            owned=leases.owned)  # the sweeps and verification of the segments held
+
+        def tailer(segment: int, lease: Lease) -> Reconciler:
+            log = PostgresLog(pool, cursors[segment], verify_deadline, verify_after, leader=lease,
+                              segments=cfg.segments, segment=segment)
+            return Reconciler(log, store, publisher, holds=store, breakers=breakers, batch=cfg.batch,
+                              environment_errors=ENVIRONMENT)
+
+        rec = Reconciler(store, store, publisher, holds=store, batch=cfg.batch, environment_errors=ENVIRONMENT)
         verifier = Verifier(store, gateways, concurrency=cfg.verify_concurrency, timeout_s=cfg.verify_timeout_s)
         backlog = BacklogGauges(PostgresBacklogs(pool).top, m.backlog_top, m.wait_top, cfg.backlog_top_n)
-        loop = LeaderLoop(leader, rec, store, verifier, backlog, m, LoopConfig(
+        loop = SegmentLoop(leases, tailer, rec, store, verifier, backlog, m, LoopConfig(
             leader_ttl_s=cfg.leader_ttl_s, sweep_interval_s=cfg.sweep_interval_s, batch=cfg.batch,
             stall_after_s=cfg.stall_after_s, error_backoff_max_s=cfg.error_backoff_max_s,
-            backlog_every_s=cfg.backlog_every_s))
+            backlog_every_s=cfg.backlog_every_s), prepare=lambda: adopt_layout(pool, "reconciler", cfg.segments))
         source = await KafkaCallbackSource.create(kafka, cfg.callbacks_group or f"{kafka.topic_prefix}.reconciler.callbacks")
         callbacks = CallbackConsumer(source, PostgresGuidStates(pool), environment_errors=ENVIRONMENT)
         tenant_refresher = asyncio.create_task(tenants.keep_fresh(ctx.stop), name="tenants")

@@ -1,6 +1,6 @@
 """Every metric of the reconciler, declared in one place (docs/runbook.md's metric list is
-generated from it). The database-wide numbers the leader reads every sweep round (lock board,
-governance, job progress) are exported by the leader only: a standby exports none of them,
+generated from it). The database-wide numbers the leader (the owner of segment 0) reads every
+sweep round (lock board, governance, job progress) are exported by it only: the others export none,
 so a replica that stepped down never keeps an alert firing with numbers from its term."""
 
 from __future__ import annotations
@@ -132,15 +132,28 @@ class ReconcilerMetrics:
             "Circuit breakers tripped (job or guid paused), by scope: `job` or `guid`."
         ), ["scope"], registry=registry)
         self.leader = Gauge("pacer_reconciler_leader", (
-            "1 on the leader, 0 on standbys. A leader whose lease is older than its TTL reports 0 at once, even "
-            "frozen-then-woken."
+            "1 on the replica that holds segment 0 (it also runs the duties that are not per guid: released "
+            "holds, backlog and database-wide gauges), 0 on the others. A lease older than its TTL counts as not "
+            "held at once, even frozen-then-woken."
         ), registry=registry)
         self.leader_epoch = Gauge("pacer_reconciler_leader_epoch", (
-            "The fencing epoch of this replica's lease (0 on a standby). It goes up by one at each takeover."
+            "The fencing epoch of this replica's lease of segment 0 (0 if it does not hold it). It goes up by one "
+            "at each takeover."
+        ), registry=registry)
+        self.segments_owned = Gauge("pacer_reconciler_segments_owned", (
+            "Segments this replica holds now (of `PACER_RECONCILER_SEGMENTS`); summed over replicas it is the "
+            "segment count once failover settles."
+        ), registry=registry)
+        self.segments = Gauge("pacer_reconciler_segments", (
+            "The segment count this replica runs with (`PACER_RECONCILER_SEGMENTS`); alert "
+            "`PacerReconcilerSegmentsUnowned` compares the segments held with it."
+        ), registry=registry)
+        self.replicas = Gauge("pacer_reconciler_replicas", (
+            "Live reconciler replicas this one counts when it shares out the segments (itself included)."
         ), registry=registry)
         self.tail_lag = Gauge("pacer_reconciler_tail_lag_seconds", (
-            "Seconds since the leader last finished an event-tail round (0 on a standby). Below a second when "
-            "healthy, whatever the gateway does; it grows while Postgres or Kafka is down."
+            "Seconds since this replica last finished a tail round of its segments (0 while it holds none). "
+            "Below a second when healthy, whatever the gateway does; it grows while Postgres or Kafka is down."
         ), registry=registry)
         self.lookups_in_flight = Gauge("pacer_reconciler_lookups_in_flight", (
             "Lookups running now; at most `PACER_RECONCILER_VERIFY_CONCURRENCY`. Pinned at the maximum: the "

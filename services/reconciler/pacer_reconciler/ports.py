@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -78,8 +79,27 @@ class DeliveryLookup(Protocol):
         ...
 
 
+class Lease(Protocol):
+    """A lease a fenced write names: held while its epoch is live in ``leader_leases``."""
+
+    name: str
+    epoch: int | None
+
+
+class Leases(Protocol):
+    """This replica's segment leases (renewed, claimed and released by ``keep``)."""
+
+    n: int
+    replicas: int  # live replicas seen last round, this one included
+
+    def owned(self) -> list[int]: ...
+    def lease(self, segment: int) -> Lease: ...
+    async def keep(self, stop: asyncio.Event) -> None: ...
+    async def release(self) -> None: ...
+
+
 class LeaderStats(Protocol):
-    """Database-wide numbers the leader exports (locks held, stalled shards, …)."""
+    """Database-wide numbers the owner of segment 0 exports (locks held, stalled shards, …)."""
 
     async def lock_stats(self) -> dict[str, int]: ...
     async def governance_stats(self, stall_after: timedelta) -> dict[str, int]: ...

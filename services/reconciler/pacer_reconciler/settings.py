@@ -46,11 +46,18 @@ class ReconcilerSettings(OpsSettings):
         "taken as proof of non-delivery."
     ))
     leader_ttl_s: float = Field(default=10.0, gt=0, description=(
-        "TTL of the leader lease (table `leader_leases`). The leader renews it every TTL/3 and stops work once "
-        "its last renewal is older than the TTL; a standby takes over at most TTL + TTL/3 after a leader froze or"
-        " vanished (docs/reliability.md). Pool connections also get `idle_in_transaction_session_timeout` = "
-        "TTL/2, so a leader frozen inside a transaction cannot hold the lease row. Set the same value on every "
-        "replica."
+        "TTL of each segment lease (table `leader_leases`). The owner renews it every TTL/3 and stops work on "
+        "the segment once its last renewal is older than the TTL; another replica takes the segment over at most"
+        " TTL + TTL/3 after its owner froze or vanished (docs/reliability.md). Pool connections also get "
+        "`idle_in_transaction_session_timeout` = TTL/2, so an owner frozen inside a transaction cannot hold a "
+        "lease row. Set the same value on every replica."
+    ))
+    segments: int = Field(default=16, ge=1, le=1024, description=(
+        "Segments the reconciler's work is split into by guid hash; each has its own lease (table "
+        "`leader_leases`, rows `pacer-reconciler/<s>of<n>`), and replicas share them out: each holds at most "
+        "ceil(segments / live replicas), so replicas beyond this count only stand by. Fixed per deployment: the"
+        " same value on every replica, and the event index `item_events_segment_<n>` must exist (migrations "
+        "create it for 16). To change it follow docs/reliability.md, \"Changing the segment count\"."
     ))
     max_message_bytes: int = Field(1_000_000, description=(
         "Outcomes and item commands larger than this are not published: logged with the reason, counted in "

@@ -45,6 +45,22 @@ async def fence(conn: psycopg.AsyncConnection[Any], name: str, epoch: int | None
         raise LeadershipLost(f"lease {name!r} at epoch {epoch} expired or taken over")
 
 
+async def lease_connection(url: str, application_name: str, ttl_s: float) -> psycopg.AsyncConnection[TupleRow]:
+    """A lease holder's own connection: every wait on it (connect, a statement, a dead peer
+    seen by keepalives) is bounded by a third of the TTL, so a renewal never outlives it."""
+    timeout = max(1, int(ttl_s / 3))
+    return await psycopg.AsyncConnection.connect(
+        url, autocommit=True, application_name=application_name, connect_timeout=timeout,
+        keepalives=1, keepalives_idle=timeout, keepalives_interval=1, keepalives_count=3,
+        options=f"-c statement_timeout={timeout * 1000}")
+
+
+async def close_quietly(conn: psycopg.AsyncConnection[TupleRow] | None) -> None:
+    if conn is not None:
+        with contextlib.suppress(psycopg.Error, OSError):
+            await conn.close()
+
+
 class LeaderLock:
     def __init__(self, url: str, name: str, *, ttl_s: float = 10.0, holder: str | None = None) -> None:
         if ttl_s <= 0:
@@ -110,18 +126,12 @@ class LeaderLock:
 
     async def _connection(self) -> psycopg.AsyncConnection[TupleRow]:
         if self._conn is None or self._conn.closed:
-            timeout = max(1, int(self.ttl_s / 3))
-            self._conn = await psycopg.AsyncConnection.connect(
-                self.url, autocommit=True, application_name=f"leader:{self.name}", connect_timeout=timeout,
-                keepalives=1, keepalives_idle=timeout, keepalives_interval=1, keepalives_count=3,
-                options=f"-c statement_timeout={timeout * 1000}")
+            self._conn = await lease_connection(self.url, f"leader:{self.name}", self.ttl_s)
         return self._conn
 
     async def _drop_connection(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(psycopg.Error, OSError):
-                await self._conn.close()
-            self._conn = None
+        await close_quietly(self._conn)
+        self._conn = None
 
     async def release(self) -> None:
         """Give the lease up (a clean stop) so a standby takes over without waiting the TTL."""

@@ -1533,6 +1533,8 @@ CREATE INDEX item_events_duplicates ON public.item_events USING btree (occurred_
 
 CREATE INDEX item_events_position ON public.item_events USING btree (xid, seq);
 
+CREATE INDEX item_events_segment_16 ON public.item_events USING btree ((((hashtext(guid) & 2147483647) % 16)), xid, seq);
+
 CREATE INDEX items_compensates ON public.items USING btree (compensates) WHERE (compensates IS NOT NULL);
 
 CREATE INDEX items_guid_in_flight ON public.items USING btree (guid) WHERE (status = ANY (ARRAY['claimed'::public.item_status, 'submitted'::public.item_status]));

@@ -112,8 +112,9 @@ def lookup_hang(inf: Infra, root: Path, size: Size, rng: random.Random) -> Resul
 
 
 def frozen_leader(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
-    """Two reconcilers; SIGSTOP the leader; the standby must take over within the lease TTL
-    and a standby poll; SIGCONT the old one, which must step down without applying a batch."""
+    """Two reconcilers sharing the segments; SIGSTOP the leader (the owner of segment 0, and of
+    half the segments); the other must take its segments over within the lease TTL and one
+    lease round; SIGCONT the old one, which must step down without applying a batch."""
     from pacer_dev.chaos.scenarios import _finish  # that module registers this one
 
     env = {"PACER_RECONCILER_LEADER_TTL_S": str(LEADER_TTL_S)}

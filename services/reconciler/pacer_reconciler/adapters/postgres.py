@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from pacer_common.db.commands import pending_commands
 from pacer_common.db.errors import with_retry
-from pacer_common.db.leader import LeaderLock, fence
+from pacer_common.db.leader import fence
 from pacer_common.db.pool import Pool, one
 from pacer_common.db.sql import loader, query
 from pacer_common.db.transitions import Transition, apply
@@ -16,9 +16,11 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.guid_health import StatusEvent
 from pacer_common.domain.status import ItemStatus as S
+from pacer_reconciler.adapters.layout import segment_sql
 from pacer_reconciler.domain.projection import count_deltas
+from pacer_reconciler.domain.segments import SINGLETON_SEGMENT
 from pacer_reconciler.domain.verification import verdict
-from pacer_reconciler.ports import CursorMoved, InDoubt, Position, SweepKind, Unreadable
+from pacer_reconciler.ports import CursorMoved, InDoubt, Lease, Position, SweepKind, Unreadable
 
 _sql = loader("pacer_reconciler.adapters.sql")
 
@@ -45,10 +47,18 @@ def _event(row: Any) -> ItemEvent | Unreadable:
 
 
 class PostgresLog:
+    """The event log of one segment (``segment`` of ``segments``, under the cursor
+    ``cursor_name``) and the sweeps of the segments ``owned()`` returns; by default the one
+    segment of a one-segment layout, i.e. everything."""
+
     def __init__(self, pool: Pool, cursor_name: str, verify_deadline: timedelta,
-                 verify_after: timedelta = timedelta(seconds=15), *, leader: LeaderLock | None = None) -> None:
+                 verify_after: timedelta = timedelta(seconds=15), *, leader: Lease | None = None,
+                 segments: int = 1, segment: int = 0, owned: Callable[[], Sequence[int]] | None = None) -> None:
         self.pool = pool
         self.leader = leader  # when set, the cursor moves only under its live lease epoch
+        self.segments = segments
+        self.segment = segment
+        self.owned = owned or (lambda: [segment])
         self.cursor_name = cursor_name
         self.verify_deadline = verify_deadline
         self.verify_after = verify_after
@@ -65,7 +75,8 @@ class PostgresLog:
         async def work() -> list[tuple[Position, ItemEvent | Unreadable]]:
             async with self.pool.connection() as conn:
                 rows: list[Any] = await (await conn.execute(
-                    _sql("read_events"), {"xid": after.xid, "seq": after.seq, "limit": limit}
+                    segment_sql("read_events", self.segments),
+                    {"segment": self.segment, "xid": after.xid, "seq": after.seq, "limit": limit}
                 )).fetchall()
             return [(Position(r["xid"], r["seq"]), _event(r)) for r in rows]
 
@@ -94,6 +105,7 @@ class PostgresLog:
                     rows = await (await conn.execute(_sql("refresh_shards"), {"shards": shards})).fetchall()
                     jobs = sorted({str(r["job_id"]) for r in rows})
                     if jobs:
+                        await conn.execute(_sql("lock_jobs"), {"jobs": jobs})
                         await conn.execute(_sql("refresh_jobs"), {"jobs": jobs})
                 moved = await (await conn.execute(_sql("save_cursor"), {
                     "name": self.cursor_name, "xid": to.xid, "seq": to.seq,
@@ -104,17 +116,21 @@ class PostgresLog:
         await with_retry(work)
 
     async def items_for_dispatch(self, item_ids: Sequence[str]) -> list[ItemCommand]:
+        if not item_ids:  # most batches re-queue nothing: no round trip for them
+            return []
         return await pending_commands(self.pool, item_ids)
 
     # -- sweeps ---------------------------------------------------------------------------
     async def sweep(self, kind: SweepKind, limit: int) -> int:
-        if kind == "release_held":
-            return await self._release_held(limit)
+        owned = list(self.owned())
+        if kind == "release_held":  # not per guid: the owner of the singleton segment runs it
+            return await self._release_held(limit) if SINGLETON_SEGMENT in owned else 0
         t = _SWEEPS[kind]
 
         async def work() -> int:
             async with self.pool.connection() as conn, conn.transaction():
-                rows = await (await conn.execute(_sql(f"due_{kind}"), {"limit": limit})).fetchall()
+                rows = await (await conn.execute(segment_sql(f"due_{kind}", self.segments),
+                                                 {"limit": limit, "segments": owned})).fetchall()
                 if not rows:
                     return 0
                 return len(await apply(conn, t, [r["item_id"] for r in rows]))
@@ -134,8 +150,8 @@ class PostgresLog:
     async def in_doubt(self, limit: int) -> list[InDoubt]:
         async def work() -> list[InDoubt]:
             async with self.pool.connection() as conn:
-                rows = await (await conn.execute(_sql("due_in_doubt"), {
-                    "limit": limit, "settle": self.verify_after})).fetchall()
+                rows = await (await conn.execute(segment_sql("due_in_doubt", self.segments), {
+                    "limit": limit, "settle": self.verify_after, "segments": list(self.owned())})).fetchall()
             return [InDoubt(r["item_id"], r["guid"], r["idem_key"], r["updated_at"], r["tenant"]) for r in rows]
 
         return await with_retry(work)

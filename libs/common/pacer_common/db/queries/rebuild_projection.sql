@@ -1,5 +1,6 @@
 -- Rebuild the reconciler's projection (shard_status_counts, shard and job completion) from
--- the items table, and move the reconciler's log cursor to the end of the event log, so no
+-- the items table, and move the reconciler's log cursors (the single leader's and every
+-- segment's) to the end of the event log, so no
 -- event is applied on top of counts that already include it. For repair after a defect that
 -- applied events twice or skipped them. Nothing may be writing events meanwhile: run it
 -- with the planner, the senders and the reconciler stopped (`pacer rebuild-projection`).
@@ -14,7 +15,7 @@ UPDATE log_cursors c
 SET last_xid = e.xid, last_seq = e.seq, updated_at = now()
 FROM (SELECT item_events.xid, item_events.seq FROM item_events
       ORDER BY item_events.xid DESC, item_events.seq DESC LIMIT 1) AS e
-WHERE c.name = 'reconciler';
+WHERE c.name = 'reconciler' OR c.name LIKE 'reconciler/%';
 
 WITH open_counts AS (
     SELECT s.shard_id, COALESCE(sum(c.n) FILTER (WHERE c.status IN ('pending', 'claimed', 'submitted',

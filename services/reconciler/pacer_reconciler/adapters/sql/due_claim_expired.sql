@@ -1,7 +1,9 @@
--- Candidates for the 'claim_expired' sweep, oldest first; SKIP LOCKED keeps off rows in use.
+-- Candidates for the 'claim_expired' sweep in this replica's segments, oldest first; SKIP LOCKED keeps
+-- off rows in use.
 SELECT item_id::text AS item_id, guid, idem_key, updated_at
 FROM items
 WHERE status = 'claimed' AND lease_until < now()
+  AND {guid_segment} = ANY(%(segments)s::int[])
 ORDER BY updated_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED

@@ -1,0 +1,4 @@
+-- Every cursor of the reconciler: the single leader's ('reconciler') and each segment's
+-- ('reconciler/<s>of<n>'), of any layout.
+SELECT name, last_xid::text AS xid, last_seq FROM log_cursors
+WHERE name = %(prefix)s OR name LIKE %(prefix)s || '/%%'

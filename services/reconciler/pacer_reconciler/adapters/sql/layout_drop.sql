@@ -1,0 +1,1 @@
+DELETE FROM log_cursors WHERE name = ANY(%(names)s::text[])

@@ -1,0 +1,220 @@
+"""Reconcilers share the event log by segment: two real reconciler processes split the
+segments, each tails only its own, and when one is killed its segments move to the other
+within the lease bound without an event being applied twice."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pacer_common.db.pool import open_pool
+from pacer_dev.infra import Infra
+from pacer_dev.segments import confirm_job, segment_ends, segment_events, segments_behind
+from pacer_dev.stack import Proc, Stack
+from pacer_reconciler.adapters.layout import LayoutBlocked, adopt_layout
+from pacer_reconciler.adapters.postgres import PostgresLog
+from pacer_reconciler.ports import Position
+from tests.conftest import stack_on
+from tests.integration.helpers import read_topic, seed_job, wait_for
+
+N, TTL = 16, 2.0  # 16: the count migrations make the event index for
+
+
+@pytest.fixture
+def stack(infra_env: Infra, tmp_path: Path) -> Iterator[Stack]:
+    with stack_on(infra_env, tmp_path, f"s{uuid.uuid4().hex[:10]}", {
+        "PACER_RECONCILER_SEGMENTS": str(N), "PACER_RECONCILER_LEADER_TTL_S": str(TTL),
+        "PACER_RECONCILER_SWEEP_INTERVAL_S": "0.5",
+    }) as st:
+        yield st
+
+
+def _metric(proc: Proc, name: str) -> float:
+    with urllib.request.urlopen(f"{proc.url}/metrics", timeout=2) as resp:
+        text = resp.read().decode()
+    return next(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
+
+
+def _held(url: str, proc: Proc) -> list[int]:
+    """Segments whose live lease names this process as holder."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT name FROM leader_leases WHERE holder LIKE %s AND expires_at > clock_timestamp()"
+                            " AND name LIKE 'pacer-reconciler/%%of%%'", (f"%:{proc.pid}:%",)).fetchall()
+    return sorted(int(r[0].rsplit("/", 1)[1].split("of")[0]) for r in rows)
+
+
+def _projection_matches(url: str) -> bool:
+    with psycopg.connect(url) as conn:
+        real: dict[str, int] = dict(conn.execute("SELECT status::text, count(*) FROM items GROUP BY 1").fetchall())
+        projected: dict[str, int] = dict(conn.execute("SELECT status::text, sum(n) FROM shard_status_counts GROUP BY 1"
+                                      " HAVING sum(n) <> 0").fetchall())
+    return real == projected
+
+
+def _job(url: str, guids: int, per_guid: int) -> tuple[str, int]:
+    job_id, _, _ = seed_job(url, {f"g{uuid.uuid4().hex[:6]}-{i}": per_guid for i in range(guids)})
+    return job_id, confirm_job(url, job_id)
+
+
+def test_two_reconcilers_split_the_segments_and_a_killed_ones_move_to_the_other(stack: Stack) -> None:
+    url = stack.infra.database_url
+    a = stack.start_service("reconciler", "rec-a")
+    b = stack.start_service("reconciler", "rec-b")
+    wait_for(lambda: len(_held(url, a)) == len(_held(url, b)) == N // 2, 6 * TTL, "an even split")
+    mine = {p.name: _held(url, p) for p in (a, b)}
+    assert sorted(mine["rec-a"] + mine["rec-b"]) == list(range(N))
+
+    job1, events1 = _job(url, guids=40, per_guid=3)
+    ends = segment_ends(url, N)
+    wait_for(lambda: segments_behind(url, ends) == 0, 30, "every segment's cursor at its last event")
+    wait_for(lambda: _metric(a, "pacer_reconciler_events_total") + _metric(b, "pacer_reconciler_events_total")
+             >= events1, 10, "the events counted")
+    for p in (a, b):  # each read exactly its own segments' events, nothing of the other's
+        assert _metric(p, "pacer_reconciler_events_total") == segment_events(url, N, mine[p.name]) > 0
+    assert _projection_matches(url)
+    assert {_metric(a, "pacer_reconciler_leader"), _metric(b, "pacer_reconciler_leader")} == {0.0, 1.0}
+
+    before = _metric(b, "pacer_reconciler_events_total")
+    stack.kill("rec-a")
+    killed = time.monotonic()
+    wait_for(lambda: _held(url, b) == list(range(N)), 4 * TTL, "the survivor holding every segment")
+    took = time.monotonic() - killed
+    assert took <= TTL + TTL / 3 + 1.0, f"failover took {took:.1f}s"
+    assert _metric(b, "pacer_reconciler_leader") == 1.0
+
+    job2, events2 = _job(url, guids=40, per_guid=2)
+    ends = segment_ends(url, N)
+    wait_for(lambda: segments_behind(url, ends) == 0, 30, "every cursor at the end after the failover")
+    wait_for(lambda: _metric(b, "pacer_reconciler_events_total") - before >= events2, 10, "the events counted")
+    assert _metric(b, "pacer_reconciler_events_total") - before == events2, "no event read twice"
+    assert _projection_matches(url), "no batch applied twice or skipped"
+    outcomes = read_topic({"bootstrap.servers": stack.infra.kafka_bootstrap}, f"{stack.topic_prefix}.item-outcomes",
+                          expect=events1 + events2)
+    seen = [(m["value"]["item_id"], m["value"]["version"]) for m in outcomes]
+    assert len(set(seen)) == events1 + events2 == len(seen), "one outcome per state change"
+    with psycopg.connect(url) as conn:
+        done = conn.execute("SELECT count(*) FROM jobs WHERE job_id = ANY(%s) AND status = 'completed'",
+                            ([job1, job2],)).fetchone()
+    assert done == (2,)
+
+
+def _cursors(url: str) -> dict[str, tuple[int, int]]:
+    with psycopg.connect(url) as conn:
+        return {r[0]: (int(r[1]), r[2]) for r in conn.execute(
+            "SELECT name, last_xid::text, last_seq FROM log_cursors").fetchall()}
+
+
+def _set_cursors(url: str, at: dict[str, tuple[int, int]]) -> None:
+    with psycopg.connect(url) as conn:
+        conn.execute("DELETE FROM log_cursors")
+        for name, (xid, seq) in at.items():
+            conn.execute("INSERT INTO log_cursors (name, last_xid, last_seq) VALUES (%s, %s::text::xid8, %s)",
+                         (name, xid, seq))
+
+
+def test_a_new_segment_count_starts_where_every_old_cursor_stands_or_not_at_all(database_url: str) -> None:
+    url = database_url
+    _job(url, guids=12, per_guid=2)
+    two = segment_ends(url, 2)  # where each segment of a 2-segment layout ends
+    end = max(two.values())
+
+    async def adopt(n: int) -> None:
+        pool = await open_pool(url, min_size=1, max_size=1)
+        try:
+            await adopt_layout(pool, "reconciler", n)
+        finally:
+            await pool.close()
+
+    # The single leader's cursor (before segments): every new cursor starts there.
+    _set_cursors(url, {"reconciler": end})
+    asyncio.run(adopt(4))
+    assert _cursors(url) == {f"reconciler/{s}of4": end for s in range(4)}
+    # Two segments each at its own last event: caught up, though at different positions.
+    _set_cursors(url, two)
+    asyncio.run(adopt(3))
+    assert _cursors(url) == {f"reconciler/{s}of3": end for s in range(3)}
+    # One old segment still has events to apply: the new layout must not start.
+    behind = {**two, "reconciler/0of2": (0, 0)}
+    _set_cursors(url, behind)
+    with pytest.raises(LayoutBlocked):
+        asyncio.run(adopt(3))
+    assert _cursors(url) == behind, "nothing changed"
+
+
+def test_sweeps_and_verification_take_only_the_segments_held(database_url: str) -> None:
+    url = database_url
+    seed_job(url, {f"g{i}": 1 for i in range(24)}, status="claimed")
+    seed_job(url, {f"h{i}": 1 for i in range(24)}, status="recovery_pending")
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE items SET lease_until = now() - interval '1 minute', updated_at = now() - interval '1 hour'")
+        segment_of: dict[str, int] = dict(conn.execute(
+            "SELECT item_id::text, (hashtext(guid) & 2147483647) % 4 FROM items").fetchall())
+
+    async def sweep() -> tuple[list[str], int]:
+        pool = await open_pool(url, min_size=1, max_size=2)
+        try:
+            log = PostgresLog(pool, "reconciler", timedelta(seconds=60), timedelta(0), segments=4, owned=lambda: [1, 2])
+            return [i.item_id for i in await log.in_doubt(100)], await log.sweep("claim_expired", 100)
+        finally:
+            await pool.close()
+
+    in_doubt, moved = asyncio.run(sweep())
+    with psycopg.connect(url) as conn:
+        requeued = [r[0] for r in conn.execute("SELECT item_id::text FROM items WHERE status = 'pending'").fetchall()]
+    assert requeued and moved == len(requeued)
+    assert {segment_of[i] for i in requeued} <= {1, 2}
+    assert sum(1 for s in segment_of.values() if s in (1, 2)) == len(requeued) + len(in_doubt)
+    assert in_doubt and {segment_of[i] for i in in_doubt} <= {1, 2}
+
+
+def test_two_segments_completing_a_jobs_last_shards_at_once_complete_the_job(database_url: str) -> None:
+    """Each segment's commit sees only its own shard completed while the other's is in flight;
+    the job row is locked before refresh_jobs, so the second to commit reads the first's shard
+    and completes the job. A transaction holding the job row lines both commits up."""
+    url = database_url
+    with psycopg.connect(url) as conn:
+        guids: dict[int, str] = {}
+        for k in range(64):  # one guid in each of two segments
+            guids.setdefault(conn.execute("SELECT (hashtext(%s) & 2147483647) %% 2", (f"g{k}",)).fetchone()[0],
+                             f"g{k}")
+    job_id, _, _ = seed_job(url, {guids[0]: 1, guids[1]: 1})
+    confirm_job(url, job_id)
+
+    async def scenario() -> None:
+        pool = await open_pool(url, min_size=2, max_size=4)
+        logs = [PostgresLog(pool, f"reconciler/{s}of2", timedelta(seconds=60), segments=2, segment=s) for s in (0, 1)]
+        batches = [await log.read(Position("0", 0), 100) for log in logs]
+        holder = await psycopg.AsyncConnection.connect(url)
+        try:
+            await holder.execute("SELECT 1 FROM jobs WHERE job_id = %s FOR UPDATE", (job_id,))
+            commits = [asyncio.create_task(log.commit_batch([ev for _, ev in b], Position("0", 0), b[-1][0]))
+                       for log, b in zip(logs, batches, strict=True)]
+
+            async def both_waiting() -> bool:
+                async with pool.connection() as conn:
+                    row = await (await conn.execute(
+                        "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'")).fetchone()
+                return row is not None and row["n"] >= 2
+
+            deadline = time.monotonic() + 10
+            while not await both_waiting():
+                assert time.monotonic() < deadline, "the commits did not line up behind the job row"
+                await asyncio.sleep(0.05)
+            await holder.rollback()
+            await asyncio.gather(*commits)
+        finally:
+            await holder.close()
+            await pool.close()
+
+    asyncio.run(scenario())
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT status FROM jobs WHERE job_id = %s", (job_id,)).fetchone() == ("completed",)

@@ -1,0 +1,174 @@
+"""The segment loop tails exactly the segments its leases hold: a segment handed over is
+tailed no more, a new one starts at once, a lost lease in one segment stops only that
+segment's batch, and only the holder of segment 0 exports the leader's numbers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from pacer_common.db.leader import LeadershipLost
+from pacer_reconciler.backlog import BacklogGauges
+from pacer_reconciler.core import Reconciler
+from pacer_reconciler.leading import LoopConfig, SegmentLoop
+from pacer_reconciler.metrics import ReconcilerMetrics
+from pacer_reconciler.ports import InDoubt, Lease
+from pacer_reconciler.verifier import Verifier
+
+
+class FakeLease:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.epoch: int | None = None
+
+
+class FakeLeases:
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.replicas = 1
+        self.held: set[int] = set()
+        self.leases = {s: FakeLease(f"r/{s}of{n}") for s in range(n)}
+
+    def hold(self, *segments: int) -> None:
+        for s in set(segments) - self.held:
+            self.leases[s].epoch = (self.leases[s].epoch or 0) + 1
+        self.held = set(segments)
+
+    def owned(self) -> list[int]:
+        return sorted(self.held)
+
+    def lease(self, segment: int) -> Lease:
+        return self.leases[segment]
+
+    async def keep(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+
+    async def release(self) -> None:
+        self.held = set()
+
+
+class FakeTail(Reconciler):
+    """A segment's tail: counts its rounds; raises what ``fail_with`` holds once."""
+
+    def __init__(self, segment: int) -> None:
+        self.segment = segment
+        self.rounds = 0
+        self.forgotten = 0
+        self.fail_with: Exception | None = None
+        self.tripped = []
+        self.bad = Counter()
+
+    async def tail_once(self) -> int:
+        self.rounds += 1
+        if self.fail_with is not None:
+            exc, self.fail_with = self.fail_with, None
+            raise exc
+        return 1
+
+    def forget_position(self) -> None:
+        self.forgotten += 1
+
+
+class NoSweeps:
+    async def sweep(self, kind: str, limit: int) -> int:
+        return 0
+
+    async def in_doubt(self, limit: int) -> list[InDoubt]:
+        return []
+
+    async def resolve(self, item: InDoubt, found: bool | None, now: datetime) -> str | None:
+        return None
+
+
+class Stats:
+    async def lock_stats(self) -> dict[str, int]:
+        return {"running_items": 3}
+
+    async def governance_stats(self, stall_after: timedelta) -> dict[str, int]:
+        return {"jobs_running": 1}
+
+
+class NoLookup:
+    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
+        return None
+
+
+async def _until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+def _sample(registry: CollectorRegistry, name: str) -> float | None:
+    return registry.get_sample_value(name)
+
+
+def test_the_loop_tails_the_segments_held_and_follows_handovers() -> None:
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        leases = FakeLeases(4)
+        tails: dict[int, FakeTail] = {}
+
+        def tailer(segment: int, lease: Lease) -> Reconciler:
+            tails[segment] = FakeTail(segment)
+            return tails[segment]
+
+        async def no_backlog(sort: str, limit: int) -> list[dict[str, Any]]:
+            return []
+
+        m = ReconcilerMetrics(registry, lambda: 0 in leases.owned())
+        sweeps = NoSweeps()
+        loop = SegmentLoop(
+            leases, tailer, Reconciler(None, sweeps, None), Stats(),  # type: ignore[arg-type]
+            Verifier(sweeps, NoLookup()), BacklogGauges(no_backlog, m.backlog_top, m.wait_top, 3), m,
+            LoopConfig(leader_ttl_s=3, sweep_interval_s=0.01, batch=1000, stall_after_s=60, error_backoff_max_s=1,
+                       backlog_every_s=60), prepare=_nothing)
+        states: list[str] = []
+        stop = asyncio.Event()
+        leases.hold(0, 1)
+        running = asyncio.create_task(loop.run(stop, lambda ok, state: states.append(state)))
+        try:
+            await _until(lambda: all(s in tails and tails[s].rounds >= 2 for s in (0, 1)))
+            assert set(tails) == {0, 1}
+            assert _sample(registry, "pacer_reconciler_leader") == 1.0
+            assert _sample(registry, "pacer_reconciler_segments_owned") == 2.0
+            assert _sample(registry, "pacer_reconciler_segments") == 4.0
+            await _until(lambda: _sample(registry, "pacer_reconciler_running_items") == 3.0)
+
+            # segment 1's lease is lost mid-batch: its batch is dropped, segment 0 goes on
+            tails[1].fail_with = LeadershipLost("lease r/1of4 at epoch 1 expired or taken over")
+            before = tails[0].rounds
+            await _until(lambda: tails[1].forgotten >= 1 and tails[0].rounds > before + 2)
+            assert registry.get_sample_value("pacer_reconciler_round_errors_total", {"error": "LeadershipLost"}) is None
+
+            # both handed over, segment 2 taken: only segment 2 is tailed from now on
+            leases.hold(2)
+            await _until(lambda: 2 in tails and tails[2].rounds >= 2)
+            frozen = (tails[0].rounds, tails[1].rounds)
+            await _until(lambda: tails[2].rounds >= 6)
+            assert (tails[0].rounds, tails[1].rounds) == frozen, "a segment handed over is tailed no more"
+            assert _sample(registry, "pacer_reconciler_leader") == 0.0
+            assert _sample(registry, "pacer_reconciler_running_items") is None, "the leader's numbers go with it"
+
+            # all given up (standby), then segment 2 taken again: a fresh tail for it
+            leases.hold()
+            await _until(lambda: states[-1] == "standby")
+            leases.hold(2)
+            await _until(lambda: 2 in tails and tails[2].rounds >= 2 and states[-1] == "active")
+        finally:
+            stop.set()
+            await running
+
+    asyncio.run(scenario())
+
+
+async def _nothing() -> None:
+    return None
+
