@@ -5,6 +5,7 @@ failures that stay with their item."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -420,3 +421,116 @@ def test_a_guid_executing_when_its_partition_goes_gives_its_lease_back_after_the
     assert "g" not in d.leases.held
 
 
+
+
+class _Timed(Recorder):
+    """A recorder whose gateway call begins ``call_s`` after it is handed the item and whose
+    confirmation takes ``confirm_s`` more, as a claim, a call and a confirm would."""
+
+    def __init__(self, call_s: float, confirm_s: float) -> None:
+        super().__init__()
+        self.call_s, self.confirm_s = call_s, confirm_s
+
+    async def execute(self, cmd: ItemCommand) -> Executed:
+        await asyncio.sleep(self.call_s)
+        called_at = time.monotonic()
+        self.store.pending.pop(cmd.item_id, None)
+        self.sent.append((cmd.guid, name(cmd.item_id), called_at))
+        await asyncio.sleep(self.confirm_s)
+        return Executed("confirmed", True, called_at=called_at)
+
+
+def test_a_guid_is_spaced_from_its_gateway_calls_not_from_the_end_of_their_confirmations() -> None:
+    async def scenario() -> list[float]:
+        d, rec, _ = dispatcher(Limits(min_interval_s=0.3, jitter_s=0.0, online_reserve=0.0),
+                               executor=_Timed(call_s=0.0, confirm_s=0.25))
+        for n in range(4):
+            ring(d, rec.store, cmd("g", n))
+        await until(lambda: len(rec.sent) == 4)
+        stop(d)
+        return [t for _, _, t in rec.sent]
+
+    calls = asyncio.run(scenario())
+    gaps = [b - a for a, b in itertools.pairwise(calls)]
+    assert all(gap >= 0.3 for gap in gaps), f"never closer than the interval: {gaps}"
+    # Counted from the end of the confirmation, each gap would be at least 0.3 + 0.25 s.
+    assert all(gap < 0.3 + 0.25 for gap in gaps), f"the confirmation stretched the interval: {gaps}"
+
+
+def _reads_at(rec: Recorder, d: Dispatcher, guid: str, limits: Limits) -> list[tuple[float, bool]]:
+    """Record, for each read of ``guid``'s queue, when it was and whether the guid was still
+    waiting out its pacing gap then."""
+    reads: list[tuple[float, bool]] = []
+    real = rec.store.next_ready
+
+    async def next_ready(g: str, exclude: Sequence[str], limit: int) -> Any:
+        work = d.guids.get(g)
+        now = time.monotonic()
+        waiting = work is not None and work.pacer.ready_at("batch", limits, now, time.time()) > now
+        if g == guid:
+            reads.append((now, waiting))
+        return await real(g, exclude, limit)
+
+    rec.store.next_ready = next_ready  # type: ignore[method-assign]
+    return reads
+
+
+def _scheduled_joins_during_the_gap(doorbell: bool) -> tuple[list[str], float, list[tuple[float, bool]], float]:
+    """A guid sends a campaign 1.5 s apart; an item of another job is due 0.6 s after its
+    first send — told by its doorbell, or (doorbell lost) only by the guid's read of Postgres."""
+    async def scenario() -> tuple[list[str], float, list[tuple[float, bool]], float]:
+        limits = Limits(min_interval_s=1.5, jitter_s=0.0, online_reserve=0.0)
+        d, rec, _ = dispatcher(limits, cap=4)
+        reads = _reads_at(rec, d, "g", limits)
+        for n in range(20):
+            rec.store.add(cmd("g", n, job="campaign"))
+        due_mono = time.monotonic() + 0.6
+        later = cmd("g", 100, job="scheduled", not_before=datetime.now(UTC) + timedelta(seconds=0.6))
+        if doorbell:
+            d.ring("g")
+            await until(lambda: len(rec.sent) == 1)
+            ring(d, rec.store, later)
+        else:
+            rec.store.add(later)
+            d.ring("g")  # the campaign's doorbell only: the read says when the scheduled item is due
+        await until(lambda: len(rec.sent) == 2, timeout=10)
+        stop(d)
+        return [i for _, i, _ in rec.sent], due_mono, reads, rec.sent[1][2]
+
+    return asyncio.run(scenario())
+
+
+def test_scheduled_work_coming_due_is_read_while_the_guid_waits_out_its_gap_and_goes_next() -> None:
+    sent, due, reads, second_at = _scheduled_joins_during_the_gap(doorbell=True)
+    assert sent[1] == "g-100", f"the scheduled item took the guid's next send: {sent}"
+    at_due = [(t, waiting) for t, waiting in reads if t >= due]
+    assert at_due and at_due[0][1], "re-read when it came due, while the guid still waited out its gap"
+    assert at_due[0][0] < second_at
+
+
+def test_a_scheduled_item_whose_doorbell_was_lost_wakes_its_guid_at_its_time_without_a_sweep() -> None:
+    sent, due, reads, _ = _scheduled_joins_during_the_gap(doorbell=False)
+    assert sent[1] == "g-100", f"the scheduled item took the guid's next send: {sent}"
+    at_due = [(t, waiting) for t, waiting in reads if t >= due]
+    assert at_due and at_due[0][1], "the read that gave due_in_s woke the guid when the item came due"
+
+
+def test_a_doorbell_wakes_a_guid_waiting_out_its_gap_to_re_read_before_its_next_send() -> None:
+    async def scenario() -> tuple[list[str], list[tuple[float, bool]], float]:
+        limits = Limits(min_interval_s=1.5, jitter_s=0.0, online_reserve=0.0)
+        d, rec, _ = dispatcher(limits, cap=4)
+        reads = _reads_at(rec, d, "g", limits)
+        for n in range(20):
+            rec.store.add(cmd("g", n, job="big"))
+        d.ring("g")
+        await until(lambda: len(rec.sent) == 1)
+        await asyncio.sleep(0)
+        rung_at = time.monotonic()
+        ring(d, rec.store, cmd("g", 100, job="small"))
+        await until(lambda: len(rec.sent) == 2, timeout=10)
+        stop(d)
+        return [i for _, i, _ in rec.sent], [r for r in reads if r[0] >= rung_at], rec.sent[1][2]
+
+    sent, reads, second_at = asyncio.run(scenario())
+    assert sent[1] == "g-100", f"the new job took the guid's next send: {sent}"
+    assert reads and reads[0][1] and reads[0][0] < second_at, "re-read on the doorbell, during the gap"

@@ -36,6 +36,9 @@ class Executed:
     claimed_at: datetime | None = field(default=None, compare=False)  # when this sender claimed it (submitted)
     answered_at: datetime | None = field(default=None, compare=False)  # when the gateway call ended
     first_claim: bool = field(default=False, compare=False)  # no attempt at the item before this one
+    # When the gateway call began (time.monotonic()): the moment the recipient's side sees the
+    # send, so the guid's next send is spaced from it, not from the end of the confirmation.
+    called_at: float | None = field(default=None, compare=False)
 
 
 class Executor:
@@ -93,6 +96,7 @@ class Executor:
                          "send deadline passed before the gateway call", datetime.now(UTC), release_ledger=True)
             await self.repo.settle(cmd, begun.epoch, d)
             return Executed("deadline_missed", False, None, claimed_at, first_claim=first)
+        called_at = time.monotonic()
         try:
             receipt = await self.gateway.send_text(cmd.guid, cmd.to_id, cmd.content, cmd.idem_key,
                                                    deadline=started + self.send_deadline_s)
@@ -101,15 +105,15 @@ class Executor:
             decision = after_failure(err, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng)
             if not await self.repo.settle(cmd, begun.epoch, decision):
                 log.warning("outcome not recorded: lease taken over (%s)", err)
-                return Executed("fenced", True, err, claimed_at, answered_at, first)
+                return Executed("fenced", True, err, claimed_at, answered_at, first, called_at)
             log.info("send failed: %s → %s", err, decision.to.value)
             outcome: Outcome = ("rate_limited" if err.failure_class is FailureClass.RATE_LIMITED
                                 else "in_doubt" if err.failure_class is FailureClass.IN_DOUBT
                                 else "needs_human" if decision.hold_guid is not None
                                 else "retry" if decision.next_attempt_at else "failed")
-            return Executed(outcome, True, err, claimed_at, answered_at, first)
+            return Executed(outcome, True, err, claimed_at, answered_at, first, called_at)
         answered_at = datetime.now(UTC)
         if not await self.repo.confirm(cmd, begun.epoch, receipt):
             log.warning("confirmation not recorded: lease taken over")
-            return Executed("fenced", True, None, claimed_at, answered_at, first)
-        return Executed("confirmed", True, None, claimed_at, answered_at, first)
+            return Executed("fenced", True, None, claimed_at, answered_at, first, called_at)
+        return Executed("confirmed", True, None, claimed_at, answered_at, first, called_at)

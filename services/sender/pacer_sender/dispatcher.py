@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pacer_common.db.errors import TransientError
-from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.commands import CommandHead, ItemCommand
 from pacer_common.domain.requests import Lane, lane_of
 from pacer_sender.core import Executed, Executor
 from pacer_sender.domain.pacing import GuidPacer, Limits
@@ -107,9 +107,9 @@ class Dispatcher:
         self._progress = asyncio.Event()
 
     # -- doorbells ------------------------------------------------------------------------
-    def ring(self, guid: str, cmd: ItemCommand | None = None) -> bool:
-        """Guid ``guid`` has work (``cmd``, if its command was readable). True if this
-        started a worker for it."""
+    def ring(self, guid: str, cmd: ItemCommand | CommandHead | None = None) -> bool:
+        """Guid ``guid`` has work (``cmd``, if its command was readable; only its head, if the
+        window would not hold it anyway). True if this started a worker for it."""
         g = self.guids.get(guid)
         started = g is None
         if g is None:
@@ -117,11 +117,14 @@ class Dispatcher:
                                             self.paces.setdefault(guid, GuidPacer()))
         if g.stopping:
             g.revived = True
-        if cmd is None or cmd.guid != guid or unsendable(cmd) is not None or _scheduled(cmd):
+        if cmd is None or cmd.guid != guid or _scheduled(cmd) or (
+                isinstance(cmd, ItemCommand) and unsendable(cmd) is not None):
             g.window.ring()  # Postgres has it: the worker reads it from there
             if cmd is not None and cmd.guid == guid and _scheduled(cmd) and cmd.not_before is not None:
                 due = self.clock() + (cmd.not_before - datetime.now(UTC)).total_seconds()
                 g.due_at = due if g.due_at is None else min(g.due_at, due)  # on time, whatever the window holds
+        elif isinstance(cmd, CommandHead):
+            g.window.note(cmd.priority, cmd.job_id)  # not held: does it sort ahead of the window?
         else:
             held = len(g.window)
             g.window.offer(cmd, lane_of(cmd.priority) == "online" or self.buffered < self.max_buffered, time.time())
@@ -132,7 +135,7 @@ class Dispatcher:
         return started
 
     def full(self, guid: str) -> bool:
-        """Whether a batch command for ``guid`` would only ring (no need to read it)."""
+        """Whether a batch command for ``guid`` would not be held (its head is enough)."""
         g = self.guids.get(guid)
         return g is not None and (len(g.window.lanes.lanes["batch"]) >= self.guid_cap
                                   or self.buffered >= self.max_buffered)
@@ -298,10 +301,13 @@ class Dispatcher:
             self.leases.forget(guid)
             return self._put_back(g, cmd, 0.0)
         if result.called_gateway:
+            # Spaced from the moment the gateway was called (what the recipient sees), not from
+            # the end of the confirmation: a send that takes 50 ms must not stretch the interval.
+            at = self.clock() if result.called_at is None else min(result.called_at, self.clock())
             if result.outcome == "rate_limited":
-                g.pacer.slowed(lane, limits, self.clock(), self.rng)
+                g.pacer.slowed(lane, limits, at, self.rng)
             else:
-                g.pacer.sent(lane, limits, self.clock(), time.time(), self.rng, self.job_interval(cmd.job_id))
+                g.pacer.sent(lane, limits, at, time.time(), self.rng, self.job_interval(cmd.job_id))
         g.window.finished(cmd)
         g.errors.pop(cmd.item_id, None)
         self.on_executed(cmd, result)
@@ -335,7 +341,11 @@ class Dispatcher:
                         cmd.item_id, reason)
 
     async def _sleep(self, g: GuidWork, seconds: float) -> None:
-        """Wait for the guid's next moment; a doorbell for the guid ends the wait early."""
+        """Wait for the guid's next moment; a doorbell for the guid ends the wait early, and so
+        does its scheduled work coming due (so it takes its place in the window while the guid
+        waits out its pacing gap, not after)."""
+        if g.due_at is not None:
+            seconds = min(seconds, g.due_at - self.clock())
         g.wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(g.wake.wait(), timeout=max(0.0, min(seconds, self.max_idle_s)))
@@ -388,5 +398,5 @@ class Dispatcher:
         return len(self.guids)
 
 
-def _scheduled(cmd: ItemCommand) -> bool:
+def _scheduled(cmd: ItemCommand | CommandHead) -> bool:
     return cmd.not_before is not None and cmd.not_before > datetime.now(UTC)

@@ -36,6 +36,19 @@ class ItemCommand(BaseModel):
     traceparent: str | None = None
 
 
+class CommandHead(BaseModel):
+    """The part of an item command that places it in its guid's queue — lane and priority,
+    job (fair share), when it is due — read without the rest: what a sender needs of a
+    doorbell it will not hold."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    guid: str
+    job_id: str
+    priority: int
+    not_before: AwareDatetime | None = None
+
+
 ItemFields = tuple[str, int, str, str, str, str]  # item_id, shard_id, guid, to_id, content, idem_key
 
 

@@ -158,19 +158,22 @@ class GuidWindow:
         if cmd.item_id in self.ids:
             return True
         lane = lane_of(cmd.priority)
-        batch = self.lanes.lanes["batch"]
-        if self.more and lane == "batch":
-            best = batch.best_priority()
-            if best is not None and (cmd.priority < best or not batch.holds(cmd.priority, cmd.job_id)):
-                self.reorder()
-            else:
-                self.ring()
-            return False
-        if not room or len(self.lanes.lanes[lane]) >= self.cap:
-            self.ring()
+        if (self.more and lane == "batch") or not room or len(self.lanes.lanes[lane]) >= self.cap:
+            self.note(cmd.priority, cmd.job_id)
             return False
         self.put(cmd, now)
         return True
+
+    def note(self, priority: int, job: str) -> None:
+        """A command of ``job`` at ``priority`` that the window does not hold: Postgres has it.
+        If it sorts ahead of the batch lane — a better priority, or a job the lane holds nothing
+        of at that priority (fair share owes it a turn) — refill at once; else ring."""
+        batch = self.lanes.lanes["batch"]
+        best = batch.best_priority()
+        if lane_of(priority) == "batch" and best is not None and (priority < best or not batch.holds(priority, job)):
+            self.reorder()
+        else:
+            self.ring()
 
     def put(self, cmd: ItemCommand, since: float = 0.0) -> None:
         """Hold ``cmd`` whatever the cap (an item put back after a failed attempt)."""
