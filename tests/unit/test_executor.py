@@ -294,3 +294,17 @@ def test_time_queued_before_the_claiming_statement_does_not_count_against_the_de
     result, _repo, gw = late(queued_s=0.12, statement_s=0.0)
     assert result == Executed("confirmed", True)
     assert len(gw.sent) == 1
+
+
+def test_the_result_says_when_the_gateway_call_began_after_the_claim_before_the_answer() -> None:
+    import time
+
+    seen: list[float] = []
+    repo = InMemoryItemRepository()
+    repo.add("it-1")
+    gw = FakeGateway(during_send=lambda sent: seen.append(time.monotonic()))
+    before = time.monotonic()
+    result = asyncio.run(executor(repo, gw).execute(command()))
+    assert result.called_at is not None and before <= result.called_at <= seen[0], "begun before the call was made"
+    assert run(*setup("it-2"), command("it-2", "other-key")).called_at is not None
+    assert run(repo, gw, command()).called_at is None, "no call, no time: the guid's spacing is left as it was"

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pacer_common.domain.commands import CommandHead
 from pacer_sender.domain.order import Queued, fair_order, sheds
 from pacer_sender.domain.pacing import GuidPacer, Limits
 from pacer_sender.domain.queue import GuidQueue, GuidWindow
@@ -211,3 +212,47 @@ def test_a_guid_whose_jobs_have_no_expire_at_is_never_read_for_shedding() -> Non
         return len(checks)
 
     assert asyncio.run(scenario()) == 0
+
+
+def test_a_new_job_behind_a_window_at_its_cap_refills_at_once_even_when_postgres_had_no_more() -> None:
+    w = GuidWindow(cap=3)
+    for n in range(3):
+        assert w.offer(cmd("g", n, job="big"))
+    assert not w.more
+    assert not w.offer(cmd("g", 10, job="small")), "no room: Postgres has it"
+    assert w.urgent and w.more and len(w) == 0, "a job the window holds nothing of sorts ahead: read it now"
+
+
+def test_a_doorbell_read_only_for_its_head_still_jumps_a_ticket_over_a_deep_campaign() -> None:
+    async def scenario() -> list[str]:
+        d, rec, _ = dispatcher(Limits(min_interval_s=0.05, jitter_s=0.0, online_reserve=0.0), cap=20)
+        for n in range(300):
+            ring(d, rec.store, cmd("g", n))
+        await until(lambda: len(rec.sent) >= 3)
+        assert d.full("g") or len(d.guids["g"].window) >= 10
+        ticket = cmd("g", 999, priority=2, job="tickets")
+        rec.store.add(ticket)
+        d.ring("g", CommandHead.model_validate_json(ticket.model_dump_json()))  # what a full guid's doorbell gives
+        await until(lambda: any(i == "g-999" for _, i, _ in rec.sent))
+        stop(d)
+        return [i for _, i, _ in rec.sent]
+
+    order = asyncio.run(scenario())
+    assert order.index("g-999") - 3 <= 2, f"the ticket waited behind the window: {order}"
+
+
+def test_a_scheduled_doorbell_read_only_for_its_head_still_sets_when_its_guid_wakes() -> None:
+    async def scenario() -> float | None:
+        d, rec, _ = dispatcher(Limits(min_interval_s=30.0, jitter_s=0.0, online_reserve=0.0), cap=4)
+        for n in range(10):
+            ring(d, rec.store, cmd("g", n))
+        await until(lambda: len(rec.sent) == 1)
+        later = cmd("g", 50, job="later", not_before=datetime.now(UTC) + timedelta(seconds=120))
+        rec.store.add(later)
+        d.ring("g", CommandHead.model_validate_json(later.model_dump_json()))
+        due = d.guids["g"].due_at
+        stop(d)
+        return None if due is None else due - d.clock()
+
+    due_in = asyncio.run(scenario())
+    assert due_in is not None and 110 < due_in <= 120, f"the guid wakes when it comes due: {due_in}"
