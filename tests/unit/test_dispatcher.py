@@ -17,7 +17,7 @@ from pacer_sender.core import Executed
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
-from pacer_sender.ports import GuidLease, UnstorableItem
+from pacer_sender.ports import GuidLease, Ready, UnstorableItem
 from pacer_sender.sweeper import Sweeper
 from tests.unit.dispatching import (
     FAST,
@@ -463,15 +463,15 @@ def _reads_at(rec: Recorder, d: Dispatcher, guid: str, limits: Limits) -> list[t
     reads: list[tuple[float, bool]] = []
     real = rec.store.next_ready
 
-    async def next_ready(g: str, exclude: Sequence[str], limit: int) -> Any:
-        work = d.guids.get(g)
+    async def next_ready(guid_read: str, exclude: Sequence[str], limit: int) -> Ready:
+        work = d.guids.get(guid_read)
         now = time.monotonic()
         waiting = work is not None and work.pacer.ready_at("batch", limits, now, time.time()) > now
-        if g == guid:
+        if guid_read == guid:
             reads.append((now, waiting))
-        return await real(g, exclude, limit)
+        return await real(guid_read, exclude, limit)
 
-    rec.store.next_ready = next_ready  # type: ignore[method-assign]
+    rec.store.next_ready = next_ready  # type: ignore[method-assign,assignment]
     return reads
 
 
