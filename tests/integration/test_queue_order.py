@@ -5,6 +5,7 @@ items that cannot make their expire_at, with an event."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime
 from importlib import resources
@@ -14,6 +15,7 @@ import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pacer_common.db.pool import open_pool
 from pacer_sender.adapters.queue import NEXT_READY_SETTINGS, PostgresGuidQueue
 from pacer_sender.domain.order import Queued, fair_order, sheds
 from tests.integration.helpers import add_job, run, sql
@@ -155,3 +157,31 @@ def test_a_refill_reads_a_window_per_job_however_deep_and_whatever_the_statistic
     # and at most a window (50) of each ready range — never the 20,000 behind them.
     assert fresh <= 3 * 50 + 20, f"read {fresh} rows of items on stale statistics"
     assert analyzed <= 3 * 50 + 20, f"read {analyzed} rows of items"
+
+
+def test_every_refill_is_planned_for_its_own_guid_never_by_a_generic_plan(database_url: str) -> None:
+    url = database_url
+    for g in range(4):
+        add_job(url, f"g{g}", 2_000)
+        add_job(url, f"g{g}", 1)
+
+    async def refills(pool: Any) -> tuple[int, int]:
+        queue = PostgresGuidQueue(pool)
+        for n in range(20):  # past psycopg's prepare threshold and Postgres's five custom plans
+            await queue.next_ready(f"g{n % 4}", [], 50)
+        async with pool.connection() as conn:
+            row = await (await conn.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE statement LIKE '%%WITH RECURSIVE pairs%%'")).fetchone()
+        assert row is not None, "the refill is a prepared statement"
+        return int(row["generic_plans"]), int(row["custom_plans"])
+
+    async def one_connection(fn: Any) -> Any:
+        pool = await open_pool(url, min_size=1, max_size=1)
+        try:
+            return await fn(pool)
+        finally:
+            await pool.close()
+
+    generic, custom = asyncio.run(one_connection(refills))
+    assert generic == 0 and custom > 0, f"generic plans {generic}, custom {custom}"

@@ -22,8 +22,12 @@ from pacer_sender.ports import Ready, Waiting
 # items_job_status) or a bitmap scan reads the guid's or the job's whole range and sorts it —
 # 100,000 rows for a broadcast. The planner picks by row estimates, and those are wrong exactly
 # when it matters: a guid or job loaded since the last ANALYZE looks empty. So, for this
-# statement, sorts and bitmap scans are ruled out where an ordered index scan can serve.
-NEXT_READY_SETTINGS: tuple[LiteralString, ...] = ("SET LOCAL enable_sort = off", "SET LOCAL enable_bitmapscan = off")
+# statement, sorts and bitmap scans are ruled out where an ordered index scan can serve, and
+# each run is planned for its own guid (a prepared statement's generic plan, built for any
+# guid, reads whole ranges again). One statement, local to the refill's transaction.
+NEXT_READY_SETTINGS: tuple[LiteralString, ...] = (
+    "SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),"
+    " set_config('plan_cache_mode', 'force_custom_plan', true)",)
 
 
 class PostgresGuidQueue:
