@@ -131,7 +131,7 @@ def _items_rows_read(url: str, guid: str, limit: int) -> int:
     with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
         for setting in NEXT_READY_SETTINGS:
             conn.execute(setting)
-        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement,  # type: ignore[operator]
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement,
                             {"guid": guid, "exclude": [], "limit": limit}).fetchone()[0]
 
     def read(node: dict[str, Any]) -> int:
