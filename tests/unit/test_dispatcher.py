@@ -534,3 +534,32 @@ def test_a_doorbell_wakes_a_guid_waiting_out_its_gap_to_re_read_before_its_next_
     sent, reads, second_at = asyncio.run(scenario())
     assert sent[1] == "g-100", f"the new job took the guid's next send: {sent}"
     assert reads and reads[0][1] and reads[0][0] < second_at, "re-read on the doorbell, during the gap"
+
+
+def test_doorbells_that_change_nothing_a_waiting_guid_acts_on_do_not_wake_it() -> None:
+    async def scenario() -> tuple[int, list[str]]:
+        d, rec, _ = dispatcher(Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.0), cap=10)
+        for n in range(100):
+            rec.store.add(cmd("g", n, job="deep"))
+        d.ring("g")
+        await until(lambda: len(rec.sent) == 1)
+        passes = 0
+        real = d._sleep
+
+        async def counted(g: Any, seconds: float) -> None:
+            nonlocal passes
+            passes += 1
+            await real(g, seconds)
+
+        d._sleep = counted  # type: ignore[method-assign]
+        for n in range(100, 300):  # a deep job's doorbells while its guid waits out its gap
+            ring(d, rec.store, cmd("g", n, job="deep"))
+            await asyncio.sleep(0)
+        ring(d, rec.store, cmd("g", 999, job="new"))  # this one sorts ahead of the window
+        await until(lambda: len(rec.sent) == 2)
+        stop(d)
+        return passes, [i for _, i, _ in rec.sent]
+
+    passes, sent = asyncio.run(scenario())
+    assert passes <= 5, f"the guid's worker woke {passes} times for 200 doorbells it had nothing to do about"
+    assert sent[1] == "g-999", f"the doorbell that mattered still woke it: {sent}"

@@ -117,6 +117,7 @@ class Dispatcher:
                                             self.paces.setdefault(guid, GuidPacer()))
         if g.stopping:
             g.revived = True
+        before = (g.window.more, g.window.urgent, len(g.window), g.due_at)
         if cmd is None or cmd.guid != guid or _scheduled(cmd) or (
                 isinstance(cmd, ItemCommand) and unsendable(cmd) is not None):
             g.window.ring()  # Postgres has it: the worker reads it from there
@@ -129,7 +130,8 @@ class Dispatcher:
             held = len(g.window)
             g.window.offer(cmd, lane_of(cmd.priority) == "online" or self.buffered < self.max_buffered, time.time())
             self.buffered += len(g.window) - held
-        g.wake.set()
+        if started or before != (g.window.more, g.window.urgent, len(g.window), g.due_at):
+            g.wake.set()  # else it changes nothing the worker would act on before its next moment
         if g.task is None:
             g.task = asyncio.create_task(self._run(guid, g), name=f"guid:{guid}")
         return started
