@@ -16,6 +16,7 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_sender.core import Executed
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
+from pacer_sender.domain.queue import HEAD_READ
 from pacer_sender.leases import GuidLeases
 from pacer_sender.ports import GuidLease, Ready, UnstorableItem
 from pacer_sender.sweeper import Sweeper
@@ -563,3 +564,29 @@ def test_doorbells_that_change_nothing_a_waiting_guid_acts_on_do_not_wake_it() -
     passes, sent = asyncio.run(scenario())
     assert passes <= 5, f"the guid's worker woke {passes} times for 200 doorbells it had nothing to do about"
     assert sent[1] == "g-999", f"the doorbell that mattered still woke it: {sent}"
+
+
+def test_when_its_order_changes_a_guid_reads_the_head_at_once_and_tops_up_after_its_next_send() -> None:
+    async def scenario() -> tuple[list[tuple[float, int]], list[tuple[str, str, float]]]:
+        d, rec, _ = dispatcher(Limits(min_interval_s=0.6, jitter_s=0.0, online_reserve=0.0), cap=20)
+        for n in range(100):
+            rec.store.add(cmd("g", n, job="big"))
+        d.ring("g")
+        await until(lambda: len(rec.sent) == 1)
+        reads: list[tuple[float, int]] = []
+        real = rec.store.next_ready
+
+        async def timed(guid: str, exclude: Sequence[str], limit: int) -> Ready:
+            reads.append((time.monotonic(), limit))
+            return await real(guid, exclude, limit)
+
+        rec.store.next_ready = timed  # type: ignore[method-assign]
+        ring(d, rec.store, cmd("g", 999, job="new"))  # a new job: it sorts ahead of the window
+        await until(lambda: len(rec.sent) == 3, timeout=10)
+        stop(d)
+        return reads, rec.sent
+
+    reads, sent = asyncio.run(scenario())
+    assert sent[1][1] == "g-999", f"the new job went next: {sent}"
+    assert reads[0][1] == HEAD_READ and reads[0][0] < sent[1][2], "at once, only the head of the order"
+    assert len(reads) >= 2 and reads[1][0] >= sent[1][2], f"the top-up after the next send: {reads}"

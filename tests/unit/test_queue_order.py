@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pacer_common.domain.commands import CommandHead
 from pacer_sender.domain.order import Queued, fair_order, sheds
 from pacer_sender.domain.pacing import GuidPacer, Limits
-from pacer_sender.domain.queue import GuidQueue, GuidWindow
+from pacer_sender.domain.queue import HEAD_READ, GuidQueue, GuidWindow
 from tests.unit.dispatching import FAST, cmd, dispatcher, ring, stop, until
 
 
@@ -78,7 +78,7 @@ def test_a_better_priority_doorbell_behind_a_deep_queue_drops_the_batch_lane_and
     assert not w.offer(cmd("g", 50)), "the same job: Postgres chooses; the window stays"
     assert len(w) == 10 and w.refill_size() == 0
     assert not w.offer(cmd("g", 51, priority=2))
-    assert len(w) == 0 and w.urgent and w.refill_size() == 10, "a ticket sorts ahead: refill now"
+    assert len(w) == 0 and w.urgent and w.refill_size() == HEAD_READ, "a ticket sorts ahead: read the head of the order now"
 
 
 def test_a_doorbell_of_a_job_the_window_holds_nothing_of_asks_for_its_turn() -> None:

@@ -65,6 +65,7 @@ class GuidWork:
     stopping: bool = False  # its partition went: finish the item in hand, then end
     revived: bool = False  # rung again while stopping: start afresh once stopped
     errors: dict[str, int] = field(default_factory=dict)  # item id → internal errors so far
+    sent: bool = False  # it executed an item since its last refill: time to top up, if low
 
 
 class Dispatcher:
@@ -156,11 +157,14 @@ class Dispatcher:
                     held = len(g.window)
                     g.window.reorder()  # scheduled work came due: it takes its place in the order
                     self.buffered += len(g.window) - held
+                limits = self.limits(guid)
                 n = g.window.refill_size()
-                if n and not await self._refill(guid, g, n):
+                # A top-up (the window low, nothing ahead of it) comes right after a send, so a
+                # hundred guids whose order changed at once top up spread over their gaps; the
+                # window is a prefix of the guid's order, so what it reads goes after.
+                if n and (g.window.urgent or not g.window or g.sent) and not await self._refill(guid, g, n):
                     await self._sleep(g, self.lease_retry_s)
                     continue
-                limits = self.limits(guid)
                 if limits.shed and self._shed_due(g, limits):
                     await self._shed(guid, g, limits)
                 if not g.window:
@@ -178,6 +182,7 @@ class Dispatcher:
                     await self._sleep(g, wait if wait is not None else self.lease_retry_s)
                     continue
                 pause = await self._execute(guid, g, *picked, limits)
+                g.sent = True
                 if pause:
                     await self._sleep(g, pause)
         except Exception:
@@ -192,6 +197,7 @@ class Dispatcher:
         """Read the guid's next ready items from Postgres into its window. False if the
         database could not be read."""
         rings = g.window.refilling()
+        g.sent = False
         if self.buffered >= self.max_buffered:
             n = min(n, 1)  # memory is full: enough to keep this guid going
         try:

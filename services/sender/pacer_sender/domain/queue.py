@@ -36,6 +36,7 @@ from pacer_common.domain.requests import Lane, lane_of
 from pacer_sender.domain.order import weight_of
 
 T = TypeVar("T")
+HEAD_READ = 8  # items read at once when the window's order changed; the rest while the guid waits
 _arrival = itertools.count()
 
 
@@ -183,10 +184,14 @@ class GuidWindow:
 
     def refill_size(self) -> int:
         """How many items to read from Postgres now: none unless it may hold more and the
-        window has run down to half (or holds less than what Postgres would send first)."""
+        window has run down to half (or holds less than what Postgres would send first). A
+        refill for what sorts ahead reads only the head of the order (``HEAD_READ``), what
+        the next sends need: when a ticket, a new job or scheduled work reaches a hundred
+        guids at once, a hundred full windows are not read at that instant."""
         if not self.more or (len(self.lanes) > self.cap // 2 and not self.urgent):
             return 0
-        return max(1, self.cap - len(self.lanes))
+        n = max(1, self.cap - len(self.lanes))
+        return min(n, HEAD_READ) if self.urgent else n
 
     def refilling(self) -> int:
         """A refill starts: the doorbell count to hand to :meth:`refilled`."""
