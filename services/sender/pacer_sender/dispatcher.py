@@ -14,7 +14,10 @@ worker ends, and the sweep (``sweeper.py``) starts it again in time. Scheduled w
 never in the window, so it never holds up ready work.
 
 What goes next is decided in Postgres over all of the guid's ready work (``order.py``); the
-window is a prefix of that order, refilled at once when a doorbell sorts ahead of it. While
+window is a prefix of that order: when a doorbell sorts ahead of it, or scheduled work comes
+due (the worker's waits, pacing gaps included, end then), the head of the order is read at
+once and the rest after the guid's next send. A doorbell that changes nothing the worker acts
+on does not wake it. A guid's sends are spaced from the start of its last gateway call. While
 an online command has waited longer than the guid's ``online_yield_s``, the batch lane
 yields entirely. Every ``shed_every_s`` a guid with batch work checks, in Postgres, which of
 its batch items cannot go out before their ``expire_at`` at its current rate, and expires
