@@ -32,17 +32,23 @@ from bench.common import (
 from pacer_common.db.sql import query
 from pacer_common.kafka import make_producer, produce_all
 from pacer_dev.stack import Stack
+from pacer_sender.adapters.queue import NEXT_READY_SETTINGS
 
 
 def _sender_sql(name: str) -> str:
     return resources.files("pacer_sender.adapters.sql").joinpath(f"{name}.sql").read_text()
 
 
-def _explain_ms(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any], runs: int = 5) -> float:
-    """Median execution time (EXPLAIN ANALYZE) of ``sql`` over ``runs`` runs, in ms."""
+def _explain_ms(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any], runs: int = 5,
+                settings: tuple[str, ...] = ()) -> float:
+    """Median execution time (EXPLAIN ANALYZE) of ``sql`` over ``runs`` runs, in ms, with the
+    session ``settings`` the adapter runs it with."""
     times = []
     for _ in range(runs):
-        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()[0]
+        with conn.transaction():
+            for setting in settings:
+                conn.execute(setting)
+            plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()[0]
         times.append(float(plan[0]["Execution Time"]))
     return statistics.median(times)
 
@@ -58,9 +64,10 @@ def refill() -> str:
         seed_items(url, 1, 10_000, not_before=datetime.now(UTC) + timedelta(hours=1))  # scheduled
         seed_items(url, 1, 100, priority=2, kind="ticket_notify")           # tickets
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE items")
             p = {"guid": "bg00000", "exclude": [], "limit": 50}
-            refill_ms = _explain_ms(conn, _sender_sql("next_ready"), p)
+            fresh_ms = _explain_ms(conn, _sender_sql("next_ready"), p, settings=NEXT_READY_SETTINGS)  # no statistics yet
+            conn.execute("VACUUM ANALYZE items")
+            refill_ms = _explain_ms(conn, _sender_sql("next_ready"), p, settings=NEXT_READY_SETTINGS)
             old_ms = _explain_ms(conn, "SELECT item_id FROM items WHERE guid = %(guid)s AND status = 'pending'"
                                  " AND NOT held AND (not_before IS NULL OR not_before <= now())"
                                  " AND item_id::text <> ALL(%(exclude)s::text[])"
@@ -71,7 +78,8 @@ def refill() -> str:
     finally:
         drop_db(url)
     total = deep + 11_100
-    return (f"bench refill: backlog={total} next_ready_ms={refill_ms:.2f} before_ms={old_ms:.2f} "
+    return (f"bench refill: backlog={total} next_ready_ms={refill_ms:.2f} next_ready_unanalyzed_ms={fresh_ms:.2f} "
+            f"before_ms={old_ms:.2f} "
             f"shed_check_ms={shed_ms:.0f} backlog_list_ms={list_ms:.0f} cores={CORES}")
 
 
@@ -81,9 +89,11 @@ def _paced(interval_ms: int) -> dict[str, str]:
             "PACER_SENDER_DB_POOL_MAX": "40"}
 
 
-def _publish_request(st: Stack, body: dict[str, Any]) -> float:
+def _publish_request(st: Stack, *bodies: dict[str, Any]) -> float:
+    """Publish job requests, in this order (one key: one partition, planned in turn); when."""
+    key = bodies[0]["request_id"].encode()
     produce_all(make_producer({"bootstrap.servers": st.infra.kafka_bootstrap}),
-                [(f"{st.topic_prefix}.job-requests", body["request_id"].encode(), json.dumps(body).encode(), None)])
+                [(f"{st.topic_prefix}.job-requests", key, json.dumps(body).encode(), None) for body in bodies])
     return time.time()
 
 
@@ -99,30 +109,32 @@ def _sends(gw: str) -> list[dict[str, Any]]:
     return gateway(gw, "/_admin/sends?limit=1000000")["sends"]
 
 
-def _small_job_s(backlog: int, guids: int, interval_ms: int) -> tuple[float, list[int]]:
-    """Seconds from publishing the small job until its last item is sent, behind ``backlog``
-    (if any; else behind a one-item warm-up per guid, so its guids are paced as they would be
-    behind the backlog), and for each guid how many sends of other work came first."""
+def _sent(gw: str, label: str, guids: int, since: float) -> list[dict[str, Any]]:
+    """The sends of the small job ``label`` (one per guid) once all have gone."""
+    done: list[dict[str, Any]] = []
+
+    def all_sent() -> bool:
+        done[:] = [s for s in _sends(gw) if s["toId"].startswith(f"{label}-") and s["at"] > since]
+        return len(done) >= guids
+
+    wait_until(all_sent, 600, poll_s=0.2)
+    return done
+
+
+def _behind_s(backlog: int, guids: int, interval_ms: int) -> tuple[float, list[int]]:
+    """Seconds from publishing the small job until its last item is sent, behind ``backlog``,
+    and for each guid how many sends of other work came first."""
     inf = real_infra()
     st = stack(inf, "fairness", _paced(interval_ms))
     try:
         gw = st.start_gateway()
         st.start_service("planner")
-        if backlog:
-            seeded = seed_items(st.infra.database_url, guids, backlog // guids)
-            publish_commands(inf.kafka_bootstrap, f"{st.topic_prefix}.item-commands.batch", seeded.commands)
-        else:
-            _publish_request(st, _small_job(guids, "warm"))
+        seeded = seed_items(st.infra.database_url, guids, backlog // guids)
+        publish_commands(inf.kafka_bootstrap, f"{st.topic_prefix}.item-commands.batch", seeded.commands)
         st.start_service("sender", "sender-1")
-        wait_until(lambda: gateway(gw, "/_admin/stats")["sends"] >= (3 if backlog else 1) * guids, 300)
+        wait_until(lambda: gateway(gw, "/_admin/stats")["sends"] >= 3 * guids, 300)
         t0 = _publish_request(st, _small_job(guids))
-        done: list[dict[str, Any]] = []
-
-        def all_sent() -> bool:
-            done[:] = [s for s in _sends(gw) if s["toId"].startswith("small-")]
-            return len(done) >= guids
-
-        wait_until(all_sent, 600, poll_s=0.2)
+        done = _sent(gw, "small", guids, t0)
         sends = _sends(gw)
         ahead = [sum(1 for s in sends if s["guid"] == d["guid"] and t0 < s["at"] < d["at"]) for d in done]
         return max(d["at"] for d in done) - t0, ahead
@@ -131,21 +143,58 @@ def _small_job_s(backlog: int, guids: int, interval_ms: int) -> tuple[float, lis
         drop_db(st.infra.database_url)
 
 
+def _alone_s(guids: int, interval_ms: int) -> tuple[float, float]:
+    """The same job on the same guids at the same pace with nothing else queued, twice:
+    published right behind a one-item warm-up job (each guid has just sent when its item
+    arrives, so the item waits one pacing gap — as it must behind any backlog, where every
+    guid sent within the last gap), and published when the guids have been idle for longer
+    than a gap (the item goes at once)."""
+    inf = real_infra()
+    st = stack(inf, "fairness-alone", _paced(interval_ms))
+    try:
+        gw = st.start_gateway()
+        st.start_service("planner")
+        st.start_service("sender", "sender-1")
+        _publish_request(st, _small_job(guids, "first"))  # workers, leases and connections warm
+        _sent(gw, "first", guids, 0.0)
+        time.sleep(2 * interval_ms / 1000)
+        t0 = _publish_request(st, _small_job(guids, "warm"), _small_job(guids, "small"))
+        just_sent = max(d["at"] for d in _sent(gw, "small", guids, t0)) - t0
+        time.sleep(2 * interval_ms / 1000)  # every guid idle for longer than its gap
+        t1 = _publish_request(st, _small_job(guids, "idle"))
+        idle = max(d["at"] for d in _sent(gw, "idle", guids, t1)) - t1
+        return just_sent, idle
+    finally:
+        st.stop_all()
+        drop_db(st.infra.database_url)
+
+
 def fairness() -> str:
-    """A 100-item job (one per guid) published behind a deep job on the same 100 guids, vs alone
-    (the same guids at the same pace with nothing else queued)."""
+    """A 100-item job (one per guid) published behind a deep job on the same 100 guids, vs alone.
+
+    ``small_job_alone_s`` — the baseline of ``ratio`` — is the same job on the same guids at
+    the same pace with nothing else queued, each guid having just sent (a one-item warm-up job
+    published just before it): behind a backlog every guid has sent within its last pacing gap,
+    so its item must wait up to one gap whatever the order, and the baseline waits that gap
+    too. ``small_job_idle_s`` (and ``ratio_idle``) is the earlier baseline, guids idle for
+    longer than a gap, whose items go at once: it is printed beside it, and cannot be met
+    behind a paced backlog (the gap alone exceeds twice it)."""
     backlog, guids = env_int("BENCH_FAIRNESS_BACKLOG", 100_000), 100
     interval_ms = env_int("BENCH_FAIRNESS_INTERVAL_MS", 500)
-    behind, ahead = _small_job_s(backlog, guids, interval_ms)
-    alone, _ = _small_job_s(0, guids, interval_ms)
+    behind, ahead = _behind_s(backlog, guids, interval_ms)
+    alone, idle = _alone_s(guids, interval_ms)
     return (f"bench fairness: backlog={backlog} guids={guids} interval_ms={interval_ms} small_job_s={behind:.2f} "
-            f"small_job_alone_s={alone:.2f} ratio={behind / alone:.2f} sends_ahead_max={max(ahead)} "
+            f"small_job_alone_s={alone:.2f} ratio={behind / alone:.2f} small_job_idle_s={idle:.2f} "
+            f"ratio_idle={behind / idle:.2f} sends_ahead_max={max(ahead)} "
             f"sends_ahead_mean={statistics.mean(ahead):.2f} cores={CORES}")
 
 
 def schedule() -> str:
     """Items scheduled ahead on 100 guids, a ready campaign on the same guids: the campaign's
-    achieved ratio until the scheduled items come due, then how late their guids start them."""
+    achieved ratio until the scheduled items come due, then how late their guids start them —
+    after their due time (``lateness_p99_s``, which includes the pacing gap a guid that has
+    just sent must wait out), and after the later of their due time and the guid's previous
+    send plus its interval (``lateness_past_gap_p99_s``: what Pacer adds to what pacing forces)."""
     n, guids = env_int("BENCH_SCHEDULE_ITEMS", 10_000), 100
     horizon = env_int("BENCH_SCHEDULE_HORIZON_S", 60)
     interval = 1.0
@@ -175,16 +224,23 @@ def schedule() -> str:
             return len(firsts) >= guids
 
         wait_until(started, 120, poll_s=0.5)
+        sends = _sends(gw)
         dupes = gateway(gw, "/_admin/stats")["duplicates"]
     finally:
         st.stop_all()
         drop_db(st.infra.database_url)
     achieved = len(in_window) / (guids * window / interval) if window > 0 else float("nan")
     late = sorted(max(0.0, at - due.timestamp()) for at in firsts.values())
+    # How late beyond what pacing allows: a guid that sent just before the items came due may
+    # not send again for one interval, whatever it sends next.
+    past_gap = sorted(max(0.0, at - max([due.timestamp()] + [s["at"] + interval for s in sends
+                                                              if s["guid"] == guid and s["at"] < at]))
+                      for guid, at in firsts.items())
     p99 = statistics.quantiles(late, n=100)[98] if len(late) >= 2 else float("nan")
+    gap_p99 = statistics.quantiles(past_gap, n=100)[98] if len(past_gap) >= 2 else float("nan")
     return (f"bench schedule: scheduled={n} guids={guids} horizon_s={horizon} campaign_achieved_ratio={achieved:.3f} "
-            f"scheduled_started={len(firsts)}/{guids} lateness_p99_s={p99:.2f} interval_s={interval:g} "
-            f"duplicates={dupes} cores={CORES}")
+            f"scheduled_started={len(firsts)}/{guids} lateness_p99_s={p99:.2f} lateness_past_gap_p99_s={gap_p99:.2f} "
+            f"interval_s={interval:g} duplicates={dupes} cores={CORES}")
 
 
 def shed() -> str:

@@ -196,14 +196,20 @@ def recovery() -> str:
             f"duplicates={dupes} cores={CORES}")
 
 
+ONLINE_RESERVE = 0.2  # the sender's default: batch sends are spaced interval / (1 - reserve)
+
+
 def priority() -> str:
-    """Auto-replies published while a campaign backlog waits on the same guids: request → gateway."""
+    """Auto-replies published while a campaign backlog waits on the same guids: request → gateway.
+    A ticket notification is in the batch lane: it waits for its guid's next batch send, which
+    comes ``batch_interval_ms`` (the interval less the online reserve) after the last one."""
     backlog, guids, replies = env_int("BENCH_PRIORITY_BACKLOG", 100_000), 100, env_int("BENCH_PRIORITY_REPLIES", 100)
     interval_ms = 1000
     coalesce_ms = env_int("BENCH_PRIORITY_COALESCE_MS", 3000)  # the planner's default ticket coalescing window
     inf = real_infra()
     st = stack(inf, "priority", {"PACER_SENDER_MIN_INTERVAL_MS": str(interval_ms), "PACER_SENDER_JITTER_MS": "0",
                                  "PACER_SENDER_MAX_BUFFERED": "5000",
+                                 "PACER_SENDER_ONLINE_RESERVE": str(ONLINE_RESERVE),
                                  "PACER_PLANNER_COALESCE_WINDOW_S": str(coalesce_ms / 1000)})
     try:
         st.start_gateway()
@@ -254,7 +260,7 @@ def priority() -> str:
     return (f"bench priority: backlog={backlog} still_queued={queued} replies={len(latencies)}/{replies} "
             f"autoreply_p50_ms={q[49]:.0f} p99_ms={q[98]:.0f} tickets={len(tickets)}/{replies} "
             f"ticket_p50_ms={t[49]:.0f} ticket_p99_ms={t[98]:.0f} coalesce_window_ms={coalesce_ms} "
-            f"interval_ms={interval_ms} cores={CORES}")
+            f"interval_ms={interval_ms} batch_interval_ms={interval_ms / (1 - ONLINE_RESERVE):.0f} cores={CORES}")
 
 
 def scale() -> str:

@@ -5,14 +5,18 @@ items that cannot make their expire_at, with an event."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
 
 import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pacer_sender.adapters.queue import PostgresGuidQueue
+from pacer_common.db.pool import open_pool
+from pacer_sender.adapters.queue import NEXT_READY_SETTINGS, PostgresGuidQueue
 from pacer_sender.domain.order import Queued, fair_order, sheds
 from tests.integration.helpers import add_job, run, sql
 
@@ -118,3 +122,66 @@ def test_shedding_expires_exactly_the_batch_items_that_cannot_make_their_expire_
     assert all(job == campaign for i, job, _, _ in rows if i in gone), "online and items without expire_at stay"
     assert all(status == "pending" for _, job, status, _ in rows if job == ahead)
     assert set(events) == {("ItemExpired", "pending", "expired", "shed")}
+
+
+def _items_rows_read(url: str, guid: str, limit: int) -> int:
+    """Rows of ``items`` the refill reads (index entries fetched plus rows filtered away),
+    run as the adapter runs it, from its EXPLAIN ANALYZE."""
+    statement = resources.files("pacer_sender.adapters.sql").joinpath("next_ready.sql").read_text()
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        for setting in NEXT_READY_SETTINGS:
+            conn.execute(setting)
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement,
+                            {"guid": guid, "exclude": [], "limit": limit}).fetchone()[0]
+
+    def read(node: dict[str, Any]) -> int:
+        own = 0
+        if node.get("Relation Name") == "items":
+            own = int((node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"])
+        return own + sum(read(child) for child in node.get("Plans", []))
+
+    return read(plan[0]["Plan"])
+
+
+def test_a_refill_reads_a_window_per_job_however_deep_and_whatever_the_statistics_say(database_url: str) -> None:
+    url = database_url
+    add_job(url, "other", 500)
+    sql(url, "ANALYZE items")  # statistics that have never seen the jobs below: a job just loaded
+    add_job(url, "g", 20_000, age_s=60)
+    add_job(url, "g", 300, age_s=1)
+    add_job(url, "g", 2_000, not_before_in_s=3600)
+    fresh = _items_rows_read(url, "g", 50)
+    sql(url, "ANALYZE items")
+    analyzed = _items_rows_read(url, "g", 50)
+    # Three (priority, job) pairs: a probe or two each to find them and when the next is due,
+    # and at most a window (50) of each ready range — never the 20,000 behind them.
+    assert fresh <= 3 * 50 + 20, f"read {fresh} rows of items on stale statistics"
+    assert analyzed <= 3 * 50 + 20, f"read {analyzed} rows of items"
+
+
+def test_every_refill_is_planned_for_its_own_guid_never_by_a_generic_plan(database_url: str) -> None:
+    url = database_url
+    for g in range(4):
+        add_job(url, f"g{g}", 2_000)
+        add_job(url, f"g{g}", 1)
+
+    async def refills(pool: Any) -> tuple[int, int]:
+        queue = PostgresGuidQueue(pool)
+        for n in range(20):  # past psycopg's prepare threshold and Postgres's five custom plans
+            await queue.next_ready(f"g{n % 4}", [], 50)
+        async with pool.connection() as conn:
+            row = await (await conn.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE statement LIKE '%%WITH RECURSIVE pairs%%'")).fetchone()
+        assert row is not None, "the refill is a prepared statement"
+        return int(row["generic_plans"]), int(row["custom_plans"])
+
+    async def one_connection(fn: Any) -> Any:
+        pool = await open_pool(url, min_size=1, max_size=1)
+        try:
+            return await fn(pool)
+        finally:
+            await pool.close()
+
+    generic, custom = asyncio.run(one_connection(refills))
+    assert generic == 0 and custom > 0, f"generic plans {generic}, custom {custom}"

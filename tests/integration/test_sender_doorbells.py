@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
@@ -52,6 +53,35 @@ def committed(kafka_config: dict[str, str], group: str, topic: str, partitions: 
         c.close()
 
 
+def consume(database_url: str, kafka_config: dict[str, str], topic_prefix: str, rec: Recorder,
+            done: Callable[[], bool], guid_cap: int = 50) -> int:
+    """Run a sender's consumer loop and dispatcher (executing through ``rec``) on the lane
+    topics until ``done()`` or a minute passes; how many commands were unreadable."""
+    online, batch = f"{topic_prefix}.item-commands.online", f"{topic_prefix}.item-commands.batch"
+
+    async def scenario() -> int:
+        pool = await open_pool(database_url, min_size=1, max_size=4)
+        dispatcher = Dispatcher(rec, lambda g: Limits(min_interval_s=0, jitter_s=0),  # type: ignore[arg-type]  # a Recorder for the Executor
+                                GuidLeases(GrantAll(), "me", 30.0), PostgresGuidQueue(pool), guid_cap=guid_cap)
+        consumer = AsyncConsumer(make_consumer(kafka_config, f"{topic_prefix}.sender", protocol="consumer",
+                                               remote_assignor="range"))
+        bad = Counter("bad", "bad", registry=CollectorRegistry())
+        loop = ConsumerLoop(consumer, dispatcher, bad, online, batch)
+        dispatcher.owns = loop.owns
+        stop = asyncio.Event()
+        task = asyncio.create_task(loop.run(stop))
+        deadline = time.monotonic() + 60
+        while not done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        stop.set()
+        await task
+        await consumer.close()
+        await pool.close()
+        return int(bad._value.get())
+
+    return asyncio.run(scenario())
+
+
 def test_scheduled_commands_are_committed_at_once_and_an_unreadable_one_rings_its_guid(
         database_url: str, kafka_config: dict[str, str], topic_prefix: str) -> None:
     online, batch = f"{topic_prefix}.item-commands.online", f"{topic_prefix}.item-commands.batch"
@@ -64,28 +94,10 @@ def test_scheduled_commands_are_committed_at_once_and_an_unreadable_one_rings_it
     messages.append((batch, b"g-ready", b"{not an item command", None))
     produce_all(make_producer(kafka_config), messages)
     group = f"{topic_prefix}.sender"
-
-    async def scenario() -> tuple[list[str], int]:
-        pool = await open_pool(database_url, min_size=1, max_size=4)
-        rec = Recorder()
-        dispatcher = Dispatcher(rec, lambda g: Limits(min_interval_s=0, jitter_s=0),  # type: ignore[arg-type]  # a Recorder for the Executor
-                                GuidLeases(GrantAll(), "me", 30.0), PostgresGuidQueue(pool))
-        consumer = AsyncConsumer(make_consumer(kafka_config, group, protocol="consumer", remote_assignor="range"))
-        bad = Counter("bad", "bad", registry=CollectorRegistry())
-        loop = ConsumerLoop(consumer, dispatcher, bad, online, batch)
-        dispatcher.owns = loop.owns
-        stop = asyncio.Event()
-        task = asyncio.create_task(loop.run(stop))
-        deadline = time.monotonic() + 60
-        while (not rec.sent or committed(kafka_config, group, batch, 2) < len(messages)) and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-        stop.set()
-        await task
-        await consumer.close()
-        await pool.close()
-        return rec.sent, int(bad._value.get())
-
-    sent, bad = asyncio.run(scenario())
+    rec = Recorder()
+    bad = consume(database_url, kafka_config, topic_prefix, rec,
+                  lambda: bool(rec.sent) and committed(kafka_config, group, batch, 2) >= len(messages))
+    sent = rec.sent
     assert committed(kafka_config, group, batch, 2) == len(messages), "every command committed, scheduled or not"
     assert sent == [ready], "the unreadable command rang its guid, whose item was read from Postgres"
     assert bad == 1
@@ -93,3 +105,39 @@ def test_scheduled_commands_are_committed_at_once_and_an_unreadable_one_rings_it
         still = conn.execute("SELECT count(*) FROM items WHERE item_id = ANY(%s) AND status = 'pending'",
                              (later,)).fetchone()[0]
     assert still == 3, "scheduled items wait in Postgres"
+
+
+class Taking(Recorder):
+    """Records each item sent and takes it out of the guid's ready work, as a send would."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+
+    async def execute(self, cmd: ItemCommand) -> Executed:
+        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+            await conn.execute("UPDATE items SET held = true WHERE item_id = %s", (cmd.item_id,))
+        self.sent.append(cmd.item_id)
+        await asyncio.sleep(0.05)
+        return Executed("confirmed", True)
+
+
+def test_a_ticket_whose_doorbell_reaches_a_full_window_goes_out_with_the_next_sends(
+        database_url: str, kafka_config: dict[str, str], topic_prefix: str) -> None:
+    online, batch = f"{topic_prefix}.item-commands.online", f"{topic_prefix}.item-commands.batch"
+    ensure_topics(kafka_config, {online: (2, {}), batch: (2, {})})
+    _, _, campaign = seed_job(database_url, {"g-deep": 80})
+    _, _, (ticket,) = seed_job(database_url, {"g-deep": 1})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE items SET priority = 2, kind = 'ticket_notify' WHERE item_id = %s", (ticket,))
+    # The campaign's commands fill the guid's window (20) and more; the ticket's comes last.
+    messages = [(batch, b"g-deep", command(database_url, i).model_dump_json().encode(), None)
+                for i in [*campaign, ticket]]
+    produce_all(make_producer(kafka_config), messages)
+
+    rec = Taking(database_url)
+    consume(database_url, kafka_config, topic_prefix, rec, lambda: ticket in rec.sent, guid_cap=20)
+    sent = rec.sent
+    assert ticket in sent, "the ticket was sent"
+    assert sent.index(ticket) <= 4, f"the ticket waited behind the window: sent {sent.index(ticket)} campaign items first"
+    assert len(set(sent)) == len(sent), "nothing sent twice"

@@ -15,8 +15,9 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_sender.core import Executed
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
+from pacer_sender.domain.queue import HEAD_READ
 from pacer_sender.leases import GuidLeases
-from pacer_sender.ports import GuidLease, UnstorableItem
+from pacer_sender.ports import GuidLease, Ready, UnstorableItem
 from pacer_sender.sweeper import Sweeper
 from tests.unit.dispatching import (
     FAST,
@@ -420,3 +421,176 @@ def test_a_guid_executing_when_its_partition_goes_gives_its_lease_back_after_the
     assert "g" not in d.leases.held
 
 
+
+
+class _Timed(Recorder):
+    """A recorder whose gateway answers ``answer_s`` after its call begins and whose
+    confirmation takes ``confirm_s`` more, as a call and a confirm would. ``sent`` has when
+    each call began; ``answered`` when each answer came."""
+
+    def __init__(self, answer_s: float, confirm_s: float) -> None:
+        super().__init__()
+        self.answer_s, self.confirm_s = answer_s, confirm_s
+        self.answered: list[float] = []
+
+    async def execute(self, cmd: ItemCommand) -> Executed:
+        self.store.pending.pop(cmd.item_id, None)
+        self.sent.append((cmd.guid, name(cmd.item_id), time.monotonic()))
+        await asyncio.sleep(self.answer_s)
+        answered = time.monotonic()
+        self.answered.append(answered)
+        await asyncio.sleep(self.confirm_s)
+        return Executed("confirmed", True, answered_mono=answered)
+
+
+def test_a_guid_is_spaced_from_its_gateway_answers_not_from_the_calls_start_nor_the_confirmations_end() -> None:
+    async def scenario() -> list[float]:
+        timed = _Timed(answer_s=0.15, confirm_s=0.25)
+        d, _, _ = dispatcher(Limits(min_interval_s=0.3, jitter_s=0.0, online_reserve=0.0), executor=timed)
+        for n in range(4):
+            ring(d, timed.store, cmd("g", n))
+        await until(lambda: len(timed.sent) == 4)
+        stop(d)
+        calls = [t for _, _, t in timed.sent]
+        return [call - answer for answer, call in zip(timed.answered, calls[1:], strict=False)]
+
+    gaps = asyncio.run(scenario())
+    # Counted from the call's start, the next call would begin 0.3 - 0.15 s after the answer.
+    assert all(gap >= 0.3 for gap in gaps), f"the gateway saw two sends closer than the interval: {gaps}"
+    # Counted from the end of the confirmation, each gap would be at least 0.3 + 0.25 s.
+    assert all(gap < 0.3 + 0.25 for gap in gaps), f"the confirmation stretched the interval: {gaps}"
+
+
+def _reads_at(rec: Recorder, d: Dispatcher, guid: str, limits: Limits) -> list[tuple[float, bool]]:
+    """Record, for each read of ``guid``'s queue, when it was and whether the guid was still
+    waiting out its pacing gap then."""
+    reads: list[tuple[float, bool]] = []
+    real = rec.store.next_ready
+
+    async def next_ready(guid_read: str, exclude: Sequence[str], limit: int) -> Ready:
+        work = d.guids.get(guid_read)
+        now = time.monotonic()
+        waiting = work is not None and work.pacer.ready_at("batch", limits, now, time.time()) > now
+        if guid_read == guid:
+            reads.append((now, waiting))
+        return await real(guid_read, exclude, limit)
+
+    rec.store.next_ready = next_ready  # type: ignore[method-assign,assignment]
+    return reads
+
+
+def _scheduled_joins_during_the_gap(doorbell: bool) -> tuple[list[str], float, list[tuple[float, bool]], float]:
+    """A guid sends a campaign 1.5 s apart; an item of another job is due 0.6 s after its
+    first send — told by its doorbell, or (doorbell lost) only by the guid's read of Postgres."""
+    async def scenario() -> tuple[list[str], float, list[tuple[float, bool]], float]:
+        limits = Limits(min_interval_s=1.5, jitter_s=0.0, online_reserve=0.0)
+        d, rec, _ = dispatcher(limits, cap=4)
+        reads = _reads_at(rec, d, "g", limits)
+        for n in range(20):
+            rec.store.add(cmd("g", n, job="campaign"))
+        due_mono = time.monotonic() + 0.6
+        later = cmd("g", 100, job="scheduled", not_before=datetime.now(UTC) + timedelta(seconds=0.6))
+        if doorbell:
+            d.ring("g")
+            await until(lambda: len(rec.sent) == 1)
+            ring(d, rec.store, later)
+        else:
+            rec.store.add(later)
+            d.ring("g")  # the campaign's doorbell only: the read says when the scheduled item is due
+        await until(lambda: len(rec.sent) == 2, timeout=10)
+        stop(d)
+        return [i for _, i, _ in rec.sent], due_mono, reads, rec.sent[1][2]
+
+    return asyncio.run(scenario())
+
+
+def test_scheduled_work_coming_due_is_read_while_the_guid_waits_out_its_gap_and_goes_next() -> None:
+    sent, due, reads, second_at = _scheduled_joins_during_the_gap(doorbell=True)
+    assert sent[1] == "g-100", f"the scheduled item took the guid's next send: {sent}"
+    at_due = [(t, waiting) for t, waiting in reads if t >= due]
+    assert at_due and at_due[0][1], "re-read when it came due, while the guid still waited out its gap"
+    assert at_due[0][0] < second_at
+
+
+def test_a_scheduled_item_whose_doorbell_was_lost_wakes_its_guid_at_its_time_without_a_sweep() -> None:
+    sent, due, reads, _ = _scheduled_joins_during_the_gap(doorbell=False)
+    assert sent[1] == "g-100", f"the scheduled item took the guid's next send: {sent}"
+    at_due = [(t, waiting) for t, waiting in reads if t >= due]
+    assert at_due and at_due[0][1], "the read that gave due_in_s woke the guid when the item came due"
+
+
+def test_a_doorbell_wakes_a_guid_waiting_out_its_gap_to_re_read_before_its_next_send() -> None:
+    async def scenario() -> tuple[list[str], list[tuple[float, bool]], float]:
+        limits = Limits(min_interval_s=1.5, jitter_s=0.0, online_reserve=0.0)
+        d, rec, _ = dispatcher(limits, cap=4)
+        reads = _reads_at(rec, d, "g", limits)
+        for n in range(20):
+            rec.store.add(cmd("g", n, job="big"))
+        d.ring("g")
+        await until(lambda: len(rec.sent) == 1)
+        await asyncio.sleep(0)
+        rung_at = time.monotonic()
+        ring(d, rec.store, cmd("g", 100, job="small"))
+        await until(lambda: len(rec.sent) == 2, timeout=10)
+        stop(d)
+        return [i for _, i, _ in rec.sent], [r for r in reads if r[0] >= rung_at], rec.sent[1][2]
+
+    sent, reads, second_at = asyncio.run(scenario())
+    assert sent[1] == "g-100", f"the new job took the guid's next send: {sent}"
+    assert reads and reads[0][1] and reads[0][0] < second_at, "re-read on the doorbell, during the gap"
+
+
+def test_doorbells_that_change_nothing_a_waiting_guid_acts_on_do_not_wake_it() -> None:
+    async def scenario() -> tuple[int, list[str]]:
+        d, rec, _ = dispatcher(Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.0), cap=10)
+        for n in range(100):
+            rec.store.add(cmd("g", n, job="deep"))
+        d.ring("g")
+        await until(lambda: len(rec.sent) == 1)
+        passes = 0
+        worker = d.guids["g"]
+        real = worker._sleep
+
+        async def counted(seconds: float) -> None:
+            nonlocal passes
+            passes += 1
+            await real(seconds)
+
+        worker._sleep = counted  # type: ignore[method-assign]
+        for n in range(100, 300):  # a deep job's doorbells while its guid waits out its gap
+            ring(d, rec.store, cmd("g", n, job="deep"))
+            await asyncio.sleep(0)
+        ring(d, rec.store, cmd("g", 999, job="new"))  # this one sorts ahead of the window
+        await until(lambda: len(rec.sent) == 2)
+        stop(d)
+        return passes, [i for _, i, _ in rec.sent]
+
+    passes, sent = asyncio.run(scenario())
+    assert passes <= 5, f"the guid's worker woke {passes} times for 200 doorbells it had nothing to do about"
+    assert sent[1] == "g-999", f"the doorbell that mattered still woke it: {sent}"
+
+
+def test_when_its_order_changes_a_guid_reads_the_head_at_once_and_tops_up_after_its_next_send() -> None:
+    async def scenario() -> tuple[list[tuple[float, int]], list[tuple[str, str, float]]]:
+        d, rec, _ = dispatcher(Limits(min_interval_s=0.6, jitter_s=0.0, online_reserve=0.0), cap=20)
+        for n in range(100):
+            rec.store.add(cmd("g", n, job="big"))
+        d.ring("g")
+        await until(lambda: len(rec.sent) == 1)
+        reads: list[tuple[float, int]] = []
+        real = rec.store.next_ready
+
+        async def timed(guid: str, exclude: Sequence[str], limit: int) -> Ready:
+            reads.append((time.monotonic(), limit))
+            return await real(guid, exclude, limit)
+
+        rec.store.next_ready = timed  # type: ignore[method-assign]
+        ring(d, rec.store, cmd("g", 999, job="new"))  # a new job: it sorts ahead of the window
+        await until(lambda: len(rec.sent) == 3, timeout=10)
+        stop(d)
+        return reads, rec.sent
+
+    reads, sent = asyncio.run(scenario())
+    assert sent[1][1] == "g-999", f"the new job went next: {sent}"
+    assert reads[0][1] == HEAD_READ and reads[0][0] < sent[1][2], "at once, only the head of the order"
+    assert len(reads) >= 2 and reads[1][0] >= sent[1][2], f"the top-up after the next send: {reads}"

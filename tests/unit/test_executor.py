@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
+from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus
 from pacer_sender.core import Executed, Executor
+from pacer_sender.domain.decisions import Decision
 
 from .fakes import FakeGateway, InMemoryItemRepository, SentText
 
@@ -268,7 +273,6 @@ class SlowBegin(InMemoryItemRepository):
 
     async def begin_send(self, cmd: ItemCommand, owner: str):
         import dataclasses
-        import time
 
         await asyncio.sleep(self.queued_s)
         sent_at = time.monotonic()
@@ -294,3 +298,33 @@ def test_time_queued_before_the_claiming_statement_does_not_count_against_the_de
     result, _repo, gw = late(queued_s=0.12, statement_s=0.0)
     assert result == Executed("confirmed", True)
     assert len(gw.sent) == 1
+
+
+class _TimedWrites(InMemoryItemRepository):
+    """Notes when the outcome of a send began to be written (confirm or settle)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written_at: list[float] = []
+
+    async def confirm(self, cmd: ItemCommand, epoch: int, receipt: Receipt) -> bool:
+        self.written_at.append(time.monotonic())
+        return await super().confirm(cmd, epoch, receipt)
+
+    async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision) -> bool:
+        self.written_at.append(time.monotonic())
+        return await super().settle(cmd, epoch, decision)
+
+
+@pytest.mark.parametrize("errors", [[], [SendError(F.RETRYABLE, -1, "busy")]], ids=["confirmed", "failed"])
+def test_the_result_says_when_the_gateway_answered_after_the_call_before_the_outcome_was_written(
+        errors: list[SendError]) -> None:
+    called: list[float] = []
+    repo = _TimedWrites()
+    repo.add("it-1")
+    gw = FakeGateway(errors, during_send=lambda sent: called.append(time.monotonic()))
+    result = asyncio.run(executor(repo, gw).execute(command()))
+    assert result.answered_mono is not None and called and repo.written_at
+    assert called[0] <= result.answered_mono, "the answer, not the call's start"
+    assert result.answered_mono <= repo.written_at[-1], "before the outcome was written, not after"
+    assert run(repo, gw, command()).answered_mono is None, "no call, no time: the guid's spacing is left as it was"

@@ -8,13 +8,15 @@ import asyncio
 import itertools
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pacer_common.domain.commands import CommandHead
 from pacer_common.domain.ids import ItemId, JobId
 from pacer_sender.domain.order import Queued, fair_order, sheds
 from pacer_sender.domain.pacing import GuidPacer, Limits
-from pacer_sender.domain.queue import GuidQueue, GuidWindow
+from pacer_sender.domain.queue import HEAD_READ, GuidQueue, GuidWindow
 from tests.unit.dispatching import FAST, cmd, dispatcher, ring, stop, until
 
 
@@ -77,7 +79,7 @@ def test_a_better_priority_doorbell_behind_a_deep_queue_drops_the_batch_lane_and
     assert not w.offer(cmd("g", 50)), "the same job: Postgres chooses; the window stays"
     assert len(w) == 10 and w.refill_size() == 0
     assert not w.offer(cmd("g", 51, priority=2))
-    assert len(w) == 0 and w.urgent and w.refill_size() == 10, "a ticket sorts ahead: refill now"
+    assert len(w) == 0 and w.urgent and w.refill_size() == HEAD_READ, "a ticket sorts ahead: read the head of the order now"
 
 
 def test_a_doorbell_of_a_job_the_window_holds_nothing_of_asks_for_its_turn() -> None:
@@ -122,13 +124,19 @@ def test_batch_waits_for_the_online_lane_only_once_it_is_late() -> None:
     assert w.oldest("online") == 100.0 and w.oldest("batch") is None
 
 
-def test_a_ticket_behind_a_deep_campaign_goes_out_with_the_next_send() -> None:
+@pytest.mark.parametrize("head_only", [False, True], ids=["command", "head of a full window's doorbell"])
+def test_a_ticket_behind_a_deep_campaign_goes_out_with_the_next_send(head_only: bool) -> None:
     async def scenario() -> list[str]:
         d, rec, _ = dispatcher(Limits(min_interval_s=0.05, jitter_s=0.0, online_reserve=0.0), cap=50)
         for n in range(300):
             ring(d, rec.store, cmd("g", n))
         await until(lambda: len(rec.sent) >= 3)
-        ring(d, rec.store, cmd("g", 999, priority=2, job="tickets"))
+        ticket = cmd("g", 999, priority=2, job="tickets")
+        if head_only:  # what the consumer hands over for a guid whose window is full
+            rec.store.add(ticket)
+            d.ring("g", CommandHead.model_validate_json(ticket.model_dump_json()))
+        else:
+            ring(d, rec.store, ticket)
         await until(lambda: any(i == "g-999" for _, i, _ in rec.sent))
         stop(d)
         return [i for _, i, _ in rec.sent]
@@ -212,3 +220,29 @@ def test_a_guid_whose_jobs_have_no_expire_at_is_never_read_for_shedding() -> Non
         return len(checks)
 
     assert asyncio.run(scenario()) == 0
+
+
+def test_a_new_job_behind_a_window_at_its_cap_refills_at_once_even_when_postgres_had_no_more() -> None:
+    w = GuidWindow(cap=3)
+    for n in range(3):
+        assert w.offer(cmd("g", n, job="big"))
+    assert not w.more
+    assert not w.offer(cmd("g", 10, job="small")), "no room: Postgres has it"
+    assert w.urgent and w.more and len(w) == 0, "a job the window holds nothing of sorts ahead: read it now"
+
+
+def test_a_scheduled_doorbell_read_only_for_its_head_still_sets_when_its_guid_wakes() -> None:
+    async def scenario() -> float | None:
+        d, rec, _ = dispatcher(Limits(min_interval_s=30.0, jitter_s=0.0, online_reserve=0.0), cap=4)
+        for n in range(10):
+            ring(d, rec.store, cmd("g", n))
+        await until(lambda: len(rec.sent) == 1)
+        later = cmd("g", 50, job="later", not_before=datetime.now(UTC) + timedelta(seconds=120))
+        rec.store.add(later)
+        d.ring("g", CommandHead.model_validate_json(later.model_dump_json()))
+        due = d.guids["g"].due_at
+        stop(d)
+        return None if due is None else due - d.crew.clock()
+
+    due_in = asyncio.run(scenario())
+    assert due_in is not None and 110 < due_in <= 120, f"the guid wakes when it comes due: {due_in}"

@@ -41,6 +41,10 @@ class Executed:
     claimed_at: datetime | None = field(default=None, compare=False)  # when this sender claimed it (submitted)
     answered_at: datetime | None = field(default=None, compare=False)  # when the gateway call ended
     first_claim: bool = field(default=False, compare=False)  # no attempt at the item before this one
+    # When the gateway's answer came (time.monotonic()): the guid's next send is spaced from
+    # it, not from the end of the confirmation's write. Not from the call's start: the gateway
+    # sees a send somewhere between the two, so only the answer is sure to come after it.
+    answered_mono: float | None = field(default=None, compare=False)
 
 
 class Executor:
@@ -116,22 +120,22 @@ class Executor:
         try:
             receipt = await self._call(cmd, msg, media_id, started + self.send_deadline_s)
         except SendError as err:
-            answered_at = datetime.now(UTC)
+            answered_mono, answered_at = time.monotonic(), datetime.now(UTC)
             decision = after_failure(err, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng, self.states)
             if not await self.repo.settle(cmd, begun.epoch, decision):
                 log.warning("outcome not recorded: lease taken over (%s)", err)
-                return Executed("fenced", True, err, claimed_at, answered_at, first)
+                return Executed("fenced", True, err, claimed_at, answered_at, first, answered_mono)
             log.info("send failed: %s → %s", err, decision.to.value)
             outcome: Outcome = ("rate_limited" if err.failure_class is FailureClass.RATE_LIMITED
                                 else "in_doubt" if err.failure_class is FailureClass.IN_DOUBT
                                 else "needs_human" if decision.guid_state is not None
                                 else "retry" if decision.next_attempt_at else "failed")
-            return Executed(outcome, True, err, claimed_at, answered_at, first)
-        answered_at = datetime.now(UTC)
+            return Executed(outcome, True, err, claimed_at, answered_at, first, answered_mono)
+        answered_mono, answered_at = time.monotonic(), datetime.now(UTC)
         if not await self.repo.confirm(cmd, begun.epoch, receipt):
             log.warning("confirmation not recorded: lease taken over")
-            return Executed("fenced", True, None, claimed_at, answered_at, first)
-        return Executed("confirmed", True, None, claimed_at, answered_at, first)
+            return Executed("fenced", True, None, claimed_at, answered_at, first, answered_mono)
+        return Executed("confirmed", True, None, claimed_at, answered_at, first, answered_mono)
 
     async def _call(self, cmd: ItemCommand, msg: AnyMessage | None, media_id: str | None,
                     deadline: float) -> Receipt:

@@ -9,9 +9,13 @@ read; one that does not fit, a scheduled one, or a doorbell without a readable c
 nothing in memory stands for work Postgres does not also hold.
 
 What goes next is decided in Postgres over all of the guid's ready work (``order.py``); the
-window is a prefix of that order, refilled at once when a doorbell sorts ahead of it. The
-guid's lease is taken before its first send and given back when its partition goes
-(``leasing.py``); what goes wrong with one item stays with that item (``execution.py``).
+window is a prefix of that order: when a doorbell sorts ahead of it, or scheduled work comes
+due, the worker reads the head of the order at once and the rest after its next send. A
+doorbell for a guid whose window would not hold it anyway is read only for its head
+(``CommandHead``: lane, priority, job, due time), enough to tell whether it sorts ahead; a
+doorbell that changes nothing the worker acts on does not wake it. The guid's lease is taken
+before its first send and given back when its partition goes (``leasing.py``); what goes
+wrong with one item stays with that item (``execution.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.commands import CommandHead, ItemCommand
 from pacer_sender.core import Executed, Executor
 from pacer_sender.crew import Crew, Hooks, WorkerConfig
 from pacer_sender.domain.pacing import GuidPacer, Limits
@@ -82,24 +86,29 @@ class Dispatcher:
         self.crew.config.lease_retry_s = seconds
 
     # -- doorbells ------------------------------------------------------------------------
-    def ring(self, guid: str, cmd: ItemCommand | None = None) -> bool:
-        """Guid ``guid`` has work (``cmd``, if its command was readable). True if this
-        started a worker for it."""
+    def ring(self, guid: str, cmd: ItemCommand | CommandHead | None = None) -> bool:
+        """Guid ``guid`` has work (``cmd``, if its command was readable; only its head, if the
+        window would not hold it anyway). True if this started a worker for it."""
         worker = self.guids.get(guid)
         started = worker is None
         if worker is None:
             worker = self.guids[guid] = GuidWorker(guid, self.crew, self.paces.setdefault(guid, GuidPacer()),
                                                    self._ended)
-        if cmd is not None and cmd.guid == guid and unsendable(cmd) is None and not _scheduled(cmd):
+        seen = worker.acted_on()
+        if cmd is None or cmd.guid != guid or (isinstance(cmd, ItemCommand) and unsendable(cmd) is not None):
+            worker.ring()  # Postgres has it: the worker reads it from there
+        elif _scheduled(cmd):
+            worker.ring(cmd.not_before)  # on time, whatever the window holds
+        elif isinstance(cmd, CommandHead):
+            worker.note(cmd)  # not held: does it sort ahead of the window?
+        else:
             worker.hold(cmd)
-        else:  # Postgres has it: the worker reads it from there
-            scheduled = cmd is not None and cmd.guid == guid and _scheduled(cmd)
-            worker.ring(cmd.not_before if scheduled and cmd is not None else None)
-        worker.start()
+        # A doorbell that changes nothing the worker acts on leaves it to its next moment.
+        worker.start(wake=started or worker.acted_on() != seen)
         return started
 
     def full(self, guid: str) -> bool:
-        """Whether a batch command for ``guid`` would only ring (no need to read it)."""
+        """Whether a batch command for ``guid`` would not be held (its head is enough)."""
         worker = self.guids.get(guid)
         return worker is not None and self.crew.buffer.full(worker.window)
 
@@ -146,5 +155,5 @@ class Dispatcher:
         await self.crew.leases.release(gone, {guid for guid, w in stopped.items() if w.executing is not None})
 
 
-def _scheduled(cmd: ItemCommand) -> bool:
+def _scheduled(cmd: ItemCommand | CommandHead) -> bool:
     return cmd.not_before is not None and cmd.not_before > datetime.now(UTC)

@@ -5,6 +5,10 @@ is retried without end; a value the item holds that cannot be stored or sent fai
 (``bad_params``, with the reason); any other exception is logged, counted and retried a
 few times with backoff, then fails the item as an internal error — but only while it is
 pending: a submitted item is the reconciler's to verify. The guid goes on either way.
+
+A guid's sends are spaced from the gateway's answer to the last one (``answered_mono``):
+not from the call's start, as the gateway may take the send any time until it answers, nor
+from the end of the confirmation, which must not stretch the interval.
 """
 
 from __future__ import annotations
@@ -65,11 +69,16 @@ class ItemRunner:
             self.crew.leases.lost(self.guid)
             return self._put_back(cmd, 0.0)
         if result.called_gateway:
-            clock, rng = self.crew.clock, self.crew.rng
+            # Spaced from the gateway's answer, not from the end of the confirmation (a slow
+            # write must not stretch the interval) nor from the call's start (the gateway may
+            # see the send any time until it answers: two sends would come closer than the
+            # interval).
+            now, rng = self.crew.clock(), self.crew.rng
+            at = now if result.answered_mono is None else min(result.answered_mono, now)
             if result.outcome == "rate_limited":
-                self.pacer.slowed(lane, limits, clock(), rng)
+                self.pacer.slowed(lane, limits, at, rng)
             else:
-                self.pacer.sent(lane, limits, clock(), time.time(), rng, self.crew.hooks.job_interval(cmd.job_id))
+                self.pacer.sent(lane, limits, at, time.time(), rng, self.crew.hooks.job_interval(cmd.job_id))
         self.window.finished(cmd)
         self.errors.pop(cmd.item_id, None)
         self.crew.hooks.on_executed(cmd, result)

@@ -29,7 +29,7 @@ class Buffer:
         return lane_of(cmd.priority) == "online" or self.held < self.max_buffered
 
     def full(self, window: GuidWindow) -> bool:
-        """Whether a batch command for this window would only ring."""
+        """Whether a batch command for this window would not be held (its head is enough)."""
         return len(window.lanes.lanes["batch"]) >= self.guid_cap or self.held >= self.max_buffered
 
     def read_size(self, wanted: int) -> int:

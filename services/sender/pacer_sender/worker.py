@@ -2,10 +2,15 @@
 
 The worker holds a small window of the guid's ready commands (``GuidWindow``, at most
 ``guid_cap`` per lane) and reads the guid's next ready items from Postgres as the window
-runs low. With nothing ready it learns from Postgres when the guid's next scheduled item is
-due and sleeps until then (a doorbell wakes it sooner); if that is beyond ``horizon_s`` it
-ends, and the sweep (``sweeper.py``) starts it again in time. Scheduled work is never in
-the window, so it never holds up ready work.
+runs low. When a doorbell sorts ahead of the window or scheduled work comes due, it reads
+the head of the order (``HEAD_READ``) at once and tops up after the guid's next send, so a
+hundred guids whose order changes at once read spread over their pacing gaps. With nothing
+ready it learns from Postgres when the guid's next scheduled item is due and sleeps until
+then (a doorbell that changes what it acts on wakes it sooner); if that is beyond
+``horizon_s`` it ends, and the sweep (``sweeper.py``) starts it again in time. Every wait, a
+pacing gap included, ends when scheduled work comes due, so that work takes its place in the
+order during the gap, not after it. Scheduled work is never in the window, so it never holds
+up ready work.
 
 While an online command has waited longer than the guid's ``online_yield_s``, the batch lane
 yields entirely. Every ``shed_every_s`` a guid with batch work checks, in Postgres, which of
@@ -23,7 +28,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from pacer_common.db.errors import TransientError
-from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.commands import CommandHead, ItemCommand
 from pacer_common.domain.requests import Lane
 from pacer_sender.crew import Crew
 from pacer_sender.domain.pacing import GuidPacer, Limits
@@ -47,6 +52,7 @@ class GuidWorker:
         self.shed_at: float | None = None  # when its batch queue was last checked for shedding (clock)
         self.stopping = False  # its partition went: finish the item in hand, then end
         self.revived = False  # rung again while stopping: start afresh once stopped
+        self.sent = False  # it executed an item since its last refill: time to top up, if low
 
     @property
     def executing(self) -> ItemCommand | None:
@@ -65,11 +71,22 @@ class GuidWorker:
             due = self.crew.clock() + (not_before - datetime.now(UTC)).total_seconds()
             self.due_at = due if self.due_at is None else min(self.due_at, due)  # on time, whatever the window holds
 
-    def start(self) -> None:
-        """Wake the worker, starting its task if it has none."""
+    def note(self, head: CommandHead) -> None:
+        """A ready command the window would not hold, read only for its head: Postgres has
+        it; the window reads at once if it sorts ahead of what the window holds."""
+        self.window.note(head.priority, head.job_id)
+
+    def acted_on(self) -> tuple[bool, bool, int, float | None]:
+        """What the worker acts on at its next moment: a doorbell that leaves this as it was
+        need not wake it."""
+        return self.window.more, self.window.urgent, len(self.window), self.due_at
+
+    def start(self, wake: bool = True) -> None:
+        """Wake the worker (if ``wake``), starting its task if it has none."""
         if self.stopping:
             self.revived = True
-        self.wake.set()
+        if wake:
+            self.wake.set()
         if self.task is None:
             self.task = asyncio.create_task(self._run(), name=f"guid:{self.guid}")
 
@@ -119,6 +136,7 @@ class GuidWorker:
             await self._sleep(wait if wait is not None else retry_s)
             return True
         pause = await self.runner.run(*picked, limits)
+        self.sent = True
         if pause:
             await self._sleep(pause)
         return True
@@ -142,9 +160,12 @@ class GuidWorker:
         """Read the guid's next ready items from Postgres into its window, if it runs low.
         False if the database could not be read."""
         n = self.window.refill_size()
-        if not n:
+        # A top-up (the window low, nothing ahead of it) waits for the guid's next send: the
+        # window is a prefix of the order, so what it reads goes after what it holds.
+        if not n or not (self.window.urgent or not self.window or self.sent):
             return True
         rings = self.window.refilling()
+        self.sent = False
         n = self.crew.buffer.read_size(n)
         try:
             ready = await self.crew.queue.next_ready(self.guid, list(self.window.ids), n)
@@ -211,7 +232,11 @@ class GuidWorker:
         return oldest is not None and wall - oldest > limits.online_yield_s
 
     async def _sleep(self, seconds: float) -> None:
-        """Wait for the guid's next moment; a doorbell for the guid ends the wait early."""
+        """Wait for the guid's next moment; a doorbell for the guid ends the wait early, and so
+        does its scheduled work coming due (so it takes its place in the window while the guid
+        waits out its pacing gap, not after)."""
+        if self.due_at is not None:
+            seconds = min(seconds, self.due_at - self.crew.clock())
         self.wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, min(seconds, self.crew.config.max_idle_s)))

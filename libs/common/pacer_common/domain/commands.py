@@ -40,6 +40,19 @@ class ItemCommand(BaseModel):
     tenant: str = "default"
 
 
+class CommandHead(BaseModel):
+    """The part of an item command that places it in its guid's queue — lane and priority,
+    job (fair share), when it is due — read without the rest: what a sender needs of a
+    doorbell it will not hold."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    guid: Guid
+    job_id: JobId
+    priority: int
+    not_before: AwareDatetime | None = None
+
+
 ItemFields = tuple[ItemId, int, Guid, ToId, str, IdemKey]  # item_id, shard_id, guid, to_id, content, idem_key
 
 

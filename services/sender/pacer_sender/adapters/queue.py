@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, LiteralString
 
 from pacer_common.db.durable import synchronous_transaction
 from pacer_common.db.errors import with_retry
@@ -17,6 +17,18 @@ from pacer_common.domain.status import ItemStatus as S
 from pacer_sender.adapters.postgres import _sql, move, storable
 from pacer_sender.ports import Ready, Waiting
 
+# How next_ready.sql is run. Its cost is bounded only if every range is read in the order of
+# items_guid_ready and stops at ``limit`` entries; any other index (items_guid_queued,
+# items_job_status) or a bitmap scan reads the guid's or the job's whole range and sorts it —
+# 100,000 rows for a broadcast. The planner picks by row estimates, and those are wrong exactly
+# when it matters: a guid or job loaded since the last ANALYZE looks empty. So, for this
+# statement, sorts and bitmap scans are ruled out where an ordered index scan can serve, and
+# each run is planned for its own guid (a prepared statement's generic plan, built for any
+# guid, reads whole ranges again). One statement, local to the refill's transaction.
+NEXT_READY_SETTINGS: tuple[LiteralString, ...] = (
+    "SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),"
+    " set_config('plan_cache_mode', 'force_custom_plan', true)",)
+
 
 class PostgresGuidQueue:
     def __init__(self, pool: Pool) -> None:
@@ -24,7 +36,9 @@ class PostgresGuidQueue:
 
     async def next_ready(self, guid: str, exclude: Sequence[str], limit: int) -> Ready:
         async def work() -> Ready:
-            async with self.pool.connection() as conn:
+            async with self.pool.connection() as conn, conn.transaction():
+                for setting in NEXT_READY_SETTINGS:
+                    await conn.execute(setting)
                 rows: list[Any] = await (await conn.execute(_sql("next_ready"), {
                     "guid": guid, "exclude": list(exclude), "limit": limit})).fetchall()
             cmds = [ItemCommand.model_validate(r) for r in rows if r["item_id"] is not None]

@@ -39,6 +39,7 @@ from pacer_sender.domain.order import weight_of
 NO_JOB = JobId("")  # entries not of any job (tests, single-queue use)
 
 T = TypeVar("T")
+HEAD_READ = 8  # items read at once when the window's order changed; the rest while the guid waits
 _arrival = itertools.count()
 
 
@@ -161,19 +162,22 @@ class GuidWindow:
         if cmd.item_id in self.ids:
             return True
         lane = lane_of(cmd.priority)
-        batch = self.lanes.lanes["batch"]
-        if self.more and lane == "batch":
-            best = batch.best_priority()
-            if best is not None and (cmd.priority < best or not batch.holds(cmd.priority, cmd.job_id)):
-                self.reorder()
-            else:
-                self.ring()
-            return False
-        if not room or len(self.lanes.lanes[lane]) >= self.cap:
-            self.ring()
+        if (self.more and lane == "batch") or not room or len(self.lanes.lanes[lane]) >= self.cap:
+            self.note(cmd.priority, cmd.job_id)
             return False
         self.put(cmd, now)
         return True
+
+    def note(self, priority: int, job: JobId) -> None:
+        """A command of ``job`` at ``priority`` that the window does not hold: Postgres has it.
+        If it sorts ahead of the batch lane — a better priority, or a job the lane holds nothing
+        of at that priority (fair share owes it a turn) — refill at once; else ring."""
+        batch = self.lanes.lanes["batch"]
+        best = batch.best_priority()
+        if lane_of(priority) == "batch" and best is not None and (priority < best or not batch.holds(priority, job)):
+            self.reorder()
+        else:
+            self.ring()
 
     def put(self, cmd: ItemCommand, since: float = 0.0) -> None:
         """Hold ``cmd`` whatever the cap (an item put back after a failed attempt)."""
@@ -183,10 +187,14 @@ class GuidWindow:
 
     def refill_size(self) -> int:
         """How many items to read from Postgres now: none unless it may hold more and the
-        window has run down to half (or holds less than what Postgres would send first)."""
+        window has run down to half (or holds less than what Postgres would send first). A
+        refill for what sorts ahead reads only the head of the order (``HEAD_READ``), what
+        the next sends need: when a ticket, a new job or scheduled work reaches a hundred
+        guids at once, a hundred full windows are not read at that instant."""
         if not self.more or (len(self.lanes) > self.cap // 2 and not self.urgent):
             return 0
-        return max(1, self.cap - len(self.lanes))
+        n = max(1, self.cap - len(self.lanes))
+        return min(n, HEAD_READ) if self.urgent else n
 
     def refilling(self) -> int:
         """A refill starts: the doorbell count to hand to :meth:`refilled`."""

@@ -20,6 +20,11 @@
 -- yet due. ``due_in_s`` (seconds until the earliest scheduled item, NULL if none) is one
 -- more probe per pair. The statement always returns one row at least (item_id NULL when
 -- nothing is ready), carrying due_in_s.
+--
+-- That cost holds only when every range is read in the order of items_guid_ready; the
+-- adapter runs this with sorts and bitmap scans off (queue.NEXT_READY_SETTINGS), since the
+-- planner, misled by statistics that predate a guid's or job's rows, would otherwise pick
+-- items_guid_queued or items_job_status and read (and sort) the whole guid or job.
 WITH RECURSIVE pairs(priority, job_id) AS (
     (SELECT priority, job_id FROM items
      WHERE guid = %(guid)s AND status = 'pending' AND NOT held
