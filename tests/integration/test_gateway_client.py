@@ -79,3 +79,21 @@ def test_sends_refused_for_the_senders_own_lateness_do_not_open_the_tenants_brea
         assert not is_open, "a sender's own lateness is not a gateway failure"
         assert code == 0
         assert httpx.get(f"{url}/_admin/stats").json()["sends"] == 1
+
+
+def test_idle_connections_are_dropped_before_a_usual_server_drops_them() -> None:
+    import inspect
+
+    import uvicorn
+
+    from pacer_common.gateway import KEEPALIVE_S
+
+    async def go() -> float:
+        client = make_client("http://127.0.0.1:9", 2.0)
+        try:
+            return float(client.session().connector._keepalive_timeout or 0)
+        finally:
+            await client.aclose()
+
+    server_idle_s = inspect.signature(uvicorn.Config.__init__).parameters["timeout_keep_alive"].default
+    assert asyncio.run(go()) == KEEPALIVE_S < server_idle_s
