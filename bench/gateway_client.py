@@ -2,8 +2,10 @@
 
 Starts ``pacer-fake-gateway`` at zero latency on a free port, then sends N
 sendText requests at fixed concurrency with (a) plain ``httpx.AsyncClient``,
-(b) ``httpx.AsyncClient`` over ``httpx_aiohttp.AiohttpTransport`` and (c) a bare
-``aiohttp.ClientSession`` as the ceiling. Besides req/s it reports the client's
+(b) ``httpx.AsyncClient`` over ``httpx_aiohttp.AiohttpTransport``, (c) a bare
+``aiohttp.ClientSession`` as the ceiling and (d) Pacer's own send
+(``pacer_common.gateway.GatewayClient.send_text``: the aiohttp session directly, with the
+deadline check, the trace span and headers, the latency metric and the answer's mapping). Besides req/s it reports the client's
 CPU time per request (independent of how fast the server is) and the server's
 CPU use (near 100% means the server, not the client, set the pace).
 
@@ -29,7 +31,7 @@ from pacer_dev.fakegateway.process import start_fake_gateway, stop
 
 SendFn = Callable[[int], Awaitable[int]]
 RUN_DEADLINE_S = 120.0
-CLIENTS = ("httpx_plain", "httpx_aiohttp", "aiohttp_bare")
+CLIENTS = ("httpx_plain", "httpx_aiohttp", "aiohttp_bare", "pacer_send")
 
 
 @dataclass
@@ -110,6 +112,29 @@ async def _bench_aiohttp(url: str, args: argparse.Namespace, pid: int) -> RunRes
         return await _drive(send_one, args.requests, args.concurrency, pid)
 
 
+async def _bench_pacer(url: str, args: argparse.Namespace, pid: int) -> RunResult:
+    from prometheus_client import CollectorRegistry
+
+    from pacer_common.domain.failures import DEFAULT_CODE_TABLE
+    from pacer_common.gateway import GatewayClient, make_client
+    from pacer_common.metrics import gateway_latency
+
+    client = make_client(url, 10.0, max_connections=args.concurrency)
+    gw = GatewayClient(client, DEFAULT_CODE_TABLE, observe=gateway_latency(CollectorRegistry()))
+    try:
+
+        async def send_one(i: int) -> int:
+            body, headers = _payload(i)
+            receipt = await gw.send_text(body["guid"], body["toId"], body["content"], headers["X-Idempotency-Key"],
+                                         deadline=time.monotonic() + 10)
+            return receipt.code
+
+        await _drive(send_one, args.warmup, args.concurrency, pid)
+        return await _drive(send_one, args.requests, args.concurrency, pid)
+    finally:
+        await client.aclose()
+
+
 async def _reset(url: str) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=5.0) as client:
         (await client.post("/_admin/reset")).raise_for_status()
@@ -120,6 +145,7 @@ async def _run_all(url: str, args: argparse.Namespace, pid: int) -> dict[str, Ru
         "httpx_plain": lambda: _bench_httpx(url, args, pid, aiohttp_transport=False),
         "httpx_aiohttp": lambda: _bench_httpx(url, args, pid, aiohttp_transport=True),
         "aiohttp_bare": lambda: _bench_aiohttp(url, args, pid),
+        "pacer_send": lambda: _bench_pacer(url, args, pid),
     }
     results: dict[str, RunResult] = {}
     for name, run in runs.items():

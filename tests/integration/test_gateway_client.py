@@ -48,3 +48,52 @@ def test_a_refused_connection_is_not_sent() -> None:
     with pytest.raises(SendError) as err:
         send("http://127.0.0.1:9", None, "nowhere")
     assert err.value.failure_class is FailureClass.NOT_SENT
+
+
+def test_sends_refused_for_the_senders_own_lateness_do_not_open_the_tenants_breaker() -> None:
+    from pydantic import SecretStr
+
+    from pacer_common.domain.breaker import Breaker
+    from pacer_common.domain.tenants import Tenant
+    from pacer_common.tenant_gateways import TenantGateways
+
+    with running_fake_gateway() as url:
+        tenant = Tenant("default", url, SecretStr("cred"))
+
+        async def go() -> tuple[list[str], bool, int]:
+            gws = TenantGateways(lambda name: tenant, 2.0, DEFAULT_CODE_TABLE, breaker=lambda: Breaker(3, 60.0))
+            late = []
+            try:
+                for n in range(6):
+                    try:
+                        await gws.send_text("g1", "r1", "hi", f"late-{n}", deadline=time.monotonic() - 0.001)
+                    except SendError as err:
+                        late.append(err.failure_class.value)
+                receipt = await gws.send_text("g1", "r1", "hi", "in-time", deadline=time.monotonic() + 5)
+                return late, gws.breaker("default").is_open, receipt.code
+            finally:
+                await gws.aclose()
+
+        late, is_open, code = asyncio.run(go())
+        assert late == [FailureClass.NOT_SENT.value] * 6
+        assert not is_open, "a sender's own lateness is not a gateway failure"
+        assert code == 0
+        assert httpx.get(f"{url}/_admin/stats").json()["sends"] == 1
+
+
+def test_idle_connections_are_dropped_before_a_usual_server_drops_them() -> None:
+    import inspect
+
+    import uvicorn
+
+    from pacer_common.gateway import KEEPALIVE_S
+
+    async def go() -> float:
+        client = make_client("http://127.0.0.1:9", 2.0)
+        try:
+            return float(client.session().connector._keepalive_timeout or 0)
+        finally:
+            await client.aclose()
+
+    server_idle_s = inspect.signature(uvicorn.Config.__init__).parameters["timeout_keep_alive"].default
+    assert asyncio.run(go()) == KEEPALIVE_S < server_idle_s

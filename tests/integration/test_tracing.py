@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
-import httpx
 import psycopg
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -21,7 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pacer_common import tracing
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, RetryPolicy
-from pacer_common.gateway import GatewayClient
+from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.kafka import AsyncConsumer, ensure_topics, make_consumer, make_producer, produce_all
 from pacer_planner.adapters.faults import ENVIRONMENT
 from pacer_planner.adapters.kafka import KafkaCommandBus, KafkaRequestSource
@@ -109,7 +108,7 @@ def test_one_item_is_followed_from_the_request_to_its_outcome(
                                           IntakePolicy(ENVIRONMENT), Events(), stop).run(), 60)
         await consumer.close()
         # The sender reads the item from Postgres (no command needed) and sends it.
-        http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.server_port}")
+        http = make_client(f"http://127.0.0.1:{server.server_port}", 10.0)
         await PostgresGuidLeases(pool, TTL).acquire(["g-trace"], "w1")
         (cmd,) = (await PostgresGuidQueue(pool).next_ready("g-trace", [], 10)).commands
         executor = Executor(PostgresItemRepository(pool, TTL), GatewayClient(http, DEFAULT_CODE_TABLE), "w1",

@@ -66,3 +66,28 @@ def test_requests_after_a_batch_started_go_in_the_next_one() -> None:
 
     asyncio.run(scenario())
     assert calls == [[1, 2], [3]]
+
+
+def test_what_is_asked_while_batches_run_waits_and_goes_as_one_batch() -> None:
+    calls: list[list[int]] = []
+    release = asyncio.Event()
+
+    async def run_many(reqs: Sequence[int]) -> list[int]:
+        calls.append(list(reqs))
+        await release.wait()
+        return list(reqs)
+
+    async def scenario() -> list[int]:
+        b: Batcher[int, int] = Batcher(run_many, max_running=1)
+        first = asyncio.ensure_future(b.submit(0))
+        await asyncio.sleep(0.01)
+        later = []
+        for i in range(1, 6):  # asked one by one, in separate instants, while the first batch runs
+            later.append(asyncio.ensure_future(b.submit(i)))
+            await asyncio.sleep(0.001)
+        assert calls == [[0]], "nothing more may start while max_running batches are in flight"
+        release.set()
+        return list(await asyncio.gather(first, *later))
+
+    assert asyncio.run(scenario()) == [0, 1, 2, 3, 4, 5]
+    assert calls == [[0], [1, 2, 3, 4, 5]]

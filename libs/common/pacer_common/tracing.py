@@ -60,10 +60,14 @@ def _exporter(name: str) -> SpanExporter | None:
 
 
 _provider: TracerProvider | None = None
+_cached: tuple[TracerProvider | None, trace.Tracer] | None = None  # making a tracer costs more than a span
 
 
 def tracer() -> trace.Tracer:
-    return _provider.get_tracer("pacer") if _provider is not None else trace.get_tracer("pacer")
+    global _cached
+    if _cached is None or _cached[0] is not _provider:
+        _cached = (_provider, _provider.get_tracer("pacer") if _provider is not None else trace.get_tracer("pacer"))
+    return _cached[1]
 
 
 def parent(traceparent: str | bytes | None) -> context.Context | None:

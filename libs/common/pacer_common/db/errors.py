@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -55,16 +56,33 @@ async def with_retry(work: Callable[[], Awaitable[T]], *, deadline_s: float = 60
 
     A pool pool whose server restarted hands out broken connections; each attempt takes a
     fresh one, so a Postgres restart costs a pause, not a crash.
+
+    The first attempt runs without tenacity: setting up its retry loop costs more than a
+    batched statement (py-spy: 10-15% of a sender's CPU at 3,000 paced guids). A first
+    attempt that fails transiently becomes the loop's first attempt, so the waits and the
+    deadline (counted from the first attempt) are as if the loop had run it.
     """
+    started = time.monotonic()
+    try:
+        return await _attempt(work)
+    except TransientError as first:
+        failed: TransientError | None = first
     async for attempt in AsyncRetrying(
         retry=retry_if_exception_type(TransientError),
-        stop=stop_after_delay(deadline_s),
+        stop=stop_after_delay(max(0.0, deadline_s - (time.monotonic() - started))),
         wait=wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.1),
         reraise=True,
     ):
         with attempt:
-            try:
-                return await work()
-            except psycopg.Error as exc:
-                raise translate(exc) from exc
+            if failed is not None:
+                again, failed = failed, None
+                raise again
+            return await _attempt(work)
     raise AssertionError("unreachable")
+
+
+async def _attempt(work: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return await work()
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
