@@ -62,8 +62,9 @@ def seed_items(url: str, guids: int, per_guid: int, priority: int = 3, kind: str
     with psycopg.connect(url) as conn:
         conn.execute(
             "INSERT INTO jobs (job_id, request_id, kind, priority, created_by, message, content_version,"
-            " target_mode, total, request, dispatched_at) VALUES (%s, %s, %s, %s, 'bench', '{}', 1, 'snapshot', %s,"
-            " '{}', now())", (job_id, f"bench-{job_id}", kind, priority, guids * per_guid))
+            " target_mode, total, request, dispatched_at) VALUES (%s, %s, %s, %s, 'bench', %s, 1, 'snapshot', %s,"
+            " '{}', now())", (job_id, f"bench-{job_id}", kind, priority, json.dumps({"type": "text", "content": "hello"}),
+                              guids * per_guid))
         shard_ids = {}
         for g in range(guids):
             guid = f"bg{g:05d}"
