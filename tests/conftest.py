@@ -89,3 +89,15 @@ def kafka_config(infra_env: Infra) -> dict[str, str]:
 @pytest.fixture
 def topic_prefix() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    """A fake gateway of the module's own, as a subprocess on a free loopback port."""
+    from pacer_dev.fakegateway.process import start_fake_gateway, stop
+
+    url, proc = start_fake_gateway()
+    try:
+        yield url
+    finally:
+        stop(proc)

@@ -11,18 +11,8 @@ import pytest
 
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
 from pacer_common.gateway import GatewayClient, make_client
-from pacer_dev.fakegateway.process import start_fake_gateway, stop
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(scope="module")
-def server_url() -> Iterator[str]:
-    url, proc = start_fake_gateway()
-    try:
-        yield url
-    finally:
-        stop(proc)
 
 
 @pytest.fixture()

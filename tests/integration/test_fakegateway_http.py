@@ -19,15 +19,6 @@ pytestmark = pytest.mark.timeout(120)
 SEND = "/message/sendText"
 
 
-@pytest.fixture(scope="module")
-def server_url() -> Iterator[str]:
-    url, proc = start_fake_gateway()
-    try:
-        yield url
-    finally:
-        stop(proc)
-
-
 @pytest.fixture()
 def client(server_url: str) -> Iterator[httpx.Client]:
     """A client against a gateway with default knobs and no records."""

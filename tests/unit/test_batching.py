@@ -80,11 +80,16 @@ def test_what_is_asked_while_batches_run_waits_and_goes_as_one_batch() -> None:
     async def scenario() -> list[int]:
         b: Batcher[int, int] = Batcher(run_many, max_running=1)
         first = asyncio.ensure_future(b.submit(0))
-        await asyncio.sleep(0.01)
+        for _ in range(100):  # until the first batch is running (a few loop turns)
+            if calls:
+                break
+            await asyncio.sleep(0)
+        assert calls == [[0]], "the first batch never started"
         later = []
-        for i in range(1, 6):  # asked one by one, in separate instants, while the first batch runs
+        for i in range(1, 6):  # asked one by one, in separate loop turns, while the first batch runs
             later.append(asyncio.ensure_future(b.submit(i)))
-            await asyncio.sleep(0.001)
+            for _ in range(3):
+                await asyncio.sleep(0)
         assert calls == [[0]], "nothing more may start while max_running batches are in flight"
         release.set()
         return list(await asyncio.gather(first, *later))
