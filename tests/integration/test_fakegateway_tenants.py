@@ -120,6 +120,25 @@ def test_callbacks_reach_the_intake_signed_through_duplicates_losses_delays_and_
     assert order != sorted(order)  # some arrived out of order
 
 
+def test_lose_next_loses_exactly_that_many_callbacks_of_that_command_and_no_other() -> None:
+    with running_fake_gateway(seed=3) as gw, httpx.Client(base_url=gw) as c:
+        c.put("/_admin/tenants/acme", json={"callback_secret": "s", "callback_url": f"{gw}/_nowhere"}).raise_for_status()
+        assert c.put("/_admin/callbacks", json={"lose_next": {"media.ready": -1}}).status_code == 400
+        view = c.put("/_admin/callbacks", json={"lose_next": {"media.ready": 2}}).json()
+        assert view["lose_next"] == {"media.ready": 2}
+        for cmd in ("device.status", "media.ready", "media.ready", "media.ready", "device.status"):
+            c.post("/_admin/callbacks/emit", json={"tenant": "acme", "cmd": cmd, "guid": "g1", "data": {}}
+                   ).raise_for_status()
+        deadline = time.monotonic() + 10
+        while (view := c.get("/_admin/callbacks").json())["in_flight"]:
+            assert time.monotonic() < deadline, view
+            time.sleep(0.02)
+    counts = view["counts"]
+    assert (counts["emitted"], counts["lost"], counts["lost:media.ready"]) == (5, 2, 2)
+    assert "lost:device.status" not in counts and counts["refused_404"] == 3
+    assert view["lose_next"] == {}
+
+
 def test_a_tenant_past_its_daily_quota_is_deferred_across_senders_and_others_go_on(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
         conn.execute("INSERT INTO tenants (name, sends_per_day) VALUES ('small', 3), ('big', NULL)")

@@ -22,7 +22,10 @@ if TYPE_CHECKING:
     from pacer_dev.chaos.scenarios import Result, Size
 
 FAULTS = {"p_duplicate": 0.3, "p_lost": 0.25, "p_reorder": 0.3, "late_ms": 200, "late_jitter_ms": 1500,
-          "reorder_hold_ms": 1500}
+          "reorder_hold_ms": 1500,
+          # Besides chance losses, the first two ``media.ready`` are lost for sure: a short run
+          # has few uploads, and the poll that makes up for a lost one must be seen to happen.
+          "lose_next": {"media.ready": 2}}
 IMAGES = 3  # distinct images in the campaign: one upload per image per guid
 
 

@@ -9,8 +9,9 @@ Configured at run time under ``/_admin``:
   <credential>`` of a known tenant (else HTTP 401); with none, calls are not checked (as before).
 - ``PUT /_admin/callbacks`` — the callback faults, each optional: ``p_duplicate`` (posted twice),
   ``p_lost`` (never posted), ``p_reorder`` (held back and posted after the tenant's next one, or
-  after ``reorder_hold_ms``), ``late_ms`` and ``late_jitter_ms`` (posted that much later);
-  ``GET /_admin/callbacks`` answers them with counts.
+  after ``reorder_hold_ms``), ``late_ms`` and ``late_jitter_ms`` (posted that much later), and
+  ``lose_next`` ``{"<cmd>": n}`` (the next ``n`` callbacks of that command are lost, whatever the
+  dice say: a loss a test can count on); ``GET /_admin/callbacks`` answers them with counts.
 - ``POST /_admin/callbacks/emit`` ``{"tenant", "cmd", "guid", "data", "count"}`` — emit
   callbacks as the gateway would (``count`` of them, each with its own ``msgUid`` for
   ``message.received`` unless ``data`` names one). Other parts of the gateway call
@@ -91,6 +92,7 @@ class Tenants:
     faults: CallbackFaults = field(default_factory=CallbackFaults)
     counts: Counter[str] = field(default_factory=Counter)
     seed: int | None = None
+    lose_next: Counter[str] = field(default_factory=Counter)  # cmd → callbacks of it still to lose
     _held: dict[str, _Held] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _uids: itertools.count[int] = field(default_factory=itertools.count)
@@ -137,8 +139,10 @@ class Tenants:
         body = json.dumps({"cmd": cmd, "guid": guid, "ts": int(time.time() * 1000), "data": data},
                           separators=(",", ":"), ensure_ascii=False).encode()
         f = self.faults
-        if self.rng.random() < f.p_lost:
+        if self.lose_next[cmd] > 0 or self.rng.random() < f.p_lost:
+            self.lose_next[cmd] -= min(1, self.lose_next[cmd])
             self.counts["lost"] += 1
+            self.counts[f"lost:{cmd}"] += 1
             return
         copies = 2 if self.rng.random() < f.p_duplicate else 1
         self.counts["duplicated"] += copies - 1
@@ -195,7 +199,8 @@ class Tenants:
         return len(self._tasks) + len(self._held)
 
     def view(self) -> dict[str, Any]:
-        return {**asdict(self.faults), "counts": dict(self.counts), "in_flight": self.in_flight()}
+        return {**asdict(self.faults), "lose_next": {k: n for k, n in self.lose_next.items() if n > 0},
+                "counts": dict(self.counts), "in_flight": self.in_flight()}
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -248,7 +253,13 @@ def tenant_routes(app: FastAPI, tenants: Tenants) -> None:
     @app.put("/_admin/callbacks")
     async def put_faults(request: Request) -> JSONResponse:
         try:
-            tenants.faults = tenants.faults.updated(await body(request))
+            doc = await body(request)
+            lose_next = {str(cmd): int(n) for cmd, n in dict(doc.pop("lose_next", None) or {}).items()}
+            if any(n < 0 for n in lose_next.values()):
+                raise ValueError("lose_next counts must be >= 0")
+            tenants.faults = tenants.faults.updated(doc)
+            for cmd, n in lose_next.items():
+                tenants.lose_next[cmd] = n
         except (ValueError, TypeError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         return JSONResponse(tenants.view())
