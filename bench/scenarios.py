@@ -214,8 +214,10 @@ ONLINE_RESERVE = 0.2  # the sender's default: batch sends are spaced interval / 
 
 def priority() -> str:
     """Auto-replies published while a campaign backlog waits on the same guids: request → gateway.
-    A ticket notification is in the batch lane: it waits for its guid's next batch send, which
-    comes ``batch_interval_ms`` (the interval less the online reserve) after the last one."""
+    A ticket notification is batch work more urgent than the campaign: once its coalescing
+    window ends it takes its guid's next send, one interval after the last (the online reserve
+    spaces campaign sends only; ``batch_interval_ms`` is the campaign's spacing). Replies and
+    tickets go to separate halves of the guids, each behind the same backlog."""
     backlog, guids, replies = env_int("BENCH_PRIORITY_BACKLOG", 100_000), 100, env_int("BENCH_PRIORITY_REPLIES", 100)
     interval_ms = 1000
     coalesce_ms = env_int("BENCH_PRIORITY_COALESCE_MS", 3000)  # the planner's default ticket coalescing window
@@ -236,18 +238,20 @@ def priority() -> str:
         published: dict[str, float] = {}
         for i in range(replies):
             rid = f"reply-{uuid.uuid4().hex[:8]}"
-            guid = f"bg{i % guids:05d}"
+            guid = f"bg{i % (guids // 2):05d}"  # replies on one half of the guids, tickets on the other
             body = json.dumps({"request_id": rid, "kind": "auto_reply", "created_by": "bench",
                                "source_msg_uid": rid, "message": {"type": "text", "content": "on it"},
                                "targets": {"mode": "snapshot", "items": [{"guid": guid, "to_id": f"cust-{i}"}]}})
             published[f"cust-{i}"] = time.time()
             produce_all(producer, [(f"{st.topic_prefix}.job-requests", rid.encode(), body.encode(), None)])
-            # a ticket notification on another guid behind the same backlog (batch lane, priority 2)
+            # A ticket notification on a guid of the other half, behind the same backlog (batch lane,
+            # priority 2). On a guid where an auto-reply is also waiting, the reply goes first (it
+            # outranks the ticket) and the ticket one interval later: that is the order, not a delay.
             tid = f"ticket-{uuid.uuid4().hex[:8]}"
             body = json.dumps({"request_id": tid, "kind": "ticket_notify", "created_by": "bench",
                                "business_id": tid, "status_version": 1, "message": {"type": "text", "content": "done"},
                                "targets": {"mode": "snapshot", "items": [
-                                   {"guid": f"bg{(i + guids // 2) % guids:05d}", "to_id": f"tick-{i}"}]}})
+                                   {"guid": f"bg{guids // 2 + i % (guids // 2):05d}", "to_id": f"tick-{i}"}]}})
             published[f"tick-{i}"] = time.time()
             produce_all(producer, [(f"{st.topic_prefix}.job-requests", tid.encode(), body.encode(), None)])
             time.sleep(0.05)  # replies trickle in, as customers write
@@ -265,6 +269,7 @@ def priority() -> str:
 
         wait_until(collect, 120, poll_s=1.0)
         queued = count(st.infra.database_url, "SELECT count(*) FROM items WHERE status = 'pending'")
+        planned, after_due = _ticket_breakdown(st.infra.database_url, gw, published)
     finally:
         st.stop_all()
         drop_db(st.infra.database_url)
@@ -273,7 +278,25 @@ def priority() -> str:
     return (f"bench priority: backlog={backlog} still_queued={queued} replies={len(latencies)}/{replies} "
             f"autoreply_p50_ms={q[49]:.0f} p99_ms={q[98]:.0f} tickets={len(tickets)}/{replies} "
             f"ticket_p50_ms={t[49]:.0f} ticket_p99_ms={t[98]:.0f} coalesce_window_ms={coalesce_ms} "
+            f"ticket_planned_p99_ms={_p99(planned):.0f} ticket_after_due_p99_ms={_p99(after_due):.0f} "
             f"interval_ms={interval_ms} batch_interval_ms={interval_ms / (1 - ONLINE_RESERVE):.0f} cores={CORES}")
+
+
+def _p99(xs: list[float]) -> float:
+    return statistics.quantiles(xs, n=100)[98] if len(xs) >= 2 else float("nan")
+
+
+def _ticket_breakdown(url: str, gw: str, published: dict[str, float]) -> tuple[list[float], list[float]]:
+    """Where a ticket's time goes: request → its item stored (``planned``), and its send time
+    (``not_before``, the end of the coalescing window) → the gateway (``after_due``: waiting
+    for the guid's next send slot, and Pacer's own delay)."""
+    sent = {s["toId"]: s["at"] for s in gateway(gw, "/_admin/sends?limit=200000")["sends"]}
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT to_id, extract(epoch FROM created_at)::float8, extract(epoch FROM not_before)::float8"
+                            " FROM items WHERE to_id LIKE 'tick-%%'").fetchall()
+    planned = [(created - published[to]) * 1000 for to, created, _ in rows if to in published]
+    after_due = [(sent[to] - due) * 1000 for to, _, due in rows if to in sent and due is not None]
+    return planned, after_due
 
 
 def scale() -> str:

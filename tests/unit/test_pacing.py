@@ -55,6 +55,19 @@ def test_batch_never_takes_the_online_reserve() -> None:
     assert p.ready_at("batch", limits, 0.0, 0.0) == 2.0  # batch only the rate minus the reserve
 
 
+def test_urgent_batch_work_is_spaced_at_the_whole_rate_but_keeps_the_batch_share_of_windows() -> None:
+    limits = Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.5, per_minute=4)  # batch: 2 a minute
+    p = GuidPacer()
+    p.sent("batch", limits, 0.0, 0.0, RNG, job_interval_s=30.0)  # a campaign with its own slow rate
+    assert p.ready_at("batch", limits, 0.0, 0.0, priority=3) == 30.0  # the campaign: reserve and its own rate
+    assert p.ready_at("batch", limits, 0.0, 0.0, priority=2) == 1.0  # a ticket: the whole rate, no job's rate
+    assert p.ready_at("batch", limits, 0.0, 0.0) == 30.0  # priority not known: the reserve binds
+    assert p.ready_at("batch", limits.model_copy(update={"reserve_from_priority": 2}), 0.0, 0.0, priority=2) == 30.0
+    p.sent("batch", limits, 1.0, 1.0, RNG)  # the ticket: the batch share of the minute is used up
+    assert p.ready_at("batch", limits, 1.0, 1.0, priority=2) == pytest.approx(60.0)
+    assert p.ready_at("online", limits, 1.0, 1.0) == 2.0  # online still has the reserved share
+
+
 def test_online_sends_also_space_the_batch_lane() -> None:
     limits = Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.2)
     p = GuidPacer()

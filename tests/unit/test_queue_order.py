@@ -145,6 +145,24 @@ def test_a_ticket_behind_a_deep_campaign_goes_out_with_the_next_send(head_only: 
     assert order.index("g-999") - 3 <= 2, f"the ticket waited behind the campaign: {order}"
 
 
+def test_a_ticket_is_spaced_at_the_whole_rate_while_the_campaign_keeps_the_reserve() -> None:
+    async def scenario() -> list[tuple[str, float]]:
+        d, rec, _ = dispatcher(Limits(min_interval_s=0.3, jitter_s=0.0, online_reserve=0.75), cap=50)  # batch: 1.2 s
+        for n in range(20):
+            ring(d, rec.store, cmd("g", n))
+        await until(lambda: len(rec.sent) >= 2)
+        ring(d, rec.store, cmd("g", 999, priority=2, job="tickets"))
+        await until(lambda: len(rec.sent) >= 4, timeout=10)
+        stop(d)
+        return [(i, at) for _, i, at in rec.sent]
+
+    sent = asyncio.run(scenario())
+    names, gaps = [i for i, _ in sent], [b - a for (_, a), (_, b) in itertools.pairwise(sent)]
+    assert names[2] == "g-999", names
+    assert gaps[0] >= 1.2 and gaps[2] >= 1.2, f"campaign sends keep the online reserve: {gaps}"
+    assert 0.3 <= gaps[1] < 1.0, f"the ticket went one interval after the last send, not a batch interval: {gaps}"
+
+
 def test_a_new_job_behind_a_deep_one_gets_its_turn_at_once() -> None:
     async def scenario() -> list[str]:
         d, rec, _ = dispatcher(Limits(min_interval_s=0.02, jitter_s=0.0, online_reserve=0.0), cap=50)

@@ -76,6 +76,11 @@ class SenderSettings(OpsSettings):
         "Share of each account's rate kept for online traffic (takeover prompts, auto-replies). Batch sends are "
         "spaced `min_interval / (1 − reserve)` apart and get `(1 − reserve)` of each window cap."
     ))
+    reserve_from_priority: int = Field(DEFAULTS.reserve_from_priority, ge=2, le=10, description=(
+        "Batch work of this priority number or above (campaigns: 3) is spaced by the online reserve; more urgent "
+        "batch work (ticket notifications: 2) is spaced at the account's whole rate — still after online work, "
+        "and within the batch share of each window cap. 10: the reserve binds no batch work's spacing."
+    ))
     per_minute: int | None = Field(None, description=(
         "Sends per guid per calendar minute (both lanes together; batch capped at its share). A full window "
         "defers sends to the next window; a deferral is not an attempt."
@@ -170,7 +175,8 @@ class SenderSettings(OpsSettings):
     def limits(self) -> Limits:
         """The default limits of every guid (the fields, their bounds and defaults: ``Pacing``)."""
         return Limits(min_interval_s=self.min_interval_ms / 1000, jitter_s=self.jitter_ms / 1000,
-                      jitter_dist=self.jitter_dist, online_reserve=self.online_reserve, per_minute=self.per_minute,
+                      jitter_dist=self.jitter_dist, online_reserve=self.online_reserve,
+                      reserve_from_priority=self.reserve_from_priority, per_minute=self.per_minute,
                       per_hour=self.per_hour, per_day=self.per_day,
                       quiet_hours=parse_quiet_hours(self.quiet_hours) if self.quiet_hours else None,
                       timezone=self.timezone, shed=self.shed, online_yield_s=self.online_yield_s)

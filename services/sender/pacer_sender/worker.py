@@ -218,7 +218,7 @@ class GuidWorker:
                 continue
             if lane == "batch" and self._online_behind(limits, wall):
                 continue  # the online lane is behind: batch yields until it recovers
-            ready_at = self.pacer.ready_at(lane, limits, now, wall)
+            ready_at = self.pacer.ready_at(lane, limits, now, wall, q.best_priority())
             if ready_at <= now:
                 with self.crew.buffer.tracking(self.window):
                     cmd = self.window.take(lane)

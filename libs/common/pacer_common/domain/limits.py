@@ -63,6 +63,10 @@ class Pacing(BaseModel):
     jitter_s: float = Field(0.5, ge=0)
     jitter_dist: JitterDist = "uniform"
     online_reserve: float = Field(0.2, ge=0, lt=1)
+    # The reserve binds batch work of this priority number or above (campaigns: 3). More urgent
+    # batch work (ticket notifications: 2) is spaced at the account's whole rate — still after
+    # online work, and within the batch share of the window caps.
+    reserve_from_priority: int = Field(3, ge=2, le=10)
     per_minute: Cap = None
     per_hour: Cap = None
     per_day: Cap = None

@@ -3,7 +3,9 @@
 * A minimum interval plus a random gap (uniform or exponential), never a fixed rhythm.
 * Two limiters in one account: online traffic (takeover prompts, auto-replies) may use the
   whole rate; batch traffic only the rate minus the online reserve — it never takes
-  "what is free".
+  "what is free". Batch work more urgent than ``reserve_from_priority`` (ticket
+  notifications) is spaced at the whole rate, after online work: it is sparse, and a
+  customer waits on it; a campaign or a job's own rate does not hold it.
 * Fixed windows per minute / hour / day, shared by both lanes, batch capped at its share.
 * Quiet hours hold batch sends (not replies to a customer) until they end.
 * A rate-limited rejection multiplies the interval (up to ``max_penalty``); clean sends
@@ -90,12 +92,14 @@ class GuidPacer:
     # A job's own rate (hot-set per job): batch sends wait this long after one of its sends.
     batch_hold_until: float | None = None
 
-    def ready_at(self, lane: Lane, limits: Limits, mono: float, wall: float) -> float:
-        """The monotonic time at which a send in ``lane`` may go (``<= mono``: now)."""
+    def ready_at(self, lane: Lane, limits: Limits, mono: float, wall: float, priority: int | None = None) -> float:
+        """The monotonic time at which a send in ``lane`` (of ``priority``, if known) may go
+        (``<= mono``: now)."""
         at = float("-inf")
         if self.last_any is not None:
             at = self.last_any + limits.min_interval_s * self.multiplier + self.jitter
-        if lane == "batch" and self.last_batch is not None:
+        reserved = lane == "batch" and (priority is None or priority >= limits.reserve_from_priority)
+        if reserved and self.last_batch is not None:
             at = max(at, self.last_batch + limits.batch_interval_s * self.multiplier + self.jitter)
         for name, size, cap, batch_cap in limits.windows():
             index = int(wall // size)
@@ -106,7 +110,7 @@ class GuidPacer:
                 at = max(at, mono + (index + 1) * size - wall)  # the window's end
         if lane == "batch":
             at = max(at, mono + limits.quiet_remaining(wall))
-            if self.batch_hold_until is not None:
+            if reserved and self.batch_hold_until is not None:
                 at = max(at, self.batch_hold_until)
         return at
 
