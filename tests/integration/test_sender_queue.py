@@ -49,6 +49,9 @@ def test_the_sweep_finds_each_guid_with_claimable_work_once_and_says_which_is_ov
 
     found = run(database_url, lambda pool: PostgresGuidQueue(pool).waiting_guids(horizon_s=30, grace_s=20))
     assert {w.guid: w.overdue for w in found} == {"fresh": False, "old": True, "soon": False}
+    by_guid = {w.guid: w.item_id for w in found}
+    assert (by_guid["old"], by_guid["soon"]) == (str(old), str(soon)), "each names the claimable item it found"
+    assert by_guid["fresh"] in {str(i) for i in items[:3]}
 
 
 def test_an_item_whose_key_the_database_refuses_fails_alone_and_its_batch_goes_on(database_url: str) -> None:

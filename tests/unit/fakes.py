@@ -318,8 +318,11 @@ class InMemoryGuidQueue:
 
     async def waiting_guids(self, horizon_s: float, grace_s: float) -> list[Waiting]:
         soon = datetime.now(UTC) + timedelta(seconds=horizon_s)
-        return [Waiting(g, True) for g in sorted({c.guid for c in self.pending.values()
-                                                  if c.not_before is None or c.not_before <= soon})]
+        first: dict[str, str] = {}
+        for c in self.pending.values():
+            if c.not_before is None or c.not_before <= soon:
+                first.setdefault(c.guid, c.item_id)
+        return [Waiting(g, True, first[g]) for g in sorted(first)]
 
     async def fail_unsent(self, cmd: ItemCommand, error_class: str, reason: str) -> bool:
         if self.pending.pop(cmd.item_id, None) is None:

@@ -211,6 +211,34 @@ def test_the_sweep_starts_owned_guids_whose_doorbells_were_lost_and_counts_them(
     assert second == 0 and counted == [("assign", 1), ("periodic", 0)]
 
 
+def test_the_sweep_re_reads_a_busy_guid_only_if_its_window_would_never_reach_the_overdue_item() -> None:
+    async def scenario() -> tuple[bool, bool, bool]:
+        d, rec, table = dispatcher(FAST)
+        table["g"] = Limits(min_interval_s=3600.0, jitter_s=0.0)  # sends one, then waits an hour
+        for n in range(3):
+            ring(d, rec.store, cmd("g", n))
+        await until(lambda: len(rec.sent) == 1)
+        window = d.guids["g"].window
+        sweeper = Sweeper(d, rec.store, _owns_all, interval_s=1.0)
+        window.more = False
+        await sweeper.sweep("periodic")
+        held = window.more  # its window holds the overdue items: left alone
+        rec.store.add(cmd("g", 9))  # pending in Postgres, its doorbell lost
+        for n in (1, 2):  # the window's items gone (taken by an operator, say): g-9 comes first
+            window.lanes.remove_if(lambda c, n=n: c.item_id == cmd("g", n).item_id)
+            window.ids.discard(cmd("g", n).item_id)
+            rec.store.pending.pop(cmd("g", n).item_id, None)
+        await sweeper.sweep("periodic")
+        lost = window.more  # a lost doorbell: the worker is told to read Postgres
+        stop(d)
+        return held, lost, d.misses("g", None)
+
+    held, lost, unknown = asyncio.run(scenario())
+    assert not held, "a worker holding the overdue item was made to re-read its queue"
+    assert lost, "a worker that would never reach the overdue item was not told"
+    assert unknown, "an item the sweep could not name is treated as missed"
+
+
 def test_releasing_stops_the_guids_that_went_leaves_their_work_in_postgres_and_keeps_the_others() -> None:
     async def scenario() -> tuple[int, list[str], list[str], set[str]]:
         leases = GrantAll()

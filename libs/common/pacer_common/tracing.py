@@ -5,6 +5,12 @@ Spans are made with the OpenTelemetry SDK, so every log line carries a ``trace_i
 exported only when the standard variables ask for it: ``OTEL_TRACES_EXPORTER=console`` (to
 stderr) or ``otlp`` (needs the ``opentelemetry-exporter-otlp`` package and its
 ``OTEL_EXPORTER_OTLP_*`` settings). ``OTEL_SDK_DISABLED=true`` turns tracing off altogether.
+
+A process that exports nothing (the default) records nothing either: its spans are the API's
+non-recording spans, each with a fresh span id in its parent's trace (or a new one), so log
+lines still carry the ``trace_id`` and the ``traceparent`` passed on keeps the trace and its
+sampled flag for a service that does record. A recording SDK span costs about as much CPU as
+the send it wraps (16% of a sender's samples at 10,000 guids: docs/performance.md).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from opentelemetry import context, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 log = logging.getLogger(__name__)
@@ -32,12 +39,14 @@ def setup(service: str, processors: Iterable[SpanProcessor] = ()) -> TracerProvi
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", f"pacer-{service}")})
     provider = TracerProvider(resource=resource)
     exporter = _exporter(os.environ.get("OTEL_TRACES_EXPORTER", "none").strip().lower())
+    processors = list(processors)
     if exporter is not None:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     for p in processors:
         provider.add_span_processor(p)
-    global _provider
+    global _provider, _recording
     _provider = provider
+    _recording = exporter is not None or bool(processors)
     trace.set_tracer_provider(provider)  # for libraries; the global can be set once per process
     return provider
 
@@ -60,6 +69,8 @@ def _exporter(name: str) -> SpanExporter | None:
 
 
 _provider: TracerProvider | None = None
+_recording = True  # whether spans go through the SDK (something in this process records them)
+_IDS = RandomIdGenerator()
 _cached: tuple[TracerProvider | None, trace.Tracer] | None = None  # making a tracer costs more than a span
 
 
@@ -124,7 +135,10 @@ class _Current(AbstractContextManager[trace.Span]):
         self.name, self.parent, self.kind, self.attributes = name, parent, kind, attributes
 
     def __enter__(self) -> trace.Span:
-        self.span = tracer().start_span(self.name, self.parent, self.kind, self.attributes)
+        if _recording or _provider is None:
+            self.span = tracer().start_span(self.name, self.parent, self.kind, self.attributes)
+        else:
+            self.span = _unrecorded(self.parent)
         self.token = context.attach(trace.set_span_in_context(self.span, self.parent))
         return self.span
 
@@ -133,3 +147,14 @@ class _Current(AbstractContextManager[trace.Span]):
             self.span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:200]))
         self.span.end()
         context.detach(self.token)
+
+
+def _unrecorded(parent: context.Context | None) -> trace.Span:
+    """A span nothing records: a fresh span id in the parent's trace (the current span's if no
+    parent is given), else in a new trace."""
+    up = trace.get_current_span(parent).get_span_context()
+    if up.is_valid:
+        return trace.NonRecordingSpan(trace.SpanContext(up.trace_id, _IDS.generate_span_id(), False,
+                                                        up.trace_flags, up.trace_state))
+    return trace.NonRecordingSpan(trace.SpanContext(_IDS.generate_trace_id(), _IDS.generate_span_id(), False,
+                                                    trace.TraceFlags(trace.TraceFlags.SAMPLED)))

@@ -112,6 +112,14 @@ class Dispatcher:
         worker = self.guids.get(guid)
         return worker is not None and self.crew.buffer.full(worker.window)
 
+    def misses(self, guid: str, item_id: str | None) -> bool:
+        """Whether the worker of ``guid`` might never reach ``item_id``, ready in Postgres: it
+        neither holds the item nor means to read Postgres again. A guid with a deep queue
+        always has work ready for long; poking its worker for that would re-read its queue
+        after every sweep for nothing."""
+        worker = self.guids.get(guid)
+        return worker is None or item_id is None or not (worker.window.more or item_id in worker.window.ids)
+
     def poke(self, guid: str) -> bool:
         """The sweep found queued work for ``guid``: a worker reads it from Postgres. True if
         that needed a new worker (its doorbell was lost, or handled by a previous owner)."""

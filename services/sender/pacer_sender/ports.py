@@ -62,6 +62,7 @@ class Waiting:
 
     guid: str
     overdue: bool  # its first item has been ready for longer than the sweep's grace
+    item_id: str | None = None  # that item
 
 
 class GuidQueueStore(Protocol):

@@ -64,7 +64,7 @@ class Sweeper:
             if not owns(w.guid):
                 continue
             if w.guid in self.dispatcher.guids:
-                if w.overdue:
+                if w.overdue and self.dispatcher.misses(w.guid, w.item_id):
                     self.dispatcher.poke(w.guid)  # its window may never reach this item: read Postgres
                 continue
             self.dispatcher.poke(w.guid)

@@ -21,7 +21,6 @@ them early (reason ``shed``): the sender is where the guid's rate is known.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from pacer_sender.crew import Crew
 from pacer_sender.domain.pacing import GuidPacer, Limits
 from pacer_sender.domain.queue import GuidWindow
 from pacer_sender.execution import ItemRunner
+from pacer_sender.wakeup import WakeUp
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class GuidWorker:
         self.on_end = on_end
         self.window = GuidWindow(crew.buffer.guid_cap, crew.hooks.job_weight)
         self.runner = ItemRunner(guid, crew, self.window, pacer, lambda: self.stopping)
-        self.wake = asyncio.Event()
+        self.wake = WakeUp()
         self.task: asyncio.Task[None] | None = None
         self.due_at: float | None = None  # when its earliest scheduled item in Postgres is due (clock)
         self.shed_at: float | None = None  # when its batch queue was last checked for shedding (clock)
@@ -238,5 +238,4 @@ class GuidWorker:
         if self.due_at is not None:
             seconds = min(seconds, self.due_at - self.crew.clock())
         self.wake.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, min(seconds, self.crew.config.max_idle_s)))
+        await self.wake.sleep(min(seconds, self.crew.config.max_idle_s))

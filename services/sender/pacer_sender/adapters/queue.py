@@ -52,7 +52,7 @@ class PostgresGuidQueue:
             async with self.pool.connection() as conn:
                 rows: list[Any] = await (await conn.execute(_sql("waiting_guids"), {
                     "horizon": timedelta(seconds=horizon_s), "grace": timedelta(seconds=grace_s)})).fetchall()
-            return [Waiting(r["guid"], bool(r["overdue"])) for r in rows]
+            return [Waiting(r["guid"], bool(r["overdue"]), r["item_id"]) for r in rows]
 
         return await with_retry(work)
 

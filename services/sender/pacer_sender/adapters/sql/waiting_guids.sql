@@ -6,7 +6,8 @@
 -- A loose index scan over items_guid_queued (guid) finds each distinct queued guid with one
 -- index probe, so the sweep costs one probe per guid with queued work, not one row per item;
 -- per guid, LIMIT 1 stops at its first claimable item. ``overdue``: that item has been
--- ready for longer than the grace, so its command should long have been handled.
+-- ready for longer than the grace, so its command should long have been handled; ``item_id``:
+-- that item (the sender pokes a guid it runs a worker for only if the worker does not hold it).
 WITH RECURSIVE queued(guid) AS (
     (SELECT guid FROM items WHERE status IN ('pending', 'waiting_retry') ORDER BY guid LIMIT 1)
     UNION ALL
@@ -16,10 +17,10 @@ WITH RECURSIVE queued(guid) AS (
     FROM queued q
     WHERE q.guid IS NOT NULL
 )
-SELECT q.guid, f.ready_since < now() - %(grace)s::interval AS overdue
+SELECT q.guid, f.ready_since < now() - %(grace)s::interval AS overdue, f.item_id
 FROM queued q
 CROSS JOIN LATERAL (
-    SELECT greatest(i.updated_at, i.not_before) AS ready_since
+    SELECT greatest(i.updated_at, i.not_before) AS ready_since, i.item_id::text AS item_id
     FROM items i
     JOIN jobs j ON j.job_id = i.job_id
     JOIN shards s ON s.shard_id = i.shard_id
