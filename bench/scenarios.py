@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import statistics
 import time
@@ -314,15 +315,35 @@ def scale() -> str:
         proc = st.start_service("sender", "sender-1")
         wait_until(lambda: gateway(st.gateway_url or "", "/_admin/stats")["sends"] >= guids, 600)
         start = gateway(st.gateway_url or "", "/_admin/stats")["sends"]
+        opened = time.time()
         time.sleep(seconds)  # the measurement window itself
         stats = gateway(st.gateway_url or "", "/_admin/stats")
         rss = rss_mib(proc.pid)
+        late = _late_s(st.gateway_url or "", opened, interval)
     finally:
         st.stop_all()
         drop_db(st.infra.database_url)
     achieved = (stats["sends"] - start) / (guids * seconds / interval)
     return (f"bench scale: guids={guids} rss_mib={rss:.0f} achieved_ratio={achieved:.3f} "
-            f"violations={stats['interval_violations']} cores={CORES}")
+            f"violations={stats['interval_violations']} late_p50_s={late[0]:.2f} late_p99_s={late[1]:.2f} "
+            f"cores={CORES}")
+
+
+def _late_s(gw: str, since: float, interval: float) -> tuple[float, float]:
+    """How much longer than the interval each guid's gaps between sends were in the window
+    (p50, p99): what the achieved ratio loses, send by send."""
+    by_guid: dict[str, list[float]] = {}
+    offset = 0
+    while page := gateway(gw, f"/_admin/sends?limit=100000&offset={offset}")["sends"]:
+        for s in page:
+            by_guid.setdefault(s["guid"], []).append(s["at"])
+        offset += len(page)
+    late = sorted(b - a - interval for ats in by_guid.values() for a, b in itertools.pairwise(sorted(ats))
+                  if b >= since)
+    if len(late) < 2:
+        return float("nan"), float("nan")
+    q = statistics.quantiles(late, n=100)
+    return q[49], q[98]
 
 
 SCENARIOS = {"planner": planner, "sender": sender, "pacing": pacing, "priority": priority,

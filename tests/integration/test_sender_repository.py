@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import datetime, timedelta
 
 import psycopg
@@ -13,7 +14,7 @@ from pacer_common.domain.status import ItemStatus as S
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.domain.decisions import Decision
 from pacer_sender.ports import Begun, GuidLease
-from tests.integration.helpers import cmd, seed_job, status_and_events
+from tests.integration.helpers import cmd, seed_job, status_and_events, wait_for
 
 
 async def _repo(url: str, owner: str = "w1", guids: tuple[str, ...] = ("g1",)) -> tuple[Pool, PostgresItemRepository]:
@@ -169,3 +170,42 @@ def test_a_successor_paces_from_the_gateways_answer_not_from_the_sends_start(dat
     taken, started, answered = asyncio.run(scenario())
     assert answered is not None and started is not None and answered > started
     assert taken.took_over and taken.last_send_at == answered
+
+
+def test_a_confirm_batch_takes_guid_leases_in_guid_order_so_a_renewal_never_deadlocks_with_it(
+        database_url: str) -> None:
+    """A renewal locks guid leases in guid order; a confirm batch whose items' ids sort the other
+    way must wait for it, not take the later guid first and deadlock."""
+    _, _, (a, b) = seed_job(database_url, {"g1": 1, "g2": 1})
+    item_a, item_b = "ffffffff-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"
+    with psycopg.connect(database_url) as conn:  # g1's item sorts after g2's
+        conn.execute("UPDATE items SET item_id = %s, idem_key = 'ka' WHERE item_id = %s", (item_a, a))
+        conn.execute("UPDATE items SET item_id = %s, idem_key = 'kb' WHERE item_id = %s", (item_b, b))
+
+    async def begin() -> tuple[int, int]:
+        pool, repo = await _repo(database_url, guids=("g1", "g2"))
+        ea = (await repo.begin_send(cmd(item_a, "ka", "g1"), "w1")).epoch
+        eb = (await repo.begin_send(cmd(item_b, "kb", "g2"), "w1")).epoch
+        await pool.close()
+        assert ea is not None and eb is not None
+        return ea, eb
+
+    ea, eb = asyncio.run(begin())
+    renewal = psycopg.connect(database_url)
+    renewal.execute("UPDATE guid_leases SET lease_until = lease_until WHERE guid = 'g1'")  # as a renewal: g1 first
+    confirmer = psycopg.connect(database_url, autocommit=True)
+    pid = confirmer.info.backend_pid
+    moved: list[tuple[int, bool]] = []
+    thread = threading.Thread(target=lambda: moved.extend(confirmer.execute(
+        "SELECT ord, moved FROM pacer_confirm_many(%s::uuid[], %s::bigint[], %s::text[], %s::jsonb[])",
+        ([item_b, item_a], [eb, ea], ["kb", "ka"], ['{"code": 0}', '{"code": 0}'])).fetchall()))
+    thread.start()
+    with psycopg.connect(database_url, autocommit=True) as watch:  # the batch now waits for g1
+        wait_for(lambda: watch.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                                       (pid,)).fetchone() == ("Lock",), what="the confirm batch to wait for g1's lease")
+    renewal.execute("UPDATE guid_leases SET lease_until = lease_until WHERE guid = 'g2'")  # then g2: free
+    renewal.commit()
+    thread.join(timeout=30)
+    renewal.close()
+    confirmer.close()
+    assert sorted(moved) == [(1, True), (2, True)]

@@ -304,7 +304,8 @@ BEGIN
     FOR r IN
         SELECT t.item, t.epoch, t.key, t.receipt, t.ord
         FROM unnest(p_items, p_epochs, p_keys, p_receipts) WITH ORDINALITY AS t(item, epoch, key, receipt, ord)
-        ORDER BY t.item, t.ord
+        LEFT JOIN items i ON i.item_id = t.item
+        ORDER BY i.guid, t.item, t.ord
     LOOP
         RETURN QUERY SELECT r.ord, pacer_confirm(r.item, r.epoch, r.key, r.receipt);
     END LOOP;

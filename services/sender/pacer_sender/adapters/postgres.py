@@ -36,6 +36,7 @@ from pacer_sender.ports import Begun, GuidLease, UnstorableItem
 
 # A value the database refuses, or that cannot even be encoded for it.
 _ITEM_FAULTS = (psycopg.DataError, pgerr.ProgramLimitExceeded, RefusedError, UnicodeError)
+RENEW_CHUNK = 500  # guid leases renewed per transaction
 
 
 def storable(text: str | None, limit: int = 2000) -> str | None:
@@ -192,16 +193,24 @@ class PostgresGuidLeases:
         return await with_retry(work)
 
     async def renew(self, held: Mapping[str, int], owner: str) -> set[str]:
-        """Extend the leases still ours (owner and epoch); the guids kept."""
+        """Extend the leases still ours (owner and epoch); the guids kept. In chunks of
+        ``RENEW_CHUNK`` guids, each its own short transaction: one statement over 10,000
+        leases held all their row locks at once, stalling every claim and confirm of those
+        guids while it ran."""
         guids = sorted(held)
+        kept: set[str] = set()
+        for at in range(0, len(guids), RENEW_CHUNK):
+            chunk = guids[at:at + RENEW_CHUNK]
 
-        async def work() -> set[str]:
-            async with self.pool.connection() as conn:
-                rows = await (await conn.execute(_sql("renew_guids"), {
-                    "guids": guids, "epochs": [held[g] for g in guids], "owner": owner, "ttl": self.ttl})).fetchall()
-            return {r["guid"] for r in rows}
+            async def work(chunk: list[str] = chunk) -> set[str]:
+                async with self.pool.connection() as conn:
+                    rows = await (await conn.execute(_sql("renew_guids"), {
+                        "guids": chunk, "epochs": [held[g] for g in chunk], "owner": owner, "ttl": self.ttl})
+                                  ).fetchall()
+                return {r["guid"] for r in rows}
 
-        return await with_retry(work)
+            kept |= await with_retry(work)
+        return kept
 
     async def release(self, guids: Sequence[str], owner: str) -> int:
         async def work() -> int:
