@@ -27,6 +27,7 @@ def infra_env() -> Iterator[Infra]:
     from pacer_dev import infra
 
     state = Path(os.environ.get("PACER_TEST_STATE_DIR", ".pacer/test"))
+    infra.prune_kafka(state)  # the topics of earlier runs are garbage: never let them pile up
     inf = infra.up(state)
     admin = with_db(inf.database_url, "postgres")
     with psycopg.connect(admin, autocommit=True) as conn:

@@ -184,6 +184,9 @@ class DeadLetters:
                 self.records[msg.value() or b""] = headers.get("pacer-error-reason", b"").decode()
         return self.records
 
+    def close(self) -> None:
+        self.consumer.close()
+
 
 @pytest.fixture
 def planner_on_one_partition(database_url: str, kafka_config: dict[str, str],
@@ -243,7 +246,10 @@ def test_hostile_requests_on_one_partition_are_dead_lettered_and_valid_ones_all_
                 assert row == (n, n, True), f"{doc['request_id']}: {row}"
         assert not {_request_id(v) for v in records} & {d["request_id"] for d in good}
 
-    run()
+    try:
+        run()
+    finally:
+        dlq.close()
     assert planner.events.internal == 0
 
 

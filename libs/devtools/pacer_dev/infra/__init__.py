@@ -42,6 +42,7 @@ __all__ = [
     "current",
     "destroy",
     "down",
+    "prune_kafka",
     "restart_kafka",
     "restart_postgres",
     "start_kafka",
@@ -122,6 +123,32 @@ def destroy(state_dir: Path | None = None) -> None:
     with contextlib.suppress(OSError):
         directory.rmdir()
     log.info("deleted local Kafka and Postgres data in %s", directory)
+
+
+def prune_kafka(state_dir: Path | None = None, max_partitions: int = 2000) -> bool:
+    """Empty the local broker when it holds more than ``max_partitions`` partitions: stop it,
+    delete its data (every topic), start it afresh on the same ports. For state that is
+    disposable between runs, such as a test session's: its topics would otherwise pile up
+    run after run (twelve thousand partitions after a few dozen, until the broker's heap
+    gave out mid-run). A no-op for an external cluster or a state dir with no broker yet.
+    True if it emptied the broker."""
+    if os.environ.get(KAFKA_ENV):
+        return False
+    directory = resolve_state_dir(state_dir)
+    data = kafka.home_dir(directory) / "data"
+    if not state_file(directory).exists() or not data.is_dir():
+        return False
+    partitions = sum(1 for p in data.iterdir() if p.is_dir() and not p.name.startswith("__"))
+    if partitions <= max_partitions:
+        return False
+    with _locked(directory) as state:
+        if state.kafka is None:
+            return False
+        kafka.stop(directory, state.kafka)
+        shutil.rmtree(data)
+        _ensure_kafka(directory, state)
+    log.info("emptied the local Kafka in %s (it held %d partitions)", directory, partitions)
+    return True
 
 
 def stop_kafka(state_dir: Path | None = None) -> None:
