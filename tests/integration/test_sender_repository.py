@@ -172,6 +172,33 @@ def test_a_successor_paces_from_the_gateways_answer_not_from_the_sends_start(dat
     assert taken.took_over and taken.last_send_at == answered
 
 
+def test_a_successor_paces_an_unanswered_send_from_the_latest_it_could_have_reached_the_gateway(
+        database_url: str) -> None:
+    """An owner that stopped (or whose confirmation was cancelled) between the claim and the
+    answer leaves no answer time: the send may have reached the gateway at any time up to the
+    in-flight bound after its claim, so a successor paces from there, not from the claim."""
+    _, _, (first, second) = seed_job(database_url, {"g1": 2})
+    in_flight = timedelta(seconds=7)
+
+    async def scenario() -> tuple[GuidLease, datetime, datetime]:
+        pool, repo = await _repo(database_url)
+        begun = await repo.begin_send(cmd(first, "k1"), "w1")
+        assert begun.epoch is not None
+        await repo.confirm(cmd(first, "k1"), begun.epoch, Receipt(0, "ok", "m-1", 1.0))
+        assert (await repo.begin_send(cmd(second, "k2"), "w1")).epoch is not None  # never answered
+        async with pool.connection() as conn:
+            row = await (await conn.execute(
+                "SELECT last_send_at, last_answer_at FROM guid_leases WHERE guid = 'g1'")).fetchone()
+            await conn.execute("UPDATE guid_leases SET lease_until = now() - interval '1 second'")
+        (taken,) = await PostgresGuidLeases(pool, timedelta(seconds=30), in_flight).acquire(["g1"], "w2")
+        await pool.close()
+        return taken, row["last_send_at"], row["last_answer_at"]
+
+    taken, started, answered = asyncio.run(scenario())
+    assert answered < started, "the earlier send's answer is older than the unanswered send's claim"
+    assert taken.took_over and taken.last_send_at == started + in_flight
+
+
 def test_a_confirm_batch_takes_guid_leases_in_guid_order_so_a_renewal_never_deadlocks_with_it(
         database_url: str) -> None:
     """A renewal locks guid leases in guid order; a confirm batch whose items' ids sort the other

@@ -52,13 +52,14 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         repo = PostgresItemRepository(pool, timedelta(seconds=cfg.lease_ttl_s))
         queue = PostgresGuidQueue(pool)
         retry = RetryPolicy(cfg.max_attempts, timedelta(seconds=cfg.retry_base_s))
-        executor = Executor(repo, gateway, cfg.owner, retry, send_deadline_s=cfg.lease_ttl_s / 4,
+        executor = Executor(repo, gateway, cfg.owner, retry, send_deadline_s=cfg.send_deadline_s,
                             states=cfg.guid_state_codes, actions=PostgresActions(pool), action_gateway=gateway,
                             media_timing=MediaTiming(timedelta(seconds=cfg.media_poll_after_s),
                                                      timedelta(seconds=cfg.media_poll_every_s),
                                                      timedelta(seconds=cfg.media_recheck_s)))
         defaults = cfg.limits()
-        leases = GuidLeases(PostgresGuidLeases(pool, timedelta(seconds=cfg.lease_ttl_s)), cfg.owner, cfg.lease_ttl_s)
+        leases = GuidLeases(PostgresGuidLeases(pool, timedelta(seconds=cfg.lease_ttl_s), timedelta(seconds=cfg.in_flight_s)),
+                           cfg.owner, cfg.lease_ttl_s)
         m.leases_held.set_function(lambda: len(leases.held))
         leases.on_takeover = m.takeovers.inc
         limits = LimitsBook(defaults, PostgresLimitsSource(pool))

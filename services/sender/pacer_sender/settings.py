@@ -181,6 +181,17 @@ class SenderSettings(OpsSettings):
                       quiet_hours=parse_quiet_hours(self.quiet_hours) if self.quiet_hours else None,
                       timezone=self.timezone, shed=self.shed, online_yield_s=self.online_yield_s)
 
+    @property
+    def send_deadline_s(self) -> float:
+        """How long after its claim a send may still be written (a quarter of the lease)."""
+        return self.lease_ttl_s / 4
+
+    @property
+    def in_flight_s(self) -> float:
+        """How long after its claim a send may still be on its way to the gateway: written by the
+        send deadline, answered or abandoned within the gateway timeout after that."""
+        return self.send_deadline_s + self.gateway_timeout_s
+
     @model_validator(mode="after")
     def _lease_covers_a_send(self) -> SenderSettings:
         self.limits()  # refuse bad pacing settings at start-up

@@ -18,7 +18,7 @@ CREATE TYPE public.item_status AS ENUM (
     'unverified'
 );
 
-CREATE FUNCTION public.pacer_acquire_guids(p_guids text[], p_owner text, p_ttl interval) RETURNS TABLE(guid text, epoch bigint, last_send_at timestamp with time zone, took_over boolean, db_now timestamp with time zone)
+CREATE FUNCTION public.pacer_acquire_guids(p_guids text[], p_owner text, p_ttl interval, p_in_flight interval DEFAULT '00:00:00'::interval) RETURNS TABLE(guid text, epoch bigint, last_send_at timestamp with time zone, took_over boolean, db_now timestamp with time zone)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -51,7 +51,9 @@ BEGIN
         evicted_until = NULL
     FROM free
     WHERE g.guid = free.guid
-    RETURNING g.guid, g.epoch, GREATEST(g.last_send_at, g.last_answer_at),
+    RETURNING g.guid, g.epoch,
+              CASE WHEN g.last_answer_at >= g.last_send_at THEN g.last_answer_at
+                   ELSE COALESCE(g.last_send_at + p_in_flight, g.last_answer_at) END,
               (free.prev_owner IS NOT NULL AND free.prev_owner <> p_owner), now();
 END
 $$;

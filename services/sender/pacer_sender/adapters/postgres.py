@@ -176,17 +176,20 @@ class PostgresItemRepository:
 
 
 class PostgresGuidLeases:
-    """Guid leases (``pacer_acquire_guids``, ``pacer_release_guids``): take, keep and release."""
+    """Guid leases (``pacer_acquire_guids``, ``pacer_release_guids``): take, keep and release.
+    ``in_flight``: how long after its claim a send may still reach the gateway; a guid whose
+    last send has no recorded answer is paced from its claim plus that."""
 
-    def __init__(self, pool: Pool, ttl: timedelta) -> None:
+    def __init__(self, pool: Pool, ttl: timedelta, in_flight: timedelta = timedelta(0)) -> None:
         self.pool = pool
         self.ttl = ttl
+        self.in_flight = in_flight
 
     async def acquire(self, guids: Sequence[str], owner: str) -> list[GuidLease]:
         async def work() -> list[GuidLease]:
             async with self.pool.connection() as conn:
                 rows = await fetch_durably(conn, _sql("acquire_guids"), {
-                    "guids": list(guids), "owner": owner, "ttl": self.ttl})
+                    "guids": list(guids), "owner": owner, "ttl": self.ttl, "in_flight": self.in_flight})
             return [GuidLease(r["guid"], r["epoch"], r["last_send_at"], r["took_over"], r["db_now"],
                               {k: (int(v[0]), int(v[1])) for k, v in (r["windows"] or {}).items()}) for r in rows]
 

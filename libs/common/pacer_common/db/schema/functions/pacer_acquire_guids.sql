@@ -5,10 +5,18 @@
 --     claimed or submitted under a live item lease): its request may still be on the wire,
 --     so a successor waits for it to settle (or for its item lease to run out).
 -- Any owner that takes the guid clears the eviction.
--- last_send_at is returned as the later of the last send's start and the last gateway answer
--- settled on the guid: the gateway saw the send between the two, so a successor pacing from
--- the answer never sends sooner than the guid's interval after it.
-CREATE OR REPLACE FUNCTION pacer_acquire_guids(p_guids text[], p_owner text, p_ttl interval)
+-- last_send_at is returned as the time the guid's last send reached the gateway at the latest:
+--   * its answer, where the answer was settled after the send began (the gateway saw the send
+--     between the two);
+--   * otherwise the send's start plus p_in_flight, the longest a request may still be written
+--     after its claim (the senders' send deadline): the answer was never recorded (the owner
+--     stopped, or its confirmation was cancelled), so the send may have reached the gateway
+--     at any time up to then.
+-- A successor pacing from it never sends sooner than the guid's interval after the gateway saw
+-- the send.
+DROP FUNCTION IF EXISTS pacer_acquire_guids(text[], text, interval);
+CREATE OR REPLACE FUNCTION pacer_acquire_guids(p_guids text[], p_owner text, p_ttl interval,
+                                               p_in_flight interval DEFAULT interval '0')
 RETURNS TABLE (guid text, epoch bigint, last_send_at timestamptz, took_over boolean, db_now timestamptz)
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
@@ -41,7 +49,9 @@ BEGIN
         evicted_until = NULL
     FROM free
     WHERE g.guid = free.guid
-    RETURNING g.guid, g.epoch, GREATEST(g.last_send_at, g.last_answer_at),
+    RETURNING g.guid, g.epoch,
+              CASE WHEN g.last_answer_at >= g.last_send_at THEN g.last_answer_at
+                   ELSE COALESCE(g.last_send_at + p_in_flight, g.last_answer_at) END,
               (free.prev_owner IS NOT NULL AND free.prev_owner <> p_owner), now();
 END
 $fn$;
