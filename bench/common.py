@@ -8,14 +8,14 @@ import time
 import urllib.request
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from pacer_common.domain.commands import ItemCommand
-from pacer_common.domain.ids import Guid, IdemKey, ItemId, JobId, ToId
+from pacer_common.domain.ids import Guid, IdemKey, ItemId, JobId, ToId, new_item_ids
 from pacer_common.kafka import make_producer, produce_all
 from pacer_dev import infra
 from pacer_dev.infra import Infra
@@ -33,7 +33,14 @@ def real_infra() -> Infra:
 
 
 def fresh_db(inf: Infra, label: str) -> str:
-    return create_database(inf.database_url, f"bench_{label}")
+    """A migrated database with the time partitions a running installation has: the days its
+    retention keeps (``BENCH_PARTITION_DAYS``, 8: the items' 7 days and today) as well as the
+    days ahead, so that every query by guid pays for as many partitions as in production."""
+    url = create_database(inf.database_url, f"bench_{label}")
+    days = env_int("BENCH_PARTITION_DAYS", 8)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pacer_ensure_partitions(now() - make_interval(days => %s), %s)", (days, days))
+    return url
 
 
 drop_db = drop_database
@@ -72,12 +79,13 @@ def seed_items(url: str, guids: int, per_guid: int, priority: int = 3, kind: str
                                (job_id, guid, per_guid)).fetchone()[0]
             shard_ids[guid] = sid
             conn.execute("INSERT INTO shard_status_counts VALUES (%s, 'pending', %s)", (sid, per_guid))
+        ids = iter(new_item_ids(guids * per_guid, datetime.now(UTC)))  # in today's partition, as planned
         with conn.cursor().copy("COPY items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority,"
                                 " kind, not_before, expire_at) FROM STDIN") as copy:
             for n in range(per_guid):
                 for g in range(guids):
                     guid = f"bg{g:05d}"
-                    item_id = str(uuid.uuid4())
+                    item_id = next(ids)
                     key = f"bench:{job_id}:{guid}:{n}"
                     copy.write_row((item_id, job_id, shard_ids[guid], guid, f"room-{n}", "hello", key, priority, kind,
                                     not_before, expire_at))

@@ -19,8 +19,10 @@ from bench.common import CORES, count, drop_db, env_int, real_infra, stack, wait
 from pacer_common.kafka import make_producer, produce_all
 
 FAST = {"PACER_SENDER_MIN_INTERVAL_MS": "0", "PACER_SENDER_JITTER_MS": "0", "PACER_SENDER_DB_POOL_MAX": "40"}
-SIZES = ("SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-         " WHERE c.relkind IN ('r', 'p') AND n.nspname = 'public' ORDER BY 2 DESC")
+# Per table, a partitioned table's partitions summed (items_p20261130 … count as items).
+SIZES = ("SELECT COALESCE(pg_partition_root(c.oid), c.oid)::regclass::text, sum(pg_total_relation_size(c.oid))"
+         " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+         " WHERE c.relkind = 'r' AND n.nspname = 'public' GROUP BY 1 ORDER BY 2 DESC")
 
 
 def footprint() -> str:

@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 import psycopg
@@ -16,6 +17,7 @@ from confluent_kafka import Consumer
 
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.ids import new_item_ids
 
 T = TypeVar("T")
 
@@ -32,15 +34,22 @@ def wait_for(check: Callable[[], T | Literal[False] | None], timeout_s: float = 
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value: {last!r}")
 
 
-def seed_job(url: str, guids: dict[str, int], status: str = "pending") -> tuple[str, dict[str, int], list[str]]:
-    """A job with one shard per guid and ``n`` items each; returns (job_id, shard ids, item ids)."""
+def seed_job(url: str, guids: dict[str, int], status: str = "pending", created_at: datetime | None = None,
+             key_prefix: str = "k-") -> tuple[str, dict[str, int], list[str]]:
+    """A job with one shard per guid and ``n`` items each, created at ``created_at`` (now) — its
+    items' ids stamped with it, as the planner's are; returns (job_id, shard ids, item ids).
+    Item keys are ``key_prefix`` + item id, or ``key_prefix`` + guid + index where the prefix
+    ends with ":" (a key another job can share)."""
     job_id = str(uuid.uuid4())
+    created = created_at or datetime.now(UTC)
+    ids = iter(new_item_ids(sum(guids.values()), created))
     items: list[str] = []
     with psycopg.connect(url) as conn:
         conn.execute(
             "INSERT INTO jobs (job_id, request_id, kind, priority, created_by, message, content_version,"
-            " target_mode, total, request) VALUES (%s, %s, 'campaign', 3, 't', '{}', 1, 'snapshot', %s, '{}')",
-            (job_id, f"req-{job_id}", sum(guids.values())),
+            " target_mode, total, request, created_at)"
+            " VALUES (%s, %s, 'campaign', 3, 't', '{}', 1, 'snapshot', %s, '{}', %s)",
+            (job_id, f"req-{job_id}", sum(guids.values()), created),
         )
         shard_ids = {}
         for guid, n in guids.items():
@@ -50,12 +59,13 @@ def seed_job(url: str, guids: dict[str, int], status: str = "pending") -> tuple[
             shard_ids[guid] = sid
             conn.execute("INSERT INTO shard_status_counts VALUES (%s, 'pending', %s)", (sid, n))
             for k in range(n):
-                item_id = str(uuid.uuid4())
+                item_id = next(ids)
                 items.append(item_id)
+                key = f"{key_prefix}{guid}:{k}" if key_prefix.endswith(":") else f"{key_prefix}{item_id}"
                 conn.execute(
                     "INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind, status)"
                     " VALUES (%s, %s, %s, %s, %s, 'hi', %s, 3, 'campaign', %s)",
-                    (item_id, job_id, sid, guid, f"room-{k}", f"k-{item_id}", status),
+                    (item_id, job_id, sid, guid, f"room-{k}", key, status),
                 )
     return job_id, shard_ids, items
 

@@ -279,8 +279,8 @@ def test_a_crash_mid_paging_resumes_from_the_stored_cursor_without_duplicates(
             await sweeper
             # Planner a, back from the dead with the page it had fetched, cannot store it.
             late = parse_page({"items": targets(3, start=9), "next_cursor": "off:12"}, "off:9")
-            assert await b.store.store_page(stale, "planner-a", late, plan_page(stale.request, late, {}, 50_000),
-                                            datetime.now(UTC), 1.0) is None
+            page = plan_page(stale.request, late, {}, 50_000, job_created_at=stale.created_at)
+            assert await b.store.store_page(stale, "planner-a", late, page, datetime.now(UTC), 1.0) is None
         return job
 
     job = asyncio.run(go())

@@ -248,13 +248,26 @@ def test_a_requery_request_with_a_broken_template_is_refused_up_front() -> None:
         plan(requery("Hi {"), NOW)
 
 
-def test_item_ids_are_distinct_canonical_version_4_uuids() -> None:
+def test_item_ids_are_distinct_canonical_version_7_uuids_stamped_with_the_jobs_creation_time() -> None:
     import uuid
 
-    from pacer_common.domain.ids import new_item_ids
+    from pacer_common.domain.ids import item_id_time, new_item_ids
 
-    ids = new_item_ids(5000)
+    at = datetime(2026, 11, 30, 23, 59, 59, 999000, tzinfo=UTC)
+    ids = new_item_ids(5000, at)
     parsed = [uuid.UUID(i) for i in ids]
     assert len(set(ids)) == 5000
-    assert all(u.version == 4 and u.variant == uuid.RFC_4122 and str(u) == i for u, i in zip(parsed, ids, strict=True))
-    assert new_item_ids(0) == []
+    assert all(u.version == 7 and u.variant == uuid.RFC_4122 and str(u) == i for u, i in zip(parsed, ids, strict=True))
+    assert {item_id_time(i) for i in ids} == {at}
+    # ordered by time first: every id of a later job sorts after every id of an earlier one
+    later = new_item_ids(100, at + timedelta(milliseconds=1))
+    assert max(parsed) < min(uuid.UUID(i) for i in later)
+    assert new_item_ids(0, at) == []
+
+
+def test_a_plan_stamps_every_item_with_the_jobs_creation_time() -> None:
+    from pacer_common.domain.ids import item_id_time
+
+    p = plan(req(), NOW)
+    assert p.created_at == NOW and p.items
+    assert {item_id_time(it.item_id) for it in p.items} == {NOW}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -11,6 +12,8 @@ from pacer_common.domain.requests import JobRequest
 from pacer_planner.domain.admission import page_refusal
 from pacer_planner.domain.sharding import sub_of
 from pacer_planner.domain.targets import Page, TargetFetchError, parse_page, plan_page, redact_url
+
+NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 
 
 def requery(content: str = "Hi {name}", kind: str = "campaign", **targets: Any) -> JobRequest:
@@ -87,12 +90,12 @@ def page_of(*targets: dict[str, Any], nxt: str | None = None) -> Page:
 
 def test_static_vars_fill_in_and_a_targets_own_vars_win() -> None:
     req = requery(content="{greet} {name}", vars={"greet": "Hello", "name": "you"})
-    p = plan_page(req, page_of(t("g", "a", name="Ann"), t("g", "b")), {}, 100)
+    p = plan_page(req, page_of(t("g", "a", name="Ann"), t("g", "b")), {}, 100, job_created_at=NOW)
     assert [i.content for i in p.items] == ["Hello Ann", "Hello you"]
 
 
 def test_a_target_missing_a_template_variable_is_invalid_not_blank() -> None:
-    p = plan_page(requery(), page_of(t("g", "a", name="A"), t("g", "b"), t("g", "c")), {}, 100)
+    p = plan_page(requery(), page_of(t("g", "a", name="A"), t("g", "b"), t("g", "c")), {}, 100, job_created_at=NOW)
     assert [i.to_id for i in p.items] == ["a"]
     assert p.invalid == 2
     assert p.first_error == "items[1]: template variable 'name' has no value"
@@ -102,31 +105,32 @@ def test_targets_the_store_could_not_hold_are_counted_invalid_and_the_page_goes_
     wide = "é" * 256  # a legal guid and to_id, but together an idempotency key past the index limit
     p = plan_page(requery(content="{name}{name}"), page_of(
         t("g", "a", name="A"), t(wide, wide, name="B"), t("g", "c", name="x" * 4000), t("g", "d\x00", name="D"),
-        t("g", "e\ud800", name="E"), t("g", "f", name="F")), {}, 100)
+        t("g", "e\ud800", name="E"), t("g", "f", name="F")), {}, 100, job_created_at=NOW)
     assert [i.to_id for i in p.items] == ["a", "f"]
     assert p.invalid == 4
     assert p.first_error is not None and p.first_error.startswith("items[3].to_id: contains a NUL character")
 
 
 def test_a_page_error_comes_before_a_render_error() -> None:
-    p = plan_page(requery(), page_of(t("g", "b"), {"guid": "g"}), {}, 100)
+    p = plan_page(requery(), page_of(t("g", "b"), {"guid": "g"}), {}, 100, job_created_at=NOW)
     assert p.invalid == 2 and p.first_error == "items[1].to_id: Field required"
 
 
 def test_a_target_repeated_within_a_page_is_a_duplicate() -> None:
-    p = plan_page(requery(), page_of(t("g", "a", name="1"), t("g", "a", name="2"), t("h", "a", name="3")), {}, 100)
+    p = plan_page(requery(), page_of(t("g", "a", name="1"), t("g", "a", name="2"), t("h", "a", name="3")), {}, 100,
+                  job_created_at=NOW)
     assert [(i.guid, i.to_id, i.content) for i in p.items] == [("g", "a", "Hi 1"), ("h", "a", "Hi 3")]
     assert p.duplicates == 1
 
 
 def test_keys_are_those_of_a_snapshot_push() -> None:
-    p = plan_page(requery(), page_of(t("g:1", "a", name="1")), {}, 100)
+    p = plan_page(requery(), page_of(t("g:1", "a", name="1")), {}, 100, job_created_at=NOW)
     assert p.items[0].idem_key == "push:r-1:g%3A1:a:v0"
 
 
 def test_a_new_guid_gets_its_subs_from_this_page_and_a_known_guid_keeps_its_own() -> None:
     targets = [t("new", f"r{i}", name="x") for i in range(7)] + [t("old", f"s{i}", name="x") for i in range(9)]
-    p = plan_page(requery(), page_of(*targets), {Guid("old"): 4}, 3)
+    p = plan_page(requery(), page_of(*targets), {Guid("old"): 4}, 3, job_created_at=NOW)
     assert p.new_subs == {"new": 3}
     for it in p.items:
         assert it.sub == sub_of(it.to_id, 3 if it.guid == "new" else 4)
@@ -134,7 +138,7 @@ def test_a_new_guid_gets_its_subs_from_this_page_and_a_known_guid_keeps_its_own(
 
 
 def test_a_new_guid_with_few_targets_on_its_first_page_keeps_one_shard() -> None:
-    p = plan_page(requery(), page_of(t("g", "a", name="x")), {}, 3)
+    p = plan_page(requery(), page_of(t("g", "a", name="x")), {}, 3, job_created_at=NOW)
     assert p.new_subs == {"g": 1} and p.shards == {("g", 0): 1}
 
 

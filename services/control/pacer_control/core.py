@@ -15,7 +15,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from pacer_common.domain.ids import ItemId
+from pacer_common.domain.ids import ItemId, new_item_ids
 from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.requests import DEFAULT_TENANT
 from pacer_common.domain.tokens import Role, token_hash
@@ -362,7 +362,8 @@ class Control:
                             f"{', '.join(sorted(self.sandbox_targets))} (PACER_CONTROL_SANDBOX_TARGETS)")
 
         async def work(tx: ControlTx) -> Row:
-            made = await tx.test_send(str(uuid.uuid4()), str(uuid.uuid4()), guid, to_id, content, who.actor)
+            item_id = new_item_ids(1, datetime.now(UTC))[0]  # in the time partition of today
+            made = await tx.test_send(str(uuid.uuid4()), item_id, guid, to_id, content, who.actor)
             await tx.audit(AuditEntry(who.actor, "test_send", "guid", guid, None, None,
                                       {"to_id": to_id, "job_id": made["job_id"], "item_id": made["item_id"],
                                        "idem_key": made["idem_key"], "content_chars": len(content)}))

@@ -60,6 +60,7 @@ class PagingState:
     cursor: str | None  # next_cursor of the last stored page
     pages: int  # pages stored so far
     complete: bool  # the last page is stored
+    created_at: datetime  # the job's: stamped on the ids of the items its pages add
 
 
 @dataclass(frozen=True)

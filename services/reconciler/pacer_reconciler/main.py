@@ -18,6 +18,7 @@ from pacer_reconciler.adapters.callbacks import KafkaCallbackSource
 from pacer_reconciler.adapters.faults import ENVIRONMENT
 from pacer_reconciler.adapters.kafka import KafkaPublisher
 from pacer_reconciler.adapters.layout import adopt_layout
+from pacer_reconciler.adapters.partitions import PostgresPartitions
 from pacer_reconciler.adapters.postgres import PostgresGuidStates, PostgresLog
 from pacer_reconciler.adapters.segments import SegmentLeases
 from pacer_reconciler.backlog import BacklogGauges
@@ -28,6 +29,7 @@ from pacer_reconciler.domain.segments import segment_names
 from pacer_reconciler.leading import LoopConfig, SegmentLoop
 from pacer_reconciler.metrics import ReconcilerMetrics
 from pacer_reconciler.ports import Lease
+from pacer_reconciler.retention import PartitionKeeper
 from pacer_reconciler.settings import ReconcilerSettings
 from pacer_reconciler.verifier import Verifier
 
@@ -75,12 +77,16 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         tenant_refresher = asyncio.create_task(tenants.keep_fresh(ctx.stop), name="tenants")
         consuming = asyncio.create_task(consume_callbacks(callbacks, m, ctx.stop, cfg.error_backoff_max_s),
                                         name="callbacks")
+        keeper = PartitionKeeper(PostgresPartitions(pool), cfg.retention(), cfg.partitions_ahead_days, m)
+        keeping = asyncio.create_task(keeper.run(cfg.maintain_every_s, ctx.stop, cfg.error_backoff_max_s),
+                                      name="partitions")
         try:
             await loop.run(ctx.stop, ctx.health.set_ready)
         finally:
             ctx.stop.set()
             await tenant_refresher
             await consuming
+            await keeping
             await source.close()
             publisher.close()
             await gateways.aclose()

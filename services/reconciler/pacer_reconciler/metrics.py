@@ -128,6 +128,18 @@ class ReconcilerMetrics:
             "Tail/sweep rounds that raised (database or Kafka down, a defect), by exception type; each is "
             "followed by a back-off, the service stays up."
         ), ["error"], registry=registry)
+        self.partitions = Counter("pacer_reconciler_partitions_total", (
+            "Time partitions created (ahead of their days), dropped (past retention) and skipped (their table "
+            "was locked: tried again next run), by table."
+        ), ["table", "action"], registry=registry)
+        self.partitions_kept = Gauge("pacer_reconciler_partitions_kept", (
+            "Partitions past retention kept at the last maintenance run, by table: they still hold unfinished "
+            "items, events a reconciler has not applied, or ledger keys whose items are kept (the log says which)."
+        ), ["table"], registry=registry)
+        self.default_partition_rows = Gauge("pacer_reconciler_default_partition_rows", (
+            "1 where a table's default partition holds rows: rows from before partitioning, or of a period whose "
+            "partition was missing (alert `PacerDefaultPartitionFilling`; docs/runbook.md, \"Retention\")."
+        ), ["table"], registry=registry)
         self.trips = Counter("pacer_reconciler_breaker_trips_total", (
             "Circuit breakers tripped (job or guid paused), by scope: `job` or `guid`."
         ), ["scope"], registry=registry)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
@@ -11,6 +11,7 @@ from typing import Literal, Protocol
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.guid_health import StatusEvent
+from pacer_reconciler.domain.retention import PartitionChange
 
 SweepKind = Literal["retry_due", "claim_expired", "submit_expired", "release_held"]
 
@@ -123,3 +124,8 @@ class GuidStates(Protocol):
     async def media_ready(self, guid: str, media_id: str, ok: bool, reason: str | None) -> bool:
         """A pending media becomes ready (``ok``) or failed; False if it was settled already or unknown."""
         ...
+
+
+class Partitions(Protocol):
+    async def ensure(self, ahead_days: int) -> Sequence[PartitionChange]: ...
+    async def prune(self, retain_days: Mapping[str, int]) -> Sequence[PartitionChange]: ...

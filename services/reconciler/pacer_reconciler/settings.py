@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.settings import OpsSettings
+from pacer_reconciler.domain.retention import Retention
 
 
 class ReconcilerSettings(OpsSettings):
@@ -98,3 +99,39 @@ class ReconcilerSettings(OpsSettings):
         "the leader): `device.status` moves guid lifecycles, `media.ready` settles uploads. Empty: "
         "`<prefix>.reconciler.callbacks`."
     ))
+    retain_items_days: int = Field(7, ge=1, description=(
+        "Days `items` and `item_events` are kept after their day (a job's items and events are in the time "
+        "partition of the job's creation day). A partition past it is dropped once every item in it is finished "
+        "and every reconciler cursor has passed its events; until then it is kept and the reason logged."
+    ))
+    retain_ledger_days: int = Field(35, ge=1, description=(
+        "Days the send ledger keeps an idempotency key after the day of the item that reserved it: as long as a "
+        "duplicate is possible (the longest retry, compensation or resend window, plus the gateway's own dedupe "
+        "window). At least `PACER_RECONCILER_RETAIN_ITEMS_DAYS`: a key outlives its items."
+    ))
+    retain_audit_days: int = Field(400, ge=1, description=(
+        "Days `audit_log` is kept: the longest of all (it is small)."
+    ))
+    retain_conflicts_days: int = Field(90, ge=1, description="Days `operator_conflicts` (refused retries) is kept.")
+    retain_state_history_days: int = Field(90, ge=1, description=(
+        "Days `guid_state_history` (every change of a guid's lifecycle state) is kept."
+    ))
+    partitions_ahead_days: int = Field(3, ge=1, description=(
+        "Time partitions are created this many days ahead, so a row never waits for one (a row whose partition "
+        "is missing goes to the table's default partition, and is moved out when the partition is created). "
+        "Every partition is one more index probe for a query by guid, so not many more than needed."
+    ))
+    maintain_every_s: float = Field(3600.0, gt=0, description=(
+        "How often partitions are created ahead and those past retention dropped (every replica tries; one at a "
+        "time runs, under a lock in the database)."
+    ))
+
+    def retention(self) -> Retention:
+        return Retention(items_days=self.retain_items_days, ledger_days=self.retain_ledger_days,
+                         audit_days=self.retain_audit_days, conflicts_days=self.retain_conflicts_days,
+                         state_history_days=self.retain_state_history_days)
+
+    @model_validator(mode="after")
+    def _retention_is_consistent(self) -> ReconcilerSettings:
+        self.retention()  # refuse inconsistent retention at start-up
+        return self

@@ -7,7 +7,9 @@ Two parts, in this order, on every run:
 2. today's stored functions and triggers (``db/schema/functions/<name>.sql``,
    ``db/schema/triggers/<name>.sql``), all re-created in one transaction — each file is
    idempotent (``CREATE OR REPLACE``), so a database at any migration ends with exactly the
-   definitions in those files.
+   definitions in those files;
+3. the time partitions of the days ahead (``pacer_ensure_partitions``; the reconciler keeps
+   creating them, and drops the ones past retention).
 
 Migrations up to :data:`LAST_MIGRATION_WITH_FUNCTIONS` still define functions, as history;
 a later one must not (``tests/unit/test_schema_files.py`` fails if one does).
@@ -30,6 +32,7 @@ _LOCK_ID = 0x7061636572  # "pacer"
 MIN_SERVER_VERSION = 140000
 SCHEMA_LOCK_TIMEOUT = "5s"
 LAST_MIGRATION_WITH_FUNCTIONS = 18
+PARTITIONS_AHEAD_DAYS = 3  # created at every migration (the reconciler keeps making them)
 MOVE_TO_SCHEMA = (
     "stored functions and triggers are not defined in migrations after {last:04d}: put each in "
     "libs/common/pacer_common/db/schema/functions/<function>.sql or schema/triggers/<trigger>.sql "
@@ -50,6 +53,7 @@ def migrate(url: str) -> list[str]:
         try:
             applied = apply_migrations(conn)
             apply_schema_objects(conn)
+            ensure_partitions(conn)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
     return applied
@@ -73,6 +77,13 @@ def apply_migrations(conn: psycopg.Connection[Any]) -> list[str]:
         log.info("applied migration", extra={"migration": name})
         applied.append(name)
     return applied
+
+
+def ensure_partitions(conn: psycopg.Connection[Any]) -> None:
+    """The time partitions from yesterday to :data:`PARTITIONS_AHEAD_DAYS` ahead."""
+    for name, action, detail in conn.execute("SELECT * FROM pacer_ensure_partitions(now(), %s)",
+                                             (PARTITIONS_AHEAD_DAYS,)).fetchall():
+        log.info("partition %s", action, extra={"partition": name, "detail": detail})
 
 
 def apply_schema_objects(conn: psycopg.Connection[Any]) -> None:

@@ -132,10 +132,16 @@ BEGIN
         RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
         RETURN;
     END IF;
-    INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
-    VALUES (p_idem_key, p_item, p_guid, p_to_id, 'reserved')
-    ON CONFLICT (idem_key) DO NOTHING;
-    SELECT l.item_id, l.state INTO h FROM send_ledger l WHERE l.idem_key = p_idem_key;
+    -- The ledger is partitioned by item id, and a key may be another job's (a duplicate
+    -- auto-reply, a ticket's status sent twice), so no index holds one row per key across
+    -- partitions: a lock on the key makes the look and the reservation one step.
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_idem_key, 0));
+    SELECT l.item_id, l.state INTO h FROM send_ledger l WHERE l.idem_key = p_idem_key LIMIT 1;
+    IF NOT FOUND THEN
+        INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
+        VALUES (p_idem_key, p_item, p_guid, p_to_id, 'reserved');
+        h.item_id := p_item;
+    END IF;
     IF h.item_id <> p_item THEN
         IF counted THEN
             UPDATE jobs SET budget_used = budget_used - 1 WHERE job_id = x.job_id;
@@ -374,6 +380,61 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.pacer_ensure_partitions(p_now timestamp with time zone, p_ahead_days integer, p_lock_timeout interval DEFAULT '00:00:02'::interval) RETURNS TABLE(partition text, action text, detail text)
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    t record;
+    d timestamptz;
+    period interval;
+    lo text;
+    hi text;
+    name text;
+    ddl text;
+    moved bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('pacer_partitions'));
+    PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
+    FOR t IN SELECT * FROM partitioned_tables ORDER BY prune_order, parent LOOP
+        -- Periods are whole UTC days from the epoch; in seconds, so that no session time zone's
+        -- daylight saving moves a boundary.
+        period := make_interval(secs => t.period_days * 86400);
+        d := to_timestamp((floor((floor(extract(epoch FROM p_now) / 86400) - 1) / t.period_days)
+                           * t.period_days * 86400)::bigint);
+        WHILE d <= p_now + make_interval(secs => p_ahead_days * 86400) LOOP
+            name := t.parent || '_p' || to_char(d AT TIME ZONE 'UTC', 'YYYYMMDD');
+            IF to_regclass(name) IS NULL THEN
+                IF t.bound = 'item_id' THEN
+                    lo := quote_literal(pacer_uuid7_floor(d));
+                    hi := quote_literal(pacer_uuid7_floor(d + period));
+                ELSE
+                    lo := quote_literal(d);
+                    hi := quote_literal(d + period);
+                END IF;
+                BEGIN
+                    EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)',
+                                   name, t.parent);
+                    EXECUTE format('WITH m AS (DELETE FROM %1$I WHERE %2$I >= %3$s AND %2$I < %4$s RETURNING *) '
+                                   'INSERT INTO %5$I SELECT * FROM m', t.parent || '_default', t.key_column,
+                                   lo, hi, name);
+                    GET DIAGNOSTICS moved = ROW_COUNT;
+                    EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)',
+                                   t.parent, name, lo, hi);
+                    FOREACH ddl IN ARRAY t.local_ddl LOOP
+                        EXECUTE format(ddl, name);
+                    END LOOP;
+                    RETURN QUERY SELECT name, 'created'::text,
+                        CASE WHEN moved > 0 THEN format('%s rows moved from the default partition', moved) END;
+                EXCEPTION WHEN lock_not_available THEN
+                    RETURN QUERY SELECT name, 'skipped'::text, SQLERRM;
+                END;
+            END IF;
+            d := d + period;
+        END LOOP;
+    END LOOP;
+END
+$_$;
+
 CREATE FUNCTION public.pacer_force_release_guid(p_guid text, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text, previous_owner text, epoch bigint, evicted_until timestamp with time zone, in_flight integer)
     LANGUAGE plpgsql
     AS $$
@@ -554,7 +615,8 @@ CREATE TABLE public.items (
     held boolean DEFAULT false NOT NULL,
     target_page integer,
     traceparent text
-);
+)
+PARTITION BY RANGE (item_id);
 
 CREATE FUNCTION public.pacer_item_command(i public.items) RETURNS TABLE(item_id text, job_id text, shard_id bigint, guid text, to_id text, content text, idem_key text, priority smallint, kind text, expire_at timestamp with time zone, not_before timestamp with time zone, created_at timestamp with time zone, traceparent text, tenant text)
     LANGUAGE sql STABLE ROWS 1
@@ -562,6 +624,13 @@ CREATE FUNCTION public.pacer_item_command(i public.items) RETURNS TABLE(item_id 
     SELECT i.item_id::text, i.job_id::text, i.shard_id, i.guid, i.to_id, i.content, i.idem_key,
            i.priority, i.kind, i.expire_at, i.not_before, i.created_at, i.traceparent,
            (SELECT j.tenant FROM jobs j WHERE j.job_id = i.job_id);  -- an item's tenant is its job's
+$$;
+
+CREATE FUNCTION public.pacer_item_id(p_at timestamp with time zone) RETURNS uuid
+    LANGUAGE sql PARALLEL SAFE
+    AS $$
+    SELECT (lpad(to_hex(floor(extract(epoch FROM p_at) * 1000)::bigint), 12, '0') || '7'
+            || substr(replace(gen_random_uuid()::text, '-', ''), 14))::uuid
 $$;
 
 CREATE FUNCTION public.pacer_job_action(p_job uuid, p_action text, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text, status text)
@@ -659,6 +728,62 @@ BEGIN
                                    'abandoned', COALESCE(cardinality(ids), 0))
          FROM jobs x WHERE x.job_id = p_job));
     RETURN QUERY SELECT 'done'::text, format('job %s: %s → %s', p_action, j.status, after_status), after_status;
+END
+$$;
+
+CREATE FUNCTION public.pacer_partitions(p_parent text) RETURNS TABLE(partition text, starts timestamp with time zone, ends timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $_$
+    SELECT p.relname, p.d, p.d + make_interval(secs => p.period_days * 86400)
+    FROM (SELECT c.relname::text AS relname, t.period_days,
+                 CASE WHEN c.relname ~ ('^' || t.parent || '_p[0-9]{8}$')
+                      THEN to_date(right(c.relname, 8), 'YYYYMMDD')::timestamp AT TIME ZONE 'UTC' END AS d
+          FROM partitioned_tables t
+          JOIN pg_inherits h ON h.inhparent = to_regclass(t.parent)
+          JOIN pg_class c ON c.oid = h.inhrelid
+          WHERE t.parent = p_parent) AS p
+    WHERE p.d IS NOT NULL
+    ORDER BY p.d
+$_$;
+
+CREATE FUNCTION public.pacer_prune_partitions(p_now timestamp with time zone, p_retain_days jsonb, p_lock_timeout interval DEFAULT '00:00:02'::interval) RETURNS TABLE(partition text, action text, detail text)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    t record;
+    p record;
+    why text;
+    filled boolean;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('pacer_partitions'));
+    PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
+    FOR t IN SELECT * FROM partitioned_tables ORDER BY prune_order, parent LOOP
+        IF to_regclass(t.parent || '_default') IS NOT NULL THEN
+            EXECUTE format('SELECT EXISTS (SELECT FROM %I)', t.parent || '_default') INTO filled;
+            IF filled THEN
+                RETURN QUERY SELECT t.parent || '_default', 'default'::text, 'holds rows'::text;
+            END IF;
+        END IF;
+        CONTINUE WHEN NOT p_retain_days ? t.parent;
+        FOR p IN SELECT * FROM pacer_partitions(t.parent) x
+                 WHERE x.ends + make_interval(secs => (p_retain_days->>t.parent)::int * 86400) <= p_now LOOP
+            why := NULL;
+            IF t.guard IS NOT NULL THEN
+                EXECUTE format('SELECT string_agg(r, ''; '') FROM (' || t.guard || ') AS g(r)',
+                               p.partition, p.starts, p.ends) INTO why;
+            END IF;
+            IF why IS NOT NULL THEN
+                RETURN QUERY SELECT p.partition, 'kept'::text, why;
+                CONTINUE;
+            END IF;
+            BEGIN
+                EXECUTE format('DROP TABLE %I', p.partition);
+                RETURN QUERY SELECT p.partition, 'dropped'::text, NULL::text;
+            EXCEPTION WHEN lock_not_available THEN
+                RETURN QUERY SELECT p.partition, 'skipped'::text, SQLERRM;
+            END;
+        END LOOP;
+    END LOOP;
 END
 $$;
 
@@ -877,7 +1002,7 @@ BEGIN
         RETURN;
     END IF;
 
-    c := gen_random_uuid();
+    c := pacer_item_id((SELECT j.created_at FROM jobs j WHERE j.job_id = o.job_id));  -- in its job's partition
     INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,
                        status, version, expire_at, compensates)
     VALUES (c, o.job_id, o.shard_id, o.guid, o.to_id, o.content, o.idem_key,
@@ -1106,6 +1231,12 @@ SELECT m.item_id, m.version, m.lease_epoch, m.attempts, m.from_status FROM moved
 END
 $$;
 
+CREATE FUNCTION public.pacer_uuid7_floor(p_at timestamp with time zone) RETURNS uuid
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT (lpad(to_hex(floor(extract(epoch FROM p_at) * 1000)::bigint), 12, '0') || repeat('0', 20))::uuid
+$$;
+
 CREATE TABLE public.api_tokens (
     token_hash text NOT NULL,
     name text NOT NULL,
@@ -1135,16 +1266,29 @@ CREATE TABLE public.audit_log (
     reason text,
     before jsonb,
     after jsonb
+)
+PARTITION BY RANGE (at);
+
+CREATE TABLE public.audit_log_default (
+    id bigint DEFAULT NULL CONSTRAINT audit_log_id_not_null NOT NULL,
+    at timestamp with time zone DEFAULT now() CONSTRAINT audit_log_at_not_null NOT NULL,
+    actor text CONSTRAINT audit_log_actor_not_null NOT NULL,
+    action text CONSTRAINT audit_log_action_not_null NOT NULL,
+    target_type text CONSTRAINT audit_log_target_type_not_null NOT NULL,
+    target_id text CONSTRAINT audit_log_target_id_not_null NOT NULL,
+    reason text,
+    before jsonb,
+    after jsonb
 );
 
-ALTER TABLE public.audit_log ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME public.audit_log_id_seq
+CREATE SEQUENCE public.audit_log_id_seq
     START WITH 1
     INCREMENT BY 1
     NO MINVALUE
     NO MAXVALUE
-    CACHE 1
-);
+    CACHE 1;
+
+ALTER SEQUENCE public.audit_log_id_seq OWNED BY public.audit_log.id;
 
 CREATE TABLE public.customers (
     customer_id text NOT NULL,
@@ -1195,7 +1339,8 @@ CREATE TABLE public.guid_state_history (
     event_ts timestamp with time zone NOT NULL,
     source text NOT NULL,
     reason text
-);
+)
+PARTITION BY RANGE (at);
 
 CREATE SEQUENCE public.guid_state_history_id_seq
     START WITH 1
@@ -1205,6 +1350,17 @@ CREATE SEQUENCE public.guid_state_history_id_seq
     CACHE 1;
 
 ALTER SEQUENCE public.guid_state_history_id_seq OWNED BY public.guid_state_history.id;
+
+CREATE TABLE public.guid_state_history_default (
+    id bigint DEFAULT nextval('public.guid_state_history_id_seq'::regclass) CONSTRAINT guid_state_history_id_not_null NOT NULL,
+    guid text CONSTRAINT guid_state_history_guid_not_null NOT NULL,
+    state public.guid_state CONSTRAINT guid_state_history_state_not_null NOT NULL,
+    previous public.guid_state,
+    at timestamp with time zone DEFAULT now() CONSTRAINT guid_state_history_at_not_null NOT NULL,
+    event_ts timestamp with time zone CONSTRAINT guid_state_history_event_ts_not_null NOT NULL,
+    source text CONSTRAINT guid_state_history_source_not_null NOT NULL,
+    reason text
+);
 
 CREATE TABLE public.guid_states (
     guid text NOT NULL,
@@ -1238,20 +1394,65 @@ CREATE TABLE public.item_events (
     to_status public.item_status NOT NULL,
     payload jsonb DEFAULT '{}'::jsonb NOT NULL,
     occurred_at timestamp with time zone DEFAULT now() NOT NULL
+)
+PARTITION BY RANGE (item_id);
+
+CREATE TABLE public.item_events_default (
+    seq bigint DEFAULT NULL CONSTRAINT item_events_seq_not_null NOT NULL,
+    xid xid8 DEFAULT pg_current_xact_id() CONSTRAINT item_events_xid_not_null NOT NULL,
+    item_id uuid CONSTRAINT item_events_item_id_not_null NOT NULL,
+    job_id uuid CONSTRAINT item_events_job_id_not_null NOT NULL,
+    shard_id bigint CONSTRAINT item_events_shard_id_not_null NOT NULL,
+    guid text CONSTRAINT item_events_guid_not_null NOT NULL,
+    version integer CONSTRAINT item_events_version_not_null NOT NULL,
+    type text CONSTRAINT item_events_type_not_null NOT NULL,
+    from_status public.item_status CONSTRAINT item_events_from_status_not_null NOT NULL,
+    to_status public.item_status CONSTRAINT item_events_to_status_not_null NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb CONSTRAINT item_events_payload_not_null NOT NULL,
+    occurred_at timestamp with time zone DEFAULT now() CONSTRAINT item_events_occurred_at_not_null NOT NULL
 );
 
-ALTER TABLE public.item_events ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME public.item_events_seq_seq
+CREATE SEQUENCE public.item_events_seq_seq
     START WITH 1
     INCREMENT BY 1
     NO MINVALUE
     NO MAXVALUE
-    CACHE 1
-);
+    CACHE 1;
+
+ALTER SEQUENCE public.item_events_seq_seq OWNED BY public.item_events.seq;
 
 CREATE TABLE public.item_transitions (
     from_status public.item_status NOT NULL,
     to_status public.item_status NOT NULL
+);
+
+CREATE TABLE public.items_default (
+    item_id uuid CONSTRAINT items_item_id_not_null NOT NULL,
+    job_id uuid CONSTRAINT items_job_id_not_null NOT NULL,
+    shard_id bigint CONSTRAINT items_shard_id_not_null NOT NULL,
+    guid text CONSTRAINT items_guid_not_null NOT NULL,
+    to_id text CONSTRAINT items_to_id_not_null NOT NULL,
+    content text CONSTRAINT items_content_not_null NOT NULL,
+    idem_key text CONSTRAINT items_idem_key_not_null NOT NULL,
+    priority smallint CONSTRAINT items_priority_not_null NOT NULL,
+    kind text CONSTRAINT items_kind_not_null NOT NULL,
+    status public.item_status DEFAULT 'pending'::public.item_status CONSTRAINT items_status_not_null NOT NULL,
+    version integer DEFAULT 0 CONSTRAINT items_version_not_null NOT NULL,
+    attempts integer DEFAULT 0 CONSTRAINT items_attempts_not_null NOT NULL,
+    lease_owner text,
+    lease_epoch bigint DEFAULT 0 CONSTRAINT items_lease_epoch_not_null NOT NULL,
+    lease_until timestamp with time zone,
+    expire_at timestamp with time zone,
+    not_before timestamp with time zone,
+    next_attempt_at timestamp with time zone,
+    last_error_class text,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() CONSTRAINT items_created_at_not_null NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() CONSTRAINT items_updated_at_not_null NOT NULL,
+    compensates uuid,
+    held boolean DEFAULT false CONSTRAINT items_held_not_null NOT NULL,
+    target_page integer,
+    traceparent text
 );
 
 CREATE TABLE public.job_target_pages (
@@ -1349,15 +1550,36 @@ CREATE TABLE public.operator_conflicts (
     actor text NOT NULL,
     at timestamp with time zone DEFAULT now() NOT NULL,
     reason text NOT NULL
+)
+PARTITION BY RANGE (at);
+
+CREATE TABLE public.operator_conflicts_default (
+    id bigint DEFAULT NULL CONSTRAINT operator_conflicts_id_not_null NOT NULL,
+    item_id uuid CONSTRAINT operator_conflicts_item_id_not_null NOT NULL,
+    actor text CONSTRAINT operator_conflicts_actor_not_null NOT NULL,
+    at timestamp with time zone DEFAULT now() CONSTRAINT operator_conflicts_at_not_null NOT NULL,
+    reason text CONSTRAINT operator_conflicts_reason_not_null NOT NULL
 );
 
-ALTER TABLE public.operator_conflicts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME public.operator_conflicts_id_seq
+CREATE SEQUENCE public.operator_conflicts_id_seq
     START WITH 1
     INCREMENT BY 1
     NO MINVALUE
     NO MAXVALUE
-    CACHE 1
+    CACHE 1;
+
+ALTER SEQUENCE public.operator_conflicts_id_seq OWNED BY public.operator_conflicts.id;
+
+CREATE TABLE public.partitioned_tables (
+    parent text NOT NULL,
+    key_column text NOT NULL,
+    bound text NOT NULL,
+    period_days integer NOT NULL,
+    prune_order integer NOT NULL,
+    local_ddl text[] DEFAULT '{}'::text[] NOT NULL,
+    guard text,
+    CONSTRAINT partitioned_tables_bound_check CHECK ((bound = ANY (ARRAY['item_id'::text, 'time'::text]))),
+    CONSTRAINT partitioned_tables_period_days_check CHECK ((period_days > 0))
 );
 
 CREATE TABLE public.schema_migrations (
@@ -1374,6 +1596,19 @@ CREATE TABLE public.send_ledger (
     state text NOT NULL,
     receipt jsonb,
     reserved_at timestamp with time zone DEFAULT now() NOT NULL,
+    sent_at timestamp with time zone,
+    CONSTRAINT send_ledger_state_check CHECK ((state = ANY (ARRAY['reserved'::text, 'sent'::text])))
+)
+PARTITION BY RANGE (item_id);
+
+CREATE TABLE public.send_ledger_default (
+    idem_key text CONSTRAINT send_ledger_idem_key_not_null NOT NULL,
+    item_id uuid CONSTRAINT send_ledger_item_id_not_null NOT NULL,
+    guid text CONSTRAINT send_ledger_guid_not_null NOT NULL,
+    to_id text CONSTRAINT send_ledger_to_id_not_null NOT NULL,
+    state text CONSTRAINT send_ledger_state_not_null NOT NULL,
+    receipt jsonb,
+    reserved_at timestamp with time zone DEFAULT now() CONSTRAINT send_ledger_reserved_at_not_null NOT NULL,
     sent_at timestamp with time zone,
     CONSTRAINT send_ledger_state_check CHECK ((state = ANY (ARRAY['reserved'::text, 'sent'::text])))
 );
@@ -1436,7 +1671,25 @@ CREATE TABLE public.tenants (
     CONSTRAINT tenants_sends_per_day_check CHECK ((sends_per_day > 0))
 );
 
+ALTER TABLE ONLY public.audit_log ATTACH PARTITION public.audit_log_default DEFAULT;
+
+ALTER TABLE ONLY public.guid_state_history ATTACH PARTITION public.guid_state_history_default DEFAULT;
+
+ALTER TABLE ONLY public.item_events ATTACH PARTITION public.item_events_default DEFAULT;
+
+ALTER TABLE ONLY public.items ATTACH PARTITION public.items_default DEFAULT;
+
+ALTER TABLE ONLY public.operator_conflicts ATTACH PARTITION public.operator_conflicts_default DEFAULT;
+
+ALTER TABLE ONLY public.send_ledger ATTACH PARTITION public.send_ledger_default DEFAULT;
+
+ALTER TABLE ONLY public.audit_log ALTER COLUMN id SET DEFAULT nextval('public.audit_log_id_seq'::regclass);
+
 ALTER TABLE ONLY public.guid_state_history ALTER COLUMN id SET DEFAULT nextval('public.guid_state_history_id_seq'::regclass);
+
+ALTER TABLE ONLY public.item_events ALTER COLUMN seq SET DEFAULT nextval('public.item_events_seq_seq'::regclass);
+
+ALTER TABLE ONLY public.operator_conflicts ALTER COLUMN id SET DEFAULT nextval('public.operator_conflicts_id_seq'::regclass);
 
 ALTER TABLE ONLY public.api_tokens
     ADD CONSTRAINT api_tokens_name_key UNIQUE (name);
@@ -1448,7 +1701,10 @@ ALTER TABLE ONLY public.approved_contents
     ADD CONSTRAINT approved_contents_pkey PRIMARY KEY (content_hash);
 
 ALTER TABLE ONLY public.audit_log
-    ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id, at);
+
+ALTER TABLE ONLY public.audit_log_default
+    ADD CONSTRAINT audit_log_default_pkey PRIMARY KEY (id, at);
 
 ALTER TABLE ONLY public.customers
     ADD CONSTRAINT customers_pkey PRIMARY KEY (customer_id);
@@ -1460,7 +1716,10 @@ ALTER TABLE ONLY public.guid_limits
     ADD CONSTRAINT guid_limits_pkey PRIMARY KEY (guid);
 
 ALTER TABLE ONLY public.guid_state_history
-    ADD CONSTRAINT guid_state_history_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT guid_state_history_pkey PRIMARY KEY (id, at);
+
+ALTER TABLE ONLY public.guid_state_history_default
+    ADD CONSTRAINT guid_state_history_default_pkey PRIMARY KEY (id, at);
 
 ALTER TABLE ONLY public.guid_states
     ADD CONSTRAINT guid_states_pkey PRIMARY KEY (guid);
@@ -1471,11 +1730,17 @@ ALTER TABLE ONLY public.hold_releases
 ALTER TABLE ONLY public.item_events
     ADD CONSTRAINT item_events_pkey PRIMARY KEY (item_id, version);
 
+ALTER TABLE ONLY public.item_events_default
+    ADD CONSTRAINT item_events_default_pkey PRIMARY KEY (item_id, version);
+
 ALTER TABLE ONLY public.item_transitions
     ADD CONSTRAINT item_transitions_pkey PRIMARY KEY (from_status, to_status);
 
 ALTER TABLE ONLY public.items
     ADD CONSTRAINT items_pkey PRIMARY KEY (item_id);
+
+ALTER TABLE ONLY public.items_default
+    ADD CONSTRAINT items_default_pkey PRIMARY KEY (item_id);
 
 ALTER TABLE ONLY public.job_target_pages
     ADD CONSTRAINT job_target_pages_pkey PRIMARY KEY (job_id, page_no);
@@ -1496,13 +1761,22 @@ ALTER TABLE ONLY public.media
     ADD CONSTRAINT media_pkey PRIMARY KEY (guid, url_hash);
 
 ALTER TABLE ONLY public.operator_conflicts
-    ADD CONSTRAINT operator_conflicts_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT operator_conflicts_pkey PRIMARY KEY (id, at);
+
+ALTER TABLE ONLY public.operator_conflicts_default
+    ADD CONSTRAINT operator_conflicts_default_pkey PRIMARY KEY (id, at);
+
+ALTER TABLE ONLY public.partitioned_tables
+    ADD CONSTRAINT partitioned_tables_pkey PRIMARY KEY (parent);
 
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
 
 ALTER TABLE ONLY public.send_ledger
-    ADD CONSTRAINT send_ledger_pkey PRIMARY KEY (idem_key);
+    ADD CONSTRAINT send_ledger_pkey PRIMARY KEY (idem_key, item_id);
+
+ALTER TABLE ONLY public.send_ledger_default
+    ADD CONSTRAINT send_ledger_default_pkey PRIMARY KEY (idem_key, item_id);
 
 ALTER TABLE ONLY public.shard_status_counts
     ADD CONSTRAINT shard_status_counts_pkey PRIMARY KEY (shard_id, status);
@@ -1522,49 +1796,89 @@ ALTER TABLE ONLY public.tenant_usage
 ALTER TABLE ONLY public.tenants
     ADD CONSTRAINT tenants_pkey PRIMARY KEY (name);
 
-CREATE INDEX audit_log_target ON public.audit_log USING btree (target_type, target_id, id);
+CREATE UNIQUE INDEX audit_log_default_id_key ON public.audit_log_default USING btree (id);
+
+CREATE INDEX audit_log_target ON ONLY public.audit_log USING btree (target_type, target_id, id);
+
+CREATE INDEX audit_log_target_default ON public.audit_log_default USING btree (target_type, target_id, id);
 
 CREATE INDEX guid_limits_change ON public.guid_limits USING btree (change_xid);
 
 CREATE INDEX guid_limits_updated ON public.guid_limits USING btree (updated_at);
 
-CREATE INDEX guid_state_history_guid ON public.guid_state_history USING btree (guid, id);
+CREATE UNIQUE INDEX guid_state_history_default_id_key ON public.guid_state_history_default USING btree (id);
+
+CREATE INDEX guid_state_history_guid ON ONLY public.guid_state_history USING btree (guid, id);
+
+CREATE INDEX guid_state_history_guid_default ON public.guid_state_history_default USING btree (guid, id);
 
 CREATE INDEX guid_states_held ON public.guid_states USING btree (guid) WHERE (state <> 'online'::public.guid_state);
 
-CREATE INDEX item_events_duplicates ON public.item_events USING btree (occurred_at) WHERE (type = 'ItemDuplicateIntercepted'::text);
+CREATE INDEX item_events_duplicates ON ONLY public.item_events USING btree (occurred_at) WHERE (type = 'ItemDuplicateIntercepted'::text);
 
-CREATE INDEX item_events_position ON public.item_events USING btree (xid, seq);
+CREATE INDEX item_events_duplicates_default ON public.item_events_default USING btree (occurred_at) WHERE (type = 'ItemDuplicateIntercepted'::text);
 
-CREATE INDEX item_events_segment_16 ON public.item_events USING btree ((((hashtext(guid) & 2147483647) % 16)), xid, seq);
+CREATE INDEX item_events_position ON ONLY public.item_events USING btree (xid, seq);
 
-CREATE INDEX items_compensates ON public.items USING btree (compensates) WHERE (compensates IS NOT NULL);
+CREATE INDEX item_events_position_default ON public.item_events_default USING btree (xid, seq);
 
-CREATE INDEX items_guid_in_flight ON public.items USING btree (guid) WHERE (status = ANY (ARRAY['claimed'::public.item_status, 'submitted'::public.item_status]));
+CREATE INDEX item_events_segment_16 ON ONLY public.item_events USING btree ((((hashtext(guid) & 2147483647) % 16)), xid, seq);
 
-CREATE INDEX items_guid_queued ON public.items USING btree (guid) WHERE (status = ANY (ARRAY['pending'::public.item_status, 'waiting_retry'::public.item_status]));
+CREATE INDEX item_events_segment_16_default ON public.item_events_default USING btree ((((hashtext(guid) & 2147483647) % 16)), xid, seq);
 
-CREATE INDEX items_guid_ready ON public.items USING btree (guid, priority, job_id, COALESCE(not_before, created_at), item_id) WHERE ((status = 'pending'::public.item_status) AND (NOT held));
+CREATE INDEX items_compensates ON ONLY public.items USING btree (compensates) WHERE (compensates IS NOT NULL);
 
-CREATE INDEX items_held ON public.items USING btree (job_id) WHERE (held AND (status = 'pending'::public.item_status));
+CREATE INDEX items_compensates_default ON public.items_default USING btree (compensates) WHERE (compensates IS NOT NULL);
 
-CREATE INDEX items_held_guid ON public.items USING btree (guid) WHERE (held AND (status = 'pending'::public.item_status));
+CREATE INDEX items_guid_in_flight ON ONLY public.items USING btree (guid) WHERE (status = ANY (ARRAY['claimed'::public.item_status, 'submitted'::public.item_status]));
 
-CREATE INDEX items_held_shard ON public.items USING btree (shard_id) WHERE (held AND (status = 'pending'::public.item_status));
+CREATE INDEX items_guid_in_flight_default ON public.items_default USING btree (guid) WHERE (status = ANY (ARRAY['claimed'::public.item_status, 'submitted'::public.item_status]));
 
-CREATE INDEX items_job_error ON public.items USING btree (job_id, last_error_class) WHERE (last_error_class IS NOT NULL);
+CREATE INDEX items_guid_queued ON ONLY public.items USING btree (guid) WHERE (status = ANY (ARRAY['pending'::public.item_status, 'waiting_retry'::public.item_status]));
 
-CREATE INDEX items_job_status ON public.items USING btree (job_id, status);
+CREATE INDEX items_guid_queued_default ON public.items_default USING btree (guid) WHERE (status = ANY (ARRAY['pending'::public.item_status, 'waiting_retry'::public.item_status]));
 
-CREATE INDEX items_lease ON public.items USING btree (lease_until) WHERE (status = ANY (ARRAY['claimed'::public.item_status, 'submitted'::public.item_status]));
+CREATE INDEX items_guid_ready ON ONLY public.items USING btree (guid, priority, job_id, COALESCE(not_before, created_at), item_id) WHERE ((status = 'pending'::public.item_status) AND (NOT held));
 
-CREATE INDEX items_recovery ON public.items USING btree (updated_at) WHERE (status = 'recovery_pending'::public.item_status);
+CREATE INDEX items_guid_ready_default ON public.items_default USING btree (guid, priority, job_id, COALESCE(not_before, created_at), item_id) WHERE ((status = 'pending'::public.item_status) AND (NOT held));
 
-CREATE UNIQUE INDEX items_requery_target ON public.items USING btree (job_id, guid, to_id) WHERE (target_page IS NOT NULL);
+CREATE INDEX items_held ON ONLY public.items USING btree (job_id) WHERE (held AND (status = 'pending'::public.item_status));
 
-CREATE INDEX items_retry_due ON public.items USING btree (next_attempt_at) WHERE (status = 'waiting_retry'::public.item_status);
+CREATE INDEX items_held_default ON public.items_default USING btree (job_id) WHERE (held AND (status = 'pending'::public.item_status));
 
-CREATE INDEX items_unverified ON public.items USING btree (updated_at) WHERE (status = 'unverified'::public.item_status);
+CREATE INDEX items_held_guid ON ONLY public.items USING btree (guid) WHERE (held AND (status = 'pending'::public.item_status));
+
+CREATE INDEX items_held_guid_default ON public.items_default USING btree (guid) WHERE (held AND (status = 'pending'::public.item_status));
+
+CREATE INDEX items_held_shard ON ONLY public.items USING btree (shard_id) WHERE (held AND (status = 'pending'::public.item_status));
+
+CREATE INDEX items_held_shard_default ON public.items_default USING btree (shard_id) WHERE (held AND (status = 'pending'::public.item_status));
+
+CREATE INDEX items_job_error ON ONLY public.items USING btree (job_id, last_error_class) WHERE (last_error_class IS NOT NULL);
+
+CREATE INDEX items_job_error_default ON public.items_default USING btree (job_id, last_error_class) WHERE (last_error_class IS NOT NULL);
+
+CREATE INDEX items_job_status ON ONLY public.items USING btree (job_id, status);
+
+CREATE INDEX items_job_status_default ON public.items_default USING btree (job_id, status);
+
+CREATE INDEX items_lease ON ONLY public.items USING btree (lease_until) WHERE (status = ANY (ARRAY['claimed'::public.item_status, 'submitted'::public.item_status]));
+
+CREATE INDEX items_lease_default ON public.items_default USING btree (lease_until) WHERE (status = ANY (ARRAY['claimed'::public.item_status, 'submitted'::public.item_status]));
+
+CREATE INDEX items_recovery ON ONLY public.items USING btree (updated_at) WHERE (status = 'recovery_pending'::public.item_status);
+
+CREATE INDEX items_recovery_default ON public.items_default USING btree (updated_at) WHERE (status = 'recovery_pending'::public.item_status);
+
+CREATE UNIQUE INDEX items_requery_target ON public.items_default USING btree (job_id, guid, to_id) WHERE (target_page IS NOT NULL);
+
+CREATE INDEX items_retry_due ON ONLY public.items USING btree (next_attempt_at) WHERE (status = 'waiting_retry'::public.item_status);
+
+CREATE INDEX items_retry_due_default ON public.items_default USING btree (next_attempt_at) WHERE (status = 'waiting_retry'::public.item_status);
+
+CREATE INDEX items_unverified ON ONLY public.items USING btree (updated_at) WHERE (status = 'unverified'::public.item_status);
+
+CREATE INDEX items_unverified_default ON public.items_default USING btree (updated_at) WHERE (status = 'unverified'::public.item_status);
 
 CREATE INDEX jobs_coalesce ON public.jobs USING btree (coalesce_key, coalesce_version) WHERE (coalesce_key IS NOT NULL);
 
@@ -1576,9 +1890,65 @@ CREATE INDEX jobs_tenant ON public.jobs USING btree (tenant, created_at);
 
 CREATE UNIQUE INDEX media_by_id ON public.media USING btree (guid, media_id);
 
-CREATE INDEX operator_conflicts_item ON public.operator_conflicts USING btree (item_id, at);
+CREATE UNIQUE INDEX operator_conflicts_default_id_key ON public.operator_conflicts_default USING btree (id);
+
+CREATE INDEX operator_conflicts_item ON ONLY public.operator_conflicts USING btree (item_id, at);
+
+CREATE INDEX operator_conflicts_item_default ON public.operator_conflicts_default USING btree (item_id, at);
+
+CREATE UNIQUE INDEX send_ledger_default_idem_key_key ON public.send_ledger_default USING btree (idem_key);
 
 CREATE INDEX tenant_guids_tenant ON public.tenant_guids USING btree (tenant);
+
+ALTER INDEX public.audit_log_pkey ATTACH PARTITION public.audit_log_default_pkey;
+
+ALTER INDEX public.audit_log_target ATTACH PARTITION public.audit_log_target_default;
+
+ALTER INDEX public.guid_state_history_pkey ATTACH PARTITION public.guid_state_history_default_pkey;
+
+ALTER INDEX public.guid_state_history_guid ATTACH PARTITION public.guid_state_history_guid_default;
+
+ALTER INDEX public.item_events_pkey ATTACH PARTITION public.item_events_default_pkey;
+
+ALTER INDEX public.item_events_duplicates ATTACH PARTITION public.item_events_duplicates_default;
+
+ALTER INDEX public.item_events_position ATTACH PARTITION public.item_events_position_default;
+
+ALTER INDEX public.item_events_segment_16 ATTACH PARTITION public.item_events_segment_16_default;
+
+ALTER INDEX public.items_compensates ATTACH PARTITION public.items_compensates_default;
+
+ALTER INDEX public.items_pkey ATTACH PARTITION public.items_default_pkey;
+
+ALTER INDEX public.items_guid_in_flight ATTACH PARTITION public.items_guid_in_flight_default;
+
+ALTER INDEX public.items_guid_queued ATTACH PARTITION public.items_guid_queued_default;
+
+ALTER INDEX public.items_guid_ready ATTACH PARTITION public.items_guid_ready_default;
+
+ALTER INDEX public.items_held ATTACH PARTITION public.items_held_default;
+
+ALTER INDEX public.items_held_guid ATTACH PARTITION public.items_held_guid_default;
+
+ALTER INDEX public.items_held_shard ATTACH PARTITION public.items_held_shard_default;
+
+ALTER INDEX public.items_job_error ATTACH PARTITION public.items_job_error_default;
+
+ALTER INDEX public.items_job_status ATTACH PARTITION public.items_job_status_default;
+
+ALTER INDEX public.items_lease ATTACH PARTITION public.items_lease_default;
+
+ALTER INDEX public.items_recovery ATTACH PARTITION public.items_recovery_default;
+
+ALTER INDEX public.items_retry_due ATTACH PARTITION public.items_retry_due_default;
+
+ALTER INDEX public.items_unverified ATTACH PARTITION public.items_unverified_default;
+
+ALTER INDEX public.operator_conflicts_pkey ATTACH PARTITION public.operator_conflicts_default_pkey;
+
+ALTER INDEX public.operator_conflicts_item ATTACH PARTITION public.operator_conflicts_item_default;
+
+ALTER INDEX public.send_ledger_pkey ATTACH PARTITION public.send_ledger_default_pkey;
 
 CREATE TRIGGER guid_limits_change BEFORE INSERT OR UPDATE ON public.guid_limits FOR EACH ROW EXECUTE FUNCTION public.pacer_stamp_limits_change();
 

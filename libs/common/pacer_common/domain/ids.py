@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from datetime import UTC, datetime
 from typing import NewType
 
 JobId = NewType("JobId", str)
@@ -26,12 +27,25 @@ def job_id_for(request_id: RequestId) -> JobId:
     return JobId(str(uuid.uuid5(_JOB_NAMESPACE, request_id)))
 
 
-def new_item_ids(n: int) -> list[ItemId]:
-    """``n`` random (version 4) UUIDs, as ``uuid4()`` makes, from one read of the OS's random
-    source: a quarter of the cost per id, which shows when a job has a million items."""
-    raw = bytearray(os.urandom(16 * n))
-    raw[6::16] = bytes((b & 0x0F) | 0x40 for b in raw[6::16])  # version 4
-    raw[8::16] = bytes((b & 0x3F) | 0x80 for b in raw[8::16])  # RFC 4122 variant
+def new_item_ids(n: int, at: datetime) -> list[ItemId]:
+    """``n`` time-ordered (version 7) UUIDs stamped with ``at``, their job's creation time, from
+    one read of the OS's random source (a quarter of the cost of ``uuid4()`` per id, which
+    shows when a job has a million items).
+
+    The first 48 bits are ``at`` in Unix milliseconds, so every item of a job falls in the
+    time partition of the job's day (``items``, ``item_events`` and ``send_ledger`` are
+    partitioned by ranges of item id: docs/architecture.md, "Time partitions"); the other 74
+    bits are random, as in a version 4 UUID less four bits. ``pacer_item_id`` makes the same
+    ids in SQL."""
+    ms = int(at.timestamp() * 1000).to_bytes(6, "big").hex()
+    raw = bytearray(os.urandom(10 * n))
+    raw[0::10] = bytes((b & 0x0F) | 0x70 for b in raw[0::10])  # version 7
+    raw[2::10] = bytes((b & 0x3F) | 0x80 for b in raw[2::10])  # RFC 9562 variant
     h = raw.hex()
-    return [ItemId(f"{h[i:i + 8]}-{h[i + 8:i + 12]}-{h[i + 12:i + 16]}-{h[i + 16:i + 20]}-{h[i + 20:i + 32]}")
-            for i in range(0, 32 * n, 32)]
+    return [ItemId(f"{ms[:8]}-{ms[8:]}-{h[i:i + 4]}-{h[i + 4:i + 8]}-{h[i + 8:i + 20]}")
+            for i in range(0, 20 * n, 20)]
+
+
+def item_id_time(item_id: str) -> datetime:
+    """The creation time of the job an item id was made for (to the millisecond, UTC)."""
+    return datetime.fromtimestamp(int(item_id.replace("-", "")[:12], 16) / 1000, UTC)

@@ -48,7 +48,7 @@ class PostgresTargetStore:
             return None
         r = rows[0]
         return PagingState(r["job_id"], JobRequest.model_validate(r["request"]), r["status"], r["target_cursor"],
-                           r["target_pages"], r["complete"])
+                           r["target_pages"], r["complete"], r["created_at"])
 
     async def known_subs(self, job_id: str, guids: Sequence[Guid]) -> dict[Guid, int]:
         rows = await self._rows("page_shards", {"job_id": job_id, "guids": list(guids)})

@@ -121,7 +121,7 @@ class TargetPager:
                 f"target_fetch_failed: page {page_no} of {redact_url(str(req.targets.url))} "
                 f"(cursor {state.cursor!r}) failed {self.cfg.page_attempts} times, last: {exc}"))
         known = await self.store.known_subs(job_id, sorted({t.guid for _, t in page.targets}))
-        plan = plan_page(req, page, known, self.cfg.max_shard_items)
+        plan = plan_page(req, page, known, self.cfg.max_shard_items, job_created_at=state.created_at)
         adds = plan.per_guid
         if adds:
             refused = page_refusal(req.effective_priority, adds, await self.store.queued(list(adds)),

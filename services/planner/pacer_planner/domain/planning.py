@@ -62,6 +62,7 @@ class Plan:
     priority: int
     shards: dict[ShardKey, int]  # (guid, sub) → number of items; fixed at creation
     items: list[PlannedItem]
+    created_at: datetime  # the job's creation time: stored on the job, stamped on its items' ids
     not_before: datetime | None = None  # the request's, or later: held for coalescing
     coalesce: tuple[str, int] | None = None  # (business id, status version) of a ticket notification
     subs: dict[Guid, int] = field(default_factory=dict)  # guid → its number of sub-shards
@@ -96,18 +97,21 @@ def plan(req: JobRequest | ValidRequest, now: datetime, coalesce_window: timedel
     not_before, coalesce = coalescing(request, now, coalesce_window)
     job_id = job_id_for(request.request_id)
     if valid.targets is None:  # requery: its targets are paged in
-        return Plan(job_id, request, request.effective_priority, {}, [], not_before, coalesce)
+        return Plan(job_id, request, request.effective_priority, {}, [], now, not_before, coalesce)
     per_guid: dict[Guid, int] = {}
     for target, _, _ in valid.targets:
         per_guid[target.guid] = per_guid.get(target.guid, 0) + 1
     subs = sub_counts(per_guid, max_shard_items)
-    items = planned_items(valid.targets, subs)
-    return Plan(job_id, request, request.effective_priority, count_shards(items), items, not_before, coalesce, subs)
+    items = planned_items(valid.targets, subs, now)
+    return Plan(job_id, request, request.effective_priority, count_shards(items), items, now, not_before, coalesce,
+                subs)
 
 
-def planned_items(rendered: Sequence[Rendered], subs: Mapping[Guid, int]) -> list[PlannedItem]:
-    """One item per rendered target, in its guid's sub-shard, with a fresh id."""
+def planned_items(rendered: Sequence[Rendered], subs: Mapping[Guid, int], job_created_at: datetime
+                  ) -> list[PlannedItem]:
+    """One item per rendered target, in its guid's sub-shard, with a fresh id stamped with the
+    job's creation time (all of a job's items share its time partition)."""
     return [
         PlannedItem(item_id, t.guid, t.to_id, content, key, sub_of(t.to_id, subs[t.guid]))
-        for item_id, (t, content, key) in zip(new_item_ids(len(rendered)), rendered, strict=True)
+        for item_id, (t, content, key) in zip(new_item_ids(len(rendered), job_created_at), rendered, strict=True)
     ]

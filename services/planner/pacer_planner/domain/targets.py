@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -109,7 +110,8 @@ class PagePlan:
         return count_guids(self.shards)
 
 
-def plan_page(req: JobRequest, page: Page, known_subs: Mapping[Guid, int], max_shard_items: int) -> PagePlan:
+def plan_page(req: JobRequest, page: Page, known_subs: Mapping[Guid, int], max_shard_items: int, *,
+              job_created_at: datetime) -> PagePlan:
     """Render the page's targets. A guid already in the job keeps its sub count; a new guid
     gets ``ceil(its targets on this page / max_shard_items)`` sub-shards, fixed from then on
     (the size of a requery set is not known up front)."""
@@ -137,7 +139,7 @@ def plan_page(req: JobRequest, page: Page, known_subs: Mapping[Guid, int], max_s
             new_counts[Guid(added.guid)] = new_counts.get(Guid(added.guid), 0) + 1
     new_subs = {guid: sub_count(n, max_shard_items) for guid, n in new_counts.items()}
     subs = {**known_subs, **new_subs}
-    return PagePlan(planned_items(rendered, subs), new_subs, duplicates, invalid, first_error)
+    return PagePlan(planned_items(rendered, subs, job_created_at), new_subs, duplicates, invalid, first_error)
 
 
 def redact_url(url: str) -> str:

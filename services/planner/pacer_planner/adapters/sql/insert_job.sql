@@ -7,7 +7,7 @@ WITH decision AS (
 INSERT INTO jobs (job_id, request_id, kind, priority, created_by, message, content_version,
                   target_mode, total, expire_at, not_before, budget_max_sends, request, tenant,
                   coalesce_key, coalesce_version, target_fetched, target_complete_at,
-                  status, paused_reason, paused_by, paused_at)
+                  status, paused_reason, paused_by, paused_at, created_at)
 VALUES (%(job_id)s, %(request_id)s, %(kind)s, %(priority)s, %(created_by)s, %(message)s,
         %(content_version)s, %(target_mode)s, %(total)s, %(expire_at)s, %(not_before)s,
         %(budget_max_sends)s, %(request)s, %(tenant)s, %(coalesce_key)s, %(coalesce_version)s,
@@ -15,6 +15,7 @@ VALUES (%(job_id)s, %(request_id)s, %(kind)s, %(priority)s, %(created_by)s, %(me
         (SELECT CASE WHEN d.reason IS NULL THEN 'running' ELSE 'awaiting_approval' END FROM decision d),
         (SELECT d.reason FROM decision d),
         (SELECT CASE WHEN d.reason IS NOT NULL THEN 'system:planner' END FROM decision d),
-        (SELECT CASE WHEN d.reason IS NOT NULL THEN now() END FROM decision d))
+        (SELECT CASE WHEN d.reason IS NOT NULL THEN now() END FROM decision d),
+        %(created_at)s)
 ON CONFLICT (request_id) DO NOTHING
 RETURNING job_id

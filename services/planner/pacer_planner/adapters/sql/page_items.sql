@@ -1,4 +1,7 @@
--- A page's items. A (guid, to_id) the job already has is skipped (items_requery_target).
+-- A page's items. A (guid, to_id) the job already has is skipped: each items partition has a
+-- unique index on (job_id, guid, to_id) for requery items, and all of a job's items are in one
+-- partition (their ids carry the job's creation time). The conflict names no index: a
+-- partition's own index cannot be named through the partitioned table.
 -- Each shard's total and its pending count in the projection grow by what was added, as
 -- pacer_retry_item does for a compensation; a shard the reconciler had completed reopens.
 WITH ins AS (
@@ -7,7 +10,7 @@ WITH ins AS (
     SELECT i, %(job_id)s, s, g, t, c, k, %(priority)s, %(kind)s, %(expire_at)s, %(not_before)s, %(page_no)s
     FROM unnest(%(item_ids)s::uuid[], %(shard_ids)s::bigint[], %(guids)s::text[], %(to_ids)s::text[],
                 %(contents)s::text[], %(keys)s::text[]) AS x(i, s, g, t, c, k)
-    ON CONFLICT (job_id, guid, to_id) WHERE target_page IS NOT NULL DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING item_id, shard_id
 ), per AS (
     SELECT shard_id, count(*) AS n FROM ins GROUP BY shard_id

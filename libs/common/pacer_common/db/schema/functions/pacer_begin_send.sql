@@ -64,10 +64,16 @@ BEGIN
         RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
         RETURN;
     END IF;
-    INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
-    VALUES (p_idem_key, p_item, p_guid, p_to_id, 'reserved')
-    ON CONFLICT (idem_key) DO NOTHING;
-    SELECT l.item_id, l.state INTO h FROM send_ledger l WHERE l.idem_key = p_idem_key;
+    -- The ledger is partitioned by item id, and a key may be another job's (a duplicate
+    -- auto-reply, a ticket's status sent twice), so no index holds one row per key across
+    -- partitions: a lock on the key makes the look and the reservation one step.
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_idem_key, 0));
+    SELECT l.item_id, l.state INTO h FROM send_ledger l WHERE l.idem_key = p_idem_key LIMIT 1;
+    IF NOT FOUND THEN
+        INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
+        VALUES (p_idem_key, p_item, p_guid, p_to_id, 'reserved');
+        h.item_id := p_item;
+    END IF;
     IF h.item_id <> p_item THEN
         IF counted THEN
             UPDATE jobs SET budget_used = budget_used - 1 WHERE job_id = x.job_id;

@@ -70,7 +70,7 @@ BEGIN
         RETURN;
     END IF;
 
-    c := gen_random_uuid();
+    c := pacer_item_id((SELECT j.created_at FROM jobs j WHERE j.job_id = o.job_id));  -- in its job's partition
     INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,
                        status, version, expire_at, compensates)
     VALUES (c, o.job_id, o.shard_id, o.guid, o.to_id, o.content, o.idem_key,

@@ -1,0 +1,34 @@
+"""Time partitions on Postgres (``pacer_ensure_partitions``, ``pacer_prune_partitions``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from pacer_common.db.errors import with_retry
+from pacer_common.db.pool import Pool
+from pacer_common.db.sql import loader
+from pacer_reconciler.domain.retention import PartitionChange
+
+_sql = loader("pacer_reconciler.adapters.sql")
+
+
+class PostgresPartitions:
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    async def ensure(self, ahead_days: int) -> list[PartitionChange]:
+        return await self._changes("ensure_partitions", {"ahead_days": ahead_days})
+
+    async def prune(self, retain_days: Mapping[str, int]) -> list[PartitionChange]:
+        return await self._changes("prune_partitions", {"retain_days": Jsonb(dict(retain_days))})
+
+    async def _changes(self, name: str, params: dict[str, Any]) -> list[PartitionChange]:
+        async def work() -> list[PartitionChange]:
+            async with self.pool.connection() as conn:
+                rows = await (await conn.execute(_sql(name), params)).fetchall()
+            return [PartitionChange(r["partition"], r["action"], r["detail"]) for r in rows]
+
+        return await with_retry(work)

@@ -1,0 +1,63 @@
+"""Time partitions kept up: created days ahead, dropped past retention (every replica runs
+this; the database lets one at a time in). Each change is logged; a partition kept past its
+retention is logged with the reason, every run, until it goes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from pacer_reconciler.core import RoundGuard
+from pacer_reconciler.domain.retention import PartitionChange, Retention, tally
+from pacer_reconciler.metrics import ReconcilerMetrics
+from pacer_reconciler.ports import Partitions
+
+log = logging.getLogger("pacer.reconciler.retention")
+
+
+class PartitionKeeper:
+    def __init__(self, partitions: Partitions, retention: Retention, ahead_days: int,
+                 m: ReconcilerMetrics) -> None:
+        self.partitions = partitions
+        self.retention = retention
+        self.ahead_days = ahead_days
+        self.m = m
+
+    async def round(self) -> int:
+        """One run: create, then prune. Returns the partitions created or dropped."""
+        changes = [*await self.partitions.ensure(self.ahead_days),
+                   *await self.partitions.prune(self.retention.by_table())]
+        for c in changes:
+            _log(c)
+        counts = tally(changes)
+        for (table, action), n in counts.items():
+            if action in ("created", "dropped", "skipped"):
+                self.m.partitions.labels(table, action).inc(n)
+        for table in self.retention.by_table():
+            self.m.partitions_kept.labels(table).set(counts[(table, "kept")])
+            self.m.default_partition_rows.labels(table).set(1 if counts[(table, "default")] else 0)
+        return sum(n for (_, action), n in counts.items() if action in ("created", "dropped"))
+
+    async def run(self, every_s: float, stop: asyncio.Event, backoff_max_s: float) -> None:
+        guard = RoundGuard(max_s=backoff_max_s)
+        while not stop.is_set():
+            _, delay = await guard.run(self.round)
+            for error, k in guard.errors.items():
+                self.m.round_errors.labels(error).inc(k)
+            guard.errors.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=delay or every_s)
+
+
+def _log(c: PartitionChange) -> None:
+    extra = {"partition": c.partition, "action": c.action, "detail": c.detail}
+    if c.action in ("created", "dropped"):
+        log.info("partition %s %s%s", c.partition, c.action, f": {c.detail}" if c.detail else "", extra=extra)
+    elif c.action == "kept":
+        log.info("partition %s is past retention and kept: %s", c.partition, c.detail, extra=extra)
+    elif c.action == "default":
+        log.warning("the default partition %s holds rows (from before partitioning, or of a period whose "
+                    "partition was missing): docs/runbook.md, \"Retention\"", c.partition, extra=extra)
+    else:
+        log.warning("partition %s %s: %s", c.partition, c.action, c.detail, extra=extra)

@@ -1,0 +1,208 @@
+"""Time partitions on real Postgres: where a job's rows land, what retention drops and what it
+must never touch (unfinished items, unapplied events, ledger keys still needed), the ledger's
+one-row-per-key across partitions, and the upgrade of tables that held rows before."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from pacer_common.db.migrate import migrate
+from pacer_common.db.sql import migrations
+from tests.integration.helpers import seed_job, wait_for
+
+RETAIN = {"items": 7, "item_events": 7, "send_ledger": 35, "audit_log": 400, "operator_conflicts": 90,
+          "guid_state_history": 90}
+
+
+def day(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y%m%d")
+
+
+def partition_of(conn: psycopg.Connection[Any], table: str, item_id: str) -> str:
+    row = conn.execute(f"SELECT tableoid::regclass::text FROM {table} WHERE item_id = %s LIMIT 1",
+                       (item_id,)).fetchone()
+    assert row is not None, f"no {table} row of {item_id}"
+    return str(row[0])
+
+
+def sent(conn: psycopg.Connection[Any], item: str, key: str, guid: str = "g1") -> str:
+    """Claim, reserve the key and confirm ``item`` as a sender would; the begin outcome."""
+    conn.execute("SELECT pacer_acquire_guids(ARRAY[%s], 'w1', interval '1 hour')", (guid,))
+    outcome, epoch, _, _ = conn.execute(
+        "SELECT * FROM pacer_begin_send(%s, 'w1', interval '1 minute', %s, %s, 'room')", (item, key, guid)).fetchone()
+    if outcome == "submitted":
+        conn.execute("SELECT pacer_confirm(%s, %s, %s, '{\"code\": 0}')", (item, epoch, key))
+    return str(outcome)
+
+
+def cursors_at_the_end(conn: psycopg.Connection[Any]) -> None:
+    """Every event so far applied: a reconciler cursor past the last one."""
+    conn.execute("INSERT INTO log_cursors (name, last_xid, last_seq) VALUES ('reconciler/0of1', "
+                 "pg_current_xact_id(), (SELECT max(seq) FROM item_events)) ON CONFLICT (name) DO UPDATE "
+                 "SET last_xid = EXCLUDED.last_xid, last_seq = EXCLUDED.last_seq")
+
+
+def prune(conn: psycopg.Connection[Any], now: datetime, retain: dict[str, int] | None = None) -> dict[str, tuple[str, str]]:
+    import json
+    rows = conn.execute("SELECT * FROM pacer_prune_partitions(%s, %s::jsonb)",
+                        (now, json.dumps(retain or RETAIN))).fetchall()
+    return {name: (action, detail) for name, action, detail in rows}
+
+
+def test_a_jobs_items_events_and_ledger_keys_are_in_the_partitions_of_its_day(database_url: str) -> None:
+    now = datetime.now(UTC)
+    _, _, (item,) = seed_job(database_url, {"g1": 1})
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert sent(conn, item, "k-today") == "submitted"
+        assert partition_of(conn, "items", item) == f"items_p{day(now)}"
+        assert partition_of(conn, "item_events", item) == f"item_events_p{day(now)}"
+        (week,) = conn.execute("SELECT partition FROM pacer_partitions('send_ledger') "
+                               "WHERE starts <= %s AND ends > %s", (now, now)).fetchone()
+        assert partition_of(conn, "send_ledger", item) == week
+        # and nothing of it in a default partition
+        for table in ("items", "item_events", "send_ledger"):
+            (n,) = conn.execute(f"SELECT count(*) FROM {table}_default").fetchone()
+            assert n == 0, table
+
+
+def test_pruning_drops_finished_days_past_retention_and_keeps_unfinished_work_and_needed_keys(
+        database_url: str) -> None:
+    now = datetime.now(UTC)
+    old, older = now - timedelta(days=19), now - timedelta(days=20)  # past the items' 7 days, within the ledger's 35
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SELECT pacer_ensure_partitions(%s, 1)", (older,))
+    _, _, (done_a, done_b) = seed_job(database_url, {"g1": 2}, created_at=older, key_prefix="reply:")
+    _, _, (open_item,) = seed_job(database_url, {"g2": 1}, created_at=old)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert sent(conn, done_a, "reply:g1:0") == "submitted"
+        assert sent(conn, done_b, "reply:g1:1") == "submitted"
+        cursors_at_the_end(conn)
+        ledger_week = partition_of(conn, "send_ledger", done_a)
+
+        changes = prune(conn, now)
+        assert changes[f"items_p{day(older)}"] == ("dropped", None)
+        assert changes[f"item_events_p{day(older)}"] == ("dropped", None)
+        assert changes[f"items_p{day(old)}"] == ("kept", "holds unfinished items")
+        assert changes[f"item_events_p{day(old)}"] == ("kept", "the items of its days are still kept")
+        assert ledger_week not in changes, "within the ledger's 35 days: not even a candidate"
+        # the unfinished item and its history are all there; the finished day is gone
+        (status,) = conn.execute("SELECT status::text FROM items WHERE item_id = %s", (open_item,)).fetchone()
+        assert status == "pending"
+        assert conn.execute("SELECT count(*) FROM item_events WHERE item_id = %s", (open_item,)).fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM items WHERE item_id IN (%s, %s)", (done_a, done_b)).fetchone() == (0,)
+
+        # The key outlives its items: today's duplicate of that reply is still intercepted.
+        _, _, (again,) = seed_job(database_url, {"g1": 1}, key_prefix="reply:")
+        assert sent(conn, again, "reply:g1:0") == "duplicate"
+
+        # Past the ledger's retention the week goes, unless items of its days are still kept.
+        later = prune(conn, now + timedelta(days=30))
+        overlapping = f"items_p{day(old)}"
+        assert later[overlapping] == ("kept", "holds unfinished items")
+        assert later[ledger_week] == ("kept", "the items of its days are still kept")
+        conn.execute("UPDATE items SET status = 'abandoned' WHERE item_id = %s", (open_item,))
+        cursors_at_the_end(conn)
+        last = prune(conn, now + timedelta(days=30))
+        assert last[overlapping] == ("dropped", None) and last[ledger_week] == ("dropped", None)
+
+
+def test_events_a_reconciler_has_not_applied_are_kept(database_url: str) -> None:
+    now = datetime.now(UTC)
+    old = now - timedelta(days=20)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SELECT pacer_ensure_partitions(%s, 0)", (old,))
+        conn.execute("INSERT INTO log_cursors (name) VALUES ('reconciler/0of1')")  # at the start of the log
+    _, _, (item,) = seed_job(database_url, {"g1": 1}, created_at=old)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert sent(conn, item, "k-old") == "submitted"
+        changes = prune(conn, now)
+        assert changes[f"items_p{day(old)}"] == ("dropped", None)
+        assert changes[f"item_events_p{day(old)}"] == ("kept", "holds events a reconciler cursor has not passed")
+        assert conn.execute("SELECT count(*) FROM item_events WHERE item_id = %s", (item,)).fetchone()[0] > 0
+
+
+def test_a_key_reserved_in_one_partition_is_a_duplicate_for_an_item_of_another(database_url: str) -> None:
+    """No index spans the ledger's partitions: the key's lock makes the second reservation wait
+    for the first, then see it."""
+    now = datetime.now(UTC)
+    _, _, (first,) = seed_job(database_url, {"g1": 1}, created_at=now - timedelta(days=8), key_prefix="reply:")
+    _, _, (second,) = seed_job(database_url, {"g2": 1}, key_prefix="reply:")
+    holder = psycopg.connect(database_url)
+    holder.execute("SELECT pacer_acquire_guids(ARRAY['g1'], 'w1', interval '1 hour')")
+    (outcome,) = holder.execute("SELECT outcome FROM pacer_begin_send(%s, 'w1', interval '1 minute', 'reply:x', "
+                                "'g1', 'room')", (first,)).fetchone()
+    assert outcome == "submitted"  # not committed yet
+    other = psycopg.connect(database_url, autocommit=True)
+    pid = other.info.backend_pid
+    result: list[str] = []
+    thread = threading.Thread(target=lambda: result.append(sent(other, second, "reply:x", guid="g2")))
+    thread.start()
+    with psycopg.connect(database_url, autocommit=True) as watch:
+        wait_for(lambda: watch.execute("SELECT wait_event FROM pg_stat_activity WHERE pid = %s",
+                                       (pid,)).fetchone() == ("advisory",), what="the second reservation waiting")
+    holder.commit()
+    thread.join(timeout=30)
+    holder.close()
+    other.close()
+    assert result == ["duplicate"]
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute("SELECT item_id::text, tableoid::regclass::text FROM send_ledger "
+                            "WHERE idem_key = 'reply:x'").fetchall()
+    assert [r[0] for r in rows] == [first]
+
+
+def test_rows_of_a_day_without_a_partition_wait_in_the_default_and_move_when_it_is_created(
+        database_url: str) -> None:
+    ahead = datetime.now(UTC) + timedelta(days=30)  # past the partitions made ahead
+    _, _, (item,) = seed_job(database_url, {"g1": 1}, created_at=ahead)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert partition_of(conn, "items", item) == "items_default"
+        assert "items_default" in prune(conn, datetime.now(UTC))  # reported: the default holds rows
+        made = {name: detail for name, action, detail in conn.execute(
+            "SELECT * FROM pacer_ensure_partitions(%s, 0)", (ahead,)).fetchall() if action == "created"}
+        assert made[f"items_p{day(ahead)}"] == "1 rows moved from the default partition"
+        assert partition_of(conn, "items", item) == f"items_p{day(ahead)}"
+        assert "items_default" not in prune(conn, datetime.now(UTC))
+
+
+def test_tables_that_held_rows_before_partitioning_keep_them_and_their_keys(database_url: str) -> None:
+    """Upgrade: a database at migration 26 with rows, then migrate(): the rows are read through
+    the partitioned tables, identities go on from where they stood, a ledger key is still one."""
+    head, _, _ = database_url.rpartition("/")
+    name = "pacer_upgrade_27"
+    with psycopg.connect(f"{head}/postgres", autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {name} TEMPLATE template0")
+    url = f"{head}/{name}"
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL,"
+                         " applied_at timestamptz NOT NULL DEFAULT now())")
+            for version, mig, sql in migrations():
+                if version >= 27:
+                    break
+                conn.execute(sql)
+                conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, mig))
+            conn.execute("INSERT INTO audit_log (actor, action, target_type, target_id) VALUES ('a', 'x', 'job', '1')")
+            conn.execute("INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state) VALUES "
+                         "('old-key', '6f1c1bde-43a1-4a4e-9d1e-5d0f0f0f0f0f', 'g1', 'room', 'sent')")
+        migrate(url)
+        _, _, (item,) = seed_job(url, {"g1": 1})
+        with psycopg.connect(url, autocommit=True) as conn:
+            ids = [r[0] for r in conn.execute("SELECT id FROM audit_log ORDER BY id")]
+            conn.execute("INSERT INTO audit_log (actor, action, target_type, target_id) VALUES ('a', 'y', 'job', '1')")
+            after = [r[0] for r in conn.execute("SELECT id FROM audit_log ORDER BY id")]
+            assert len(ids) == 1 and after[-1] > ids[0]
+            assert sent(conn, item, "old-key") == "duplicate"
+            assert conn.execute("SELECT tableoid::regclass::text FROM send_ledger WHERE idem_key = 'old-key'"
+                                ).fetchone() == ("send_ledger_default",)
+            # a second migrate() is a no-op, and the partitions of today exist
+            migrate(url)
+            assert partition_of(conn, "items", item) == f"items_p{day(datetime.now(UTC))}"
+    finally:
+        with psycopg.connect(f"{head}/postgres", autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
