@@ -18,8 +18,11 @@ RETAIN = {"items": 7, "item_events": 7, "send_ledger": 35, "audit_log": 400, "op
           "guid_state_history": 90}
 
 
-def day(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y%m%d")
+def week(at: datetime) -> str:
+    """The name suffix of the partition holding ``at`` in a table cut in 7-day periods (whole
+    UTC days counted from the epoch)."""
+    days = int(at.timestamp() // 86400)
+    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(days=days - days % 7)).strftime("%Y%m%d")
 
 
 def partition_of(conn: psycopg.Connection[Any], table: str, item_id: str) -> str:
@@ -53,16 +56,16 @@ def prune(conn: psycopg.Connection[Any], now: datetime, retain: dict[str, int] |
     return {name: (action, detail) for name, action, detail in rows}
 
 
-def test_a_jobs_items_events_and_ledger_keys_are_in_the_partitions_of_its_day(database_url: str) -> None:
+def test_a_jobs_items_events_and_ledger_keys_are_in_the_partitions_of_its_week(database_url: str) -> None:
     now = datetime.now(UTC)
     _, _, (item,) = seed_job(database_url, {"g1": 1})
     with psycopg.connect(database_url, autocommit=True) as conn:
         assert sent(conn, item, "k-today") == "submitted"
-        assert partition_of(conn, "items", item) == f"items_p{day(now)}"
-        assert partition_of(conn, "item_events", item) == f"item_events_p{day(now)}"
-        (week,) = conn.execute("SELECT partition FROM pacer_partitions('send_ledger') "
-                               "WHERE starts <= %s AND ends > %s", (now, now)).fetchone()
-        assert partition_of(conn, "send_ledger", item) == week
+        assert partition_of(conn, "items", item) == f"items_p{week(now)}"
+        assert partition_of(conn, "item_events", item) == f"item_events_p{week(now)}"
+        (ledger,) = conn.execute("SELECT partition FROM pacer_partitions('send_ledger') "
+                                 "WHERE starts <= %s AND ends > %s", (now, now)).fetchone()
+        assert ledger == f"send_ledger_p{week(now)}" == partition_of(conn, "send_ledger", item)
         # and nothing of it in a default partition
         for table in ("items", "item_events", "send_ledger"):
             (n,) = conn.execute(f"SELECT count(*) FROM {table}_default").fetchone()
@@ -72,9 +75,10 @@ def test_a_jobs_items_events_and_ledger_keys_are_in_the_partitions_of_its_day(da
 def test_pruning_drops_finished_days_past_retention_and_keeps_unfinished_work_and_needed_keys(
         database_url: str) -> None:
     now = datetime.now(UTC)
-    old, older = now - timedelta(days=19), now - timedelta(days=20)  # past the items' 7 days, within the ledger's 35
+    # two weeks past the items' retention, within the ledger's 35 days
+    old, older = now - timedelta(days=20), now - timedelta(days=27)
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("SELECT pacer_ensure_partitions(%s, 1)", (older,))
+        conn.execute("SELECT pacer_ensure_partitions(%s, 30)", (now - timedelta(days=30),))
     _, _, (done_a, done_b) = seed_job(database_url, {"g1": 2}, created_at=older, key_prefix="reply:")
     _, _, (open_item,) = seed_job(database_url, {"g2": 1}, created_at=old)
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -84,10 +88,10 @@ def test_pruning_drops_finished_days_past_retention_and_keeps_unfinished_work_an
         ledger_week = partition_of(conn, "send_ledger", done_a)
 
         changes = prune(conn, now)
-        assert changes[f"items_p{day(older)}"] == ("dropped", None)
-        assert changes[f"item_events_p{day(older)}"] == ("dropped", None)
-        assert changes[f"items_p{day(old)}"] == ("kept", "holds unfinished items")
-        assert changes[f"item_events_p{day(old)}"] == ("kept", "the items of its days are still kept")
+        assert changes[f"items_p{week(older)}"] == ("dropped", None)
+        assert changes[f"item_events_p{week(older)}"] == ("dropped", None)
+        assert changes[f"items_p{week(old)}"] == ("kept", "holds unfinished items")
+        assert changes[f"item_events_p{week(old)}"] == ("kept", "the items of its days are still kept")
         assert ledger_week not in changes, "within the ledger's 35 days: not even a candidate"
         # the unfinished item and its history are all there; the finished day is gone
         (status,) = conn.execute("SELECT status::text FROM items WHERE item_id = %s", (open_item,)).fetchone()
@@ -99,20 +103,21 @@ def test_pruning_drops_finished_days_past_retention_and_keeps_unfinished_work_an
         _, _, (again,) = seed_job(database_url, {"g1": 1}, key_prefix="reply:")
         assert sent(conn, again, "reply:g1:0") == "duplicate"
 
-        # Past the ledger's retention the week goes, unless items of its days are still kept.
+        # Past the ledger's retention its weeks go, unless items of their days are still kept.
+        open_week = f"send_ledger_p{week(old)}"
         later = prune(conn, now + timedelta(days=30))
-        overlapping = f"items_p{day(old)}"
-        assert later[overlapping] == ("kept", "holds unfinished items")
-        assert later[ledger_week] == ("kept", "the items of its days are still kept")
+        assert later[ledger_week] == ("dropped", None)
+        assert later[f"items_p{week(old)}"] == ("kept", "holds unfinished items")
+        assert later[open_week] == ("kept", "the items of its days are still kept")
         conn.execute("UPDATE items SET status = 'abandoned' WHERE item_id = %s", (open_item,))
         cursors_at_the_end(conn)
         last = prune(conn, now + timedelta(days=30))
-        assert last[overlapping] == ("dropped", None) and last[ledger_week] == ("dropped", None)
+        assert last[f"items_p{week(old)}"] == ("dropped", None) and last[open_week] == ("dropped", None)
 
 
 def test_events_a_reconciler_has_not_applied_are_kept(database_url: str) -> None:
     now = datetime.now(UTC)
-    old = now - timedelta(days=20)
+    old = now - timedelta(days=20)  # its week ended at least 13 days ago: past the items' 7
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("SELECT pacer_ensure_partitions(%s, 0)", (old,))
         conn.execute("INSERT INTO log_cursors (name) VALUES ('reconciler/0of1')")  # at the start of the log
@@ -120,8 +125,8 @@ def test_events_a_reconciler_has_not_applied_are_kept(database_url: str) -> None
     with psycopg.connect(database_url, autocommit=True) as conn:
         assert sent(conn, item, "k-old") == "submitted"
         changes = prune(conn, now)
-        assert changes[f"items_p{day(old)}"] == ("dropped", None)
-        assert changes[f"item_events_p{day(old)}"] == ("kept", "holds events a reconciler cursor has not passed")
+        assert changes[f"items_p{week(old)}"] == ("dropped", None)
+        assert changes[f"item_events_p{week(old)}"] == ("kept", "holds events a reconciler cursor has not passed")
         assert conn.execute("SELECT count(*) FROM item_events WHERE item_id = %s", (item,)).fetchone()[0] > 0
 
 
@@ -164,8 +169,8 @@ def test_rows_of_a_day_without_a_partition_wait_in_the_default_and_move_when_it_
         assert "items_default" in prune(conn, datetime.now(UTC))  # reported: the default holds rows
         made = {name: detail for name, action, detail in conn.execute(
             "SELECT * FROM pacer_ensure_partitions(%s, 0)", (ahead,)).fetchall() if action == "created"}
-        assert made[f"items_p{day(ahead)}"] == "1 rows moved from the default partition"
-        assert partition_of(conn, "items", item) == f"items_p{day(ahead)}"
+        assert made[f"items_p{week(ahead)}"] == "1 rows moved from the default partition"
+        assert partition_of(conn, "items", item) == f"items_p{week(ahead)}"
         assert "items_default" not in prune(conn, datetime.now(UTC))
 
 
@@ -202,7 +207,7 @@ def test_tables_that_held_rows_before_partitioning_keep_them_and_their_keys(data
                                 ).fetchone() == ("send_ledger_default",)
             # a second migrate() is a no-op, and the partitions of today exist
             migrate(url)
-            assert partition_of(conn, "items", item) == f"items_p{day(datetime.now(UTC))}"
+            assert partition_of(conn, "items", item) == f"items_p{week(datetime.now(UTC))}"
     finally:
         with psycopg.connect(f"{head}/postgres", autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -100,13 +100,14 @@ class ReconcilerSettings(OpsSettings):
         "`<prefix>.reconciler.callbacks`."
     ))
     retain_items_days: int = Field(7, ge=1, description=(
-        "Days `items` and `item_events` are kept after their day (a job's items and events are in the time "
-        "partition of the job's creation day). A partition past it is dropped once every item in it is finished "
-        "and every reconciler cursor has passed its events; until then it is kept and the reason logged."
+        "Days `items` and `item_events` are kept after the end of their partition's 7 days (a job's items and "
+        "events are in the partition of the job's creation time), so between this and this + 7 days. A partition "
+        "past it is dropped once every item in it is finished and every reconciler cursor has passed its events; "
+        "until then it is kept and the reason logged."
     ))
     retain_ledger_days: int = Field(35, ge=1, description=(
-        "Days the send ledger keeps an idempotency key after the day of the item that reserved it: as long as a "
-        "duplicate is possible (the longest retry, compensation or resend window, plus the gateway's own dedupe "
+        "Days the send ledger keeps an idempotency key after the end of the week of the item that reserved it: "
+        "as long as a duplicate is possible (the longest retry, compensation or resend window, plus the gateway's own dedupe "
         "window). At least `PACER_RECONCILER_RETAIN_ITEMS_DAYS`: a key outlives its items."
     ))
     retain_audit_days: int = Field(400, ge=1, description=(

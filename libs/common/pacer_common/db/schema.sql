@@ -81,6 +81,7 @@ $$;
 
 CREATE FUNCTION public.pacer_begin_send(p_item uuid, p_owner text, p_ttl interval, p_idem_key text, p_guid text, p_to_id text) RETURNS TABLE(outcome text, epoch bigint, attempts integer, holder text)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     c record;
@@ -166,6 +167,7 @@ $$;
 
 CREATE FUNCTION public.pacer_begin_send_many(p_items uuid[], p_owner text, p_ttl interval, p_keys text[], p_guids text[], p_to_ids text[]) RETURNS TABLE(ord bigint, outcome text, epoch bigint, attempts integer, holder text)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -189,6 +191,7 @@ $$;
 
 CREATE FUNCTION public.pacer_cancel_item(p_item uuid, p_actor text) RETURNS TABLE(outcome text, message text)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -253,6 +256,7 @@ $$;
 
 CREATE FUNCTION public.pacer_confirm(p_item uuid, p_epoch bigint, p_idem_key text, p_receipt jsonb) RETURNS boolean
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 BEGIN
     PERFORM pacer_transition(ARRAY[p_item], '{submitted}', 'confirmed', 'ItemConfirmed',
@@ -304,6 +308,7 @@ $$;
 
 CREATE FUNCTION public.pacer_confirm_many(p_items uuid[], p_epochs bigint[], p_keys text[], p_receipts jsonb[]) RETURNS TABLE(ord bigint, moved boolean)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -480,6 +485,7 @@ $$;
 
 CREATE FUNCTION public.pacer_force_release_item(p_item uuid, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text, from_status text, to_status text, epoch bigint)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -870,6 +876,7 @@ $$;
 
 CREATE FUNCTION public.pacer_resolve_unverified(p_item uuid, p_delivered boolean, p_actor text, p_reason text) RETURNS TABLE(outcome text, message text, status text)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -941,6 +948,7 @@ $$;
 
 CREATE FUNCTION public.pacer_retry_item(p_item uuid, p_actor text, p_priority smallint DEFAULT NULL::smallint) RETURNS TABLE(outcome text, new_item uuid, message text)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -1067,6 +1075,7 @@ $$;
 
 CREATE FUNCTION public.pacer_settle(p_item uuid, p_epoch bigint, p_idem_key text, p_to public.item_status, p_type text, p_error_class text, p_error text, p_next_attempt_at timestamp with time zone, p_release_ledger boolean, p_hold_guid text DEFAULT NULL::text, p_refund boolean DEFAULT false) RETURNS boolean
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     g text;
@@ -1185,6 +1194,7 @@ $$;
 
 CREATE FUNCTION public.pacer_transition(p_ids uuid[], p_from public.item_status[], p_to public.item_status, p_type text, p_payload jsonb DEFAULT '{}'::jsonb, p_epoch bigint DEFAULT NULL::bigint, p_only_expired boolean DEFAULT false, p_lease_owner text DEFAULT NULL::text, p_lease_ttl interval DEFAULT NULL::interval, p_clear_lease boolean DEFAULT false, p_attempt_bump integer DEFAULT 0, p_next_attempt_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_error_class text DEFAULT NULL::text, p_error text DEFAULT NULL::text) RETURNS TABLE(item_id uuid, version integer, lease_epoch bigint, attempts integer, from_status public.item_status)
     LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 BEGIN

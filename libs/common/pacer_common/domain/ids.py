@@ -33,7 +33,7 @@ def new_item_ids(n: int, at: datetime) -> list[ItemId]:
     shows when a job has a million items).
 
     The first 48 bits are ``at`` in Unix milliseconds, so every item of a job falls in the
-    time partition of the job's day (``items``, ``item_events`` and ``send_ledger`` are
+    time partition of the job's creation (``items``, ``item_events`` and ``send_ledger`` are
     partitioned by ranges of item id: docs/architecture.md, "Time partitions"); the other 74
     bits are random, as in a version 4 UUID less four bits. ``pacer_item_id`` makes the same
     ids in SQL."""

@@ -1,9 +1,11 @@
 -- Time partitions: the tables that grow with every item and every action shed old rows by
 -- dropping whole partitions (pacer_prune_partitions), never by DELETE.
 --
---   items, item_events   one partition per day, by ranges of item id: an item id is a version 7
+--   items, item_events   one partition per 7 days, by ranges of item id: an item id is a version 7
 --                        UUID whose first 48 bits are its job's creation time, so a job's items,
---                        their events and their ledger keys share the partition of the job's day
+--                        their events and their ledger keys share the partition of the job's week
+--                        (weeks, not days: a query by guid reads every partition, and 14 daily
+--                        ones cost a third of bench scale's rate; docs/performance.md)
 --   send_ledger          one per 7 days, by ranges of item id (the item that reserved the key)
 --   audit_log, operator_conflicts, guid_state_history
 --                        one per 30 days, by time (at)
@@ -33,11 +35,11 @@ CREATE TABLE partitioned_tables (
 );
 
 INSERT INTO partitioned_tables (parent, key_column, bound, period_days, prune_order, local_ddl, guard) VALUES
-('items', 'item_id', 'item_id', 1, 1,
+('items', 'item_id', 'item_id', 7, 1,
  ARRAY['CREATE UNIQUE INDEX ON %1$I (job_id, guid, to_id) WHERE target_page IS NOT NULL'],
  $g$SELECT 'holds unfinished items' WHERE EXISTS (
         SELECT 1 FROM %1$I i WHERE i.status IN (SELECT t.from_status FROM item_transitions t))$g$),
-('item_events', 'item_id', 'item_id', 1, 2, '{}',
+('item_events', 'item_id', 'item_id', 7, 2, '{}',
  $g$SELECT 'the items of its days are still kept' WHERE EXISTS (
         SELECT 1 FROM pacer_partitions('items') p WHERE p.starts < %3$L AND p.ends > %2$L)
     UNION ALL

@@ -13,7 +13,7 @@
 CREATE OR REPLACE FUNCTION pacer_begin_send(p_item uuid, p_owner text, p_ttl interval, p_idem_key text,
                                             p_guid text, p_to_id text)
 RETURNS TABLE (outcome text, epoch bigint, attempts integer, holder text)
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
     c record;
     h record;

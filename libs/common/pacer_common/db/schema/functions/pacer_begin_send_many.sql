@@ -7,7 +7,7 @@
 CREATE OR REPLACE FUNCTION pacer_begin_send_many(p_items uuid[], p_owner text, p_ttl interval, p_keys text[],
                                                  p_guids text[], p_to_ids text[])
 RETURNS TABLE (ord bigint, outcome text, epoch bigint, attempts integer, holder text)
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
 DECLARE
     r record;

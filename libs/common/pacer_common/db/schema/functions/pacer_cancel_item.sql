@@ -4,7 +4,7 @@
 -- write and the look at it (a lease expiry), the write is tried again.
 CREATE OR REPLACE FUNCTION pacer_cancel_item(p_item uuid, p_actor text)
 RETURNS TABLE (outcome text, message text)
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
 DECLARE
     s item_status;

@@ -2,7 +2,7 @@
 -- guid's last answer time is what a successor paces from (pacer_acquire_guids).
 CREATE OR REPLACE FUNCTION pacer_confirm(p_item uuid, p_epoch bigint, p_idem_key text, p_receipt jsonb)
 RETURNS boolean
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 BEGIN
     PERFORM pacer_transition(ARRAY[p_item], '{submitted}', 'confirmed', 'ItemConfirmed',
         jsonb_build_object('receipt', p_receipt), p_epoch => p_epoch, p_clear_lease => true);

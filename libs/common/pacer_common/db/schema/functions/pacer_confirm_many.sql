@@ -4,7 +4,7 @@
 -- rows (in item order alone, a confirm batch and a renewal deadlocked under load).
 CREATE OR REPLACE FUNCTION pacer_confirm_many(p_items uuid[], p_epochs bigint[], p_keys text[], p_receipts jsonb[])
 RETURNS TABLE (ord bigint, moved boolean)
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
 DECLARE
     r record;

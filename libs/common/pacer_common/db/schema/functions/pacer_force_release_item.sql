@@ -4,7 +4,7 @@
 -- confirm or settle is refused. Audited. Outcomes: done, conflict (holds no lease), not_found.
 CREATE OR REPLACE FUNCTION pacer_force_release_item(p_item uuid, p_actor text, p_reason text DEFAULT NULL)
 RETURNS TABLE (outcome text, message text, from_status text, to_status text, epoch bigint)
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
 DECLARE
     o items%ROWTYPE;

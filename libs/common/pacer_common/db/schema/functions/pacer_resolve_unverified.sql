@@ -1,6 +1,6 @@
 CREATE OR REPLACE FUNCTION pacer_resolve_unverified(p_item uuid, p_delivered boolean, p_actor text, p_reason text)
 RETURNS TABLE (outcome text, message text, status text)
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
 DECLARE
     i items%ROWTYPE;

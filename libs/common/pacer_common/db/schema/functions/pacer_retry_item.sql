@@ -9,7 +9,7 @@
 --            compensation stays pending, held, and runs once the hold is lifted.
 CREATE OR REPLACE FUNCTION pacer_retry_item(p_item uuid, p_actor text, p_priority smallint DEFAULT NULL)
 RETURNS TABLE (outcome text, new_item uuid, message text)
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
 DECLARE
     o items%ROWTYPE;

@@ -13,7 +13,7 @@ CREATE OR REPLACE FUNCTION pacer_settle(p_item uuid, p_epoch bigint, p_idem_key 
                              p_release_ledger boolean, p_hold_guid text DEFAULT NULL,
                              p_refund boolean DEFAULT false)
 RETURNS boolean
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
     g text;
     j uuid;

@@ -1,6 +1,11 @@
 -- The only code that changes an item's status. Moves the given items that are in one of
 -- p_from (and, when given, hold lease epoch p_epoch / have an expired lease) to p_to, and
 -- appends one event per moved item in the same statement.
+-- Generic plans (plan_cache_mode, on this and every function that finds items by id): items
+-- is partitioned by item id, and a custom plan, which prunes the partitions while planning,
+-- looks cheaper than the generic one, which prunes them as it starts; so the plan cache
+-- would keep planning every call, at twice the cost of the call (docs/performance.md,
+-- "Time partitions").
 CREATE OR REPLACE FUNCTION pacer_transition(
     p_ids uuid[], p_from item_status[], p_to item_status, p_type text,
     p_payload jsonb DEFAULT '{}', p_epoch bigint DEFAULT NULL, p_only_expired boolean DEFAULT false,
@@ -8,7 +13,7 @@ CREATE OR REPLACE FUNCTION pacer_transition(
     p_attempt_bump integer DEFAULT 0, p_next_attempt_at timestamptz DEFAULT NULL,
     p_error_class text DEFAULT NULL, p_error text DEFAULT NULL)
 RETURNS TABLE (item_id uuid, version integer, lease_epoch bigint, attempts integer, from_status item_status)
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
 BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_from) AS f(s)
