@@ -1,7 +1,7 @@
 -- Create the time partitions of every table in partitioned_tables for the periods from the
 -- day before p_now to p_ahead_days after it. Rows of a new partition's period that the
 -- default partition caught meanwhile are moved into it (a partition cannot be attached over
--- them); a day's worth only if its partition was missing that long. One caller at a time (an
+-- them): none while partitions are made ahead as they should be. One caller at a time (an
 -- advisory lock); a partition whose table is locked past lock_timeout is left for the next
 -- call ('skipped'), never waited on with the table's writers queued behind it.
 CREATE OR REPLACE FUNCTION pacer_ensure_partitions(p_now timestamptz, p_ahead_days integer,
