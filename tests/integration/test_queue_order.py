@@ -6,6 +6,7 @@ items that cannot make their expire_at, with an event."""
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from datetime import UTC, datetime
 from importlib import resources
@@ -159,22 +160,41 @@ def test_a_refill_reads_a_window_per_job_however_deep_and_whatever_the_statistic
     assert analyzed <= 3 * 50 + 20, f"read {analyzed} rows of items"
 
 
-def test_every_refill_is_planned_for_its_own_guid_never_by_a_generic_plan(database_url: str) -> None:
+def test_the_prepared_refill_reads_a_window_per_job_with_its_generic_plan(database_url: str) -> None:
+    """Past psycopg's prepare threshold the refill is a prepared statement run by its generic
+    plan, built for any guid, on statistics that never saw the deep jobs: it must still read
+    the ordered ranges, a window each, not the guid's or a job's whole range."""
     url = database_url
+    add_job(url, "other", 500)
+    sql(url, "ANALYZE items")  # statistics that predate every job below
     for g in range(4):
         add_job(url, f"g{g}", 2_000)
         add_job(url, f"g{g}", 1)
 
-    async def refills(pool: Any) -> tuple[int, int]:
+    async def refills(pool: Any) -> tuple[int, int, int]:
         queue = PostgresGuidQueue(pool)
         for n in range(20):  # past psycopg's prepare threshold and Postgres's five custom plans
             await queue.next_ready(f"g{n % 4}", [], 50)
-        async with pool.connection() as conn:
+        async with pool.connection() as conn, conn.transaction():
             row = await (await conn.execute(
-                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements"
                 " WHERE statement LIKE '%%WITH RECURSIVE pairs%%'")).fetchone()
-        assert row is not None, "the refill is a prepared statement"
-        return int(row["generic_plans"]), int(row["custom_plans"])
+            assert row is not None, "the refill is a prepared statement"
+            for setting in NEXT_READY_SETTINGS:
+                await conn.execute(setting)
+            statement = resources.files("pacer_sender.adapters.sql").joinpath("next_ready.sql").read_text()
+            values = {"guid": "'g1'", "exclude": "'{}'", "limit": "50"}
+            order = dict.fromkeys(re.findall(r"%\((\w+)\)s", statement))  # psycopg numbers them so
+            args = ", ".join(values[name] for name in order)
+            plan = await (await conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {row['name']}({args})")).fetchone()
+
+        def read(node: dict[str, Any]) -> int:
+            own = 0
+            if str(node.get("Relation Name", "")).startswith("items"):
+                own = int((node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"])
+            return own + sum(read(child) for child in node.get("Plans", []))
+
+        return int(row["generic_plans"]), int(row["custom_plans"]), read(plan["QUERY PLAN"][0]["Plan"])
 
     async def one_connection(fn: Any) -> Any:
         pool = await open_pool(url, min_size=1, max_size=1)
@@ -183,5 +203,7 @@ def test_every_refill_is_planned_for_its_own_guid_never_by_a_generic_plan(databa
         finally:
             await pool.close()
 
-    generic, custom = asyncio.run(one_connection(refills))
-    assert generic == 0 and custom > 0, f"generic plans {generic}, custom {custom}"
+    generic, custom, rows = asyncio.run(one_connection(refills))
+    assert generic > 0 and custom == 0, f"generic plans {generic}, custom {custom}"
+    # two (priority, job) pairs: a probe or two each, and at most a window of each ready range
+    assert rows <= 2 * 50 + 20, f"the generic plan read {rows} rows of items"
