@@ -72,6 +72,18 @@ def test_a_jobs_items_events_and_ledger_keys_are_in_the_partitions_of_its_week(d
             assert n == 0, table
 
 
+def test_an_operators_retry_weeks_later_is_in_its_jobs_partition(database_url: str) -> None:
+    then = datetime.now(UTC) - timedelta(days=10)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SELECT pacer_ensure_partitions(%s, 0)", (then,))
+    _, _, (item,) = seed_job(database_url, {"g1": 1}, status="failed", created_at=then)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        outcome, retry, _ = conn.execute("SELECT * FROM pacer_retry_item(%s, 'op')", (item,)).fetchone()
+        assert outcome == "created"
+        assert partition_of(conn, "items", str(retry)) == partition_of(conn, "items", item) == f"items_p{week(then)}"
+        assert week(then) != week(datetime.now(UTC))
+
+
 def test_pruning_drops_finished_days_past_retention_and_keeps_unfinished_work_and_needed_keys(
         database_url: str) -> None:
     now = datetime.now(UTC)

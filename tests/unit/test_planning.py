@@ -248,10 +248,15 @@ def test_a_requery_request_with_a_broken_template_is_refused_up_front() -> None:
         plan(requery("Hi {"), NOW)
 
 
+def item_id_time(item_id: str) -> datetime:
+    """The time stamped in a version 7 item id (its first 48 bits: Unix milliseconds)."""
+    return datetime.fromtimestamp(int(item_id.replace("-", "")[:12], 16) / 1000, UTC)
+
+
 def test_item_ids_are_distinct_canonical_version_7_uuids_stamped_with_the_jobs_creation_time() -> None:
     import uuid
 
-    from pacer_common.domain.ids import item_id_time, new_item_ids
+    from pacer_common.domain.ids import new_item_ids
 
     at = datetime(2026, 11, 30, 23, 59, 59, 999000, tzinfo=UTC)
     ids = new_item_ids(5000, at)
@@ -266,8 +271,6 @@ def test_item_ids_are_distinct_canonical_version_7_uuids_stamped_with_the_jobs_c
 
 
 def test_a_plan_stamps_every_item_with_the_jobs_creation_time() -> None:
-    from pacer_common.domain.ids import item_id_time
-
     p = plan(req(), NOW)
     assert p.created_at == NOW and p.items
     assert {item_id_time(it.item_id) for it in p.items} == {NOW}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import NewType
 
 JobId = NewType("JobId", str)
@@ -45,7 +45,3 @@ def new_item_ids(n: int, at: datetime) -> list[ItemId]:
     return [ItemId(f"{ms[:8]}-{ms[8:]}-{h[i:i + 4]}-{h[i + 4:i + 8]}-{h[i + 8:i + 20]}")
             for i in range(0, 20 * n, 20)]
 
-
-def item_id_time(item_id: str) -> datetime:
-    """The creation time of the job an item id was made for (to the millisecond, UTC)."""
-    return datetime.fromtimestamp(int(item_id.replace("-", "")[:12], 16) / 1000, UTC)
