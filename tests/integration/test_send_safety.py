@@ -102,34 +102,6 @@ def test_every_send_path_commit_is_synchronous_when_the_database_default_is_off(
     assert [(w, s) for w, s in seen if s != "on"] == [], "a send-path transaction committed asynchronously"
 
 
-def test_each_one_statement_send_step_leaves_its_transaction_committing_synchronously(database_url: str) -> None:
-    """The sender runs its claim, confirm, settle and lease steps as single statements in
-    autocommit (``fetch_committed``): the function called must leave synchronous_commit on
-    until the commit, past its own return, whatever the database default."""
-    _, _, (item,) = seed_job(database_url, {"g1": 1})
-    dbname = database_url.rsplit("/", 1)[1]
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(f'ALTER DATABASE "{dbname}" SET synchronous_commit = off')
-    steps = [
-        ("SELECT * FROM pacer_acquire_guids(ARRAY['g1'], 'w1', interval '60 s', interval '0')", ()),
-        ("SELECT * FROM pacer_begin_send_many(ARRAY[%s]::uuid[], 'w1', interval '60 s', ARRAY['k1'], ARRAY['g1'],"
-         " ARRAY['to'])", (item,)),
-        ("SELECT * FROM pacer_confirm_many(ARRAY[%s]::uuid[], ARRAY[1]::bigint[], ARRAY['k1'], ARRAY['{}'::jsonb])",
-         (item,)),
-        ("SELECT pacer_settle(%s, 1, 'k1', 'waiting_retry', 'ItemRetryScheduled', 'not_sent', 'x', now(), true,"
-         " NULL, true)", (item,)),
-        ("SELECT pacer_release_guids(ARRAY['g1'], 'w1')", ()),
-    ]
-    with psycopg.connect(database_url) as conn:  # a new connection: the database default applies
-        assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
-        for sql, params in steps:
-            conn.execute(sql, params)
-            assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",), sql
-            conn.rollback()
-            assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",), "a SET LOCAL, not a session SET"
-            conn.rollback()
-
-
 # -- item 8c: a claim leaves the guid lease valid for the whole send ----------------------
 
 def test_a_claim_extends_a_guid_lease_about_to_run_out_past_the_send(database_url: str) -> None:

@@ -11,15 +11,6 @@ function's ``SET`` clause is undone when the function returns, before the commit
 session-level ``SET`` does not survive a transaction-pooling proxy (PgBouncer) that hands
 the next transaction another server connection. Pipeline mode sends BEGIN, the setting, the
 statements and COMMIT together, so this costs no extra round trip.
-
-The hottest steps need not even that: their database functions make the commit synchronous
-themselves (``pacer_synchronous_commit()``, a ``SET LOCAL`` that outlasts the function), so
-one statement on an autocommit connection is the whole durable transaction
-(:func:`fetch_committed`). A pipelined transaction is still four messages that psycopg
-hands to the socket one ``await`` at a time; on a busy event loop each await may wait for
-every other ready task, and meanwhile the transaction sits open on the server holding its
-row locks (guid leases, items) — `bench scale` found 1.7 such transactions idle in
-transaction at any moment at 10,000 guids.
 """
 
 from __future__ import annotations
@@ -43,13 +34,6 @@ async def synchronous_transaction(conn: AsyncConnection[Any], *,
     async with batched, conn.transaction():
         await conn.execute(SYNCHRONOUS)
         yield conn
-
-
-async def fetch_committed(conn: AsyncConnection[Any], sql: LiteralString, params: Any = None) -> list[Any]:
-    """Run ``sql`` — one statement calling a function that calls ``pacer_synchronous_commit()``
-    — on the autocommit ``conn``: its own transaction, committed synchronously in one round
-    trip; return its rows."""
-    return await (await conn.execute(sql, params)).fetchall()
 
 
 async def fetch_durably(conn: AsyncConnection[Any], sql: LiteralString, params: Any = None) -> list[Any]:

@@ -23,7 +23,6 @@ CREATE FUNCTION public.pacer_acquire_guids(p_guids text[], p_owner text, p_ttl i
     AS $$
 #variable_conflict use_column
 BEGIN
-    PERFORM pacer_synchronous_commit();  -- one durable statement: see that function
     INSERT INTO guid_leases (guid) SELECT DISTINCT unnest(p_guids) ON CONFLICT DO NOTHING;
     RETURN QUERY
     WITH free AS (
@@ -92,7 +91,6 @@ DECLARE
     hold text;
     counted boolean := false;
 BEGIN
-    PERFORM pacer_synchronous_commit();  -- one durable statement: see that function
     SELECT pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason) AS reason INTO g
     FROM guid_leases l LEFT JOIN guid_states gs ON gs.guid = l.guid
     WHERE l.guid = p_guid AND l.owner = p_owner AND l.lease_until > now()
@@ -175,7 +173,6 @@ CREATE FUNCTION public.pacer_begin_send_many(p_items uuid[], p_owner text, p_ttl
 DECLARE
     r record;
 BEGIN
-    PERFORM pacer_synchronous_commit();  -- one durable statement: see that function
     PERFORM 1 FROM jobs j
     WHERE j.job_id IN (SELECT i.job_id FROM items i WHERE i.item_id = ANY(p_items))
       AND j.budget_max_sends IS NOT NULL
@@ -262,7 +259,6 @@ CREATE FUNCTION public.pacer_confirm(p_item uuid, p_epoch bigint, p_idem_key tex
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 BEGIN
-    PERFORM pacer_synchronous_commit();  -- one durable statement: see that function
     PERFORM pacer_transition(ARRAY[p_item], '{submitted}', 'confirmed', 'ItemConfirmed',
         jsonb_build_object('receipt', p_receipt), p_epoch => p_epoch, p_clear_lease => true);
     IF NOT FOUND THEN
@@ -318,7 +314,6 @@ CREATE FUNCTION public.pacer_confirm_many(p_items uuid[], p_epochs bigint[], p_k
 DECLARE
     r record;
 BEGIN
-    PERFORM pacer_synchronous_commit();  -- one durable statement: see that function
     FOR r IN
         SELECT t.item, t.epoch, t.key, t.receipt, t.ord
         FROM unnest(p_items, p_epochs, p_keys, p_receipts) WITH ORDINALITY AS t(item, epoch, key, receipt, ord)
@@ -799,17 +794,14 @@ END
 $$;
 
 CREATE FUNCTION public.pacer_release_guids(p_guids text[], p_owner text) RETURNS integer
-    LANGUAGE plpgsql
+    LANGUAGE sql
     AS $$
-DECLARE
-    n integer;
-BEGIN
-    PERFORM pacer_synchronous_commit();
-    UPDATE guid_leases SET owner = NULL, lease_until = NULL
-    WHERE guid = ANY(p_guids) AND owner = p_owner;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    RETURN n;
-END
+    WITH released AS (
+        UPDATE guid_leases SET owner = NULL, lease_until = NULL
+        WHERE guid = ANY(p_guids) AND owner = p_owner
+        RETURNING 1
+    )
+    SELECT count(*)::integer FROM released;
 $$;
 
 CREATE FUNCTION public.pacer_release_held(p_limit integer) RETURNS integer
@@ -1090,7 +1082,6 @@ DECLARE
     j uuid;
     budgeted boolean := false;
 BEGIN
-    PERFORM pacer_synchronous_commit();  -- one durable statement: see that function
     SELECT i.guid, i.job_id INTO g, j FROM items i WHERE i.item_id = p_item;
     IF p_refund THEN
         -- Whether the send being settled counted a budget unit: its ItemSubmitted (the item's
@@ -1175,14 +1166,6 @@ CREATE FUNCTION public.pacer_stamp_limits_change() RETURNS trigger
 BEGIN
     NEW.change_xid := pg_current_xact_id();
     RETURN NEW;
-END
-$$;
-
-CREATE FUNCTION public.pacer_synchronous_commit() RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    PERFORM set_config('synchronous_commit', 'on', true);
 END
 $$;
 

@@ -4,8 +4,7 @@ The steps are database functions (``pacer_common/db/schema/functions/``) built o
 guarded ``pacer_transition``: begin (claim + reserve key + submitted), confirm, settle.
 Every write after the claim carries the lease epoch, so a worker whose lease was taken
 over cannot record anything. Every write commits synchronously, whatever the server's
-default: the functions make their own commit synchronous, so each step is one statement on
-an autocommit connection (``pacer_common.db.durable.fetch_committed``).
+default (``pacer_common.db.durable``).
 
 A value the database refuses (``DataError``, an index row past its limit) is the item's
 fault: it surfaces as :class:`UnstorableItem`, for that item alone — a batched statement
@@ -24,7 +23,7 @@ from psycopg import errors as pgerr
 from psycopg.types.json import Jsonb
 
 from pacer_common.db.batching import Batcher
-from pacer_common.db.durable import fetch_committed, synchronous_transaction
+from pacer_common.db.durable import fetch_durably, synchronous_transaction
 from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader
@@ -96,7 +95,7 @@ class PostgresItemRepository:
     async def _row(self, name: str, params: dict[str, Any]) -> Any:
         async def work() -> Any:
             async with self.pool.connection() as conn:
-                return (await fetch_committed(conn, _sql(name), params))[0]
+                return (await fetch_durably(conn, _sql(name), params))[0]
 
         return await with_retry(work)
 
@@ -156,14 +155,14 @@ class PostgresItemRepository:
         async def work() -> tuple[float, list[Any]]:
             async with self.pool.connection() as conn:
                 sent_at = time.monotonic()
-                return sent_at, await fetch_committed(conn, _sql(name), params)
+                return sent_at, await fetch_durably(conn, _sql(name), params)
 
         return await with_retry(work)
 
     async def _rows(self, name: str, params: dict[str, Any]) -> list[Any]:
         async def work() -> list[Any]:
             async with self.pool.connection() as conn:
-                return await fetch_committed(conn, _sql(name), params)
+                return await fetch_durably(conn, _sql(name), params)
 
         return await with_retry(work)
 
@@ -189,7 +188,7 @@ class PostgresGuidLeases:
     async def acquire(self, guids: Sequence[str], owner: str) -> list[GuidLease]:
         async def work() -> list[GuidLease]:
             async with self.pool.connection() as conn:
-                rows = await fetch_committed(conn, _sql("acquire_guids"), {
+                rows = await fetch_durably(conn, _sql("acquire_guids"), {
                     "guids": list(guids), "owner": owner, "ttl": self.ttl, "in_flight": self.in_flight})
             return [GuidLease(r["guid"], r["epoch"], r["last_send_at"], r["took_over"], r["db_now"],
                               {k: (int(v[0]), int(v[1])) for k, v in (r["windows"] or {}).items()}) for r in rows]
@@ -219,7 +218,7 @@ class PostgresGuidLeases:
     async def release(self, guids: Sequence[str], owner: str) -> int:
         async def work() -> int:
             async with self.pool.connection() as conn:
-                (row,) = await fetch_committed(conn, _sql("release_guids"), {
+                (row,) = await fetch_durably(conn, _sql("release_guids"), {
                     "guids": list(guids), "owner": owner})
             return int(row["released"])
 

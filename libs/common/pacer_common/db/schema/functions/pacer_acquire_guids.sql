@@ -21,7 +21,6 @@ RETURNS TABLE (guid text, epoch bigint, last_send_at timestamptz, took_over bool
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 BEGIN
-    PERFORM pacer_synchronous_commit();  -- one durable statement: see that function
     INSERT INTO guid_leases (guid) SELECT DISTINCT unnest(p_guids) ON CONFLICT DO NOTHING;
     RETURN QUERY
     WITH free AS (

@@ -22,7 +22,6 @@ DECLARE
     hold text;
     counted boolean := false;
 BEGIN
-    PERFORM pacer_synchronous_commit();  -- one durable statement: see that function
     SELECT pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason) AS reason INTO g
     FROM guid_leases l LEFT JOIN guid_states gs ON gs.guid = l.guid
     WHERE l.guid = p_guid AND l.owner = p_owner AND l.lease_until > now()

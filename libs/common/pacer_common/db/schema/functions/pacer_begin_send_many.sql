@@ -12,7 +12,6 @@ LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
     r record;
 BEGIN
-    PERFORM pacer_synchronous_commit();  -- one durable statement: see that function
     PERFORM 1 FROM jobs j
     WHERE j.job_id IN (SELECT i.job_id FROM items i WHERE i.item_id = ANY(p_items))
       AND j.budget_max_sends IS NOT NULL

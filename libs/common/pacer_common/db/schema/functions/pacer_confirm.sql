@@ -4,7 +4,6 @@ CREATE OR REPLACE FUNCTION pacer_confirm(p_item uuid, p_epoch bigint, p_idem_key
 RETURNS boolean
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 BEGIN
-    PERFORM pacer_synchronous_commit();  -- one durable statement: see that function
     PERFORM pacer_transition(ARRAY[p_item], '{submitted}', 'confirmed', 'ItemConfirmed',
         jsonb_build_object('receipt', p_receipt), p_epoch => p_epoch, p_clear_lease => true);
     IF NOT FOUND THEN

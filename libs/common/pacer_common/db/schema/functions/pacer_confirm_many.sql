@@ -9,7 +9,6 @@ LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
     r record;
 BEGIN
-    PERFORM pacer_synchronous_commit();  -- one durable statement: see that function
     FOR r IN
         SELECT t.item, t.epoch, t.key, t.receipt, t.ord
         FROM unnest(p_items, p_epochs, p_keys, p_receipts) WITH ORDINALITY AS t(item, epoch, key, receipt, ord)

@@ -19,7 +19,6 @@ DECLARE
     j uuid;
     budgeted boolean := false;
 BEGIN
-    PERFORM pacer_synchronous_commit();  -- one durable statement: see that function
     SELECT i.guid, i.job_id INTO g, j FROM items i WHERE i.item_id = p_item;
     IF p_refund THEN
         -- Whether the send being settled counted a budget unit: its ItemSubmitted (the item's
