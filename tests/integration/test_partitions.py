@@ -223,3 +223,42 @@ def test_tables_that_held_rows_before_partitioning_keep_them_and_their_keys(data
     finally:
         with psycopg.connect(f"{head}/postgres", autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_finished_jobs_go_with_their_items_and_no_sooner(database_url: str) -> None:
+    """A finished job past the items' retention whose items all went with their partitions is
+    deleted with its shards, counts and target pages; a job with an item left, an unfinished
+    job and a recent one stay."""
+    now = datetime.now(UTC)
+    gone_at, kept_at = now - timedelta(days=27), now - timedelta(days=20)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SELECT pacer_ensure_partitions(%s, 30)", (now - timedelta(days=30),))
+    done, done_shards, (done_item,) = seed_job(database_url, {"g1": 1}, created_at=gone_at)
+    with_item, _, _ = seed_job(database_url, {"g2": 1}, created_at=kept_at)  # its item is unfinished
+    running, _, _ = seed_job(database_url, {}, created_at=gone_at)  # no items, still running
+    recent, _, _ = seed_job(database_url, {}, created_at=now - timedelta(days=1))
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert sent(conn, done_item, "k-done") == "submitted"
+        conn.execute("UPDATE jobs SET status = 'completed' WHERE job_id = ANY(%s::uuid[])",
+                     ([done, with_item, recent],))
+        conn.execute("INSERT INTO job_target_pages (job_id, page_no, fetched, added, duplicates, invalid, fetched_at)"
+                     " VALUES (%s, 1, 1, 1, 0, 0, now())", (done,))
+        cursors_at_the_end(conn)
+        before = prune(conn, now)
+        assert before[f"items_p{week(gone_at)}"] == ("dropped", None)
+        assert before[f"items_p{week(kept_at)}"] == ("kept", "holds unfinished items")
+
+        (pruned,) = conn.execute("SELECT pacer_prune_jobs(%s - interval '7 days')", (now,)).fetchone()
+        assert pruned == 1
+        left = {str(j) for (j,) in conn.execute("SELECT job_id FROM jobs")}
+        assert left == {with_item, running, recent}
+        for table in ("shards", "job_target_pages"):
+            (n,) = conn.execute(f"SELECT count(*) FROM {table} WHERE job_id = %s", (done,)).fetchone()
+            assert n == 0, table
+        (n,) = conn.execute("SELECT count(*) FROM shard_status_counts WHERE shard_id = %s", (done_shards["g1"],)
+                            ).fetchone()
+        assert n == 0, "shard_status_counts"
+        (n,) = conn.execute("SELECT count(*) FROM shards WHERE job_id = %s", (with_item,)).fetchone()
+        assert n == 1, "a job with an item left keeps its shards"
+        # nothing more to do: a second run deletes nothing
+        assert conn.execute("SELECT pacer_prune_jobs(%s - interval '7 days')", (now,)).fetchone() == (0,)

@@ -70,13 +70,18 @@ def test_a_maintenance_run_creates_then_prunes_and_exports_what_it_did() -> None
                     PartitionChange("items_p20261102", "kept", "holds unfinished items"),
                     PartitionChange("items_default", "default", "holds rows")]
 
+        async def prune_jobs(self, retain_days: int) -> int:
+            calls.append(("prune_jobs", retain_days))
+            return 4
+
     registry = CollectorRegistry()
     keeper = PartitionKeeper(Partitions(), retention(), 3, ReconcilerMetrics(registry, lambda: True))
     assert asyncio.run(keeper.round()) == 2
-    assert calls == [("ensure", 3), ("prune", retention().by_table())]
+    assert calls == [("ensure", 3), ("prune", retention().by_table()), ("prune_jobs", retention().items_days)]
     value = registry.get_sample_value
     assert value("pacer_reconciler_partitions_total", {"table": "items", "action": "created"}) == 1
     assert value("pacer_reconciler_partitions_total", {"table": "items", "action": "dropped"}) == 1
     assert value("pacer_reconciler_partitions_kept", {"table": "items"}) == 1
     assert value("pacer_reconciler_default_partition_rows", {"table": "items"}) == 1
     assert value("pacer_reconciler_default_partition_rows", {"table": "send_ledger"}) == 0
+    assert value("pacer_reconciler_jobs_pruned_total") == 4

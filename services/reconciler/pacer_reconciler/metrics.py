@@ -140,6 +140,10 @@ class ReconcilerMetrics:
             "1 where a table's default partition holds rows: rows from before partitioning, or of a period whose "
             "partition was missing (alert `PacerDefaultPartitionFilling`; docs/runbook.md, \"Retention\")."
         ), ["table"], registry=registry)
+        self.jobs_pruned = Counter("pacer_reconciler_jobs_pruned_total", (
+            "Finished jobs deleted past the items' retention, once all their items had gone with their partitions "
+            "(with their shards, shard counts and target pages)."
+        ), registry=registry)
         self.trips = Counter("pacer_reconciler_breaker_trips_total", (
             "Circuit breakers tripped (job or guid paused), by scope: `job` or `guid`."
         ), ["scope"], registry=registry)

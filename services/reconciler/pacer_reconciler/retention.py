@@ -1,6 +1,9 @@
 """Time partitions kept up: created days ahead, dropped past retention (every replica runs
 this; the database lets one at a time in). Each change is logged; a partition kept past its
-retention is logged with the reason, every run, until it goes."""
+retention is logged with the reason, every run, until it goes. Then the rows of finished
+jobs whose items have all gone with their partitions (the job, its shards, their counts and
+target pages) are deleted: one row per job or shard, so these tables stay as bounded as the
+items."""
 
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ class PartitionKeeper:
         self.m = m
 
     async def round(self) -> int:
-        """One run: create, then prune. Returns the partitions created or dropped."""
+        """One run: create, then prune partitions, then the jobs whose items went. Returns the
+        partitions created or dropped."""
         changes = [*await self.partitions.ensure(self.ahead_days),
                    *await self.partitions.prune(self.retention.by_table())]
         for c in changes:
@@ -37,6 +41,10 @@ class PartitionKeeper:
         for table in self.retention.by_table():
             self.m.partitions_kept.labels(table).set(counts[(table, "kept")])
             self.m.default_partition_rows.labels(table).set(1 if counts[(table, "default")] else 0)
+        jobs = await self.partitions.prune_jobs(self.retention.items_days)
+        if jobs:
+            log.info("%d finished jobs past retention deleted (their items had gone)", jobs, extra={"jobs": jobs})
+            self.m.jobs_pruned.inc(jobs)
         return sum(n for (_, action), n in counts.items() if action in ("created", "dropped"))
 
     async def run(self, every_s: float, stop: asyncio.Event, backoff_max_s: float) -> None:

@@ -752,6 +752,31 @@ CREATE FUNCTION public.pacer_partitions(p_parent text) RETURNS TABLE(partition t
     ORDER BY p.d
 $_$;
 
+CREATE FUNCTION public.pacer_prune_jobs(p_before timestamp with time zone, p_limit integer DEFAULT 1000) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ids uuid[];
+BEGIN
+    SELECT array_agg(x.job_id) INTO ids FROM (
+        SELECT j.job_id FROM jobs j
+        WHERE j.created_at < p_before AND j.status IN ('completed', 'cancelled', 'terminated')
+          AND NOT EXISTS (SELECT 1 FROM items i WHERE i.job_id = j.job_id)
+        ORDER BY j.created_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ) x;
+    IF ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    DELETE FROM shard_status_counts c USING shards s WHERE c.shard_id = s.shard_id AND s.job_id = ANY(ids);
+    DELETE FROM shards WHERE job_id = ANY(ids);
+    DELETE FROM job_target_pages WHERE job_id = ANY(ids);
+    DELETE FROM jobs WHERE job_id = ANY(ids);
+    RETURN cardinality(ids);
+END
+$$;
+
 CREATE FUNCTION public.pacer_prune_partitions(p_now timestamp with time zone, p_retain_days jsonb, p_lock_timeout interval DEFAULT '00:00:02'::interval) RETURNS TABLE(partition text, action text, detail text)
     LANGUAGE plpgsql
     AS $$

@@ -1,4 +1,5 @@
-"""Time partitions on Postgres (``pacer_ensure_partitions``, ``pacer_prune_partitions``)."""
+"""Time partitions on Postgres (``pacer_ensure_partitions``, ``pacer_prune_partitions``), and
+the job rows whose items' partitions have gone (``pacer_prune_jobs``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from pacer_common.db.sql import loader
 from pacer_reconciler.domain.retention import PartitionChange
 
 _sql = loader("pacer_reconciler.adapters.sql")
+JOBS_BATCH = 1000  # jobs deleted per transaction
+JOBS_BATCHES = 50  # at most this many per run; the rest go in the next run
 
 
 class PostgresPartitions:
@@ -24,6 +27,22 @@ class PostgresPartitions:
 
     async def prune(self, retain_days: Mapping[str, int]) -> list[PartitionChange]:
         return await self._changes("prune_partitions", {"retain_days": Jsonb(dict(retain_days))})
+
+    async def prune_jobs(self, retain_days: int) -> int:
+        """Finished jobs past ``retain_days`` whose items are all gone: deleted, in batches."""
+        async def batch() -> int:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(_sql("prune_jobs"), {
+                    "retain_days": retain_days, "limit": JOBS_BATCH})).fetchone()
+            return int(row["pruned"]) if row else 0
+
+        pruned = 0
+        for _ in range(JOBS_BATCHES):
+            n = await with_retry(batch)
+            pruned += n
+            if n < JOBS_BATCH:
+                break
+        return pruned
 
     async def _changes(self, name: str, params: dict[str, Any]) -> list[PartitionChange]:
         async def work() -> list[PartitionChange]:

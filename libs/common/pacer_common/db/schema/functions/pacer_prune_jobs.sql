@@ -1,0 +1,30 @@
+-- Delete up to ``p_limit`` finished jobs created before ``p_before`` whose items are all gone
+-- (their time partitions dropped past retention), with their shards, shard counts and target
+-- pages; returns how many jobs went. A job that still has any item, in any partition (the
+-- default one included), stays, and so does every job not completed, cancelled or
+-- terminated. One row per job or shard, not per item: deleted in small batches, locked
+-- rows skipped (another run, or the Control API, has them).
+CREATE OR REPLACE FUNCTION pacer_prune_jobs(p_before timestamptz, p_limit integer DEFAULT 1000)
+RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    ids uuid[];
+BEGIN
+    SELECT array_agg(x.job_id) INTO ids FROM (
+        SELECT j.job_id FROM jobs j
+        WHERE j.created_at < p_before AND j.status IN ('completed', 'cancelled', 'terminated')
+          AND NOT EXISTS (SELECT 1 FROM items i WHERE i.job_id = j.job_id)
+        ORDER BY j.created_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ) x;
+    IF ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    DELETE FROM shard_status_counts c USING shards s WHERE c.shard_id = s.shard_id AND s.job_id = ANY(ids);
+    DELETE FROM shards WHERE job_id = ANY(ids);
+    DELETE FROM job_target_pages WHERE job_id = ANY(ids);
+    DELETE FROM jobs WHERE job_id = ANY(ids);
+    RETURN cardinality(ids);
+END
+$fn$;
