@@ -120,6 +120,12 @@ def gateway(url: str, path: str) -> Any:
         return json.loads(resp.read())
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mib(pid: int) -> float:
     """Peak resident memory of a process (VmHWM), MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

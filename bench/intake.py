@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import time
 
 import aiohttp
 
-from bench.common import CORES, drop_db, env_int, real_infra, stack
+from bench.common import CORES, cpu_s, drop_db, env_int, real_infra, stack
 from pacer_common.domain.tenants import sign
 from pacer_dev.stack import LOCAL_CALLBACK_SECRET
 
@@ -70,9 +69,9 @@ def intake() -> str:
     try:
         proc = st.start_intake()
         asyncio.run(offer(proc.url, 50, 1))  # warm up: connections, the producer's metadata
-        cpu0 = _cpu_s(proc.pid)
+        cpu0 = cpu_s(proc.pid)
         sent, lat, errors, wall = asyncio.run(offer(proc.url, rate, seconds))
-        cpu_us = (_cpu_s(proc.pid) - cpu0) * 1e6 / max(1, sent)
+        cpu_us = (cpu_s(proc.pid) - cpu0) * 1e6 / max(1, sent)
     finally:
         st.stop_all()
         drop_db(st.infra.database_url)
@@ -80,13 +79,6 @@ def intake() -> str:
     return (f"bench intake: target_per_s={rate} seconds={seconds} sent={sent} accepted={len(lat)} errors={errors} "
             f"accepted_per_s={len(lat) / wall:.0f} ack_p50_ms={q[49] * 1000:.1f} ack_p99_ms={q[98] * 1000:.1f} "
             f"intake_cpu_us_per_callback={cpu_us:.0f} cores={CORES}")
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ process got slower or only had no core to run on.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 import psycopg
 from psycopg.rows import dict_row
 
-from bench.common import CORES, env_int, fresh_db, real_infra, seed_items
+from bench.common import CORES, cpu_s, env_int, fresh_db, real_infra, seed_items
 from pacer_common.db.migrate import migrate
 from pacer_dev.infra import Infra
 from pacer_dev.segments import confirm_job, segment_ends, segments_behind
@@ -66,12 +65,6 @@ def reconciler() -> str:
             f"cpu_us_per_event_two={two_cpu / events * 1e6:.0f} cores={CORES}")
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _raw_read(url: str) -> float:
     sql = segment_sql("read_events", 1)
     async with await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as conn:
@@ -93,11 +86,11 @@ def _run(inf: Infra, url: str, ends: dict[str, tuple[int, int]], replicas: int) 
         procs = [st.start_service("reconciler", f"reconciler-{k}", wait=False) for k in range(replicas)]
         for p in procs:
             st.wait_ready(p)
-        started, cpu0 = time.monotonic(), sum(_cpu_s(p.pid) for p in procs)
+        started, cpu0 = time.monotonic(), sum(cpu_s(p.pid) for p in procs)
         while segments_behind(url, ends):
             if time.monotonic() - started > 1800:
                 raise SystemExit("bench reconciler: the cursors did not reach the end in 30 minutes")
             time.sleep(0.1)
-        return time.monotonic() - started, sum(_cpu_s(p.pid) for p in procs) - cpu0
+        return time.monotonic() - started, sum(cpu_s(p.pid) for p in procs) - cpu0
     finally:
         st.stop_all()

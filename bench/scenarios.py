@@ -15,6 +15,7 @@ import psycopg
 from bench.common import (
     CORES,
     count,
+    cpu_s,
     drop_db,
     env_int,
     fresh_db,
@@ -315,18 +316,19 @@ def scale() -> str:
         proc = st.start_service("sender", "sender-1")
         wait_until(lambda: gateway(st.gateway_url or "", "/_admin/stats")["sends"] >= guids, 600)
         start = gateway(st.gateway_url or "", "/_admin/stats")["sends"]
-        opened = time.time()
+        opened, cpu0 = time.time(), cpu_s(proc.pid)
         time.sleep(seconds)  # the measurement window itself
-        stats = gateway(st.gateway_url or "", "/_admin/stats")
+        stats, cpu = gateway(st.gateway_url or "", "/_admin/stats"), cpu_s(proc.pid) - cpu0
         rss = rss_mib(proc.pid)
         late = _late_s(st.gateway_url or "", opened, interval)
     finally:
         st.stop_all()
         drop_db(st.infra.database_url)
-    achieved = (stats["sends"] - start) / (guids * seconds / interval)
+    sent = stats["sends"] - start
+    achieved = sent / (guids * seconds / interval)
     return (f"bench scale: guids={guids} rss_mib={rss:.0f} achieved_ratio={achieved:.3f} "
             f"violations={stats['interval_violations']} late_p50_s={late[0]:.2f} late_p99_s={late[1]:.2f} "
-            f"cores={CORES}")
+            f"sender_cpu_ms_per_send={cpu * 1000 / max(1, sent):.2f} sender_cores={cpu / seconds:.2f} cores={CORES}")
 
 
 def _late_s(gw: str, since: float, interval: float) -> tuple[float, float]:

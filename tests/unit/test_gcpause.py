@@ -1,5 +1,6 @@
 """The collector is off inside ``gcpause.paused()`` and as it was after, whatever happens
-inside; what a pause built is left out of collections until the next pause, then collected."""
+inside; what a pause built is left out of collections until the next pause, then collected.
+``tune()`` sets the thresholds and the time collections take is counted and exported."""
 
 from __future__ import annotations
 
@@ -9,13 +10,40 @@ import weakref
 import pytest
 
 from pacer_common import gcpause
+from pacer_common.metrics import service_registry
 
 
 @pytest.fixture(autouse=True)
 def _collector_restored() -> object:
+    thresholds = gc.get_threshold()
     yield
     gc.unfreeze()
     gc.enable()
+    gc.set_threshold(*thresholds)
+    if gcpause._timed in gc.callbacks:
+        gc.callbacks.remove(gcpause._timed)
+
+
+def test_tune_sets_the_thresholds_and_counts_collection_time_once() -> None:
+    gcpause.tune((50_000, 20, 20))
+    gcpause.tune((40_000, 10, 5))
+    assert gc.get_threshold() == (40_000, 10, 5)
+    assert gc.callbacks.count(gcpause._timed) == 1  # tuning again does not count twice
+    before = gcpause.pause_seconds()
+    for _ in range(3):
+        gc.collect()  # a full collection: generation 2
+    after = gcpause.pause_seconds()
+    assert after[2] > before[2]
+    assert after[0] == before[0] and after[1] == before[1]
+
+
+def test_collection_time_is_exported_by_generation() -> None:
+    registry = service_registry("test")
+    assert registry.get_sample_value("pacer_gc_pause_seconds_total", {"generation": "2"}) is None  # not tuned
+    gcpause.tune(gc.get_threshold())
+    gc.collect()
+    exported = registry.get_sample_value("pacer_gc_pause_seconds_total", {"generation": "2"})
+    assert exported is not None and exported == pytest.approx(gcpause.pause_seconds()[2]) and exported > 0
 
 
 @pytest.mark.parametrize("enabled", [True, False])

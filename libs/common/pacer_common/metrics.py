@@ -19,6 +19,8 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from pacer_common import gcpause
+
 log = logging.getLogger(__name__)
 
 
@@ -30,12 +32,13 @@ def pacer_version() -> str:
 
 
 def service_registry(service: str) -> CollectorRegistry:
-    """A service's registry: process_* (CPU, memory, fds), python_info, python_gc_* and
-    ``pacer_build_info{service,version,python}``."""
+    """A service's registry: process_* (CPU, memory, fds), python_info, python_gc_*,
+    ``pacer_gc_pause_seconds_total{generation}`` and ``pacer_build_info{service,version,python}``."""
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
+    GcPauses(registry)
     Info("pacer_build", "Pacer build running in this process (value 1)", registry=registry).info(
         {"service": service, "version": pacer_version(), "python": platform.python_version()})
     return registry
@@ -57,6 +60,26 @@ class FunctionCounter(Collector):
 
     def describe(self) -> Iterable[Metric]:
         yield CounterMetricFamily(self.name, self.documentation)
+
+
+class GcPauses(Collector):
+    """``pacer_gc_pause_seconds_total{generation}``: time the cyclic garbage collector took, by
+    generation (``gcpause.tune``); its rate is the share of the process's time lost to it."""
+
+    NAME = "pacer_gc_pause_seconds"
+    DOC = "Seconds the Python garbage collector spent collecting, by generation (the process stands still meanwhile)"
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        registry.register(self)
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(self.NAME, self.DOC, labels=["generation"])
+        for generation, seconds in gcpause.pause_seconds().items():
+            family.add_metric([str(generation)], seconds)
+        yield family
+
+    def describe(self) -> Iterable[Metric]:
+        yield CounterMetricFamily(self.NAME, self.DOC, labels=["generation"])
 
 
 class ConsumerLag(Collector):

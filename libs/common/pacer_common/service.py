@@ -10,11 +10,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from pacer_common import tracing
+from pacer_common import gcpause, tracing
 from pacer_common.lifecycle import stop_event
 from pacer_common.logs import configure
 from pacer_common.metrics import service_registry
 from pacer_common.ops import Health, ops_app, serve
+from pacer_common.settings import OpsSettings
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ async def run_service(name: str, host: str, port: int,
         log.info("%s stopped", name)
 
 
-def main_for(name: str, level: str, coro: Coroutine[Any, Any, None]) -> None:
-    configure(name, level)
+def main_for(name: str, ops: OpsSettings, coro: Coroutine[Any, Any, None]) -> None:
+    configure(name, ops.log_level)
+    gcpause.tune(ops.gc_thresholds)
     tracing.setup(name)
     asyncio.run(coro)

@@ -62,6 +62,8 @@ def _type(annotation: Any, key: bool = False) -> str:
         return _type(inner, key)
     if origin is Literal:
         return " \\| ".join(f"`{a}`" for a in get_args(annotation))
+    if origin is tuple:
+        return f"JSON list of {len(get_args(annotation))} {_type(get_args(annotation)[0])}"
     if origin is dict:
         k, v = get_args(annotation)
         return f"JSON object, {'code' if k is int else _type(k)} → {_type(v)}"
@@ -89,6 +91,8 @@ def _default(field: FieldInfo) -> str:
         return "unset"
     if field.default == "":
         return "empty"
+    if isinstance(field.default, tuple):
+        return f"`{list(field.default)}`"
     return f"`{field.default}`"
 
 

@@ -38,4 +38,4 @@ async def run(pg: PostgresSettings, cfg: ControlSettings) -> None:
 
 def main() -> None:
     cfg = ControlSettings()
-    main_for("control", cfg.log_level, run(PostgresSettings(), cfg))
+    main_for("control", cfg, run(PostgresSettings(), cfg))

@@ -51,4 +51,4 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: IntakeSettings) -
 
 def main() -> None:
     cfg = IntakeSettings()
-    main_for("intake", cfg.log_level, run(PostgresSettings(), KafkaSettings(), cfg))
+    main_for("intake", cfg, run(PostgresSettings(), KafkaSettings(), cfg))

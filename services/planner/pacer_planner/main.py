@@ -66,4 +66,4 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
 
 def main() -> None:
     cfg = PlannerSettings()
-    main_for("planner", cfg.log_level, run(PostgresSettings(), KafkaSettings(), cfg))
+    main_for("planner", cfg, run(PostgresSettings(), KafkaSettings(), cfg))

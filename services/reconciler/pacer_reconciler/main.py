@@ -119,4 +119,4 @@ async def consume_callbacks(callbacks: CallbackConsumer, m: ReconcilerMetrics, s
 
 def main() -> None:
     cfg = ReconcilerSettings()
-    main_for("reconciler", cfg.log_level, run(PostgresSettings(), KafkaSettings(), cfg))
+    main_for("reconciler", cfg, run(PostgresSettings(), KafkaSettings(), cfg))

@@ -102,4 +102,4 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
 
 def main() -> None:
     cfg = SenderSettings()
-    main_for("sender", cfg.log_level, run(PostgresSettings(), KafkaSettings(), cfg))
+    main_for("sender", cfg, run(PostgresSettings(), KafkaSettings(), cfg))
