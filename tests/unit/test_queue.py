@@ -3,6 +3,8 @@ bounded per lane, ringing for what it does not hold."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -127,9 +129,15 @@ def test_online_lane_items_are_kept_apart_from_the_batch_backlog() -> None:
     assert len(lanes) == 1000
 
 
-def command(n: int, priority: int = 3) -> ItemCommand:
+def command(n: int, priority: int = 3, expire_at: datetime | None = None) -> ItemCommand:
     return ItemCommand(item_id=f"00000000-0000-0000-0000-{n:012d}", job_id="j", shard_id=1, guid="g",
-                       to_id=f"r{n}", content="x", idem_key=f"k{n}", priority=priority, kind="campaign")
+                       to_id=f"r{n}", content="x", idem_key=f"k{n}", priority=priority, kind="campaign",
+                       expire_at=expire_at)
+
+
+def expiring(n: int, priority: int = 3) -> ItemCommand:
+    """Every third item has an expire_at."""
+    return command(n, priority, datetime(2030, 1, 1, tzinfo=UTC) if n % 3 == 0 else None)
 
 
 def test_a_window_holds_up_to_its_cap_per_lane_and_rings_for_the_rest() -> None:
@@ -191,25 +199,30 @@ def test_a_short_refill_means_postgres_has_no_more_unless_rung_meanwhile() -> No
 @settings(database=None, max_examples=200, deadline=None)
 @given(st.lists(st.one_of(st.tuples(st.just("offer"), st.integers(0, 30), st.sampled_from([1, 3])),
                           st.tuples(st.just("take"), st.sampled_from(["online", "batch"])),
-                          st.tuples(st.just("refill"), st.lists(st.integers(0, 30), max_size=6))), max_size=80))
+                          st.tuples(st.just("refill"), st.lists(st.integers(0, 30), max_size=6)),
+                          st.tuples(st.just("drop"), st.sampled_from(["online", "batch"]))), max_size=80))
 def test_a_window_holds_each_item_once_and_at_most_its_cap_from_doorbells(script: list[tuple]) -> None:
     w = GuidWindow(cap=4)
     in_hand: set[str] = set()
     for op in script:
         if op[0] == "offer":
             before = {lane: len(q) for lane, q in w.lanes.lanes.items()}
-            w.offer(command(op[1], op[2]))
+            w.offer(expiring(op[1], op[2]))
             lane = "online" if op[2] == 1 else "batch"
             assert len(w.lanes.lanes[lane]) <= max(w.cap, before[lane]), "a doorbell never overfills a lane"
         elif op[0] == "take":
             cmd = w.take(op[1])
             if cmd is not None:
                 in_hand.add(cmd.item_id)
+        elif op[0] == "drop":
+            w.drop(op[1])
         else:
             n = w.refill_size()
             if n:
-                w.refilled([command(i) for i in op[1][:n]], n, w.rings)
+                w.refilled([expiring(i) for i in op[1][:n]], n, w.rings)
         held = [e.value.item_id for q in w.lanes.lanes.values() for e in q._ready]
+        assert w.expiring == sum(c.expire_at is not None for c in w.lanes.lanes["batch"].values()), \
+            "the count of expiring batch commands the shedding check relies on"
         assert len(held) == len(set(held)), "an item held twice"
         assert set(held) | in_hand == w.ids
         assert not set(held) & in_hand

@@ -186,9 +186,9 @@ class GuidWorker:
         share), so a guid none of whose jobs has an expire_at there costs no read."""
         if self.shed_at is not None and self.crew.clock() - self.shed_at < self.crew.config.shed_every_s:
             return False
-        batch = self.window.lanes.lanes["batch"].values()
-        if not any(c.expire_at is not None for c in batch):
+        if not self.window.expiring:
             return False
+        batch = self.window.lanes.lanes["batch"].values()
         if not self.window.more:
             interval, wall = self.pacer.batch_rate_s(limits), time.time()
             if all(c.expire_at is None or c.expire_at.timestamp() > wall + len(batch) * interval for c in batch):

@@ -126,6 +126,11 @@ class GuidLanes(Generic[T]):
         return sum(len(q) for q in self.lanes.values())
 
 
+def _expiring(cmd: ItemCommand) -> int:
+    """1 for a batch command with an ``expire_at``, else 0."""
+    return int(cmd.expire_at is not None and lane_of(cmd.priority) == "batch")
+
+
 class GuidWindow:
     """The ready commands of one guid held in memory (at most ``cap`` per lane), and
     whether Postgres may hold more ready work for it than the window does."""
@@ -138,6 +143,7 @@ class GuidWindow:
         self.more = False
         self.urgent = False  # Postgres holds work that sorts ahead of the window: refill now
         self.rings = 0  # doorbells not held since the start (a refill reads what they rang for)
+        self.expiring = 0  # batch commands held that have an expire_at (shedding checks only those)
 
     def ring(self) -> None:
         """Postgres has work for this guid that the window does not hold."""
@@ -184,6 +190,7 @@ class GuidWindow:
         self.ids.add(cmd.item_id)
         self.since.setdefault(cmd.item_id, since)
         self.lanes.push(cmd, cmd.priority, cmd.job_id)
+        self.expiring += _expiring(cmd)
 
     def refill_size(self) -> int:
         """How many items to read from Postgres now: none unless it may hold more and the
@@ -218,7 +225,10 @@ class GuidWindow:
 
     def take(self, lane: Lane) -> ItemCommand | None:
         """The lane's next command; it stays in ``ids`` until :meth:`finished`."""
-        return self.lanes.lanes[lane].pop()
+        cmd = self.lanes.lanes[lane].pop()
+        if cmd is not None:
+            self.expiring -= _expiring(cmd)
+        return cmd
 
     def oldest(self, lane: Lane) -> float | None:
         """When the longest-waiting command held in ``lane`` became ready (epoch s)."""
@@ -236,6 +246,7 @@ class GuidWindow:
         dropped = self.lanes.lanes[lane].remove_if(lambda c: True)
         for cmd in dropped:
             self.finished(cmd)
+            self.expiring -= _expiring(cmd)
         return len(dropped)
 
     def clear(self) -> int:
