@@ -11,6 +11,14 @@ function's ``SET`` clause is undone when the function returns, before the commit
 session-level ``SET`` does not survive a transaction-pooling proxy (PgBouncer) that hands
 the next transaction another server connection. Pipeline mode sends BEGIN, the setting, the
 statements and COMMIT together, so this costs no extra round trip.
+
+The sender's batched item steps, its hottest writes, skip even that: each is one call of a
+function whose first statement is ``set_config('synchronous_commit', 'on', true)`` (the
+same as ``SET LOCAL``; it outlives the function, which leaves only its own ``SET`` clause's
+settings behind), run as a single autocommit statement by :func:`fetch_durable_call`. Its
+transaction is the statement's, so the setting holds at its commit, and the client sends one
+statement instead of a pipeline of four (under load the pipeline cost the sender a third of
+its throughput; docs/performance.md, "One statement per batched step").
 """
 
 from __future__ import annotations
@@ -40,4 +48,12 @@ async def fetch_durably(conn: AsyncConnection[Any], sql: LiteralString, params: 
     """Run ``sql`` as its own synchronously committed transaction; return its rows."""
     async with synchronous_transaction(conn):
         cur = await conn.execute(sql, params)
+    return await cur.fetchall() if cur.description is not None else []
+
+
+async def fetch_durable_call(conn: AsyncConnection[Any], sql: LiteralString, params: Any = None) -> list[Any]:
+    """Run ``sql`` on the idle (autocommit) ``conn`` as one statement, its own transaction;
+    return its rows. Only for a call of a function that makes its commit synchronous itself
+    (``set_config('synchronous_commit', 'on', true)`` before it writes)."""
+    cur = await conn.execute(sql, params)
     return await cur.fetchall() if cur.description is not None else []

@@ -172,15 +172,74 @@ CREATE FUNCTION public.pacer_begin_send_many(p_items uuid[], p_owner text, p_ttl
 #variable_conflict use_column
 DECLARE
     r record;
+    plain uuid[];
+    claimed uuid[];
+    epochs bigint[];
+    tries integer[];
+    begun uuid[];
 BEGIN
+    -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
+    PERFORM set_config('synchronous_commit', 'on', true);
     PERFORM 1 FROM jobs j
     WHERE j.job_id IN (SELECT i.job_id FROM items i WHERE i.item_id = ANY(p_items))
       AND j.budget_max_sends IS NOT NULL
     ORDER BY j.job_id
     FOR NO KEY UPDATE;
+    PERFORM 1 FROM guid_leases l
+    WHERE l.guid = ANY(p_guids) AND l.owner = p_owner
+    ORDER BY l.guid
+    FOR UPDATE;
+
+    -- The plain items, then their keys locked (guid, item order) and checked free.
+    SELECT array_agg(g.item ORDER BY g.guid, g.item) INTO plain
+    FROM (SELECT t.item, t.key, t.guid, count(*) OVER (PARTITION BY t.key) AS uses
+          FROM unnest(p_items, p_keys, p_guids) AS t(item, key, guid)) g
+    JOIN guid_leases l ON l.guid = g.guid AND l.owner = p_owner AND l.lease_until > now()
+    LEFT JOIN guid_states gs ON gs.guid = g.guid
+    JOIN items i ON i.item_id = g.item AND i.guid = g.guid AND i.idem_key = g.key
+    JOIN jobs j ON j.job_id = i.job_id
+    JOIN shards s ON s.shard_id = i.shard_id
+    WHERE i.item_id = ANY(p_items) AND g.uses = 1 AND i.status = 'pending'
+      AND j.budget_max_sends IS NULL
+      AND pacer_hold_reason(j.status, j.paused_reason, s.status::text, s.paused_reason,
+                            pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason)) IS NULL;
+    PERFORM pg_advisory_xact_lock(hashtextextended(u.key, 0))
+    FROM unnest(p_items, p_keys, p_guids) AS u(item, key, guid)
+    WHERE u.item = ANY(plain)
+    ORDER BY u.guid, u.item;
+    SELECT array_agg(u.item) INTO plain
+    FROM unnest(p_items, p_keys) AS u(item, key)
+    WHERE u.item = ANY(plain) AND NOT EXISTS (SELECT 1 FROM send_ledger sl WHERE sl.idem_key = u.key);
+
+    -- pending → claimed (new lease, epoch + 1) → key reserved → submitted.
+    SELECT array_agg(c.item_id ORDER BY c.item_id), array_agg(c.lease_epoch ORDER BY c.item_id),
+           array_agg(c.attempts ORDER BY c.item_id)
+    INTO claimed, epochs, tries
+    FROM pacer_transition(plain, '{pending}', 'claimed', 'ItemClaimed', jsonb_build_object('owner', p_owner),
+                          p_lease_owner => p_owner, p_lease_ttl => p_ttl) AS c;
+    INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
+    SELECT u.key, u.item, u.guid, u.to_id, 'reserved'
+    FROM unnest(p_items, p_keys, p_guids, p_to_ids) AS u(item, key, guid, to_id)
+    WHERE u.item = ANY(claimed);
+    SELECT array_agg(s.item_id) INTO begun
+    FROM pacer_transition(claimed, '{claimed}', 'submitted', 'ItemSubmitted', p_epochs => epochs,
+        p_payloads => ARRAY(SELECT jsonb_build_object('attempt', a.n + 1, 'budgeted', false)
+                            FROM unnest(tries) WITH ORDINALITY AS a(n, k) ORDER BY a.k),
+        p_attempt_bump => 1) AS s;
+    -- The guid lease lasts at least as long as the item's lease: the send may not outlive
+    -- the lease it is made under.
+    UPDATE guid_leases l SET last_send_at = now(), lease_until = GREATEST(l.lease_until, now() + p_ttl)
+    WHERE l.guid IN (SELECT u.guid FROM unnest(p_items, p_guids) AS u(item, guid) WHERE u.item = ANY(begun));
+    RETURN QUERY
+    SELECT u.ord, 'submitted'::text, c.epoch, c.tries, u.item::text
+    FROM unnest(p_items) WITH ORDINALITY AS u(item, ord)
+    JOIN unnest(claimed, epochs, tries) AS c(item, epoch, tries) ON c.item = u.item
+    WHERE u.item = ANY(begun);
+
     FOR r IN
         SELECT t.item, t.key, t.guid, t.to_id, t.ord
         FROM unnest(p_items, p_keys, p_guids, p_to_ids) WITH ORDINALITY AS t(item, key, guid, to_id, ord)
+        WHERE NOT t.item = ANY(COALESCE(begun, '{}'))
         ORDER BY t.guid, t.item, t.ord
     LOOP
         RETURN QUERY SELECT r.ord, b.outcome, b.epoch, b.attempts, b.holder
@@ -312,16 +371,27 @@ CREATE FUNCTION public.pacer_confirm_many(p_items uuid[], p_epochs bigint[], p_k
     AS $$
 #variable_conflict use_column
 DECLARE
-    r record;
+    done uuid[];
 BEGIN
-    FOR r IN
-        SELECT t.item, t.epoch, t.key, t.receipt, t.ord
-        FROM unnest(p_items, p_epochs, p_keys, p_receipts) WITH ORDINALITY AS t(item, epoch, key, receipt, ord)
-        LEFT JOIN items i ON i.item_id = t.item
-        ORDER BY i.guid, t.item, t.ord
-    LOOP
-        RETURN QUERY SELECT r.ord, pacer_confirm(r.item, r.epoch, r.key, r.receipt);
-    END LOOP;
+    -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
+    PERFORM set_config('synchronous_commit', 'on', true);
+    PERFORM 1 FROM guid_leases l
+    WHERE l.guid IN (SELECT i.guid FROM items i WHERE i.item_id = ANY(p_items))
+    ORDER BY l.guid
+    FOR NO KEY UPDATE;
+    SELECT array_agg(c.item_id) INTO done
+    FROM pacer_transition(p_items, '{submitted}', 'confirmed', 'ItemConfirmed', p_clear_lease => true,
+        p_epochs => p_epochs,
+        p_payloads => ARRAY(SELECT jsonb_build_object('receipt', u.r)
+                            FROM unnest(p_receipts) WITH ORDINALITY AS u(r, n) ORDER BY u.n)) AS c;
+    UPDATE send_ledger l SET state = 'sent', receipt = t.receipt, sent_at = now()
+    FROM unnest(p_items, p_keys, p_receipts) AS t(item, key, receipt)
+    WHERE l.item_id = ANY(done) AND l.item_id = t.item AND l.idem_key = t.key AND t.item = ANY(done);
+    UPDATE guid_leases l SET last_answer_at = clock_timestamp()
+    WHERE l.guid IN (SELECT i.guid FROM items i WHERE i.item_id = ANY(done));
+    RETURN QUERY
+    SELECT t.ord, t.item = ANY(COALESCE(done, '{}'))
+    FROM unnest(p_items) WITH ORDINALITY AS t(item, ord);
 END
 $$;
 
@@ -1107,6 +1177,8 @@ DECLARE
     j uuid;
     budgeted boolean := false;
 BEGIN
+    -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
+    PERFORM set_config('synchronous_commit', 'on', true);
     SELECT i.guid, i.job_id INTO g, j FROM items i WHERE i.item_id = p_item;
     IF p_refund THEN
         -- Whether the send being settled counted a budget unit: its ItemSubmitted (the item's
@@ -1217,7 +1289,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION public.pacer_transition(p_ids uuid[], p_from public.item_status[], p_to public.item_status, p_type text, p_payload jsonb DEFAULT '{}'::jsonb, p_epoch bigint DEFAULT NULL::bigint, p_only_expired boolean DEFAULT false, p_lease_owner text DEFAULT NULL::text, p_lease_ttl interval DEFAULT NULL::interval, p_clear_lease boolean DEFAULT false, p_attempt_bump integer DEFAULT 0, p_next_attempt_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_error_class text DEFAULT NULL::text, p_error text DEFAULT NULL::text) RETURNS TABLE(item_id uuid, version integer, lease_epoch bigint, attempts integer, from_status public.item_status)
+CREATE FUNCTION public.pacer_transition(p_ids uuid[], p_from public.item_status[], p_to public.item_status, p_type text, p_payload jsonb DEFAULT '{}'::jsonb, p_epoch bigint DEFAULT NULL::bigint, p_only_expired boolean DEFAULT false, p_lease_owner text DEFAULT NULL::text, p_lease_ttl interval DEFAULT NULL::interval, p_clear_lease boolean DEFAULT false, p_attempt_bump integer DEFAULT 0, p_next_attempt_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_error_class text DEFAULT NULL::text, p_error text DEFAULT NULL::text, p_epochs bigint[] DEFAULT NULL::bigint[], p_payloads jsonb[] DEFAULT NULL::jsonb[]) RETURNS TABLE(item_id uuid, version integer, lease_epoch bigint, attempts integer, from_status public.item_status)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -1228,15 +1300,19 @@ BEGIN
         RAISE EXCEPTION 'illegal item transition % -> %', p_from, p_to USING ERRCODE = 'check_violation';
     END IF;
     RETURN QUERY
-    WITH target AS (
-    SELECT item_id, status AS from_status
-    FROM items
-    WHERE item_id = ANY(p_ids)
-      AND status = ANY(p_from)
-      AND (p_epoch IS NULL OR lease_epoch = p_epoch)
-      AND (NOT p_only_expired OR lease_until < now())
-    ORDER BY item_id
-    FOR UPDATE
+    WITH given AS (
+    SELECT DISTINCT ON (g.id) g.id, g.epoch, g.payload
+    FROM unnest(p_ids, p_epochs, p_payloads) AS g(id, epoch, payload)
+), target AS (
+    SELECT i.item_id, i.status AS from_status, given.payload
+    FROM items i JOIN given ON given.id = i.item_id
+    WHERE i.item_id = ANY(p_ids)
+      AND i.status = ANY(p_from)
+      AND (p_epoch IS NULL OR i.lease_epoch = p_epoch)
+      AND (given.epoch IS NULL OR i.lease_epoch = given.epoch)
+      AND (NOT p_only_expired OR i.lease_until < now())
+    ORDER BY i.item_id
+    FOR UPDATE OF i
 ), moved AS (
     UPDATE items AS i SET
         status          = p_to,
@@ -1254,12 +1330,12 @@ BEGIN
     FROM target
     WHERE i.item_id = target.item_id
     RETURNING i.item_id, i.job_id, i.shard_id, i.guid, i.version, i.lease_epoch,
-              i.attempts, target.from_status
+              i.attempts, target.from_status, target.payload
 )
 , logged AS (
     INSERT INTO item_events (item_id, job_id, shard_id, guid, version, type, from_status, to_status, payload)
     SELECT item_id, job_id, shard_id, guid, version, p_type, from_status, p_to,
-           p_payload
+           COALESCE(payload, p_payload)
     FROM moved
 )
 SELECT m.item_id, m.version, m.lease_epoch, m.attempts, m.from_status FROM moved m;

@@ -4,7 +4,8 @@ The steps are database functions (``pacer_common/db/schema/functions/``) built o
 guarded ``pacer_transition``: begin (claim + reserve key + submitted), confirm, settle.
 Every write after the claim carries the lease epoch, so a worker whose lease was taken
 over cannot record anything. Every write commits synchronously, whatever the server's
-default (``pacer_common.db.durable``).
+default (``pacer_common.db.durable``): the three steps' functions set it themselves and run
+as single statements (``fetch_durable_call``).
 
 A value the database refuses (``DataError``, an index row past its limit) is the item's
 fault: it surfaces as :class:`UnstorableItem`, for that item alone — a batched statement
@@ -23,7 +24,7 @@ from psycopg import errors as pgerr
 from psycopg.types.json import Jsonb
 
 from pacer_common.db.batching import Batcher
-from pacer_common.db.durable import fetch_durably, synchronous_transaction
+from pacer_common.db.durable import fetch_durable_call, fetch_durably, synchronous_transaction
 from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader
@@ -93,11 +94,7 @@ class PostgresItemRepository:
             one_by_one(self._confirm_many), max_batch)
 
     async def _row(self, name: str, params: dict[str, Any]) -> Any:
-        async def work() -> Any:
-            async with self.pool.connection() as conn:
-                return (await fetch_durably(conn, _sql(name), params))[0]
-
-        return await with_retry(work)
+        return (await self._rows(name, params))[0]
 
     async def expire(self, cmd: ItemCommand) -> bool:
         t = Transition("ItemExpired", S.EXPIRED, frozenset({S.PENDING}),
@@ -155,14 +152,14 @@ class PostgresItemRepository:
         async def work() -> tuple[float, list[Any]]:
             async with self.pool.connection() as conn:
                 sent_at = time.monotonic()
-                return sent_at, await fetch_durably(conn, _sql(name), params)
+                return sent_at, await fetch_durable_call(conn, _sql(name), params)
 
         return await with_retry(work)
 
     async def _rows(self, name: str, params: dict[str, Any]) -> list[Any]:
         async def work() -> list[Any]:
             async with self.pool.connection() as conn:
-                return await fetch_durably(conn, _sql(name), params)
+                return await fetch_durable_call(conn, _sql(name), params)
 
         return await with_retry(work)
 

@@ -1,9 +1,20 @@
 -- Batched begins: many items' pacer_begin_send in one statement and one transaction; each
--- result carries its input position (ord, from 1). Items are begun in guid order, so that
--- concurrent batches lock guid leases in one order. A budgeted send counts on its job's row,
--- which stays locked until the batch commits, so two senders' batches with interleaved guids
--- of two budgeted jobs would take the job rows in opposite orders and deadlock: the batch
--- therefore locks its budgeted jobs first, in job id order, before any guid lease or item.
+-- result carries its input position (ord, from 1).
+--
+-- Locks, in this order, as every other writer of the same rows takes them: the batch's
+-- budgeted jobs (job id order: a budgeted send counts on its job's row, which stays locked
+-- until the batch commits, so two senders' batches with interleaved guids of two budgeted
+-- jobs would otherwise take the job rows in opposite orders and deadlock), then its guid
+-- leases (guid order, as the renewal, pacer_acquire_guids and pacer_confirm_many take them),
+-- then items and idempotency keys.
+--
+-- The common case goes set-based, a handful of statements for the whole batch: an item that
+-- is pending, under our live lease, held by nothing (job, shard, guid pause or lifecycle
+-- state), of a job without a send budget, and whose key is in no other item's ledger row nor
+-- twice in the batch. Those are claimed, their keys reserved and `submitted` written exactly
+-- as pacer_begin_send does it, event for event. Every other item (held, budgeted, lost lease,
+-- no longer pending, a duplicate key) goes through pacer_begin_send, one by one, in guid then
+-- item order, which answers for it.
 CREATE OR REPLACE FUNCTION pacer_begin_send_many(p_items uuid[], p_owner text, p_ttl interval, p_keys text[],
                                                  p_guids text[], p_to_ids text[])
 RETURNS TABLE (ord bigint, outcome text, epoch bigint, attempts integer, holder text)
@@ -11,15 +22,74 @@ LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
 DECLARE
     r record;
+    plain uuid[];
+    claimed uuid[];
+    epochs bigint[];
+    tries integer[];
+    begun uuid[];
 BEGIN
+    -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
+    PERFORM set_config('synchronous_commit', 'on', true);
     PERFORM 1 FROM jobs j
     WHERE j.job_id IN (SELECT i.job_id FROM items i WHERE i.item_id = ANY(p_items))
       AND j.budget_max_sends IS NOT NULL
     ORDER BY j.job_id
     FOR NO KEY UPDATE;
+    PERFORM 1 FROM guid_leases l
+    WHERE l.guid = ANY(p_guids) AND l.owner = p_owner
+    ORDER BY l.guid
+    FOR UPDATE;
+
+    -- The plain items, then their keys locked (guid, item order) and checked free.
+    SELECT array_agg(g.item ORDER BY g.guid, g.item) INTO plain
+    FROM (SELECT t.item, t.key, t.guid, count(*) OVER (PARTITION BY t.key) AS uses
+          FROM unnest(p_items, p_keys, p_guids) AS t(item, key, guid)) g
+    JOIN guid_leases l ON l.guid = g.guid AND l.owner = p_owner AND l.lease_until > now()
+    LEFT JOIN guid_states gs ON gs.guid = g.guid
+    JOIN items i ON i.item_id = g.item AND i.guid = g.guid AND i.idem_key = g.key
+    JOIN jobs j ON j.job_id = i.job_id
+    JOIN shards s ON s.shard_id = i.shard_id
+    WHERE i.item_id = ANY(p_items) AND g.uses = 1 AND i.status = 'pending'
+      AND j.budget_max_sends IS NULL
+      AND pacer_hold_reason(j.status, j.paused_reason, s.status::text, s.paused_reason,
+                            pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason)) IS NULL;
+    PERFORM pg_advisory_xact_lock(hashtextextended(u.key, 0))
+    FROM unnest(p_items, p_keys, p_guids) AS u(item, key, guid)
+    WHERE u.item = ANY(plain)
+    ORDER BY u.guid, u.item;
+    SELECT array_agg(u.item) INTO plain
+    FROM unnest(p_items, p_keys) AS u(item, key)
+    WHERE u.item = ANY(plain) AND NOT EXISTS (SELECT 1 FROM send_ledger sl WHERE sl.idem_key = u.key);
+
+    -- pending → claimed (new lease, epoch + 1) → key reserved → submitted.
+    SELECT array_agg(c.item_id ORDER BY c.item_id), array_agg(c.lease_epoch ORDER BY c.item_id),
+           array_agg(c.attempts ORDER BY c.item_id)
+    INTO claimed, epochs, tries
+    FROM pacer_transition(plain, '{pending}', 'claimed', 'ItemClaimed', jsonb_build_object('owner', p_owner),
+                          p_lease_owner => p_owner, p_lease_ttl => p_ttl) AS c;
+    INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
+    SELECT u.key, u.item, u.guid, u.to_id, 'reserved'
+    FROM unnest(p_items, p_keys, p_guids, p_to_ids) AS u(item, key, guid, to_id)
+    WHERE u.item = ANY(claimed);
+    SELECT array_agg(s.item_id) INTO begun
+    FROM pacer_transition(claimed, '{claimed}', 'submitted', 'ItemSubmitted', p_epochs => epochs,
+        p_payloads => ARRAY(SELECT jsonb_build_object('attempt', a.n + 1, 'budgeted', false)
+                            FROM unnest(tries) WITH ORDINALITY AS a(n, k) ORDER BY a.k),
+        p_attempt_bump => 1) AS s;
+    -- The guid lease lasts at least as long as the item's lease: the send may not outlive
+    -- the lease it is made under.
+    UPDATE guid_leases l SET last_send_at = now(), lease_until = GREATEST(l.lease_until, now() + p_ttl)
+    WHERE l.guid IN (SELECT u.guid FROM unnest(p_items, p_guids) AS u(item, guid) WHERE u.item = ANY(begun));
+    RETURN QUERY
+    SELECT u.ord, 'submitted'::text, c.epoch, c.tries, u.item::text
+    FROM unnest(p_items) WITH ORDINALITY AS u(item, ord)
+    JOIN unnest(claimed, epochs, tries) AS c(item, epoch, tries) ON c.item = u.item
+    WHERE u.item = ANY(begun);
+
     FOR r IN
         SELECT t.item, t.key, t.guid, t.to_id, t.ord
         FROM unnest(p_items, p_keys, p_guids, p_to_ids) WITH ORDINALITY AS t(item, key, guid, to_id, ord)
+        WHERE NOT t.item = ANY(COALESCE(begun, '{}'))
         ORDER BY t.guid, t.item, t.ord
     LOOP
         RETURN QUERY SELECT r.ord, b.outcome, b.epoch, b.attempts, b.holder

@@ -1,21 +1,33 @@
--- Batched confirms: many items' pacer_confirm in one statement and one transaction, each
--- guarded exactly as pacer_confirm guards it. Taken in guid order, then item order: the order
--- in which pacer_begin_send_many and the lease renewal lock the same guid_leases and items
--- rows (in item order alone, a confirm batch and a renewal deadlocked under load).
+-- Batched confirms: many items' pacer_confirm in one transaction, each guarded exactly as
+-- pacer_confirm guards it (status submitted, the item's own lease epoch), as a few set-based
+-- statements rather than one call per item. The guid leases are locked first, in guid order:
+-- the order in which pacer_begin_send_many, the lease renewal and pacer_acquire_guids lock
+-- them (taking them item by item, a confirm batch and a renewal deadlocked under load).
 CREATE OR REPLACE FUNCTION pacer_confirm_many(p_items uuid[], p_epochs bigint[], p_keys text[], p_receipts jsonb[])
 RETURNS TABLE (ord bigint, moved boolean)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
 DECLARE
-    r record;
+    done uuid[];
 BEGIN
-    FOR r IN
-        SELECT t.item, t.epoch, t.key, t.receipt, t.ord
-        FROM unnest(p_items, p_epochs, p_keys, p_receipts) WITH ORDINALITY AS t(item, epoch, key, receipt, ord)
-        LEFT JOIN items i ON i.item_id = t.item
-        ORDER BY i.guid, t.item, t.ord
-    LOOP
-        RETURN QUERY SELECT r.ord, pacer_confirm(r.item, r.epoch, r.key, r.receipt);
-    END LOOP;
+    -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
+    PERFORM set_config('synchronous_commit', 'on', true);
+    PERFORM 1 FROM guid_leases l
+    WHERE l.guid IN (SELECT i.guid FROM items i WHERE i.item_id = ANY(p_items))
+    ORDER BY l.guid
+    FOR NO KEY UPDATE;
+    SELECT array_agg(c.item_id) INTO done
+    FROM pacer_transition(p_items, '{submitted}', 'confirmed', 'ItemConfirmed', p_clear_lease => true,
+        p_epochs => p_epochs,
+        p_payloads => ARRAY(SELECT jsonb_build_object('receipt', u.r)
+                            FROM unnest(p_receipts) WITH ORDINALITY AS u(r, n) ORDER BY u.n)) AS c;
+    UPDATE send_ledger l SET state = 'sent', receipt = t.receipt, sent_at = now()
+    FROM unnest(p_items, p_keys, p_receipts) AS t(item, key, receipt)
+    WHERE l.item_id = ANY(done) AND l.item_id = t.item AND l.idem_key = t.key AND t.item = ANY(done);
+    UPDATE guid_leases l SET last_answer_at = clock_timestamp()
+    WHERE l.guid IN (SELECT i.guid FROM items i WHERE i.item_id = ANY(done));
+    RETURN QUERY
+    SELECT t.ord, t.item = ANY(COALESCE(done, '{}'))
+    FROM unnest(p_items) WITH ORDINALITY AS t(item, ord);
 END
 $fn$;

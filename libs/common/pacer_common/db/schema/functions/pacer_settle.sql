@@ -19,6 +19,8 @@ DECLARE
     j uuid;
     budgeted boolean := false;
 BEGIN
+    -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
+    PERFORM set_config('synchronous_commit', 'on', true);
     SELECT i.guid, i.job_id INTO g, j FROM items i WHERE i.item_id = p_item;
     IF p_refund THEN
         -- Whether the send being settled counted a budget unit: its ItemSubmitted (the item's

@@ -1,6 +1,10 @@
+DROP FUNCTION IF EXISTS pacer_transition(uuid[], item_status[], item_status, text, jsonb, bigint, boolean, text,
+                                        interval, boolean, integer, timestamptz, text, text);
 -- The only code that changes an item's status. Moves the given items that are in one of
 -- p_from (and, when given, hold lease epoch p_epoch / have an expired lease) to p_to, and
 -- appends one event per moved item in the same statement.
+-- Batched steps give each item its own guard and payload: p_epochs and p_payloads, when
+-- given, run parallel to p_ids (an item's epoch must match; its payload replaces p_payload).
 -- Generic plans (plan_cache_mode, on this and every function that finds items by id): items
 -- is partitioned by item id, and a custom plan, which prunes the partitions while planning,
 -- looks cheaper than the generic one, which prunes them as it starts; so the plan cache
@@ -11,7 +15,8 @@ CREATE OR REPLACE FUNCTION pacer_transition(
     p_payload jsonb DEFAULT '{}', p_epoch bigint DEFAULT NULL, p_only_expired boolean DEFAULT false,
     p_lease_owner text DEFAULT NULL, p_lease_ttl interval DEFAULT NULL, p_clear_lease boolean DEFAULT false,
     p_attempt_bump integer DEFAULT 0, p_next_attempt_at timestamptz DEFAULT NULL,
-    p_error_class text DEFAULT NULL, p_error text DEFAULT NULL)
+    p_error_class text DEFAULT NULL, p_error text DEFAULT NULL,
+    p_epochs bigint[] DEFAULT NULL, p_payloads jsonb[] DEFAULT NULL)
 RETURNS TABLE (item_id uuid, version integer, lease_epoch bigint, attempts integer, from_status item_status)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
@@ -21,15 +26,19 @@ BEGIN
         RAISE EXCEPTION 'illegal item transition % -> %', p_from, p_to USING ERRCODE = 'check_violation';
     END IF;
     RETURN QUERY
-    WITH target AS (
-    SELECT item_id, status AS from_status
-    FROM items
-    WHERE item_id = ANY(p_ids)
-      AND status = ANY(p_from)
-      AND (p_epoch IS NULL OR lease_epoch = p_epoch)
-      AND (NOT p_only_expired OR lease_until < now())
-    ORDER BY item_id
-    FOR UPDATE
+    WITH given AS (
+    SELECT DISTINCT ON (g.id) g.id, g.epoch, g.payload
+    FROM unnest(p_ids, p_epochs, p_payloads) AS g(id, epoch, payload)
+), target AS (
+    SELECT i.item_id, i.status AS from_status, given.payload
+    FROM items i JOIN given ON given.id = i.item_id
+    WHERE i.item_id = ANY(p_ids)
+      AND i.status = ANY(p_from)
+      AND (p_epoch IS NULL OR i.lease_epoch = p_epoch)
+      AND (given.epoch IS NULL OR i.lease_epoch = given.epoch)
+      AND (NOT p_only_expired OR i.lease_until < now())
+    ORDER BY i.item_id
+    FOR UPDATE OF i
 ), moved AS (
     UPDATE items AS i SET
         status          = p_to,
@@ -47,12 +56,12 @@ BEGIN
     FROM target
     WHERE i.item_id = target.item_id
     RETURNING i.item_id, i.job_id, i.shard_id, i.guid, i.version, i.lease_epoch,
-              i.attempts, target.from_status
+              i.attempts, target.from_status, target.payload
 )
 , logged AS (
     INSERT INTO item_events (item_id, job_id, shard_id, guid, version, type, from_status, to_status, payload)
     SELECT item_id, job_id, shard_id, guid, version, p_type, from_status, p_to,
-           p_payload
+           COALESCE(payload, p_payload)
     FROM moved
 )
 SELECT m.item_id, m.version, m.lease_epoch, m.attempts, m.from_status FROM moved m;
