@@ -40,16 +40,24 @@ BEGIN
     ORDER BY l.guid
     FOR UPDATE;
 
-    -- The plain items, then their keys locked (guid, item order) and checked free.
-    SELECT array_agg(g.item ORDER BY g.guid, g.item) INTO plain
-    FROM (SELECT t.item, t.key, t.guid, count(*) OVER (PARTITION BY t.key) AS uses
-          FROM unnest(p_items, p_keys, p_guids) AS t(item, key, guid)) g
-    JOIN guid_leases l ON l.guid = g.guid AND l.owner = p_owner AND l.lease_until > now()
-    LEFT JOIN guid_states gs ON gs.guid = g.guid
-    JOIN items i ON i.item_id = g.item AND i.guid = g.guid AND i.idem_key = g.key
-    JOIN jobs j ON j.job_id = i.job_id
-    JOIN shards s ON s.shard_id = i.shard_id
-    WHERE i.item_id = ANY(p_items) AND g.uses = 1 AND i.status = 'pending'
+    -- The plain items, then their keys locked (guid, item order) and checked free. The
+    -- batch's items are found by id first (a fence: planned before the statistics knew the
+    -- items, a join from jobs read every pending item of the job), then their job, shard,
+    -- lease and state by key.
+    WITH mine AS MATERIALIZED (
+        SELECT i.item_id, i.guid, i.idem_key, i.job_id, i.shard_id
+        FROM items i
+        WHERE i.item_id = ANY(p_items) AND i.status = 'pending'
+    )
+    SELECT array_agg(m.item_id ORDER BY m.guid, m.item_id) INTO plain
+    FROM mine m
+    JOIN guid_leases l ON l.guid = m.guid AND l.owner = p_owner AND l.lease_until > now()
+    LEFT JOIN guid_states gs ON gs.guid = m.guid
+    JOIN jobs j ON j.job_id = m.job_id
+    JOIN shards s ON s.shard_id = m.shard_id
+    WHERE m.guid = p_guids[array_position(p_items, m.item_id)]
+      AND m.idem_key = p_keys[array_position(p_items, m.item_id)]
+      AND cardinality(array_positions(p_keys, m.idem_key)) = 1
       AND j.budget_max_sends IS NULL
       AND pacer_hold_reason(j.status, j.paused_reason, s.status::text, s.paused_reason,
                             pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason)) IS NULL;

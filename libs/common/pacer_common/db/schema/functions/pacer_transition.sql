@@ -26,16 +26,16 @@ BEGIN
         RAISE EXCEPTION 'illegal item transition % -> %', p_from, p_to USING ERRCODE = 'check_violation';
     END IF;
     RETURN QUERY
-    WITH given AS (
-    SELECT DISTINCT ON (g.id) g.id, g.epoch, g.payload
-    FROM unnest(p_ids, p_epochs, p_payloads) AS g(id, epoch, payload)
-), target AS (
-    SELECT i.item_id, i.status AS from_status, given.payload
-    FROM items i JOIN given ON given.id = i.item_id
+    WITH target AS (
+    -- An item's own epoch and payload are found by its position in p_ids, not by a join: a
+    -- join with the list, planned before the statistics knew items, rescanned the items
+    -- for every entry of the list.
+    SELECT i.item_id, i.status AS from_status, p_payloads[array_position(p_ids, i.item_id)] AS payload
+    FROM items i
     WHERE i.item_id = ANY(p_ids)
       AND i.status = ANY(p_from)
       AND (p_epoch IS NULL OR i.lease_epoch = p_epoch)
-      AND (given.epoch IS NULL OR i.lease_epoch = given.epoch)
+      AND (p_epochs IS NULL OR i.lease_epoch = p_epochs[array_position(p_ids, i.item_id)])
       AND (NOT p_only_expired OR i.lease_until < now())
     ORDER BY i.item_id
     FOR UPDATE OF i
