@@ -1,2 +1,2 @@
 SELECT ord, moved
-FROM pacer_confirm_many(%(items)s::uuid[], %(epochs)s::bigint[], %(keys)s::text[], %(receipts)s::jsonb[])
+FROM pacer_confirm_many(%(items)b::uuid[], %(epochs)b::bigint[], %(keys)b::text[], %(receipts)b::jsonb[])

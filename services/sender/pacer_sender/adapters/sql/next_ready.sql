@@ -61,7 +61,7 @@ WITH RECURSIVE pairs(priority, job_id) AS (
         FROM items
         WHERE guid = %(guid)s AND status = 'pending' AND NOT held AND priority = p.priority
           AND job_id = p.job_id AND COALESCE(not_before, created_at) <= now()
-          AND item_id::text <> ALL(%(exclude)s::text[])
+          AND item_id::text <> ALL(%(exclude)b::text[])
         ORDER BY guid, priority, job_id, COALESCE(not_before, created_at), item_id
         LIMIT %(limit)s
     ) i
