@@ -77,3 +77,16 @@ def test_what_a_pause_built_is_frozen_until_the_next_pause_then_collected() -> N
     gc.unfreeze()
     gc.collect()
     assert gone() is None
+
+
+def test_the_thresholds_setting_is_read_from_the_environment_and_refuses_a_zero(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from pacer_common.settings import OpsSettings
+
+    monkeypatch.setenv("PACER_GC_THRESHOLDS", "[20000, 15, 5]")
+    assert OpsSettings().gc_thresholds == (20_000, 15, 5)
+    monkeypatch.setenv("PACER_GC_THRESHOLDS", "[0, 10, 10]")
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        OpsSettings()

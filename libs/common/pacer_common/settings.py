@@ -7,8 +7,14 @@ under the common prefix so one environment drives every service.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# A garbage collector threshold: 0 would switch collection off (gen0) or collect the older
+# generation at every younger one's collection, neither a setting to reach by a typo.
+_GcThreshold = Annotated[int, Field(ge=1, le=10_000_000)]
 
 
 class _Frozen(BaseSettings):
@@ -96,10 +102,10 @@ class OpsSettings(_Frozen):
         "Python logging level name (`DEBUG`, `INFO`, `WARNING`, `ERROR`), any case. Logs are JSON, one object per"
         " line, on stderr."
     ))
-    gc_thresholds: tuple[int, int, int] = Field((50_000, 20, 20), description=(
+    gc_thresholds: tuple[_GcThreshold, _GcThreshold, _GcThreshold] = Field((50_000, 20, 20), description=(
         "Python's cyclic garbage collector thresholds (`gc.set_threshold`), as a JSON list "
         "`[gen0, gen1, gen2]`. Python's default `[700, 10, 10]` made a sender with 10,000 guids spend 20–40% "
         "of its time in full collections of its long-lived heap (0.3–0.6 s each, several per 10 s); objects "
         "not in a cycle are freed by reference counting whatever the thresholds. Time spent collecting: "
-        "`pacer_gc_pause_seconds_total`."
+        "`pacer_gc_pause_seconds_total`. Each value from 1 to 10,000,000."
     ))
