@@ -38,7 +38,8 @@ def sent(conn: psycopg.Connection[Any], item: str, key: str, guid: str = "g1") -
     outcome, epoch, _, _ = conn.execute(
         "SELECT * FROM pacer_begin_send(%s, 'w1', interval '1 minute', %s, %s, 'room')", (item, key, guid)).fetchone()
     if outcome == "submitted":
-        conn.execute("SELECT pacer_confirm(%s, %s, %s, '{\"code\": 0}')", (item, epoch, key))
+        conn.execute("SELECT * FROM pacer_confirm_many(ARRAY[%s]::uuid[], ARRAY[%s]::bigint[], ARRAY[%s],"
+                     " ARRAY['{\"code\": 0}']::jsonb[])", (item, epoch, key))
     return str(outcome)
 
 

@@ -1,6 +1,8 @@
--- Batched confirms: many items' pacer_confirm in one transaction, each guarded exactly as
--- pacer_confirm guards it (status submitted, the item's own lease epoch), as a few set-based
--- statements rather than one call per item. The guid leases are locked first, in guid order:
+DROP FUNCTION IF EXISTS pacer_confirm(uuid, bigint, text, jsonb);  -- one item at a time: replaced by this
+-- The gateway accepted: submitted → confirmed and the idempotency key marked sent,
+-- together, for a batch of items in one transaction, each guarded by its own lease epoch,
+-- as a few set-based statements. The guid's last answer time is what a successor paces from
+-- (pacer_acquire_guids). The guid leases are locked first, in guid order:
 -- the order in which pacer_begin_send_many, the lease renewal and pacer_acquire_guids lock
 -- them (taking them item by item, a confirm batch and a renewal deadlocked under load).
 CREATE OR REPLACE FUNCTION pacer_confirm_many(p_items uuid[], p_epochs bigint[], p_keys text[], p_receipts jsonb[])
