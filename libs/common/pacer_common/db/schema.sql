@@ -181,7 +181,7 @@ BEGIN
     -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
     PERFORM set_config('synchronous_commit', 'on', true);
     PERFORM 1 FROM jobs j
-    WHERE j.job_id IN (SELECT i.job_id FROM items i WHERE i.item_id = ANY(p_items))
+    WHERE j.job_id = ANY(ARRAY(SELECT i.job_id FROM items i WHERE i.item_id = ANY(p_items)))
       AND j.budget_max_sends IS NOT NULL
     ORDER BY j.job_id
     FOR NO KEY UPDATE;
@@ -190,10 +190,10 @@ BEGIN
     ORDER BY l.guid
     FOR UPDATE;
 
-    -- The plain items, then their keys locked (guid, item order) and checked free. The
-    -- batch's items are found by id first (a fence: planned before the statistics knew the
-    -- items, a join from jobs read every pending item of the job), then their job, shard,
-    -- lease and state by key.
+    -- The plain items, then their keys locked (guid, item order) and checked free. Every row
+    -- is found by its own key with = ANY (the batch's items by id first, as a fence): joins
+    -- planned before the statistics knew the tables read too much (from jobs: every pending
+    -- item of the job; hashed: every guid lease or shard).
     WITH mine AS MATERIALIZED (
         SELECT i.item_id, i.guid, i.idem_key, i.job_id, i.shard_id
         FROM items i
@@ -201,11 +201,12 @@ BEGIN
     )
     SELECT array_agg(m.item_id ORDER BY m.guid, m.item_id) INTO plain
     FROM mine m
-    JOIN guid_leases l ON l.guid = m.guid AND l.owner = p_owner AND l.lease_until > now()
-    LEFT JOIN guid_states gs ON gs.guid = m.guid
-    JOIN jobs j ON j.job_id = m.job_id
-    JOIN shards s ON s.shard_id = m.shard_id
-    WHERE m.guid = p_guids[array_position(p_items, m.item_id)]
+    JOIN guid_leases l ON l.guid = m.guid AND l.guid = ANY(p_guids)
+    LEFT JOIN guid_states gs ON gs.guid = m.guid AND gs.guid = ANY(p_guids)
+    JOIN jobs j ON j.job_id = m.job_id AND j.job_id = ANY(ARRAY(SELECT m2.job_id FROM mine m2))
+    JOIN shards s ON s.shard_id = m.shard_id AND s.shard_id = ANY(ARRAY(SELECT m2.shard_id FROM mine m2))
+    WHERE l.owner = p_owner AND l.lease_until > now()
+      AND m.guid = p_guids[array_position(p_items, m.item_id)]
       AND m.idem_key = p_keys[array_position(p_items, m.item_id)]
       AND cardinality(array_positions(p_keys, m.idem_key)) = 1
       AND j.budget_max_sends IS NULL
@@ -237,7 +238,7 @@ BEGIN
     -- The guid lease lasts at least as long as the item's lease: the send may not outlive
     -- the lease it is made under.
     UPDATE guid_leases l SET last_send_at = now(), lease_until = GREATEST(l.lease_until, now() + p_ttl)
-    WHERE l.guid IN (SELECT u.guid FROM unnest(p_items, p_guids) AS u(item, guid) WHERE u.item = ANY(begun));
+    WHERE l.guid = ANY(ARRAY(SELECT u.guid FROM unnest(p_items, p_guids) AS u(item, guid) WHERE u.item = ANY(begun)));
     RETURN QUERY
     SELECT u.ord, 'submitted'::text, c.epoch, c.tries, u.item::text
     FROM unnest(p_items) WITH ORDINALITY AS u(item, ord)
@@ -366,7 +367,7 @@ BEGIN
     -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
     PERFORM set_config('synchronous_commit', 'on', true);
     PERFORM 1 FROM guid_leases l
-    WHERE l.guid IN (SELECT i.guid FROM items i WHERE i.item_id = ANY(p_items))
+    WHERE l.guid = ANY(ARRAY(SELECT i.guid FROM items i WHERE i.item_id = ANY(p_items)))
     ORDER BY l.guid
     FOR NO KEY UPDATE;
     SELECT array_agg(c.item_id) INTO done
@@ -374,11 +375,13 @@ BEGIN
         p_epochs => p_epochs,
         p_payloads => ARRAY(SELECT jsonb_build_object('receipt', u.r)
                             FROM unnest(p_receipts) WITH ORDINALITY AS u(r, n) ORDER BY u.n)) AS c;
+    -- By both columns of the ledger's key (idem_key first): with item_id alone, a plan made
+    -- before the statistics knew the ledger read the whole key index for each batch.
     UPDATE send_ledger l SET state = 'sent', receipt = t.receipt, sent_at = now()
     FROM unnest(p_items, p_keys, p_receipts) AS t(item, key, receipt)
-    WHERE l.item_id = ANY(done) AND l.item_id = t.item AND l.idem_key = t.key AND t.item = ANY(done);
+    WHERE l.idem_key = ANY(p_keys) AND l.item_id = ANY(done) AND l.idem_key = t.key AND l.item_id = t.item;
     UPDATE guid_leases l SET last_answer_at = clock_timestamp()
-    WHERE l.guid IN (SELECT i.guid FROM items i WHERE i.item_id = ANY(done));
+    WHERE l.guid = ANY(ARRAY(SELECT i.guid FROM items i WHERE i.item_id = ANY(done)));
     RETURN QUERY
     SELECT t.ord, t.item = ANY(COALESCE(done, '{}'))
     FROM unnest(p_items) WITH ORDINALITY AS t(item, ord);

@@ -31,7 +31,7 @@ BEGIN
     -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
     PERFORM set_config('synchronous_commit', 'on', true);
     PERFORM 1 FROM jobs j
-    WHERE j.job_id IN (SELECT i.job_id FROM items i WHERE i.item_id = ANY(p_items))
+    WHERE j.job_id = ANY(ARRAY(SELECT i.job_id FROM items i WHERE i.item_id = ANY(p_items)))
       AND j.budget_max_sends IS NOT NULL
     ORDER BY j.job_id
     FOR NO KEY UPDATE;
@@ -40,10 +40,10 @@ BEGIN
     ORDER BY l.guid
     FOR UPDATE;
 
-    -- The plain items, then their keys locked (guid, item order) and checked free. The
-    -- batch's items are found by id first (a fence: planned before the statistics knew the
-    -- items, a join from jobs read every pending item of the job), then their job, shard,
-    -- lease and state by key.
+    -- The plain items, then their keys locked (guid, item order) and checked free. Every row
+    -- is found by its own key with = ANY (the batch's items by id first, as a fence): joins
+    -- planned before the statistics knew the tables read too much (from jobs: every pending
+    -- item of the job; hashed: every guid lease or shard).
     WITH mine AS MATERIALIZED (
         SELECT i.item_id, i.guid, i.idem_key, i.job_id, i.shard_id
         FROM items i
@@ -51,11 +51,12 @@ BEGIN
     )
     SELECT array_agg(m.item_id ORDER BY m.guid, m.item_id) INTO plain
     FROM mine m
-    JOIN guid_leases l ON l.guid = m.guid AND l.owner = p_owner AND l.lease_until > now()
-    LEFT JOIN guid_states gs ON gs.guid = m.guid
-    JOIN jobs j ON j.job_id = m.job_id
-    JOIN shards s ON s.shard_id = m.shard_id
-    WHERE m.guid = p_guids[array_position(p_items, m.item_id)]
+    JOIN guid_leases l ON l.guid = m.guid AND l.guid = ANY(p_guids)
+    LEFT JOIN guid_states gs ON gs.guid = m.guid AND gs.guid = ANY(p_guids)
+    JOIN jobs j ON j.job_id = m.job_id AND j.job_id = ANY(ARRAY(SELECT m2.job_id FROM mine m2))
+    JOIN shards s ON s.shard_id = m.shard_id AND s.shard_id = ANY(ARRAY(SELECT m2.shard_id FROM mine m2))
+    WHERE l.owner = p_owner AND l.lease_until > now()
+      AND m.guid = p_guids[array_position(p_items, m.item_id)]
       AND m.idem_key = p_keys[array_position(p_items, m.item_id)]
       AND cardinality(array_positions(p_keys, m.idem_key)) = 1
       AND j.budget_max_sends IS NULL
@@ -87,7 +88,7 @@ BEGIN
     -- The guid lease lasts at least as long as the item's lease: the send may not outlive
     -- the lease it is made under.
     UPDATE guid_leases l SET last_send_at = now(), lease_until = GREATEST(l.lease_until, now() + p_ttl)
-    WHERE l.guid IN (SELECT u.guid FROM unnest(p_items, p_guids) AS u(item, guid) WHERE u.item = ANY(begun));
+    WHERE l.guid = ANY(ARRAY(SELECT u.guid FROM unnest(p_items, p_guids) AS u(item, guid) WHERE u.item = ANY(begun)));
     RETURN QUERY
     SELECT u.ord, 'submitted'::text, c.epoch, c.tries, u.item::text
     FROM unnest(p_items) WITH ORDINALITY AS u(item, ord)

@@ -15,7 +15,7 @@ BEGIN
     -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
     PERFORM set_config('synchronous_commit', 'on', true);
     PERFORM 1 FROM guid_leases l
-    WHERE l.guid IN (SELECT i.guid FROM items i WHERE i.item_id = ANY(p_items))
+    WHERE l.guid = ANY(ARRAY(SELECT i.guid FROM items i WHERE i.item_id = ANY(p_items)))
     ORDER BY l.guid
     FOR NO KEY UPDATE;
     SELECT array_agg(c.item_id) INTO done
@@ -23,11 +23,13 @@ BEGIN
         p_epochs => p_epochs,
         p_payloads => ARRAY(SELECT jsonb_build_object('receipt', u.r)
                             FROM unnest(p_receipts) WITH ORDINALITY AS u(r, n) ORDER BY u.n)) AS c;
+    -- By both columns of the ledger's key (idem_key first): with item_id alone, a plan made
+    -- before the statistics knew the ledger read the whole key index for each batch.
     UPDATE send_ledger l SET state = 'sent', receipt = t.receipt, sent_at = now()
     FROM unnest(p_items, p_keys, p_receipts) AS t(item, key, receipt)
-    WHERE l.item_id = ANY(done) AND l.item_id = t.item AND l.idem_key = t.key AND t.item = ANY(done);
+    WHERE l.idem_key = ANY(p_keys) AND l.item_id = ANY(done) AND l.idem_key = t.key AND l.item_id = t.item;
     UPDATE guid_leases l SET last_answer_at = clock_timestamp()
-    WHERE l.guid IN (SELECT i.guid FROM items i WHERE i.item_id = ANY(done));
+    WHERE l.guid = ANY(ARRAY(SELECT i.guid FROM items i WHERE i.item_id = ANY(done)));
     RETURN QUERY
     SELECT t.ord, t.item = ANY(COALESCE(done, '{}'))
     FROM unnest(p_items) WITH ORDINALITY AS t(item, ord);
