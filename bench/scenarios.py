@@ -34,6 +34,7 @@ from bench.paced import allowed, pacer_window
 from bench.peer import peer
 from bench.queue_order import fairness, refill, schedule, shed
 from bench.reconciler import reconciler
+from bench.steps import steps
 from pacer_common.db.pool import open_pool
 from pacer_common.kafka import ensure_topics, make_consumer, make_producer, produce_all
 from pacer_planner.adapters.kafka import KafkaCommandBus
@@ -348,7 +349,7 @@ def _late_s(gw: str, since: float, interval: float) -> tuple[float, float]:
     return q[49], q[98]
 
 
-SCENARIOS = {"planner": planner, "sender": sender, "pacing": pacing, "priority": priority,
+SCENARIOS = {"planner": planner, "steps": steps, "sender": sender, "pacing": pacing, "priority": priority,
              "recovery": recovery, "scale": scale, "fleet": fleet, "footprint": footprint, "peer": peer}
 SCENARIOS |= {"reconciler": reconciler}
 SCENARIOS |= {"refill": refill, "fairness": fairness, "schedule": schedule, "shed": shed}
