@@ -184,7 +184,7 @@ def test_the_prepared_refill_reads_a_window_per_job_with_its_generic_plan(databa
                 await conn.execute(setting)
             statement = resources.files("pacer_sender.adapters.sql").joinpath("next_ready.sql").read_text()
             values = {"guid": "'g1'", "exclude": "'{}'", "limit": "50"}
-            order = dict.fromkeys(re.findall(r"%\((\w+)\)s", statement))  # psycopg numbers them so
+            order = dict.fromkeys(re.findall(r"%\((\w+)\)[sb]", statement))  # psycopg numbers them so
             args = ", ".join(values[name] for name in order)
             plan = await (await conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {row['name']}({args})")).fetchone()
 
