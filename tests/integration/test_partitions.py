@@ -263,3 +263,29 @@ def test_finished_jobs_go_with_their_items_and_no_sooner(database_url: str) -> N
         assert n == 1, "a job with an item left keeps its shards"
         # nothing more to do: a second run deletes nothing
         assert conn.execute("SELECT pacer_prune_jobs(%s - interval '7 days')", (now,)).fetchone() == (0,)
+
+
+def test_days_of_tenant_send_counts_past_retention_are_deleted_and_the_rest_kept(database_url: str) -> None:
+    import asyncio
+
+    from pacer_common.db.pool import open_pool
+    from pacer_reconciler.adapters.partitions import PostgresPartitions
+
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name) VALUES ('acme')")
+        conn.execute("INSERT INTO tenant_usage (tenant, day, sends) SELECT t, (now() AT TIME ZONE 'UTC')::date - d, 5"
+                     " FROM unnest(ARRAY['default', 'acme']) AS t, unnest(ARRAY[0, 1, 30, 31, 400]) AS d")
+
+    async def prune(days: int) -> int:
+        pool = await open_pool(database_url, min_size=1, max_size=1)
+        try:
+            return await PostgresPartitions(pool).prune_usage(days)
+        finally:
+            await pool.close()
+
+    assert asyncio.run(prune(30)) == 4  # days 31 and 400 of both tenants
+    assert asyncio.run(prune(30)) == 0
+    with psycopg.connect(database_url) as conn:
+        left = conn.execute("SELECT tenant, (now() AT TIME ZONE 'UTC')::date - day FROM tenant_usage"
+                            " ORDER BY 1, 2").fetchall()
+    assert left == [(t, d) for t in ("acme", "default") for d in (0, 1, 30)]

@@ -74,10 +74,15 @@ def test_a_maintenance_run_creates_then_prunes_and_exports_what_it_did() -> None
             calls.append(("prune_jobs", retain_days))
             return 4
 
+        async def prune_usage(self, retain_days: int) -> int:
+            calls.append(("prune_usage", retain_days))
+            return 3
+
     registry = CollectorRegistry()
     keeper = PartitionKeeper(Partitions(), retention(), 3, ReconcilerMetrics(registry, lambda: True))
     assert asyncio.run(keeper.round()) == 2
-    assert calls == [("ensure", 3), ("prune", retention().by_table()), ("prune_jobs", retention().items_days)]
+    assert calls == [("ensure", 3), ("prune", retention().by_table()), ("prune_jobs", retention().items_days),
+                     ("prune_usage", 400)]
     value = registry.get_sample_value
     assert value("pacer_reconciler_partitions_total", {"table": "items", "action": "created"}) == 1
     assert value("pacer_reconciler_partitions_total", {"table": "items", "action": "dropped"}) == 1
@@ -85,3 +90,13 @@ def test_a_maintenance_run_creates_then_prunes_and_exports_what_it_did() -> None
     assert value("pacer_reconciler_default_partition_rows", {"table": "items"}) == 1
     assert value("pacer_reconciler_default_partition_rows", {"table": "send_ledger"}) == 0
     assert value("pacer_reconciler_jobs_pruned_total") == 4
+    assert value("pacer_reconciler_usage_rows_pruned_total") == 3
+
+
+def test_the_tenant_usage_retention_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ReconcilerSettings().retention().usage_days == 400
+    monkeypatch.setenv("PACER_RECONCILER_RETAIN_USAGE_DAYS", "60")
+    assert ReconcilerSettings().retention().usage_days == 60
+    monkeypatch.setenv("PACER_RECONCILER_RETAIN_USAGE_DAYS", "0")
+    with pytest.raises(ValidationError, match="retain_usage_days"):
+        ReconcilerSettings()

@@ -144,6 +144,9 @@ class ReconcilerMetrics:
             "Finished jobs deleted past the items' retention, once all their items had gone with their partitions "
             "(with their shards, shard counts and target pages)."
         ), registry=registry)
+        self.usage_pruned = Counter("pacer_reconciler_usage_rows_pruned_total", (
+            "Days of per-tenant send counts (`tenant_usage` rows) deleted past `PACER_RECONCILER_RETAIN_USAGE_DAYS`."
+        ), registry=registry)
         self.trips = Counter("pacer_reconciler_breaker_trips_total", (
             "Circuit breakers tripped (job or guid paused), by scope: `job` or `guid`."
         ), ["scope"], registry=registry)

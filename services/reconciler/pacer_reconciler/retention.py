@@ -3,7 +3,7 @@ this; the database lets one at a time in). Each change is logged; a partition ke
 retention is logged with the reason, every run, until it goes. Then the rows of finished
 jobs whose items have all gone with their partitions (the job, its shards, their counts and
 target pages) are deleted: one row per job or shard, so these tables stay as bounded as the
-items."""
+items. Last, the days of tenant send counts past their retention (a row per tenant and day)."""
 
 from __future__ import annotations
 
@@ -45,6 +45,10 @@ class PartitionKeeper:
         if jobs:
             log.info("%d finished jobs past retention deleted (their items had gone)", jobs, extra={"jobs": jobs})
             self.m.jobs_pruned.inc(jobs)
+        usage = await self.partitions.prune_usage(self.retention.usage_days)
+        if usage:
+            log.info("%d days of tenant send counts past retention deleted", usage, extra={"rows": usage})
+            self.m.usage_pruned.inc(usage)
         return sum(n for (_, action), n in counts.items() if action in ("created", "dropped"))
 
     async def run(self, every_s: float, stop: asyncio.Event, backoff_max_s: float) -> None:

@@ -117,6 +117,10 @@ class ReconcilerSettings(OpsSettings):
     retain_state_history_days: int = Field(90, ge=1, description=(
         "Days `guid_state_history` (every change of a guid's lifecycle state) is kept."
     ))
+    retain_usage_days: int = Field(400, ge=1, description=(
+        "Days of per-tenant daily send counts (`tenant_usage`, one row per tenant and UTC day; today's is the "
+        "one the quota reads) are kept; older days are deleted at each maintenance run."
+    ))
     partitions_ahead_days: int = Field(3, ge=1, description=(
         "Time partitions are created this many days ahead, so a row never waits for one (a row whose partition "
         "is missing goes to the table's default partition, and is moved out when the partition is created). "
@@ -130,7 +134,7 @@ class ReconcilerSettings(OpsSettings):
     def retention(self) -> Retention:
         return Retention(items_days=self.retain_items_days, ledger_days=self.retain_ledger_days,
                          audit_days=self.retain_audit_days, conflicts_days=self.retain_conflicts_days,
-                         state_history_days=self.retain_state_history_days)
+                         state_history_days=self.retain_state_history_days, usage_days=self.retain_usage_days)
 
     @model_validator(mode="after")
     def _retention_is_consistent(self) -> ReconcilerSettings:

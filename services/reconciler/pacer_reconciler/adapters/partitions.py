@@ -1,5 +1,6 @@
-"""Time partitions on Postgres (``pacer_ensure_partitions``, ``pacer_prune_partitions``), and
-the job rows whose items' partitions have gone (``pacer_prune_jobs``)."""
+"""Time partitions on Postgres (``pacer_ensure_partitions``, ``pacer_prune_partitions``), the
+job rows whose items' partitions have gone (``pacer_prune_jobs``), and the days of tenant
+send counts past retention."""
 
 from __future__ import annotations
 
@@ -43,6 +44,15 @@ class PostgresPartitions:
             if n < JOBS_BATCH:
                 break
         return pruned
+
+    async def prune_usage(self, retain_days: int) -> int:
+        """Days of per-tenant send counts older than ``retain_days``: deleted; how many rows."""
+        async def work() -> int:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(_sql("prune_usage"), {"retain_days": retain_days})).fetchone()
+            return int(row["pruned"]) if row else 0
+
+        return await with_retry(work)
 
     async def _changes(self, name: str, params: dict[str, Any]) -> list[PartitionChange]:
         async def work() -> list[PartitionChange]:

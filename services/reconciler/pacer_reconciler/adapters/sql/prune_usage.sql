@@ -1,0 +1,8 @@
+-- Days of per-tenant send counts past their retention (UTC days, as the senders count them).
+-- A handful of rows a day (one per tenant), so a plain DELETE.
+WITH gone AS (
+    DELETE FROM tenant_usage
+    WHERE day < (now() AT TIME ZONE 'UTC')::date - %(retain_days)s::int
+    RETURNING 1
+)
+SELECT count(*) AS pruned FROM gone
