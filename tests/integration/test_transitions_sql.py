@@ -101,3 +101,15 @@ def test_database_refuses_a_transition_the_table_does_not_allow(database_url: st
     item = seed_item(database_url, "submitted")
     with psycopg.connect(database_url) as conn, pytest.raises(psycopg.errors.CheckViolation, match="illegal"):
         conn.execute("SELECT * FROM pacer_transition(ARRAY[%s]::uuid[], '{submitted}', 'pending', 'X')", (item,))
+
+
+def test_two_moves_in_one_are_each_checked_against_the_table(database_url: str) -> None:
+    """pending → claimed is allowed, claimed → confirmed is not: the pair is refused whole."""
+    item = seed_item(database_url, "pending")
+    with psycopg.connect(database_url) as conn, pytest.raises(psycopg.errors.CheckViolation,
+                                                              match=r"pending.*claimed -> confirmed"):
+        conn.execute("SELECT * FROM pacer_transition(ARRAY[%s]::uuid[], '{pending}', 'confirmed', 'X',"
+                     " p_via => 'claimed', p_via_type => 'Y')", (item,))
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT status::text, version FROM items WHERE item_id = %s", (item,)).fetchone() == (
+            "pending", 0)

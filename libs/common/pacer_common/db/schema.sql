@@ -173,7 +173,6 @@ CREATE FUNCTION public.pacer_begin_send_many(p_items uuid[], p_owner text, p_ttl
 DECLARE
     r record;
     plain uuid[];
-    claimed uuid[];
     epochs bigint[];
     tries integer[];
     begun uuid[];
@@ -220,21 +219,18 @@ BEGIN
     FROM unnest(p_items, p_keys) AS u(item, key)
     WHERE u.item = ANY(plain) AND NOT EXISTS (SELECT 1 FROM send_ledger sl WHERE sl.idem_key = u.key);
 
-    -- pending → claimed (new lease, epoch + 1) → key reserved → submitted.
-    SELECT array_agg(c.item_id ORDER BY c.item_id), array_agg(c.lease_epoch ORDER BY c.item_id),
-           array_agg(c.attempts ORDER BY c.item_id)
-    INTO claimed, epochs, tries
-    FROM pacer_transition(plain, '{pending}', 'claimed', 'ItemClaimed', jsonb_build_object('owner', p_owner),
-                          p_lease_owner => p_owner, p_lease_ttl => p_ttl) AS c;
+    -- pending → claimed (new lease, epoch + 1) → submitted (attempt + 1), one row version and
+    -- the two events pacer_begin_send writes; then the keys reserved.
+    SELECT array_agg(c.item_id), array_agg(c.lease_epoch), array_agg(c.attempts - 1)
+    INTO begun, epochs, tries
+    FROM pacer_transition(plain, '{pending}', 'submitted', 'ItemSubmitted', jsonb_build_object('budgeted', false),
+                          p_lease_owner => p_owner, p_lease_ttl => p_ttl, p_attempt_bump => 1,
+                          p_via => 'claimed', p_via_type => 'ItemClaimed',
+                          p_via_payload => jsonb_build_object('owner', p_owner)) AS c;
     INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
     SELECT u.key, u.item, u.guid, u.to_id, 'reserved'
     FROM unnest(p_items, p_keys, p_guids, p_to_ids) AS u(item, key, guid, to_id)
-    WHERE u.item = ANY(claimed);
-    SELECT array_agg(s.item_id) INTO begun
-    FROM pacer_transition(claimed, '{claimed}', 'submitted', 'ItemSubmitted', p_epochs => epochs,
-        p_payloads => ARRAY(SELECT jsonb_build_object('attempt', a.n + 1, 'budgeted', false)
-                            FROM unnest(tries) WITH ORDINALITY AS a(n, k) ORDER BY a.k),
-        p_attempt_bump => 1) AS s;
+    WHERE u.item = ANY(begun);
     -- The guid lease lasts at least as long as the item's lease: the send may not outlive
     -- the lease it is made under.
     UPDATE guid_leases l SET last_send_at = now(), lease_until = GREATEST(l.lease_until, now() + p_ttl)
@@ -242,7 +238,7 @@ BEGIN
     RETURN QUERY
     SELECT u.ord, 'submitted'::text, c.epoch, c.tries, u.item::text
     FROM unnest(p_items) WITH ORDINALITY AS u(item, ord)
-    JOIN unnest(claimed, epochs, tries) AS c(item, epoch, tries) ON c.item = u.item
+    JOIN unnest(begun, epochs, tries) AS c(item, epoch, tries) ON c.item = u.item
     WHERE u.item = ANY(begun);
 
     FOR r IN
@@ -1282,15 +1278,19 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION public.pacer_transition(p_ids uuid[], p_from public.item_status[], p_to public.item_status, p_type text, p_payload jsonb DEFAULT '{}'::jsonb, p_epoch bigint DEFAULT NULL::bigint, p_only_expired boolean DEFAULT false, p_lease_owner text DEFAULT NULL::text, p_lease_ttl interval DEFAULT NULL::interval, p_clear_lease boolean DEFAULT false, p_attempt_bump integer DEFAULT 0, p_next_attempt_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_error_class text DEFAULT NULL::text, p_error text DEFAULT NULL::text, p_epochs bigint[] DEFAULT NULL::bigint[], p_payloads jsonb[] DEFAULT NULL::jsonb[]) RETURNS TABLE(item_id uuid, version integer, lease_epoch bigint, attempts integer, from_status public.item_status)
+CREATE FUNCTION public.pacer_transition(p_ids uuid[], p_from public.item_status[], p_to public.item_status, p_type text, p_payload jsonb DEFAULT '{}'::jsonb, p_epoch bigint DEFAULT NULL::bigint, p_only_expired boolean DEFAULT false, p_lease_owner text DEFAULT NULL::text, p_lease_ttl interval DEFAULT NULL::interval, p_clear_lease boolean DEFAULT false, p_attempt_bump integer DEFAULT 0, p_next_attempt_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_error_class text DEFAULT NULL::text, p_error text DEFAULT NULL::text, p_epochs bigint[] DEFAULT NULL::bigint[], p_payloads jsonb[] DEFAULT NULL::jsonb[], p_via public.item_status DEFAULT NULL::public.item_status, p_via_type text DEFAULT NULL::text, p_via_payload jsonb DEFAULT '{}'::jsonb) RETURNS TABLE(item_id uuid, version integer, lease_epoch bigint, attempts integer, from_status public.item_status)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_from) AS f(s)
-               WHERE NOT EXISTS (SELECT 1 FROM item_transitions t WHERE t.from_status = f.s AND t.to_status = p_to)) THEN
-        RAISE EXCEPTION 'illegal item transition % -> %', p_from, p_to USING ERRCODE = 'check_violation';
+               WHERE NOT EXISTS (SELECT 1 FROM item_transitions t
+                                 WHERE t.from_status = f.s AND t.to_status = COALESCE(p_via, p_to)))
+       OR (p_via IS NOT NULL AND NOT EXISTS (SELECT 1 FROM item_transitions t
+                                             WHERE t.from_status = p_via AND t.to_status = p_to)) THEN
+        RAISE EXCEPTION 'illegal item transition % -> %', p_from, COALESCE(p_via::text || ' -> ', '') || p_to::text
+            USING ERRCODE = 'check_violation';
     END IF;
     RETURN QUERY
     WITH target AS (
@@ -1309,7 +1309,7 @@ BEGIN
 ), moved AS (
     UPDATE items AS i SET
         status          = p_to,
-        version         = i.version + 1,
+        version         = i.version + CASE WHEN p_via IS NULL THEN 1 ELSE 2 END,
         updated_at      = now(),
         lease_epoch     = i.lease_epoch + CASE WHEN p_lease_owner IS NULL THEN 0 ELSE 1 END,
         lease_owner     = CASE WHEN p_lease_owner IS NOT NULL THEN p_lease_owner
@@ -1327,8 +1327,13 @@ BEGIN
 )
 , logged AS (
     INSERT INTO item_events (item_id, job_id, shard_id, guid, version, type, from_status, to_status, payload)
-    SELECT item_id, job_id, shard_id, guid, version, p_type, from_status, p_to,
+    SELECT item_id, job_id, shard_id, guid, version - 1, p_via_type, from_status, p_via, p_via_payload
+    FROM moved WHERE p_via IS NOT NULL
+    UNION ALL
+    SELECT item_id, job_id, shard_id, guid, version, p_type, COALESCE(p_via, from_status), p_to,
            COALESCE(payload, p_payload)
+           || CASE WHEN p_via IS NOT NULL AND p_attempt_bump > 0 THEN jsonb_build_object('attempt', attempts)
+                   ELSE '{}' END
     FROM moved
 )
 SELECT m.item_id, m.version, m.lease_epoch, m.attempts, m.from_status FROM moved m;

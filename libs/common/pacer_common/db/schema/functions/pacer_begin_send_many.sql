@@ -11,8 +11,8 @@
 -- The common case goes set-based, a handful of statements for the whole batch: an item that
 -- is pending, under our live lease, held by nothing (job, shard, guid pause or lifecycle
 -- state), of a job without a send budget, and whose key is in no other item's ledger row nor
--- twice in the batch. Those are claimed, their keys reserved and `submitted` written exactly
--- as pacer_begin_send does it, event for event. Every other item (held, budgeted, lost lease,
+-- twice in the batch. Those are claimed, their keys reserved and `submitted` written as
+-- pacer_begin_send does it, event for event (claim and `submitted` as one row version). Every other item (held, budgeted, lost lease,
 -- no longer pending, a duplicate key) goes through pacer_begin_send, one by one, in guid then
 -- item order, which answers for it.
 CREATE OR REPLACE FUNCTION pacer_begin_send_many(p_items uuid[], p_owner text, p_ttl interval, p_keys text[],
@@ -23,7 +23,6 @@ LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
     r record;
     plain uuid[];
-    claimed uuid[];
     epochs bigint[];
     tries integer[];
     begun uuid[];
@@ -70,21 +69,18 @@ BEGIN
     FROM unnest(p_items, p_keys) AS u(item, key)
     WHERE u.item = ANY(plain) AND NOT EXISTS (SELECT 1 FROM send_ledger sl WHERE sl.idem_key = u.key);
 
-    -- pending → claimed (new lease, epoch + 1) → key reserved → submitted.
-    SELECT array_agg(c.item_id ORDER BY c.item_id), array_agg(c.lease_epoch ORDER BY c.item_id),
-           array_agg(c.attempts ORDER BY c.item_id)
-    INTO claimed, epochs, tries
-    FROM pacer_transition(plain, '{pending}', 'claimed', 'ItemClaimed', jsonb_build_object('owner', p_owner),
-                          p_lease_owner => p_owner, p_lease_ttl => p_ttl) AS c;
+    -- pending → claimed (new lease, epoch + 1) → submitted (attempt + 1), one row version and
+    -- the two events pacer_begin_send writes; then the keys reserved.
+    SELECT array_agg(c.item_id), array_agg(c.lease_epoch), array_agg(c.attempts - 1)
+    INTO begun, epochs, tries
+    FROM pacer_transition(plain, '{pending}', 'submitted', 'ItemSubmitted', jsonb_build_object('budgeted', false),
+                          p_lease_owner => p_owner, p_lease_ttl => p_ttl, p_attempt_bump => 1,
+                          p_via => 'claimed', p_via_type => 'ItemClaimed',
+                          p_via_payload => jsonb_build_object('owner', p_owner)) AS c;
     INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
     SELECT u.key, u.item, u.guid, u.to_id, 'reserved'
     FROM unnest(p_items, p_keys, p_guids, p_to_ids) AS u(item, key, guid, to_id)
-    WHERE u.item = ANY(claimed);
-    SELECT array_agg(s.item_id) INTO begun
-    FROM pacer_transition(claimed, '{claimed}', 'submitted', 'ItemSubmitted', p_epochs => epochs,
-        p_payloads => ARRAY(SELECT jsonb_build_object('attempt', a.n + 1, 'budgeted', false)
-                            FROM unnest(tries) WITH ORDINALITY AS a(n, k) ORDER BY a.k),
-        p_attempt_bump => 1) AS s;
+    WHERE u.item = ANY(begun);
     -- The guid lease lasts at least as long as the item's lease: the send may not outlive
     -- the lease it is made under.
     UPDATE guid_leases l SET last_send_at = now(), lease_until = GREATEST(l.lease_until, now() + p_ttl)
@@ -92,7 +88,7 @@ BEGIN
     RETURN QUERY
     SELECT u.ord, 'submitted'::text, c.epoch, c.tries, u.item::text
     FROM unnest(p_items) WITH ORDINALITY AS u(item, ord)
-    JOIN unnest(claimed, epochs, tries) AS c(item, epoch, tries) ON c.item = u.item
+    JOIN unnest(begun, epochs, tries) AS c(item, epoch, tries) ON c.item = u.item
     WHERE u.item = ANY(begun);
 
     FOR r IN

@@ -1,10 +1,18 @@
 DROP FUNCTION IF EXISTS pacer_transition(uuid[], item_status[], item_status, text, jsonb, bigint, boolean, text,
                                         interval, boolean, integer, timestamptz, text, text);
+DROP FUNCTION IF EXISTS pacer_transition(uuid[], item_status[], item_status, text, jsonb, bigint, boolean, text,
+                                        interval, boolean, integer, timestamptz, text, text, bigint[], jsonb[]);
 -- The only code that changes an item's status. Moves the given items that are in one of
 -- p_from (and, when given, hold lease epoch p_epoch / have an expired lease) to p_to, and
 -- appends one event per moved item in the same statement.
 -- Batched steps give each item its own guard and payload: p_epochs and p_payloads, when
 -- given, run parallel to p_ids (an item's epoch must match; its payload replaces p_payload).
+-- Two moves in one (p_via): p_from → p_via → p_to as one row update, still one event per
+-- move (p_via_type with p_via_payload, version + 1; then p_type, version + 2), each move
+-- checked against item_transitions; the lease and attempt changes are the whole step's, and
+-- the second event's payload gets the item's new attempt count (``attempt``) when the step
+-- counts one, read under the row's lock. One row version instead of two: the claim and
+-- `submitted` of a batched begin.
 -- Generic plans (plan_cache_mode, on this and every function that finds items by id): items
 -- is partitioned by item id, and a custom plan, which prunes the partitions while planning,
 -- looks cheaper than the generic one, which prunes them as it starts; so the plan cache
@@ -16,14 +24,19 @@ CREATE OR REPLACE FUNCTION pacer_transition(
     p_lease_owner text DEFAULT NULL, p_lease_ttl interval DEFAULT NULL, p_clear_lease boolean DEFAULT false,
     p_attempt_bump integer DEFAULT 0, p_next_attempt_at timestamptz DEFAULT NULL,
     p_error_class text DEFAULT NULL, p_error text DEFAULT NULL,
-    p_epochs bigint[] DEFAULT NULL, p_payloads jsonb[] DEFAULT NULL)
+    p_epochs bigint[] DEFAULT NULL, p_payloads jsonb[] DEFAULT NULL,
+    p_via item_status DEFAULT NULL, p_via_type text DEFAULT NULL, p_via_payload jsonb DEFAULT '{}')
 RETURNS TABLE (item_id uuid, version integer, lease_epoch bigint, attempts integer, from_status item_status)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
 BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_from) AS f(s)
-               WHERE NOT EXISTS (SELECT 1 FROM item_transitions t WHERE t.from_status = f.s AND t.to_status = p_to)) THEN
-        RAISE EXCEPTION 'illegal item transition % -> %', p_from, p_to USING ERRCODE = 'check_violation';
+               WHERE NOT EXISTS (SELECT 1 FROM item_transitions t
+                                 WHERE t.from_status = f.s AND t.to_status = COALESCE(p_via, p_to)))
+       OR (p_via IS NOT NULL AND NOT EXISTS (SELECT 1 FROM item_transitions t
+                                             WHERE t.from_status = p_via AND t.to_status = p_to)) THEN
+        RAISE EXCEPTION 'illegal item transition % -> %', p_from, COALESCE(p_via::text || ' -> ', '') || p_to::text
+            USING ERRCODE = 'check_violation';
     END IF;
     RETURN QUERY
     WITH target AS (
@@ -42,7 +55,7 @@ BEGIN
 ), moved AS (
     UPDATE items AS i SET
         status          = p_to,
-        version         = i.version + 1,
+        version         = i.version + CASE WHEN p_via IS NULL THEN 1 ELSE 2 END,
         updated_at      = now(),
         lease_epoch     = i.lease_epoch + CASE WHEN p_lease_owner IS NULL THEN 0 ELSE 1 END,
         lease_owner     = CASE WHEN p_lease_owner IS NOT NULL THEN p_lease_owner
@@ -60,8 +73,13 @@ BEGIN
 )
 , logged AS (
     INSERT INTO item_events (item_id, job_id, shard_id, guid, version, type, from_status, to_status, payload)
-    SELECT item_id, job_id, shard_id, guid, version, p_type, from_status, p_to,
+    SELECT item_id, job_id, shard_id, guid, version - 1, p_via_type, from_status, p_via, p_via_payload
+    FROM moved WHERE p_via IS NOT NULL
+    UNION ALL
+    SELECT item_id, job_id, shard_id, guid, version, p_type, COALESCE(p_via, from_status), p_to,
            COALESCE(payload, p_payload)
+           || CASE WHEN p_via IS NOT NULL AND p_attempt_bump > 0 THEN jsonb_build_object('attempt', attempts)
+                   ELSE '{}' END
     FROM moved
 )
 SELECT m.item_id, m.version, m.lease_epoch, m.attempts, m.from_status FROM moved m;
