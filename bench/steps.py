@@ -6,9 +6,10 @@ of 25 (a sender's batch under load), on one connection, nothing else running:
 
 * pacer: ``pacer_begin_send_many`` then ``pacer_confirm_many`` per batch, as the sender
   runs them (one autocommit statement each: guards, locks, holds, budgets, duplicate keys);
-* bare: the rows those steps write — three item updates with their three events, the
-  ledger key inserted then marked sent, the guid lease's send and answer times — as plain
-  statements in two synchronously committed transactions per batch, nothing checked.
+* bare: the rows those steps write — two item row versions (claimed and submitted in one,
+  then confirmed) with their three events, the ledger key inserted then marked sent, the
+  guid lease's send and answer times — as plain statements in two synchronously committed
+  transactions per batch, nothing checked.
 
 Measured as the server backend's CPU time (``/proc``) when the project started the server on
 this machine; against a configured ``PACER_DATABASE_URL``, as the client's wall time.
@@ -32,18 +33,18 @@ BATCH, GUIDS = 25, 200
 RECEIPT = {"code": 0, "msg": "ok", "msg_id": "m" * 36, "latency_ms": 4.9}
 
 BARE_BEGIN = (
-    "WITH c AS (UPDATE items SET status = 'claimed', version = version + 1, updated_at = now(),"
-    " lease_epoch = lease_epoch + 1, lease_owner = 'bare', lease_until = now() + interval '1 minute'"
-    " WHERE item_id = ANY(%(ids)b::uuid[]) RETURNING item_id, job_id, shard_id, guid, version)"
+    "WITH c AS (UPDATE items SET status = 'submitted', version = version + 2, updated_at = now(),"
+    " lease_epoch = lease_epoch + 1, lease_owner = 'bare', lease_until = now() + interval '1 minute',"
+    " attempts = attempts + 1 WHERE item_id = ANY(%(ids)b::uuid[])"
+    " RETURNING item_id, job_id, shard_id, guid, version)"
     " INSERT INTO item_events (item_id, job_id, shard_id, guid, version, type, from_status, to_status, payload)"
-    " SELECT item_id, job_id, shard_id, guid, version, 'ItemClaimed', 'pending', 'claimed', '{}' FROM c",
+    " SELECT item_id, job_id, shard_id, guid, version - 1, 'ItemClaimed', 'pending'::item_status,"
+    " 'claimed'::item_status, '{}'::jsonb FROM c"
+    " UNION ALL"
+    " SELECT item_id, job_id, shard_id, guid, version, 'ItemSubmitted', 'claimed', 'submitted', '{}' FROM c",
     "INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)"
     " SELECT k, i, g, t, 'reserved' FROM unnest(%(keys)b::text[], %(ids)b::uuid[], %(guids)b::text[],"
     " %(to_ids)b::text[]) AS x(k, i, g, t)",
-    "WITH s AS (UPDATE items SET status = 'submitted', version = version + 1, attempts = attempts + 1"
-    " WHERE item_id = ANY(%(ids)b::uuid[]) RETURNING item_id, job_id, shard_id, guid, version)"
-    " INSERT INTO item_events (item_id, job_id, shard_id, guid, version, type, from_status, to_status, payload)"
-    " SELECT item_id, job_id, shard_id, guid, version, 'ItemSubmitted', 'claimed', 'submitted', '{}' FROM s",
     "UPDATE guid_leases SET last_send_at = now() WHERE guid = ANY(%(guids)b::text[])",
 )
 BARE_CONFIRM = (
