@@ -11,7 +11,7 @@ from pacer_reconciler.settings import ReconcilerSettings
 
 def retention(**days: int) -> Retention:
     return Retention(**{"items_days": 7, "ledger_days": 35, "audit_days": 400, "conflicts_days": 90,
-                        "state_history_days": 90, **days})
+                        "state_history_days": 90, "usage_days": 400, **days})
 
 
 def test_every_partitioned_table_gets_a_retention_and_events_follow_their_items() -> None:

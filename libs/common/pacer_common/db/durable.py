@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any, LiteralString
 
-from psycopg import AsyncConnection, AsyncPipeline
+from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
 
 SYNCHRONOUS = "SET LOCAL synchronous_commit = on"
 
@@ -48,12 +48,15 @@ async def fetch_durably(conn: AsyncConnection[Any], sql: LiteralString, params: 
     """Run ``sql`` as its own synchronously committed transaction; return its rows."""
     async with synchronous_transaction(conn):
         cur = await conn.execute(sql, params)
-    return await cur.fetchall() if cur.description is not None else []
+    return await _all(cur)
 
 
 async def fetch_durable_call(conn: AsyncConnection[Any], sql: LiteralString, params: Any = None) -> list[Any]:
     """Run ``sql`` on the idle (autocommit) ``conn`` as one statement, its own transaction;
     return its rows. Only for a call of a function that makes its commit synchronous itself
     (``set_config('synchronous_commit', 'on', true)`` before it writes)."""
-    cur = await conn.execute(sql, params)
+    return await _all(await conn.execute(sql, params))
+
+
+async def _all(cur: AsyncCursor[Any]) -> list[Any]:
     return await cur.fetchall() if cur.description is not None else []

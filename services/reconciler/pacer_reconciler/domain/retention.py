@@ -22,7 +22,7 @@ class Retention:
     audit_days: int
     conflicts_days: int
     state_history_days: int
-    usage_days: int = 400  # tenant_usage: per-tenant send counts by day (not partitioned)
+    usage_days: int  # tenant_usage: per-tenant send counts by day (not partitioned)
 
     def __post_init__(self) -> None:
         if self.ledger_days < self.items_days:

@@ -157,11 +157,7 @@ class PostgresItemRepository:
         return await with_retry(work)
 
     async def _rows(self, name: str, params: dict[str, Any]) -> list[Any]:
-        async def work() -> list[Any]:
-            async with self.pool.connection() as conn:
-                return await fetch_durable_call(conn, _sql(name), params)
-
-        return await with_retry(work)
+        return (await self._timed_rows(name, params))[1]
 
     async def settle(self, cmd: ItemCommand, epoch: int, d: Decision) -> bool:
         row = await self._row("settle", {

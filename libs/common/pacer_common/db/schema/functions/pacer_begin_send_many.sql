@@ -12,9 +12,9 @@
 -- is pending, under our live lease, held by nothing (job, shard, guid pause or lifecycle
 -- state), of a job without a send budget, and whose key is in no other item's ledger row nor
 -- twice in the batch. Those are claimed, their keys reserved and `submitted` written as
--- pacer_begin_send does it, event for event (claim and `submitted` as one row version). Every other item (held, budgeted, lost lease,
--- no longer pending, a duplicate key) goes through pacer_begin_send, one by one, in guid then
--- item order, which answers for it.
+-- pacer_begin_send does it, event for event (claim and `submitted` as one row version).
+-- Every other item (held, budgeted, lost lease, no longer pending, a duplicate key) goes
+-- through pacer_begin_send, one by one, in guid then item order, which answers for it.
 CREATE OR REPLACE FUNCTION pacer_begin_send_many(p_items uuid[], p_owner text, p_ttl interval, p_keys text[],
                                                  p_guids text[], p_to_ids text[])
 RETURNS TABLE (ord bigint, outcome text, epoch bigint, attempts integer, holder text)
