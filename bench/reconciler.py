@@ -1,14 +1,19 @@
 """``bench reconciler``: events per second one reconciler process applies, against a bare read
 of the same events, and two processes against one.
 
-``BENCH_RECONCILER_ITEMS`` confirmed items (three events each: claimed, submitted, confirmed)
-are written straight into the log over 1,000 guids. Then, on that log:
+Two jobs of ``BENCH_RECONCILER_ITEMS`` items each are seeded over 1,000 guids. Each run starts
+its processes on the log first and waits until they share the 16 segments evenly (16, or 8
+and 8): the time a joining replica takes to get its share is the lease rounds', not the
+tail's. Then, behind a gate (an open transaction whose xid is older than every event, so no
+tail may read past it), one job's items are confirmed (three events each: claimed,
+submitted, confirmed); the clock starts when the gate closes and stops when every segment's
+cursor stands at its last event.
 
-* raw read: the reconciler's own tail SELECT over the whole log (one segment of one), 2,000
-  rows a round, by the same driver (psycopg async, dict rows), nothing else;
-* one: a reconciler process (16 segments, all its own) from ready until every segment's
-  cursor stands at its last event: read, publish to Kafka, project, commit the cursor;
-* two: the cursors and the projection are put back, and two processes share the segments.
+* one: one reconciler process (16 segments, all its own): read, publish to Kafka, project,
+  commit the cursor;
+* two: two processes, 8 segments each, on the other job's events;
+* raw read: afterwards, the reconciler's own tail SELECT over the whole log (one segment of
+  one), 2,000 rows a round, by the same driver (psycopg async, dict rows), nothing else.
 
 ``ratio`` = one / raw read; ``scaling`` = two / one; ``cpu_us_per_event_*``: the reconciler
 processes' CPU time per event. Two processes do twice the work of one only with a core each
@@ -21,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -29,15 +35,11 @@ from psycopg.rows import dict_row
 from bench.common import CORES, cpu_s, env_int, fresh_db, real_infra, seed_items
 from pacer_common.db.migrate import migrate
 from pacer_dev.infra import Infra
-from pacer_dev.segments import confirm_job, segment_ends, segments_behind
+from pacer_dev.segments import confirm_job, segment_ends, segments_behind, segments_shared
 from pacer_dev.stack import Stack, drop_database, prepare
 from pacer_reconciler.adapters.layout import segment_sql
 
 SEGMENTS = 16
-RESET = ("UPDATE log_cursors SET last_xid = '0', last_seq = 0",
-         "DELETE FROM shard_status_counts",
-         "INSERT INTO shard_status_counts (shard_id, status, n) SELECT shard_id, 'pending', total FROM shards",
-         "UPDATE shards SET status = 'pending'", "UPDATE jobs SET status = 'running', finished_at = NULL")
 
 
 def reconciler() -> str:
@@ -46,38 +48,39 @@ def reconciler() -> str:
     url = fresh_db(inf, "reconciler")
     try:
         migrate(url)
-        seeded = seed_items(url, guids=1000, per_guid=max(1, items // 1000))
-        events = confirm_job(url, seeded.job_id)
+        jobs = [seed_items(url, guids=1000, per_guid=max(1, items // 1000)).job_id for _ in range(2)]
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE item_events")
-        raw_s = asyncio.run(_raw_read(url))
-        ends = segment_ends(url, SEGMENTS)
-        one_s, one_cpu = _run(inf, url, ends, replicas=1)
-        with psycopg.connect(url) as conn:
-            for sql in RESET:
-                conn.execute(sql)
-        two_s, two_cpu = _run(inf, url, ends, replicas=2)
+            conn.execute("VACUUM ANALYZE items")
+        one, one_cpu = _run(inf, url, jobs[0], replicas=1)
+        two, two_cpu = _run(inf, url, jobs[1], replicas=2)
+        raw = asyncio.run(_raw_read(url))
     finally:
         drop_database(url)
-    one, raw, two = events / one_s, events / raw_s, events / two_s
-    return (f"bench reconciler: events={events} one_per_s={one:.0f} raw_read_per_s={raw:.0f} ratio={one / raw:.2f} "
-            f"two_per_s={two:.0f} scaling={two / one:.2f} cpu_us_per_event_one={one_cpu / events * 1e6:.0f} "
-            f"cpu_us_per_event_two={two_cpu / events * 1e6:.0f} cores={CORES}")
+    return (f"bench reconciler: events={one.events} one_per_s={one.per_s:.0f} raw_read_per_s={raw.per_s:.0f} "
+            f"ratio={one.per_s / raw.per_s:.2f} two_per_s={two.per_s:.0f} scaling={two.per_s / one.per_s:.2f} "
+            f"cpu_us_per_event_one={one_cpu / one.events * 1e6:.0f} "
+            f"cpu_us_per_event_two={two_cpu / two.events * 1e6:.0f} cores={CORES}")
 
 
-async def _raw_read(url: str) -> float:
+class Rate:
+    def __init__(self, events: int, seconds: float) -> None:
+        self.events = events
+        self.per_s = events / seconds
+
+
+async def _raw_read(url: str) -> Rate:
     sql = segment_sql("read_events", 1)
     async with await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as conn:
         started = time.perf_counter()
-        xid, seq = "0", 0
+        xid, seq, n = "0", 0, 0
         while rows := await (await conn.execute(sql, {"segment": 0, "xid": xid, "seq": seq, "limit": 2000})).fetchall():
-            xid, seq = rows[-1]["xid"], rows[-1]["seq"]
-        return time.perf_counter() - started
+            xid, seq, n = rows[-1]["xid"], rows[-1]["seq"], n + len(rows)
+        return Rate(n, time.perf_counter() - started)
 
 
-def _run(inf: Infra, url: str, ends: dict[str, tuple[int, int]], replicas: int) -> tuple[float, float]:
-    """Seconds from the processes' readiness until every segment's cursor is at its end, and
-    the CPU seconds the processes spent meanwhile."""
+def _run(inf: Infra, url: str, job_id: str, replicas: int) -> tuple[Rate, float]:
+    """The events of ``job_id``'s confirmation applied per second by ``replicas`` processes
+    sharing the segments evenly, and the CPU seconds the processes spent on them."""
     state = Path(".pacer") / "bench" / "runs" / f"reconciler-{replicas}"
     st = Stack(state, Infra(inf.kafka_bootstrap, url, state), topic_prefix=f"b{uuid.uuid4().hex[:10]}",
                env_extra={"PACER_RECONCILER_SEGMENTS": str(SEGMENTS)})
@@ -86,11 +89,25 @@ def _run(inf: Infra, url: str, ends: dict[str, tuple[int, int]], replicas: int) 
         procs = [st.start_service("reconciler", f"reconciler-{k}", wait=False) for k in range(replicas)]
         for p in procs:
             st.wait_ready(p)
-        started, cpu0 = time.monotonic(), sum(cpu_s(p.pid) for p in procs)
-        while segments_behind(url, ends):
-            if time.monotonic() - started > 1800:
-                raise SystemExit("bench reconciler: the cursors did not reach the end in 30 minutes")
-            time.sleep(0.1)
-        return time.monotonic() - started, sum(cpu_s(p.pid) for p in procs) - cpu0
+        _wait(lambda: segments_shared(url, SEGMENTS, replicas), 120, "the processes did not share the segments")
+        with psycopg.connect(url) as gate:
+            gate.execute("SELECT pg_current_xact_id()")  # no event written after this is read before the gate closes
+            events = confirm_job(url, job_id)
+            ends = segment_ends(url, SEGMENTS)
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("ANALYZE item_events")
+            cpu0 = sum(cpu_s(p.pid) for p in procs)
+            gate.rollback()
+            started = time.monotonic()
+        _wait(lambda: not segments_behind(url, ends), 1800, "the cursors did not reach the end")
+        return Rate(events, time.monotonic() - started), sum(cpu_s(p.pid) for p in procs) - cpu0
     finally:
         st.stop_all()
+
+
+def _wait(done: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench reconciler: {what} in {timeout_s:g} s")
+        time.sleep(0.05)

@@ -265,6 +265,32 @@ def test_finished_jobs_go_with_their_items_and_no_sooner(database_url: str) -> N
         assert conn.execute("SELECT pacer_prune_jobs(%s - interval '7 days')", (now,)).fetchone() == (0,)
 
 
+def test_a_finished_job_stays_while_a_lagging_reconciler_has_its_events_to_apply(database_url: str) -> None:
+    """Past retention, with every item finished, the items' partition goes at once; the events'
+    partition stays while a reconciler cursor is short of its events, and so does the job
+    (with its shards and counts, which applying those events needs). It goes once the cursor
+    has passed them and their partition is dropped."""
+    now = datetime.now(UTC)
+    old = now - timedelta(days=27)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SELECT pacer_ensure_partitions(%s, 30)", (now - timedelta(days=30),))
+    job, _, (item,) = seed_job(database_url, {"g1": 1}, created_at=old)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert sent(conn, item, "k-lag") == "submitted"
+        conn.execute("UPDATE jobs SET status = 'completed' WHERE job_id = %s", (job,))
+        conn.execute("INSERT INTO log_cursors (name, last_xid, last_seq) VALUES ('reconciler/0of1', '0', 0)")
+        first = prune(conn, now)
+        assert first[f"items_p{week(old)}"] == ("dropped", None)
+        assert first[f"item_events_p{week(old)}"] == ("kept", "holds events a reconciler cursor has not passed")
+        assert conn.execute("SELECT pacer_prune_jobs(%s - interval '7 days')", (now,)).fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM shards WHERE job_id = %s", (job,)).fetchone() == (1,)
+
+        cursors_at_the_end(conn)
+        assert prune(conn, now)[f"item_events_p{week(old)}"] == ("dropped", None)
+        assert conn.execute("SELECT pacer_prune_jobs(%s - interval '7 days')", (now,)).fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM jobs WHERE job_id = %s", (job,)).fetchone() == (0,)
+
+
 def test_days_of_tenant_send_counts_past_retention_are_deleted_and_the_rest_kept(database_url: str) -> None:
     import asyncio
 

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pacer_common.db.pool import open_pool
+from pacer_common.domain.events import ItemEvent
 from pacer_dev.infra import Infra
 from pacer_dev.segments import confirm_job, segment_ends, segment_events, segments_behind
 from pacer_dev.stack import Proc, Stack
@@ -218,3 +219,37 @@ def test_two_segments_completing_a_jobs_last_shards_at_once_complete_the_job(dat
     asyncio.run(scenario())
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT status FROM jobs WHERE job_id = %s", (job_id,)).fetchone() == ("completed",)
+
+
+def test_only_a_batch_that_moves_a_shard_takes_the_job_row(database_url: str) -> None:
+    """Every segment shares a job's row, so a batch locks it only when one of its shards changes
+    status: a batch that keeps its shard running commits while another transaction holds the
+    job row; the batches that start and complete the shard still refresh the job."""
+    url = database_url
+    job_id, _, _ = seed_job(url, {"g-row": 3})
+    confirm_job(url, job_id)  # 9 events: 3 claimed, 3 submitted, 3 confirmed
+
+    async def scenario() -> None:
+        pool = await open_pool(url, min_size=2, max_size=3)
+        log = PostgresLog(pool, "reconciler/0of1", timedelta(seconds=60), segments=1, segment=0)
+        rows = await log.read(Position("0", 0), 100)
+        events = [ev for _, ev in rows if isinstance(ev, ItemEvent)]
+        assert [ev.to_status.value for ev in events] == ["claimed"] * 3 + ["submitted"] * 3 + ["confirmed"] * 3
+        starts = [Position("0", 0), rows[2][0], rows[5][0]]
+        batches = [events[k:k + 3] for k in (0, 3, 6)]
+        holder = await psycopg.AsyncConnection.connect(url)
+        try:
+            await log.commit_batch(batches[0], starts[0], rows[2][0])  # pending → running: refreshes the job
+            await holder.execute("SELECT 1 FROM jobs WHERE job_id = %s FOR UPDATE", (job_id,))
+            await asyncio.wait_for(log.commit_batch(batches[1], starts[1], rows[5][0]), timeout=10)
+            await holder.rollback()
+            await log.commit_batch(batches[2], starts[2], rows[8][0])  # running → completed
+        finally:
+            await holder.close()
+            await pool.close()
+
+    asyncio.run(scenario())
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT status, started_at IS NOT NULL, finished_at IS NOT NULL FROM jobs"
+                            " WHERE job_id = %s", (job_id,)).fetchone() == ("completed", True, True)
+        assert conn.execute("SELECT status FROM shards WHERE job_id = %s", (job_id,)).fetchone() == ("completed",)

@@ -44,6 +44,16 @@ def segments_behind(url: str, ends: dict[str, tuple[int, int]]) -> int:
     return sum(1 for name, end in ends.items() if at.get(name, (0, 0)) < end)
 
 
+def segments_shared(url: str, n: int, replicas: int) -> bool:
+    """Whether ``replicas`` holders hold live leases on all ``n`` segments, ``n / replicas``
+    (rounded up) at most each: the balance the replicas reach once each has run a lease round."""
+    with psycopg.connect(url) as conn:
+        held = [k for _, k in conn.execute(
+            "SELECT holder, count(*) FROM leader_leases WHERE name ~ %s AND expires_at > now() GROUP BY holder",
+            (rf"^pacer-reconciler/[0-9]+of{n}$",)).fetchall()]
+    return len(held) == replicas and sum(held) == n and max(held) <= -(-n // replicas)
+
+
 def segment_events(url: str, n: int, segments: list[int]) -> int:
     """Events of the given segments in the log."""
     with psycopg.connect(url) as conn:

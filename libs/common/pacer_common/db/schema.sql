@@ -816,11 +816,13 @@ CREATE FUNCTION public.pacer_prune_jobs(p_before timestamp with time zone, p_lim
     AS $$
 DECLARE
     ids uuid[];
+    events_kept tstzrange[] := ARRAY(SELECT tstzrange(p.starts, p.ends) FROM pacer_partitions('item_events') p);
 BEGIN
     SELECT array_agg(x.job_id) INTO ids FROM (
         SELECT j.job_id FROM jobs j
         WHERE j.created_at < p_before AND j.status IN ('completed', 'cancelled', 'terminated')
           AND NOT EXISTS (SELECT 1 FROM items i WHERE i.job_id = j.job_id)
+          AND NOT j.created_at <@ ANY(events_kept)
         ORDER BY j.created_at
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
@@ -2006,6 +2008,8 @@ CREATE INDEX operator_conflicts_item ON ONLY public.operator_conflicts USING btr
 CREATE INDEX operator_conflicts_item_default ON public.operator_conflicts_default USING btree (item_id, at);
 
 CREATE UNIQUE INDEX send_ledger_default_idem_key_key ON public.send_ledger_default USING btree (idem_key);
+
+CREATE INDEX shards_open ON public.shards USING btree (job_id) WHERE (status <> 'completed'::text);
 
 CREATE INDEX tenant_guids_tenant ON public.tenant_guids USING btree (tenant);
 

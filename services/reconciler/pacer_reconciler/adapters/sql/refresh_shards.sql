@@ -1,4 +1,8 @@
--- Recompute the state of the shards a batch touched from their status counts.
+-- Recompute the state of the shards a batch touched from their status counts; returns each
+-- shard's job and whether the shard's status changed. Only a change can change its job's
+-- state, so only then is the job row locked and refreshed: the batches in between (nearly
+-- all of a long job's) leave the job row, which every segment shares, alone.
+-- The old status is read under the row lock (PostgreSQL 14 has no RETURNING old.*).
 WITH open_counts AS (
     SELECT c.shard_id,
            sum(c.n) FILTER (WHERE c.status IN ('pending', 'claimed', 'submitted', 'waiting_retry',
@@ -6,10 +10,15 @@ WITH open_counts AS (
     FROM shard_status_counts c
     WHERE c.shard_id = ANY(%(shards)s::bigint[])
     GROUP BY c.shard_id
+), before AS MATERIALIZED (
+    SELECT s.shard_id, s.status FROM shards s
+    WHERE s.shard_id = ANY(%(shards)s::bigint[]) AND s.status IN ('pending', 'running', 'completed')
+    ORDER BY s.shard_id
+    FOR UPDATE
 )
 UPDATE shards s
 SET status = CASE WHEN COALESCE(o.open_n, 0) = 0 THEN 'completed' ELSE 'running' END,
     last_progress_at = now()
-FROM open_counts o
+FROM open_counts o JOIN before b ON b.shard_id = o.shard_id
 WHERE s.shard_id = o.shard_id AND s.status IN ('pending', 'running', 'completed')
-RETURNING s.job_id
+RETURNING s.job_id, s.status <> b.status AS changed

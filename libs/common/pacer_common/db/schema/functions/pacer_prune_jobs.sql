@@ -2,18 +2,24 @@
 -- (their time partitions dropped past retention), with their shards, shard counts and target
 -- pages; returns how many jobs went. A job that still has any item, in any partition (the
 -- default one included), stays, and so does every job not completed, cancelled or
--- terminated. One row per job or shard, not per item: deleted in small batches, locked
--- rows skipped (another run, or the Control API, has them).
+-- terminated. So does a job whose events' partition is still kept: all of a job's items,
+-- and so all of its events, are in the partitions of its creation time, and an events
+-- partition is dropped only once every reconciler cursor has passed it — a reconciler that
+-- lags past the items' retention still finds the job, its shards and counts of every event
+-- it has yet to apply. One row per job or shard, not per item: deleted in small batches,
+-- locked rows skipped (another run, or the Control API, has them).
 CREATE OR REPLACE FUNCTION pacer_prune_jobs(p_before timestamptz, p_limit integer DEFAULT 1000)
 RETURNS integer
 LANGUAGE plpgsql AS $fn$
 DECLARE
     ids uuid[];
+    events_kept tstzrange[] := ARRAY(SELECT tstzrange(p.starts, p.ends) FROM pacer_partitions('item_events') p);
 BEGIN
     SELECT array_agg(x.job_id) INTO ids FROM (
         SELECT j.job_id FROM jobs j
         WHERE j.created_at < p_before AND j.status IN ('completed', 'cancelled', 'terminated')
           AND NOT EXISTS (SELECT 1 FROM items i WHERE i.job_id = j.job_id)
+          AND NOT j.created_at <@ ANY(events_kept)
         ORDER BY j.created_at
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
