@@ -2,7 +2,8 @@
 -- shard's job and whether the shard's status changed. Only a change can change its job's
 -- state, so only then is the job row locked and refreshed: the batches in between (nearly
 -- all of a long job's) leave the job row, which every segment shares, alone.
--- The old status is read under the row lock (PostgreSQL 14 has no RETURNING old.*).
+-- The old status is read under the row lock the update takes anyway (FOR NO KEY UPDATE: a
+-- foreign key check on the shard does not wait for it); PostgreSQL 14 has no RETURNING old.*.
 WITH open_counts AS (
     SELECT c.shard_id,
            sum(c.n) FILTER (WHERE c.status IN ('pending', 'claimed', 'submitted', 'waiting_retry',
@@ -14,7 +15,7 @@ WITH open_counts AS (
     SELECT s.shard_id, s.status FROM shards s
     WHERE s.shard_id = ANY(%(shards)s::bigint[]) AND s.status IN ('pending', 'running', 'completed')
     ORDER BY s.shard_id
-    FOR UPDATE
+    FOR NO KEY UPDATE
 )
 UPDATE shards s
 SET status = CASE WHEN COALESCE(o.open_n, 0) = 0 THEN 'completed' ELSE 'running' END,
