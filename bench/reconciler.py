@@ -26,13 +26,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 from psycopg.rows import dict_row
 
-from bench.common import CORES, cpu_s, env_int, fresh_db, real_infra, seed_items
+from bench.common import CORES, cpu_s, env_int, fresh_db, real_infra, seed_items, wait_until
 from pacer_common.db.migrate import migrate
 from pacer_dev.infra import Infra
 from pacer_dev.segments import confirm_job, segment_ends, segments_behind, segments_shared
@@ -89,7 +88,8 @@ def _run(inf: Infra, url: str, job_id: str, replicas: int) -> tuple[Rate, float]
         procs = [st.start_service("reconciler", f"reconciler-{k}", wait=False) for k in range(replicas)]
         for p in procs:
             st.wait_ready(p)
-        _wait(lambda: segments_shared(url, SEGMENTS, replicas), 120, "the processes did not share the segments")
+        if not wait_until(lambda: segments_shared(url, SEGMENTS, replicas), 120, poll_s=0.05):
+            raise SystemExit("bench reconciler: the processes did not share the segments in 120 s")
         with psycopg.connect(url) as gate:
             gate.execute("SELECT pg_current_xact_id()")  # no event written after this is read before the gate closes
             events = confirm_job(url, job_id)
@@ -99,15 +99,9 @@ def _run(inf: Infra, url: str, job_id: str, replicas: int) -> tuple[Rate, float]
             cpu0 = sum(cpu_s(p.pid) for p in procs)
             gate.rollback()
             started = time.monotonic()
-        _wait(lambda: not segments_behind(url, ends), 1800, "the cursors did not reach the end")
+        if not wait_until(lambda: not segments_behind(url, ends), 1800, poll_s=0.05):
+            raise SystemExit("bench reconciler: the cursors did not reach the end in 30 minutes")
         return Rate(events, time.monotonic() - started), sum(cpu_s(p.pid) for p in procs) - cpu0
     finally:
         st.stop_all()
 
-
-def _wait(done: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"bench reconciler: {what} in {timeout_s:g} s")
-        time.sleep(0.05)
