@@ -68,6 +68,53 @@ def test_event_committed_after_a_later_numbered_one_is_not_skipped(
     assert all("tenant" not in m["value"] for m in published)
 
 
+def test_each_outcome_carries_its_own_jobs_tenant_and_trace_batch_after_batch(
+    database_url: str, kafka_config: dict[str, str], topics: tuple[str, str]
+) -> None:
+    """Two jobs of two tenants, their events interleaved in each batch: every outcome's headers
+    name its own job's tenant and trace, in the first batch (read from the jobs) and in the
+    next (known to the process by then), and a job without a trace gets no trace header."""
+    traces = {"acme": f"00-{'a' * 32}-{'1' * 16}-01", "default": None}
+    jobs: dict[str, str] = {}
+    items: list[str] = []
+    for tenant, guid in (("acme", "g-acme"), ("default", "g-default")):
+        job_id, _, ids = seed_job(database_url, {guid: 2})
+        jobs[job_id] = tenant
+        items += ids
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name) VALUES ('acme')")
+        for job_id, tenant in jobs.items():
+            conn.execute("UPDATE jobs SET tenant = %s, traceparent = %s WHERE job_id = %s",
+                         (tenant, traces[tenant], job_id))
+    first, second = [items[0], items[2]], [items[1], items[3]]  # one item of each job per batch
+
+    async def scenario() -> list[int]:
+        pool, rec = await _reconciler(database_url, kafka_config, topics)
+        try:
+            applied = []
+            for batch in (first, second):
+                async with pool.connection() as conn, conn.transaction():
+                    await apply(conn, CLAIM, batch)
+                applied.append(await rec.tail_once())
+            return applied
+        finally:
+            await pool.close()
+
+    assert asyncio.run(scenario()) == [2, 2]
+    job_of = {item: job_id for job_id in jobs for item in _items_of(database_url, job_id)}
+    published = read_topic(kafka_config, topics[0], expect=4)
+    got = sorted((m["value"]["item_id"], m["headers"]["pacer-tenant"], m["headers"].get("traceparent"))
+                 for m in published)
+    want = sorted((item, jobs[job_of[item]].encode(), (traces[jobs[job_of[item]]] or "").encode() or None)
+                  for item in items)
+    assert got == want
+
+
+def _items_of(url: str, job_id: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        return [r[0] for r in conn.execute("SELECT item_id::text FROM items WHERE job_id = %s", (job_id,))]
+
+
 def test_projection_counts_and_completes_the_job(
     database_url: str, kafka_config: dict[str, str], topics: tuple[str, str]
 ) -> None:

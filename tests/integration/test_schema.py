@@ -14,6 +14,7 @@ from pacer_common.db.sql import migrations, schema_objects
 from pacer_common.domain.commands import ItemCommand
 from pacer_dev.infra import Infra
 from pacer_dev.schema_dump import SCHEMA_SQL, dump, normalise
+from tests.integration.helpers import seed_job
 
 
 @pytest.fixture
@@ -57,6 +58,24 @@ def test_a_database_migrated_by_an_earlier_release_reaches_the_same_schema(empty
     migrated_by_an_earlier_release(empty_db, upto)
     migrate(empty_db)
     assert_is_schema_sql(empty_db)
+
+
+def test_a_job_stored_before_jobs_kept_their_trace_takes_it_from_a_planned_item(empty_db: str) -> None:
+    """Migration 0029: a job's trace context, until then kept only on its items, moves onto the
+    job from an item the planner stored, not from a compensation (which carries none); a job
+    whose items carry none stays without."""
+    trace = f"00-{'b' * 32}-{'2' * 16}-01"
+    migrated_by_an_earlier_release(empty_db, 28)
+    traced, _, (*rest, planned) = seed_job(empty_db, {"g1": 3})
+    untraced, _, _ = seed_job(empty_db, {"g2": 1})
+    with psycopg.connect(empty_db) as conn:
+        conn.execute("UPDATE items SET compensates = %s WHERE item_id = ANY(%s::uuid[])", (planned, rest))
+        # sent: after the pending compensations in the job's index and written after them
+        conn.execute("UPDATE items SET traceparent = %s, status = 'confirmed' WHERE item_id = %s", (trace, planned))
+    migrate(empty_db)
+    with psycopg.connect(empty_db) as conn:
+        got = dict(conn.execute("SELECT job_id::text, traceparent FROM jobs").fetchall())
+    assert got == {traced: trace, untraced: None}
 
 
 def test_every_migrate_restores_the_functions_and_triggers_in_the_files(empty_db: str) -> None:

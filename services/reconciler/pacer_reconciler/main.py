@@ -16,6 +16,7 @@ from pacer_common.tenant_gateways import TenantGateways
 from pacer_reconciler.adapters.backlog import PostgresBacklogs
 from pacer_reconciler.adapters.callbacks import KafkaCallbackSource
 from pacer_reconciler.adapters.faults import ENVIRONMENT
+from pacer_reconciler.adapters.job_labels import JobLabels
 from pacer_reconciler.adapters.kafka import KafkaPublisher
 from pacer_reconciler.adapters.layout import adopt_layout
 from pacer_reconciler.adapters.partitions import PostgresPartitions
@@ -56,12 +57,13 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         # One breaker state for every segment this process holds (a job's outcomes in them).
         breakers = Breakers(BreakerPolicy(cfg.breaker_consecutive, cfg.breaker_window, cfg.breaker_ratio,
                                           cfg.breaker_min_samples))
+        labels = JobLabels()  # each job's tenant and trace, read once for all segments
         store = PostgresLog(pool, "reconciler", verify_deadline, verify_after, segments=cfg.segments,
-                            owned=leases.owned)  # the sweeps and verification of the segments held
+                            owned=leases.owned, labels=labels)  # the sweeps and verification of the segments held
 
         def tailer(segment: int, lease: Lease) -> Reconciler:
             log = PostgresLog(pool, cursors[segment], verify_deadline, verify_after, leader=lease,
-                              segments=cfg.segments, segment=segment)
+                              segments=cfg.segments, segment=segment, labels=labels)
             return Reconciler(log, store, publisher, holds=store, breakers=breakers, batch=cfg.batch,
                               environment_errors=ENVIRONMENT)
 

@@ -1617,6 +1617,7 @@ CREATE TABLE public.jobs (
     target_owner text,
     target_lease_until timestamp with time zone,
     tenant text DEFAULT 'default'::text NOT NULL,
+    traceparent text,
     CONSTRAINT jobs_status_check CHECK ((status = ANY (ARRAY['running'::text, 'paused'::text, 'completed'::text, 'cancelled'::text, 'terminated'::text, 'awaiting_approval'::text]))),
     CONSTRAINT jobs_target_mode_check CHECK ((target_mode = ANY (ARRAY['snapshot'::text, 'requery'::text])))
 );

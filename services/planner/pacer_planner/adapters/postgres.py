@@ -79,6 +79,7 @@ class PostgresJobStore:
     async def _store(self, plan: Plan) -> Stored:
         req = plan.request
         snapshot = req.targets.mode == "snapshot"
+        traceparent = tracing.current()  # the job request's trace, kept on the job and each item
         async with self.pool.connection() as conn, synchronous_transaction(conn, pipeline=False):
             await claim_guids(conn, req.tenant, list(plan.per_guid))
             cur = await conn.execute(sql("insert_job"), {
@@ -94,7 +95,7 @@ class PostgresJobStore:
                 "coalesce_key": plan.coalesce[0] if plan.coalesce else None,
                 "coalesce_version": plan.coalesce[1] if plan.coalesce else None,
                 "approval_above": self.approval.above_items, "approve_new": self.approval.new_content,
-                "tenant": req.tenant, "created_at": plan.created_at,
+                "tenant": req.tenant, "created_at": plan.created_at, "traceparent": traceparent,
             })
             if await cur.fetchone() is None:
                 row = await (await conn.execute(sql("job_dispatched"), {"request_id": req.request_id})).fetchone()
@@ -102,7 +103,6 @@ class PostgresJobStore:
                 return Stored(plan.job_id, created=False, dispatched=row["dispatched_at"] is not None, shard_ids={})
             shard_ids = await insert_shards(conn, plan.job_id, plan.shards, plan.subs)
             if plan.items:
-                traceparent = tracing.current()  # the job request's trace, kept on each item
                 async with conn.cursor() as c, c.copy(_COPY_ITEMS) as copy:
                     for it in plan.items:
                         await copy.write_row((

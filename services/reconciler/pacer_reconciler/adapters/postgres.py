@@ -16,6 +16,7 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.guid_health import StatusEvent
 from pacer_common.domain.status import ItemStatus as S
+from pacer_reconciler.adapters.job_labels import JobLabels
 from pacer_reconciler.adapters.layout import segment_sql
 from pacer_reconciler.domain.projection import count_deltas
 from pacer_reconciler.domain.segments import SINGLETON_SEGMENT
@@ -53,8 +54,10 @@ class PostgresLog:
 
     def __init__(self, pool: Pool, cursor_name: str, verify_deadline: timedelta,
                  verify_after: timedelta = timedelta(seconds=15), *, leader: Lease | None = None,
-                 segments: int = 1, segment: int = 0, owned: Callable[[], Sequence[int]] | None = None) -> None:
+                 segments: int = 1, segment: int = 0, owned: Callable[[], Sequence[int]] | None = None,
+                 labels: JobLabels | None = None) -> None:
         self.pool = pool
+        self.labels = labels or JobLabels()  # shared by the segments of a process
         self.leader = leader  # when set, the cursor moves only under its live lease epoch
         self.segments = segments
         self.segment = segment
@@ -78,6 +81,7 @@ class PostgresLog:
                     segment_sql("read_events", self.segments),
                     {"segment": self.segment, "xid": after.xid, "seq": after.seq, "limit": limit}
                 )).fetchall()
+                await self.labels.label(conn, rows)
             return [(Position(r["xid"], r["seq"]), _event(r)) for r in rows]
 
         return await with_retry(work)

@@ -7,11 +7,11 @@
 -- taking only xid < the oldest running xid, in (xid, seq) order, never can.
 -- The order names the table's columns: a bare "xid" would be the text alias below, and
 -- '1000' sorts before '999'.
+-- The job's tenant and trace context, which each outcome carries in its headers, are read once
+-- per job (job_labels.sql), not here: a lookup per event was most of this statement's cost.
 SELECT seq, xid::text AS xid, item_id::text AS item_id, job_id::text AS job_id, shard_id, guid,
        version, type, from_status::text AS from_status, to_status::text AS to_status,
-       payload, occurred_at,
-       (SELECT i.traceparent FROM items i WHERE i.item_id = item_events.item_id) AS traceparent,
-       (SELECT j.tenant FROM jobs j WHERE j.job_id = item_events.job_id) AS tenant
+       payload, occurred_at
 FROM item_events
 WHERE {guid_segment} >= %(segment)s AND {guid_segment} <= %(segment)s
   AND (xid, seq) > (%(xid)s::xid8, %(seq)s::bigint)
