@@ -74,7 +74,7 @@ def test_a_job_stored_before_jobs_kept_their_trace_takes_it_from_a_planned_item(
         conn.execute("UPDATE items SET traceparent = %s, status = 'confirmed' WHERE item_id = %s", (trace, planned))
     migrate(empty_db)
     with psycopg.connect(empty_db) as conn:
-        got = dict(conn.execute("SELECT job_id::text, traceparent FROM jobs").fetchall())
+        got: dict[str, str | None] = dict(conn.execute("SELECT job_id::text, traceparent FROM jobs").fetchall())
     assert got == {traced: trace, untraced: None}
 
 

@@ -63,10 +63,12 @@ def outcome_of(ev: ItemEvent) -> bool | None:
     """True: a failure that counts; False: a success; None: says nothing about job or account."""
     if ev.to_status is ItemStatus.CONFIRMED:
         return False
-    error_class = error_class_of(ev.payload)
-    if ev.to_status in (ItemStatus.FAILED, ItemStatus.WAITING_RETRY, ItemStatus.RECOVERY_PENDING):
-        return error_class in FAILING_CLASSES
-    return None
+    if ev.to_status in _FAILED_OR_RETRYING:
+        return error_class_of(ev.payload) in FAILING_CLASSES
+    return None  # claimed, submitted, …: most of the log, decided without reading the payload
+
+
+_FAILED_OR_RETRYING = frozenset({ItemStatus.FAILED, ItemStatus.WAITING_RETRY, ItemStatus.RECOVERY_PENDING})
 
 
 class Breakers:
