@@ -210,7 +210,8 @@ class ItemEvent(BaseModel):
     to_status: ItemStatus
     occurred_at: AwareDatetime
     payload: Payload
-    # The item's W3C trace context (from its row): a Kafka header of the outcome, not its body.
+    # The W3C trace context of the item's job request (jobs.traceparent): a Kafka header of the
+    # outcome, not its body.
     traceparent: str | None = Field(default=None, exclude=True)
     # The item's job's tenant: the outcome's header ``pacer-tenant``, not its body.
     tenant: str | None = Field(default=None, exclude=True)
