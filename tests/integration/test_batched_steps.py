@@ -155,3 +155,36 @@ def test_a_batch_of_confirms_moves_only_the_items_whose_own_epoch_matches(databa
     assert ledger == {items[0]: "sent:0", items[1]: "reserved:-", items[2]: "sent:2", items[4]: "reserved:-"}
     assert confirmed == {items[0]: {"receipt": {"code": 0, "n": 0}}, items[2]: {"receipt": {"code": 0, "n": 2}}}
     assert answered == {"g1": True, "g2": True, "g3": False}
+
+
+def test_before_the_statistics_know_a_partition_a_batch_of_begins_finds_its_items_by_id_alone(
+    database_url: str,
+) -> None:
+    """A new week's items partition has no statistics until autovacuum analyzes it. A batch's
+    plan made then must still look its items up by id alone: ANDed with a scan of the index of
+    every queued item, each batch read the whole queue (30 ms to over a second at 10,000
+    guids, in bench scale)."""
+    job_id, shards, (first, *_) = seed_job(database_url, {"g1": 1})
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        (partition,) = conn.execute("SELECT tableoid::regclass::text FROM items WHERE item_id = %s", (first,)).fetchone()
+        conn.execute(f"ALTER TABLE {partition} SET (autovacuum_enabled = off)")  # no statistics, as when new
+        conn.execute("INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind)"
+                     " SELECT pacer_item_id(now()), %s, %s, 'g1', 'room-' || n, 'hi', 'k-' || n, 3, 'campaign'"
+                     " FROM generate_series(1, 30000) AS n", (job_id, shards["g1"]))
+        conn.execute("SELECT * FROM pacer_acquire_guids(ARRAY['g1'], %s, %s, '0 s')", (OWNER, TTL))
+        batch = conn.execute("SELECT item_id::text, idem_key, guid, to_id FROM items ORDER BY item_id LIMIT 25").fetchall()
+        (analyzed,) = conn.execute("SELECT last_autoanalyze IS NOT NULL OR last_analyze IS NOT NULL"
+                                   " FROM pg_stat_user_tables WHERE relid = %s::regclass", (partition,)).fetchone()
+        assert not analyzed
+        plans: list[str] = []
+        conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+        conn.execute("LOAD 'auto_explain'")
+        for setting, value in (("log_min_duration", "0"), ("log_nested_statements", "on"), ("log_level", "notice")):
+            conn.execute(f"SET auto_explain.{setting} = '{value}'")
+        begun = conn.execute("SELECT outcome FROM pacer_begin_send_many(%s::uuid[], %s, %s::interval, %s::text[],"
+                             " %s::text[], %s::text[])", ([r[0] for r in batch], OWNER, TTL, [r[1] for r in batch],
+                                                           [r[2] for r in batch], [r[3] for r in batch])).fetchall()
+    assert [o for (o,) in begun] == ["submitted"] * 25
+    (mine,) = [p for p in plans if "WITH mine AS MATERIALIZED" in p]
+    cte = mine.split("CTE mine", 1)[1].split("InitPlan", 1)[0]
+    assert "BitmapAnd" not in cte and f"Seq Scan on {partition} " not in cte, cte
