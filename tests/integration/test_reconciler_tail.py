@@ -101,12 +101,11 @@ def test_each_outcome_carries_its_own_jobs_tenant_and_trace_batch_after_batch(
             await pool.close()
 
     assert asyncio.run(scenario()) == [2, 2]
-    job_of = {item: job_id for job_id in jobs for item in _items_of(database_url, job_id)}
     published = read_topic(kafka_config, topics[0], expect=4)
     got = sorted((m["value"]["item_id"], m["headers"]["pacer-tenant"], m["headers"].get("traceparent"))
                  for m in published)
-    want = sorted((item, jobs[job_of[item]].encode(), (traces[jobs[job_of[item]]] or "").encode() or None)
-                  for item in items)
+    want = sorted((item, tenant.encode(), None if traces[tenant] is None else traces[tenant].encode())
+                  for job_id, tenant in jobs.items() for item in _items_of(database_url, job_id))
     assert got == want
 
 
