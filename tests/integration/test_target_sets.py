@@ -18,6 +18,7 @@ import httpx
 import psycopg
 import pytest
 
+from pacer_common import tracing
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.kafka import ensure_topics, make_producer
@@ -381,6 +382,46 @@ def test_an_empty_audience_completes_the_job_at_once(
     job = asyncio.run(go())
     assert one(database_url, "SELECT status, total, target_pages, finished_at IS NOT NULL, dispatched_at IS NOT NULL"
                              " FROM jobs WHERE job_id = %s", job) == ("completed", 0, 1, True, True)
+
+
+# -- trace context ----------------------------------------------------------------------------------
+
+def trace_of(traceparent: str | bytes | None) -> str | None:
+    """The trace id of a ``traceparent`` value (None if there is none)."""
+    if isinstance(traceparent, bytes):
+        traceparent = traceparent.decode()
+    return traceparent.split("-")[1] if traceparent else None
+
+
+def test_a_requery_jobs_pages_are_fetched_stored_and_dispatched_in_the_requests_trace(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience) -> None:
+    # Pages are fetched after the request's own span has ended, by whichever planner holds the
+    # job, one of them after a crash: each takes the trace from the job.
+    audience.put(targets(5))
+    trace = uuid.uuid4().hex
+    request = tracing.parent(f"00-{trace}-{uuid.uuid4().hex[:16]}-01")
+
+    async def go() -> str:
+        async with instance(database_url, kafka_config, topics, "planner-a", crash_after=1) as a:
+            with tracing.span("plan job request", request, "consumer"):
+                h = await a.planner.handle(None, requery("rq-trace", audience.url, 2))
+            assert h.job_id is not None
+            with pytest.raises(SimulatedCrash):
+                await a.pager.run(h.job_id)  # page 1 dispatched; page 2 stored, not flushed
+        async with instance(database_url, kafka_config, topics, "planner-a") as b:
+            assert await b.pager.run(h.job_id) == "complete"  # page 2 re-dispatched from its rows
+        return h.job_id
+
+    job = asyncio.run(go())
+    assert trace_of(one(database_url, "SELECT traceparent FROM jobs WHERE job_id = %s", job)) == trace
+    assert [trace_of(r["traceparent"]) for r in audience.requests()] == [trace] * 3
+    stored = rows(database_url, "SELECT target_page, traceparent FROM items WHERE job_id = %s ORDER BY 1", job)
+    assert [(page, trace_of(t)) for page, t in stored] == [(1, trace), (1, trace), (2, trace), (2, trace),
+                                                           (3, trace)]
+    commands = read_topic(kafka_config, topics["batch"], expect=5)
+    assert len(commands) == 5
+    assert [trace_of(c["headers"].get("traceparent")) for c in commands] == [trace] * 5
+    assert [trace_of(c["value"]["traceparent"]) for c in commands] == [trace] * 5
 
 
 # -- sub-shards -------------------------------------------------------------------------------------

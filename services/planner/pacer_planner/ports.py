@@ -61,6 +61,7 @@ class PagingState:
     pages: int  # pages stored so far
     complete: bool  # the last page is stored
     created_at: datetime  # the job's: stamped on the ids of the items its pages add
+    traceparent: str | None = None  # the job request's trace: each page is paged in it
 
 
 @dataclass(frozen=True)

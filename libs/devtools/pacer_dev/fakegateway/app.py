@@ -154,7 +154,7 @@ def _audience_routes(app: FakeGatewayApp) -> None:
             limit = int(q["limit"]) if "limit" in q else None
         except ValueError:
             return JSONResponse({"error": "limit must be an integer"}, status_code=400)
-        answer = auds.page(name, q.get("cursor"), limit)
+        answer = auds.page(name, q.get("cursor"), limit, request.headers.get("traceparent"))
         return Response(answer.body, status_code=answer.status, media_type="application/json")
 
 

@@ -110,12 +110,13 @@ class Audiences:
     def delete(self, name: str) -> bool:
         return self.by_name.pop(name, None) is not None
 
-    def page(self, name: str, cursor: str | None, limit: int | None) -> Answer:
-        """Serve one page (or the fault that is due). Unknown audience: 404; bad cursor: 400."""
+    def page(self, name: str, cursor: str | None, limit: int | None, traceparent: str | None = None) -> Answer:
+        """Serve one page (or the fault that is due). Unknown audience: 404; bad cursor: 400.
+        Each request is recorded with its ``traceparent`` header, if it had one."""
         aud = self.by_name.get(name)
         if aud is None:
             return _json(404, {"error": f"no audience {name!r}"})
-        entry: dict[str, Any] = {"cursor": cursor, "limit": limit}
+        entry: dict[str, Any] = {"cursor": cursor, "limit": limit, "traceparent": traceparent}
         aud.requests.append(entry)
         if aud.fail_next > 0:
             aud.fail_next -= 1

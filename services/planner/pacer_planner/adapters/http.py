@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from pacer_common import tracing
 from pacer_planner.domain.targets import TargetFetchError
 
 
@@ -23,7 +24,7 @@ class HttpTargetSource:
         if cursor is not None:
             target = target.copy_set_param("cursor", cursor)
         try:
-            resp = await self.client.get(target, headers={"accept": "application/json"})
+            resp = await self.client.get(target, headers={"accept": "application/json", **tracing.http_headers()})
         except httpx.HTTPError as exc:
             raise TargetFetchError(f"request failed: {type(exc).__name__}{f': {exc}' if str(exc) else ''}") from exc
         if resp.status_code != 200:

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
+from pacer_common import tracing
 from pacer_common.db.durable import synchronous_transaction
 from pacer_common.db.errors import RefusedError, with_retry
 from pacer_common.db.pool import Pool
@@ -48,7 +49,7 @@ class PostgresTargetStore:
             return None
         r = rows[0]
         return PagingState(r["job_id"], JobRequest.model_validate(r["request"]), r["status"], r["target_cursor"],
-                           r["target_pages"], r["complete"], r["created_at"])
+                           r["target_pages"], r["complete"], r["created_at"], r["traceparent"])
 
     async def known_subs(self, job_id: str, guids: Sequence[Guid]) -> dict[Guid, int]:
         rows = await self._rows("page_shards", {"job_id": job_id, "guids": list(guids)})
@@ -89,6 +90,7 @@ class PostgresTargetStore:
             "item_ids": [it.item_id for it in items], "shard_ids": [shard_ids[it.shard] for it in items],
             "guids": [it.guid for it in items], "to_ids": [it.to_id for it in items],
             "contents": [it.content for it in items], "keys": [it.idem_key for it in items],
+            "traceparent": tracing.current(),  # the page's span, in the job request's trace
         })
         added = frozenset(r["item_id"] for r in await cur.fetchall())
         await conn.execute(sql("page_record"), {

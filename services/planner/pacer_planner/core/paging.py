@@ -28,6 +28,7 @@ from typing import Literal
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
+from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.requests import RequeryTargets, expired
 from pacer_common.logs import bind
@@ -94,7 +95,10 @@ class TargetPager:
                 if max_pages is not None and stored >= max_pages:
                     await self.store.release(job_id, owner)
                     return "stopped"
-                outcome = await self._page(state)
+                # Each page in the job request's trace: the audience's fetch, the items' rows
+                # and their commands carry it, as a snapshot job's do.
+                with tracing.span("page requery targets", tracing.parent(state.traceparent), page=state.pages + 1):
+                    outcome = await self._page(state)
                 if outcome == "stored":
                     stored += 1
                 elif outcome != "waited":

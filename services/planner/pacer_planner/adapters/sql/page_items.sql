@@ -6,8 +6,9 @@
 -- pacer_retry_item does for a compensation; a shard the reconciler had completed reopens.
 WITH ins AS (
     INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,
-                       expire_at, not_before, target_page)
-    SELECT i, %(job_id)s, s, g, t, c, k, %(priority)s, %(kind)s, %(expire_at)s, %(not_before)s, %(page_no)s
+                       expire_at, not_before, target_page, traceparent)
+    SELECT i, %(job_id)s, s, g, t, c, k, %(priority)s, %(kind)s, %(expire_at)s, %(not_before)s, %(page_no)s,
+           %(traceparent)s
     FROM unnest(%(item_ids)s::uuid[], %(shard_ids)s::bigint[], %(guids)s::text[], %(to_ids)s::text[],
                 %(contents)s::text[], %(keys)s::text[]) AS x(i, s, g, t, c, k)
     ON CONFLICT DO NOTHING

@@ -5,4 +5,4 @@ SET target_owner = %(owner)s, target_lease_until = now() + make_interval(secs =>
 WHERE job_id = %(job_id)s AND target_mode = 'requery' AND dispatched_at IS NULL
   AND (target_owner IS NULL OR target_owner = %(owner)s OR target_lease_until < now())
 RETURNING job_id::text AS job_id, request, status, target_cursor, target_pages,
-          target_complete_at IS NOT NULL AS complete, created_at
+          target_complete_at IS NOT NULL AS complete, created_at, traceparent
