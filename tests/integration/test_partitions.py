@@ -315,3 +315,49 @@ def test_days_of_tenant_send_counts_past_retention_are_deleted_and_the_rest_kept
         left = conn.execute("SELECT tenant, (now() AT TIME ZONE 'UTC')::date - day FROM tenant_usage"
                             " ORDER BY 1, 2").fetchall()
     assert left == [(t, d) for t in ("acme", "default") for d in (0, 1, 30)]
+
+
+def test_a_partition_filled_before_autovacuum_reached_it_is_analyzed_once(database_url: str) -> None:
+    import asyncio
+
+    from prometheus_client import CollectorRegistry
+
+    from pacer_common.db.pool import open_pool
+    from pacer_reconciler.adapters.partitions import PostgresPartitions
+    from pacer_reconciler.metrics import ReconcilerMetrics
+    from pacer_reconciler.retention import PartitionStats
+
+    def current(conn: psycopg.Connection[Any], table: str) -> str:
+        return str(conn.execute("SELECT partition FROM pacer_partitions(%s) WHERE starts <= now() AND ends > now()",
+                                (table,)).fetchone()[0])
+
+    def reltuples(conn: psycopg.Connection[Any], partition: str) -> float:
+        return float(conn.execute("SELECT reltuples FROM pg_class WHERE relname = %s", (partition,)).fetchone()[0])
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        big, small = current(conn, "audit_log"), current(conn, "guid_state_history")
+        for p in (big, small):  # autovacuum must not analyze them first
+            conn.execute(psycopg.sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(
+                psycopg.sql.Identifier(p)))
+        conn.execute("INSERT INTO audit_log (actor, action, target_type, target_id, reason)"
+                     " SELECT 'op', 'retry', 'item', g::text, repeat('x', 400) FROM generate_series(1, 4000) g")
+        conn.execute("INSERT INTO guid_state_history (guid, state, event_ts, source)"
+                     " SELECT 'g' || g, 'online', now(), 'test' FROM generate_series(1, 10) g")
+        assert reltuples(conn, big) < 0 and reltuples(conn, small) < 0  # never analyzed
+
+    registry = CollectorRegistry()
+
+    async def run_twice() -> tuple[int, int]:
+        pool = await open_pool(database_url, min_size=1, max_size=1)
+        try:
+            stats = PartitionStats(PostgresPartitions(pool), ReconcilerMetrics(registry, lambda: True))
+            return await stats.round(), await stats.round()
+        finally:
+            await pool.close()
+
+    assert asyncio.run(run_twice()) == (1, 0)  # once: then it has statistics
+    with psycopg.connect(database_url) as conn:
+        assert reltuples(conn, big) == 4000
+        assert reltuples(conn, small) < 0, "10 rows are below the size worth analyzing"
+    assert registry.get_sample_value("pacer_reconciler_partitions_total",
+                                     {"table": "audit_log", "action": "analyzed"}) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from pacer_reconciler.domain.retention import PartitionChange, Retention, tally
+from pacer_reconciler.domain.retention import Analyzed, PartitionChange, Retention, tally
 from pacer_reconciler.settings import ReconcilerSettings
 
 
@@ -77,6 +77,9 @@ def test_a_maintenance_run_creates_then_prunes_and_exports_what_it_did() -> None
         async def prune_usage(self, retain_days: int) -> int:
             calls.append(("prune_usage", retain_days))
             return 3
+
+        async def analyze_new(self, min_bytes: int) -> list[Analyzed]:
+            raise AssertionError("statistics are not part of a maintenance run: they run on their own")
 
     registry = CollectorRegistry()
     keeper = PartitionKeeper(Partitions(), retention(), 3, ReconcilerMetrics(registry, lambda: True))

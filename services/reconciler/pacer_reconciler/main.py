@@ -30,7 +30,7 @@ from pacer_reconciler.domain.segments import segment_names
 from pacer_reconciler.leading import LoopConfig, SegmentLoop
 from pacer_reconciler.metrics import ReconcilerMetrics
 from pacer_reconciler.ports import Lease
-from pacer_reconciler.retention import PartitionKeeper
+from pacer_reconciler.retention import PartitionKeeper, PartitionStats
 from pacer_reconciler.settings import ReconcilerSettings
 from pacer_reconciler.verifier import Verifier
 
@@ -82,6 +82,9 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         keeper = PartitionKeeper(PostgresPartitions(pool), cfg.retention(), cfg.partitions_ahead_days, m)
         keeping = asyncio.create_task(keeper.run(cfg.maintain_every_s, ctx.stop, cfg.error_backoff_max_s),
                                       name="partitions")
+        stats = PartitionStats(PostgresPartitions(pool), m)
+        analyzing = asyncio.create_task(stats.run(cfg.analyze_every_s, ctx.stop, cfg.error_backoff_max_s),
+                                        name="partition-stats")
         try:
             await loop.run(ctx.stop, ctx.health.set_ready)
         finally:
@@ -89,6 +92,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
             await tenant_refresher
             await consuming
             await keeping
+            await analyzing
             await source.close()
             publisher.close()
             await gateways.aclose()

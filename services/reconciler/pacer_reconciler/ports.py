@@ -11,7 +11,7 @@ from typing import Literal, Protocol
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.guid_health import StatusEvent
-from pacer_reconciler.domain.retention import PartitionChange
+from pacer_reconciler.domain.retention import Analyzed, PartitionChange
 
 SweepKind = Literal["retry_due", "claim_expired", "submit_expired", "release_held"]
 
@@ -131,3 +131,4 @@ class Partitions(Protocol):
     async def prune(self, retain_days: Mapping[str, int]) -> Sequence[PartitionChange]: ...
     async def prune_jobs(self, retain_days: int) -> int: ...
     async def prune_usage(self, retain_days: int) -> int: ...
+    async def analyze_new(self, min_bytes: int) -> Sequence[Analyzed]: ...

@@ -3,13 +3,17 @@ this; the database lets one at a time in). Each change is logged; a partition ke
 retention is logged with the reason, every run, until it goes. Then the rows of finished
 jobs whose items have all gone with their partitions (the job, its shards, their counts and
 target pages) are deleted: one row per job or shard, so these tables stay as bounded as the
-items. Last, the days of tenant send counts past their retention (a row per tenant and day)."""
+items. Last, the days of tenant send counts past their retention (a row per tenant and day).
+
+More often, a new period's partitions that fill before autovacuum reaches them get their
+first statistics (``PartitionStats``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 from pacer_reconciler.core import RoundGuard
 from pacer_reconciler.domain.retention import PartitionChange, Retention, tally
@@ -52,14 +56,45 @@ class PartitionKeeper:
         return sum(n for (_, action), n in counts.items() if action in ("created", "dropped"))
 
     async def run(self, every_s: float, stop: asyncio.Event, backoff_max_s: float) -> None:
-        guard = RoundGuard(max_s=backoff_max_s)
-        while not stop.is_set():
-            _, delay = await guard.run(self.round)
-            for error, k in guard.errors.items():
-                self.m.round_errors.labels(error).inc(k)
-            guard.errors.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=delay or every_s)
+        await every(self.round, every_s, stop, backoff_max_s, self.m)
+
+
+class PartitionStats:
+    """A partition of a new period is planned without statistics until autovacuum analyzes it,
+    and autovacuum can be late: its workers busy with the large partitions of the periods
+    before. Planned blind, a statement can pick a plan that reads every queued item. Each run
+    analyzes the partitions never analyzed that already hold ``min_bytes`` (below that any
+    plan is cheap), once each: autovacuum keeps their statistics after that."""
+
+    def __init__(self, partitions: Partitions, m: ReconcilerMetrics, min_bytes: int = 1 << 20) -> None:
+        self.partitions = partitions
+        self.m = m
+        self.min_bytes = min_bytes
+
+    async def round(self) -> int:
+        analyzed = await self.partitions.analyze_new(self.min_bytes)
+        for a in analyzed:
+            log.info("partition %s analyzed: it held %d bytes and had no statistics yet", a.partition, a.bytes,
+                     extra={"partition": a.partition, "action": "analyzed", "bytes": a.bytes})
+            self.m.partitions.labels(a.table, "analyzed").inc()
+        return len(analyzed)
+
+    async def run(self, every_s: float, stop: asyncio.Event, backoff_max_s: float) -> None:
+        await every(self.round, every_s, stop, backoff_max_s, self.m)
+
+
+async def every(round_: Callable[[], Awaitable[int]], every_s: float, stop: asyncio.Event, backoff_max_s: float,
+                m: ReconcilerMetrics) -> None:
+    """Run ``round_`` every ``every_s`` until ``stop``; a failed round is counted and retried
+    with backoff."""
+    guard = RoundGuard(max_s=backoff_max_s)
+    while not stop.is_set():
+        _, delay = await guard.run(round_)
+        for error, k in guard.errors.items():
+            m.round_errors.labels(error).inc(k)
+        guard.errors.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=delay or every_s)
 
 
 def _log(c: PartitionChange) -> None:

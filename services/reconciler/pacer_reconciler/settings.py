@@ -130,6 +130,12 @@ class ReconcilerSettings(OpsSettings):
         "How often partitions are created ahead and those past retention dropped (every replica tries; one at a "
         "time runs, under a lock in the database)."
     ))
+    analyze_every_s: float = Field(60.0, gt=0, description=(
+        "How often the time partitions that hold rows (1 MiB or more) but were never analyzed are given their "
+        "first statistics: a new period's partition that fills before autovacuum reaches it is otherwise planned "
+        "blind. Each is analyzed once; autovacuum keeps its statistics after that (one replica at a time, under "
+        "a lock in the database)."
+    ))
 
     def retention(self) -> Retention:
         return Retention(items_days=self.retain_items_days, ledger_days=self.retain_ledger_days,

@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from psycopg import errors
+from psycopg import sql as psql
 from psycopg.types.json import Jsonb
 
 from pacer_common.db.errors import with_retry
 from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader
-from pacer_reconciler.domain.retention import PartitionChange
+from pacer_reconciler.domain.retention import Analyzed, PartitionChange
 
 _sql = loader("pacer_reconciler.adapters.sql")
 JOBS_BATCH = 1000  # jobs deleted per transaction
@@ -51,6 +53,26 @@ class PostgresPartitions:
             async with self.pool.connection() as conn:
                 row = await (await conn.execute(_sql("prune_usage"), {"retain_days": retain_days})).fetchone()
             return int(row["pruned"]) if row else 0
+
+        return await with_retry(work)
+
+    async def analyze_new(self, min_bytes: int) -> list[Analyzed]:
+        """ANALYZE each time partition never analyzed that holds at least ``min_bytes``; what was
+        analyzed. One replica at a time: the others get nothing back at once."""
+        async def work() -> list[Analyzed]:
+            done: list[Analyzed] = []
+            async with self.pool.connection() as conn, conn.transaction():
+                lock = await (await conn.execute(_sql("stats_lock"))).fetchone()
+                if lock is None or not lock["locked"]:
+                    return done
+                for r in await (await conn.execute(_sql("stats_candidates"), {"min_bytes": min_bytes})).fetchall():
+                    try:
+                        async with conn.transaction():
+                            await conn.execute(psql.SQL("ANALYZE {}").format(psql.Identifier(r["partition"])))
+                    except errors.LockNotAvailable:
+                        continue
+                    done.append(Analyzed(r["parent"], r["partition"], int(r["bytes"])))
+            return done
 
         return await with_retry(work)
 

@@ -42,6 +42,15 @@ class Retention:
 
 
 @dataclass(frozen=True)
+class Analyzed:
+    """A time partition given its first statistics: its table, its name and its size then."""
+
+    table: str
+    partition: str
+    bytes: int
+
+
+@dataclass(frozen=True)
 class PartitionChange:
     """One line of a maintenance run: a partition created, dropped, kept past retention (with
     the reason), skipped (its table was locked), or a default partition that holds rows."""
