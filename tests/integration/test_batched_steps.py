@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 
 from tests.integration.helpers import seed_job
@@ -178,7 +179,11 @@ def test_before_the_statistics_know_a_partition_a_batch_of_begins_finds_its_item
         assert not analyzed
         plans: list[str] = []
         conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
-        conn.execute("LOAD 'auto_explain'")
+        try:
+            conn.execute("LOAD 'auto_explain'")
+        except psycopg.errors.InsufficientPrivilege:
+            pytest.skip("the plan is read through auto_explain, which this database user may not load"
+                        " (PACER_DATABASE_URL names a user that is not a superuser)")
         for setting, value in (("log_min_duration", "0"), ("log_nested_statements", "on"), ("log_level", "notice")):
             conn.execute(f"SET auto_explain.{setting} = '{value}'")
         begun = conn.execute("SELECT outcome FROM pacer_begin_send_many(%s::uuid[], %s, %s::interval, %s::text[],"
