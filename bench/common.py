@@ -126,6 +126,21 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_s() -> float:
+    """CPU seconds every process on this machine has spent so far, all cores together
+    (/proc/stat: user, nice, system, irq, softirq and steal time)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_bound_per_s(units: int, busy_s: float) -> float:
+    """Units per second the machine's cores allow at the CPU per unit measured: ``CORES``
+    over (``busy_s`` / ``units``), every process's CPU counted, the service's and Postgres',
+    Kafka's and the gateway's alike. A run at this rate would keep every core busy."""
+    return CORES * units / busy_s if busy_s > 0 else float("inf")
+
+
 def rss_mib(pid: int) -> float:
     """Peak resident memory of a process (VmHWM), MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

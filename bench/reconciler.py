@@ -18,7 +18,11 @@ cursor stands at its last event.
 ``ratio`` = one / raw read; ``scaling`` = two / one; ``cpu_us_per_event_*``: the reconciler
 processes' CPU time per event. Two processes do twice the work of one only with a core each
 to spare: on a machine that Postgres and Kafka share, the CPU per event shows whether a
-process got slower or only had no core to run on.
+process got slower or only had no core to run on. ``others_cpu_us_per_event_two``: every
+other process's CPU per event in the two-process run (Postgres, Kafka, this driver's polls);
+``two_cpu_bound_per_s``: what the machine's cores allow at the two runs' CPU per event, all
+processes counted (``bench.common.cpu_bound_per_s``), and ``scaling_cpu_bound`` that over
+one, the most ``scaling`` this machine can show.
 """
 
 from __future__ import annotations
@@ -31,7 +35,17 @@ from pathlib import Path
 import psycopg
 from psycopg.rows import dict_row
 
-from bench.common import CORES, cpu_s, env_int, fresh_db, real_infra, seed_items, wait_until
+from bench.common import (
+    CORES,
+    cpu_bound_per_s,
+    cpu_s,
+    env_int,
+    fresh_db,
+    machine_busy_s,
+    real_infra,
+    seed_items,
+    wait_until,
+)
 from pacer_common.db.migrate import migrate
 from pacer_dev.infra import Infra
 from pacer_dev.segments import confirm_job, segment_ends, segments_behind, segments_shared
@@ -50,15 +64,18 @@ def reconciler() -> str:
         jobs = [seed_items(url, guids=1000, per_guid=max(1, items // 1000)).job_id for _ in range(2)]
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE items")
-        one, one_cpu = _run(inf, url, jobs[0], replicas=1)
-        two, two_cpu = _run(inf, url, jobs[1], replicas=2)
+        one, one_cpu, _ = _run(inf, url, jobs[0], replicas=1)
+        two, two_cpu, two_busy = _run(inf, url, jobs[1], replicas=2)
         raw = asyncio.run(_raw_read(url))
     finally:
         drop_database(url)
+    bound = cpu_bound_per_s(two.events, two_busy)
     return (f"bench reconciler: events={one.events} one_per_s={one.per_s:.0f} raw_read_per_s={raw.per_s:.0f} "
             f"ratio={one.per_s / raw.per_s:.2f} two_per_s={two.per_s:.0f} scaling={two.per_s / one.per_s:.2f} "
             f"cpu_us_per_event_one={one_cpu / one.events * 1e6:.0f} "
-            f"cpu_us_per_event_two={two_cpu / two.events * 1e6:.0f} cores={CORES}")
+            f"cpu_us_per_event_two={two_cpu / two.events * 1e6:.0f} "
+            f"others_cpu_us_per_event_two={(two_busy - two_cpu) / two.events * 1e6:.0f} "
+            f"two_cpu_bound_per_s={bound:.0f} scaling_cpu_bound={bound / one.per_s:.2f} cores={CORES}")
 
 
 class Rate:
@@ -77,9 +94,10 @@ async def _raw_read(url: str) -> Rate:
         return Rate(n, time.perf_counter() - started)
 
 
-def _run(inf: Infra, url: str, job_id: str, replicas: int) -> tuple[Rate, float]:
+def _run(inf: Infra, url: str, job_id: str, replicas: int) -> tuple[Rate, float, float]:
     """The events of ``job_id``'s confirmation applied per second by ``replicas`` processes
-    sharing the segments evenly, and the CPU seconds the processes spent on them."""
+    sharing the segments evenly, the CPU seconds the processes spent on them, and the CPU
+    seconds the whole machine spent meanwhile."""
     state = Path(".pacer") / "bench" / "runs" / f"reconciler-{replicas}"
     st = Stack(state, Infra(inf.kafka_bootstrap, url, state), topic_prefix=f"b{uuid.uuid4().hex[:10]}",
                env_extra={"PACER_RECONCILER_SEGMENTS": str(SEGMENTS)})
@@ -96,12 +114,13 @@ def _run(inf: Infra, url: str, job_id: str, replicas: int) -> tuple[Rate, float]
             ends = segment_ends(url, SEGMENTS)
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute("ANALYZE item_events")
-            cpu0 = sum(cpu_s(p.pid) for p in procs)
+            cpu0, busy0 = sum(cpu_s(p.pid) for p in procs), machine_busy_s()
             gate.rollback()
             started = time.monotonic()
         if not wait_until(lambda: not segments_behind(url, ends), 1800, poll_s=0.05):
             raise SystemExit("bench reconciler: the cursors did not reach the end in 30 minutes")
-        return Rate(events, time.monotonic() - started), sum(cpu_s(p.pid) for p in procs) - cpu0
+        elapsed, busy = time.monotonic() - started, machine_busy_s() - busy0
+        return Rate(events, elapsed), sum(cpu_s(p.pid) for p in procs) - cpu0, busy
     finally:
         st.stop_all()
 

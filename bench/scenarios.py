@@ -15,11 +15,13 @@ import psycopg
 from bench.common import (
     CORES,
     count,
+    cpu_bound_per_s,
     cpu_s,
     drop_db,
     env_int,
     fresh_db,
     gateway,
+    machine_busy_s,
     publish_commands,
     real_infra,
     rss_mib,
@@ -97,7 +99,13 @@ def planner() -> str:
 
 def sender() -> str:
     """One sender process, pacing off, zero-latency gateway, vs a bare consume → POST loop on
-    each client the sender's gateway adapter is built from; the ratio is to the fastest."""
+    each client the sender's gateway adapter is built from; the ratio is to the fastest.
+
+    Where the CPU goes, per item: the sender's own (``sender_cpu_ms_per_item``), every other
+    process's meanwhile (``others_cpu_ms_per_item``: Postgres, Kafka, the gateway, this
+    driver's polls) and the whole machine's in the fastest bare loop (``bare_cpu_ms_per_item``);
+    ``cpu_bound_per_s``, what the cores allow at the sender run's CPU per item, and
+    ``ratio_cpu_bound`` that over the bare loop: the most ``ratio`` this machine can show."""
     guids, per_guid = 200, env_int("BENCH_SENDER_PER_GUID", 100)
     n = guids * per_guid
     inf = real_infra()
@@ -109,20 +117,28 @@ def sender() -> str:
         publish_commands(inf.kafka_bootstrap, topic, seeded.commands)
         proc = st.start_service("sender", "sender-1")
         url = st.infra.database_url
-        t0 = time.perf_counter()
+        t0, cpu0, busy0 = time.perf_counter(), cpu_s(proc.pid), machine_busy_s()
         wait_until(lambda: count(url, "SELECT count(*) FROM items WHERE status = 'confirmed'") >= n, 900)
-        pacer_s = time.perf_counter() - t0
+        pacer_s, sender_cpu, busy = time.perf_counter() - t0, cpu_s(proc.pid) - cpu0, machine_busy_s() - busy0
         rss = rss_mib(proc.pid)
         st.stop("sender-1")
-        bare = {c: asyncio.run(_bare_loop(inf.kafka_bootstrap, topic, st.gateway_url or "", n, c)) for c in BARE_CLIENTS}
+        bare, bare_busy = {}, {}
+        for c in BARE_CLIENTS:
+            b0 = machine_busy_s()
+            bare[c] = asyncio.run(_bare_loop(inf.kafka_bootstrap, topic, st.gateway_url or "", n, c))
+            bare_busy[c] = machine_busy_s() - b0
     finally:
         st.stop_all()
         drop_db(st.infra.database_url)
     pacer_rps = n / pacer_s
     fastest = max(bare, key=lambda c: bare[c])
     loops = " ".join(f"bare_{c}_per_s={rps:.0f}" for c, rps in bare.items())
+    bound = cpu_bound_per_s(n, busy)
     return (f"bench sender: items_per_s={pacer_rps:.0f} bare_loop_per_s={bare[fastest]:.0f} "
-            f"ratio={pacer_rps / bare[fastest]:.2f} fastest={fastest} {loops} rss_mib={rss:.0f} items={n} cores={CORES}")
+            f"ratio={pacer_rps / bare[fastest]:.2f} fastest={fastest} {loops} rss_mib={rss:.0f} items={n} "
+            f"sender_cpu_ms_per_item={sender_cpu * 1000 / n:.3f} others_cpu_ms_per_item={(busy - sender_cpu) * 1000 / n:.3f} "
+            f"bare_cpu_ms_per_item={bare_busy[fastest] * 1000 / n:.3f} cpu_bound_per_s={bound:.0f} "
+            f"ratio_cpu_bound={bound / bare[fastest]:.2f} cores={CORES}")
 
 
 # The bare loop's clients: httpx's API on aiohttp (what the gateway adapter offers every call)
