@@ -4,11 +4,16 @@ one-row-per-key across partitions, and the upgrade of tables that held rows befo
 
 from __future__ import annotations
 
+import logging
 import threading
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
+from prometheus_client import CollectorRegistry
+from psycopg.conninfo import make_conninfo
 
 from pacer_common.db.migrate import migrate
 from pacer_common.db.sql import migrations
@@ -317,47 +322,88 @@ def test_days_of_tenant_send_counts_past_retention_are_deleted_and_the_rest_kept
     assert left == [(t, d) for t in ("acme", "default") for d in (0, 1, 30)]
 
 
-def test_a_partition_filled_before_autovacuum_reached_it_is_analyzed_once(database_url: str) -> None:
-    import asyncio
+def current_partition(conn: psycopg.Connection[Any], table: str) -> str:
+    return str(conn.execute("SELECT partition FROM pacer_partitions(%s) WHERE starts <= now() AND ends > now()",
+                            (table,)).fetchone()[0])
 
-    from prometheus_client import CollectorRegistry
+
+def reltuples(conn: psycopg.Connection[Any], partition: str) -> float:
+    return float(conn.execute("SELECT reltuples FROM pg_class WHERE relname = %s", (partition,)).fetchone()[0])
+
+
+def fill_unanalyzed(conn: psycopg.Connection[Any], partition: str, rows: int) -> None:
+    """``rows`` audit rows (about 1.8 MB for 4,000) in ``partition``, the audit log's current
+    one, with autovacuum kept off it so that nothing but the test analyzes it."""
+    conn.execute(psycopg.sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(
+        psycopg.sql.Identifier(partition)))
+    conn.execute("INSERT INTO audit_log (actor, action, target_type, target_id, reason)"
+                 " SELECT 'op', 'retry', 'item', g::text, repeat('x', 400) FROM generate_series(1, %s) g", (rows,))
+
+
+def stats_rounds(url: str, rounds: int) -> tuple[list[int], CollectorRegistry]:
+    """``rounds`` runs of the reconciler's first-statistics keeper on ``url``: what each analyzed."""
+    import asyncio
 
     from pacer_common.db.pool import open_pool
     from pacer_reconciler.adapters.partitions import PostgresPartitions
     from pacer_reconciler.metrics import ReconcilerMetrics
     from pacer_reconciler.retention import PartitionStats
 
-    def current(conn: psycopg.Connection[Any], table: str) -> str:
-        return str(conn.execute("SELECT partition FROM pacer_partitions(%s) WHERE starts <= now() AND ends > now()",
-                                (table,)).fetchone()[0])
+    registry = CollectorRegistry()
 
-    def reltuples(conn: psycopg.Connection[Any], partition: str) -> float:
-        return float(conn.execute("SELECT reltuples FROM pg_class WHERE relname = %s", (partition,)).fetchone()[0])
+    async def run() -> list[int]:
+        pool = await open_pool(url, min_size=1, max_size=1)
+        try:
+            stats = PartitionStats(PostgresPartitions(pool), ReconcilerMetrics(registry, lambda: True))
+            return [await stats.round() for _ in range(rounds)]
+        finally:
+            await pool.close()
 
+    return asyncio.run(run()), registry
+
+
+def test_a_partition_filled_before_autovacuum_reached_it_is_analyzed_once(database_url: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        big, small = current(conn, "audit_log"), current(conn, "guid_state_history")
-        for p in (big, small):  # autovacuum must not analyze them first
-            conn.execute(psycopg.sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(
-                psycopg.sql.Identifier(p)))
-        conn.execute("INSERT INTO audit_log (actor, action, target_type, target_id, reason)"
-                     " SELECT 'op', 'retry', 'item', g::text, repeat('x', 400) FROM generate_series(1, 4000) g")
+        big, small = current_partition(conn, "audit_log"), current_partition(conn, "guid_state_history")
+        fill_unanalyzed(conn, big, 4000)
+        conn.execute(psycopg.sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(
+            psycopg.sql.Identifier(small)))
         conn.execute("INSERT INTO guid_state_history (guid, state, event_ts, source)"
                      " SELECT 'g' || g, 'online', now(), 'test' FROM generate_series(1, 10) g")
         assert reltuples(conn, big) < 0 and reltuples(conn, small) < 0  # never analyzed
 
-    registry = CollectorRegistry()
-
-    async def run_twice() -> tuple[int, int]:
-        pool = await open_pool(database_url, min_size=1, max_size=1)
-        try:
-            stats = PartitionStats(PostgresPartitions(pool), ReconcilerMetrics(registry, lambda: True))
-            return await stats.round(), await stats.round()
-        finally:
-            await pool.close()
-
-    assert asyncio.run(run_twice()) == (1, 0)  # once: then it has statistics
+    analyzed, registry = stats_rounds(database_url, 2)
+    assert analyzed == [1, 0]  # once: then it has statistics
     with psycopg.connect(database_url) as conn:
         assert reltuples(conn, big) == 4000
         assert reltuples(conn, small) < 0, "10 rows are below the size worth analyzing"
     assert registry.get_sample_value("pacer_reconciler_partitions_total",
                                      {"table": "audit_log", "action": "analyzed"}) == 1
+
+
+def test_a_partition_this_user_may_not_analyze_is_reported_once_and_left_alone(
+        database_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    # Postgres skips, with a warning and no error, a table the user neither owns nor may
+    # maintain: a service user with only the rights to read and write rows, say.
+    role = f"pacer_rows_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        big = current_partition(conn, "audit_log")
+        fill_unanalyzed(conn, big, 4000)
+        conn.execute(psycopg.sql.SQL("CREATE ROLE {} LOGIN").format(psycopg.sql.Identifier(role)))
+        conn.execute(psycopg.sql.SQL("GRANT SELECT ON partitioned_tables TO {}").format(psycopg.sql.Identifier(role)))
+    try:
+        with caplog.at_level(logging.INFO, logger="pacer.reconciler.retention"):
+            analyzed, registry = stats_rounds(make_conninfo(database_url, user=role), 3)
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(psycopg.sql.Identifier(role)))
+            conn.execute(psycopg.sql.SQL("DROP ROLE {}").format(psycopg.sql.Identifier(role)))
+    assert analyzed == [0, 0, 0]
+    with psycopg.connect(database_url) as conn:
+        assert reltuples(conn, big) < 0
+    said = [r.getMessage() for r in caplog.records if r.name == "pacer.reconciler.retention"]
+    assert len(said) == 1 and big in said[0] and "may not ANALYZE" in said[0], said
+    assert registry.get_sample_value("pacer_reconciler_partitions_total",
+                                     {"table": "audit_log", "action": "not_analyzed"}) == 1
+    assert registry.get_sample_value("pacer_reconciler_partitions_total",
+                                     {"table": "audit_log", "action": "analyzed"}) is None

@@ -130,8 +130,9 @@ class ReconcilerMetrics:
         ), ["error"], registry=registry)
         self.partitions = Counter("pacer_reconciler_partitions_total", (
             "Time partitions created (ahead of their days), dropped (past retention), skipped (their table "
-            "was locked: tried again next run) and analyzed (given their first statistics before autovacuum "
-            "reached them: `PACER_RECONCILER_ANALYZE_EVERY_S`), by table."
+            "was locked: tried again next run), analyzed (given their first statistics before autovacuum "
+            "reached them: `PACER_RECONCILER_ANALYZE_EVERY_S`) and not_analyzed (the database user may not "
+            "ANALYZE them: logged once, left to their owner), by table."
         ), ["table", "action"], registry=registry)
         self.partitions_kept = Gauge("pacer_reconciler_partitions_kept", (
             "Partitions past retention kept at the last maintenance run, by table: they still hold unfinished "

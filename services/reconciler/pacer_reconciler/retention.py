@@ -70,14 +70,24 @@ class PartitionStats:
         self.partitions = partitions
         self.m = m
         self.min_bytes = min_bytes
+        self.refused: set[str] = set()  # partitions this user may not analyze: said once each
 
     async def round(self) -> int:
-        analyzed = await self.partitions.analyze_new(self.min_bytes)
-        for a in analyzed:
-            log.info("partition %s analyzed: it held %d bytes and had no statistics yet", a.partition, a.bytes,
-                     extra={"partition": a.partition, "action": "analyzed", "bytes": a.bytes})
-            self.m.partitions.labels(a.table, "analyzed").inc()
-        return len(analyzed)
+        analyzed = 0
+        for a in await self.partitions.analyze_new(self.min_bytes, self.refused):
+            extra = {"partition": a.partition, "bytes": a.bytes}
+            if a.done:
+                log.info("partition %s analyzed: it held %d bytes and had no statistics yet", a.partition, a.bytes,
+                         extra=extra | {"action": "analyzed"})
+                self.m.partitions.labels(a.table, "analyzed").inc()
+                analyzed += 1
+            elif a.partition not in self.refused:
+                self.refused.add(a.partition)
+                log.warning("partition %s has no statistics and this database user may not ANALYZE it (it must own "
+                            "the table, or hold MAINTAIN on PostgreSQL 17): analyze it as its owner "
+                            "(docs/runbook.md, \"Retention\")", a.partition, extra=extra | {"action": "not_analyzed"})
+                self.m.partitions.labels(a.table, "not_analyzed").inc()
+        return analyzed
 
     async def run(self, every_s: float, stop: asyncio.Event, backoff_max_s: float) -> None:
         await every(self.round, every_s, stop, backoff_max_s, self.m)

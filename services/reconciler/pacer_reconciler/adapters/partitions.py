@@ -4,7 +4,7 @@ send counts past retention."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from psycopg import errors
@@ -56,22 +56,25 @@ class PostgresPartitions:
 
         return await with_retry(work)
 
-    async def analyze_new(self, min_bytes: int) -> list[Analyzed]:
-        """ANALYZE each time partition never analyzed that holds at least ``min_bytes``; what was
-        analyzed. One replica at a time: the others get nothing back at once."""
+    async def analyze_new(self, min_bytes: int, skip: Collection[str] = ()) -> list[Analyzed]:
+        """ANALYZE each time partition never analyzed that holds at least ``min_bytes``, but those
+        in ``skip``; what was analyzed. One replica at a time: the others get nothing back."""
         async def work() -> list[Analyzed]:
             done: list[Analyzed] = []
             async with self.pool.connection() as conn, conn.transaction():
                 lock = await (await conn.execute(_sql("stats_lock"))).fetchone()
                 if lock is None or not lock["locked"]:
                     return done
-                for r in await (await conn.execute(_sql("stats_candidates"), {"min_bytes": min_bytes})).fetchall():
+                for r in await (await conn.execute(_sql("stats_candidates"), {"min_bytes": min_bytes,
+                                                                               "skip": list(skip)})).fetchall():
                     try:
                         async with conn.transaction():
                             await conn.execute(psql.SQL("ANALYZE {}").format(psql.Identifier(r["partition"])))
                     except errors.LockNotAvailable:
                         continue
-                    done.append(Analyzed(r["parent"], r["partition"], int(r["bytes"])))
+                    # A user that may not analyze the table gets a warning, not an error.
+                    after = await (await conn.execute(_sql("stats_done"), {"partition": r["partition"]})).fetchone()
+                    done.append(Analyzed(r["parent"], r["partition"], int(r["bytes"]), bool(after and after["done"])))
             return done
 
         return await with_retry(work)

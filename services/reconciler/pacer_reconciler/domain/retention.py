@@ -43,11 +43,14 @@ class Retention:
 
 @dataclass(frozen=True)
 class Analyzed:
-    """A time partition given its first statistics: its table, its name and its size then."""
+    """A time partition ANALYZE was run on, for its first statistics: its table, its name, its
+    size then, and whether it has statistics now (``False``: the database user may not
+    analyze it, and Postgres skipped it with a warning)."""
 
     table: str
     partition: str
     bytes: int
+    done: bool = True
 
 
 @dataclass(frozen=True)
