@@ -70,8 +70,8 @@ class PostgresPartitions:
                     try:
                         async with conn.transaction():
                             await conn.execute(psql.SQL("ANALYZE {}").format(psql.Identifier(r["partition"])))
-                    except errors.LockNotAvailable:
-                        continue
+                    except (errors.LockNotAvailable, errors.UndefinedTable):
+                        continue  # busy (autovacuum or DDL has it), or dropped since it was listed
                     # A user that may not analyze the table gets a warning, not an error.
                     after = await (await conn.execute(_sql("stats_done"), {"partition": r["partition"]})).fetchone()
                     done.append(Analyzed(r["parent"], r["partition"], int(r["bytes"]), bool(after and after["done"])))
