@@ -381,26 +381,54 @@ def test_a_partition_filled_before_autovacuum_reached_it_is_analyzed_once(databa
                                      {"table": "audit_log", "action": "analyzed"}) == 1
 
 
-def test_a_partition_this_user_may_not_analyze_is_reported_once_and_left_alone(
+def test_a_partition_this_user_may_not_analyze_is_reported_once_and_left_to_its_owner(
         database_url: str, caplog: pytest.LogCaptureFixture) -> None:
     # Postgres skips, with a warning and no error, a table the user neither owns nor may
     # maintain: a service user with only the rights to read and write rows, say.
+    import asyncio
+
+    from pacer_common.db.pool import open_pool
+    from pacer_reconciler.adapters.partitions import PostgresPartitions
+    from pacer_reconciler.metrics import ReconcilerMetrics
+    from pacer_reconciler.retention import PartitionStats
+
     role = f"pacer_rows_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(database_url, autocommit=True) as conn:
         big = current_partition(conn, "audit_log")
         fill_unanalyzed(conn, big, 4000)
         conn.execute(psycopg.sql.SQL("CREATE ROLE {} LOGIN").format(psycopg.sql.Identifier(role)))
         conn.execute(psycopg.sql.SQL("GRANT SELECT ON partitioned_tables TO {}").format(psycopg.sql.Identifier(role)))
+    registry = CollectorRegistry()
+
+    def without() -> float | None:
+        return registry.get_sample_value("pacer_reconciler_partitions_without_statistics", {"table": "audit_log"})
+
+    async def run() -> tuple[list[int], list[float | None]]:
+        pool = await open_pool(make_conninfo(database_url, user=role), min_size=1, max_size=1)
+        try:
+            stats = PartitionStats(PostgresPartitions(pool), ReconcilerMetrics(registry, lambda: True))
+            rounds, gauges = [], []
+            for k in range(3):
+                if k == 2:  # its owner analyzes it
+                    with psycopg.connect(database_url, autocommit=True) as conn:
+                        conn.execute(psycopg.sql.SQL("ANALYZE {}").format(psycopg.sql.Identifier(big)))
+                rounds.append(await stats.round())
+                gauges.append(without())
+            return rounds, gauges
+        finally:
+            await pool.close()
+
     try:
         with caplog.at_level(logging.INFO, logger="pacer.reconciler.retention"):
-            analyzed, registry = stats_rounds(make_conninfo(database_url, user=role), 3)
+            rounds, gauges = asyncio.run(run())
+            with psycopg.connect(database_url) as conn:
+                assert reltuples(conn, big) == 4000  # the owner's ANALYZE, not the role's
     finally:
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(psycopg.sql.Identifier(role)))
             conn.execute(psycopg.sql.SQL("DROP ROLE {}").format(psycopg.sql.Identifier(role)))
-    assert analyzed == [0, 0, 0]
-    with psycopg.connect(database_url) as conn:
-        assert reltuples(conn, big) < 0
+    assert rounds == [0, 0, 0]
+    assert gauges == [1, 1, None], "counted while it has no statistics, gone once its owner analyzed it"
     said = [r.getMessage() for r in caplog.records if r.name == "pacer.reconciler.retention"]
     assert len(said) == 1 and big in said[0] and "may not ANALYZE" in said[0], said
     assert registry.get_sample_value("pacer_reconciler_partitions_total",

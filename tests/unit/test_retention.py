@@ -78,7 +78,7 @@ def test_a_maintenance_run_creates_then_prunes_and_exports_what_it_did() -> None
             calls.append(("prune_usage", retain_days))
             return 3
 
-        async def analyze_new(self, min_bytes: int, skip: Collection[str] = ()) -> list[Analyzed]:
+        async def analyze_new(self, min_bytes: int, skip: Collection[str] = ()) -> list[Analyzed] | None:
             raise AssertionError("statistics are not part of a maintenance run: they run on their own")
 
     registry = CollectorRegistry()

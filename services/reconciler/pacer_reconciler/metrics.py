@@ -134,6 +134,11 @@ class ReconcilerMetrics:
             "reached them: `PACER_RECONCILER_ANALYZE_EVERY_S`) and not_analyzed (the database user may not "
             "ANALYZE them: logged once, left to their owner), by table."
         ), ["table", "action"], registry=registry)
+        self.partitions_without_statistics = Gauge("pacer_reconciler_partitions_without_statistics", (
+            "Time partitions holding 1 MiB or more that were never analyzed and that the reconcilers' database "
+            "user may not ANALYZE (only their owner, or MAINTAIN on PostgreSQL 17), by table, as of the last check "
+            "(alert `PacerPartitionWithoutStatistics`)."
+        ), ["table"], registry=registry)
         self.partitions_kept = Gauge("pacer_reconciler_partitions_kept", (
             "Partitions past retention kept at the last maintenance run, by table: they still hold unfinished "
             "items, events a reconciler has not applied, or ledger keys whose items are kept (the log says which)."

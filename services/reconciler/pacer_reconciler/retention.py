@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 
 from pacer_reconciler.core import RoundGuard
@@ -73,8 +74,16 @@ class PartitionStats:
         self.refused: set[str] = set()  # partitions this user may not analyze: said once each
 
     async def round(self) -> int:
+        results = await self.partitions.analyze_new(self.min_bytes, self.refused)
+        if results is None:
+            return 0  # another replica is at it
         analyzed = 0
-        for a in await self.partitions.analyze_new(self.min_bytes, self.refused):
+        self.refused &= {a.partition for a in results}  # analyzed by their owner since, or gone
+        without = Counter(a.table for a in results if not a.done)
+        self.m.partitions_without_statistics.clear()
+        for table, n in without.items():
+            self.m.partitions_without_statistics.labels(table).set(n)
+        for a in results:
             extra = {"partition": a.partition, "bytes": a.bytes}
             if a.done:
                 log.info("partition %s analyzed: it held %d bytes and had no statistics yet", a.partition, a.bytes,

@@ -56,17 +56,20 @@ class PostgresPartitions:
 
         return await with_retry(work)
 
-    async def analyze_new(self, min_bytes: int, skip: Collection[str] = ()) -> list[Analyzed]:
-        """ANALYZE each time partition never analyzed that holds at least ``min_bytes``, but those
-        in ``skip``; what was analyzed. One replica at a time: the others get nothing back."""
-        async def work() -> list[Analyzed]:
+    async def analyze_new(self, min_bytes: int, skip: Collection[str] = ()) -> list[Analyzed] | None:
+        """ANALYZE each time partition never analyzed that holds at least ``min_bytes``; each one
+        with whether it has statistics now (those in ``skip`` are not tried: no). None if
+        another replica is at it (one at a time)."""
+        async def work() -> list[Analyzed] | None:
             done: list[Analyzed] = []
             async with self.pool.connection() as conn, conn.transaction():
                 lock = await (await conn.execute(_sql("stats_lock"))).fetchone()
                 if lock is None or not lock["locked"]:
-                    return done
-                for r in await (await conn.execute(_sql("stats_candidates"), {"min_bytes": min_bytes,
-                                                                               "skip": list(skip)})).fetchall():
+                    return None
+                for r in await (await conn.execute(_sql("stats_candidates"), {"min_bytes": min_bytes})).fetchall():
+                    if r["partition"] in skip:
+                        done.append(Analyzed(r["parent"], r["partition"], int(r["bytes"]), False))
+                        continue
                     try:
                         async with conn.transaction():
                             await conn.execute(psql.SQL("ANALYZE {}").format(psql.Identifier(r["partition"])))
