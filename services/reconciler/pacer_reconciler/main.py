@@ -82,7 +82,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         keeper = PartitionKeeper(PostgresPartitions(pool), cfg.retention(), cfg.partitions_ahead_days, m)
         keeping = asyncio.create_task(keeper.run(cfg.maintain_every_s, ctx.stop, cfg.error_backoff_max_s),
                                       name="partitions")
-        stats = PartitionStats(PostgresPartitions(pool), m)
+        stats = PartitionStats(PostgresPartitions(pool), m, cfg.retention().by_table())
         analyzing = asyncio.create_task(stats.run(cfg.analyze_every_s, ctx.stop, cfg.error_backoff_max_s),
                                         name="partition-stats")
         try:

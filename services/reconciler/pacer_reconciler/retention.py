@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from pacer_reconciler.core import RoundGuard
 from pacer_reconciler.domain.retention import PartitionChange, Retention, tally
@@ -67,11 +67,15 @@ class PartitionStats:
     analyzes the partitions never analyzed that already hold ``min_bytes`` (below that any
     plan is cheap), once each: autovacuum keeps their statistics after that."""
 
-    def __init__(self, partitions: Partitions, m: ReconcilerMetrics, min_bytes: int = 1 << 20) -> None:
+    def __init__(self, partitions: Partitions, m: ReconcilerMetrics, tables: Iterable[str],
+                 min_bytes: int = 1 << 20) -> None:
         self.partitions = partitions
         self.m = m
+        self.tables = set(tables)  # the partitioned tables: each has a series, 0 while all is well
         self.min_bytes = min_bytes
         self.refused: set[str] = set()  # partitions this user may not analyze: said once each
+        for table in self.tables:
+            m.partitions_without_statistics.labels(table).set(0)
 
     async def round(self) -> int:
         results = await self.partitions.analyze_new(self.min_bytes, self.refused)
@@ -80,9 +84,8 @@ class PartitionStats:
         analyzed = 0
         self.refused &= {a.partition for a in results}  # analyzed by their owner since, or gone
         without = Counter(a.table for a in results if not a.done)
-        self.m.partitions_without_statistics.clear()
-        for table, n in without.items():
-            self.m.partitions_without_statistics.labels(table).set(n)
+        for table in self.tables | without.keys():
+            self.m.partitions_without_statistics.labels(table).set(without[table])
         for a in results:
             extra = {"partition": a.partition, "bytes": a.bytes}
             if a.done:
