@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
-from pacer_reconciler.core import SWEEP_KINDS, Reconciler, RoundGuard
+from pacer_reconciler.core import SWEEP_KINDS, Reconciler, RoundGuard, run_rounds
 from pacer_reconciler.ports import InDoubt, SweepKind
 
 
@@ -53,3 +53,27 @@ def test_a_failing_round_is_counted_and_backed_off_never_raised() -> None:
     results = asyncio.run(run_all())
     assert results == [(0, 0.5), (0, 1.0), (0, 2.0), (0, 3.0), (0, 3.0), (7, 0.0), (0, 0.5)]
     assert guard.errors == {"KeyError": 2, "ConnectionError": 4}
+
+
+def test_rounds_run_back_to_back_until_stopped_and_count_their_failures_by_type() -> None:
+    # every_s = 0: back to back, except after a failure (the guard's back-off, here 0.01 s).
+    stop = asyncio.Event()
+    script: list[object] = [ConnectionError("db down"), 3, KeyError("bug"), 4, 5]
+    ran: list[object] = []
+    counted: list[tuple[str, int]] = []
+
+    async def round_() -> int:
+        out = script.pop(0)
+        ran.append(out)
+        if not script:
+            stop.set()
+        if isinstance(out, Exception):
+            raise out
+        return out  # type: ignore[return-value]  # exceptions in the script are raised above, the rest are ints
+
+    async def go() -> None:
+        await asyncio.wait_for(run_rounds(round_, stop, 0.0, 0.01, lambda e, n: counted.append((e, n))), 10)
+
+    asyncio.run(go())
+    assert len(ran) == 5 and not script  # every round ran, then the loop saw stop and ended
+    assert counted == [("ConnectionError", 1), ("KeyError", 1)]

@@ -5,6 +5,8 @@ Verification of in-doubt sends runs apart, in :mod:`pacer_reconciler.verifier`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -210,3 +212,18 @@ class RoundGuard:
             return 0, delay
         self.failures = 0
         return n, 0.0
+
+
+async def run_rounds(round_: Callable[[], Awaitable[int]], stop: asyncio.Event, every_s: float, backoff_max_s: float,
+                     count_error: Callable[[str, int], None]) -> None:
+    """Run ``round_`` until ``stop``, ``every_s`` apart (0: back to back); a failed round is
+    logged, counted by exception type (``count_error``) and followed by a back-off."""
+    guard = RoundGuard(max_s=backoff_max_s)
+    while not stop.is_set():
+        _, delay = await guard.run(round_)
+        for error, k in guard.errors.items():
+            count_error(error, k)
+        guard.errors.clear()
+        if wait := delay or every_s:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=wait)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from datetime import timedelta
 
 from pacer_common.db.pool import open_pool
@@ -24,7 +23,7 @@ from pacer_reconciler.adapters.postgres import PostgresGuidStates, PostgresLog
 from pacer_reconciler.adapters.segments import SegmentLeases
 from pacer_reconciler.backlog import BacklogGauges
 from pacer_reconciler.callbacks import CALLBACK_CMDS, RESULTS, CallbackConsumer
-from pacer_reconciler.core import Reconciler, RoundGuard
+from pacer_reconciler.core import Reconciler, run_rounds
 from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
 from pacer_reconciler.domain.segments import segment_names
 from pacer_reconciler.leading import LoopConfig, SegmentLoop
@@ -104,23 +103,21 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
 async def consume_callbacks(callbacks: CallbackConsumer, m: ReconcilerMetrics, stop: asyncio.Event,
                             backoff_max_s: float) -> None:
     """The callbacks consumer's rounds, in every replica, until ``stop``; its counts exported."""
-    guard = RoundGuard(max_s=backoff_max_s)
     for name in CALLBACK_CMDS:  # known label values start at 0
         for outcome in RESULTS:
             m.callbacks.labels(name, outcome)
-    while not stop.is_set():
-        _, delay = await guard.run(callbacks.round)
-        for (cmd, result), k in callbacks.handled.items():
-            m.callbacks.labels(cmd, result).inc(k)
-            if result == "bad":
-                m.bad_events.labels("bad_callback").inc(k)
-        callbacks.handled.clear()
-        for error, k in guard.errors.items():
-            m.round_errors.labels(error).inc(k)
-        guard.errors.clear()
-        if delay:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    async def round_() -> int:
+        try:
+            return await callbacks.round()
+        finally:  # what a round handled counts, whether or not it then failed
+            for (cmd, result), k in callbacks.handled.items():
+                m.callbacks.labels(cmd, result).inc(k)
+                if result == "bad":
+                    m.bad_events.labels("bad_callback").inc(k)
+            callbacks.handled.clear()
+
+    await run_rounds(round_, stop, 0.0, backoff_max_s, m.count_round_error)
 
 
 def main() -> None:

@@ -194,3 +194,7 @@ class ReconcilerMetrics:
             "How long the oldest ready item has waited, for the top-N guids by wait; rank 1 is the longest. "
             "Leader only, as `pacer_reconciler_guid_backlog_top`."
         ), ["rank", "guid"], registry=registry)
+
+    def count_round_error(self, error: str, n: int) -> None:
+        """``n`` rounds failed with ``error`` (an exception type's name)."""
+        self.round_errors.labels(error).inc(n)

@@ -11,12 +11,11 @@ first statistics (``PartitionStats``)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 
-from pacer_reconciler.core import RoundGuard
+from pacer_reconciler.core import run_rounds
 from pacer_reconciler.domain.retention import PartitionChange, Retention, tally
 from pacer_reconciler.metrics import ReconcilerMetrics
 from pacer_reconciler.ports import Partitions
@@ -57,7 +56,7 @@ class PartitionKeeper:
         return sum(n for (_, action), n in counts.items() if action in ("created", "dropped"))
 
     async def run(self, every_s: float, stop: asyncio.Event, backoff_max_s: float) -> None:
-        await every(self.round, every_s, stop, backoff_max_s, self.m)
+        await run_rounds(self.round, stop, every_s, backoff_max_s, self.m.count_round_error)
 
 
 class PartitionStats:
@@ -97,26 +96,12 @@ class PartitionStats:
                 self.refused.add(a.partition)
                 log.warning("partition %s has no statistics and this database user may not ANALYZE it (it must own "
                             "the table, or hold MAINTAIN on PostgreSQL 17): analyze it as its owner "
-                            "(docs/runbook.md, \"Retention\")", a.partition, extra=extra | {"action": "not_analyzed"})
+                            "(docs/runbook.md#pacerpartitionwithoutstatistics)", a.partition, extra=extra | {"action": "not_analyzed"})
                 self.m.partitions.labels(a.table, "not_analyzed").inc()
         return analyzed
 
     async def run(self, every_s: float, stop: asyncio.Event, backoff_max_s: float) -> None:
-        await every(self.round, every_s, stop, backoff_max_s, self.m)
-
-
-async def every(round_: Callable[[], Awaitable[int]], every_s: float, stop: asyncio.Event, backoff_max_s: float,
-                m: ReconcilerMetrics) -> None:
-    """Run ``round_`` every ``every_s`` until ``stop``; a failed round is counted and retried
-    with backoff."""
-    guard = RoundGuard(max_s=backoff_max_s)
-    while not stop.is_set():
-        _, delay = await guard.run(round_)
-        for error, k in guard.errors.items():
-            m.round_errors.labels(error).inc(k)
-        guard.errors.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=delay or every_s)
+        await run_rounds(self.round, stop, every_s, backoff_max_s, self.m.count_round_error)
 
 
 def _log(c: PartitionChange) -> None:
