@@ -438,3 +438,60 @@ def test_a_partition_this_user_may_not_analyze_is_reported_once_and_left_to_its_
                                      {"table": "audit_log", "action": "not_analyzed"}) == 1
     assert registry.get_sample_value("pacer_reconciler_partitions_total",
                                      {"table": "audit_log", "action": "analyzed"}) is None
+
+
+def test_a_grant_on_a_partitioned_table_reaches_its_partitions_old_and_new(database_url: str) -> None:
+    # Postgres carries no grant of a partitioned table to its partitions: a reconciler user
+    # granted MAINTAIN on audit_log could not ANALYZE one of them. The partition run copies it.
+    role = f"pacer_maint_{uuid.uuid4().hex[:8]}"
+    ident = psycopg.sql.Identifier(role)
+
+    def partitions(conn: psycopg.Connection[Any], table: str) -> list[str]:
+        return [r[0] for r in conn.execute("SELECT inhrelid::regclass::text FROM pg_inherits"
+                                           " WHERE inhparent = %s::regclass ORDER BY 1", (table,))]
+
+    def may(conn: psycopg.Connection[Any], partition: str, privilege: str) -> bool:
+        return bool(conn.execute("SELECT has_table_privilege(%s, %s, %s)", (role, partition, privilege)).fetchone()[0])
+
+    def ensure(conn: psycopg.Connection[Any], days_on: int) -> list[tuple[str, str, str | None]]:
+        return conn.execute("SELECT * FROM pacer_ensure_partitions(now() + make_interval(days => %s), 3)",
+                            (days_on,)).fetchall()
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("CREATE ROLE {} LOGIN").format(ident))
+        try:
+            conn.execute(psycopg.sql.SQL("GRANT SELECT, MAINTAIN ON audit_log TO {}").format(ident))
+            conn.execute(psycopg.sql.SQL("GRANT SELECT ON items TO {} WITH GRANT OPTION").format(ident))
+            before = partitions(conn, "audit_log")
+            assert not any(may(conn, p, "MAINTAIN") for p in before), "Postgres itself does not carry it"
+
+            first = ensure(conn, 60)  # two months on: new partitions, and the grants on all
+            audit, items = partitions(conn, "audit_log"), partitions(conn, "items")
+            created = {p for p, action, _ in first if action == "created"}
+            granted = {(p, d) for p, action, d in first if action == "granted"}
+            assert set(audit) - set(before) <= created and len(audit) > len(before)
+            assert all(may(conn, p, "MAINTAIN") and may(conn, p, "SELECT") for p in audit)
+            assert not any(may(conn, p, "UPDATE") for p in audit), "only what the table has"
+            assert all(may(conn, p, "SELECT WITH GRANT OPTION") for p in items)
+            assert {p for p, _ in granted} == set(audit) | set(items)
+            assert (audit[0], f"MAINTAIN, SELECT to {role}, as on audit_log") in granted
+            assert (items[0], f"SELECT to {role} with grant option, as on items") in granted
+            assert [r for r in ensure(conn, 60) if r[1] == "granted"] == [], "nothing lacking: nothing granted"
+
+            # A user that acts for no partition's owner grants nothing (and fails nothing).
+            conn.execute(psycopg.sql.SQL("GRANT INSERT ON audit_log TO {}").format(ident))
+            conn.execute(psycopg.sql.SQL("GRANT SELECT ON partitioned_tables TO {}").format(ident))
+            with psycopg.connect(make_conninfo(database_url, user=role), autocommit=True) as theirs:
+                assert [r for r in ensure(theirs, 0) if r[1] == "granted"] == []
+            assert not may(conn, audit[0], "INSERT")
+            assert {p for p, action, _ in ensure(conn, 0) if action == "granted"} == set(audit)
+            assert all(may(conn, p, "INSERT") for p in audit)
+
+            # With it, the role gives a new partition its first statistics.
+            big = current_partition(conn, "audit_log")
+            fill_unanalyzed(conn, big, 4000)
+            analyzed, _ = stats_rounds(make_conninfo(database_url, user=role), 1)
+            assert analyzed == [1] and reltuples(conn, big) == 4000
+        finally:
+            conn.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(ident))
+            conn.execute(psycopg.sql.SQL("DROP ROLE {}").format(ident))

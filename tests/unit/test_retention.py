@@ -62,7 +62,8 @@ def test_a_maintenance_run_creates_then_prunes_and_exports_what_it_did() -> None
     class Partitions:
         async def ensure(self, ahead_days: int) -> list[PartitionChange]:
             calls.append(("ensure", ahead_days))
-            return [PartitionChange("items_p20261203", "created", None)]
+            return [PartitionChange("items_p20261203", "created", None),
+                    PartitionChange("items_p20261126", "granted", "MAINTAIN to pacer_reconciler, as on items")]
 
         async def prune(self, retain_days: Mapping[str, int]) -> list[PartitionChange]:
             calls.append(("prune", dict(retain_days)))
@@ -89,6 +90,7 @@ def test_a_maintenance_run_creates_then_prunes_and_exports_what_it_did() -> None
     value = registry.get_sample_value
     assert value("pacer_reconciler_partitions_total", {"table": "items", "action": "created"}) == 1
     assert value("pacer_reconciler_partitions_total", {"table": "items", "action": "dropped"}) == 1
+    assert value("pacer_reconciler_partitions_total", {"table": "items", "action": "granted"}) == 1
     assert value("pacer_reconciler_partitions_kept", {"table": "items"}) == 1
     assert value("pacer_reconciler_default_partition_rows", {"table": "items"}) == 1
     assert value("pacer_reconciler_default_partition_rows", {"table": "send_ledger"}) == 0

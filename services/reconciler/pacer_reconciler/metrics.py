@@ -130,13 +130,14 @@ class ReconcilerMetrics:
         ), ["error"], registry=registry)
         self.partitions = Counter("pacer_reconciler_partitions_total", (
             "Time partitions created (ahead of their days), dropped (past retention), skipped (their table "
-            "was locked: tried again next run), analyzed (given their first statistics before autovacuum "
+            "was locked: tried again next run), granted (given a grant of their partitioned table that they "
+            "lacked: one per partition and grantee), analyzed (given their first statistics before autovacuum "
             "reached them: `PACER_RECONCILER_ANALYZE_EVERY_S`) and not_analyzed (the database user may not "
             "ANALYZE them: logged once, left to their owner), by table."
         ), ["table", "action"], registry=registry)
         self.partitions_without_statistics = Gauge("pacer_reconciler_partitions_without_statistics", (
             "Time partitions holding 1 MiB or more that were never analyzed and that the reconcilers' database "
-            "user may not ANALYZE (only their owner, or MAINTAIN on PostgreSQL 17), by table, as of the last check "
+            "user may not ANALYZE (only their owner, or MAINTAIN on PostgreSQL 17 and later), by table, as of the last check "
             "(alert `PacerPartitionWithoutStatistics`)."
         ), ["table"], registry=registry)
         self.partitions_kept = Gauge("pacer_reconciler_partitions_kept", (

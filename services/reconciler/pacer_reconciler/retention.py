@@ -1,5 +1,6 @@
-"""Time partitions kept up: created days ahead, dropped past retention (every replica runs
-this; the database lets one at a time in). Each change is logged; a partition kept past its
+"""Time partitions kept up: created days ahead, given the grants of their partitioned table,
+dropped past retention (every replica runs this; the database lets one at a time in). Each
+change is logged; a partition kept past its
 retention is logged with the reason, every run, until it goes. Then the rows of finished
 jobs whose items have all gone with their partitions (the job, its shards, their counts and
 target pages) are deleted: one row per job or shard, so these tables stay as bounded as the
@@ -40,7 +41,7 @@ class PartitionKeeper:
             _log(c)
         counts = tally(changes)
         for (table, action), n in counts.items():
-            if action in ("created", "dropped", "skipped"):
+            if action in ("created", "dropped", "skipped", "granted"):
                 self.m.partitions.labels(table, action).inc(n)
         for table in self.retention.by_table():
             self.m.partitions_kept.labels(table).set(counts[(table, "kept")])
@@ -95,8 +96,9 @@ class PartitionStats:
             elif a.partition not in self.refused:
                 self.refused.add(a.partition)
                 log.warning("partition %s has no statistics and this database user may not ANALYZE it (it must own "
-                            "the table, or hold MAINTAIN on PostgreSQL 17): analyze it as its owner "
-                            "(docs/runbook.md#pacerpartitionwithoutstatistics)", a.partition, extra=extra | {"action": "not_analyzed"})
+                            "the table, or hold MAINTAIN on PostgreSQL 17 and later): analyze it as its owner, or grant "
+                            "MAINTAIN on its partitioned table (docs/runbook.md#pacerpartitionwithoutstatistics)",
+                            a.partition, extra=extra | {"action": "not_analyzed"})
                 self.m.partitions.labels(a.table, "not_analyzed").inc()
         return analyzed
 
@@ -106,7 +108,7 @@ class PartitionStats:
 
 def _log(c: PartitionChange) -> None:
     extra = {"partition": c.partition, "action": c.action, "detail": c.detail}
-    if c.action in ("created", "dropped"):
+    if c.action in ("created", "dropped", "granted"):
         log.info("partition %s %s%s", c.partition, c.action, f": {c.detail}" if c.detail else "", extra=extra)
     elif c.action == "kept":
         log.info("partition %s is past retention and kept: %s", c.partition, c.detail, extra=extra)

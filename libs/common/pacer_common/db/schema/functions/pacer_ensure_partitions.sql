@@ -4,6 +4,13 @@
 -- them): none while partitions are made ahead as they should be. One caller at a time (an
 -- advisory lock); a partition whose table is locked past lock_timeout is left for the next
 -- call ('skipped'), never waited on with the table's writers queued behind it.
+--
+-- A GRANT on a partitioned table reaches none of its partitions (and Postgres checks a
+-- partition's own grants wherever it is named: ANALYZE, VACUUM, a query of the partition).
+-- So every call also gives each partition the parent's grants that it lacks ('granted'): a
+-- grant made on the parent reaches every partition, old and new, at the next call. A grant
+-- is never revoked here; a partition this user may not grant on (it acts for neither its
+-- owner nor a superuser) is left alone.
 CREATE OR REPLACE FUNCTION pacer_ensure_partitions(p_now timestamptz, p_ahead_days integer,
                                                    p_lock_timeout interval DEFAULT interval '2 seconds')
 RETURNS TABLE (partition text, action text, detail text)
@@ -17,6 +24,7 @@ DECLARE
     name text;
     ddl text;
     moved bigint;
+    g record;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pacer_partitions'));
     PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
@@ -55,6 +63,30 @@ BEGIN
                 END;
             END IF;
             d := d + period;
+        END LOOP;
+        FOR g IN
+            SELECT p.relname::text AS part, a.grantee, a.is_grantable,
+                   string_agg(a.privilege_type, ', ' ORDER BY a.privilege_type) AS privileges
+            FROM pg_inherits i
+            JOIN pg_class par ON par.oid = i.inhparent
+            JOIN pg_class p ON p.oid = i.inhrelid
+            CROSS JOIN LATERAL aclexplode(par.relacl) a
+            WHERE i.inhparent = to_regclass(t.parent)
+              AND a.grantee <> p.relowner
+              AND pg_has_role(p.relowner, 'USAGE')
+              AND NOT EXISTS (SELECT 1 FROM aclexplode(p.relacl) b
+                              WHERE b.grantee = a.grantee AND b.privilege_type = a.privilege_type
+                                AND (b.is_grantable OR NOT a.is_grantable))
+            GROUP BY p.relname, a.grantee, a.is_grantable
+            ORDER BY p.relname, a.grantee
+        LOOP
+            EXECUTE format('GRANT %s ON %I TO %s%s', g.privileges, g.part,
+                           CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(g.grantee)) END,
+                           CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+            RETURN QUERY SELECT g.part, 'granted'::text,
+                format('%s to %s%s, as on %s', g.privileges,
+                       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(g.grantee)::text END,
+                       CASE WHEN g.is_grantable THEN ' with grant option' ELSE '' END, t.parent);
         END LOOP;
     END LOOP;
 END
