@@ -495,3 +495,35 @@ def test_a_grant_on_a_partitioned_table_reaches_its_partitions_old_and_new(datab
         finally:
             conn.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(ident))
             conn.execute(psycopg.sql.SQL("DROP ROLE {}").format(ident))
+
+
+@pytest.mark.parametrize("mode", ["SHARE UPDATE EXCLUSIVE", "ACCESS EXCLUSIVE"])
+def test_a_partition_another_session_has_locked_is_left_for_the_next_round(database_url: str, mode: str) -> None:
+    # Autovacuum analyzing it (SHARE UPDATE EXCLUSIVE), or DDL on it (ACCESS EXCLUSIVE): the
+    # round waits at most its lock timeout, analyzes nothing, and the next one gets it.
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        big = current_partition(conn, "audit_log")
+        fill_unanalyzed(conn, big, 4000)
+    with psycopg.connect(database_url) as holder:
+        holder.execute(psycopg.sql.SQL("LOCK TABLE {} IN " + mode + " MODE").format(psycopg.sql.Identifier(big)))
+        busy, registry = stats_rounds(database_url, 1)
+        holder.rollback()
+    assert busy == [0]
+    assert registry.get_sample_value("pacer_reconciler_partitions_without_statistics", {"table": "audit_log"}) == 0
+    assert stats_rounds(database_url, 1)[0] == [1]
+    with psycopg.connect(database_url) as conn:
+        assert reltuples(conn, big) == 4000
+
+
+def test_while_another_replica_analyzes_this_one_does_nothing(database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        big = current_partition(conn, "audit_log")
+        fill_unanalyzed(conn, big, 4000)
+    with psycopg.connect(database_url) as other:
+        other.execute("SELECT pg_advisory_xact_lock(hashtext('pacer_partition_stats'))")
+        rounds, _ = stats_rounds(database_url, 1)
+        with psycopg.connect(database_url) as conn:
+            assert reltuples(conn, big) < 0
+        other.rollback()
+    assert rounds == [0]
+    assert stats_rounds(database_url, 1)[0] == [1]

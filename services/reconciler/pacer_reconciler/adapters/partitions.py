@@ -5,9 +5,9 @@ send counts past retention."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, LiteralString
 
-from psycopg import errors
+from psycopg import AsyncConnection, errors
 from psycopg import sql as psql
 from psycopg.types.json import Jsonb
 
@@ -57,27 +57,32 @@ class PostgresPartitions:
         return await with_retry(work)
 
     async def analyze_new(self, min_bytes: int, skip: Collection[str] = ()) -> list[Analyzed] | None:
-        """ANALYZE each time partition never analyzed that holds at least ``min_bytes``; each one
-        with whether it has statistics now (those in ``skip`` are not tried: no). None if
-        another replica is at it (one at a time)."""
+        """ANALYZE each time partition never analyzed that holds at least ``min_bytes``, largest
+        first; each one with whether it has statistics now (those in ``skip`` are not tried:
+        no). A partition another session has locked past the lock timeout (autovacuum, DDL)
+        or dropped meanwhile is left out, for the next round. None if another replica is at
+        it (one at a time)."""
         async def work() -> list[Analyzed] | None:
             done: list[Analyzed] = []
             async with self.pool.connection() as conn, conn.transaction():
                 lock = await (await conn.execute(_sql("stats_lock"))).fetchone()
                 if lock is None or not lock["locked"]:
                     return None
-                for r in await (await conn.execute(_sql("stats_candidates"), {"min_bytes": min_bytes})).fetchall():
-                    if r["partition"] in skip:
-                        done.append(Analyzed(r["parent"], r["partition"], int(r["bytes"]), False))
+                sized = []
+                for r in await (await conn.execute(_sql("stats_candidates"))).fetchall():
+                    row = await _unless_busy(conn, _sql("stats_size"), {"partition": r["partition"]})
+                    if row is not None and row["bytes"] is not None and row["bytes"] >= min_bytes:
+                        sized.append(Analyzed(r["parent"], r["partition"], int(row["bytes"]), False))
+                for a in sorted(sized, key=lambda a: (-a.bytes, a.partition)):
+                    if a.partition in skip:
+                        done.append(a)
                         continue
-                    try:
-                        async with conn.transaction():
-                            await conn.execute(psql.SQL("ANALYZE {}").format(psql.Identifier(r["partition"])))
-                    except (errors.LockNotAvailable, errors.UndefinedTable):
-                        continue  # busy (autovacuum or DDL has it), or dropped since it was listed
+                    analyze = psql.SQL("ANALYZE {}").format(psql.Identifier(a.partition))
+                    if await _unless_busy(conn, analyze) is None:
+                        continue
                     # A user that may not analyze the table gets a warning, not an error.
-                    after = await (await conn.execute(_sql("stats_done"), {"partition": r["partition"]})).fetchone()
-                    done.append(Analyzed(r["parent"], r["partition"], int(r["bytes"]), bool(after and after["done"])))
+                    after = await (await conn.execute(_sql("stats_done"), {"partition": a.partition})).fetchone()
+                    done.append(Analyzed(a.table, a.partition, a.bytes, bool(after and after["done"])))
             return done
 
         return await with_retry(work)
@@ -89,3 +94,16 @@ class PostgresPartitions:
             return [PartitionChange(r["partition"], r["action"], r["detail"]) for r in rows]
 
         return await with_retry(work)
+
+
+async def _unless_busy(conn: AsyncConnection[Any], statement: LiteralString | psql.Composed, params: dict[str, Any] | None = None,
+                       ) -> dict[str, Any] | None:
+    """Run ``statement`` in a savepoint: its first row (``{}`` if it returns none), or None if
+    its table is locked past the lock timeout or has been dropped."""
+    try:
+        async with conn.transaction():
+            cur = await conn.execute(statement, params)
+            row = await cur.fetchone() if cur.description else None
+    except (errors.LockNotAvailable, errors.UndefinedTable):
+        return None
+    return dict(row) if row is not None else {}
