@@ -39,14 +39,16 @@ BEGIN
     ORDER BY l.guid
     FOR UPDATE;
 
-    -- The plain items, then their keys locked (guid, item order) and checked free. Every row
-    -- is found by its own key with = ANY (the batch's items by id first, as a fence): joins
-    -- planned before the statistics knew the tables read too much (from jobs: every pending
-    -- item of the job; hashed: every guid lease or shard). The fence finds items by id alone
-    -- and the status is checked outside it: with "status = 'pending'" beside the ids, a plan
-    -- made before the statistics knew a new partition ANDed the id lookups with a full scan
-    -- of the partial index of every queued item (items_guid_queued), 30 ms to over a second
-    -- a batch at 10,000 guids, growing with the backlog.
+    -- The plain items, then their keys locked (guid, item order) and checked free. The
+    -- batch's items are found by id alone (a fence), the status checked outside it: with
+    -- "status = 'pending'" beside the ids, a plan made before the statistics knew a new
+    -- partition ANDed the id lookups with a full scan of the partial index of every queued
+    -- item (items_guid_queued), 30 ms to over a second a batch at 10,000 guids, growing with
+    -- the backlog. Then each item's guid lease, guid state, job and shard by primary key, one
+    -- probe each (LATERAL ... LIMIT 1 is never turned into a join): a join is planned for the
+    -- ten-odd rows a generic plan expects of the batch, and at 500 items its nested loop
+    -- compared every item with every lease or shard of the batch (250,000 pairs, half a
+    -- second a batch), which let a slow moment grow the next batches and slow them more.
     WITH mine AS MATERIALIZED (
         SELECT i.item_id, i.guid, i.idem_key, i.job_id, i.shard_id, i.status
         FROM items i
@@ -54,10 +56,12 @@ BEGIN
     )
     SELECT array_agg(m.item_id ORDER BY m.guid, m.item_id) INTO plain
     FROM mine m
-    JOIN guid_leases l ON l.guid = m.guid AND l.guid = ANY(p_guids)
-    LEFT JOIN guid_states gs ON gs.guid = m.guid AND gs.guid = ANY(p_guids)
-    JOIN jobs j ON j.job_id = m.job_id AND j.job_id = ANY(ARRAY(SELECT m2.job_id FROM mine m2))
-    JOIN shards s ON s.shard_id = m.shard_id AND s.shard_id = ANY(ARRAY(SELECT m2.shard_id FROM mine m2))
+    CROSS JOIN LATERAL (SELECT l.owner, l.lease_until, l.paused_reason FROM guid_leases l
+                        WHERE l.guid = m.guid LIMIT 1) l
+    LEFT JOIN LATERAL (SELECT gs.state, gs.reason FROM guid_states gs WHERE gs.guid = m.guid LIMIT 1) gs ON true
+    CROSS JOIN LATERAL (SELECT j.status, j.paused_reason, j.budget_max_sends FROM jobs j
+                        WHERE j.job_id = m.job_id LIMIT 1) j
+    CROSS JOIN LATERAL (SELECT s.status, s.paused_reason FROM shards s WHERE s.shard_id = m.shard_id LIMIT 1) s
     WHERE m.status = 'pending' AND l.owner = p_owner AND l.lease_until > now()
       AND m.guid = p_guids[array_position(p_items, m.item_id)]
       AND m.idem_key = p_keys[array_position(p_items, m.item_id)]
