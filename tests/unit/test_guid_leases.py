@@ -122,3 +122,28 @@ def test_after_renewals_only_the_recorded_owner_believes_it_holds_a_guid(ops: li
                     assert (row.owner, row.epoch) == (name, epoch), (name, g, epoch, row)
 
     run(play())
+
+
+def test_leases_handed_back_in_the_same_instant_go_back_in_one_statement() -> None:
+    # A rebalance: every worker of a revoked partition hands its guid back at once.
+    store = InMemoryGuidLeases(ttl=30)
+    a = GuidLeases(store, "a", 30)
+    calls: list[list[str]] = []
+    release = store.release
+
+    async def counted(guids, owner):
+        calls.append(list(guids))
+        return await release(guids, owner)
+
+    store.release = counted  # type: ignore[method-assign]
+    guids = [f"g{k}" for k in range(300)]
+
+    async def scenario() -> None:
+        for g in guids:
+            assert await a.acquire(g) is not None
+        await asyncio.gather(*(a.release([g]) for g in guids))
+
+    run(scenario())
+    assert sorted(g for c in calls for g in c) == sorted(guids)
+    assert len(calls) == 1, [len(c) for c in calls]
+    assert a.held == {} and all(store.rows[g].owner is None for g in guids)

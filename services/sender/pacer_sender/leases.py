@@ -31,11 +31,18 @@ class GuidLeases:
         self.lost = 0
         # Guids asking for their lease in the same instant are taken in one statement.
         self._batch: Batcher[str, GuidLease | None] = Batcher(self._acquire_many)
+        # Likewise releases: a rebalance hands thousands of guids back at once, each from its
+        # own worker; one statement each cost a sender at 10,000 guids 1.7 s of database time.
+        self._releases: Batcher[str, None] = Batcher(self._release_many)
         self._giving_back: set[asyncio.Future[int]] = set()
 
     async def _acquire_many(self, guids: Sequence[str]) -> list[GuidLease | None]:
         got = {lease.guid: lease for lease in await self.store.acquire(list(dict.fromkeys(guids)), self.owner)}
         return [got.get(g) for g in guids]
+
+    async def _release_many(self, guids: Sequence[str]) -> list[None]:
+        await self.store.release(list(dict.fromkeys(guids)), self.owner)
+        return [None] * len(guids)
 
     async def acquire(self, guid: str) -> GuidLease | None:
         """Take the guid's lease if it is free, expired or ours; None while another holds it."""
@@ -90,9 +97,10 @@ class GuidLeases:
                 self.forget(guid)
 
     async def release(self, guids: Iterable[str]) -> None:
+        """Give the leases back; releases asked for in the same instant go as one statement."""
         mine = [g for g in guids if g in self.held]
         if mine:
-            await self.store.release(mine, self.owner)
+            await asyncio.gather(*(self._releases.submit(g) for g in mine))
             for g in mine:
                 self.held.pop(g, None)
 
