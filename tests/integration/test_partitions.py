@@ -384,6 +384,25 @@ def test_a_partition_filled_before_autovacuum_reached_it_is_analyzed_once(databa
                                      {"table": "audit_log", "action": "analyzed"}) == 1
 
 
+def test_a_partition_analyzed_while_empty_is_analyzed_again_once_it_holds_rows(database_url: str) -> None:
+    # An ANALYZE of the whole database (after an upgrade, say) gives the empty partitions of
+    # the days ahead statistics that say "empty"; plans made from them scan the partition.
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        big = current_partition(conn, "audit_log")
+        conn.execute(psycopg.sql.SQL("ANALYZE {}").format(psycopg.sql.Identifier(big)))
+        assert reltuples(conn, big) == 0
+        fill_unanalyzed(conn, big, 4000)
+        wait_for(lambda: conn.execute("SELECT pg_stat_get_live_tuples(%s::regclass)", (big,)).fetchone()[0] > 0,
+                 what="the cumulative statistics to count the rows")
+        assert reltuples(conn, big) == 0
+
+    analyzed, registry = stats_rounds(database_url, 2)
+    assert analyzed == [1, 0]
+    with psycopg.connect(database_url) as conn:
+        assert reltuples(conn, big) == 4000
+    assert registry.get_sample_value("pacer_reconciler_partitions_without_statistics", {"table": "audit_log"}) == 0
+
+
 def test_a_partition_this_user_may_not_analyze_is_reported_once_and_left_to_its_owner(
         database_url: str, caplog: pytest.LogCaptureFixture) -> None:
     # Postgres skips, with a warning and no error, a table the user neither owns nor may

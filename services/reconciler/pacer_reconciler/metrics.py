@@ -136,7 +136,7 @@ class ReconcilerMetrics:
             "ANALYZE them: logged once, left to their owner), by table."
         ), ["table", "action"], registry=registry)
         self.partitions_without_statistics = Gauge("pacer_reconciler_partitions_without_statistics", (
-            "Time partitions holding 1 MiB or more that were never analyzed and that the reconcilers' database "
+            "Time partitions holding 1 MiB or more that were never analyzed (or only while empty) and that the reconcilers' database "
             "user may not ANALYZE (only their owner, or MAINTAIN on PostgreSQL 17 and later), by table, as of the last check "
             "(alert `PacerPartitionWithoutStatistics`)."
         ), ["table"], registry=registry)

@@ -63,9 +63,12 @@ class PartitionKeeper:
 class PartitionStats:
     """A partition of a new period is planned without statistics until autovacuum analyzes it,
     and autovacuum can be late: its workers busy with the large partitions of the periods
-    before. Planned blind, a statement can pick a plan that reads every queued item. Each run
-    analyzes the partitions never analyzed that already hold ``min_bytes`` (below that any
-    plan is cheap), once each: autovacuum keeps their statistics after that."""
+    before. Planned blind, a statement can pick a plan that reads every queued item; planned
+    from statistics taken while the partition was empty (an ANALYZE of the whole database
+    reaches the empty partitions of the days ahead), one that scans it. Each run analyzes the
+    partitions never analyzed, or analyzed empty and holding live rows since, that hold
+    ``min_bytes`` (below that any plan is cheap), once each: autovacuum keeps their
+    statistics after that."""
 
     def __init__(self, partitions: Partitions, m: ReconcilerMetrics, tables: Iterable[str],
                  min_bytes: int = 1 << 20) -> None:
@@ -89,7 +92,7 @@ class PartitionStats:
         for a in results:
             extra = {"partition": a.partition, "bytes": a.bytes}
             if a.done:
-                log.info("partition %s analyzed: it held %d bytes and had no statistics yet", a.partition, a.bytes,
+                log.info("partition %s analyzed: it held %d bytes and had no statistics of its rows yet", a.partition, a.bytes,
                          extra=extra | {"action": "analyzed"})
                 self.m.partitions.labels(a.table, "analyzed").inc()
                 analyzed += 1

@@ -131,10 +131,10 @@ class ReconcilerSettings(OpsSettings):
         "time runs, under a lock in the database)."
     ))
     analyze_every_s: float = Field(60.0, gt=0, description=(
-        "How often the time partitions that hold rows (1 MiB or more) but were never analyzed are given their "
-        "first statistics: a new period's partition that fills before autovacuum reaches it is otherwise planned "
-        "blind. Each is analyzed once; autovacuum keeps its statistics after that (one replica at a time, under "
-        "a lock in the database)."
+        "How often the time partitions that hold rows (1 MiB or more) but were never analyzed (or were analyzed "
+        "while still empty) are given statistics that count them: a new period's partition that fills before "
+        "autovacuum reaches it is otherwise planned blind. Each is analyzed once; autovacuum keeps its statistics "
+        "after that (one replica at a time, under a lock in the database)."
     ))
 
     def retention(self) -> Retention:
