@@ -11,6 +11,11 @@ of 25 (a sender's batch under load), on one connection, nothing else running:
   guid lease's send and answer times — as plain statements in two synchronously committed
   transactions per batch, nothing checked.
 
+Then ``pacer_ms_per_item_b500``: the pacer side again in batches of 500 (what gathers while a
+sender at 10,000 guids is behind) over 10,000 guids, one item of each guid per batch as the
+sender's workers ask; ``ratio_b500`` = that over batch 25. A step whose cost grows with the
+square of the batch (a join planned for the ten-odd rows a generic plan expects) shows here.
+
 Measured as the server backend's CPU time (``/proc``) when the project started the server on
 this machine; against a configured ``PACER_DATABASE_URL``, as the client's wall time.
 ``ratio`` = bare / pacer.
@@ -30,6 +35,7 @@ from bench.common import CORES, cpu_s, drop_db, env_int, fresh_db, real_infra, s
 from pacer_common.domain.commands import ItemCommand
 
 BATCH, GUIDS = 25, 200
+BIG_BATCH, BIG_GUIDS = 500, 10_000
 RECEIPT = {"code": 0, "msg": "ok", "msg_id": "m" * 36, "latency_ms": 4.9}
 
 BARE_BEGIN = (
@@ -72,25 +78,35 @@ def steps() -> str:
                          " interval '1 hour', interval '0 s')")
             pacer_s = _measured(conn, pacer_jobs, _pacer_batch, local)
             bare_s = _measured(conn, bare_jobs, _bare_batch, local)
+        big = seed_items(url, BIG_GUIDS, 2).commands  # each guid's first item, then each guid's second
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SELECT * FROM pacer_acquire_guids((SELECT array_agg(DISTINCT guid) FROM items), 'bench',"
+                         " interval '1 hour', interval '0 s')")
+            # As a running installation has them (the ledger left alone: empty, see runbook).
+            conn.execute("ANALYZE shards, guid_leases, guid_states, jobs")
+            big_s = _measured(conn, big, _pacer_batch, local, BIG_BATCH)
             confirmed = conn.execute("SELECT count(*) FROM items WHERE status = 'confirmed'").fetchone()
-        assert confirmed == (len(pacer_jobs) + len(bare_jobs),), confirmed
+        assert confirmed == (len(pacer_jobs) + len(bare_jobs) + len(big),), confirmed
     finally:
         drop_db(url)
     what = "server_cpu" if local else "client_wall"
     items = len(pacer_jobs)
     return (f"bench steps: items={items} batch={BATCH} pacer_ms_per_item={pacer_s / items * 1000:.3f} "
-            f"bare_ms_per_item={bare_s / len(bare_jobs) * 1000:.3f} ratio={bare_s / pacer_s:.2f} measured={what} "
+            f"bare_ms_per_item={bare_s / len(bare_jobs) * 1000:.3f} ratio={bare_s / pacer_s:.2f} "
+            f"pacer_ms_per_item_b500={big_s / len(big) * 1000:.3f} "
+            f"ratio_b500={(big_s / len(big)) / (pacer_s / items):.2f} measured={what} "
             f"cores={CORES}")
 
 
 def _measured(conn: psycopg.Connection[Any], cmds: list[ItemCommand],
-              batch: Callable[[psycopg.Connection[Any], list[ItemCommand]], None], local: bool) -> float:
+              batch: Callable[[psycopg.Connection[Any], list[ItemCommand]], None], local: bool,
+              size: int = BATCH) -> float:
     """Seconds of the backend's CPU (or of the client's wall clock) the batches took."""
     pid = conn.info.backend_pid
     clock: Callable[[], float] = (lambda: cpu_s(pid)) if local else time.perf_counter
     started = clock()
-    for at in range(0, len(cmds), BATCH):
-        batch(conn, cmds[at:at + BATCH])
+    for at in range(0, len(cmds), size):
+        batch(conn, cmds[at:at + size])
     return clock() - started
 
 
