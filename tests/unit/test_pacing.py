@@ -202,3 +202,23 @@ def test_handover_keeps_the_previous_owners_window_counts() -> None:
     stale = GuidPacer()
     stale.resume_after(50.0, None, limits, windows={"minute": (599, 10)})  # an earlier minute
     assert stale.ready_at("online", limits, 50.0, wall) <= 50.0
+
+
+def test_a_spread_start_holds_the_campaign_lane_for_its_part_of_one_interval() -> None:
+    limits = Limits(min_interval_s=8.0, jitter_s=0.0, online_reserve=0.2, reserve_from_priority=5)
+    p = GuidPacer()
+    p.spread_start(100.0, limits, 0.25)
+    assert p.ready_at("batch", limits, 100.0, 0.0) == pytest.approx(100.0 + 0.25 * limits.batch_interval_s)
+    assert p.ready_at("batch", limits, 100.0, 0.0, priority=1) <= 100.0  # urgent batch work is not held
+    assert p.ready_at("online", limits, 100.0, 0.0) <= 100.0  # nor a reply
+    none = GuidPacer()
+    none.spread_start(100.0, limits, 0.0)
+    assert none.ready_at("batch", limits, 100.0, 0.0) <= 100.0
+
+
+def test_a_spread_start_never_brings_a_recorded_send_closer() -> None:
+    limits = Limits(min_interval_s=8.0, jitter_s=0.0, online_reserve=0.0)
+    p = GuidPacer()
+    p.sent("batch", limits, 99.0, 0.0, RNG)  # due at 107
+    p.spread_start(100.0, limits, 0.1)  # would be due at 100.8
+    assert p.ready_at("batch", limits, 100.0, 0.0) == 107.0

@@ -50,7 +50,7 @@ class Dispatcher:
                  shed_every_s: float = 30.0,
                  owns: Callable[[str], bool] = lambda guid: True,
                  guid_cap: int = 50, max_buffered: int = 20_000, horizon_s: float = 60.0,
-                 error_attempts: int = 3, error_backoff_s: float = 1.0,
+                 error_attempts: int = 3, error_backoff_s: float = 1.0, first_send_spread: float = 0.0,
                  rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.leases = leases
         self.owns = owns  # is this guid's partition assigned to this sender?
@@ -61,10 +61,12 @@ class Dispatcher:
             hooks.on_internal_error = on_internal_error
         if on_shed is not None:
             hooks.on_shed = on_shed
-        self.crew = Crew(executor, limits, queue, Buffer(guid_cap, max_buffered), LeaseKeeper(leases, clock),
+        rng = rng or random.Random()
+        self.crew = Crew(executor, limits, queue, Buffer(guid_cap, max_buffered),
+                         LeaseKeeper(leases, clock, spread=first_send_spread, rng=rng),
                          WorkerConfig(shed_every_s=shed_every_s, horizon_s=horizon_s, error_attempts=error_attempts,
                                       error_backoff_s=error_backoff_s),
-                         hooks, rng or random.Random(), clock)
+                         hooks, rng, clock)
         self.guids: dict[str, GuidWorker] = {}
         self.paces: dict[str, GuidPacer] = {}  # kept across workers: spacing survives an idle spell
 

@@ -162,6 +162,13 @@ class SenderSettings(OpsSettings):
         "Default for every guid (per guid: the hot limit `online_yield_s`): while an online command of the guid "
         "has waited longer than this, its batch lane sends nothing."
     ))
+    first_send_spread: float = Field(1.0, ge=0, le=1, description=(
+        "A guid this sender takes rested (no send within its batch interval: the sender starting, a partition "
+        "moving to it) holds its first campaign send for a random part, up to this fraction, of one batch "
+        "interval. Guids taken together then start spread over the interval instead of in one burst that "
+        "comes round every interval (docs/performance.md, \"A burst that comes round\"). Online and urgent "
+        "work are not held. `0`: every rested guid sends at once."
+    ))
     shed_every_s: float = Field(30.0, gt=0, description=(
         "How often a guid with batch work beyond its window checks its batch queue for items to shed (one read "
         "of the guid's whole batch queue in Postgres)."
