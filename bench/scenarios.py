@@ -327,8 +327,7 @@ def scale() -> str:
     interval = 10.0  # slow per guid, so the total stays within one process's reach
     inf = real_infra()
     st = stack(inf, "scale", {"PACER_SENDER_MIN_INTERVAL_MS": str(int(interval * 1000)),
-                              "PACER_SENDER_JITTER_MS": "0", "PACER_SENDER_ONLINE_RESERVE": "0",
-                              "PACER_SENDER_MAX_BUFFERED": "100000"})
+                              "PACER_SENDER_JITTER_MS": "0", "PACER_SENDER_ONLINE_RESERVE": "0"})
     try:
         st.start_gateway(min_interval_ms=int(interval * 1000) - 50)
         seeded = seed_items(st.infra.database_url, guids, int(seconds / interval) + 3)
