@@ -1,0 +1,45 @@
+"""A sender that takes many rested guids at once (here: at its start) spreads their first
+campaign sends over one batch interval instead of sending them all in the same instant."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from pacer_dev.infra import Infra
+from tests.conftest import stack_on
+from tests.e2e.conftest import gateway
+from tests.e2e.helpers import job_state, publish, request, sends_for
+from tests.integration.helpers import wait_for
+
+pytestmark = pytest.mark.e2e
+
+INTERVAL_S = 2.0
+GUIDS = 60
+
+
+def test_a_starting_sender_spreads_the_first_sends_of_its_rested_guids_over_one_interval(
+        infra_env: Infra, tmp_path: Path) -> None:
+    with stack_on(infra_env, tmp_path, f"t{uuid.uuid4().hex[:10]}", {
+        "PACER_SENDER_MIN_INTERVAL_MS": str(int(INTERVAL_S * 1000)), "PACER_SENDER_JITTER_MS": "0",
+        "PACER_SENDER_ONLINE_RESERVE": "0",  # PACER_SENDER_FIRST_SEND_SPREAD at its default
+    }) as st:
+        st.start_gateway(min_interval_ms=int(INTERVAL_S * 1000) - 50)
+        st.start_service("planner")
+        req = request(GUIDS, GUIDS)  # one item on each of 60 guids that never sent
+        rid = str(req["request_id"])
+        publish(st, json.dumps(req).encode(), key=rid.encode())
+        wait_for(lambda: (s := job_state(st, rid)) and sum(s[1].values()) == GUIDS, 60, "the job planned")
+        st.start_service("sender", "sender-1")  # takes every guid's lease at once
+        sends = wait_for(lambda: len(s := sends_for(st, rid)) == GUIDS and s, 60, "every guid's first send")
+        at = sorted(s["at"] for s in sends)
+        # Without the spread all 60 go within a fraction of a second of each other; with it,
+        # each waits a uniform part of the 2 s interval, so they span most of it.
+        assert at[-1] - at[0] >= 0.5 * INTERVAL_S, f"first sends spread over only {at[-1] - at[0]:.2f} s"
+        # No guid waits more than about one interval for it (the gateway's answers and the
+        # sender's own turns add a little).
+        assert at[-1] - at[0] <= INTERVAL_S + 1.0
+        assert gateway(st, "/_admin/stats")["interval_violations"] == 0
