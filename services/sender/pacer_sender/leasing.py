@@ -18,14 +18,14 @@ log = logging.getLogger(__name__)
 
 
 class LeaseKeeper:
-    def __init__(self, leases: GuidLeases, clock: Callable[[], float], *, spread: float = 0.0,
-                 rng: random.Random | None = None) -> None:
+    def __init__(self, leases: GuidLeases, clock: Callable[[], float], *, spread: float,
+                 rng: random.Random) -> None:
         self.leases = leases
         self.clock = clock
         # Up to this fraction of a batch interval, drawn per guid, holds the first campaign
         # send of a guid taken rested (no send within its batch interval); 0: none is held.
         self.spread = spread
-        self.rng = rng or random.Random()
+        self.rng = rng
         self._releasing: set[asyncio.Future[None]] = set()
 
     def holds(self, guid: str) -> bool:
