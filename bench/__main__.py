@@ -8,7 +8,9 @@ from __future__ import annotations
 import logging
 import sys
 
+from bench.common import state_dir
 from bench.scenarios import SCENARIOS
+from pacer_dev import infra
 
 
 def main() -> None:
@@ -17,6 +19,7 @@ def main() -> None:
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise SystemExit(f"unknown benchmark(s) {unknown}; choose from {list(SCENARIOS)}")
+    infra.prune_kafka(state_dir())  # the topics of a run that did not finish: never let them pile up
     for name in names:
         print(SCENARIOS[name](), flush=True)
 

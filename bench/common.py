@@ -28,8 +28,13 @@ def env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
+def state_dir() -> Path:
+    """The benchmarks' own Kafka and Postgres, and their stacks' logs (``<state>/runs``)."""
+    return Path(os.environ.get("PACER_STATE_DIR", ".pacer")) / "bench"
+
+
 def real_infra() -> Infra:
-    return infra.up(Path(os.environ.get("PACER_STATE_DIR", ".pacer")) / "bench")
+    return infra.up(state_dir())
 
 
 def fresh_db(inf: Infra, label: str) -> str:
@@ -46,9 +51,15 @@ def fresh_db(inf: Infra, label: str) -> str:
 drop_db = drop_database
 
 
+def teardown(st: Stack) -> None:
+    """Stop a benchmark's stack, delete its topics and drop its database."""
+    st.dispose()
+    drop_db(st.infra.database_url)
+
+
 def stack(inf: Infra, label: str, env: dict[str, str]) -> Stack:
     url = fresh_db(inf, label)
-    state = Path(os.environ.get("PACER_STATE_DIR", ".pacer")) / "bench" / "runs" / label
+    state = state_dir() / "runs" / label
     st = Stack(state, Infra(inf.kafka_bootstrap, url, state), topic_prefix=f"b{uuid.uuid4().hex[:10]}", env_extra=env)
     prepare(url, {"bootstrap.servers": inf.kafka_bootstrap}, st.topic_prefix)
     return st

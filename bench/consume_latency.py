@@ -21,11 +21,13 @@ import uuid
 
 from bench.common import real_infra
 from pacer_common.kafka import AsyncConsumer, ensure_topics, make_consumer, make_producer
+from pacer_dev.stack import drop_topics
 
 
 async def measure(bootstrap: str, messages: int, gap_s: float, batch: int, timeout_s: float,
                   call: str) -> list[float]:
-    topic = f"latency-{uuid.uuid4().hex[:8]}"
+    prefix = f"b{uuid.uuid4().hex[:10]}"
+    topic = f"{prefix}.latency"
     ensure_topics({"bootstrap.servers": bootstrap}, {topic: (1, {})})
     consumer = AsyncConsumer(make_consumer({"bootstrap.servers": bootstrap}, f"g-{topic}"))
     await consumer.call(consumer.consumer.subscribe, [topic])
@@ -58,6 +60,7 @@ async def measure(bootstrap: str, messages: int, gap_s: float, batch: int, timeo
         latencies.extend((now - struct.unpack("d", m.value() or b"")[0]) * 1000 for m in got)
     await task
     await consumer.close()
+    drop_topics({"bootstrap.servers": bootstrap}, prefix)
     return latencies
 
 

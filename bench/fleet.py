@@ -16,13 +16,13 @@ import time
 from bench.common import (
     CORES,
     count,
-    drop_db,
     env_int,
     gateway,
     publish_commands,
     real_infra,
     seed_items,
     stack,
+    teardown,
     wait_until,
 )
 
@@ -53,8 +53,7 @@ def fleet() -> str:
         elapsed = time.perf_counter() - t0
         moved = count(st.infra.database_url, "SELECT count(*) FROM guid_leases WHERE epoch > 1")
     finally:
-        st.stop_all()
-        drop_db(st.infra.database_url)
+        teardown(st)
     achieved = (stats["sends"] - start) / (guids * elapsed / interval)
     return (f"bench fleet: guids={guids} senders={senders}+1-1 interval_s={interval} seconds={seconds} "
             f"achieved_ratio={achieved:.3f} violations={stats['interval_violations']} "

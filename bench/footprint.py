@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from bench.common import CORES, count, drop_db, env_int, real_infra, stack, wait_until
+from bench.common import CORES, count, env_int, real_infra, stack, teardown, wait_until
 from pacer_common.kafka import make_producer, produce_all
 
 FAST = {"PACER_SENDER_MIN_INTERVAL_MS": "0", "PACER_SENDER_JITTER_MS": "0", "PACER_SENDER_DB_POOL_MAX": "40"}
@@ -54,8 +54,7 @@ def footprint() -> str:
         sizes = _sizes(url)
         events = count(url, "SELECT count(*) FROM item_events")
     finally:
-        st.stop_all()
-        drop_db(url)
+        teardown(st)
     grown = {name: size - before_sizes.get(name, 0) for name, size in sizes}
     total = sum(grown.values())
     top = sorted(grown.items(), key=lambda kv: -kv[1])[:3]

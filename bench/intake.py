@@ -18,7 +18,7 @@ import time
 
 import aiohttp
 
-from bench.common import CORES, cpu_s, drop_db, env_int, real_infra, stack
+from bench.common import CORES, cpu_s, env_int, real_infra, stack, teardown
 from pacer_common.domain.tenants import sign
 from pacer_dev.stack import LOCAL_CALLBACK_SECRET
 
@@ -73,8 +73,7 @@ def intake() -> str:
         sent, lat, errors, wall = asyncio.run(offer(proc.url, rate, seconds))
         cpu_us = (cpu_s(proc.pid) - cpu0) * 1e6 / max(1, sent)
     finally:
-        st.stop_all()
-        drop_db(st.infra.database_url)
+        teardown(st)
     q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [float("nan")] * 99
     return (f"bench intake: target_per_s={rate} seconds={seconds} sent={sent} accepted={len(lat)} errors={errors} "
             f"accepted_per_s={len(lat) / wall:.0f} ack_p50_ms={q[49] * 1000:.1f} ack_p99_ms={q[98] * 1000:.1f} "

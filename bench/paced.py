@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from bench.common import drop_db, gateway, publish_commands, real_infra, seed_items, stack, wait_until
+from bench.common import gateway, publish_commands, real_infra, seed_items, stack, teardown, wait_until
 
 INTERVAL_S, JITTER_S = 0.9, 0.2  # a gap of 0.9 s + uniform 0–0.2 s: mean 1.0 s
 GATEWAY_MIN_INTERVAL_MS = int(INTERVAL_S * 1000) - 5  # the gateway counts a shorter gap as a violation
@@ -59,5 +59,4 @@ def pacer_window(guids: int, seconds: int, label: str) -> Window:
         st.start_service("sender", "sender-1")
         return measure(gw, seconds)
     finally:
-        st.stop_all()
-        drop_db(st.infra.database_url)
+        teardown(st)

@@ -27,6 +27,7 @@ from bench.common import (
     real_infra,
     seed_items,
     stack,
+    teardown,
     wait_until,
 )
 from pacer_common.db.sql import query
@@ -139,8 +140,7 @@ def _behind_s(backlog: int, guids: int, interval_ms: int) -> tuple[float, list[i
         ahead = [sum(1 for s in sends if s["guid"] == d["guid"] and t0 < s["at"] < d["at"]) for d in done]
         return max(d["at"] for d in done) - t0, ahead
     finally:
-        st.stop_all()
-        drop_db(st.infra.database_url)
+        teardown(st)
 
 
 def _alone_s(guids: int, interval_ms: int) -> tuple[float, float]:
@@ -165,8 +165,7 @@ def _alone_s(guids: int, interval_ms: int) -> tuple[float, float]:
         idle = max(d["at"] for d in _sent(gw, "idle", guids, t1)) - t1
         return just_sent, idle
     finally:
-        st.stop_all()
-        drop_db(st.infra.database_url)
+        teardown(st)
 
 
 def fairness() -> str:
@@ -227,8 +226,7 @@ def schedule() -> str:
         sends = _sends(gw)
         dupes = gateway(gw, "/_admin/stats")["duplicates"]
     finally:
-        st.stop_all()
-        drop_db(st.infra.database_url)
+        teardown(st)
     achieved = len(in_window) / (guids * window / interval) if window > 0 else float("nan")
     late = sorted(max(0.0, at - due.timestamp()) for at in firsts.values())
     # How late beyond what pacing allows: a guid that sent just before the items came due may
@@ -265,7 +263,6 @@ def shed() -> str:
             rows: dict[str, int] = dict(conn.execute("SELECT COALESCE(last_error_class, status::text), count(*) FROM items"
                                      " GROUP BY 1").fetchall())
     finally:
-        st.stop_all()
-        drop_db(st.infra.database_url)
+        teardown(st)
     return (f"bench shed: items={guids * per_guid} guids={guids} expire_s={expire_s} sent={len(sends)} "
             f"sent_late={late} shed={rows.get('shed', 0)} expired_at_turn={rows.get('expired', 0)} cores={CORES}")

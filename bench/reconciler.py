@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from pathlib import Path
 
 import psycopg
 from psycopg.rows import dict_row
@@ -44,6 +43,7 @@ from bench.common import (
     machine_busy_s,
     real_infra,
     seed_items,
+    state_dir,
     wait_until,
 )
 from pacer_common.db.migrate import migrate
@@ -98,7 +98,7 @@ def _run(inf: Infra, url: str, job_id: str, replicas: int) -> tuple[Rate, float,
     """The events of ``job_id``'s confirmation applied per second by ``replicas`` processes
     sharing the segments evenly, the CPU seconds the processes spent on them, and the CPU
     seconds the whole machine spent meanwhile."""
-    state = Path(".pacer") / "bench" / "runs" / f"reconciler-{replicas}"
+    state = state_dir() / "runs" / f"reconciler-{replicas}"
     st = Stack(state, Infra(inf.kafka_bootstrap, url, state), topic_prefix=f"b{uuid.uuid4().hex[:10]}",
                env_extra={"PACER_RECONCILER_SEGMENTS": str(SEGMENTS)})
     prepare(url, {"bootstrap.servers": inf.kafka_bootstrap}, st.topic_prefix)
@@ -122,5 +122,5 @@ def _run(inf: Infra, url: str, job_id: str, replicas: int) -> tuple[Rate, float,
         elapsed, busy = time.monotonic() - started, machine_busy_s() - busy0
         return Rate(events, elapsed), sum(cpu_s(p.pid) for p in procs) - cpu0, busy
     finally:
-        st.stop_all()
+        st.dispose()
 

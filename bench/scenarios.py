@@ -27,6 +27,7 @@ from bench.common import (
     rss_mib,
     seed_items,
     stack,
+    teardown,
     wait_until,
 )
 from bench.fleet import fleet
@@ -39,6 +40,7 @@ from bench.reconciler import reconciler
 from bench.steps import steps
 from pacer_common.db.pool import open_pool
 from pacer_common.kafka import ensure_topics, make_consumer, make_producer, produce_all
+from pacer_dev.stack import drop_topics
 from pacer_planner.adapters.kafka import KafkaCommandBus
 from pacer_planner.adapters.postgres import PostgresJobStore
 from pacer_planner.core import Planner
@@ -93,6 +95,7 @@ def planner() -> str:
     raw_s = time.perf_counter() - t0
     drop_db(url)
     drop_db(raw_url)
+    drop_topics({"bootstrap.servers": inf.kafka_bootstrap}, prefix)
     return (f"bench planner: items={n} items_per_s={n / pacer_s:.0f} raw_copy_produce_per_s={n / raw_s:.0f} "
             f"ratio={raw_s / pacer_s:.2f} cores={CORES}")
 
@@ -131,8 +134,7 @@ def sender() -> str:
             bare[c] = asyncio.run(_bare_loop(inf.kafka_bootstrap, topic, st.gateway_url or "", n, c))
             bare_busy[c] = machine_busy_s() - b0
     finally:
-        st.stop_all()
-        drop_db(st.infra.database_url)
+        teardown(st)
     pacer_rps = n / pacer_s
     fastest = max(bare, key=lambda c: bare[c])
     loops = " ".join(f"bare_{c}_per_s={rps:.0f}" for c, rps in bare.items())
@@ -224,8 +226,7 @@ def recovery() -> str:
             time.sleep(1)
         dupes = gateway(gw, "/_admin/stats")["duplicates"]
     finally:
-        st.stop_all()
-        drop_db(st.infra.database_url)
+        teardown(st)
     p100 = max(seen.values()) if len(seen) == guids else float("inf")
     return (f"bench recovery: guids={guids} resumed={len(seen)} resume_p100_s={p100:.1f} lease_ttl_s={lease} "
             f"duplicates={dupes} cores={CORES}")
@@ -293,8 +294,7 @@ def priority() -> str:
         queued = count(st.infra.database_url, "SELECT count(*) FROM items WHERE status = 'pending'")
         planned, after_due = _ticket_breakdown(st.infra.database_url, gw, published)
     finally:
-        st.stop_all()
-        drop_db(st.infra.database_url)
+        teardown(st)
     q = statistics.quantiles(latencies, n=100) if len(latencies) >= 2 else [float("nan")] * 99
     t = statistics.quantiles(tickets, n=100) if len(tickets) >= 2 else [float("nan")] * 99
     return (f"bench priority: backlog={backlog} still_queued={queued} replies={len(latencies)}/{replies} "
@@ -341,8 +341,7 @@ def scale() -> str:
         rss = rss_mib(proc.pid)
         late = _late_s(st.gateway_url or "", opened, interval)
     finally:
-        st.stop_all()
-        drop_db(st.infra.database_url)
+        teardown(st)
     sent = stats["sends"] - start
     achieved = sent / (guids * seconds / interval)
     return (f"bench scale: guids={guids} rss_mib={rss:.0f} achieved_ratio={achieved:.3f} "

@@ -72,7 +72,7 @@ def stack_on(infra_env: Any, state: Path, topic_prefix: str, env_extra: dict[str
         try:
             yield st
         finally:
-            st.stop_all()
+            st.dispose()
 
 
 @pytest.fixture
@@ -88,8 +88,13 @@ def kafka_config(infra_env: Infra) -> dict[str, str]:
 
 
 @pytest.fixture
-def topic_prefix() -> str:
-    return f"t{uuid.uuid4().hex[:12]}"
+def topic_prefix(kafka_config: dict[str, str]) -> Iterator[str]:
+    """A prefix of this test's own; its topics (``<prefix>.…``) are deleted afterwards."""
+    from pacer_dev.stack import drop_topics
+
+    prefix = f"t{uuid.uuid4().hex[:12]}"
+    yield prefix
+    drop_topics(kafka_config, prefix)
 
 
 @pytest.fixture(scope="module")

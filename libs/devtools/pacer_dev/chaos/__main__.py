@@ -34,6 +34,7 @@ def main() -> None:
         size = replace(size, kills=int(kills), timeout_s=max(size.timeout_s, int(kills) * 12.0))
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     state = Path(os.environ.get("PACER_STATE_DIR", ".pacer")) / "chaos"
+    infra.prune_kafka(state)  # the topics of a run that did not finish: never let them pile up
     inf = infra.up(state)
     print(f"chaos: seed={seed} items={size.items} guids={size.guids} kafka={inf.kafka_bootstrap}", file=sys.stderr)
     ok = True

@@ -197,7 +197,7 @@ def open_scenario(name: str, infra: Infra, root: Path, *, senders: int, gateway:
 
 
 def close_scenario(sc: Scenario) -> None:
-    sc.stack.stop_all()
+    sc.stack.dispose()
     with contextlib.suppress(psycopg.Error):
         drop_database(sc.db)
 
