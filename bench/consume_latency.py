@@ -21,7 +21,7 @@ import uuid
 
 from bench.common import real_infra
 from pacer_common.kafka import AsyncConsumer, ensure_topics, make_consumer, make_producer
-from pacer_dev.stack import drop_topics
+from pacer_dev.stack import drop_topics_or_warn
 
 
 async def measure(bootstrap: str, messages: int, gap_s: float, batch: int, timeout_s: float,
@@ -60,7 +60,7 @@ async def measure(bootstrap: str, messages: int, gap_s: float, batch: int, timeo
         latencies.extend((now - struct.unpack("d", m.value() or b"")[0]) * 1000 for m in got)
     await task
     await consumer.close()
-    drop_topics({"bootstrap.servers": bootstrap}, prefix)
+    drop_topics_or_warn({"bootstrap.servers": bootstrap}, prefix)
     return latencies
 
 
