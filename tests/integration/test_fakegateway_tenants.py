@@ -139,6 +139,27 @@ def test_lose_next_loses_exactly_that_many_callbacks_of_that_command_and_no_othe
     assert view["lose_next"] == {}
 
 
+def test_duplicate_next_and_reorder_next_fault_exactly_that_many_callbacks_of_that_command() -> None:
+    with running_fake_gateway(seed=3) as gw, httpx.Client(base_url=gw) as c:
+        c.put("/_admin/tenants/acme", json={"callback_secret": "s", "callback_url": f"{gw}/_nowhere"}).raise_for_status()
+        assert c.put("/_admin/callbacks", json={"reorder_next": {"device.status": -1}}).status_code == 400
+        view = c.put("/_admin/callbacks", json={"duplicate_next": {"device.status": 2},
+                                                "reorder_next": {"device.status": 2}, "reorder_hold_ms": 50}).json()
+        assert (view["duplicate_next"], view["reorder_next"]) == ({"device.status": 2}, {"device.status": 2})
+        for cmd in ("media.ready", "device.status", "media.ready"):
+            c.post("/_admin/callbacks/emit", json={"tenant": "acme", "cmd": cmd, "guid": "g1", "data": {}}
+                   ).raise_for_status()
+        deadline = time.monotonic() + 10
+        while (view := c.get("/_admin/callbacks").json())["in_flight"]:
+            assert time.monotonic() < deadline, view
+            time.sleep(0.02)
+    counts = view["counts"]
+    # No chance faults are set: only the owed ones happen, to the one device.status alone.
+    assert (counts["emitted"], counts["duplicated"], counts["reordered"]) == (3, 1, 1)
+    assert counts["refused_404"] == 3 + 1
+    assert (view["duplicate_next"], view["reorder_next"]) == ({"device.status": 1}, {"device.status": 1})
+
+
 def test_a_tenant_past_its_daily_quota_is_deferred_across_senders_and_others_go_on(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
         conn.execute("INSERT INTO tenants (name, sends_per_day) VALUES ('small', 3), ('big', NULL)")

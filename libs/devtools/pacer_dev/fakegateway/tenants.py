@@ -10,8 +10,9 @@ Configured at run time under ``/_admin``:
 - ``PUT /_admin/callbacks`` — the callback faults, each optional: ``p_duplicate`` (posted twice),
   ``p_lost`` (never posted), ``p_reorder`` (held back and posted after the tenant's next one, or
   after ``reorder_hold_ms``), ``late_ms`` and ``late_jitter_ms`` (posted that much later), and
-  ``lose_next`` ``{"<cmd>": n}`` (the next ``n`` callbacks of that command are lost, whatever the
-  dice say: a loss a test can count on); ``GET /_admin/callbacks`` answers them with counts.
+  ``lose_next``, ``duplicate_next``, ``reorder_next``, each ``{"<cmd>": n}`` (the next ``n``
+  callbacks of that command are lost, posted twice, held back, whatever the dice say: a fault
+  a short test can count on); ``GET /_admin/callbacks`` answers them with counts.
 - ``POST /_admin/callbacks/emit`` ``{"tenant", "cmd", "guid", "data", "count"}`` — emit
   callbacks as the gateway would (``count`` of them, each with its own ``msgUid`` for
   ``message.received`` unless ``data`` names one). Other parts of the gateway call
@@ -44,6 +45,7 @@ from pacer_common.domain.tenants import sign
 # Paths that are the gateway's own administration, not calls a tenant makes.
 _OPEN_PREFIXES = ("/_admin", "/healthz", "/_audience")
 POST_ATTEMPTS = 5
+FORCED = ("lose_next", "duplicate_next", "reorder_next")  # faults owed to the next callbacks of a command
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,8 @@ class Tenants:
     faults: CallbackFaults = field(default_factory=CallbackFaults)
     counts: Counter[str] = field(default_factory=Counter)
     seed: int | None = None
-    lose_next: Counter[str] = field(default_factory=Counter)  # cmd → callbacks of it still to lose
+    # fault ("lose_next", "duplicate_next", "reorder_next") → cmd → callbacks of it still to fault
+    forced: dict[str, Counter[str]] = field(default_factory=lambda: {name: Counter() for name in FORCED})
     _held: dict[str, _Held] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _uids: itertools.count[int] = field(default_factory=itertools.count)
@@ -139,15 +142,14 @@ class Tenants:
         body = json.dumps({"cmd": cmd, "guid": guid, "ts": int(time.time() * 1000), "data": data},
                           separators=(",", ":"), ensure_ascii=False).encode()
         f = self.faults
-        if self.lose_next[cmd] > 0 or self.rng.random() < f.p_lost:
-            self.lose_next[cmd] -= min(1, self.lose_next[cmd])
+        if self._forced("lose_next", cmd) or self.rng.random() < f.p_lost:
             self.counts["lost"] += 1
             self.counts[f"lost:{cmd}"] += 1
             return
-        copies = 2 if self.rng.random() < f.p_duplicate else 1
+        copies = 2 if self._forced("duplicate_next", cmd) or self.rng.random() < f.p_duplicate else 1
         self.counts["duplicated"] += copies - 1
         held = self._held.pop(tenant, None)
-        if held is None and self.rng.random() < f.p_reorder:
+        if held is None and (self._forced("reorder_next", cmd) or self.rng.random() < f.p_reorder):
             self.counts["reordered"] += 1
             loop = asyncio.get_running_loop()
             timer = loop.call_later(f.reorder_hold_ms / 1000, self._release, tenant)
@@ -160,6 +162,14 @@ class Tenants:
         if held is not None:  # the one held back goes after this one
             held.timer.cancel()
             self._post_later(t, held.body, after_s=0.005)
+
+    def _forced(self, fault: str, cmd: str) -> bool:
+        """Whether ``fault`` is still owed to the next callback of ``cmd`` (and owe one less)."""
+        left = self.forced[fault]
+        if left[cmd] <= 0:
+            return False
+        left[cmd] -= 1
+        return True
 
     def _release(self, tenant: str) -> None:
         held, t = self._held.pop(tenant, None), self.by_name.get(tenant)
@@ -199,7 +209,8 @@ class Tenants:
         return len(self._tasks) + len(self._held)
 
     def view(self) -> dict[str, Any]:
-        return {**asdict(self.faults), "lose_next": {k: n for k, n in self.lose_next.items() if n > 0},
+        return {**asdict(self.faults), **{name: {k: n for k, n in left.items() if n > 0}
+                                          for name, left in self.forced.items()},
                 "counts": dict(self.counts), "in_flight": self.in_flight()}
 
     async def close(self) -> None:
@@ -254,12 +265,14 @@ def tenant_routes(app: FastAPI, tenants: Tenants) -> None:
     async def put_faults(request: Request) -> JSONResponse:
         try:
             doc = await body(request)
-            lose_next = {str(cmd): int(n) for cmd, n in dict(doc.pop("lose_next", None) or {}).items()}
-            if any(n < 0 for n in lose_next.values()):
-                raise ValueError("lose_next counts must be >= 0")
+            forced = {name: {str(cmd): int(n) for cmd, n in dict(doc.pop(name, None) or {}).items()}
+                      for name in FORCED}
+            if bad := sorted(name for name, counts in forced.items() if any(n < 0 for n in counts.values())):
+                raise ValueError(f"{', '.join(bad)} counts must be >= 0")
             tenants.faults = tenants.faults.updated(doc)
-            for cmd, n in lose_next.items():
-                tenants.lose_next[cmd] = n
+            for name, counts in forced.items():
+                for cmd, n in counts.items():
+                    tenants.forced[name][cmd] = n
         except (ValueError, TypeError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         return JSONResponse(tenants.view())
