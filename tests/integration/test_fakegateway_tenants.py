@@ -120,19 +120,28 @@ def test_callbacks_reach_the_intake_signed_through_duplicates_losses_delays_and_
     assert order != sorted(order)  # some arrived out of order
 
 
-def test_lose_next_loses_exactly_that_many_callbacks_of_that_command_and_no_other() -> None:
+def owed_faults(owed: dict[str, Any], cmds: tuple[str, ...]) -> dict[str, Any]:
+    """Owe ``owed`` (after a refused negative count), emit ``cmds`` with no chance fault set,
+    and answer the callbacks view once nothing is in flight."""
     with running_fake_gateway(seed=3) as gw, httpx.Client(base_url=gw) as c:
         c.put("/_admin/tenants/acme", json={"callback_secret": "s", "callback_url": f"{gw}/_nowhere"}).raise_for_status()
-        assert c.put("/_admin/callbacks", json={"lose_next": {"media.ready": -1}}).status_code == 400
-        view = c.put("/_admin/callbacks", json={"lose_next": {"media.ready": 2}}).json()
-        assert view["lose_next"] == {"media.ready": 2}
-        for cmd in ("device.status", "media.ready", "media.ready", "media.ready", "device.status"):
+        for name in owed:
+            assert c.put("/_admin/callbacks", json={name: {"media.ready": -1}}).status_code == 400
+        view = c.put("/_admin/callbacks", json={**owed, "reorder_hold_ms": 50}).json()
+        assert {name: view[name] for name in owed} == owed
+        for cmd in cmds:
             c.post("/_admin/callbacks/emit", json={"tenant": "acme", "cmd": cmd, "guid": "g1", "data": {}}
                    ).raise_for_status()
         deadline = time.monotonic() + 10
         while (view := c.get("/_admin/callbacks").json())["in_flight"]:
             assert time.monotonic() < deadline, view
             time.sleep(0.02)
+    return view
+
+
+def test_lose_next_loses_exactly_that_many_callbacks_of_that_command_and_no_other() -> None:
+    view = owed_faults({"lose_next": {"media.ready": 2}},
+                       ("device.status", "media.ready", "media.ready", "media.ready", "device.status"))
     counts = view["counts"]
     assert (counts["emitted"], counts["lost"], counts["lost:media.ready"]) == (5, 2, 2)
     assert "lost:device.status" not in counts and counts["refused_404"] == 3
@@ -140,21 +149,10 @@ def test_lose_next_loses_exactly_that_many_callbacks_of_that_command_and_no_othe
 
 
 def test_duplicate_next_and_reorder_next_fault_exactly_that_many_callbacks_of_that_command() -> None:
-    with running_fake_gateway(seed=3) as gw, httpx.Client(base_url=gw) as c:
-        c.put("/_admin/tenants/acme", json={"callback_secret": "s", "callback_url": f"{gw}/_nowhere"}).raise_for_status()
-        assert c.put("/_admin/callbacks", json={"reorder_next": {"device.status": -1}}).status_code == 400
-        view = c.put("/_admin/callbacks", json={"duplicate_next": {"device.status": 2},
-                                                "reorder_next": {"device.status": 2}, "reorder_hold_ms": 50}).json()
-        assert (view["duplicate_next"], view["reorder_next"]) == ({"device.status": 2}, {"device.status": 2})
-        for cmd in ("media.ready", "device.status", "media.ready"):
-            c.post("/_admin/callbacks/emit", json={"tenant": "acme", "cmd": cmd, "guid": "g1", "data": {}}
-                   ).raise_for_status()
-        deadline = time.monotonic() + 10
-        while (view := c.get("/_admin/callbacks").json())["in_flight"]:
-            assert time.monotonic() < deadline, view
-            time.sleep(0.02)
+    view = owed_faults({"duplicate_next": {"device.status": 2}, "reorder_next": {"device.status": 2}},
+                       ("media.ready", "device.status", "media.ready"))
     counts = view["counts"]
-    # No chance faults are set: only the owed ones happen, to the one device.status alone.
+    # Only the owed faults happen, to the one device.status alone, and one of each stays owed.
     assert (counts["emitted"], counts["duplicated"], counts["reordered"]) == (3, 1, 1)
     assert counts["refused_404"] == 3 + 1
     assert (view["duplicate_next"], view["reorder_next"]) == ({"device.status": 1}, {"device.status": 1})
