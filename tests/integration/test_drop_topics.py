@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 from confluent_kafka.admin import AdminClient
 
 from pacer_common.kafka import ensure_topics
 from pacer_dev.stack import drop_topics
+from tests.integration.helpers import wait_for
 
 
 def topics(kafka_config: dict[str, str]) -> set[str]:
@@ -24,11 +23,11 @@ def test_drop_topics_deletes_the_prefix_topics_and_leaves_a_longer_prefix_alone(
 
     assert drop_topics(kafka_config, topic_prefix) == sorted(mine)
 
-    deadline = time.monotonic() + 30  # a deletion reaches the broker's metadata shortly after
-    while topics(kafka_config) & set(mine) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = topics(kafka_config)
-    assert not left & set(mine)
+    def gone() -> set[str] | None:  # a deletion reaches the broker's metadata shortly after
+        now = topics(kafka_config)
+        return None if now & set(mine) else now
+
+    left = wait_for(gone, 30, "the prefix's topics gone from the metadata")
     assert other in left
     assert drop_topics(kafka_config, topic_prefix) == []
     assert drop_topics(kafka_config, f"{topic_prefix}x") == [other]

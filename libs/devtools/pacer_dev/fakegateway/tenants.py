@@ -94,7 +94,7 @@ class Tenants:
     faults: CallbackFaults = field(default_factory=CallbackFaults)
     counts: Counter[str] = field(default_factory=Counter)
     seed: int | None = None
-    # fault ("lose_next", "duplicate_next", "reorder_next") → cmd → callbacks of it still to fault
+    # fault (one of FORCED) → cmd → callbacks of it still owed that fault
     forced: dict[str, Counter[str]] = field(default_factory=lambda: {name: Counter() for name in FORCED})
     _held: dict[str, _Held] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
