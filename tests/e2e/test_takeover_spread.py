@@ -1,9 +1,11 @@
 """A sender that takes many rested guids at once (here: at its start) spreads their first
-campaign sends over one batch interval instead of sending them all in the same instant."""
+campaign sends over one batch interval instead of sending them all in the same instant; so
+does a campaign that starts later on those guids, once they are rested again."""
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -35,11 +37,27 @@ def test_a_starting_sender_spreads_the_first_sends_of_its_rested_guids_over_one_
         wait_for(lambda: (s := job_state(st, rid)) and sum(s[1].values()) == GUIDS, 60, "the job planned")
         st.start_service("sender", "sender-1")  # takes every guid's lease at once
         sends = wait_for(lambda: len(s := sends_for(st, rid)) == GUIDS and s, 60, "every guid's first send")
-        at = sorted(s["at"] for s in sends)
-        # Without the spread all 60 go within a fraction of a second of each other; with it,
-        # each waits a uniform part of the 2 s interval, so they span most of it.
-        assert at[-1] - at[0] >= 0.5 * INTERVAL_S, f"first sends spread over only {at[-1] - at[0]:.2f} s"
-        # No guid waits more than about one interval for it (the gateway's answers and the
-        # sender's own turns add a little).
-        assert at[-1] - at[0] <= INTERVAL_S + 1.0
+        _assert_spread(sorted(s["at"] for s in sends), "first sends")
+
+        # A second campaign on the same guids, which the sender still holds, once every one of
+        # them is rested again (no send within its interval).
+        rested_at = max(s["at"] for s in sends) + INTERVAL_S
+        wait_for(lambda: time.time() >= rested_at, 10, "the guids rested")
+        second = request(GUIDS, GUIDS)
+        for target in second["targets"]["items"]:
+            target["guid"] = target["guid"].replace(str(second["request_id"]), rid)
+            target["to_id"] = f"again-{target['to_id']}"
+        publish(st, json.dumps(second).encode(), key=str(second["request_id"]).encode())
+        again = wait_for(lambda: len(s := [x for x in sends_for(st, rid) if x["toId"].startswith("again-")]) == GUIDS
+                         and s, 60, "every guid's send of the second campaign")
+        _assert_spread(sorted(s["at"] for s in again), "the second campaign's sends")
         assert gateway(st, "/_admin/stats")["interval_violations"] == 0
+
+
+def _assert_spread(at: list[float], what: str) -> None:
+    # Without the spread all 60 go within a fraction of a second of each other; with it, each
+    # waits a uniform part of the 2 s interval, so they span most of it.
+    assert at[-1] - at[0] >= 0.5 * INTERVAL_S, f"{what} spread over only {at[-1] - at[0]:.2f} s"
+    # No guid waits more than about one interval for it (the gateway's answers and the
+    # sender's own turns add a little).
+    assert at[-1] - at[0] <= INTERVAL_S + 1.0, f"{what} spread over {at[-1] - at[0]:.2f} s"

@@ -25,6 +25,9 @@ class WorkerConfig:
     error_backoff_s: float = 1.0  # first pause after such an attempt; doubles, at most 60 s
     max_idle_s: float = 30.0  # a waiting guid re-checks at least this often (changes wake it sooner)
     lease_retry_s: float = 1.0  # pause after the database or the guid lease was not to be had
+    # Up to this fraction of a batch interval, drawn per guid, holds the first campaign send of
+    # a rested guid that batch work reaches (``GuidPacer.spread_start``); 0: none is held.
+    first_send_spread: float = 0.0
 
 
 @dataclass

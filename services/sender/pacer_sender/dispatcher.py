@@ -63,9 +63,9 @@ class Dispatcher:
             hooks.on_shed = on_shed
         rng = rng or random.Random()
         self.crew = Crew(executor, limits, queue, Buffer(guid_cap, max_buffered),
-                         LeaseKeeper(leases, clock, spread=first_send_spread, rng=rng),
+                         LeaseKeeper(leases, clock),
                          WorkerConfig(shed_every_s=shed_every_s, horizon_s=horizon_s, error_attempts=error_attempts,
-                                      error_backoff_s=error_backoff_s),
+                                      error_backoff_s=error_backoff_s, first_send_spread=first_send_spread),
                          hooks, rng, clock)
         self.guids: dict[str, GuidWorker] = {}
         self.paces: dict[str, GuidPacer] = {}  # kept across workers: spacing survives an idle spell

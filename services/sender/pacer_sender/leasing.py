@@ -1,13 +1,11 @@
 """The dispatcher's guid-lease bookkeeping: a guid's lease is taken before its first send
-(its pacing resumes where the previous holder left off; a rested guid's first campaign send
-is spread over one interval) and given back once the guid's partition went and no item of it
-is in hand."""
+(its pacing resumes where the previous holder left off) and given back once the guid's
+partition went and no item of it is in hand."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable
 
 from pacer_common.db.errors import TransientError
@@ -18,14 +16,9 @@ log = logging.getLogger(__name__)
 
 
 class LeaseKeeper:
-    def __init__(self, leases: GuidLeases, clock: Callable[[], float], *, spread: float,
-                 rng: random.Random) -> None:
+    def __init__(self, leases: GuidLeases, clock: Callable[[], float]) -> None:
         self.leases = leases
         self.clock = clock
-        # Up to this fraction of a batch interval, drawn per guid, holds the first campaign
-        # send of a guid taken rested (no send within its batch interval); 0: none is held.
-        self.spread = spread
-        self.rng = rng
         self._releasing: set[asyncio.Future[None]] = set()
 
     def holds(self, guid: str) -> bool:
@@ -44,10 +37,7 @@ class LeaseKeeper:
         if lease is None:
             return False  # another sender still holds the guid (finishing, or not yet expired)
         since = None if lease.last_send_at is None else (lease.db_now - lease.last_send_at).total_seconds()
-        now = self.clock()
-        pacer.resume_after(now, since, limits, lease.windows)
-        if self.spread > 0 and (since is None or since >= limits.batch_interval_s):
-            pacer.spread_start(now, limits, self.rng.random() * self.spread)
+        pacer.resume_after(self.clock(), since, limits, lease.windows)
         return True
 
     def lost(self, guid: str) -> None:

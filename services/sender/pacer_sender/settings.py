@@ -163,10 +163,11 @@ class SenderSettings(OpsSettings):
         "has waited longer than this, its batch lane sends nothing."
     ))
     first_send_spread: float = Field(1.0, ge=0, le=1, description=(
-        "A guid this sender takes rested (no send within its batch interval: the sender starting, a partition "
-        "moving to it) holds its first campaign send for a random part, up to this fraction, of one batch "
-        "interval. Guids taken together then start spread over the interval instead of in one burst that "
-        "comes round every interval (docs/performance.md, \"A burst that comes round\"). Online and urgent "
+        "When batch work reaches a rested guid (no batch send within its batch interval, a previous owner's "
+        "sends included: the sender starting, a partition moving to it, a campaign starting or resuming on guids "
+        "it holds), the guid's first campaign send waits a random part, up to this fraction, of one batch "
+        "interval. Guids that get work together then start spread over the interval instead of in one burst "
+        "that comes round every interval (docs/performance.md, \"A burst that comes round\"). Online and urgent "
         "work are not held. `0`: every rested guid sends at once."
     ))
     shed_every_s: float = Field(30.0, gt=0, description=(

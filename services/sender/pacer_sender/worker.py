@@ -53,6 +53,7 @@ class GuidWorker:
         self.stopping = False  # its partition went: finish the item in hand, then end
         self.revived = False  # rung again while stopping: start afresh once stopped
         self.sent = False  # it executed an item since its last refill: time to top up, if low
+        self.batch_idle = True  # no batch work in sight since it last had some
 
     @property
     def executing(self) -> ItemCommand | None:
@@ -131,6 +132,7 @@ class GuidWorker:
         if not await self.crew.leases.take(self.guid, self.pacer, limits):
             await self._sleep(retry_s)
             return True
+        self._start_batch(limits)
         picked, wait = self._pick(limits)
         if picked is None:
             await self._sleep(wait if wait is not None else retry_s)
@@ -151,10 +153,28 @@ class GuidWorker:
         """Nothing in the window: read again, sleep until scheduled work is due, or end."""
         if self.window.more:
             return True  # rung while reading: read again
+        self.batch_idle = True
         if self.due_at is None or self.due_at - self.crew.clock() > self.crew.config.horizon_s:
             return False  # nothing ready, nothing due soon: the sweep restarts it in time
         await self._sleep(self.due_at - self.crew.clock())
         return True
+
+    def _start_batch(self, limits: Limits) -> None:
+        """Batch work reaching a guid that had none: if the guid is rested (no batch send
+        within its batch interval, its previous owner's included), its first campaign send
+        waits a random part of one interval (``first_send_spread``). Guids that get work
+        together — a sender starting or taking a partition, a campaign starting on guids it
+        holds — then start spread over the interval, not as one burst that comes round every
+        interval."""
+        has_batch = bool(self.window.lanes.lanes["batch"])
+        if has_batch and self.batch_idle:
+            spread, now = self.crew.config.first_send_spread, self.crew.clock()
+            if spread > 0 and self.pacer.rested(now, limits):
+                self.pacer.spread_start(now, limits, self.crew.rng.random() * spread)
+        if has_batch:
+            self.batch_idle = False
+        elif not self.window.more:
+            self.batch_idle = True
 
     async def _refill(self) -> bool:
         """Read the guid's next ready items from Postgres into its window, if it runs low.

@@ -146,13 +146,19 @@ class GuidPacer:
         if lane == "batch":
             self.last_batch = mono
 
+    def rested(self, mono: float, limits: Limits) -> bool:
+        """No batch send (nor, after a handover, any send of the previous owner) within one
+        batch interval."""
+        return self.last_batch is None or mono - self.last_batch >= limits.batch_interval_s
+
     def spread_start(self, mono: float, limits: Limits, fraction: float) -> None:
         """Hold the guid's first campaign send for ``fraction`` (0 to 1, drawn by the caller)
         of one batch interval, as if its last batch send had been that much less than an
-        interval ago; a later send already recorded stands. For a guid taken rested: the
-        guids a sender takes together (its start, a partition moving to it) then start their
-        campaigns spread over one interval, not as one burst that comes round again every
-        interval. Online and urgent work are not held (they are not spaced by the batch lane)."""
+        interval ago; a later send already recorded stands. For a rested guid that batch work
+        reaches: the guids that get work together (a sender starting, a partition moving to
+        it, a campaign starting on guids it holds) then start spread over one interval, not
+        as one burst that comes round again every interval. Online and urgent work are not
+        held (they are not spaced by the batch lane)."""
         held = mono - (1.0 - fraction) * limits.batch_interval_s
         self.last_batch = held if self.last_batch is None else max(self.last_batch, held)
 
