@@ -16,7 +16,7 @@ from playwright.sync_api import Dialog, Page, expect
 from pacer_common.kafka import make_producer, produce_all
 from pacer_dev.stack import Stack
 from tests.browser.conftest import APPROVAL_ABOVE, FAILING_GUID, SANDBOX, login, shot
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import seed_job, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -262,3 +262,34 @@ def test_the_api_docs_render_from_assets_served_by_pacer(stack: Stack, page: Pag
     expect(page.locator(".swagger-ui")).to_contain_text("/jobs/{job_id}/approve")
     shot(page, "api-docs")
     assert outside == [], f"requests to elsewhere: {outside}"
+
+
+def test_an_operator_finds_the_busiest_guid_pauses_it_and_finds_it_again_by_name(
+        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
+    guid = f"ui-queue-{uuid.uuid4().hex[:6]}"
+    seed_job(stack.infra.database_url, {guid: 400})  # more than any other guid of this stack queues
+    sql(stack, "UPDATE items SET not_before = now() + interval '1 hour' WHERE guid = %s", guid)  # stays queued
+    login(page, console_url, tokens["operator"])
+    page.click('nav a[data-nav="guids"]')
+    page.select_option("#guid-find select[name=sort]", "backlog")
+    page.click("#guid-find button")
+    row = page.locator("#backlogs tbody tr").first
+    expect(row).to_have_attribute("data-guid", guid)
+    expect(row.locator("td").nth(3)).to_have_text("400")  # scheduled
+    expect(row.locator("td.guid")).to_have_css("white-space", "nowrap")
+    shot(page, "guids-busiest")
+
+    row.locator("input[name=reason]").fill("too much queued")
+    page.once("dialog", lambda d: d.accept())
+    row.locator("button", has_text="Pause").click()
+    expect(page.locator("#flash")).to_contain_text(f"guid {guid} paused")
+
+    page.select_option("#guid-find select[name=sort]", "name")
+    page.fill("#guid-find input[name=find]", guid)
+    page.click("#guid-find button")
+    found = page.locator("#guids tbody tr").first
+    expect(found).to_have_attribute("data-guid", guid)
+    expect(found).to_contain_text("too much queued")
+    found.locator("a", has_text="history").click()
+    expect(page.locator("#guid-history")).to_contain_text(f"Lifecycle of {guid}")
+    expect(page.locator("#guid-history")).to_be_in_viewport()

@@ -170,3 +170,44 @@ def test_console_pages_hold_no_data_and_parts_are_guarded_like_the_api(database_
     asyncio.run(go())
     (entry,) = audit(database_url, job)
     assert (entry["actor"], entry["action"], entry["reason"]) == ("token:operator", "pause", "from the console")
+
+
+def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest(database_url: str) -> None:
+    names = [f"p{n:03d}" for n in range(205)]  # more than one page of 200
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO guid_leases (guid) SELECT unnest(%s::text[])", (names,))
+    seed_job(database_url, {"p007": 5, "p150": 2})
+    # p150's oldest item has waited longest; p007 has the most queued
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE items SET created_at = now() - interval '1 hour' WHERE guid = 'p150'")
+
+    def listed(html: str, table: str) -> list[str]:
+        part = html.split(f'id="{table}"', 1)[1].split("</table>", 1)[0]
+        return re.findall(r'<tr data-guid="([^"]+)"', part)
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            c, auth = api.client, api.auth("operator")
+            base = "http://control/console/part/guids"
+            first = await c.get(base, headers=auth)
+            assert first.status_code == 200
+            assert listed(first.text, "guids") == names[:200]
+            # the next page starts after the last one shown
+            nxt = re.search(r'id="guids-next" hx-get="([^"]+)"', first.text)
+            assert nxt, "a full page offers the next one"
+            second = await c.get(f"http://control{nxt.group(1).replace('&amp;', '&')}", headers=auth)
+            assert listed(second.text, "guids") == names[200:]
+            assert 'id="guids-next"' not in second.text
+            # from a guid on, that guid included; a name between guids starts at the next one
+            found = await c.get(base, params={"find": "p150"}, headers=auth)
+            assert listed(found.text, "guids")[:2] == ["p150", "p151"]
+            assert listed((await c.get(base, params={"find": "p1"}, headers=auth)).text, "guids")[0] == "p100"
+            assert "No guid from zz on." in (await c.get(base, params={"find": "zz"}, headers=auth)).text
+            # the busiest: most queued first, or longest waiting first
+            by_backlog = await c.get(base, params={"sort": "backlog"}, headers=auth)
+            assert listed(by_backlog.text, "backlogs") == ["p007", "p150"]
+            by_wait = await c.get(base, params={"sort": "wait"}, headers=auth)
+            assert listed(by_wait.text, "backlogs") == ["p150", "p007"]
+            assert (await c.get(base, params={"sort": "size"}, headers=auth)).status_code == 422
+
+    asyncio.run(go())

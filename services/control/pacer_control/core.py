@@ -271,8 +271,9 @@ class Control:
         return {k: v for k, v in row.items() if k not in LEASE_FIELDS and k != "limits"}
 
     async def guids(self, who: Principal, paused_only: bool, limit: int, after: str | None,
-                    state: str | None = None) -> list[Row]:
-        return [self._visible(r, who) for r in await self.store.guids(paused_only, limit, after, state)]
+                    state: str | None = None, start: str | None = None) -> list[Row]:
+        """Guids by name, after ``after`` (the previous page's last) or from ``start`` on."""
+        return [self._visible(r, who) for r in await self.store.guids(paused_only, limit, after, state, start)]
 
     async def guid_history(self, guid: str, limit: int, before: int | None) -> list[Row]:
         """The guid's lifecycle changes (online, offline, kicked, unauthorized), newest first."""

@@ -294,8 +294,10 @@ class PostgresControl:
             while rows := await cur.fetchmany(REPORT_FETCH):
                 yield rows
 
-    async def guids(self, paused_only: bool, limit: int, after: str | None, state: str | None = None) -> list[Row]:
-        return await self._read("guids", {"paused_only": paused_only, "limit": limit, "after": after, "state": state})
+    async def guids(self, paused_only: bool, limit: int, after: str | None, state: str | None = None,
+                    start: str | None = None) -> list[Row]:
+        return await self._read("guids", {"paused_only": paused_only, "limit": limit, "after": after, "state": state,
+                                          "start": start})
 
     async def guid_history(self, guid: str, limit: int, before: int | None) -> list[Row]:
         return await self._read("guid_history", {"guid": guid, "limit": limit, "before": before})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, date, datetime, time
 from importlib import resources
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, FastAPI, Path, Request
@@ -71,6 +71,7 @@ pages = APIRouter(include_in_schema=False)
 router = APIRouter(prefix=f"{PREFIX}/part", include_in_schema=False)
 JobId = Annotated[uuid.UUID, Path()]
 GuidPath = Annotated[str, Path(min_length=1, max_length=256, pattern=r"^[^\x00]*$")]
+GUID_PAGE = 200  # guids per page of the Guids page
 
 
 def install(app: FastAPI) -> None:
@@ -232,10 +233,19 @@ async def bulk_cancel(request: Request, job_id: JobId, ctl: Ctl, who: Caller) ->
 
 
 @router.get("/guids", response_class=HTMLResponse, **guard("guids.health"))
-async def guids(request: Request, ctl: Ctl, who: Caller, paused: bool = False, after: str | None = None
-                ) -> HTMLResponse:
-    rows = await ctl.guids(who, paused, 200, after or None)
-    return _render(request, "guids.html", who, guids=rows, paused=paused, sandbox=sorted(ctl.sandbox_targets))
+async def guids(request: Request, ctl: Ctl, who: Caller, paused: bool = False, after: str | None = None,
+                find: str | None = None, sort: Literal["name", "backlog", "wait"] = "name") -> HTMLResponse:
+    """Guids by name, a page at a time (``after`` the last one shown, or ``find``: from that
+    name on), or the guids with queued work, most queued or longest waiting first."""
+    find = _text({"find": (find or "").strip()}, "find", limit=256) or None
+    ctx: dict[str, Any] = {"paused": paused, "find": find or "", "sort": sort, "page_size": GUID_PAGE,
+                           "sandbox": sorted(ctl.sandbox_targets)}
+    if sort == "name":
+        rows = await ctl.guids(who, paused, GUID_PAGE, after or None, start=find)
+        ctx |= {"guids": rows, "next_after": rows[-1]["guid"] if len(rows) == GUID_PAGE else None}
+    else:
+        ctx |= {"backlogs": await ctl.backlogs(sort, GUID_PAGE)}
+    return _render(request, "guids.html", who, **ctx)
 
 
 @router.get("/guids/{guid}/history", response_class=HTMLResponse, **guard("guids.health"))
