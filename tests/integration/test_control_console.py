@@ -4,6 +4,7 @@ like the API, in-doubt sends resolved through the ledger, approvals, bulk cancel
 from __future__ import annotations
 
 import asyncio
+import html
 import re
 from typing import Any
 
@@ -209,5 +210,25 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
             by_wait = await c.get(base, params={"sort": "wait"}, headers=auth)
             assert listed(by_wait.text, "backlogs") == ["p150", "p007"]
             assert (await c.get(base, params={"sort": "size"}, headers=auth)).status_code == 422
+
+    asyncio.run(go())
+
+
+def test_paging_keeps_a_filter_whose_value_a_url_would_split(database_url: str) -> None:
+    creator = "ops:a&b #1+"
+    jobs = [seed_job(database_url, {"g1": 1})[0] for _ in range(51)]  # one more than a page
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE jobs SET created_by = %s WHERE job_id = ANY(%s::uuid[])", (creator, jobs))
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            c, auth = api.client, api.auth("operator")
+            first = await c.get("http://control/console/part/jobs", params={"created_by": creator}, headers=auth)
+            shown = re.findall(r'<tr data-job="([^"]+)"', first.text)
+            assert len(shown) == 50
+            older = re.search(r'hx-get="(/console/part/jobs\?[^"]+)"', first.text)
+            assert older, "a full page offers the older jobs"
+            rest = await c.get(f"http://control{html.unescape(older.group(1))}", headers=auth)
+            assert re.findall(r'<tr data-job="([^"]+)"', rest.text) == sorted(set(jobs) - set(shown))
 
     asyncio.run(go())

@@ -14,7 +14,7 @@ import uuid
 from datetime import UTC, date, datetime, time
 from importlib import resources
 from typing import Annotated, Any, Literal, get_args
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 from fastapi import APIRouter, FastAPI, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -66,6 +66,8 @@ templates.env.filters["ts"] = lambda v: v.strftime("%Y-%m-%d %H:%M:%S") if isins
 templates.env.filters["ago"] = lambda v: views.ago(v, datetime.now(UTC))
 templates.env.filters["duration"] = views.duration
 templates.env.globals["changes"] = views.changes
+# A part's query string (blank values left out), escaped: a filter such as a creator "a&b" survives paging.
+templates.env.globals["query"] = lambda **params: urlencode({k: v for k, v in params.items() if v not in (None, "")})
 
 pages = APIRouter(include_in_schema=False)
 router = APIRouter(prefix=f"{PREFIX}/part", include_in_schema=False)
