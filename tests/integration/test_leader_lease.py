@@ -52,9 +52,11 @@ def test_one_holder_at_a_time_and_the_standby_takes_over_once_the_lease_runs_out
                 assert await a.hold()
                 assert not await b.hold()
                 await asyncio.sleep(ttl / 6)
-            # a freezes (stops renewing): b takes over once the lease has run out, at a new epoch
+            # a freezes (stops renewing): b takes over once the lease has run out, at a new epoch:
+            # within the TTL plus one poll (ttl/3), or one more try if one of b's attempts timed
+            # out on a busy machine (its budget, ttl/3, and the pause before the next one).
             waited = await _until(b.hold, timeout_s=3 * ttl)
-            assert waited <= ttl + ttl / 3 + 0.5
+            assert waited <= ttl + 3 * (ttl / 3) + 0.5
             assert b.epoch == 2
             assert not a.is_leader, "the frozen holder's own clock has already ended its term"
             assert not await a.hold(), "a resumed old holder steps down"
