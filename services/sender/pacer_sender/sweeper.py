@@ -16,7 +16,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
-from pacer_common.db.errors import TransientError
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.ports import GuidQueueStore
 
@@ -45,7 +44,9 @@ class Sweeper:
             self._asked.clear()
             try:
                 await self.sweep(trigger)
-            except TransientError:
+            except Exception:
+                # The database, Kafka's metadata or a bug: this loop is what starts the owned
+                # guids' work when their doorbells are gone, so it logs and goes on.
                 log.exception("sweep for queued work failed; trying again")
             waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._asked.wait())]
             with contextlib.suppress(TimeoutError):

@@ -62,9 +62,15 @@ class ConsumerLoop:
         return any((t, partition_of(Guid(guid), n)) in self.assigned for t, n in self.partitions.items())
 
     async def ownership(self) -> Callable[[str], bool]:
-        """:meth:`owns`, with partition counts read afresh (partitions may have been added)."""
+        """:meth:`owns`, with partition counts read afresh (partitions may have been added).
+        While Kafka cannot answer, the last counts read stand: the sweep that asks is what
+        starts the owned guids' queued work from Postgres, and must go on through an outage."""
         for topic in (self.online_topic, self.batch_topic):
-            meta = await self.consumer.call(self.consumer.consumer.list_topics, topic, 10)
+            try:
+                meta = await self.consumer.call(self.consumer.consumer.list_topics, topic, 10)
+            except KafkaException as exc:
+                log.warning("partition count of %s not read (%s); using the last one read", topic, exc)
+                continue
             n = len(meta.topics[topic].partitions) if topic in meta.topics else 0
             if n:
                 self.partitions[topic] = n
