@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -230,3 +231,44 @@ def test_an_index_row_too_large_is_the_inputs_fault_not_a_transient_one() -> Non
     refused = translate(pgerr.ProgramLimitExceeded("index row size 3000 exceeds btree version 4 maximum 2704"))
     assert isinstance(refused, RefusedError) and not isinstance(refused, ENVIRONMENT)
     assert isinstance(translate(pgerr.AdminShutdown("restarting")), TransientError)
+
+
+@dataclass
+class SlowBus(Bus):
+    """A broker that answers only once the event loop has run meanwhile: a flush or a
+    dead-letter produce that blocked the loop (its ops endpoints, the paging leases) times out."""
+
+    loop_ran: threading.Event = field(default_factory=threading.Event)
+    blocked: list[str] = field(default_factory=list)
+
+    def _wait(self, what: str) -> None:
+        if not self.loop_ran.wait(5):
+            self.blocked.append(what)
+
+    def dispatch(self, commands: Sequence[ItemCommand]) -> int:
+        self._wait("dispatch")
+        return super().dispatch(commands)
+
+    def dead_letter(self, key: bytes | None, value: bytes, reason: str) -> None:
+        self._wait("dead_letter")
+        super().dead_letter(key, value, reason)
+
+
+@pytest.mark.parametrize("body", [request("r1"), b"not json"], ids=["dispatch", "dead_letter"])
+def test_waiting_for_the_broker_leaves_the_event_loop_free(body: bytes) -> None:
+    bus = SlowBus()
+    intake, _, _ = loop(Store(), bus)
+
+    async def run() -> Handled:
+        async def meanwhile() -> None:
+            await asyncio.sleep(0.01)
+            bus.loop_ran.set()
+
+        ticker = asyncio.create_task(meanwhile())
+        handled = await intake.process(None, body)
+        await ticker
+        return handled
+
+    h = asyncio.run(run())
+    assert bus.blocked == [], "the event loop was blocked while the planner waited for Kafka"
+    assert h.outcome == ("planned" if body == request("r1") else "dead_lettered")

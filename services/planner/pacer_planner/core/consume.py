@@ -142,7 +142,7 @@ class IntakeLoop:
                       "publishing the request again re-sends their commands", exc.job_id)
             return Handled("undispatched", exc.job_id, reason=_text(exc.__cause__ or exc))
         reason = f"internal error: {_text(exc)}"
-        return await self._patiently(lambda: _now(self.planner.reject(key, value, reason)))
+        return await self._patiently(lambda: self.planner.reject(key, value, reason))
 
     async def _patiently(self, work: Callable[[], Awaitable[T]], attempts: int | None = None) -> T:
         """``work``, retried with backoff for as long as the environment is at fault (or ``attempts`` times)."""
@@ -179,10 +179,6 @@ class IntakeLoop:
         except TimeoutError:
             return
         raise Stopped()
-
-
-async def _now(value: T) -> T:
-    return value
 
 
 def _text(exc: BaseException | None) -> str:

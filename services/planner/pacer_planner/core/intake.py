@@ -11,6 +11,7 @@ never dead-lettered (``consume`` decides what to do with failures).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -80,17 +81,17 @@ class Planner:
                 valid = validate_request(value, now)
                 p = plan(valid, now, self.coalesce_window, self.max_shard_items)
         except InvalidRequest as exc:
-            return self.reject(key, value, str(exc))
+            return await self.reject(key, value, str(exc))
         request = valid.request
         with bind(request_id=request.request_id, job_id=p.job_id):
             guids = p.per_guid
             reason = refusal(p, await self.store.queued(list(guids)), self.max_backlog_per_guid) if guids else None
             if reason is not None and not await self.store.exists(request.request_id):
-                return self.reject(key, value, reason)
+                return await self.reject(key, value, reason)
             try:
                 stored = await self.store.store(p)  # one transaction: all of the job or nothing
             except StoreRefused as exc:
-                return self.reject(key, value, f"cannot store job request: {exc}")
+                return await self.reject(key, value, f"cannot store job request: {exc}")
             try:
                 return await self._dispatch(p, stored)
             except Exception as exc:
@@ -102,21 +103,21 @@ class Planner:
             log.info("requery job %s; its targets are paged in", "stored" if stored.created else "known")
             return Handled("paging" if stored.created else "duplicate", p.job_id, paging=True)
         if stored.created:
-            n = self.bus.dispatch(commands_for(p, stored.shard_ids))
+            n = await asyncio.to_thread(self.bus.dispatch, commands_for(p, stored.shard_ids))
             await self.store.mark_dispatched(p.job_id)
             log.info("job planned: %d items over %d shards", n, len(p.shards))
             return Handled("planned", p.job_id, n)
         if not stored.dispatched:
             # A previous run stored the job but died before its commands were flushed.
             pending: Sequence[ItemCommand] = await self.store.pending_commands(p.job_id)
-            n = self.bus.dispatch(pending)
+            n = await asyncio.to_thread(self.bus.dispatch, pending)
             await self.store.mark_dispatched(p.job_id)
             log.info("job re-dispatched: %d pending items", n)
             return Handled("redispatched", p.job_id, n)
         log.info("duplicate job request ignored")
         return Handled("duplicate", p.job_id)
 
-    def reject(self, key: bytes | None, value: bytes, reason: str) -> Handled:
-        self.bus.dead_letter(key, value, reason)
+    async def reject(self, key: bytes | None, value: bytes, reason: str) -> Handled:
+        await asyncio.to_thread(self.bus.dead_letter, key, value, reason)
         log.warning("job request dead-lettered", extra={"reason": reason})
         return Handled("dead_lettered", reason=reason)
