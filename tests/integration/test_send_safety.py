@@ -224,3 +224,41 @@ def test_a_refund_gives_back_only_a_budget_unit_that_was_counted(database_url: s
     assert asyncio.run(scenario()) == (False, True)
     assert one(database_url, "SELECT i.attempts, j.budget_used FROM items i JOIN jobs j USING (job_id)"
                " WHERE i.item_id = %s", item) == (0, 3)
+
+
+# -- a refusal is dated when its send began -------------------------------------------------
+
+def test_a_refusal_settled_after_the_account_came_back_does_not_hold_the_guid(database_url: str) -> None:
+    """A send is refused as unauthorized while the account comes back: its online callback,
+    dated after the send began, is applied before the refusal is settled. The guid stays
+    online (the refusal is older news) and the item goes again. A send begun after the
+    callback and refused holds the guid."""
+    job, _, (first, second) = seed_job(database_url, {"g1": 2})
+    unauthorized = SendError(FailureClass.NEEDS_HUMAN, 1003, "account not authorized")
+
+    def state() -> tuple[str, str]:
+        return one(database_url, "SELECT state::text, source FROM guid_states WHERE guid = 'g1'")
+
+    async def refused(repo: PostgresItemRepository, item: str, callback_meanwhile: bool) -> bool:
+        begun = await repo.begin_send(cmd(item, job), "w1")
+        assert begun.epoch is not None
+        if callback_meanwhile:  # as the reconciler applies a device.status callback
+            one(database_url, "SELECT changed FROM pacer_set_guid_state('g1', 'online', 'callback', NULL,"
+                              " clock_timestamp())")
+        decision = after_failure(unauthorized, 1, RetryPolicy(), datetime.now(UTC), random.Random(0))
+        return await repo.settle(cmd(item, job), begun.epoch, decision)
+
+    async def scenario() -> list[tuple[str, str]]:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        await PostgresGuidLeases(pool, TTL).acquire(["g1"], "w1")
+        repo = PostgresItemRepository(pool, TTL)
+        states = []
+        assert await refused(repo, first, callback_meanwhile=True)
+        states.append(state())
+        assert await refused(repo, second, callback_meanwhile=False)
+        states.append(state())
+        await pool.close()
+        return states
+
+    assert asyncio.run(scenario()) == [("online", "callback"), ("unauthorized", "send_failure")]
+    assert one(database_url, "SELECT status::text FROM items WHERE item_id = %s", first) == ("waiting_retry",)

@@ -170,12 +170,13 @@ class Executor:
         called = False
         if step == "upload":
             called = True
+            began = datetime.now(UTC)
             try:
                 answer = await self.action_gateway.upload_media(cmd.guid, msg.url, msg.type, msg.fileName,
                                                                 f"media:{cmd.guid}:{h}", tenant=cmd.tenant)
             except SendError as err:
                 if err.failure_class is FailureClass.NEEDS_HUMAN:  # the account is out: its queue is held
-                    await self.actions.guid_state(cmd.guid, state_for_code(err.code, self.states), str(err))
+                    await self.actions.guid_state(cmd.guid, state_for_code(err.code, self.states), str(err), began)
                 if err.failure_class is not FailureClass.BAD_PARAMS:  # not the media's fault: again later
                     return await self._media_wait(cmd, datetime.now(UTC) + self.media_timing.poll_every,
                                                   f"media upload not done, trying again: {err}", True)

@@ -129,8 +129,8 @@ class ActionStore(Protocol):
         """Keep a pending item waiting (not_before ``until``, the reason on the item)."""
         ...
     async def fail_unsent(self, cmd: ItemCommand, error_class: str, reason: str) -> bool: ...
-    async def guid_state(self, guid: str, state: GuidState, reason: str) -> None:
-        """The gateway refused a call outside a send (an upload) because the account is out."""
+    async def guid_state(self, guid: str, state: GuidState, reason: str, at: datetime) -> None:
+        """The gateway refused a call outside a send (an upload), begun ``at``, because the account is out."""
         ...
     async def save_customer(self, customer: Customer, item_id: str) -> int | None:
         """Write Pacer's copy if ``customer`` is newer than it; None if written, else the version kept."""

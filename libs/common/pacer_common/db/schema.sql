@@ -1203,11 +1203,12 @@ CREATE FUNCTION public.pacer_settle(p_item uuid, p_epoch bigint, p_idem_key text
 DECLARE
     g text;
     j uuid;
+    sent_at timestamptz;
     budgeted boolean := false;
 BEGIN
     -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
     PERFORM set_config('synchronous_commit', 'on', true);
-    SELECT i.guid, i.job_id INTO g, j FROM items i WHERE i.item_id = p_item;
+    SELECT i.guid, i.job_id, i.updated_at INTO g, j, sent_at FROM items i WHERE i.item_id = p_item;  -- submitted at
     IF p_refund THEN
         -- Whether the send being settled counted a budget unit: its ItemSubmitted (the item's
         -- latest event while it is ours) says so. If it is no longer ours, the guarded
@@ -1237,7 +1238,7 @@ BEGIN
         UPDATE jobs SET budget_used = budget_used - 1 WHERE job_id = j AND budget_used > 0;
     END IF;
     IF p_hold_guid IS NOT NULL THEN
-        PERFORM pacer_set_guid_state(g, p_hold_guid::guid_state, 'send_failure', p_error, clock_timestamp());
+        PERFORM pacer_set_guid_state(g, p_hold_guid::guid_state, 'send_failure', p_error, sent_at);
     END IF;
     RETURN true;
 END

@@ -46,7 +46,7 @@ def state_for_code(code: int | None, table: Mapping[int, GuidState]) -> GuidStat
 @dataclass(frozen=True)
 class StatusEvent:
     state: GuidState
-    ts: datetime  # the moment the event describes (the callback's ``ts``; a failure's time)
+    ts: datetime  # the moment the event describes (the callback's ``ts``; when a refused call began)
     source: Source
     reason: str | None = None
 

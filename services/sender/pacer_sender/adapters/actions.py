@@ -83,5 +83,5 @@ class PostgresActions:
         row = await self._one("customer_version", {"id": customer.customer_id})
         return int(row["held"])
 
-    async def guid_state(self, guid: str, state: GuidState, reason: str) -> None:
-        await self._one("guid_state", {"guid": guid, "state": state.value, "reason": storable(reason)})
+    async def guid_state(self, guid: str, state: GuidState, reason: str, at: datetime) -> None:
+        await self._one("guid_state", {"guid": guid, "state": state.value, "reason": storable(reason), "at": at})

@@ -1,7 +1,13 @@
 -- Any answer but a confirmation: move from submitted as decided (p_to, p_type), fenced by
 -- the lease epoch; free the idempotency key when nothing was sent (p_release_ledger); when
 -- the gateway says the account is offline, kicked or unauthorized, p_hold_guid names that
--- lifecycle state and the guid takes it (source `send_failure`), which holds its queue. p_refund: the send did not happen and was
+-- lifecycle state and the guid takes it (source `send_failure`), which holds its queue. The
+-- refusal is dated when the send began (the item's submission), not when it is settled: a
+-- device.status callback dated after that may tell of a later state (the account back
+-- online while the call was in flight), and it must not be overridden by this older news.
+-- If it was wrong, the next send is refused again, later, and holds the guid then; dated at
+-- the settle, the guid would stay held until another callback or an operator.
+-- p_refund: the send did not happen and was
 -- no attempt (the gateway rate-limited the guid), so the attempt counted by pacer_begin_send
 -- is given back, and so is the budget unit if that send counted one.
 --
@@ -17,11 +23,12 @@ LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
     g text;
     j uuid;
+    sent_at timestamptz;
     budgeted boolean := false;
 BEGIN
     -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
     PERFORM set_config('synchronous_commit', 'on', true);
-    SELECT i.guid, i.job_id INTO g, j FROM items i WHERE i.item_id = p_item;
+    SELECT i.guid, i.job_id, i.updated_at INTO g, j, sent_at FROM items i WHERE i.item_id = p_item;  -- submitted at
     IF p_refund THEN
         -- Whether the send being settled counted a budget unit: its ItemSubmitted (the item's
         -- latest event while it is ours) says so. If it is no longer ours, the guarded
@@ -51,7 +58,7 @@ BEGIN
         UPDATE jobs SET budget_used = budget_used - 1 WHERE job_id = j AND budget_used > 0;
     END IF;
     IF p_hold_guid IS NOT NULL THEN
-        PERFORM pacer_set_guid_state(g, p_hold_guid::guid_state, 'send_failure', p_error, clock_timestamp());
+        PERFORM pacer_set_guid_state(g, p_hold_guid::guid_state, 'send_failure', p_error, sent_at);
     END IF;
     RETURN true;
 END
