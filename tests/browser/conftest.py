@@ -38,8 +38,7 @@ def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         st.start_gateway(fail_guids={FAILING_GUID: 40001})
         # A job of more than APPROVAL_ABOVE items waits for an admin's approval.
         st.start_service("planner", PACER_PLANNER_APPROVAL_ABOVE_ITEMS=str(APPROVAL_ABOVE))
-        for kind in ("reconciler", "sender"):
-            st.start_service(kind)
+        st.start_services("reconciler", "sender")
         st.start_service("control", PACER_CONTROL_SANDBOX_TARGETS=SANDBOX)
         yield st
 

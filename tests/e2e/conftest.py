@@ -26,10 +26,7 @@ def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "PACER_SENDER_SWEEP_S": "2",  # work without a command is found within seconds
     }) as st:
         st.start_gateway(min_interval_ms=8)
-        for kind in ("planner", "reconciler"):
-            st.start_service(kind)
-        st.start_service("sender", "sender-1")
-        st.start_service("sender", "sender-2")
+        st.start_services("planner", "reconciler", ("sender", "sender-1"), ("sender", "sender-2"))
         yield st
 
 

@@ -37,8 +37,7 @@ def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "PACER_SENDER_SWEEP_S": "2",  # a guid back online is started again within seconds
     }) as st:
         st.start_gateway()
-        for kind in ("planner", "reconciler", "sender"):
-            st.start_service(kind)
+        st.start_services("planner", "reconciler", "sender")
         yield st
 
 

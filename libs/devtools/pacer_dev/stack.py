@@ -111,6 +111,14 @@ class Stack:
             self.wait_ready(proc)
         return proc
 
+    def start_services(self, *services: str | tuple[str, str]) -> list[Proc]:
+        """Start several services together (a kind, or a ``(kind, name)`` pair) and wait until
+        each is ready: each takes seconds to import and connect, and they need not queue."""
+        procs = [self.start_service(*((s,) if isinstance(s, str) else s), wait=False) for s in services]
+        for proc in procs:
+            self.wait_ready(proc)
+        return procs
+
     def start_intake(self, name: str = "intake", secret: str = LOCAL_CALLBACK_SECRET) -> Proc:
         """The callback intake, with ``secret`` as the `default` tenant's callback secret; the
         fake gateway (if it is ours) posts the `default` tenant's callbacks to it, signed."""
@@ -158,21 +166,22 @@ class Stack:
     def signal(self, name: str, sig: signal.Signals) -> None:
         os.kill(self.procs[name].pid, sig)
 
-    def stop(self, name: str, timeout_s: float = 30.0) -> None:
-        """SIGTERM (finish the item in hand, commit, exit), then SIGKILL after the timeout."""
-        proc = self.procs.get(name)
-        if proc is None:
-            return
-        if proc.alive():
-            os.kill(proc.pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout_s
-            while proc.alive() and time.monotonic() < deadline:
-                time.sleep(0.05)
+    def stop(self, *names: str, timeout_s: float = 30.0) -> None:
+        """SIGTERM (finish the item in hand, commit, exit), then SIGKILL after the timeout;
+        several names stop together, within one timeout."""
+        procs = [self.procs[n] for n in names if n in self.procs]
+        for proc in procs:
+            if proc.alive():
+                os.kill(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while any(p.alive() for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for proc in procs:
             if proc.alive():
                 os.kill(proc.pid, signal.SIGKILL)
                 while proc.alive():
                     time.sleep(0.05)
-        del self.procs[name]
+            del self.procs[proc.name]
         self.save()
 
     def kill(self, name: str) -> None:
@@ -185,8 +194,9 @@ class Stack:
         self.save()
 
     def stop_all(self) -> None:
-        for name in [n for n in self.procs if n != "gateway"] + (["gateway"] if "gateway" in self.procs else []):
-            self.stop(name)
+        """The services together, then the gateway (a service may still be finishing a call)."""
+        self.stop(*[n for n in self.procs if n != "gateway"])
+        self.stop("gateway")
 
     def dispose(self) -> None:
         """Stop every process and delete this stack's topics: for a stack made for one run (a

@@ -189,10 +189,7 @@ def open_scenario(name: str, infra: Infra, root: Path, *, senders: int, gateway:
                   env_extra={**SERVICE_ENV, **(env or {})})
     prepare(url, {"bootstrap.servers": infra.kafka_bootstrap}, stack.topic_prefix)
     stack.start_gateway(min_interval_ms=GATEWAY_MIN_INTERVAL_MS, **(gateway or {}))
-    stack.start_service("planner")
-    stack.start_service("reconciler")
-    for n in range(senders):
-        stack.start_service("sender", f"sender-{n + 1}")
+    stack.start_services("planner", "reconciler", *(("sender", f"sender-{n + 1}") for n in range(senders)))
     return Scenario(name, infra, stack)
 
 
