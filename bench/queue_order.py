@@ -40,6 +40,44 @@ def _sender_sql(name: str) -> str:
     return resources.files("pacer_sender.adapters.sql").joinpath(f"{name}.sql").read_text()
 
 
+def _control_sql(name: str) -> str:
+    return resources.files("pacer_control.adapters.sql").joinpath(f"{name}.sql").read_text()
+
+
+def _guids_page(inf: Any, guids: int) -> tuple[int, float, float, float]:
+    """The console's Guids page over a fleet's guids, on a database of its own: ``guids`` guids
+    listed (two thirds leased, two thirds with a lifecycle state, a third both; one in 500
+    of the states not online, one in 1,000 leases paused), the first thousand with 100
+    queued items each. Returns the guids listed and the median ms of the first page, a page
+    from the middle, and the held ones only."""
+    url = fresh_db(inf, "guids")
+    try:
+        seed_items(url, min(1_000, guids), 100)  # guids bg00000… with queued items
+        third = guids // 3
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("INSERT INTO guid_leases (guid, owner, epoch, since, lease_until, paused_reason)"
+                         " SELECT 'bg' || lpad(g::text, 5, '0'), 'bench', 1, now(), now() + interval '1 minute',"
+                         " CASE WHEN g %% 1000 = 999 THEN 'bench' END FROM generate_series(0, %(n)s - 1) g",
+                         {"n": 2 * third}, prepare=False)
+            conn.execute("INSERT INTO guid_states (guid, state, source, event_ts)"
+                         " SELECT 'bg' || lpad(g::text, 5, '0'),"
+                         " (CASE WHEN g %% 500 = 0 THEN 'kicked' ELSE 'online' END)::guid_state, 'callback', now()"
+                         " FROM generate_series(%(n)s, %(n)s + 2 * %(n)s - 1) g", {"n": third}, prepare=False)
+            conn.execute("VACUUM ANALYZE guid_leases, guid_states, items")
+            listed = int(conn.execute("SELECT count(*) FROM (SELECT guid FROM guid_leases UNION"
+                                      " SELECT guid FROM guid_states) u").fetchone()[0])
+            page = {"after": None, "start": None, "paused_only": False, "state": None, "limit": 200}
+            settings = ("SELECT set_config('plan_cache_mode', 'force_custom_plan', true)",)  # as the adapter
+            first_ms = _explain_ms(conn, _control_sql("guids"), page, runs=3, settings=settings)
+            middle_ms = _explain_ms(conn, _control_sql("guids"), {**page, "after": f"bg{guids // 2:05d}"}, runs=3,
+                                    settings=settings)
+            held_ms = _explain_ms(conn, _control_sql("guids"), {**page, "paused_only": True}, runs=3,
+                                  settings=settings)
+    finally:
+        drop_db(url)
+    return listed, first_ms, middle_ms, held_ms
+
+
 def _explain_ms(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any], runs: int = 5,
                 settings: tuple[str, ...] = ()) -> float:
     """Median execution time (EXPLAIN ANALYZE) of ``sql`` over ``runs`` runs, in ms, with the
@@ -57,6 +95,7 @@ def _explain_ms(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any],
 def refill() -> str:
     """The refill (next_ready.sql) and the other queue reads on one guid with a deep backlog."""
     deep = env_int("BENCH_REFILL_BACKLOG", 100_000)
+    guids = env_int("BENCH_REFILL_GUIDS", 99_999)
     inf = real_infra()
     url = fresh_db(inf, "refill")
     try:
@@ -78,10 +117,13 @@ def refill() -> str:
             list_ms = _explain_ms(conn, query("guid_backlogs"), {"sort": "backlog", "limit": 10}, runs=3)
     finally:
         drop_db(url)
+    listed, first_ms, middle_ms, held_ms = _guids_page(inf, guids)
     total = deep + 11_100
     return (f"bench refill: backlog={total} next_ready_ms={refill_ms:.2f} next_ready_unanalyzed_ms={fresh_ms:.2f} "
             f"before_ms={old_ms:.2f} "
-            f"shed_check_ms={shed_ms:.0f} backlog_list_ms={list_ms:.0f} cores={CORES}")
+            f"shed_check_ms={shed_ms:.0f} backlog_list_ms={list_ms:.0f} guids={listed} "
+            f"guids_first_page_ms={first_ms:.1f} guids_middle_page_ms={middle_ms:.1f} "
+            f"guids_held_page_ms={held_ms:.1f} cores={CORES}")
 
 
 def _paced(interval_ms: int) -> dict[str, str]:

@@ -670,3 +670,50 @@ def test_malformed_requests_get_a_readable_422(database_url: str) -> None:
                                           "required; targets: Field required")
 
     asyncio.run(go())
+
+
+def test_only_held_lists_every_paused_or_not_online_guid_and_no_other_page_by_page(database_url: str) -> None:
+    """Every combination of a lease row (none, running, paused) and a state row (none, online,
+    offline, kicked), three guids each: ``paused=true`` pages through exactly the held ones,
+    and ``state=`` through exactly that state (``online`` includes guids with no state row)."""
+    leases, states = (None, "running", "paused"), (None, "online", "offline", "kicked")
+    expected_held: list[str] = []
+    by_state: dict[str, list[str]] = {"online": [], "offline": [], "kicked": []}
+    with psycopg.connect(database_url) as conn:
+        for li, lease in enumerate(leases):
+            for si, state in enumerate(states):
+                for n in range(3):
+                    guid = f"h{li}{si}{n}"
+                    if lease is None and state is None:
+                        continue  # a guid that never held a lease nor had a state is not listed
+                    if lease is not None:
+                        conn.execute("SELECT * FROM pacer_acquire_guids(ARRAY[%s], 'sender-a', interval '30 s')",
+                                     (guid,))
+                    if lease == "paused":
+                        conn.execute("UPDATE guid_leases SET paused_reason = 'test', paused_by = 't',"
+                                     " paused_at = now() WHERE guid = %s", (guid,))
+                    if state is not None:
+                        conn.execute("SELECT * FROM pacer_set_guid_state(%s, %s, 'callback', NULL, now())",
+                                     (guid, state))
+                    if lease == "paused" or state not in (None, "online"):
+                        expected_held.append(guid)
+                    by_state[state or "online"].append(guid)
+
+    async def pages(api: Any, query: str) -> list[str]:
+        seen: list[str] = []
+        after = ""
+        while True:
+            body = (await api.get(f"/guids?{query}&limit=4{after}", "operator")).json()
+            seen += [g["guid"] for g in body["guids"]]
+            if body["next_after"] is None:
+                return seen
+            after = f"&after={body['next_after']}"
+
+    async def go() -> tuple[list[str], dict[str, list[str]]]:
+        async with control_api(database_url) as api:
+            return (await pages(api, "paused=true"),
+                    {s: await pages(api, f"state={s}") for s in by_state})
+
+    held, listed = asyncio.run(go())
+    assert held == sorted(expected_held) and len(held) == 24
+    assert listed == {s: sorted(g) for s, g in by_state.items()}

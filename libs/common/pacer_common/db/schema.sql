@@ -1952,6 +1952,8 @@ CREATE INDEX audit_log_target ON ONLY public.audit_log USING btree (target_type,
 
 CREATE INDEX audit_log_target_default ON public.audit_log_default USING btree (target_type, target_id, id);
 
+CREATE INDEX guid_leases_paused ON public.guid_leases USING btree (guid) WHERE (paused_reason IS NOT NULL);
+
 CREATE INDEX guid_limits_change ON public.guid_limits USING btree (change_xid);
 
 CREATE INDEX guid_limits_updated ON public.guid_limits USING btree (updated_at);

@@ -296,8 +296,15 @@ class PostgresControl:
 
     async def guids(self, paused_only: bool, limit: int, after: str | None, state: str | None = None,
                     start: str | None = None) -> list[Row]:
-        return await self._read("guids", {"paused_only": paused_only, "limit": limit, "after": after, "state": state,
-                                          "start": start})
+        params = {"paused_only": paused_only, "limit": limit, "after": after, "state": state, "start": start}
+
+        async def unit() -> list[Row]:
+            async with self.pool.connection() as conn, conn.transaction():
+                # Planned for its parameters: which indexes serve depends on them (guids.sql).
+                await conn.execute("SELECT set_config('plan_cache_mode', 'force_custom_plan', true)")
+                return await _rows(conn, "guids", params)
+
+        return await self._call(unit)
 
     async def guid_history(self, guid: str, limit: int, before: int | None) -> list[Row]:
         return await self._read("guid_history", {"guid": guid, "limit": limit, "before": before})
