@@ -144,6 +144,8 @@ BOARDS: tuple[Board, ...] = (
               p("Takeovers per sender", "sum by (instance) (rate(pacer_sender_guid_takeovers_total[5m]))",
                 "{{instance}}", "ops"),
               p("Guid leases held per sender", "sum by (instance) (pacer_sender_guid_leases_held)", "{{instance}}"),
+              p("Command partitions per sender (0: idle, more senders than partitions)",
+                "sum by (instance) (pacer_sender_partitions_assigned)", "{{instance}}"),
               p("Expired leases swept", "sum by (sweep) (rate(pacer_reconciler_sweep_items_total"
                 '{sweep=~"claim_expired|submit_expired"}[5m]))', "{{sweep}}", "ops"),
               p("Fenced and duplicate outcomes", f'sum by (outcome) (rate({ITEMS}{{outcome=~"fenced|duplicate"}}'

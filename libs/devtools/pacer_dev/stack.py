@@ -163,6 +163,22 @@ class Stack:
             time.sleep(0.1)
         raise RuntimeError(f"{proc.name} not ready after {timeout_s:g}s; see {proc.log}")
 
+    def metric(self, name: str, metric: str, labels: dict[str, str] | None = None,
+               timeout_s: float = 2.0) -> float | None:
+        """The sum of ``metric``'s samples carrying ``labels`` on process ``name``'s /metrics;
+        None while it does not answer (within ``timeout_s``: it may be stopped) or has no such
+        sample."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        try:
+            with urllib.request.urlopen(f"{self.procs[name].url}/metrics", timeout=timeout_s) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return None
+        values = [s.value for family in text_string_to_metric_families(text) for s in family.samples
+                  if s.name == metric and all(s.labels.get(k) == v for k, v in (labels or {}).items())]
+        return float(sum(values)) if values else None
+
     def signal(self, name: str, sig: signal.Signals) -> None:
         os.kill(self.procs[name].pid, sig)
 

@@ -73,6 +73,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         loop = ConsumerLoop(consumer, dispatcher, m.bad_commands, kafka.item_commands("online"),
                             kafka.item_commands("batch"))
         dispatcher.owns = loop.owns
+        m.partitions_assigned.set_function(lambda: len(loop.assigned))
         sweeper = Sweeper(dispatcher, queue, loop.ownership, cfg.sweep_s, on_swept)
         loop.on_assigned = sweeper.request
         limits.on_change = dispatcher.wake

@@ -78,6 +78,11 @@ class SenderMetrics:
         ), registry=registry)
         self.active_guids = Gauge("pacer_sender_active_guids", "Guids with work in hand.", registry=registry)
         self.leases_held = Gauge("pacer_sender_guid_leases_held", "Guid leases this sender holds.", registry=registry)
+        self.partitions_assigned = Gauge("pacer_sender_partitions_assigned", (
+            "Item-command partitions (both lane topics) the consumer group gives this sender: it runs the guids "
+            "that hash to them. 0 on a live sender: more senders than partitions, or the group has not assigned "
+            "it yet (see docs/scale.md for the partition count and the ceiling on senders)."
+        ), registry=registry)
         self.open_breakers = Gauge("pacer_sender_open_tenant_breakers", (
             "Tenants whose gateway circuit breaker is open in this sender (their sends deferred at once, see "
             "`PACER_SENDER_BREAKER_FAILURES`). Above 0 for minutes: that tenant's gateway is down or refuses us."

@@ -24,6 +24,7 @@ import psycopg
 from pacer_common.domain.status import TERMINAL
 from pacer_common.kafka import make_producer, produce_all
 from pacer_dev.infra import Infra
+from pacer_dev.infra.process import wait_for
 from pacer_dev.stack import Stack, create_database, drop_database, prepare
 
 # Short leases and timeouts so that takeovers and verification happen within seconds.
@@ -190,6 +191,12 @@ def open_scenario(name: str, infra: Infra, root: Path, *, senders: int, gateway:
     prepare(url, {"bootstrap.servers": infra.kafka_bootstrap}, stack.topic_prefix)
     stack.start_gateway(min_interval_ms=GATEWAY_MIN_INTERVAL_MS, **(gateway or {}))
     stack.start_services("planner", "reconciler", *(("sender", f"sender-{n + 1}") for n in range(senders)))
+    # Every sender in the group with partitions of its own before the job: a scenario's fault
+    # on sender-1 then strikes a sender with guids, whichever one the group heard from first.
+    names = [f"sender-{n + 1}" for n in range(senders)]
+    if not wait_for(lambda: all((stack.metric(n, "pacer_sender_partitions_assigned") or 0) > 0 for n in names),
+                    timeout=60):
+        raise RuntimeError(f"{name}: the senders were not all given partitions within 60 s; see {state / 'logs'}")
     return Scenario(name, infra, stack)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import time
-import urllib.request
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -46,7 +45,7 @@ def retention_loss(inf: Infra, root: Path, size: Size, rng: random.Random) -> Re
         fig = sc.measure()
         fig["completed"] = int(done)
         fig["deleted"] = deleted
-        fig["swept"] = sum(_metric(sc, name, "pacer_sender_swept_guids_total")
+        fig["swept"] = sum(int(sc.stack.metric(name, "pacer_sender_swept_guids_total") or 0)
                            for name in sc.stack.procs if name.startswith("sender"))
         return fig, ("deleted", "swept", "completed")
     finally:
@@ -103,14 +102,6 @@ def _low_watermarks(conf: dict[str, str], tps: list[TopicPartition]) -> dict[tup
         return {(tp.topic, tp.partition): c.get_watermark_offsets(tp, timeout=10)[0] for tp in tps}
     finally:
         c.close()
-
-
-def _metric(sc: Scenario, proc: str, name: str) -> int:
-    """The sum of a counter's samples on one service's /metrics."""
-    with urllib.request.urlopen(f"{sc.stack.procs[proc].url}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith(name + "{") or line.startswith(name + " ")))
 
 
 def _wait(cond, timeout_s: float, what: str) -> None:

@@ -6,13 +6,11 @@ import math
 import random
 import signal
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psycopg
-from prometheus_client.parser import text_string_to_metric_families
 
 from pacer_dev.chaos.harness import TERMINAL_VALUES, Scenario, close_scenario, open_scenario
 from pacer_dev.infra import Infra
@@ -21,20 +19,6 @@ if TYPE_CHECKING:
     from pacer_dev.chaos.scenarios import Result, Size
 
 LEADER_TTL_S = 4.0
-
-
-def _metric(sc: Scenario, proc: str, name: str, labels: dict[str, str] | None = None) -> float | None:
-    """One sample from a service's /metrics; None while it does not answer."""
-    try:
-        with urllib.request.urlopen(f"{sc.stack.procs[proc].url}/metrics", timeout=1.0) as resp:
-            text = resp.read().decode()
-    except OSError:
-        return None
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in (labels or {}).items()):
-                return float(s.value)
-    return None
 
 
 def _poll(until: Callable[[], bool], every: Callable[[], None], timeout_s: float, period_s: float = 0.2) -> bool:
@@ -75,11 +59,11 @@ def lookup_hang(inf: Infra, root: Path, size: Size, rng: random.Random) -> Resul
     lag = [0.0]
 
     def sample() -> None:
-        v = _metric(sc, "reconciler", "pacer_reconciler_tail_lag_seconds")
+        v = sc.stack.metric("reconciler", "pacer_reconciler_tail_lag_seconds")
         lag[0] = max(lag[0], v or 0.0)
 
     def timeouts() -> float:
-        return _metric(sc, "reconciler", "pacer_reconciler_lookups_total", {"result": "timeout"}) or 0.0
+        return sc.stack.metric("reconciler", "pacer_reconciler_lookups_total", {"result": "timeout"}) or 0.0
 
     try:
         sc.publish(size.items, size.guids)
@@ -124,7 +108,7 @@ def frozen_leader(inf: Infra, root: Path, size: Size, rng: random.Random) -> Res
         names = ("reconciler", "reconciler-2")
 
         def leader_of() -> str | None:
-            return next((n for n in names if _metric(sc, n, "pacer_reconciler_leader") == 1.0), None)
+            return next((n for n in names if sc.stack.metric(n, "pacer_reconciler_leader") == 1.0), None)
 
         _poll(lambda: leader_of() is not None, lambda: None, timeout_s=30)
         old = leader_of() or "reconciler"
@@ -133,20 +117,20 @@ def frozen_leader(inf: Infra, root: Path, size: Size, rng: random.Random) -> Res
         sc.wait_progress(0.1)
         sc.stack.signal(old, signal.SIGSTOP)
         frozen_at = time.monotonic()
-        took_over = _poll(lambda: _metric(sc, new, "pacer_reconciler_leader") == 1.0, lambda: None,
+        took_over = _poll(lambda: sc.stack.metric(new, "pacer_reconciler_leader") == 1.0, lambda: None,
                           timeout_s=LEADER_TTL_S * 10, period_s=0.05)
         failover_s = time.monotonic() - frozen_at
         sc.wait_progress(0.5)
         time.sleep(LEADER_TTL_S)  # chaos timing: the old leader stays frozen well past its term
         sc.stack.signal(old, signal.SIGCONT)
-        stepped_down = _poll(lambda: _metric(sc, old, "pacer_reconciler_leader") == 0.0, lambda: None, timeout_s=30)
+        stepped_down = _poll(lambda: sc.stack.metric(old, "pacer_reconciler_leader") == 0.0, lambda: None, timeout_s=30)
         fig = _finish(sc, size)
         # The new leader projects every event once: wait for it to catch up, then compare.
         _poll(lambda: _projection_mismatch(sc) == 0, lambda: None, timeout_s=30)
         fig["projection_mismatch"] = _projection_mismatch(sc)
         fig["failover_s"] = math.ceil(failover_s)
         fig["took_over"] = int(took_over)
-        fig["old_stepped_down"] = int(stepped_down and _metric(sc, new, "pacer_reconciler_leader") == 1.0)
+        fig["old_stepped_down"] = int(stepped_down and sc.stack.metric(new, "pacer_reconciler_leader") == 1.0)
         fig["lost"] += fig["projection_mismatch"]
         # Informational: batches the woken old leader had in hand and the epoch fence refused.
         fig["old_batches_refused"] = Path(sc.stack.procs[old].log).read_text().count("expired or taken over")
