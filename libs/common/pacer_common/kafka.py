@@ -50,8 +50,10 @@ class DeliveryTracker:
 
     def __init__(self) -> None:
         self.failed: list[str] = []
+        self.reported = 0  # delivery reports received, failed or not
 
     def __call__(self, err: KafkaError | None, msg: Message) -> None:
+        self.reported += 1
         if err is not None:
             self.failed.append(f"{msg.topic()}: {err}")
 
@@ -81,6 +83,41 @@ def produce_all(producer: Producer, messages: Iterable[tuple[str, bytes | None, 
     remaining = producer.flush(timeout_s)
     if remaining:
         raise ProduceError(f"{remaining} message(s) still queued after {timeout_s}s")
+    tracker.check()
+    return n
+
+
+async def produce_all_async(producer: Producer,
+                            messages: Iterable[tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]],
+                            *, timeout_s: float = 60.0, poll_s: float = 0.002) -> int:
+    """:func:`produce_all` for a coroutine: waits for this call's own messages only, serving
+    the producer's delivery reports on the event loop between short sleeps, so the loop goes
+    on (leases renewed, /healthz answered) while Kafka is slow or away, and no second thread
+    contends with it for the interpreter lock. Raises :class:`ProduceError` unless every
+    message was acknowledged within ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    tracker = DeliveryTracker()
+    n = 0
+    for topic, key, value, headers in messages:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, headers=None if headers is None else list(headers),
+                                 on_delivery=tracker)
+                break
+            except BufferError:  # local queue full: serve delivery reports, wait, retry
+                producer.poll(0)
+                if loop.time() > deadline:
+                    raise ProduceError(f"the producer's queue stayed full for {timeout_s}s") from None
+                await asyncio.sleep(0.05)
+        n += 1
+    while True:
+        producer.poll(0)
+        if tracker.reported >= n:
+            break
+        if loop.time() > deadline:
+            raise ProduceError(f"{n - tracker.reported} message(s) not acknowledged after {timeout_s}s")
+        await asyncio.sleep(poll_s)
     tracker.check()
     return n
 

@@ -128,8 +128,7 @@ class Reconciler:
             else:
                 events.append(ev)
         commands = await self._commands(to_dispatch(events))
-        # In a thread: a flush waits up to a minute for Kafka, and the loop meanwhile renews leases.
-        for r in await asyncio.to_thread(self.publisher.publish, events, commands):
+        for r in await self.publisher.publish(events, commands):
             self._skip("unpublishable", f"item {r.item_id}: {r.reason}")
         to = batch[-1][0]
         try:

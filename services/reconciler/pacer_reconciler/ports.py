@@ -71,7 +71,11 @@ class Holds(Protocol):
 
 
 class Publisher(Protocol):
-    def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> list[Rejected]: ...
+    async def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> list[Rejected]:
+        """Deliver outcomes and commands, or raise; what can never be delivered is returned.
+        Waiting for the broker (up to a minute while it is away) must leave the event loop
+        free: it renews the segment leases meanwhile."""
+        ...
 
 
 class DeliveryLookup(Protocol):

@@ -10,7 +10,7 @@ from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.requests import lane_of
-from pacer_common.kafka import make_producer, produce_all
+from pacer_common.kafka import make_producer, produce_all_async
 from pacer_common.settings import KafkaSettings
 from pacer_reconciler.ports import Rejected
 
@@ -19,11 +19,12 @@ Msg = tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]
 
 class KafkaPublisher:
     def __init__(self, producer: Producer, outcomes_topic: str, commands_topic: Callable[[str], str],
-                 max_message_bytes: int = 1_000_000) -> None:
+                 max_message_bytes: int = 1_000_000, timeout_s: float = 60.0) -> None:
         self.producer = producer
         self.outcomes_topic = outcomes_topic
         self.commands_topic = commands_topic
         self.max_message_bytes = max_message_bytes  # at most the topics' max.message.bytes
+        self.timeout_s = timeout_s  # for Kafka to acknowledge a batch
 
     @classmethod
     def create(cls, kafka: KafkaSettings, max_message_bytes: int) -> KafkaPublisher:
@@ -34,11 +35,14 @@ class KafkaPublisher:
         """Deliver what is still queued (publish flushes already; this is for a stop mid-way)."""
         self.producer.flush(10)
 
-    def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> list[Rejected]:
+    async def publish(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> list[Rejected]:
         """Produce and flush all that fit; raises unless Kafka acknowledged every one of them.
 
         A message larger than ``max_message_bytes`` would be refused by the broker on every
         try: it is left out and returned, so that it cannot hold up the batch for ever.
+
+        Waiting for the acknowledgements (up to ``timeout_s`` while Kafka is away) leaves the
+        event loop free: it goes on renewing leases and answering /healthz meanwhile.
         """
         rejected: list[Rejected] = []
         fit: list[Msg] = []
@@ -48,7 +52,7 @@ class KafkaPublisher:
                 rejected.append(Rejected(item_id, f"{msg[0]} message of {size} bytes exceeds {self.max_message_bytes}"))
             else:
                 fit.append(msg)
-        produce_all(self.producer, fit)
+        await produce_all_async(self.producer, fit, timeout_s=self.timeout_s)
         return rejected
 
     def _messages(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> Iterator[tuple[str, Msg]]:
