@@ -64,19 +64,26 @@ class DeliveryTracker:
             raise ProduceError(f"{n} message(s) not delivered, first: {first}")
 
 
+def _queue(producer: Producer, msg: tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None],
+           tracker: DeliveryTracker) -> bool:
+    """Hand one (topic, key, value, headers) to the producer; False while its queue is full."""
+    topic, key, value, headers = msg
+    try:
+        producer.produce(topic, value=value, key=key, headers=None if headers is None else list(headers),
+                         on_delivery=tracker)
+    except BufferError:
+        return False
+    return True
+
+
 def produce_all(producer: Producer, messages: Iterable[tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]],
                 *, timeout_s: float = 60.0) -> int:
     """Produce every (topic, key, value, headers) and flush; raise unless all were acknowledged."""
     tracker = DeliveryTracker()
     n = 0
-    for topic, key, value, headers in messages:
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key, headers=None if headers is None else list(headers),
-                                 on_delivery=tracker)
-                break
-            except BufferError:
-                producer.poll(0.05)  # local queue full: serve delivery reports, then retry
+    for msg in messages:
+        while not _queue(producer, msg, tracker):
+            producer.poll(0.05)  # local queue full: serve delivery reports, then retry
         n += 1
         if n % 10_000 == 0:
             producer.poll(0)
@@ -99,17 +106,12 @@ async def produce_all_async(producer: Producer,
     deadline = loop.time() + timeout_s
     tracker = DeliveryTracker()
     n = 0
-    for topic, key, value, headers in messages:
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key, headers=None if headers is None else list(headers),
-                                 on_delivery=tracker)
-                break
-            except BufferError:  # local queue full: serve delivery reports, wait, retry
-                producer.poll(0)
-                if loop.time() > deadline:
-                    raise ProduceError(f"the producer's queue stayed full for {timeout_s}s") from None
-                await asyncio.sleep(0.05)
+    for msg in messages:
+        while not _queue(producer, msg, tracker):  # local queue full: serve delivery reports, wait, retry
+            producer.poll(0)
+            if loop.time() > deadline:
+                raise ProduceError(f"the producer's queue stayed full for {timeout_s}s")
+            await asyncio.sleep(0.05)
         n += 1
     while True:
         producer.poll(0)
