@@ -11,7 +11,6 @@ import statistics
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
-from importlib import resources
 from typing import Any
 
 import psycopg
@@ -30,18 +29,13 @@ from bench.common import (
     teardown,
     wait_until,
 )
-from pacer_common.db.sql import query
+from pacer_common.db.sql import loader, query
 from pacer_common.kafka import make_producer, produce_all
 from pacer_dev.stack import Stack
 from pacer_sender.adapters.queue import NEXT_READY_SETTINGS
 
-
-def _sender_sql(name: str) -> str:
-    return resources.files("pacer_sender.adapters.sql").joinpath(f"{name}.sql").read_text()
-
-
-def _control_sql(name: str) -> str:
-    return resources.files("pacer_control.adapters.sql").joinpath(f"{name}.sql").read_text()
+_sender_sql = loader("pacer_sender.adapters.sql")
+_control_sql = loader("pacer_control.adapters.sql")
 
 
 def _guids_page(inf: Any, guids: int) -> tuple[int, float, float, float]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from pacer_dev.fakegateway.process import free_port, wait_healthy
 from pacer_dev.infra import Infra
+from pacer_dev.infra.process import wait_for
 
 SERVICES = ("planner", "sender", "reconciler", "control", "intake")
 # The `default` tenant's callback secret on a local stack (make up, tests): not a secret anywhere else.
@@ -189,9 +190,7 @@ class Stack:
         for proc in procs:
             if proc.alive():
                 os.kill(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while any(p.alive() for p in procs) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: not any(p.alive() for p in procs), timeout=timeout_s)
         for proc in procs:
             if proc.alive():
                 os.kill(proc.pid, signal.SIGKILL)
