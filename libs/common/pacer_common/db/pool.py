@@ -2,15 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, LiteralString, TypeAlias
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, LiteralString
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, pq
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-Pool: TypeAlias = AsyncConnectionPool[AsyncConnection[DictRow]]
-"""Every service's pool: its connections return rows as dicts (``row["name"]``)."""
+
+class Pool(AsyncConnectionPool[AsyncConnection[DictRow]]):
+    """Every service's pool: its connections return rows as dicts (``row["name"]``).
+
+    A connection whose use was interrupted (its task cancelled, the process told to stop)
+    never serves again: psycopg's pool takes back an IDLE connection as it is, and one
+    interrupted inside a pipeline (``synchronous_transaction``) comes back IDLE but still in
+    pipeline mode — from then on each statement sent on it is answered with the previous
+    statement's result (a batch of item steps read another batch's rows; a call returned no
+    row). Nor can a connection whose query was cancelled be trusted: the server takes the
+    cancel request out of band, and one that arrives late cancels whatever runs next. Such
+    a connection is closed on the way back, and the pool opens another in its place.
+    """
+
+    @asynccontextmanager
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[AsyncConnection[DictRow]]:
+        async with super().connection(timeout) as conn:
+            try:
+                yield conn
+            except BaseException as exc:
+                if not isinstance(exc, Exception):
+                    conn.pgconn.finish()  # closed now: the pool discards it instead of serving it again
+                raise
+            if conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
+                conn.pgconn.finish()
 
 
 async def open_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pacer",
@@ -27,7 +51,7 @@ def new_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pa
              options: str | None = None) -> Pool:
     """The same pool, not opened yet: for an app that opens it on the event loop that serves it."""
     extra = {"options": options} if options else {}
-    return AsyncConnectionPool(
+    return Pool(
         url,
         connection_class=AsyncConnection[DictRow],
         min_size=min_size,

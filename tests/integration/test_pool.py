@@ -1,0 +1,68 @@
+"""The connection pool every service uses: a connection whose use was interrupted never
+answers the next caller with another statement's result."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from pacer_common.db.durable import fetch_durable_call, fetch_durably
+from pacer_common.db.pool import Pool, open_pool
+
+# psycopg waits on the socket this many times in one synchronous transaction (pipeline:
+# enter, statements, sync); a cancellation at each of them is tried.
+WAITS = 10
+
+
+async def _cancelled_at(pool: Pool, k: int) -> None:
+    """Run a synchronous transaction whose task is cancelled as psycopg starts its ``k``-th
+    wait on the socket."""
+    began = 0
+
+    async def victim() -> None:
+        async with pool.connection() as conn:
+            real = conn.wait
+
+            async def wait(gen: Any, *args: Any, **kwargs: Any) -> Any:
+                nonlocal began
+                began += 1
+                if began == k:
+                    task = asyncio.current_task()
+                    assert task is not None
+                    task.cancel()
+                return await real(gen, *args, **kwargs)
+
+            conn.wait = wait  # type: ignore[method-assign]
+            try:
+                await fetch_durably(conn, "SELECT 'victim' AS who")
+            finally:
+                del conn.wait
+
+    task = asyncio.create_task(victim())
+    with pytest.raises(asyncio.CancelledError):  # else the transaction had fewer waits than k
+        await task
+
+
+@pytest.mark.parametrize("k", range(1, WAITS + 1))
+def test_a_transaction_cancelled_at_any_wait_leaves_no_connection_answering_out_of_turn(
+        database_url: str, k: int) -> None:
+    """psycopg returns a connection cancelled inside a pipeline to the pool IDLE but still in
+    pipeline mode, and every statement on it then reads the previous one's result (a batch
+    of item steps got another batch's rows). The pool must not serve it again."""
+
+    async def scenario() -> list[list[Any]]:
+        pool = await open_pool(database_url, min_size=1, max_size=1)
+        try:
+            await _cancelled_at(pool, k)
+            answers = []
+            for n in range(3):
+                async with pool.connection() as conn:
+                    answers.append(await fetch_durable_call(conn, "SELECT %s::int AS n", (n,)))
+            return answers
+        finally:
+            await pool.close()
+
+    answers = asyncio.run(scenario())
+    assert answers == [[{"n": 0}], [{"n": 1}], [{"n": 2}]]
