@@ -19,9 +19,8 @@ class Pool(AsyncConnectionPool[AsyncConnection[DictRow]]):
     interrupted inside a pipeline (``synchronous_transaction``) comes back IDLE but still in
     pipeline mode — from then on each statement sent on it is answered with the previous
     statement's result (a batch of item steps read another batch's rows; a call returned no
-    row). Nor can a connection whose query was cancelled be trusted: the server takes the
-    cancel request out of band, and one that arrives late cancels whatever runs next. Such
-    a connection is closed on the way back, and the pool opens another in its place.
+    row). An interrupted use is a state nobody checked, whatever it was doing: such a
+    connection is closed on the way back, and the pool opens another in its place.
     """
 
     @asynccontextmanager
