@@ -15,9 +15,8 @@ import psycopg
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from fastapi.routing import APIRoute
-from psycopg_pool import AsyncConnectionPool
 
-from pacer_common.db.pool import open_pool
+from pacer_common.db.pool import new_pool, open_pool
 from pacer_common.domain.tokens import RANK, Role
 from pacer_control.app import build_app
 from pacer_control.domain.permissions import FIELD_ACTIONS, RULES
@@ -34,7 +33,7 @@ PARAMS = {"job_id": str(uuid.uuid4()), "item_id": str(uuid.uuid4()), "shard_id":
 
 def _offline_app() -> Any:
     # The OpenAPI document needs no database: a pool that is never opened will do.
-    return build_app(AsyncConnectionPool("postgresql://unused/none", open=False))
+    return build_app(new_pool("postgresql://unused/none"))
 
 
 def _operations() -> list[tuple[str, str, dict[str, Any]]]:

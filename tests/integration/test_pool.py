@@ -10,6 +10,7 @@ import pytest
 
 from pacer_common.db.durable import fetch_durable_call, fetch_durably
 from pacer_common.db.pool import Pool, open_pool
+from tests.integration.helpers import wait_for
 
 # psycopg waits on the socket this many times in one synchronous transaction (pipeline:
 # enter, statements, sync); a cancellation at each of them is tried.
@@ -66,3 +67,49 @@ def test_a_transaction_cancelled_at_any_wait_leaves_no_connection_answering_out_
 
     answers = asyncio.run(scenario())
     assert answers == [[{"n": 0}], [{"n": 1}], [{"n": 2}]]
+
+
+def test_the_pool_metrics_count_requests_connections_in_use_and_discards(database_url: str) -> None:
+    """``pacer_db_pool_*``: what an operator reads to tell a pool at its maximum, callers
+    waiting, and connections replaced after interrupted uses."""
+    from prometheus_client import CollectorRegistry
+
+    from pacer_common.metrics import PoolStats
+
+    registry = CollectorRegistry()
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, {"pool": "test-pool", **labels})
+
+    async def scenario() -> dict[str, float | None]:
+        pool = await open_pool(database_url, min_size=1, max_size=2, name="test-pool")
+        PoolStats(pool, registry)
+        try:
+            seen: dict[str, float | None] = {}
+            async with pool.connection(), pool.connection():
+                seen["in_use"] = value("pacer_db_pool_connections", state="in_use")
+                waiter = asyncio.create_task(_use(pool))
+                await asyncio.to_thread(wait_for, lambda: value("pacer_db_pool_requests_waiting") == 1, 10,
+                                        "a third caller waiting for the pool's two connections")
+                seen["waiting"] = value("pacer_db_pool_requests_waiting")
+            await waiter
+            await _cancelled_at(pool, 1)
+            seen["max"] = value("pacer_db_pool_max_connections")
+            seen["requests"] = value("pacer_db_pool_requests_total")
+            seen["discarded"] = value("pacer_db_pool_connections_discarded_total")
+            seen["waited"] = value("pacer_db_pool_wait_seconds_total")
+            return seen
+        finally:
+            await pool.close()
+
+    seen = asyncio.run(scenario())
+    assert seen["in_use"] == 2 and seen["waiting"] == 1 and seen["max"] == 2
+    assert seen["requests"] == 4  # two held, the one that waited, the cancelled transaction's
+    assert seen["discarded"] == 1
+    assert seen["waited"] is not None and seen["waited"] > 0
+
+
+async def _use(pool: Pool) -> None:
+    async with pool.connection() as conn:
+        await conn.execute("SELECT 1")
+

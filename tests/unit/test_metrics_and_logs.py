@@ -13,9 +13,9 @@ import httpx
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
-from psycopg_pool import AsyncConnectionPool
 
 from pacer_common import tracing
+from pacer_common.db.pool import new_pool
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, SendError
 from pacer_common.logs import JsonFormatter
@@ -120,7 +120,7 @@ def test_every_json_log_line_has_a_trace_id_inside_a_span() -> None:
 
 def test_the_control_api_counts_an_unhandled_error_as_500_and_logs_it_with_the_request_id() -> None:
     registry = CollectorRegistry()
-    app = build_app(AsyncConnectionPool("postgresql://unused", open=False), registry=registry)
+    app = build_app(new_pool("postgresql://unused"), registry=registry)
 
     async def boom() -> None:
         raise RuntimeError("a defect")

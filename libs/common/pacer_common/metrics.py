@@ -146,3 +146,59 @@ def gateway_latency(registry: CollectorRegistry) -> Callable[[str, str, float], 
 def consumer_lag_config(registry: CollectorRegistry, interval_ms: int = 5000) -> dict[str, Any]:
     """Consumer settings that keep ``pacer_kafka_consumer_lag`` in ``registry`` current."""
     return {"statistics.interval.ms": interval_ms, "stats_cb": ConsumerLag(registry)}
+
+
+class PoolStats(Collector):
+    """``pacer_db_pool_*{pool}``: a service's Postgres pool, read from psycopg_pool's own
+    counters at each scrape (``get_stats``): connections in use and idle, callers waiting for
+    one and how long they waited, and connections closed instead of served again."""
+
+    SPECS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+        ("gauge", "pacer_db_pool_connections", "Connections the pool holds now: `in_use` by a caller or `idle`",
+         ("state",)),
+        ("gauge", "pacer_db_pool_max_connections", "Most connections the pool may open", ()),
+        ("gauge", "pacer_db_pool_requests_waiting", "Callers waiting for a connection now (all are in use and the "
+         "pool is at its maximum, or a new one is being opened)", ()),
+        ("counter", "pacer_db_pool_requests", "Connections asked of the pool", ()),
+        ("counter", "pacer_db_pool_wait_seconds", "Time callers waited for a connection, summed; divided by "
+         "pacer_db_pool_requests_total, the mean wait", ()),
+        ("counter", "pacer_db_pool_connections_discarded", "Connections closed instead of served again: given back "
+         "broken or in a state nobody checked (a use interrupted by a cancellation), or found broken in the pool", ()),
+        ("counter", "pacer_db_pool_errors", "Failures: `timeout` (a caller got no connection in time), `connect` "
+         "(opening a connection failed)", ("kind",)),
+    )
+
+    def __init__(self, pool: Any, registry: CollectorRegistry) -> None:
+        self.pool = pool  # a psycopg_pool pool: its ``name`` and ``get_stats()``
+        registry.register(self)
+
+    @staticmethod
+    def _values(s: Mapping[str, int]) -> dict[str, list[tuple[list[str], float]]]:
+        size, idle = s.get("pool_size", 0), s.get("pool_available", 0)
+        return {
+            "pacer_db_pool_connections": [(["in_use"], size - idle), (["idle"], idle)],
+            "pacer_db_pool_max_connections": [([], s.get("pool_max", 0))],
+            "pacer_db_pool_requests_waiting": [([], s.get("requests_waiting", 0))],
+            "pacer_db_pool_requests": [([], s.get("requests_num", 0))],
+            "pacer_db_pool_wait_seconds": [([], s.get("requests_wait_ms", 0) / 1000)],
+            "pacer_db_pool_connections_discarded": [([], s.get("returns_bad", 0) + s.get("connections_lost", 0))],
+            "pacer_db_pool_errors": [(["timeout"], s.get("requests_errors", 0)),
+                                     (["connect"], s.get("connections_errors", 0))],
+        }
+
+    @staticmethod
+    def _family(kind: str, name: str, doc: str, labels: tuple[str, ...]) -> GaugeMetricFamily | CounterMetricFamily:
+        family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
+        return family(name, doc, labels=["pool", *labels])
+
+    def collect(self) -> Iterable[Metric]:
+        values = self._values(self.pool.get_stats())
+        for kind, name, doc, labels in self.SPECS:
+            out = self._family(kind, name, doc, labels)
+            for label_values, value in values[name]:
+                out.add_metric([self.pool.name, *label_values], value)
+            yield out
+
+    def describe(self) -> Iterable[Metric]:
+        for spec in self.SPECS:
+            yield self._family(*spec)

@@ -179,7 +179,7 @@ BOARDS: tuple[Board, ...] = (
                 "{{sweep}}", "ops"),
           )),
     Board("pacer-services", "Pacer · services",
-          "The processes: up, build, consumer lag, CPU, memory, GC, the Control API, the reconciler leader.", (
+          "The processes: up, build, consumer lag, Postgres pools, CPU, memory, GC, the Control API, the reconciler leader.", (
               p("Targets up", 'up{job=~".*pacer.*"}', "{{job}} {{instance}}", kind="stat"),
               p("Builds running", "count by (service, version, python) (pacer_build_info)",
                 "{{service}} {{version}} (Python {{python}})", kind="table"),
@@ -188,6 +188,15 @@ BOARDS: tuple[Board, ...] = (
               p("Reconciler leader", "max by (instance) (pacer_reconciler_leader)", "{{instance}}"),
               p("Reconciler segments held", "max by (instance) (pacer_reconciler_segments_owned)", "{{instance}}"),
               p("CPU per process", "rate(process_cpu_seconds_total[1m])", "{{job}} {{instance}}", "percentunit"),
+              p("Postgres pool in use, share of its maximum",
+                "max by (pool, instance) (pacer_db_pool_connections{state=\"in_use\"} "
+                "/ ignoring (state) pacer_db_pool_max_connections)", "{{pool}} {{instance}}",
+                "percentunit"),
+              p("Postgres pool: mean wait for a connection",
+                "sum by (pool) (rate(pacer_db_pool_wait_seconds_total[5m])) "
+                "/ sum by (pool) (rate(pacer_db_pool_requests_total[5m]))", "{{pool}}", "s"),
+              p("Postgres connections discarded (interrupted or broken)",
+                "sum by (pool) (increase(pacer_db_pool_connections_discarded_total[15m]))", "{{pool}}"),
               p("Resident memory per process", "process_resident_memory_bytes", "{{job}} {{instance}}", "bytes"),
               p("Share of time in garbage collection",
                 "sum by (job, instance) (rate(pacer_gc_pause_seconds_total[5m]))", "{{job}} {{instance}}",

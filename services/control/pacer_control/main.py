@@ -6,7 +6,7 @@ import logging
 
 from pacer_common.db.pool import open_pool
 from pacer_common.lifecycle import stop_event
-from pacer_common.metrics import service_registry
+from pacer_common.metrics import PoolStats, service_registry
 from pacer_common.ops import Health, serve
 from pacer_common.service import main_for
 from pacer_common.settings import PostgresSettings
@@ -21,6 +21,7 @@ async def run(pg: PostgresSettings, cfg: ControlSettings) -> None:
     registry, health = service_registry("control"), Health()
     pool = await open_pool(pg.database_url.get_secret_value(), min_size=1, max_size=cfg.db_pool_max,
                            name="pacer-control")
+    PoolStats(pool, registry)
     app = build_app(pool, sandbox_targets=cfg.sandbox(),
                     registry=registry, health=health, db_deadline_s=cfg.db_deadline_s)
     server, task = await serve(app, cfg.ops_host, cfg.port)

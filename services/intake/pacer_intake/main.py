@@ -8,7 +8,7 @@ import logging
 from pacer_common.db.pool import open_pool
 from pacer_common.db.tenants import TenantCache
 from pacer_common.lifecycle import stop_event
-from pacer_common.metrics import service_registry
+from pacer_common.metrics import PoolStats, service_registry
 from pacer_common.ops import Health, serve
 from pacer_common.service import main_for
 from pacer_common.settings import KafkaSettings, PostgresSettings
@@ -24,6 +24,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: IntakeSettings) -
     stop = stop_event()
     registry, health = service_registry("intake"), Health()
     pool = await open_pool(pg.database_url.get_secret_value(), min_size=1, max_size=2, name="pacer-intake")
+    PoolStats(pool, registry)
     tenants = TenantCache(pool, cfg.tenants_refresh_s,
                           fill=lambda t: t.with_defaults(callback_secret=cfg.default_callback_secret))
     await tenants.reload()

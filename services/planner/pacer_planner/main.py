@@ -11,6 +11,7 @@ from datetime import timedelta
 import httpx
 
 from pacer_common.db.pool import open_pool
+from pacer_common.metrics import PoolStats
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, PostgresSettings
 from pacer_planner.adapters.faults import ENVIRONMENT
@@ -29,6 +30,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
         m = PlannerMetrics(ctx.registry)
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=1,
                                max_size=4 + cfg.requery_max_jobs, name="pacer-planner")
+        PoolStats(pool, ctx.registry)
         bus = KafkaCommandBus.create(kafka)
         requests = await KafkaRequestSource.create(kafka, cfg.group_id, ctx.registry)
         store = PostgresJobStore(pool, ApprovalPolicy(cfg.approval_above_items, cfg.approve_new_content))

@@ -8,7 +8,7 @@ from datetime import timedelta
 from pacer_common.db.pool import open_pool
 from pacer_common.db.tenants import TenantCache
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
-from pacer_common.metrics import gateway_latency
+from pacer_common.metrics import PoolStats, gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, PostgresSettings
 from pacer_common.tenant_gateways import TenantGateways
@@ -45,6 +45,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         idle_tx_ms = max(1000, int(cfg.leader_ttl_s * 500))
         pool = await open_pool(url, min_size=1, max_size=8, name="pacer-reconciler",
                                options=f"-c idle_in_transaction_session_timeout={idle_tx_ms}")
+        PoolStats(pool, ctx.registry)
         publisher = KafkaPublisher.create(kafka, cfg.max_message_bytes)
         tenants = TenantCache(pool, cfg.tenants_refresh_s,
                               fill=lambda t: t.with_defaults(cfg.gateway_url, cfg.gateway_credential))

@@ -11,7 +11,7 @@ from pacer_common.db.pool import open_pool
 from pacer_common.db.tenants import TenantCache, keep_usage
 from pacer_common.domain.breaker import Breaker
 from pacer_common.domain.failures import RetryPolicy
-from pacer_common.metrics import gateway_latency
+from pacer_common.metrics import PoolStats, gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, PostgresSettings
 from pacer_common.tenant_gateways import TenantGateways
@@ -42,6 +42,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
 
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=2, max_size=cfg.db_pool_max,
                                name="pacer-sender")
+        PoolStats(pool, ctx.registry)
         tenants = TenantCache(pool, cfg.tenants_refresh_s,
                               fill=lambda t: t.with_defaults(cfg.gateway_url, cfg.gateway_credential))
         await tenants.reload()
