@@ -131,6 +131,22 @@ def gateway(url: str, path: str) -> Any:
         return json.loads(resp.read())
 
 
+def wait_planner_consuming(st: Stack, timeout_s: float = 120) -> None:
+    """Publish one auto-reply to a guid of its own and wait until the gateway has it: the
+    planner has joined its group and been given its partitions. A request published before
+    that waits in Kafka for the join, which is start-up, not what a scenario times."""
+    probe = f"probe-{uuid.uuid4().hex[:8]}"
+    produce_all(make_producer({"bootstrap.servers": st.infra.kafka_bootstrap}), [(
+        f"{st.topic_prefix}.job-requests", probe.encode(), json.dumps({
+            "request_id": probe, "kind": "auto_reply", "created_by": "bench", "source_msg_uid": probe,
+            "message": {"type": "text", "content": "probe"},
+            "targets": {"mode": "snapshot", "items": [{"guid": "probe-guid", "to_id": probe}]}}).encode(), None)])
+    if not wait_until(lambda: any(s["toId"] == probe for s in gateway(st.gateway_url or "",
+                                                                     "/_admin/sends?limit=1000000")["sends"]),
+                      timeout_s):
+        raise RuntimeError(f"the probe auto-reply was not sent within {timeout_s:.0f} s")
+
+
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -27,6 +27,7 @@ from bench.common import (
     seed_items,
     stack,
     teardown,
+    wait_planner_consuming,
     wait_until,
 )
 from pacer_common.db.sql import loader, query
@@ -170,6 +171,7 @@ def _behind_s(backlog: int, guids: int, interval_ms: int) -> tuple[float, list[i
         publish_commands(inf.kafka_bootstrap, f"{st.topic_prefix}.item-commands.batch", seeded.commands)
         st.start_service("sender", "sender-1")
         wait_until(lambda: gateway(gw, "/_admin/stats")["sends"] >= 3 * guids, 300)
+        wait_planner_consuming(st)
         t0 = _publish_request(st, _small_job(guids))
         done = _sent(gw, "small", guids, t0)
         sends = _sends(gw)

@@ -28,6 +28,7 @@ from bench.common import (
     seed_items,
     stack,
     teardown,
+    wait_planner_consuming,
     wait_until,
 )
 from bench.fleet import fleet
@@ -258,6 +259,7 @@ def priority() -> str:
         gw = st.gateway_url or ""
         wait_until(lambda: gateway(gw, "/_admin/stats")["sends"] > guids, 120)
         producer = make_producer({"bootstrap.servers": inf.kafka_bootstrap})
+        wait_planner_consuming(st)
         published: dict[str, float] = {}
         for i in range(replies):
             rid = f"reply-{uuid.uuid4().hex[:8]}"
