@@ -155,7 +155,9 @@ class Dispatcher:
             if worker.stop():
                 del self.guids[guid]
                 if worker.task is not None:
-                    worker.task.cancel()  # only ever cancelled between items, never mid-item
+                    # Between items, never mid-item; it may be mid-read (a refill, a lease), whose
+                    # connection the pool then closes rather than serve again (db.pool.Pool).
+                    worker.task.cancel()
         clock, progress = self.crew.clock, self.crew.progress
         deadline = clock() + timeout_s
         while any(w.executing is not None for w in stopped.values()) and clock() < deadline:
