@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, LiteralString
 
-from psycopg import AsyncConnection, pq
+from psycopg import AsyncConnection
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -32,8 +32,6 @@ class Pool(AsyncConnectionPool[AsyncConnection[DictRow]]):
                 if not isinstance(exc, Exception):
                     conn.pgconn.finish()  # closed now: the pool discards it instead of serving it again
                 raise
-            if conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
-                conn.pgconn.finish()
 
 
 async def open_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pacer",
