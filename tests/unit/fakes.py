@@ -285,6 +285,10 @@ class InMemoryGuidQueue:
         self.failed: dict[str, tuple[str, str]] = {}
         self.shed_by: dict[str, float] = {}  # item id → the interval it was shed at
         self.reads: list[tuple[str, int]] = []
+        # What waiting_guids says of a guid's first waiting item: ready for longer than the
+        # grace (the real statement's answer for work whose doorbell should long have come),
+        # or not (work planned just now, as on a partition assigned mid-campaign).
+        self.overdue = True
 
     def add(self, *cmds: ItemCommand) -> None:
         for c in cmds:
@@ -322,7 +326,7 @@ class InMemoryGuidQueue:
         for c in self.pending.values():
             if c.not_before is None or c.not_before <= soon:
                 first.setdefault(c.guid, c.item_id)
-        return [Waiting(g, True, first[g]) for g in sorted(first)]
+        return [Waiting(g, self.overdue, first[g]) for g in sorted(first)]
 
     async def fail_unsent(self, cmd: ItemCommand, error_class: str, reason: str) -> bool:
         if self.pending.pop(cmd.item_id, None) is None:

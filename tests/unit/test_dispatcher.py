@@ -211,6 +211,25 @@ def test_the_sweep_starts_owned_guids_whose_doorbells_were_lost_and_counts_them(
     assert second == 0 and counted == [("assign", 1), ("periodic", 0)]
 
 
+def test_a_new_owner_whose_doorbells_started_the_guid_still_sends_what_the_previous_owner_was_rung_for() -> None:
+    """The previous owner consumed (and committed) the doorbells of the guid's first items,
+    then lost the partition and dropped its window; the new owner's consumer hands it only the
+    doorbells after those. Its worker, started by them, holds everything it was rung for, so
+    without a read of Postgres it would end with the first items still pending: the sweep at
+    assignment tells every owned guid with queued work to read its queue, workers or not."""
+    async def scenario() -> list[str]:
+        d, rec, _ = dispatcher(FAST)
+        rec.store.overdue = False  # planned a moment ago: not yet overdue for the periodic sweep
+        rec.store.add(*(cmd("g", n) for n in range(3)))  # their doorbells went to the previous owner
+        for n in range(3, 6):
+            ring(d, rec.store, cmd("g", n))  # the doorbells this sender consumed
+        await Sweeper(d, rec.store, _owns_all, interval_s=20.0).sweep("assign")
+        await until(lambda: not d.guids)  # the worker ran out of work and ended
+        return sorted(i for _, i, _ in rec.sent)
+
+    assert asyncio.run(scenario()) == [f"g-{n}" for n in range(6)]
+
+
 def test_the_sweep_re_reads_a_busy_guid_only_if_its_window_would_never_reach_the_overdue_item() -> None:
     async def scenario() -> tuple[bool, bool, bool]:
         d, rec, table = dispatcher(FAST)
