@@ -214,9 +214,9 @@ def test_the_sweep_starts_owned_guids_whose_doorbells_were_lost_and_counts_them(
 def test_a_new_owner_whose_doorbells_started_the_guid_still_sends_what_the_previous_owner_was_rung_for() -> None:
     """The previous owner consumed (and committed) the doorbells of the guid's first items,
     then lost the partition and dropped its window; the new owner's consumer hands it only the
-    doorbells after those. Its worker, started by them, holds everything it was rung for, so
-    without a read of Postgres it would end with the first items still pending: the sweep at
-    assignment tells every owned guid with queued work to read its queue, workers or not."""
+    doorbells after those, which start the guid's worker before the assignment's sweep looks
+    (so the sweep leaves it alone). The worker holds everything it was rung for; it must not
+    end on that word alone but read the guid's queue in Postgres before it ends."""
     async def scenario() -> list[str]:
         d, rec, _ = dispatcher(FAST)
         rec.store.overdue = False  # planned a moment ago: not yet overdue for the periodic sweep

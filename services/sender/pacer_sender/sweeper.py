@@ -5,9 +5,7 @@ A guid's item commands are only doorbells (their offsets are committed once note
 Kafka never holds the only trace of work: if a command is deleted by retention, skipped by
 an offset reset, lost, or was handled by a sender that died, the item row is still pending
 in Postgres. The sweep runs when partitions are assigned (the new owner gets going at once,
-without waiting for commands, and a guid whose worker the new partition's doorbells already
-started reads its whole queue: the doorbells of its first items went to the previous owner)
-and every ``interval_s``.
+without waiting for commands) and every ``interval_s``.
 """
 
 from __future__ import annotations
@@ -67,12 +65,8 @@ class Sweeper:
             if not owns(w.guid):
                 continue
             if w.guid in self.dispatcher.guids:
-                # Just assigned, a worker started by doorbells holds only what this sender was
-                # rung for; the previous owner consumed (and committed) the doorbells before
-                # those, so the guid reads its queue in Postgres. Later, a worker is told only
-                # if its window may never reach an overdue item.
-                if trigger == "assign" or (w.overdue and self.dispatcher.misses(w.guid, w.item_id)):
-                    self.dispatcher.poke(w.guid)
+                if w.overdue and self.dispatcher.misses(w.guid, w.item_id):
+                    self.dispatcher.poke(w.guid)  # its window may never reach this item: read Postgres
                 continue
             self.dispatcher.poke(w.guid)
             found += w.overdue

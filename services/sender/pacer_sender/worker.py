@@ -54,6 +54,7 @@ class GuidWorker:
         self.revived = False  # rung again while stopping: start afresh once stopped
         self.sent = False  # it executed an item since its last refill: time to top up, if low
         self.batch_idle = True  # no batch work in sight since it last had some
+        self.read = False  # it has read the guid's queue in Postgres at least once
 
     @property
     def executing(self) -> ItemCommand | None:
@@ -150,9 +151,17 @@ class GuidWorker:
                 self.window.reorder()  # scheduled work came due: it takes its place in the order
 
     async def _idle(self) -> bool:
-        """Nothing in the window: read again, sleep until scheduled work is due, or end."""
+        """Nothing in the window: read again, sleep until scheduled work is due, or end.
+        A worker ends only on Postgres' word, never on its doorbells' alone: one started by
+        doorbells reads the guid's queue once before it ends. After a partition moved, the
+        doorbells of the guid's first items may have gone to the previous owner, who committed
+        them and dropped its window; the window, holding all it was rung for, would otherwise
+        end with those items pending until a periodic sweep."""
         if self.window.more:
             return True  # rung while reading: read again
+        if not self.read:
+            self.window.ring()
+            return True
         self.batch_idle = True
         if self.due_at is None or self.due_at - self.crew.clock() > self.crew.config.horizon_s:
             return False  # nothing ready, nothing due soon: the sweep restarts it in time
@@ -192,6 +201,7 @@ class GuidWorker:
         except TransientError:
             log.exception("next items of guid %s not read; trying again", self.guid)
             return False
+        self.read = True
         if self.stopping:
             return True
         with self.crew.buffer.tracking(self.window):
