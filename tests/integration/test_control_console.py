@@ -232,3 +232,29 @@ def test_paging_keeps_a_filter_whose_value_a_url_would_split(database_url: str) 
             assert re.findall(r'<tr data-job="([^"]+)"', rest.text) == sorted(set(jobs) - set(shown))
 
     asyncio.run(go())
+
+
+def test_the_job_page_says_when_its_categories_are_ahead_of_the_projected_counts(database_url: str) -> None:
+    job, shards, items = seed_job(database_url, {"g1": 3})
+    move(database_url, items[:2], "failed", "bad_params")  # in the items; not yet in the projection
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            async def page() -> str:
+                r = await api.client.get(f"http://control/console/part/jobs/{job}/progress",
+                                         headers=api.auth("operator"))
+                assert r.status_code == 200, r.text
+                return r.text
+
+            behind = await page()
+            assert 'data-category="bad_params"' in behind and 'data-count="failed" class="">0<' in behind
+            assert 'id="counts-catching-up"' in behind and "failed 2 here, 0 above" in behind
+
+            with psycopg.connect(database_url) as conn:  # the reconciler applies the two events
+                conn.execute("UPDATE shard_status_counts SET n = 1 WHERE shard_id = %s AND status = 'pending'",
+                             (shards["g1"],))
+                conn.execute("INSERT INTO shard_status_counts VALUES (%s, 'failed', 2)", (shards["g1"],))
+            level = await page()
+            assert 'data-count="failed" class="bad">2<' in level and 'id="counts-catching-up"' not in level
+
+    asyncio.run(go())

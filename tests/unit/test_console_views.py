@@ -18,6 +18,7 @@ from pacer_control.domain.views import (
     number,
     progress,
     projection,
+    read_ahead,
     stalled,
 )
 
@@ -80,3 +81,13 @@ def test_an_audit_entry_shows_only_what_changed() -> None:
         ("status", "running", "paused"), ("paused_reason", None, "x")]
     assert changes(None, {"outcome": "done"}) == [("outcome", None, "done")]
     assert changes({"epoch": 7}, {"epoch": 7}) == []
+
+
+def test_categories_read_ahead_of_the_projection_are_named_with_both_figures() -> None:
+    failures = [{"error_class": "bad_params", "total": 12, "by_status": {"failed": 12}},
+                {"error_class": "rate_limited", "total": 3, "by_status": {"failed": 1, "waiting_retry": 2}}]
+    assert read_ahead({"failed": 11, "waiting_retry": 2, "confirmed": 40}, failures) == {"failed": (13, 11)}
+    assert read_ahead({"failed": 13, "waiting_retry": 2}, failures) == {}
+    # Items without an error class (a cancel) are in the counts only: the counts ahead is not news.
+    assert read_ahead({"failed": 20, "waiting_retry": 5, "abandoned": 7}, failures) == {}
+    assert read_ahead({}, []) == {}

@@ -27,6 +27,18 @@ def failure_categories(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]
     return sorted(out, key=lambda e: (-e["total"], e["error_class"]))
 
 
+def read_ahead(counts: Mapping[str, int], failures: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Statuses where the failure categories (read from the items now) count more items than
+    the job's counts (the reconciler's projection of the event log, about a second behind):
+    ``{status: (in the categories, in the counts)}``. Empty once the projection has caught up.
+    The categories count only items with an error class, so they never run ahead for long."""
+    live: dict[str, int] = {}
+    for c in failures:
+        for status, n in c["by_status"].items():
+            live[status] = live.get(status, 0) + int(n)
+    return {s: (n, int(counts.get(s, 0))) for s, n in sorted(live.items()) if n > int(counts.get(s, 0))}
+
+
 # Statuses an item does not leave by itself: what a progress bar counts as done.
 DONE = ("confirmed", "failed", "abandoned", "expired", "unverified")
 NOT_DELIVERED = ("failed", "abandoned", "expired", "unverified")

@@ -193,7 +193,8 @@ async def job_progress(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -
         s["progress"] = views.progress(s["counts"], s["total"])
         s["stalled"] = views.stalled(row["status"], s, now)
     return _render(request, "job_progress.html", who, job=row, progress=views.progress(row["counts"], row["total"]),
-                   failed=failed[:20], examples=views.examples(failed), rendered=now.timestamp())
+                   failed=failed[:20], examples=views.examples(failed), rendered=now.timestamp(),
+                   read_ahead=views.read_ahead(row["counts"], row["failures"]))
 
 
 def _job_action(action: str) -> Any:
