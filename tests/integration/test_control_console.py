@@ -127,7 +127,8 @@ def test_bulk_cancel_by_guid_cancels_only_items_not_taken_yet_with_one_audit_rec
 
 
 def test_console_pages_hold_no_data_and_parts_are_guarded_like_the_api(database_url: str) -> None:
-    job, _, _ = seed_job(database_url, {"g1": 2})
+    job, _, items = seed_job(database_url, {"g1": 2})
+    move(database_url, items[:1], "claimed")
 
     async def go() -> None:
         async with control_api(database_url) as api:
@@ -140,7 +141,8 @@ def test_console_pages_hold_no_data_and_parts_are_guarded_like_the_api(database_
             assert r.status_code == 200 and job in r.text
             r = await c.get("http://control/console/part/locks", headers=api.auth("operator"))
             assert r.status_code == 403
-            assert (await c.get("http://control/console/part/locks", headers=api.auth("tech_admin"))).status_code == 200
+            r = await c.get("http://control/console/part/locks", headers=api.auth("tech_admin"))
+            assert r.status_code == 200 and f'<code class="id">{items[0]}</code>' in r.text  # the whole id
             r = await c.post(f"http://control/console/part/jobs/{job}/terminate", headers=api.auth("operator"))
             assert r.status_code == 403
             r = await c.post(f"http://control/console/part/jobs/{job}/pause", headers=api.auth("operator"),
@@ -234,7 +236,7 @@ def test_paging_keeps_a_filter_whose_value_a_url_would_split(database_url: str) 
     asyncio.run(go())
 
 
-def test_the_job_page_says_when_its_categories_are_ahead_of_the_projected_counts(database_url: str) -> None:
+def test_the_job_page_lists_items_by_whole_id_and_says_when_its_categories_are_ahead_of_the_counts(database_url: str) -> None:
     job, shards, items = seed_job(database_url, {"g1": 3})
     move(database_url, items[:2], "failed", "bad_params")  # in the items; not yet in the projection
 
@@ -249,6 +251,8 @@ def test_the_job_page_says_when_its_categories_are_ahead_of_the_projected_counts
             behind = await page()
             assert 'data-category="bad_params"' in behind and 'data-count="failed" class="">0<' in behind
             assert 'id="counts-catching-up"' in behind and "failed 2 here, 0 above" in behind
+            # Items not delivered by their whole id: a job's items share its first 13 characters.
+            assert all(f'<code class="id">{i}</code>' in behind for i in items[:2]) and items[2] not in behind
 
             with psycopg.connect(database_url) as conn:  # the reconciler applies the two events
                 conn.execute("UPDATE shard_status_counts SET n = 1 WHERE shard_id = %s AND status = 'pending'",
