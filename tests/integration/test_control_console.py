@@ -195,6 +195,10 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
             first = await c.get(base, headers=auth)
             assert first.status_code == 200
             assert listed(first.text, "guids") == names[:200]
+            # a guid with items queued is sending, one with none idle
+            health = dict(re.findall(r'<tr data-guid="([^"]+)">.*?<span class="status s-\w+"[^>]*>(\w+)</span>',
+                                     first.text, re.S))
+            assert (health["p007"], health["p150"], health["p008"]) == ("sending", "sending", "idle")
             # the next page starts after the last one shown
             nxt = re.search(r'id="guids-next" hx-get="([^"]+)"', first.text)
             assert nxt, "a full page offers the next one"
