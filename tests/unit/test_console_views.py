@@ -20,6 +20,7 @@ from pacer_control.domain.views import (
     projection,
     read_ahead,
     stalled,
+    stamp,
 )
 
 NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
@@ -91,3 +92,9 @@ def test_categories_read_ahead_of_the_projection_are_named_with_both_figures() -
     # Items without an error class (a cancel) are in the counts only: the counts ahead is not news.
     assert read_ahead({"failed": 20, "waiting_retry": 5, "abandoned": 7}, failures) == {}
     assert read_ahead({}, []) == {}
+
+
+def test_an_event_time_reads_to_the_millisecond_from_a_datetime_or_its_json_text() -> None:
+    at = datetime(2026, 11, 30, 9, 0, 1, 250_900, tzinfo=UTC)
+    assert stamp(at) == stamp(at.isoformat()) == "2026-11-30 09:00:01.250"
+    assert stamp(None) == "–" and stamp("not a time") == "not a time"

@@ -108,6 +108,21 @@ def ago(when: datetime | None, now: datetime) -> str:
     return f"{s // 3600} h ago"
 
 
+def stamp(when: datetime | str | None) -> str:
+    """``2026-11-30 09:00:01.250``: an event's time to the millisecond (events of one send are
+    milliseconds apart), from a datetime or the ISO text a JSON column holds; ``–`` for none."""
+    if isinstance(when, str):
+        try:
+            at = datetime.fromisoformat(when)
+        except ValueError:
+            return when
+    elif when is None:
+        return "–"
+    else:
+        at = when
+    return f"{at:%Y-%m-%d %H:%M:%S}.{at.microsecond // 1000:03d}"
+
+
 # The senders' default spacing per guid (PACER_SENDER_MIN_INTERVAL_MS 1000 plus half of
 # PACER_SENDER_JITTER_MS 500): what a projection assumes for a guid without an override.
 DEFAULT_INTERVAL_S = 1.25

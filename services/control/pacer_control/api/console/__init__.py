@@ -64,6 +64,7 @@ templates.env.globals.update(STATIC=STATIC, HTMX=HTMX, PAGES=PAGES, JOB_ACTIONS=
                              JOB_ACTION_FROM=JOB_ACTION_FROM)
 templates.env.filters["ts"] = lambda v: v.strftime("%Y-%m-%d %H:%M:%S") if isinstance(v, datetime) else (v or "–")
 templates.env.filters["ago"] = lambda v: views.ago(v, datetime.now(UTC))
+templates.env.filters["stamp"] = views.stamp
 templates.env.filters["duration"] = views.duration
 templates.env.globals["changes"] = views.changes
 # A part's query string (blank values left out), escaped: a filter such as a creator "a&b" survives paging.
