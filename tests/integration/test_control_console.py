@@ -195,10 +195,13 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
             first = await c.get(base, headers=auth)
             assert first.status_code == 200
             assert listed(first.text, "guids") == names[:200]
-            # a guid with items queued is sending, one with none idle
+            # a guid with items queued is sending, or waiting when they have waited over 2 minutes
+            # without a send (p150's for an hour); one with none is idle
             health = dict(re.findall(r'<tr data-guid="([^"]+)">.*?<span class="status s-\w+"[^>]*>(\w+)</span>',
                                      first.text, re.S))
-            assert (health["p007"], health["p150"], health["p008"]) == ("sending", "sending", "idle")
+            assert (health["p007"], health["p150"], health["p008"]) == ("sending", "waiting", "idle")
+            listed_api = (await api.get("/guids?limit=200", "operator")).json()["guids"]
+            assert {g["guid"]: g["activity"] for g in listed_api if g["guid"] in health} == health
             # the next page starts after the last one shown
             nxt = re.search(r'id="guids-next" hx-get="([^"]+)"', first.text)
             assert nxt, "a full page offers the next one"

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from pacer_control.domain.views import (
     DEFAULT_INTERVAL_S,
     STALLED_AFTER_S,
+    activity,
     ago,
     changes,
     describe_totals,
@@ -98,3 +99,13 @@ def test_an_event_time_reads_to_the_millisecond_from_a_datetime_or_its_json_text
     at = datetime(2026, 11, 30, 9, 0, 1, 250_900, tzinfo=UTC)
     assert stamp(at) == stamp(at.isoformat()) == "2026-11-30 09:00:01.250"
     assert stamp(None) == "–" and stamp("not a time") == "not a time"
+
+
+def test_a_guid_with_work_is_sending_until_it_has_waited_too_long_without_a_send() -> None:
+    long_ago, just_now = NOW - timedelta(seconds=STALLED_AFTER_S + 1), NOW - timedelta(seconds=5)
+    assert activity(0, long_ago, None, NOW) == "idle"
+    assert activity(3, just_now, long_ago, NOW) == "sending"  # a backlog going out
+    assert activity(3, None, just_now, NOW) == "sending"  # work just queued, its first send to come
+    assert activity(3, long_ago, long_ago, NOW) == "waiting"  # queued for long, nothing sent for long
+    assert activity(3, None, long_ago, NOW) == "waiting"
+    assert activity(3, long_ago, just_now, NOW) == "sending"  # new work after a rest

@@ -263,9 +263,12 @@ class Control:
         return report.filename(head["request_id"]), chunks()
 
     # -- guids ---------------------------------------------------------------------------
-    @staticmethod
-    def _visible(row: Row, who: Principal) -> Row:
-        """Health for everyone; the lease view only for roles that may see leases."""
+    def _visible(self, row: Row, who: Principal) -> Row:
+        """Health for everyone (in the list, what an unheld guid is doing among it); the lease
+        view only for roles that may see leases."""
+        if "queued" in row:  # a row of the list (one guid's view has its backlog instead)
+            row = row | {"activity": None if row["held"] else views.activity(
+                row["queued"] or 0, row.get("last_send_at"), row["oldest_waiting"], self.clock())}
         if may(who.role, "guids.leases"):
             return row
         return {k: v for k, v in row.items() if k not in LEASE_FIELDS and k != "limits"}

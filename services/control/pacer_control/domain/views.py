@@ -70,6 +70,19 @@ def stalled(job_status: str, shard: Mapping[str, Any], now: datetime, after_s: f
     return last is not None and (now - last).total_seconds() > after_s
 
 
+def activity(queued: int, last_send_at: datetime | None, oldest_waiting: datetime | None, now: datetime,
+             after_s: float = STALLED_AFTER_S) -> str:
+    """What an unheld guid is doing: ``idle`` (nothing queued); ``waiting`` (items queued for
+    longer than ``after_s`` and no send for as long: its jobs paused, its items scheduled
+    later, a long interval, or a guid stuck); else ``sending``."""
+    if not queued:
+        return "idle"
+    busy_since = max((t for t in (last_send_at, oldest_waiting) if t is not None), default=None)
+    if busy_since is not None and (now - busy_since).total_seconds() > after_s:
+        return "waiting"
+    return "sending"
+
+
 def examples(items: Iterable[Mapping[str, Any]], per_class: int = 3) -> dict[str, list[Mapping[str, Any]]]:
     """A few failed items of each error class, to show what a category means."""
     out: dict[str, list[Mapping[str, Any]]] = {}
