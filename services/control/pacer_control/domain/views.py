@@ -31,7 +31,7 @@ def read_ahead(counts: Mapping[str, int], failures: Iterable[Mapping[str, Any]])
     """Statuses where the failure categories (read from the items now) count more items than
     the job's counts (the reconciler's projection of the event log, about a second behind):
     ``{status: (in the categories, in the counts)}``. Empty once the projection has caught up.
-    The categories count only items with an error class, so they never run ahead for long."""
+    Fewer in the categories is not news: they count only items with an error class."""
     live: dict[str, int] = {}
     for c in failures:
         for status, n in c["by_status"].items():
