@@ -103,7 +103,9 @@ class ReconcilerSettings(OpsSettings):
         "Days `items` and `item_events` are kept after the end of their partition's 7 days (a job's items and "
         "events are in the partition of the job's creation time), so between this and this + 7 days. A partition "
         "past it is dropped once every item in it is finished and every reconciler cursor has passed its events; "
-        "until then it is kept and the reason logged."
+        "until then it is kept and the reason logged. Every week kept is one more partition that each sender step "
+        "reads: past about three months the steps cost Postgres about three times as much per send "
+        "(docs/performance.md, \"How many weeks of items\")."
     ))
     retain_ledger_days: int = Field(35, ge=1, description=(
         "Days the send ledger keeps an idempotency key after the end of the week of the item that reserved it: "
