@@ -288,9 +288,9 @@ class GuidView(BaseModel):
     queued: int | None = Field(default=None, description="items queued for this guid (pending, waiting_retry)")
     oldest_waiting: datetime | None = Field(default=None, description="when the oldest queued item was created")
     activity: Literal["sending", "waiting", "idle"] | None = Field(default=None, description=(
-        "what the guid is doing, unless held: `idle` (nothing queued), `waiting` (items queued for over 2 minutes "
-        "and no send for as long: its jobs or shards paused, its items scheduled later, a long interval, or a "
-        "guid stuck), else `sending`"))
+        "in the list (`GET /guids`), what the guid is doing unless held: `idle` (nothing queued), `waiting` "
+        "(items queued for over 2 minutes and no send for as long: its jobs or shards paused, its items scheduled "
+        "later, a long interval, or a guid stuck), else `sending`; one guid's view has its `backlog` instead"))
     owner: str | None = None
     epoch: int | None = None
     since: datetime | None = None
