@@ -268,7 +268,7 @@ class Control:
         view only for roles that may see leases."""
         if "queued" in row:  # a row of the list (one guid's view has its backlog instead)
             row = row | {"activity": None if row["held"] else views.activity(
-                row["queued"] or 0, row.get("last_send_at"), row["oldest_waiting"], self.clock())}
+                row["queued"] or 0, row["last_send_at"], row["oldest_waiting"], self.clock())}
         if may(who.role, "guids.leases"):
             return row
         return {k: v for k, v in row.items() if k not in LEASE_FIELDS and k != "limits"}
