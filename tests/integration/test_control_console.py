@@ -180,9 +180,19 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
     with psycopg.connect(database_url) as conn:
         conn.execute("INSERT INTO guid_leases (guid) SELECT unnest(%s::text[])", (names,))
     seed_job(database_url, {"p007": 5, "p150": 2})
-    # p150's oldest item has waited longest; p007 has the most queued
+    # p150's oldest item has waited longest; p007 has the most queued. Before any sender has
+    # met their items: p020's only job is paused, p021's shard is paused; p022's item is due
+    # tomorrow.
+    paused_job, _, _ = seed_job(database_url, {"p020": 1})
+    _, p021_shard, _ = seed_job(database_url, {"p021": 1})
+    seed_job(database_url, {"p022": 1})
     with psycopg.connect(database_url) as conn:
         conn.execute("UPDATE items SET created_at = now() - interval '1 hour' WHERE guid = 'p150'")
+        conn.execute("UPDATE items SET not_before = now() + interval '1 day' WHERE guid = 'p022'")
+        conn.execute("SELECT * FROM pacer_job_action(%s::uuid, 'pause', 'test', 'r')", (paused_job,))
+        conn.execute("UPDATE shards SET status = 'running' WHERE shard_id = %s", (p021_shard["p021"],))
+        conn.execute("SELECT * FROM pacer_shard_action(%s, 'pause', 'test', 'r')", (p021_shard["p021"],))
+        assert conn.execute("SELECT count(*) FROM items WHERE held").fetchone() == (0,)
 
     def listed(html: str, table: str) -> list[str]:
         part = html.split(f'id="{table}"', 1)[1].split("</table>", 1)[0]
@@ -195,13 +205,25 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
             first = await c.get(base, headers=auth)
             assert first.status_code == 200
             assert listed(first.text, "guids") == names[:200]
-            # a guid with items queued is sending, or waiting when they have waited over 2 minutes
-            # without a send (p150's for an hour); one with none is idle
+            # a guid with items ready is sending, or stalled when one has been ready over 2 minutes
+            # without a send (p150's for an hour); waiting when none of its queued items is ready
+            # (its job or shard paused, or due later); idle with nothing queued
             health = dict(re.findall(r'<tr data-guid="([^"]+)">.*?<span class="status s-\w+"[^>]*>(\w+)</span>',
                                      first.text, re.S))
-            assert (health["p007"], health["p150"], health["p008"]) == ("sending", "waiting", "idle")
+            assert {g: health[g] for g in ("p007", "p150", "p020", "p021", "p022", "p008")} == {
+                "p007": "sending", "p150": "stalled", "p020": "waiting", "p021": "waiting", "p022": "waiting",
+                "p008": "idle"}
             listed_api = (await api.get("/guids?limit=200", "operator")).json()["guids"]
             assert {g["guid"]: g["activity"] for g in listed_api if g["guid"] in health} == health
+            by_guid = {g["guid"]: g for g in listed_api}
+            assert [(by_guid[g]["queued"], by_guid[g]["ready"]) for g in ("p007", "p020", "p022")] == [
+                (5, 5), (1, 0), (1, 0)]
+            assert '1 <small class="muted ready">0 ready</small>' in first.text  # p020's row
+            # one guid's view says the same, from its backlog: p020's paused item counts held
+            for g in ("p007", "p150", "p020", "p022"):
+                one = (await api.get(f"/guids/{g}", "operator")).json()
+                assert one["activity"] == health[g], (g, one)
+            assert (await api.get("/guids/p020", "operator")).json()["backlog"]["by_lane"] == {"batch": {"held": 1}}
             # the next page starts after the last one shown
             nxt = re.search(r'id="guids-next" hx-get="([^"]+)"', first.text)
             assert nxt, "a full page offers the next one"
@@ -213,11 +235,12 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
             assert listed(found.text, "guids")[:2] == ["p150", "p151"]
             assert listed((await c.get(base, params={"find": "p1"}, headers=auth)).text, "guids")[0] == "p100"
             assert "No guid from zz on." in (await c.get(base, params={"find": "zz"}, headers=auth)).text
-            # the busiest: most queued first, or longest waiting first
+            # the busiest: most queued first, or longest waiting first; held work left out (p020's
+            # paused job, p021's paused shard), scheduled work counted (p022's, with no wait yet)
             by_backlog = await c.get(base, params={"sort": "backlog"}, headers=auth)
-            assert listed(by_backlog.text, "backlogs") == ["p007", "p150"]
+            assert listed(by_backlog.text, "backlogs") == ["p007", "p150", "p022"]
             by_wait = await c.get(base, params={"sort": "wait"}, headers=auth)
-            assert listed(by_wait.text, "backlogs") == ["p150", "p007"]
+            assert listed(by_wait.text, "backlogs") == ["p150", "p007", "p022"]
             assert (await c.get(base, params={"sort": "size"}, headers=auth)).status_code == 422
 
     asyncio.run(go())

@@ -19,6 +19,7 @@ from pacer_control.domain.views import (
     number,
     progress,
     projection,
+    queued_count,
     read_ahead,
     stalled,
     stamp,
@@ -101,11 +102,24 @@ def test_an_event_time_reads_to_the_millisecond_from_a_datetime_or_its_json_text
     assert stamp(None) == "–" and stamp("not a time") == "not a time"
 
 
-def test_a_guid_with_work_is_sending_until_it_has_waited_too_long_without_a_send() -> None:
+def test_a_guid_with_ready_work_is_sending_until_it_has_waited_too_long_without_a_send() -> None:
     long_ago, just_now = NOW - timedelta(seconds=STALLED_AFTER_S + 1), NOW - timedelta(seconds=5)
-    assert activity(0, long_ago, None, NOW) == "idle"
-    assert activity(3, just_now, long_ago, NOW) == "sending"  # a backlog going out
-    assert activity(3, None, just_now, NOW) == "sending"  # work just queued, its first send to come
-    assert activity(3, long_ago, long_ago, NOW) == "waiting"  # queued for long, nothing sent for long
-    assert activity(3, None, long_ago, NOW) == "waiting"
-    assert activity(3, long_ago, just_now, NOW) == "sending"  # new work after a rest
+    assert activity(0, 0, long_ago, None, NOW) == "idle"
+    assert activity(3, 3, just_now, long_ago, NOW) == "sending"  # a backlog going out
+    assert activity(3, 3, None, just_now, NOW) == "sending"  # work just ready, its first send to come
+    assert activity(3, 3, long_ago, long_ago, NOW) == "stalled"  # ready for long, nothing sent for long
+    assert activity(3, 1, None, long_ago, NOW) == "stalled"
+    assert activity(3, 3, long_ago, just_now, NOW) == "sending"  # new work after a rest
+
+
+def test_a_guid_whose_queued_work_is_all_held_or_scheduled_is_waiting_at_once() -> None:
+    just_now = NOW - timedelta(seconds=5)
+    assert activity(3, 0, None, None, NOW) == "waiting"
+    assert activity(3, 0, just_now, None, NOW) == "waiting"
+
+
+def test_a_backlog_counts_as_queued_what_is_not_yet_begun() -> None:
+    backlog = {"by_lane": {"online": {"ready": 1, "claimed": 4}, "batch": {"held": 2, "scheduled": 3,
+                                                                          "waiting_retry": 5, "submitted": 7}}}
+    assert queued_count(backlog) == 11
+    assert queued_count({"queued": None}) == 0 and queued_count({"queued": 6}) == 6

@@ -264,11 +264,13 @@ class Control:
 
     # -- guids ---------------------------------------------------------------------------
     def _visible(self, row: Row, who: Principal) -> Row:
-        """Health for everyone (in the list, what an unheld guid is doing among it); the lease
-        view only for roles that may see leases."""
-        if "queued" in row:  # a row of the list (one guid's view has its backlog instead)
+        """Health for everyone (with what an unheld guid is doing); the lease view only for
+        roles that may see leases."""
+        counts = row.get("backlog") or row  # one guid's view counts its queue in its backlog
+        if "ready" in counts:
             row = row | {"activity": None if row["held"] else views.activity(
-                row["queued"] or 0, row["last_send_at"], row["oldest_waiting"], self.clock())}
+                views.queued_count(counts), counts["ready"], row.get("last_send_at"), counts["oldest_ready"],
+                self.clock())}
         if may(who.role, "guids.leases"):
             return row
         return {k: v for k, v in row.items() if k not in LEASE_FIELDS and k != "limits"}

@@ -254,6 +254,8 @@ class GuidBacklog(BaseModel):
     oldest_wait_s: float
     drain_s: float | None
     sends_per_s: float | None
+    ready: int = Field(description="items ready to send now (the `ready` states of both lanes)")
+    oldest_ready: datetime | None = Field(description="when the first ready item became ready")
 
 
 class BacklogRow(BaseModel):
@@ -287,10 +289,14 @@ class GuidView(BaseModel):
     held: bool = Field(default=False, description="the guid sends nothing: paused, or its state is not online")
     queued: int | None = Field(default=None, description="items queued for this guid (pending, waiting_retry)")
     oldest_waiting: datetime | None = Field(default=None, description="when the oldest queued item was created")
-    activity: Literal["sending", "waiting", "idle"] | None = Field(default=None, description=(
-        "in the list (`GET /guids`), what the guid is doing unless held: `idle` (nothing queued), `waiting` "
-        "(items queued for over 2 minutes and no send for as long: its jobs or shards paused, its items scheduled "
-        "later, a long interval, or a guid stuck), else `sending`; one guid's view has its `backlog` instead"))
+    ready: int | None = Field(default=None, description=(
+        "in the list, of the queued, those ready to send now: pending, not held, due, their job running and "
+        "their shard not paused"))
+    oldest_ready: datetime | None = Field(default=None, description="in the list, when the first ready item became ready")
+    activity: Literal["sending", "waiting", "stalled", "idle"] | None = Field(default=None, description=(
+        "what the guid is doing unless held: `idle` (nothing queued), `waiting` (items queued, none ready now: "
+        "their jobs or shards paused, or scheduled later), `stalled` (an item ready for over 2 minutes and no "
+        "send for as long: a guid stuck, or a pacing interval that long), else `sending`"))
     owner: str | None = None
     epoch: int | None = None
     since: datetime | None = None

@@ -70,16 +70,30 @@ def stalled(job_status: str, shard: Mapping[str, Any], now: datetime, after_s: f
     return last is not None and (now - last).total_seconds() > after_s
 
 
-def activity(queued: int, last_send_at: datetime | None, oldest_waiting: datetime | None, now: datetime,
-             after_s: float = STALLED_AFTER_S) -> str:
-    """What an unheld guid is doing: ``idle`` (nothing queued); ``waiting`` (items queued for
-    longer than ``after_s`` and no send for as long: its jobs paused, its items scheduled
-    later, a long interval, or a guid stuck); else ``sending``."""
+QUEUED_STATES = frozenset({"ready", "scheduled", "held", "waiting_retry"})  # a backlog's states not yet begun
+
+
+def queued_count(counts: Mapping[str, Any]) -> int:
+    """Items queued for a guid (pending or waiting to retry): a list row's ``queued``, or the
+    sum of a backlog's states not yet begun."""
+    if "by_lane" in counts:
+        return sum(n for states in counts["by_lane"].values() for state, n in states.items() if state in QUEUED_STATES)
+    return int(counts["queued"] or 0)
+
+
+def activity(queued: int, ready: int, last_send_at: datetime | None, oldest_ready: datetime | None,
+             now: datetime, after_s: float = STALLED_AFTER_S) -> str:
+    """What an unheld guid is doing: ``idle`` (nothing queued); ``waiting`` (items queued, none
+    ready to send now: their jobs or shards paused, or scheduled later); ``stalled`` (an item
+    has been ready for longer than ``after_s`` and nothing sent for as long: a guid stuck, or a
+    pacing interval that long); else ``sending``."""
     if not queued:
         return "idle"
-    busy_since = max((t for t in (last_send_at, oldest_waiting) if t is not None), default=None)
-    if busy_since is not None and (now - busy_since).total_seconds() > after_s:
+    if not ready:
         return "waiting"
+    busy_since = max((t for t in (last_send_at, oldest_ready) if t is not None), default=None)
+    if busy_since is not None and (now - busy_since).total_seconds() > after_s:
+        return "stalled"
     return "sending"
 
 
