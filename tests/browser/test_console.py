@@ -270,8 +270,18 @@ def test_an_operator_finds_the_busiest_guid_pauses_it_and_finds_it_again_by_name
     guid = f"ui-queue-{uuid.uuid4().hex[:6]}"
     seed_job(stack.infra.database_url, {guid: 400})  # more than any other guid of this stack queues
     sql(stack, "UPDATE items SET not_before = now() + interval '1 hour' WHERE guid = %s", guid)  # stays queued
+    sql(stack, "INSERT INTO guid_leases (guid) VALUES (%s) ON CONFLICT DO NOTHING", guid)  # listed by name
     login(page, console_url, tokens["operator"])
     page.click('nav a[data-nav="guids"]')
+    # by name: queued, none ready (all due in an hour), so waiting, not sending
+    page.fill("#guid-find input[name=find]", guid)
+    page.click("#guid-find button")
+    listed = page.locator("#guids tbody tr").first
+    expect(listed).to_have_attribute("data-guid", guid)
+    expect(listed.locator("td").nth(1)).to_contain_text("waiting")
+    expect(listed.locator("td").nth(2)).to_have_text("400 0 ready")
+    shot(page, "guids-waiting")
+    page.fill("#guid-find input[name=find]", "")
     page.select_option("#guid-find select[name=sort]", "backlog")
     page.click("#guid-find button")
     row = page.locator("#backlogs tbody tr").first
