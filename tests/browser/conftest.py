@@ -55,8 +55,10 @@ def console_url(stack: Stack) -> str:
     return f"{stack.procs['control'].url}/console"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    # Per module, not per session: Playwright's sync API keeps an event loop running in this
+    # thread while it is open, and a test run after it that calls asyncio.run would fail.
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox", "--disable-dev-shm-usage"])
         try:
