@@ -296,7 +296,7 @@ class GuidView(BaseModel):
     activity: Literal["sending", "waiting", "stalled", "idle"] | None = Field(default=None, description=(
         "what the guid is doing unless held: `idle` (nothing queued), `waiting` (items queued, none ready now: "
         "their jobs or shards paused, or scheduled later), `stalled` (an item ready for over 2 minutes and no "
-        "send for as long: a guid stuck, or a pacing interval that long), else `sending`"))
+        "send for as long: a guid stuck, a pacing interval that long, or its hourly or daily cap reached), else `sending`"))
     owner: str | None = None
     epoch: int | None = None
     since: datetime | None = None

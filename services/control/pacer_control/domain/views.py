@@ -85,8 +85,8 @@ def activity(queued: int, ready: int, last_send_at: datetime | None, oldest_read
              now: datetime, after_s: float = STALLED_AFTER_S) -> str:
     """What an unheld guid is doing: ``idle`` (nothing queued); ``waiting`` (items queued, none
     ready to send now: their jobs or shards paused, or scheduled later); ``stalled`` (an item
-    has been ready for longer than ``after_s`` and nothing sent for as long: a guid stuck, or a
-    pacing interval that long); else ``sending``."""
+    has been ready for longer than ``after_s`` and nothing sent for as long: a guid stuck, a
+    pacing interval that long, or its hourly or daily cap reached); else ``sending``."""
     if not queued:
         return "idle"
     if not ready:
