@@ -641,3 +641,27 @@ def test_when_its_order_changes_a_guid_reads_the_head_at_once_and_tops_up_after_
     assert sent[1][1] == "g-999", f"the new job went next: {sent}"
     assert reads[0][1] == HEAD_READ and reads[0][0] < sent[1][2], "at once, only the head of the order"
     assert len(reads) >= 2 and reads[1][0] >= sent[1][2], f"the top-up after the next send: {reads}"
+
+
+class _Unanswered(_Timed):
+    """The first send times out (in doubt: the gateway may act on it late); the rest are answered."""
+
+    async def execute(self, cmd: ItemCommand) -> Executed:
+        done = await super().execute(cmd)
+        return Executed("in_doubt", True, answered_mono=done.answered_mono) if len(self.sent) == 1 else done
+
+
+def test_a_send_left_without_an_answer_slows_the_guid_before_its_next_send() -> None:
+    async def scenario() -> float:
+        timed = _Unanswered(answer_s=0.0, confirm_s=0.0)
+        d, _, _ = dispatcher(Limits(min_interval_s=0.2, jitter_s=0.0, online_reserve=0.0, rate_limited_penalty=3.0),
+                             executor=timed)
+        for n in range(2):
+            ring(d, timed.store, cmd("g", n))
+        await until(lambda: len(timed.sent) == 2)
+        stop(d)
+        return timed.sent[1][2] - timed.answered[0]
+
+    gap = asyncio.run(scenario())
+    # Spaced as after an answered send, the next call would come 0.2 s after the timeout.
+    assert gap >= 0.6, f"the next send followed a send left in doubt after {gap:.3f} s, as if it had been answered"

@@ -89,8 +89,10 @@ def test_a_part_of_the_interval_bounds_the_hold() -> None:
 
 def test_a_guid_taken_from_an_owner_that_sent_within_its_interval_keeps_that_spacing() -> None:
     [firsts] = _campaigns(1.0, ago=0.6)
-    # 0.4 s: the previous owner's send 0.6 s ago, at a 1 s interval; none held for longer
-    assert all(0.35 <= t <= 0.55 for t in firsts), f"first sends at {firsts[0]:.2f}–{firsts[-1]:.2f} s"
+    # 0.4 s: the previous owner's send 0.6 s ago, at a 1 s interval. Spread as rested guids
+    # they would start from 0 s; held a whole interval from the takeover, at 1 s. The upper
+    # bound leaves a loaded machine's event loop a third of a second of lag.
+    assert all(0.35 <= t <= 0.75 for t in firsts), f"first sends at {firsts[0]:.2f}–{firsts[-1]:.2f} s"
 
 
 def test_a_guid_in_the_middle_of_a_campaign_is_held_no_longer_than_its_interval() -> None:

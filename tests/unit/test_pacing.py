@@ -131,6 +131,23 @@ def test_rate_limited_rejection_slows_down_and_clean_sends_recover() -> None:
     assert p.multiplier == 1.0, "never faster than the configured interval"
 
 
+def test_a_send_left_without_an_answer_counts_as_sent_and_slows_the_guid_like_a_rate_limit() -> None:
+    limits = Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.0, rate_limited_penalty=2.0,
+                    penalty_decay=0.9, per_hour=5)
+    p = GuidPacer()
+    p.unanswered("batch", limits, 0.0, wall_at(12), RNG)
+    assert p.ready_at("batch", limits, 0.0, wall_at(12)) == pytest.approx(2.0), "twice the interval, not once"
+    assert p.windows["hour"].total == 1, "it may have been delivered: it counts against the caps"
+    p.unanswered("batch", limits, 2.0, wall_at(12), RNG)
+    assert p.ready_at("batch", limits, 2.0, wall_at(12)) == pytest.approx(2.0 + 3.6), "in a row: slower still"
+    uncapped, waits = limits.model_copy(update={"per_hour": None}), []
+    for k in range(20):
+        p.sent("batch", uncapped, 10.0 + k, wall_at(13), RNG)
+        waits.append(p.ready_at("batch", uncapped, 10.0 + k, wall_at(13)) - (10.0 + k))
+    assert all(b <= a for a, b in itertools.pairwise(waits)) and waits[-1] == pytest.approx(1.0), \
+        "answered sends recover, down to the configured interval"
+
+
 @given(penalty=st.floats(min_value=1.0, max_value=10.0), cap=st.floats(min_value=1.0, max_value=100.0),
        n=st.integers(min_value=1, max_value=60))
 def test_repeated_rate_limits_slow_the_guid_more_each_time_up_to_the_cap(penalty: float, cap: float, n: int) -> None:

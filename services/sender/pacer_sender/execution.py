@@ -8,7 +8,9 @@ pending: a submitted item is the reconciler's to verify. The guid goes on either
 
 A guid's sends are spaced from the gateway's answer to the last one (``answered_mono``):
 not from the call's start, as the gateway may take the send any time until it answers, nor
-from the end of the confirmation, which must not stretch the interval.
+from the end of the confirmation, which must not stretch the interval. A send left without
+an answer (in doubt) slows the guid down, as a rate limit does: the gateway may still act on
+it late, and the next send must not land right behind it.
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ class ItemRunner:
             at = now if result.answered_mono is None else min(result.answered_mono, now)
             if result.outcome == "rate_limited":
                 self.pacer.slowed(lane, limits, at, rng)
+            elif result.outcome == "in_doubt":
+                self.pacer.unanswered(lane, limits, at, time.time(), rng, self.crew.hooks.job_interval(cmd.job_id))
             else:
                 self.pacer.sent(lane, limits, at, time.time(), rng, self.crew.hooks.job_interval(cmd.job_id))
         self.window.finished(cmd)

@@ -140,6 +140,16 @@ class GuidPacer:
         self.multiplier = min(limits.max_penalty, self.multiplier * limits.rate_limited_penalty)
         self._mark(lane, limits, mono, rng)
 
+    def unanswered(self, lane: Lane, limits: Limits, mono: float, wall: float, rng: random.Random,
+                   job_interval_s: float | None = None) -> None:
+        """A send the gateway did not answer in time (in doubt): it may have been delivered,
+        and a slow gateway may yet act on it at any moment. It counts as a send (windows and
+        caps), and the guid slows down as after a rate limit — a bounded backoff on the same
+        guid — so that its next send is not seen right behind the late one; each one in a row
+        slows it more, clean sends recover."""
+        self.sent(lane, limits, mono, wall, rng, job_interval_s)
+        self.slowed(lane, limits, mono, rng)
+
     def _mark(self, lane: Lane, limits: Limits, mono: float, rng: random.Random) -> None:
         self.jitter = limits.jitter(rng)
         self.last_any = mono
