@@ -10,7 +10,7 @@ A guid's sends are spaced from the gateway's answer to the last one (``answered_
 not from the call's start, as the gateway may take the send any time until it answers, nor
 from the end of the confirmation, which must not stretch the interval. A send left without
 an answer (in doubt) slows the guid down, as a rate limit does: the gateway may still act on
-it late, and the next send must not land right behind it.
+it late, and the next send should not land right behind it.
 """
 
 from __future__ import annotations
