@@ -20,8 +20,16 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown benchmark(s) {unknown}; choose from {list(SCENARIOS)}")
     infra.prune_kafka(state_dir())  # the topics of a run that did not finish: never let them pile up
-    for name in names:
-        print(SCENARIOS[name](), flush=True)
+    # Kafka and Postgres are left running only if they were before (``pacer-infra --state-dir
+    # .pacer/bench up`` for repeated runs): idle servers left behind would skew the next
+    # measurement made on this machine.
+    started_here = infra.current(state_dir()) is None
+    try:
+        for name in names:
+            print(SCENARIOS[name](), flush=True)
+    finally:
+        if started_here:
+            infra.down(state_dir())
 
 
 if __name__ == "__main__":

@@ -35,15 +35,20 @@ def main() -> None:
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     state = Path(os.environ.get("PACER_STATE_DIR", ".pacer")) / "chaos"
     infra.prune_kafka(state)  # the topics of a run that did not finish: never let them pile up
+    started_here = infra.current(state) is None  # left running after the run only if it was before
     inf = infra.up(state)
     print(f"chaos: seed={seed} items={size.items} guids={size.guids} kafka={inf.kafka_bootstrap}", file=sys.stderr)
     ok = True
-    for name in args.scenarios or list(SCENARIOS):
-        fig, extra = SCENARIOS[name](inf, state / "runs", size, random.Random(seed))
-        print(line(name, fig, extra), flush=True)
-        if wrong := verdict(name, fig, size):
-            print(f"chaos {name}: FAILED: {'; '.join(wrong)}", flush=True)
-            ok = False
+    try:
+        for name in args.scenarios or list(SCENARIOS):
+            fig, extra = SCENARIOS[name](inf, state / "runs", size, random.Random(seed))
+            print(line(name, fig, extra), flush=True)
+            if wrong := verdict(name, fig, size):
+                print(f"chaos {name}: FAILED: {'; '.join(wrong)}", flush=True)
+                ok = False
+    finally:
+        if started_here:
+            infra.down(state)
     raise SystemExit(0 if ok else 1)
 
 
