@@ -215,7 +215,13 @@ def recovery() -> str:
         gw = st.gateway_url or ""
         wait_until(lambda: len(gateway(gw, "/_admin/stats?detail=1").get("by_guid_count", {})) >= guids, 300)
         st.start_service("sender", "heir")
-        time.sleep(2)  # let the group settle with both members before the kill
+        # The group settled with both members, each sending for its half, before the kill (a
+        # fixed pause let the kill land before, during or after the rebalance: the victim
+        # then owned 1,000, some or 500 of the guids).
+        if not wait_until(lambda: all((st.metric(n, "pacer_sender_partitions_assigned") or 0) > 0
+                                      for n in ("victim", "heir"))
+                          and (st.metric("heir", "pacer_sender_items_total", {"outcome": "confirmed"}) or 0) > 0, 120):
+            raise RuntimeError("recovery: the heir was not given partitions, or did not send, within 120 s")
         st.kill("victim")
         killed_at = time.time()
         seen: dict[str, float] = {}

@@ -35,11 +35,11 @@ def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "PACER_SENDER_JITTER_MS": "5",
         "PACER_RECONCILER_SWEEP_INTERVAL_S": "0.5",
     }) as st:
-        st.start_gateway(fail_guids={FAILING_GUID: 40001})
+        st.start_gateway(wait=False, fail_guids={FAILING_GUID: 40001})
         # A job of more than APPROVAL_ABOVE items waits for an admin's approval.
-        st.start_service("planner", PACER_PLANNER_APPROVAL_ABOVE_ITEMS=str(APPROVAL_ABOVE))
-        st.start_services("reconciler", "sender")
-        st.start_service("control", PACER_CONTROL_SANDBOX_TARGETS=SANDBOX)
+        st.start_service("planner", wait=False, PACER_PLANNER_APPROVAL_ABOVE_ITEMS=str(APPROVAL_ABOVE))
+        st.start_service("control", wait=False, PACER_CONTROL_SANDBOX_TARGETS=SANDBOX)
+        st.start_services("reconciler", "sender")  # and waits for all of them
         yield st
 
 

@@ -25,7 +25,7 @@ def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "PACER_SENDER_MAX_BUFFERED": "100",  # small, so a backlog is read from Postgres
         "PACER_SENDER_SWEEP_S": "2",  # work without a command is found within seconds
     }) as st:
-        st.start_gateway(min_interval_ms=8)
+        st.start_gateway(wait=False, min_interval_ms=8)
         st.start_services("planner", "reconciler", ("sender", "sender-1"), ("sender", "sender-2"))
         yield st
 

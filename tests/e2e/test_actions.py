@@ -36,7 +36,7 @@ def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "PACER_SENDER_MEDIA_RECHECK_S": "0.5",
         "PACER_SENDER_SWEEP_S": "2",  # a guid back online is started again within seconds
     }) as st:
-        st.start_gateway()
+        st.start_gateway(wait=False)
         st.start_services("planner", "reconciler", "sender")
         yield st
 

@@ -29,8 +29,8 @@ def test_a_starting_sender_spreads_the_first_sends_of_its_rested_guids_over_one_
         "PACER_SENDER_MIN_INTERVAL_MS": str(int(INTERVAL_S * 1000)), "PACER_SENDER_JITTER_MS": "0",
         "PACER_SENDER_ONLINE_RESERVE": "0",  # PACER_SENDER_FIRST_SEND_SPREAD at its default
     }) as st:
-        st.start_gateway(min_interval_ms=int(INTERVAL_S * 1000) - 50)
-        st.start_service("planner")
+        st.start_gateway(wait=False, min_interval_ms=int(INTERVAL_S * 1000) - 50)
+        st.start_services("planner")
         req = request(GUIDS, GUIDS)  # one item on each of 60 guids that never sent
         rid = str(req["request_id"])
         publish(st, json.dumps(req).encode(), key=rid.encode())

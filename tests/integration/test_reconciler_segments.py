@@ -68,8 +68,7 @@ def _job(url: str, guids: int, per_guid: int) -> tuple[str, int]:
 
 def test_two_reconcilers_split_the_segments_and_a_killed_ones_move_to_the_other(stack: Stack) -> None:
     url = stack.infra.database_url
-    a = stack.start_service("reconciler", "rec-a")
-    b = stack.start_service("reconciler", "rec-b")
+    a, b = stack.start_services(("reconciler", "rec-a"), ("reconciler", "rec-b"))
     wait_for(lambda: len(_held(url, a)) == len(_held(url, b)) == N // 2, 6 * TTL, "an even split")
     mine = {p.name: _held(url, p) for p in (a, b)}
     assert sorted(mine["rec-a"] + mine["rec-b"]) == list(range(N))

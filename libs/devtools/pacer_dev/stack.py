@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pacer_dev.fakegateway.process import free_port, wait_healthy
+from pacer_dev.fakegateway.process import free_port
 from pacer_dev.infra import Infra
 from pacer_dev.infra.process import wait_for
 
@@ -86,16 +86,20 @@ class Stack:
         self.save()
         return proc
 
-    def start_gateway(self, **knobs: Any) -> str:
+    def start_gateway(self, *, wait: bool = True, **knobs: Any) -> str:
+        """The fake gateway; returns its URL. ``wait=False`` returns as soon as it is spawned
+        (its URL is already known, so services can be started beside it); ``start_services``
+        or ``wait_all`` then waits for it with them."""
         from pacer_dev.fakegateway.process import knob_args
 
         port = free_port()
         argv = [sys.executable, "-m", "pacer_dev.fakegateway.main", "--host", "127.0.0.1", "--port", str(port),
                 *knob_args(knobs)]
-        self._spawn("gateway", "gateway", argv, port, self.env())
-        self.gateway_url = f"http://127.0.0.1:{port}"
-        wait_healthy(self.gateway_url, None, 20.0)
+        proc = self._spawn("gateway", "gateway", argv, port, self.env())
+        self.gateway_url = proc.url
         self.save()
+        if wait:
+            self.wait_ready(proc, 20.0)
         return self.gateway_url
 
     def start_service(self, kind: str, name: str | None = None, *, wait: bool = True, **env: str) -> Proc:
@@ -116,9 +120,15 @@ class Stack:
         """Start several services together (a kind, or a ``(kind, name)`` pair) and wait until
         each is ready: each takes seconds to import and connect, and they need not queue."""
         procs = [self.start_service(*((s,) if isinstance(s, str) else s), wait=False) for s in services]
-        for proc in procs:
-            self.wait_ready(proc)
+        self.wait_all()
         return procs
+
+    def wait_all(self, timeout_s: float = 60.0) -> None:
+        """Wait until every process started so far answers (a gateway or a service started
+        with ``wait=False``; one already up answers at once)."""
+        for proc in list(self.procs.values()):
+            if proc.kind == "gateway" or proc.kind in SERVICES:
+                self.wait_ready(proc, timeout_s)
 
     def start_intake(self, name: str = "intake", secret: str = LOCAL_CALLBACK_SECRET) -> Proc:
         """The callback intake, with ``secret`` as the `default` tenant's callback secret; the
@@ -151,17 +161,20 @@ class Stack:
         return proc
 
     def wait_ready(self, proc: Proc, timeout_s: float = 60.0) -> None:
+        """Until ``proc`` answers its readiness check (the fake gateway's ``/healthz``, a
+        service's ``/readyz``); raises if it exits first or time runs out."""
+        check = "/healthz" if proc.kind == "gateway" else "/readyz"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not proc.alive():
                 raise RuntimeError(f"{proc.name} exited during start-up; see {proc.log}")
             try:
-                with urllib.request.urlopen(f"{proc.url}/readyz", timeout=1.0) as resp:
+                with urllib.request.urlopen(f"{proc.url}{check}", timeout=1.0) as resp:
                     if resp.status == 200:
                         return
             except (urllib.error.URLError, OSError):
                 pass
-            time.sleep(0.1)
+            time.sleep(0.05)
         raise RuntimeError(f"{proc.name} not ready after {timeout_s:g}s; see {proc.log}")
 
     def metric(self, name: str, metric: str, labels: dict[str, str] | None = None,

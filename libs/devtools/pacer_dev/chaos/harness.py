@@ -189,7 +189,7 @@ def open_scenario(name: str, infra: Infra, root: Path, *, senders: int, gateway:
     stack = Stack(state, Infra(infra.kafka_bootstrap, url, state), topic_prefix=f"c{uuid.uuid4().hex[:10]}",
                   env_extra={**SERVICE_ENV, **(env or {})})
     prepare(url, {"bootstrap.servers": infra.kafka_bootstrap}, stack.topic_prefix)
-    stack.start_gateway(min_interval_ms=GATEWAY_MIN_INTERVAL_MS, **(gateway or {}))
+    stack.start_gateway(wait=False, min_interval_ms=GATEWAY_MIN_INTERVAL_MS, **(gateway or {}))
     stack.start_services("planner", "reconciler", *(("sender", f"sender-{n + 1}") for n in range(senders)))
     # Every sender in the group with partitions of its own before the job: a scenario's fault
     # on sender-1 then strikes a sender with guids, whichever one the group heard from first.
