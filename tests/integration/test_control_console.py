@@ -186,16 +186,20 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
     seed_job(database_url, {"p007": 5, "p150": 2})
     # p150's oldest item has waited longest; p007 has the most queued. Before any sender has
     # met their items: p020's only job is paused, p021's shard is paused; p022's item is due
-    # tomorrow.
+    # tomorrow; p023 is paused by an operator, p024 was kicked out of its account (more queued
+    # than any other: the busiest list would show them first).
     paused_job, _, _ = seed_job(database_url, {"p020": 1})
     _, p021_shard, _ = seed_job(database_url, {"p021": 1})
-    seed_job(database_url, {"p022": 1})
+    seed_job(database_url, {"p022": 1, "p023": 9, "p024": 9})
     with psycopg.connect(database_url) as conn:
         conn.execute("UPDATE items SET created_at = now() - interval '1 hour' WHERE guid = 'p150'")
         conn.execute("UPDATE items SET not_before = now() + interval '1 day' WHERE guid = 'p022'")
         conn.execute("SELECT * FROM pacer_job_action(%s::uuid, 'pause', 'test', 'r')", (paused_job,))
         conn.execute("UPDATE shards SET status = 'running' WHERE shard_id = %s", (p021_shard["p021"],))
         conn.execute("SELECT * FROM pacer_shard_action(%s, 'pause', 'test', 'r')", (p021_shard["p021"],))
+        conn.execute("SELECT pacer_hold_guid('p023', 'too much queued', 'test')")
+        conn.execute("INSERT INTO guid_states (guid, state, source, reason, event_ts)"
+                     " VALUES ('p024', 'kicked', 'callback', 'logged in elsewhere', now())")
         assert conn.execute("SELECT count(*) FROM items WHERE held").fetchone() == (0,)
 
     def listed(html: str, table: str) -> list[str]:
@@ -214,12 +218,14 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
             # (its job or shard paused, or due later); idle with nothing queued
             health = dict(re.findall(r'<tr data-guid="([^"]+)">.*?<span class="status s-\w+"[^>]*>(\w+)</span>',
                                      first.text, re.S))
-            assert {g: health[g] for g in ("p007", "p150", "p020", "p021", "p022", "p008")} == {
-                "p007": "sending", "p150": "stalled", "p020": "waiting", "p021": "waiting", "p022": "waiting",
-                "p008": "idle"}
+            expected = {"p007": "sending", "p150": "stalled", "p020": "waiting", "p021": "waiting",
+                        "p022": "waiting", "p008": "idle"}
+            assert {g: health[g] for g in expected} == expected
             listed_api = (await api.get("/guids?limit=200", "operator")).json()["guids"]
-            assert {g["guid"]: g["activity"] for g in listed_api if g["guid"] in health} == health
+            assert {g["guid"]: g["activity"] for g in listed_api if g["guid"] in expected} == expected
             by_guid = {g["guid"]: g for g in listed_api}
+            # a held guid shows why it is held, not what it is doing
+            assert [(by_guid[g]["held"], by_guid[g]["activity"]) for g in ("p023", "p024")] == [(True, None)] * 2
             assert [(by_guid[g]["queued"], by_guid[g]["ready"]) for g in ("p007", "p020", "p022")] == [
                 (5, 5), (1, 0), (1, 0)]
             assert '1 <small class="muted ready">0 ready</small>' in first.text  # p020's row
@@ -240,7 +246,8 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
             assert listed((await c.get(base, params={"find": "p1"}, headers=auth)).text, "guids")[0] == "p100"
             assert "No guid from zz on." in (await c.get(base, params={"find": "zz"}, headers=auth)).text
             # the busiest: most queued first, or longest waiting first; held work left out (p020's
-            # paused job, p021's paused shard), scheduled work counted (p022's, with no wait yet)
+            # paused job, p021's paused shard, p023 paused, p024 kicked), scheduled work counted
+            # (p022's, with no wait yet)
             by_backlog = await c.get(base, params={"sort": "backlog"}, headers=auth)
             assert listed(by_backlog.text, "backlogs") == ["p007", "p150", "p022"]
             by_wait = await c.get(base, params={"sort": "wait"}, headers=auth)

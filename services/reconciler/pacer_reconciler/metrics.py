@@ -187,7 +187,7 @@ class ReconcilerMetrics:
             "gateway is slow or hanging."
         ), registry=registry)
         self.backlog_top = Gauge("pacer_reconciler_guid_backlog_top", (
-            "Queued items (ready or scheduled; those a paused job or shard holds left out) of the top-N guids by "
+            "Queued items (ready or scheduled; held work left out: a paused job, shard or guid, a guid not online) of the top-N guids by "
             "backlog (`PACER_RECONCILER_BACKLOG_TOP_N`); rank 1 is the deepest. Leader only, replaced every "
             "`PACER_RECONCILER_BACKLOG_EVERY_S`: at most N series, never one per guid. `GET /backlog` (or the "
             "console's *Guids* page, most queued first) lists more."

@@ -1,7 +1,9 @@
 -- Guids by backlog: their pending work by lane — ready now, scheduled — the longest a ready
 -- item has waited, and the time to drain at the guid's send rate this hour. Held work is left
--- out: items a sender has marked held, and those of a job not running or a shard paused
--- (pacer_hold_reason, the rule pacer_begin_send applies; each shard's rows read once).
+-- out: items a sender has marked held, those of a job not running or a shard paused, and a
+-- guid paused or not online (pacer_hold_reason and pacer_guid_hold, the rules
+-- pacer_begin_send applies; each shard's rows and each guid's read once), whether or not a
+-- sender has met its items yet.
 -- Sorted by %(sort)s ('backlog': most queued first; 'wait': longest wait first), %(limit)s
 -- rows. Reads every pending row once (items_guid_ready); for operators and a metrics refresh
 -- every so often, not for a hot path.
@@ -30,6 +32,7 @@ SELECT p.guid, p.online_ready, p.batch_ready, p.scheduled, p.online_ready + p.ba
        (p.online_ready + p.batch_ready + p.scheduled) / NULLIF(r.per_s, 0) AS drain_s
 FROM per_guid p
 LEFT JOIN guid_leases l ON l.guid = p.guid
+LEFT JOIN guid_states h ON h.guid = p.guid
 CROSS JOIN LATERAL (
     -- sends this hour (the senders' own window count) over the part of the hour gone by
     SELECT CASE WHEN (l.windows -> 'hour' ->> 0)::bigint = floor(extract(epoch FROM now()) / 3600)
@@ -37,6 +40,7 @@ CROSS JOIN LATERAL (
                      / greatest(60, extract(epoch FROM now()) - floor(extract(epoch FROM now()) / 3600) * 3600)
            END AS per_s
 ) r
+WHERE pacer_guid_hold(l.paused_reason, h.state::text, h.reason) IS NULL
 ORDER BY CASE WHEN %(sort)s = 'wait' THEN COALESCE(p.oldest_wait_s, 0)
               ELSE (p.online_ready + p.batch_ready + p.scheduled)::float8 END DESC, p.guid
 LIMIT %(limit)s
