@@ -216,11 +216,13 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
             # a guid with items ready is sending, or stalled when one has been ready over 2 minutes
             # without a send (p150's for an hour); waiting when none of its queued items is ready
             # (its job or shard paused, or due later); idle with nothing queued
-            health = dict(re.findall(r'<tr data-guid="([^"]+)">.*?<span class="status s-\w+"[^>]*>(\w+)</span>',
-                                     first.text, re.S))
+            health = dict(re.findall(r'<tr data-guid="([^"]+)">(?:(?!<tr ).)*?<span class="status s-\w+"[^>]*>(\w+)</span>',
+                                     first.text, re.S))  # within one row: a held guid has no activity
             expected = {"p007": "sending", "p150": "stalled", "p020": "waiting", "p021": "waiting",
                         "p022": "waiting", "p008": "idle"}
             assert {g: health[g] for g in expected} == expected
+            assert health["p023"] == "paused" and "p024" not in health, "a held guid shows why, not an activity"
+            assert 'guid-state">kicked</span>' in first.text
             listed_api = (await api.get("/guids?limit=200", "operator")).json()["guids"]
             assert {g["guid"]: g["activity"] for g in listed_api if g["guid"] in expected} == expected
             by_guid = {g["guid"]: g for g in listed_api}
