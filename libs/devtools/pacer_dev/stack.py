@@ -164,18 +164,18 @@ class Stack:
         """Until ``proc`` answers its readiness check (the fake gateway's ``/healthz``, a
         service's ``/readyz``); raises if it exits first or time runs out."""
         check = "/healthz" if proc.kind == "gateway" else "/readyz"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def answers() -> bool:
             if not proc.alive():
                 raise RuntimeError(f"{proc.name} exited during start-up; see {proc.log}")
             try:
                 with urllib.request.urlopen(f"{proc.url}{check}", timeout=1.0) as resp:
-                    if resp.status == 200:
-                        return
+                    return bool(resp.status == 200)
             except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"{proc.name} not ready after {timeout_s:g}s; see {proc.log}")
+                return False
+
+        if not wait_for(answers, timeout=timeout_s):
+            raise RuntimeError(f"{proc.name} not ready after {timeout_s:g}s; see {proc.log}")
 
     def metric(self, name: str, metric: str, labels: dict[str, str] | None = None,
                timeout_s: float = 2.0) -> float | None:
