@@ -23,8 +23,19 @@
     });
   }
 
+  // The view shown in #main (a filter, a sort, a page of a list): an action's refresh reloads
+  // that view, not the page's first one, so an operator stays where the action was taken.
+  var shown = null;
+  document.addEventListener("htmx:afterRequest", function (e) {
+    var d = e.detail;
+    if (d.successful && d.target && d.target.id === "main" && d.requestConfig.verb === "get") {
+      shown = d.pathInfo.finalRequestPath;
+    }
+  });
   document.addEventListener("htmx:configRequest", function (e) {
     if (token()) { e.detail.headers["Authorization"] = "Bearer " + token(); }
+    var ev = e.detail.triggeringEvent;
+    if (shown && e.detail.elt.id === "main" && ev && ev.type === "pacer-changed") { e.detail.path = shown; }
   });
   document.addEventListener("htmx:afterSwap", function (e) { widths(e.detail.target); });
   document.addEventListener("htmx:responseError", function (e) {
