@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import html
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.events import ItemEvent
@@ -190,9 +191,14 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
     # than any other: the busiest list would show them first).
     paused_job, _, _ = seed_job(database_url, {"p020": 1})
     _, p021_shard, _ = seed_job(database_url, {"p021": 1})
-    seed_job(database_url, {"p022": 1, "p023": 9, "p024": 9})
+    seed_job(database_url, {"p022": 1, "p023": 9, "p024": 9, "p151": 1, "p152": 1})
+    # p151 and p152 have waited as long as p150, but p151 is inside its quiet hours (an hour
+    # either side of now) and p152 sends once every two hours: neither is stalled.
+    quiet = f"{(datetime.now(UTC) - timedelta(hours=1)):%H:%M}-{(datetime.now(UTC) + timedelta(hours=1)):%H:%M}"
     with psycopg.connect(database_url) as conn:
-        conn.execute("UPDATE items SET created_at = now() - interval '1 hour' WHERE guid = 'p150'")
+        conn.execute("UPDATE items SET created_at = now() - interval '1 hour' WHERE guid IN ('p150', 'p151', 'p152')")
+        conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('p151', %s, 't'), ('p152', %s, 't')",
+                     (Jsonb({"quiet_hours": quiet, "timezone": "UTC"}), Jsonb({"min_interval_s": 7200})))
         conn.execute("UPDATE items SET not_before = now() + interval '1 day' WHERE guid = 'p022'")
         conn.execute("SELECT * FROM pacer_job_action(%s::uuid, 'pause', 'test', 'r')", (paused_job,))
         conn.execute("UPDATE shards SET status = 'running' WHERE shard_id = %s", (p021_shard["p021"],))
@@ -219,7 +225,7 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
             health = dict(re.findall(r'<tr data-guid="([^"]+)">(?:(?!<tr ).)*?<span class="status s-\w+"[^>]*>(\w+)</span>',
                                      first.text, re.S))  # within one row: a held guid has no activity
             expected = {"p007": "sending", "p150": "stalled", "p020": "waiting", "p021": "waiting",
-                        "p022": "waiting", "p008": "idle"}
+                        "p022": "waiting", "p008": "idle", "p151": "quiet", "p152": "sending"}
             assert {g: health[g] for g in expected} == expected
             assert health["p023"] == "paused" and "p024" not in health, "a held guid shows why, not an activity"
             assert 'guid-state">kicked</span>' in first.text
@@ -231,10 +237,24 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
             assert [(by_guid[g]["queued"], by_guid[g]["ready"]) for g in ("p007", "p020", "p022")] == [
                 (5, 5), (1, 0), (1, 0)]
             assert '1 <small class="muted ready">0 ready</small>' in first.text  # p020's row
+            ends = datetime.fromisoformat(by_guid["p151"]["quiet_until"]) - datetime.now(UTC)
+            assert timedelta(minutes=58) < ends <= timedelta(hours=1), by_guid["p151"]
+            assert re.search(r'<tr data-guid="p151">(?:(?!<tr ).)*?quiet</span>\s*<small>ends in (59|60) min</small>',
+                             first.text, re.S)
+            assert by_guid["p150"]["quiet_until"] is None
             # one guid's view says the same, from its backlog: p020's paused item counts held
-            for g in ("p007", "p150", "p020", "p022"):
+            for g in ("p007", "p150", "p020", "p022", "p151", "p152"):
                 one = (await api.get(f"/guids/{g}", "operator")).json()
                 assert one["activity"] == health[g], (g, one)
+            # every guid's limits (``*``) count under a guid's own: p150 at one send in two hours
+            with psycopg.connect(database_url) as conn:
+                conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('*', %s, 't')",
+                             (Jsonb({"min_interval_s": 7200}),))
+            assert (await api.get("/guids/p150", "operator")).json()["activity"] == "sending"
+            assert {g["guid"]: g["activity"] for g in (await api.get("/guids?limit=200", "operator")).json()["guids"]
+                    if g["guid"] in ("p150", "p151")} == {"p150": "sending", "p151": "quiet"}
+            with psycopg.connect(database_url) as conn:
+                conn.execute("DELETE FROM guid_limits WHERE guid = '*'")
             assert (await api.get("/guids/p020", "operator")).json()["backlog"]["by_lane"] == {"batch": {"held": 1}}
             # the next page starts after the last one shown
             nxt = re.search(r'id="guids-next" hx-get="([^"]+)"', first.text)
@@ -249,11 +269,11 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
             assert "No guid from zz on." in (await c.get(base, params={"find": "zz"}, headers=auth)).text
             # the busiest: most queued first, or longest waiting first; held work left out (p020's
             # paused job, p021's paused shard, p023 paused, p024 kicked), scheduled work counted
-            # (p022's, with no wait yet)
+            # (p022's, with no wait yet); ties by name
             by_backlog = await c.get(base, params={"sort": "backlog"}, headers=auth)
-            assert listed(by_backlog.text, "backlogs") == ["p007", "p150", "p022"]
+            assert listed(by_backlog.text, "backlogs") == ["p007", "p150", "p022", "p151", "p152"]
             by_wait = await c.get(base, params={"sort": "wait"}, headers=auth)
-            assert listed(by_wait.text, "backlogs") == ["p150", "p007", "p022"]
+            assert listed(by_wait.text, "backlogs") == ["p150", "p151", "p152", "p007", "p022"]
             assert (await c.get(base, params={"sort": "size"}, headers=auth)).status_code == 422
 
     asyncio.run(go())

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pacer_common.domain.limits import DEFAULTS, Pacing
 from pacer_control.domain.views import (
     DEFAULT_INTERVAL_S,
     STALLED_AFTER_S,
@@ -20,6 +21,7 @@ from pacer_control.domain.views import (
     progress,
     projection,
     queued_count,
+    quiet_until,
     read_ahead,
     stalled,
     stamp,
@@ -103,13 +105,38 @@ def test_an_event_time_reads_to_the_millisecond_from_a_datetime_or_its_json_text
 
 
 def test_a_guid_with_ready_work_is_sending_until_it_has_waited_too_long_without_a_send() -> None:
-    long_ago, just_now = NOW - timedelta(seconds=STALLED_AFTER_S + 1), NOW - timedelta(seconds=5)
+    long_ago = NOW - timedelta(seconds=STALLED_AFTER_S + DEFAULTS.longest_gap_s + 1)
+    just_now = NOW - timedelta(seconds=5)
     assert activity(0, 0, long_ago, None, NOW) == "idle"
     assert activity(3, 3, just_now, long_ago, NOW) == "sending"  # a backlog going out
     assert activity(3, 3, None, just_now, NOW) == "sending"  # work just ready, its first send to come
     assert activity(3, 3, long_ago, long_ago, NOW) == "stalled"  # ready for long, nothing sent for long
     assert activity(3, 1, None, long_ago, NOW) == "stalled"
     assert activity(3, 3, long_ago, just_now, NOW) == "sending"  # new work after a rest
+
+
+def test_a_guid_is_stalled_only_past_its_own_pacing_gap_and_the_configured_wait() -> None:
+    slow = Pacing(min_interval_s=240, online_reserve=0.2, jitter_s=30)  # a batch send every 300-330 s
+    assert slow.longest_gap_s == 330
+    three_min, six_min = NOW - timedelta(minutes=3), NOW - timedelta(minutes=6)
+    assert activity(3, 3, three_min, three_min, NOW) == "stalled"  # at the default pacing, long past due
+    assert activity(3, 3, three_min, three_min, NOW, slow) == "sending"  # still within its own gap
+    assert activity(3, 3, six_min, six_min, NOW, slow) == "sending"  # past its gap, within the 2 minutes after
+    assert activity(3, 3, NOW - timedelta(seconds=451), NOW - timedelta(seconds=451), NOW, slow) == "stalled"
+    assert activity(3, 3, six_min, six_min, NOW, slow, after_s=10) == "stalled"  # a stricter setting
+    exponential = Pacing(min_interval_s=1, online_reserve=0.5, jitter_s=10, jitter_dist="exponential")
+    assert exponential.longest_gap_s == 2 + 40  # the sender caps an exponential gap at four times its mean
+
+
+def test_a_guid_inside_its_quiet_hours_is_quiet_until_they_end() -> None:
+    night = Pacing(quiet_hours="22:00-08:00", timezone="Asia/Shanghai")  # NOW is 17:00 in Shanghai
+    assert quiet_until(night, NOW) is None
+    late = NOW + timedelta(hours=6)  # 23:00 in Shanghai: 9 hours to go
+    assert quiet_until(night, late) == late + timedelta(hours=9)
+    long_ago = late - timedelta(hours=1)
+    assert activity(3, 3, long_ago, long_ago, late, night) == "quiet"  # not stalled: held on purpose
+    assert activity(3, 0, long_ago, None, late, night) == "waiting"  # nothing ready: waiting, as by day
+    assert activity(3, 3, long_ago, long_ago, NOW + timedelta(hours=15), night) == "stalled"  # 08:00: over
 
 
 def test_a_guid_whose_queued_work_is_all_held_or_scheduled_is_waiting_at_once() -> None:

@@ -21,6 +21,7 @@ from pacer_common.ops import Health, add_ops_routes
 from pacer_control.adapters.postgres import PostgresControl
 from pacer_control.api import create_api
 from pacer_control.core import Control
+from pacer_control.domain import views
 from pacer_control.metrics import ControlMetrics
 
 access = logging.getLogger("pacer.control.access")
@@ -29,12 +30,12 @@ _OPS_ROUTES = frozenset({"/metrics", "/healthz", "/readyz"})
 
 def build_app(pool: Pool, *, sandbox_targets: Iterable[str] = (),
               registry: CollectorRegistry | None = None, health: Health | None = None,
-              db_deadline_s: float = 5.0) -> FastAPI:
+              db_deadline_s: float = 5.0, stalled_after_s: float = views.STALLED_AFTER_S) -> FastAPI:
     """The Control API over ``pool``. If the pool is not open yet, the app's lifespan opens it
     (on the loop that serves the app) and closes it again at shutdown."""
     registry = registry or CollectorRegistry()
     health = health or Health()
-    control = Control(PostgresControl(pool, db_deadline_s), frozenset(sandbox_targets))
+    control = Control(PostgresControl(pool, db_deadline_s), frozenset(sandbox_targets), stalled_after_s=stalled_after_s)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

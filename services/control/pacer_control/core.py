@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pacer_common.domain.ids import ItemId, new_item_ids
-from pacer_common.domain.limits import parse_limits
+from pacer_common.domain.limits import Pacing, parse_limits
 from pacer_common.domain.requests import DEFAULT_TENANT
 from pacer_common.domain.tokens import Role, token_hash
 from pacer_common.domain.validation import InvalidRequest, validate_request
@@ -66,10 +66,12 @@ def _json(value: Any) -> Any:
 
 class Control:
     def __init__(self, store: ControlStore, sandbox_targets: frozenset[str] = frozenset(),
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 stalled_after_s: float = views.STALLED_AFTER_S) -> None:
         self.store = store
         self.sandbox_targets = sandbox_targets
         self.clock = clock
+        self.stalled_after_s = stalled_after_s
 
     # -- who is calling ------------------------------------------------------------------
     async def authenticate(self, authorization: str | None) -> Principal:
@@ -263,14 +265,18 @@ class Control:
         return report.filename(head["request_id"]), chunks()
 
     # -- guids ---------------------------------------------------------------------------
-    def _visible(self, row: Row, who: Principal) -> Row:
-        """Health for everyone (with what an unheld guid is doing); the lease view only for
-        roles that may see leases."""
+    def _visible(self, row: Row, who: Principal, every_guid: dict[str, Any] | None) -> Row:
+        """Health for everyone (with what an unheld guid is doing, by its pacing: its own limits
+        over ``every_guid``'s, the ``*`` overrides); the lease view only for roles that may see
+        leases."""
         counts = row.get("backlog") or row  # one guid's view counts its queue in its backlog
         if "ready" in counts:
-            row = row | {"activity": None if row["held"] else views.activity(
-                views.queued_count(counts), counts["ready"], row.get("last_send_at"), counts["oldest_ready"],
-                self.clock())}
+            now = self.clock()
+            pacing = Pacing.model_validate((every_guid or {}) | (row.get("limits") or {}))
+            row = row | {"quiet_until": views.quiet_until(pacing, now),
+                         "activity": None if row["held"] else views.activity(
+                             views.queued_count(counts), counts["ready"], row.get("last_send_at"),
+                             counts["oldest_ready"], now, pacing, self.stalled_after_s)}
         if may(who.role, "guids.leases"):
             return row
         return {k: v for k, v in row.items() if k not in LEASE_FIELDS and k != "limits"}
@@ -278,7 +284,9 @@ class Control:
     async def guids(self, who: Principal, paused_only: bool, limit: int, after: str | None,
                     state: str | None = None, start: str | None = None) -> list[Row]:
         """Guids by name, after ``after`` (the previous page's last) or from ``start`` on."""
-        return [self._visible(r, who) for r in await self.store.guids(paused_only, limit, after, state, start)]
+        rows = await self.store.guids(paused_only, limit, after, state, start)
+        every_guid = await self.store.guid_limits("*")
+        return [self._visible(r, who, every_guid) for r in rows]
 
     async def guid_history(self, guid: str, limit: int, before: int | None) -> list[Row]:
         """The guid's lifecycle changes (online, offline, kicked, unauthorized), newest first."""
@@ -288,7 +296,7 @@ class Control:
         row = await self.store.guid(guid)
         if row is None:
             raise NotFound(f"no guid {guid} (it has never held a lease, been paused, had limits set or queued work)")
-        return self._visible(row, who)
+        return self._visible(row, who, await self.store.guid_limits("*"))
 
     async def backlogs(self, sort: str, limit: int) -> list[Row]:
         """Guids with queued work, most queued (``backlog``) or longest waiting (``wait``) first."""

@@ -23,7 +23,8 @@ async def run(pg: PostgresSettings, cfg: ControlSettings) -> None:
                            name="pacer-control")
     PoolStats(pool, registry)
     app = build_app(pool, sandbox_targets=cfg.sandbox(),
-                    registry=registry, health=health, db_deadline_s=cfg.db_deadline_s)
+                    registry=registry, health=health, db_deadline_s=cfg.db_deadline_s,
+                    stalled_after_s=cfg.stalled_after_s)
     server, task = await serve(app, cfg.ops_host, cfg.port)
     health.set_ready(True, "serving")
     log.info("control started; API on http://%s:%d/api/v1 (docs: /api/v1/docs)", cfg.ops_host, cfg.port)

@@ -19,6 +19,12 @@ class ControlSettings(OpsSettings):
     db_deadline_s: float = Field(5.0, description=(
         "How long a request retries a transient database error before answering `503`."
     ))
+    stalled_after_s: float = Field(120.0, gt=0, description=(
+        "The console's *stalled* marks: an open shard of a running job with no progress for this long, and a guid "
+        "with an item ready and no send for this long beyond its own longest gap between sends (its interval, "
+        "online reserve and jitter, from its limits overrides). The alert is the reconciler's "
+        "`PACER_RECONCILER_STALL_AFTER_S`."
+    ))
     sandbox_targets: str = Field("", description=(
         "Comma-separated `to_id`s that `POST /test-send` may send to; empty: test sends are refused (`403`). "
         "A test send is a one-item job sent by the senders (lease, pacing, ledger); the control service never "

@@ -89,7 +89,9 @@ class SenderSettings(OpsSettings):
     per_hour: int | None = Field(None, description="Sends per guid per calendar hour, as `PER_MINUTE`.")
     per_day: int | None = Field(None, description="Sends per guid per calendar day, as `PER_MINUTE`.")
     quiet_hours: str | None = Field(default=None, description=(
-        "Local time span in which batch sends wait (may wrap midnight); online sends still go."
+        "Local time span in which batch sends wait (may wrap midnight); online sends still go. The console and "
+        "`GET /guids` show a guid *quiet* from its limits overrides (its own, or every guid's `*`), not from this "
+        "setting: set fleet-wide quiet hours as the `*` override (`pacer limits '*' --set quiet_hours=22:00-08:00`) to see them there."
     ))
     timezone: str = Field(DEFAULTS.timezone, description="Time zone of quiet hours and calendar windows.")
     limits_refresh_s: float = Field(1.0, description=(

@@ -11,6 +11,7 @@ set to ``null``.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from datetime import time as dtime
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -90,6 +91,32 @@ class Pacing(BaseModel):
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError(f"unknown time zone {v!r} (use an IANA name such as Asia/Shanghai)") from None
         return v
+
+    @property
+    def batch_interval_s(self) -> float:
+        """Batch spacing: the account's rate minus the online reserve."""
+        return self.min_interval_s / (1 - self.online_reserve)
+
+    @property
+    def longest_gap_s(self) -> float:
+        """The longest a guid waits between two batch sends by its interval and jitter alone
+        (no rate-limit penalty, no window cap, no quiet hours)."""
+        return self.batch_interval_s + (4 if self.jitter_dist == "exponential" else 1) * self.jitter_s
+
+    def quiet_remaining(self, wall: float) -> float:
+        """Seconds until quiet hours end, 0 outside them."""
+        if self.quiet_hours is None:
+            return 0.0
+        start, end = self.quiet_hours
+        local = datetime.fromtimestamp(wall, ZoneInfo(self.timezone))
+        now = local.time()
+        inside = start <= now < end if start < end else (now >= start or now < end)
+        if not inside:
+            return 0.0
+        end_at = local.replace(hour=end.hour, minute=end.minute, second=end.second, microsecond=0)
+        if end_at <= local:
+            end_at += timedelta(days=1)
+        return (end_at - local).total_seconds()
 
 
 DEFAULTS = Pacing()

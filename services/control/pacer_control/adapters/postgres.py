@@ -324,6 +324,11 @@ class PostgresControl:
 
         return await self._call(unit)
 
+    async def guid_limits(self, guid: str) -> dict[str, Any] | None:
+        """The limits overrides of ``guid`` (``*``: every guid's), or None."""
+        rows = await self._read("guid_limits", {"guid": guid})
+        return cast(dict[str, Any], rows[0]["limits"]) if rows else None
+
     async def backlogs(self, sort: str, limit: int) -> list[Row]:
         """Guids by backlog or by wait (``db/queries/guid_backlogs.sql``)."""
         async def unit() -> list[Row]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
+
+from pacer_common.domain.limits import DEFAULTS, Pacing
 
 
 def sum_counts(per_shard: Iterable[Mapping[str, int]]) -> dict[str, int]:
@@ -42,7 +44,8 @@ def read_ahead(counts: Mapping[str, int], failures: Iterable[Mapping[str, Any]])
 # Statuses an item does not leave by itself: what a progress bar counts as done.
 DONE = ("confirmed", "failed", "abandoned", "expired", "unverified")
 NOT_DELIVERED = ("failed", "abandoned", "expired", "unverified")
-# A running shard with open items and no progress for this long is marked stalled.
+# A running shard with open items and no progress for this long is marked stalled; a guid with
+# an item ready and no send for this long beyond its own pacing gap (PACER_CONTROL_STALLED_AFTER_S).
 STALLED_AFTER_S = 120.0
 
 
@@ -81,18 +84,28 @@ def queued_count(counts: Mapping[str, Any]) -> int:
     return int(counts["queued"] or 0)
 
 
+def quiet_until(pacing: Pacing, now: datetime) -> datetime | None:
+    """When the guid's quiet hours end, if ``now`` is inside them (its batch sends are held)."""
+    left = pacing.quiet_remaining(now.timestamp())
+    return now + timedelta(seconds=left) if left > 0 else None
+
+
 def activity(queued: int, ready: int, last_send_at: datetime | None, oldest_ready: datetime | None,
-             now: datetime, after_s: float = STALLED_AFTER_S) -> str:
+             now: datetime, pacing: Pacing = DEFAULTS, after_s: float = STALLED_AFTER_S) -> str:
     """What an unheld guid is doing: ``idle`` (nothing queued); ``waiting`` (items queued, none
-    ready to send now: their jobs or shards paused, or scheduled later); ``stalled`` (an item
-    has been ready for longer than ``after_s`` and nothing sent for as long: a guid stuck, a
-    pacing interval that long, or its hourly or daily cap reached); else ``sending``."""
+    ready to send now: their jobs or shards paused, or scheduled later); ``quiet`` (items
+    ready, inside the guid's quiet hours: batch sends wait for their end); ``stalled`` (an item
+    has been ready and nothing sent for ``after_s`` beyond the guid's own longest gap between
+    sends: a guid stuck, a rate-limit penalty, or its hourly or daily cap reached); else
+    ``sending``."""
     if not queued:
         return "idle"
     if not ready:
         return "waiting"
+    if quiet_until(pacing, now) is not None:
+        return "quiet"
     busy_since = max((t for t in (last_send_at, oldest_ready) if t is not None), default=None)
-    if busy_since is not None and (now - busy_since).total_seconds() > after_s:
+    if busy_since is not None and (now - busy_since).total_seconds() > after_s + pacing.longest_gap_s:
         return "stalled"
     return "sending"
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from zoneinfo import ZoneInfo
 
 from pacer_common.domain.limits import Pacing
 from pacer_common.domain.requests import Lane
@@ -42,11 +40,6 @@ class Limits(Pacing):
     def mean_jitter_s(self) -> float:
         return self.jitter_s if self.jitter_dist == "exponential" else self.jitter_s / 2
 
-    @property
-    def batch_interval_s(self) -> float:
-        """Batch spacing: the account's rate minus the online reserve."""
-        return self.min_interval_s / (1 - self.online_reserve)
-
     def windows(self) -> list[tuple[str, int, int, int]]:
         """(window, size in seconds, cap for all traffic, cap for batch traffic)."""
         out = []
@@ -55,21 +48,6 @@ class Limits(Pacing):
             if cap is not None:
                 out.append((name, size, cap, int(cap * (1 - self.online_reserve))))
         return out
-
-    def quiet_remaining(self, wall: float) -> float:
-        """Seconds until quiet hours end, 0 outside them."""
-        if self.quiet_hours is None:
-            return 0.0
-        start, end = self.quiet_hours
-        local = datetime.fromtimestamp(wall, ZoneInfo(self.timezone))
-        now = local.time()
-        inside = start <= now < end if start < end else (now >= start or now < end)
-        if not inside:
-            return 0.0
-        end_at = local.replace(hour=end.hour, minute=end.minute, second=end.second, microsecond=0)
-        if end_at <= local:
-            end_at += timedelta(days=1)
-        return (end_at - local).total_seconds()
 
 
 @dataclass

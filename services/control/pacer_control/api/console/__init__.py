@@ -64,6 +64,7 @@ templates.env.globals.update(STATIC=STATIC, HTMX=HTMX, PAGES=PAGES, JOB_ACTIONS=
                              JOB_ACTION_FROM=JOB_ACTION_FROM)
 templates.env.filters["ts"] = lambda v: v.strftime("%Y-%m-%d %H:%M:%S") if isinstance(v, datetime) else (v or "–")
 templates.env.filters["ago"] = lambda v: views.ago(v, datetime.now(UTC))
+templates.env.filters["until"] = lambda v: views.duration(max(0.0, (v - datetime.now(UTC)).total_seconds()))
 templates.env.filters["stamp"] = views.stamp
 templates.env.filters["duration"] = views.duration
 templates.env.globals["changes"] = views.changes
@@ -192,9 +193,10 @@ async def job_progress(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -
     failed = await ctl.items(str(job_id), ItemFilter(limit=200).failed()) if may(who.role, "items.view") else []
     for s in row["shards"]:
         s["progress"] = views.progress(s["counts"], s["total"])
-        s["stalled"] = views.stalled(row["status"], s, now)
+        s["stalled"] = views.stalled(row["status"], s, now, ctl.stalled_after_s)
     return _render(request, "job_progress.html", who, job=row, progress=views.progress(row["counts"], row["total"]),
                    failed=failed[:20], examples=views.examples(failed), rendered=now.timestamp(),
+                   stalled_after=views.duration(ctl.stalled_after_s),
                    read_ahead=views.read_ahead(row["counts"], row["failures"]))
 
 
@@ -243,7 +245,7 @@ async def guids(request: Request, ctl: Ctl, who: Caller, paused: bool = False, a
     name on), or the guids with queued work, most queued or longest waiting first."""
     find = _text({"find": (find or "").strip()}, "find", limit=256) or None
     ctx: dict[str, Any] = {"paused": paused, "find": find or "", "sort": sort, "page_size": GUID_PAGE,
-                           "sandbox": sorted(ctl.sandbox_targets)}
+                           "sandbox": sorted(ctl.sandbox_targets), "stalled_after": views.duration(ctl.stalled_after_s)}
     if sort == "name":
         rows = await ctl.guids(who, paused, GUID_PAGE, after or None, start=find)
         ctx |= {"guids": rows, "next_after": rows[-1]["guid"] if len(rows) == GUID_PAGE else None}
