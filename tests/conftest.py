@@ -61,14 +61,17 @@ def cloned_database(infra_env: Infra, prefix: str = "t") -> Iterator[str]:
 @contextlib.contextmanager
 def stack_on(infra_env: Any, state: Path, topic_prefix: str, env_extra: dict[str, str]) -> Iterator[Any]:
     """A ``pacer_dev.stack.Stack`` on a database of its own and the session's Kafka, topics
-    made; the caller starts the gateway and services. Everything is stopped and dropped after."""
+    made (``PACER_KAFKA_ITEM_COMMAND_PARTITIONS`` in ``env_extra`` sets the lane topics'
+    partitions); the caller starts the gateway and services. Everything is stopped and
+    dropped after."""
     from pacer_dev.infra import Infra
     from pacer_dev.stack import Stack, prepare
 
     with cloned_database(infra_env, "stack") as url:
         st = Stack(state, Infra(infra_env.kafka_bootstrap, url, state), topic_prefix=topic_prefix,
                    env_extra=env_extra)
-        prepare(url, {"bootstrap.servers": infra_env.kafka_bootstrap}, topic_prefix)
+        prepare(url, {"bootstrap.servers": infra_env.kafka_bootstrap}, topic_prefix,
+                int(env_extra.get("PACER_KAFKA_ITEM_COMMAND_PARTITIONS", 16)))
         try:
             yield st
         finally:

@@ -10,11 +10,13 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import CollectorRegistry, Counter
 
+from pacer_common.domain.ids import Guid
 from pacer_common.kafka import AsyncConsumer
 from pacer_sender.adapters.kafka import ConsumerLoop
 from pacer_sender.domain.partitions import partition_of
 from pacer_sender.sweeper import Sweeper
-from tests.unit.dispatching import FAST, cmd, dispatcher, stop, until
+from tests.unit.dispatching import FAST, cmd, dispatcher, ring, stop, until
+from tests.unit.fakes import GrantAll
 
 
 class Metadata:
@@ -54,6 +56,61 @@ def test_the_last_partition_counts_stand_while_kafka_cannot_answer() -> None:
     assert after, "a metadata error must not end the sweep nor forget what this sender owns"
 
 
+def test_guids_that_hash_elsewhere_after_partitions_were_added_are_given_back() -> None:
+    """Partitions added to the lane topics move guids to other partitions without revoking
+    any from a sender that keeps its own. The guids that left must be given back: a kept
+    lease is renewed for ever, and their new owner would never send for them."""
+    moved, stayed = _guids(lambda g: partition_of(Guid(g), 2) == 1), _guids(lambda g: partition_of(Guid(g), 2) == 0)
+
+    async def scenario() -> tuple[set[str], set[str]]:
+        raw = Consumer({"online": 1, "batch": 1})
+        d, rec, _ = dispatcher(FAST)
+        loop = ConsumerLoop(AsyncConsumer(raw), d, Counter("bad", "bad", registry=CollectorRegistry()),  # type: ignore[arg-type]  # a stand-in consumer
+                            "online", "batch")
+        d.owns = loop.owns
+        await loop.ownership()
+        loop.assigned = {("online", 0), ("batch", 0)}
+        for g in moved + stayed:
+            ring(d, rec.store, cmd(g, 0))
+        await until(lambda: len(rec.sent) == len(moved + stayed))
+        held_before = set(d.leases.held)
+        raw.counts = {"online": 2, "batch": 2}  # partition 1 added to both, assigned elsewhere
+        await loop.ownership()
+        held_after = set(d.leases.held)
+        stop(d)
+        return held_before, held_after
+
+    before, after = asyncio.run(scenario())
+    assert before == set(moved + stayed), "every guid sent once and kept its lease"
+    assert after == set(stayed), "the guids that now hash to partition 1 are given back, the others kept"
+
+
+def test_a_worker_rung_for_a_guid_it_does_not_own_ends_when_the_owner_holds_the_lease() -> None:
+    """A planner still hashing with the count from before partitions were added rings the
+    old partition's sender. If the guid's owner holds its lease, that worker must end (the
+    owner has the work in Postgres), not wait for the lease for ever; a guid this sender owns
+    keeps waiting for its lease, as at any handover."""
+    async def scenario() -> tuple[set[str], list[str]]:
+        leases = GrantAll(held_elsewhere={"moved", "mine"})
+        d, rec, _ = dispatcher(FAST, store=leases)
+        d.owns = lambda g: g != "moved"
+        for g in ("moved", "mine"):
+            ring(d, rec.store, cmd(g, 0))
+        await until(lambda: "moved" not in d.guids)
+        asked = leases.asked
+        await until(lambda: leases.asked >= asked + 3)  # "mine" asks for its lease again and again
+        running = set(d.guids)
+        stop(d)
+        return running, [i for _, i, _ in rec.sent]
+
+    running, sent = asyncio.run(scenario())
+    assert running == {"mine"}, "the owned guid's worker waits for its lease"
+    assert sent == [], "neither is sent while another sender holds its lease"
+
+
+def _guids(where: Callable[[str], bool], n: int = 3) -> list[str]:
+    found = [g for g in (f"g-{i}" for i in range(100)) if where(g)]
+    return found[:n]
 
 
 def test_a_sweep_that_fails_is_tried_again_and_then_starts_the_guids_work() -> None:

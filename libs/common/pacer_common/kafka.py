@@ -39,6 +39,9 @@ def make_producer(config: dict[str, str], **extra: Any) -> Producer:
         # CRC32 of the key (librdkafka's default, stated): senders map a guid to its
         # partition with the same function to find the guids they own in Postgres.
         "partitioner": "consistent_random",
+        # Partitions added to a topic are hashed to within a minute, not librdkafka's five:
+        # until then a guid's commands reach the partition it hashed to before.
+        "topic.metadata.refresh.interval.ms": 60_000,
         "error_cb": lambda err: log.warning("kafka producer error: %s", err),
         **extra,
     }

@@ -253,7 +253,8 @@ class Stack:
         return stack
 
 
-def prepare(database_url: str, kafka_config: dict[str, str], topic_prefix: str) -> None:
+def prepare(database_url: str, kafka_config: dict[str, str], topic_prefix: str,
+            item_command_partitions: int = 16) -> None:
     """Migrate the database and create the topics: what a fresh deployment needs first."""
     from pacer_common.cli import topic_layout
     from pacer_common.db.migrate import migrate
@@ -261,7 +262,8 @@ def prepare(database_url: str, kafka_config: dict[str, str], topic_prefix: str) 
     from pacer_common.settings import KafkaSettings
 
     migrate(database_url)
-    k = KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"], topic_prefix=topic_prefix)
+    k = KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"], topic_prefix=topic_prefix,
+                      item_command_partitions=item_command_partitions)
     ensure_topics(kafka_config, topic_layout(k))
 
 

@@ -51,3 +51,4 @@ class Crew:
     rng: random.Random = field(default_factory=random.Random)
     clock: Callable[[], float] = time.monotonic
     progress: asyncio.Event = field(default_factory=asyncio.Event)  # set whenever an item in hand finishes
+    owns: Callable[[str], bool] = lambda guid: True  # is this guid's partition assigned to this sender?

@@ -66,7 +66,7 @@ class Dispatcher:
                          LeaseKeeper(leases, clock),
                          WorkerConfig(shed_every_s=shed_every_s, horizon_s=horizon_s, error_attempts=error_attempts,
                                       error_backoff_s=error_backoff_s, first_send_spread=first_send_spread),
-                         hooks, rng, clock)
+                         hooks, rng, clock, owns=lambda guid: self.owns(guid))
         self.guids: dict[str, GuidWorker] = {}
         self.paces: dict[str, GuidPacer] = {}  # kept across workers: spacing survives an idle spell
 

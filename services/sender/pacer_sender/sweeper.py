@@ -57,9 +57,11 @@ class Sweeper:
     async def sweep(self, trigger: Trigger) -> int:
         """Start workers for owned guids with queued work; returns how many guids had work
         overdue and no worker (their doorbells were lost or handled by a previous owner)."""
-        owns = await self.ownership()
-        # Work due within two sweeps gets its worker now; it sleeps until the work is due.
-        waiting = await self.queue.waiting_guids(horizon_s=2 * self.interval_s, grace_s=self.interval_s)
+        # Work due within two sweeps gets its worker now; it sleeps until the work is due. The
+        # partition counts and the query are asked at once: at an assignment under load each
+        # takes up to a second, and the moved guids wait for both.
+        owns, waiting = await asyncio.gather(
+            self.ownership(), self.queue.waiting_guids(horizon_s=2 * self.interval_s, grace_s=self.interval_s))
         found = 0
         for w in waiting:
             if not owns(w.guid):

@@ -131,6 +131,11 @@ class GuidWorker:
         if not self.window:
             return await self._idle()
         if not await self.crew.leases.take(self.guid, self.pacer, limits):
+            if not self.crew.owns(self.guid):
+                # Rung through a partition the guid no longer hashes to (a planner still on the
+                # count before partitions were added), and its owner holds it: the work is in
+                # Postgres for that owner. Waiting here would wait for ever.
+                return False
             await self._sleep(retry_s)
             return True
         self._start_batch(limits)

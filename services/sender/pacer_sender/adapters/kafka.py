@@ -64,7 +64,21 @@ class ConsumerLoop:
     async def ownership(self) -> Callable[[str], bool]:
         """:meth:`owns`, with partition counts read afresh (partitions may have been added).
         While Kafka cannot answer, the last counts read stand: the sweep that asks is what
-        starts the owned guids' queued work from Postgres, and must go on through an outage."""
+        starts the owned guids' queued work from Postgres, and must go on through an outage.
+
+        Partitions added change which partition a guid hashes to, without revoking anything
+        from a sender that keeps its own: the guids that now hash to another sender's
+        partitions are given back here (workers stopped, leases released), as on a revoke.
+        Kept, their leases would be renewed for ever and their new owner never get them."""
+        before = dict(self.partitions)
+        await self._read_partition_counts()
+        if before and self.partitions != before:
+            log.warning("partition counts changed from %s to %s: giving back the guids that now hash elsewhere",
+                        before, self.partitions)
+            await self.dispatcher.release(lambda g: not self.owns(g))
+        return self.owns
+
+    async def _read_partition_counts(self) -> None:
         for topic in (self.online_topic, self.batch_topic):
             try:
                 meta = await self.consumer.call(self.consumer.consumer.list_topics, topic, 10)
@@ -74,7 +88,6 @@ class ConsumerLoop:
             n = len(meta.topics[topic].partitions) if topic in meta.topics else 0
             if n:
                 self.partitions[topic] = n
-        return self.owns
 
     # -- rebalance callbacks: on the consumer thread, inside poll --------------------------
     def on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
