@@ -49,7 +49,7 @@ class Dispatcher:
                  on_shed: Callable[[int], None] | None = None,
                  shed_every_s: float = 30.0,
                  owns: Callable[[str], bool] = lambda guid: True,
-                 guid_cap: int = 50, max_buffered: int = 20_000, horizon_s: float = 60.0,
+                 guid_cap: int = 50, max_buffered: int = 20_000, horizon_s: float = 60.0, idle_lease_s: float = 60.0,
                  error_attempts: int = 3, error_backoff_s: float = 1.0, first_send_spread: float = 0.0,
                  rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.leases = leases
@@ -63,7 +63,7 @@ class Dispatcher:
             hooks.on_shed = on_shed
         rng = rng or random.Random()
         self.crew = Crew(executor, limits, queue, Buffer(guid_cap, max_buffered),
-                         LeaseKeeper(leases, clock),
+                         LeaseKeeper(leases, clock, idle_lease_s),
                          WorkerConfig(shed_every_s=shed_every_s, horizon_s=horizon_s, error_attempts=error_attempts,
                                       error_backoff_s=error_backoff_s, first_send_spread=first_send_spread),
                          hooks, rng, clock, owns=lambda guid: self.owns(guid))
@@ -96,6 +96,7 @@ class Dispatcher:
         if worker is None:
             worker = self.guids[guid] = GuidWorker(guid, self.crew, self.paces.setdefault(guid, GuidPacer()),
                                                    self._ended)
+            self.crew.leases.busy(guid)
         seen = worker.acted_on()
         if cmd is None or cmd.guid != guid or (isinstance(cmd, ItemCommand) and unsendable(cmd) is not None):
             worker.ring()  # Postgres has it: the worker reads it from there
@@ -145,6 +146,8 @@ class Dispatcher:
             self.ring(guid)  # rung again meanwhile: a fresh worker reads Postgres
         elif not self.owns(guid):
             self.crew.leases.hand_back(guid)
+        elif self.guids.get(guid) is None:
+            self.crew.leases.rested(guid)
 
     async def release(self, gone: Callable[[str], bool], timeout_s: float = 30.0) -> None:
         """Stop the workers of the guids for which ``gone(guid)``: drop their windows (their

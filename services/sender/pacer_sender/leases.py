@@ -35,6 +35,13 @@ class GuidLeases:
         # own worker; one statement each cost a sender at 10,000 guids 1.7 s of database time.
         self._releases: Batcher[str, None] = Batcher(self._release_many)
         self._giving_back: set[asyncio.Future[None]] = set()
+        # Released guids: the epoch each was given back at, and the release under way. Taken
+        # again at the next epoch, nobody held the guid meanwhile (epochs move only when the
+        # owner changes), so this sender's own pacing of it is still the whole truth.
+        self.released_at: dict[str, int] = {}
+        self._releasing: dict[str, asyncio.Future[list[None]]] = {}
+        # Guids held but idle long enough to give back at the next renewal (``keep_renewed``).
+        self.idle: Callable[[], list[str]] = lambda: []
 
     async def _acquire_many(self, guids: Sequence[str]) -> list[GuidLease | None]:
         got = {lease.guid: lease for lease in await self.store.acquire(list(dict.fromkeys(guids)), self.owner)}
@@ -46,6 +53,9 @@ class GuidLeases:
 
     async def acquire(self, guid: str) -> GuidLease | None:
         """Take the guid's lease if it is free, expired or ours; None while another holds it."""
+        releasing = self._releasing.get(guid)
+        if releasing is not None:  # given back a moment ago: taken again after, never before
+            await asyncio.wait([releasing])
         asked = asyncio.ensure_future(self._batch.submit(guid))
         try:
             lease = await asyncio.shield(asked)
@@ -96,22 +106,44 @@ class GuidLeases:
                 log.warning("lease of guid %s lost (epoch %s is no longer ours)", guid, epoch)
                 self.forget(guid)
 
+    def regained(self, guid: str, epoch: int) -> bool:
+        """Whether ``epoch``, just taken, follows this sender's own release of the guid with
+        no other holder between (nor a forced release, which moves the epoch too)."""
+        return self.released_at.pop(guid, None) == epoch - 1
+
     async def release(self, guids: Iterable[str]) -> None:
-        """Give the leases back; releases asked for in the same instant go as one statement."""
+        """Give the leases back; releases asked for in the same instant go as one statement.
+        They are no longer held from the call on: a worker asking for one meanwhile takes it
+        again once the release is done."""
         mine = [g for g in guids if g in self.held]
-        if mine:
-            await asyncio.gather(*(self._releases.submit(g) for g in mine))
+        if not mine:
+            return
+        for g in mine:
+            self.released_at[g] = self.held.pop(g)
+        done = asyncio.ensure_future(asyncio.gather(*(self._releases.submit(g) for g in mine)))
+        for g in mine:
+            self._releasing[g] = done
+
+        def finished(f: asyncio.Future[list[None]]) -> None:
             for g in mine:
-                self.held.pop(g, None)
+                if self._releasing.get(g) is f:
+                    del self._releasing[g]
+            if not f.cancelled():
+                f.exception()  # raised to the caller, if it still awaits; never "never retrieved"
+
+        done.add_done_callback(finished)
+        await asyncio.shield(done)
 
     async def keep_renewed(self, stop: asyncio.Event) -> None:
-        """Renew every held lease three times per TTL until ``stop``."""
+        """Three times per TTL until ``stop``: give back the leases of guids idle long enough
+        (``idle``), renew the rest."""
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.ttl_s / 3)
             if stop.is_set():
                 return
             try:
+                await self.release(self.idle())
                 await self.renew()
             except TransientError:  # the database is away: leases may lapse; begin_send will tell
                 log.exception("guid lease renewal failed")

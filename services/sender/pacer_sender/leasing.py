@@ -1,6 +1,8 @@
 """The dispatcher's guid-lease bookkeeping: a guid's lease is taken before its first send
 (its pacing resumes where the previous holder left off) and given back once the guid's
-partition went and no item of it is in hand."""
+partition went and no item of it is in hand, or once the guid has had no worker for
+``idle_s``: a lease held is a row renewed three times per TTL, and a sender holding every
+guid it ever sent for would renew thousands of idle ones for nothing."""
 
 from __future__ import annotations
 
@@ -16,10 +18,30 @@ log = logging.getLogger(__name__)
 
 
 class LeaseKeeper:
-    def __init__(self, leases: GuidLeases, clock: Callable[[], float]) -> None:
+    def __init__(self, leases: GuidLeases, clock: Callable[[], float], idle_s: float = 60.0) -> None:
         self.leases = leases
         self.clock = clock
+        self.idle_s = idle_s
+        self.idle_since: dict[str, float] = {}  # held guids whose worker ended → when
         self._releasing: set[asyncio.Future[None]] = set()
+        leases.idle = self.idle
+
+    def busy(self, guid: str) -> None:
+        """A worker started for the guid."""
+        self.idle_since.pop(guid, None)
+
+    def rested(self, guid: str) -> None:
+        """The guid's worker ended with nothing to do: its lease goes back after ``idle_s``."""
+        if self.holds(guid):
+            self.idle_since[guid] = self.clock()
+
+    def idle(self) -> list[str]:
+        """Held guids without a worker for ``idle_s`` (no longer counted as idle: given back)."""
+        now = self.clock()
+        due = [g for g, since in self.idle_since.items() if now - since >= self.idle_s]
+        for g in due:
+            del self.idle_since[g]
+        return [g for g in due if self.holds(g)]
 
     def holds(self, guid: str) -> bool:
         return guid in self.leases.held
@@ -36,8 +58,9 @@ class LeaseKeeper:
             return False
         if lease is None:
             return False  # another sender still holds the guid (finishing, or not yet expired)
-        since = None if lease.last_send_at is None else (lease.db_now - lease.last_send_at).total_seconds()
-        pacer.resume_after(self.clock(), since, limits, lease.windows)
+        if not self.leases.regained(guid, lease.epoch):  # else its pacing here is the whole truth
+            since = None if lease.last_send_at is None else (lease.db_now - lease.last_send_at).total_seconds()
+            pacer.resume_after(self.clock(), since, limits, lease.windows)
         return True
 
     def lost(self, guid: str) -> None:

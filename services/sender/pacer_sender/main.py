@@ -70,6 +70,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
                                 on_internal_error=m.internal_errors.inc, job_interval=limits.job_interval,
                                 job_weight=limits.job_weight, shed_every_s=cfg.shed_every_s, on_shed=m.shed.inc,
                                 guid_cap=cfg.guid_buffer, max_buffered=cfg.max_buffered, horizon_s=2 * cfg.sweep_s,
+                                idle_lease_s=cfg.idle_lease_s,
                                 error_attempts=cfg.item_error_attempts, first_send_spread=cfg.first_send_spread)
         loop = ConsumerLoop(consumer, dispatcher, m.bad_commands, kafka.item_commands("online"),
                             kafka.item_commands("batch"))

@@ -77,7 +77,9 @@ class SenderMetrics:
             " backlog beyond its window stays in Postgres."
         ), registry=registry)
         self.active_guids = Gauge("pacer_sender_active_guids", "Guids with work in hand.", registry=registry)
-        self.leases_held = Gauge("pacer_sender_guid_leases_held", "Guid leases this sender holds.", registry=registry)
+        self.leases_held = Gauge("pacer_sender_guid_leases_held", (
+            "Guid leases this sender holds: its guids with work, and those idle for less than "
+            "`PACER_SENDER_IDLE_LEASE_S` (each renewed every TTL/3)."), registry=registry)
         self.partitions_assigned = Gauge("pacer_sender_partitions_assigned", (
             "Item-command partitions (both lane topics) the consumer group gives this sender: it runs the guids "
             "that hash to them. 0 on a live sender: more senders than partitions, or the group has not assigned "

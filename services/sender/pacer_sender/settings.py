@@ -61,6 +61,12 @@ class SenderSettings(OpsSettings):
         "claimed item is not sent if more than TTL/4 passed between the claim and the gateway call; it is "
         "rescheduled instead (outcome `deadline_missed`)."
     ))
+    idle_lease_s: float = Field(60.0, gt=0, description=(
+        "A guid whose worker has ended (nothing ready, nothing due soon) gives its guid lease back after this "
+        "many seconds without new work, at the next renewal (so within TTL/3 after). Held leases are renewed "
+        "every TTL/3, one row each: only guids with work cost that. A guid that gets work again takes its "
+        "lease again (one batched statement), and its pacing carries on where it stopped."
+    ))
     min_interval_ms: int = Field(round(DEFAULTS.min_interval_s * 1000), description="Least gap between two sends of one guid, in ms.")
     jitter_ms: int = Field(round(DEFAULTS.jitter_s * 1000), description=(
         "Random extra gap added to each interval, in ms (see `JITTER_DIST`). After a rate-limited answer, or a "
