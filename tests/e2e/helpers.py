@@ -3,6 +3,7 @@ the sends the fake gateway saw."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -23,6 +24,17 @@ def request(items: int, guids: int, request_id: str | None = None) -> dict[str, 
         ]},
         "expire_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat(),
     }
+
+
+def campaign_again(stack: Stack, rid: str, guids: int, tag: str = "again") -> str:
+    """Publish one more item on each guid of the ``guids``-guid campaign ``rid`` (recipients
+    ``<tag>-room-N``); returns the new request's id."""
+    req = request(guids, guids)
+    for target in req["targets"]["items"]:
+        target["guid"] = target["guid"].replace(str(req["request_id"]), rid)
+        target["to_id"] = f"{tag}-{target['to_id']}"
+    publish(stack, json.dumps(req).encode(), key=str(req["request_id"]).encode())
+    return str(req["request_id"])
 
 
 def publish(stack: Stack, *values: bytes, key: bytes | None = None) -> None:

@@ -15,7 +15,7 @@ from pacer_dev.infra import Infra
 from pacer_dev.stack import Stack
 from tests.conftest import stack_on
 from tests.e2e.conftest import gateway
-from tests.e2e.helpers import job_state, publish, request, sends_for
+from tests.e2e.helpers import campaign_again, job_state, publish, request, sends_for
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -44,13 +44,8 @@ def test_idle_guids_give_their_leases_back_and_take_them_again_with_their_pacing
         wait_for(lambda: all(owner is None for owner, _ in _leases(st, rid).values()), 30, "the idle guids' leases given back")
         assert st.metric("sender", "pacer_sender_guid_leases_held") == 0.0
 
-        second = request(GUIDS, GUIDS)
-        for target in second["targets"]["items"]:
-            target["guid"] = target["guid"].replace(str(second["request_id"]), rid)
-            target["to_id"] = f"again-{target['to_id']}"
-        publish(st, json.dumps(second).encode(), key=str(second["request_id"]).encode())
-        wait_for(lambda: (s := job_state(st, str(second["request_id"]))) and s[1] == {"confirmed": GUIDS}, 60,
-                 "every guid's second send")
+        second = campaign_again(st, rid, GUIDS)
+        wait_for(lambda: (s := job_state(st, second)) and s[1] == {"confirmed": GUIDS}, 60, "every guid's second send")
         again = _leases(st, rid)
         assert all(owner is not None and epoch == epochs[g][1] + 1 for g, (owner, epoch) in again.items()), (
             epochs, again)  # taken again by the same sender, nobody between

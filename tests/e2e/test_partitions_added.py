@@ -19,7 +19,7 @@ from pacer_dev.stack import Stack
 from pacer_sender.domain.partitions import partition_of
 from tests.conftest import stack_on
 from tests.e2e.conftest import gateway
-from tests.e2e.helpers import job_state, publish, request, sends_for
+from tests.e2e.helpers import campaign_again, job_state, publish, request, sends_for
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -74,12 +74,8 @@ def test_after_partitions_are_added_each_guid_is_sent_by_the_owner_of_its_new_pa
 
 def _campaign_again(st: Stack, rid: str, tag: str) -> None:
     """One more item on each guid of campaign ``rid``; waits until every one is sent."""
-    req = request(GUIDS, GUIDS)
-    for target in req["targets"]["items"]:
-        target["guid"] = target["guid"].replace(str(req["request_id"]), rid)
-        target["to_id"] = f"{tag}-{target['to_id']}"
-    publish(st, json.dumps(req).encode(), key=str(req["request_id"]).encode())
-    wait_for(lambda: (s := job_state(st, str(req["request_id"]))) and s[1] == {"confirmed": GUIDS}, 90,
+    again = campaign_again(st, rid, GUIDS, tag)
+    wait_for(lambda: (s := job_state(st, again)) and s[1] == {"confirmed": GUIDS}, 90,
              f"every guid's {tag} send, whichever partition it now hashes to")
 
 

@@ -14,7 +14,7 @@ import pytest
 from pacer_dev.infra import Infra
 from tests.conftest import stack_on
 from tests.e2e.conftest import gateway
-from tests.e2e.helpers import job_state, publish, request, sends_for
+from tests.e2e.helpers import campaign_again, job_state, publish, request, sends_for
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -43,11 +43,7 @@ def test_a_starting_sender_spreads_the_first_sends_of_its_rested_guids_over_one_
         # them is rested again (no send within its interval).
         rested_at = max(s["at"] for s in sends) + INTERVAL_S
         wait_for(lambda: time.time() >= rested_at, 10, "the guids rested")
-        second = request(GUIDS, GUIDS)
-        for target in second["targets"]["items"]:
-            target["guid"] = target["guid"].replace(str(second["request_id"]), rid)
-            target["to_id"] = f"again-{target['to_id']}"
-        publish(st, json.dumps(second).encode(), key=str(second["request_id"]).encode())
+        campaign_again(st, rid, GUIDS)
         again = wait_for(lambda: len(s := [x for x in sends_for(st, rid) if x["toId"].startswith("again-")]) == GUIDS
                          and s, 60, "every guid's send of the second campaign")
         _assert_spread(sorted(s["at"] for s in again), "the second campaign's sends")
