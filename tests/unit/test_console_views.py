@@ -16,6 +16,7 @@ from pacer_control.domain.views import (
     changes,
     describe_totals,
     duration,
+    effective_pacing,
     examples,
     number,
     progress,
@@ -150,3 +151,12 @@ def test_a_backlog_counts_as_queued_what_is_not_yet_begun() -> None:
                                                                           "waiting_retry": 5, "submitted": 7}}}
     assert queued_count(backlog) == 11
     assert queued_count({"queued": None}) == 0 and queued_count({"queued": 6}) == 6
+
+
+def test_a_guids_pacing_is_its_own_overrides_over_every_guids_and_skips_what_no_longer_reads() -> None:
+    every = {"min_interval_s": 30.0, "jitter_s": 0.0}
+    assert effective_pacing(every, {"min_interval_s": 7200.0}).min_interval_s == 7200.0
+    assert effective_pacing(every, None).min_interval_s == 30.0
+    # a limit a later release dropped: the guid's own overrides are skipped, as the senders do
+    assert effective_pacing(every, {"min_interval_s": 7200.0, "dropped_limit": 1}).min_interval_s == 30.0
+    assert effective_pacing({"dropped_limit": 1}, None) == DEFAULTS

@@ -127,8 +127,8 @@ def test_a_lease_asked_for_while_its_release_runs_is_taken_after_the_release() -
         releasing = asyncio.create_task(leases.release(["g"]))
         await until(lambda: "g" not in leases.held)
         taking = asyncio.create_task(leases.acquire("g"))
-        for _ in range(20):  # turns of the loop: ample for a take to reach the store
-            await asyncio.sleep(0)
+        # Either the take reached the store, or it waits (in asyncio.wait) for the release.
+        await until(lambda: bool(order) or "wait" in _awaiting(taking))
         assert order == [], "the take waits for the release under way"
         gate.set()
         await releasing
@@ -137,3 +137,12 @@ def test_a_lease_asked_for_while_its_release_runs_is_taken_after_the_release() -
     asyncio.run(scenario())
     assert order == ["release", "acquire"]
     assert store.rows["g"].owner == "a" and "g" in leases.held
+
+
+def _awaiting(task: asyncio.Task[object]) -> list[str]:
+    """The coroutines a suspended task is awaiting, outermost first."""
+    names, coro = [], task.get_coro()
+    while coro is not None and hasattr(coro, "cr_code"):
+        names.append(coro.cr_code.co_name)
+        coro = coro.cr_await
+    return names

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pacer_common.domain.ids import ItemId, new_item_ids
-from pacer_common.domain.limits import Pacing, parse_limits
+from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.requests import DEFAULT_TENANT
 from pacer_common.domain.tokens import Role, token_hash
 from pacer_common.domain.validation import InvalidRequest, validate_request
@@ -272,7 +272,7 @@ class Control:
         counts = row.get("backlog") or row  # one guid's view counts its queue in its backlog
         if "ready" in counts:
             now = self.clock()
-            pacing = Pacing.model_validate((every_guid or {}) | (row.get("limits") or {}))
+            pacing = views.effective_pacing(every_guid, row.get("limits"))
             row = row | {"quiet_until": views.quiet_until(pacing, now),
                          "activity": None if row["held"] else views.activity(
                              views.queued_count(counts), counts["ready"], row.get("last_send_at"),
