@@ -83,7 +83,9 @@ def test_with_no_spread_every_rested_guid_sends_at_once() -> None:
 
 def test_a_part_of_the_interval_bounds_the_hold() -> None:
     [firsts] = _campaigns(0.3)
-    assert firsts[-1] <= 0.3 * INTERVAL_S + 0.15
+    # Held by at most 0.3 of the interval, against up to the whole interval without the bound;
+    # the allowance is a loaded machine's event-loop lag (a third of a second, as below).
+    assert firsts[-1] <= 0.3 * INTERVAL_S + 0.3, f"a guid held {firsts[-1]:.2f} s"
     assert firsts[-1] - firsts[0] >= 0.15 * INTERVAL_S
 
 
