@@ -170,7 +170,7 @@ def test_a_guid_with_nothing_due_soon_ends_its_worker_until_the_sweep_starts_it(
         ring(d, rec.store, cmd("g", 0, not_before=datetime.now(UTC) + timedelta(seconds=0.5)))
         await until(lambda: not d.guids)  # due beyond the horizon: no worker waits for it
         ended = not rec.sent
-        sweeper = Sweeper(d, rec.store, _owns_all, interval_s=0.1)
+        sweeper = Sweeper(d, rec.store, _owns_all, _recount, interval_s=0.1)
         found = 0
         deadline = time.monotonic() + 10
         while not rec.sent:
@@ -183,8 +183,12 @@ def test_a_guid_with_nothing_due_soon_ends_its_worker_until_the_sweep_starts_it(
     assert ended and sent == ["g-0"] and found >= 1
 
 
-async def _owns_all():
-    return lambda g: True
+def _owns_all(guid: str) -> bool:
+    return True
+
+
+async def _recount() -> None:
+    """Partition counts read afresh: nothing changed."""
 
 
 def test_the_sweep_starts_owned_guids_whose_doorbells_were_lost_and_counts_them() -> None:
@@ -193,11 +197,9 @@ def test_the_sweep_starts_owned_guids_whose_doorbells_were_lost_and_counts_them(
         rec.store.add(cmd("mine", 0), cmd("mine", 1), cmd("theirs", 0))
         ring(d, rec.store, cmd("busy", 0))  # has a worker already
 
-        async def owns():
-            return lambda g: g != "theirs"
-
         counted: list[tuple[str, int]] = []
-        sweeper = Sweeper(d, rec.store, owns, interval_s=1.0, on_swept=lambda t, n: counted.append((t, n)))
+        sweeper = Sweeper(d, rec.store, lambda g: g != "theirs", _recount, interval_s=1.0,
+                          on_swept=lambda t, n: counted.append((t, n)))
         found = await sweeper.sweep("assign")
         await until(lambda: sum(g == "mine" for g, _, _ in rec.sent) == 2)
         second = await sweeper.sweep("periodic")
@@ -223,7 +225,7 @@ def test_a_new_owner_whose_doorbells_started_the_guid_still_sends_what_the_previ
         rec.store.add(*(cmd("g", n) for n in range(3)))  # their doorbells went to the previous owner
         for n in range(3, 6):
             ring(d, rec.store, cmd("g", n))  # the doorbells this sender consumed
-        await Sweeper(d, rec.store, _owns_all, interval_s=20.0).sweep("assign")
+        await Sweeper(d, rec.store, _owns_all, _recount, interval_s=20.0).sweep("assign")
         await until(lambda: not d.guids)  # the worker ran out of work and ended
         return sorted(i for _, i, _ in rec.sent)
 
@@ -238,17 +240,22 @@ def test_the_sweep_re_reads_a_busy_guid_only_if_its_window_would_never_reach_the
             ring(d, rec.store, cmd("g", n))
         await until(lambda: len(rec.sent) == 1)
         window = d.guids["g"].window
-        sweeper = Sweeper(d, rec.store, _owns_all, interval_s=1.0)
+        sweeper = Sweeper(d, rec.store, _owns_all, _recount, interval_s=1.0)
         window.more = False
-        await sweeper.sweep("periodic")
-        held = window.more  # its window holds the overdue items: left alone
+        reads = len(rec.store.reads)
+        await sweeper.sweep("periodic")  # a poked worker reads while the sweep waits for its partition counts
+        held = window.more or len(rec.store.reads) > reads  # its window holds the overdue items: left alone
         rec.store.add(cmd("g", 9))  # pending in Postgres, its doorbell lost
         for n in (1, 2):  # the window's items gone (taken by an operator, say): g-9 comes first
             window.lanes.remove_if(lambda c, n=n: c.item_id == cmd("g", n).item_id)
             window.ids.discard(cmd("g", n).item_id)
             rec.store.pending.pop(cmd("g", n).item_id, None)
         await sweeper.sweep("periodic")
-        lost = window.more  # a lost doorbell: the worker is told to read Postgres
+        try:  # a lost doorbell: the worker is told to read Postgres, and its window then holds g-9
+            await until(lambda: cmd("g", 9).item_id in window.ids, timeout=2.0)
+            lost = True
+        except AssertionError:
+            lost = False
         stop(d)
         return held, lost, d.misses("g", None)
 
@@ -277,6 +284,26 @@ def test_releasing_stops_the_guids_that_went_leaves_their_work_in_postgres_and_k
     assert left == ["slow-1", "slow-2"], "the dropped items stay pending for the next owner"
     assert released == ["idle", "slow"], "idle guids give their leases back too"
     assert held == set()
+
+
+def test_what_the_sender_kept_of_the_guids_that_went_goes_with_their_leases() -> None:
+    """A guid's pacer and lease bookkeeping outlive its workers (spacing survives an idle
+    spell), so they are dropped when the guid's partition goes: kept, they grew with every
+    guid that ever hashed to the sender. Whoever takes the guid next, this sender included,
+    resumes its pacing from the lease row."""
+    async def scenario() -> tuple[set[str], set[str], set[str], set[str]]:
+        d, rec, _ = dispatcher(FAST, GrantAll())
+        for g in ("went", "stays"):
+            ring(d, rec.store, cmd(g, 0))
+        await until(lambda: len(rec.sent) == 2 and not d.guids)  # both sent, and their workers ended
+        await d.release(lambda g: g == "went")
+        return set(d.paces), set(d.crew.leases.idle_since), set(d.leases.released_at), set(d.leases.held)
+
+    paces, idle, released_at, held = asyncio.run(scenario())
+    assert paces == {"stays"}, "the pacer of a guid that went was kept"
+    assert idle == {"stays"}, "a guid that went is still counted as idle here"
+    assert released_at == set(), "the epoch a guid that went was given back at was kept"
+    assert held == {"stays"}
 
 
 def test_releasing_when_nothing_is_queued_is_harmless() -> None:
@@ -665,3 +692,4 @@ def test_a_send_left_without_an_answer_slows_the_guid_before_its_next_send() -> 
     gap = asyncio.run(scenario())
     # Spaced as after an answered send, the next call would come 0.2 s after the timeout.
     assert gap >= 0.6, f"the next send followed a send left in doubt after {gap:.3f} s, as if it had been answered"
+

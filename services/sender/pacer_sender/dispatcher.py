@@ -146,6 +146,7 @@ class Dispatcher:
             self.ring(guid)  # rung again meanwhile: a fresh worker reads Postgres
         elif not self.owns(guid):
             self.crew.leases.hand_back(guid)
+            self.paces.pop(guid, None)
         elif self.guids.get(guid) is None:
             self.crew.leases.rested(guid)
 
@@ -168,6 +169,8 @@ class Dispatcher:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(progress.wait(), timeout=0.5)
         await self.crew.leases.release(gone, {guid for guid, w in stopped.items() if w.executing is not None})
+        for guid in [g for g in self.paces if gone(g) and g not in self.guids]:
+            del self.paces[guid]  # its pacing went with its lease: memory bounded by the guids owned
 
 
 def _scheduled(cmd: ItemCommand | CommandHead) -> bool:

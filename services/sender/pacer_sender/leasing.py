@@ -78,5 +78,9 @@ class LeaseKeeper:
     async def release(self, gone: Callable[[str], bool], in_hand: set[str]) -> None:
         """Give back every lease of a guid that went (idle guids keep theirs, so workers or
         not), except those with an item still in hand: their workers give them back when it
-        is done."""
+        is done. What this sender remembers of the guids that went is dropped: the next to
+        take one, this sender included, resumes its pacing from the lease row."""
         await self.leases.release([guid for guid in list(self.leases.held) if gone(guid) and guid not in in_hand])
+        for book in (self.idle_since, self.leases.released_at):
+            for guid in [g for g in book if gone(g)]:
+                del book[guid]

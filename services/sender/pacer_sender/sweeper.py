@@ -17,19 +17,20 @@ from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from pacer_sender.dispatcher import Dispatcher
-from pacer_sender.ports import GuidQueueStore
+from pacer_sender.ports import GuidQueueStore, Waiting
 
 log = logging.getLogger(__name__)
 Trigger = Literal["assign", "periodic"]
 
 
 class Sweeper:
-    def __init__(self, dispatcher: Dispatcher, queue: GuidQueueStore,
-                 ownership: Callable[[], Awaitable[Callable[[str], bool]]], interval_s: float,
+    def __init__(self, dispatcher: Dispatcher, queue: GuidQueueStore, owns: Callable[[str], bool],
+                 recount: Callable[[], Awaitable[object]], interval_s: float,
                  on_swept: Callable[[Trigger, int], None] = lambda trigger, n: None) -> None:
         self.dispatcher = dispatcher
         self.queue = queue
-        self.ownership = ownership  # → "is this guid mine?", with fresh partition counts
+        self.owns = owns  # is this guid mine? (by the partition counts last read)
+        self.recount = recount  # read the partition counts afresh; gives back what hashes elsewhere
         self.interval_s = interval_s
         self.on_swept = on_swept
         self._asked = asyncio.Event()
@@ -57,14 +58,30 @@ class Sweeper:
     async def sweep(self, trigger: Trigger) -> int:
         """Start workers for owned guids with queued work; returns how many guids had work
         overdue and no worker (their doorbells were lost or handled by a previous owner)."""
-        # Work due within two sweeps gets its worker now; it sleeps until the work is due. The
-        # partition counts and the query are asked at once: at an assignment under load each
-        # takes up to a second, and the moved guids wait for both.
-        owns, waiting = await asyncio.gather(
-            self.ownership(), self.queue.waiting_guids(horizon_s=2 * self.interval_s, grace_s=self.interval_s))
+        # Every sweep reads the partition counts afresh (partitions may have been added), but
+        # starts the work it finds on the counts last read, without waiting for the new ones:
+        # at an assignment under load the read takes up to a second, and the moved guids would
+        # wait for it. Counts seldom change; when they have, the read itself gives back the
+        # guids that now hash elsewhere, whatever this sweep started for them meanwhile (their
+        # leases kept any two senders from sending for one guid at once).
+        recount = asyncio.ensure_future(self.recount())
+        try:
+            # Work due within two sweeps gets its worker now; it sleeps until the work is due.
+            found = self._start(await self.queue.waiting_guids(horizon_s=2 * self.interval_s, grace_s=self.interval_s))
+        finally:
+            await asyncio.wait([recount])
+            failed = recount.exception()  # taken whatever happened above: never "never retrieved"
+        if found:
+            log.warning("sweep (%s) found %d guids with queued work and no worker", trigger, found)
+        self.on_swept(trigger, found)
+        if failed is not None:
+            raise failed  # the last counts stand; run() logs it and the next sweep reads again
+        return found
+
+    def _start(self, waiting: list[Waiting]) -> int:
         found = 0
         for w in waiting:
-            if not owns(w.guid):
+            if not self.owns(w.guid):
                 continue
             if w.guid in self.dispatcher.guids:
                 if w.overdue and self.dispatcher.misses(w.guid, w.item_id):
@@ -72,7 +89,4 @@ class Sweeper:
                 continue
             self.dispatcher.poke(w.guid)
             found += w.overdue
-        if found:
-            log.warning("sweep (%s) found %d guids with queued work and no worker", trigger, found)
-        self.on_swept(trigger, found)
         return found
