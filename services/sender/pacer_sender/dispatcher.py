@@ -68,6 +68,7 @@ class Dispatcher:
                                       error_backoff_s=error_backoff_s, first_send_spread=first_send_spread),
                          hooks, rng, clock, owns=lambda guid: self.owns(guid))
         self.guids: dict[str, GuidWorker] = {}
+        self.crew.buffer.windows = lambda: len(self.guids)
         self.paces: dict[str, GuidPacer] = {}  # kept across workers: spacing survives an idle spell
 
     @property

@@ -73,8 +73,8 @@ class SenderMetrics:
             "assignment — normal after a rebalance or a sender's death. `periodic`: a doorbell was lost."
         ), ["trigger"], registry=registry)
         self.buffered = Gauge("pacer_sender_buffered_items", (
-            "Commands held in guids' in-memory windows (batch ones at most `PACER_SENDER_MAX_BUFFERED`). A guid's"
-            " backlog beyond its window stays in Postgres."
+            "Commands held in guids' in-memory windows (batch ones about `PACER_SENDER_MAX_BUFFERED`, at most about"
+            " twice it). A guid's backlog beyond its window stays in Postgres."
         ), registry=registry)
         self.active_guids = Gauge("pacer_sender_active_guids", "Guids with work in hand.", registry=registry)
         self.leases_held = Gauge("pacer_sender_guid_leases_held", (

@@ -112,10 +112,13 @@ class SenderSettings(OpsSettings):
         "Retry backoff base, in seconds. The delay before attempt n+1 is drawn uniformly from [c/2, c], with c = "
         "min(300 s, base × 2^(n−1))."
     ))
-    max_buffered: int = Field(20_000, description=(
-        "Batch commands held in memory by all guids' windows together. Past it a batch command only rings its "
-        "guid (the item is read from Postgres when the guid gets to it), and a guid reads one item at a time. "
-        "Online commands are always held, up to a window each."
+    max_buffered: int = Field(100_000, gt=0, description=(
+        "Batch commands held in memory by all guids' windows together (about 2.5 KiB each), refills under way "
+        "included. Past it a batch command only rings its guid (the item is read from Postgres when the guid "
+        "gets to it); once it is reached, a guid's window reads only when empty, its share of this budget "
+        "(this over the guids with windows, at least one item), so the windows hold at most about twice it. "
+        "Below about ten per guid, reads cost a sender more CPU per send than the sends do. Online commands "
+        "are always held, up to a window each."
     ))
     guid_buffer: int = Field(default=50, ge=2, description=(
         "A guid's in-memory window, per lane (at least 2): ready commands held so most sends need no read. Past "

@@ -198,11 +198,14 @@ class GuidWorker:
         # window is a prefix of the order, so what it reads goes after what it holds.
         if not n or not (self.window.urgent or not self.window or self.sent):
             return True
+        n = self.crew.buffer.read_size(n, len(self.window))
+        if not n:
+            return True  # memory is short: this window reads once it is empty
         rings = self.window.refilling()
         self.sent = False
-        n = self.crew.buffer.read_size(n)
         try:
-            ready = await self.crew.queue.next_ready(self.guid, list(self.window.ids), n)
+            with self.crew.buffer.reading_for(n):
+                ready = await self.crew.queue.next_ready(self.guid, list(self.window.ids), n)
         except TransientError:
             log.exception("next items of guid %s not read; trying again", self.guid)
             return False
