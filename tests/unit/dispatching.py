@@ -82,3 +82,7 @@ def stop(d: Dispatcher) -> None:
 
 
 FAST = Limits(min_interval_s=0.0, jitter_s=0.0)
+
+
+async def unchanged_counts() -> None:
+    """A sweep's fresh read of the partition counts: nothing changed."""

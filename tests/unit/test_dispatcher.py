@@ -27,6 +27,7 @@ from tests.unit.dispatching import (
     name,
     ring,
     stop,
+    unchanged_counts,
     until,
 )
 from tests.unit.fakes import GrantAll
@@ -170,7 +171,7 @@ def test_a_guid_with_nothing_due_soon_ends_its_worker_until_the_sweep_starts_it(
         ring(d, rec.store, cmd("g", 0, not_before=datetime.now(UTC) + timedelta(seconds=0.5)))
         await until(lambda: not d.guids)  # due beyond the horizon: no worker waits for it
         ended = not rec.sent
-        sweeper = Sweeper(d, rec.store, _owns_all, _recount, interval_s=0.1)
+        sweeper = Sweeper(d, rec.store, _owns_all, unchanged_counts, interval_s=0.1)
         found = 0
         deadline = time.monotonic() + 10
         while not rec.sent:
@@ -187,10 +188,6 @@ def _owns_all(guid: str) -> bool:
     return True
 
 
-async def _recount() -> None:
-    """Partition counts read afresh: nothing changed."""
-
-
 def test_the_sweep_starts_owned_guids_whose_doorbells_were_lost_and_counts_them() -> None:
     async def scenario() -> tuple[int, int, list[str], list[tuple[str, int]]]:
         d, rec, _ = dispatcher(FAST)
@@ -198,7 +195,7 @@ def test_the_sweep_starts_owned_guids_whose_doorbells_were_lost_and_counts_them(
         ring(d, rec.store, cmd("busy", 0))  # has a worker already
 
         counted: list[tuple[str, int]] = []
-        sweeper = Sweeper(d, rec.store, lambda g: g != "theirs", _recount, interval_s=1.0,
+        sweeper = Sweeper(d, rec.store, lambda g: g != "theirs", unchanged_counts, interval_s=1.0,
                           on_swept=lambda t, n: counted.append((t, n)))
         found = await sweeper.sweep("assign")
         await until(lambda: sum(g == "mine" for g, _, _ in rec.sent) == 2)
@@ -225,7 +222,7 @@ def test_a_new_owner_whose_doorbells_started_the_guid_still_sends_what_the_previ
         rec.store.add(*(cmd("g", n) for n in range(3)))  # their doorbells went to the previous owner
         for n in range(3, 6):
             ring(d, rec.store, cmd("g", n))  # the doorbells this sender consumed
-        await Sweeper(d, rec.store, _owns_all, _recount, interval_s=20.0).sweep("assign")
+        await Sweeper(d, rec.store, _owns_all, unchanged_counts, interval_s=20.0).sweep("assign")
         await until(lambda: not d.guids)  # the worker ran out of work and ended
         return sorted(i for _, i, _ in rec.sent)
 
@@ -240,7 +237,7 @@ def test_the_sweep_re_reads_a_busy_guid_only_if_its_window_would_never_reach_the
             ring(d, rec.store, cmd("g", n))
         await until(lambda: len(rec.sent) == 1)
         window = d.guids["g"].window
-        sweeper = Sweeper(d, rec.store, _owns_all, _recount, interval_s=1.0)
+        sweeper = Sweeper(d, rec.store, _owns_all, unchanged_counts, interval_s=1.0)
         window.more = False
         reads = len(rec.store.reads)
         await sweeper.sweep("periodic")  # a poked worker reads while the sweep waits for its partition counts

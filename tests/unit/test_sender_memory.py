@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pacer_sender.flow import Buffer
 from pacer_sender.ports import Ready
 from pacer_sender.sweeper import Sweeper
-from tests.unit.dispatching import FAST, cmd, dispatcher, stop, until
+from tests.unit.dispatching import FAST, cmd, dispatcher, stop, unchanged_counts, until
 
 
 def test_a_window_still_holding_work_does_not_read_while_memory_is_short() -> None:
@@ -46,7 +46,7 @@ def test_refills_under_way_count_against_the_budget_from_the_moment_they_are_ask
             return await read(guid, exclude, limit)
 
         rec.store.next_ready = held_back  # type: ignore[method-assign]  # the same store, its answers held back
-        await Sweeper(d, rec.store, lambda g: True, _recount, interval_s=60.0).sweep("assign")
+        await Sweeper(d, rec.store, lambda g: True, unchanged_counts, interval_s=60.0).sweep("assign")
         await until(lambda: len(asked) == len(guids))
         in_flight = list(asked)  # every moved guid's first read, none answered yet
         answer.set()
@@ -57,7 +57,3 @@ def test_refills_under_way_count_against_the_budget_from_the_moment_they_are_ask
     asked = asyncio.run(scenario())
     assert sum(asked) <= 2 * 200, f"reads under way asked {sum(asked)} items against a budget of 200: {asked}"
     assert min(asked) >= 200 // 40, f"a window read less than its share of the budget: {asked}"
-
-
-async def _recount() -> None:
-    """Partition counts read afresh: nothing changed."""

@@ -62,13 +62,12 @@ class Dispatcher:
         if on_shed is not None:
             hooks.on_shed = on_shed
         rng = rng or random.Random()
-        self.crew = Crew(executor, limits, queue, Buffer(guid_cap, max_buffered),
+        self.guids: dict[str, GuidWorker] = {}
+        self.crew = Crew(executor, limits, queue, Buffer(guid_cap, max_buffered, lambda: len(self.guids)),
                          LeaseKeeper(leases, clock, idle_lease_s),
                          WorkerConfig(shed_every_s=shed_every_s, horizon_s=horizon_s, error_attempts=error_attempts,
                                       error_backoff_s=error_backoff_s, first_send_spread=first_send_spread),
                          hooks, rng, clock, owns=lambda guid: self.owns(guid))
-        self.guids: dict[str, GuidWorker] = {}
-        self.crew.buffer.windows = lambda: len(self.guids)
         self.paces: dict[str, GuidPacer] = {}  # kept across workers: spacing survives an idle spell
 
     @property

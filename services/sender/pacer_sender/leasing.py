@@ -68,10 +68,11 @@ class LeaseKeeper:
         self.leases.forget(guid)
 
     def hand_back(self, guid: str) -> None:
-        """Give the guid's lease back in the background (its worker ended after its partition went)."""
+        """Give the guid's lease back in the background (its worker ended after its partition
+        went), and forget the guid as :meth:`release` does."""
         if not self.holds(guid):
             return
-        task = asyncio.ensure_future(self.leases.release([guid]))
+        task = asyncio.ensure_future(self._hand_back(guid))
         self._releasing.add(task)
         task.add_done_callback(self._releasing.discard)
 
@@ -81,6 +82,13 @@ class LeaseKeeper:
         is done. What this sender remembers of the guids that went is dropped: the next to
         take one, this sender included, resumes its pacing from the lease row."""
         await self.leases.release([guid for guid in list(self.leases.held) if gone(guid) and guid not in in_hand])
+        self._forget(gone)
+
+    async def _hand_back(self, guid: str) -> None:
+        await self.leases.release([guid])
+        self._forget(lambda g: g == guid)
+
+    def _forget(self, gone: Callable[[str], bool]) -> None:
         for book in (self.idle_since, self.leases.released_at):
             for guid in [g for g in book if gone(g)]:
                 del book[guid]
