@@ -487,9 +487,14 @@ def test_a_guid_executing_when_its_partition_goes_gives_its_lease_back_after_the
         assert store.released == []  # in hand: the lease stays while the item runs
         rec.gate.set()
         await until(lambda: store.released == ["g"])
+        await until(lambda: not d.crew.leases._releasing)  # the hand-back, done
 
     asyncio.run(go())
     assert "g" not in d.leases.held
+    # Forgotten as a release forgets it: whoever takes the guid next resumes from the lease row.
+    assert "g" not in d.paces, "the pacer of a guid handed back was kept"
+    assert "g" not in d.leases.released_at, "the epoch a guid handed back was given back at was kept"
+    assert "g" not in d.crew.leases.idle_since
 
 
 
