@@ -3,14 +3,17 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# mypy's cache lives with the other tool caches, outside the checkout: a fresh clone re-checks
+# only what changed (mypy compares each file's hash), not all of it.
+MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pacer/mypy
 
 .PHONY: install demo test up down env lint prometheus chaos bench clean helm chart lock docs schema-sql
 
 $(STAMP): pyproject.toml libs/devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]"
-	$(BIN)/pip install --quiet -e libs/devtools
+	$(BIN)/pip install --quiet "uv>=0.5"
+	$(BIN)/uv pip install --quiet --python $(BIN)/python $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) \
+	  -e ".[dev]" -e libs/devtools
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -39,7 +42,7 @@ lock: install           ## recompile the image's dependency locks (deploy/docker
 lint: install           ## layering contracts, ruff (rules in pyproject.toml), mypy (strict on libs/common and every domain/)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
-	$(BIN)/mypy
+	MYPY_CACHE_DIR="$(MYPY_CACHE_DIR)" $(BIN)/mypy
 
 schema-sql: install     ## regenerate libs/common/pacer_common/db/schema.sql from the migrations and function files
 	$(BIN)/python -m pacer_dev.schema_dump
