@@ -196,6 +196,33 @@ def test_a_short_refill_means_postgres_has_no_more_unless_rung_meanwhile() -> No
     assert w.more, "a full refill: Postgres may hold more"
 
 
+def test_a_short_refill_that_read_every_item_rung_for_meanwhile_has_caught_up() -> None:
+    w = GuidWindow(cap=4)
+    w.ring()  # the sweep: Postgres has work, no item named
+    rings = w.refilling()
+    assert not w.offer(command(1)) and not w.offer(command(2)), "their doorbells, while the read runs, ring"
+    w.refilled([command(1), command(2)], asked=4, rings_before=rings)
+    assert not w.more, "every item rung for during the read came with it: nothing more to read"
+
+    w.ring()
+    rings = w.refilling()
+    w.offer(command(3))
+    w.refilled([command(4)], asked=4, rings_before=rings)
+    assert w.more, "an item rung for during the read that it did not return: it may have committed after"
+
+    rings = w.refilling()
+    w.offer(command(5))
+    w.ring()  # unnamed (a sweep, a scheduled item, an unreadable command)
+    w.refilled([command(5)], asked=4, rings_before=rings)
+    assert w.more, "a doorbell that named no item may be for anything"
+
+    rings = w.refilling()
+    for n in range(6, 6 + w.cap + 1):
+        w.note(3, JobId("j"), command(n).item_id)
+    w.refilled([command(n) for n in range(6, 6 + w.cap - 1)], asked=w.cap, rings_before=rings)
+    assert w.more, "more rang than a window holds: not all remembered, so not caught up"
+
+
 @settings(database=None, max_examples=200, deadline=None)
 @given(st.lists(st.one_of(st.tuples(st.just("offer"), st.integers(0, 30), st.sampled_from([1, 3])),
                           st.tuples(st.just("take"), st.sampled_from(["online", "batch"])),

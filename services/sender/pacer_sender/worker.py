@@ -76,7 +76,7 @@ class GuidWorker:
     def note(self, head: CommandHead) -> None:
         """A ready command the window would not hold, read only for its head: Postgres has
         it; the window reads at once if it sorts ahead of what the window holds."""
-        self.window.note(head.priority, head.job_id)
+        self.window.note(head.priority, head.job_id, head.item_id)
 
     def acted_on(self) -> tuple[bool, bool, int, float | None]:
         """What the worker acts on at its next moment: a doorbell that leaves this as it was

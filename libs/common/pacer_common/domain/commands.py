@@ -51,6 +51,7 @@ class CommandHead(BaseModel):
     job_id: JobId
     priority: int
     not_before: AwareDatetime | None = None
+    item_id: ItemId | None = None  # which item rang: a refill that read it has caught up with it
 
 
 ItemFields = tuple[ItemId, int, Guid, ToId, str, IdemKey]  # item_id, shard_id, guid, to_id, content, idem_key

@@ -143,12 +143,21 @@ class GuidWindow:
         self.more = False
         self.urgent = False  # Postgres holds work that sorts ahead of the window: refill now
         self.rings = 0  # doorbells not held since the start (a refill reads what they rang for)
+        # The items rung for since the last refill began; None once one rang unnamed (a sweep,
+        # a scheduled item, an unreadable command) or more rang than a window holds.
+        self.rung: set[ItemId] | None = set()
         self.expiring = 0  # batch commands held that have an expire_at (shedding checks only those)
 
-    def ring(self) -> None:
-        """Postgres has work for this guid that the window does not hold."""
+    def ring(self, item_id: ItemId | None = None) -> None:
+        """Postgres has work for this guid that the window does not hold (``item_id``, if
+        the doorbell named it)."""
         self.more = True
         self.rings += 1
+        if self.rung is not None:
+            if item_id is None or len(self.rung) >= self.cap:
+                self.rung = None
+            else:
+                self.rung.add(item_id)
 
     def reorder(self) -> None:
         """Postgres holds work that may sort ahead of the batch lane (a better priority, a
@@ -169,21 +178,22 @@ class GuidWindow:
             return True
         lane = lane_of(cmd.priority)
         if (self.more and lane == "batch") or not room or len(self.lanes.lanes[lane]) >= self.cap:
-            self.note(cmd.priority, cmd.job_id)
+            self.note(cmd.priority, cmd.job_id, cmd.item_id)
             return False
         self.put(cmd, now)
         return True
 
-    def note(self, priority: int, job: JobId) -> None:
-        """A command of ``job`` at ``priority`` that the window does not hold: Postgres has it.
-        If it sorts ahead of the batch lane — a better priority, or a job the lane holds nothing
-        of at that priority (fair share owes it a turn) — refill at once; else ring."""
+    def note(self, priority: int, job: JobId, item_id: ItemId | None = None) -> None:
+        """A command of ``job`` at ``priority`` (item ``item_id``, if known) that the window
+        does not hold: Postgres has it. If it sorts ahead of the batch lane — a better
+        priority, or a job the lane holds nothing of at that priority (fair share owes it a
+        turn) — refill at once; else ring."""
         batch = self.lanes.lanes["batch"]
         best = batch.best_priority()
         if lane_of(priority) == "batch" and best is not None and (priority < best or not batch.holds(priority, job)):
             self.reorder()
         else:
-            self.ring()
+            self.ring(item_id)
 
     def put(self, cmd: ItemCommand, since: float = 0.0) -> None:
         """Hold ``cmd`` whatever the cap (an item put back after a failed attempt)."""
@@ -206,20 +216,24 @@ class GuidWindow:
     def refilling(self) -> int:
         """A refill starts: the doorbell count to hand to :meth:`refilled`."""
         self.urgent = False
+        self.rung = set()
         return self.rings
 
     def refilled(self, cmds: Iterable[ItemCommand], asked: int, rings_before: int,
                  since: dict[str, float] | None = None, now: float = 0.0) -> int:
         """Take what a refill read (in the send order); returns how many were new. Postgres
         had no more ready work than that if it gave fewer than asked and nothing rang
-        meanwhile."""
+        meanwhile but items the window now holds: a guid's doorbells often arrive while its
+        first read runs (a sender starting, or taking a partition, reads every guid the sweep
+        finds as their commands are consumed), and each such ring, counted alone, cost the
+        guid a second read of its whole queue after its first send."""
         got = new = 0
         for cmd in cmds:
             got += 1
             if cmd.item_id not in self.ids:
                 self.put(cmd, (since or {}).get(cmd.item_id, now))
                 new += 1
-        if got < asked and self.rings == rings_before:
+        if got < asked and (self.rings == rings_before or (self.rung is not None and self.rung <= self.ids)):
             self.more = False
         return new
 
