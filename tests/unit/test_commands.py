@@ -26,3 +26,18 @@ def test_bulk_encoding_matches_the_model_exactly(job_id, priority, kind, expire_
     assert list(batch) == models
     assert list(batch.encoded()) == [(m.guid, m.model_dump_json().encode()) for m in models]
     assert [ItemCommand.model_validate_json(b) for _, b in batch.encoded()] == models
+
+
+def test_commands_given_the_same_fields_share_one_record_of_them_and_each_still_tells_its_own() -> None:
+    """A sender holds up to twice its memory budget of commands: the set of given field
+    names pydantic keeps per instance was half of each."""
+    fields = dict(job_id="j", shard_id=1, guid="g", to_id="r", content="x", idem_key="k", priority=3,
+                  kind="campaign")
+    a, b = (ItemCommand.model_validate_json(ItemCommand(item_id=i, **fields).model_dump_json()) for i in ("1", "2"))
+    assert a.model_fields_set is b.model_fields_set, "each command keeps a set of its own"
+    assert a.model_fields_set == set(ItemCommand.model_fields)
+    fewer = ItemCommand.model_validate({"item_id": "3", **fields})
+    assert fewer.model_fields_set == {"item_id", *fields}, "a command given fewer fields reports those"
+    assert fewer.model_dump(exclude_unset=True) == {"item_id": "3", **fields}
+    again = ItemCommand.model_copy(fewer, update={"tenant": "t"})
+    assert "tenant" in again.model_fields_set and "tenant" not in fewer.model_fields_set, "a copy's record is its own"

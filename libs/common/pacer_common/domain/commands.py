@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import overload
+from typing import Any, overload
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
@@ -38,6 +38,24 @@ class ItemCommand(BaseModel):
     traceparent: str | None = None
     # The job's tenant: whose gateway (URL, credential, breaker) sends it.
     tenant: str = "default"
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Share the record of which fields were given with every command given the same
+        ones. Pydantic keeps a set of their names per instance, 730 bytes of the 1,500 a
+        command costs; a sender holds up to twice ``PACER_SENDER_MAX_BUFFERED`` of them. The
+        model is frozen, so nothing adds to the set (a copy gets its own)."""
+        given = self.__pydantic_fields_set__
+        shared = _FIELD_SETS.get(frozenset(given))
+        if shared is None:
+            if len(_FIELD_SETS) >= _FIELD_SETS_MAX:
+                return
+            shared = _FIELD_SETS[frozenset(given)] = set(given)
+        object.__setattr__(self, "__pydantic_fields_set__", shared)
+
+
+# The sets of given fields commands share: one per combination met (a handful in practice).
+_FIELD_SETS: dict[frozenset[str], set[str]] = {}
+_FIELD_SETS_MAX = 64
 
 
 class CommandHead(BaseModel):
