@@ -144,12 +144,12 @@ def test_a_window_holds_up_to_its_cap_per_lane_and_rings_for_the_rest() -> None:
     w = GuidWindow(cap=3)
     held = [w.offer(command(n)) for n in range(5)]
     assert held == [True, True, True, False, False]
-    assert len(w) == 3 and w.more and w.rings == 2
+    assert len(w) == 3 and w.more and w.rung == {command(3).item_id, command(4).item_id}
     assert w.offer(command(99, priority=1)), "the online lane has its own room"
     assert len(w.lanes.lanes["online"]) == 1
     w.take("batch")
     assert not w.offer(command(5)), "Postgres holds older batch work: it chooses, not arrival"
-    assert w.rings == 3
+    assert w.rung is not None and command(5).item_id in w.rung
 
 
 def test_an_urgent_command_is_held_even_while_postgres_holds_more() -> None:
@@ -183,44 +183,44 @@ def test_a_window_asks_for_a_refill_only_when_rung_and_down_to_half() -> None:
 def test_a_short_refill_means_postgres_has_no_more_unless_rung_meanwhile() -> None:
     w = GuidWindow(cap=4)
     w.ring()
-    rings = w.rings
+    w.refilling()
     w.ring()  # a doorbell while the read was on its way
-    assert w.refilled([command(1)], asked=4, rings_before=rings) == 1
+    assert w.refilled([command(1)], asked=4) == 1
     assert w.more, "the doorbell that rang during the read may be for an item the read missed"
-    rings = w.rings
-    assert w.refilled([command(1), command(2)], asked=4, rings_before=rings) == 1, "item 1 already held"
+    w.refilling()
+    assert w.refilled([command(1), command(2)], asked=4) == 1, "item 1 already held"
     assert not w.more
     w.ring()
-    rings = w.rings
-    w.refilled([command(n) for n in range(3, 5)], asked=2, rings_before=rings)
+    w.refilling()
+    w.refilled([command(n) for n in range(3, 5)], asked=2)
     assert w.more, "a full refill: Postgres may hold more"
 
 
 def test_a_short_refill_that_read_every_item_rung_for_meanwhile_has_caught_up() -> None:
     w = GuidWindow(cap=4)
     w.ring()  # the sweep: Postgres has work, no item named
-    rings = w.refilling()
+    w.refilling()
     assert not w.offer(command(1)) and not w.offer(command(2)), "their doorbells, while the read runs, ring"
-    w.refilled([command(1), command(2)], asked=4, rings_before=rings)
+    w.refilled([command(1), command(2)], asked=4)
     assert not w.more, "every item rung for during the read came with it: nothing more to read"
 
     w.ring()
-    rings = w.refilling()
+    w.refilling()
     w.offer(command(3))
-    w.refilled([command(4)], asked=4, rings_before=rings)
+    w.refilled([command(4)], asked=4)
     assert w.more, "an item rung for during the read that it did not return: it may have committed after"
 
-    rings = w.refilling()
+    w.refilling()
     w.offer(command(5))
     w.ring()  # unnamed (a sweep, a scheduled item, an unreadable command)
-    w.refilled([command(5)], asked=4, rings_before=rings)
+    w.refilled([command(5)], asked=4)
     assert w.more, "a doorbell that named no item may be for anything"
 
-    rings = w.refilling()
+    w.refilling()
     many = [command(n) for n in range(6, 6 + w.cap + 1)]
     for c in many:
         w.note(3, JobId("j"), c.item_id)
-    w.refilled(many, asked=2 * w.cap, rings_before=rings)  # it even returned every one of them
+    w.refilled(many, asked=2 * w.cap)  # it even returned every one of them
     assert w.more, "more rang than a window holds: not all remembered (memory stays bounded), so not caught up"
 
 
@@ -247,7 +247,8 @@ def test_a_window_holds_each_item_once_and_at_most_its_cap_from_doorbells(script
         else:
             n = w.refill_size()
             if n:
-                w.refilled([expiring(i) for i in op[1][:n]], n, w.rings)
+                w.refilling()
+                w.refilled([expiring(i) for i in op[1][:n]], n)
         held = [e.value.item_id for q in w.lanes.lanes.values() for e in q._ready]
         assert w.expiring == sum(c.expire_at is not None for c in w.lanes.lanes["batch"].values()), \
             "the count of expiring batch commands the shedding check relies on"

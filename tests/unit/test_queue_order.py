@@ -74,7 +74,8 @@ def test_the_memory_queue_shares_by_weight_too() -> None:
 def test_a_better_priority_doorbell_behind_a_deep_queue_drops_the_batch_lane_and_refills_at_once() -> None:
     w = GuidWindow(cap=10)
     w.ring()  # Postgres holds more than the window
-    w.refilled([cmd("g", n) for n in range(10)], asked=10, rings_before=w.refilling())
+    w.refilling()
+    w.refilled([cmd("g", n) for n in range(10)], asked=10)
     assert w.refill_size() == 0, "full: no refill for more of the same"
     assert not w.offer(cmd("g", 50)), "the same job: Postgres chooses; the window stays"
     assert len(w) == 10 and w.refill_size() == 0
@@ -85,7 +86,8 @@ def test_a_better_priority_doorbell_behind_a_deep_queue_drops_the_batch_lane_and
 def test_a_doorbell_of_a_job_the_window_holds_nothing_of_asks_for_its_turn() -> None:
     w = GuidWindow(cap=10)
     w.ring()
-    w.refilled([cmd("g", n) for n in range(10)], asked=10, rings_before=w.refilling())
+    w.refilling()
+    w.refilled([cmd("g", n) for n in range(10)], asked=10)
     w.offer(cmd("g", 60, job="new"))
     assert w.urgent and len(w) == 0
     w.refilling()
@@ -95,13 +97,14 @@ def test_a_doorbell_of_a_job_the_window_holds_nothing_of_asks_for_its_turn() -> 
 def test_after_a_refill_a_job_that_just_arrived_goes_before_one_that_just_sent() -> None:
     w = GuidWindow(cap=10)
     w.ring()
-    w.refilled([cmd("g", n, job="big") for n in range(10)], asked=10, rings_before=w.refilling())
+    w.refilling()
+    w.refilled([cmd("g", n, job="big") for n in range(10)], asked=10)
     assert w.take("batch") == cmd("g", 0, job="big")
     w.offer(cmd("g", 100, job="small"))  # a job the window holds nothing of: refill
     # Postgres ranks both jobs' next items equal and puts the older (big) first; the window
     # remembers that big has just had its turn
-    w.refilled([cmd("g", 1, job="big"), cmd("g", 100, job="small"), cmd("g", 2, job="big")], asked=10,
-               rings_before=w.refilling())
+    w.refilling()
+    w.refilled([cmd("g", 1, job="big"), cmd("g", 100, job="small"), cmd("g", 2, job="big")], asked=10)
     assert [w.take("batch") for _ in range(3)] == [cmd("g", 100, job="small"), cmd("g", 1, job="big"),
                                                     cmd("g", 2, job="big")]
 

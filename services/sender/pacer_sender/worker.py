@@ -201,7 +201,7 @@ class GuidWorker:
         n = self.crew.buffer.read_size(n, len(self.window))
         if not n:
             return True  # memory is short: this window reads once it is empty
-        rings = self.window.refilling()
+        self.window.refilling()
         self.sent = False
         try:
             with self.crew.buffer.reading_for(n):
@@ -213,7 +213,7 @@ class GuidWorker:
         if self.stopping:
             return True
         with self.crew.buffer.tracking(self.window):
-            self.window.refilled(ready.commands, n, rings, ready.ready_since, time.time())
+            self.window.refilled(ready.commands, n, ready.ready_since, time.time())
         self.due_at = None if ready.due_in_s is None else self.crew.clock() + max(0.0, ready.due_in_s)
         return True
 

@@ -142,7 +142,6 @@ class GuidWindow:
         self.since: dict[ItemId, float] = {}  # item id → when it became ready (epoch s), for waits
         self.more = False
         self.urgent = False  # Postgres holds work that sorts ahead of the window: refill now
-        self.rings = 0  # doorbells not held since the start (a refill reads what they rang for)
         # The items rung for since the last refill began; None once one rang unnamed (a sweep,
         # a scheduled item, an unreadable command) or more rang than a window holds.
         self.rung: set[ItemId] | None = set()
@@ -152,7 +151,6 @@ class GuidWindow:
         """Postgres has work for this guid that the window does not hold (``item_id``, if
         the doorbell named it)."""
         self.more = True
-        self.rings += 1
         if self.rung is not None:
             if item_id is None or len(self.rung) >= self.cap:
                 self.rung = None
@@ -213,14 +211,13 @@ class GuidWindow:
         n = max(1, self.cap - len(self.lanes))
         return min(n, HEAD_READ) if self.urgent else n
 
-    def refilling(self) -> int:
-        """A refill starts: the doorbell count to hand to :meth:`refilled`."""
+    def refilling(self) -> None:
+        """A refill starts: from now, remember what rings, for :meth:`refilled`."""
         self.urgent = False
         self.rung = set()
-        return self.rings
 
-    def refilled(self, cmds: Iterable[ItemCommand], asked: int, rings_before: int,
-                 since: dict[str, float] | None = None, now: float = 0.0) -> int:
+    def refilled(self, cmds: Iterable[ItemCommand], asked: int, since: dict[str, float] | None = None,
+                 now: float = 0.0) -> int:
         """Take what a refill read (in the send order); returns how many were new. Postgres
         had no more ready work than that if it gave fewer than asked and nothing rang
         meanwhile but items the window now holds: a guid's doorbells often arrive while its
@@ -233,7 +230,7 @@ class GuidWindow:
             if cmd.item_id not in self.ids:
                 self.put(cmd, (since or {}).get(cmd.item_id, now))
                 new += 1
-        if got < asked and (self.rings == rings_before or (self.rung is not None and self.rung <= self.ids)):
+        if got < asked and self.rung is not None and self.rung <= self.ids:
             self.more = False
         return new
 
