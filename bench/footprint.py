@@ -5,11 +5,15 @@ planner, sender, fake gateway, reconciler — until the job is completed. Printe
 written per item (``pg_current_wal_lsn`` before and after), bytes per item left in tables
 and indexes (every table of the database), the three largest tables' share, and rows
 written per item in ``item_events``. docs/scale.md multiplies these by a billion items a day.
+The text is an ordinary short one unless ``BENCH_FOOTPRINT_TEXT_CHARS`` pads it with Chinese
+text to that many characters: two runs at two lengths give what each byte of a campaign's text
+adds per item.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -19,6 +23,7 @@ from bench.common import CORES, count, env_int, real_infra, stack, teardown, wai
 from pacer_common.kafka import make_producer, produce_all
 
 FAST = {"PACER_SENDER_MIN_INTERVAL_MS": "0", "PACER_SENDER_JITTER_MS": "0", "PACER_SENDER_DB_POOL_MAX": "40"}
+TEXT = "Hello {n}, this is a campaign message of ordinary length."
 # Per table, a partitioned table's partitions summed (items_p20261130 … count as items).
 SIZES = ("SELECT COALESCE(pg_partition_root(c.oid), c.oid)::regclass::text, sum(pg_total_relation_size(c.oid))"
          " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
@@ -27,6 +32,7 @@ SIZES = ("SELECT COALESCE(pg_partition_root(c.oid), c.oid)::regclass::text, sum(
 
 def footprint() -> str:
     n, guids = env_int("BENCH_FOOTPRINT_ITEMS", 20_000), 200
+    text = campaign_text(env_int("BENCH_FOOTPRINT_TEXT_CHARS", 0))
     inf = real_infra()
     st = stack(inf, "footprint", FAST)
     url = st.infra.database_url
@@ -40,7 +46,7 @@ def footprint() -> str:
         rid = f"footprint-{uuid.uuid4().hex[:8]}"
         body = json.dumps({
             "request_id": rid, "kind": "campaign", "created_by": "bench",
-            "message": {"type": "text", "content": "Hello {n}, this is a campaign message of ordinary length."},
+            "message": {"type": "text", "content": text},
             "targets": {"mode": "snapshot", "items": [
                 {"guid": f"g{i % guids:04d}", "to_id": f"room-{i:07d}", "vars": {"n": str(i)}} for i in range(n)]},
             "expire_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat()}).encode()
@@ -59,8 +65,16 @@ def footprint() -> str:
     total = sum(grown.values())
     top = sorted(grown.items(), key=lambda kv: -kv[1])[:3]
     shares = " ".join(f"{name}={size / total:.2f}" for name, size in top)
-    return (f"bench footprint: items={n} wal_bytes_per_item={wal / n:.0f} table_bytes_per_item={total / n:.0f} "
+    text_bytes = len(text.replace("{n}", str(n // 2)).encode())
+    return (f"bench footprint: items={n} text_bytes={text_bytes} wal_bytes_per_item={wal / n:.0f} table_bytes_per_item={total / n:.0f} "
             f"events_per_item={events / n:.2f} largest: {shares} cores={CORES}")
+
+
+def campaign_text(chars: int) -> str:
+    """The campaign's text: the ordinary one, padded to ``chars`` characters with common
+    Chinese characters drawn at random (a text that compresses less than a real one would)."""
+    rng = random.Random(chars)
+    return TEXT + "".join(chr(rng.randrange(0x4E00, 0x5400)) for _ in range(chars - len(TEXT)))
 
 
 def _lsn(url: str) -> int:
