@@ -46,8 +46,8 @@ class ItemCommand(BaseModel):
         instance was 730 bytes of the 1,500 a command cost); and the job's own strings —
         content, kind, tenant, trace context, the job id — with the job's other commands that
         carry equal ones (a refill's driver and the JSON parser make each a copy per command:
-        a campaign's text, up to 2 KB, held once per job instead of once per item). A sender
-        holds up to twice ``PACER_SENDER_MAX_BUFFERED`` commands. The model is frozen, so
+        a campaign's text, from a template of up to 4,096 characters, is held once per job,
+        not once per item). A sender holds up to twice ``PACER_SENDER_MAX_BUFFERED`` commands. The model is frozen, so
         nothing changes what is shared (a copy gets a record of its own)."""
         given = self.__pydantic_fields_set__
         shared = _FIELD_SETS.get(frozenset(given))

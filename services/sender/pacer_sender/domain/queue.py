@@ -222,8 +222,8 @@ class GuidWindow:
         had no more ready work than that if it gave fewer than asked and nothing rang
         meanwhile but items the window now holds: a guid's doorbells often arrive while its
         first read runs (a sender starting, or taking a partition, reads every guid the sweep
-        finds as their commands are consumed), and each such ring, counted alone, cost the
-        guid a second read of its whole queue after its first send."""
+        finds as their commands are consumed); had any ring counted as "maybe more", each
+        would cost the guid a second read of its whole queue after its first send."""
         got = new = 0
         for cmd in cmds:
             got += 1
