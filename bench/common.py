@@ -74,15 +74,16 @@ class Seeded:
 def seed_items(url: str, guids: int, per_guid: int, priority: int = 3, kind: str = "campaign",
                job_id: str | None = None, not_before: datetime | None = None,
                expire_at: datetime | None = None) -> Seeded:
-    """A job with ``per_guid`` pending items on each of ``guids`` guids, written by COPY."""
+    """A job with ``per_guid`` pending items on each of ``guids`` guids, written by COPY, all
+    with one text, stored once on the job as the planner stores a text every target shares."""
     job_id = job_id or str(uuid.uuid4())
     commands = []
     with psycopg.connect(url) as conn:
         conn.execute(
             "INSERT INTO jobs (job_id, request_id, kind, priority, created_by, message, content_version,"
-            " target_mode, total, request, dispatched_at) VALUES (%s, %s, %s, %s, 'bench', %s, 1, 'snapshot', %s,"
-            " '{}', now())", (job_id, f"bench-{job_id}", kind, priority, json.dumps({"type": "text", "content": "hello"}),
-                              guids * per_guid))
+            " target_mode, total, request, dispatched_at, item_content) VALUES (%s, %s, %s, %s, 'bench', %s, 1,"
+            " 'snapshot', %s, '{}', now(), 'hello')",
+            (job_id, f"bench-{job_id}", kind, priority, json.dumps({"type": "text", "content": "hello"}), guids * per_guid))
         shard_ids = {}
         for g in range(guids):
             guid = f"bg{g:05d}"
@@ -98,7 +99,7 @@ def seed_items(url: str, guids: int, per_guid: int, priority: int = 3, kind: str
                     guid = f"bg{g:05d}"
                     item_id = next(ids)
                     key = f"bench:{job_id}:{guid}:{n}"
-                    copy.write_row((item_id, job_id, shard_ids[guid], guid, f"room-{n}", "hello", key, priority, kind,
+                    copy.write_row((item_id, job_id, shard_ids[guid], guid, f"room-{n}", None, key, priority, kind,
                                     not_before, expire_at))
                     commands.append(ItemCommand.model_construct(
                         schema_version=1, item_id=ItemId(item_id), job_id=JobId(job_id), shard_id=shard_ids[guid],

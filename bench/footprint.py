@@ -7,7 +7,9 @@ and indexes (every table of the database), the three largest tables' share, and 
 written per item in ``item_events``. docs/scale.md multiplies these by a billion items a day.
 The text is an ordinary short one unless ``BENCH_FOOTPRINT_TEXT_CHARS`` pads it with Chinese
 text to that many characters: two runs at two lengths give what each byte of a campaign's text
-adds per item.
+adds per item. The text greets each target by a variable of its own, so each item stores its
+rendered text; ``BENCH_FOOTPRINT_SHARED_TEXT=1`` sends every target the same text, which the
+job stores once (``jobs.item_content``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ SIZES = ("SELECT COALESCE(pg_partition_root(c.oid), c.oid)::regclass::text, sum(
 def footprint() -> str:
     n, guids = env_int("BENCH_FOOTPRINT_ITEMS", 20_000), 200
     text = campaign_text(env_int("BENCH_FOOTPRINT_TEXT_CHARS", 0))
+    shared = env_int("BENCH_FOOTPRINT_SHARED_TEXT", 0) == 1
+    if shared:
+        text = text.replace("{n}", "everyone")
     inf = real_infra()
     st = stack(inf, "footprint", FAST)
     url = st.infra.database_url
@@ -48,7 +53,8 @@ def footprint() -> str:
             "request_id": rid, "kind": "campaign", "created_by": "bench",
             "message": {"type": "text", "content": text},
             "targets": {"mode": "snapshot", "items": [
-                {"guid": f"g{i % guids:04d}", "to_id": f"room-{i:07d}", "vars": {"n": str(i)}} for i in range(n)]},
+                {"guid": f"g{i % guids:04d}", "to_id": f"room-{i:07d}", "vars": {} if shared else {"n": str(i)}}
+                for i in range(n)]},
             "expire_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat()}).encode()
         produce_all(make_producer({"bootstrap.servers": inf.kafka_bootstrap}),
                     [(f"{st.topic_prefix}.job-requests", rid.encode(), body, None)])
@@ -66,7 +72,8 @@ def footprint() -> str:
     top = sorted(grown.items(), key=lambda kv: -kv[1])[:3]
     shares = " ".join(f"{name}={size / total:.2f}" for name, size in top)
     text_bytes = len(text.replace("{n}", str(n // 2)).encode())
-    return (f"bench footprint: items={n} text_bytes={text_bytes} wal_bytes_per_item={wal / n:.0f} table_bytes_per_item={total / n:.0f} "
+    return (f"bench footprint: items={n} text_bytes={text_bytes} shared_text={int(shared)} "
+            f"wal_bytes_per_item={wal / n:.0f} table_bytes_per_item={total / n:.0f} "
             f"events_per_item={events / n:.2f} largest: {shares} cores={CORES}")
 
 

@@ -15,6 +15,7 @@ from pacer_common.kafka import ensure_topics, make_producer
 from pacer_planner.adapters.kafka import KafkaCommandBus
 from pacer_planner.adapters.postgres import ApprovalPolicy, PostgresJobStore
 from pacer_planner.core import Handled, Planner
+from pacer_sender.adapters.queue import PostgresGuidQueue
 from tests.integration.helpers import read_topic
 
 
@@ -212,3 +213,38 @@ def test_refused_tenants_are_dead_lettered_with_the_reason_and_store_nothing(
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT array_agg(request_id) FROM jobs").fetchone() == (["u2"],)
         assert conn.execute("SELECT count(*) FROM tenant_guids").fetchone() == (2,)
+
+
+def test_a_text_every_target_shares_is_stored_once_on_the_job_and_read_back_whole(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    plain = json.dumps({
+        "request_id": "shared-text", "kind": "campaign", "created_by": "t",
+        "message": {"type": "text", "content": "双十一 {{sale}} starts now"},
+        "targets": {"mode": "snapshot", "items": [{"guid": f"g{i % 2}", "to_id": f"r{i}"} for i in range(4)]},
+    }).encode()
+    (shared, own) = run(database_url, kafka_config, topics, [plain, request("per-target", 2, guids=1)])
+    text = "双十一 {sale} starts now"
+    with psycopg.connect(database_url) as conn:
+        stored = conn.execute("SELECT j.item_content, i.content FROM items i JOIN jobs j USING (job_id)"
+                              " WHERE i.job_id = %s", (shared.job_id,)).fetchall()
+        rendered = conn.execute("SELECT j.item_content, i.content FROM items i JOIN jobs j USING (job_id)"
+                                " WHERE i.job_id = %s ORDER BY i.to_id", (own.job_id,)).fetchall()
+    assert stored == [(text, None)] * 4  # the text once, on the job
+    assert rendered == [(None, "hi 0"), (None, "hi 1")]  # rendered per target: each item keeps its own
+    # Every reader gets the whole text: the commands the planner publishes, the re-publish from
+    # the rows (pacer_item_command), the sender's refill.
+    commands = read_topic(kafka_config, topics["batch"], expect=6)
+    assert sorted(c["value"]["content"] for c in commands) == sorted([text] * 4 + ["hi 0", "hi 1"])
+
+    async def read_back() -> tuple[list[str], list[str]]:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        try:
+            republished = await PostgresJobStore(pool).pending_commands(str(shared.job_id))
+            refilled = (await PostgresGuidQueue(pool).next_ready("g0", [], 10)).commands
+        finally:
+            await pool.close()
+        return [c.content for c in republished], [c.content for c in refilled]
+
+    republished, refilled = asyncio.run(read_back())
+    assert republished == [text] * 4
+    assert sorted(refilled) == sorted([text] * 2 + ["hi 0", "hi 1"])

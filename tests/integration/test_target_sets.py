@@ -471,3 +471,28 @@ def test_a_requery_page_naming_another_tenants_guid_holds_the_job_with_the_reaso
     assert (status, total) == ("paused", 0)
     assert "guid 'g0' belongs to another tenant than 'acme'" in reason
     assert rows(database_url, "SELECT guid, tenant FROM tenant_guids ORDER BY guid") == [("g0", "default")]
+
+
+def test_a_requery_text_of_static_variables_is_stored_once_unless_a_target_overrides_one(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience) -> None:
+    audience.put([{"guid": "g0", "to_id": "r0"}, {"guid": "g0", "to_id": "r1", "vars": {"brand": "Other"}},
+                  {"guid": "g1", "to_id": "r2"}])
+    body = json.dumps({
+        "request_id": "rq-static", "kind": "campaign", "created_by": "t", "message": {"content": "hi from {brand}"},
+        "targets": {"mode": "requery", "url": audience.url, "page_size": 2, "vars": {"brand": "Pacer"}},
+    }).encode()
+
+    async def go() -> tuple[str, list[str]]:
+        async with instance(database_url, kafka_config, topics) as p:
+            h = await p.planner.handle(None, body)
+            assert h.job_id is not None
+            assert await p.pager.run(h.job_id) == "complete"
+            return h.job_id, [c.content for c in await p.store.page_commands(h.job_id, [1, 2])]
+
+    job, republished = asyncio.run(go())
+    assert one(database_url, "SELECT item_content FROM jobs WHERE job_id = %s", job) == "hi from Pacer"
+    assert rows(database_url, "SELECT to_id, content FROM items WHERE job_id = %s ORDER BY to_id", job) == [
+        ("r0", None), ("r1", "hi from Other"), ("r2", None)]
+    assert sorted(republished) == ["hi from Other", "hi from Pacer", "hi from Pacer"]
+    commands = read_topic(kafka_config, topics["batch"], expect=3)
+    assert sorted(c["value"]["content"] for c in commands) == ["hi from Other", "hi from Pacer", "hi from Pacer"]

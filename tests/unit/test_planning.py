@@ -9,6 +9,7 @@ import pytest
 
 from pacer_common.domain.requests import JobRequest
 from pacer_planner.domain.planning import PlanError, plan, render
+from pacer_planner.domain.targets import parse_page, plan_page
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -68,6 +69,33 @@ def test_each_item_is_rendered_with_its_own_vars() -> None:
 def test_template_without_placeholders_is_sent_as_is_and_extra_vars_are_ignored() -> None:
     p = plan(req([target("g1", "a", unused="x")], content="Plain text"), NOW)
     assert p.items[0].content == "Plain text"
+
+
+def test_a_text_the_targets_share_is_the_jobs_and_items_rendered_alike_store_none() -> None:
+    p = plan(req([target("g1", "a"), target("g2", "b", unused="x")], content="Plain {{text}}"), NOW)
+    assert p.item_content == "Plain {text}"
+    assert [p.stored_content(i) for i in p.items] == [None, None]
+    per_target = plan(req([target("g1", "a", name="Ann")]), NOW)
+    assert per_target.item_content is None  # a field only targets fill: every item keeps its own
+    assert [per_target.stored_content(i) for i in per_target.items] == ["Hello Ann"]
+
+
+def test_a_requery_shares_its_text_rendered_with_the_static_vars_and_an_override_differs() -> None:
+    request = JobRequest.model_validate({
+        **req().model_dump(mode="json", exclude={"targets", "message"}), "message": {"content": "Hi from {brand}"},
+        "targets": {"mode": "requery", "url": "https://crm.example/audience", "vars": {"brand": "Pacer"}}})
+    p = plan(request, NOW)
+    assert p.item_content == "Hi from Pacer"
+    page = parse_page({"items": [target("g1", "a"), target("g1", "b", brand="Other")], "next_cursor": None}, None)
+    items = plan_page(request, page, {}, 100, job_created_at=NOW).items
+    assert [p.stored_content(i) for i in items] == [None, "Hi from Other"]
+
+
+def test_a_media_message_shares_its_summary() -> None:
+    p = plan(req([target("g1", "a"), target("g1", "b")], message={"type": "image", "url": "https://cdn.example/a.png"}),
+             NOW)
+    assert p.item_content == "[image] https://cdn.example/a.png"
+    assert [p.stored_content(i) for i in p.items] == [None, None]
 
 
 def test_doubled_braces_render_as_literal_braces() -> None:

@@ -696,7 +696,7 @@ CREATE TABLE public.items (
     shard_id bigint NOT NULL,
     guid text NOT NULL,
     to_id text NOT NULL,
-    content text NOT NULL,
+    content text,
     idem_key text NOT NULL,
     priority smallint NOT NULL,
     kind text NOT NULL,
@@ -723,8 +723,10 @@ PARTITION BY RANGE (item_id);
 CREATE FUNCTION public.pacer_item_command(i public.items) RETURNS TABLE(item_id text, job_id text, shard_id bigint, guid text, to_id text, content text, idem_key text, priority smallint, kind text, expire_at timestamp with time zone, not_before timestamp with time zone, created_at timestamp with time zone, traceparent text, tenant text)
     LANGUAGE sql STABLE ROWS 1
     AS $$
-    SELECT i.item_id::text, i.job_id::text, i.shard_id, i.guid, i.to_id, i.content, i.idem_key,
-           i.priority, i.kind, i.expire_at, i.not_before, i.created_at, i.traceparent,
+    SELECT i.item_id::text, i.job_id::text, i.shard_id, i.guid, i.to_id,
+           -- NULL on the item: its job's common content (read only then)
+           COALESCE(i.content, (SELECT j.item_content FROM jobs j WHERE j.job_id = i.job_id)),
+           i.idem_key, i.priority, i.kind, i.expire_at, i.not_before, i.created_at, i.traceparent,
            (SELECT j.tenant FROM jobs j WHERE j.job_id = i.job_id);  -- an item's tenant is its job's
 $$;
 
@@ -1581,7 +1583,7 @@ CREATE TABLE public.items_default (
     shard_id bigint CONSTRAINT items_shard_id_not_null NOT NULL,
     guid text CONSTRAINT items_guid_not_null NOT NULL,
     to_id text CONSTRAINT items_to_id_not_null NOT NULL,
-    content text CONSTRAINT items_content_not_null NOT NULL,
+    content text,
     idem_key text CONSTRAINT items_idem_key_not_null NOT NULL,
     priority smallint CONSTRAINT items_priority_not_null NOT NULL,
     kind text CONSTRAINT items_kind_not_null NOT NULL,
@@ -1656,6 +1658,7 @@ CREATE TABLE public.jobs (
     target_lease_until timestamp with time zone,
     tenant text DEFAULT 'default'::text NOT NULL,
     traceparent text,
+    item_content text,
     CONSTRAINT jobs_status_check CHECK ((status = ANY (ARRAY['running'::text, 'paused'::text, 'completed'::text, 'cancelled'::text, 'terminated'::text, 'awaiting_approval'::text]))),
     CONSTRAINT jobs_target_mode_check CHECK ((target_mode = ANY (ARRAY['snapshot'::text, 'requery'::text])))
 );

@@ -178,6 +178,23 @@ def render_target(req: JobRequest, target: TargetFields, variables: Mapping[str,
     return content, key
 
 
+def common_content(req: JobRequest) -> str | None:
+    """The content every item of ``req``'s job has unless its target's own variables change
+    it: the template rendered with the request's static variables (a requery's ``targets.vars``;
+    a snapshot has none), or a media, tags or sync message's summary. None when the template
+    needs a variable only targets give. The job stores it once and an item whose content equals
+    it stores none (``items.content`` NULL): equality decides, so a target overriding a static
+    variable keeps its own content."""
+    if not isinstance(req.message, TextMessage):
+        return req.message.content
+    static = req.targets.vars if isinstance(req.targets, RequeryTargets) else {}
+    try:
+        content = render(req.message.content, static)
+    except (KeyError, ValueError):  # a field only targets fill
+        return None
+    return content if len(content) <= MAX_CONTENT_CHARS else None
+
+
 _UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")  # what quote(…, safe="") leaves as it is
 
 

@@ -96,6 +96,7 @@ class PostgresJobStore:
                 "coalesce_version": plan.coalesce[1] if plan.coalesce else None,
                 "approval_above": self.approval.above_items, "approve_new": self.approval.new_content,
                 "tenant": req.tenant, "created_at": plan.created_at, "traceparent": traceparent,
+                "item_content": plan.item_content,
             })
             if await cur.fetchone() is None:
                 row = await (await conn.execute(sql("job_dispatched"), {"request_id": req.request_id})).fetchone()
@@ -106,7 +107,7 @@ class PostgresJobStore:
                 async with conn.cursor() as c, c.copy(_COPY_ITEMS) as copy:
                     for it in plan.items:
                         await copy.write_row((
-                            it.item_id, plan.job_id, shard_ids[it.shard], it.guid, it.to_id, it.content,
+                            it.item_id, plan.job_id, shard_ids[it.shard], it.guid, it.to_id, plan.stored_content(it),
                             it.idem_key, plan.priority, req.kind.value, req.expire_at, plan.not_before, traceparent,
                         ))
             if plan.coalesce is not None:

@@ -16,7 +16,7 @@ from pacer_common.domain.ids import Guid, IdemKey, ItemId, JobId, ToId, job_id_f
 from pacer_common.domain.requests import JobKind, JobRequest
 from pacer_common.domain.templates import render as render  # re-exported: the requery pages render too
 from pacer_common.domain.templates import template_fields as _template_fields
-from pacer_common.domain.validation import CannotPlan, Rendered, ValidRequest, prepare
+from pacer_common.domain.validation import CannotPlan, Rendered, ValidRequest, common_content, prepare
 from pacer_common.domain.validation import idem_key as idem_key  # re-exported
 from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS, ShardKey, sub_counts, sub_of
 
@@ -66,6 +66,11 @@ class Plan:
     not_before: datetime | None = None  # the request's, or later: held for coalescing
     coalesce: tuple[str, int] | None = None  # (business id, status version) of a ticket notification
     subs: dict[Guid, int] = field(default_factory=dict)  # guid → its number of sub-shards
+    item_content: str | None = None  # the job's common content, stored once (validation.common_content)
+
+    def stored_content(self, item: PlannedItem) -> str | None:
+        """What the item's row stores as its content: nothing when it is the job's common one."""
+        return None if item.content == self.item_content else item.content
 
     @property
     def per_guid(self) -> dict[Guid, int]:
@@ -96,15 +101,17 @@ def plan(req: JobRequest | ValidRequest, now: datetime, coalesce_window: timedel
     request = valid.request
     not_before, coalesce = coalescing(request, now, coalesce_window)
     job_id = job_id_for(request.request_id)
+    common = common_content(request)
     if valid.targets is None:  # requery: its targets are paged in
-        return Plan(job_id, request, request.effective_priority, {}, [], now, not_before, coalesce)
+        return Plan(job_id, request, request.effective_priority, {}, [], now, not_before, coalesce,
+                    item_content=common)
     per_guid: dict[Guid, int] = {}
     for target, _, _ in valid.targets:
         per_guid[target.guid] = per_guid.get(target.guid, 0) + 1
     subs = sub_counts(per_guid, max_shard_items)
     items = planned_items(valid.targets, subs, now)
     return Plan(job_id, request, request.effective_priority, count_shards(items), items, now, not_before, coalesce,
-                subs)
+                subs, common)
 
 
 def planned_items(rendered: Sequence[Rendered], subs: Mapping[Guid, int], job_created_at: datetime

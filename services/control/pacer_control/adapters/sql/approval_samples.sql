@@ -1,6 +1,7 @@
 -- A few rendered messages of a job, as they will be sent.
-SELECT i.guid, i.to_id, i.content
+SELECT i.guid, i.to_id, COALESCE(i.content, j.item_content) AS content
 FROM items i
+JOIN jobs j ON j.job_id = i.job_id
 WHERE i.job_id = %(job)s::uuid
 ORDER BY i.item_id
 LIMIT %(limit)s

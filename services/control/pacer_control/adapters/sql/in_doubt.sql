@@ -1,7 +1,8 @@
 -- Unverified sends, oldest first, with what is known: the request (to, key, content length),
 -- the job, and every event of the item (the gateway's answers, the verifier's lookups).
 SELECT i.item_id::text AS item_id, i.job_id::text AS job_id, j.request_id, i.guid, i.to_id, i.idem_key,
-       length(i.content) AS content_chars, left(i.content, 200) AS content_start, i.attempts,
+       length(COALESCE(i.content, j.item_content)) AS content_chars,
+       left(COALESCE(i.content, j.item_content), 200) AS content_start, i.attempts,
        i.last_error_class, i.last_error, i.updated_at, l.state AS ledger_state,
        COALESCE((SELECT jsonb_agg(jsonb_build_object('at', e.occurred_at, 'type', e.type, 'to', e.to_status,
                                                      'payload', e.payload) ORDER BY e.version)

@@ -4,11 +4,12 @@
 -- partition's own index cannot be named through the partitioned table.
 -- Each shard's total and its pending count in the projection grow by what was added, as
 -- pacer_retry_item does for a compensation; a shard the reconciler had completed reopens.
+-- An item whose content is its job's common one (jobs.item_content) stores none.
 WITH ins AS (
     INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,
                        expire_at, not_before, target_page, traceparent)
-    SELECT i, %(job_id)s, s, g, t, c, k, %(priority)s, %(kind)s, %(expire_at)s, %(not_before)s, %(page_no)s,
-           %(traceparent)s
+    SELECT i, %(job_id)s, s, g, t, NULLIF(c, (SELECT j.item_content FROM jobs j WHERE j.job_id = %(job_id)s)), k,
+           %(priority)s, %(kind)s, %(expire_at)s, %(not_before)s, %(page_no)s, %(traceparent)s
     FROM unnest(%(item_ids)s::uuid[], %(shard_ids)s::bigint[], %(guids)s::text[], %(to_ids)s::text[],
                 %(contents)s::text[], %(keys)s::text[]) AS x(i, s, g, t, c, k)
     ON CONFLICT DO NOTHING

@@ -66,9 +66,11 @@ WITH RECURSIVE pairs(priority, job_id) AS (
         LIMIT %(limit)s
     ) i
 )
-SELECT r.item_id::text, r.job_id::text, r.shard_id, r.guid, r.to_id, r.content, r.idem_key, r.priority,
-       r.kind, r.expire_at, r.not_before, r.created_at, r.traceparent, r.ready_at, d.due_in_s,
-       (SELECT j.tenant FROM jobs j WHERE j.job_id = r.job_id) AS tenant
+SELECT r.item_id::text, r.job_id::text, r.shard_id, r.guid, r.to_id,
+       -- NULL on the item: its job's common content (a primary-key probe, as for the tenant)
+       COALESCE(r.content, (SELECT j.item_content FROM jobs j WHERE j.job_id = r.job_id)) AS content,
+       r.idem_key, r.priority, r.kind, r.expire_at, r.not_before, r.created_at, r.traceparent, r.ready_at,
+       d.due_in_s, (SELECT j.tenant FROM jobs j WHERE j.job_id = r.job_id) AS tenant
 FROM due d
 LEFT JOIN LATERAL (
     SELECT * FROM ready ORDER BY priority, vstart, ready_at, item_id LIMIT %(limit)s
