@@ -75,9 +75,16 @@ def test_a_text_the_targets_share_is_the_jobs_and_items_rendered_alike_store_non
     p = plan(req([target("g1", "a"), target("g2", "b", unused="x")], content="Plain {{text}}"), NOW)
     assert p.item_content == "Plain {text}"
     assert [p.stored_content(i) for i in p.items] == [None, None]
-    per_target = plan(req([target("g1", "a", name="Ann")]), NOW)
-    assert per_target.item_content is None  # a field only targets fill: every item keeps its own
-    assert [per_target.stored_content(i) for i in per_target.items] == ["Hello Ann"]
+    per_target = plan(req([target("g1", "a", name="Ann"), target("g1", "b", name="Bob")]), NOW)
+    assert per_target.item_content is None  # each target's own text: every item keeps its own
+    assert [per_target.stored_content(i) for i in per_target.items] == ["Hello Ann", "Hello Bob"]
+
+
+def test_a_snapshots_targets_giving_the_same_value_share_the_text_most_of_them_render() -> None:
+    p = plan(req([target("g1", "a", name="all"), target("g1", "b", name="Bob"), target("g2", "c", name="all")]),
+             NOW)
+    assert p.item_content == "Hello all"
+    assert [p.stored_content(i) for i in p.items] == [None, "Hello Bob", None]
 
 
 def test_a_requery_shares_its_text_rendered_with_the_static_vars_and_an_override_differs() -> None:

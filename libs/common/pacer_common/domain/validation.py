@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol, overload
 from urllib.parse import quote
@@ -193,6 +195,17 @@ def common_content(req: JobRequest) -> str | None:
     except (KeyError, ValueError):  # a field only targets fill
         return None
     return content if len(content) <= MAX_CONTENT_CHARS else None
+
+
+SHARED_SAMPLE = 1000  # contents looked at for the one most share: a bounded cost per job
+
+
+def most_shared(contents: Iterable[str]) -> str | None:
+    """The content most of a snapshot's first :data:`SHARED_SAMPLE` items have, if at least
+    two do: targets that each carry the same value of a variable (a snapshot has no static
+    ones) render the same text."""
+    counted = Counter(islice(contents, SHARED_SAMPLE)).most_common(1)
+    return counted[0][0] if counted and counted[0][1] > 1 else None
 
 
 _UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")  # what quote(…, safe="") leaves as it is

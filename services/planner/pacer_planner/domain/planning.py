@@ -16,7 +16,7 @@ from pacer_common.domain.ids import Guid, IdemKey, ItemId, JobId, ToId, job_id_f
 from pacer_common.domain.requests import JobKind, JobRequest
 from pacer_common.domain.templates import render as render  # re-exported: the requery pages render too
 from pacer_common.domain.templates import template_fields as _template_fields
-from pacer_common.domain.validation import CannotPlan, Rendered, ValidRequest, common_content, prepare
+from pacer_common.domain.validation import CannotPlan, Rendered, ValidRequest, common_content, most_shared, prepare
 from pacer_common.domain.validation import idem_key as idem_key  # re-exported
 from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS, ShardKey, sub_counts, sub_of
 
@@ -66,7 +66,9 @@ class Plan:
     not_before: datetime | None = None  # the request's, or later: held for coalescing
     coalesce: tuple[str, int] | None = None  # (business id, status version) of a ticket notification
     subs: dict[Guid, int] = field(default_factory=dict)  # guid → its number of sub-shards
-    item_content: str | None = None  # the job's common content, stored once (validation.common_content)
+    # The job's common content, stored once: validation.common_content, else (a snapshot) the
+    # text most of its items have (validation.most_shared).
+    item_content: str | None = None
 
     def stored_content(self, item: PlannedItem) -> str | None:
         """What the item's row stores as its content: nothing when it is the job's common one."""
@@ -110,6 +112,8 @@ def plan(req: JobRequest | ValidRequest, now: datetime, coalesce_window: timedel
         per_guid[target.guid] = per_guid.get(target.guid, 0) + 1
     subs = sub_counts(per_guid, max_shard_items)
     items = planned_items(valid.targets, subs, now)
+    if common is None:  # rendered per target: still one text for many, when their values agree
+        common = most_shared(content for _, content, _ in valid.targets)
     return Plan(job_id, request, request.effective_priority, count_shards(items), items, now, not_before, coalesce,
                 subs, common)
 

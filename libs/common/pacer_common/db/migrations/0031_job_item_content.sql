@@ -5,7 +5,8 @@
 -- table per byte of text until TOAST takes over (docs/scale.md, "The text's share").
 --
 -- jobs.item_content: the job's common content (the template rendered with the request's
--- static variables; a media, tags or sync job's summary), NULL when none applies.
+-- static variables; a media, tags or sync job's summary; else, in a snapshot, the text most
+-- of its first items render), NULL when none applies.
 -- items.content: NULL when the item's content is its job's item_content; an item rendered
 -- differently (per-target fields) keeps its own. Readers take COALESCE(i.content,
 -- j.item_content); items stored before this migration keep theirs as they are.
