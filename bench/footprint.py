@@ -4,7 +4,10 @@ A campaign of ``BENCH_FOOTPRINT_ITEMS`` items goes through the whole path — re
 planner, sender, fake gateway, reconciler — until the job is completed. Printed: WAL bytes
 written per item (``pg_current_wal_lsn`` before and after), bytes per item left in tables
 and indexes (every table of the database), the three largest tables' share, and rows
-written per item in ``item_events``. docs/scale.md multiplies these by a billion items a day.
+written per item in ``item_events``; and the bytes the run left in Kafka per item (keys, values
+and headers of every record of its topics, read back from the start: ``kafka_bytes_per_item``,
+split into requests, commands and outcomes). docs/scale.md multiplies these by a billion
+items a day.
 The text is an ordinary short one unless ``BENCH_FOOTPRINT_TEXT_CHARS`` pads it with Chinese
 text to that many characters: two runs at two lengths give what each byte of a campaign's text
 adds per item. The text greets each target by a variable of its own, so each item stores its
@@ -20,6 +23,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from bench.common import CORES, count, env_int, real_infra, stack, teardown, wait_until
 from pacer_common.kafka import make_producer, produce_all
@@ -65,6 +69,7 @@ def footprint() -> str:
         wal = _lsn(url) - lsn0
         sizes = _sizes(url)
         events = count(url, "SELECT count(*) FROM item_events")
+        kafka = kafka_bytes(inf.kafka_bootstrap, st.topic_prefix)
     finally:
         teardown(st)
     grown = {name: size - before_sizes.get(name, 0) for name, size in sizes}
@@ -72,9 +77,11 @@ def footprint() -> str:
     top = sorted(grown.items(), key=lambda kv: -kv[1])[:3]
     shares = " ".join(f"{name}={size / total:.2f}" for name, size in top)
     text_bytes = len(text.replace("{n}", str(n // 2)).encode())
+    per_topic = " ".join(f"{name}={size / n:.0f}" for name, size in sorted(kafka.items(), key=lambda kv: -kv[1]))
     return (f"bench footprint: items={n} text_bytes={text_bytes} shared_text={int(shared)} "
             f"wal_bytes_per_item={wal / n:.0f} table_bytes_per_item={total / n:.0f} "
-            f"events_per_item={events / n:.2f} largest: {shares} cores={CORES}")
+            f"events_per_item={events / n:.2f} largest: {shares} kafka_bytes_per_item={sum(kafka.values()) / n:.0f} "
+            f"({per_topic}) cores={CORES}")
 
 
 def campaign_text(chars: int) -> str:
@@ -82,6 +89,42 @@ def campaign_text(chars: int) -> str:
     Chinese characters drawn at random (a text that compresses less than a real one would)."""
     rng = random.Random(chars)
     return TEXT + "".join(chr(rng.randrange(0x4E00, 0x5400)) for _ in range(chars - len(TEXT)))
+
+
+def kafka_bytes(bootstrap: str, prefix: str) -> dict[str, int]:
+    """Bytes of every record (key, value, headers) in the topics ``<prefix>.…``, by topic with
+    the lane or dead-letter suffix folded (``item-commands.batch`` counts as ``item-commands``)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"footprint-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        topics = [t for name, t in consumer.list_topics(timeout=30).topics.items() if name.startswith(f"{prefix}.")]
+        parts = []
+        for t in topics:
+            for p in t.partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(t.topic, p), timeout=30)
+                if high > low:
+                    parts.append(TopicPartition(t.topic, p, OFFSET_BEGINNING))
+        consumer.assign(parts)
+        out: dict[str, int] = {}
+        open_parts = {(tp.topic, tp.partition) for tp in parts}
+        while open_parts:
+            msg = consumer.poll(10)
+            if msg is None:
+                raise SystemExit(f"bench footprint: Kafka stopped answering with {len(open_parts)} partitions unread")
+            topic, partition, err = str(msg.topic()), int(msg.partition() or 0), msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise SystemExit(f"bench footprint: reading {topic} back: {err}")
+                open_parts.discard((topic, partition))
+                continue
+            raw = msg.headers() or []
+            headers = raw.items() if isinstance(raw, dict) else raw
+            size = len(msg.key() or b"") + len(msg.value() or b"") + sum(len(k) + len(v or b"") for k, v in headers)
+            name = topic[len(prefix) + 1:].split(".")[0]
+            out[name] = out.get(name, 0) + size
+        return out
+    finally:
+        consumer.close()
 
 
 def _lsn(url: str) -> int:
