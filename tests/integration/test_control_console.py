@@ -33,8 +33,19 @@ def unverified(url: str, item: str, key: str) -> None:
     assert key
 
 
+def text_on_the_job(url: str, job: str) -> str:
+    """The job's items' one text stored on the job instead, as the planner stores a text every
+    target shares (``jobs.item_content``, the items' content NULL); returns the text."""
+    with psycopg.connect(url) as conn:
+        (text,) = conn.execute("UPDATE jobs j SET item_content = (SELECT min(content) FROM items i"
+                               " WHERE i.job_id = j.job_id) WHERE job_id = %s RETURNING item_content", (job,)).fetchone()
+        conn.execute("UPDATE items SET content = NULL WHERE job_id = %s", (job,))
+    return str(text)
+
+
 def test_in_doubt_sends_are_listed_and_resolved_through_the_ledger_by_a_tech_admin(database_url: str) -> None:
-    _, _, (sent, lost, other) = seed_job(database_url, {"g1": 3})
+    job, _, (sent, lost, other) = seed_job(database_url, {"g1": 3})
+    text = text_on_the_job(database_url, job)
     for item in (sent, lost):
         unverified(database_url, item, "k")
 
@@ -45,6 +56,7 @@ def test_in_doubt_sends_are_listed_and_resolved_through_the_ledger_by_a_tech_adm
             listed = {i["item_id"]: i for i in r.json()["items"]}
             assert set(listed) == {sent, lost}
             assert listed[sent]["ledger_state"] == "reserved"
+            assert (listed[sent]["content_chars"], listed[sent]["content_start"]) == (len(text), text)
             assert [e["type"] for e in listed[sent]["events"]] == [
                 "ItemClaimed", "ItemSubmitted", "ItemInDoubt", "ItemUnverified"]
 
@@ -82,6 +94,7 @@ def test_in_doubt_sends_are_listed_and_resolved_through_the_ledger_by_a_tech_adm
 def test_approve_starts_a_waiting_job_and_reject_cancels_one_without_a_send(database_url: str) -> None:
     good, _, _ = seed_job(database_url, {"g1": 2})
     bad, _, bad_items = seed_job(database_url, {"g2": 2})
+    text_on_the_job(database_url, good)  # its samples read the text from the job
     with psycopg.connect(database_url) as conn:
         conn.execute("UPDATE jobs SET status = 'awaiting_approval', paused_reason = 'awaiting approval: test'"
                      " WHERE job_id = ANY(%s::uuid[])", ([good, bad],))
