@@ -192,7 +192,7 @@ def common_content(req: JobRequest) -> str | None:
     static = req.targets.vars if isinstance(req.targets, RequeryTargets) else {}
     try:
         content = render(req.message.content, static)
-    except (KeyError, ValueError):  # a field only targets fill
+    except KeyError:  # a field only targets fill (the template itself was checked by prepare)
         return None
     return content if len(content) <= MAX_CONTENT_CHARS else None
 

@@ -4,7 +4,9 @@
 -- partition's own index cannot be named through the partitioned table.
 -- Each shard's total and its pending count in the projection grow by what was added, as
 -- pacer_retry_item does for a compensation; a shard the reconciler had completed reopens.
--- An item whose content is its job's common one (jobs.item_content) stores none.
+-- An item whose content is its job's common one stores none: compared with the text the job
+-- stored (jobs.item_content), not one computed again, which a planner of another version
+-- might compute differently.
 WITH ins AS (
     INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,
                        expire_at, not_before, target_page, traceparent)
