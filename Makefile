@@ -6,6 +6,9 @@ STAMP  := $(VENV)/.installed-stamp
 # mypy's cache lives with the other tool caches, outside the checkout: a fresh clone re-checks
 # only what changed (mypy compares each file's hash), not all of it.
 MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pacer/mypy
+# `make test` runs the suite on this many pytest-xdist workers (0: in one process). Two fill a
+# 2-core machine: a test spends most of its time waiting on leases, pacing and processes.
+TEST_WORKERS ?= 2
 
 .PHONY: install demo test up down env lint prometheus chaos bench clean helm chart lock docs schema-sql
 
@@ -22,7 +25,7 @@ demo: install           ## run Pacer end to end and print one summary line
 	$(BIN)/pacer-demo
 
 test: install lint prometheus helm  ## the whole suite, on real Kafka, Postgres and Prometheus started by the suite
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
 
 prometheus: install     ## Debian's prometheus package (prometheus, promtool), installed if missing and root
 	@$(BIN)/python -m pacer_dev.prometheus ensure

@@ -1,7 +1,10 @@
 """Session-wide real infrastructure: one Kafka and one Postgres for the whole run.
 
 Each test gets a fresh database cloned from a migrated template, and a topic prefix of its
-own, so tests never see each other's rows or messages.
+own, so tests never see each other's rows or messages. That is also what lets ``make test``
+run the suite on several pytest-xdist workers against the same two servers: the first
+worker to need them starts them and makes the template (under a lock, once per run), and
+the process that ran the session stops them at its end.
 """
 
 from __future__ import annotations
@@ -20,22 +23,54 @@ from pacer_common.db.migrate import migrate
 from pacer_dev.infra import Infra
 
 TEMPLATE = "pacer_template"
+RUN_ENV = "PACER_TEST_RUN"  # one id per `pytest` run, inherited by its xdist workers
+
+
+def _state_dir() -> Path:
+    return Path(os.environ.get("PACER_TEST_STATE_DIR", ".pacer/test"))
+
+
+def _marker(state: Path) -> Path:
+    """Names the run that last prepared the servers in ``state`` (pruned, started, template made)."""
+    return state / "test-run"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the run's own process, not one of its workers
+        os.environ[RUN_ENV] = uuid.uuid4().hex
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop the servers once every worker is done, if this run started them."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from pacer_dev import infra
+
+    state = _state_dir()
+    marker = _marker(state)
+    if marker.exists() and marker.read_text() == os.environ.get(RUN_ENV):
+        infra.down(state)
 
 
 @pytest.fixture(scope="session")
-def infra_env() -> Iterator[Infra]:
+def infra_env() -> Infra:
     from pacer_dev import infra
+    from pacer_dev.infra.process import file_lock
 
-    state = Path(os.environ.get("PACER_TEST_STATE_DIR", ".pacer/test"))
-    infra.prune_kafka(state)  # the topics of earlier runs are garbage: never let them pile up
-    inf = infra.up(state)
-    admin = with_db(inf.database_url, "postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {TEMPLATE}")
-    migrate(with_db(inf.database_url, TEMPLATE))
-    yield inf
-    infra.down(state)
+    state = _state_dir()
+    run = os.environ[RUN_ENV]
+    with file_lock(state.with_name(f"{state.name}.session.lock")):
+        if _marker(state).exists() and _marker(state).read_text() == run:
+            return infra.up(state)  # another worker of this run prepared them
+        infra.prune_kafka(state)  # the topics of earlier runs are garbage: never let them pile up
+        inf = infra.up(state)
+        admin = with_db(inf.database_url, "postgres")
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {TEMPLATE}")
+        migrate(with_db(inf.database_url, TEMPLATE))
+        _marker(state).write_text(run)
+        return inf
 
 
 def with_db(url: str, name: str) -> str:

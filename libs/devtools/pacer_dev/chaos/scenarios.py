@@ -190,6 +190,9 @@ SCENARIOS: dict[str, Callable[[Infra, Path, Size, random.Random], Result]] = {
     "gateway-faults": gateway_faults,
     "double-submit": double_submit,
 }
+# The scenarios that stop and start the servers they are given, so the servers must be theirs
+# alone: nothing else may be running on them (`make test` gives these servers of their own).
+RESTARTS_SERVERS = frozenset({"kafka-restart", "postgres-restart"})
 
 # Scenarios kept in modules of their own (they use this module's Size, Result and helpers).
 from pacer_dev.chaos.scenarios_control import CONTROL_SCENARIOS  # noqa: E402
