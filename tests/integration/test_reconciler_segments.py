@@ -202,7 +202,8 @@ def test_two_segments_completing_a_jobs_last_shards_at_once_complete_the_job(dat
             async def both_waiting() -> bool:
                 async with pool.connection() as conn:
                     row = await (await conn.execute(
-                        "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'")).fetchone()
+                        "SELECT count(*) AS n FROM pg_stat_activity"
+                        " WHERE wait_event_type = 'Lock' AND datname = current_database()")).fetchone()
                 return row is not None and row["n"] >= 2
 
             deadline = time.monotonic() + 10
