@@ -1,10 +1,12 @@
-"""Session-wide real infrastructure: one Kafka and one Postgres for the whole run.
+"""Session-wide real infrastructure: one Kafka for the whole run, one Postgres per worker.
 
 Each test gets a fresh database cloned from a migrated template, and a topic prefix of its
-own, so tests never see each other's rows or messages. That is also what lets ``make test``
-run the suite on several pytest-xdist workers against the same two servers: the first
-worker to need them starts them and makes the template (under a lock, once per run), and
-the process that ran the session stops them at its end.
+own, so tests never see each other's rows or messages. ``make test`` runs the suite on
+several pytest-xdist workers. They share the broker: the first worker to need it starts it
+(under a lock, once per run) and the run's own process stops it at the end. Each worker has
+a Postgres server of its own, because a server's transaction horizon is shared by all its
+databases: a transaction one test holds open would keep another worker's tail reads (which
+read only below the oldest running transaction) from seeing what its test just committed.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import pytest
 from pacer_common.db.migrate import migrate
 from pacer_dev.infra import Infra
 
-TEMPLATE = "pacer_template"
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")  # set by xdist in its workers before this import
+TEMPLATE = f"pacer_template_{WORKER}"  # per worker: a server given by PACER_DATABASE_URL is shared
 RUN_ENV = "PACER_TEST_RUN"  # one id per `pytest` run, inherited by its xdist workers
 
 
@@ -31,7 +34,7 @@ def _state_dir() -> Path:
 
 
 def _marker(state: Path) -> Path:
-    """Names the run that last prepared the servers in ``state`` (pruned, started, template made)."""
+    """Names the run that last prepared the broker in ``state``."""
     return state / "test-run"
 
 
@@ -41,7 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Stop the servers once every worker is done, if this run started them."""
+    """Stop the broker once every worker is done, if this run started it."""
     if hasattr(session.config, "workerinput"):
         return
     from pacer_dev import infra
@@ -52,25 +55,36 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         infra.down(state)
 
 
-@pytest.fixture(scope="session")
-def infra_env() -> Infra:
+def _shared_kafka(state: Path) -> str:
     from pacer_dev import infra
     from pacer_dev.infra.process import file_lock
 
-    state = _state_dir()
     run = os.environ[RUN_ENV]
     with file_lock(state.with_name(f"{state.name}.session.lock")):
-        if _marker(state).exists() and _marker(state).read_text() == run:
-            return infra.up(state)  # another worker of this run prepared them
-        infra.prune_kafka(state)  # the topics of earlier runs are garbage: never let them pile up
-        inf = infra.up(state)
-        admin = with_db(inf.database_url, "postgres")
+        if not (_marker(state).exists() and _marker(state).read_text() == run):
+            infra.prune_kafka(state)  # the topics of earlier runs are garbage: never let them pile up
+        bootstrap = infra.up_kafka(state)
+        _marker(state).write_text(run)
+        return bootstrap
+
+
+@pytest.fixture(scope="session")
+def infra_env() -> Iterator[Infra]:
+    from pacer_dev import infra
+
+    state = _state_dir()
+    bootstrap = _shared_kafka(state)
+    own = state / f"postgres-{WORKER}"
+    url = infra.up_postgres(own)
+    try:
+        admin = with_db(url, "postgres")
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
             conn.execute(f"CREATE DATABASE {TEMPLATE}")
-        migrate(with_db(inf.database_url, TEMPLATE))
-        _marker(state).write_text(run)
-        return inf
+        migrate(with_db(url, TEMPLATE))
+        yield Infra(bootstrap, url, state)
+    finally:
+        infra.down(own)
 
 
 def with_db(url: str, name: str) -> str:

@@ -33,6 +33,10 @@ async def _cancelled_at(pool: Pool, k: int) -> None:
                     task = asyncio.current_task()
                     assert task is not None
                     task.cancel()
+                    # Delivered here, inside the use: psycopg's wait does not yield to the loop
+                    # when the socket needs no waiting (its answer is already there, as on a busy
+                    # machine), and the cancellation would land at a later await, maybe past it.
+                    await asyncio.sleep(0)
                 return await real(gen, *args, **kwargs)
 
             conn.wait = wait  # type: ignore[method-assign]

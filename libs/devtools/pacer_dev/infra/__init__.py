@@ -82,10 +82,23 @@ class ComponentStatus:
 def up(state_dir: Path | None = None) -> Infra:
     """Ensure Kafka and Postgres run (reusing, restarting or creating them) and return them."""
     directory = resolve_state_dir(state_dir)
+    return Infra(kafka_bootstrap=up_kafka(directory), database_url=up_postgres(directory), state_dir=directory)
+
+
+def up_kafka(state_dir: Path | None = None) -> str:
+    """Ensure the broker alone runs (reused, restarted or created); its bootstrap servers."""
+    directory = resolve_state_dir(state_dir)
     with _locked(directory, create=True) as state:
-        bootstrap = os.environ.get(KAFKA_ENV) or _ensure_kafka(directory, state)
-        database_url = os.environ.get(DATABASE_ENV) or _ensure_postgres(directory, state)
-    return Infra(kafka_bootstrap=bootstrap, database_url=database_url, state_dir=directory)
+        return os.environ.get(KAFKA_ENV) or _ensure_kafka(directory, state)
+
+
+def up_postgres(state_dir: Path | None = None) -> str:
+    """Ensure Postgres alone runs (reused, restarted or created); its URL. A server of its own
+    next to a shared broker: a test worker's, say, which must not share the server's
+    transaction horizon with another worker's tests."""
+    directory = resolve_state_dir(state_dir)
+    with _locked(directory, create=True) as state:
+        return os.environ.get(DATABASE_ENV) or _ensure_postgres(directory, state)
 
 
 def down(state_dir: Path | None = None) -> None:
