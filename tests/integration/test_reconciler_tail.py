@@ -12,9 +12,11 @@ from pacer_common.db.pool import open_pool
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.status import ItemStatus as S
 from pacer_common.kafka import ensure_topics, make_producer
+from pacer_reconciler.adapters.backlog import PostgresBacklogs
 from pacer_reconciler.adapters.kafka import KafkaPublisher
 from pacer_reconciler.adapters.postgres import PostgresLog
 from pacer_reconciler.core import Reconciler
+from tests.conftest import with_db
 from tests.integration.helpers import read_topic, seed_job
 
 CLAIM = Transition("ItemClaimed", S.CLAIMED, frozenset({S.PENDING}), lease_owner="w", lease_ttl=timedelta(seconds=30))
@@ -66,6 +68,44 @@ def test_event_committed_after_a_later_numbered_one_is_not_skipped(
     # each outcome names its job's tenant in a header, as callbacks do; the body is unchanged
     assert {m["headers"]["pacer-tenant"] for m in published} == {b"default"}
     assert all("tenant" not in m["value"] for m in published)
+
+
+def test_a_transaction_open_in_another_database_holds_the_tail_back_and_the_wait_is_reported(
+    database_url: str, kafka_config: dict[str, str], topics: tuple[str, str]
+) -> None:
+    """The horizon a tail reads below is the server's: a transaction that has written anything,
+    in any database, holds every tail back while it is open. The leader reports how long the
+    first event no tail can read has waited, and 0 once it is read."""
+    _, _, (item,) = seed_job(database_url, {"g1": 1})
+
+    async def scenario() -> tuple[int, float, float, int]:
+        pool, rec = await _reconciler(database_url, kafka_config, topics)
+        backlogs = PostgresBacklogs(pool)
+        elsewhere = await psycopg.AsyncConnection.connect(with_db(database_url, "postgres"))
+        try:
+            await elsewhere.execute("SELECT pg_current_xact_id()")  # an id of its own, as a write takes
+            async with await psycopg.AsyncConnection.connect(database_url) as conn, conn.transaction():
+                await apply(conn, CLAIM, [item])
+            while_open = await rec.tail_once()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while (held := await backlogs.held_back_s()) < 1.0:
+                assert loop.time() < deadline, f"the held-back event's wait never reached a second ({held})"
+                await asyncio.sleep(0.1)
+            await elsewhere.rollback()
+            deadline = loop.time() + 30  # no other transaction of this server's holds it for long
+            while (after := await backlogs.held_back_s()) > 0 and loop.time() < deadline:
+                await asyncio.sleep(0.1)
+            return while_open, held, after, await rec.tail_once()
+        finally:
+            await elsewhere.close()
+            await pool.close()
+
+    while_open, held, after, read = asyncio.run(scenario())
+    assert while_open == 0, "the event of a committed transaction waits behind one open elsewhere on the server"
+    assert held >= 1.0
+    assert after == 0.0, "nothing is held back once the other transaction has ended"
+    assert read == 1
 
 
 def test_each_outcome_carries_its_own_jobs_tenant_and_trace_batch_after_batch(

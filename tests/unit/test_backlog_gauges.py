@@ -1,4 +1,5 @@
-"""Backlog metrics stay bounded: the top-N guids, replaced on every refresh, none on a standby."""
+"""Backlog metrics stay bounded: the top-N guids, replaced on every refresh, none on a standby;
+the events held back, from the leader alone."""
 
 from __future__ import annotations
 
@@ -27,13 +28,19 @@ def test_the_top_n_replace_each_other_and_a_standby_exports_none() -> None:
         asked.append((sort, limit))
         return tables[0][:limit]
 
+    held_back = [42.5]
+
+    async def read_held_back() -> float:
+        return held_back[0]
+
     reg = CollectorRegistry()
     m = ReconcilerMetrics(reg)
-    gauges = BacklogGauges(read, m.backlog_top, m.wait_top, top_n=2)
+    gauges = BacklogGauges(read, m.backlog_top, m.wait_top, 2, read_held_back, m.events_held_back)
     asyncio.run(gauges.refresh())
     assert asked == [("backlog", 2), ("wait", 2)]
     assert series(reg, "pacer_reconciler_guid_backlog_top") == {("1", "g0"): 100, ("2", "g1"): 99}
     assert series(reg, "pacer_reconciler_guid_wait_top_seconds") == {("1", "g0"): 0.0, ("2", "g1"): 10.0}
+    assert reg.get_sample_value("pacer_reconciler_events_held_back_seconds") == 42.5
     tables.pop(0)
     asyncio.run(gauges.refresh())
     assert series(reg, "pacer_reconciler_guid_backlog_top") == {("1", "g9"): 7}, "the old top is gone, not left behind"
@@ -43,10 +50,13 @@ def test_the_top_n_replace_each_other_and_a_standby_exports_none() -> None:
         task = asyncio.create_task(gauges.run(stop, lambda: False, 0.01))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 5
-        while series(reg, "pacer_reconciler_guid_backlog_top") and loop.time() < deadline:
+        while ((series(reg, "pacer_reconciler_guid_backlog_top")
+                or reg.get_sample_value("pacer_reconciler_events_held_back_seconds"))
+               and loop.time() < deadline):
             await asyncio.sleep(0.01)
         stop.set()
         await task
 
     asyncio.run(standby())
     assert series(reg, "pacer_reconciler_guid_backlog_top") == {} and series(reg, "pacer_reconciler_guid_wait_top_seconds") == {}
+    assert reg.get_sample_value("pacer_reconciler_events_held_back_seconds") == 0, "a standby holds nothing back"

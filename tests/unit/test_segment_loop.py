@@ -123,11 +123,15 @@ def test_the_loop_tails_the_segments_held_and_follows_handovers() -> None:
         async def no_backlog(sort: str, limit: int) -> list[dict[str, Any]]:
             return []
 
+        async def nothing_held_back() -> float:
+            return 0.0
+
         m = ReconcilerMetrics(registry, lambda: 0 in leases.owned())
         sweeps = NoSweeps()
         loop = SegmentLoop(
             leases, tailer, Reconciler(None, sweeps, None), Stats(),  # type: ignore[arg-type]
-            Verifier(sweeps, NoLookup()), BacklogGauges(no_backlog, m.backlog_top, m.wait_top, 3), m,
+            Verifier(sweeps, NoLookup()), BacklogGauges(no_backlog, m.backlog_top, m.wait_top, 3,
+                                                  nothing_held_back, m.events_held_back), m,
             LoopConfig(leader_ttl_s=3, sweep_interval_s=0.01, batch=1000, stall_after_s=60, error_backoff_max_s=1,
                        backlog_every_s=60), prepare=_nothing)
         states: list[str] = []

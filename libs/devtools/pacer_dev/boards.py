@@ -177,6 +177,8 @@ BOARDS: tuple[Board, ...] = (
               p("Tail lag per reconciler", "max by (instance) (pacer_reconciler_tail_lag_seconds)", "{{instance}}", "s"),
               p("Items moved by sweeps", "sum by (sweep) (rate(pacer_reconciler_sweep_items_total[5m]))",
                 "{{sweep}}", "ops"),
+              p("Events held back by a transaction open on the server",
+                f"max(pacer_reconciler_events_held_back_seconds and {LEADER})", "oldest event's wait", "s"),
           )),
     Board("pacer-services", "Pacer · services",
           "The processes: up, build, consumer lag, Postgres pools, CPU, memory, GC, the Control API, the reconciler leader.", (

@@ -182,6 +182,12 @@ class ReconcilerMetrics:
             "Seconds since this replica last finished a tail round of its segments (0 while it holds none). "
             "Below a second when healthy, whatever the gateway does; it grows while Postgres or Kafka is down."
         ), registry=registry)
+        self.events_held_back = Gauge("pacer_reconciler_events_held_back_seconds", (
+            "How long the first committed event no tail can read yet has waited: a tail reads only below the "
+            "oldest transaction still running on the Postgres server, in any of its databases. Below a second "
+            "when healthy; it grows while some transaction that wrote anything stays open (alert "
+            "`PacerReconcilerEventsHeldBack`). Leader only (0 on a standby), every `PACER_RECONCILER_BACKLOG_EVERY_S`."
+        ), registry=registry)
         self.lookups_in_flight = Gauge("pacer_reconciler_lookups_in_flight", (
             "Lookups running now; at most `PACER_RECONCILER_VERIFY_CONCURRENCY`. Pinned at the maximum: the "
             "gateway is slow or hanging."

@@ -1,4 +1,5 @@
-"""Guids by backlog or by wait, from Postgres (``db/queries/guid_backlogs.sql``)."""
+"""Guids by backlog or by wait, from Postgres (``db/queries/guid_backlogs.sql``), and how long
+committed events have waited for the tails (``events_held_back.sql``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from typing import Any
 
 from pacer_common.db.errors import with_retry
 from pacer_common.db.pool import Pool
-from pacer_common.db.sql import query
+from pacer_common.db.sql import loader, query
+
+_sql = loader("pacer_reconciler.adapters.sql")
 
 
 class PostgresBacklogs:
@@ -18,5 +21,13 @@ class PostgresBacklogs:
             async with self.pool.connection() as conn:
                 return await (await conn.execute(query("guid_backlogs"), {
                     "sort": sort, "limit": limit})).fetchall()
+
+        return await with_retry(work)
+
+    async def held_back_s(self) -> float:
+        async def work() -> float:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(_sql("events_held_back"))).fetchone()
+            return float(row["held_back_s"]) if row else 0.0
 
         return await with_retry(work)
