@@ -20,6 +20,8 @@ def test_drop_topics_deletes_the_prefix_topics_and_leaves_a_longer_prefix_alone(
     other = f"{topic_prefix}x.item-commands"
     mine = [f"{topic_prefix}.item-commands", f"{topic_prefix}.item-events"]
     ensure_topics(kafka_config, {t: (2, {}) for t in [*mine, other]})
+    # A created topic reaches the broker's metadata shortly after: drop_topics lists what is there.
+    wait_for(lambda: {*mine, other} <= topics(kafka_config), 30, "the new topics in the metadata")
 
     assert drop_topics(kafka_config, topic_prefix) == sorted(mine)
 
