@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -31,6 +31,20 @@ def wait_for(check: Callable[[], T | Literal[False] | None], timeout_s: float = 
         if last:
             return last
         time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value: {last!r}")
+
+
+async def eventually(check: Callable[[], Awaitable[T | Literal[False] | None]], timeout_s: float = 30.0,
+                     what: str = "condition") -> T:
+    """``wait_for`` for a check that is a coroutine (a query on the test's own pool, say): polls
+    it on the event loop until it returns something truthy; fails with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    last: T | Literal[False] | None = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.05)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value: {last!r}")
 
 

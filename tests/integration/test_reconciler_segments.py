@@ -25,7 +25,7 @@ from pacer_reconciler.adapters.layout import LayoutBlocked, adopt_layout
 from pacer_reconciler.adapters.postgres import PostgresLog
 from pacer_reconciler.ports import Position
 from tests.conftest import stack_on
-from tests.integration.helpers import read_topic, seed_job, wait_for
+from tests.integration.helpers import eventually, read_topic, seed_job, wait_for
 
 N, TTL = 16, 2.0  # 16: the count migrations make the event index for
 
@@ -206,10 +206,7 @@ def test_two_segments_completing_a_jobs_last_shards_at_once_complete_the_job(dat
                         " WHERE wait_event_type = 'Lock' AND datname = current_database()")).fetchone()
                 return row is not None and row["n"] >= 2
 
-            deadline = time.monotonic() + 10
-            while not await both_waiting():
-                assert time.monotonic() < deadline, "the commits did not line up behind the job row"
-                await asyncio.sleep(0.05)
+            await eventually(both_waiting, 10, "the commits lined up behind the job row")
             await holder.rollback()
             await asyncio.gather(*commits)
         finally:

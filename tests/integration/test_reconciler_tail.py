@@ -17,7 +17,7 @@ from pacer_reconciler.adapters.kafka import KafkaPublisher
 from pacer_reconciler.adapters.postgres import PostgresLog
 from pacer_reconciler.core import Reconciler
 from tests.conftest import with_db
-from tests.integration.helpers import read_topic, seed_job
+from tests.integration.helpers import eventually, read_topic, seed_job
 
 CLAIM = Transition("ItemClaimed", S.CLAIMED, frozenset({S.PENDING}), lease_owner="w", lease_ttl=timedelta(seconds=30))
 
@@ -78,7 +78,7 @@ def test_a_transaction_open_in_another_database_holds_the_tail_back_and_the_wait
     first event no tail can read has waited, and 0 once it is read."""
     _, _, (item,) = seed_job(database_url, {"g1": 1})
 
-    async def scenario() -> tuple[int, float, float, int]:
+    async def scenario() -> tuple[int, float, int]:
         pool, rec = await _reconciler(database_url, kafka_config, topics)
         backlogs = PostgresBacklogs(pool)
         elsewhere = await psycopg.AsyncConnection.connect(with_db(database_url, "postgres"))
@@ -87,25 +87,27 @@ def test_a_transaction_open_in_another_database_holds_the_tail_back_and_the_wait
             async with await psycopg.AsyncConnection.connect(database_url) as conn, conn.transaction():
                 await apply(conn, CLAIM, [item])
             while_open = await rec.tail_once()
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while (held := await backlogs.held_back_s()) < 1.0:
-                assert loop.time() < deadline, f"the held-back event's wait never reached a second ({held})"
-                await asyncio.sleep(0.1)
+
+            async def held_past_a_second() -> float | None:
+                held = await backlogs.held_back_s()
+                return held if held >= 1.0 else None
+
+            async def nothing_held() -> bool:
+                return await backlogs.held_back_s() == 0.0
+
+            held = await eventually(held_past_a_second, 30, "the held-back event's wait reported past a second")
             await elsewhere.rollback()
-            deadline = loop.time() + 30  # no other transaction of this server's holds it for long
-            while (after := await backlogs.held_back_s()) > 0 and loop.time() < deadline:
-                await asyncio.sleep(0.1)
-            return while_open, held, after, await rec.tail_once()
+            # No other transaction of this server's holds the horizon for long.
+            await eventually(nothing_held, 30, "nothing held back once the other transaction ended")
+            return while_open, held, await rec.tail_once()
         finally:
             await elsewhere.close()
             await pool.close()
 
-    while_open, held, after, read = asyncio.run(scenario())
+    while_open, held, read = asyncio.run(scenario())
     assert while_open == 0, "the event of a committed transaction waits behind one open elsewhere on the server"
     assert held >= 1.0
-    assert after == 0.0, "nothing is held back once the other transaction has ended"
-    assert read == 1
+    assert read == 1, "the tail reads the event once the other transaction has ended"
 
 
 def test_each_outcome_carries_its_own_jobs_tenant_and_trace_batch_after_batch(
