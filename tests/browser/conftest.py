@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from pacer_dev.browser import chromium_path
 from pacer_dev.infra import Infra
@@ -26,6 +26,9 @@ ARTIFACTS = Path(".pacer/artifacts/console")
 APPROVAL_ABOVE = 200
 FAILING_GUID = "ui-bad"
 SANDBOX = "sandbox-room"  # the fake gateway answers 40001 (bad_params) for every send of this guid
+# How long a page action or an expect() waits. Playwright's expect() defaults to 5 s, which a
+# busy 2-core machine can exceed while Swagger UI renders the whole spec.
+UI_TIMEOUT_MS = 15_000
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +72,9 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
+    expect.set_options(timeout=UI_TIMEOUT_MS)
     ctx = browser.new_context(viewport={"width": 1100, "height": 900})
-    ctx.set_default_timeout(10_000)
+    ctx.set_default_timeout(UI_TIMEOUT_MS)
     p = ctx.new_page()
     try:
         yield p
