@@ -78,7 +78,7 @@ def test_operator_watches_progress_reads_failure_categories_and_pauses_the_job(
     expect(page.locator("button.act-terminate")).to_have_count(0)
     shot(page, "job")
 
-    # Pause: the confirmation states its semantics; the job shows paused and sends stop within a second.
+    # Pause: the confirmation states its semantics; sends stop within a second; the job shows paused.
     dialogs: list[str] = []
 
     def on_dialog(d: Dialog) -> None:
@@ -89,11 +89,12 @@ def test_operator_watches_progress_reads_failure_categories_and_pauses_the_job(
     page.fill(".actions input[name=reason]", "customer asked to hold")
     clicked = time.monotonic()
     page.click("button.act-pause")
-    expect(page.locator("#job-status")).to_have_text("paused", timeout=1000)
-    wait_for(lambda: not sql(stack, "SELECT 1 FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = %s"
-                                    " AND i.status IN ('claimed', 'submitted')", rid),
-             max(0.05, 1.0 - (time.monotonic() - clicked)), "no send in flight within a second of the pause")
+    wait_for(lambda: sql(stack, "SELECT status = 'paused' FROM jobs WHERE request_id = %s", rid)[0][0]
+             and not sql(stack, "SELECT 1 FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = %s"
+                                " AND i.status IN ('claimed', 'submitted')", rid),
+             max(0.05, 1.0 - (time.monotonic() - clicked)), "the job paused and no send in flight within a second")
     assert "in flight finish" in dialogs[0]
+    expect(page.locator("#job-status")).to_have_text("paused")
     stopped_at = time.time()
     expect(page.locator("#flash")).to_contain_text("running → paused")
     # A progress refresh rendered well after the stop still shows the same count: nothing more went out.

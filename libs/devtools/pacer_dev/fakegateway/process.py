@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -18,13 +17,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pacer_dev.fakegateway.config import coerce_knob
+from pacer_dev.infra.process import free_ports
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A currently unused TCP port on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+def free_port() -> int:
+    """A loopback TCP port free right now, outside the range client connections draw from."""
+    return free_ports(1)[0]
 
 
 def knob_args(knobs: Mapping[str, Any]) -> list[str]:
@@ -54,7 +52,7 @@ def start_fake_gateway(
     Returns the base URL and the process; pass the process to ``stop``. Raises
     RuntimeError if the server exits or is not healthy within ``startup_timeout``.
     """
-    port = free_port(host) if port is None else port
+    port = free_port() if port is None else port
     cmd = [
         sys.executable,
         "-m",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import random
 import signal
 import socket
 import time
@@ -94,8 +95,44 @@ def wait_for(condition: Callable[[], bool], *, timeout: float) -> bool:
         time.sleep(POLL_INTERVAL_S)
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+_random = random.SystemRandom()
+
+
+def listen_range() -> range:
+    """Where servers we start listen: just below the kernel's ephemeral range.
+
+    Outgoing connections (every Kafka, Postgres and HTTP client) take their local ports from
+    the ephemeral range; a port picked there and closed again may be a client's before our
+    server binds it ("address already in use"), which happens on a busy machine running tests
+    two at a time. Empty where that range starts too low to leave room below it."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(max(1024, low - 16384), low) if low - 1024 >= 4096 else range(0)
+
+
 def free_ports(count: int) -> list[int]:
-    """Distinct loopback ports that are free right now (all sockets held until all are picked)."""
+    """Distinct loopback ports that are free right now and were not handed out before by this
+    process: picked at random in ``listen_range`` (so that two processes picking at the same
+    moment rarely meet), or by the kernel where that range is empty."""
+    candidates = listen_range()
+    if not candidates:
+        return _kernel_ports(count)
+    picked: list[int] = []
+    for _ in range(50 * count):
+        port = _random.choice(candidates)
+        if port not in _handed_out and port_available(port):
+            _handed_out.add(port)
+            picked.append(port)
+            if len(picked) == count:
+                return picked
+    raise InfraError(f"no {count} free loopback ports found in {candidates.start}-{candidates.stop - 1}")
+
+
+def _kernel_ports(count: int) -> list[int]:
     sockets: list[socket.socket] = []
     try:
         for _ in range(count):
