@@ -239,3 +239,34 @@ def test_a_spread_start_never_brings_a_recorded_send_closer() -> None:
     p.sent("batch", limits, 99.0, 0.0, RNG)  # due at 107
     p.spread_start(100.0, limits, 0.1)  # would be due at 100.8
     assert p.ready_at("batch", limits, 100.0, 0.0) == 107.0
+
+
+def test_a_guid_handed_over_overdue_is_spread_over_how_long_it_waited_not_a_whole_interval() -> None:
+    limits = Limits(min_interval_s=120.0, jitter_s=0.0, online_reserve=0.0)
+    p = GuidPacer()
+    p.resume_after(1000.0, 130.0, limits)  # the previous owner sent 130 s ago: 10 s overdue
+    assert p.rested(1000.0, limits)
+    p.spread_start(1000.0, limits, 0.5)
+    assert p.ready_at("batch", limits, 1000.0, 0.0) == pytest.approx(1000.0 + 0.5 * 10.0)
+    # Overdue by more than an interval (a campaign's start, a long stop): one interval at most.
+    q = GuidPacer()
+    q.resume_after(1000.0, 600.0, limits)
+    q.spread_start(1000.0, limits, 0.5)
+    assert q.ready_at("batch", limits, 1000.0, 0.0) == pytest.approx(1000.0 + 0.5 * 120.0)
+
+
+def test_once_the_guid_sent_here_a_later_start_is_spread_over_a_whole_interval_again() -> None:
+    limits = Limits(min_interval_s=120.0, jitter_s=0.0, online_reserve=0.0)
+    p = GuidPacer()
+    p.resume_after(1000.0, 60.0, limits)  # handed over in the middle of a campaign
+    p.sent("batch", limits, 1060.0, 0.0, RNG)  # its last send here; the campaign ends
+    p.spread_start(1190.0, limits, 0.5)  # a new campaign on the guid it holds, 10 s overdue
+    assert p.ready_at("batch", limits, 1190.0, 0.0) == pytest.approx(1190.0 + 0.5 * 120.0)
+
+
+def test_a_guid_never_sent_is_spread_over_a_whole_interval_after_a_handover_too() -> None:
+    limits = Limits(min_interval_s=120.0, jitter_s=0.0, online_reserve=0.0)
+    p = GuidPacer()
+    p.resume_after(1000.0, None, limits)
+    p.spread_start(1000.0, limits, 0.25)
+    assert p.ready_at("batch", limits, 1000.0, 0.0) == pytest.approx(1000.0 + 0.25 * 120.0)

@@ -179,8 +179,9 @@ class SenderSettings(OpsSettings):
         "sends included: the sender starting, a partition moving to it, a campaign starting or resuming on guids "
         "it holds), the guid's first campaign send waits a random part, up to this fraction, of one batch "
         "interval. Guids that get work together then start spread over the interval instead of in one burst "
-        "that comes round every interval (docs/performance.md, \"A burst that comes round\"). Online and urgent "
-        "work are not held. `0`: every rested guid sends at once."
+        "that comes round every interval (docs/performance.md, \"A burst that comes round\"). A guid handed over "
+        "with its previous owner's last send known waits a random part of how long it has been overdue instead "
+        "(at most one interval). Online and urgent work are not held. `0`: every rested guid sends at once."
     ))
     shed_every_s: float = Field(30.0, gt=0, description=(
         "How often a guid with batch work beyond its window checks its batch queue for items to shed (one read "

@@ -69,6 +69,8 @@ class GuidPacer:
     windows: dict[str, _Window] = field(default_factory=dict)
     # A job's own rate (hot-set per job): batch sends wait this long after one of its sends.
     batch_hold_until: float | None = None
+    # The last send known is a previous owner's (carried over a handover), none of ours since.
+    handed_over: bool = False
 
     def ready_at(self, lane: Lane, limits: Limits, mono: float, wall: float, priority: int | None = None) -> float:
         """The monotonic time at which a send in ``lane`` (of ``priority``, if known) may go
@@ -131,6 +133,7 @@ class GuidPacer:
     def _mark(self, lane: Lane, limits: Limits, mono: float, rng: random.Random) -> None:
         self.jitter = limits.jitter(rng)
         self.last_any = mono
+        self.handed_over = False
         if lane == "batch":
             self.last_batch = mono
 
@@ -141,13 +144,22 @@ class GuidPacer:
 
     def spread_start(self, mono: float, limits: Limits, fraction: float) -> None:
         """Hold the guid's first campaign send for ``fraction`` (0 to 1, drawn by the caller)
-        of one batch interval, as if its last batch send had been that much less than an
-        interval ago; a later send already recorded stands. For a rested guid that batch work
-        reaches: the guids that get work together (a sender starting, a partition moving to
-        it, a campaign starting on guids it holds) then start spread over one interval, not
-        as one burst that comes round again every interval. Online and urgent work are not
-        held (they are not spaced by the batch lane)."""
-        held = mono - (1.0 - fraction) * limits.batch_interval_s
+        of a spread window, as if its last batch send had been that much less than an interval
+        ago; a later send already recorded stands. For a rested guid that batch work reaches:
+        the guids that get work together (a sender starting, a partition moving to it, a
+        campaign starting on guids it holds) then start spread out, not as one burst that comes
+        round again every interval. Online and urgent work are not held (they are not spaced by
+        the batch lane).
+
+        The window is one batch interval, except for a guid handed over with its previous
+        owner's last send known: its window is how long it has been overdue (capped at one
+        interval). The guids that fell due while the handover took its time then go out over
+        as long as they waited, which is the rate they fell due at, and a guid is not made to
+        wait up to a whole interval more for a handover that cost it a few seconds."""
+        window = limits.batch_interval_s
+        if self.handed_over and self.last_batch is not None:
+            window = min(window, max(0.0, mono - self.last_batch - limits.batch_interval_s))
+        held = mono + fraction * window - limits.batch_interval_s
         self.last_batch = held if self.last_batch is None else max(self.last_batch, held)
 
     def resume_after(self, mono: float, since_last_send_s: float | None, limits: Limits,
@@ -162,6 +174,7 @@ class GuidPacer:
             w.total = max(w.total, n)
             w.batch = max(w.batch, n)
         if since_last_send_s is not None:
+            self.handed_over = True
             before = mono - since_last_send_s
             self.last_any = before if self.last_any is None else max(self.last_any, before)
             self.last_batch = before if self.last_batch is None else max(self.last_batch, before)
