@@ -263,10 +263,3 @@ def test_once_the_guid_sent_here_a_later_start_is_spread_over_a_whole_interval_a
     p.spread_start(1190.0, limits, 0.5)  # a new campaign on the guid it holds, 10 s overdue
     assert p.ready_at("batch", limits, 1190.0, 0.0) == pytest.approx(1190.0 + 0.5 * 120.0)
 
-
-def test_a_guid_never_sent_is_spread_over_a_whole_interval_after_a_handover_too() -> None:
-    limits = Limits(min_interval_s=120.0, jitter_s=0.0, online_reserve=0.0)
-    p = GuidPacer()
-    p.resume_after(1000.0, None, limits)
-    p.spread_start(1000.0, limits, 0.25)
-    assert p.ready_at("batch", limits, 1000.0, 0.0) == pytest.approx(1000.0 + 0.25 * 120.0)
