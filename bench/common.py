@@ -51,6 +51,17 @@ def fresh_db(inf: Infra, label: str) -> str:
 drop_db = drop_database
 
 
+def analyze_as_autovacuum(conn: psycopg.Connection[Any], *tables: str, vacuum: bool = True) -> None:
+    """(VACUUM) ANALYZE ``tables`` as autovacuum leaves them in production: each partition of
+    a partitioned table, never the partitioned table itself, which autovacuum gives no
+    statistics of its own. A plain table is analyzed itself."""
+    for table in tables:
+        leaves = conn.execute("SELECT relid::regclass::text FROM pg_partition_tree(%s) WHERE isleaf",
+                              (table,)).fetchall()  # none for a plain table
+        for (leaf,) in leaves or [(table,)]:
+            conn.execute(f"{'VACUUM ANALYZE' if vacuum else 'ANALYZE'} {leaf}")
+
+
 def teardown(st: Stack) -> None:
     """Stop a benchmark's stack, delete its topics and drop its database."""
     st.dispose()

@@ -36,6 +36,7 @@ from psycopg.rows import dict_row
 
 from bench.common import (
     CORES,
+    analyze_as_autovacuum,
     cpu_bound_per_s,
     cpu_s,
     env_int,
@@ -63,7 +64,7 @@ def reconciler() -> str:
         migrate(url)
         jobs = [seed_items(url, guids=1000, per_guid=max(1, items // 1000)).job_id for _ in range(2)]
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE items")
+            analyze_as_autovacuum(conn, "items")
         one, one_cpu, _ = _run(inf, url, jobs[0], replicas=1)
         two, two_cpu, two_busy = _run(inf, url, jobs[1], replicas=2)
         raw = asyncio.run(_raw_read(url))
@@ -113,7 +114,7 @@ def _run(inf: Infra, url: str, job_id: str, replicas: int) -> tuple[Rate, float,
             events = confirm_job(url, job_id)
             ends = segment_ends(url, SEGMENTS)
             with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute("ANALYZE item_events")
+                analyze_as_autovacuum(conn, "item_events", vacuum=False)
             cpu0, busy0 = sum(cpu_s(p.pid) for p in procs), machine_busy_s()
             gate.rollback()
             started = time.monotonic()
