@@ -6,8 +6,10 @@ written per item (``pg_current_wal_lsn`` before and after), bytes per item left 
 and indexes (every table of the database), the three largest tables' share, and rows
 written per item in ``item_events``; and the bytes the run left in Kafka per item (keys, values
 and headers of every record of its topics, read back from the start: ``kafka_bytes_per_item``,
-split into requests, commands and outcomes). docs/scale.md multiplies these by a billion
-items a day.
+split into requests, commands and outcomes) and what the broker stores of them on disk
+(``kafka_disk_bytes_per_item``: the topics' log segments, the records as the producers
+compressed them in batches, with the batches' headers; ``n/a`` against a configured cluster,
+whose disks are not on this machine). docs/scale.md multiplies these by a billion items a day.
 The text is an ordinary short one unless ``BENCH_FOOTPRINT_TEXT_CHARS`` pads it with Chinese
 text to that many characters: two runs at two lengths give what each byte of a campaign's text
 adds per item. The text greets each target by a variable of its own, so each item stores its
@@ -21,12 +23,15 @@ import json
 import random
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import psycopg
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from bench.common import CORES, count, env_int, real_infra, stack, teardown, wait_until
 from pacer_common.kafka import make_producer, produce_all
+from pacer_dev import infra
+from pacer_dev.infra.kafka import home_dir
 
 FAST = {"PACER_SENDER_MIN_INTERVAL_MS": "0", "PACER_SENDER_JITTER_MS": "0", "PACER_SENDER_DB_POOL_MAX": "40"}
 TEXT = "Hello {n}, this is a campaign message of ordinary length."
@@ -70,6 +75,7 @@ def footprint() -> str:
         sizes = _sizes(url)
         events = count(url, "SELECT count(*) FROM item_events")
         kafka = kafka_bytes(inf.kafka_bootstrap, st.topic_prefix)
+        disk = kafka_disk_bytes(inf.state_dir, st.topic_prefix)
     finally:
         teardown(st)
     grown = {name: size - before_sizes.get(name, 0) for name, size in sizes}
@@ -77,11 +83,18 @@ def footprint() -> str:
     top = sorted(grown.items(), key=lambda kv: -kv[1])[:3]
     shares = " ".join(f"{name}={size / total:.2f}" for name, size in top)
     text_bytes = len(text.replace("{n}", str(n // 2)).encode())
-    per_topic = " ".join(f"{name}={size / n:.0f}" for name, size in sorted(kafka.items(), key=lambda kv: -kv[1]))
     return (f"bench footprint: items={n} text_bytes={text_bytes} shared_text={int(shared)} "
             f"wal_bytes_per_item={wal / n:.0f} table_bytes_per_item={total / n:.0f} "
-            f"events_per_item={events / n:.2f} largest: {shares} kafka_bytes_per_item={sum(kafka.values()) / n:.0f} "
-            f"({per_topic}) cores={CORES}")
+            f"events_per_item={events / n:.2f} largest: {shares} kafka_bytes_per_item={_per_item(kafka, n)} "
+            f"kafka_disk_bytes_per_item={_per_item(disk, n)} cores={CORES}")
+
+
+def _per_item(by_topic: dict[str, int] | None, n: int) -> str:
+    """``total (topic=bytes …)`` per item, largest topic first; ``n/a`` where not measured."""
+    if by_topic is None:
+        return "n/a"
+    per_topic = " ".join(f"{name}={size / n:.0f}" for name, size in sorted(by_topic.items(), key=lambda kv: -kv[1]))
+    return f"{sum(by_topic.values()) / n:.0f} ({per_topic})"
 
 
 def campaign_text(chars: int) -> str:
@@ -125,6 +138,20 @@ def kafka_bytes(bootstrap: str, prefix: str) -> dict[str, int]:
         return out
     finally:
         consumer.close()
+
+
+def kafka_disk_bytes(state: Path, prefix: str) -> dict[str, int] | None:
+    """Bytes of the log segments of the topics ``<prefix>.…`` in the bench's own broker, by
+    topic folded as :func:`kafka_bytes` folds them; None where the broker is a configured one."""
+    kafka = next(s for s in infra.status(state) if s.name == "kafka")
+    data = home_dir(state) / "data"
+    if kafka.state != "running" or not data.is_dir():
+        return None
+    out: dict[str, int] = {}
+    for part in data.glob(f"{prefix}.*-*"):  # <topic>-<partition>/<base offset>.log, .index, …
+        name = part.name.rsplit("-", 1)[0][len(prefix) + 1:].split(".")[0]
+        out[name] = out.get(name, 0) + sum(f.stat().st_size for f in part.glob("*.log"))
+    return out
 
 
 def _lsn(url: str) -> int:
