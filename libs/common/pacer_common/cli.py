@@ -29,7 +29,7 @@ from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.requests import JobRequest
 from pacer_common.domain.tokens import Role
 from pacer_common.domain.validation import InvalidRequest, validate_request
-from pacer_common.kafka import MAX_REQUEST_BYTES, ensure_topics, make_producer, produce_all
+from pacer_common.kafka import MAX_REQUEST_BYTES, align_topic_configs, ensure_topics, make_producer, produce_all
 from pacer_common.settings import ControlClientSettings, KafkaSettings, PostgresSettings
 
 # Exit codes of the operator actions: done; the target does not exist; bad arguments or
@@ -42,19 +42,22 @@ T = TypeVar("T")
 
 
 def topic_layout(k: KafkaSettings) -> dict[str, tuple[int, dict[str, str]]]:
-    """Every topic Pacer uses: partitions and topic configs."""
+    """Every topic Pacer uses: partitions and topic configs (each one's retention from ``k``)."""
     large = {"max.message.bytes": str(MAX_REQUEST_BYTES)}
+    keep = k.retention_ms
+    commands = {"retention.ms": keep(k.topic_retention_commands_hours)}
+    dead_letters = keep(k.topic_retention_dead_letters_hours)
     return {
-        k.job_requests: (4, large),
+        k.job_requests: (4, {**large, "retention.ms": keep(k.topic_retention_requests_hours)}),
         # A request as received plus its reason headers: room for both.
-        k.job_requests_dlq: (1, {"max.message.bytes": str(MAX_REQUEST_BYTES + 1_048_576)}),
+        k.job_requests_dlq: (1, {"max.message.bytes": str(MAX_REQUEST_BYTES + 1_048_576), "retention.ms": dead_letters}),
         # Both lanes have the same partition count, so a guid has the same partition in each.
-        k.item_commands("online"): (k.item_command_partitions, {}),
-        k.item_commands("batch"): (k.item_command_partitions, {}),
-        k.item_outcomes: (8, {}),
+        k.item_commands("online"): (k.item_command_partitions, commands),
+        k.item_commands("batch"): (k.item_command_partitions, commands),
+        k.item_outcomes: (8, {"retention.ms": keep(k.topic_retention_outcomes_hours)}),
         # Gateway callbacks, keyed by guid: a guid's events stay in order on one partition.
-        k.callbacks: (8, {}),
-        k.callbacks_dlq: (1, {}),
+        k.callbacks: (8, {"retention.ms": keep(k.topic_retention_callbacks_hours)}),
+        k.callbacks_dlq: (1, {"retention.ms": dead_letters}),
     }
 
 
@@ -82,8 +85,10 @@ def _topics(_: argparse.Namespace) -> int:
     k = KafkaSettings()
     layout = topic_layout(k)
     ensure_topics(k.client_config(), layout)
-    for name, (parts, _config) in layout.items():
-        print(f"topic {name} partitions={parts}")
+    changed = align_topic_configs(k.client_config(), layout)
+    for name, (parts, config) in layout.items():
+        was = "".join(f" ({key} was {old})" for key, old in changed.get(name, {}).items())
+        print(f"topic {name} partitions={parts} retention.ms={config['retention.ms']}{was}")
     return 0
 
 
@@ -267,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="pacer", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(fn=_migrate)
-    sub.add_parser("topics", help="create the Kafka topics if missing").set_defaults(fn=_topics)
+    sub.add_parser("topics", help="create the Kafka topics if missing; set their retention as configured").set_defaults(fn=_topics)
     rb = sub.add_parser("rebuild-projection", help="recount shard progress from the items table (services stopped)")
     rb.add_argument("--services-stopped", action="store_true",
                     help="confirm that the planner, the senders and the reconciler are stopped")

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +219,32 @@ def ensure_topics(config: dict[str, str], topics: dict[str, tuple[int, dict[str,
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
         log.info("created topic %s", topic)
+
+
+def align_topic_configs(config: dict[str, str], topics: dict[str, tuple[int, dict[str, str]]], *,
+                        timeout_s: float = 30.0) -> dict[str, dict[str, str]]:
+    """Set on existing topics every config ``topics`` names that differs; returns, by topic, each
+    changed config's value before. Other configs are left as the topic has them, and so are
+    partition counts."""
+    admin = AdminClient(dict(config))
+    resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
+    changes: dict[str, dict[str, str]] = {}
+    for res, fut in admin.describe_configs(resources, request_timeout=timeout_s).items():
+        current = fut.result(timeout_s)
+        wanted = topics[res.name][1]
+        before = {key: str(current[key].value) for key, value in wanted.items()
+                  if key not in current or str(current[key].value) != value}
+        if before:
+            changes[res.name] = before
+    if not changes:
+        return {}
+    alter = [ConfigResource(ResourceType.TOPIC, t, incremental_configs=[
+        ConfigEntry(key, topics[t][1][key], incremental_operation=AlterConfigOpType.SET) for key in before])
+        for t, before in changes.items()]
+    for res, fut in admin.incremental_alter_configs(alter, request_timeout=timeout_s).items():
+        fut.result(timeout_s)
+        log.info("topic %s: set %s", res.name, ", ".join(f"{k}={topics[res.name][1][k]}" for k in changes[res.name]))
+    return changes
 
 
 def next_offset(msg: Message) -> TopicPartition:

@@ -9,12 +9,22 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, SecretStr
+from pydantic import AfterValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # A garbage collector threshold: 0 would switch collection off (gen0) or collect the older
 # generation at every younger one's collection, neither a setting to reach by a typo.
 _GcThreshold = Annotated[int, Field(ge=1, le=10_000_000)]
+
+
+def _not_zero(hours: int) -> int:
+    if hours == 0:
+        raise ValueError("0 hours would delete records as soon as they are written: give hours, or -1 for ever")
+    return hours
+
+
+# A topic's retention in hours: at least one, or -1 for ever (Kafka's `retention.ms=-1`).
+_RetentionHours = Annotated[int, Field(ge=-1), AfterValidator(_not_zero)]
 
 
 class _Frozen(BaseSettings):
@@ -46,6 +56,30 @@ class KafkaSettings(_Frozen):
         "Partitions of `<prefix>.item-commands.{online,batch}`, used only by `pacer topics` when it creates that "
         "topic. It does not change an existing topic. It is the ceiling for useful sender replicas."
     ))
+    # How long each topic keeps its records (`retention.ms`), set by `pacer topics` when it creates
+    # a topic and applied by it to an existing one. Hours; -1 keeps them for ever (Kafka's own -1).
+    topic_retention_requests_hours: _RetentionHours = Field(168, description=(
+        "Hours `<prefix>.job-requests` keeps a request. A request lives only here until a planner stores it: "
+        "this must outlast the longest planner outage you plan for."
+    ))
+    topic_retention_commands_hours: _RetentionHours = Field(72, description=(
+        "Hours `<prefix>.item-commands.{online,batch}` keep a command. A command is a doorbell (its item is in "
+        "Postgres and is sent from there whatever happens to the command), so this only has to outlast a "
+        "sender outage for the wake-up to be prompt."
+    ))
+    topic_retention_outcomes_hours: _RetentionHours = Field(168, description=(
+        "Hours `<prefix>.item-outcomes` keeps an item's event for business consumers: longer than the longest "
+        "outage of any of them. Postgres keeps the events as long as `PACER_RECONCILER_RETAIN_ITEMS_DAYS`."
+    ))
+    topic_retention_callbacks_hours: _RetentionHours = Field(168, description=(
+        "Hours `<prefix>.callbacks` keeps a gateway callback for its readers (the reconcilers; business services "
+        "for `message.received`): longer than the longest outage of any of them. A media whose readiness "
+        "callback is gone is still resolved by polling."
+    ))
+    topic_retention_dead_letters_hours: _RetentionHours = Field(2160, description=(
+        "Hours `<prefix>.job-requests.dlq` and `<prefix>.callbacks.dlq` keep what was refused, as it came and "
+        "with its reason: the only copy of it. 90 days by default; -1 keeps it for ever."
+    ))
     kafka_security: dict[str, str] = Field(default_factory=dict, description=(
         "Extra librdkafka settings merged into every Kafka client (producers, consumers, the admin client of "
         "`pacer topics`). Values must be JSON strings. Example: "
@@ -53,6 +87,10 @@ class KafkaSettings(_Frozen):
         '"sasl.password":"…","ssl.ca.location":"/etc/pacer/ca.pem"}`.'
         " It carries credentials: give it from a secret."
     ))
+
+    def retention_ms(self, hours: int) -> str:
+        """A topic's ``retention.ms`` for a retention of ``hours`` (-1: for ever)."""
+        return "-1" if hours < 0 else str(hours * 3_600_000)
 
     @property
     def job_requests(self) -> str:

@@ -94,6 +94,10 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.kafka.topicPrefix | quote }}
 - name: PACER_ITEM_COMMAND_PARTITIONS
   value: {{ .Values.kafka.itemCommandPartitions | int | quote }}
+{{- range $topic, $env := dict "requests" "REQUESTS" "commands" "COMMANDS" "outcomes" "OUTCOMES" "callbacks" "CALLBACKS" "deadLetters" "DEAD_LETTERS" }}
+- name: PACER_TOPIC_RETENTION_{{ $env }}_HOURS
+  value: {{ index $.Values.kafka.retentionHours $topic | int | quote }}
+{{- end }}
 {{- if .Values.kafka.securitySecret.name }}
 - name: PACER_KAFKA_SECURITY
   valueFrom:
