@@ -147,6 +147,10 @@ def test_notes_render_and_name_the_topics_that_exist(vs, tmp_path):
     prefix = "tenant" if vs.name == "tenants" else "pacer"
     assert f"{prefix}.item-commands.online" in out.stdout and f"{prefix}.item-commands.batch" in out.stdout
     assert not re.search(r"item-commands\s", out.stdout)
+    dead_letters = "kept for ever" if vs.name == "full" else "kept 2160 h"  # full-values keeps them for ever
+    assert f"rejected job requests ({dead_letters})" in out.stdout
+    assert f"signed but malformed callbacks ({dead_letters})" in out.stdout
+    assert "everything else (" in out.stdout and "when created here; kept 72 h)" in out.stdout
 
 
 @pytest.mark.parametrize("values", ["full", "external"])

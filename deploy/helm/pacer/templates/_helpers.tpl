@@ -113,6 +113,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
+{{/* How long a topic keeps its records, from its retention in hours (-1: for ever). */}}
+{{- define "pacer.kept" -}}
+{{- if lt (int .) 0 -}}kept for ever{{- else -}}kept {{ int . }} h{{- end -}}
+{{- end -}}
+
 {{/* Name/value pairs from a map, for a service's `env`. */}}
 {{- define "pacer.mapEnv" -}}
 {{- range $k, $v := . }}
