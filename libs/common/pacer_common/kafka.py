@@ -16,6 +16,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 log = logging.getLogger(__name__)
+# librdkafka's own log, from every client Pacer makes: records (facility, client name,
+# message) served on the thread that polls the client, so they come out as the service's JSON
+# log lines instead of raw ``%4|…`` lines on stderr.
+CLIENT_LOG = logging.getLogger("pacer.kafka.client")
 
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -32,6 +36,7 @@ def make_producer(config: dict[str, str], **extra: Any) -> Producer:
         "enable.idempotence": True,
         "linger.ms": 5,
         "compression.type": "lz4",
+        "logger": CLIENT_LOG,
         "batch.size": 1_000_000,
         "queue.buffering.max.messages": 1_000_000,
         # Snapshot job requests carry their targets; the topic allows large messages.
@@ -137,6 +142,7 @@ def make_consumer(config: dict[str, str], group_id: str, *, protocol: str = "cla
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
+        "logger": CLIENT_LOG,
         "max.poll.interval.ms": 300_000,
         "error_cb": lambda err: log.warning("kafka consumer error: %s", err),
     }
@@ -205,7 +211,7 @@ class AsyncConsumer:
 def ensure_topics(config: dict[str, str], topics: dict[str, tuple[int, dict[str, str]]], *,
                   timeout_s: float = 30.0) -> None:
     """Create missing topics: name → (partitions, topic configs)."""
-    admin = AdminClient(dict(config))
+    admin = AdminClient({**config, "logger": CLIENT_LOG})  # type: ignore[dict-item]  # librdkafka takes a Logger here
     meta = admin.list_topics(timeout=timeout_s)
     rf = min(3, len(meta.brokers))
     new = [NewTopic(t, num_partitions=p, replication_factor=rf, config=c)
@@ -226,7 +232,7 @@ def align_topic_configs(config: dict[str, str], topics: dict[str, tuple[int, dic
     """Set on existing topics every config ``topics`` names that differs; returns, by topic, each
     changed config's value before. Other configs are left as the topic has them, and so are
     partition counts."""
-    admin = AdminClient(dict(config))
+    admin = AdminClient({**config, "logger": CLIENT_LOG})  # type: ignore[dict-item]  # librdkafka takes a Logger here
     resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
     changes: dict[str, dict[str, str]] = {}
     for res, fut in admin.describe_configs(resources, request_timeout=timeout_s).items():

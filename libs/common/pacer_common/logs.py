@@ -18,7 +18,8 @@ from opentelemetry import trace
 # Read-only default: each scope sets a new mapping, none is changed in place.
 _context: ContextVar[Mapping[str, Any]] = ContextVar("pacer_log_context", default=MappingProxyType({}))
 _FIELDS = ("job_id", "shard_id", "item_id", "guid", "request_id")
-_EXTRA = ("migration", "reason", "count", "topic", "method", "route", "status", "duration_ms")
+_EXTRA = ("migration", "reason", "count", "topic", "partition", "committed_offset", "method", "route", "status",
+          "duration_ms")
 
 
 class bind:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import logging
 import platform
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
@@ -20,6 +21,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from pacer_common import gcpause
+from pacer_common.kafka import CLIENT_LOG
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +148,44 @@ def gateway_latency(registry: CollectorRegistry) -> Callable[[str, str, float], 
 def consumer_lag_config(registry: CollectorRegistry, interval_ms: int = 5000) -> dict[str, Any]:
     """Consumer settings that keep ``pacer_kafka_consumer_lag`` in ``registry`` current."""
     return {"statistics.interval.ms": interval_ms, "stats_cb": ConsumerLag(registry)}
+
+
+class OffsetResets(logging.Handler):
+    """``pacer_kafka_offset_resets_total{topic}``: a consumer found its group's committed offset
+    below the oldest record the partition still keeps. The records between were deleted by the
+    topic's retention before the group read them, and the consumer goes on from the oldest
+    kept (``auto.offset.reset=earliest``). librdkafka says so only in its own log (facility
+    ``OFFSET``); this handler on :data:`CLIENT_LOG` counts each such reset and logs it as an
+    error naming the partition and the offset the group had reached. A group's first start
+    (no committed offset) is not counted. :meth:`close` detaches it."""
+
+    _RESET = re.compile(r"(?P<topic>\S+) \[(?P<partition>\d+)\]: offset reset \(at offset (?P<offset>-?\d+)\b"
+                        r".*Offset out of range")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(logging.WARNING)
+        self.resets = Counter("pacer_kafka_offset_resets", (
+            "Consumer offset resets because the group's committed offset was no longer kept: records of the topic "
+            "were deleted by its retention before this service's group read them (see the error log for the "
+            "partition and offset)"), ["topic"], registry=registry)
+        CLIENT_LOG.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        found = self._RESET.search(str(args[2])) if len(args) == 3 and args[0] == "OFFSET" else None
+        if found is None:
+            return
+        self.resets.labels(found["topic"]).inc()
+        log.error("%s [%s]: the records from offset %s (where this consumer group had got to) up to the oldest one "
+                  "kept were deleted by the topic's retention before the group read them; it goes on from the oldest "
+                  "kept. Keep the topic's records longer than the longest outage (PACER_TOPIC_RETENTION_*_HOURS)",
+                  found["topic"], found["partition"], found["offset"],
+                  extra={"topic": found["topic"], "partition": int(found["partition"]),
+                         "committed_offset": int(found["offset"])})
+
+    def close(self) -> None:
+        CLIENT_LOG.removeHandler(self)
+        super().close()
 
 
 class PoolStats(Collector):

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from pacer_common import gcpause, tracing
 from pacer_common.lifecycle import stop_event
 from pacer_common.logs import configure
-from pacer_common.metrics import service_registry
+from pacer_common.metrics import OffsetResets, service_registry
 from pacer_common.ops import Health, ops_app, serve
 from pacer_common.settings import OpsSettings
 
@@ -35,6 +35,7 @@ async def run_service(name: str, host: str, port: int,
     ``body`` watches ``ctx.stop`` (SIGTERM/SIGINT) and returns after finishing its work in hand.
     """
     ctx = ServiceContext(name, service_registry(name), Health(), stop_event())
+    resets = OffsetResets(ctx.registry)
     server, task = await serve(ops_app(name, ctx.registry, ctx.health), host, port)
     log.info("%s started; ops on http://%s:%d", name, host, port)
     try:
@@ -43,6 +44,7 @@ async def run_service(name: str, host: str, port: int,
         ctx.health.set_ready(False, "stopping")
         server.should_exit = True
         await task
+        resets.close()
         log.info("%s stopped", name)
 
 
