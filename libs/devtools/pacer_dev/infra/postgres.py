@@ -89,6 +89,9 @@ def stop(state_dir: Path, record: PostgresRecord, timeout: float = STOP_TIMEOUT_
         log.info("stopping Postgres (pid %d)", pid)
         home = home_dir(state_dir)
         tools = _Tools.for_home(home)
+        # Again: a parent may have lost the traverse bit since the start (pytest makes its
+        # /tmp/pytest-of-<user> 0700 again at each session's start), and pg_ctl runs as the account.
+        tools.prepare()
         data = str(home / "data")
         try:
             tools.run("pg_ctl", "-D", data, "-m", "fast", "-w", "-t", str(int(timeout)), "stop")
