@@ -14,7 +14,9 @@ from pacer_dev import infra
 from pacer_dev.infra import postgres
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="Postgres runs as its own account only when the tooling runs as root")
+@pytest.mark.skipif(os.geteuid() != 0, reason=(
+    "only a root run starts Postgres as an account of its own; run as any other user, Postgres is that user, "
+    "who owns the closed directory, so there is nothing to lose"))
 def test_a_local_postgres_stops_after_a_parent_of_its_data_lost_the_traverse_bit(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PACER_DATABASE_URL", raising=False)

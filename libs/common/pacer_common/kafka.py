@@ -208,10 +208,14 @@ class AsyncConsumer:
         self._thread.shutdown(wait=True)
 
 
+def _admin(config: dict[str, str]) -> AdminClient:
+    return AdminClient({**config, "logger": CLIENT_LOG})  # type: ignore[dict-item]  # librdkafka takes a Logger here
+
+
 def ensure_topics(config: dict[str, str], topics: dict[str, tuple[int, dict[str, str]]], *,
                   timeout_s: float = 30.0) -> None:
     """Create missing topics: name → (partitions, topic configs)."""
-    admin = AdminClient({**config, "logger": CLIENT_LOG})  # type: ignore[dict-item]  # librdkafka takes a Logger here
+    admin = _admin(config)
     meta = admin.list_topics(timeout=timeout_s)
     rf = min(3, len(meta.brokers))
     new = [NewTopic(t, num_partitions=p, replication_factor=rf, config=c)
@@ -232,21 +236,21 @@ def align_topic_configs(config: dict[str, str], topics: dict[str, tuple[int, dic
     """Set on existing topics every config ``topics`` names that differs; returns, by topic, each
     changed config's value before. Other configs are left as the topic has them, and so are
     partition counts."""
-    admin = AdminClient({**config, "logger": CLIENT_LOG})  # type: ignore[dict-item]  # librdkafka takes a Logger here
+    admin = _admin(config)
     resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
     changes: dict[str, dict[str, str]] = {}
     for res, fut in admin.describe_configs(resources, request_timeout=timeout_s).items():
         current = fut.result(timeout_s)
         wanted = topics[res.name][1]
-        before = {key: str(current[key].value) for key, value in wanted.items()
+        before = {key: str(current[key].value) if key in current else "unset" for key, value in wanted.items()
                   if key not in current or str(current[key].value) != value}
         if before:
             changes[res.name] = before
     if not changes:
         return {}
     alter = [ConfigResource(ResourceType.TOPIC, t, incremental_configs=[
-        ConfigEntry(key, topics[t][1][key], incremental_operation=AlterConfigOpType.SET) for key in before])
-        for t, before in changes.items()]
+        ConfigEntry(key, topics[t][1][key], incremental_operation=AlterConfigOpType.SET) for key in keys])
+        for t, keys in changes.items()]
     for res, fut in admin.incremental_alter_configs(alter, request_timeout=timeout_s).items():
         fut.result(timeout_s)
         log.info("topic %s: set %s", res.name, ", ".join(f"{k}={topics[res.name][1][k]}" for k in changes[res.name]))
