@@ -157,17 +157,21 @@ class OffsetResets(logging.Handler):
     kept (``auto.offset.reset=earliest``). librdkafka says so only in its own log (facility
     ``OFFSET``); this handler on :data:`CLIENT_LOG` counts each such reset and logs it as an
     error naming the partition and the offset the group had reached. A group's first start
-    (no committed offset) is not counted. :meth:`close` detaches it."""
+    (no committed offset) is not counted. Each of ``topics`` (those the service consumes) has
+    its series from the start, at 0, so an alert on it tells "none lost" from "not
+    exported". :meth:`close` detaches it."""
 
     _RESET = re.compile(r"(?P<topic>\S+) \[(?P<partition>\d+)\]: offset reset \(at offset (?P<offset>-?\d+)\b"
                         r".*Offset out of range")
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, topics: Iterable[str] = ()) -> None:
         super().__init__(logging.WARNING)
         self.resets = Counter("pacer_kafka_offset_resets", (
             "Consumer offset resets because the group's committed offset was no longer kept: records of the topic "
             "were deleted by its retention before this service's group read them (see the error log for the "
             "partition and offset)"), ["topic"], registry=registry)
+        for topic in topics:
+            self.resets.labels(topic)
         CLIENT_LOG.addHandler(self)
 
     def emit(self, record: logging.LogRecord) -> None:

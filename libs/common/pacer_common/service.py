@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,13 +29,15 @@ class ServiceContext:
 
 
 async def run_service(name: str, host: str, port: int,
-                      body: Callable[[ServiceContext], Awaitable[None]]) -> None:
+                      body: Callable[[ServiceContext], Awaitable[None]], consumes: Iterable[str] = ()) -> None:
     """Serve /healthz, /readyz and /metrics on ``host:port`` and run ``body`` until it returns.
 
     ``body`` watches ``ctx.stop`` (SIGTERM/SIGINT) and returns after finishing its work in hand.
+    ``consumes`` names the Kafka topics the service reads, each counted by
+    ``pacer_kafka_offset_resets_total`` from the start.
     """
     ctx = ServiceContext(name, service_registry(name), Health(), stop_event())
-    resets = OffsetResets(ctx.registry)
+    resets = OffsetResets(ctx.registry, consumes)
     server, task = await serve(ops_app(name, ctx.registry, ctx.health), host, port)
     log.info("%s started; ops on http://%s:%d", name, host, port)
     try:

@@ -187,6 +187,8 @@ BOARDS: tuple[Board, ...] = (
                 "{{service}} {{version}} (Python {{python}})", kind="table"),
               p("Consumer lag per partition", "max by (topic, partition) (pacer_kafka_consumer_lag)",
                 "{{topic}}[{{partition}}]"),
+              p("Kafka records deleted before their group read them (offset resets, last hour)",
+                "sum by (topic) (increase(pacer_kafka_offset_resets_total[1h]))", "{{topic}}"),
               p("Reconciler leader", "max by (instance) (pacer_reconciler_leader)", "{{instance}}"),
               p("Reconciler segments held", "max by (instance) (pacer_reconciler_segments_owned)", "{{instance}}"),
               p("CPU per process", "rate(process_cpu_seconds_total[1m])", "{{job}} {{instance}}", "percentunit"),

@@ -63,7 +63,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
             bus.close()
             await pool.close()
 
-    await run_service("planner", cfg.ops_host, cfg.port, body)
+    await run_service("planner", cfg.ops_host, cfg.port, body, consumes=(kafka.job_requests,))
 
 
 def main() -> None:

@@ -100,7 +100,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
             await gateways.aclose()
             await pool.close()
 
-    await run_service("reconciler", cfg.ops_host, cfg.port, body)
+    await run_service("reconciler", cfg.ops_host, cfg.port, body, consumes=(kafka.callbacks,))
 
 
 async def consume_callbacks(callbacks: CallbackConsumer, m: ReconcilerMetrics, stop: asyncio.Event,

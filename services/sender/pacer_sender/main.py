@@ -100,7 +100,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
             await pool.close()
 
     log.info("sender settings: %s", json.dumps(cfg.model_dump(mode="json")))
-    await run_service("sender", cfg.ops_host, cfg.port, body)
+    await run_service("sender", cfg.ops_host, cfg.port, body, consumes=(kafka.item_commands("online"), kafka.item_commands("batch")))
 
 
 def main() -> None:
