@@ -7,6 +7,8 @@ import asyncio
 import csv
 import io
 
+import pytest
+
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from tests.integration.control_support import audit, control_api, rows
 from tests.integration.helpers import add_job, run
@@ -35,6 +37,42 @@ def test_backlog_per_guid_and_the_guids_by_backlog_or_by_wait(database_url: str)
             assert (await api.get("/guids/nobody", "operator")).status_code == 404
 
     asyncio.run(go())
+
+
+def test_the_time_to_drain_is_the_queue_over_the_guids_sends_per_second_this_hour(database_url: str) -> None:
+    """A guid's rate is its lease's sends this hour over the part of the hour gone by (at least
+    a minute); a count of an earlier hour is no rate at all. The guid's page and the list
+    by backlog say the same."""
+    url = database_url
+    add_job(url, "drain-busy", 40)
+    add_job(url, "drain-stale", 10)
+    clock = ("SELECT floor(extract(epoch FROM now()) / 3600)::bigint AS hour,"
+             " extract(epoch FROM now())::float8 - floor(extract(epoch FROM now()) / 3600) * 3600 AS into_s")
+
+    async def go() -> tuple[dict, dict, dict, float, float]:
+        async with control_api(url) as api:
+            for _ in range(3):  # an hour that ends between the write and the reads is tried again
+                (before,) = rows(url, clock)
+                rows(url, "INSERT INTO guid_leases (guid, windows) VALUES"
+                          " ('drain-busy', jsonb_build_object('hour', jsonb_build_array(%s::bigint, 120))),"
+                          " ('drain-stale', jsonb_build_object('hour', jsonb_build_array(%s::bigint - 1, 500)))"
+                          " ON CONFLICT (guid) DO UPDATE SET windows = EXCLUDED.windows RETURNING guid",
+                     before["hour"], before["hour"])
+                busy = (await api.get("/guids/drain-busy", "operator")).json()["backlog"]
+                stale = (await api.get("/guids/drain-stale", "operator")).json()["backlog"]
+                listed = {g["guid"]: g for g in (await api.get("/backlog?limit=100", "operator")).json()["guids"]}
+                (after,) = rows(url, clock)
+                if after["hour"] == before["hour"]:
+                    return busy, stale, listed, before["into_s"], after["into_s"]
+        raise AssertionError("three hours ended while reading")
+
+    busy, stale, listed, into_before, into_after = asyncio.run(go())
+    slowest, fastest = 120 / max(60.0, into_after), 120 / max(60.0, into_before)
+    assert slowest <= busy["sends_per_s"] <= fastest
+    assert busy["drain_s"] == pytest.approx(40 / busy["sends_per_s"])
+    assert 40 / fastest <= listed["drain-busy"]["drain_s"] <= 40 / slowest
+    assert stale["sends_per_s"] is None and stale["drain_s"] is None, "last hour's count is no rate"
+    assert listed["drain-stale"]["drain_s"] is None
 
 
 def test_shed_items_show_in_the_jobs_progress_and_report(database_url: str) -> None:

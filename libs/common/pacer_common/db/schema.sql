@@ -690,6 +690,15 @@ CREATE FUNCTION public.pacer_hold_reason(p_job_status text, p_job_reason text, p
     END;
 $$;
 
+CREATE FUNCTION public.pacer_hour_rate(p_windows jsonb) RETURNS double precision
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT CASE WHEN (p_windows -> 'hour' ->> 0)::bigint = floor(extract(epoch FROM now()) / 3600)
+                THEN (p_windows -> 'hour' ->> 1)::float8
+                     / greatest(60, extract(epoch FROM now()) - floor(extract(epoch FROM now()) / 3600) * 3600)
+           END;
+$$;
+
 CREATE TABLE public.items (
     item_id uuid NOT NULL,
     job_id uuid NOT NULL,

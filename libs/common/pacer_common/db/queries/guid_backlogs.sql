@@ -33,13 +33,7 @@ SELECT p.guid, p.online_ready, p.batch_ready, p.scheduled, p.online_ready + p.ba
 FROM per_guid p
 LEFT JOIN guid_leases l ON l.guid = p.guid
 LEFT JOIN guid_states h ON h.guid = p.guid
-CROSS JOIN LATERAL (
-    -- sends this hour (the senders' own window count) over the part of the hour gone by
-    SELECT CASE WHEN (l.windows -> 'hour' ->> 0)::bigint = floor(extract(epoch FROM now()) / 3600)
-                THEN (l.windows -> 'hour' ->> 1)::float8
-                     / greatest(60, extract(epoch FROM now()) - floor(extract(epoch FROM now()) / 3600) * 3600)
-           END AS per_s
-) r
+CROSS JOIN LATERAL (SELECT pacer_hour_rate(l.windows) AS per_s) r
 WHERE pacer_guid_hold(l.paused_reason, h.state::text, h.reason) IS NULL
 ORDER BY CASE WHEN %(sort)s = 'wait' THEN COALESCE(p.oldest_wait_s, 0)
               ELSE (p.online_ready + p.batch_ready + p.scheduled)::float8 END DESC, p.guid

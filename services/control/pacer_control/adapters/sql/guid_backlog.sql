@@ -28,11 +28,7 @@ WITH per_shard AS (
     ) r
     GROUP BY 1, 2
 ), rate AS (
-    SELECT CASE WHEN (windows -> 'hour' ->> 0)::bigint = floor(extract(epoch FROM now()) / 3600)
-                THEN (windows -> 'hour' ->> 1)::float8
-                     / greatest(60, extract(epoch FROM now()) - floor(extract(epoch FROM now()) / 3600) * 3600)
-           END AS per_s
-    FROM guid_leases WHERE guid = %(guid)s
+    SELECT pacer_hour_rate(windows) AS per_s FROM guid_leases WHERE guid = %(guid)s
 )
 SELECT COALESCE((SELECT jsonb_object_agg(lane, states) FROM (
             SELECT lane, jsonb_object_agg(state, n) AS states FROM counts GROUP BY lane) l), '{}') AS by_lane,

@@ -4,7 +4,8 @@
 -- their shard not paused: pacer_hold_reason, the rule pacer_begin_send applies) and when the
 -- first of them became ready. The guid's queued rows are counted per shard (items_guid_queued),
 -- then each shard's row and its job's are read by key, once per shard (a subquery, so the
--- plan cannot turn into a scan of every shard for every guid listed). A
+-- plan cannot turn into a scan of every shard for every guid listed; the same subquery in a
+-- SQL function made the first page 3.5 times as slow, docs/performance.md). A
 -- guid is listed once it has held a lease or had a lifecycle state. ``paused_only``: the
 -- held ones; ``state``: only guids in that lifecycle state; ``after`` (the previous page's
 -- last guid) or ``start`` (a guid to list from, itself included): where the page begins.
