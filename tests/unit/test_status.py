@@ -62,10 +62,20 @@ def test_outcome_statuses_are_terminal_and_refuse_every_move_but_a_person_s(stat
             check_transition(status, dst)
 
 
-def test_only_an_unverified_send_is_resolved_by_a_person_as_delivered_or_not() -> None:
-    assert {(S.UNVERIFIED, S.CONFIRMED), (S.UNVERIFIED, S.PENDING)} == BY_OPERATOR
+def test_a_person_only_resolves_an_unverified_send_or_puts_sends_in_doubt_after_a_restore() -> None:
+    resolve = {(S.UNVERIFIED, S.CONFIRMED), (S.UNVERIFIED, S.PENDING)}
+    after_restore = {(S.PENDING, S.RECOVERY_PENDING), (S.CLAIMED, S.RECOVERY_PENDING),
+                     (S.WAITING_RETRY, S.RECOVERY_PENDING)}
+    assert resolve | after_restore == BY_OPERATOR
     for src, dst in BY_OPERATOR:
         check_transition(src, dst)
+
+
+def test_a_send_put_in_doubt_after_a_restore_reaches_the_gateway_again_only_through_a_lookup() -> None:
+    # From recovery_pending the only way back to a claim is the verifier's "not delivered"
+    # (→ pending); confirmed and unverified are final.
+    assert TRANSITIONS[S.RECOVERY_PENDING] == {S.CONFIRMED, S.PENDING, S.UNVERIFIED}
+    assert S.CLAIMED not in reachable(S.RECOVERY_PENDING, avoiding=frozenset({S.PENDING}))
 
 
 @pytest.mark.parametrize("status", [S.PENDING, S.CLAIMED, S.SUBMITTED, S.WAITING_RETRY, S.RECOVERY_PENDING])

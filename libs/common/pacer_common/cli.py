@@ -81,6 +81,37 @@ def _rebuild_projection(args: argparse.Namespace) -> int:
     return 0
 
 
+def _after_restore(args: argparse.Namespace) -> int:
+    """Put in doubt every send a database restored from a backup cannot vouch for, so that the
+    reconciler verifies each by lookup before anything sends it again (docs/runbook.md,
+    "Restoring Postgres from a backup")."""
+    if not args.services_stopped:
+        print("refused: stop the planner, the senders, the reconcilers and the Control API first (no send may "
+              "start while the items are put in doubt), then pass --services-stopped", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.batch < 1:
+        print("--batch must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    url = PostgresSettings().database_url.get_secret_value()
+    moved: dict[str, int] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        while True:
+            with conn.transaction():
+                rows = conn.execute(query("after_restore"), {"actor": "cli", "reason": args.reason,
+                                                             "limit": args.batch}).fetchall()
+            for status, n in rows:
+                moved[status] = moved.get(status, 0) + n
+            if not rows:
+                break
+        conn.execute(query("after_restore_audit"), {"actor": "cli", "reason": args.reason,
+                                                    "after": json.dumps({"in_doubt": moved})})
+    by_status = ", ".join(f"{n} {s}" for s, n in sorted(moved.items())) or "none"
+    print(f"put in doubt: {sum(moved.values())} items ({by_status}); the services may start again: the "
+          "reconcilers verify each by lookup before it can be sent (pacer_reconciler_open_job_items"
+          "{status=\"recovery_pending\"} falls to 0 as they do)")
+    return 0
+
+
 def _topics(_: argparse.Namespace) -> int:
     k = KafkaSettings()
     layout = topic_layout(k)
@@ -277,6 +308,13 @@ def main(argv: list[str] | None = None) -> None:
     rb.add_argument("--services-stopped", action="store_true",
                     help="confirm that the planner, the senders and the reconciler are stopped")
     rb.set_defaults(fn=_rebuild_projection)
+    ar = sub.add_parser("after-restore", help="after Postgres is restored from a backup: put every send it cannot "
+                        "vouch for in doubt, to be verified by lookup before anything sends it (services stopped)")
+    ar.add_argument("--services-stopped", action="store_true",
+                    help="confirm that the planner, the senders, the reconcilers and the Control API are stopped")
+    ar.add_argument("--reason", required=True, help="why (kept in the audit log and in each item's event)")
+    ar.add_argument("--batch", type=int, default=50_000, help="items put in doubt per transaction")
+    ar.set_defaults(fn=_after_restore)
     pub = sub.add_parser("publish", help="publish a job request (JSON file, or - for stdin)")
     pub.add_argument("file")
     pub.add_argument("--raw", action="store_true", help="publish without validating (to try the DLQ)")

@@ -58,6 +58,41 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.pacer_after_restore(p_actor text, p_reason text, p_limit integer DEFAULT 50000) RETURNS TABLE(from_status text, n bigint)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    ids uuid[];
+BEGIN
+    SELECT array_agg(c.item_id) INTO ids FROM (
+        SELECT i.item_id FROM items i
+        WHERE i.status IN ('claimed', 'submitted')
+           OR (i.status = 'pending' AND COALESCE(i.not_before, i.created_at) <= now())
+           OR (i.status = 'waiting_retry' AND COALESCE(i.next_attempt_at, i.updated_at) <= now())
+        LIMIT p_limit) c;
+    IF ids IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH moved AS (
+        SELECT t.item_id, t.from_status
+        FROM pacer_transition(ids, '{pending,claimed,submitted,waiting_retry}', 'recovery_pending', 'ItemInDoubt',
+                              jsonb_build_object('restored', true, 'actor', p_actor, 'reason', p_reason),
+                              p_clear_lease => true, p_error_class => 'in_doubt',
+                              p_error => 'the database was restored from a backup: this send may have been made '
+                                         'after the backup, so it is verified before it is sent') AS t
+    ), keys AS (
+        INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
+        SELECT i.idem_key, i.item_id, i.guid, i.to_id, 'reserved'
+        FROM items i JOIN moved m ON m.item_id = i.item_id
+        WHERE NOT EXISTS (SELECT 1 FROM send_ledger l WHERE l.idem_key = i.idem_key)
+        ON CONFLICT DO NOTHING
+    )
+    SELECT m.from_status::text, count(*) FROM moved m GROUP BY 1 ORDER BY 1;
+END
+$$;
+
 CREATE FUNCTION public.pacer_approval_reason(p_total bigint, p_message jsonb, p_above bigint, p_new_content boolean) RETURNS text
     LANGUAGE plpgsql STABLE
     AS $$  -- plpgsql: bound late, so pacer_content_hash may be created after it

@@ -29,14 +29,16 @@ S = ItemStatus
 
 TRANSITIONS: dict[ItemStatus, frozenset[ItemStatus]] = {
     # claim; cancel; past expire_at at dequeue; a lifted hold re-publishes (pending → pending);
-    # unsendable as it stands (bad_params, before any claim: nothing was sent)
-    S.PENDING: frozenset({S.PENDING, S.CLAIMED, S.ABANDONED, S.EXPIRED, S.FAILED}),
+    # unsendable as it stands (bad_params, before any claim: nothing was sent); a restore
+    # (→ recovery_pending: it may have been sent after the backup, so it is verified first)
+    S.PENDING: frozenset({S.PENDING, S.CLAIMED, S.ABANDONED, S.EXPIRED, S.FAILED, S.RECOVERY_PENDING}),
     # "submitted" is written before the gateway call; lease lost before submit → pending
-    # (nothing was sent); a duplicate intercepted by the ledger, or expiry → terminal.
-    S.CLAIMED: frozenset({S.SUBMITTED, S.PENDING, S.ABANDONED, S.EXPIRED}),
+    # (nothing was sent); a duplicate intercepted by the ledger, or expiry → terminal; a restore.
+    S.CLAIMED: frozenset({S.SUBMITTED, S.PENDING, S.ABANDONED, S.EXPIRED, S.RECOVERY_PENDING}),
     # the gateway answered (confirmed / failed / retryable), or the outcome is in doubt.
     S.SUBMITTED: frozenset({S.CONFIRMED, S.FAILED, S.WAITING_RETRY, S.RECOVERY_PENDING}),
-    S.WAITING_RETRY: frozenset({S.PENDING, S.ABANDONED, S.EXPIRED}),
+    # due again; cancelled; expired; a restore.
+    S.WAITING_RETRY: frozenset({S.PENDING, S.ABANDONED, S.EXPIRED, S.RECOVERY_PENDING}),
     # verification: delivered → confirmed; proved not delivered → pending; unknown → human.
     S.RECOVERY_PENDING: frozenset({S.CONFIRMED, S.PENDING, S.UNVERIFIED}),
     S.CONFIRMED: frozenset(),
@@ -47,9 +49,11 @@ TRANSITIONS: dict[ItemStatus, frozenset[ItemStatus]] = {
     S.UNVERIFIED: frozenset({S.CONFIRMED, S.PENDING}),
 }
 
-# Moves only a person makes (resolving an in-doubt send); Pacer itself never makes them.
+# Moves only a person makes (resolving an in-doubt send; `pacer after-restore`, which puts
+# every send the restored database cannot vouch for in doubt); Pacer itself never makes them.
 BY_OPERATOR: frozenset[tuple[ItemStatus, ItemStatus]] = frozenset(
-    {(S.UNVERIFIED, S.CONFIRMED), (S.UNVERIFIED, S.PENDING)})
+    {(S.UNVERIFIED, S.CONFIRMED), (S.UNVERIFIED, S.PENDING),
+     (S.PENDING, S.RECOVERY_PENDING), (S.CLAIMED, S.RECOVERY_PENDING), (S.WAITING_RETRY, S.RECOVERY_PENDING)})
 # Statuses Pacer never moves an item out of by itself.
 TERMINAL: frozenset[ItemStatus] = frozenset(
     s for s, nxt in TRANSITIONS.items() if all((s, t) in BY_OPERATOR for t in nxt))

@@ -1,0 +1,121 @@
+"""After Postgres is restored from a backup, nothing the restored database cannot vouch for is
+sent again without asking the gateway: ``pacer after-restore`` puts every item that may have
+been sent since the backup in doubt, its key reserved, and the reconciler's verifier confirms
+what the gateway has and puts back to pending only what it proves it has not."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from pacer_common.cli import EXIT_REFUSED, EXIT_USAGE, main
+from pacer_common.db.pool import open_pool
+from pacer_common.domain.failures import DEFAULT_CODE_TABLE
+from pacer_common.gateway import GatewayClient, make_client
+from pacer_reconciler.adapters.postgres import PostgresLog
+from pacer_reconciler.verifier import Verifier
+from tests.integration.control_support import audit, move, rows
+from tests.integration.helpers import seed_job
+
+
+def _statuses(url: str, items: list[str]) -> list[str]:
+    found = {r["item_id"]: r["status"] for r in rows(
+        url, "SELECT item_id::text, status::text FROM items WHERE item_id = ANY(%s::uuid[])", items)}
+    return [found[i] for i in items]
+
+
+def _ledger(url: str, items: list[str]) -> dict[str, str]:
+    return {r["item_id"]: r["state"] for r in rows(
+        url, "SELECT item_id::text, state FROM send_ledger WHERE item_id = ANY(%s::uuid[])", items)}
+
+
+def _after_restore(*args: str) -> int:
+    with pytest.raises(SystemExit) as ended:
+        main(["after-restore", *args])
+    return int(ended.value.code or 0)
+
+
+class _Lookup:
+    """The gateway's lookup as the verifier calls it (one gateway, no tenants)."""
+
+    def __init__(self, client: GatewayClient) -> None:
+        self.client = client
+
+    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
+        return await self.client.lookup(guid, idem_key)
+
+
+async def _send(url: str, rows_: list[dict]) -> None:
+    http = make_client(url, 5.0)
+    try:
+        for r in rows_:
+            await GatewayClient(http, DEFAULT_CODE_TABLE).send_text(r["guid"], r["to_id"], "hi", r["idem_key"])
+    finally:
+        await http.aclose()
+
+
+async def _verify(url: str, gateway_url: str) -> None:
+    """One verification round, as the reconciler leader runs it, until its lookups are done."""
+    pool = await open_pool(url, min_size=1, max_size=4)
+    http = make_client(gateway_url, 5.0)
+    try:
+        store = PostgresLog(pool, "test-restore", timedelta(seconds=60), verify_after=timedelta(0))
+        verifier = Verifier(store, _Lookup(GatewayClient(http, DEFAULT_CODE_TABLE)), concurrency=8)
+        assert await verifier.start_round() == 6
+        deadline = time.monotonic() + 30
+        while verifier.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert not verifier.in_flight and verifier.errors == 0, verifier.lookups
+    finally:
+        await http.aclose()
+        await pool.close()
+
+
+def test_after_a_restore_every_send_the_database_cannot_vouch_for_is_verified_before_it_is_sent(
+        database_url: str, server_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    url = database_url
+    _, _, items = seed_job(url, {"restored-g": 8})
+    pend_sent, pend_a, pend_b, claimed, submitted, retry, confirmed, later = items
+    # The database as the backup left it.
+    move(url, [claimed], "claimed")
+    move(url, [submitted], "claimed")
+    with psycopg.connect(url) as conn:
+        conn.execute("SELECT pacer_transition(%s::uuid[], '{claimed}', 'submitted', 'ItemSubmitted')", ([submitted],))
+        conn.execute("INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)"
+                     " SELECT idem_key, item_id, guid, to_id, 'reserved' FROM items WHERE item_id = %s", (submitted,))
+        conn.execute("UPDATE items SET not_before = now() + interval '1 hour' WHERE item_id = %s", (later,))
+    move(url, [retry], "waiting_retry")
+    move(url, [confirmed], "confirmed")
+    # What was sent between the backup and the restore, which the database does not know of.
+    sent = [pend_sent, claimed, submitted, retry]
+    asyncio.run(_send(server_url, rows(
+        url, "SELECT guid, to_id, idem_key FROM items WHERE item_id = ANY(%s::uuid[])", sent)))
+
+    monkeypatch.setenv("PACER_DATABASE_URL", url)
+    assert _after_restore("--reason", "restored from last night's backup") == EXIT_REFUSED
+    assert "stop the planner, the senders" in capsys.readouterr().err
+    assert _after_restore("--services-stopped", "--reason", "restored", "--batch", "0") == EXIT_USAGE
+    assert _statuses(url, [pend_a, claimed]) == ["pending", "claimed"], "refused: nothing moved"
+
+    assert _after_restore("--services-stopped", "--reason", "restored from last night's backup", "--batch", "4") == 0
+    assert "put in doubt: 6 items (1 claimed, 3 pending, 1 submitted, 1 waiting_retry)" in capsys.readouterr().out
+    doubted = [pend_sent, pend_a, pend_b, claimed, submitted, retry]
+    assert _statuses(url, doubted) == ["recovery_pending"] * 6
+    assert _statuses(url, [confirmed, later]) == ["confirmed", "pending"], "a send made, one not due yet: left alone"
+    assert _ledger(url, doubted) == dict.fromkeys(doubted, "reserved"), "every key held until the lookup says"
+    events = rows(url, "SELECT type, payload FROM item_events WHERE item_id = ANY(%s::uuid[]) AND to_status = "
+                       "'recovery_pending'", doubted)
+    assert len(events) == 6 and all(e["type"] == "ItemInDoubt" and e["payload"]["restored"] is True
+                                    and e["payload"]["actor"] == "cli" for e in events)
+    (record,) = [a for a in audit(url) if a["action"] == "after_restore"]
+    assert record["after"] == {"in_doubt": {"claimed": 1, "pending": 3, "submitted": 1, "waiting_retry": 1}}
+    assert record["reason"] == "restored from last night's backup"
+
+    asyncio.run(_verify(url, server_url))
+    assert _statuses(url, sent) == ["confirmed"] * 4, "what the gateway has is confirmed, never sent again"
+    assert _statuses(url, [pend_a, pend_b]) == ["pending", "pending"], "what it proves it has not is sent as usual"
+    assert _ledger(url, doubted) == dict.fromkeys(sent, "sent")
