@@ -209,3 +209,6 @@ SCENARIOS.update(HEALTH_SCENARIOS)
 from pacer_dev.chaos.scenarios_callbacks import CALLBACK_SCENARIOS  # noqa: E402
 
 SCENARIOS.update(CALLBACK_SCENARIOS)
+from pacer_dev.chaos.scenarios_restore import RESTORE_SCENARIOS  # noqa: E402
+
+SCENARIOS.update(RESTORE_SCENARIOS)
