@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -15,6 +16,7 @@ import psycopg
 
 from pacer_dev.chaos.harness import Scenario, close_scenario, open_scenario
 from pacer_dev.infra import Infra
+from pacer_dev.stack import drop_database
 
 if TYPE_CHECKING:
     from pacer_dev.chaos.scenarios import Size
@@ -58,7 +60,8 @@ def restore(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
         return fig, ("sent_since_backup", "put_in_doubt", "verified", "takeovers", "completed")
     finally:
         close_scenario(sc)
-        _drop(backup)
+        with contextlib.suppress(psycopg.Error):
+            drop_database(backup)
 
 
 def _backup(sc: Scenario, backup: str) -> None:
@@ -107,12 +110,6 @@ def _sent_since_backup(sc: Scenario) -> int:
         delivered.update(s["idempotencyKey"] for s in page)
         offset += len(page)
     return len(unsent & delivered)
-
-
-def _drop(url: str) -> None:
-    base, _, name = url.rpartition("/")
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 RESTORE_SCENARIOS = {"restore": restore}
