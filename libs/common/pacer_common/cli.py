@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 import httpx
 import psycopg
+from confluent_kafka import KafkaException
 from psycopg.rows import dict_row
 from pydantic import ValidationError
 
@@ -29,7 +30,15 @@ from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.requests import JobRequest
 from pacer_common.domain.tokens import Role
 from pacer_common.domain.validation import InvalidRequest, validate_request
-from pacer_common.kafka import MAX_REQUEST_BYTES, align_topic_configs, ensure_topics, make_producer, produce_all
+from pacer_common.kafka import (
+    MAX_REQUEST_BYTES,
+    GroupHasMembers,
+    align_topic_configs,
+    ensure_topics,
+    make_producer,
+    produce_all,
+    rewind_group,
+)
 from pacer_common.settings import ControlClientSettings, KafkaSettings, PostgresSettings
 
 # Exit codes of the operator actions: done; the target does not exist; bad arguments or
@@ -109,6 +118,43 @@ def _after_restore(args: argparse.Namespace) -> int:
     print(f"put in doubt: {sum(moved.values())} items ({by_status}); the services may start again: the "
           "reconcilers verify each by lookup before it can be sent (pacer_reconciler_open_job_items"
           "{status=\"recovery_pending\"} falls to 0 as they do)")
+    return 0
+
+
+def _moment(text: str) -> datetime:
+    """An ISO 8601 time with its time zone (a restore point is one moment, not a wall clock's)."""
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time such as 2026-12-04T03:00:00Z") from None
+    if at.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone: add Z or an offset such as +08:00")
+    return at
+
+
+def _rewind_groups(args: argparse.Namespace) -> int:
+    """Move the planners' and the reconcilers' callback consumer groups back to a moment (a
+    restore point), so that what they read since is read again."""
+    if not args.services_stopped:
+        print("refused: stop the planners and the reconcilers first (their groups must have no members), "
+              "then pass --services-stopped", file=sys.stderr)
+        return EXIT_REFUSED
+    at: datetime = args.to
+    k = KafkaSettings()
+    groups = [(args.planner_group or f"{k.topic_prefix}.planner", k.job_requests),
+              (args.callbacks_group or f"{k.topic_prefix}.reconciler.callbacks", k.callbacks)]
+    for group, topic in groups:
+        try:
+            moved = rewind_group(k.client_config(), group, topic, int(at.timestamp() * 1000))
+        except GroupHasMembers as exc:
+            print(f"refused: {exc}; stop them first", file=sys.stderr)
+            return EXIT_REFUSED
+        except KafkaException as exc:
+            print(f"group {group} on {topic}: {exc.args[0].str() if exc.args else exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        for partition, before, after in moved:
+            was = "no offset" if before < 0 else str(before)
+            print(f"group {group} {topic}[{partition}]: {was} → {after}" + ("" if after != before else " (kept)"))
     return 0
 
 
@@ -315,6 +361,16 @@ def main(argv: list[str] | None = None) -> None:
     ar.add_argument("--reason", required=True, help="why (kept in the audit log and in each item's event)")
     ar.add_argument("--batch", type=int, default=50_000, help="items put in doubt per transaction")
     ar.set_defaults(fn=_after_restore)
+    rw = sub.add_parser("rewind-groups", help="move the planners' and the reconcilers' callback consumer groups back "
+                        "to a moment (a restore point), so what they read since is read again (services stopped)")
+    rw.add_argument("--to", required=True, type=_moment, metavar="TIME",
+                    help="ISO 8601 with its time zone, e.g. 2026-12-04T03:00:00Z")
+    rw.add_argument("--services-stopped", action="store_true",
+                    help="confirm that the planners and the reconcilers are stopped")
+    rw.add_argument("--planner-group", help="default <prefix>.planner (PACER_PLANNER_GROUP_ID, if you set it)")
+    rw.add_argument("--callbacks-group", help="default <prefix>.reconciler.callbacks "
+                    "(PACER_RECONCILER_CALLBACKS_GROUP, if you set it)")
+    rw.set_defaults(fn=_rewind_groups)
     pub = sub.add_parser("publish", help="publish a job request (JSON file, or - for stdin)")
     pub.add_argument("file")
     pub.add_argument("--raw", action="store_true", help="publish without validating (to try the DLQ)")

@@ -12,8 +12,24 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+)
 
 log = logging.getLogger(__name__)
 # librdkafka's own log, from every client Pacer makes: records (facility, client name,
@@ -255,6 +271,47 @@ def align_topic_configs(config: dict[str, str], topics: dict[str, tuple[int, dic
         fut.result(timeout_s)
         log.info("topic %s: set %s", res.name, ", ".join(f"{k}={topics[res.name][1][k]}" for k in changes[res.name]))
     return changes
+
+
+class GroupHasMembers(RuntimeError):
+    """A consumer group that is to be moved still has members."""
+
+
+def rewind_group(config: dict[str, str], group: str, topic: str, at_ms: int, *,
+                 timeout_s: float = 30.0) -> list[tuple[int, int, int]]:
+    """Move consumer group ``group`` back on every partition of ``topic`` to the first record
+    stamped at or after ``at_ms`` (epoch ms; the partition's end where none is), so that what
+    it read since is read again. A partition the group had not got that far on, or has no
+    offset for, is left where it is: rewinding never skips a record. A group with members is
+    refused (:class:`GroupHasMembers`): they would go on from where they are and commit over
+    it. Returns ``(partition, before, after)`` for each partition, ``before`` -1 where the
+    group had no offset."""
+    admin = _admin(config)
+    (described,) = (fut.result(timeout_s) for fut in admin.describe_consumer_groups(
+        [group], request_timeout=timeout_s).values())
+    if described.members:
+        raise GroupHasMembers(f"group {group} has {len(described.members)} member(s): "
+                              + ", ".join(sorted(m.client_id for m in described.members)))
+    parts = sorted(admin.list_topics(topic, timeout=timeout_s).topics[topic].partitions)
+
+    def offsets(spec: OffsetSpec) -> dict[int, int]:
+        asked = {TopicPartition(topic, p): spec for p in parts}
+        return {tp.partition: fut.result(timeout_s).offset
+                for tp, fut in admin.list_offsets(asked, request_timeout=timeout_s).items()}
+
+    at, end = offsets(OffsetSpec.for_timestamp(at_ms)), offsets(OffsetSpec.latest())  # type: ignore[no-untyped-call]
+    asked = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in parts])]
+    (committed,) = (fut.result(timeout_s) for fut in admin.list_consumer_group_offsets(
+        asked, request_timeout=timeout_s).values())
+    before = {tp.partition: tp.offset if tp.offset >= 0 else -1 for tp in committed.topic_partitions}
+    target = {p: at[p] if at[p] >= 0 else end[p] for p in parts}
+    moves = [TopicPartition(topic, p, target[p]) for p in parts if target[p] < before.get(p, -1)]
+    if moves:
+        for fut in admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, moves)],
+                                                      request_timeout=timeout_s).values():
+            fut.result(timeout_s)
+    moved = {tp.partition: tp.offset for tp in moves}
+    return [(p, before.get(p, -1), moved.get(p, before.get(p, -1))) for p in parts]
 
 
 def next_offset(msg: Message) -> TopicPartition:

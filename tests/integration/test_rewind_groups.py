@@ -1,0 +1,79 @@
+"""``pacer rewind-groups`` moves the planners' and the reconcilers' callback consumer groups
+back to a restore point on the real broker: what they read since is read again, a group that
+had not got that far is not moved forward, and a group with members is refused."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from pacer_common.cli import EXIT_REFUSED, main
+from pacer_common.kafka import ensure_topics, make_consumer, make_producer
+
+
+def _committed(kafka_config: dict[str, str], group: str, topic: str, partitions: int) -> list[int]:
+    asked = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
+    admin = AdminClient(dict(kafka_config))  # held until the answer: a client dropped cancels its requests
+    (fut,) = admin.list_consumer_group_offsets(asked).values()
+    return [tp.offset for tp in sorted(fut.result(30).topic_partitions, key=lambda tp: tp.partition)]
+
+
+def _commit(kafka_config: dict[str, str], group: str, offsets: list[TopicPartition]) -> None:
+    consumer = make_consumer(kafka_config, group)
+    consumer.commit(offsets=offsets, asynchronous=False)
+    consumer.close()
+
+
+def _rewind(*args: str) -> int:
+    with pytest.raises(SystemExit) as ended:
+        main(["rewind-groups", *args])
+    return int(ended.value.code or 0)
+
+
+def test_groups_go_back_to_the_restore_point_never_forward_and_not_while_they_have_members(
+        kafka_config: dict[str, str], topic_prefix: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    requests, callbacks = f"{topic_prefix}.job-requests", f"{topic_prefix}.callbacks"
+    planner, reconciler = f"{topic_prefix}.planner", f"{topic_prefix}.reconciler.callbacks"
+    ensure_topics(kafka_config, {requests: (2, {}), callbacks: (1, {})})
+    now_ms = int(time.time() * 1000)
+    before_ms, after_ms = now_ms - 120_000, now_ms - 60_000  # the restore point lies between
+    producer = make_producer(kafka_config)
+    for topic, partition, old, new in ((requests, 0, 4, 3), (requests, 1, 4, 3), (callbacks, 0, 3, 2)):
+        for k in range(old + new):
+            producer.produce(topic, f"{k}".encode(), partition=partition, timestamp=before_ms if k < old else after_ms)
+    assert producer.flush(30) == 0
+    # The planner read all of partition 0, but only 2 records of partition 1 (before the
+    # restore point: it must not be moved forward); the reconciler read all its callbacks.
+    _commit(kafka_config, planner, [TopicPartition(requests, 0, 7), TopicPartition(requests, 1, 2)])
+    _commit(kafka_config, reconciler, [TopicPartition(callbacks, 0, 5)])
+
+    monkeypatch.setenv("PACER_KAFKA_BOOTSTRAP_SERVERS", kafka_config["bootstrap.servers"])
+    monkeypatch.setenv("PACER_TOPIC_PREFIX", topic_prefix)
+    restore_point = datetime.fromtimestamp((before_ms + after_ms) / 2000, UTC).isoformat()
+    assert _rewind("--to", restore_point) == EXIT_REFUSED, "refused without --services-stopped"
+    assert _committed(kafka_config, planner, requests, 2) == [7, 2]
+
+    assert _rewind("--services-stopped", "--to", restore_point) == 0
+    assert _committed(kafka_config, planner, requests, 2) == [4, 2]
+    assert _committed(kafka_config, reconciler, callbacks, 1) == [3]
+    out = capsys.readouterr().out
+    assert f"group {planner} {requests}[0]: 7 → 4" in out and f"{requests}[1]: 2 → 2 (kept)" in out
+
+    # A group with a member is refused, moved or not: the member would commit over it.
+    member = make_consumer(kafka_config, planner)
+    member.subscribe([requests])
+    deadline = time.monotonic() + 60
+    while not member.assignment() and time.monotonic() < deadline:
+        member.poll(0.5)
+    assert member.assignment(), "the member joined the group"
+    try:
+        assert _rewind("--services-stopped", "--to", restore_point) == EXIT_REFUSED
+        assert f"refused: group {planner} has 1 member(s)" in capsys.readouterr().err
+        assert _committed(kafka_config, planner, requests, 2) == [4, 2]
+    finally:
+        member.close()
