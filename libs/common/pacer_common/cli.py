@@ -147,7 +147,8 @@ def _rewind_groups(args: argparse.Namespace) -> int:
         try:
             moved = rewind_group(k.client_config(), group, topic, int(at.timestamp() * 1000))
         except GroupHasMembers as exc:
-            print(f"refused: {exc}; stop them first", file=sys.stderr)
+            print(f"refused: {exc}; stop them first (a member killed, not stopped, leaves once its session "
+                  "times out: 10 s for the planners' and reconcilers' groups)", file=sys.stderr)
             return EXIT_REFUSED
         except KafkaException as exc:
             print(f"group {group} on {topic}: {exc.args[0].str() if exc.args else exc}", file=sys.stderr)

@@ -38,7 +38,8 @@ EVIDENCE: dict[str, Check] = {
                                 and f["sent_while_held"] == 0 and f["violations"] == 0),
     "poison-requests": lambda f, s: (f["dead_lettered"] == f["poisoned"] > 0 and f["jobs"] == 1 + REPLIES
                                      and f["planner_exited"] == 0),
-    "restore": lambda f, s: f["sent_since_backup"] > 0 and f["put_in_doubt"] >= f["sent_since_backup"],
+    "restore": lambda f, s: (f["sent_since_backup"] > 0 and f["replanned_sent"] > 0
+                             and f["put_in_doubt"] >= f["sent_since_backup"]),
 }
 
 

@@ -9,13 +9,16 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, LiteralString
 
 import psycopg
 
+from pacer_common.cli import EXIT_REFUSED
 from pacer_dev.chaos.harness import Scenario, close_scenario, open_scenario
 from pacer_dev.infra import Infra
+from pacer_dev.infra.process import wait_for
 from pacer_dev.stack import drop_database
 
 if TYPE_CHECKING:
@@ -26,28 +29,39 @@ COPY_TIMEOUT_S = 30.0
 
 
 def restore(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
-    """A backup is taken while the job runs; the job goes on until the database is lost
-    with every service (kill -9), and the backup is restored. It shows pending, claimed and
-    submitted items that were sent after it (`sent_since_backup`). `pacer after-restore` puts
-    what it cannot vouch for in doubt (`put_in_doubt`); the services start again and must
-    deliver every item exactly once."""
+    """A backup is taken while a job runs; a second job is published after it and sending goes
+    on until the database is lost with every service (kill -9). The backup is restored and the
+    runbook's procedure run: `pacer rewind-groups` to the backup's moment, the planner alone
+    until it has planned the second job again (`replanned`, some of whose keys were delivered
+    before the restore: `replanned_sent`), `pacer after-restore`, then every service. The
+    restored database shows items delivered since the backup as unsent (`sent_since_backup`);
+    each is put in doubt (`put_in_doubt`), and every key must be delivered exactly once."""
+    half = max(1, size.items // 2)
     sc = open_scenario("restore", inf, root, senders=2, gateway={"latency_ms": 10})
     backup = f"{sc.db}_bk"
     try:
-        sc.publish(size.items, size.guids)
-        sc.wait_progress(0.2)
+        first = sc.publish(half, size.guids)
+        sc.wait_progress(0.4)
         _backup(sc, backup)
-        sc.wait_progress(0.6)
+        backed_up_at = datetime.now(UTC)
+        second = sc.publish(size.items - half, size.guids)
+        sc.also.append(first)
+        sc.items = size.items
+        if not wait_for(lambda: _delivered(sc, second) >= (size.items - half) // 5, timeout=120):
+            raise RuntimeError("the second job's sends did not start within 120 s")
         for name in [n for n in sc.stack.procs if n != "gateway"]:
             sc.stack.kill(name)
         _copy(sc.db, backup, sc.db, drop_target=True)
-        sent_since = _sent_since_backup(sc)
-        done = subprocess.run(
-            [str(Path(sys.executable).with_name("pacer")), "after-restore", "--services-stopped",
-             "--reason", "chaos: restored from the backup"],
-            env={**os.environ, "PACER_DATABASE_URL": sc.db}, capture_output=True, text=True, timeout=120, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"pacer after-restore failed ({done.returncode}): {done.stderr}")
+        # A killed member stays in its group until its session times out: refused until then.
+        rewind = ("rewind-groups", "--services-stopped", "--to", backed_up_at.isoformat())
+        if not wait_for(lambda: _pacer(sc, *rewind, refused_ok=True), timeout=90):
+            raise RuntimeError("the killed services' consumer group members did not leave within 90 s")
+        sc.stack.start_service("planner")
+        if not wait_for(lambda: _planned(sc, second) == size.items - half, timeout=120):
+            raise RuntimeError("the planner did not plan the second job again within 120 s")
+        sc.stack.stop("planner")
+        sent_since, replanned_sent = _sent_since_backup(sc), _delivered(sc, second)
+        _pacer(sc, "after-restore", "--services-stopped", "--reason", "chaos: restored from the backup")
         with psycopg.connect(sc.db) as conn:
             row = conn.execute("SELECT count(*) FROM item_events WHERE type = 'ItemInDoubt'"
                                " AND (payload ->> 'restored')::boolean").fetchone()
@@ -56,12 +70,35 @@ def restore(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
         fig = sc.measure()
         fig["completed"] = int(finished)
         fig["sent_since_backup"] = sent_since
+        fig["replanned"] = size.items - half
+        fig["replanned_sent"] = replanned_sent
         fig["put_in_doubt"] = int(row[0]) if row else 0
-        return fig, ("sent_since_backup", "put_in_doubt", "verified", "takeovers", "completed")
+        return fig, ("sent_since_backup", "replanned", "replanned_sent", "put_in_doubt", "verified", "completed")
     finally:
         close_scenario(sc)
         with contextlib.suppress(psycopg.Error):
             drop_database(backup)
+
+
+def _pacer(sc: Scenario, *args: str, refused_ok: bool = False) -> bool:
+    """The ``pacer`` command, as an operator runs it, against this scenario's database and
+    topics; False when it refused (exit 3) and ``refused_ok``."""
+    env = {**os.environ, "PACER_DATABASE_URL": sc.db, "PACER_KAFKA_BOOTSTRAP_SERVERS": sc.infra.kafka_bootstrap,
+           "PACER_TOPIC_PREFIX": sc.stack.topic_prefix}
+    done = subprocess.run([str(Path(sys.executable).with_name("pacer")), *args], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    if refused_ok and done.returncode == EXIT_REFUSED:
+        return False
+    if done.returncode != 0:
+        raise RuntimeError(f"pacer {args[0]} failed ({done.returncode}): {done.stderr}")
+    return True
+
+
+def _planned(sc: Scenario, request_id: str) -> int:
+    with psycopg.connect(sc.db) as conn:
+        row = conn.execute("SELECT count(*) FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = %s",
+                           (request_id,)).fetchone()
+    return int(row[0]) if row else 0
 
 
 def _backup(sc: Scenario, backup: str) -> None:
@@ -100,16 +137,28 @@ def _copy(any_url: str, source_url: str, target_url: str, *, drop_target: bool) 
 
 def _sent_since_backup(sc: Scenario) -> int:
     """Keys the gateway delivered whose items the restored database does not show confirmed."""
+    return len(_keys(sc, sc.request_ids, "i.status <> 'confirmed'") & _gateway_keys(sc))
+
+
+def _delivered(sc: Scenario, request_id: str) -> int:
+    """Keys of one job's items the gateway delivered."""
+    return len(_keys(sc, [request_id], "true") & _gateway_keys(sc))
+
+
+def _keys(sc: Scenario, request_ids: list[str], where: LiteralString) -> set[str]:
     with psycopg.connect(sc.db) as conn:
-        unsent = {k for (k,) in conn.execute(
-            "SELECT i.idem_key FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = ANY(%s)"
-            " AND i.status <> 'confirmed'", (sc.request_ids,)).fetchall()}
+        return {k for (k,) in conn.execute(
+            "SELECT i.idem_key FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = ANY(%s) AND " + where,
+            (request_ids,)).fetchall()}
+
+
+def _gateway_keys(sc: Scenario) -> set[str]:
     delivered: set[str] = set()
     offset = 0
     while page := sc.gateway(f"/_admin/sends?limit=5000&offset={offset}")["sends"]:
         delivered.update(s["idempotencyKey"] for s in page)
         offset += len(page)
-    return len(unsent & delivered)
+    return delivered
 
 
 RESTORE_SCENARIOS = {"restore": restore}
