@@ -6,7 +6,6 @@ what the gateway has and puts back to pending only what it proves it has not."""
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import timedelta
 
 import psycopg
@@ -66,9 +65,9 @@ async def _verify(url: str, gateway_url: str) -> None:
         store = PostgresLog(pool, "test-restore", timedelta(seconds=60), verify_after=timedelta(0))
         verifier = Verifier(store, _Lookup(GatewayClient(http, DEFAULT_CODE_TABLE)), concurrency=8)
         assert await verifier.start_round() == 6
-        deadline = time.monotonic() + 30
-        while verifier.in_flight and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        lookups = [t for t in asyncio.all_tasks() if t.get_name().startswith("verify:")]  # the verifier's own
+        assert len(lookups) == 6
+        await asyncio.wait_for(asyncio.gather(*lookups), 30)
         assert not verifier.in_flight and verifier.errors == 0, verifier.lookups
     finally:
         await http.aclose()

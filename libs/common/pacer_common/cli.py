@@ -76,11 +76,19 @@ def _migrate(_: argparse.Namespace) -> int:
     return 0
 
 
+def _unless_stopped(args: argparse.Namespace, services: str, why: str) -> int:
+    """For a command that works on the database or Kafka itself: refused (``EXIT_REFUSED``,
+    saying what to stop and why) unless ``--services-stopped`` says they are stopped; else 0."""
+    if args.services_stopped:
+        return 0
+    print(f"refused: stop {services} first ({why}), then pass --services-stopped", file=sys.stderr)
+    return EXIT_REFUSED
+
+
 def _rebuild_projection(args: argparse.Namespace) -> int:
-    if not args.services_stopped:
-        print("refused: stop the planner, the senders and the reconciler first (nothing may write item "
-              "events while the projection is rebuilt), then pass --services-stopped", file=sys.stderr)
-        return EXIT_REFUSED
+    if refused := _unless_stopped(args, "the planner, the senders and the reconciler",
+                                  "nothing may write item events while the projection is rebuilt"):
+        return refused
     url = PostgresSettings().database_url.get_secret_value()
     with psycopg.connect(url) as conn:
         conn.execute(query("rebuild_projection"))
@@ -94,10 +102,9 @@ def _after_restore(args: argparse.Namespace) -> int:
     """Put in doubt every send a database restored from a backup cannot vouch for, so that the
     reconciler verifies each by lookup before anything sends it again (docs/runbook.md,
     "Restoring Postgres from a backup")."""
-    if not args.services_stopped:
-        print("refused: stop the planner, the senders, the reconcilers and the Control API first (no send may "
-              "start while the items are put in doubt), then pass --services-stopped", file=sys.stderr)
-        return EXIT_REFUSED
+    if refused := _unless_stopped(args, "the planner, the senders, the reconcilers and the Control API",
+                                  "no send may start while the items are put in doubt"):
+        return refused
     if args.batch < 1:
         print("--batch must be at least 1", file=sys.stderr)
         return EXIT_USAGE
@@ -135,10 +142,8 @@ def _moment(text: str) -> datetime:
 def _rewind_groups(args: argparse.Namespace) -> int:
     """Move the planners' and the reconcilers' callback consumer groups back to a moment (a
     restore point), so that what they read since is read again."""
-    if not args.services_stopped:
-        print("refused: stop the planners and the reconcilers first (their groups must have no members), "
-              "then pass --services-stopped", file=sys.stderr)
-        return EXIT_REFUSED
+    if refused := _unless_stopped(args, "the planners and the reconcilers", "their groups must have no members"):
+        return refused
     at: datetime = args.to
     k = KafkaSettings()
     groups = [(args.planner_group or f"{k.topic_prefix}.planner", k.job_requests),

@@ -8,7 +8,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, LiteralString
@@ -51,7 +50,7 @@ def restore(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
             raise RuntimeError("the second job's sends did not start within 120 s")
         for name in [n for n in sc.stack.procs if n != "gateway"]:
             sc.stack.kill(name)
-        _copy(sc.db, backup, sc.db, drop_target=True)
+        _copy(backup, sc.db, drop_target=True)
         # A killed member stays in its group until its session times out: refused until then.
         rewind = ("rewind-groups", "--services-stopped", "--to", backed_up_at.isoformat())
         if not wait_for(lambda: _pacer(sc, *rewind, refused_ok=True), timeout=90):
@@ -109,30 +108,31 @@ def _backup(sc: Scenario, backup: str) -> None:
     for name in services:
         sc.stack.signal(name, signal.SIGSTOP)
     try:
-        _copy(sc.db, sc.db, backup, drop_target=False)
+        _copy(sc.db, backup, drop_target=False)
     finally:
         for name in services:
             sc.stack.signal(name, signal.SIGCONT)
 
 
-def _copy(any_url: str, source_url: str, target_url: str, *, drop_target: bool) -> None:
-    """``target`` becomes a copy of ``source`` (a template copy; no session may be connected
-    to either, so their backends are ended first)."""
-    base = any_url.rsplit("/", 1)[0]
-    source, target = source_url.rsplit("/", 1)[1], target_url.rsplit("/", 1)[1]
-    deadline = time.monotonic() + COPY_TIMEOUT_S
+def _copy(source_url: str, target_url: str, *, drop_target: bool) -> None:
+    """``target`` (on the same server) becomes a copy of ``source``: a template copy, which
+    no session may be connected to, so its backends are ended until none is left."""
+    base, _, source = source_url.rpartition("/")
+    target = target_url.rpartition("/")[2]
     with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
         if drop_target:
             conn.execute(f"DROP DATABASE IF EXISTS {target} WITH (FORCE)")
-        while True:
+
+        def copied() -> bool:
             conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (source,))
             try:
                 conn.execute(f"CREATE DATABASE {target} TEMPLATE {source}")
-                return
             except psycopg.errors.ObjectInUse:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)  # a backend just ended is still leaving
+                return False  # a backend just ended is still leaving
+            return True
+
+        if not wait_for(copied, timeout=COPY_TIMEOUT_S):
+            raise RuntimeError(f"{source} still had sessions after {COPY_TIMEOUT_S:.0f} s: no copy made")
 
 
 def _sent_since_backup(sc: Scenario) -> int:
