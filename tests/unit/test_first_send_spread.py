@@ -20,6 +20,9 @@ from tests.unit.dispatching import cmd, dispatcher, ring, stop, until
 INTERVAL_S = 1.0
 LIMITS = Limits(min_interval_s=INTERVAL_S, jitter_s=0.0, online_reserve=0.0)
 GUIDS = [f"g{i}" for i in range(60)]
+# How late the event loop may run a due send on a loaded machine (two test workers, Kafka and
+# Postgres on two cores): the allowance on every upper bound below, well short of an interval.
+LAG_S = 0.3
 
 
 class LastSends:
@@ -67,13 +70,13 @@ def _campaigns(spread: float, rounds: int = 1, ago: float | None = None) -> list
 def test_rested_guids_a_sender_takes_together_start_spread_over_one_interval() -> None:
     [firsts] = _campaigns(1.0)
     assert firsts[-1] - firsts[0] >= 0.5 * INTERVAL_S, f"first sends within {firsts[-1] - firsts[0]:.2f} s"
-    assert firsts[-1] <= INTERVAL_S + 0.2, f"a guid held {firsts[-1]:.2f} s, more than one interval"
+    assert firsts[-1] <= INTERVAL_S + LAG_S, f"a guid held {firsts[-1]:.2f} s, more than one interval"
 
 
 def test_a_campaign_starting_on_rested_guids_the_sender_holds_is_spread_too() -> None:
     _, second = _campaigns(1.0, rounds=2)
     assert second[-1] - second[0] >= 0.5 * INTERVAL_S, f"second campaign within {second[-1] - second[0]:.2f} s"
-    assert second[-1] <= INTERVAL_S + 0.2
+    assert second[-1] <= INTERVAL_S + LAG_S, f"a guid held {second[-1]:.2f} s, more than one interval"
 
 
 def test_with_no_spread_every_rested_guid_sends_at_once() -> None:
@@ -83,9 +86,8 @@ def test_with_no_spread_every_rested_guid_sends_at_once() -> None:
 
 def test_a_part_of_the_interval_bounds_the_hold() -> None:
     [firsts] = _campaigns(0.3)
-    # Held by at most 0.3 of the interval, against up to the whole interval without the bound;
-    # the allowance is a loaded machine's event-loop lag (a third of a second, as below).
-    assert firsts[-1] <= 0.3 * INTERVAL_S + 0.3, f"a guid held {firsts[-1]:.2f} s"
+    # Held by at most 0.3 of the interval, against up to the whole interval without the bound.
+    assert firsts[-1] <= 0.3 * INTERVAL_S + LAG_S, f"a guid held {firsts[-1]:.2f} s"
     assert firsts[-1] - firsts[0] >= 0.15 * INTERVAL_S
 
 
@@ -117,5 +119,5 @@ def test_guids_taken_overdue_from_an_owner_go_out_within_how_long_they_waited() 
     [firsts] = _campaigns(1.0, ago=1.2)
     # The previous owner's sends 1.2 s ago, at a 1 s interval: 0.2 s overdue. Spread over a
     # whole interval they would go out until 1 s; over their 0.2 s wait, by 0.2 s (plus, as
-    # above, a third of a second for a loaded machine's event loop).
-    assert firsts[-1] <= 0.2 + 0.3, f"a guid held {firsts[-1]:.2f} s after a 0.2 s wait"
+    # above, LAG_S for a loaded machine's event loop).
+    assert firsts[-1] <= 0.2 + LAG_S, f"a guid held {firsts[-1]:.2f} s after a 0.2 s wait"
