@@ -6,6 +6,7 @@ what the gateway has and puts back to pending only what it proves it has not."""
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 
 import psycopg
@@ -13,9 +14,11 @@ import pytest
 
 from pacer_common.cli import EXIT_REFUSED, EXIT_USAGE, main
 from pacer_common.db.pool import open_pool
+from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
 from pacer_common.gateway import GatewayClient, make_client
 from pacer_reconciler.adapters.postgres import PostgresLog
+from pacer_reconciler.ports import Position
 from pacer_reconciler.verifier import Verifier
 from tests.integration.control_support import audit, move, rows
 from tests.integration.helpers import seed_job
@@ -36,6 +39,20 @@ def _after_restore(*args: str) -> int:
     with pytest.raises(SystemExit) as ended:
         main(["after-restore", *args])
     return int(ended.value.code or 0)
+
+
+def _epoch(printed: str) -> int:
+    return int(printed.split("restore epoch ", 1)[1].split(":", 1)[0])
+
+
+async def _dedupe_keys(url: str) -> dict[tuple[str, int], str]:
+    """Each event's outcome key, as the reconciler's tail reads the log and publishes it."""
+    pool = await open_pool(url, min_size=1, max_size=2)
+    try:
+        read = await PostgresLog(pool, "test-restore-tail", timedelta(seconds=60)).read(Position("0", 0), 1000)
+    finally:
+        await pool.close()
+    return {(ev.item_id, ev.version): ev.dedupe_key for _, ev in read if isinstance(ev, ItemEvent)}
 
 
 class _Lookup:
@@ -101,7 +118,9 @@ def test_after_a_restore_every_send_the_database_cannot_vouch_for_is_verified_be
     assert _statuses(url, [pend_a, claimed]) == ["pending", "claimed"], "refused: nothing moved"
 
     assert _after_restore("--services-stopped", "--reason", "restored from last night's backup", "--batch", "4") == 0
-    assert "put in doubt: 6 items (1 claimed, 3 pending, 1 submitted, 1 waiting_retry)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "put in doubt: 6 items (1 claimed, 3 pending, 1 submitted, 1 waiting_retry)" in out
+    epoch = _epoch(out)
     doubted = [pend_sent, pend_a, pend_b, claimed, submitted, retry]
     assert _statuses(url, doubted) == ["recovery_pending"] * 6
     assert _statuses(url, [confirmed, later]) == ["confirmed", "pending"], "a send made, one not due yet: left alone"
@@ -110,11 +129,23 @@ def test_after_a_restore_every_send_the_database_cannot_vouch_for_is_verified_be
                        "'recovery_pending'", doubted)
     assert len(events) == 6 and all(e["type"] == "ItemInDoubt" and e["payload"]["restored"] is True
                                     and e["payload"]["actor"] == "cli" for e in events)
+    assert epoch >= int(time.time()) - 60
     (record,) = [a for a in audit(url) if a["action"] == "after_restore"]
-    assert record["after"] == {"in_doubt": {"claimed": 1, "pending": 3, "submitted": 1, "waiting_retry": 1}}
+    assert record["after"] == {"in_doubt": {"claimed": 1, "pending": 3, "submitted": 1, "waiting_retry": 1},
+                               "restore_epoch": epoch}
     assert record["reason"] == "restored from last night's backup"
 
     asyncio.run(_verify(url, server_url))
     assert _statuses(url, sent) == ["confirmed"] * 4, "what the gateway has is confirmed, never sent again"
     assert _statuses(url, [pend_a, pend_b]) == ["pending", "pending"], "what it proves it has not is sent as usual"
     assert _ledger(url, doubted) == dict.fromkeys(sent, "sent")
+
+    # Outcomes: an event from before the restore keeps the key consumers saw; one written
+    # after it (put in doubt, then verified) carries the epoch, as the reconciler's tail reads it.
+    keys = asyncio.run(_dedupe_keys(url))
+    assert keys[(claimed, 1)] == f"{claimed}:1", "the claim, written before the restore"
+    assert keys[(claimed, 2)] == f"{claimed}:2:{epoch}", "put in doubt after the restore"
+    assert keys[(claimed, 3)] == f"{claimed}:3:{epoch}", "confirmed by the lookup"
+    assert keys[(pend_a, 2)] == f"{pend_a}:2:{epoch}", "proved not delivered"
+    assert _after_restore("--services-stopped", "--reason", "restored again") == 0
+    assert _epoch(capsys.readouterr().out) > epoch, "a new epoch each time"

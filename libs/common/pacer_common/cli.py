@@ -111,6 +111,8 @@ def _after_restore(args: argparse.Namespace) -> int:
     url = PostgresSettings().database_url.get_secret_value()
     moved: dict[str, int] = {}
     with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(query("restore_epoch")).fetchone()
+        epoch = int(row[0]) if row else 0
         while True:
             with conn.transaction():
                 rows = conn.execute(query("after_restore"), {"actor": "cli", "reason": args.reason,
@@ -120,8 +122,10 @@ def _after_restore(args: argparse.Namespace) -> int:
             if not rows:
                 break
         conn.execute(query("after_restore_audit"), {"actor": "cli", "reason": args.reason,
-                                                    "after": json.dumps({"in_doubt": moved})})
+                                                    "after": json.dumps({"in_doubt": moved, "restore_epoch": epoch})})
     by_status = ", ".join(f"{n} {s}" for s, n in sorted(moved.items())) or "none"
+    print(f"restore epoch {epoch}: outcomes of events written from now on carry pacer-dedupe-key "
+          f"item_id:version:{epoch}")
     print(f"put in doubt: {sum(moved.values())} items ({by_status}); the services may start again: the "
           "reconcilers verify each by lookup before it can be sent (pacer_reconciler_open_job_items"
           "{status=\"recovery_pending\"} falls to 0 as they do)")

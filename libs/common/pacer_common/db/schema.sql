@@ -1079,6 +1079,22 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.pacer_restore_epoch() RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    current_epoch bigint;
+    epoch bigint;
+BEGIN
+    SELECT pg_get_expr(d.adbin, d.adrelid)::bigint INTO current_epoch
+    FROM pg_attrdef d JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+    WHERE d.adrelid = 'item_events'::regclass AND a.attname = 'restore_epoch';
+    epoch := greatest(floor(extract(epoch FROM clock_timestamp()))::bigint, coalesce(current_epoch, 0) + 1);
+    EXECUTE format('ALTER TABLE item_events ALTER COLUMN restore_epoch SET DEFAULT %s', epoch);
+    RETURN epoch;
+END
+$$;
+
 CREATE FUNCTION public.pacer_resume_guid(p_guid text, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text)
     LANGUAGE plpgsql
     AS $$
@@ -1588,7 +1604,8 @@ CREATE TABLE public.item_events (
     from_status public.item_status NOT NULL,
     to_status public.item_status NOT NULL,
     payload jsonb DEFAULT '{}'::jsonb NOT NULL,
-    occurred_at timestamp with time zone DEFAULT now() NOT NULL
+    occurred_at timestamp with time zone DEFAULT now() NOT NULL,
+    restore_epoch bigint DEFAULT 0 NOT NULL
 )
 PARTITION BY RANGE (item_id);
 
@@ -1604,7 +1621,8 @@ CREATE TABLE public.item_events_default (
     from_status public.item_status CONSTRAINT item_events_from_status_not_null NOT NULL,
     to_status public.item_status CONSTRAINT item_events_to_status_not_null NOT NULL,
     payload jsonb DEFAULT '{}'::jsonb CONSTRAINT item_events_payload_not_null NOT NULL,
-    occurred_at timestamp with time zone DEFAULT now() CONSTRAINT item_events_occurred_at_not_null NOT NULL
+    occurred_at timestamp with time zone DEFAULT now() CONSTRAINT item_events_occurred_at_not_null NOT NULL,
+    restore_epoch bigint DEFAULT 0 CONSTRAINT item_events_restore_epoch_not_null NOT NULL
 );
 
 CREATE SEQUENCE public.item_events_seq_seq

@@ -215,6 +215,18 @@ class ItemEvent(BaseModel):
     traceparent: str | None = Field(default=None, exclude=True)
     # The item's job's tenant: the outcome's header ``pacer-tenant``, not its body.
     tenant: str | None = Field(default=None, exclude=True)
+    # 0, or the epoch of the `pacer after-restore` after which the event was written
+    # (item_events.restore_epoch): part of the outcome's dedupe key, not its body.
+    restore_epoch: int = Field(default=0, exclude=True)
+
+    @property
+    def dedupe_key(self) -> str:
+        """The outcome's ``pacer-dedupe-key``: ``item_id:version``, the same each time this event
+        is published. After a restore from a backup, versions count again from the backup, so
+        an event written after ``pacer after-restore`` adds its epoch (``item_id:version:epoch``):
+        it can never be taken for one written, and published, before the restore."""
+        base = f"{self.item_id}:{self.version}"
+        return f"{base}:{self.restore_epoch}" if self.restore_epoch else base
 
     @model_validator(mode="before")
     @classmethod

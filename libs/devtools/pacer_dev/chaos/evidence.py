@@ -39,7 +39,8 @@ EVIDENCE: dict[str, Check] = {
     "poison-requests": lambda f, s: (f["dead_lettered"] == f["poisoned"] > 0 and f["jobs"] == 1 + REPLIES
                                      and f["planner_exited"] == 0),
     "restore": lambda f, s: (f["sent_since_backup"] > 0 and f["replanned_sent"] > 0
-                             and f["put_in_doubt"] >= f["sent_since_backup"]),
+                             and f["put_in_doubt"] >= f["sent_since_backup"]
+                             and f["versions_rewritten"] > 0 and f["dedupe_key_clashes"] == 0),
 }
 
 

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
 import subprocess
 import sys
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, LiteralString
 
 import psycopg
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from pacer_common.cli import EXIT_REFUSED
 from pacer_dev.chaos.harness import Scenario, close_scenario, open_scenario
@@ -25,6 +31,7 @@ if TYPE_CHECKING:
 
 Result = tuple[dict[str, int], tuple[str, ...]]
 COPY_TIMEOUT_S = 30.0
+READ_TIMEOUT_S = 60.0
 
 
 def restore(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
@@ -34,7 +41,9 @@ def restore(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
     until it has planned the second job again (`replanned`, some of whose keys were delivered
     before the restore: `replanned_sent`), `pacer after-restore`, then every service. The
     restored database shows items delivered since the backup as unsent (`sent_since_backup`);
-    each is put in doubt (`put_in_doubt`), and every key must be delivered exactly once."""
+    each is put in doubt (`put_in_doubt`), and every key must be delivered exactly once.
+    Events written after the restore reuse versions of events published before it
+    (`versions_rewritten`); no outcome's dedupe key may name two events (`dedupe_key_clashes`)."""
     half = max(1, size.items // 2)
     sc = open_scenario("restore", inf, root, senders=2, gateway={"latency_ms": 10})
     backup = f"{sc.db}_bk"
@@ -72,7 +81,9 @@ def restore(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
         fig["replanned"] = size.items - half
         fig["replanned_sent"] = replanned_sent
         fig["put_in_doubt"] = int(row[0]) if row else 0
-        return fig, ("sent_since_backup", "replanned", "replanned_sent", "put_in_doubt", "verified", "completed")
+        fig["versions_rewritten"], fig["dedupe_key_clashes"] = _outcome_keys(sc)
+        return fig, ("sent_since_backup", "replanned", "replanned_sent", "put_in_doubt", "verified", "completed",
+                     "versions_rewritten", "dedupe_key_clashes")
     finally:
         close_scenario(sc)
         with contextlib.suppress(psycopg.Error):
@@ -91,6 +102,46 @@ def _pacer(sc: Scenario, *args: str, refused_ok: bool = False) -> bool:
     if done.returncode != 0:
         raise RuntimeError(f"pacer {args[0]} failed ({done.returncode}): {done.stderr}")
     return True
+
+
+def _outcome_keys(sc: Scenario) -> tuple[int, int]:
+    """Every outcome published, both before and after the restore: how many (item, version)
+    pairs name two different events (written once before the restore, once after it), and
+    how many ``pacer-dedupe-key`` values name two different events (a consumer deduping on it
+    would have dropped one of them)."""
+    events_of_version: dict[tuple[str, int], set[tuple[str, str]]] = defaultdict(set)
+    events_of_key: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for headers, body in _read_all(sc.infra.kafka_bootstrap, f"{sc.stack.topic_prefix}.item-outcomes"):
+        ev = json.loads(body)
+        event = (ev["type"], ev["occurred_at"])
+        events_of_version[(ev["item_id"], ev["version"])].add(event)
+        events_of_key[headers["pacer-dedupe-key"]].add(event)
+    return (sum(len(e) > 1 for e in events_of_version.values()), sum(len(e) > 1 for e in events_of_key.values()))
+
+
+def _read_all(bootstrap: str, topic: str) -> Iterator[tuple[dict[str, str], bytes]]:
+    """Every message of ``topic`` up to its end as it is now: headers and value."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+        todo = {p for p, end in ends.items() if end > 0}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while todo:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic}: partitions {sorted(todo)} not read to their end in {READ_TIMEOUT_S:.0f} s")
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            raw = msg.headers() or []
+            pairs = raw.items() if isinstance(raw, dict) else raw
+            yield {k: v.decode() for k, v in pairs if isinstance(v, bytes)}, msg.value() or b""
+            if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
+                todo.discard(msg.partition() or 0)
+    finally:
+        consumer.close()
 
 
 def _planned(sc: Scenario, request_id: str) -> int:

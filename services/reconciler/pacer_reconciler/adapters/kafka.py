@@ -57,7 +57,7 @@ class KafkaPublisher:
 
     def _messages(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> Iterator[tuple[str, Msg]]:
         for ev in events:
-            headers = [("pacer-event-type", ev.type.encode()), ("pacer-dedupe-key", f"{ev.item_id}:{ev.version}".encode()),
+            headers = [("pacer-event-type", ev.type.encode()), ("pacer-dedupe-key", ev.dedupe_key.encode()),
                        *tracing.kafka_headers(ev.traceparent)]
             if ev.tenant is not None:
                 headers.append(("pacer-tenant", ev.tenant.encode()))

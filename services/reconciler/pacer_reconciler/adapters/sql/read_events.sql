@@ -11,7 +11,7 @@
 -- per job (job_labels.sql), not here: a lookup per event was most of this statement's cost.
 SELECT seq, xid::text AS xid, item_id::text AS item_id, job_id::text AS job_id, shard_id, guid,
        version, type, from_status::text AS from_status, to_status::text AS to_status,
-       payload, occurred_at
+       payload, occurred_at, restore_epoch
 FROM item_events
 WHERE {guid_segment} >= %(segment)s AND {guid_segment} <= %(segment)s
   AND (xid, seq) > (%(xid)s::xid8, %(seq)s::bigint)
