@@ -13,11 +13,12 @@ from typing import Any, Literal, TypeVar
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.ids import new_item_ids
+from pacer_common.kafka import make_consumer
 
 T = TypeVar("T")
 
@@ -115,6 +116,13 @@ def read_topic(config: dict[str, str], topic: str, expect: int, timeout_s: float
     finally:
         consumer.close()
     return out
+
+
+def commit_offsets(kafka_config: dict[str, str], group: str, offsets: list[TopicPartition]) -> None:
+    """Commit ``offsets`` for consumer group ``group``, as a member that read that far would."""
+    consumer = make_consumer(kafka_config, group)
+    consumer.commit(offsets=offsets, asynchronous=False)
+    consumer.close()
 
 
 def cmd(item_id: str, key: str, guid: str = "g1") -> ItemCommand:

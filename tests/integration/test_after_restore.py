@@ -11,17 +11,20 @@ from datetime import timedelta
 
 import psycopg
 import pytest
+from confluent_kafka import TopicPartition
 
-from pacer_common.cli import EXIT_REFUSED, EXIT_USAGE, main
+from pacer_common.cli import EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, main
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE
 from pacer_common.gateway import GatewayClient, make_client
+from pacer_common.kafka import ensure_topics, make_consumer, make_producer
+from pacer_dev.infra.process import wait_for
 from pacer_reconciler.adapters.postgres import PostgresLog
 from pacer_reconciler.ports import Position
 from pacer_reconciler.verifier import Verifier
 from tests.integration.control_support import audit, move, rows
-from tests.integration.helpers import seed_job
+from tests.integration.helpers import commit_offsets, seed_job
 
 
 def _statuses(url: str, items: list[str]) -> list[str]:
@@ -91,8 +94,20 @@ async def _verify(url: str, gateway_url: str) -> None:
         await pool.close()
 
 
+@pytest.fixture
+def requests_topic(kafka_config: dict[str, str], topic_prefix: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The job requests topic the planners' check reads, on the real broker, and the env the
+    command takes it from."""
+    topic = f"{topic_prefix}.job-requests"
+    ensure_topics(kafka_config, {topic: (2, {})})
+    monkeypatch.setenv("PACER_KAFKA_BOOTSTRAP_SERVERS", kafka_config["bootstrap.servers"])
+    monkeypatch.setenv("PACER_TOPIC_PREFIX", topic_prefix)
+    return topic
+
+
 def test_after_a_restore_every_send_the_database_cannot_vouch_for_is_verified_before_it_is_sent(
-        database_url: str, server_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        database_url: str, server_url: str, requests_topic: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     url = database_url
     _, _, items = seed_job(url, {"restored-g": 8})
     pend_sent, pend_a, pend_b, claimed, submitted, retry, confirmed, later = items
@@ -132,7 +147,7 @@ def test_after_a_restore_every_send_the_database_cannot_vouch_for_is_verified_be
     assert epoch >= int(time.time()) - 60
     (record,) = [a for a in audit(url) if a["action"] == "after_restore"]
     assert record["after"] == {"in_doubt": {"claimed": 1, "pending": 3, "submitted": 1, "waiting_retry": 1},
-                               "restore_epoch": epoch}
+                               "restore_epoch": epoch, "planner_check": True}
     assert record["reason"] == "restored from last night's backup"
 
     asyncio.run(_verify(url, server_url))
@@ -149,3 +164,52 @@ def test_after_a_restore_every_send_the_database_cannot_vouch_for_is_verified_be
     assert keys[(pend_a, 2)] == f"{pend_a}:2:{epoch}", "proved not delivered"
     assert _after_restore("--services-stopped", "--reason", "restored again") == 0
     assert _epoch(capsys.readouterr().out) > epoch, "a new epoch each time"
+
+
+def test_it_waits_for_the_planners_to_plan_again_what_the_restore_lost(
+        database_url: str, kafka_config: dict[str, str], requests_topic: str, topic_prefix: str,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Items planned after ``after-restore`` are not put in doubt: while the planners' group
+    has a member, requests it has not read, or a requery job is still paging, it refuses."""
+    url, group = database_url, f"{topic_prefix}.planner"
+    job_id, _, items = seed_job(url, {"restored-g": 2})
+    monkeypatch.setenv("PACER_DATABASE_URL", url)
+    producer = make_producer(kafka_config)
+    for n in range(3):
+        producer.produce(requests_topic, b"{}", partition=n % 2)
+    assert producer.flush(30) == 0
+    commit_offsets(kafka_config, group, [TopicPartition(requests_topic, 0, 1)])  # one of partition 0's two read
+
+    assert _after_restore("--services-stopped", "--reason", "restored") == EXIT_REFUSED
+    err = capsys.readouterr().err
+    assert f"group {group} has 2 request(s) of {requests_topic} still to read ([0] 1 of 2, [1] 0 of 1)" in err
+    assert _statuses(url, items) == ["pending", "pending"], "refused: nothing moved"
+
+    commit_offsets(kafka_config, group, [TopicPartition(requests_topic, 0, 2), TopicPartition(requests_topic, 1, 1)])
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE jobs SET target_mode = 'requery', status = 'running', dispatched_at = NULL"
+                     " WHERE job_id = %s", (job_id,))
+    assert _after_restore("--services-stopped", "--reason", "restored") == EXIT_REFUSED
+    err = capsys.readouterr().err
+    assert f"1 requery job(s) still paging in their targets: req-{job_id}" in err and "still to read" not in err
+
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE jobs SET dispatched_at = now() WHERE job_id = %s", (job_id,))
+    member = make_consumer(kafka_config, group)
+    member.subscribe([requests_topic])
+    try:
+        assert wait_for(lambda: bool(member.poll(0.2) or member.assignment()), timeout=60), "the member joined"
+        assert _after_restore("--services-stopped", "--reason", "restored") == EXIT_REFUSED
+        assert f"group {group} has 1 member(s)" in capsys.readouterr().err
+    finally:
+        member.close()
+
+    assert _after_restore("--services-stopped", "--reason", "restored") == 0
+    assert _statuses(url, items) == ["recovery_pending"] * 2
+
+    monkeypatch.setenv("PACER_TOPIC_PREFIX", f"{topic_prefix}.lost")  # no such topic
+    assert _after_restore("--services-stopped", "--reason", "restored, requests lost too") == EXIT_UNAVAILABLE
+    assert "--skip-planner-check" in capsys.readouterr().err
+    assert _after_restore("--services-stopped", "--skip-planner-check", "--reason", "requests lost too") == 0
+    assert "the planners' check skipped" in capsys.readouterr().err
+    assert [a["after"]["planner_check"] for a in audit(url) if a["action"] == "after_restore"] == [True, False]

@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient
 
 from pacer_common.cli import EXIT_REFUSED, main
 from pacer_common.kafka import ensure_topics, make_consumer, make_producer
+from tests.integration.helpers import commit_offsets
 
 
 def _committed(kafka_config: dict[str, str], group: str, topic: str, partitions: int) -> list[int]:
@@ -20,12 +21,6 @@ def _committed(kafka_config: dict[str, str], group: str, topic: str, partitions:
     admin = AdminClient(dict(kafka_config))  # held until the answer: a client dropped cancels its requests
     (fut,) = admin.list_consumer_group_offsets(asked).values()
     return [tp.offset for tp in sorted(fut.result(30).topic_partitions, key=lambda tp: tp.partition)]
-
-
-def _commit(kafka_config: dict[str, str], group: str, offsets: list[TopicPartition]) -> None:
-    consumer = make_consumer(kafka_config, group)
-    consumer.commit(offsets=offsets, asynchronous=False)
-    consumer.close()
 
 
 def _rewind(*args: str) -> int:
@@ -49,8 +44,8 @@ def test_groups_go_back_to_the_restore_point_never_forward_and_not_while_they_ha
     assert producer.flush(30) == 0
     # The planner read all of partition 0, but only 2 records of partition 1 (before the
     # restore point: it must not be moved forward); the reconciler read all its callbacks.
-    _commit(kafka_config, planner, [TopicPartition(requests, 0, 7), TopicPartition(requests, 1, 2)])
-    _commit(kafka_config, reconciler, [TopicPartition(callbacks, 0, 5)])
+    commit_offsets(kafka_config, planner, [TopicPartition(requests, 0, 7), TopicPartition(requests, 1, 2)])
+    commit_offsets(kafka_config, reconciler, [TopicPartition(callbacks, 0, 5)])
 
     monkeypatch.setenv("PACER_KAFKA_BOOTSTRAP_SERVERS", kafka_config["bootstrap.servers"])
     monkeypatch.setenv("PACER_TOPIC_PREFIX", topic_prefix)

@@ -32,12 +32,15 @@ from pacer_common.domain.tokens import Role
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.kafka import (
     MAX_REQUEST_BYTES,
+    UNREAD_SPECS,
     GroupHasMembers,
     align_topic_configs,
     ensure_topics,
+    group_on_topic,
     make_producer,
     produce_all,
     rewind_group,
+    unread,
 )
 from pacer_common.settings import ControlClientSettings, KafkaSettings, PostgresSettings
 
@@ -109,6 +112,11 @@ def _after_restore(args: argparse.Namespace) -> int:
         print("--batch must be at least 1", file=sys.stderr)
         return EXIT_USAGE
     url = PostgresSettings().database_url.get_secret_value()
+    if args.skip_planner_check:
+        print("the planners' check skipped (--skip-planner-check): items they plan from here on are not put in "
+              "doubt", file=sys.stderr)
+    elif refused := _planners_unfinished(args, url):
+        return refused
     moved: dict[str, int] = {}
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(query("restore_epoch")).fetchone()
@@ -122,7 +130,8 @@ def _after_restore(args: argparse.Namespace) -> int:
             if not rows:
                 break
         conn.execute(query("after_restore_audit"), {"actor": "cli", "reason": args.reason,
-                                                    "after": json.dumps({"in_doubt": moved, "restore_epoch": epoch})})
+                                                    "after": json.dumps({"in_doubt": moved, "restore_epoch": epoch,
+                                                                        "planner_check": not args.skip_planner_check})})
     by_status = ", ".join(f"{n} {s}" for s, n in sorted(moved.items())) or "none"
     print(f"restore epoch {epoch}: outcomes of events written from now on carry pacer-dedupe-key "
           f"item_id:version:{epoch}")
@@ -130,6 +139,41 @@ def _after_restore(args: argparse.Namespace) -> int:
           "reconcilers verify each by lookup before it can be sent (pacer_reconciler_open_job_items"
           "{status=\"recovery_pending\"} falls to 0 as they do)")
     return 0
+
+
+def _planners_unfinished(args: argparse.Namespace, url: str) -> int:
+    """0 when the planners have planned again everything the restore lost (runbook, step 4):
+    their group has no member and nothing unread on the job requests, and no requery job is
+    still paging in its targets. Else refused (``EXIT_REFUSED``, or ``EXIT_UNAVAILABLE``
+    without Kafka), saying what is left: items planned after ``after-restore`` would not be
+    put in doubt, and those sent before the restore would be sent again."""
+    k = KafkaSettings()
+    group = args.planner_group or f"{k.topic_prefix}.planner"
+    try:
+        g = group_on_topic(k.client_config(), group, k.job_requests, UNREAD_SPECS)
+    except KafkaException as exc:
+        print(f"group {group} on {k.job_requests}: {exc.args[0].str() if exc.args else exc} (--skip-planner-check "
+              "if the requests topic was lost too)", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    left = []
+    if g.members:
+        left.append(f"group {group} has {len(g.members)} member(s): {', '.join(g.members)}: stop the planners")
+    if behind := unread(g):
+        left.append(f"group {group} has {sum(end - at for at, end in behind.values())} request(s) of "
+                    f"{k.job_requests} still to read (" + ", ".join(
+                        f"[{p}] {at} of {end}" for p, (at, end) in sorted(behind.items())) + ")")
+    with psycopg.connect(url) as conn:
+        paging = [r for (r,) in conn.execute(query("requery_paging")).fetchall()]
+    if paging:
+        left.append(f"{len(paging)} requery job(s) still paging in their targets: {', '.join(paging[:5])}"
+                    + (", …" if len(paging) > 5 else ""))
+    if not left:
+        return 0
+    print("refused: the planners have not finished planning again what the restore lost: " + "; ".join(left)
+          + ". Run the planners alone until pacer_kafka_consumer_lag on the requests and pacer_planner_paging_jobs "
+          "are 0, stop them, then run this again (docs/runbook.md, \"Restoring Postgres from a backup\")",
+          file=sys.stderr)
+    return EXIT_REFUSED
 
 
 def _moment(text: str) -> datetime:
@@ -370,6 +414,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="confirm that the planner, the senders, the reconcilers and the Control API are stopped")
     ar.add_argument("--reason", required=True, help="why (kept in the audit log and in each item's event)")
     ar.add_argument("--batch", type=int, default=50_000, help="items put in doubt per transaction")
+    ar.add_argument("--planner-group", help="default <prefix>.planner (PACER_PLANNER_GROUP_ID, if you set it)")
+    ar.add_argument("--skip-planner-check", action="store_true",
+                    help="do not check that the planners have read every request and paged every requery job "
+                         "(only when the requests topic was lost as well)")
     ar.set_defaults(fn=_after_restore)
     rw = sub.add_parser("rewind-groups", help="move the planners' and the reconcilers' callback consumer groups back "
                         "to a moment (a restore point), so what they read since is read again (services stopped)")

@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import (
@@ -277,6 +278,46 @@ class GroupHasMembers(RuntimeError):
     """A consumer group that is to be moved still has members."""
 
 
+@dataclass(frozen=True)
+class GroupOnTopic:
+    """A consumer group on one topic, as the broker has it now."""
+
+    members: list[str]  # client ids
+    partitions: list[int]
+    committed: dict[int, int]  # -1 where the group has no offset
+    offsets: dict[str, dict[int, int]]  # the topic's offsets asked for, by name
+
+    def refuse_members(self, group: str) -> None:
+        if self.members:
+            raise GroupHasMembers(f"group {group} has {len(self.members)} member(s): {', '.join(self.members)}")
+
+
+def group_on_topic(config: dict[str, str], group: str, topic: str, specs: dict[str, OffsetSpec], *,
+                   timeout_s: float = 30.0) -> GroupOnTopic:
+    """Consumer group ``group`` on ``topic``: its members, the topic's partitions, the group's
+    committed offset on each and the topic's offsets asked for in ``specs``. Raises
+    :class:`KafkaException` when the topic does not exist."""
+    admin = _admin(config)  # held until every answer: a client dropped cancels its requests
+    (described,) = (fut.result(timeout_s) for fut in admin.describe_consumer_groups(
+        [group], request_timeout=timeout_s).values())
+    meta = admin.list_topics(topic, timeout=timeout_s).topics[topic]
+    if meta.error is not None:
+        raise KafkaException(meta.error)
+    parts = sorted(meta.partitions)
+
+    def offsets(spec: OffsetSpec) -> dict[int, int]:
+        asked = {TopicPartition(topic, p): spec for p in parts}
+        return {tp.partition: fut.result(timeout_s).offset
+                for tp, fut in admin.list_offsets(asked, request_timeout=timeout_s).items()}
+
+    asked = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in parts])]
+    (committed,) = (fut.result(timeout_s) for fut in admin.list_consumer_group_offsets(
+        asked, request_timeout=timeout_s).values())
+    before = {tp.partition: tp.offset if tp.offset >= 0 else -1 for tp in committed.topic_partitions}
+    return GroupOnTopic(sorted(m.client_id for m in described.members), parts, {p: before.get(p, -1) for p in parts},
+                        {name: offsets(spec) for name, spec in specs.items()})
+
+
 def rewind_group(config: dict[str, str], group: str, topic: str, at_ms: int, *,
                  timeout_s: float = 30.0) -> list[tuple[int, int, int]]:
     """Move consumer group ``group`` back on every partition of ``topic`` to the first record
@@ -286,32 +327,32 @@ def rewind_group(config: dict[str, str], group: str, topic: str, at_ms: int, *,
     refused (:class:`GroupHasMembers`): they would go on from where they are and commit over
     it. Returns ``(partition, before, after)`` for each partition, ``before`` -1 where the
     group had no offset."""
-    admin = _admin(config)
-    (described,) = (fut.result(timeout_s) for fut in admin.describe_consumer_groups(
-        [group], request_timeout=timeout_s).values())
-    if described.members:
-        raise GroupHasMembers(f"group {group} has {len(described.members)} member(s): "
-                              + ", ".join(sorted(m.client_id for m in described.members)))
-    parts = sorted(admin.list_topics(topic, timeout=timeout_s).topics[topic].partitions)
-
-    def offsets(spec: OffsetSpec) -> dict[int, int]:
-        asked = {TopicPartition(topic, p): spec for p in parts}
-        return {tp.partition: fut.result(timeout_s).offset
-                for tp, fut in admin.list_offsets(asked, request_timeout=timeout_s).items()}
-
-    at, end = offsets(OffsetSpec.for_timestamp(at_ms)), offsets(OffsetSpec.latest())  # type: ignore[no-untyped-call]
-    asked = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in parts])]
-    (committed,) = (fut.result(timeout_s) for fut in admin.list_consumer_group_offsets(
-        asked, request_timeout=timeout_s).values())
-    before = {tp.partition: tp.offset if tp.offset >= 0 else -1 for tp in committed.topic_partitions}
-    target = {p: at[p] if at[p] >= 0 else end[p] for p in parts}
-    moves = [TopicPartition(topic, p, target[p]) for p in parts if target[p] < before.get(p, -1)]
+    specs = {"at": OffsetSpec.for_timestamp(at_ms), "end": OffsetSpec.latest()}  # type: ignore[no-untyped-call]
+    g = group_on_topic(config, group, topic, specs, timeout_s=timeout_s)
+    g.refuse_members(group)
+    at, end, before = g.offsets["at"], g.offsets["end"], g.committed
+    target = {p: at[p] if at[p] >= 0 else end[p] for p in g.partitions}
+    moves = [TopicPartition(topic, p, target[p]) for p in g.partitions if target[p] < before[p]]
     if moves:
+        admin = _admin(config)
         for fut in admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, moves)],
                                                       request_timeout=timeout_s).values():
             fut.result(timeout_s)
     moved = {tp.partition: tp.offset for tp in moves}
-    return [(p, before.get(p, -1), moved.get(p, before.get(p, -1))) for p in parts]
+    return [(p, before[p], moved.get(p, before[p])) for p in g.partitions]
+
+
+def unread(g: GroupOnTopic) -> dict[int, tuple[int, int]]:
+    """What the group has still to read: ``{partition: (from, end)}`` for each partition with
+    records past its committed offset (from the earliest record where it has none, as
+    ``auto.offset.reset = earliest`` reads). ``g`` asked for ``start`` and ``end``
+    (:data:`UNREAD_SPECS`)."""
+    start, end = g.offsets["start"], g.offsets["end"]
+    at = {p: max(g.committed[p], start[p]) for p in g.partitions}
+    return {p: (at[p], end[p]) for p in g.partitions if at[p] < end[p]}
+
+
+UNREAD_SPECS: dict[str, OffsetSpec] = {"start": OffsetSpec.earliest(), "end": OffsetSpec.latest()}  # type: ignore[no-untyped-call]
 
 
 def next_offset(msg: Message) -> TopicPartition:

@@ -21,6 +21,8 @@ import psycopg
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from pacer_common.cli import EXIT_REFUSED
+from pacer_common.kafka import UNREAD_SPECS, group_on_topic, unread
+from pacer_common.settings import KafkaSettings
 from pacer_dev.chaos.harness import Scenario, close_scenario, open_scenario
 from pacer_dev.infra import Infra
 from pacer_dev.infra.process import wait_for
@@ -65,7 +67,7 @@ def restore(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
         if not wait_for(lambda: _pacer(sc, *rewind, refused_ok=True), timeout=90):
             raise RuntimeError("the killed services' consumer group members did not leave within 90 s")
         sc.stack.start_service("planner")
-        if not wait_for(lambda: _planned(sc, second) == size.items - half, timeout=120):
+        if not wait_for(lambda: _planned(sc, second) == size.items - half and not _requests_unread(sc), timeout=120):
             raise RuntimeError("the planner did not plan the second job again within 120 s")
         sc.stack.stop("planner")
         sent_since, replanned_sent = _sent_since_backup(sc), _delivered(sc, second)
@@ -142,6 +144,13 @@ def _read_all(bootstrap: str, topic: str) -> Iterator[tuple[dict[str, str], byte
                 todo.discard(msg.partition() or 0)
     finally:
         consumer.close()
+
+
+def _requests_unread(sc: Scenario) -> int:
+    """Job requests the planners' group has not committed yet (the runbook's lag of 0)."""
+    k = KafkaSettings(kafka_bootstrap_servers=sc.infra.kafka_bootstrap, topic_prefix=sc.stack.topic_prefix)
+    g = group_on_topic(k.client_config(), f"{k.topic_prefix}.planner", k.job_requests, UNREAD_SPECS)
+    return sum(end - at for at, end in unread(g).values())
 
 
 def _planned(sc: Scenario, request_id: str) -> int:
