@@ -44,6 +44,15 @@ def _after_restore(*args: str) -> int:
     return int(ended.value.code or 0)
 
 
+RESTORE_POINT = "2026-12-04T03:00:00+00:00"
+
+
+def _rewind(to: str = RESTORE_POINT) -> int:
+    with pytest.raises(SystemExit) as ended:
+        main(["rewind-groups", "--services-stopped", "--to", to])
+    return int(ended.value.code or 0)
+
+
 def _epoch(printed: str) -> int:
     return int(printed.split("restore epoch ", 1)[1].split(":", 1)[0])
 
@@ -99,7 +108,7 @@ def requests_topic(kafka_config: dict[str, str], topic_prefix: str, monkeypatch:
     """The job requests topic the planners' check reads, on the real broker, and the env the
     command takes it from."""
     topic = f"{topic_prefix}.job-requests"
-    ensure_topics(kafka_config, {topic: (2, {})})
+    ensure_topics(kafka_config, {topic: (2, {}), f"{topic_prefix}.callbacks": (1, {})})
     monkeypatch.setenv("PACER_KAFKA_BOOTSTRAP_SERVERS", kafka_config["bootstrap.servers"])
     monkeypatch.setenv("PACER_TOPIC_PREFIX", topic_prefix)
     return topic
@@ -129,10 +138,14 @@ def test_after_a_restore_every_send_the_database_cannot_vouch_for_is_verified_be
     monkeypatch.setenv("PACER_DATABASE_URL", url)
     assert _after_restore("--reason", "restored from last night's backup") == EXIT_REFUSED
     assert "stop the planner, the senders" in capsys.readouterr().err
-    assert _after_restore("--services-stopped", "--reason", "restored", "--batch", "0") == EXIT_USAGE
+    assert _after_restore("--services-stopped", "--to", RESTORE_POINT, "--reason", "r", "--batch", "0") == EXIT_USAGE
+    assert _after_restore("--services-stopped", "--reason", "restored") == EXIT_USAGE
+    assert "--to is required" in capsys.readouterr().err
     assert _statuses(url, [pend_a, claimed]) == ["pending", "claimed"], "refused: nothing moved"
 
-    assert _after_restore("--services-stopped", "--reason", "restored from last night's backup", "--batch", "4") == 0
+    assert _rewind() == 0
+    assert _after_restore("--services-stopped", "--to", RESTORE_POINT, "--reason", "restored from last night's backup",
+                          "--batch", "4") == 0
     out = capsys.readouterr().out
     assert "put in doubt: 6 items (1 claimed, 3 pending, 1 submitted, 1 waiting_retry)" in out
     epoch = _epoch(out)
@@ -147,7 +160,7 @@ def test_after_a_restore_every_send_the_database_cannot_vouch_for_is_verified_be
     assert epoch >= int(time.time()) - 60
     (record,) = [a for a in audit(url) if a["action"] == "after_restore"]
     assert record["after"] == {"in_doubt": {"claimed": 1, "pending": 3, "submitted": 1, "waiting_retry": 1},
-                               "restore_epoch": epoch, "planner_check": True}
+                               "restore_epoch": epoch, "kafka_checked": True}
     assert record["reason"] == "restored from last night's backup"
 
     asyncio.run(_verify(url, server_url))
@@ -162,15 +175,16 @@ def test_after_a_restore_every_send_the_database_cannot_vouch_for_is_verified_be
     assert keys[(claimed, 2)] == f"{claimed}:2:{epoch}", "put in doubt after the restore"
     assert keys[(claimed, 3)] == f"{claimed}:3:{epoch}", "confirmed by the lookup"
     assert keys[(pend_a, 2)] == f"{pend_a}:2:{epoch}", "proved not delivered"
-    assert _after_restore("--services-stopped", "--reason", "restored again") == 0
+    assert _after_restore("--services-stopped", "--to", RESTORE_POINT, "--reason", "restored again") == 0
     assert _epoch(capsys.readouterr().out) > epoch, "a new epoch each time"
 
 
-def test_it_waits_for_the_planners_to_plan_again_what_the_restore_lost(
+def test_it_waits_for_the_groups_rewound_and_the_planners_to_plan_again_what_the_restore_lost(
         database_url: str, kafka_config: dict[str, str], requests_topic: str, topic_prefix: str,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """Items planned after ``after-restore`` are not put in doubt: while the planners' group
-    has a member, requests it has not read, or a requery job is still paging, it refuses."""
+    """Items planned after ``after-restore`` are not put in doubt: until ``rewind-groups`` to
+    the same restore point is recorded, and while the planners' group has a member, requests
+    it has not read, or a requery job is still paging, it refuses."""
     url, group = database_url, f"{topic_prefix}.planner"
     job_id, _, items = seed_job(url, {"restored-g": 2})
     monkeypatch.setenv("PACER_DATABASE_URL", url)
@@ -178,9 +192,17 @@ def test_it_waits_for_the_planners_to_plan_again_what_the_restore_lost(
     for n in range(3):
         producer.produce(requests_topic, b"{}", partition=n % 2)
     assert producer.flush(30) == 0
-    commit_offsets(kafka_config, group, [TopicPartition(requests_topic, 0, 1)])  # one of partition 0's two read
+    args = ("--services-stopped", "--to", RESTORE_POINT, "--reason", "restored")
 
-    assert _after_restore("--services-stopped", "--reason", "restored") == EXIT_REFUSED
+    assert _after_restore(*args) == EXIT_REFUSED
+    assert f"no `pacer rewind-groups --to {RESTORE_POINT}` is recorded" in capsys.readouterr().err
+    assert _rewind("2026-12-04T02:00:00+00:00") == 0
+    assert _after_restore(*args) == EXIT_REFUSED, "a rewind to another point is not this restore's"
+    assert "no `pacer rewind-groups" in capsys.readouterr().err
+    assert _rewind() == 0
+    capsys.readouterr()
+    commit_offsets(kafka_config, group, [TopicPartition(requests_topic, 0, 1)])  # one of partition 0's two read
+    assert _after_restore(*args) == EXIT_REFUSED
     err = capsys.readouterr().err
     assert f"group {group} has 2 request(s) of {requests_topic} still to read ([0] 1 of 2, [1] 0 of 1)" in err
     assert _statuses(url, items) == ["pending", "pending"], "refused: nothing moved"
@@ -189,7 +211,7 @@ def test_it_waits_for_the_planners_to_plan_again_what_the_restore_lost(
     with psycopg.connect(url) as conn:
         conn.execute("UPDATE jobs SET target_mode = 'requery', status = 'running', dispatched_at = NULL"
                      " WHERE job_id = %s", (job_id,))
-    assert _after_restore("--services-stopped", "--reason", "restored") == EXIT_REFUSED
+    assert _after_restore(*args) == EXIT_REFUSED
     err = capsys.readouterr().err
     assert f"1 requery job(s) still paging in their targets: req-{job_id}" in err and "still to read" not in err
 
@@ -199,17 +221,22 @@ def test_it_waits_for_the_planners_to_plan_again_what_the_restore_lost(
     member.subscribe([requests_topic])
     try:
         assert wait_for(lambda: bool(member.poll(0.2) or member.assignment()), timeout=60), "the member joined"
-        assert _after_restore("--services-stopped", "--reason", "restored") == EXIT_REFUSED
+        assert _after_restore(*args) == EXIT_REFUSED
         assert f"group {group} has 1 member(s)" in capsys.readouterr().err
     finally:
         member.close()
 
-    assert _after_restore("--services-stopped", "--reason", "restored") == 0
+    assert _after_restore(*args) == 0
     assert _statuses(url, items) == ["recovery_pending"] * 2
 
+    # The requests topic lost as well: nothing to rewind, and the check cannot read it.
     monkeypatch.setenv("PACER_TOPIC_PREFIX", f"{topic_prefix}.lost")  # no such topic
-    assert _after_restore("--services-stopped", "--reason", "restored, requests lost too") == EXIT_UNAVAILABLE
-    assert "--skip-planner-check" in capsys.readouterr().err
-    assert _after_restore("--services-stopped", "--skip-planner-check", "--reason", "requests lost too") == 0
-    assert "the planners' check skipped" in capsys.readouterr().err
-    assert [a["after"]["planner_check"] for a in audit(url) if a["action"] == "after_restore"] == [True, False]
+    assert _rewind() == EXIT_UNAVAILABLE
+    with psycopg.connect(url) as conn:
+        conn.execute("SELECT pacer_audit('cli', 'rewind_groups', 'consumer_groups', %s, 'to', NULL, %s::jsonb)",
+                     (f"{topic_prefix}.lost", f'{{"to": "{RESTORE_POINT}"}}'))
+    assert _after_restore(*args) == EXIT_UNAVAILABLE
+    assert "--requests-lost" in capsys.readouterr().err
+    assert _after_restore("--services-stopped", "--requests-lost", "--reason", "requests lost too") == 0
+    assert "not checked (--requests-lost)" in capsys.readouterr().err
+    assert [a["after"]["kafka_checked"] for a in audit(url) if a["action"] == "after_restore"] == [True, False]

@@ -11,8 +11,10 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pacer_common.cli import EXIT_REFUSED, main
+from pacer_common.cli import EXIT_REFUSED, EXIT_UNAVAILABLE, main
 from pacer_common.kafka import ensure_topics, make_consumer, make_producer
+from pacer_dev.infra.process import free_ports
+from tests.integration.control_support import audit
 from tests.integration.helpers import commit_offsets
 
 
@@ -30,7 +32,7 @@ def _rewind(*args: str) -> int:
 
 
 def test_groups_go_back_to_the_restore_point_never_forward_and_not_while_they_have_members(
-        kafka_config: dict[str, str], topic_prefix: str, monkeypatch: pytest.MonkeyPatch,
+        kafka_config: dict[str, str], topic_prefix: str, database_url: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     requests, callbacks = f"{topic_prefix}.job-requests", f"{topic_prefix}.callbacks"
     planner, reconciler = f"{topic_prefix}.planner", f"{topic_prefix}.reconciler.callbacks"
@@ -49,6 +51,7 @@ def test_groups_go_back_to_the_restore_point_never_forward_and_not_while_they_ha
 
     monkeypatch.setenv("PACER_KAFKA_BOOTSTRAP_SERVERS", kafka_config["bootstrap.servers"])
     monkeypatch.setenv("PACER_TOPIC_PREFIX", topic_prefix)
+    monkeypatch.setenv("PACER_DATABASE_URL", database_url)
     restore_point = datetime.fromtimestamp((before_ms + after_ms) / 2000, UTC).isoformat()
     assert _rewind("--to", restore_point) == EXIT_REFUSED, "refused without --services-stopped"
     assert _committed(kafka_config, planner, requests, 2) == [7, 2]
@@ -58,6 +61,12 @@ def test_groups_go_back_to_the_restore_point_never_forward_and_not_while_they_ha
     assert _committed(kafka_config, reconciler, callbacks, 1) == [3]
     out = capsys.readouterr().out
     assert f"group {planner} {requests}[0]: 7 → 4" in out and f"{requests}[1]: 2 → 2 (kept)" in out
+    # Recorded in the database, where `pacer after-restore --to` the same point looks for it.
+    (record,) = [a for a in audit(database_url) if a["action"] == "rewind_groups"]
+    assert (record["target_type"], record["target_id"]) == ("consumer_groups", topic_prefix)
+    assert record["after"] == {"to": restore_point, "groups": {
+        planner: {"topic": requests, "offsets": {"0": [7, 4], "1": [2, 2]}},
+        reconciler: {"topic": callbacks, "offsets": {"0": [5, 3]}}}}
 
     # A group with a member is refused, moved or not: the member would commit over it.
     member = make_consumer(kafka_config, planner)
@@ -72,3 +81,22 @@ def test_groups_go_back_to_the_restore_point_never_forward_and_not_while_they_ha
         assert _committed(kafka_config, planner, requests, 2) == [4, 2]
     finally:
         member.close()
+
+
+def test_groups_moved_without_the_database_say_so_and_can_be_moved_again(
+        kafka_config: dict[str, str], topic_prefix: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    requests, planner = f"{topic_prefix}.job-requests", f"{topic_prefix}.planner"
+    ensure_topics(kafka_config, {requests: (1, {}), f"{topic_prefix}.callbacks": (1, {})})
+    producer = make_producer(kafka_config)
+    for _ in range(3):
+        producer.produce(requests, b"r", partition=0)
+    assert producer.flush(30) == 0
+    commit_offsets(kafka_config, planner, [TopicPartition(requests, 0, 3)])
+    monkeypatch.setenv("PACER_KAFKA_BOOTSTRAP_SERVERS", kafka_config["bootstrap.servers"])
+    monkeypatch.setenv("PACER_TOPIC_PREFIX", topic_prefix)
+    monkeypatch.setenv("PACER_DATABASE_URL", f"postgresql://pacer@127.0.0.1:{free_ports(1)[0]}/pacer?connect_timeout=2")
+    assert _rewind("--services-stopped", "--to", "2026-01-01T00:00:00Z") == EXIT_UNAVAILABLE
+    err = capsys.readouterr().err
+    assert "the groups were moved, but the record `pacer after-restore` looks for was not written" in err
+    assert _committed(kafka_config, planner, requests, 1) == [0]

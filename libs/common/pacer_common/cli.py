@@ -111,11 +111,15 @@ def _after_restore(args: argparse.Namespace) -> int:
     if args.batch < 1:
         print("--batch must be at least 1", file=sys.stderr)
         return EXIT_USAGE
+    if args.to is None and not args.requests_lost:
+        print("--to is required: the restore point given to `pacer rewind-groups` (or --requests-lost)",
+              file=sys.stderr)
+        return EXIT_USAGE
     url = PostgresSettings().database_url.get_secret_value()
-    if args.skip_planner_check:
-        print("the planners' check skipped (--skip-planner-check): items they plan from here on are not put in "
-              "doubt", file=sys.stderr)
-    elif refused := _planners_unfinished(args, url):
+    if args.requests_lost:
+        print("the groups' rewind and the planners' progress not checked (--requests-lost): items planned from "
+              "here on are not put in doubt", file=sys.stderr)
+    elif refused := _not_rewound(args.to, url) or _planners_unfinished(args, url):
         return refused
     moved: dict[str, int] = {}
     with psycopg.connect(url, autocommit=True) as conn:
@@ -131,7 +135,7 @@ def _after_restore(args: argparse.Namespace) -> int:
                 break
         conn.execute(query("after_restore_audit"), {"actor": "cli", "reason": args.reason,
                                                     "after": json.dumps({"in_doubt": moved, "restore_epoch": epoch,
-                                                                        "planner_check": not args.skip_planner_check})})
+                                                                        "kafka_checked": not args.requests_lost})})
     by_status = ", ".join(f"{n} {s}" for s, n in sorted(moved.items())) or "none"
     print(f"restore epoch {epoch}: outcomes of events written from now on carry pacer-dedupe-key "
           f"item_id:version:{epoch}")
@@ -139,6 +143,21 @@ def _after_restore(args: argparse.Namespace) -> int:
           "reconcilers verify each by lookup before it can be sent (pacer_reconciler_open_job_items"
           "{status=\"recovery_pending\"} falls to 0 as they do)")
     return 0
+
+
+def _not_rewound(to: datetime, url: str) -> int:
+    """0 when ``pacer rewind-groups --to`` this restore point is recorded in this database
+    (runbook, step 3): a restored database holds no such record unless it was made after the
+    restore. Else refused."""
+    prefix = KafkaSettings().topic_prefix
+    with psycopg.connect(url) as conn:
+        row = conn.execute(query("rewind_recorded"), {"prefix": prefix, "to": to}).fetchone()
+    if row and row[0]:
+        return 0
+    print(f"refused: no `pacer rewind-groups --to {to.isoformat()}` is recorded in this database for the topics "
+          f"{prefix}.*: run it first, then the planners alone, then this (docs/runbook.md, \"Restoring Postgres "
+          "from a backup\")", file=sys.stderr)
+    return EXIT_REFUSED
 
 
 def _planners_unfinished(args: argparse.Namespace, url: str) -> int:
@@ -152,7 +171,7 @@ def _planners_unfinished(args: argparse.Namespace, url: str) -> int:
     try:
         g = group_on_topic(k.client_config(), group, k.job_requests, UNREAD_SPECS)
     except KafkaException as exc:
-        print(f"group {group} on {k.job_requests}: {exc.args[0].str() if exc.args else exc} (--skip-planner-check "
+        print(f"group {group} on {k.job_requests}: {exc.args[0].str() if exc.args else exc} (--requests-lost "
               "if the requests topic was lost too)", file=sys.stderr)
         return EXIT_UNAVAILABLE
     left = []
@@ -196,6 +215,7 @@ def _rewind_groups(args: argparse.Namespace) -> int:
     k = KafkaSettings()
     groups = [(args.planner_group or f"{k.topic_prefix}.planner", k.job_requests),
               (args.callbacks_group or f"{k.topic_prefix}.reconciler.callbacks", k.callbacks)]
+    record: dict[str, Any] = {}
     for group, topic in groups:
         try:
             moved = rewind_group(k.client_config(), group, topic, int(at.timestamp() * 1000))
@@ -209,6 +229,17 @@ def _rewind_groups(args: argparse.Namespace) -> int:
         for partition, before, after in moved:
             was = "no offset" if before < 0 else str(before)
             print(f"group {group} {topic}[{partition}]: {was} → {after}" + ("" if after != before else " (kept)"))
+        record[group] = {"topic": topic, "offsets": {p: [before, after] for p, before, after in moved}}
+    try:
+        with psycopg.connect(PostgresSettings().database_url.get_secret_value()) as conn:
+            conn.execute(query("rewind_audit"), {"prefix": k.topic_prefix, "to": at.isoformat(),
+                                                 "after": json.dumps({"to": at.isoformat(), "groups": record})})
+    except psycopg.Error as exc:
+        print(f"the groups were moved, but the record `pacer after-restore` looks for was not written ({exc}): "
+              "run this again once the database answers (it moves nothing twice)", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    print(f"recorded in the database: `pacer after-restore --to {at.isoformat()}` may run once the planners "
+          "have planned again")
     return 0
 
 
@@ -415,9 +446,11 @@ def main(argv: list[str] | None = None) -> None:
     ar.add_argument("--reason", required=True, help="why (kept in the audit log and in each item's event)")
     ar.add_argument("--batch", type=int, default=50_000, help="items put in doubt per transaction")
     ar.add_argument("--planner-group", help="default <prefix>.planner (PACER_PLANNER_GROUP_ID, if you set it)")
-    ar.add_argument("--skip-planner-check", action="store_true",
-                    help="do not check that the planners have read every request and paged every requery job "
-                         "(only when the requests topic was lost as well)")
+    ar.add_argument("--to", type=_moment, metavar="TIME",
+                    help="the restore point, as given to `pacer rewind-groups` (which must have run)")
+    ar.add_argument("--requests-lost", action="store_true",
+                    help="the job requests topic was lost as well: nothing to rewind or plan again, so do not check "
+                         "that the groups were rewound and the planners have read every request")
     ar.set_defaults(fn=_after_restore)
     rw = sub.add_parser("rewind-groups", help="move the planners' and the reconcilers' callback consumer groups back "
                         "to a moment (a restore point), so what they read since is read again (services stopped)")

@@ -31,6 +31,7 @@ from confluent_kafka.admin import (
     OffsetSpec,
     ResourceType,
 )
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 log = logging.getLogger(__name__)
 # librdkafka's own log, from every client Pacer makes: records (facility, client name,
@@ -292,11 +293,31 @@ class GroupOnTopic:
             raise GroupHasMembers(f"group {group} has {len(self.members)} member(s): {', '.join(self.members)}")
 
 
+# A group's coordinator moving or still loading (on a new broker, until __consumer_offsets
+# is ready): asked again until it answers.
+_COORDINATOR_MOVING = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                 KafkaError.COORDINATOR_NOT_AVAILABLE})
+
+
+def _coordinator_moving(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and bool(exc.args) and exc.args[0].code() in _COORDINATOR_MOVING
+
+
 def group_on_topic(config: dict[str, str], group: str, topic: str, specs: dict[str, OffsetSpec], *,
                    timeout_s: float = 30.0) -> GroupOnTopic:
     """Consumer group ``group`` on ``topic``: its members, the topic's partitions, the group's
-    committed offset on each and the topic's offsets asked for in ``specs``. Raises
+    committed offset on each and the topic's offsets asked for in ``specs``. Asks again, for
+    up to ``timeout_s``, while the group's coordinator moves or loads. Raises
     :class:`KafkaException` when the topic does not exist."""
+    for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_exponential_jitter(multiplier=0.1, max=2.0),
+                            retry=retry_if_exception(_coordinator_moving), reraise=True):
+        with attempt:
+            return _group_on_topic(config, group, topic, specs, timeout_s)
+    raise AssertionError("unreachable: Retrying re-raises the last error")
+
+
+def _group_on_topic(config: dict[str, str], group: str, topic: str, specs: dict[str, OffsetSpec],
+                    timeout_s: float) -> GroupOnTopic:
     admin = _admin(config)  # held until every answer: a client dropped cancels its requests
     (described,) = (fut.result(timeout_s) for fut in admin.describe_consumer_groups(
         [group], request_timeout=timeout_s).values())

@@ -92,7 +92,7 @@ def apply_schema_objects(conn: psycopg.Connection[Any]) -> None:
         raise RuntimeError(f"Pacer needs PostgreSQL 14 or later (CREATE OR REPLACE TRIGGER); "
                            f"this server is {conn.info.server_version}")
     for attempt in Retrying(retry=retry_if_exception_type(pgerr.LockNotAvailable), stop=stop_after_attempt(6),
-                            wait=wait_exponential_jitter(initial=1, max=10), reraise=True):
+                            wait=wait_exponential_jitter(multiplier=1, max=10), reraise=True):
         with attempt, conn.transaction():
             # Re-creating a trigger locks its table against writes until commit: never queue
             # the services' writes behind a long transaction for more than a moment.

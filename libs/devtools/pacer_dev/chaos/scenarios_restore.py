@@ -63,7 +63,8 @@ def restore(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
             sc.stack.kill(name)
         _copy(backup, sc.db, drop_target=True)
         # A killed member stays in its group until its session times out: refused until then.
-        rewind = ("rewind-groups", "--services-stopped", "--to", backed_up_at.isoformat())
+        to = backed_up_at.isoformat()
+        rewind = ("rewind-groups", "--services-stopped", "--to", to)
         if not wait_for(lambda: _pacer(sc, *rewind, refused_ok=True), timeout=90):
             raise RuntimeError("the killed services' consumer group members did not leave within 90 s")
         sc.stack.start_service("planner")
@@ -71,7 +72,7 @@ def restore(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
             raise RuntimeError("the planner did not plan the second job again within 120 s")
         sc.stack.stop("planner")
         sent_since, replanned_sent = _sent_since_backup(sc), _delivered(sc, second)
-        _pacer(sc, "after-restore", "--services-stopped", "--reason", "chaos: restored from the backup")
+        _pacer(sc, "after-restore", "--services-stopped", "--to", to, "--reason", "chaos: restored from the backup")
         with psycopg.connect(sc.db) as conn:
             row = conn.execute("SELECT count(*) FROM item_events WHERE type = 'ItemInDoubt'"
                                " AND (payload ->> 'restored')::boolean").fetchone()
