@@ -236,7 +236,8 @@ def _rewind_groups(args: argparse.Namespace) -> int:
                                                  "after": json.dumps({"to": at.isoformat(), "groups": record})})
     except psycopg.Error as exc:
         print(f"the groups were moved, but the record `pacer after-restore` looks for was not written ({exc}): "
-              "run this again once the database answers (it moves nothing twice)", file=sys.stderr)
+              "run this again once the database answers (the groups are already there: it moves nothing more)",
+              file=sys.stderr)
         return EXIT_UNAVAILABLE
     print(f"recorded in the database: `pacer after-restore --to {at.isoformat()}` may run once the planners "
           "have planned again")
