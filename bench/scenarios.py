@@ -38,6 +38,7 @@ from bench.paced import allowed, pacer_window
 from bench.peer import peer
 from bench.queue_order import fairness, refill, schedule, shed
 from bench.reconciler import reconciler
+from bench.restore import restore
 from bench.steps import steps
 from pacer_common.db.pool import open_pool
 from pacer_common.kafka import ensure_topics, make_consumer, make_producer, produce_all
@@ -381,4 +382,4 @@ SCENARIOS = {"planner": planner, "steps": steps, "sender": sender, "pacing": pac
              "recovery": recovery, "scale": scale, "fleet": fleet, "footprint": footprint, "peer": peer}
 SCENARIOS |= {"reconciler": reconciler}
 SCENARIOS |= {"refill": refill, "fairness": fairness, "schedule": schedule, "shed": shed}
-SCENARIOS |= {"intake": intake}
+SCENARIOS |= {"intake": intake, "restore": restore}

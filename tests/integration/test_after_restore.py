@@ -146,8 +146,9 @@ def test_after_a_restore_every_send_the_database_cannot_vouch_for_is_verified_be
     assert _rewind() == 0
     assert _after_restore("--services-stopped", "--to", RESTORE_POINT, "--reason", "restored from last night's backup",
                           "--batch", "4") == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "put in doubt: 6 items (1 claimed, 3 pending, 1 submitted, 1 waiting_retry)" in out
+    assert "… 4 items put in doubt so far" in err and "… 6 items put in doubt so far" in err, "progress per batch"
     epoch = _epoch(out)
     doubted = [pend_sent, pend_a, pend_b, claimed, submitted, retry]
     assert _statuses(url, doubted) == ["recovery_pending"] * 6

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -125,14 +126,17 @@ def _after_restore(args: argparse.Namespace) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(query("restore_epoch")).fetchone()
         epoch = int(row[0]) if row else 0
+        started = time.monotonic()
         while True:
             with conn.transaction():
                 rows = conn.execute(query("after_restore"), {"actor": "cli", "reason": args.reason,
                                                              "limit": args.batch}).fetchall()
-            for status, n in rows:
-                moved[status] = moved.get(status, 0) + n
             if not rows:
                 break
+            for status, n in rows:
+                moved[status] = moved.get(status, 0) + n
+            print(f"… {sum(moved.values())} items put in doubt so far ({time.monotonic() - started:.0f} s)",
+                  file=sys.stderr, flush=True)
         conn.execute(query("after_restore_audit"), {"actor": "cli", "reason": args.reason,
                                                     "after": json.dumps({"in_doubt": moved, "restore_epoch": epoch,
                                                                         "kafka_checked": not args.requests_lost})})
