@@ -44,8 +44,26 @@ def fresh_db(inf: Infra, label: str) -> str:
     url = create_database(inf.database_url, f"bench_{label}")
     days = env_int("BENCH_PARTITION_DAYS", 8)
     with psycopg.connect(url, autocommit=True) as conn:
+        if period := os.environ.get("BENCH_PARTITION_PERIOD_DAYS"):
+            _repartition(conn, int(period))
         conn.execute("SELECT pacer_ensure_partitions(now() - make_interval(days => %s), %s)", (days, days))
     return url
+
+
+ITEM_KEYED = ("send_ledger", "item_events", "items")  # the tables cut by item id, dropped in this order
+
+
+def _repartition(conn: psycopg.Connection[Any], period_days: int) -> None:
+    """Cut the item-keyed tables of a new (empty) database by ``period_days`` rather than the
+    schema's period: their partitions dropped, the period changed, the partitions made again
+    from yesterday to 3 days ahead as ``migrate()`` makes them (docs/performance.md, "Daily
+    partitions, measured again")."""
+    for table in ITEM_KEYED:
+        for (leaf,) in conn.execute("SELECT relid::regclass::text FROM pg_partition_tree(%s) WHERE isleaf"
+                                    " AND relid <> %s::regclass", (table, f"{table}_default")).fetchall():
+            conn.execute(f"DROP TABLE {leaf}")
+    conn.execute("UPDATE partitioned_tables SET period_days = %s WHERE parent = ANY(%s)", (period_days, list(ITEM_KEYED)))
+    conn.execute("SELECT pacer_ensure_partitions(now(), 3)")
 
 
 drop_db = drop_database
