@@ -4,6 +4,7 @@ one-row-per-key across partitions, and the upgrade of tables that held rows befo
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import uuid
@@ -546,3 +547,81 @@ def test_while_another_replica_analyzes_this_one_does_nothing(database_url: str)
         other.rollback()
     assert rounds == [0]
     assert stats_rounds(database_url, 1)[0] == [1]
+
+
+def spans(conn: psycopg.Connection[Any], table: str) -> list[tuple[str, datetime, datetime]]:
+    return [(str(n), s, e) for n, s, e in conn.execute("SELECT * FROM pacer_partitions(%s)", (table,)).fetchall()]
+
+
+def assert_end_to_end(parts: list[tuple[str, datetime, datetime]]) -> None:
+    """Each partition starts where the one before ends (no gap, no overlap), and is named after
+    the day it starts (its bounds read back as created)."""
+    assert all(a[2] == b[1] for a, b in itertools.pairwise(parts)), parts
+    assert all(name.endswith(s.astimezone(UTC).strftime("%Y%m%d")) for name, s, _ in parts), parts
+
+
+def test_a_change_of_period_cuts_the_partitions_made_after_it_end_to_end(
+        database_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """PACER_RECONCILER_PARTITION_PERIOD_DAYS changed on a running installation: the
+    maintenance run cuts the partitions it makes from then on by the new period, from where
+    the ones made already end, for the three item-keyed tables alike."""
+    import asyncio
+
+    from pacer_common.db.pool import open_pool
+    from pacer_reconciler.adapters.partitions import PostgresPartitions
+    from pacer_reconciler.domain.retention import Retention
+    from pacer_reconciler.metrics import ReconcilerMetrics
+    from pacer_reconciler.retention import PartitionKeeper
+
+    retention = Retention(items_days=7, ledger_days=35, audit_days=400, conflicts_days=90, state_history_days=90,
+                          usage_days=400)
+
+    async def maintain(period_days: int, ahead_days: int) -> None:
+        pool = await open_pool(database_url, min_size=1, max_size=1)
+        try:
+            keeper = PartitionKeeper(PostgresPartitions(pool), retention, ahead_days,
+                                     ReconcilerMetrics(CollectorRegistry(), lambda: True), period_days)
+            await keeper.round()
+        finally:
+            await pool.close()
+
+    now = datetime.now(UTC)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        weekly = spans(conn, "items")
+        assert weekly and all(e - s == timedelta(days=7) for _, s, e in weekly)
+
+        with caplog.at_level(logging.INFO, logger="pacer.reconciler.retention"):
+            asyncio.run(maintain(1, 10))
+        said = [r.getMessage() for r in caplog.records if "made from now on" in r.getMessage()]
+        assert sorted(said) == [f"partitions of {t} made from now on hold 1 day each (were 7 days); those made already "
+                                "keep theirs" for t in ("item_events", "items", "send_ledger")]
+        daily = spans(conn, "items")
+        assert daily[:len(weekly)] == weekly, "the partitions made already keep their periods"
+        new = daily[len(weekly):]
+        assert len(new) >= 3 and all(e - s == timedelta(days=1) for _, s, e in new)
+        assert_end_to_end(daily)
+        assert daily[-1][2] >= now + timedelta(days=10)
+
+        _, _, (item,) = seed_job(database_url, {"g1": 1}, created_at=new[1][1] + timedelta(hours=12))
+        assert partition_of(conn, "items", item) == new[1][0]
+
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="pacer.reconciler.retention"):
+            asyncio.run(maintain(7, 30))
+        assert sum("made from now on hold 7 days each (were 1 day)" in r.getMessage() for r in caplog.records) == 3
+        after = spans(conn, "items")
+        assert after[:len(daily)] == daily
+        back = after[len(daily):]
+        assert_end_to_end(after)
+        assert back[0][2] - back[0][1] <= timedelta(days=7), "up to the next week's start"
+        assert len(back) >= 2 and all(e - s == timedelta(days=7) for _, s, e in back[1:])
+        for table in ("item_events", "send_ledger"):
+            assert [(s, e) for _, s, e in spans(conn, table)] == [(s, e) for _, s, e in after], table
+        assert conn.execute("SELECT count(*) FROM items_default").fetchone()[0] == 0
+
+        # Each partition goes by its own period, whatever period_days says now: an hour past the
+        # retention (7 days) of the first daily partition's end drops it and the weeks before
+        # it, not the daily ones after it.
+        at = new[0][2] + timedelta(days=7, hours=1)
+        items = {n: a for n, (a, _) in prune(conn, at).items() if n.startswith("items_p")}
+        assert items == {n: "dropped" for n, _, _ in [*weekly, new[0]]}, items

@@ -50,7 +50,7 @@ def test_changes_are_counted_per_table_and_action() -> None:
 
 def test_a_maintenance_run_creates_then_prunes_and_exports_what_it_did() -> None:
     import asyncio
-    from collections.abc import Collection, Mapping
+    from collections.abc import Collection, Mapping, Sequence
 
     from prometheus_client import CollectorRegistry
 
@@ -60,6 +60,10 @@ def test_a_maintenance_run_creates_then_prunes_and_exports_what_it_did() -> None
     calls: list[tuple[str, object]] = []
 
     class Partitions:
+        async def set_period(self, tables: Sequence[str], period_days: int) -> list[tuple[str, int]]:
+            calls.append(("set_period", (tuple(tables), period_days)))
+            return [("items", 7)]
+
         async def ensure(self, ahead_days: int) -> list[PartitionChange]:
             calls.append(("ensure", ahead_days))
             return [PartitionChange("items_p20261203", "created", None),
@@ -83,10 +87,10 @@ def test_a_maintenance_run_creates_then_prunes_and_exports_what_it_did() -> None
             raise AssertionError("statistics are not part of a maintenance run: they run on their own")
 
     registry = CollectorRegistry()
-    keeper = PartitionKeeper(Partitions(), retention(), 3, ReconcilerMetrics(registry, lambda: True))
+    keeper = PartitionKeeper(Partitions(), retention(), 3, ReconcilerMetrics(registry, lambda: True), period_days=1)
     assert asyncio.run(keeper.round()) == 2
-    assert calls == [("ensure", 3), ("prune", retention().by_table()), ("prune_jobs", retention().items_days),
-                     ("prune_usage", 400)]
+    assert calls == [("set_period", (("items", "item_events", "send_ledger"), 1)), ("ensure", 3),
+                     ("prune", retention().by_table()), ("prune_jobs", retention().items_days), ("prune_usage", 400)]
     value = registry.get_sample_value
     assert value("pacer_reconciler_partitions_total", {"table": "items", "action": "created"}) == 1
     assert value("pacer_reconciler_partitions_total", {"table": "items", "action": "dropped"}) == 1
@@ -105,3 +109,13 @@ def test_the_tenant_usage_retention_is_a_setting(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("PACER_RECONCILER_RETAIN_USAGE_DAYS", "0")
     with pytest.raises(ValidationError, match="retain_usage_days"):
         ReconcilerSettings()
+
+
+def test_the_partition_period_is_a_setting_of_one_to_seven_days(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ReconcilerSettings().partition_period_days == 7
+    monkeypatch.setenv("PACER_RECONCILER_PARTITION_PERIOD_DAYS", "1")
+    assert ReconcilerSettings().partition_period_days == 1
+    for refused in ("0", "8"):
+        monkeypatch.setenv("PACER_RECONCILER_PARTITION_PERIOD_DAYS", refused)
+        with pytest.raises(ValidationError, match="partition_period_days"):
+            ReconcilerSettings()

@@ -81,7 +81,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         tenant_refresher = asyncio.create_task(tenants.keep_fresh(ctx.stop), name="tenants")
         consuming = asyncio.create_task(consume_callbacks(callbacks, m, ctx.stop, cfg.error_backoff_max_s),
                                         name="callbacks")
-        keeper = PartitionKeeper(PostgresPartitions(pool), cfg.retention(), cfg.partitions_ahead_days, m)
+        keeper = PartitionKeeper(PostgresPartitions(pool), cfg.retention(), cfg.partitions_ahead_days, m,
+                                 cfg.partition_period_days)
         keeping = asyncio.create_task(keeper.run(cfg.maintain_every_s, ctx.stop, cfg.error_backoff_max_s),
                                       name="partitions")
         stats = PartitionStats(PostgresPartitions(pool), m, cfg.retention().by_table())

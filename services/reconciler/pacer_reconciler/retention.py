@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from pacer_reconciler.core import run_rounds
-from pacer_reconciler.domain.retention import PartitionChange, Retention, tally
+from pacer_reconciler.domain.retention import ITEM_KEYED, PartitionChange, Retention, tally
 from pacer_reconciler.metrics import ReconcilerMetrics
 from pacer_reconciler.ports import Partitions
 
@@ -26,15 +26,20 @@ log = logging.getLogger("pacer.reconciler.retention")
 
 class PartitionKeeper:
     def __init__(self, partitions: Partitions, retention: Retention, ahead_days: int,
-                 m: ReconcilerMetrics) -> None:
+                 m: ReconcilerMetrics, period_days: int = 7) -> None:
         self.partitions = partitions
         self.retention = retention
         self.ahead_days = ahead_days
+        self.period_days = period_days  # of the item-keyed tables' partitions made from now on
         self.m = m
 
     async def round(self) -> int:
-        """One run: create, then prune partitions, then the jobs whose items went. Returns the
-        partitions created or dropped."""
+        """One run: the item-keyed tables' period set, partitions created, then pruned, then the
+        jobs whose items went. Returns the partitions created or dropped."""
+        for table, was in await self.partitions.set_period(ITEM_KEYED, self.period_days):
+            log.info("partitions of %s made from now on hold %s each (were %s); those made already keep "
+                     "theirs", table, _days(self.period_days), _days(was),
+                     extra={"table": table, "period_days": self.period_days, "was": was})
         changes = [*await self.partitions.ensure(self.ahead_days),
                    *await self.partitions.prune(self.retention.by_table())]
         for c in changes:
@@ -107,6 +112,10 @@ class PartitionStats:
 
     async def run(self, every_s: float, stop: asyncio.Event, backoff_max_s: float) -> None:
         await run_rounds(self.round, stop, every_s, backoff_max_s, self.m.count_round_error)
+
+
+def _days(n: int) -> str:
+    return f"{n} day" if n == 1 else f"{n} days"
 
 
 def _log(c: PartitionChange) -> None:

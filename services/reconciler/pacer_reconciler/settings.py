@@ -100,15 +100,17 @@ class ReconcilerSettings(OpsSettings):
         "`<prefix>.reconciler.callbacks`."
     ))
     retain_items_days: int = Field(7, ge=1, description=(
-        "Days `items` and `item_events` are kept after the end of their partition's 7 days (a job's items and "
-        "events are in the partition of the job's creation time), so between this and this + 7 days. A partition "
+        "Days `items` and `item_events` are kept after the end of their partition's period "
+        "(`PACER_RECONCILER_PARTITION_PERIOD_DAYS`; a job's items and events are in the partition of the job's "
+        "creation time), so between this and this + the period. A partition "
         "past it is dropped once every item in it is finished and every reconciler cursor has passed its events; "
-        "until then it is kept and the reason logged. Every week kept is one more partition that each sender step "
+        "until then it is kept and the reason logged. Every period kept is one more partition that each sender step "
         "reads: past about three months the steps cost Postgres about three times as much per send "
         "(docs/performance.md, \"How many weeks of items\")."
     ))
     retain_ledger_days: int = Field(35, ge=1, description=(
-        "Days the send ledger keeps an idempotency key after the end of the week of the item that reserved it: "
+        "Days the send ledger keeps an idempotency key after the end of the partition period of the item that "
+        "reserved it: "
         "as long as a duplicate is possible (the longest retry, compensation or resend window, plus the gateway's own dedupe "
         "window). At least `PACER_RECONCILER_RETAIN_ITEMS_DAYS`: a key outlives its items."
     ))
@@ -122,6 +124,13 @@ class ReconcilerSettings(OpsSettings):
     retain_usage_days: int = Field(400, ge=1, description=(
         "Days of per-tenant daily send counts (`tenant_usage`, one row per tenant and UTC day; today's is the "
         "one the quota reads) are kept; older days are deleted at each maintenance run."
+    ))
+    partition_period_days: int = Field(7, ge=1, le=7, description=(
+        "Days of creation times each partition of `items`, `item_events` and `send_ledger` holds. Rows are kept "
+        "between their retention and their retention + this, and each partition is one more that every query by "
+        "guid reads. 1 halves the rows held at the default retention, at about a third more Postgres CPU per send "
+        "at a sender's full rate (docs/performance.md, \"Daily partitions, measured again\"). A change applies to "
+        "the partitions made from then on; those made already keep their periods. The same on every replica."
     ))
     partitions_ahead_days: int = Field(3, ge=1, description=(
         "Time partitions are created this many days ahead, so a row never waits for one (a row whose partition "

@@ -497,6 +497,9 @@ CREATE FUNCTION public.pacer_ensure_partitions(p_now timestamp with time zone, p
 DECLARE
     t record;
     d timestamptz;
+    c timestamptz;
+    upto timestamptz;
+    held timestamptz;
     period interval;
     lo text;
     hi text;
@@ -514,14 +517,22 @@ BEGIN
         d := to_timestamp((floor((floor(extract(epoch FROM p_now) / 86400) - 1) / t.period_days)
                            * t.period_days * 86400)::bigint);
         WHILE d <= p_now + make_interval(secs => p_ahead_days * 86400) LOOP
-            name := t.parent || '_p' || to_char(d AT TIME ZONE 'UTC', 'YYYYMMDD');
-            IF to_regclass(name) IS NULL THEN
+            c := d;
+            WHILE c < d + period LOOP
+                SELECT p.ends INTO held FROM pacer_partitions(t.parent) p WHERE p.starts <= c AND p.ends > c;
+                IF held IS NOT NULL THEN  -- a partition holds c already: on from its end
+                    c := held;
+                    CONTINUE;
+                END IF;
+                SELECT COALESCE(min(p.starts), d + period) INTO upto
+                FROM pacer_partitions(t.parent) p WHERE p.starts > c AND p.starts < d + period;
+                name := t.parent || '_p' || to_char(c AT TIME ZONE 'UTC', 'YYYYMMDD');
                 IF t.bound = 'item_id' THEN
-                    lo := quote_literal(pacer_uuid7_floor(d));
-                    hi := quote_literal(pacer_uuid7_floor(d + period));
+                    lo := quote_literal(pacer_uuid7_floor(c));
+                    hi := quote_literal(pacer_uuid7_floor(upto));
                 ELSE
-                    lo := quote_literal(d);
-                    hi := quote_literal(d + period);
+                    lo := quote_literal(c);
+                    hi := quote_literal(upto);
                 END IF;
                 BEGIN
                     EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)',
@@ -540,7 +551,8 @@ BEGIN
                 EXCEPTION WHEN lock_not_available THEN
                     RETURN QUERY SELECT name, 'skipped'::text, SQLERRM;
                 END;
-            END IF;
+                c := upto;
+            END LOOP;
             d := d + period;
         END LOOP;
         FOR g IN
@@ -882,16 +894,17 @@ $$;
 CREATE FUNCTION public.pacer_partitions(p_parent text) RETURNS TABLE(partition text, starts timestamp with time zone, ends timestamp with time zone)
     LANGUAGE sql STABLE
     AS $_$
-    SELECT p.relname, p.d, p.d + make_interval(secs => p.period_days * 86400)
-    FROM (SELECT c.relname::text AS relname, t.period_days,
-                 CASE WHEN c.relname ~ ('^' || t.parent || '_p[0-9]{8}$')
-                      THEN to_date(right(c.relname, 8), 'YYYYMMDD')::timestamp AT TIME ZONE 'UTC' END AS d
-          FROM partitioned_tables t
-          JOIN pg_inherits h ON h.inhparent = to_regclass(t.parent)
-          JOIN pg_class c ON c.oid = h.inhrelid
-          WHERE t.parent = p_parent) AS p
-    WHERE p.d IS NOT NULL
-    ORDER BY p.d
+    SELECT c.relname::text,
+           CASE t.bound WHEN 'item_id' THEN to_timestamp(('x' || replace(left(b[1], 13), '-', ''))::bit(48)::bigint / 1000.0)
+                        ELSE b[1]::timestamptz END,
+           CASE t.bound WHEN 'item_id' THEN to_timestamp(('x' || replace(left(b[2], 13), '-', ''))::bit(48)::bigint / 1000.0)
+                        ELSE b[2]::timestamptz END
+    FROM partitioned_tables t
+    JOIN pg_inherits h ON h.inhparent = to_regclass(t.parent)
+    JOIN pg_class c ON c.oid = h.inhrelid
+    CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid), $re$FROM \('([^']+)'\) TO \('([^']+)'\)$re$) AS b
+    WHERE t.parent = p_parent AND c.relname ~ ('^' || t.parent || '_p[0-9]{8}$')
+    ORDER BY 2
 $_$;
 
 CREATE FUNCTION public.pacer_prune_jobs(p_before timestamp with time zone, p_limit integer DEFAULT 1000) RETURNS integer

@@ -4,7 +4,7 @@ send counts past retention."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, LiteralString
 
 from psycopg import AsyncConnection, errors
@@ -24,6 +24,15 @@ JOBS_BATCHES = 50  # at most this many per run; the rest go in the next run
 class PostgresPartitions:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
+
+    async def set_period(self, tables: Sequence[str], period_days: int) -> list[tuple[str, int]]:
+        async def work() -> list[tuple[str, int]]:
+            async with self.pool.connection() as conn:
+                rows = await (await conn.execute(_sql("set_period"), {"tables": list(tables),
+                                                                      "period_days": period_days})).fetchall()
+            return [(r["parent"], int(r["was"])) for r in rows]
+
+        return await with_retry(work)
 
     async def ensure(self, ahead_days: int) -> list[PartitionChange]:
         return await self._changes("ensure_partitions", {"ahead_days": ahead_days})

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 ACTIONS = ("created", "dropped", "kept", "skipped", "default")
 
 
+ITEM_KEYED = ("items", "item_events", "send_ledger")  # cut by item id: one period for the three
+
+
 @dataclass(frozen=True)
 class Retention:
     items_days: int

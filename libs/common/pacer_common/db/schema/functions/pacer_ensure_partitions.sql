@@ -1,5 +1,8 @@
 -- Create the time partitions of every table in partitioned_tables for the periods from the
--- day before p_now to p_ahead_days after it. Rows of a new partition's period that the
+-- day before p_now to p_ahead_days after it. Periods are cut by the table's period_days; a
+-- part of a period that a partition made before a change of period_days already holds is
+-- left to it, so that the partitions meet end to end whatever the periods were when each was
+-- made (pacer_partitions reads their bounds). Rows of a new partition's period that the
 -- default partition caught meanwhile are moved into it (a partition cannot be attached over
 -- them): none while partitions are made ahead as they should be. One caller at a time (an
 -- advisory lock); a partition whose table is locked past lock_timeout is left for the next
@@ -18,6 +21,9 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     t record;
     d timestamptz;
+    c timestamptz;
+    upto timestamptz;
+    held timestamptz;
     period interval;
     lo text;
     hi text;
@@ -35,14 +41,22 @@ BEGIN
         d := to_timestamp((floor((floor(extract(epoch FROM p_now) / 86400) - 1) / t.period_days)
                            * t.period_days * 86400)::bigint);
         WHILE d <= p_now + make_interval(secs => p_ahead_days * 86400) LOOP
-            name := t.parent || '_p' || to_char(d AT TIME ZONE 'UTC', 'YYYYMMDD');
-            IF to_regclass(name) IS NULL THEN
+            c := d;
+            WHILE c < d + period LOOP
+                SELECT p.ends INTO held FROM pacer_partitions(t.parent) p WHERE p.starts <= c AND p.ends > c;
+                IF held IS NOT NULL THEN  -- a partition holds c already: on from its end
+                    c := held;
+                    CONTINUE;
+                END IF;
+                SELECT COALESCE(min(p.starts), d + period) INTO upto
+                FROM pacer_partitions(t.parent) p WHERE p.starts > c AND p.starts < d + period;
+                name := t.parent || '_p' || to_char(c AT TIME ZONE 'UTC', 'YYYYMMDD');
                 IF t.bound = 'item_id' THEN
-                    lo := quote_literal(pacer_uuid7_floor(d));
-                    hi := quote_literal(pacer_uuid7_floor(d + period));
+                    lo := quote_literal(pacer_uuid7_floor(c));
+                    hi := quote_literal(pacer_uuid7_floor(upto));
                 ELSE
-                    lo := quote_literal(d);
-                    hi := quote_literal(d + period);
+                    lo := quote_literal(c);
+                    hi := quote_literal(upto);
                 END IF;
                 BEGIN
                     EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)',
@@ -61,7 +75,8 @@ BEGIN
                 EXCEPTION WHEN lock_not_available THEN
                     RETURN QUERY SELECT name, 'skipped'::text, SQLERRM;
                 END;
-            END IF;
+                c := upto;
+            END LOOP;
             d := d + period;
         END LOOP;
         FOR g IN
