@@ -20,7 +20,7 @@ from pacer_common.kafka import make_producer, produce_all
 from pacer_dev import infra
 from pacer_dev.infra import Infra
 from pacer_dev.stack import Stack, create_database, drop_database, prepare
-from pacer_reconciler.domain.retention import ITEM_KEYED
+from pacer_reconciler.domain.retention import PERIOD_SET
 
 CORES = os.cpu_count() or 1
 
@@ -52,16 +52,16 @@ def fresh_db(inf: Infra, label: str) -> str:
 
 
 def _repartition(conn: psycopg.Connection[Any], period_days: int) -> None:
-    """Cut the item-keyed tables of a new (empty) database by ``period_days`` over the whole
-    retention, as an installation that has run with ``PACER_RECONCILER_PARTITION_PERIOD_DAYS``
-    for a while has them: their partitions dropped, the period changed, the partitions made
+    """Cut ``items`` and ``item_events`` of a new (empty) database by ``period_days`` over the
+    whole retention, as an installation that has run with
+    ``PACER_RECONCILER_PARTITION_PERIOD_DAYS`` for a while has them: their partitions dropped, the period changed, the partitions made
     again from yesterday to 3 days ahead as ``migrate()`` makes them (docs/performance.md,
     "Daily partitions, measured again")."""
-    for table in reversed(ITEM_KEYED):
+    for table in reversed(PERIOD_SET):
         for (leaf,) in conn.execute("SELECT relid::regclass::text FROM pg_partition_tree(%s) WHERE isleaf"
                                     " AND relid <> %s::regclass", (table, f"{table}_default")).fetchall():
             conn.execute(f"DROP TABLE {leaf}")
-    conn.execute("UPDATE partitioned_tables SET period_days = %s WHERE parent = ANY(%s)", (period_days, list(ITEM_KEYED)))
+    conn.execute("UPDATE partitioned_tables SET period_days = %s WHERE parent = ANY(%s)", (period_days, list(PERIOD_SET)))
     conn.execute("SELECT pacer_ensure_partitions(now(), 3)")
 
 

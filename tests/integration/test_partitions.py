@@ -563,8 +563,8 @@ def assert_end_to_end(parts: list[tuple[str, datetime, datetime]]) -> None:
 def test_a_change_of_period_cuts_the_partitions_made_after_it_end_to_end(
         database_url: str, caplog: pytest.LogCaptureFixture) -> None:
     """PACER_RECONCILER_PARTITION_PERIOD_DAYS changed on a running installation: the
-    maintenance run cuts the partitions it makes from then on by the new period, from where
-    the ones made already end, for the three item-keyed tables alike."""
+    maintenance run cuts the partitions of items and their events that it makes from then on
+    by the new period, from where the ones made already end; the ledger keeps its weeks."""
     import asyncio
 
     from pacer_common.db.pool import open_pool
@@ -594,7 +594,7 @@ def test_a_change_of_period_cuts_the_partitions_made_after_it_end_to_end(
             asyncio.run(maintain(1, 10))
         said = [r.getMessage() for r in caplog.records if "made from now on" in r.getMessage()]
         assert sorted(said) == [f"partitions of {t} made from now on hold 1 day each (were 7 days); those made already "
-                                "keep theirs" for t in ("item_events", "items", "send_ledger")]
+                                "keep theirs" for t in ("item_events", "items")]
         daily = spans(conn, "items")
         assert daily[:len(weekly)] == weekly, "the partitions made already keep their periods"
         new = daily[len(weekly):]
@@ -608,15 +608,17 @@ def test_a_change_of_period_cuts_the_partitions_made_after_it_end_to_end(
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="pacer.reconciler.retention"):
             asyncio.run(maintain(7, 30))
-        assert sum("made from now on hold 7 days each (were 1 day)" in r.getMessage() for r in caplog.records) == 3
+        assert sum("made from now on hold 7 days each (were 1 day)" in r.getMessage() for r in caplog.records) == 2
         after = spans(conn, "items")
         assert after[:len(daily)] == daily
         back = after[len(daily):]
         assert_end_to_end(after)
         assert back[0][2] - back[0][1] <= timedelta(days=7), "up to the next week's start"
         assert len(back) >= 2 and all(e - s == timedelta(days=7) for _, s, e in back[1:])
-        for table in ("item_events", "send_ledger"):
-            assert [(s, e) for _, s, e in spans(conn, table)] == [(s, e) for _, s, e in after], table
+        assert [(s, e) for _, s, e in spans(conn, "item_events")] == [(s, e) for _, s, e in after]
+        ledger = spans(conn, "send_ledger")
+        assert_end_to_end(ledger)
+        assert all(e - s == timedelta(days=7) for _, s, e in ledger) and ledger[-1][2] >= now + timedelta(days=30)
         assert conn.execute("SELECT count(*) FROM items_default").fetchone()[0] == 0
 
         # Each partition goes by its own period, whatever period_days says now: an hour past the

@@ -89,7 +89,7 @@ def test_a_maintenance_run_creates_then_prunes_and_exports_what_it_did() -> None
     registry = CollectorRegistry()
     keeper = PartitionKeeper(Partitions(), retention(), 3, ReconcilerMetrics(registry, lambda: True), period_days=1)
     assert asyncio.run(keeper.round()) == 2
-    assert calls == [("set_period", (("items", "item_events", "send_ledger"), 1)), ("ensure", 3),
+    assert calls == [("set_period", (("items", "item_events"), 1)), ("ensure", 3),
                      ("prune", retention().by_table()), ("prune_jobs", retention().items_days), ("prune_usage", 400)]
     value = registry.get_sample_value
     assert value("pacer_reconciler_partitions_total", {"table": "items", "action": "created"}) == 1

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from pacer_reconciler.core import run_rounds
-from pacer_reconciler.domain.retention import ITEM_KEYED, PartitionChange, Retention, tally
+from pacer_reconciler.domain.retention import PERIOD_SET, PartitionChange, Retention, tally
 from pacer_reconciler.metrics import ReconcilerMetrics
 from pacer_reconciler.ports import Partitions
 
@@ -34,9 +34,9 @@ class PartitionKeeper:
         self.m = m
 
     async def round(self) -> int:
-        """One run: the item-keyed tables' period set, partitions created, then pruned, then the
-        jobs whose items went. Returns the partitions created or dropped."""
-        for table, was in await self.partitions.set_period(ITEM_KEYED, self.period_days):
+        """One run: the period of items and their events set, partitions created, then pruned,
+        then the jobs whose items went. Returns the partitions created or dropped."""
+        for table, was in await self.partitions.set_period(PERIOD_SET, self.period_days):
             log.info("partitions of %s made from now on hold %s each (were %s); those made already keep "
                      "theirs", table, _days(self.period_days), _days(was),
                      extra={"table": table, "period_days": self.period_days, "was": was})

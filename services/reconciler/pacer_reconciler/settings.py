@@ -109,8 +109,7 @@ class ReconcilerSettings(OpsSettings):
         "(docs/performance.md, \"How many weeks of items\")."
     ))
     retain_ledger_days: int = Field(35, ge=1, description=(
-        "Days the send ledger keeps an idempotency key after the end of the partition period of the item that "
-        "reserved it: "
+        "Days the send ledger keeps an idempotency key after the end of the week of the item that reserved it: "
         "as long as a duplicate is possible (the longest retry, compensation or resend window, plus the gateway's own dedupe "
         "window). At least `PACER_RECONCILER_RETAIN_ITEMS_DAYS`: a key outlives its items."
     ))
@@ -126,11 +125,12 @@ class ReconcilerSettings(OpsSettings):
         "one the quota reads) are kept; older days are deleted at each maintenance run."
     ))
     partition_period_days: int = Field(7, ge=1, le=7, description=(
-        "Days of creation times each partition of `items`, `item_events` and `send_ledger` holds. Rows are kept "
-        "between their retention and their retention + this, and each partition is one more that every query by "
-        "guid reads. 1 halves the rows held at the default retention, at about a third more Postgres CPU per send "
-        "at a sender's full rate (docs/performance.md, \"Daily partitions, measured again\"). A change applies to "
-        "the partitions made from then on; those made already keep their periods. The same on every replica."
+        "Days of job creation times each partition of `items` and `item_events` holds (`send_ledger` keeps 7: "
+        "every key reservation looks in each of its partitions). Rows are kept between their retention and their "
+        "retention + this, and each partition is one more that every query by guid reads. 1 halves the rows held "
+        "at the default retention, at up to a third more Postgres CPU per send at a sender's full rate "
+        "(docs/performance.md, \"Daily partitions, measured again\"). A change applies to the partitions made from "
+        "then on; those made already keep their periods. The same on every replica."
     ))
     partitions_ahead_days: int = Field(3, ge=1, description=(
         "Time partitions are created this many days ahead, so a row never waits for one (a row whose partition "

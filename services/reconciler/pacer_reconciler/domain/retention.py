@@ -15,7 +15,9 @@ from dataclasses import dataclass
 ACTIONS = ("created", "dropped", "kept", "skipped", "default")
 
 
-ITEM_KEYED = ("items", "item_events", "send_ledger")  # cut by item id: one period for the three
+# The tables PACER_RECONCILER_PARTITION_PERIOD_DAYS cuts. send_ledger keeps 7 days: every key
+# reservation looks the key up in each of its partitions, and it is kept five times as long.
+PERIOD_SET = ("items", "item_events")
 
 
 @dataclass(frozen=True)
