@@ -128,7 +128,7 @@ class ReconcilerSettings(OpsSettings):
         "Days of job creation times each partition of `items` and `item_events` holds (`send_ledger` keeps 7: "
         "every key reservation looks in each of its partitions). Rows are kept between their retention and their "
         "retention + this, and each partition is one more that every query by guid reads. 1 halves the rows held "
-        "at the default retention, at up to a third more Postgres CPU per send at a sender's full rate "
+        "at the default retention, at about a third more Postgres CPU per send at a sender's full rate "
         "(docs/performance.md, \"Daily partitions, measured again\"). A change applies to the partitions made from "
         "then on; those made already keep their periods. The same on every replica."
     ))
