@@ -30,7 +30,7 @@ class PartitionKeeper:
         self.partitions = partitions
         self.retention = retention
         self.ahead_days = ahead_days
-        self.period_days = period_days  # of the item-keyed tables' partitions made from now on
+        self.period_days = period_days  # of the partitions of items and their events made from now on
         self.m = m
 
     async def round(self) -> int:
