@@ -54,9 +54,9 @@ def fresh_db(inf: Infra, label: str) -> str:
 def _repartition(conn: psycopg.Connection[Any], period_days: int) -> None:
     """Cut ``items`` and ``item_events`` of a new (empty) database by ``period_days`` over the
     whole retention, as an installation that has run with
-    ``PACER_RECONCILER_PARTITION_PERIOD_DAYS`` for a while has them: their partitions dropped, the period changed, the partitions made
-    again from yesterday to 3 days ahead as ``migrate()`` makes them (docs/performance.md,
-    "Daily partitions, measured again")."""
+    ``PACER_RECONCILER_PARTITION_PERIOD_DAYS`` for a while has them: their partitions
+    dropped, the period changed, the partitions made again from yesterday to 3 days ahead as
+    ``migrate()`` makes them (docs/performance.md, "Daily partitions, measured again")."""
     for table in reversed(PERIOD_SET):
         for (leaf,) in conn.execute("SELECT relid::regclass::text FROM pg_partition_tree(%s) WHERE isleaf"
                                     " AND relid <> %s::regclass", (table, f"{table}_default")).fetchall():

@@ -549,6 +549,14 @@ def test_while_another_replica_analyzes_this_one_does_nothing(database_url: str)
     assert stats_rounds(database_url, 1)[0] == [1]
 
 
+def test_an_item_id_gives_back_the_time_it_was_made_from(database_url: str) -> None:
+    at = datetime(2026, 12, 4, 13, 5, 7, 123456, tzinfo=UTC)
+    with psycopg.connect(database_url) as conn:
+        made, floor = conn.execute("SELECT pacer_item_id_time(pacer_item_id(%s)), pacer_item_id_time("
+                                   "pacer_uuid7_floor(%s))", (at, at)).fetchone()
+    assert made == floor == at.replace(microsecond=123000)
+
+
 def spans(conn: psycopg.Connection[Any], table: str) -> list[tuple[str, datetime, datetime]]:
     return [(str(n), s, e) for n, s, e in conn.execute("SELECT * FROM pacer_partitions(%s)", (table,)).fetchall()]
 

@@ -793,6 +793,12 @@ CREATE FUNCTION public.pacer_item_id(p_at timestamp with time zone) RETURNS uuid
             || substr(replace(gen_random_uuid()::text, '-', ''), 14))::uuid
 $$;
 
+CREATE FUNCTION public.pacer_item_id_time(p_id uuid) RETURNS timestamp with time zone
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT to_timestamp(('x' || replace(left(p_id::text, 13), '-', ''))::bit(48)::bigint / 1000.0)
+$$;
+
 CREATE FUNCTION public.pacer_job_action(p_job uuid, p_action text, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text, status text)
     LANGUAGE plpgsql
     AS $$
@@ -895,10 +901,8 @@ CREATE FUNCTION public.pacer_partitions(p_parent text) RETURNS TABLE(partition t
     LANGUAGE sql STABLE
     AS $_$
     SELECT c.relname::text,
-           CASE t.bound WHEN 'item_id' THEN to_timestamp(('x' || replace(left(b[1], 13), '-', ''))::bit(48)::bigint / 1000.0)
-                        ELSE b[1]::timestamptz END,
-           CASE t.bound WHEN 'item_id' THEN to_timestamp(('x' || replace(left(b[2], 13), '-', ''))::bit(48)::bigint / 1000.0)
-                        ELSE b[2]::timestamptz END
+           CASE t.bound WHEN 'item_id' THEN pacer_item_id_time(b[1]::uuid) ELSE b[1]::timestamptz END,
+           CASE t.bound WHEN 'item_id' THEN pacer_item_id_time(b[2]::uuid) ELSE b[2]::timestamptz END
     FROM partitioned_tables t
     JOIN pg_inherits h ON h.inhparent = to_regclass(t.parent)
     JOIN pg_class c ON c.oid = h.inhrelid
