@@ -1,5 +1,5 @@
--- Cut the partitions of these tables made from now on (pacer_ensure_partitions) by
--- %(period_days)s days of creation times; those made already keep their periods. The tables whose
+-- Cut the partitions of these tables made from now on (pacer_ensure_partitions) by the given
+-- number of days of creation times; those made already keep their periods. The tables whose
 -- period changed, with the period they had.
 WITH was AS (
     SELECT parent, period_days FROM partitioned_tables
