@@ -1814,6 +1814,15 @@ CREATE TABLE public.partitioned_tables (
     CONSTRAINT partitioned_tables_period_days_check CHECK ((period_days > 0))
 );
 
+CREATE VIEW public.requery_jobs_paging AS
+ SELECT job_id,
+    request_id,
+    created_at,
+    target_owner,
+    target_lease_until
+   FROM public.jobs
+  WHERE ((target_mode = 'requery'::text) AND (dispatched_at IS NULL) AND ((target_complete_at IS NOT NULL) OR (status = 'running'::text)));
+
 CREATE TABLE public.schema_migrations (
     version integer NOT NULL,
     name text NOT NULL,

@@ -1,6 +1,4 @@
--- Requery jobs whose targets the planners are still paging in (as paging_candidates.sql in
--- the planner, whoever holds the lease): `pacer after-restore` waits for none to be left.
-SELECT request_id FROM jobs
-WHERE target_mode = 'requery' AND dispatched_at IS NULL
-  AND (target_complete_at IS NOT NULL OR status = 'running')
+-- Requery jobs whose targets the planners are still paging in (the view requery_jobs_paging),
+-- whoever holds the lease: `pacer after-restore` waits for none to be left.
+SELECT request_id FROM requery_jobs_paging
 ORDER BY created_at
