@@ -100,6 +100,12 @@ def test_a_maintenance_run_creates_then_prunes_and_exports_what_it_did() -> None
     assert value("pacer_reconciler_default_partition_rows", {"table": "send_ledger"}) == 0
     assert value("pacer_reconciler_jobs_pruned_total") == 4
     assert value("pacer_reconciler_usage_rows_pruned_total") == 3
+    # What this replica keeps by, for an alert to compare across replicas.
+    for table, days in {**retention().by_table(), "tenant_usage": 400}.items():
+        assert value("pacer_reconciler_maintenance_days", {"table": table, "setting": "retain"}) == days, table
+    assert value("pacer_reconciler_maintenance_days", {"table": "items", "setting": "period"}) == 1
+    assert value("pacer_reconciler_maintenance_days", {"table": "item_events", "setting": "period"}) == 1
+    assert value("pacer_reconciler_maintenance_days", {"table": "send_ledger", "setting": "period"}) is None
 
 
 def test_the_tenant_usage_retention_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:

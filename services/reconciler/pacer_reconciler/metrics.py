@@ -148,6 +148,13 @@ class ReconcilerMetrics:
             "1 where a table's default partition holds rows: rows from before partitioning, or of a period whose "
             "partition was missing (alert `PacerDefaultPartitionFilling`; docs/runbook.md, \"Retention\")."
         ), ["table"], registry=registry)
+        self.maintenance_days = Gauge("pacer_reconciler_maintenance_days", (
+            "This replica's maintenance settings, by table and setting: `retain` (days the table's rows are kept, "
+            "`PACER_RECONCILER_RETAIN_*`) and `period` (days each new partition of items and item_events holds, "
+            "`PACER_RECONCILER_PARTITION_PERIOD_DAYS`). Every replica runs the maintenance, so replicas set apart undo "
+            "each other's: the shortest retention prunes for all, the period switches at each run (alert "
+            "`PacerReconcilerSettingsDiffer`)."
+        ), ["table", "setting"], registry=registry)
         self.jobs_pruned = Counter("pacer_reconciler_jobs_pruned_total", (
             "Finished jobs deleted past the items' retention, once all their items had gone with their partitions "
             "(with their shards, shard counts and target pages)."

@@ -32,6 +32,11 @@ class PartitionKeeper:
         self.ahead_days = ahead_days
         self.period_days = period_days  # of the partitions of items and their events made from now on
         self.m = m
+        for table, days in retention.by_table().items():
+            m.maintenance_days.labels(table, "retain").set(days)
+        m.maintenance_days.labels("tenant_usage", "retain").set(retention.usage_days)
+        for table in PERIOD_SET:
+            m.maintenance_days.labels(table, "period").set(period_days)
 
     async def round(self) -> int:
         """One run: the period of items and their events set, partitions created, then pruned,
