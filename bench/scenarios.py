@@ -14,6 +14,7 @@ import psycopg
 
 from bench.common import (
     CORES,
+    SendsTail,
     count,
     cpu_bound_per_s,
     cpu_s,
@@ -223,15 +224,16 @@ def recovery() -> str:
                                       for n in ("victim", "heir"))
                           and (st.metric("heir", "pacer_sender_items_total", {"outcome": "confirmed"}) or 0) > 0, 120):
             raise RuntimeError("recovery: the heir was not given partitions, or did not send, within 120 s")
+        sends = SendsTail.from_now(gw)
         st.kill("victim")
         killed_at = time.time()
         seen: dict[str, float] = {}
         deadline = time.monotonic() + lease * 6 + 60
         while len(seen) < guids and time.monotonic() < deadline:
-            for s in gateway(gw, f"/_admin/sends?limit=100000&offset={0}")["sends"]:
+            for s in sends.read():
                 if s["at"] > killed_at and s["guid"] not in seen:
                     seen[s["guid"]] = s["at"] - killed_at
-            time.sleep(1)
+            time.sleep(0.5)
         dupes = gateway(gw, "/_admin/stats")["duplicates"]
     finally:
         teardown(st)
@@ -289,11 +291,10 @@ def priority() -> str:
             time.sleep(0.05)  # replies trickle in, as customers write
         latencies: list[float] = []
         tickets: list[float] = []
+        sends = SendsTail(gw)
 
         def collect() -> bool:
-            latencies.clear()
-            tickets.clear()
-            for s in gateway(gw, "/_admin/sends?limit=200000")["sends"]:
+            for s in sends.read():
                 if s["toId"] in published:
                     (tickets if s["toId"].startswith("tick-") else latencies).append(
                         (s["at"] - published[s["toId"]]) * 1000)
@@ -365,11 +366,8 @@ def _late_s(gw: str, since: float, interval: float) -> tuple[float, float]:
     """How much longer than the interval each guid's gaps between sends were in the window
     (p50, p99): what the achieved ratio loses, send by send."""
     by_guid: dict[str, list[float]] = {}
-    offset = 0
-    while page := gateway(gw, f"/_admin/sends?limit=100000&offset={offset}")["sends"]:
-        for s in page:
-            by_guid.setdefault(s["guid"], []).append(s["at"])
-        offset += len(page)
+    for s in SendsTail(gw).read():
+        by_guid.setdefault(s["guid"], []).append(s["at"])
     late = sorted(b - a - interval for ats in by_guid.values() for a, b in itertools.pairwise(sorted(ats))
                   if b >= since)
     if len(late) < 2:
