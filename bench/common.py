@@ -164,9 +164,8 @@ class SendsTail:
     """The gateway's sends, read on from where the last read ended.
 
     The gateway records sends in acceptance order, so each read fetches only the sends made
-    since the one before. A scenario polling every send so far each second instead has the
-    gateway serialize tens of thousands of records a second, on the cores the scenario is
-    timing, and the gateway answers no send meanwhile."""
+    since the one before: a poll costs the gateway, on the cores a scenario times, what is
+    new rather than every send so far."""
 
     PAGE = 20_000
 
