@@ -179,6 +179,12 @@ BOARDS: tuple[Board, ...] = (
                 "{{sweep}}", "ops"),
               p("Events held back by a transaction open on the server",
                 f"max(pacer_reconciler_events_held_back_seconds and {LEADER})", "oldest event's wait", "s"),
+              Panel("Time partitions kept past retention; default partitions holding rows (1)", (
+                  ("max by (table) (pacer_reconciler_partitions_kept)", "kept: {{table}}"),
+                  ("max by (table) (pacer_reconciler_default_partition_rows)", "default: {{table}}"))),
+              p("Maintenance settings per reconciler (days; every replica should show the same)",
+                "max by (table, setting, instance) (pacer_reconciler_maintenance_days)",
+                "{{table}} {{setting}} {{instance}}", kind="table"),
           )),
     Board("pacer-services", "Pacer · services",
           "The processes: up, build, consumer lag, Postgres pools, CPU, memory, GC, the Control API, the reconciler leader.", (
