@@ -228,12 +228,14 @@ def recovery() -> str:
         st.kill("victim")
         killed_at = time.time()
         seen: dict[str, float] = {}
-        deadline = time.monotonic() + lease * 6 + 60
-        while len(seen) < guids and time.monotonic() < deadline:
+
+        def every_guid_resumed() -> bool:
             for s in sends.read():
                 if s["at"] > killed_at and s["guid"] not in seen:
                     seen[s["guid"]] = s["at"] - killed_at
-            time.sleep(0.5)
+            return len(seen) >= guids
+
+        wait_until(every_guid_resumed, lease * 6 + 60, poll_s=0.5)
         dupes = gateway(gw, "/_admin/stats")["duplicates"]
     finally:
         teardown(st)
