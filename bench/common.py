@@ -219,6 +219,59 @@ def machine_busy_s() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+# Which part of the machine a process is, by its command: the first rule that matches.
+_ROLES = (("postgres", lambda comm, cmd: comm in ("postgres", "postmaster")),
+          ("kafka", lambda comm, cmd: comm == "java" and b"kafka" in cmd),
+          ("gateway", lambda comm, cmd: b"pacer_dev.fakegateway" in cmd),
+          ("sender", lambda comm, cmd: b"pacer_sender" in cmd),
+          ("reconciler", lambda comm, cmd: b"pacer_reconciler" in cmd),
+          ("planner", lambda comm, cmd: b"pacer_planner" in cmd))
+
+
+def _processes() -> dict[tuple[int, int], tuple[str, float]]:
+    """Every process now: (pid, start tick) → (role, CPU seconds of it and of its reaped
+    children). The bench's own process is ``driver``; one no rule names is ``other``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[tuple[int, int], tuple[str, float]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            head, rest = (d / "stat").read_text().rsplit(")", 1)
+            cmd = (d / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+        comm, f = head.split("(", 1)[1], rest.split()
+        pid = int(d.name)
+        role = "driver" if pid == os.getpid() else next(
+            (name for name, match in _ROLES if match(comm, cmd)), "other")
+        out[(pid, int(f[19]))] = (role, sum(int(x) for x in f[11:15]) / tick)
+    return out
+
+
+class CpuByRole:
+    """CPU seconds each part of the machine spent between ``start()`` and ``split()``: a
+    process that began meanwhile counts from zero; one that ended counts in its parent
+    once reaped (Postgres' backends in the postmaster), else not at all."""
+
+    def start(self) -> CpuByRole:
+        self._before = _processes()
+        return self
+
+    def split(self) -> dict[str, float]:
+        spent: dict[str, float] = {}
+        for key, (role, cpu) in _processes().items():
+            was = self._before.get(key)
+            spent[role] = spent.get(role, 0.0) + cpu - (was[1] if was else 0.0)
+        return spent
+
+
+def per_unit(spent: dict[str, float], units: int, scale: float, prefix: str) -> str:
+    """``spent`` as ``<prefix>_<role>=<CPU per unit × scale>`` fields, for each role that ran."""
+    return " ".join(f"{prefix}_{role}={spent.get(role, 0.0) * scale / units:.3f}" for role in
+                    (*(name for name, _ in _ROLES), "driver", "other") if role in spent)
+
+
 def cpu_bound_per_s(units: int, busy_s: float) -> float:
     """Units per second the machine's cores allow at the CPU per unit measured: ``CORES``
     over (``busy_s`` / ``units``), every process's CPU counted, the service's and Postgres',

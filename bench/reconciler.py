@@ -22,7 +22,9 @@ process got slower or only had no core to run on. ``others_cpu_us_per_event_two`
 other process's CPU per event in the two-process run (Postgres, Kafka, this driver's polls);
 ``two_cpu_bound_per_s``: what the machine's cores allow at the two runs' CPU per event, all
 processes counted (``bench.common.cpu_bound_per_s``), and ``scaling_cpu_bound`` that over
-one, the most ``scaling`` this machine can show.
+one, the most ``scaling`` this machine can show. ``two_cpu_us_per_event_<role>``: the
+two-process run's CPU per event by process (``postgres``, ``kafka``, ``reconciler``, ``driver``
+— this process —, ``other``).
 """
 
 from __future__ import annotations
@@ -36,12 +38,14 @@ from psycopg.rows import dict_row
 
 from bench.common import (
     CORES,
+    CpuByRole,
     analyze_as_autovacuum,
     cpu_bound_per_s,
     cpu_s,
     env_int,
     fresh_db,
     machine_busy_s,
+    per_unit,
     real_infra,
     seed_items,
     state_dir,
@@ -65,8 +69,8 @@ def reconciler() -> str:
         jobs = [seed_items(url, guids=1000, per_guid=max(1, items // 1000)).job_id for _ in range(2)]
         with psycopg.connect(url, autocommit=True) as conn:
             analyze_as_autovacuum(conn, "items")
-        one, one_cpu, _ = _run(inf, url, jobs[0], replicas=1)
-        two, two_cpu, two_busy = _run(inf, url, jobs[1], replicas=2)
+        one, one_cpu, _, _ = _run(inf, url, jobs[0], replicas=1)
+        two, two_cpu, two_busy, two_spent = _run(inf, url, jobs[1], replicas=2)
         raw = asyncio.run(_raw_read(url))
     finally:
         drop_database(url)
@@ -76,7 +80,8 @@ def reconciler() -> str:
             f"cpu_us_per_event_one={one_cpu / one.events * 1e6:.0f} "
             f"cpu_us_per_event_two={two_cpu / two.events * 1e6:.0f} "
             f"others_cpu_us_per_event_two={(two_busy - two_cpu) / two.events * 1e6:.0f} "
-            f"two_cpu_bound_per_s={bound:.0f} scaling_cpu_bound={bound / one.per_s:.2f} cores={CORES}")
+            f"two_cpu_bound_per_s={bound:.0f} scaling_cpu_bound={bound / one.per_s:.2f} "
+            f"{per_unit(two_spent, two.events, 1e6, 'two_cpu_us_per_event')} cores={CORES}")
 
 
 class Rate:
@@ -95,10 +100,10 @@ async def _raw_read(url: str) -> Rate:
         return Rate(n, time.perf_counter() - started)
 
 
-def _run(inf: Infra, url: str, job_id: str, replicas: int) -> tuple[Rate, float, float]:
+def _run(inf: Infra, url: str, job_id: str, replicas: int) -> tuple[Rate, float, float, dict[str, float]]:
     """The events of ``job_id``'s confirmation applied per second by ``replicas`` processes
-    sharing the segments evenly, the CPU seconds the processes spent on them, and the CPU
-    seconds the whole machine spent meanwhile."""
+    sharing the segments evenly, the CPU seconds the processes spent on them, the CPU
+    seconds the whole machine spent meanwhile, and those by role (``CpuByRole``)."""
     state = state_dir() / "runs" / f"reconciler-{replicas}"
     st = Stack(state, Infra(inf.kafka_bootstrap, url, state), topic_prefix=f"b{uuid.uuid4().hex[:10]}",
                env_extra={"PACER_RECONCILER_SEGMENTS": str(SEGMENTS)})
@@ -115,13 +120,13 @@ def _run(inf: Infra, url: str, job_id: str, replicas: int) -> tuple[Rate, float,
             ends = segment_ends(url, SEGMENTS)
             with psycopg.connect(url, autocommit=True) as conn:
                 analyze_as_autovacuum(conn, "item_events", vacuum=False)
-            cpu0, busy0 = sum(cpu_s(p.pid) for p in procs), machine_busy_s()
+            cpu0, busy0, roles = sum(cpu_s(p.pid) for p in procs), machine_busy_s(), CpuByRole().start()
             gate.rollback()
             started = time.monotonic()
         if not wait_until(lambda: not segments_behind(url, ends), 1800, poll_s=0.05):
             raise SystemExit("bench reconciler: the cursors did not reach the end in 30 minutes")
-        elapsed, busy = time.monotonic() - started, machine_busy_s() - busy0
-        return Rate(events, elapsed), sum(cpu_s(p.pid) for p in procs) - cpu0, busy
+        elapsed, busy, spent = time.monotonic() - started, machine_busy_s() - busy0, roles.split()
+        return Rate(events, elapsed), sum(cpu_s(p.pid) for p in procs) - cpu0, busy, spent
     finally:
         st.dispose()
 

@@ -14,6 +14,7 @@ import psycopg
 
 from bench.common import (
     CORES,
+    CpuByRole,
     SendsTail,
     count,
     cpu_bound_per_s,
@@ -23,6 +24,7 @@ from bench.common import (
     fresh_db,
     gateway,
     machine_busy_s,
+    per_unit,
     publish_commands,
     real_infra,
     rss_mib,
@@ -111,7 +113,11 @@ def sender() -> str:
     process's meanwhile (``others_cpu_ms_per_item``: Postgres, Kafka, the gateway, this
     driver's polls) and the whole machine's in the fastest bare loop (``bare_cpu_ms_per_item``);
     ``cpu_bound_per_s``, what the cores allow at the sender run's CPU per item, and
-    ``ratio_cpu_bound`` that over the bare loop: the most ``ratio`` this machine can show."""
+    ``ratio_cpu_bound`` that over the bare loop: the most ``ratio`` this machine can show.
+    ``cpu_ms_per_item_<role>``: the sender run's CPU per item by process (``CpuByRole``):
+    ``postgres``, ``kafka``, ``gateway``, ``sender``, ``driver`` (this process), ``other``;
+    ``bare_cpu_ms_per_item_<role>`` the same for the fastest bare loop (its client is the
+    ``driver``)."""
     guids, per_guid = 200, env_int("BENCH_SENDER_PER_GUID", 100)
     n = guids * per_guid
     inf = real_infra()
@@ -125,17 +131,19 @@ def sender() -> str:
         url = st.infra.database_url
         # Polled on one connection: a connection per poll costs the machine ~4 ms of CPU each.
         with psycopg.connect(url, autocommit=True) as poll:
+            roles = CpuByRole().start()
             t0, cpu0, busy0 = time.perf_counter(), cpu_s(proc.pid), machine_busy_s()
             wait_until(lambda: poll.execute("SELECT count(*) FROM items WHERE status = 'confirmed'"
                                             " HAVING count(*) >= %s", (n,)).fetchone() is not None, 900)
             pacer_s, sender_cpu, busy = time.perf_counter() - t0, cpu_s(proc.pid) - cpu0, machine_busy_s() - busy0
+            spent = roles.split()
         rss = rss_mib(proc.pid)
         st.stop("sender-1")
-        bare, bare_busy = {}, {}
+        bare, bare_busy, bare_spent = {}, {}, {}
         for c in BARE_CLIENTS:
-            b0 = machine_busy_s()
+            b0, bare_roles = machine_busy_s(), CpuByRole().start()
             bare[c] = asyncio.run(_bare_loop(inf.kafka_bootstrap, topic, st.gateway_url or "", n, c))
-            bare_busy[c] = machine_busy_s() - b0
+            bare_busy[c], bare_spent[c] = machine_busy_s() - b0, bare_roles.split()
     finally:
         teardown(st)
     pacer_rps = n / pacer_s
@@ -146,7 +154,8 @@ def sender() -> str:
             f"ratio={pacer_rps / bare[fastest]:.2f} fastest={fastest} {loops} rss_mib={rss:.0f} items={n} "
             f"sender_cpu_ms_per_item={sender_cpu * 1000 / n:.3f} others_cpu_ms_per_item={(busy - sender_cpu) * 1000 / n:.3f} "
             f"bare_cpu_ms_per_item={bare_busy[fastest] * 1000 / n:.3f} cpu_bound_per_s={bound:.0f} "
-            f"ratio_cpu_bound={bound / bare[fastest]:.2f} cores={CORES}")
+            f"ratio_cpu_bound={bound / bare[fastest]:.2f} {per_unit(spent, n, 1000, 'cpu_ms_per_item')} "
+            f"{per_unit(bare_spent[fastest], n, 1000, 'bare_cpu_ms_per_item')} cores={CORES}")
 
 
 # The bare loop's clients: httpx's API on aiohttp (what the gateway adapter offers every call)
