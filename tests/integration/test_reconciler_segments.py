@@ -250,3 +250,53 @@ def test_only_a_batch_that_moves_a_shard_takes_the_job_row(database_url: str) ->
         assert conn.execute("SELECT status, started_at IS NOT NULL, finished_at IS NOT NULL FROM jobs"
                             " WHERE job_id = %s", (job_id,)).fetchone() == ("completed", True, True)
         assert conn.execute("SELECT status FROM shards WHERE job_id = %s", (job_id,)).fetchone() == ("completed",)
+
+
+_INDEX_READS = """
+SELECT p.relname AS parent, sum(s.idx_tup_read)::bigint AS n
+FROM pg_stat_user_indexes s
+JOIN pg_inherits i ON i.inhrelid = s.indexrelid
+JOIN pg_class p ON p.oid = i.inhparent
+WHERE p.relname IN ('item_events_position', 'item_events_segment_16')
+GROUP BY p.relname"""
+
+
+def test_a_segment_reads_the_tail_by_its_own_index_range_not_the_whole_log(database_url: str) -> None:
+    """At the tail of the log, which is newer than the statistics, the planner would take one
+    row for the rest and read it by the log's position index, 16 entries for each event of the
+    segment. Each read of a segment takes its range of the segment index instead: every
+    entry read belongs to the segment, and the position index is not read at all."""
+    url = database_url
+    _job(url, guids=200, per_guid=3)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ANALYZE item_events")  # the statistics end here: the next job's events are the tail
+        (xid, seq) = conn.execute("SELECT xid::text, seq FROM item_events ORDER BY xid DESC, seq DESC LIMIT 1"
+                                  ).fetchone() or ("0", 0)
+    _job(url, guids=200, per_guid=3)
+    segment = 5
+    with psycopg.connect(url) as conn:
+        expected = conn.execute("SELECT count(*) FROM item_events WHERE (hashtext(guid) & 2147483647) %% 16 = %s"
+                                " AND (xid, seq) > (%s::xid8, %s::bigint)", (segment, xid, seq)).fetchone()
+
+    async def read_segment() -> tuple[int, dict[str, int]]:
+        pool = await open_pool(url, min_size=1, max_size=1)  # one backend: its index reads are the log's reads
+
+        async def index_reads() -> dict[str, int]:
+            async with pool.connection() as conn:
+                await conn.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, as of now
+                return {r["parent"]: r["n"] for r in await (await conn.execute(_INDEX_READS)).fetchall()}
+
+        try:
+            log = PostgresLog(pool, f"reconciler/{segment}of{N}", timedelta(seconds=60), segments=N, segment=segment)
+            before, at, n = await index_reads(), Position(xid, seq), 0
+            while batch := await log.read(at, 10):
+                at, n = batch[-1][0], n + len(batch)
+            after = await index_reads()
+            return n, {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        finally:
+            await pool.close()
+
+    n, reads = asyncio.run(read_segment())
+    assert expected is not None and n == expected[0] > 10
+    assert reads.get("item_events_position", 0) == 0, reads
+    assert n <= reads["item_events_segment_16"] <= n + n // 10 + 2, reads  # a read stops one entry past its rows

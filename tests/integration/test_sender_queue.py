@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import os
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
 
+from pacer_common.db.pool import Pool, open_pool
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.ports import UnstorableItem
@@ -32,6 +34,30 @@ def test_next_ready_gives_a_guids_due_unheld_pending_items_urgent_first_and_when
     limited = run(database_url, lambda pool: PostgresGuidQueue(pool).next_ready("g1", [], 1))
     assert [x.item_id for x in limited.commands] == [e]
 
+
+
+def test_next_ready_is_planned_once_per_connection_on_its_generic_plan(database_url: str) -> None:
+    """Planning the refill over items' partitions costs more than running it: it is prepared
+    at its first run on a connection, and every run after uses that one generic plan."""
+    seed_job(database_url, {"g1": 3, "g2": 3, "g3": 3})
+
+    async def refills(pool: Pool) -> list[dict[str, Any]]:
+        queue = PostgresGuidQueue(pool)
+        for guid in ("g1", "g2", "g3"):
+            assert len((await queue.next_ready(guid, [], 10)).commands) == 3
+        async with pool.connection() as conn:
+            return await (await conn.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE statement LIKE '%%WITH RECURSIVE pairs%%'")).fetchall()
+
+    async def on_one_connection() -> list[dict[str, Any]]:
+        pool = await open_pool(database_url, min_size=1, max_size=1)
+        try:
+            return await refills(pool)
+        finally:
+            await pool.close()
+
+    assert asyncio.run(on_one_connection()) == [{"generic_plans": 3, "custom_plans": 0}]
 
 def test_the_sweep_finds_each_guid_with_claimable_work_once_and_says_which_is_overdue(database_url: str) -> None:
     _, _, items = seed_job(database_url, {"fresh": 3, "old": 1, "held": 1, "later": 1, "soon": 1, "retry": 1})

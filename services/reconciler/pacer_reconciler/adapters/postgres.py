@@ -9,6 +9,7 @@ from typing import Any
 from pacer_common.db.commands import pending_commands
 from pacer_common.db.errors import with_retry
 from pacer_common.db.leader import fence
+from pacer_common.db.plans import GENERIC_PLAN, fetch_prepared
 from pacer_common.db.pool import Pool, one
 from pacer_common.db.sql import loader, query
 from pacer_common.db.transitions import Transition, apply
@@ -77,10 +78,10 @@ class PostgresLog:
     async def read(self, after: Position, limit: int) -> list[tuple[Position, ItemEvent | Unreadable]]:
         async def work() -> list[tuple[Position, ItemEvent | Unreadable]]:
             async with self.pool.connection() as conn:
-                rows: list[Any] = await (await conn.execute(
-                    segment_sql("read_events", self.segments),
-                    {"segment": self.segment, "xid": after.xid, "seq": after.seq, "limit": limit}
-                )).fetchall()
+                # Its generic plan: the range scan of the segment's index, whatever the
+                # statistics say of the tail (pacer_common.db.plans).
+                rows = await fetch_prepared(conn, GENERIC_PLAN, segment_sql("read_events", self.segments), {
+                    "segment": self.segment, "xid": after.xid, "seq": after.seq, "limit": limit})
                 await self.labels.label(conn, rows)
             return [(Position(r["xid"], r["seq"]), _event(r)) for r in rows]
 

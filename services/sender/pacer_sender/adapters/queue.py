@@ -9,6 +9,7 @@ from typing import Any, LiteralString
 
 from pacer_common.db.durable import synchronous_transaction
 from pacer_common.db.errors import with_retry
+from pacer_common.db.plans import fetch_prepared
 from pacer_common.db.pool import Pool
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
@@ -26,7 +27,8 @@ from pacer_sender.ports import Ready, Waiting
 # ordered items_guid_ready scans are then the only plan, for any guid, so the prepared
 # statement's generic plan is that plan too, and is used (planning it for each guid cost 1 ms
 # over items' partitions, four times the run; docs/performance.md, "Time partitions"). One
-# statement, local to the refill's transaction.
+# statement, local to the refill's transaction; the statement is prepared from its first
+# run on a connection (pacer_common.db.plans), not planned afresh for its first five.
 NEXT_READY_SETTINGS: tuple[LiteralString, ...] = (
     "SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),"
     " set_config('plan_cache_mode', 'force_generic_plan', true)",)
@@ -38,11 +40,9 @@ class PostgresGuidQueue:
 
     async def next_ready(self, guid: str, exclude: Sequence[str], limit: int) -> Ready:
         async def work() -> Ready:
-            async with self.pool.connection() as conn, conn.transaction():
-                for setting in NEXT_READY_SETTINGS:
-                    await conn.execute(setting)
-                rows: list[Any] = await (await conn.execute(_sql("next_ready"), {
-                    "guid": guid, "exclude": list(exclude), "limit": limit})).fetchall()
+            async with self.pool.connection() as conn:
+                rows = await fetch_prepared(conn, NEXT_READY_SETTINGS, _sql("next_ready"), {
+                    "guid": guid, "exclude": list(exclude), "limit": limit})
             cmds = [ItemCommand.model_validate(r) for r in rows if r["item_id"] is not None]
             since = {r["item_id"]: r["ready_at"].timestamp() for r in rows if r["item_id"] is not None}
             return Ready(cmds, rows[0]["due_in_s"] if rows else None, since)
