@@ -9,7 +9,7 @@ from typing import Any, LiteralString
 
 from pacer_common.db.durable import synchronous_transaction
 from pacer_common.db.errors import with_retry
-from pacer_common.db.plans import fetch_prepared
+from pacer_common.db.plans import GENERIC_PLAN, fetch_prepared
 from pacer_common.db.pool import Pool
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
@@ -26,12 +26,11 @@ from pacer_sender.ports import Ready, Waiting
 # statement, sorts and bitmap scans are ruled out where an ordered index scan can serve: the
 # ordered items_guid_ready scans are then the only plan, for any guid, so the prepared
 # statement's generic plan is that plan too, and is used (planning it for each guid cost 1 ms
-# over items' partitions, four times the run; docs/performance.md, "Time partitions"). One
-# statement, local to the refill's transaction; the statement is prepared from its first
+# over items' partitions, four times the run; docs/performance.md, "Time partitions"). The
+# settings are local to the refill's transaction; the statement is prepared from its first
 # run on a connection (pacer_common.db.plans), not planned afresh for its first five.
 NEXT_READY_SETTINGS: tuple[LiteralString, ...] = (
-    "SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),"
-    " set_config('plan_cache_mode', 'force_generic_plan', true)",)
+    "SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true)", *GENERIC_PLAN)
 
 
 class PostgresGuidQueue:
