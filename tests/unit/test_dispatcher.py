@@ -630,6 +630,50 @@ def test_a_scheduled_item_whose_doorbell_was_lost_wakes_its_guid_at_its_time_wit
     assert at_due and at_due[0][1], "the read that gave due_in_s woke the guid when the item came due"
 
 
+class _SnapshotReads(InMemoryGuidQueue):
+    """Reads that answer as of when they began (a statement's snapshot), once ``gate`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.asked = 0
+
+    async def next_ready(self, guid: str, exclude: Sequence[str], limit: int) -> Ready:
+        answer = await super().next_ready(guid, exclude, limit)
+        self.asked += 1
+        await self.gate.wait()
+        return answer
+
+
+def test_a_scheduled_item_rung_while_its_guid_reads_its_queue_goes_with_the_guids_next_send_once_due() -> None:
+    """A ticket's row commits while its guid's read of Postgres is under way, after that read's
+    snapshot, and its doorbell (due in 0.4 s) arrives before the read answers. The read says
+    nothing is scheduled; had that answer erased the doorbell's due time, the ticket would wait
+    until the window ran down to half and topped up (10 sends here, 25 at the default window
+    of 50: half a minute at one batch send per 1.25 s)."""
+    async def scenario() -> tuple[list[str], int]:
+        store = _SnapshotReads()
+        d, rec, _ = dispatcher(Limits(min_interval_s=0.2, jitter_s=0.0, online_reserve=0.0), cap=20,
+                               executor=Recorder(store))
+        store.add(*[cmd("g", n, job="campaign") for n in range(40)])
+        d.poke("g")
+        await until(lambda: store.asked == 1)
+        ticket = cmd("g", 100, priority=2, job="ticket", not_before=datetime.now(UTC) + timedelta(seconds=0.4))
+        ring(d, store, ticket)
+        store.gate.set()
+        await until(lambda: "g-100" in [i for _, i, _ in rec.sent], timeout=15)
+        due = ticket.not_before.timestamp() if ticket.not_before else 0.0
+        sent_at = {i: t for _, i, t in rec.sent}
+        stop(d)
+        offset = time.time() - time.monotonic()
+        after_due = [i for i, t in sent_at.items() if t + offset >= due and i != "g-100"]
+        return [i for _, i, _ in rec.sent], len([i for i in after_due if sent_at[i] < sent_at["g-100"]])
+
+    sent, campaign_sends_after_due = asyncio.run(scenario())
+    assert campaign_sends_after_due <= 1, (
+        f"{campaign_sends_after_due} campaign sends went out after the ticket came due and before it: {sent}")
+
+
 def test_a_doorbell_wakes_a_guid_waiting_out_its_gap_to_re_read_before_its_next_send() -> None:
     async def scenario() -> tuple[list[str], list[tuple[float, bool]], float]:
         limits = Limits(min_interval_s=1.5, jitter_s=0.0, online_reserve=0.0)

@@ -49,6 +49,7 @@ class GuidWorker:
         self.wake = WakeUp()
         self.task: asyncio.Task[None] | None = None
         self.due_at: float | None = None  # when its earliest scheduled item in Postgres is due (clock)
+        self.due_rung: float | None = None  # the earliest due time rung since its last read began (clock)
         self.shed_at: float | None = None  # when its batch queue was last checked for shedding (clock)
         self.stopping = False  # its partition went: finish the item in hand, then end
         self.revived = False  # rung again while stopping: start afresh once stopped
@@ -71,7 +72,8 @@ class GuidWorker:
         self.window.ring()
         if not_before is not None:
             due = self.crew.clock() + (not_before - datetime.now(UTC)).total_seconds()
-            self.due_at = due if self.due_at is None else min(self.due_at, due)  # on time, whatever the window holds
+            self.due_at = _earliest(self.due_at, due)  # on time, whatever the window holds
+            self.due_rung = _earliest(self.due_rung, due)
 
     def note(self, head: CommandHead) -> None:
         """A ready command the window would not hold, read only for its head: Postgres has
@@ -202,6 +204,7 @@ class GuidWorker:
         if not n:
             return True  # memory is short: this window reads once it is empty
         self.window.refilling()
+        self.due_rung = None
         self.sent = False
         try:
             with self.crew.buffer.reading_for(n):
@@ -214,7 +217,11 @@ class GuidWorker:
             return True
         with self.crew.buffer.tracking(self.window):
             self.window.refilled(ready.commands, n, ready.ready_since, time.time())
-        self.due_at = None if ready.due_in_s is None else self.crew.clock() + max(0.0, ready.due_in_s)
+        # The read says when the guid's next scheduled item is due, as of its snapshot; a doorbell
+        # rung while it ran may name an item planned after that snapshot (a ticket whose row
+        # committed while the read was under way), which the read's answer must not erase.
+        due = None if ready.due_in_s is None else self.crew.clock() + max(0.0, ready.due_in_s)
+        self.due_at = _earliest(due, self.due_rung)
         return True
 
     def _shed_due(self, limits: Limits) -> bool:
@@ -277,3 +284,7 @@ class GuidWorker:
             seconds = min(seconds, self.due_at - self.crew.clock())
         self.wake.clear()
         await self.wake.sleep(min(seconds, self.crew.config.max_idle_s))
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
