@@ -23,8 +23,10 @@ from pacer_common.kafka import make_consumer
 T = TypeVar("T")
 
 
-def wait_for(check: Callable[[], T | Literal[False] | None], timeout_s: float = 30.0, what: str = "condition") -> T:
-    """Poll ``check`` until it returns something truthy; fail with ``what`` at the deadline."""
+def wait_for(check: Callable[[], T | Literal[False] | None], timeout_s: float = 30.0, what: str = "condition",
+             describe: Callable[[], object] | None = None) -> T:
+    """Poll ``check`` until it returns something truthy; fail with ``what`` at the deadline
+    (and what ``describe`` then says of the state, when the check's last value says little)."""
     deadline = time.monotonic() + timeout_s
     last: T | Literal[False] | None = None
     while time.monotonic() < deadline:
@@ -32,7 +34,8 @@ def wait_for(check: Callable[[], T | Literal[False] | None], timeout_s: float = 
         if last:
             return last
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value: {last!r}")
+    state = "" if describe is None else f"; {describe()!r}"
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value: {last!r}{state}")
 
 
 async def eventually(check: Callable[[], Awaitable[T | Literal[False] | None]], timeout_s: float = 30.0,
