@@ -252,6 +252,41 @@ def test_only_a_batch_that_moves_a_shard_takes_the_job_row(database_url: str) ->
         assert conn.execute("SELECT status FROM shards WHERE job_id = %s", (job_id,)).fetchone() == ("completed",)
 
 
+def test_a_shard_starting_in_a_started_job_leaves_the_job_row_alone(database_url: str) -> None:
+    """A job with a pending shard cannot be completed, so a shard starting in a job that has
+    started and is running changes nothing on the job row: that batch commits while another
+    transaction holds the row. The first shard to start still marks the job started, and the
+    shards completing still complete it."""
+    url = database_url
+    job_id, _, _ = seed_job(url, {"g-first": 1, "g-second": 1})
+    confirm_job(url, job_id)  # 6 events: each shard's item claimed, submitted, confirmed
+
+    async def scenario() -> None:
+        pool = await open_pool(url, min_size=2, max_size=3)
+        log = PostgresLog(pool, "reconciler/0of1", timedelta(seconds=60), segments=1, segment=0)
+        rows = await log.read(Position("0", 0), 100)
+        events = [ev for _, ev in rows if isinstance(ev, ItemEvent)]
+        assert [ev.to_status.value for ev in events] == ["claimed"] * 2 + ["submitted"] * 2 + ["confirmed"] * 2
+        assert events[0].shard_id != events[1].shard_id
+        holder = await psycopg.AsyncConnection.connect(url)
+        try:
+            await log.commit_batch(events[:1], Position("0", 0), rows[0][0])  # the job's first shard starts
+            await holder.execute("SELECT 1 FROM jobs WHERE job_id = %s FOR UPDATE", (job_id,))
+            await asyncio.wait_for(log.commit_batch(events[1:2], rows[0][0], rows[1][0]), timeout=10)
+            await holder.rollback()
+            await log.commit_batch(events[2:], rows[1][0], rows[5][0])  # both shards complete
+        finally:
+            await holder.close()
+            await pool.close()
+
+    asyncio.run(scenario())
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT status, started_at IS NOT NULL, finished_at IS NOT NULL FROM jobs"
+                            " WHERE job_id = %s", (job_id,)).fetchone() == ("completed", True, True)
+        assert conn.execute("SELECT array_agg(DISTINCT status) FROM shards WHERE job_id = %s",
+                            (job_id,)).fetchone() == (["completed"],)
+
+
 _INDEX_READS = """
 SELECT p.relname AS parent, sum(s.idx_tup_read)::bigint AS n
 FROM pg_stat_user_indexes s

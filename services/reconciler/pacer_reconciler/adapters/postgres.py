@@ -108,7 +108,7 @@ class PostgresLog:
                 shards = sorted({ev.shard_id for ev in events})
                 if shards:
                     rows = await (await conn.execute(_sql("refresh_shards"), {"shards": shards})).fetchall()
-                    jobs = sorted({str(r["job_id"]) for r in rows if r["changed"]})
+                    jobs = sorted({str(r["job_id"]) for r in rows if r["moves_job"]})
                     if jobs:
                         await conn.execute(_sql("lock_jobs"), {"jobs": jobs})
                         await conn.execute(_sql("refresh_jobs"), {"jobs": jobs})
