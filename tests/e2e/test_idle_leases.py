@@ -47,7 +47,9 @@ def test_idle_guids_give_their_leases_back_and_take_them_again_with_their_pacing
         second = campaign_again(st, rid, GUIDS)
         wait_for(lambda: (s := job_state(st, second)) and s[1] == {"confirmed": GUIDS}, 60, "every guid's second send",
                  describe=lambda: {"job": job_state(st, second), "leases": _leases(st, rid),
-                                   "sends": len(sends_for(st, rid))})
+                                   "sends": len(sends_for(st, rid)),
+                                   **{m: st.metric("sender", f"pacer_sender_{m}") for m in (
+                                       "active_guids", "guid_leases_held", "buffered_items")}})
         again = _leases(st, rid)
         assert all(owner is not None and epoch == epochs[g][1] + 1 for g, (owner, epoch) in again.items()), (
             epochs, again)  # taken again by the same sender, nobody between
