@@ -218,63 +218,29 @@ def test_two_segments_completing_a_jobs_last_shards_at_once_complete_the_job(dat
         assert conn.execute("SELECT status FROM jobs WHERE job_id = %s", (job_id,)).fetchone() == ("completed",)
 
 
-def test_only_a_batch_that_moves_a_shard_takes_the_job_row(database_url: str) -> None:
-    """Every segment shares a job's row, so a batch locks it only when one of its shards changes
-    status: a batch that keeps its shard running commits while another transaction holds the
-    job row; the batches that start and complete the shard still refresh the job."""
-    url = database_url
-    job_id, _, _ = seed_job(url, {"g-row": 3})
-    confirm_job(url, job_id)  # 9 events: 3 claimed, 3 submitted, 3 confirmed
+def _commit_around_a_held_job_row(url: str, shards: dict[str, int], statuses: list[str], held: tuple[int, int]) -> None:
+    """Seed a job over ``shards`` (guid → items) and confirm its items; read its events (their
+    statuses must be ``statuses``) and commit them as three batches: up to ``held[0]``, then up
+    to ``held[1]`` while another transaction holds the job row (a deadline of 10 s: the batch
+    must not wait for the row), then the rest. The job and every shard end completed."""
+    job_id, _, _ = seed_job(url, shards)
+    confirm_job(url, job_id)
 
     async def scenario() -> None:
         pool = await open_pool(url, min_size=2, max_size=3)
         log = PostgresLog(pool, "reconciler/0of1", timedelta(seconds=60), segments=1, segment=0)
         rows = await log.read(Position("0", 0), 100)
         events = [ev for _, ev in rows if isinstance(ev, ItemEvent)]
-        assert [ev.to_status.value for ev in events] == ["claimed"] * 3 + ["submitted"] * 3 + ["confirmed"] * 3
-        starts = [Position("0", 0), rows[2][0], rows[5][0]]
-        batches = [events[k:k + 3] for k in (0, 3, 6)]
+        assert [ev.to_status.value for ev in events] == statuses
+        cuts = [0, *held, len(events)]
+        at = [Position("0", 0), *(rows[k - 1][0] for k in cuts[1:])]
         holder = await psycopg.AsyncConnection.connect(url)
         try:
-            await log.commit_batch(batches[0], starts[0], rows[2][0])  # pending → running: refreshes the job
+            await log.commit_batch(events[:held[0]], at[0], at[1])
             await holder.execute("SELECT 1 FROM jobs WHERE job_id = %s FOR UPDATE", (job_id,))
-            await asyncio.wait_for(log.commit_batch(batches[1], starts[1], rows[5][0]), timeout=10)
+            await asyncio.wait_for(log.commit_batch(events[held[0]:held[1]], at[1], at[2]), timeout=10)
             await holder.rollback()
-            await log.commit_batch(batches[2], starts[2], rows[8][0])  # running → completed
-        finally:
-            await holder.close()
-            await pool.close()
-
-    asyncio.run(scenario())
-    with psycopg.connect(url) as conn:
-        assert conn.execute("SELECT status, started_at IS NOT NULL, finished_at IS NOT NULL FROM jobs"
-                            " WHERE job_id = %s", (job_id,)).fetchone() == ("completed", True, True)
-        assert conn.execute("SELECT status FROM shards WHERE job_id = %s", (job_id,)).fetchone() == ("completed",)
-
-
-def test_a_shard_starting_in_a_started_job_leaves_the_job_row_alone(database_url: str) -> None:
-    """A job with a pending shard cannot be completed, so a shard starting in a job that has
-    started and is running changes nothing on the job row: that batch commits while another
-    transaction holds the row. The first shard to start still marks the job started, and the
-    shards completing still complete it."""
-    url = database_url
-    job_id, _, _ = seed_job(url, {"g-first": 1, "g-second": 1})
-    confirm_job(url, job_id)  # 6 events: each shard's item claimed, submitted, confirmed
-
-    async def scenario() -> None:
-        pool = await open_pool(url, min_size=2, max_size=3)
-        log = PostgresLog(pool, "reconciler/0of1", timedelta(seconds=60), segments=1, segment=0)
-        rows = await log.read(Position("0", 0), 100)
-        events = [ev for _, ev in rows if isinstance(ev, ItemEvent)]
-        assert [ev.to_status.value for ev in events] == ["claimed"] * 2 + ["submitted"] * 2 + ["confirmed"] * 2
-        assert events[0].shard_id != events[1].shard_id
-        holder = await psycopg.AsyncConnection.connect(url)
-        try:
-            await log.commit_batch(events[:1], Position("0", 0), rows[0][0])  # the job's first shard starts
-            await holder.execute("SELECT 1 FROM jobs WHERE job_id = %s FOR UPDATE", (job_id,))
-            await asyncio.wait_for(log.commit_batch(events[1:2], rows[0][0], rows[1][0]), timeout=10)
-            await holder.rollback()
-            await log.commit_batch(events[2:], rows[1][0], rows[5][0])  # both shards complete
+            await log.commit_batch(events[held[1]:], at[2], at[3])
         finally:
             await holder.close()
             await pool.close()
@@ -285,6 +251,23 @@ def test_a_shard_starting_in_a_started_job_leaves_the_job_row_alone(database_url
                             " WHERE job_id = %s", (job_id,)).fetchone() == ("completed", True, True)
         assert conn.execute("SELECT array_agg(DISTINCT status) FROM shards WHERE job_id = %s",
                             (job_id,)).fetchone() == (["completed"],)
+
+
+def test_only_a_batch_that_moves_a_shard_takes_the_job_row(database_url: str) -> None:
+    """Every segment shares a job's row, so a batch locks it only when one of its shards changes
+    status: a batch that keeps its shard running commits while another transaction holds the
+    job row; the batches that start and complete the shard still refresh the job."""
+    _commit_around_a_held_job_row(database_url, {"g-row": 3},
+                                  ["claimed"] * 3 + ["submitted"] * 3 + ["confirmed"] * 3, held=(3, 6))
+
+
+def test_a_shard_starting_in_a_started_job_leaves_the_job_row_alone(database_url: str) -> None:
+    """A job with a pending shard cannot be completed, so a shard starting in a job that has
+    started and is running changes nothing on the job row: that batch (the second shard's
+    claim) commits while another transaction holds the row. The first shard to start still
+    marks the job started, and the shards completing still complete it."""
+    _commit_around_a_held_job_row(database_url, {"g-first": 1, "g-second": 1},
+                                  ["claimed"] * 2 + ["submitted"] * 2 + ["confirmed"] * 2, held=(1, 2))
 
 
 _INDEX_READS = """

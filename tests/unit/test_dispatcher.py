@@ -263,17 +263,20 @@ def test_the_sweep_re_reads_a_busy_guid_only_if_its_window_would_never_reach_the
 
 
 class _GatedReads(InMemoryGuidQueue):
-    """Reads answer once ``gate`` is set; ``asked`` counts the reads begun."""
+    """Reads answer once ``gate`` is set, as of then or (``as_of_start``: a statement's
+    snapshot) as of when they began; ``asked`` counts the reads begun."""
 
-    def __init__(self) -> None:
+    def __init__(self, as_of_start: bool = False) -> None:
         super().__init__()
         self.gate = asyncio.Event()
         self.asked = 0
+        self.as_of_start = as_of_start
 
     async def next_ready(self, guid: str, exclude: Sequence[str], limit: int) -> Ready:
+        answer = await super().next_ready(guid, exclude, limit) if self.as_of_start else None
         self.asked += 1
         await self.gate.wait()
-        return await super().next_ready(guid, exclude, limit)
+        return answer if answer is not None else await super().next_ready(guid, exclude, limit)
 
 
 def test_doorbells_that_ring_while_a_guid_reads_its_queue_cost_no_second_read() -> None:
@@ -630,21 +633,6 @@ def test_a_scheduled_item_whose_doorbell_was_lost_wakes_its_guid_at_its_time_wit
     assert at_due and at_due[0][1], "the read that gave due_in_s woke the guid when the item came due"
 
 
-class _SnapshotReads(InMemoryGuidQueue):
-    """Reads that answer as of when they began (a statement's snapshot), once ``gate`` is set."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = asyncio.Event()
-        self.asked = 0
-
-    async def next_ready(self, guid: str, exclude: Sequence[str], limit: int) -> Ready:
-        answer = await super().next_ready(guid, exclude, limit)
-        self.asked += 1
-        await self.gate.wait()
-        return answer
-
-
 def test_a_scheduled_item_rung_while_its_guid_reads_its_queue_goes_with_the_guids_next_send_once_due() -> None:
     """A ticket's row commits while its guid's read of Postgres is under way, after that read's
     snapshot, and its doorbell (due in 0.4 s) arrives before the read answers. The read says
@@ -652,7 +640,7 @@ def test_a_scheduled_item_rung_while_its_guid_reads_its_queue_goes_with_the_guid
     until the window ran down to half and topped up (10 sends here, 25 at the default window
     of 50: half a minute at one batch send per 1.25 s)."""
     async def scenario() -> tuple[list[str], int]:
-        store = _SnapshotReads()
+        store = _GatedReads(as_of_start=True)
         d, rec, _ = dispatcher(Limits(min_interval_s=0.2, jitter_s=0.0, online_reserve=0.0), cap=20,
                                executor=Recorder(store))
         store.add(*[cmd("g", n, job="campaign") for n in range(40)])
