@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from pacer_common import gcpause
 from pacer_common.kafka import CLIENT_LOG
+from pacer_common.loopwatch import LoopLag
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +36,13 @@ def pacer_version() -> str:
 
 def service_registry(service: str) -> CollectorRegistry:
     """A service's registry: process_* (CPU, memory, fds), python_info, python_gc_*,
-    ``pacer_gc_pause_seconds_total{generation}`` and ``pacer_build_info{service,version,python}``."""
+    ``pacer_gc_pause_seconds_total{generation}``, ``pacer_event_loop_lag_seconds`` and ``pacer_build_info{service,version,python}``."""
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
     GcPauses(registry)
+    LoopLag(registry)
     Info("pacer_build", "Pacer build running in this process (value 1)", registry=registry).info(
         {"service": service, "version": pacer_version(), "python": platform.python_version()})
     return registry

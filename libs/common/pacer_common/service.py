@@ -10,7 +10,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from pacer_common import gcpause, tracing
+from pacer_common import gcpause, loopwatch, tracing
 from pacer_common.lifecycle import stop_event
 from pacer_common.logs import configure
 from pacer_common.metrics import OffsetResets, service_registry
@@ -54,4 +54,4 @@ def main_for(name: str, ops: OpsSettings, coro: Coroutine[Any, Any, None]) -> No
     configure(name, ops.log_level)
     gcpause.tune(ops.gc_thresholds)
     tracing.setup(name)
-    asyncio.run(coro)
+    asyncio.run(loopwatch.watched(coro, ops.loop_stall_s))

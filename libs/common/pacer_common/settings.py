@@ -147,3 +147,8 @@ class OpsSettings(_Frozen):
         "not in a cycle are freed by reference counting whatever the thresholds. Time spent collecting: "
         "`pacer_gc_pause_seconds_total`. Each value from 1 to 10,000,000."
     ))
+    loop_stall_s: float = Field(2.0, gt=0, description=(
+        "A service whose event loop has not run for this many seconds (a blocking call holds it: nothing else "
+        "runs meanwhile, no sends, no lease renewals, no logs) logs a warning with the stack its loop's thread "
+        "is in, and another when the loop runs again. `pacer_event_loop_lag_seconds` shows shorter holds."
+    ))
