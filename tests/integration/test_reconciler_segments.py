@@ -222,7 +222,8 @@ def _commit_around_a_held_job_row(url: str, shards: dict[str, int], statuses: li
     """Seed a job over ``shards`` (guid → items) and confirm its items; read its events (their
     statuses must be ``statuses``) and commit them as three batches: up to ``held[0]``, then up
     to ``held[1]`` while another transaction holds the job row (a deadline of 10 s: the batch
-    must not wait for the row), then the rest. The job and every shard end completed."""
+    must not wait for the row), then the rest. The first batch starts the job; the job and
+    every shard end completed."""
     job_id, _, _ = seed_job(url, shards)
     confirm_job(url, job_id)
 
@@ -236,7 +237,10 @@ def _commit_around_a_held_job_row(url: str, shards: dict[str, int], statuses: li
         at = [Position("0", 0), *(rows[k - 1][0] for k in cuts[1:])]
         holder = await psycopg.AsyncConnection.connect(url)
         try:
-            await log.commit_batch(events[:held[0]], at[0], at[1])
+            await log.commit_batch(events[:held[0]], at[0], at[1])  # the job's first shard starts: so does the job
+            started = await holder.execute("SELECT status, started_at IS NOT NULL FROM jobs WHERE job_id = %s", (job_id,))
+            assert await started.fetchone() == ("running", True)
+            await holder.rollback()
             await holder.execute("SELECT 1 FROM jobs WHERE job_id = %s FOR UPDATE", (job_id,))
             await asyncio.wait_for(log.commit_batch(events[held[0]:held[1]], at[1], at[2]), timeout=10)
             await holder.rollback()
@@ -268,6 +272,51 @@ def test_a_shard_starting_in_a_started_job_leaves_the_job_row_alone(database_url
     marks the job started, and the shards completing still complete it."""
     _commit_around_a_held_job_row(database_url, {"g-first": 1, "g-second": 1},
                                   ["claimed"] * 2 + ["submitted"] * 2 + ["confirmed"] * 2, held=(1, 2))
+
+
+def test_a_completed_job_whose_shard_reopens_runs_again(database_url: str) -> None:
+    """An operator's retry of a failed item after its job completed reopens the item's shard
+    (a compensation item, pending): the batch that applies it takes the job row and the job
+    runs again, unfinished, until the compensation is done."""
+    url = database_url
+    job_id, _, _ = seed_job(url, {"g-again": 2})
+    with psycopg.connect(url) as conn:
+        (failed,) = conn.execute("SELECT item_id FROM items WHERE job_id = %s ORDER BY item_id LIMIT 1",
+                                 (job_id,)).fetchone() or (None,)
+        conn.execute("SELECT count(*) FROM pacer_transition(ARRAY[%s]::uuid[], '{pending}', 'failed', 'ItemFailed')",
+                     (failed,))
+    confirm_job(url, job_id)  # the other item: claimed, submitted, confirmed
+
+    def job() -> tuple[str, bool, str]:
+        with psycopg.connect(url) as conn:
+            row = conn.execute("SELECT j.status, j.finished_at IS NOT NULL, s.status FROM jobs j"
+                               " JOIN shards s USING (job_id) WHERE j.job_id = %s", (job_id,)).fetchone()
+        assert row is not None
+        return row[0], row[1], row[2]
+
+    async def apply_all(log: PostgresLog, at: Position) -> Position:
+        rows = await log.read(at, 100)
+        await log.commit_batch([ev for _, ev in rows if isinstance(ev, ItemEvent)], at, rows[-1][0])
+        return rows[-1][0]
+
+    async def scenario() -> tuple[tuple[str, bool, str], tuple[str, bool, str]]:
+        pool = await open_pool(url, min_size=2, max_size=3)
+        try:
+            log = PostgresLog(pool, "reconciler/0of1", timedelta(seconds=60), segments=1, segment=0)
+            at = await apply_all(log, Position("0", 0))
+            done = job()
+            with psycopg.connect(url) as conn:
+                (outcome,) = conn.execute("SELECT outcome FROM pacer_retry_item(%s, 'operator')",
+                                          (failed,)).fetchone() or (None,)
+            assert outcome == "created"
+            await apply_all(log, at)
+            return done, job()
+        finally:
+            await pool.close()
+
+    done, again = asyncio.run(scenario())
+    assert done == ("completed", True, "completed")
+    assert again == ("running", False, "running"), "the job stayed completed with a retry open in it"
 
 
 _INDEX_READS = """

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from pacer_common.loopwatch import LAG, LoopWatch
+from tests.unit.dispatching import until as until_reached
 
 # The messages' beginnings: a stall's message quotes the loop thread's stack, and with it the
 # source lines of this file.
@@ -32,20 +33,20 @@ def _held_by_a_synchronous_call() -> None:
     time.sleep(0.8)  # what a blocking driver call does to the loop
 
 
-def _run(body_s: float, block: bool, until: Callable[[], bool] = lambda: True) -> LoopWatch:
-    """Hold the loop (``block``) or wait ``body_s``, then let it run until ``until()`` (5 s at most)."""
+def _run(block: bool, until: Callable[[], bool] = lambda: True) -> LoopWatch:
+    """Hold the loop with a synchronous call (``block``), or let it wait while the watch ticks
+    16 times (0.8 s, well past the 0.3 s threshold); then run it until ``until()``."""
     async def scenario() -> LoopWatch:
         watch = LoopWatch(stall_s=0.3, interval_s=0.05)
         stop = asyncio.Event()
         task = asyncio.create_task(watch.run(stop))
-        await asyncio.sleep(0.2)  # the watch ticking
+        await until_reached(lambda: watch.ticks >= 2)  # the watch ticking
         if block:
             _held_by_a_synchronous_call()
         else:
-            await asyncio.sleep(body_s)
-        deadline = time.monotonic() + 5
-        while not until() and time.monotonic() < deadline:  # the loop running again, the watcher seeing it
-            await asyncio.sleep(0.02)
+            start = watch.ticks
+            await until_reached(lambda: watch.ticks >= start + 16)
+        await until_reached(until)  # the loop running again, and the watcher seeing it
         stop.set()
         await task
         return watch
@@ -56,7 +57,7 @@ def _run(body_s: float, block: bool, until: Callable[[], bool] = lambda: True) -
 def test_a_blocked_loop_is_logged_with_the_call_that_held_it(caplog: pytest.LogCaptureFixture) -> None:
     before = _lag_count_over(0.5)
     with caplog.at_level(logging.WARNING, logger="pacer_common.loopwatch"):
-        watch = _run(0.8, block=True, until=lambda: bool(_logged(caplog, RESUMED)))
+        watch = _run(block=True, until=lambda: bool(_logged(caplog, RESUMED)))
     assert watch.stalls == 1
     stalled = _logged(caplog, STALLED)
     assert len(stalled) == 1 and "_held_by_a_synchronous_call" in stalled[0], stalled
@@ -67,6 +68,6 @@ def test_a_blocked_loop_is_logged_with_the_call_that_held_it(caplog: pytest.LogC
 
 def test_a_loop_that_only_waits_is_never_reported(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="pacer_common.loopwatch"):
-        watch = _run(0.8, block=False)
+        watch = _run(block=False)
     assert watch.stalls == 0
     assert not [r for r in caplog.records if r.name == "pacer_common.loopwatch"]

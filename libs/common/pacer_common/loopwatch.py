@@ -65,8 +65,9 @@ class LoopWatch:
         self.stall_s = stall_s
         self.interval_s = interval_s
         self.stalls = 0  # stalls noticed (each logged once)
-        self._tick = time.monotonic()
-        self._loop_thread = threading.get_ident()
+        self.ticks = 0  # times the loop woke the watch
+        self._tick = 0.0  # when it last did (monotonic); set by run()
+        self._loop_thread = 0  # the loop's thread; set by run()
         self._done = threading.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -80,9 +81,12 @@ class LoopWatch:
                 asked = time.monotonic()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.interval_s)
+                if stop.is_set():
+                    break
                 now = time.monotonic()
-                LAG.observe(max(0.0, now - asked - self.interval_s) if not stop.is_set() else 0.0)
+                LAG.observe(max(0.0, now - asked - self.interval_s))
                 self._tick = now
+                self.ticks += 1
         finally:
             self._done.set()
             watcher.join(timeout=self.interval_s * 4)
