@@ -343,7 +343,9 @@ def _ticket_breakdown(url: str, gw: str, published: dict[str, float]) -> tuple[l
 
 
 def scale() -> str:
-    """Many active guids on one sender process: memory and achieved rate."""
+    """Many active guids on one sender process: memory and achieved rate; the CPU per send of
+    the sender (``sender_cpu_ms_per_send``) and of every part of the machine over the window
+    (``cpu_ms_per_send_<role>``: Postgres, Kafka, the gateway, the sender, this driver)."""
     guids, seconds = env_int("BENCH_SCALE_GUIDS", 10_000), env_int("BENCH_SCALE_SECONDS", 60)
     interval = 10.0  # slow per guid, so the total stays within one process's reach
     # Items queued per guid: enough for the run, or more (a campaign's deep queue: the windows
@@ -359,9 +361,9 @@ def scale() -> str:
         proc = st.start_service("sender", "sender-1")
         wait_until(lambda: gateway(st.gateway_url or "", "/_admin/stats")["sends"] >= guids, 600)
         start = gateway(st.gateway_url or "", "/_admin/stats")["sends"]
-        opened, cpu0 = time.time(), cpu_s(proc.pid)
+        opened, cpu0, roles = time.time(), cpu_s(proc.pid), CpuByRole().start()
         time.sleep(seconds)  # the measurement window itself
-        stats, cpu = gateway(st.gateway_url or "", "/_admin/stats"), cpu_s(proc.pid) - cpu0
+        stats, cpu, spent = gateway(st.gateway_url or "", "/_admin/stats"), cpu_s(proc.pid) - cpu0, roles.split()
         rss = rss_mib(proc.pid)
         late = _late_s(st.gateway_url or "", opened, interval)
     finally:
@@ -370,7 +372,8 @@ def scale() -> str:
     achieved = sent / (guids * seconds / interval)
     return (f"bench scale: guids={guids} depth={depth} rss_mib={rss:.0f} achieved_ratio={achieved:.3f} "
             f"violations={stats['interval_violations']} late_p50_s={late[0]:.2f} late_p99_s={late[1]:.2f} "
-            f"sender_cpu_ms_per_send={cpu * 1000 / max(1, sent):.2f} sender_cores={cpu / seconds:.2f} cores={CORES}")
+            f"sender_cpu_ms_per_send={cpu * 1000 / max(1, sent):.2f} sender_cores={cpu / seconds:.2f} "
+            f"{per_unit(spent, max(1, sent), 1000, 'cpu_ms_per_send')} cores={CORES}")
 
 
 def _late_s(gw: str, since: float, interval: float) -> tuple[float, float]:

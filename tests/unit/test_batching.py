@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 from pacer_common.db.batching import Batcher
@@ -96,3 +97,42 @@ def test_what_is_asked_while_batches_run_waits_and_goes_as_one_batch() -> None:
 
     assert asyncio.run(scenario()) == [0, 1, 2, 3, 4, 5]
     assert calls == [[0], [1, 2, 3, 4, 5]]
+
+
+def test_a_request_lingers_for_others_asked_meanwhile_and_they_go_as_one_batch() -> None:
+    calls: list[list[int]] = []
+    linger_s = 0.5
+
+    async def run_many(reqs: Sequence[int]) -> list[int]:
+        calls.append(list(reqs))
+        return list(reqs)
+
+    async def scenario() -> float:
+        b: Batcher[int, int] = Batcher(run_many, linger_s=linger_s)
+        began = time.monotonic()
+        first = asyncio.ensure_future(b.submit(1))
+        for _ in range(5):  # later loop turns: without the linger, 1 would have gone alone
+            await asyncio.sleep(0)
+        assert calls == [], "a batch started before its linger was over"
+        await asyncio.gather(first, b.submit(2))
+        return time.monotonic() - began
+
+    took = asyncio.run(scenario())
+    assert calls == [[1, 2]]
+    assert took >= linger_s * 0.9, took
+
+
+def test_a_full_batch_goes_at_once_whatever_the_linger() -> None:
+    calls: list[list[int]] = []
+
+    async def run_many(reqs: Sequence[int]) -> list[int]:
+        calls.append(list(reqs))
+        return list(reqs)
+
+    async def scenario() -> list[int]:
+        b: Batcher[int, int] = Batcher(run_many, max_batch=3, linger_s=600)
+        return list(await asyncio.wait_for(asyncio.gather(*(b.submit(i) for i in range(3))), 10))
+
+    assert asyncio.run(scenario()) == [0, 1, 2]
+    assert calls == [[0, 1, 2]]
+

@@ -9,11 +9,20 @@ goes as the next batch. Under sustained load (workers paced apart, each asking o
 requests then gather while a statement runs, instead of each going as a statement of its
 own: the client's cost per statement (py-spy: the psycopg pipeline was 26% of a sender's
 CPU) is shared by more items, and the wait is at most the statements in flight.
+
+Below that load, at a human pace (10,000 guids at one send per 10 s: a thousand steps a second
+of each kind, each statement done in a millisecond or two), nothing gathers while a statement
+runs and batches held three items. ``linger_s`` then lets a request wait that long for others
+before its batch starts, as Kafka's ``linger.ms`` does for a producer's batch: the fixed cost
+of a statement, in the client and in Postgres, is shared by the items that arrive in that
+time (docs/performance.md, "Steps at a human pace"). A batch starts without waiting once it is
+full (``max_batch``); nothing waits longer than ``linger_s`` while a slot is free.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -23,26 +32,39 @@ Res = TypeVar("Res")
 
 class Batcher(Generic[Req, Res]):
     def __init__(self, run_many: Callable[[Sequence[Req]], Awaitable[Sequence[Res]]], max_batch: int = 500,
-                 max_running: int = 4) -> None:
+                 max_running: int = 4, linger_s: float = 0.0) -> None:
         self.run_many = run_many
         self.max_batch = max_batch
         self.max_running = max_running
+        self.linger_s = linger_s
         self._running = 0
-        self._pending: list[tuple[Req, asyncio.Future[Res]]] = []
-        self._scheduled = False
+        self._pending: list[tuple[Req, asyncio.Future[Res], float]] = []  # request, its result, asked at
+        self._start_at: float | None = None  # when _start is due, if scheduled
+        self._handle: asyncio.Handle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def submit(self, request: Req) -> Res:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Res] = loop.create_future()
-        self._pending.append((request, fut))
-        if not self._scheduled:
-            self._scheduled = True
-            loop.call_soon(self._start)  # after every worker that is ready now has asked
+        fut: asyncio.Future[Res] = asyncio.get_running_loop().create_future()
+        self._pending.append((request, fut, time.monotonic()))
+        # After every worker that is ready now has asked, and the linger; a full batch at once.
+        self._schedule(0.0 if len(self._pending) >= self.max_batch else self.linger_s)
         return await fut
 
+    def _schedule(self, linger_s: float) -> None:
+        """Run _start once ``linger_s`` has passed since the oldest pending request was asked
+        (on the next loop turn if it has), unless it is already due no later."""
+        at = self._pending[0][2] + linger_s
+        if self._start_at is not None and self._start_at <= at:
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+        loop = asyncio.get_running_loop()
+        delay = at - time.monotonic()
+        self._start_at = at
+        self._handle = loop.call_later(delay, self._start) if delay > 0 else loop.call_soon(self._start)
+
     def _start(self) -> None:
-        self._scheduled = False
+        self._start_at = self._handle = None
         while self._pending and self._running < self.max_running:
             batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
             self._running += 1
@@ -53,20 +75,19 @@ class Batcher(Generic[Req, Res]):
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         self._running -= 1
-        if self._pending and not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._start)  # what gathered meanwhile goes next
+        if self._pending:
+            self._schedule(self.linger_s)  # what gathered meanwhile goes next, once its oldest has lingered
 
-    async def _run(self, batch: list[tuple[Req, asyncio.Future[Res]]]) -> None:
+    async def _run(self, batch: list[tuple[Req, asyncio.Future[Res], float]]) -> None:
         try:
-            results = await self.run_many([r for r, _ in batch])
+            results = await self.run_many([r for r, _, _ in batch])
         except BaseException as exc:  # every caller sees the failure of its batch
-            for _, fut in batch:
+            for _, fut, _ in batch:
                 if not fut.done():
                     fut.set_exception(exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
-        for (_, fut), result in zip(batch, results, strict=True):
+        for (_, fut, _), result in zip(batch, results, strict=True):
             if not fut.done():
                 fut.set_result(result)

@@ -84,14 +84,15 @@ _sql = loader("pacer_sender.adapters.sql")
 
 
 class PostgresItemRepository:
-    def __init__(self, pool: Pool, lease_ttl: timedelta, max_batch: int = 500) -> None:
+    def __init__(self, pool: Pool, lease_ttl: timedelta, max_batch: int = 500, linger_s: float = 0.0) -> None:
         self.pool = pool
         self.lease_ttl = lease_ttl
-        # Steps asked for in the same instant by different guid workers go as one statement.
+        # Steps asked for by different guid workers in the same instant, or within linger_s of
+        # each other, go as one statement.
         self._begins: Batcher[tuple[ItemCommand, str], Begun | UnstorableItem] = Batcher(
-            one_by_one(self._begin_many), max_batch)
+            one_by_one(self._begin_many), max_batch, linger_s=linger_s)
         self._confirms: Batcher[tuple[ItemCommand, int, Receipt], bool | UnstorableItem] = Batcher(
-            one_by_one(self._confirm_many), max_batch)
+            one_by_one(self._confirm_many), max_batch, linger_s=linger_s)
 
     async def _row(self, name: str, params: dict[str, Any]) -> Any:
         return (await self._rows(name, params))[0]
