@@ -118,7 +118,7 @@ def sender() -> str:
     ``postgres``, ``kafka``, ``gateway``, ``sender``, ``driver`` (this process), ``other``;
     ``bare_cpu_ms_per_item_<role>`` the same for the fastest bare loop (its client is the
     ``driver``)."""
-    guids, per_guid = 200, env_int("BENCH_SENDER_PER_GUID", 100)
+    guids, per_guid = env_int("BENCH_SENDER_GUIDS", 200), env_int("BENCH_SENDER_PER_GUID", 100)
     n = guids * per_guid
     inf = real_infra()
     st = stack(inf, "sender", FAST)
