@@ -111,8 +111,7 @@ def test_a_request_lingers_for_others_asked_meanwhile_and_they_go_as_one_batch()
         b: Batcher[int, int] = Batcher(run_many, linger_s=linger_s)
         began = time.monotonic()
         first = asyncio.ensure_future(b.submit(1))
-        for _ in range(5):  # later loop turns: without the linger, 1 would have gone alone
-            await asyncio.sleep(0)
+        await asyncio.wait_for(_loop_turns(5), 10)  # without the linger, 1 would have gone alone by now
         assert calls == [], "a batch started before its linger was over"
         await asyncio.gather(first, b.submit(2))
         return time.monotonic() - began
@@ -136,3 +135,18 @@ def test_a_full_batch_goes_at_once_whatever_the_linger() -> None:
     assert asyncio.run(scenario()) == [0, 1, 2]
     assert calls == [[0, 1, 2]]
 
+
+def _loop_turns(n: int) -> asyncio.Future[None]:
+    """Done once the event loop has run ``n`` more turns (each turn runs what the previous
+    one scheduled with call_soon, as the batcher's start is)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def turn(left: int) -> None:
+        if left == 0:
+            done.set_result(None)
+        else:
+            loop.call_soon(turn, left - 1)
+
+    loop.call_soon(turn, n)
+    return done
