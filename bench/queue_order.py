@@ -1,11 +1,12 @@
 """Benchmarks of a guid's queue order at depth: the refill query on a 100,000-item backlog,
-fair share between a small job and a deep one, scheduled work beside ready work, shedding.
+the sweep over 100,000 queued guids, fair share between a small job and a deep one, scheduled work beside ready work, shedding.
 
 ``python -m bench refill fairness schedule shed``; sizes via BENCH_* variables (docs/performance.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import statistics
 import time
@@ -31,10 +32,13 @@ from bench.common import (
     wait_planner_consuming,
     wait_until,
 )
+from pacer_common.db.pool import open_pool
 from pacer_common.db.sql import loader, query
+from pacer_common.domain.ids import Guid
 from pacer_common.kafka import make_producer, produce_all
 from pacer_dev.stack import Stack
-from pacer_sender.adapters.queue import NEXT_READY_SETTINGS
+from pacer_sender.adapters.queue import NEXT_READY_SETTINGS, PostgresGuidQueue
+from pacer_sender.domain.partitions import partition_of
 
 _sender_sql = loader("pacer_sender.adapters.sql")
 _control_sql = loader("pacer_control.adapters.sql")
@@ -88,6 +92,43 @@ def _explain_ms(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any],
     return statistics.median(times)
 
 
+def _sweep(inf: Any, guids: int) -> tuple[float, float, float, float, int]:
+    """The sender's sweep (``waiting_guids``) over ``guids`` guids with queued work, on a
+    database of its own, through the sender's adapter: every guid read and this sender's kept
+    in Python (no partition pairs, as before PostgreSQL 18), against only the guids of one
+    partition in 16 read. Median wall and client CPU ms of three runs each, and the rows of the
+    latter."""
+    url = fresh_db(inf, "sweep")
+    try:
+        seed_items(url, guids, 1)
+        with psycopg.connect(url, autocommit=True) as conn:
+            analyze_as_autovacuum(conn, "items")
+        return asyncio.run(_sweeps(url))
+    finally:
+        drop_db(url)
+
+
+async def _sweeps(url: str) -> tuple[float, float, float, float, int]:
+    pool = await open_pool(url, min_size=1, max_size=1)
+    queue, owned = PostgresGuidQueue(pool), [(16, 5)]
+    kept = 0
+
+    async def once(pairs: list[tuple[int, int]] | None) -> tuple[float, float]:
+        nonlocal kept
+        t0, c0 = time.perf_counter(), time.process_time()
+        found = await queue.waiting_guids(horizon_s=40, grace_s=20, owned=pairs)
+        kept = sum(1 for w in found if partition_of(Guid(w.guid), 16) == 5)  # the sweep's own check
+        return (time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000
+
+    try:
+        every = [await once(None) for _ in range(3)]
+        mine = [await once(owned) for _ in range(3)]
+    finally:
+        await pool.close()
+    return (statistics.median(w for w, _ in every), statistics.median(c for _, c in every),
+            statistics.median(w for w, _ in mine), statistics.median(c for _, c in mine), kept)
+
+
 def refill() -> str:
     """The refill (next_ready.sql) and the other queue reads on one guid with a deep backlog."""
     deep = env_int("BENCH_REFILL_BACKLOG", 100_000)
@@ -116,13 +157,18 @@ def refill() -> str:
     finally:
         drop_db(url)
     listed, first_ms, middle_ms, held_ms = _guids_page(inf, guids)
+    sweep_guids = env_int("BENCH_SWEEP_GUIDS", 100_000)
+    every_ms, every_cpu_ms, mine_ms, mine_cpu_ms, kept = _sweep(inf, sweep_guids)
     total = deep + 11_100
     return (f"bench refill: backlog={total} next_ready_ms={refill_ms:.2f} next_ready_unanalyzed_ms={fresh_ms:.2f} "
             f"before_ms={old_ms:.2f} "
             f"shed_check_ms={shed_ms:.0f} backlog_list_ms={list_ms:.0f} backlog_list_parent_stats_ms={list_parent_ms:.0f} "
             f"guids={listed} "
             f"guids_first_page_ms={first_ms:.1f} guids_middle_page_ms={middle_ms:.1f} "
-            f"guids_held_page_ms={held_ms:.1f} cores={CORES}")
+            f"guids_held_page_ms={held_ms:.1f} sweep_guids={sweep_guids} sweep_every_guid_ms={every_ms:.0f} "
+            f"sweep_every_guid_client_cpu_ms={every_cpu_ms:.0f} sweep_own_partition_ms={mine_ms:.0f} "
+            f"sweep_own_partition_client_cpu_ms={mine_cpu_ms:.0f} sweep_own_partition_guids={kept} "
+            f"sweep_ratio={every_ms / mine_ms:.2f} cores={CORES}")
 
 
 def _paced(interval_ms: int) -> dict[str, str]:

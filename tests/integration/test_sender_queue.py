@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import zlib
 from datetime import timedelta
 from typing import Any
 
@@ -12,8 +13,10 @@ import psycopg
 import pytest
 
 from pacer_common.db.pool import Pool, open_pool
+from pacer_common.domain.ids import Guid
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.adapters.queue import PostgresGuidQueue
+from pacer_sender.domain.partitions import partition_of
 from pacer_sender.ports import UnstorableItem
 from tests.integration.helpers import cmd, run, seed_job, sql
 
@@ -78,6 +81,47 @@ def test_the_sweep_finds_each_guid_with_claimable_work_once_and_says_which_is_ov
     by_guid = {w.guid: w.item_id for w in found}
     assert (by_guid["old"], by_guid["soon"]) == (str(old), str(soon)), "each names the claimable item it found"
     assert by_guid["fresh"] in {str(i) for i in items[:3]}
+
+
+OWNED = [(16, 3), (16, 7), (5, 2)]  # partitions 3 and 7 of a 16-partition topic, 2 of a 5-partition one
+
+
+def _mine(guid: str) -> bool:
+    return any(partition_of(Guid(guid), n) == p for n, p in OWNED)
+
+
+def test_the_sweep_reads_only_the_guids_of_the_partitions_it_is_given(database_url: str) -> None:
+    """The CRC in Postgres is the one Kafka's partitioner takes (zlib's, of the UTF-8 bytes):
+    a guid comes back exactly when one of the sender's (count, partition) pairs claims it."""
+    guids = [f"wx-{n}" for n in range(80)] + [f"客户-{n}-账号" for n in range(40)]
+    seed_job(database_url, dict.fromkeys(guids, 1))
+    with psycopg.connect(database_url) as conn:
+        crcs: dict[str, int] = dict(conn.execute("SELECT g, pacer_guid_crc(g) FROM unnest(%s::text[]) g", (guids,)).fetchall())
+    assert crcs == {g: zlib.crc32(g.encode()) for g in guids}
+
+    def sweep(owned: list[tuple[int, int]] | None) -> set[str]:
+        found = run(database_url, lambda pool: PostgresGuidQueue(pool).waiting_guids(
+            horizon_s=30, grace_s=20, owned=owned))
+        return {w.guid for w in found}
+
+    mine = {g for g in guids if _mine(g)}
+    assert mine and len(mine) < len(guids) and any(not g.isascii() for g in mine)
+    assert sweep(OWNED) == mine
+    assert sweep([]) == set(), "no partition assigned: no guid is this sender's"
+    assert sweep(None) == set(guids), "no pairs given: every guid"
+
+
+def test_where_the_server_has_no_crc_the_sweep_reads_every_guid(database_url: str) -> None:
+    """Before PostgreSQL 18 (no crc32()) the function says NULL, and the sweep returns every
+    guid for the sender to keep its own, as it did before the filter."""
+    guids = [f"wx-{n}" for n in range(40)]
+    seed_job(database_url, dict.fromkeys(guids, 1))
+    sql(database_url, "CREATE OR REPLACE FUNCTION pacer_guid_crc(p_guid text) RETURNS bigint"
+                      " LANGUAGE sql STABLE PARALLEL SAFE AS $fn$ SELECT NULL::bigint $fn$")
+    found = run(database_url, lambda pool: PostgresGuidQueue(pool).waiting_guids(
+        horizon_s=30, grace_s=20, owned=OWNED))
+    assert {w.guid for w in found} == set(guids)
+    assert {g for g in guids if _mine(g)} != set(guids)
 
 
 def test_an_item_whose_key_the_database_refuses_fails_alone_and_its_batch_goes_on(database_url: str) -> None:

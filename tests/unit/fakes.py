@@ -23,10 +23,12 @@ from typing import Any
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import SendError
+from pacer_common.domain.ids import Guid
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus, check_transition
 from pacer_sender.domain.decisions import Decision
 from pacer_sender.domain.order import Queued, fair_order, sheds
+from pacer_sender.domain.partitions import partition_of
 from pacer_sender.ports import Begun, GuidLease, Ready, Waiting
 
 S = ItemStatus
@@ -289,6 +291,7 @@ class InMemoryGuidQueue:
         # grace (the real statement's answer for work whose doorbell should long have come),
         # or not (work planned just now, as on a partition assigned mid-campaign).
         self.overdue = True
+        self.sweeps_owned: list[list[tuple[int, int]] | None] = []  # what each sweep asked for
 
     def add(self, *cmds: ItemCommand) -> None:
         for c in cmds:
@@ -320,10 +323,14 @@ class InMemoryGuidQueue:
             self.shed_by[c.item_id] = interval_s
         return len(gone)
 
-    async def waiting_guids(self, horizon_s: float, grace_s: float) -> list[Waiting]:
+    async def waiting_guids(self, horizon_s: float, grace_s: float,
+                            owned: Sequence[tuple[int, int]] | None = None) -> list[Waiting]:
+        self.sweeps_owned.append(None if owned is None else list(owned))
         soon = datetime.now(UTC) + timedelta(seconds=horizon_s)
         first: dict[str, str] = {}
         for c in self.pending.values():
+            if owned is not None and not any(partition_of(Guid(c.guid), n) == p for n, p in owned):
+                continue
             if c.not_before is None or c.not_before <= soon:
                 first.setdefault(c.guid, c.item_id)
         return [Waiting(g, self.overdue, first[g]) for g in sorted(first)]

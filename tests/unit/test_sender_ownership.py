@@ -167,3 +167,31 @@ def test_the_sweep_starts_the_moved_guids_work_without_waiting_for_fresh_partiti
     assert sent == ["moved-0"], "the moved guid's work waited for the partition counts"
     assert waited, "the sweep ended before the partition counts were read"
     assert counted, "the moved guid's overdue work was not counted as found"
+
+
+def test_the_sweep_asks_postgres_for_the_guids_of_the_partitions_the_sender_owns() -> None:
+    """The pairs the sweep passes down (partition count, partition) claim exactly the guids
+    that ``owns`` accepts, over lane topics of different partition counts; the store then
+    reads those guids alone, and the sweep starts the work of this sender's guids only."""
+    async def scenario() -> tuple[list[tuple[int, int]], list[list[tuple[int, int]] | None], set[str], set[str]]:
+        raw = Consumer({"online": 6, "batch": 4})
+        d, rec, _ = dispatcher(FAST)
+        loop = ConsumerLoop(AsyncConsumer(raw), d, Counter("bad", "bad", registry=CollectorRegistry()),  # type: ignore[arg-type]  # a stand-in consumer
+                            "online", "batch")
+        await loop.ownership()
+        loop.assigned = {("online", 1), ("online", 4), ("batch", 2)}
+        d.owns = loop.owns
+        guids = [f"g-{n}" for n in range(60)]
+        for g in guids:
+            rec.store.add(cmd(g, 0))
+        await Sweeper(d, rec.store, loop.owns, lambda: asyncio.sleep(0), interval_s=60.0,
+                      owned=loop.owned_partitions).sweep("assign")
+        await until(lambda: len(rec.sent) == len({g for g in guids if loop.owns(g)}))
+        started = {guid for guid, _, _ in rec.sent}
+        stop(d)
+        return loop.owned_partitions(), rec.store.sweeps_owned, started, {g for g in guids if loop.owns(g)}
+
+    pairs, asked, started, owned = asyncio.run(scenario())
+    assert pairs == [(4, 2), (6, 1), (6, 4)]
+    assert asked == [pairs], "the sweep read every guid, not this sender's"
+    assert started == owned and 0 < len(owned) < 60

@@ -76,7 +76,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
                             kafka.item_commands("batch"))
         dispatcher.owns = loop.owns
         m.partitions_assigned.set_function(lambda: len(loop.assigned))
-        sweeper = Sweeper(dispatcher, queue, loop.owns, loop.ownership, cfg.sweep_s, on_swept)
+        sweeper = Sweeper(dispatcher, queue, loop.owns, loop.ownership, cfg.sweep_s, on_swept, loop.owned_partitions)
         loop.on_assigned = sweeper.request
         limits.on_change = dispatcher.wake
         refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))

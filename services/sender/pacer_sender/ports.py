@@ -69,7 +69,12 @@ class GuidQueueStore(Protocol):
     """Postgres as the record of every guid's queue."""
 
     async def next_ready(self, guid: str, exclude: Sequence[str], limit: int) -> Ready: ...
-    async def waiting_guids(self, horizon_s: float, grace_s: float) -> list[Waiting]: ...
+    async def waiting_guids(self, horizon_s: float, grace_s: float,
+                            owned: Sequence[tuple[int, int]] | None = None) -> list[Waiting]:
+        """Guids with claimable work due within ``horizon_s``. ``owned``: (partition count,
+        partition) pairs; only guids of those partitions, where the store can tell (it may
+        return others: the caller keeps its own). None: every guid."""
+        ...
     async def shed(self, guid: str, interval_s: float) -> int:
         """Expire early (reason ``shed``) the guid's ready batch items that cannot go out
         before their expire_at at one send per ``interval_s``; how many."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal
 
 from pacer_sender.dispatcher import Dispatcher
@@ -26,10 +26,14 @@ Trigger = Literal["assign", "periodic"]
 class Sweeper:
     def __init__(self, dispatcher: Dispatcher, queue: GuidQueueStore, owns: Callable[[str], bool],
                  recount: Callable[[], Awaitable[object]], interval_s: float,
-                 on_swept: Callable[[Trigger, int], None] = lambda trigger, n: None) -> None:
+                 on_swept: Callable[[Trigger, int], None] = lambda trigger, n: None,
+                 owned: Callable[[], Sequence[tuple[int, int]]] | None = None) -> None:
         self.dispatcher = dispatcher
         self.queue = queue
         self.owns = owns  # is this guid mine? (by the partition counts last read)
+        # The same, as (partition count, partition) pairs, for Postgres to read only the guids
+        # of those partitions (None: it reads every guid, and ``owns`` keeps this sender's).
+        self.owned = owned
         self.recount = recount  # read the partition counts afresh; gives back what hashes elsewhere
         self.interval_s = interval_s
         self.on_swept = on_swept
@@ -67,7 +71,9 @@ class Sweeper:
         recount = asyncio.ensure_future(self.recount())
         try:
             # Work due within two sweeps gets its worker now; it sleeps until the work is due.
-            found = self._start(await self.queue.waiting_guids(horizon_s=2 * self.interval_s, grace_s=self.interval_s))
+            found = self._start(await self.queue.waiting_guids(
+                horizon_s=2 * self.interval_s, grace_s=self.interval_s,
+                owned=None if self.owned is None else self.owned()))
         finally:
             await asyncio.wait([recount])
             failed = recount.exception()  # taken whatever happened above: never "never retrieved"

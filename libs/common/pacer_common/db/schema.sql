@@ -686,6 +686,10 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.pacer_guid_crc(p_guid text) RETURNS bigint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$ SELECT crc32(convert_to(p_guid, 'UTF8')) $$;
+
 CREATE FUNCTION public.pacer_guid_hold(p_paused_reason text, p_state text, p_state_reason text) RETURNS text
     LANGUAGE sql IMMUTABLE
     AS $$

@@ -61,6 +61,13 @@ class ConsumerLoop:
         """Is ``guid``'s partition (of either lane topic) assigned to this sender?"""
         return any((t, partition_of(Guid(guid), n)) in self.assigned for t, n in self.partitions.items())
 
+    def owned_partitions(self) -> list[tuple[int, int]]:
+        """:meth:`owns` as (partition count, partition) pairs: a guid is this sender's if its
+        partition under some pair's count is that pair's partition. The assignment is copied
+        in one step first: the rebalance callbacks change it on the consumer's thread."""
+        assigned, counts = tuple(self.assigned), dict(self.partitions)
+        return sorted({(counts[t], p) for t, p in assigned if t in counts})
+
     async def ownership(self) -> Callable[[str], bool]:
         """:meth:`owns`, with partition counts read afresh (partitions may have been added).
         While Kafka cannot answer, the last counts read stand: the sweep that asks is what

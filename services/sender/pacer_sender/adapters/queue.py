@@ -48,11 +48,15 @@ class PostgresGuidQueue:
 
         return await with_retry(work)
 
-    async def waiting_guids(self, horizon_s: float, grace_s: float) -> list[Waiting]:
+    async def waiting_guids(self, horizon_s: float, grace_s: float,
+                            owned: Sequence[tuple[int, int]] | None = None) -> list[Waiting]:
+        counts, parts = (None, None) if owned is None else ([n for n, _ in owned], [p for _, p in owned])
+
         async def work() -> list[Waiting]:
             async with self.pool.connection() as conn:
                 rows: list[Any] = await (await conn.execute(_sql("waiting_guids"), {
-                    "horizon": timedelta(seconds=horizon_s), "grace": timedelta(seconds=grace_s)})).fetchall()
+                    "horizon": timedelta(seconds=horizon_s), "grace": timedelta(seconds=grace_s),
+                    "counts": counts, "parts": parts})).fetchall()
             return [Waiting(r["guid"], bool(r["overdue"]), r["item_id"]) for r in rows]
 
         return await with_retry(work)

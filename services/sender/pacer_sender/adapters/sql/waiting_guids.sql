@@ -8,6 +8,14 @@
 -- per guid, LIMIT 1 stops at its first claimable item. ``overdue``: that item has been
 -- ready for longer than the grace, so its command should long have been handled; ``item_id``:
 -- that item (the sender pokes a guid it runs a worker for only if the worker does not hold it).
+--
+-- Only the guids of the sender's own partitions: ``counts`` and ``parts`` pair a partition
+-- count with a partition assigned to it (one pair per partition of either lane topic), and a
+-- guid is its sender's if its CRC modulo a count is that count's partition (no pairs at all,
+-- NULL: every guid). The filter runs
+-- before the per-guid lateral read, so a sender among many reads the lateral for its share of
+-- the guids only. Where the server has no CRC (pacer_guid_crc NULL, before PostgreSQL 18)
+-- every guid comes back and the sender keeps its own.
 WITH RECURSIVE queued(guid) AS (
     (SELECT guid FROM items WHERE status IN ('pending', 'waiting_retry') ORDER BY guid LIMIT 1)
     UNION ALL
@@ -30,5 +38,8 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) f
 WHERE q.guid IS NOT NULL
+  AND (%(counts)s::int[] IS NULL OR pacer_guid_crc(q.guid) IS NULL
+       OR EXISTS (SELECT 1 FROM unnest(%(counts)s::int[], %(parts)s::int[]) o(n, p)
+                  WHERE pacer_guid_crc(q.guid) %% o.n = o.p))
   AND NOT EXISTS (SELECT 1 FROM guid_leases l WHERE l.guid = q.guid AND l.paused_reason IS NOT NULL)
   AND NOT EXISTS (SELECT 1 FROM guid_states h WHERE h.guid = q.guid AND h.state <> 'online')
