@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import uvloop
 from prometheus_client import CollectorRegistry
 
 from pacer_common import gcpause, loopwatch, tracing
@@ -54,4 +55,5 @@ def main_for(name: str, ops: OpsSettings, coro: Coroutine[Any, Any, None]) -> No
     configure(name, ops.log_level)
     gcpause.tune(ops.gc_thresholds)
     tracing.setup(name)
-    asyncio.run(loopwatch.watched(coro, ops.loop_stall_s))
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop if ops.event_loop == "uvloop" else None) as runner:
+        runner.run(loopwatch.watched(coro, ops.loop_stall_s))
