@@ -1,5 +1,6 @@
 """Benchmarks of a guid's queue order at depth: the refill query on a 100,000-item backlog,
-the sweep over 100,000 queued guids, fair share between a small job and a deep one, scheduled work beside ready work, shedding.
+the sweep over 100,000 queued guids, fair share between a small job and a deep one,
+scheduled work beside ready work, shedding.
 
 ``python -m bench refill fairness schedule shed``; sizes via BENCH_* variables (docs/performance.md).
 """

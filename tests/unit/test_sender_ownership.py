@@ -15,7 +15,7 @@ from pacer_common.kafka import AsyncConsumer
 from pacer_sender.adapters.kafka import ConsumerLoop
 from pacer_sender.domain.partitions import partition_of
 from pacer_sender.sweeper import Sweeper
-from tests.unit.dispatching import FAST, cmd, dispatcher, ring, stop, until
+from tests.unit.dispatching import FAST, cmd, dispatcher, ring, stop, unchanged_counts, until
 from tests.unit.fakes import GrantAll
 
 
@@ -184,7 +184,7 @@ def test_the_sweep_asks_postgres_for_the_guids_of_the_partitions_the_sender_owns
         guids = [f"g-{n}" for n in range(60)]
         for g in guids:
             rec.store.add(cmd(g, 0))
-        await Sweeper(d, rec.store, loop.owns, lambda: asyncio.sleep(0), interval_s=60.0,
+        await Sweeper(d, rec.store, loop.owns, unchanged_counts, interval_s=60.0,
                       owned=loop.owned_partitions).sweep("assign")
         await until(lambda: len(rec.sent) == len({g for g in guids if loop.owns(g)}))
         started = {guid for guid, _, _ in rec.sent}

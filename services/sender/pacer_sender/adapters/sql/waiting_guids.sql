@@ -12,9 +12,8 @@
 -- Only the guids of the sender's own partitions: ``counts`` and ``parts`` pair a partition
 -- count with a partition assigned to it (one pair per partition of either lane topic), and a
 -- guid is its sender's if its CRC modulo a count is that count's partition (no pairs at all,
--- NULL: every guid). The filter runs
--- before the per-guid lateral read, so a sender among many reads the lateral for its share of
--- the guids only. Where the server has no CRC (pacer_guid_crc NULL, before PostgreSQL 18)
+-- NULL: every guid). The filter runs before the per-guid lateral read, so a sender among many
+-- reads the lateral for its share of the guids only. Where the server has no CRC (pacer_guid_crc NULL, before PostgreSQL 18)
 -- every guid comes back and the sender keeps its own.
 WITH RECURSIVE queued(guid) AS (
     (SELECT guid FROM items WHERE status IN ('pending', 'waiting_retry') ORDER BY guid LIMIT 1)
