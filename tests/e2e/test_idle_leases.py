@@ -22,12 +22,18 @@ pytestmark = pytest.mark.e2e
 
 GUIDS = 5
 INTERVAL_S = 6.0
+# A short lease, so the renewal round that gives an idle lease back comes every 2 s. The send
+# deadline and the gateway timeout are each a quarter of it: 1.5 s, not less, as beside the
+# suite's other stacks a slower call would leave its item in doubt, and this stack runs no
+# reconciler to settle it.
+LEASE_TTL_S = 6.0
 
 
 def test_idle_guids_give_their_leases_back_and_take_them_again_with_their_pacing(
         infra_env: Infra, tmp_path: Path) -> None:
     with stack_on(infra_env, tmp_path, f"t{uuid.uuid4().hex[:10]}", {
-        "PACER_SENDER_IDLE_LEASE_S": "1", "PACER_SENDER_LEASE_TTL_S": "3", "PACER_SENDER_GATEWAY_TIMEOUT_S": "0.7",
+        "PACER_SENDER_IDLE_LEASE_S": "1", "PACER_SENDER_LEASE_TTL_S": str(LEASE_TTL_S),
+        "PACER_SENDER_GATEWAY_TIMEOUT_S": str(LEASE_TTL_S / 4),
         "PACER_SENDER_MIN_INTERVAL_MS": str(int(INTERVAL_S * 1000)), "PACER_SENDER_JITTER_MS": "0",
         "PACER_SENDER_FIRST_SEND_SPREAD": "0",
     }) as st:
@@ -40,7 +46,7 @@ def test_idle_guids_give_their_leases_back_and_take_them_again_with_their_pacing
         epochs = _leases(st, rid)
         assert len(epochs) == GUIDS and all(owner for owner, _ in epochs.values()), epochs
 
-        # No more work: within the idle time and a renewal round (1 + 1 s), every lease is back.
+        # No more work: within the idle time and a renewal round (1 + 2 s), every lease is back.
         wait_for(lambda: all(owner is None for owner, _ in _leases(st, rid).values()), 30, "the idle guids' leases given back")
         assert st.metric("sender", "pacer_sender_guid_leases_held") == 0.0
 
