@@ -21,6 +21,7 @@ from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
 from tests.integration.helpers import seed_job
+from tests.unit.dispatching import BeforeCall
 from tests.unit.fakes import GrantAll
 
 
@@ -28,7 +29,9 @@ class Recorder:
     def __init__(self) -> None:
         self.sent: list[str] = []
 
-    async def execute(self, cmd: ItemCommand) -> Executed:
+    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None) -> Executed:
+        if before_call is not None:
+            await before_call()
         self.sent.append(cmd.item_id)
         return Executed("confirmed", True)
 
@@ -114,7 +117,9 @@ class Taking(Recorder):
         super().__init__()
         self.url = url
 
-    async def execute(self, cmd: ItemCommand) -> Executed:
+    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None) -> Executed:
+        if before_call is not None:
+            await before_call()
         async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
             await conn.execute("UPDATE items SET held = true WHERE item_id = %s", (cmd.item_id,))
         self.sent.append(cmd.item_id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,20 +18,30 @@ from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
 from tests.unit.fakes import GrantAll, InMemoryGuidQueue
 
+BeforeCall = Callable[[], Awaitable[None]] | None
+
 
 class Recorder:
-    """Executes an item as begin_send would: only if it is still pending in the store."""
+    """Executes an item as begin_send would: only if it is still pending in the store. The
+    n-th claim takes ``claims[n]`` seconds (the last, once they run out); ``sent`` holds each
+    gateway call's start, ``claimed`` each claim's start."""
 
-    def __init__(self, store: InMemoryGuidQueue | None = None) -> None:
+    def __init__(self, store: InMemoryGuidQueue | None = None, claims: Sequence[float] = (0.0,)) -> None:
         self.store = store or InMemoryGuidQueue()
+        self.claims = claims
         self.sent: list[tuple[str, str, float]] = []
+        self.claimed: list[tuple[str, float]] = []
 
-    async def execute(self, cmd: ItemCommand) -> Executed:
-        await asyncio.sleep(0)  # as a database or gateway call would, let other guids run
+    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None) -> Executed:
+        claim_s = self.claims[min(len(self.claimed), len(self.claims) - 1)]
+        self.claimed.append((name(cmd.item_id), time.monotonic()))
+        await asyncio.sleep(claim_s)  # as a database or gateway call would, let other guids run
         if self.store.pending.pop(cmd.item_id, None) is None:
             return Executed("not_pending", False)
+        if before_call is not None:
+            await before_call()
         self.sent.append((cmd.guid, name(cmd.item_id), time.monotonic()))
-        return Executed("confirmed", True)
+        return Executed("confirmed", True, claim_s=claim_s)
 
 
 def item_id(guid: str, n: int) -> str:

@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 from pacer_common.db.errors import TransientError
@@ -21,6 +22,7 @@ from pacer_sender.ports import GuidLease, Ready, UnstorableItem
 from pacer_sender.sweeper import Sweeper
 from tests.unit.dispatching import (
     FAST,
+    BeforeCall,
     Recorder,
     cmd,
     dispatcher,
@@ -359,7 +361,7 @@ class Faulty(Recorder):
         self.submit_first = submit_first
         self.attempts: dict[str, int] = {}
 
-    async def execute(self, c: ItemCommand) -> Executed:
+    async def execute(self, c: ItemCommand, before_call: BeforeCall = None) -> Executed:
         n = name(c.item_id)
         self.attempts[n] = self.attempts.get(n, 0) + 1
         left = self.errors.get(n)
@@ -367,7 +369,7 @@ class Faulty(Recorder):
             if self.submit_first:
                 self.store.pending.pop(c.item_id, None)  # submitted, then the failure
             raise left.pop(0)
-        return await super().execute(c)
+        return await super().execute(c, before_call)
 
 
 def run_faulty(executor: Faulty, items: int, **kw: Any) -> tuple[Faulty, int]:
@@ -504,9 +506,9 @@ class GatedRecorder(Recorder):
         super().__init__()
         self.gate = asyncio.Event()
 
-    async def execute(self, cmd: ItemCommand) -> Executed:
+    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None) -> Executed:
         await self.gate.wait()
-        return await super().execute(cmd)
+        return await super().execute(cmd, before_call)
 
 
 def test_a_guid_executing_when_its_partition_goes_gives_its_lease_back_after_the_item() -> None:
@@ -547,8 +549,10 @@ class _Timed(Recorder):
         self.answer_s, self.confirm_s = answer_s, confirm_s
         self.answered: list[float] = []
 
-    async def execute(self, cmd: ItemCommand) -> Executed:
+    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None) -> Executed:
         self.store.pending.pop(cmd.item_id, None)
+        if before_call is not None:
+            await before_call()
         self.sent.append((cmd.guid, name(cmd.item_id), time.monotonic()))
         await asyncio.sleep(self.answer_s)
         answered = time.monotonic()
@@ -573,6 +577,40 @@ def test_a_guid_is_spaced_from_its_gateway_answers_not_from_the_calls_start_nor_
     assert all(gap >= 0.3 for gap in gaps), f"the gateway saw two sends closer than the interval: {gaps}"
     # Counted from the end of the confirmation, each gap would be at least 0.3 + 0.25 s.
     assert all(gap < 0.3 + 0.25 for gap in gaps), f"the confirmation stretched the interval: {gaps}"
+
+
+def _claims_and_calls(ahead_s: float) -> tuple[list[float], list[float], list[float]]:
+    """Three items of one guid, 0.6 s apart; the first claim takes 0.3 s, the next ones 0.05:
+    when each was claimed, when its gateway call started, and each send's delay as the sender
+    measures it."""
+    async def scenario() -> tuple[list[float], list[float], list[float]]:
+        rec, delays = Recorder(claims=(0.3, 0.05)), []
+        d, _, _ = dispatcher(Limits(min_interval_s=0.6, jitter_s=0.0, online_reserve=0.0), executor=rec,
+                             claim_ahead_s=ahead_s, on_send_delay=lambda lane, s: delays.append(s))
+        for n in range(3):
+            ring(d, rec.store, cmd("g", n))
+        await until(lambda: len(rec.sent) == 3)
+        stop(d)
+        return [t for _, t in rec.claimed], [t for _, _, t in rec.sent], delays
+
+    return asyncio.run(scenario())
+
+
+def test_an_item_is_claimed_before_its_guids_gap_ends_and_called_no_sooner() -> None:
+    claims, calls, delays = _claims_and_calls(ahead_s=0.4)
+    # Claimed about 0.3 s (the claims' recent peak, learnt from the first) before the gap's
+    # end: the faster claims then wait for it, and the gateway never sees the guid sooner.
+    assert all(claim < call + 0.6 for call, claim in zip(calls, claims[1:], strict=False)), (calls, claims)
+    gaps = [b - a for a, b in pairwise(calls)]
+    assert all(gap >= 0.6 for gap in gaps), f"a call came sooner than the interval: {gaps}"
+    assert delays[0] >= 0.3 and all(d < 0.1 for d in delays[1:]), f"claims ahead hide the claim's write: {delays}"
+
+
+def test_without_a_claim_ahead_each_call_comes_a_claims_write_after_the_gap() -> None:
+    claims, calls, delays = _claims_and_calls(ahead_s=0.0)
+    assert all(claim >= call + 0.6 for call, claim in zip(calls, claims[1:], strict=False)), (calls, claims)
+    assert all(b - a >= 0.65 for a, b in pairwise(calls)), calls
+    assert len(delays) == 3 and delays[0] >= 0.3 and all(d >= 0.05 for d in delays[1:]), delays
 
 
 def _reads_at(rec: Recorder, d: Dispatcher, guid: str, limits: Limits) -> list[tuple[float, bool]]:
@@ -742,8 +780,8 @@ def test_when_its_order_changes_a_guid_reads_the_head_at_once_and_tops_up_after_
 class _Unanswered(_Timed):
     """The first send times out (in doubt: the gateway may act on it late); the rest are answered."""
 
-    async def execute(self, cmd: ItemCommand) -> Executed:
-        done = await super().execute(cmd)
+    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None) -> Executed:
+        done = await super().execute(cmd, before_call)
         return Executed("in_doubt", True, answered_mono=done.answered_mono) if len(self.sent) == 1 else done
 
 

@@ -300,6 +300,31 @@ def test_time_queued_before_the_claiming_statement_does_not_count_against_the_de
     assert len(gw.sent) == 1
 
 
+def test_a_wait_before_the_call_comes_after_the_claim_and_before_the_gateway() -> None:
+    repo, _ = setup()
+    seen: list[tuple[str, ItemStatus]] = []
+    gw = FakeGateway(during_send=lambda call: seen.append(("call", repo.items["it-1"].status)))
+
+    async def before_call() -> None:
+        seen.append(("before", repo.items["it-1"].status))
+
+    result = asyncio.run(executor(repo, gw).execute(command(), before_call))
+    assert seen == [("before", S.SUBMITTED), ("call", S.SUBMITTED)]
+    assert result == Executed("confirmed", True)
+    assert result.claim_s is not None and result.claim_s >= 0
+
+
+def test_a_wait_before_the_call_that_outlasts_the_send_deadline_calls_nothing() -> None:
+    repo, gw = setup()
+    ex = Executor(repo, gw, owner="sender-1", retry=POLICY, rng=random.Random(0), send_deadline_s=0.05)
+
+    async def stalled() -> None:
+        await asyncio.sleep(0.12)
+
+    assert asyncio.run(ex.execute(command(), stalled)) == Executed("deadline_missed", False)
+    assert gw.sent == [] and repo.items["it-1"].status is S.WAITING_RETRY
+
+
 class _TimedWrites(InMemoryItemRepository):
     """Notes when the outcome of a send began to be written (confirm or settle)."""
 

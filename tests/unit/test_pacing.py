@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pacer_common.domain.requests import lane_of
-from pacer_sender.domain.pacing import GuidPacer, Limits
+from pacer_sender.domain.pacing import ClaimAhead, GuidPacer, Limits
 
 RNG = random.Random(7)
 TZ = ZoneInfo("Asia/Shanghai")
@@ -262,4 +262,23 @@ def test_once_the_guid_sent_here_a_later_start_is_spread_over_a_whole_interval_a
     p.sent("batch", limits, 1060.0, 0.0, RNG)  # its last send here; the campaign ends
     p.spread_start(1190.0, limits, 0.5)  # a new campaign on the guid it holds, 10 s overdue
     assert p.ready_at("batch", limits, 1190.0, 0.0) == pytest.approx(1190.0 + 0.5 * 120.0)
+
+
+
+
+def test_the_claim_lead_follows_a_slow_claim_at_once_and_fast_ones_gradually_within_its_cap() -> None:
+    ahead = ClaimAhead(cap_s=0.1)
+    assert ahead.lead_s == 0.0  # nothing learnt yet: no claim ahead
+    ahead.observe(0.02)
+    assert ahead.lead_s == pytest.approx(0.02)
+    ahead.observe(0.5)
+    assert ahead.lead_s == pytest.approx(0.1), "capped"
+    ahead.observe(0.001)
+    assert ahead.estimate_s == pytest.approx(0.45), "a fast claim lowers it by the decay, not to itself"
+    for _ in range(100):
+        ahead.observe(0.001)
+    assert ahead.lead_s == pytest.approx(0.001, abs=1e-4)
+    off = ClaimAhead(cap_s=0.0)
+    off.observe(0.3)
+    assert off.lead_s == 0.0
 

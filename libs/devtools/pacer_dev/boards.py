@@ -76,6 +76,10 @@ BOARDS: tuple[Board, ...] = (
               p("Guids with work in hand, per sender", "sum by (instance) (pacer_sender_active_guids)",
                 "{{instance}}"),
               p("Claims per second, by lane", f"sum by (lane) (rate({WAIT}_count[5m]))", "{{lane}}", "ops"),
+              p("Send delay after the pacing gap, p95 by lane", q95("pacer_sender_send_delay_seconds", "lane"),
+                "{{lane}}", "s", description="From a send being allowed to its gateway call: every second of it "
+                "lengthens a paced guid's gap. Claims ahead of the gap's end (PACER_SENDER_CLAIM_AHEAD_MS) keep it "
+                "to milliseconds; a rise means a busy sender (see its event loop lag)."),
           ),
           notes="One guid in detail: `GET /api/v1/guids/GUID` (Control API) — its lease, pause, limits and "
                 "queue. Metrics never carry a label per guid; the top-N tables are the only guid labels."),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -45,6 +45,8 @@ class Executed:
     # it, not from the end of the confirmation's write. Not from the call's start: the gateway
     # sees a send somewhere between the two, so only the answer is sure to come after it.
     answered_mono: float | None = field(default=None, compare=False)
+    # How long the claim took, from asking for it to its answer (``ClaimAhead`` learns from it).
+    claim_s: float | None = field(default=None, compare=False)
 
 
 class Executor:
@@ -68,13 +70,16 @@ class Executor:
         # land after it. Expired instead, never sent late.
         self.expire_margin = timedelta(seconds=expire_margin_s)
 
-    async def execute(self, cmd: ItemCommand) -> Executed:
+    async def execute(self, cmd: ItemCommand, before_call: Callable[[], Awaitable[None]] | None = None) -> Executed:
+        """Execute ``cmd``. ``before_call`` is awaited once the item is claimed, before the
+        send deadline is checked and the gateway called: the guid's pacing gap, when the
+        item was claimed ahead of its end."""
         # The item's trace (the job request's, kept on its row and command), else a new one.
         with (tracing.span("send item", tracing.parent(cmd.traceparent), "consumer", item_id=cmd.item_id),
               bind(item_id=cmd.item_id, job_id=cmd.job_id, guid=cmd.guid, shard_id=cmd.shard_id)):
-            return await self._execute(cmd)
+            return await self._execute(cmd, before_call)
 
-    async def _execute(self, cmd: ItemCommand) -> Executed:
+    async def _execute(self, cmd: ItemCommand, before_call: Callable[[], Awaitable[None]] | None) -> Executed:
         now = datetime.now(UTC)
         if expired(cmd.expire_at, now + self.expire_margin):
             await self.repo.expire(cmd)
@@ -104,19 +109,22 @@ class Executor:
             log.warning("duplicate send intercepted: idempotency key held by item %s", begun.holder)
             return Executed("duplicate", False)
         assert begun.epoch is not None and begun.attempts is not None
+        claim_s = time.monotonic() - started
         # The item's lease runs from its claim, which is no earlier than the moment the
         # claiming statement was sent (time spent queued for a batched statement is not
         # lease time).
         started = max(started, begun.sent_at or started)
         claimed_at = datetime.now(UTC)
         first = begun.attempts == 0
+        if before_call is not None:
+            await before_call()
         if time.monotonic() - started > self.send_deadline_s:
             # Paused (GC, SIGSTOP, overload) between submitted and the call: our lease may be
             # gone and the item re-sent by someone else. Do not send; it goes round again.
             d = Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", FailureClass.NOT_SENT.value,
                          "send deadline passed before the gateway call", datetime.now(UTC), release_ledger=True)
             await self.repo.settle(cmd, begun.epoch, d)
-            return Executed("deadline_missed", False, None, claimed_at, first_claim=first)
+            return Executed("deadline_missed", False, None, claimed_at, first_claim=first, claim_s=claim_s)
         try:
             receipt = await self._call(cmd, msg, media_id, started + self.send_deadline_s)
         except SendError as err:
@@ -124,18 +132,18 @@ class Executor:
             decision = after_failure(err, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng, self.states)
             if not await self.repo.settle(cmd, begun.epoch, decision):
                 log.warning("outcome not recorded: lease taken over (%s)", err)
-                return Executed("fenced", True, err, claimed_at, answered_at, first, answered_mono)
+                return Executed("fenced", True, err, claimed_at, answered_at, first, answered_mono, claim_s)
             log.info("send failed: %s → %s", err, decision.to.value)
             outcome: Outcome = ("rate_limited" if err.failure_class is FailureClass.RATE_LIMITED
                                 else "in_doubt" if err.failure_class is FailureClass.IN_DOUBT
                                 else "needs_human" if decision.guid_state is not None
                                 else "retry" if decision.next_attempt_at else "failed")
-            return Executed(outcome, True, err, claimed_at, answered_at, first, answered_mono)
+            return Executed(outcome, True, err, claimed_at, answered_at, first, answered_mono, claim_s)
         answered_mono, answered_at = time.monotonic(), datetime.now(UTC)
         if not await self.repo.confirm(cmd, begun.epoch, receipt):
             log.warning("confirmation not recorded: lease taken over")
-            return Executed("fenced", True, None, claimed_at, answered_at, first, answered_mono)
-        return Executed("confirmed", True, None, claimed_at, answered_at, first, answered_mono)
+            return Executed("fenced", True, None, claimed_at, answered_at, first, answered_mono, claim_s)
+        return Executed("confirmed", True, None, claimed_at, answered_at, first, answered_mono, claim_s)
 
     async def _call(self, cmd: ItemCommand, msg: AnyMessage | None, media_id: str | None,
                     deadline: float) -> Receipt:

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.requests import Lane
 from pacer_sender.core import Executed, Executor
-from pacer_sender.domain.pacing import Limits
+from pacer_sender.domain.pacing import ClaimAhead, Limits
 from pacer_sender.flow import Buffer
 from pacer_sender.leasing import LeaseKeeper
 from pacer_sender.ports import GuidQueueStore
@@ -37,6 +38,8 @@ class Hooks:
     on_shed: Callable[[int], None] = lambda n: None
     job_interval: Callable[[str], float | None] = lambda job_id: None  # a job's own interval per guid
     job_weight: Callable[[str], float | None] = lambda job_id: None  # a job's weight in the guid's fair share
+    # A send's call started this long after it was allowed (its pacing gap over, or its pick).
+    on_send_delay: Callable[[Lane, float], None] = lambda lane, seconds: None
 
 
 @dataclass(eq=False)
@@ -52,3 +55,4 @@ class Crew:
     clock: Callable[[], float] = time.monotonic
     progress: asyncio.Event = field(default_factory=asyncio.Event)  # set whenever an item in hand finishes
     owns: Callable[[str], bool] = lambda guid: True  # is this guid's partition assigned to this sender?
+    ahead: ClaimAhead = field(default_factory=ClaimAhead)  # how long before a gap's end its item is claimed

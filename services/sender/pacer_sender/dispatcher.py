@@ -28,9 +28,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from pacer_common.domain.commands import CommandHead, ItemCommand
+from pacer_common.domain.requests import Lane
 from pacer_sender.core import Executed, Executor
 from pacer_sender.crew import Crew, Hooks, WorkerConfig
-from pacer_sender.domain.pacing import GuidPacer, Limits
+from pacer_sender.domain.pacing import ClaimAhead, GuidPacer, Limits
 from pacer_sender.domain.vetting import unsendable
 from pacer_sender.flow import Buffer
 from pacer_sender.leases import GuidLeases
@@ -47,10 +48,12 @@ class Dispatcher:
                  job_interval: Callable[[str], float | None] = lambda job_id: None,
                  job_weight: Callable[[str], float | None] = lambda job_id: None,
                  on_shed: Callable[[int], None] | None = None,
+                 on_send_delay: Callable[[Lane, float], None] | None = None,
                  shed_every_s: float = 30.0,
                  owns: Callable[[str], bool] = lambda guid: True,
                  guid_cap: int = 50, max_buffered: int = 20_000, horizon_s: float = 60.0, idle_lease_s: float = 60.0,
                  error_attempts: int = 3, error_backoff_s: float = 1.0, first_send_spread: float = 0.0,
+                 claim_ahead_s: float = 0.0,
                  rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.leases = leases
         self.owns = owns  # is this guid's partition assigned to this sender?
@@ -61,13 +64,15 @@ class Dispatcher:
             hooks.on_internal_error = on_internal_error
         if on_shed is not None:
             hooks.on_shed = on_shed
+        if on_send_delay is not None:
+            hooks.on_send_delay = on_send_delay
         rng = rng or random.Random()
         self.guids: dict[str, GuidWorker] = {}
         self.crew = Crew(executor, limits, queue, Buffer(guid_cap, max_buffered, lambda: len(self.guids)),
                          LeaseKeeper(leases, clock, idle_lease_s),
                          WorkerConfig(shed_every_s=shed_every_s, horizon_s=horizon_s, error_attempts=error_attempts,
                                       error_backoff_s=error_backoff_s, first_send_spread=first_send_spread),
-                         hooks, rng, clock, owns=lambda guid: self.owns(guid))
+                         hooks, rng, clock, owns=lambda guid: self.owns(guid), ahead=ClaimAhead(claim_ahead_s))
         self.paces: dict[str, GuidPacer] = {}  # kept across workers: spacing survives an idle spell
 
     @property

@@ -15,6 +15,7 @@ it late, and the next send should not land right behind it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -43,14 +44,25 @@ class ItemRunner:
         self.executing: ItemCommand | None = None
         self.errors: dict[str, int] = {}  # item id → internal errors so far
 
-    async def run(self, lane: Lane, cmd: ItemCommand, limits: Limits) -> float:
-        """Execute one item; returns how long the worker should pause afterwards."""
+    async def run(self, lane: Lane, cmd: ItemCommand, limits: Limits, go_at: float | None = None) -> float:
+        """Execute one item; returns how long the worker should pause afterwards. ``go_at``
+        (the crew's clock): the item was picked ahead of the end of the guid's pacing gap, and
+        its gateway call waits for it once the item is claimed."""
         self.executing = cmd
+        allowed_at = self.crew.clock() if go_at is None else go_at
+
+        async def before_call() -> None:
+            if go_at is not None and (wait := go_at - self.crew.clock()) > 0:
+                await asyncio.sleep(wait)
+            self.crew.hooks.on_send_delay(lane, max(0.0, self.crew.clock() - allowed_at))
+
         try:
             reason = unsendable(cmd)
             if reason is not None:
                 raise UnstorableItem(reason)
-            result = await self.crew.executor.execute(cmd)
+            result = await self.crew.executor.execute(cmd, before_call)
+            if result.claim_s is not None:
+                self.crew.ahead.observe(result.claim_s)
         except TransientError:
             # The database stayed away past the retry deadline. Every step is guarded, so
             # running the item again is safe: put it back, pause, go on.

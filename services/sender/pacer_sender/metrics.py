@@ -10,10 +10,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, code_label
-from pacer_common.domain.requests import JobKind, lane_of
+from pacer_common.domain.requests import JobKind, Lane, lane_of
 from pacer_sender.core import Executed
 
 _KINDS = frozenset(k.value for k in JobKind)
+# Seconds: a claim's write, up to a stalled loop.
+DELAY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 # Seconds: from a send within a pacing interval to a backlog drained over a day.
 WAIT_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400)
 
@@ -53,6 +55,11 @@ class SenderMetrics:
         self.end_to_end = Histogram("pacer_sender_item_end_to_end_seconds", "From an item being planned to the "
                                     "gateway's answer confirming it", ["lane", "kind"], registry=registry,
                                     buckets=WAIT_BUCKETS)
+        self.send_delay = Histogram("pacer_sender_send_delay_seconds", (
+            "From the moment a send was allowed (its guid's pacing gap over, or the item's pick if later) to its "
+            "gateway call's start: the claim's write, less what claiming ahead of the gap's end hid "
+            "(PACER_SENDER_CLAIM_AHEAD_MS). Every second of it lengthens a paced guid's gap."
+        ), ["lane"], registry=registry, buckets=DELAY_BUCKETS)
 
         self.shed = Counter("pacer_sender_shed_items_total", (
             "Batch items expired early (error class `shed`): at their guid's current rate they could not go out "
@@ -92,6 +99,9 @@ class SenderMetrics:
         self.takeovers = Counter("pacer_sender_guid_takeovers", (
             "Guid leases taken over from another owner (whose lease had expired); counted by the lease book."
         ), registry=registry)
+
+    def send_delay_observed(self, lane: Lane, seconds: float) -> None:
+        self.send_delay.labels(lane).observe(seconds)
 
     def executed(self, cmd: ItemCommand, res: Executed) -> None:
         lane, kind = lane_of(cmd.priority), kind_label(cmd.kind)

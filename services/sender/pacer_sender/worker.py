@@ -145,7 +145,8 @@ class GuidWorker:
         if picked is None:
             await self._sleep(wait if wait is not None else retry_s)
             return True
-        pause = await self.runner.run(*picked, limits)
+        lane, cmd, go_at = picked
+        pause = await self.runner.run(lane, cmd, limits, go_at)
         self.sent = True
         if pause:
             await self._sleep(pause)
@@ -254,9 +255,11 @@ class GuidWorker:
                 self.window.drop("batch")  # some may be among those shed: read the rest afresh
             self.window.ring()
 
-    def _pick(self, limits: Limits) -> tuple[tuple[Lane, ItemCommand] | None, float | None]:
-        """The next item to send now (online lane first), or how long to wait."""
-        now, wall = self.crew.clock(), time.time()
+    def _pick(self, limits: Limits) -> tuple[tuple[Lane, ItemCommand, float | None] | None, float | None]:
+        """The next item to send (online lane first) — now, or, claimed ahead, when its
+        pacing gap ends within the claim's lead (the moment it may go, else None) — or how
+        long to wait."""
+        now, wall, lead = self.crew.clock(), time.time(), self.crew.ahead.lead_s
         wait: float | None = None
         for lane, q in self.window.lanes.lanes.items():
             if not q:
@@ -264,12 +267,12 @@ class GuidWorker:
             if lane == "batch" and self._online_behind(limits, wall):
                 continue  # the online lane is behind: batch yields until it recovers
             ready_at = self.pacer.ready_at(lane, limits, now, wall, q.best_priority())
-            if ready_at <= now:
+            if ready_at <= now + lead:
                 with self.crew.buffer.tracking(self.window):
                     cmd = self.window.take(lane)
                 if cmd is not None:
-                    return (lane, cmd), None
-            wait = ready_at - now if wait is None else min(wait, ready_at - now)
+                    return (lane, cmd, ready_at if ready_at > now else None), None
+            wait = ready_at - lead - now if wait is None else min(wait, ready_at - lead - now)
         return None, wait
 
     def _online_behind(self, limits: Limits, wall: float) -> bool:

@@ -178,3 +178,31 @@ class GuidPacer:
             before = mono - since_last_send_s
             self.last_any = before if self.last_any is None else max(self.last_any, before)
             self.last_batch = before if self.last_batch is None else max(self.last_batch, before)
+
+
+@dataclass
+class ClaimAhead:
+    """How long before a guid's pacing gap ends its next item is claimed, so that the gateway
+    call starts when the gap ends, not a claim's write later. A send is spaced from the
+    previous one's answer; a claim begun only once the gap is over (the step's linger, its
+    statement, a busy loop) adds its duration to every gap, which at one send a second is
+    several per cent of a guid's rate.
+
+    The lead is the claims' recent duration, tracked as a peak that decays: a slow claim
+    raises it at once, each faster one lowers it by ``decay`` — the call then starts at the
+    gap's end for all but the slowest claims. Capped at ``cap_s`` (0: no claim ahead). The
+    call itself never starts before the gap ends; what a lead costs is a claimed item held
+    that long, and an online item arriving in that instant waiting one more send."""
+
+    cap_s: float = 0.0
+    decay: float = 0.9
+    estimate_s: float = 0.0
+
+    def observe(self, claim_s: float) -> None:
+        """A claim took ``claim_s`` (from asking for it to its answer)."""
+        self.estimate_s = max(claim_s, self.estimate_s * self.decay)
+
+    @property
+    def lead_s(self) -> float:
+        return min(self.cap_s, self.estimate_s)
+
