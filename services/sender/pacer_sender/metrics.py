@@ -58,7 +58,8 @@ class SenderMetrics:
         self.send_delay = Histogram("pacer_sender_send_delay_seconds", (
             "From the moment a send was allowed (its guid's pacing gap over, or the item's pick if later) to its "
             "gateway call's start: the claim's write, less what claiming ahead of the gap's end hid "
-            "(PACER_SENDER_CLAIM_AHEAD_MS). Every second of it lengthens a paced guid's gap."
+            "(PACER_SENDER_CLAIM_AHEAD_MS), and for a media item its media made ready. Every second of it "
+            "lengthens a paced guid's gap."
         ), ["lane"], registry=registry, buckets=DELAY_BUCKETS)
 
         self.shed = Counter("pacer_sender_shed_items_total", (

@@ -205,4 +205,3 @@ class ClaimAhead:
     @property
     def lead_s(self) -> float:
         return min(self.cap_s, self.estimate_s)
-
