@@ -165,7 +165,7 @@ class SenderSettings(OpsSettings):
         "ready). The item waits pending, with the reason, and still expires at its `expire_at`."
     ))
     db_pool_max: int = Field(20, description="Most Postgres connections of one sender (the pool keeps at least 2).")
-    step_linger_ms: float = Field(20.0, ge=0, le=1000, description=(
+    step_linger_ms: float = Field(10.0, ge=0, le=1000, description=(
         "How long a durable step (the claim and `submitted` before a send, the confirmation after it) waits for "
         "other guids' steps to go with it as one statement. At a human pace few steps are asked at once, and each "
         "statement's fixed cost is shared by the steps that arrive meanwhile. A paced send's claim goes ahead of "
