@@ -255,15 +255,13 @@ def align_topic_configs(config: dict[str, str], topics: dict[str, tuple[int, dic
     changed config's value before. Other configs are left as the topic has them, and so are
     partition counts."""
     admin = _admin(config)
-    resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
     changes: dict[str, dict[str, str]] = {}
-    for res, fut in admin.describe_configs(resources, request_timeout=timeout_s).items():
-        current = fut.result(timeout_s)
-        wanted = topics[res.name][1]
+    for name, current in _topic_configs(admin, list(topics), timeout_s).items():
+        wanted = topics[name][1]
         before = {key: str(current[key].value) if key in current else "unset" for key, value in wanted.items()
                   if key not in current or str(current[key].value) != value}
         if before:
-            changes[res.name] = before
+            changes[name] = before
     if not changes:
         return {}
     alter = [ConfigResource(ResourceType.TOPIC, t, incremental_configs=[
@@ -273,6 +271,23 @@ def align_topic_configs(config: dict[str, str], topics: dict[str, tuple[int, dic
         fut.result(timeout_s)
         log.info("topic %s: set %s", res.name, ", ".join(f"{k}={topics[res.name][1][k]}" for k in changes[res.name]))
     return changes
+
+
+def _topic_configs(admin: AdminClient, names: list[str], timeout_s: float) -> dict[str, Any]:
+    """Each topic's configs as the broker has them. Asks again, for up to ``timeout_s``, while
+    the broker does not know a topic yet: one just created by :func:`ensure_topics` reaches
+    every broker's metadata a moment after the creation is acknowledged."""
+    for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_exponential_jitter(multiplier=0.1, max=2.0),
+                            retry=retry_if_exception(_unknown_topic), reraise=True):
+        with attempt:
+            resources = [ConfigResource(ResourceType.TOPIC, t) for t in names]
+            return {res.name: fut.result(timeout_s)
+                    for res, fut in admin.describe_configs(resources, request_timeout=timeout_s).items()}
+    raise AssertionError("unreachable: Retrying re-raises the last error")
+
+
+def _unknown_topic(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and bool(exc.args) and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
 class GroupHasMembers(RuntimeError):
