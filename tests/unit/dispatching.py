@@ -21,26 +21,43 @@ from tests.unit.fakes import GrantAll, InMemoryGuidQueue
 BeforeCall = Callable[[], Awaitable[None]] | None
 
 
+class SteppedClock:
+    """``time.monotonic()``, moved on at once by :meth:`advance`: a step that took that long,
+    without waiting for it."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
 class Recorder:
     """Executes an item as begin_send would: only if it is still pending in the store. The
-    n-th claim takes ``claims[n]`` seconds (the last, once they run out); ``sent`` holds each
-    gateway call's start, ``claimed`` each claim's start."""
+    n-th claim takes ``claims[n]`` seconds of ``clock`` (the last, once they run out; give the
+    dispatcher the same clock); ``sent`` holds each gateway call's start, ``claimed`` each
+    claim's start."""
 
     def __init__(self, store: InMemoryGuidQueue | None = None, claims: Sequence[float] = (0.0,)) -> None:
         self.store = store or InMemoryGuidQueue()
         self.claims = claims
+        self.clock = SteppedClock()
         self.sent: list[tuple[str, str, float]] = []
         self.claimed: list[tuple[str, float]] = []
 
     async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None) -> Executed:
         claim_s = self.claims[min(len(self.claimed), len(self.claims) - 1)]
-        self.claimed.append((name(cmd.item_id), time.monotonic()))
-        await asyncio.sleep(claim_s)  # as a database or gateway call would, let other guids run
+        self.claimed.append((name(cmd.item_id), self.clock()))
+        self.clock.advance(claim_s)
+        await asyncio.sleep(0)  # as a database or gateway call would, let other guids run
         if self.store.pending.pop(cmd.item_id, None) is None:
             return Executed("not_pending", False)
         if before_call is not None:
             await before_call()
-        self.sent.append((cmd.guid, name(cmd.item_id), time.monotonic()))
+        self.sent.append((cmd.guid, name(cmd.item_id), self.clock()))
         return Executed("confirmed", True, claim_s=claim_s)
 
 

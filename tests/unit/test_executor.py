@@ -6,6 +6,7 @@ import asyncio
 import random
 import time
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,6 +14,7 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus
+from pacer_sender import core
 from pacer_sender.core import Executed, Executor
 from pacer_sender.domain.decisions import Decision
 
@@ -314,12 +316,14 @@ def test_a_wait_before_the_call_comes_after_the_claim_and_before_the_gateway() -
     assert result.claim_s is not None and result.claim_s >= 0
 
 
-def test_a_wait_before_the_call_that_outlasts_the_send_deadline_calls_nothing() -> None:
+def test_a_wait_before_the_call_that_outlasts_the_send_deadline_calls_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     repo, gw = setup()
     ex = Executor(repo, gw, owner="sender-1", retry=POLICY, rng=random.Random(0), send_deadline_s=0.05)
+    skew = [0.0]
+    monkeypatch.setattr(core, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + skew[0]))
 
-    async def stalled() -> None:
-        await asyncio.sleep(0.12)
+    async def stalled() -> None:  # the wait outlasts the deadline: the executor's clock moves on 0.12 s
+        skew[0] += 0.12
 
     assert asyncio.run(ex.execute(command(), stalled)) == Executed("deadline_missed", False)
     assert gw.sent == [] and repo.items["it-1"].status is S.WAITING_RETRY

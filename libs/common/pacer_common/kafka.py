@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     Consumer,
@@ -33,6 +33,7 @@ from confluent_kafka.admin import (
 )
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 # librdkafka's own log, from every client Pacer makes: records (facility, client name,
 # message) served on the thread that polls the client, so they come out as the service's JSON
@@ -277,12 +278,21 @@ def _topic_configs(admin: AdminClient, names: list[str], timeout_s: float) -> di
     """Each topic's configs as the broker has them. Asks again, for up to ``timeout_s``, while
     the broker does not know a topic yet: one just created by :func:`ensure_topics` reaches
     every broker's metadata a moment after the creation is acknowledged."""
+    def ask() -> dict[str, Any]:
+        resources = [ConfigResource(ResourceType.TOPIC, t) for t in names]
+        return {res.name: fut.result(timeout_s)
+                for res, fut in admin.describe_configs(resources, request_timeout=timeout_s).items()}
+
+    return _asked_again(ask, _unknown_topic, timeout_s)
+
+
+def _asked_again(ask: Callable[[], T], transient: Callable[[BaseException], bool], timeout_s: float) -> T:
+    """``ask()``, asked again for up to ``timeout_s`` (backing off) while it fails in a way
+    ``transient`` says the broker will get over; any other failure is raised at once."""
     for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_exponential_jitter(multiplier=0.1, max=2.0),
-                            retry=retry_if_exception(_unknown_topic), reraise=True):
+                            retry=retry_if_exception(transient), reraise=True):
         with attempt:
-            resources = [ConfigResource(ResourceType.TOPIC, t) for t in names]
-            return {res.name: fut.result(timeout_s)
-                    for res, fut in admin.describe_configs(resources, request_timeout=timeout_s).items()}
+            return ask()
     raise AssertionError("unreachable: Retrying re-raises the last error")
 
 
@@ -324,11 +334,8 @@ def group_on_topic(config: dict[str, str], group: str, topic: str, specs: dict[s
     committed offset on each and the topic's offsets asked for in ``specs``. Asks again, for
     up to ``timeout_s``, while the group's coordinator moves or loads. Raises
     :class:`KafkaException` when the topic does not exist."""
-    for attempt in Retrying(stop=stop_after_delay(timeout_s), wait=wait_exponential_jitter(multiplier=0.1, max=2.0),
-                            retry=retry_if_exception(_coordinator_moving), reraise=True):
-        with attempt:
-            return _group_on_topic(config, group, topic, specs, timeout_s)
-    raise AssertionError("unreachable: Retrying re-raises the last error")
+    return _asked_again(lambda: _group_on_topic(config, group, topic, specs, timeout_s), _coordinator_moving,
+                        timeout_s)
 
 
 def _group_on_topic(config: dict[str, str], group: str, topic: str, specs: dict[str, OffsetSpec],

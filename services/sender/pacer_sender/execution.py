@@ -52,7 +52,8 @@ class ItemRunner:
         allowed_at = self.crew.clock() if go_at is None else go_at
 
         async def before_call() -> None:
-            if go_at is not None and (wait := go_at - self.crew.clock()) > 0:
+            # Until the gap's end by the crew's clock, however early a timer fires.
+            while go_at is not None and (wait := go_at - self.crew.clock()) > 0:
                 await asyncio.sleep(wait)
             self.crew.hooks.on_send_delay(lane, max(0.0, self.crew.clock() - allowed_at))
 
