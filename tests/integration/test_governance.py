@@ -18,10 +18,12 @@ import pytest
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.requests import JobRequest
+from pacer_common.domain.status import ItemStatus
 from pacer_planner.adapters.postgres import PostgresJobStore
 from pacer_planner.domain.planning import plan
 from pacer_reconciler.adapters.postgres import PostgresLog
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
+from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.domain.decisions import Decision
 from tests.integration.helpers import seed_job
 
@@ -371,6 +373,60 @@ def test_an_item_held_by_a_claim_racing_the_resume_is_still_released(database_ur
         conn.execute("UPDATE items SET held = true WHERE item_id = %s", (late,))
     assert release(url) == 1
     assert one(url, "SELECT held FROM items WHERE item_id = %s", late) is False
+
+
+def test_an_item_claimed_after_the_resume_before_its_release_is_queued_again_on_a_retry(database_url: str) -> None:
+    """An item that met the pause is marked held; its command, delivered again after the
+    resume, may claim it before the release pass does. The mark must not outlive the claim:
+    when the send is to be retried and the item is pending again, the guid's refill and the
+    sweep for guids with work have to find it (they pass over held items), long after the
+    release request that could have cleared the mark has lapsed."""
+    url = database_url
+    job, _, _ = seed_job(url, {"g1": 1})
+    (cmd,) = item_cmds(url, job)
+    assert action(url, job, "pause")[0] == "done"
+    assert begin_all(url, [cmd], ["g1"])[0][0] == "held"
+    assert action(url, job, "resume")[0] == "done"
+    assert begin_all(url, [cmd], ["g1"])[0][0] == "submitted"  # before any release pass
+    assert one(url, "SELECT held FROM items WHERE item_id = %s", cmd.item_id) is False
+
+    async def retry() -> bool:
+        pool, repo = await _repo(url, ["g1"])
+        try:
+            epoch = one(url, "SELECT lease_epoch FROM items WHERE item_id = %s", cmd.item_id)
+            return await repo.settle(cmd, epoch, Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", "retryable",
+                                                          "busy", datetime.now(UTC), release_ledger=True))
+        finally:
+            await pool.close()
+
+    assert asyncio.run(retry())
+    assert release(url) == 0  # nothing pending is held: the request finds nothing
+    with psycopg.connect(url) as conn:  # the reconciler's retry_due sweep
+        conn.execute("SELECT * FROM pacer_transition(ARRAY[%s]::uuid[], '{waiting_retry}', 'pending',"
+                     " 'ItemRequeued')", (cmd.item_id,))
+    assert one(url, "SELECT status::text, held FROM items WHERE item_id = %s", cmd.item_id) == ("pending", False)
+
+    async def refill() -> list[str]:
+        pool = await open_pool(url, min_size=1, max_size=2)
+        try:
+            return [c.item_id for c in (await PostgresGuidQueue(pool).next_ready("g1", [], 10)).commands]
+        finally:
+            await pool.close()
+
+    assert asyncio.run(refill()) == [cmd.item_id]
+
+
+def test_a_status_change_clears_a_held_mark_left_by_earlier_code(database_url: str) -> None:
+    """Rows marked held and then claimed before the mark was cleared on every move out of
+    pending: their mark goes with their next move, back to pending included."""
+    url = database_url
+    job, _, _ = seed_job(url, {"g1": 1})
+    (cmd,) = item_cmds(url, job)
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE items SET status = 'waiting_retry', held = true WHERE item_id = %s", (cmd.item_id,))
+        conn.execute("SELECT * FROM pacer_transition(ARRAY[%s]::uuid[], '{waiting_retry}', 'pending',"
+                     " 'ItemRequeued')", (cmd.item_id,))
+    assert one(url, "SELECT status::text, held FROM items WHERE item_id = %s", cmd.item_id) == ("pending", False)
 
 
 def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_url: str) -> None:

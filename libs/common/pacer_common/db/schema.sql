@@ -1432,6 +1432,7 @@ BEGIN
 ), moved AS (
     UPDATE items AS i SET
         status          = p_to,
+        held            = i.held AND i.status = 'pending' AND p_to = 'pending',
         version         = i.version + CASE WHEN p_via IS NULL THEN 1 ELSE 2 END,
         updated_at      = now(),
         lease_epoch     = i.lease_epoch + CASE WHEN p_lease_owner IS NULL THEN 0 ELSE 1 END,

@@ -13,6 +13,11 @@ DROP FUNCTION IF EXISTS pacer_transition(uuid[], item_status[], item_status, tex
 -- the second event's payload gets the item's new attempt count (``attempt``) when the step
 -- counts one, read under the row's lock. One row version instead of two: the claim and
 -- `submitted` of a batched begin.
+-- An item's held mark (set by a claim that met a hold: the release sweep and the refill go by
+-- it) means "pending, held"; every move out of pending clears it, and so does a move back
+-- into pending from elsewhere. A claim that came after the hold was lifted, before the
+-- release sweep, once left it set on the claimed item: pending again after a retry, the
+-- item was invisible to its guid's refill and to the sweep for guids with work.
 -- Generic plans (plan_cache_mode, on this and every function that finds items by id): items
 -- is partitioned by item id, and a custom plan, which prunes the partitions while planning,
 -- looks cheaper than the generic one, which prunes them as it starts; so the plan cache
@@ -55,6 +60,7 @@ BEGIN
 ), moved AS (
     UPDATE items AS i SET
         status          = p_to,
+        held            = i.held AND i.status = 'pending' AND p_to = 'pending',
         version         = i.version + CASE WHEN p_via IS NULL THEN 1 ELSE 2 END,
         updated_at      = now(),
         lease_epoch     = i.lease_epoch + CASE WHEN p_lease_owner IS NULL THEN 0 ELSE 1 END,
