@@ -29,7 +29,7 @@ class Recorder:
     def __init__(self) -> None:
         self.sent: list[str] = []
 
-    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None) -> Executed:
+    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None, spare_s: float = 0.0) -> Executed:
         if before_call is not None:
             await before_call()
         self.sent.append(cmd.item_id)
@@ -117,7 +117,7 @@ class Taking(Recorder):
         super().__init__()
         self.url = url
 
-    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None) -> Executed:
+    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None, spare_s: float = 0.0) -> Executed:
         if before_call is not None:
             await before_call()
         async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:

@@ -236,3 +236,35 @@ def test_a_confirm_batch_takes_guid_leases_in_guid_order_so_a_renewal_never_dead
     renewal.close()
     confirmer.close()
     assert sorted(moved) == [(1, True), (2, True)]
+
+
+def test_a_confirmation_with_time_to_spare_waits_for_another_and_they_go_as_one_statement(database_url: str) -> None:
+    """A confirmation whose guid sends nothing sooner waits, within ``spare_linger_s``, for
+    other guids' confirmations; one with no time to spare goes at the step's own linger and
+    takes the waiting one with it."""
+    _, _, (a, b) = seed_job(database_url, {"g1": 1, "g2": 1})
+
+    async def scenario() -> tuple[list[bool], int]:
+        pool = await open_pool(database_url, min_size=1, max_size=8)
+        await PostgresGuidLeases(pool, timedelta(seconds=30)).acquire(["g1", "g2"], "w1")
+        repo = PostgresItemRepository(pool, timedelta(seconds=30), linger_s=0.0, spare_linger_s=600.0)
+        try:
+            ca, cb = cmd(a, "ka"), cmd(b, "kb")
+            ea, eb = (await repo.begin_send(ca, "w1")).epoch, (await repo.begin_send(cb, "w1")).epoch
+            assert ea is not None and eb is not None
+            spare = asyncio.ensure_future(repo.confirm(ca, ea, Receipt(0, "ok", "m-a", 1.0), spare_s=600.0))
+            for _ in range(5):  # loop turns enough for a batch at a linger of 0 to start alone
+                await asyncio.sleep(0)
+            both = await asyncio.wait_for(asyncio.gather(
+                spare, repo.confirm(cb, eb, Receipt(0, "ok", "m-b", 1.0))), 30)
+            async with pool.connection() as conn:
+                calls = await (await conn.execute(
+                    "SELECT count(DISTINCT xmin::text) FROM items WHERE item_id = ANY(%s)", ([a, b],))).fetchone()
+            return list(both), calls["count"]
+        finally:
+            await pool.close()
+
+    both, transactions = asyncio.run(scenario())
+    assert both == [True, True]
+    assert transactions == 1, "the two confirmations went in different statements"
+    assert status_and_events(database_url, a)[0] == status_and_events(database_url, b)[0] == "confirmed"

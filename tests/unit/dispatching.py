@@ -47,9 +47,11 @@ class Recorder:
         self.clock = SteppedClock()
         self.sent: list[tuple[str, str, float]] = []
         self.claimed: list[tuple[str, float]] = []
+        self.spares: list[float] = []  # each execution's spare_s
 
-    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None) -> Executed:
+    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None, spare_s: float = 0.0) -> Executed:
         claim_s = self.claims[min(len(self.claimed), len(self.claims) - 1)]
+        self.spares.append(spare_s)
         self.claimed.append((name(cmd.item_id), self.clock()))
         self.clock.advance(claim_s)
         await asyncio.sleep(0)  # as a database or gateway call would, let other guids run

@@ -58,6 +58,7 @@ class InMemoryItemRepository:
         self.items: dict[str, ItemRecord] = {}
         self.ledger: dict[str, LedgerEntry] = {}
         self.calls: list[str] = []
+        self.spares: list[float] = []  # each confirmation's spare_s
         self.paused_guids: dict[str, str] = {}  # guid → reason (the guid_leases hold)
 
     # -- test set-up and outside actors ----------------------------------------------------
@@ -125,8 +126,9 @@ class InMemoryItemRepository:
         rec.attempts += 1
         return Begun("submitted", epoch, attempts, cmd.item_id)
 
-    async def confirm(self, cmd: ItemCommand, epoch: int, receipt: Receipt) -> bool:
+    async def confirm(self, cmd: ItemCommand, epoch: int, receipt: Receipt, spare_s: float = 0.0) -> bool:
         self.calls.append("confirm")
+        self.spares.append(spare_s)
         if not self._holds_lease(cmd, epoch, S.SUBMITTED):
             return False
         self._move(cmd.item_id, S.CONFIRMED)

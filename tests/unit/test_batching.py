@@ -150,3 +150,63 @@ def _loop_turns(n: int) -> asyncio.Future[None]:
 
     loop.call_soon(turn, n)
     return done
+
+
+def test_a_request_with_time_to_spare_waits_longer_and_goes_with_an_earlier_batch() -> None:
+    """A request's own linger: a long one waits past the batcher's, and rides along with a
+    batch that another request's shorter linger starts first."""
+    calls: list[list[int]] = []
+
+    async def run_many(reqs: Sequence[int]) -> list[int]:
+        calls.append(list(reqs))
+        return list(reqs)
+
+    async def scenario() -> None:
+        b: Batcher[int, int] = Batcher(run_many, linger_s=0.0)
+        spare = asyncio.ensure_future(b.submit(1, linger_s=600))
+        await asyncio.wait_for(_loop_turns(5), 10)  # past the batcher's own linger of 0
+        assert calls == [], "a request with time to spare went at the batcher's own linger"
+        await asyncio.wait_for(asyncio.gather(spare, b.submit(2)), 10)  # 2 is due at once: 1 goes with it
+
+    asyncio.run(scenario())
+    assert calls == [[1, 2]]
+
+
+def test_a_batch_starts_when_its_first_request_is_due_not_its_first_asked() -> None:
+    calls: list[list[int]] = []
+
+    async def run_many(reqs: Sequence[int]) -> list[int]:
+        calls.append(list(reqs))
+        return list(reqs)
+
+    async def scenario() -> None:
+        b: Batcher[int, int] = Batcher(run_many, linger_s=600)
+        first = asyncio.ensure_future(b.submit(1))  # due in 600 s
+        await asyncio.wait_for(asyncio.gather(first, b.submit(2, linger_s=0.0)), 10)
+
+    asyncio.run(scenario())
+    assert calls == [[1, 2]]
+
+
+def test_what_gathered_while_a_batch_ran_goes_when_the_first_of_it_is_due() -> None:
+    calls: list[list[int]] = []
+    release = asyncio.Event()
+
+    async def run_many(reqs: Sequence[int]) -> list[int]:
+        calls.append(list(reqs))
+        if reqs == [0]:
+            await release.wait()
+        return list(reqs)
+
+    async def scenario() -> None:
+        b: Batcher[int, int] = Batcher(run_many, max_running=1, linger_s=0.0)
+        first = asyncio.ensure_future(b.submit(0))
+        await asyncio.wait_for(_loop_turns(5), 10)
+        assert calls == [[0]]
+        later = [asyncio.ensure_future(b.submit(1, linger_s=600)), asyncio.ensure_future(b.submit(2))]
+        await asyncio.wait_for(_loop_turns(5), 10)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(first, *later), 10)
+
+    asyncio.run(scenario())
+    assert calls == [[0], [1, 2]]

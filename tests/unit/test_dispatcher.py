@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from typing import Any
 
+import pytest
+
 from pacer_common.db.errors import TransientError
 from pacer_common.domain.commands import ItemCommand
 from pacer_sender.core import Executed
@@ -361,7 +363,7 @@ class Faulty(Recorder):
         self.submit_first = submit_first
         self.attempts: dict[str, int] = {}
 
-    async def execute(self, c: ItemCommand, before_call: BeforeCall = None) -> Executed:
+    async def execute(self, c: ItemCommand, before_call: BeforeCall = None, spare_s: float = 0.0) -> Executed:
         n = name(c.item_id)
         self.attempts[n] = self.attempts.get(n, 0) + 1
         left = self.errors.get(n)
@@ -506,7 +508,7 @@ class GatedRecorder(Recorder):
         super().__init__()
         self.gate = asyncio.Event()
 
-    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None) -> Executed:
+    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None, spare_s: float = 0.0) -> Executed:
         await self.gate.wait()
         return await super().execute(cmd, before_call)
 
@@ -549,7 +551,7 @@ class _Timed(Recorder):
         self.answer_s, self.confirm_s = answer_s, confirm_s
         self.answered: list[float] = []
 
-    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None) -> Executed:
+    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None, spare_s: float = 0.0) -> Executed:
         self.store.pending.pop(cmd.item_id, None)
         if before_call is not None:
             await before_call()
@@ -614,6 +616,28 @@ def test_without_a_claim_ahead_each_call_comes_a_claims_write_after_the_gap() ->
     assert all(claim >= call + 0.6 - EPS for call, claim in zip(calls, claims[1:], strict=False)), (calls, claims)
     assert all(b - a >= 0.65 - EPS for a, b in pairwise(calls)), calls
     assert len(delays) == 3 and delays[0] >= 0.3 - EPS and all(d >= 0.05 - EPS for d in delays[1:]), delays
+
+
+@pytest.mark.parametrize(("interval_s", "ahead_s", "spare_s"), [(10.0, 0.05, 9.95), (0.0, 0.05, -0.05)])
+def test_a_confirmation_may_take_what_its_guid_has_before_its_next_claim(
+        interval_s: float, ahead_s: float, spare_s: float) -> None:
+    """The guid's least interval less the claim's lead: at a human pace the confirmation may
+    wait for other guids' steps; flat out it has nothing to spare."""
+    async def scenario() -> list[float]:
+        rec = Recorder(claims=(ahead_s,))
+        d, _, _ = dispatcher(Limits(min_interval_s=interval_s, jitter_s=0.0, online_reserve=0.0), executor=rec,
+                             claim_ahead_s=1.0, clock=rec.clock)
+        ring(d, rec.store, cmd("g", 0))
+        await until(lambda: len(rec.sent) == 1)
+        rec.clock.advance(interval_s)  # the gap, without waiting for it
+        ring(d, rec.store, cmd("g", 1))
+        await until(lambda: len(rec.spares) == 2)
+        stop(d)
+        return rec.spares
+
+    spares = asyncio.run(scenario())
+    # The first claim has nothing to learn from yet (lead 0); the second knows the first's time.
+    assert spares[0] == pytest.approx(interval_s) and spares[1] == pytest.approx(spare_s), spares
 
 
 def _reads_at(rec: Recorder, d: Dispatcher, guid: str, limits: Limits) -> list[tuple[float, bool]]:
@@ -783,7 +807,7 @@ def test_when_its_order_changes_a_guid_reads_the_head_at_once_and_tops_up_after_
 class _Unanswered(_Timed):
     """The first send times out (in doubt: the gateway may act on it late); the rest are answered."""
 
-    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None) -> Executed:
+    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None, spare_s: float = 0.0) -> Executed:
         done = await super().execute(cmd, before_call)
         return Executed("in_doubt", True, answered_mono=done.answered_mono) if len(self.sent) == 1 else done
 

@@ -49,6 +49,12 @@ def setup(*item_ids: str, errors: list[SendError] | None = None) -> tuple[InMemo
 
 # -- the happy path and redelivery ---------------------------------------------------------
 
+def test_the_confirmation_is_told_how_long_it_may_take() -> None:
+    repo, gw = setup()
+    assert asyncio.run(executor(repo, gw).execute(command(), None, 2.5)).outcome == "confirmed"
+    assert repo.spares == [2.5]
+
+
 def test_happy_path_calls_the_gateway_once_and_confirms() -> None:
     repo, gw = setup()
     cmd = command()
@@ -336,9 +342,9 @@ class _TimedWrites(InMemoryItemRepository):
         super().__init__()
         self.written_at: list[float] = []
 
-    async def confirm(self, cmd: ItemCommand, epoch: int, receipt: Receipt) -> bool:
+    async def confirm(self, cmd: ItemCommand, epoch: int, receipt: Receipt, spare_s: float = 0.0) -> bool:
         self.written_at.append(time.monotonic())
-        return await super().confirm(cmd, epoch, receipt)
+        return await super().confirm(cmd, epoch, receipt, spare_s)
 
     async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision) -> bool:
         self.written_at.append(time.monotonic())

@@ -70,16 +70,19 @@ class Executor:
         # land after it. Expired instead, never sent late.
         self.expire_margin = timedelta(seconds=expire_margin_s)
 
-    async def execute(self, cmd: ItemCommand, before_call: Callable[[], Awaitable[None]] | None = None) -> Executed:
+    async def execute(self, cmd: ItemCommand, before_call: Callable[[], Awaitable[None]] | None = None,
+                      spare_s: float = 0.0) -> Executed:
         """Execute ``cmd``. ``before_call`` is awaited once the item is claimed, before the
         send deadline is checked and the gateway called: the guid's pacing gap, when the
-        item was claimed ahead of its end."""
+        item was claimed ahead of its end. ``spare_s``: how long the confirmation may take
+        after the gateway's answer without delaying the guid's next send."""
         # The item's trace (the job request's, kept on its row and command), else a new one.
         with (tracing.span("send item", tracing.parent(cmd.traceparent), "consumer", item_id=cmd.item_id),
               bind(item_id=cmd.item_id, job_id=cmd.job_id, guid=cmd.guid, shard_id=cmd.shard_id)):
-            return await self._execute(cmd, before_call)
+            return await self._execute(cmd, before_call, spare_s)
 
-    async def _execute(self, cmd: ItemCommand, before_call: Callable[[], Awaitable[None]] | None) -> Executed:
+    async def _execute(self, cmd: ItemCommand, before_call: Callable[[], Awaitable[None]] | None,
+                       spare_s: float) -> Executed:
         now = datetime.now(UTC)
         if expired(cmd.expire_at, now + self.expire_margin):
             await self.repo.expire(cmd)
@@ -140,7 +143,7 @@ class Executor:
                                 else "retry" if decision.next_attempt_at else "failed")
             return Executed(outcome, True, err, claimed_at, answered_at, first, answered_mono, claim_s)
         answered_mono, answered_at = time.monotonic(), datetime.now(UTC)
-        if not await self.repo.confirm(cmd, begun.epoch, receipt):
+        if not await self.repo.confirm(cmd, begun.epoch, receipt, spare_s):
             log.warning("confirmation not recorded: lease taken over")
             return Executed("fenced", True, None, claimed_at, answered_at, first, answered_mono, claim_s)
         return Executed("confirmed", True, None, claimed_at, answered_at, first, answered_mono, claim_s)

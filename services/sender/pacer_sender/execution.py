@@ -61,7 +61,11 @@ class ItemRunner:
             reason = unsendable(cmd)
             if reason is not None:
                 raise UnstorableItem(reason)
-            result = await self.crew.executor.execute(cmd, before_call)
+            # The guid sends nothing sooner than its least interval after this send's answer,
+            # and its next item is claimed the lead before that: until then the confirmation
+            # may wait to go with other guids' steps.
+            spare = limits.min_interval_s - self.crew.ahead.lead_s
+            result = await self.crew.executor.execute(cmd, before_call, spare)
             if result.claim_s is not None:
                 self.crew.ahead.observe(result.claim_s)
         except TransientError:

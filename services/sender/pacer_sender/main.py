@@ -50,7 +50,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
                                  observe=gateway_latency(ctx.registry),
                                  breaker=lambda: Breaker(cfg.breaker_failures, cfg.breaker_cooldown_s))
         m.open_breakers.set_function(lambda: float(gateway.open_tenants()))
-        repo = PostgresItemRepository(pool, timedelta(seconds=cfg.lease_ttl_s), linger_s=cfg.step_linger_ms / 1000)
+        repo = PostgresItemRepository(pool, timedelta(seconds=cfg.lease_ttl_s), linger_s=cfg.step_linger_ms / 1000,
+                                      spare_linger_s=cfg.step_linger_spare_ms / 1000)
         queue = PostgresGuidQueue(pool)
         retry = RetryPolicy(cfg.max_attempts, timedelta(seconds=cfg.retry_base_s))
         executor = Executor(repo, gateway, cfg.owner, retry, send_deadline_s=cfg.send_deadline_s,

@@ -173,6 +173,13 @@ class SenderSettings(OpsSettings):
         "waits at most this long more. "
         "0: a step goes on the next turn of the event loop with whatever was asked in the same instant."
     ))
+    step_linger_spare_ms: float = Field(50.0, ge=0, le=1000, description=(
+        "Most a confirmation waits for other guids' steps when its guid cannot send again before that anyway: up "
+        "to the guid's least interval between sends (`PACER_SENDER_MIN_INTERVAL_MS`, or the guid's hot limit) "
+        "less the claim's lead. At a human pace a statement's fixed cost is then shared by more items, and no "
+        "send waits for it. A guid that may send again sooner waits `PACER_SENDER_STEP_LINGER_MS`, as flat out, "
+        "and so does every confirmation when this is no longer than that. At most a quarter of the send deadline."
+    ))
     claim_ahead_ms: float = Field(100.0, ge=0, le=1000, description=(
         "Most a guid's next item is claimed before its pacing gap ends, so that its gateway call starts as the gap "
         "ends instead of a claim's write later (which, at one send a second, costs several per cent of the rate). "
@@ -241,4 +248,8 @@ class SenderSettings(OpsSettings):
             raise ValueError(
                 f"PACER_SENDER_CLAIM_AHEAD_MS ({self.claim_ahead_ms}) must be at most a quarter of the send deadline "
                 f"({self.send_deadline_s * 1000:.0f} ms, a quarter of PACER_SENDER_LEASE_TTL_S)")
+        if self.step_linger_spare_ms / 1000 > self.send_deadline_s / 4:
+            raise ValueError(
+                f"PACER_SENDER_STEP_LINGER_SPARE_MS ({self.step_linger_spare_ms}) must be at most a quarter of the send "
+                f"deadline ({self.send_deadline_s * 1000:.0f} ms, a quarter of PACER_SENDER_LEASE_TTL_S)")
         return self

@@ -17,6 +17,10 @@ before its batch starts, as Kafka's ``linger.ms`` does for a producer's batch: t
 of a statement, in the client and in Postgres, is shared by the items that arrive in that
 time (docs/performance.md, "Steps at a human pace"). A batch starts without waiting once it is
 full (``max_batch``); nothing waits longer than ``linger_s`` while a slot is free.
+
+A request whose caller has time to spare may say so (``submit(request, linger_s)``): it
+waits that long instead, and goes sooner with any batch that starts meanwhile. A batch starts
+when the first of its requests is due.
 """
 
 from __future__ import annotations
@@ -38,22 +42,25 @@ class Batcher(Generic[Req, Res]):
         self.max_running = max_running
         self.linger_s = linger_s
         self._running = 0
-        self._pending: list[tuple[Req, asyncio.Future[Res], float]] = []  # request, its result, asked at
+        self._pending: list[tuple[Req, asyncio.Future[Res], float]] = []  # request, its result, due at
         self._start_at: float | None = None  # when _start is due, if scheduled
         self._handle: asyncio.Handle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def submit(self, request: Req) -> Res:
+    async def submit(self, request: Req, linger_s: float | None = None) -> Res:
+        """``request``'s result, once its batch has run: the batch starts within ``linger_s``
+        (the batcher's own linger if None) while a slot is free, at once if full."""
         fut: asyncio.Future[Res] = asyncio.get_running_loop().create_future()
-        self._pending.append((request, fut, time.monotonic()))
+        now = time.monotonic()
+        due = now + (self.linger_s if linger_s is None else linger_s)
+        self._pending.append((request, fut, due))
         # After every worker that is ready now has asked, and the linger; a full batch at once.
-        self._schedule(0.0 if len(self._pending) >= self.max_batch else self.linger_s)
+        self._schedule(now if len(self._pending) >= self.max_batch else due)
         return await fut
 
-    def _schedule(self, linger_s: float) -> None:
-        """Run _start once ``linger_s`` has passed since the oldest pending request was asked
-        (on the next loop turn if it has), unless it is already due no later."""
-        at = self._pending[0][2] + linger_s
+    def _schedule(self, at: float) -> None:
+        """Run _start at ``at`` (on the next loop turn if it has passed), unless it is already
+        due no later."""
         if self._start_at is not None and self._start_at <= at:
             return
         if self._handle is not None:
@@ -75,8 +82,8 @@ class Batcher(Generic[Req, Res]):
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         self._running -= 1
-        if self._pending:
-            self._schedule(self.linger_s)  # what gathered meanwhile goes next, once its oldest has lingered
+        if self._pending:  # what gathered meanwhile goes next, once the first of it is due
+            self._schedule(min(due for _, _, due in self._pending))
 
     async def _run(self, batch: list[tuple[Req, asyncio.Future[Res], float]]) -> None:
         try:

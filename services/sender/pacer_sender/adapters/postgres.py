@@ -84,9 +84,12 @@ _sql = loader("pacer_sender.adapters.sql")
 
 
 class PostgresItemRepository:
-    def __init__(self, pool: Pool, lease_ttl: timedelta, max_batch: int = 500, linger_s: float = 0.0) -> None:
+    def __init__(self, pool: Pool, lease_ttl: timedelta, max_batch: int = 500, linger_s: float = 0.0,
+                 spare_linger_s: float = 0.0) -> None:
         self.pool = pool
         self.lease_ttl = lease_ttl
+        self.linger_s = linger_s
+        self.spare_linger_s = spare_linger_s  # most a step waits whose caller has time to spare
         # Steps asked for by different guid workers in the same instant, or within linger_s of
         # each other, go as one statement.
         self._begins: Batcher[tuple[ItemCommand, str], Begun | UnstorableItem] = Batcher(
@@ -112,8 +115,12 @@ class PostgresItemRepository:
             raise got
         return got
 
-    async def confirm(self, cmd: ItemCommand, epoch: int, receipt: Receipt) -> bool:
-        got = await self._confirms.submit((cmd, epoch, receipt))
+    async def confirm(self, cmd: ItemCommand, epoch: int, receipt: Receipt, spare_s: float = 0.0) -> bool:
+        """``submitted`` → ``confirmed``. ``spare_s``: how long the caller can wait for it without
+        delaying anything (its guid's next send is no sooner); it waits for others' steps up to
+        that long, within ``spare_linger_s``, to go with them as one statement."""
+        linger = max(self.linger_s, min(spare_s, self.spare_linger_s))
+        got = await self._confirms.submit((cmd, epoch, receipt), linger)
         if isinstance(got, UnstorableItem):
             raise got
         return got
