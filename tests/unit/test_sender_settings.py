@@ -21,3 +21,12 @@ def test_a_claim_ahead_longer_than_a_quarter_of_the_send_deadline_is_refused() -
     assert SenderSettings(lease_ttl_s=3.0, gateway_timeout_s=0.5, claim_ahead_ms=150).claim_ahead_ms == 150
     with pytest.raises(ValidationError, match=re.escape("PACER_SENDER_CLAIM_AHEAD_MS (200.0) must be at most a quarter")):
         SenderSettings(lease_ttl_s=3.0, gateway_timeout_s=0.5, claim_ahead_ms=200)
+
+
+def test_a_confirmation_linger_longer_than_a_quarter_of_the_send_deadline_is_refused() -> None:
+    # A lease of 3 s: the send deadline is 0.75 s, the longest linger 187.5 ms.
+    assert SenderSettings(lease_ttl_s=3.0, gateway_timeout_s=0.5, claim_ahead_ms=100,
+                          step_linger_spare_ms=150).step_linger_spare_ms == 150
+    with pytest.raises(ValidationError,
+                       match=re.escape("PACER_SENDER_STEP_LINGER_SPARE_MS (200.0) must be at most a quarter")):
+        SenderSettings(lease_ttl_s=3.0, gateway_timeout_s=0.5, claim_ahead_ms=100, step_linger_spare_ms=200)
