@@ -1,6 +1,7 @@
 """``python -m pacer_dev.chaos [--short] [scenario …]``: run the fault scenarios, one line each.
 
-``CHAOS_KILLS=N`` sets how many senders the kill scenario kills (default 20); ``CHAOS_SEED`` fixes the seed.
+``CHAOS_KILLS=N`` sets how many senders the kill scenario kills (default 20); ``CHAOS_SEED`` fixes the seed;
+``CHAOS_KEEP_DATABASES=1`` keeps each scenario's database (printed) instead of dropping it.
 
 Exits non-zero if any scenario shows a duplicate delivery, a lost item, an unverified send,
 did not finish, or shows no sign of its fault (``pacer_dev.chaos.evidence``).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 import urllib.request
 import uuid
@@ -201,7 +202,12 @@ def open_scenario(name: str, infra: Infra, root: Path, *, senders: int, gateway:
 
 
 def close_scenario(sc: Scenario) -> None:
+    """Stop the scenario's services and drop its database, unless ``CHAOS_KEEP_DATABASES`` is
+    set: then the database stays on the chaos Postgres for a look at what went wrong."""
     sc.stack.dispose()
+    if os.environ.get("CHAOS_KEEP_DATABASES"):
+        print(f"chaos {sc.name}: database kept: {sc.db}", flush=True)
+        return
     with contextlib.suppress(psycopg.Error):
         drop_database(sc.db)
 
