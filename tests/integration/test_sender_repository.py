@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from datetime import datetime, timedelta
 
 import psycopg
@@ -14,7 +15,7 @@ from pacer_common.domain.status import ItemStatus as S
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.domain.decisions import Decision
 from pacer_sender.ports import Begun, GuidLease
-from tests.integration.helpers import cmd, seed_job, status_and_events, wait_for
+from tests.integration.helpers import cmd, eventually, seed_job, status_and_events, wait_for
 
 
 async def _repo(url: str, owner: str = "w1", guids: tuple[str, ...] = ("g1",)) -> tuple[Pool, PostgresItemRepository]:
@@ -253,8 +254,11 @@ def test_a_confirmation_with_time_to_spare_waits_for_another_and_they_go_as_one_
             ea, eb = (await repo.begin_send(ca, "w1")).epoch, (await repo.begin_send(cb, "w1")).epoch
             assert ea is not None and eb is not None
             spare = asyncio.ensure_future(repo.confirm(ca, ea, Receipt(0, "ok", "m-a", 1.0), spare_s=600.0))
-            for _ in range(5):  # loop turns enough for a batch at a linger of 0 to start alone
-                await asyncio.sleep(0)
+
+            async def waiting() -> bool:  # queued, its batch due only when its spare runs out
+                return any(due - time.monotonic() > 60 for _, _, due in repo._confirms._pending)
+
+            await eventually(waiting, 10, "the confirmation with time to spare waiting in its batch")
             both = await asyncio.wait_for(asyncio.gather(
                 spare, repo.confirm(cb, eb, Receipt(0, "ok", "m-b", 1.0))), 30)
             async with pool.connection() as conn:

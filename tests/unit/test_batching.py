@@ -4,9 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from pacer_common.db.batching import Batcher
+
+
+def _recording() -> tuple[list[list[int]], Callable[[Sequence[int]], Awaitable[list[int]]]]:
+    """A run_many that answers each request with itself, and the batches it was given."""
+    calls: list[list[int]] = []
+
+    async def run_many(reqs: Sequence[int]) -> list[int]:
+        calls.append(list(reqs))
+        return list(reqs)
+
+    return calls, run_many
 
 
 def test_requests_made_together_run_as_one_batch_and_each_gets_its_own_result() -> None:
@@ -122,11 +133,7 @@ def test_a_request_lingers_for_others_asked_meanwhile_and_they_go_as_one_batch()
 
 
 def test_a_full_batch_goes_at_once_whatever_the_linger() -> None:
-    calls: list[list[int]] = []
-
-    async def run_many(reqs: Sequence[int]) -> list[int]:
-        calls.append(list(reqs))
-        return list(reqs)
+    calls, run_many = _recording()
 
     async def scenario() -> list[int]:
         b: Batcher[int, int] = Batcher(run_many, max_batch=3, linger_s=600)
@@ -155,11 +162,7 @@ def _loop_turns(n: int) -> asyncio.Future[None]:
 def test_a_request_with_time_to_spare_waits_longer_and_goes_with_an_earlier_batch() -> None:
     """A request's own linger: a long one waits past the batcher's, and rides along with a
     batch that another request's shorter linger starts first."""
-    calls: list[list[int]] = []
-
-    async def run_many(reqs: Sequence[int]) -> list[int]:
-        calls.append(list(reqs))
-        return list(reqs)
+    calls, run_many = _recording()
 
     async def scenario() -> None:
         b: Batcher[int, int] = Batcher(run_many, linger_s=0.0)
@@ -173,11 +176,7 @@ def test_a_request_with_time_to_spare_waits_longer_and_goes_with_an_earlier_batc
 
 
 def test_a_batch_starts_when_its_first_request_is_due_not_its_first_asked() -> None:
-    calls: list[list[int]] = []
-
-    async def run_many(reqs: Sequence[int]) -> list[int]:
-        calls.append(list(reqs))
-        return list(reqs)
+    calls, run_many = _recording()
 
     async def scenario() -> None:
         b: Batcher[int, int] = Batcher(run_many, linger_s=600)
