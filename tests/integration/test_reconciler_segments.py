@@ -61,6 +61,18 @@ def _projection_matches(url: str) -> bool:
     return real == projected
 
 
+def _guid_per_segment(url: str, n: int) -> dict[int, str]:
+    """One guid in each of ``n`` segments."""
+    guids: dict[int, str] = {}
+    with psycopg.connect(url) as conn:
+        for k in range(64 * n):
+            seg = conn.execute("SELECT (hashtext(%s) & 2147483647) %% %s", (f"g{k}", n)).fetchone()
+            assert seg is not None
+            guids.setdefault(seg[0], f"g{k}")
+    assert len(guids) == n
+    return guids
+
+
 def _job(url: str, guids: int, per_guid: int) -> tuple[str, int]:
     job_id, _, _ = seed_job(url, {f"g{uuid.uuid4().hex[:6]}-{i}": per_guid for i in range(guids)})
     return job_id, confirm_job(url, job_id)
@@ -181,11 +193,7 @@ def test_two_segments_completing_a_jobs_last_shards_at_once_complete_the_job(dat
     the job row is locked before refresh_jobs, so the second to commit reads the first's shard
     and completes the job. A transaction holding the job row lines both commits up."""
     url = database_url
-    with psycopg.connect(url) as conn:
-        guids: dict[int, str] = {}
-        for k in range(64):  # one guid in each of two segments
-            guids.setdefault(conn.execute("SELECT (hashtext(%s) & 2147483647) %% 2", (f"g{k}",)).fetchone()[0],
-                             f"g{k}")
+    guids = _guid_per_segment(url, 2)
     job_id, _, _ = seed_job(url, {guids[0]: 1, guids[1]: 1})
     confirm_job(url, job_id)
 
@@ -317,6 +325,90 @@ def test_a_completed_job_whose_shard_reopens_runs_again(database_url: str) -> No
     done, again = asyncio.run(scenario())
     assert done == ("completed", True, "completed")
     assert again == ("running", False, "running"), "the job stayed completed with a retry open in it"
+
+
+def test_a_shard_reopening_while_another_segment_completes_its_job_keeps_the_job_running(
+        database_url: str) -> None:
+    """A job runs for its shard X alone (its shard Y finished: its item failed) when an
+    operator retries Y's item. Segment 1 applies the retry (Y reopens) while segment 0 applies
+    X's last confirmation (X completes, and with it, as segment 0 reads the shards, the job).
+    Segment 1's commit is held after its shards are refreshed, so segment 0 refreshes the job
+    while Y's reopening is in flight: the job must still end running, with the compensation
+    open in it, not completed over it (its item would then stay held for good)."""
+    url = database_url
+    guids = _guid_per_segment(url, 2)
+    job_id, shards, _ = seed_job(url, {guids[0]: 1, guids[1]: 1})
+    with psycopg.connect(url, autocommit=True) as conn:
+        item = {g: str(conn.execute("SELECT item_id FROM items WHERE job_id = %s AND guid = %s",
+                                    (job_id, g)).fetchone()[0]) for g in guids.values()}
+        x, y = item[guids[0]], item[guids[1]]
+        conn.execute("SELECT count(*) FROM pacer_transition(ARRAY[%s]::uuid[], '{pending}', 'failed', 'ItemFailed')",
+                     (y,))
+        conn.execute("SELECT count(*) FROM pacer_transition(ARRAY[%s]::uuid[], '{pending}', 'claimed', 'ItemClaimed',"
+                     " p_lease_owner => 'seed', p_lease_ttl => interval '1 hour')", (x,))
+        conn.execute("SELECT count(*) FROM pacer_transition(ARRAY[%s]::uuid[], '{claimed}', 'submitted',"
+                     " 'ItemSubmitted')", (x,))
+
+    def state() -> tuple[str, str, str]:
+        with psycopg.connect(url) as conn:
+            row = conn.execute("SELECT j.status, sx.status, sy.status FROM jobs j, shards sx, shards sy"
+                               " WHERE j.job_id = %s AND sx.shard_id = %s AND sy.shard_id = %s",
+                               (job_id, shards[guids[0]], shards[guids[1]])).fetchone()
+        assert row is not None
+        return row[0], row[1], row[2]
+
+    async def scenario() -> tuple[str, str, str]:
+        pool = await open_pool(url, min_size=3, max_size=4)
+        logs = [PostgresLog(pool, f"reconciler/{s}of2", timedelta(seconds=60), segments=2, segment=s) for s in (0, 1)]
+        holder = await psycopg.AsyncConnection.connect(url)
+        try:
+            at = []
+            for log in logs:
+                rows = await log.read(Position("0", 0), 100)
+                await log.commit_batch([ev for _, ev in rows if isinstance(ev, ItemEvent)], Position("0", 0),
+                                       rows[-1][0])
+                at.append(rows[-1][0])
+            assert state() == ("running", "running", "completed")
+            with psycopg.connect(url, autocommit=True) as conn:
+                (outcome,) = conn.execute("SELECT outcome FROM pacer_retry_item(%s, 'operator')",
+                                          (y,)).fetchone() or (None,)
+                assert outcome == "created"
+                conn.execute("SELECT count(*) FROM pacer_transition(ARRAY[%s]::uuid[], '{submitted}', 'confirmed',"
+                             " 'ItemConfirmed', p_clear_lease => true)", (x,))
+            batches = [await log.read(a, 100) for log, a in zip(logs, at, strict=True)]
+            assert all(batches)
+
+            def commit(s: int) -> asyncio.Task[None]:
+                rows = batches[s]
+                return asyncio.create_task(logs[s].commit_batch(
+                    [ev for _, ev in rows if isinstance(ev, ItemEvent)], at[s], rows[-1][0]))
+
+            async def waiting(n: int) -> bool:
+                async with pool.connection() as conn:
+                    row = await (await conn.execute(
+                        "SELECT count(*) AS n FROM pg_stat_activity"
+                        " WHERE wait_event_type = 'Lock' AND datname = current_database()")).fetchone()
+                return row is not None and row["n"] >= n
+
+            # segment 1 stops at its cursor, after its shards (and the job row, if it takes it)
+            await holder.execute("SELECT 1 FROM log_cursors WHERE name = 'reconciler/1of2' FOR UPDATE")
+            reopening = commit(1)
+            await eventually(lambda: waiting(1), 10, "segment 1's commit held at its cursor")
+            completing = commit(0)
+
+            async def completed_or_waiting() -> bool:
+                return completing.done() or await waiting(2)
+
+            await eventually(completed_or_waiting, 10, "segment 0's commit done or waiting for the job row")
+            await holder.rollback()
+            await asyncio.gather(reopening, completing)
+            return state()
+        finally:
+            await holder.close()
+            await pool.close()
+
+    assert asyncio.run(scenario()) == ("running", "completed", "running"), \
+        "the job was completed over a shard reopened at the same moment"
 
 
 _INDEX_READS = """

@@ -78,6 +78,29 @@ def test_a_job_stored_before_jobs_kept_their_trace_takes_it_from_a_planned_item(
     assert got == {traced: trace, untraced: None}
 
 
+def test_a_job_completed_over_an_open_shard_runs_again_and_its_held_items_are_released(empty_db: str) -> None:
+    """Migration 0035: a job a segment completed while another reopened one of its shards (the
+    race refresh_shards.sql now closes) runs again, and the release sweep then frees the
+    shard's items held "job completed"; a job whose shards are all completed stays completed."""
+    migrated_by_an_earlier_release(empty_db, 34)
+    stuck, _, (held,) = seed_job(empty_db, {"g1": 1})
+    done, _, _ = seed_job(empty_db, {"g2": 1})
+    with psycopg.connect(empty_db) as conn:
+        conn.execute("UPDATE jobs SET status = 'completed', finished_at = now() WHERE job_id = ANY(%s::uuid[])",
+                     ([stuck, done],))
+        conn.execute("UPDATE shards SET status = CASE WHEN job_id = %s THEN 'running' ELSE 'completed' END"
+                     " WHERE job_id = ANY(%s::uuid[])", (stuck, [stuck, done]))
+        conn.execute("UPDATE items SET held = true WHERE item_id = %s", (held,))
+    migrate(empty_db)
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        jobs = {j: (st, fin) for j, st, fin in conn.execute(
+            "SELECT job_id::text, status, finished_at IS NOT NULL FROM jobs").fetchall()}
+        assert jobs == {stuck: ("running", False), done: ("completed", True)}
+        assert conn.execute("SELECT pacer_release_held(100)").fetchone() == (1,)
+        assert conn.execute("SELECT held, status FROM items WHERE item_id = %s", (held,)).fetchone() == (False,
+                                                                                                      "pending")
+
+
 def test_every_migrate_restores_the_functions_and_triggers_in_the_files(empty_db: str) -> None:
     migrate(empty_db)
     with psycopg.connect(empty_db, autocommit=True) as conn:
