@@ -122,6 +122,25 @@ def test_retry_of_a_failed_item_creates_one_pending_compensation(database_url: s
     assert one(database_url, "SELECT count(*) FROM operator_conflicts WHERE reason = 'retry_in_progress'") == 1
 
 
+def test_a_retry_in_a_completed_job_reopens_its_shard_and_job_in_its_own_transaction(database_url: str) -> None:
+    """The compensation is open from the retry's commit on, so its shard and job are: a job the
+    reconciler had completed runs again at once, and a sender claiming the compensation before
+    the reconciler has applied it sends it, rather than marking it held "job completed"."""
+    job, shards, (orig,) = seed_job(database_url, {"g1": 1})
+    move(database_url, orig, "failed")
+    with psycopg.connect(database_url) as conn:  # as the reconciler leaves a finished job
+        conn.execute("UPDATE shards SET status = 'completed' WHERE shard_id = %s", (shards["g1"],))
+        conn.execute("UPDATE jobs SET status = 'completed', started_at = now(), finished_at = now()"
+                     " WHERE job_id = %s", (job,))
+
+    r = asyncio.run(_retry(database_url, orig))
+
+    assert r.outcome == "created" and "waiting" not in r.message
+    assert one(database_url, "SELECT j.status, j.finished_at IS NULL, s.status FROM jobs j JOIN shards s"
+               " USING (job_id) WHERE j.job_id = %s", job) == ("running", True, "running")
+    assert begin_send(database_url, r.new_item) == "submitted"
+
+
 def test_concurrent_retries_of_one_item_create_one_compensation(database_url: str) -> None:
     _, _, (orig,) = seed_job(database_url, {"g1": 1})
     move(database_url, orig, "failed")

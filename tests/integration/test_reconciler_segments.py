@@ -284,8 +284,8 @@ def test_a_shard_starting_in_a_started_job_leaves_the_job_row_alone(database_url
 
 def test_a_completed_job_whose_shard_reopens_runs_again(database_url: str) -> None:
     """An operator's retry of a failed item after its job completed reopens the item's shard
-    (a compensation item, pending): the batch that applies it takes the job row and the job
-    runs again, unfinished, until the compensation is done."""
+    and the job (a compensation item, pending); the batch that applies the compensation's
+    event leaves them running, unfinished, until the compensation is done."""
     url = database_url
     job_id, _, _ = seed_job(url, {"g-again": 2})
     with psycopg.connect(url) as conn:
@@ -329,12 +329,16 @@ def test_a_completed_job_whose_shard_reopens_runs_again(database_url: str) -> No
 
 def test_a_shard_reopening_while_another_segment_completes_its_job_keeps_the_job_running(
         database_url: str) -> None:
-    """A job runs for its shard X alone (its shard Y finished: its item failed) when an
-    operator retries Y's item. Segment 1 applies the retry (Y reopens) while segment 0 applies
-    X's last confirmation (X completes, and with it, as segment 0 reads the shards, the job).
-    Segment 1's commit is held after its shards are refreshed, so segment 0 refreshes the job
-    while Y's reopening is in flight: the job must still end running, with the compensation
-    open in it, not completed over it (its item would then stay held for good)."""
+    """A job runs for its shard X alone (its shard Y finished: its item failed) when an open
+    item appears in Y. Segment 1 applies it (Y reopens) while segment 0 applies X's last
+    confirmation (X completes, and with it, as segment 0 reads the shards, the job). Segment
+    1's commit is held after its shards are refreshed, so segment 0 refreshes the job while Y's
+    reopening is in flight: the job must still end running, with the item open in it, not
+    completed over it (the item would then stay held for good).
+
+    The open item is an operator's retry with its own reopening of Y undone: a retry reopens
+    its shard itself (test_operator_actions), but the projection must reopen a shard right
+    whatever added the open item to it."""
     url = database_url
     guids = _guid_per_segment(url, 2)
     job_id, shards, _ = seed_job(url, {guids[0]: 1, guids[1]: 1})
@@ -373,6 +377,7 @@ def test_a_shard_reopening_while_another_segment_completes_its_job_keeps_the_job
                 (outcome,) = conn.execute("SELECT outcome FROM pacer_retry_item(%s, 'operator')",
                                           (y,)).fetchone() or (None,)
                 assert outcome == "created"
+                conn.execute("UPDATE shards SET status = 'completed' WHERE shard_id = %s", (shards[guids[1]],))
                 conn.execute("SELECT count(*) FROM pacer_transition(ARRAY[%s]::uuid[], '{submitted}', 'confirmed',"
                              " 'ItemConfirmed', p_clear_lease => true)", (x,))
             batches = [await log.read(a, 100) for log, a in zip(logs, at, strict=True)]

@@ -82,8 +82,16 @@ BEGIN
                                'priority', COALESCE(p_priority, o.priority)));
     INSERT INTO shard_status_counts AS s (shard_id, status, n) VALUES (o.shard_id, 'pending', 1)
     ON CONFLICT (shard_id, status) DO UPDATE SET n = s.n + 1;
-    UPDATE shards SET total = total + 1 WHERE shard_id = o.shard_id;
-    UPDATE jobs SET total = total + 1 WHERE job_id = o.job_id;
+    -- The compensation is open from this commit on, so its shard and job are too: one the
+    -- reconciler had completed reopens here (as a requery page's items reopen theirs), in the
+    -- same transaction, shard row before job row (the reconciler's order). A sender never finds
+    -- the compensation in a job still marked completed, and a segment completing the job's
+    -- last other shard waits for this row and reads it open.
+    UPDATE shards SET total = total + 1, status = CASE WHEN status = 'completed' THEN 'running' ELSE status END
+    WHERE shard_id = o.shard_id;
+    UPDATE jobs SET total = total + 1, status = CASE WHEN status = 'completed' THEN 'running' ELSE status END,
+                    finished_at = CASE WHEN status = 'completed' THEN NULL ELSE finished_at END
+    WHERE job_id = o.job_id;
     SELECT pacer_hold_reason(CASE WHEN j.status = 'completed' THEN 'running' ELSE j.status END, j.paused_reason,
                              s.status, s.paused_reason, pacer_guid_hold(g.paused_reason, h.state::text, h.reason))
     INTO hold
