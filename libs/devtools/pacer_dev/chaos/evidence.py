@@ -55,6 +55,8 @@ def verdict(name: str, fig: Figures, size: Size) -> list[str]:
         wrong.append("Pacer and the gateway disagree, or an item was lost")
     if fig["unverified"]:
         wrong.append("sends were left unverified")
+    if fig.get("jobs_astray"):
+        wrong.append("a job's status disagrees with its items (completed with one open, or running with none)")
     if not EVIDENCE[name](fig, size):
         wrong.append("no evidence the fault happened as planned, or it did harm")
     return wrong

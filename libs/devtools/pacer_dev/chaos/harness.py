@@ -42,6 +42,21 @@ SERVICE_ENV = {
 }
 GATEWAY_MIN_INTERVAL_MS = 8  # below the senders' 10 ms: a faster send is a pacing violation
 TERMINAL_VALUES = [s.value for s in TERMINAL]
+# A job whose status disagrees with its items: completed with an item still open (its items
+# would be held "job completed" for good), or running with every item final once the
+# reconciler has caught up (a requery job still paging runs with nothing open, rightly).
+JOBS_ASTRAY: LiteralString = """
+SELECT count(*) FROM jobs j
+WHERE j.request_id = ANY(%(rids)s)
+  AND CASE j.status
+      WHEN 'completed' THEN EXISTS (SELECT 1 FROM items i WHERE i.job_id = j.job_id
+                                      AND i.status::text <> ALL(%(final)s))
+      WHEN 'running' THEN NOT (j.target_mode = 'requery' AND j.target_complete_at IS NULL)
+                          AND NOT EXISTS (SELECT 1 FROM items i WHERE i.job_id = j.job_id
+                                            AND i.status::text <> ALL(%(final)s))
+      ELSE false END
+"""
+JOBS_SETTLE_S = 30.0  # the reconciler completes a job within a batch or two of its last item
 
 
 @dataclass
@@ -132,7 +147,18 @@ class Scenario:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read())
 
+    def jobs_astray(self, timeout_s: float = JOBS_SETTLE_S) -> int:
+        """Jobs whose status still disagrees with their items at the deadline (JOBS_ASTRAY)."""
+        def count() -> int:
+            with psycopg.connect(self.db) as conn:
+                row = conn.execute(JOBS_ASTRAY, {"rids": self.request_ids, "final": TERMINAL_VALUES}).fetchone()
+            return int(row[0]) if row else 0
+
+        wait_for(lambda: count() == 0, timeout=timeout_s)
+        return count()
+
     def measure(self) -> dict[str, int]:
+        astray = self.jobs_astray()
         with psycopg.connect(self.db) as conn:
             rows = conn.execute(
                 "SELECT i.idem_key, i.status::text FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = ANY(%s)",
@@ -166,6 +192,7 @@ class Scenario:
         return {
             "items": self.items,
             "jobs": jobs,
+            "jobs_astray": astray,
             "delivered_once": sum(1 for k in keys if delivered[k] == 1),
             "duplicates": sum(n - 1 for k, n in delivered.items() if k in keys and n > 1),
             "lost": lost,
@@ -214,5 +241,7 @@ def close_scenario(sc: Scenario) -> None:
 
 def line(name: str, fig: dict[str, int], extra: tuple[str, ...] = ()) -> str:
     head = " ".join(f"{k}={fig[k]}" for k in ("items", "delivered_once", "duplicates", "lost", "unverified"))
+    if fig.get("jobs_astray"):
+        head += f" jobs_astray={fig['jobs_astray']}"
     tail = " ".join(f"{k}={fig[k]}" for k in extra if k in fig)
     return f"chaos {name}: {head} {tail}".rstrip()
