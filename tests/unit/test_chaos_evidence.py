@@ -65,11 +65,13 @@ def test_a_run_with_its_fault_passes_and_a_duplicate_still_fails_it(name: str) -
     assert "a key was delivered twice" in verdict(name, faulted | {"duplicates": 1}, SIZE)
     assert "not every item reached a final state" in verdict(name, faulted | {"completed": 0}, SIZE)
     assert any("job's status" in w for w in verdict(name, faulted | {"jobs_astray": 1}, SIZE))
+    assert "the reconciler's projected counts disagree with the items" in verdict(
+        name, faulted | {"projection_mismatch": 1}, SIZE)
 
 
 @pytest.mark.parametrize(("name", "broken"), [
     ("scale", {"violations": 1}), ("zombie", {"max_guid_concurrency": 2}), ("lookup-hang", {"max_tail_lag_s": 60}),
-    ("frozen-leader", {"failover_s": 60}), ("frozen-leader", {"projection_mismatch": 1}),
+    ("frozen-leader", {"failover_s": 60}),
     ("forced-release", {"taken_back": 1}), ("poison-requests", {"planner_exited": 1}),
     ("kill-sender", {"kills": 4}), ("retention-loss", {"deleted": 10}),
     ("guid-kicks", {"sent_while_held": 1}), ("guid-kicks", {"still_held": 1}),

@@ -27,7 +27,7 @@ EVIDENCE: dict[str, Check] = {
     "lookup-hang": lambda f, s: (f["lookups_timed_out"] > 0 and f["lookups_delayed"] > 0
                                  and f["in_doubt_while_hung"] > 0 and f["max_tail_lag_s"] <= 10),
     "frozen-leader": lambda f, s: (f["took_over"] == 1 and f["failover_s"] <= LEADER_TTL_S + 3
-                                   and f["old_stepped_down"] == 1 and f["projection_mismatch"] == 0),
+                                   and f["old_stepped_down"] == 1),
     "retention-loss": lambda f, s: f["deleted"] >= s.items and f["swept"] > 0,
     "forced-release": lambda f, s: (f["forced"] > 0 and f["evicted"] > 0 and f["taken_back"] == 0
                                     and f["exited"] == 0 and f["max_guid_concurrency"] <= 1 and f["violations"] == 0),
@@ -57,6 +57,8 @@ def verdict(name: str, fig: Figures, size: Size) -> list[str]:
         wrong.append("sends were left unverified")
     if fig.get("jobs_astray"):
         wrong.append("a job's status disagrees with its items (completed with one open, or running with none)")
+    if fig.get("projection_mismatch"):
+        wrong.append("the reconciler's projected counts disagree with the items")
     if not EVIDENCE[name](fig, size):
         wrong.append("no evidence the fault happened as planned, or it did harm")
     return wrong
