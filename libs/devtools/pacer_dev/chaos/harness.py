@@ -3,7 +3,8 @@
 Every scenario publishes one job, disturbs the system while it runs, waits until every
 item is final, then compares Postgres (what Pacer believes) with the fake gateway's
 records (what was actually delivered): each idempotency key must be delivered at most
-once, and an item may be confirmed only if its key was delivered.
+once, and an item may be confirmed only if its key was delivered. Postgres must also agree
+with itself: each job's status, and the reconciler's projected counts, with the items.
 """
 
 from __future__ import annotations
