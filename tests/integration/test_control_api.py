@@ -15,7 +15,7 @@ import pytest
 from pacer_common import cli
 from pacer_common.domain.tokens import token_hash
 from tests.integration.control_support import audit, control_api, move, rows
-from tests.integration.helpers import seed_job
+from tests.integration.helpers import eventually, seed_job
 
 
 def status_of(url: str, job: str) -> str:
@@ -263,6 +263,55 @@ def test_retry_by_filter_creates_compensations_with_one_audit_record(database_ur
     assert log[0]["after"]["created"] == 3
     assert log[2]["after"] == {"created": 1, "already_queued": 1, "already_delivered": 0, "conflict": 0,
                                "refused": 0, "not_found": 1}
+
+
+def test_a_bulk_retry_holds_no_job_row_while_it_waits_for_a_shards_count(database_url: str) -> None:
+    """A reconciler segment holds its shards' counts and rows while it waits for their job's
+    row. A bulk retry takes them in the same order: the counts, the shards, and only then the
+    job, so while it waits for a shard's count another transaction takes the job's row at once
+    (no deadlock to wait for). Let through, it has counted its compensations on every shard
+    and on the job, and run the completed job and its shards again."""
+    url = database_url
+    job, shards, items = seed_job(url, {"g1": 1, "g2": 1})
+    move(url, items, "failed", "needs_human")
+    with psycopg.connect(url) as conn:  # as the reconciler leaves a finished job
+        conn.execute("UPDATE shards SET status = 'completed' WHERE job_id = %s", (job,))
+        conn.execute("UPDATE jobs SET status = 'completed', started_at = now(), finished_at = now()"
+                     " WHERE job_id = %s", (job,))
+    last = max(shards.values())  # shards are taken in id order: the retry waits at the last one's count
+
+    async def go() -> dict[str, Any]:
+        async with control_api(url) as api:
+            holder = await psycopg.AsyncConnection.connect(url)
+            try:
+                await holder.execute("SELECT 1 FROM shard_status_counts WHERE shard_id = %s AND status = 'pending'"
+                                     " FOR UPDATE", (last,))
+                retry = asyncio.create_task(api.post(f"/jobs/{job}/retry", "operator",
+                                                     json={"filter": {"status": "failed"}}))
+
+                async def retry_waiting() -> bool:
+                    async with await psycopg.AsyncConnection.connect(url) as conn:
+                        cur = await conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                                 " AND datname = current_database()")
+                        row = await cur.fetchone()
+                    return row is not None and row[0] >= 1
+
+                await eventually(retry_waiting, 10, "the retry waiting for the last shard's count")
+                async with await psycopg.AsyncConnection.connect(url) as other:
+                    await other.execute("SELECT 1 FROM jobs WHERE job_id = %s FOR UPDATE NOWAIT", (job,))
+                    await other.rollback()
+                await holder.rollback()
+                r = await retry
+            finally:
+                await holder.close()
+            assert r.status_code == 200, r.text
+            return dict(r.json()["totals"])
+
+    assert asyncio.run(go())["created"] == 2
+    assert rows(url, "SELECT status, total, finished_at IS NULL AS open FROM jobs WHERE job_id = %s", job) == [
+        {"status": "running", "total": 4, "open": True}]
+    assert rows(url, "SELECT status, total FROM shards WHERE job_id = %s ORDER BY shard_id", job) == [
+        {"status": "running", "total": 2}] * 2
 
 
 def test_single_item_retry_and_cancel_are_audited(database_url: str) -> None:

@@ -139,8 +139,8 @@ class Control:
             raise Invalid(why)
 
         async def work(tx: ControlTx) -> tuple[list[ItemRetry], dict[str, int]]:
-            # The job's row lock first: two bulk retries of one job take turns instead of
-            # deadlocking on each other's items and shard counters.
+            # The job's bulk lock first (an advisory lock, not its row): two bulk retries of
+            # one job take turns instead of deadlocking on each other's items and shard counters.
             if not await tx.lock_job(job_id):
                 raise NotFound(f"no job {job_id}")
             foreign: list[str] = []

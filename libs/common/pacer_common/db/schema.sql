@@ -361,6 +361,94 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.pacer_compensate(p_item uuid, p_actor text, p_priority smallint DEFAULT NULL::smallint) RETURNS TABLE(outcome text, new_item uuid, message text)
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    o items%ROWTYPE;
+    j jobs%ROWTYPE;
+    newer integer;
+    open_id uuid;
+    c uuid;
+    hold text;
+BEGIN
+    SELECT * INTO o FROM items WHERE item_id = p_item FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, NULL::uuid, format('no item %s', p_item);
+        RETURN;
+    END IF;
+    IF o.status IN ('claimed', 'submitted', 'recovery_pending') THEN
+        INSERT INTO operator_conflicts (item_id, actor, reason) VALUES (p_item, p_actor, 'executing');
+        RETURN QUERY SELECT 'conflict'::text, NULL::uuid, 'this item is executing, check back later'::text;
+        RETURN;
+    END IF;
+    IF o.status IN ('pending', 'waiting_retry') THEN
+        RETURN QUERY SELECT 'already_queued'::text, NULL::uuid,
+            format('this item is already queued (%s)', o.status);
+        RETURN;
+    END IF;
+    IF o.status = 'confirmed' THEN
+        RETURN QUERY SELECT 'already_delivered'::text, NULL::uuid,
+            'this item was delivered; a retry would send it twice'::text;
+        RETURN;
+    END IF;
+    SELECT * INTO j FROM jobs WHERE job_id = o.job_id;
+    IF j.status IN ('cancelled', 'terminated') THEN
+        RETURN QUERY SELECT 'refused'::text, NULL::uuid,
+            CASE WHEN j.status = 'cancelled'
+                 THEN format('job %s is cancelled: its items are never sent again, so a retry would wait for '
+                             'ever; publish a new job request instead', o.job_id)
+                 ELSE format('job %s is terminated: resume the job first (once its in-flight items are '
+                             'settled), then retry', o.job_id) END;
+        RETURN;
+    END IF;
+    IF j.coalesce_key IS NOT NULL THEN
+        SELECT max(n.coalesce_version) INTO newer FROM jobs n
+        WHERE n.coalesce_key = j.coalesce_key AND n.coalesce_version > j.coalesce_version;
+        IF newer IS NOT NULL THEN
+            RETURN QUERY SELECT 'refused'::text, NULL::uuid,
+                format('superseded: business id %s has a newer status version (%s > %s); '
+                       'retrying would send an outdated status', j.coalesce_key, newer, j.coalesce_version);
+            RETURN;
+        END IF;
+    END IF;
+    -- Open = the status still has somewhere to go in the transition table.
+    SELECT i.item_id INTO open_id FROM items i
+    WHERE i.compensates = p_item
+      AND EXISTS (SELECT 1 FROM item_transitions t WHERE t.from_status = i.status)
+    LIMIT 1;
+    IF FOUND THEN
+        INSERT INTO operator_conflicts (item_id, actor, reason) VALUES (p_item, p_actor, 'retry_in_progress');
+        RETURN QUERY SELECT 'conflict'::text, open_id, 'a retry of this item is already in progress'::text;
+        RETURN;
+    END IF;
+
+    c := pacer_item_id((SELECT j.created_at FROM jobs j WHERE j.job_id = o.job_id));  -- in its job's partition
+    INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,
+                       status, version, expire_at, compensates)
+    VALUES (c, o.job_id, o.shard_id, o.guid, o.to_id, o.content, o.idem_key,
+            COALESCE(p_priority, o.priority), o.kind, 'pending', 0,
+            CASE WHEN o.expire_at > now() THEN o.expire_at END, p_item);
+    INSERT INTO item_events (item_id, job_id, shard_id, guid, version, type, from_status, to_status, payload)
+    VALUES (c, o.job_id, o.shard_id, o.guid, 0, 'ItemCompensationCreated', 'pending', 'pending',
+            jsonb_build_object('compensates', p_item, 'actor', p_actor,
+                               'priority', COALESCE(p_priority, o.priority)));
+    INSERT INTO shard_status_counts AS s (shard_id, status, n) VALUES (o.shard_id, 'pending', 1)
+    ON CONFLICT (shard_id, status) DO UPDATE SET n = s.n + 1;
+    -- a completed job or shard runs again with the compensation (pacer_retry_items)
+    SELECT pacer_hold_reason(CASE WHEN j.status = 'completed' THEN 'running' ELSE j.status END, j.paused_reason,
+                             CASE WHEN s.status = 'completed' THEN 'running' ELSE s.status END, s.paused_reason,
+                             pacer_guid_hold(g.paused_reason, h.state::text, h.reason))
+    INTO hold
+    FROM shards s LEFT JOIN guid_leases g ON g.guid = o.guid LEFT JOIN guid_states h ON h.guid = o.guid
+    WHERE s.shard_id = o.shard_id;
+    RETURN QUERY SELECT 'created'::text, c,
+        format('compensation %s queued for item %s', c, p_item) || COALESCE('; waiting: ' || hold, '');
+END
+$$;
+
 CREATE FUNCTION public.pacer_confirm_budget(p_job uuid, p_max_sends bigint, p_actor text) RETURNS TABLE(outcome text, message text, status text)
     LANGUAGE plpgsql
     AS $$
@@ -1154,97 +1242,52 @@ $$;
 
 CREATE FUNCTION public.pacer_retry_item(p_item uuid, p_actor text, p_priority smallint DEFAULT NULL::smallint) RETURNS TABLE(outcome text, new_item uuid, message text)
     LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+BEGIN
+    RETURN QUERY SELECT r.outcome, r.new_item, r.message FROM pacer_retry_items(ARRAY[p_item], p_actor, p_priority) AS r;
+END
+$$;
+
+CREATE FUNCTION public.pacer_retry_items(p_items uuid[], p_actor text, p_priority smallint DEFAULT NULL::smallint) RETURNS TABLE(ord bigint, item_id uuid, outcome text, new_item uuid, message text)
+    LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
 DECLARE
-    o items%ROWTYPE;
-    j jobs%ROWTYPE;
-    newer integer;
-    open_id uuid;
-    c uuid;
-    hold text;
+    r record;
+    c record;
+    shard_ids bigint[] := '{}';
+    job_ids uuid[] := '{}';
 BEGIN
-    SELECT * INTO o FROM items WHERE item_id = p_item FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN QUERY SELECT 'not_found'::text, NULL::uuid, format('no item %s', p_item);
-        RETURN;
-    END IF;
-    IF o.status IN ('claimed', 'submitted', 'recovery_pending') THEN
-        INSERT INTO operator_conflicts (item_id, actor, reason) VALUES (p_item, p_actor, 'executing');
-        RETURN QUERY SELECT 'conflict'::text, NULL::uuid, 'this item is executing, check back later'::text;
-        RETURN;
-    END IF;
-    IF o.status IN ('pending', 'waiting_retry') THEN
-        RETURN QUERY SELECT 'already_queued'::text, NULL::uuid,
-            format('this item is already queued (%s)', o.status);
-        RETURN;
-    END IF;
-    IF o.status = 'confirmed' THEN
-        RETURN QUERY SELECT 'already_delivered'::text, NULL::uuid,
-            'this item was delivered; a retry would send it twice'::text;
-        RETURN;
-    END IF;
-    SELECT * INTO j FROM jobs WHERE job_id = o.job_id;
-    IF j.status IN ('cancelled', 'terminated') THEN
-        RETURN QUERY SELECT 'refused'::text, NULL::uuid,
-            CASE WHEN j.status = 'cancelled'
-                 THEN format('job %s is cancelled: its items are never sent again, so a retry would wait for '
-                             'ever; publish a new job request instead', o.job_id)
-                 ELSE format('job %s is terminated: resume the job first (once its in-flight items are '
-                             'settled), then retry', o.job_id) END;
-        RETURN;
-    END IF;
-    IF j.coalesce_key IS NOT NULL THEN
-        SELECT max(n.coalesce_version) INTO newer FROM jobs n
-        WHERE n.coalesce_key = j.coalesce_key AND n.coalesce_version > j.coalesce_version;
-        IF newer IS NOT NULL THEN
-            RETURN QUERY SELECT 'refused'::text, NULL::uuid,
-                format('superseded: business id %s has a newer status version (%s > %s); '
-                       'retrying would send an outdated status', j.coalesce_key, newer, j.coalesce_version);
-            RETURN;
+    FOR r IN SELECT u.id, u.n, i.shard_id, i.job_id
+             FROM unnest(p_items) WITH ORDINALITY AS u(id, n) LEFT JOIN items i ON i.item_id = u.id
+             ORDER BY i.shard_id NULLS LAST, u.id, u.n LOOP
+        SELECT * INTO c FROM pacer_compensate(r.id, p_actor, p_priority);
+        IF c.outcome = 'created' THEN
+            shard_ids := shard_ids || r.shard_id;
+            job_ids := job_ids || r.job_id;
         END IF;
-    END IF;
-    -- Open = the status still has somewhere to go in the transition table.
-    SELECT i.item_id INTO open_id FROM items i
-    WHERE i.compensates = p_item
-      AND EXISTS (SELECT 1 FROM item_transitions t WHERE t.from_status = i.status)
-    LIMIT 1;
-    IF FOUND THEN
-        INSERT INTO operator_conflicts (item_id, actor, reason) VALUES (p_item, p_actor, 'retry_in_progress');
-        RETURN QUERY SELECT 'conflict'::text, open_id, 'a retry of this item is already in progress'::text;
+        ord := r.n;
+        item_id := r.id;
+        outcome := c.outcome;
+        new_item := c.new_item;
+        message := c.message;
+        RETURN NEXT;
+    END LOOP;
+    IF cardinality(shard_ids) = 0 THEN
         RETURN;
     END IF;
-
-    c := pacer_item_id((SELECT j.created_at FROM jobs j WHERE j.job_id = o.job_id));  -- in its job's partition
-    INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,
-                       status, version, expire_at, compensates)
-    VALUES (c, o.job_id, o.shard_id, o.guid, o.to_id, o.content, o.idem_key,
-            COALESCE(p_priority, o.priority), o.kind, 'pending', 0,
-            CASE WHEN o.expire_at > now() THEN o.expire_at END, p_item);
-    INSERT INTO item_events (item_id, job_id, shard_id, guid, version, type, from_status, to_status, payload)
-    VALUES (c, o.job_id, o.shard_id, o.guid, 0, 'ItemCompensationCreated', 'pending', 'pending',
-            jsonb_build_object('compensates', p_item, 'actor', p_actor,
-                               'priority', COALESCE(p_priority, o.priority)));
-    INSERT INTO shard_status_counts AS s (shard_id, status, n) VALUES (o.shard_id, 'pending', 1)
-    ON CONFLICT (shard_id, status) DO UPDATE SET n = s.n + 1;
-    -- The compensation is open from this commit on, so its shard and job are too: one the
-    -- reconciler had completed reopens here (as a requery page's items reopen theirs), in the
-    -- same transaction, shard row before job row (the reconciler's order). A sender never finds
-    -- the compensation in a job still marked completed, and a segment completing the job's
-    -- last other shard waits for this row and reads it open.
-    UPDATE shards SET total = total + 1, status = CASE WHEN status = 'completed' THEN 'running' ELSE status END
-    WHERE shard_id = o.shard_id;
-    UPDATE jobs SET total = total + 1, status = CASE WHEN status = 'completed' THEN 'running' ELSE status END,
-                    finished_at = CASE WHEN status = 'completed' THEN NULL ELSE finished_at END
-    WHERE job_id = o.job_id;
-    SELECT pacer_hold_reason(CASE WHEN j.status = 'completed' THEN 'running' ELSE j.status END, j.paused_reason,
-                             s.status, s.paused_reason, pacer_guid_hold(g.paused_reason, h.state::text, h.reason))
-    INTO hold
-    FROM shards s LEFT JOIN guid_leases g ON g.guid = o.guid LEFT JOIN guid_states h ON h.guid = o.guid
-    WHERE s.shard_id = o.shard_id;
-    RETURN QUERY SELECT 'created'::text, c,
-        format('compensation %s queued for item %s', c, p_item) || COALESCE('; waiting: ' || hold, '');
+    PERFORM 1 FROM shards s WHERE s.shard_id = ANY(shard_ids) ORDER BY s.shard_id FOR NO KEY UPDATE;
+    UPDATE shards s
+    SET total = s.total + a.n, status = CASE WHEN s.status = 'completed' THEN 'running' ELSE s.status END
+    FROM (SELECT x AS shard_id, count(*) AS n FROM unnest(shard_ids) AS x GROUP BY x) AS a
+    WHERE s.shard_id = a.shard_id;
+    PERFORM 1 FROM jobs j WHERE j.job_id = ANY(job_ids) ORDER BY j.job_id FOR NO KEY UPDATE;
+    UPDATE jobs j
+    SET total = j.total + a.n,
+        status = CASE WHEN j.status = 'completed' THEN 'running' ELSE j.status END,
+        finished_at = CASE WHEN j.status = 'completed' THEN NULL ELSE j.finished_at END
+    FROM (SELECT x AS job_id, count(*) AS n FROM unnest(job_ids) AS x GROUP BY x) AS a
+    WHERE j.job_id = a.job_id;
 END
 $$;
 

@@ -1,5 +1,5 @@
--- pacer_retry_item (0004_operator_actions.sql) for each item, in the order given.
-SELECT t.id::text AS item_id, r.outcome, r.new_item::text AS new_item, r.message
-FROM unnest(%(ids)s::uuid[]) WITH ORDINALITY AS t(id, ord)
-CROSS JOIN LATERAL pacer_retry_item(t.id, %(actor)s::text, %(priority)s::smallint) AS r
-ORDER BY t.ord
+-- pacer_retry_items (db/schema/functions/pacer_retry_items.sql): every item's answer, in the
+-- order given.
+SELECT r.item_id::text AS item_id, r.outcome, r.new_item::text AS new_item, r.message
+FROM pacer_retry_items(%(ids)s::uuid[], %(actor)s::text, %(priority)s::smallint) AS r
+ORDER BY r.ord
