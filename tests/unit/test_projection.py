@@ -27,6 +27,15 @@ def test_empty_batch_changes_nothing() -> None:
     assert to_dispatch([]) == []
 
 
+def test_counts_come_in_key_order_whatever_the_events_order() -> None:
+    """The counts' rows are written, and locked, in the order count_deltas gives: shard, then
+    status, as a retry takes them, so the two never wait for each other in a circle."""
+    batch = [ev("a", S.PENDING, S.CLAIMED, shard_id=9), ev("b", S.SUBMITTED, S.CONFIRMED, shard_id=2),
+             ev("c", S.PENDING, S.CLAIMED, shard_id=5), ev("d", S.CLAIMED, S.SUBMITTED, shard_id=2)]
+    keys = list(count_deltas(batch))
+    assert keys == sorted(keys) and {k[0] for k in keys} == {2, 5, 9}
+
+
 def test_one_transition_moves_one_item_between_counts() -> None:
     assert count_deltas([ev("a", S.PENDING, S.CLAIMED, shard_id=7)]) == {(7, S.PENDING): -1, (7, S.CLAIMED): 1}
 

@@ -100,7 +100,7 @@ class PostgresLog:
                 if self.leader is not None:  # a frozen-then-resumed old leader stops here
                     await fence(conn, self.leader.name, self.leader.epoch)
                 if deltas:
-                    keys = sorted(deltas)  # the counts' rows in key order, as retries take them
+                    keys = list(deltas)  # in key order: the rows' lock order (count_deltas)
                     await conn.execute(_sql("apply_counts"), {
                         "shards": [k[0] for k in keys], "statuses": [k[1].value for k in keys],
                         "deltas": [deltas[k] for k in keys],
