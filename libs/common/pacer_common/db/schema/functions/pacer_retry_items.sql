@@ -11,7 +11,7 @@
 -- (each compensation's pending count, the items taken in shard order), then the shard rows,
 -- then the job rows, each in key order. A segment holds its shards' counts and rows while it
 -- waits for a job's row; a retry that held the job's row while it took those (as every retry
--- once did from its first item) deadlocked with it.
+-- once did from its first item) could deadlock with it.
 CREATE OR REPLACE FUNCTION pacer_retry_items(p_items uuid[], p_actor text, p_priority smallint DEFAULT NULL)
 RETURNS TABLE (ord bigint, item_id uuid, outcome text, new_item uuid, message text)
 LANGUAGE plpgsql AS $fn$
