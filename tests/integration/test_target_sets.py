@@ -20,7 +20,9 @@ import pytest
 
 from pacer_common import tracing
 from pacer_common.db.pool import open_pool
+from pacer_common.db.sql import sql_file
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.ids import Guid
 from pacer_common.kafka import ensure_topics, make_producer
 from pacer_dev.fakegateway.process import start_fake_gateway, stop
 from pacer_planner.adapters.http import HttpTargetSource
@@ -29,7 +31,7 @@ from pacer_planner.adapters.postgres import PostgresJobStore
 from pacer_planner.adapters.postgres_targets import PostgresTargetStore
 from pacer_planner.core import Handled, PagingConfig, PagingSupervisor, Planner, TargetPager
 from pacer_planner.domain.targets import parse_page, plan_page
-from pacer_planner.ports import CommandBus
+from pacer_planner.ports import CommandBus, PageStored
 from tests.integration.helpers import read_topic, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -391,6 +393,100 @@ def trace_of(traceparent: str | bytes | None) -> str | None:
     if isinstance(traceparent, bytes):
         traceparent = traceparent.decode()
     return traceparent.split("-")[1] if traceparent else None
+
+
+@dataclass
+class WaitingPage:
+    """A page of a job mid-paging, being stored while another transaction holds the pending
+    count of the job's shard of g0 (as a reconciler segment does while it waits for the job's
+    row): one item for g0, one for a guid new to the job (a new shard, which references the job)."""
+
+    job: str
+    store: asyncio.Task[PageStored | None]
+    holder: psycopg.AsyncConnection[Any]
+
+
+@asynccontextmanager
+async def page_waiting_at_a_count(url: str, a: Instance, audience: Audience) -> AsyncIterator[WaitingPage]:
+    audience.put(targets(9, guids=2))
+    h = await a.planner.handle(None, requery(f"rq-{uuid.uuid4().hex[:6]}", audience.url, 3))
+    assert h.job_id is not None
+    job = h.job_id
+    with pytest.raises(SimulatedCrash):
+        await a.pager.run(job)  # page 1 dispatched; page 2 stored, not flushed
+    state = await a.store.claim(job, "planner-a", 30.0)
+    assert state is not None and (state.pages, state.cursor) == (2, "off:6")
+    late = parse_page({"items": [{"guid": "g0", "to_id": "r100", "vars": {"n": "x"}},
+                                 {"guid": "g-new", "to_id": "r101", "vars": {"n": "y"}}], "next_cursor": "off:99"},
+                      state.cursor)
+    plan = plan_page(state.request, late, await a.store.known_subs(job, [Guid("g0"), Guid("g-new")]), 50_000,
+                     job_created_at=state.created_at)
+    g0 = one(url, "SELECT shard_id FROM shards WHERE job_id = %s AND guid = 'g0'", job)
+    holder = await psycopg.AsyncConnection.connect(url)
+    try:
+        await holder.execute("SELECT 1 FROM shard_status_counts WHERE shard_id = %s AND status = 'pending' FOR UPDATE",
+                             (g0,))
+        store = asyncio.create_task(a.store.store_page(state, "planner-a", late, plan, datetime.now(UTC), 30.0))
+        await until(lambda: one(url, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                     " AND datname = current_database()") >= 1, "the page waiting for g0's count")
+        assert not store.done()
+        yield WaitingPage(job, store, holder)
+    finally:
+        await holder.close()
+
+
+def test_a_page_waiting_for_a_shards_count_leaves_the_jobs_row_to_the_reconciler(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience) -> None:
+    """A reconciler segment holds its shards' counts while it waits for their job's row
+    (lock_jobs.sql). A page takes them in the same order: its items, the counts, the shards and
+    only then the job. While the page waits for a count the segment takes the job's row at once,
+    the page's new shard (its key share on the job) notwithstanding; let through, the page is
+    stored whole."""
+    url = database_url
+
+    async def go() -> str:
+        async with instance(url, kafka_config, topics, "planner-a", crash_after=1) as a, \
+                page_waiting_at_a_count(url, a, audience) as w:
+            async with await psycopg.AsyncConnection.connect(url) as segment:
+                await segment.execute("SET lock_timeout = '5s'")
+                locked = await (await segment.execute(sql_file("pacer_reconciler.adapters.sql", "lock_jobs"),
+                                                      {"jobs": [w.job]})).fetchall()
+                assert len(locked) == 1
+                await segment.rollback()
+            await w.holder.rollback()
+            stored = await w.store
+            assert stored is not None and len(stored.added) == 2
+            return w.job
+
+    job = asyncio.run(go())
+    assert [p[:5] for p in pages(url, job)][2] == (3, "off:6", "off:99", 2, 2)
+    assert one(url, "SELECT total, target_pages FROM jobs WHERE job_id = %s", job) == (8, 3)
+    shards_consistent(url, job)
+
+
+def test_a_page_whose_lease_was_taken_while_it_waited_is_rolled_back_whole(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience) -> None:
+    """The page's guard is read before it writes anything and checked again under the job's row,
+    the last lock it takes: a lease taken over in between (the job's row is not held meanwhile)
+    refuses the page, and none of its items, shards or counts stays."""
+    url = database_url
+
+    async def go() -> str:
+        async with instance(url, kafka_config, topics, "planner-a", crash_after=1) as a, \
+                page_waiting_at_a_count(url, a, audience) as w:
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as other:
+                await other.execute("SET lock_timeout = '5s'")
+                await other.execute("UPDATE jobs SET target_owner = 'planner-b' WHERE job_id = %s", (w.job,))
+            await w.holder.rollback()
+            assert await w.store is None
+            return w.job
+
+    job = asyncio.run(go())
+    assert [p[0] for p in pages(url, job)] == [1, 2]
+    assert one(url, "SELECT total, target_pages, target_owner FROM jobs WHERE job_id = %s", job) == (
+        6, 2, "planner-b")
+    assert one(url, "SELECT count(*) FROM shards WHERE job_id = %s AND guid = 'g-new'", job) == 0
+    shards_consistent(url, job)
 
 
 def test_a_requery_jobs_pages_are_fetched_stored_and_dispatched_in_the_requests_trace(

@@ -1,13 +1,18 @@
 """Requery target sets on Postgres: the paging lease, one transaction per page, dispatch marks.
 
-Every page is stored under the job's row lock, guarded by the lease owner and the page
-number (the job's ``target_pages`` must be the page before this one). A page fetched by a
-planner whose lease was taken over, or fetched again after a crash that happened after its
-commit, is refused whole (``None``) and nothing is written twice.
+Every page is stored in one transaction, guarded by the lease owner and the page number (the
+job's ``target_pages`` must be the page before this one). A page fetched by a planner whose
+lease was taken over, or fetched again after a crash that happened after its commit, is refused
+whole (``None``) and nothing is written twice.
+
+Lock order, the reconciler's: the page's items, then its shards' projected counts and rows in
+key order, then the job's row, where the guard is checked again. A job's pages take turns under
+an advisory lock on the job, not its row (``page_lock.sql``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -62,8 +67,11 @@ class PostgresTargetStore:
     async def store_page(self, state: PagingState, owner: str, page: Page, plan: PagePlan,
                          fetched_at: datetime, ttl_s: float) -> PageStored | None:
         async def work() -> PageStored | None:
-            async with self.pool.connection() as conn, synchronous_transaction(conn, pipeline=False):
-                return await self._store_page(conn, state, owner, page, plan, fetched_at, ttl_s)
+            try:
+                async with self.pool.connection() as conn, synchronous_transaction(conn, pipeline=False):
+                    return await self._store_page(conn, state, owner, page, plan, fetched_at, ttl_s)
+            except _Superseded:  # raised inside the transaction: nothing of the page is kept
+                return None
 
         try:
             return await with_retry(work)
@@ -74,9 +82,10 @@ class PostgresTargetStore:
     async def _store_page(self, conn: AsyncConnection[Any], state: PagingState, owner: str, page: Page,
                           plan: PagePlan, fetched_at: datetime, ttl_s: float) -> PageStored | None:
         job_id, page_no = state.job_id, state.pages + 1
-        lock = await (await conn.execute(sql("page_lock"), {"job_id": job_id})).fetchone()
-        if (lock is None or lock["target_owner"] != owner or lock["target_pages"] != state.pages
-                or lock["complete"] or lock["status"] not in ("running", "paused")):
+        await conn.execute(sql("page_lock"), {"job_id": job_id})
+        guard = await (await conn.execute(sql("page_guard"), {"job_id": job_id})).fetchone()
+        if (guard is None or guard["target_owner"] != owner or guard["target_pages"] != state.pages
+                or guard["complete"] or guard["status"] not in ("running", "paused")):
             return None
         req = state.request
         # The page's guids become the job's tenant's, or the page is refused (another tenant's
@@ -92,13 +101,21 @@ class PostgresTargetStore:
             "contents": [it.content for it in items], "keys": [it.idem_key for it in items],
             "traceparent": tracing.current(),  # the page's span, in the job request's trace
         })
-        added = frozenset(r["item_id"] for r in await cur.fetchall())
-        await conn.execute(sql("page_record"), {
-            "job_id": job_id, "page_no": page_no, "cursor_in": page.cursor_in, "cursor_out": page.next_cursor,
-            "fetched": page.fetched, "added": len(added),
+        rows = await cur.fetchall()
+        added = frozenset(r["item_id"] for r in rows)
+        per_shard = sorted(Counter(r["shard_id"] for r in rows).items())
+        if per_shard:
+            counts = {"shards": [s for s, _ in per_shard], "added": [n for _, n in per_shard]}
+            await conn.execute(sql("page_counts"), counts)
+            await conn.execute(sql("page_totals"), counts)
+        recorded = await conn.execute(sql("page_record"), {
+            "job_id": job_id, "owner": owner, "page_no": page_no, "cursor_in": page.cursor_in,
+            "cursor_out": page.next_cursor, "fetched": page.fetched, "added": len(added),
             "duplicates": plan.duplicates + len(items) - len(added), "invalid": plan.invalid,
             "first_error": plan.first_error, "fetched_at": fetched_at, "last": page.last, "ttl_s": ttl_s,
         })
+        if await recorded.fetchone() is None:
+            raise _Superseded  # the guard failed under the job's row lock: roll the page back
         if page.last:
             await conn.execute(sql("target_done"), {"job_id": job_id})
         return PageStored(added, shard_ids)
@@ -138,6 +155,10 @@ class PostgresTargetStore:
 
     async def release(self, job_id: str, owner: str) -> None:
         await self._rows("paging_release", {"job_id": job_id, "owner": owner})
+
+
+class _Superseded(Exception):
+    """The page's guard failed once its job's row was locked; its transaction rolls back."""
 
 
 async def _page_shards(conn: AsyncConnection[Any], job_id: str, plan: PagePlan) -> dict[ShardKey, int]:
