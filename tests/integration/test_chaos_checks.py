@@ -1,12 +1,15 @@
 """The chaos runs' checks of the record against the items, on a real database: every job's
-status (``JOBS_ASTRAY``) and the reconciler's projected counts (``PROJECTION_MISMATCH``)."""
+status (``JOBS_ASTRAY``), the reconciler's projected counts (``PROJECTION_MISMATCH``) and the
+deadlocks Postgres broke (``DEADLOCKS``)."""
 
 from __future__ import annotations
 
+import threading
+
 import psycopg
 
-from pacer_dev.chaos.harness import JOBS_ASTRAY, PROJECTION_MISMATCH, TERMINAL_VALUES
-from tests.integration.helpers import seed_job
+from pacer_dev.chaos.harness import DEADLOCKS, JOBS_ASTRAY, PROJECTION_MISMATCH, TERMINAL_VALUES
+from tests.integration.helpers import seed_job, wait_for
 
 
 def test_a_job_whose_status_disagrees_with_its_items_is_counted_and_no_other(database_url: str) -> None:
@@ -54,3 +57,57 @@ def test_a_projected_count_that_disagrees_with_the_items_is_counted(database_url
                      " p_lease_owner => 'w1', p_lease_ttl => interval '1 minute')", (first,))
         assert conn.execute(PROJECTION_MISMATCH, rids).fetchone() == (2,)
         assert conn.execute(PROJECTION_MISMATCH, {"rids": [f"req-{other}"]}).fetchone() == (0,)
+
+
+def test_a_deadlock_in_the_scenarios_database_is_counted(database_url: str) -> None:
+    """Two transactions take two rows in opposite orders; Postgres fails one of them, and the
+    database's count of deadlocks, read as a scenario's figures are, grows by one."""
+    url = database_url
+
+    def deadlocks() -> int:
+        with psycopg.connect(url, autocommit=True) as conn:  # a new session: no stats snapshot kept
+            row = conn.execute(DEADLOCKS).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS chaos_rows (id int PRIMARY KEY, n int NOT NULL)")
+        conn.execute("TRUNCATE chaos_rows")
+        conn.execute("INSERT INTO chaos_rows VALUES (1, 0), (2, 0)")
+    before = deadlocks()
+    errors: list[BaseException] = []
+    first_locked = threading.Event()
+
+    def take(order: tuple[int, int], timeout: str, signal: threading.Event | None, after: threading.Event | None,
+             ) -> None:
+        try:
+            with psycopg.connect(url) as conn:
+                conn.execute(f"SET deadlock_timeout = '{timeout}'")
+                conn.execute("UPDATE chaos_rows SET n = n + 1 WHERE id = %s", (order[0],))
+                if signal is not None:
+                    signal.set()
+                if after is not None:
+                    after.wait(10)
+                    wait_for(lambda: lock_waits(url) >= 1, 10, "the other transaction waiting for a row")
+                conn.execute("UPDATE chaos_rows SET n = n + 1 WHERE id = %s", (order[1],))
+        except psycopg.errors.DeadlockDetected as exc:
+            errors.append(exc)
+
+    # The first waits first, with the shorter deadlock_timeout: it is the one Postgres fails.
+    a = threading.Thread(target=take, args=((1, 2), "50ms", first_locked, None))
+    b_locked = threading.Event()
+    b = threading.Thread(target=take, args=((2, 1), "10s", b_locked, first_locked))
+    b.start()
+    b_locked.wait(10)
+    a.start()
+    a.join(30)
+    b.join(30)
+    assert len(errors) == 1
+    assert wait_for(lambda: deadlocks() == before + 1, 30, "the deadlock in pg_stat_database")
+
+
+def lock_waits(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                           " AND datname = current_database()").fetchone()
+    return int(row[0]) if row else 0

@@ -4,13 +4,17 @@ answers the next caller with another statement's result."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
+import psycopg
 import pytest
 
 from pacer_common.db.durable import fetch_durable_call, fetch_durably
+from pacer_common.db.errors import with_retry
 from pacer_common.db.pool import Pool, open_pool
-from tests.integration.helpers import wait_for
+from pacer_common.metrics import service_registry
+from tests.integration.helpers import eventually, wait_for
 
 # psycopg waits on the socket this many times in one synchronous transaction (pipeline:
 # enter, statements, sync); a cancellation at each of them is tried.
@@ -117,3 +121,65 @@ async def _use(pool: Pool) -> None:
     async with pool.connection() as conn:
         await conn.execute("SELECT 1")
 
+
+
+def test_a_deadlock_is_run_again_counted_and_logged(database_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Two transactions take two rows in opposite orders. Postgres breaks the cycle by failing
+    the one whose wait it checks first (the unit of work's: its ``deadlock_timeout`` is the
+    shorter); ``with_retry`` runs it again, it succeeds once the other has committed, and the
+    deadlock shows in ``pacer_db_transient_errors_total{error="deadlock"}`` and in a warning."""
+    registry = service_registry("test")
+
+    def deadlocks() -> float | None:
+        return registry.get_sample_value("pacer_db_transient_errors_total", {"error": "deadlock"})
+
+    async def scenario() -> tuple[float | None, int, float | None]:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as setup:
+            await setup.execute("CREATE TABLE IF NOT EXISTS deadlock_rows (id int PRIMARY KEY, n int NOT NULL)")
+            await setup.execute("TRUNCATE deadlock_rows")
+            await setup.execute("INSERT INTO deadlock_rows VALUES (1, 0), (2, 0)")
+        before = deadlocks()
+        pool = await open_pool(database_url, min_size=1, max_size=2, name="deadlock-pool")
+        other = await psycopg.AsyncConnection.connect(database_url)
+        attempts = 0
+        waiting = asyncio.Event()
+
+        async def work() -> int:
+            nonlocal attempts
+            attempts += 1
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute("SET LOCAL deadlock_timeout = '50ms'")
+                await conn.execute("UPDATE deadlock_rows SET n = n + 1 WHERE id = 2")
+                waiting.set()
+                await conn.execute("UPDATE deadlock_rows SET n = n + 1 WHERE id = 1")
+            return attempts
+
+        try:
+            await other.execute("SET deadlock_timeout = '10s'")
+            await other.execute("UPDATE deadlock_rows SET n = n + 10 WHERE id = 1")
+            unit = asyncio.create_task(with_retry(work, deadline_s=30))
+            await waiting.wait()
+            await eventually(lambda: _lock_waits(database_url), 10, "the unit of work waiting for row 1")
+            await other.execute("UPDATE deadlock_rows SET n = n + 10 WHERE id = 2")  # closes the cycle
+            await other.commit()
+            ran = await unit
+        finally:
+            await other.close()
+            await pool.close()
+        return before, ran, deadlocks()
+
+    with caplog.at_level(logging.WARNING, logger="pacer_common.db.errors"):
+        before, attempts, after = asyncio.run(scenario())
+    assert attempts == 2, "the unit of work ran again after the deadlock"
+    assert before is not None and after == before + 1
+    assert any("deadlock" in r.getMessage() for r in caplog.records if r.name == "pacer_common.db.errors")
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT n FROM deadlock_rows ORDER BY id").fetchall() == [(11,), (11,)]
+
+
+async def _lock_waits(url: str) -> bool:
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cur = await conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                 " AND datname = current_database()")
+        row = await cur.fetchone()
+    return row is not None and row[0] >= 1

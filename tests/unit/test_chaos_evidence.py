@@ -22,7 +22,7 @@ QUIET = {
     "kicks": 0, "holds": 0, "resumed": 0, "still_held": 0, "sent_while_held": 0,
     "outs": 0, "callbacks_lost": 0, "callbacks_duplicated": 0, "callbacks_reordered": 0, "status_polls": 0,
     "sends_unready": 0, "sent_since_backup": 0, "put_in_doubt": 0, "replanned": 0, "replanned_sent": 0,
-    "versions_rewritten": 0, "dedupe_key_clashes": 0, "jobs_astray": 0,
+    "versions_rewritten": 0, "dedupe_key_clashes": 0, "jobs_astray": 0, "deadlocks": 0,
 }
 QUIET_JOBS = {"poison-requests": 11}  # its valid requests are jobs whether or not poison came first
 
@@ -67,6 +67,7 @@ def test_a_run_with_its_fault_passes_and_a_duplicate_still_fails_it(name: str) -
     assert any("job's status" in w for w in verdict(name, faulted | {"jobs_astray": 1}, SIZE))
     assert "the reconciler's projected counts disagree with the items" in verdict(
         name, faulted | {"projection_mismatch": 1}, SIZE)
+    assert any("deadlock" in w for w in verdict(name, faulted | {"deadlocks": 1}, SIZE))
 
 
 @pytest.mark.parametrize(("name", "broken"), [

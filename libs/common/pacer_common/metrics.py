@@ -21,6 +21,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from pacer_common import gcpause
+from pacer_common.db.errors import TRANSIENT_ERRORS, TRANSIENT_KINDS
 from pacer_common.kafka import CLIENT_LOG
 from pacer_common.loopwatch import LoopLag
 
@@ -36,13 +37,15 @@ def pacer_version() -> str:
 
 def service_registry(service: str) -> CollectorRegistry:
     """A service's registry: process_* (CPU, memory, fds), python_info, python_gc_*,
-    ``pacer_gc_pause_seconds_total{generation}``, ``pacer_event_loop_lag_seconds`` and ``pacer_build_info{service,version,python}``."""
+    ``pacer_gc_pause_seconds_total{generation}``, ``pacer_event_loop_lag_seconds``,
+    ``pacer_db_transient_errors_total{error}`` and ``pacer_build_info{service,version,python}``."""
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
     GcPauses(registry)
     LoopLag(registry)
+    TransientErrors(registry)
     Info("pacer_build", "Pacer build running in this process (value 1)", registry=registry).info(
         {"service": service, "version": pacer_version(), "python": platform.python_version()})
     return registry
@@ -192,6 +195,30 @@ class OffsetResets(logging.Handler):
     def close(self) -> None:
         CLIENT_LOG.removeHandler(self)
         super().close()
+
+
+class TransientErrors(Collector):
+    """``pacer_db_transient_errors_total{error}``: units of work of this process that failed
+    with a transient database error and ran again (``with_retry``), by kind: ``deadlock``,
+    ``serialization_failure``, ``server_shutdown``, ``connection``. Every kind is exported
+    from the start, at 0."""
+
+    NAME = "pacer_db_transient_errors"
+    DOC = ("Units of work that failed with a transient Postgres error and ran again, by kind: deadlock (two "
+           "transactions took rows in opposite orders; Postgres broke the cycle), serialization_failure, "
+           "server_shutdown, connection")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        registry.register(self)
+
+    def collect(self) -> Iterable[Metric]:
+        out = CounterMetricFamily(self.NAME, self.DOC, labels=["error"])
+        for kind in TRANSIENT_KINDS:
+            out.add_metric([kind], TRANSIENT_ERRORS[kind])
+        yield out
+
+    def describe(self) -> Iterable[Metric]:
+        yield CounterMetricFamily(self.NAME, self.DOC, labels=["error"])
 
 
 class PoolStats(Collector):

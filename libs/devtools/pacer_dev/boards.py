@@ -211,6 +211,8 @@ BOARDS: tuple[Board, ...] = (
                 "/ sum by (pool) (rate(pacer_db_pool_requests_total[5m]))", "{{pool}}", "s"),
               p("Postgres connections discarded (interrupted or broken)",
                 "sum by (pool) (increase(pacer_db_pool_connections_discarded_total[15m]))", "{{pool}}"),
+              p("Postgres errors run again, by kind (deadlock: rows taken in opposite orders)",
+                "sum by (job, error) (increase(pacer_db_transient_errors_total[15m]))", "{{job}} {{error}}"),
               p("Resident memory per process", "process_resident_memory_bytes", "{{job}} {{instance}}", "bytes"),
               p("Share of time in garbage collection",
                 "sum by (job, instance) (rate(pacer_gc_pause_seconds_total[5m]))", "{{job}} {{instance}}",

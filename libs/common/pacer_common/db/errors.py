@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -11,6 +13,13 @@ from psycopg import errors as pgerr
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+# Units of work that failed with a transient error in this process, by kind (transient_kind),
+# whether or not a retry then succeeded: ``pacer_db_transient_errors_total{error}``.
+TRANSIENT_ERRORS: Counter[str] = Counter()
+TRANSIENT_KINDS = ("deadlock", "serialization_failure", "server_shutdown", "connection")
 
 
 class DatabaseError(Exception):
@@ -51,6 +60,17 @@ def translate(exc: BaseException) -> BaseException:
     return exc
 
 
+def transient_kind(exc: psycopg.Error) -> str:
+    """The kind of a transient error, one of :data:`TRANSIENT_KINDS`."""
+    if isinstance(exc, pgerr.DeadlockDetected):
+        return "deadlock"
+    if isinstance(exc, pgerr.SerializationFailure):
+        return "serialization_failure"
+    if isinstance(exc, (pgerr.AdminShutdown, pgerr.CannotConnectNow)):
+        return "server_shutdown"
+    return "connection"
+
+
 async def with_retry(work: Callable[[], Awaitable[T]], *, deadline_s: float = 60.0) -> T:
     """Run a whole unit of work (its own transaction), retrying it only on transient errors.
 
@@ -85,4 +105,14 @@ async def _attempt(work: Callable[[], Awaitable[T]]) -> T:
     try:
         return await work()
     except psycopg.Error as exc:
-        raise translate(exc) from exc
+        err = translate(exc)
+        if isinstance(err, TransientError):
+            kind = transient_kind(exc)
+            TRANSIENT_ERRORS[kind] += 1
+            if kind == "deadlock":
+                # Postgres broke a cycle of lock waits, and the unit of work runs again: nothing
+                # is lost, but the cycle is two transactions taking rows in opposite orders.
+                log.warning("a deadlock was broken and the unit of work runs again: %s; %s",
+                            str(exc).strip(), exc.diag.message_detail or "",
+                            extra={"sqlstate": exc.sqlstate, "error": kind})
+        raise err from exc

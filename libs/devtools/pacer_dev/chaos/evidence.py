@@ -59,6 +59,8 @@ def verdict(name: str, fig: Figures, size: Size) -> list[str]:
         wrong.append("a job's status disagrees with its items (completed with one open, or running with none)")
     if fig.get("projection_mismatch"):
         wrong.append("the reconciler's projected counts disagree with the items")
+    if fig.get("deadlocks"):
+        wrong.append("Postgres broke a deadlock: two paths took rows in opposite orders (see its log)")
     if not EVIDENCE[name](fig, size):
         wrong.append("no evidence the fault happened as planned, or it did harm")
     return wrong

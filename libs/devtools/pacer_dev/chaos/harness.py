@@ -71,6 +71,9 @@ WITH real AS (
 )
 SELECT count(*) FROM real r FULL JOIN projected p USING (shard_id, status) WHERE r.n IS DISTINCT FROM p.n
 """
+# Deadlocks Postgres broke in the scenario's database (each scenario has its own): each was a
+# unit of work run again, and two paths taking rows in opposite orders.
+DEADLOCKS: LiteralString = "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
 SETTLE_S = 30.0  # the reconciler applies an item's last event and completes its job within seconds
 
 
@@ -184,6 +187,7 @@ class Scenario:
                 "SELECT e.type, count(*) FROM item_events e JOIN jobs j USING (job_id) WHERE j.request_id = ANY(%s)"
                 " GROUP BY 1", (self.request_ids,)).fetchall())
             jobs = conn.execute("SELECT count(*) FROM jobs WHERE request_id = ANY(%s)", (self.request_ids,)).fetchone()[0]
+            deadlocks = conn.execute(DEADLOCKS).fetchone()[0]
             guid_takeovers, handovers = conn.execute(
                 "SELECT coalesce(sum(takeovers), 0), coalesce(sum(greatest(epoch - 1, 0)), 0)"
                 " FROM guid_leases").fetchone() or (0, 0)
@@ -210,6 +214,7 @@ class Scenario:
             "items": self.items,
             "jobs": jobs,
             **disagree,
+            "deadlocks": int(deadlocks or 0),
             "delivered_once": sum(1 for k in keys if delivered[k] == 1),
             "duplicates": sum(n - 1 for k, n in delivered.items() if k in keys and n > 1),
             "lost": lost,
@@ -258,6 +263,7 @@ def close_scenario(sc: Scenario) -> None:
 
 def line(name: str, fig: dict[str, int], extra: tuple[str, ...] = ()) -> str:
     head = " ".join(f"{k}={fig[k]}" for k in ("items", "delivered_once", "duplicates", "lost", "unverified"))
-    head += "".join(f" {k}={fig[k]}" for k in ("jobs_astray", "projection_mismatch") if fig.get(k) and k not in extra)
+    head += "".join(f" {k}={fig[k]}" for k in ("jobs_astray", "projection_mismatch", "deadlocks")
+                    if fig.get(k) and k not in extra)
     tail = " ".join(f"{k}={fig[k]}" for k in extra if k in fig)
     return f"chaos {name}: {head} {tail}".rstrip()
