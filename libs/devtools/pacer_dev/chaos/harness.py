@@ -98,14 +98,21 @@ class Scenario:
         return self.stack.infra.database_url
 
     # -- job --------------------------------------------------------------------------------
+    def targets(self, items: int, guids: int) -> list[dict[str, Any]]:
+        """``items`` targets over ``guids`` guids, round robin."""
+        return [{"guid": f"{self.name}-g{i % guids:03d}", "to_id": f"room-{i:06d}", "vars": {"n": str(i)}}
+                for i in range(items)]
+
     def publish(self, items: int, guids: int, copies: int = 1) -> str:
+        """A job of ``items`` targets over ``guids`` guids, its request produced ``copies`` times."""
+        return self.publish_targets({"mode": "snapshot", "items": self.targets(items, guids)}, items, copies)
+
+    def publish_targets(self, targets: dict[str, Any], items: int, copies: int = 1) -> str:
+        """A job request with this ``targets`` spec, expected to make ``items`` items."""
         rid = f"chaos-{self.name}-{uuid.uuid4().hex[:8]}"
         body = json.dumps({
             "request_id": rid, "kind": "campaign", "created_by": "chaos", "content_version": 1,
-            "message": {"type": "text", "content": "Hello {n}"},
-            "targets": {"mode": "snapshot", "items": [
-                {"guid": f"{self.name}-g{i % guids:03d}", "to_id": f"room-{i:06d}", "vars": {"n": str(i)}}
-                for i in range(items)]},
+            "message": {"type": "text", "content": "Hello {n}"}, "targets": targets,
             "expire_at": (datetime.now(UTC) + timedelta(hours=2)).isoformat(),
         }).encode()
         produce_all(make_producer({"bootstrap.servers": self.infra.kafka_bootstrap}),

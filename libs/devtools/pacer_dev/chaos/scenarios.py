@@ -212,3 +212,6 @@ SCENARIOS.update(CALLBACK_SCENARIOS)
 from pacer_dev.chaos.scenarios_restore import RESTORE_SCENARIOS  # noqa: E402
 
 SCENARIOS.update(RESTORE_SCENARIOS)
+from pacer_dev.chaos.scenarios_requery import REQUERY_SCENARIOS  # noqa: E402
+
+SCENARIOS.update(REQUERY_SCENARIOS)

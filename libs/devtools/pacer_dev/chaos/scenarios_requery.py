@@ -1,0 +1,100 @@
+"""A requery job paged while it sends, its planner killed again and again in the middle."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from pacer_dev.chaos.harness import Scenario, close_scenario, open_scenario
+from pacer_dev.infra import Infra
+
+if TYPE_CHECKING:
+    from pacer_dev.chaos.scenarios import Result, Size
+
+PAGE_SIZE = 100
+# Pages wait for admission (no guid past a few queued items), so paging lasts as long as the
+# sending; a dead planner's paging lease lapses within seconds and another planner takes it.
+REQUERY_ENV = {
+    "PACER_SENDER_MIN_INTERVAL_MS": "150",
+    "PACER_PLANNER_MAX_BACKLOG_PER_GUID": "5",
+    "PACER_PLANNER_REQUERY_ADMISSION_WAIT_S": "0.3",
+    "PACER_PLANNER_REQUERY_LEASE_S": "2",
+    "PACER_PLANNER_REQUERY_SWEEP_S": "0.5",
+    "PACER_PLANNER_REQUERY_BACKOFF_INITIAL_S": "0.05",
+    "PACER_PLANNER_REQUERY_BACKOFF_MAX_S": "0.5",
+}
+PAGING = "SELECT target_complete_at IS NULL, target_pages FROM jobs WHERE request_id = %s"
+# The job's pages in order, each starting where the one before it stopped: the pages that do not.
+PAGES_BROKEN = """
+SELECT count(*) FROM (
+    SELECT p.page_no, p.cursor_in, lag(p.cursor_out) OVER w AS before, row_number() OVER w AS n
+    FROM job_target_pages p JOIN jobs j USING (job_id)
+    WHERE j.request_id = %s
+    WINDOW w AS (ORDER BY p.page_no)
+) x
+WHERE x.page_no <> x.n OR x.cursor_in IS DISTINCT FROM x.before
+"""
+TARGETS_STORED = """
+SELECT count(DISTINCT (i.guid, i.to_id)) FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = %s
+"""
+
+
+def _paging(sc: Scenario) -> tuple[bool, int]:
+    """(still paging, pages stored) of the scenario's job; (True, 0) before it exists."""
+    with psycopg.connect(sc.db) as conn:
+        row = conn.execute(PAGING, (sc.request_id,)).fetchone()
+    return (True, 0) if row is None else (bool(row[0]), int(row[1]))
+
+
+def requery_kills(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
+    """A requery job over an audience of ``size.items`` targets, paged while it sends, its
+    planner killed -9 mid-paging again and again and a new one started each time; the new
+    planner takes the paging lease over once it lapses. Every target must become one item,
+    sent once; the pages must follow each other cursor to cursor; and pages storing items
+    while the reconciler completes and reopens their shards must never deadlock with it."""
+    sc = open_scenario("requery-kills", inf, root, senders=2, env=REQUERY_ENV)
+    try:
+        audience = f"chaos-{uuid.uuid4().hex[:8]}"
+        sc.gateway(f"/_admin/audiences/{audience}", {"targets": sc.targets(size.items, size.guids)}, method="PUT")
+        sc.publish_targets({"mode": "requery", "url": f"{sc.stack.gateway_url}/_audience/{audience}",
+                            "page_size": PAGE_SIZE}, size.items)
+        wanted = max(2, size.kills // 5)
+        kills = killed_while_paging = 0
+        last_pages = 0
+        deadline = time.monotonic() + size.timeout_s / 2
+        while kills < wanted and time.monotonic() < deadline:
+            paging, pages = _paging(sc)
+            if not paging:
+                break
+            if pages <= last_pages:  # the planner (or its successor) has not stored a page since
+                time.sleep(0.2)
+                continue
+            time.sleep(rng.uniform(0.0, 1.0))  # chaos cadence: the kill lands anywhere in a page
+            killed_while_paging += int(_paging(sc)[0])
+            sc.stack.kill(next(n for n in sc.stack.procs if n.startswith("planner")))
+            kills += 1
+            last_pages = _paging(sc)[1]
+            sc.stack.start_service("planner", f"planner-{kills + 1}", wait=False)
+        done = sc.wait_done(size.timeout_s)
+        fig = sc.measure()
+        fig["completed"] = int(done)
+        with psycopg.connect(sc.db) as conn:
+            fig["pages"] = _paging(sc)[1]
+            fig["pages_broken"] = int(conn.execute(PAGES_BROKEN, (sc.request_id,)).fetchone()[0])
+            fig["targets_missing"] = size.items - int(conn.execute(TARGETS_STORED, (sc.request_id,)).fetchone()[0])
+        fig["planner_kills"] = kills
+        fig["killed_while_paging"] = killed_while_paging
+        return fig, ("planner_kills", "killed_while_paging", "pages", "pages_broken", "targets_missing", "completed")
+    finally:
+        close_scenario(sc)
+
+
+REQUERY_SCENARIOS: dict[str, Callable[[Infra, Path, Size, random.Random], Result]] = {
+    "requery-kills": requery_kills,
+}
