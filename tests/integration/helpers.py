@@ -52,6 +52,15 @@ async def eventually(check: Callable[[], Awaitable[T | Literal[False] | None]], 
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value: {last!r}")
 
 
+async def waiting_for_locks(url: str, n: int = 1) -> bool:
+    """Whether at least ``n`` sessions of the database at ``url`` wait for a lock now (a
+    check for :func:`eventually`)."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        row = await (await conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                        " AND datname = current_database()")).fetchone()
+    return row is not None and row[0] >= n
+
+
 def seed_job(url: str, guids: dict[str, int], status: str = "pending", created_at: datetime | None = None,
              key_prefix: str = "k-") -> tuple[str, dict[str, int], list[str]]:
     """A job with one shard per guid and ``n`` items each, created at ``created_at`` (now) — its

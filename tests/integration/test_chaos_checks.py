@@ -4,12 +4,13 @@ deadlocks Postgres broke (``DEADLOCKS``)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import psycopg
 
 from pacer_dev.chaos.harness import DEADLOCKS, JOBS_ASTRAY, PROJECTION_MISMATCH, TERMINAL_VALUES
-from tests.integration.helpers import seed_job, wait_for
+from tests.integration.helpers import seed_job, wait_for, waiting_for_locks
 
 
 def test_a_job_whose_status_disagrees_with_its_items_is_counted_and_no_other(database_url: str) -> None:
@@ -88,7 +89,7 @@ def test_a_deadlock_in_the_scenarios_database_is_counted(database_url: str) -> N
                     signal.set()
                 if after is not None:
                     after.wait(10)
-                    wait_for(lambda: lock_waits(url) >= 1, 10, "the other transaction waiting for a row")
+                    wait_for(lambda: asyncio.run(waiting_for_locks(url)), 10, "the other transaction waiting for a row")
                 conn.execute("UPDATE chaos_rows SET n = n + 1 WHERE id = %s", (order[1],))
         except psycopg.errors.DeadlockDetected as exc:
             errors.append(exc)
@@ -105,9 +106,3 @@ def test_a_deadlock_in_the_scenarios_database_is_counted(database_url: str) -> N
     assert len(errors) == 1
     assert wait_for(lambda: deadlocks() == before + 1, 30, "the deadlock in pg_stat_database")
 
-
-def lock_waits(url: str) -> int:
-    with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                           " AND datname = current_database()").fetchone()
-    return int(row[0]) if row else 0

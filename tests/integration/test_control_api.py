@@ -15,7 +15,7 @@ import pytest
 from pacer_common import cli
 from pacer_common.domain.tokens import token_hash
 from tests.integration.control_support import audit, control_api, move, rows
-from tests.integration.helpers import eventually, seed_job
+from tests.integration.helpers import eventually, seed_job, waiting_for_locks
 
 
 def status_of(url: str, job: str) -> str:
@@ -288,15 +288,7 @@ def test_a_bulk_retry_holds_no_job_row_while_it_waits_for_a_shards_count(databas
                                      " FOR UPDATE", (last,))
                 retry = asyncio.create_task(api.post(f"/jobs/{job}/retry", "operator",
                                                      json={"filter": {"status": "failed"}}))
-
-                async def retry_waiting() -> bool:
-                    async with await psycopg.AsyncConnection.connect(url) as conn:
-                        cur = await conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                                                 " AND datname = current_database()")
-                        row = await cur.fetchone()
-                    return row is not None and row[0] >= 1
-
-                await eventually(retry_waiting, 10, "the retry waiting for the last shard's count")
+                await eventually(lambda: waiting_for_locks(url), 10, "the retry waiting for the last shard's count")
                 async with await psycopg.AsyncConnection.connect(url) as other:
                     await other.execute("SELECT 1 FROM jobs WHERE job_id = %s FOR UPDATE NOWAIT", (job,))
                     await other.rollback()

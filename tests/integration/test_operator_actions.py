@@ -12,7 +12,7 @@ import pytest
 from pacer_common import cli
 from pacer_common.db.operations import cancel_item, lock_view, retry_item
 from tests.integration.control_support import control_server, rows
-from tests.integration.helpers import seed_job
+from tests.integration.helpers import eventually, seed_job, waiting_for_locks
 
 ACTOR = "ops:alice"
 
@@ -330,14 +330,7 @@ def test_the_loser_of_a_cancel_claim_race_waits_then_moves_nothing(database_url:
 
 async def _blocked(url: str) -> None:
     """Wait until some session of this database is waiting on a lock."""
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        for _ in range(200):
-            cur = await conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                                     " AND wait_event_type = 'Lock'")
-            if (await cur.fetchone())[0]:
-                return
-            await asyncio.sleep(0.02)
-    raise AssertionError("the second writer never waited on the row lock")
+    await eventually(lambda: waiting_for_locks(url), 4, "the second writer waiting on the row lock")
 
 
 # ---- lock view ----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pacer_common.db.durable import fetch_durable_call, fetch_durably
 from pacer_common.db.errors import with_retry
 from pacer_common.db.pool import Pool, open_pool
 from pacer_common.metrics import service_registry
-from tests.integration.helpers import eventually, wait_for
+from tests.integration.helpers import eventually, wait_for, waiting_for_locks
 
 # psycopg waits on the socket this many times in one synchronous transaction (pipeline:
 # enter, statements, sync); a cancellation at each of them is tried.
@@ -159,7 +159,7 @@ def test_a_deadlock_is_run_again_counted_and_logged(database_url: str, caplog: p
             await other.execute("UPDATE deadlock_rows SET n = n + 10 WHERE id = 1")
             unit = asyncio.create_task(with_retry(work, deadline_s=30))
             await waiting.wait()
-            await eventually(lambda: _lock_waits(database_url), 10, "the unit of work waiting for row 1")
+            await eventually(lambda: waiting_for_locks(database_url), 10, "the unit of work waiting for row 1")
             await other.execute("UPDATE deadlock_rows SET n = n + 10 WHERE id = 2")  # closes the cycle
             await other.commit()
             ran = await unit
@@ -176,10 +176,3 @@ def test_a_deadlock_is_run_again_counted_and_logged(database_url: str, caplog: p
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT n FROM deadlock_rows ORDER BY id").fetchall() == [(11,), (11,)]
 
-
-async def _lock_waits(url: str) -> bool:
-    async with await psycopg.AsyncConnection.connect(url) as conn:
-        cur = await conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                                 " AND datname = current_database()")
-        row = await cur.fetchone()
-    return row is not None and row[0] >= 1

@@ -25,7 +25,7 @@ from pacer_reconciler.adapters.layout import LayoutBlocked, adopt_layout
 from pacer_reconciler.adapters.postgres import PostgresLog
 from pacer_reconciler.ports import Position
 from tests.conftest import stack_on
-from tests.integration.helpers import eventually, read_topic, seed_job, wait_for
+from tests.integration.helpers import eventually, read_topic, seed_job, wait_for, waiting_for_locks
 
 N, TTL = 16, 2.0  # 16: the count migrations make the event index for
 
@@ -206,15 +206,7 @@ def test_two_segments_completing_a_jobs_last_shards_at_once_complete_the_job(dat
             await holder.execute("SELECT 1 FROM jobs WHERE job_id = %s FOR UPDATE", (job_id,))
             commits = [asyncio.create_task(log.commit_batch([ev for _, ev in b], Position("0", 0), b[-1][0]))
                        for log, b in zip(logs, batches, strict=True)]
-
-            async def both_waiting() -> bool:
-                async with pool.connection() as conn:
-                    row = await (await conn.execute(
-                        "SELECT count(*) AS n FROM pg_stat_activity"
-                        " WHERE wait_event_type = 'Lock' AND datname = current_database()")).fetchone()
-                return row is not None and row["n"] >= 2
-
-            await eventually(both_waiting, 10, "the commits lined up behind the job row")
+            await eventually(lambda: waiting_for_locks(url, 2), 10, "the commits lined up behind the job row")
             await holder.rollback()
             await asyncio.gather(*commits)
         finally:
@@ -388,21 +380,14 @@ def test_a_shard_reopening_while_another_segment_completes_its_job_keeps_the_job
                 return asyncio.create_task(logs[s].commit_batch(
                     [ev for _, ev in rows if isinstance(ev, ItemEvent)], at[s], rows[-1][0]))
 
-            async def waiting(n: int) -> bool:
-                async with pool.connection() as conn:
-                    row = await (await conn.execute(
-                        "SELECT count(*) AS n FROM pg_stat_activity"
-                        " WHERE wait_event_type = 'Lock' AND datname = current_database()")).fetchone()
-                return row is not None and row["n"] >= n
-
             # segment 1 stops at its cursor, after its shards (and the job row, if it takes it)
             await holder.execute("SELECT 1 FROM log_cursors WHERE name = 'reconciler/1of2' FOR UPDATE")
             reopening = commit(1)
-            await eventually(lambda: waiting(1), 10, "segment 1's commit held at its cursor")
+            await eventually(lambda: waiting_for_locks(url, 1), 10, "segment 1's commit held at its cursor")
             completing = commit(0)
 
             async def completed_or_waiting() -> bool:
-                return completing.done() or await waiting(2)
+                return completing.done() or await waiting_for_locks(url, 2)
 
             await eventually(completed_or_waiting, 10, "segment 0's commit done or waiting for the job row")
             await holder.rollback()

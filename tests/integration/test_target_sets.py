@@ -32,7 +32,7 @@ from pacer_planner.adapters.postgres_targets import PostgresTargetStore
 from pacer_planner.core import Handled, PagingConfig, PagingSupervisor, Planner, TargetPager
 from pacer_planner.domain.targets import parse_page, plan_page
 from pacer_planner.ports import CommandBus, PageStored
-from tests.integration.helpers import read_topic, wait_for
+from tests.integration.helpers import eventually, read_topic, wait_for, waiting_for_locks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -427,8 +427,7 @@ async def page_waiting_at_a_count(url: str, a: Instance, audience: Audience) -> 
         await holder.execute("SELECT 1 FROM shard_status_counts WHERE shard_id = %s AND status = 'pending' FOR UPDATE",
                              (g0,))
         store = asyncio.create_task(a.store.store_page(state, "planner-a", late, plan, datetime.now(UTC), 30.0))
-        await until(lambda: one(url, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                                     " AND datname = current_database()") >= 1, "the page waiting for g0's count")
+        await eventually(lambda: waiting_for_locks(url), 20, "the page waiting for g0's count")
         assert not store.done()
         yield WaitingPage(job, store, holder)
     finally:

@@ -6,6 +6,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ import psycopg
 
 from pacer_dev.chaos.harness import Scenario, close_scenario, open_scenario
 from pacer_dev.infra import Infra
+from pacer_dev.infra.process import wait_for
 
 if TYPE_CHECKING:
     from pacer_dev.chaos.scenarios import Result, Size
@@ -52,6 +54,12 @@ def _paging(sc: Scenario) -> tuple[bool, int]:
     return (True, 0) if row is None else (bool(row[0]), int(row[1]))
 
 
+def _paged_to(sc: Scenario, pages: int) -> bool:
+    """The job has ``pages`` pages stored, or paging is over."""
+    paging, stored = _paging(sc)
+    return not paging or stored >= pages
+
+
 def requery_kills(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
     """A requery job over an audience of ``size.items`` targets, paged while it sends, its
     planner killed -9 mid-paging again and again and a new one started each time; the new
@@ -68,15 +76,15 @@ def requery_kills(inf: Infra, root: Path, size: Size, rng: random.Random) -> Res
         kills = killed_while_paging = 0
         last_pages = 0
         deadline = time.monotonic() + size.timeout_s / 2
-        while kills < wanted and time.monotonic() < deadline:
-            paging, pages = _paging(sc)
-            if not paging:
+        while kills < wanted:
+            # Until the live planner has stored one or two more pages (the kill then lands
+            # somewhere in the next one), or paging is over.
+            target = last_pages + rng.randint(1, 2)
+            if not wait_for(partial(_paged_to, sc, target), timeout=max(0.0, deadline - time.monotonic())):
                 break
-            if pages <= last_pages:  # the planner (or its successor) has not stored a page since
-                time.sleep(0.2)
-                continue
-            time.sleep(rng.uniform(0.0, 1.0))  # chaos cadence: the kill lands anywhere in a page
-            killed_while_paging += int(_paging(sc)[0])
+            if not _paging(sc)[0]:
+                break
+            killed_while_paging += 1
             sc.stack.kill(next(n for n in sc.stack.procs if n.startswith("planner")))
             kills += 1
             last_pages = _paging(sc)[1]
