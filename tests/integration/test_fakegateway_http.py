@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -13,6 +14,7 @@ import pytest
 from pacer_dev.fakegateway.config import GatewayConfig
 from pacer_dev.fakegateway.process import start_fake_gateway, stop
 from pacer_dev.fakegateway.state import NEEDS_HUMAN_CODES
+from pacer_dev.infra.process import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -254,3 +256,21 @@ def test_audiences_are_defined_paged_and_faulted_over_http(client: httpx.Client)
     assert client.put("/_admin/audiences/a2", json={"targets": "x"}).status_code == 400
     assert client.put("/_admin/audiences/a2", content=b"{").status_code == 400
     assert client.delete("/_admin/audiences/a1").json() == {"deleted": True}
+
+
+def test_a_held_page_request_is_answered_only_once_released(server_url: str, client: httpx.Client) -> None:
+    targets = [{"guid": "g", "to_id": f"r{i}"} for i in range(3)]
+    client.put("/_admin/audiences/h1", json={"targets": targets})
+    assert client.put("/_admin/audiences/h1/hold", json={"hold_next": 1}).json()["hold_next"] == 1
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(lambda: httpx.get(f"{server_url}/_audience/h1", params={"limit": 2}, timeout=10.0))
+        assert wait_for(lambda: client.get("/_admin/audiences/h1").json()["held"] == 1, timeout=10)
+        # The next request is not held, and the held one is still waiting.
+        assert client.get("/_audience/h1", params={"limit": 2}).json()["next_cursor"] == "off:2"
+        assert not held.done()
+        assert client.post("/_admin/audiences/h1/release").status_code == 200
+        assert held.result(timeout=10).json() == {"items": targets[:2], "next_cursor": "off:2"}
+    assert client.get("/_admin/audiences/h1").json()["held"] == 0
+    assert client.put("/_admin/audiences/h1/hold", json={"hold_next": -1}).status_code == 400
+    assert client.put("/_admin/audiences/nope/hold", json={}).status_code == 404
+    assert client.post("/_admin/audiences/nope/release").status_code == 404

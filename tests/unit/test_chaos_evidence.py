@@ -24,6 +24,7 @@ QUIET = {
     "sends_unready": 0, "sent_since_backup": 0, "put_in_doubt": 0, "replanned": 0, "replanned_sent": 0,
     "versions_rewritten": 0, "dedupe_key_clashes": 0, "jobs_astray": 0, "deadlocks": 0,
     "planner_kills": 0, "killed_while_paging": 0, "pages": 0, "pages_broken": 0, "targets_missing": 0,
+    "frozen_at_page": 0, "taken_over": 0, "zombie_pages_lost": 0,
 }
 QUIET_JOBS = {"poison-requests": 11}  # its valid requests are jobs whether or not poison came first
 
@@ -45,6 +46,7 @@ FAULTED = {
     "callbacks": {"outs": 12, "callbacks_lost": 30, "callbacks_duplicated": 35, "callbacks_reordered": 33,
                   "status_polls": 20},
     "requery-kills": {"planner_kills": 2, "killed_while_paging": 2, "pages": 10},
+    "requery-zombie": {"frozen_at_page": 2, "taken_over": 1, "zombie_pages_lost": 1, "pages": 6},
     "restore": {"sent_since_backup": 40, "replanned": 300, "replanned_sent": 25, "put_in_doubt": 300,
                 "verified": 300, "versions_rewritten": 180},
 }
@@ -82,6 +84,8 @@ def test_a_run_with_its_fault_passes_and_a_duplicate_still_fails_it(name: str) -
     ("restore", {"put_in_doubt": 39}), ("restore", {"replanned_sent": 0}), ("restore", {"dedupe_key_clashes": 1}),
     ("restore", {"versions_rewritten": 0}),
     ("requery-kills", {"pages_broken": 1}), ("requery-kills", {"targets_missing": 1}), ("requery-kills", {"pages": 1}),
+    ("requery-zombie", {"zombie_pages_lost": 0}), ("requery-zombie", {"pages": 2}),
+    ("requery-zombie", {"pages_broken": 1}), ("requery-zombie", {"targets_missing": 1}),
 ])
 def test_a_fault_that_did_harm_fails(name: str, broken: dict[str, int]) -> None:
     assert verdict(name, QUIET | FAULTED[name] | broken, SIZE) == ["no evidence the fault happened as planned, or it did harm"]

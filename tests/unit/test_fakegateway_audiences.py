@@ -98,3 +98,35 @@ def test_unknown_audience_and_bad_cursor() -> None:
 def test_bad_definitions_are_refused(doc: Any) -> None:
     with pytest.raises(AudienceError):
         Audiences().put("x", doc)
+
+
+def test_a_hold_takes_the_next_k_requests_and_counts_them_until_released() -> None:
+    a = Audiences()
+    a.put("x", {"targets": targets(2)})
+    assert not a.take_hold("x")  # nothing to hold yet
+    a.hold("x", {"hold_next": 2})
+    assert a.take_hold("x") and a.take_hold("x") and not a.take_hold("x")
+    assert (a.get("x").view()["held"], a.get("x").view()["hold_next"]) == (2, 0)
+    a.unhold("x")
+    a.put("x", {"targets": targets(3)})  # redefined: the hold's count stays
+    assert a.get("x").held == 1
+    assert not a.take_hold("nope")
+
+
+def test_a_hold_after_n_pages_lets_the_first_n_through() -> None:
+    a = Audiences()
+    a.put("x", {"targets": targets(5)})
+    a.hold("x", {"hold_next": 1, "after_pages": 2})
+    for cursor in (None, "off:1"):
+        assert not a.take_hold("x")
+        assert page(a, "x", cursor, 1)[0] == 200
+    assert a.take_hold("x") and not a.take_hold("x")
+
+
+@pytest.mark.parametrize("doc", [[], {"hold_next": -1}, {"hold_next": True}, {"hold_next": "2"},
+                                 {"after_pages": -1}, {"after_pages": 1.5}])
+def test_bad_holds_are_refused(doc: Any) -> None:
+    a = Audiences()
+    a.put("x", {"targets": []})
+    with pytest.raises(AudienceError):
+        a.hold("x", doc)

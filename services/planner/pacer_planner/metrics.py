@@ -60,6 +60,9 @@ class PagingMetrics:
                                 registry=registry)
         self.paused = Counter("pacer_planner_target_pauses_total", "Requery jobs paused by the planner",
                               registry=registry)
+        self.lost = Counter("pacer_planner_target_pages_lost_total",
+                            "Requery pages fetched but not stored: another planner had taken the job meanwhile",
+                            registry=registry)
 
     def page_stored(self, fetched: int, added: int, duplicates: int, invalid: int) -> None:
         self.pages.inc()
@@ -71,6 +74,9 @@ class PagingMetrics:
 
     def job_paused(self) -> None:
         self.paused.inc()
+
+    def page_lost(self) -> None:
+        self.lost.inc()
 
 
 class PlannerMetrics:

@@ -38,6 +38,9 @@ EVIDENCE: dict[str, Check] = {
                                 and f["sent_while_held"] == 0 and f["violations"] == 0),
     "requery-kills": lambda f, s: (f["killed_while_paging"] >= 1 and f["pages"] >= 2 and f["pages_broken"] == 0
                                    and f["targets_missing"] == 0),
+    "requery-zombie": lambda f, s: (f["taken_over"] == 1 and f["zombie_pages_lost"] >= 1
+                                    and f["pages"] > f["frozen_at_page"] and f["pages_broken"] == 0
+                                    and f["targets_missing"] == 0),
     "poison-requests": lambda f, s: (f["dead_lettered"] == f["poisoned"] > 0 and f["jobs"] == 1 + REPLIES
                                      and f["planner_exited"] == 0),
     "restore": lambda f, s: (f["sent_since_backup"] > 0 and f["replanned_sent"] > 0

@@ -1,8 +1,11 @@
-"""A requery job paged while it sends, its planner killed again and again in the middle."""
+"""Requery jobs under planner faults: the paging planner killed again and again mid-paging
+(``requery-kills``), or frozen with a page on its way and woken once another planner has the
+job (``requery-zombie``)."""
 
 from __future__ import annotations
 
 import random
+import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -31,7 +34,11 @@ REQUERY_ENV = {
     "PACER_PLANNER_REQUERY_BACKOFF_INITIAL_S": "0.05",
     "PACER_PLANNER_REQUERY_BACKOFF_MAX_S": "0.5",
 }
+# Paging as fast as the audience answers (no admission waits): a page in a frozen planner's
+# hands is then always tried against the job, never put off for admission.
+ZOMBIE_ENV = {k: v for k, v in REQUERY_ENV.items() if k != "PACER_PLANNER_MAX_BACKLOG_PER_GUID"}
 PAGING = "SELECT target_complete_at IS NULL, target_pages FROM jobs WHERE request_id = %s"
+PAGING_OWNER = "SELECT target_owner, target_pages FROM jobs WHERE request_id = %s"
 # The job's pages in order, each starting where the one before it stopped: the pages that do not.
 PAGES_BROKEN = """
 SELECT count(*) FROM (
@@ -103,6 +110,66 @@ def requery_kills(inf: Infra, root: Path, size: Size, rng: random.Random) -> Res
         close_scenario(sc)
 
 
+def _owner(sc: Scenario) -> tuple[str | None, int]:
+    """(the paging lease's owner, pages stored) of the scenario's job."""
+    with psycopg.connect(sc.db) as conn:
+        row = conn.execute(PAGING_OWNER, (sc.request_id,)).fetchone()
+    return (None, 0) if row is None else (row[0], int(row[1]))
+
+
+def _taken_over(sc: Scenario, zombie_owner: str, pages: int) -> bool:
+    """While the zombie sleeps: another planner holds the job's paging lease and has stored a
+    page past ``pages``, or has finished paging."""
+    owner, stored = _owner(sc)
+    return not _paging(sc)[0] or (owner not in (None, zombie_owner) and stored > pages)
+
+
+def requery_zombie(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
+    """Two planners; the one paging a requery job is frozen (SIGSTOP) while the audience
+    holds its next page, and the page is answered while it sleeps. Its paging lease lapses,
+    the other planner takes the job over and stores that page and more; then the frozen one
+    wakes (SIGCONT) with the stale page in hand. It must keep nothing of it: every target one
+    item, sent once; the pages cursor to cursor; and the woken planner counting the page lost."""
+    sc = open_scenario("requery-zombie", inf, root, senders=2, env=ZOMBIE_ENV)
+    try:
+        sc.stack.start_service("planner", "planner-2")
+        audience = f"chaos-{uuid.uuid4().hex[:8]}"
+        admin = f"/_admin/audiences/{audience}"
+        sc.gateway(admin, {"targets": sc.targets(size.items, size.guids)}, method="PUT")
+        frozen_at = rng.randint(1, max(1, min(3, size.items // PAGE_SIZE - 2)))
+        sc.gateway(f"{admin}/hold", {"hold_next": 1, "after_pages": frozen_at}, method="PUT")
+        sc.publish_targets({"mode": "requery", "url": f"{sc.stack.gateway_url}/_audience/{audience}",
+                            "page_size": PAGE_SIZE}, size.items)
+        if not wait_for(lambda: sc.gateway(admin)["held"] == 1, timeout=size.timeout_s / 4):
+            raise RuntimeError(f"no planner asked for page {frozen_at + 1}; see {sc.stack.state_dir}/logs")
+        owner, pages = _owner(sc)
+        zombie = next(n for n, p in sc.stack.procs.items() if n.startswith("planner") and f":{p.pid}:" in (owner or ""))
+        sc.stack.signal(zombie, signal.SIGSTOP)
+        sc.gateway(f"{admin}/release", method="POST")  # the page reaches a planner that sleeps
+        taken = wait_for(partial(_taken_over, sc, owner or "", pages), timeout=size.timeout_s / 4)
+        sc.stack.signal(zombie, signal.SIGCONT)
+
+        def lost() -> float:
+            return sc.stack.metric(zombie, "pacer_planner_target_pages_lost_total") or 0.0
+
+        wait_for(lambda: lost() >= 1, timeout=30)
+        done = sc.wait_done(size.timeout_s)
+        fig = sc.measure()
+        fig["completed"] = int(done)
+        with psycopg.connect(sc.db) as conn:
+            fig["pages"] = _paging(sc)[1]
+            fig["pages_broken"] = int(conn.execute(PAGES_BROKEN, (sc.request_id,)).fetchone()[0])
+            fig["targets_missing"] = size.items - int(conn.execute(TARGETS_STORED, (sc.request_id,)).fetchone()[0])
+        fig["frozen_at_page"] = pages
+        fig["taken_over"] = int(taken)
+        fig["zombie_pages_lost"] = int(lost())
+        return fig, ("frozen_at_page", "taken_over", "zombie_pages_lost", "pages", "pages_broken", "targets_missing",
+                     "completed")
+    finally:
+        close_scenario(sc)
+
+
 REQUERY_SCENARIOS: dict[str, Callable[[Infra, Path, Size, random.Random], Result]] = {
     "requery-kills": requery_kills,
+    "requery-zombie": requery_zombie,
 }

@@ -115,6 +115,7 @@ def create_app(config: GatewayConfig | None = None) -> FakeGatewayApp:
 def _audience_routes(app: FakeGatewayApp) -> None:
     """Target sets for requery jobs: define them under /_admin/audiences, page them from /_audience."""
     auds = app.audiences
+    gates: dict[str, asyncio.Event] = {}  # per audience: set by a release, then replaced
 
     async def body(request: Request) -> Any:
         try:
@@ -136,6 +137,23 @@ def _audience_routes(app: FakeGatewayApp) -> None:
         except AudienceError as exc:
             return JSONResponse({"error": str(exc)}, status_code=404 if name not in auds.by_name else 400)
 
+    @app.put("/_admin/audiences/{name}/hold")
+    async def put_hold(name: str, request: Request) -> JSONResponse:
+        try:
+            return JSONResponse(auds.hold(name, await body(request)).view())
+        except AudienceError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404 if name not in auds.by_name else 400)
+
+    @app.post("/_admin/audiences/{name}/release")
+    async def release(name: str) -> JSONResponse:
+        gate = gates.pop(name, None)
+        if gate is not None:
+            gate.set()
+        try:
+            return JSONResponse(auds.get(name).view())
+        except AudienceError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+
     @app.get("/_admin/audiences/{name}")
     async def get_audience(name: str) -> JSONResponse:
         try:
@@ -154,6 +172,11 @@ def _audience_routes(app: FakeGatewayApp) -> None:
             limit = int(q["limit"]) if "limit" in q else None
         except ValueError:
             return JSONResponse({"error": "limit must be an integer"}, status_code=400)
+        if auds.take_hold(name):
+            try:
+                await gates.setdefault(name, asyncio.Event()).wait()
+            finally:
+                auds.unhold(name)
         answer = auds.page(name, q.get("cursor"), limit, request.headers.get("traceparent"))
         return Response(answer.body, status_code=answer.status, media_type="application/json")
 

@@ -6,8 +6,10 @@ audience changed between two pages behaves like a live query: targets added befo
 cursor shift others into the next page (seen twice), targets added at the end are found.
 
 Knobs, for tests: ``page_size_cap`` (serve fewer than asked), ``changes`` (replace the
-targets automatically after the n-th page served), and faults: fail the next ``k`` page
-requests with an HTTP status, a body that is not JSON, or JSON that is not a page.
+targets automatically after the n-th page served), faults: fail the next ``k`` page
+requests with an HTTP status, a body that is not JSON, or JSON that is not a page; and holds:
+leave the next ``k`` page requests unanswered until released (the web layer waits; this
+module counts them), to freeze a planner with a page on its way.
 
 Pure logic, no web imports; driven from one event loop.
 """
@@ -42,6 +44,9 @@ class Audience:
     fail_mode: str = "status"
     fail_status: int = 500
     served: int = 0  # pages answered with 200 and a page
+    hold_next: int = 0  # page requests to leave unanswered until released
+    hold_after: int = 0  # ... once this many pages have been served
+    held: int = 0  # page requests unanswered now
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     def view(self) -> dict[str, Any]:
@@ -49,6 +54,7 @@ class Audience:
             "size": len(self.targets), "page_size_cap": self.page_size_cap, "served": self.served,
             "pending_changes": [c.after_pages for c in self.changes], "fail_next": self.fail_next,
             "fail_mode": self.fail_mode, "fail_status": self.fail_status, "requests": list(self.requests),
+            "hold_next": self.hold_next, "hold_after": self.hold_after, "held": self.held,
         }
 
 
@@ -83,6 +89,7 @@ class Audiences:
         if old is not None:
             aud.served, aud.requests = old.served, old.requests
             aud.fail_next, aud.fail_mode, aud.fail_status = old.fail_next, old.fail_mode, old.fail_status
+            aud.hold_next, aud.hold_after, aud.held = old.hold_next, old.hold_after, old.held
         self.by_name[name] = aud
         return aud
 
@@ -100,6 +107,34 @@ class Audiences:
             raise AudienceError("status must be an HTTP error status (400..599)")
         aud.fail_next, aud.fail_mode, aud.fail_status = n, mode, status
         return aud
+
+    def hold(self, name: str, doc: Any) -> Audience:
+        """Leave the next ``hold_next`` page requests unanswered until a release, once
+        ``after_pages`` pages (counted from the audience's first) have been served."""
+        aud = self.get(name)
+        if not isinstance(doc, Mapping):
+            raise AudienceError("body must be a JSON object")
+        for key in ("hold_next", "after_pages"):
+            n = doc.get(key, 1 if key == "hold_next" else 0)
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise AudienceError(f"{key} must be an integer >= 0")
+        aud.hold_next, aud.hold_after = doc.get("hold_next", 1), doc.get("after_pages", 0)
+        return aud
+
+    def take_hold(self, name: str) -> bool:
+        """A page request arrives: is it one to hold? (Counted as held until ``unhold``.)"""
+        aud = self.by_name.get(name)
+        if aud is None or aud.hold_next <= 0 or aud.served < aud.hold_after:
+            return False
+        aud.hold_next -= 1
+        aud.held += 1
+        return True
+
+    def unhold(self, name: str) -> None:
+        """A held page request is released (or its client went away)."""
+        aud = self.by_name.get(name)
+        if aud is not None and aud.held > 0:
+            aud.held -= 1
 
     def get(self, name: str) -> Audience:
         try:

@@ -59,6 +59,7 @@ class _NoEvents:
     def page_stored(self, fetched: int, added: int, duplicates: int, invalid: int) -> None: ...
     def fetch_failed(self) -> None: ...
     def job_paused(self) -> None: ...
+    def page_lost(self) -> None: ...
 
 
 class TargetPager:
@@ -140,6 +141,9 @@ class TargetPager:
         except PageRejected as exc:
             return await self._pause(job_id, f"target_page_rejected: page {page_no} cannot be stored: {exc}")
         if result is None:
+            # Fetched under a lease that lapsed meanwhile (a pause, a freeze): another planner
+            # has the job; nothing of this page was kept.
+            self.events.page_lost()
             log.warning("page %d not stored: the job moved on without this planner", page_no)
             return "lost"
         added = [it for it in plan.items if it.item_id in result.added]
