@@ -38,6 +38,9 @@ EVIDENCE: dict[str, Check] = {
                                 and f["sent_while_held"] == 0 and f["violations"] == 0),
     "requery-kills": lambda f, s: (f["killed_while_paging"] >= 1 and f["pages"] >= 2 and f["pages_broken"] == 0
                                    and f["targets_missing"] == 0),
+    "planner-kills": lambda f, s: (f["killed_mid_store"] >= 1 and f["killed_before_dispatch"] >= 1
+                                   and f["jobs"] == f["requests"] > 0 and f["targets_missing"] == 0
+                                   and f["totals_astray"] == 0 and f["undispatched"] == 0),
     "requery-zombie": lambda f, s: (f["taken_over"] == 1 and f["zombie_pages_lost"] >= 1
                                     and f["pages"] > f["frozen_at_page"] and f["pages_broken"] == 0
                                     and f["targets_missing"] == 0),

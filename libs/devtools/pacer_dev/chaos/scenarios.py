@@ -215,3 +215,6 @@ SCENARIOS.update(RESTORE_SCENARIOS)
 from pacer_dev.chaos.scenarios_requery import REQUERY_SCENARIOS  # noqa: E402
 
 SCENARIOS.update(REQUERY_SCENARIOS)
+from pacer_dev.chaos.scenarios_planner import PLANNER_SCENARIOS  # noqa: E402
+
+SCENARIOS.update(PLANNER_SCENARIOS)

@@ -84,15 +84,16 @@ def terminate(pid: int, *, timeout: float, what: str) -> None:
         raise InfraError(f"{what} (pid {pid}) survived SIGKILL")
 
 
-def wait_for(condition: Callable[[], bool], *, timeout: float) -> bool:
-    """Poll `condition` until it holds or `timeout` seconds pass; return whether it held."""
+def wait_for(condition: Callable[[], bool], *, timeout: float, interval: float = POLL_INTERVAL_S) -> bool:
+    """Poll `condition` every `interval` seconds until it holds or `timeout` seconds pass;
+    return whether it held."""
     deadline = time.monotonic() + timeout
     while True:
         if condition():
             return True
         if time.monotonic() >= deadline:
             return False
-        time.sleep(POLL_INTERVAL_S)
+        time.sleep(interval)
 
 
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
