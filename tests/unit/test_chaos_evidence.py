@@ -25,6 +25,7 @@ QUIET = {
     "versions_rewritten": 0, "dedupe_key_clashes": 0, "jobs_astray": 0, "deadlocks": 0,
     "planner_kills": 0, "killed_while_paging": 0, "pages": 0, "pages_broken": 0, "targets_missing": 0,
     "frozen_at_page": 0, "taken_over": 0, "zombie_pages_lost": 0,
+    "reconciler_kills": 0, "killed_mid_apply": 0,
     "requests": 0, "killed_mid_store": 0, "killed_before_dispatch": 0, "totals_astray": 0, "undispatched": 0,
 }
 QUIET_JOBS = {"poison-requests": 11}  # its valid requests are jobs whether or not poison came first
@@ -47,6 +48,7 @@ FAULTED = {
     "callbacks": {"outs": 12, "callbacks_lost": 30, "callbacks_duplicated": 35, "callbacks_reordered": 33,
                   "status_polls": 20},
     "requery-kills": {"planner_kills": 2, "killed_while_paging": 2, "pages": 10},
+    "reconciler-kills": {"reconciler_kills": 2, "killed_mid_apply": 1},
     "planner-kills": {"requests": 6, "jobs": 6, "planner_kills": 2, "killed_mid_store": 1,
                       "killed_before_dispatch": 1},
     "requery-zombie": {"frozen_at_page": 2, "taken_over": 1, "zombie_pages_lost": 1, "pages": 6},
@@ -87,6 +89,7 @@ def test_a_run_with_its_fault_passes_and_a_duplicate_still_fails_it(name: str) -
     ("restore", {"put_in_doubt": 39}), ("restore", {"replanned_sent": 0}), ("restore", {"dedupe_key_clashes": 1}),
     ("restore", {"versions_rewritten": 0}),
     ("requery-kills", {"pages_broken": 1}), ("requery-kills", {"targets_missing": 1}), ("requery-kills", {"pages": 1}),
+    ("reconciler-kills", {"killed_mid_apply": 0}),
     ("planner-kills", {"targets_missing": 500}), ("planner-kills", {"totals_astray": 500}),
     ("planner-kills", {"undispatched": 1}), ("planner-kills", {"jobs": 5}), ("planner-kills", {"killed_mid_store": 0}),
     ("requery-zombie", {"zombie_pages_lost": 0}), ("requery-zombie", {"pages": 2}),

@@ -28,6 +28,7 @@ EVIDENCE: dict[str, Check] = {
                                  and f["in_doubt_while_hung"] > 0 and f["max_tail_lag_s"] <= 10),
     "frozen-leader": lambda f, s: (f["took_over"] == 1 and f["failover_s"] <= LEADER_TTL_S + 3
                                    and f["old_stepped_down"] == 1),
+    "reconciler-kills": lambda f, s: f["killed_mid_apply"] >= max(1, s.kills // 5),
     "retention-loss": lambda f, s: f["deleted"] >= s.items and f["swept"] > 0,
     "forced-release": lambda f, s: (f["forced"] > 0 and f["evicted"] > 0 and f["taken_back"] == 0
                                     and f["exited"] == 0 and f["max_guid_concurrency"] <= 1 and f["violations"] == 0),

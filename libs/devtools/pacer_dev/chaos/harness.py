@@ -74,6 +74,11 @@ SELECT count(*) FROM real r FULL JOIN projected p USING (shard_id, status) WHERE
 # Deadlocks Postgres broke in the scenario's database (each scenario has its own): each was a
 # unit of work run again, and two paths taking rows in opposite orders.
 DEADLOCKS: LiteralString = "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+# A transaction's fate by its 32-bit xid, in the current xid epoch.
+XACT_STATUS: LiteralString = """
+SELECT pg_xact_status((((pg_current_xact_id()::text::bigint >> 32) << 32) + %s::bigint)::text::xid8)
+"""
+POLL_S = 0.002  # a transaction caught in flight lasts milliseconds
 SETTLE_S = 30.0  # the reconciler applies an item's last event and completes its job within seconds
 
 
@@ -274,3 +279,31 @@ def line(name: str, fig: dict[str, int], extra: tuple[str, ...] = ()) -> str:
                     if fig.get(k) and k not in extra)
     tail = " ".join(f"{k}={fig[k]}" for k in extra if k in fig)
     return f"chaos {name}: {head} {tail}".rstrip()
+
+
+def first_row(conn: psycopg.Connection[tuple[object, ...]], query: LiteralString, args: tuple[object, ...],
+              timeout_s: float) -> object | None:
+    """The first column of ``query``'s first row once it is truthy, polled every ``POLL_S``
+    (to catch a transaction in flight); None if it never is within ``timeout_s``."""
+    seen: list[object] = []
+
+    def found() -> bool:
+        row = conn.execute(query, args).fetchone()
+        if row is not None and row[0]:
+            seen.append(row[0])
+        return bool(seen)
+
+    return seen[0] if wait_for(found, timeout=timeout_s, interval=POLL_S) else None
+
+
+def xact_fate(conn: psycopg.Connection[tuple[object, ...]], xid: object, timeout_s: float) -> str:
+    """Transaction ``xid``'s fate (``committed``, ``aborted``), once Postgres has noticed a
+    killed client gone (``in progress`` until then)."""
+    status: list[str] = []
+
+    def known() -> bool:
+        status[:] = [str(conn.execute(XACT_STATUS, (xid,)).fetchone()[0])]
+        return status[0] != "in progress"
+
+    wait_for(known, timeout=timeout_s, interval=POLL_S)
+    return status[0]

@@ -11,25 +11,19 @@ from typing import TYPE_CHECKING, LiteralString
 
 import psycopg
 
-from pacer_dev.chaos.harness import close_scenario, open_scenario
+from pacer_dev.chaos.harness import close_scenario, first_row, open_scenario, xact_fate
 from pacer_dev.infra import Infra
-from pacer_dev.infra.process import wait_for
 
 if TYPE_CHECKING:
     from pacer_dev.chaos.scenarios import Result, Size
 
 PER_REQUEST = 500  # targets per request: a store long enough to be caught with its rows half written
-POLL_S = 0.002
 # A planner transaction that has written rows (it has an xid) and is copying a job's items in.
 STORING: LiteralString = """
 SELECT backend_xid::text FROM pg_stat_activity
 WHERE datname = current_database() AND application_name = 'pacer-planner'
   AND backend_xid IS NOT NULL AND query LIKE 'COPY items%%'
 LIMIT 1
-"""
-# A transaction's fate by its 32-bit xid, in the current xid epoch.
-XACT_STATUS: LiteralString = """
-SELECT pg_xact_status((((pg_current_xact_id()::text::bigint >> 32) << 32) + %s::bigint)::text::xid8)
 """
 UNDISPATCHED: LiteralString = """
 SELECT count(*) FROM jobs WHERE request_id = ANY(%s) AND target_mode = 'snapshot' AND dispatched_at IS NULL
@@ -38,33 +32,6 @@ TOTAL: LiteralString = "SELECT coalesce(sum(total), 0) FROM jobs WHERE request_i
 ITEMS: LiteralString = """
 SELECT count(*) FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = ANY(%s)
 """
-
-
-def _first(conn: psycopg.Connection[tuple[object, ...]], query: LiteralString, args: tuple[object, ...],
-           timeout_s: float) -> object | None:
-    """The first column of ``query``'s first row once it is truthy (polled every ``POLL_S``:
-    a job's store lasts tens of milliseconds); None if it never is within ``timeout_s``."""
-    seen: list[object] = []
-
-    def found() -> bool:
-        row = conn.execute(query, args).fetchone()
-        if row is not None and row[0]:
-            seen.append(row[0])
-        return bool(seen)
-
-    return seen[0] if wait_for(found, timeout=timeout_s, interval=POLL_S) else None
-
-
-def _settled(conn: psycopg.Connection[tuple[object, ...]], xid: object, timeout_s: float) -> str:
-    """The transaction's fate once Postgres has noticed its client gone (``in progress`` until then)."""
-    status: list[str] = []
-
-    def known() -> bool:
-        status[:] = [str(conn.execute(XACT_STATUS, (xid,)).fetchone()[0])]
-        return status[0] != "in progress"
-
-    wait_for(known, timeout=timeout_s, interval=POLL_S)
-    return status[0]
 
 
 def planner_kills(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
@@ -87,13 +54,13 @@ def planner_kills(inf: Infra, root: Path, size: Size, rng: random.Random) -> Res
             while kills < wanted:
                 storing = kills % 2 == 0
                 # A new planner joins the group once the killed one's session lapses (10 s).
-                seen = _first(conn, STORING, (), 60) if storing else _first(conn, UNDISPATCHED, (rids,), 60)
+                seen = first_row(conn, STORING, (), 60) if storing else first_row(conn, UNDISPATCHED, (rids,), 60)
                 if seen is None:
                     break  # every request planned before the fault came round
                 sc.stack.kill(next(n for n in sc.stack.procs if n.startswith("planner")))
                 kills += 1
                 if storing:  # Postgres rolls the transaction back once it sees the connection gone
-                    mid_store += _settled(conn, seen, 30) == "aborted"
+                    mid_store += xact_fate(conn, seen, 30) == "aborted"
                 else:
                     before_dispatch += bool(conn.execute(UNDISPATCHED, (rids,)).fetchone()[0])
                 sc.stack.start_service("planner", f"planner-{kills + 2}", wait=False)

@@ -1,4 +1,5 @@
-"""Reconciler faults: a gateway whose lookups hang, and a leader that freezes."""
+"""Reconciler faults: a gateway whose lookups hang, a leader that freezes, and a reconciler
+killed with a batch's projection half written."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, LiteralString
 
 import psycopg
 
-from pacer_dev.chaos.harness import TERMINAL_VALUES, close_scenario, open_scenario
+from pacer_dev.chaos.harness import TERMINAL_VALUES, close_scenario, first_row, open_scenario, xact_fate
 from pacer_dev.infra import Infra
 
 if TYPE_CHECKING:
@@ -123,3 +124,50 @@ def frozen_leader(inf: Infra, root: Path, size: Size, rng: random.Random) -> Res
 
 
 SCENARIOS = {"lookup-hang": lookup_hang, "frozen-leader": frozen_leader}
+
+
+# A reconciler's batch half applied: counts written, the cursor not yet moved, not committed.
+APPLYING: LiteralString = """
+SELECT backend_xid::text FROM pg_stat_activity
+WHERE datname = current_database() AND application_name = 'pacer-reconciler' AND backend_xid IS NOT NULL
+  AND (query LIKE 'INSERT INTO shard_status_counts%%' OR query LIKE '%%open_counts AS%%')
+LIMIT 1
+"""
+
+
+def reconciler_kills(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
+    """Jobs published one after another; while each is sent, the reconciler is killed -9 as
+    soon as it has a batch's projection written but not committed (its counts and shards
+    updated, the cursor not yet moved), and a new one started, which takes the segments over
+    once the dead one's leases lapse. A batch must be applied once: the kill rolls it back
+    whole and the next owner applies it again from the cursor. The projection must equal the
+    items, and every job's status its items'."""
+    from pacer_dev.chaos.scenarios import _finish  # that module registers this one
+
+    env = {"PACER_RECONCILER_LEADER_TTL_S": str(LEADER_TTL_S)}
+    sc = open_scenario("reconciler-kills", inf, root, senders=2, env=env)
+    try:
+        wanted = max(1, size.kills // 5)
+        per_job = max(1000, size.items // wanted)
+        rids: list[str] = []
+        kills = mid_apply = 0
+        with psycopg.connect(sc.db, autocommit=True) as conn:
+            while mid_apply < wanted and kills < 3 * wanted:
+                rids.append(sc.publish(per_job, size.guids))
+                xid = first_row(conn, APPLYING, (), 60)
+                if xid is None:
+                    continue
+                sc.stack.kill(next(n for n in sc.stack.procs if n.startswith("reconciler")))
+                kills += 1
+                mid_apply += xact_fate(conn, xid, 30) == "aborted"
+                sc.stack.start_service("reconciler", f"reconciler-{kills + 1}", wait=False)
+        sc.request_id, sc.also, sc.items = rids[0], rids[1:], len(rids) * per_job
+        fig = _finish(sc, size)
+        fig["reconciler_kills"] = kills
+        fig["killed_mid_apply"] = mid_apply
+        return fig, ("reconciler_kills", "killed_mid_apply", "projection_mismatch", "completed")
+    finally:
+        close_scenario(sc)
+
+
+SCENARIOS["reconciler-kills"] = reconciler_kills
