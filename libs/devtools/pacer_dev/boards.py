@@ -226,6 +226,8 @@ BOARDS: tuple[Board, ...] = (
                   ("sum(rate(pacer_planner_environment_faults_total[5m]))", "environment"),
                   ("sum(rate(pacer_planner_internal_errors_total[5m]))", "internal"),
               ), "ops"),
+              p("Planner: requery pages fetched but not stored (another planner had the job)",
+                "sum by (instance) (increase(pacer_planner_target_pages_lost_total[1h]))", "{{instance}}"),
               Panel("Sender: unreadable commands and internal errors", (
                   ("sum(rate(pacer_sender_bad_commands_total[5m]))", "unreadable commands"),
                   ("sum(rate(pacer_sender_internal_errors_total[5m]))", "internal errors"),
