@@ -67,6 +67,19 @@ def _paged_to(sc: Scenario, pages: int) -> bool:
     return not paging or stored >= pages
 
 
+def _finish_paged(sc: Scenario, size: Size) -> dict[str, int]:
+    """The scenario's figures once its job is done, with its pages': ``pages``, ``pages_broken``
+    (not following the one before cursor to cursor) and ``targets_missing``."""
+    done = sc.wait_done(size.timeout_s)
+    fig = sc.measure()
+    fig["completed"] = int(done)
+    with psycopg.connect(sc.db) as conn:
+        fig["pages"] = _paging(sc)[1]
+        fig["pages_broken"] = int(conn.execute(PAGES_BROKEN, (sc.request_id,)).fetchone()[0])
+        fig["targets_missing"] = size.items - int(conn.execute(TARGETS_STORED, (sc.request_id,)).fetchone()[0])
+    return fig
+
+
 def requery_kills(inf: Infra, root: Path, size: Size, rng: random.Random) -> Result:
     """A requery job over an audience of ``size.items`` targets, paged while it sends, its
     planner killed -9 mid-paging again and again and a new one started each time; the new
@@ -96,13 +109,7 @@ def requery_kills(inf: Infra, root: Path, size: Size, rng: random.Random) -> Res
             kills += 1
             last_pages = _paging(sc)[1]
             sc.stack.start_service("planner", f"planner-{kills + 1}", wait=False)
-        done = sc.wait_done(size.timeout_s)
-        fig = sc.measure()
-        fig["completed"] = int(done)
-        with psycopg.connect(sc.db) as conn:
-            fig["pages"] = _paging(sc)[1]
-            fig["pages_broken"] = int(conn.execute(PAGES_BROKEN, (sc.request_id,)).fetchone()[0])
-            fig["targets_missing"] = size.items - int(conn.execute(TARGETS_STORED, (sc.request_id,)).fetchone()[0])
+        fig = _finish_paged(sc, size)
         fig["planner_kills"] = kills
         fig["killed_while_paging"] = killed_while_paging
         return fig, ("planner_kills", "killed_while_paging", "pages", "pages_broken", "targets_missing", "completed")
@@ -153,13 +160,7 @@ def requery_zombie(inf: Infra, root: Path, size: Size, rng: random.Random) -> Re
             return sc.stack.metric(zombie, "pacer_planner_target_pages_lost_total") or 0.0
 
         wait_for(lambda: lost() >= 1, timeout=30)
-        done = sc.wait_done(size.timeout_s)
-        fig = sc.measure()
-        fig["completed"] = int(done)
-        with psycopg.connect(sc.db) as conn:
-            fig["pages"] = _paging(sc)[1]
-            fig["pages_broken"] = int(conn.execute(PAGES_BROKEN, (sc.request_id,)).fetchone()[0])
-            fig["targets_missing"] = size.items - int(conn.execute(TARGETS_STORED, (sc.request_id,)).fetchone()[0])
+        fig = _finish_paged(sc, size)
         fig["frozen_at_page"] = pages
         fig["taken_over"] = int(taken)
         fig["zombie_pages_lost"] = int(lost())

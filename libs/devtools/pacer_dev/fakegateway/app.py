@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -18,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from pacer_dev.fakegateway.actions import action_routes
-from pacer_dev.fakegateway.audiences import AudienceError, Audiences
+from pacer_dev.fakegateway.audiences import Audience, AudienceError, Audiences
 from pacer_dev.fakegateway.config import ConfigError, GatewayConfig
 from pacer_dev.fakegateway.state import CODE_BAD_PARAMS, GatewayState, Outcome, message_for
 from pacer_dev.fakegateway.tenants import Tenants, tenant_routes
@@ -130,19 +131,20 @@ def _audience_routes(app: FakeGatewayApp) -> None:
         except AudienceError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
 
-    @app.put("/_admin/audiences/{name}/faults")
-    async def put_faults(name: str, request: Request) -> JSONResponse:
+    async def changed(name: str, request: Request, change: Callable[[str, Any], Audience]) -> JSONResponse:
+        """An existing audience's knobs changed: 404 for an unknown one, 400 for a bad body."""
         try:
-            return JSONResponse(auds.fault(name, await body(request)).view())
+            return JSONResponse(change(name, await body(request)).view())
         except AudienceError as exc:
             return JSONResponse({"error": str(exc)}, status_code=404 if name not in auds.by_name else 400)
 
+    @app.put("/_admin/audiences/{name}/faults")
+    async def put_faults(name: str, request: Request) -> JSONResponse:
+        return await changed(name, request, auds.fault)
+
     @app.put("/_admin/audiences/{name}/hold")
     async def put_hold(name: str, request: Request) -> JSONResponse:
-        try:
-            return JSONResponse(auds.hold(name, await body(request)).view())
-        except AudienceError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=404 if name not in auds.by_name else 400)
+        return await changed(name, request, auds.hold)
 
     @app.post("/_admin/audiences/{name}/release")
     async def release(name: str) -> JSONResponse:
