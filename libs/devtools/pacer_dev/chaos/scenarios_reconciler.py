@@ -152,7 +152,9 @@ def reconciler_kills(inf: Infra, root: Path, size: Size, rng: random.Random) -> 
         rids: list[str] = []
         kills = mid_apply = 0
         with psycopg.connect(sc.db, autocommit=True) as conn:
-            while mid_apply < wanted and kills < 3 * wanted:
+            for _ in range(3 * wanted):  # a kill may land just after a commit: a few more jobs, never endless
+                if mid_apply >= wanted:
+                    break
                 rids.append(sc.publish(per_job, size.guids))
                 xid = first_row(conn, APPLYING, (), 60)
                 if xid is None:

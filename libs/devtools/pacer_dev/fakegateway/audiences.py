@@ -69,9 +69,8 @@ class Audiences:
         self.by_name: dict[str, Audience] = {}
 
     def put(self, name: str, doc: Any) -> Audience:
-        """Define or redefine an audience. Redefining keeps its request log and faults."""
-        if not isinstance(doc, Mapping):
-            raise AudienceError("body must be a JSON object")
+        """Define or redefine an audience. Redefining keeps its request log, faults and holds."""
+        doc = _object(doc)
         unknown = set(doc) - {"targets", "page_size_cap", "changes"}
         if unknown:
             raise AudienceError(f"unknown fields: {', '.join(sorted(unknown))}")
@@ -95,12 +94,8 @@ class Audiences:
 
     def fault(self, name: str, doc: Any) -> Audience:
         """Fail the next ``fail_next`` page requests (``mode``: status, bad_json, bad_page)."""
-        aud = self.get(name)
-        if not isinstance(doc, Mapping):
-            raise AudienceError("body must be a JSON object")
-        n, mode, status = doc.get("fail_next", 1), doc.get("mode", "status"), doc.get("status", 500)
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise AudienceError("fail_next must be an integer >= 0")
+        aud, doc = self.get(name), _object(doc)
+        n, mode, status = _count(doc, "fail_next", 1), doc.get("mode", "status"), doc.get("status", 500)
         if mode not in FAULT_MODES:
             raise AudienceError(f"mode must be one of {', '.join(FAULT_MODES)}")
         if not isinstance(status, int) or not 400 <= status <= 599:
@@ -111,14 +106,8 @@ class Audiences:
     def hold(self, name: str, doc: Any) -> Audience:
         """Leave the next ``hold_next`` page requests unanswered until a release, once
         ``after_pages`` pages (counted from the audience's first) have been served."""
-        aud = self.get(name)
-        if not isinstance(doc, Mapping):
-            raise AudienceError("body must be a JSON object")
-        for key in ("hold_next", "after_pages"):
-            n = doc.get(key, 1 if key == "hold_next" else 0)
-            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-                raise AudienceError(f"{key} must be an integer >= 0")
-        aud.hold_next, aud.hold_after = doc.get("hold_next", 1), doc.get("after_pages", 0)
+        aud, doc = self.get(name), _object(doc)
+        aud.hold_next, aud.hold_after = _count(doc, "hold_next", 1), _count(doc, "after_pages", 0)
         return aud
 
     def take_hold(self, name: str) -> bool:
@@ -178,6 +167,19 @@ class Audiences:
         while aud.changes and aud.changes[0].after_pages <= aud.served:
             aud.targets = aud.changes.pop(0).targets
         return _json(200, {"items": items, "next_cursor": nxt})
+
+
+def _object(doc: Any) -> Mapping[str, Any]:
+    if not isinstance(doc, Mapping):
+        raise AudienceError("body must be a JSON object")
+    return doc
+
+
+def _count(doc: Mapping[str, Any], key: str, default: int) -> int:
+    n = doc.get(key, default)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise AudienceError(f"{key} must be an integer >= 0")
+    return n
 
 
 def _targets(value: Any, what: str) -> list[Any]:
