@@ -228,9 +228,25 @@ _ROLES = (("postgres", lambda comm, cmd: comm in ("postgres", "postmaster")),
           ("planner", lambda comm, cmd: b"pacer_planner" in cmd))
 
 
+# Postgres' own processes by their titles; any other postgres process is a client's backend.
+_POSTGRES_PARTS = (b"autovacuum", b"walwriter", b"checkpointer", b"background writer", b"walsummarizer",
+                   b"logical replication", b"io worker")
+
+
+def _postgres_part(cmd: bytes) -> str:
+    """Which of Postgres' processes this is, by the title it sets: ``backend`` (a client's
+    connection), ``autovacuum``, ``walwriter``, ``checkpointer``, … or ``postmaster``."""
+    if not cmd.startswith(b"postgres: "):
+        return "postmaster"
+    title = cmd[len(b"postgres: "):]
+    part = next((p for p in _POSTGRES_PARTS if title.startswith(p)), None)
+    return part.decode().replace(" ", "_") if part else "backend"
+
+
 def _processes() -> dict[tuple[int, int], tuple[str, float]]:
     """Every process now: (pid, start tick) → (role, CPU seconds of it and of its reaped
-    children). The bench's own process is ``driver``; one no rule names is ``other``."""
+    children). The bench's own process is ``driver``; one no rule names is ``other``;
+    Postgres' processes are ``postgres:<part>`` (``_postgres_part``)."""
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[tuple[int, int], tuple[str, float]] = {}
     for d in Path("/proc").iterdir():
@@ -245,6 +261,8 @@ def _processes() -> dict[tuple[int, int], tuple[str, float]]:
         pid = int(d.name)
         role = "driver" if pid == os.getpid() else next(
             (name for name, match in _ROLES if match(comm, cmd)), "other")
+        if role == "postgres":
+            role = f"postgres:{_postgres_part(cmd)}"
         out[(pid, int(f[19]))] = (role, sum(int(x) for x in f[11:15]) / tick)
     return out
 
@@ -259,17 +277,28 @@ class CpuByRole:
         return self
 
     def split(self) -> dict[str, float]:
+        """CPU seconds by role; Postgres' also by part, as ``postgres:<part>`` beside the
+        ``postgres`` total."""
         spent: dict[str, float] = {}
         for key, (role, cpu) in _processes().items():
             was = self._before.get(key)
-            spent[role] = spent.get(role, 0.0) + cpu - (was[1] if was else 0.0)
+            used = cpu - (was[1] if was else 0.0)
+            spent[role] = spent.get(role, 0.0) + used
+            if role.startswith("postgres:"):
+                spent["postgres"] = spent.get("postgres", 0.0) + used
         return spent
 
 
 def per_unit(spent: dict[str, float], units: int, scale: float, prefix: str) -> str:
-    """``spent`` as ``<prefix>_<role>=<CPU per unit × scale>`` fields, for each role that ran."""
-    return " ".join(f"{prefix}_{role}={spent.get(role, 0.0) * scale / units:.3f}" for role in
-                    (*(name for name, _ in _ROLES), "driver", "other") if role in spent)
+    """``spent`` as ``<prefix>_<role>=<CPU per unit × scale>`` fields, for each role that ran,
+    and Postgres' share by part as one ``<prefix>_postgres_parts=backend:…/autovacuum:…``
+    field (the parts above a thousandth)."""
+    roles = " ".join(f"{prefix}_{role}={spent.get(role, 0.0) * scale / units:.3f}" for role in
+                     (*(name for name, _ in _ROLES), "driver", "other") if role in spent)
+    parts = sorted(((k.split(":", 1)[1], v * scale / units) for k, v in spent.items() if k.startswith("postgres:")),
+                   key=lambda kv: -kv[1])
+    shown = "/".join(f"{k}:{v:.3f}" for k, v in parts if v >= 0.001)
+    return f"{roles} {prefix}_postgres_parts={shown}" if shown else roles
 
 
 def cpu_bound_per_s(units: int, busy_s: float) -> float:

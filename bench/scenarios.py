@@ -115,7 +115,8 @@ def sender() -> str:
     ``cpu_bound_per_s``, what the cores allow at the sender run's CPU per item, and
     ``ratio_cpu_bound`` that over the bare loop: the most ``ratio`` this machine can show.
     ``cpu_ms_per_item_<role>``: the sender run's CPU per item by process (``CpuByRole``):
-    ``postgres``, ``kafka``, ``gateway``, ``sender``, ``driver`` (this process), ``other``;
+    ``postgres``, ``kafka``, ``gateway``, ``sender``, ``driver`` (this process), ``other``,
+    and Postgres' by its processes (``cpu_ms_per_item_postgres_parts``);
     ``bare_cpu_ms_per_item_<role>`` the same for the fastest bare loop (its client is the
     ``driver``)."""
     guids, per_guid = env_int("BENCH_SENDER_GUIDS", 200), env_int("BENCH_SENDER_PER_GUID", 100)
