@@ -90,7 +90,7 @@ def _mine(guid: str) -> bool:
     return any(partition_of(Guid(guid), n) == p for n, p in OWNED)
 
 
-def test_the_sweep_reads_only_the_guids_of_the_partitions_it_is_given(database_url: str) -> None:
+def test_the_sweep_reads_only_the_guids_of_the_partitions_it_is_given(database_url: str, caplog) -> None:
     """The CRC in Postgres is the one Kafka's partitioner takes (zlib's, of the UTF-8 bytes):
     a guid comes back exactly when one of the sender's (count, partition) pairs claims it."""
     guids = [f"wx-{n}" for n in range(80)] + [f"客户-{n}-账号" for n in range(40)]
@@ -109,6 +109,40 @@ def test_the_sweep_reads_only_the_guids_of_the_partitions_it_is_given(database_u
     assert sweep(OWNED) == mine
     assert sweep([]) == set(), "no partition assigned: no guid is this sender's"
     assert sweep(None) == set(guids), "no pairs given: every guid"
+    # 7 does not divide the buckets: every queued guid is walked, and the pairs keep the sender's.
+    sevens = {g for g in guids if partition_of(Guid(g), 7) == 3}
+    assert not [r for r in caplog.records if "do not all divide" in r.getMessage()]
+    assert sevens and sweep([(7, 3)]) == sevens
+    assert [r.levelname for r in caplog.records if "counts [7] do not all divide 5760" in r.getMessage()] == ["WARNING"]
+    sql(database_url, "DROP INDEX items_guid_queued_bucket")
+    assert sweep(OWNED) == mine, "without the bucket index: the walk, the same guids"
+
+
+def _index_scans(database_url: str) -> dict[str, int]:
+    """Scans of each of the items' queued-guid indexes so far, over every partition."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        rows = conn.execute(
+            "SELECT i.inhparent::regclass::text, sum(s.idx_scan)::int FROM pg_inherits i"
+            " JOIN pg_stat_user_indexes s ON s.indexrelid = i.inhrelid"
+            " WHERE i.inhparent::regclass::text IN ('items_guid_queued', 'items_guid_queued_bucket')"
+            " GROUP BY 1").fetchall()
+    return dict(rows)
+
+
+def test_a_senders_sweep_walks_its_own_buckets_not_every_queued_guid(database_url: str) -> None:
+    """With partition counts that divide the buckets, the sweep reads the bucket index, one
+    chain of probes per bucket of its partitions, and not the index of every queued guid."""
+    guids = [f"wx-{n}" for n in range(60)]
+    seed_job(database_url, dict.fromkeys(guids, 1))
+    before = _index_scans(database_url)
+    found = run(database_url, lambda pool: PostgresGuidQueue(pool).waiting_guids(
+        horizon_s=30, grace_s=20, owned=[(16, 3), (16, 7)]))
+    assert {w.guid for w in found} == {g for g in guids if partition_of(Guid(g), 16) in (3, 7)}
+    after = _index_scans(database_url)
+    assert after["items_guid_queued"] == before["items_guid_queued"], "no walk over every queued guid"
+    # At least one probe per bucket of partitions 3 and 7 (360 each of 5760), on some item partition.
+    assert after["items_guid_queued_bucket"] - before["items_guid_queued_bucket"] >= 2 * 5760 // 16
 
 
 def test_where_the_server_has_no_crc_the_sweep_reads_every_guid(database_url: str) -> None:

@@ -54,7 +54,9 @@ class KafkaSettings(_Frozen):
     ))
     item_command_partitions: int = Field(16, description=(
         "Partitions of `<prefix>.item-commands.{online,batch}`, used only by `pacer topics` when it creates that "
-        "topic. It does not change an existing topic. It is the ceiling for useful sender replicas."
+        "topic. It does not change an existing topic. It is the ceiling for useful sender replicas. Take a count "
+        "that divides 5760 (16, 24, 32, 48, 64, 96, 128, …): with another, each sender's sweep for lost doorbells "
+        "walks every queued guid instead of its own partitions' (docs/runbook.md, \"Deploy with Helm\")."
     ))
     # How long each topic keeps its records (`retention.ms`), set by `pacer topics` when it creates
     # a topic and applied by it to an existing one. Hours; -1 keeps them for ever (Kafka's own -1).

@@ -775,7 +775,7 @@ END
 $$;
 
 CREATE FUNCTION public.pacer_guid_crc(p_guid text) RETURNS bigint
-    LANGUAGE sql STABLE PARALLEL SAFE
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$ SELECT crc32(convert_to(p_guid, 'UTF8')) $$;
 
 CREATE FUNCTION public.pacer_guid_hold(p_paused_reason text, p_state text, p_state_reason text) RETURNS text
@@ -2129,6 +2129,10 @@ CREATE INDEX items_compensates ON ONLY public.items USING btree (compensates) WH
 
 CREATE INDEX items_compensates_default ON public.items_default USING btree (compensates) WHERE (compensates IS NOT NULL);
 
+CREATE INDEX items_guid_queued_bucket ON ONLY public.items USING btree (((public.pacer_guid_crc(guid) % (5760)::bigint)), guid) WHERE (status = ANY (ARRAY['pending'::public.item_status, 'waiting_retry'::public.item_status]));
+
+CREATE INDEX items_default_expr_guid_idx ON public.items_default USING btree (((public.pacer_guid_crc(guid) % (5760)::bigint)), guid) WHERE (status = ANY (ARRAY['pending'::public.item_status, 'waiting_retry'::public.item_status]));
+
 CREATE INDEX items_guid_in_flight ON ONLY public.items USING btree (guid) WHERE (status = ANY (ARRAY['claimed'::public.item_status, 'submitted'::public.item_status]));
 
 CREATE INDEX items_guid_in_flight_default ON public.items_default USING btree (guid) WHERE (status = ANY (ARRAY['claimed'::public.item_status, 'submitted'::public.item_status]));
@@ -2218,6 +2222,8 @@ ALTER INDEX public.item_events_position ATTACH PARTITION public.item_events_posi
 ALTER INDEX public.item_events_segment_16 ATTACH PARTITION public.item_events_segment_16_default;
 
 ALTER INDEX public.items_compensates ATTACH PARTITION public.items_compensates_default;
+
+ALTER INDEX public.items_guid_queued_bucket ATTACH PARTITION public.items_default_expr_guid_idx;
 
 ALTER INDEX public.items_pkey ATTACH PARTITION public.items_default_pkey;
 

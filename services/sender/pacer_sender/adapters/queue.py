@@ -3,6 +3,7 @@ for guids with work whatever happened to their Kafka commands."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, LiteralString
@@ -16,7 +17,10 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.requests import ONLINE_MAX_PRIORITY
 from pacer_common.domain.status import ItemStatus as S
 from pacer_sender.adapters.postgres import _sql, move, storable
+from pacer_sender.domain.partitions import GUID_BUCKETS, buckets_of
 from pacer_sender.ports import Ready, Waiting
+
+log = logging.getLogger(__name__)
 
 # How next_ready.sql is run. Its cost is bounded only if every range is read in the order of
 # items_guid_ready and stops at ``limit`` entries; any other index (items_guid_queued,
@@ -36,6 +40,15 @@ NEXT_READY_SETTINGS: tuple[LiteralString, ...] = (
 class PostgresGuidQueue:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
+        self._unbucketed: set[frozenset[int]] = set()  # partition counts already warned of
+
+    def _warn_unbucketed(self, counts: set[int]) -> None:
+        """Once per set of counts: the sweep walks every queued guid (waiting_guids.sql)."""
+        if (key := frozenset(counts)) not in self._unbucketed:
+            self._unbucketed.add(key)
+            log.warning("item-command partition counts %s do not all divide %d: each sweep for lost doorbells walks"
+                        " every queued guid, not only this sender's (PACER_ITEM_COMMAND_PARTITIONS)",
+                        sorted(counts), GUID_BUCKETS)
 
     async def next_ready(self, guid: str, exclude: Sequence[str], limit: int) -> Ready:
         async def work() -> Ready:
@@ -51,12 +64,15 @@ class PostgresGuidQueue:
     async def waiting_guids(self, horizon_s: float, grace_s: float,
                             owned: Sequence[tuple[int, int]] | None = None) -> list[Waiting]:
         counts, parts = (None, None) if owned is None else ([n for n, _ in owned], [p for _, p in owned])
+        buckets = None if owned is None else buckets_of(owned)
+        if owned and buckets is None:
+            self._warn_unbucketed({n for n, _ in owned})
 
         async def work() -> list[Waiting]:
             async with self.pool.connection() as conn:
                 rows: list[Any] = await (await conn.execute(_sql("waiting_guids"), {
                     "horizon": timedelta(seconds=horizon_s), "grace": timedelta(seconds=grace_s),
-                    "counts": counts, "parts": parts})).fetchall()
+                    "counts": counts, "parts": parts, "buckets": buckets})).fetchall()
             return [Waiting(r["guid"], bool(r["overdue"]), r["item_id"]) for r in rows]
 
         return await with_retry(work)
