@@ -18,7 +18,7 @@ from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
 from tests.unit.fakes import GrantAll, InMemoryGuidQueue
 
-BeforeCall = Callable[[], Awaitable[None]] | None
+BeforeCall = Callable[[], Awaitable[bool]] | None
 
 
 class SteppedClock:
@@ -39,7 +39,8 @@ class Recorder:
     """Executes an item as begin_send would: only if it is still pending in the store. The
     n-th claim takes ``claims[n]`` seconds of ``clock`` (the last, once they run out; give the
     dispatcher the same clock); ``sent`` holds each gateway call's start, ``claimed`` each
-    claim's start."""
+    claim's start, ``yielded`` each item that gave its turn up (pending again at once, as
+    the reconciler makes it; its doorbell, which the reconciler publishes, is the test's)."""
 
     def __init__(self, store: InMemoryGuidQueue | None = None, claims: Sequence[float] = (0.0,)) -> None:
         self.store = store or InMemoryGuidQueue()
@@ -48,6 +49,7 @@ class Recorder:
         self.sent: list[tuple[str, str, float]] = []
         self.claimed: list[tuple[str, float]] = []
         self.spares: list[float] = []  # each execution's spare_s
+        self.yielded: list[ItemCommand] = []
 
     async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None, spare_s: float = 0.0) -> Executed:
         claim_s = self.claims[min(len(self.claimed), len(self.claims) - 1)]
@@ -57,8 +59,10 @@ class Recorder:
         await asyncio.sleep(0)  # as a database or gateway call would, let other guids run
         if self.store.pending.pop(cmd.item_id, None) is None:
             return Executed("not_pending", False)
-        if before_call is not None:
-            await before_call()
+        if before_call is not None and not await before_call():
+            self.store.add(cmd)  # waiting_retry, then pending again: nothing was sent
+            self.yielded.append(cmd)
+            return Executed("yielded", False, claim_s=claim_s)
         self.sent.append((cmd.guid, name(cmd.item_id), self.clock()))
         return Executed("confirmed", True, claim_s=claim_s)
 

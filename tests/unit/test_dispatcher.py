@@ -618,6 +618,50 @@ def test_without_a_claim_ahead_each_call_comes_a_claims_write_after_the_gap() ->
     assert len(delays) == 3 and delays[0] >= 0.3 - EPS and all(d >= 0.05 - EPS for d in delays[1:]), delays
 
 
+def test_a_batch_item_claimed_ahead_gives_its_turn_to_an_online_item_that_comes_during_the_gap() -> None:
+    """Without it the auto-reply would wait for the claimed campaign send and one more gap."""
+    async def scenario() -> tuple[list[tuple[str, float]], list[str]]:
+        rec = Recorder(claims=(0.3, 0.05))
+        d, _, _ = dispatcher(Limits(min_interval_s=0.6, jitter_s=0.0, online_reserve=0.0), executor=rec,
+                             claim_ahead_s=0.4, clock=rec.clock)
+        for n in range(3):
+            ring(d, rec.store, cmd("g", n))
+        await until(lambda: len(rec.claimed) == 2)  # g-1 claimed ahead, waiting out the gap after g-0
+        assert [i for _, i, _ in rec.sent] == ["g-0"]
+        ring(d, rec.store, cmd("g", 99, priority=1))
+        await until(lambda: len(rec.sent) == 2)
+        for c in rec.yielded:
+            d.ring(c.guid, c)  # the reconciler publishes a yielded item's command again
+        await until(lambda: len(rec.sent) == 4)
+        stop(d)
+        return [(i, t) for _, i, t in rec.sent], [name(c.item_id) for c in rec.yielded]
+
+    sent, yielded = asyncio.run(scenario())
+    assert yielded == ["g-1"]
+    # The reply next; the item that gave its turn up goes round again, maybe after the next one.
+    assert [i for i, _ in sent][:2] == ["g-0", "g-99"] and sorted(i for i, _ in sent[2:]) == ["g-1", "g-2"]
+    calls = [t for _, t in sent]
+    assert all(b - a >= 0.6 - EPS for a, b in pairwise(calls)), f"a call came sooner than the interval: {calls}"
+    assert calls[1] - calls[0] < 0.6 + 0.3, f"the reply waited for more than its gap: {calls}"
+
+
+def test_an_online_item_does_not_take_the_turn_of_an_online_item_claimed_ahead() -> None:
+    async def scenario() -> tuple[list[str], list[ItemCommand]]:
+        rec = Recorder(claims=(0.3, 0.05))
+        d, _, _ = dispatcher(Limits(min_interval_s=0.6, jitter_s=0.0, online_reserve=0.0), executor=rec,
+                             claim_ahead_s=0.4, clock=rec.clock)
+        for n in range(2):
+            ring(d, rec.store, cmd("g", n, priority=1))
+        await until(lambda: len(rec.claimed) == 2)
+        ring(d, rec.store, cmd("g", 99, priority=1))
+        await until(lambda: len(rec.sent) == 3)
+        stop(d)
+        return [i for _, i, _ in rec.sent], rec.yielded
+
+    sent, yielded = asyncio.run(scenario())
+    assert sent == ["g-0", "g-1", "g-99"] and yielded == []
+
+
 @pytest.mark.parametrize(("interval_s", "ahead_s", "spare_s"), [(10.0, 0.05, 9.95), (0.0, 0.05, -0.05)])
 def test_a_confirmation_may_take_what_its_guid_has_before_its_next_claim(
         interval_s: float, ahead_s: float, spare_s: float) -> None:

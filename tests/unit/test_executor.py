@@ -313,8 +313,9 @@ def test_a_wait_before_the_call_comes_after_the_claim_and_before_the_gateway() -
     seen: list[tuple[str, ItemStatus]] = []
     gw = FakeGateway(during_send=lambda call: seen.append(("call", repo.items["it-1"].status)))
 
-    async def before_call() -> None:
+    async def before_call() -> bool:
         seen.append(("before", repo.items["it-1"].status))
+        return True
 
     result = asyncio.run(executor(repo, gw).execute(command(), before_call))
     assert seen == [("before", S.SUBMITTED), ("call", S.SUBMITTED)]
@@ -328,11 +329,26 @@ def test_a_wait_before_the_call_that_outlasts_the_send_deadline_calls_nothing(mo
     skew = [0.0]
     monkeypatch.setattr(core, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + skew[0]))
 
-    async def stalled() -> None:  # the wait outlasts the deadline: the executor's clock moves on 0.12 s
+    async def stalled() -> bool:  # the wait outlasts the deadline: the executor's clock moves on 0.12 s
         skew[0] += 0.12
+        return True
 
     assert asyncio.run(ex.execute(command(), stalled)) == Executed("deadline_missed", False)
     assert gw.sent == [] and repo.items["it-1"].status is S.WAITING_RETRY
+
+
+def test_an_item_that_gives_its_turn_up_before_the_call_is_not_sent_and_keeps_its_attempt() -> None:
+    repo, gw = setup()
+
+    async def online_came() -> bool:
+        return False
+
+    result = asyncio.run(executor(repo, gw).execute(command(), online_came))
+    assert result == Executed("yielded", False)
+    rec = repo.items["it-1"]
+    assert gw.sent == [] and rec.status is S.WAITING_RETRY
+    assert rec.attempts == 0, "no attempt: the claim's is given back"
+    assert "it-1" not in {e.item_id for e in repo.ledger.values()}  # nothing sent: key freed
 
 
 class _TimedWrites(InMemoryItemRepository):

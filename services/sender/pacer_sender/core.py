@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 Outcome = Literal[
     "confirmed", "retry", "failed", "in_doubt", "rate_limited", "expired", "duplicate",
     "not_pending", "fenced", "guid_lost", "deadline_missed", "held",
-    "needs_human", "media_waiting",
+    "needs_human", "media_waiting", "yielded",
 ]
 
 
@@ -70,18 +70,20 @@ class Executor:
         # land after it. Expired instead, never sent late.
         self.expire_margin = timedelta(seconds=expire_margin_s)
 
-    async def execute(self, cmd: ItemCommand, before_call: Callable[[], Awaitable[None]] | None = None,
+    async def execute(self, cmd: ItemCommand, before_call: Callable[[], Awaitable[bool]] | None = None,
                       spare_s: float = 0.0) -> Executed:
         """Execute ``cmd``. ``before_call`` is awaited once the item is claimed, before the
         send deadline is checked and the gateway called: the guid's pacing gap, when the
-        item was claimed ahead of its end. ``spare_s``: how long the confirmation may take
+        item was claimed ahead of its end. False from it: the item gives its turn up (an
+        online item of the guid came during the gap) and goes round again, unsent, its
+        attempt given back (``yielded``). ``spare_s``: how long the confirmation may take
         after the gateway's answer without delaying the guid's next send."""
         # The item's trace (the job request's, kept on its row and command), else a new one.
         with (tracing.span("send item", tracing.parent(cmd.traceparent), "consumer", item_id=cmd.item_id),
               bind(item_id=cmd.item_id, job_id=cmd.job_id, guid=cmd.guid, shard_id=cmd.shard_id)):
             return await self._execute(cmd, before_call, spare_s)
 
-    async def _execute(self, cmd: ItemCommand, before_call: Callable[[], Awaitable[None]] | None,
+    async def _execute(self, cmd: ItemCommand, before_call: Callable[[], Awaitable[bool]] | None,
                        spare_s: float) -> Executed:
         now = datetime.now(UTC)
         if expired(cmd.expire_at, now + self.expire_margin):
@@ -119,8 +121,14 @@ class Executor:
         started = max(started, begun.sent_at or started)
         claimed_at = datetime.now(UTC)
         first = begun.attempts == 0
-        if before_call is not None:
-            await before_call()
+        if before_call is not None and not await before_call():
+            # Nothing was sent: the key is freed and the attempt given back; the reconciler
+            # makes the item pending again, behind the online item that took its turn.
+            d = Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", FailureClass.NOT_SENT.value,
+                         "gave its turn to an online item of the guid", datetime.now(UTC),
+                         release_ledger=True, refund=True)
+            gave: Outcome = "yielded" if await self.repo.settle(cmd, begun.epoch, d) else "fenced"
+            return Executed(gave, False, None, claimed_at, first_claim=first, claim_s=claim_s)
         if time.monotonic() - started > self.send_deadline_s:
             # Paused (GC, SIGSTOP, overload) between submitted and the call: our lease may be
             # gone and the item re-sent by someone else. Do not send; it goes round again.

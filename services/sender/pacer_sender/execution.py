@@ -15,7 +15,6 @@ it late, and the next send should not land right behind it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -29,18 +28,22 @@ from pacer_sender.domain.pacing import GuidPacer, Limits
 from pacer_sender.domain.queue import GuidWindow
 from pacer_sender.domain.vetting import unsendable
 from pacer_sender.ports import UnstorableItem
+from pacer_sender.wakeup import WakeUp
 
 log = logging.getLogger(__name__)
 
 
 class ItemRunner:
     def __init__(self, guid: str, crew: Crew, window: GuidWindow, pacer: GuidPacer,
-                 stopping: Callable[[], bool]) -> None:
+                 stopping: Callable[[], bool], wake: WakeUp | None = None) -> None:
         self.guid = guid
         self.crew = crew
         self.window = window
         self.pacer = pacer
         self.stopping = stopping  # the guid's partition went: items are no longer put back
+        # Rung when the guid's window gains work: a batch item claimed ahead of its gap's end
+        # gives its turn up if that work is online (``_gap``).
+        self.wake = wake if wake is not None else WakeUp()
         self.executing: ItemCommand | None = None
         self.errors: dict[str, int] = {}  # item id → internal errors so far
 
@@ -51,11 +54,11 @@ class ItemRunner:
         self.executing = cmd
         allowed_at = self.crew.clock() if go_at is None else go_at
 
-        async def before_call() -> None:
-            # Until the gap's end by the crew's clock, however early a timer fires.
-            while go_at is not None and (wait := go_at - self.crew.clock()) > 0:
-                await asyncio.sleep(wait)
+        async def before_call() -> bool:
+            if go_at is not None and not await self._gap(lane, limits, go_at):
+                return False
             self.crew.hooks.on_send_delay(lane, max(0.0, self.crew.clock() - allowed_at))
+            return True
 
         try:
             reason = unsendable(cmd)
@@ -82,6 +85,24 @@ class ItemRunner:
             self.executing = None
             self.crew.progress.set()
         return self._settled(lane, cmd, limits, result)
+
+    async def _gap(self, lane: Lane, limits: Limits, go_at: float) -> bool:
+        """Wait out the guid's pacing gap, until ``go_at`` by the crew's clock however early
+        a timer fires. A batch item claimed ahead of the gap's end gives its turn up (False)
+        to an online item of the guid that arrives meanwhile and may go by then: without it
+        that online item, an auto-reply say, would wait for this send and one more gap."""
+        while (wait := go_at - self.crew.clock()) > 0:
+            if lane == "batch" and self._online_first(limits, go_at):
+                return False
+            self.wake.clear()
+            await self.wake.sleep(wait)
+        return not (lane == "batch" and self._online_first(limits, go_at))
+
+    def _online_first(self, limits: Limits, go_at: float) -> bool:
+        """The guid's window holds an online item that may go no later than ``go_at``."""
+        online = self.window.lanes.lanes["online"]
+        return bool(online) and not self.stopping() and self.pacer.ready_at(
+            "online", limits, self.crew.clock(), time.time(), online.best_priority()) <= go_at
 
     def _settled(self, lane: Lane, cmd: ItemCommand, limits: Limits, result: Executed) -> float:
         if result.outcome == "guid_lost":

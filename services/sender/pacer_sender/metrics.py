@@ -38,7 +38,9 @@ class SenderMetrics:
             "over: outcome not recorded, the item is verified instead); `guid_lost` (this sender no longer holds the "
             "guid's lease: put back); `deadline_missed` (too long between claim and gateway call: not sent, "
             "rescheduled); `needs_human` (the gateway said the account is offline, kicked or unauthorized: the guid "
-            "is held); `media_waiting` (a media item whose media is not ready yet: it waits, pending, unclaimed)."
+            "is held); `media_waiting` (a media item whose media is not ready yet: it waits, pending, unclaimed); "
+            "`yielded` (a batch item claimed ahead of its pacing gap's end gave its turn to an online item of the "
+            "guid: not sent, rescheduled, its attempt given back)."
         ), ["outcome", "lane", "kind"], registry=registry)
         self.failures = Counter("pacer_sender_send_failures_total", "Gateway calls that did not confirm a send, by "
                                 "gateway code (codes outside the code table as 'other', none as 'none') and class",

@@ -184,8 +184,9 @@ class SenderSettings(OpsSettings):
         "Most a guid's next item is claimed before its pacing gap ends, so that its gateway call starts as the gap "
         "ends instead of a claim's write later (which, at one send a second, costs several per cent of the rate). "
         "The lead used is the claims' recent duration (`pacer_sender_send_delay_seconds` shows what is left), up to "
-        "this; the call never starts before the gap ends. An online item arriving within the lead waits one more "
-        "send. 0: every item is claimed once its gap is over. At most a quarter of the send deadline."
+        "this; the call never starts before the gap ends. A batch item claimed ahead gives its turn up to an online "
+        "item that arrives within the lead (outcome `yielded`: not sent, it goes round again). 0: every item is "
+        "claimed once its gap is over. At most a quarter of the send deadline."
     ))
     shed: bool = Field(DEFAULTS.shed, description=(
         "Default for every guid (per guid: the hot limit `shed`): batch items that cannot go out before their "

@@ -45,8 +45,8 @@ class GuidWorker:
         self.pacer = pacer  # kept across workers by the dispatcher: spacing survives an idle spell
         self.on_end = on_end
         self.window = GuidWindow(crew.buffer.guid_cap, crew.hooks.job_weight)
-        self.runner = ItemRunner(guid, crew, self.window, pacer, lambda: self.stopping)
         self.wake = WakeUp()
+        self.runner = ItemRunner(guid, crew, self.window, pacer, lambda: self.stopping, self.wake)
         self.task: asyncio.Task[None] | None = None
         self.due_at: float | None = None  # when its earliest scheduled item in Postgres is due (clock)
         self.due_rung: float | None = None  # the earliest due time rung since its last read began (clock)

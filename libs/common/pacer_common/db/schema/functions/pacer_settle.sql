@@ -7,9 +7,10 @@
 -- online while the call was in flight), and it must not be overridden by this older news.
 -- If it was wrong, the next send is refused again, later, and holds the guid then; dated at
 -- the settle, the guid would stay held until another callback or an operator.
--- p_refund: the send did not happen and was
--- no attempt (the gateway rate-limited the guid), so the attempt counted by pacer_begin_send
--- is given back, and so is the budget unit if that send counted one.
+-- p_refund: the send did not happen and was no attempt (the gateway rate-limited the guid, or
+-- the item, claimed ahead of its pacing gap's end, gave its turn to an online item), so the
+-- attempt counted by pacer_begin_send is given back, and so is the budget unit if that send
+-- counted one.
 --
 -- Earlier signatures (0002, 0008) are dropped first: CREATE OR REPLACE cannot change them.
 DROP FUNCTION IF EXISTS pacer_settle(uuid, bigint, text, item_status, text, text, text, timestamptz, boolean);
