@@ -262,7 +262,8 @@ def priority() -> str:
     A ticket notification is batch work more urgent than the campaign: once its coalescing
     window ends it takes its guid's next send, one interval after the last (the online reserve
     spaces campaign sends only; ``batch_interval_ms`` is the campaign's spacing). Replies and
-    tickets go to separate halves of the guids, each behind the same backlog."""
+    tickets go to separate halves of the guids, each behind the same backlog. ``yields``: campaign
+    items claimed ahead of their gap's end that gave their turn to a reply arriving meanwhile."""
     backlog, guids, replies = env_int("BENCH_PRIORITY_BACKLOG", 100_000), 100, env_int("BENCH_PRIORITY_REPLIES", 100)
     interval_ms = 1000
     coalesce_ms = env_int("BENCH_PRIORITY_COALESCE_MS", 3000)  # the planner's default ticket coalescing window
@@ -314,13 +315,16 @@ def priority() -> str:
 
         wait_until(collect, 120, poll_s=1.0)
         queued = count(st.infra.database_url, "SELECT count(*) FROM items WHERE status = 'pending'")
+        # Campaign items claimed ahead that gave their turn to a reply arriving within the claim's lead.
+        yields = count(st.infra.database_url, "SELECT count(*) FROM item_events WHERE type = 'ItemRetryScheduled'"
+                                              " AND payload ->> 'error' = 'gave its turn to an online item of the guid'")
         planned, after_due = _ticket_breakdown(st.infra.database_url, gw, published)
     finally:
         teardown(st)
     q = statistics.quantiles(latencies, n=100) if len(latencies) >= 2 else [float("nan")] * 99
     t = statistics.quantiles(tickets, n=100) if len(tickets) >= 2 else [float("nan")] * 99
     return (f"bench priority: backlog={backlog} still_queued={queued} replies={len(latencies)}/{replies} "
-            f"autoreply_p50_ms={q[49]:.0f} p99_ms={q[98]:.0f} tickets={len(tickets)}/{replies} "
+            f"autoreply_p50_ms={q[49]:.0f} p99_ms={q[98]:.0f} yields={yields} tickets={len(tickets)}/{replies} "
             f"ticket_p50_ms={t[49]:.0f} ticket_p99_ms={t[98]:.0f} coalesce_window_ms={coalesce_ms} "
             f"ticket_planned_p99_ms={_p99(planned):.0f} ticket_after_due_p99_ms={_p99(after_due):.0f} "
             f"interval_ms={interval_ms} batch_interval_ms={interval_ms / (1 - ONLINE_RESERVE):.0f} cores={CORES}")
