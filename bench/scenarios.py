@@ -49,6 +49,7 @@ from pacer_dev.stack import drop_topics_or_warn
 from pacer_planner.adapters.kafka import KafkaCommandBus
 from pacer_planner.adapters.postgres import PostgresJobStore
 from pacer_planner.core import Planner
+from pacer_sender.core import YIELDED_REASON
 
 FAST = {"PACER_SENDER_MIN_INTERVAL_MS": "0", "PACER_SENDER_JITTER_MS": "0", "PACER_SENDER_MAX_BUFFERED": "20000",
         "PACER_SENDER_DB_POOL_MAX": "40"}
@@ -317,7 +318,7 @@ def priority() -> str:
         queued = count(st.infra.database_url, "SELECT count(*) FROM items WHERE status = 'pending'")
         # Campaign items claimed ahead that gave their turn to a reply arriving within the claim's lead.
         yields = count(st.infra.database_url, "SELECT count(*) FROM item_events WHERE type = 'ItemRetryScheduled'"
-                                              " AND payload ->> 'error' = 'gave its turn to an online item of the guid'")
+                                              " AND payload ->> 'error' = %s", YIELDED_REASON)
         planned, after_due = _ticket_breakdown(st.infra.database_url, gw, published)
     finally:
         teardown(st)

@@ -32,6 +32,10 @@ Outcome = Literal[
 ]
 
 
+# The error an item that gave its turn up records (``yielded``), in its ItemRetryScheduled event.
+YIELDED_REASON = "gave its turn to an online item of the guid"
+
+
 @dataclass(frozen=True)
 class Executed:
     outcome: Outcome
@@ -125,7 +129,7 @@ class Executor:
             # Nothing was sent: the key is freed and the attempt given back; the reconciler
             # makes the item pending again, behind the online item that took its turn.
             d = Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", FailureClass.NOT_SENT.value,
-                         "gave its turn to an online item of the guid", datetime.now(UTC),
+                         YIELDED_REASON, datetime.now(UTC),
                          release_ledger=True, refund=True)
             gave: Outcome = "yielded" if await self.repo.settle(cmd, begun.epoch, d) else "fenced"
             return Executed(gave, False, None, claimed_at, first_claim=first, claim_s=claim_s)

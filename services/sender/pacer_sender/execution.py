@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 class ItemRunner:
     def __init__(self, guid: str, crew: Crew, window: GuidWindow, pacer: GuidPacer,
-                 stopping: Callable[[], bool], wake: WakeUp | None = None) -> None:
+                 stopping: Callable[[], bool], wake: WakeUp) -> None:
         self.guid = guid
         self.crew = crew
         self.window = window
@@ -43,7 +43,7 @@ class ItemRunner:
         self.stopping = stopping  # the guid's partition went: items are no longer put back
         # Rung when the guid's window gains work: a batch item claimed ahead of its gap's end
         # gives its turn up if that work is online (``_gap``).
-        self.wake = wake if wake is not None else WakeUp()
+        self.wake = wake
         self.executing: ItemCommand | None = None
         self.errors: dict[str, int] = {}  # item id → internal errors so far
 
@@ -56,7 +56,7 @@ class ItemRunner:
 
         async def before_call() -> bool:
             if go_at is not None and not await self._gap(lane, limits, go_at):
-                return False
+                return False  # an online item takes this turn
             self.crew.hooks.on_send_delay(lane, max(0.0, self.crew.clock() - allowed_at))
             return True
 
