@@ -37,6 +37,7 @@ from bench.common import (
 from bench.fleet import fleet
 from bench.footprint import footprint
 from bench.intake import intake
+from bench.online_index import index
 from bench.paced import allowed, pacer_window
 from bench.peer import peer
 from bench.queue_order import fairness, refill, schedule, shed
@@ -400,4 +401,4 @@ SCENARIOS = {"planner": planner, "steps": steps, "sender": sender, "pacing": pac
              "recovery": recovery, "scale": scale, "fleet": fleet, "footprint": footprint, "peer": peer}
 SCENARIOS |= {"reconciler": reconciler}
 SCENARIOS |= {"refill": refill, "fairness": fairness, "schedule": schedule, "shed": shed}
-SCENARIOS |= {"intake": intake, "restore": restore}
+SCENARIOS |= {"intake": intake, "restore": restore, "index": index}

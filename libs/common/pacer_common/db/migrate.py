@@ -1,6 +1,6 @@
 """Bring a database to today's schema, under an advisory lock.
 
-Two parts, in this order, on every run:
+Four parts, in this order, on every run:
 
 1. the numbered migrations (``db/migrations/NNNN_name.sql``), each applied once, in order:
    tables, columns, indexes, types, data;
@@ -9,7 +9,9 @@ Two parts, in this order, on every run:
    idempotent (``CREATE OR REPLACE``), so a database at any migration ends with exactly the
    definitions in those files;
 3. the time partitions of the days ahead (``pacer_ensure_partitions``; the reconciler keeps
-   creating them, and drops the ones past retention).
+   creating them, and drops the ones past retention);
+4. the indexes of ``db/schema/indexes/`` not yet valid, built partition by partition without
+   holding the tables' writes (:mod:`pacer_common.db.online_indexes`).
 
 Migrations up to :data:`LAST_MIGRATION_WITH_FUNCTIONS` still define functions, as history;
 a later one must not (``tests/unit/test_schema_files.py`` fails if one does).
@@ -22,15 +24,13 @@ import re
 from typing import Any
 
 import psycopg
-from psycopg import errors as pgerr
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
+from pacer_common.db.online_indexes import SCHEMA_LOCK_TIMEOUT, ensure_online_indexes, lock_retries
 from pacer_common.db.sql import migrations, schema_objects
 
 log = logging.getLogger(__name__)
 _LOCK_ID = 0x7061636572  # "pacer"
 MIN_SERVER_VERSION = 140000
-SCHEMA_LOCK_TIMEOUT = "5s"
 LAST_MIGRATION_WITH_FUNCTIONS = 18
 PARTITIONS_AHEAD_DAYS = 3  # created at every migration (the reconciler keeps making them)
 MOVE_TO_SCHEMA = (
@@ -46,14 +46,16 @@ _COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 def migrate(url: str) -> list[str]:
-    """Apply pending migrations, then re-create every stored function and trigger; returns the
-    names of the migrations applied. Safe to run concurrently."""
+    """Apply pending migrations, re-create every stored function and trigger, make the time
+    partitions ahead and build the online indexes not yet built; returns the names of the
+    migrations applied. Safe to run concurrently."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_ID,))
         try:
             applied = apply_migrations(conn)
             apply_schema_objects(conn)
             ensure_partitions(conn)
+            ensure_online_indexes(conn)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
     return applied
@@ -91,8 +93,7 @@ def apply_schema_objects(conn: psycopg.Connection[Any]) -> None:
     if conn.info.server_version < MIN_SERVER_VERSION:
         raise RuntimeError(f"Pacer needs PostgreSQL 14 or later (CREATE OR REPLACE TRIGGER); "
                            f"this server is {conn.info.server_version}")
-    for attempt in Retrying(retry=retry_if_exception_type(pgerr.LockNotAvailable), stop=stop_after_attempt(6),
-                            wait=wait_exponential_jitter(multiplier=1, max=10), reraise=True):
+    for attempt in lock_retries():
         with attempt, conn.transaction():
             # Re-creating a trigger locks its table against writes until commit: never queue
             # the services' writes behind a long transaction for more than a moment.

@@ -2129,15 +2129,15 @@ CREATE INDEX items_compensates ON ONLY public.items USING btree (compensates) WH
 
 CREATE INDEX items_compensates_default ON public.items_default USING btree (compensates) WHERE (compensates IS NOT NULL);
 
-CREATE INDEX items_guid_queued_bucket ON ONLY public.items USING btree (((public.pacer_guid_crc(guid) % (5760)::bigint)), guid) WHERE (status = ANY (ARRAY['pending'::public.item_status, 'waiting_retry'::public.item_status]));
-
-CREATE INDEX items_default_expr_guid_idx ON public.items_default USING btree (((public.pacer_guid_crc(guid) % (5760)::bigint)), guid) WHERE (status = ANY (ARRAY['pending'::public.item_status, 'waiting_retry'::public.item_status]));
-
 CREATE INDEX items_guid_in_flight ON ONLY public.items USING btree (guid) WHERE (status = ANY (ARRAY['claimed'::public.item_status, 'submitted'::public.item_status]));
 
 CREATE INDEX items_guid_in_flight_default ON public.items_default USING btree (guid) WHERE (status = ANY (ARRAY['claimed'::public.item_status, 'submitted'::public.item_status]));
 
 CREATE INDEX items_guid_queued ON ONLY public.items USING btree (guid) WHERE (status = ANY (ARRAY['pending'::public.item_status, 'waiting_retry'::public.item_status]));
+
+CREATE INDEX items_guid_queued_bucket ON ONLY public.items USING btree (((public.pacer_guid_crc(guid) % (5760)::bigint)), guid) WHERE (status = ANY (ARRAY['pending'::public.item_status, 'waiting_retry'::public.item_status]));
+
+CREATE INDEX items_guid_queued_bucket_default ON public.items_default USING btree (((public.pacer_guid_crc(guid) % (5760)::bigint)), guid) WHERE (status = ANY (ARRAY['pending'::public.item_status, 'waiting_retry'::public.item_status]));
 
 CREATE INDEX items_guid_queued_default ON public.items_default USING btree (guid) WHERE (status = ANY (ARRAY['pending'::public.item_status, 'waiting_retry'::public.item_status]));
 
@@ -2223,11 +2223,11 @@ ALTER INDEX public.item_events_segment_16 ATTACH PARTITION public.item_events_se
 
 ALTER INDEX public.items_compensates ATTACH PARTITION public.items_compensates_default;
 
-ALTER INDEX public.items_guid_queued_bucket ATTACH PARTITION public.items_default_expr_guid_idx;
-
 ALTER INDEX public.items_pkey ATTACH PARTITION public.items_default_pkey;
 
 ALTER INDEX public.items_guid_in_flight ATTACH PARTITION public.items_guid_in_flight_default;
+
+ALTER INDEX public.items_guid_queued_bucket ATTACH PARTITION public.items_guid_queued_bucket_default;
 
 ALTER INDEX public.items_guid_queued ATTACH PARTITION public.items_guid_queued_default;
 

@@ -2,7 +2,9 @@
 
 ``db/queries/`` holds the shared statements, ``db/migrations/`` the numbered table changes,
 ``db/schema/functions/`` and ``db/schema/triggers/`` today's stored functions and triggers
-(one per file, named after it), and each service's ``adapters/sql/`` its own statements.
+(one per file, named after it), ``db/schema/indexes/`` the indexes built online
+(:mod:`pacer_common.db.online_indexes`), and each service's ``adapters/sql/`` its own
+statements.
 """
 
 from __future__ import annotations
@@ -55,3 +57,9 @@ def schema_objects() -> list[tuple[str, str]]:
         entries = [e for e in resources.files(f"{SCHEMA_PACKAGE}.{kind}").iterdir() if e.name.endswith(".sql")]
         found += [(f"{kind}/{e.name}", e.read_text()) for e in sorted(entries, key=lambda e: e.name)]
     return found
+
+
+def online_indexes() -> list[tuple[str, str]]:
+    """``(path, sql)`` of every index built online (``db/schema/indexes/<index>.sql``), by file name."""
+    entries = [e for e in resources.files(f"{SCHEMA_PACKAGE}.indexes").iterdir() if e.name.endswith(".sql")]
+    return [(f"indexes/{e.name}", e.read_text()) for e in sorted(entries, key=lambda e: e.name)]

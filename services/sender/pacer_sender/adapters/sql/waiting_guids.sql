@@ -13,7 +13,8 @@
 -- pacer_sender.domain.partitions.GUID_BUCKETS) that make up its partitions; the scan then
 -- walks items_guid_queued_bucket, one chain of probes per bucket, and reads its own guids
 -- alone. Without buckets (a partition count that does not divide 5760, or no pairs at all),
--- without the CRC (pacer_guid_crc NULL, before PostgreSQL 18) or without that index, it walks
+-- without the CRC (pacer_guid_crc NULL, before PostgreSQL 18) or without that index valid (not
+-- yet built, or being built online: pacer_common.db.online_indexes), it walks
 -- every queued guid (items_guid_queued) and the pairs below keep the sender's own: ``counts``
 -- and ``parts`` pair a partition count with a partition assigned to it (one pair per
 -- partition of either lane topic), and a guid is its sender's if its CRC modulo a count is
@@ -22,7 +23,8 @@
 -- only. Where the server has no CRC every guid comes back and the sender keeps its own.
 WITH RECURSIVE by_bucket(usable) AS (
     SELECT %(buckets)s::int[] IS NOT NULL AND pacer_guid_crc('') IS NOT NULL
-           AND to_regclass('items_guid_queued_bucket') IS NOT NULL
+           AND EXISTS (SELECT 1 FROM pg_index x
+                       WHERE x.indexrelid = to_regclass('items_guid_queued_bucket') AND x.indisvalid)
 ), queued(bucket, guid) AS (
     ((SELECT NULL::int, (SELECT guid FROM items WHERE status IN ('pending', 'waiting_retry')
                          ORDER BY guid LIMIT 1)

@@ -9,12 +9,9 @@
 -- between encodings can be added (CREATE CONVERSION); a database's encoding is fixed and
 -- Pacer adds none, so a guid's bytes, and its CRC, never change.
 --
--- On 18 and later the queued guids are also indexed by bucket (the CRC modulo 5760,
--- pacer_sender.domain.partitions.GUID_BUCKETS), so that a sender's sweep reads its own
--- partitions' guids alone (waiting_guids.sql). The index is made here, not in a migration,
--- because it exists only where the CRC does: a server upgraded to 18 gets it at its next
--- migrate. Building it reads every item once and holds item writes meanwhile (docs/runbook.md,
--- "Deploy with Helm"); once made, IF NOT EXISTS leaves it be.
+-- On 18 and later the queued guids are also indexed by bucket (the CRC modulo 5760), so that
+-- a sender's sweep reads its own partitions' guids alone: schema/indexes/items_guid_queued_bucket.sql,
+-- built online after the functions.
 DO $do$
 BEGIN
     EXECUTE format(
@@ -23,9 +20,5 @@ BEGIN
         CASE WHEN current_setting('server_version_num')::int >= 180000
              THEN $e$crc32(convert_to(p_guid, 'UTF8'))$e$
              ELSE 'NULL::bigint' END);
-    IF current_setting('server_version_num')::int >= 180000 THEN
-        CREATE INDEX IF NOT EXISTS items_guid_queued_bucket ON items ((pacer_guid_crc(guid) % 5760), guid)
-            WHERE status IN ('pending', 'waiting_retry');
-    END IF;
 END
 $do$;

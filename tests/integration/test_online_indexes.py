@@ -1,0 +1,171 @@
+"""Indexes of ``db/schema/indexes/`` are built by migrate partition by partition, concurrently:
+item writes go on during the build, a build cut short is finished by the next migrate, and
+the sweep uses the bucket index only once it is valid."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+
+from pacer_common.db.migrate import migrate
+from pacer_common.db.online_indexes import declared, ensure_online_indexes, partition_index_name
+from pacer_sender.adapters.queue import PostgresGuidQueue
+from tests.integration.helpers import run, seed_job, sql, wait_for
+
+BUCKET = "items_guid_queued_bucket"
+
+
+def _state(url: str, index: str = BUCKET) -> tuple[bool | None, dict[str, tuple[str, bool]]]:
+    """The parent index's validity (None: absent) and, for each leaf partition of its table,
+    the name and validity of the partition index attached to it."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", (index,)).fetchone()
+        attached = conn.execute(
+            "SELECT x.indrelid::regclass::text, t.relid::regclass::text, x.indisvalid"
+            " FROM pg_partition_tree(%s::regclass) t JOIN pg_index x ON x.indexrelid = t.relid"
+            " WHERE t.isleaf", (index,)).fetchall() if row else []
+    by_table = {table: (name, bool(valid)) for table, name, valid in attached}
+    return (None if row is None else bool(row[0])), by_table
+
+
+def _leaves(url: str, table: str = "items") -> set[str]:
+    with psycopg.connect(url) as conn:
+        return {r[0] for r in conn.execute(
+            "SELECT relid::regclass::text FROM pg_partition_tree(%s::regclass) WHERE isleaf", (table,))}
+
+
+def test_migrate_builds_the_bucket_index_on_every_partition_and_then_leaves_it_be(database_url: str) -> None:
+    assert [i.name for i in declared()] == [BUCKET]
+    valid, parts = _state(database_url)
+    assert valid is True
+    assert set(parts) == _leaves(database_url) and len(parts) >= 2, "the default partition and the days ahead"
+    assert all(ok for _, ok in parts.values())
+    assert parts["items_default"] == ("items_guid_queued_bucket_default", True)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert ensure_online_indexes(conn) == [], "a valid index is not built again"
+
+
+@contextmanager
+def _old_snapshot(url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A transaction holding a snapshot and no lock on items: a concurrent index build waits
+    for it to end before it is done; a plain CREATE INDEX does not."""
+    with psycopg.connect(url) as conn:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        conn.execute("SELECT count(*) FROM jobs").fetchone()
+        yield conn
+        conn.rollback()
+
+
+def _with_lock_timeout(url: str) -> str:
+    """``url`` whose sessions give up on a lock after 2 s."""
+    return f"{url}{'&' if '?' in url else '?'}options=-c%20lock_timeout%3D2s"
+
+
+def _concurrent_build(url: str) -> dict[str, Any] | None:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT command, phase, relid::regclass::text AS partition"
+                           " FROM pg_stat_progress_create_index WHERE datname = current_database()").fetchone()
+    return None if row is None else {"command": row[0], "phase": row[1], "partition": row[2]}
+
+
+def test_item_writes_go_on_while_the_bucket_index_is_built(database_url: str) -> None:
+    """Dropped, then rebuilt by migrate over items in the table: while a partition's index is
+    being built, an item is updated and a new job's items are inserted, each under a lock
+    timeout. The whole-table CREATE INDEX held them until the build was done."""
+    _, _, items = seed_job(database_url, {f"wx-{n}": 5 for n in range(40)})
+    sql(database_url, f"DROP INDEX {BUCKET}")
+    errors: list[BaseException] = []
+
+    def migrating() -> None:
+        try:
+            migrate(database_url)
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+
+    with _old_snapshot(database_url) as old:
+        builder = threading.Thread(target=migrating)
+        builder.start()
+        seen = wait_for(lambda: _concurrent_build(database_url), 30, "a concurrent build of a partition's index")
+        assert seen["command"] == "CREATE INDEX CONCURRENTLY"
+        with psycopg.connect(database_url, autocommit=True) as writer:
+            writer.execute("SET lock_timeout = '2s'")
+            assert writer.execute("UPDATE items SET updated_at = now() WHERE item_id = %s", (items[0],)).rowcount == 1
+        _, _, more = seed_job(_with_lock_timeout(database_url), {"wx-new": 3})
+        assert _concurrent_build(database_url) is not None, "the writes went through while the build was under way"
+        assert _state(database_url)[0] is False, "the parent index is not valid until every partition's is attached"
+        old.rollback()
+    builder.join(60)
+    assert not builder.is_alive() and not errors, errors
+    valid, parts = _state(database_url)
+    assert valid is True and set(parts) == _leaves(database_url)
+    found = run(database_url, lambda pool: PostgresGuidQueue(pool).waiting_guids(
+        horizon_s=30, grace_s=20, owned=[(1, 0)]))
+    assert {w.guid for w in found} == {f"wx-{n}" for n in range(40)} | {"wx-new"}, more
+
+
+def test_a_build_cut_short_is_finished_by_the_next_migrate(database_url: str) -> None:
+    """A partition's concurrent build cancelled leaves an invalid index and the parent invalid;
+    the next migrate drops that one, builds it again and attaches every partition's."""
+    seed_job(database_url, {"wx-1": 3, "wx-2": 3})
+    sql(database_url, f"DROP INDEX {BUCKET}")
+    (index,) = declared()
+    child = partition_index_name(BUCKET, "items", "items_default")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE INDEX {BUCKET} ON ONLY items {index.definition}")
+        with _old_snapshot(database_url):
+            conn.execute("SET statement_timeout = '300ms'")
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                conn.execute(f"CREATE INDEX CONCURRENTLY {child} ON items_default {index.definition}")
+    with psycopg.connect(database_url) as conn:
+        left = conn.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", (child,)).fetchone()
+    assert left == (False,), "the cancelled build left an invalid index"
+    assert _state(database_url)[0] is False
+
+    migrate(database_url)
+    valid, parts = _state(database_url)
+    assert valid is True and set(parts) == _leaves(database_url)
+    assert parts["items_default"] == (child, True)
+
+
+def test_the_sweep_walks_every_guid_while_the_bucket_index_is_not_yet_valid(database_url: str) -> None:
+    """An index made ON ONLY items with no partition's attached is there but not usable: the
+    sweep walks every queued guid (and keeps its own) rather than probe the buckets without
+    an index."""
+    guids = [f"wx-{n}" for n in range(30)]
+    seed_job(database_url, dict.fromkeys(guids, 1))
+    sql(database_url, f"DROP INDEX {BUCKET}")
+    (index,) = declared()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE INDEX {BUCKET} ON ONLY items {index.definition}")
+    assert _state(database_url)[0] is False
+
+    def walks(url: str) -> int:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_force_next_flush()")
+            row = conn.execute("SELECT sum(s.idx_scan)::int FROM pg_inherits i JOIN pg_stat_user_indexes s"
+                               " ON s.indexrelid = i.inhrelid WHERE i.inhparent = 'items_guid_queued'::regclass"
+                               ).fetchone()
+        return row[0] if row else 0
+
+    before = walks(database_url)
+    found = run(database_url, lambda pool: PostgresGuidQueue(pool).waiting_guids(
+        horizon_s=30, grace_s=20, owned=[(1, 0)]))
+    assert {w.guid for w in found} == set(guids)
+    # The walk: a probe per guid (and per partition of items), against at least one per bucket
+    # (all 5760 of a one-partition topic) if it probed the buckets.
+    assert 0 < walks(database_url) - before < 5760, "the walk over every queued guid, not the buckets"
+
+
+def test_an_index_whose_condition_is_false_is_not_built(database_url: str) -> None:
+    """Where the server has no CRC (before PostgreSQL 18) there is no bucket index."""
+    sql(database_url, f"DROP INDEX {BUCKET}")
+    sql(database_url, "CREATE OR REPLACE FUNCTION pacer_guid_crc(p_guid text) RETURNS bigint"
+                      " LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$ SELECT NULL::bigint $fn$")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert ensure_online_indexes(conn) == []
+    assert _state(database_url)[0] is None
