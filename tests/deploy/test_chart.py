@@ -98,6 +98,10 @@ def test_reconciler_replicas_share_the_segments_and_are_capped_at_their_count(fu
         "reconciler:\n  replicas: 3", "reconciler:\n  replicas: 3\n  segments: 2"))
     few = render("pacer", values)
     assert _by_kind(few, "Deployment")["pacer-reconciler"]["spec"]["replicas"] == 2
+    # The migrate hook builds the event log's index for the count the reconcilers run with.
+    for objs, count in ((full, "16"), (few, "2")):
+        (migrate,) = _by_kind(objs, "Job")["pacer-migrate"]["spec"]["template"]["spec"]["initContainers"]
+        assert migrate["args"] == ["migrate", "--event-segments", count]
 
 
 def _egress_ports(policy: dict) -> set[int]:

@@ -169,3 +169,29 @@ def test_an_index_whose_condition_is_false_is_not_built(database_url: str) -> No
     with psycopg.connect(database_url, autocommit=True) as conn:
         assert ensure_online_indexes(conn) == []
     assert _state(database_url)[0] is None
+
+
+def test_pacer_migrate_builds_the_event_index_for_the_segment_count_it_is_given(
+        database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from pacer_common.cli import main
+
+    monkeypatch.setenv("PACER_DATABASE_URL", database_url)
+    with pytest.raises(SystemExit) as refused:
+        main(["migrate", "--event-segments", "2000"])
+    assert refused.value.code == 2
+    assert "a segment count from 1 to 1024 (PACER_RECONCILER_SEGMENTS), not '2000'" in capsys.readouterr().err
+    assert _state(database_url, "item_events_segment_8")[0] is None
+
+    with pytest.raises(SystemExit) as done:
+        main(["migrate", "--event-segments", "8"])
+    assert done.value.code == 0
+    valid, parts = _state(database_url, "item_events_segment_8")
+    assert valid is True and set(parts) == _leaves(database_url, "item_events")
+
+
+def test_postgres_refuses_a_concurrent_build_on_a_partitioned_table(database_url: str) -> None:
+    """Why the build goes partition by partition: the one-statement way is refused."""
+    with psycopg.connect(database_url, autocommit=True) as conn, \
+            pytest.raises(psycopg.errors.FeatureNotSupported, match="partitioned"):
+        conn.execute("CREATE INDEX CONCURRENTLY item_events_segment_3 ON item_events"
+                     " (((hashtext(guid) & 2147483647) % 3), xid, seq)")

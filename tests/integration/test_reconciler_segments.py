@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from pacer_common.db.migrate import migrate
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.events import ItemEvent
 from pacer_dev.infra import Infra
@@ -406,26 +407,31 @@ SELECT p.relname AS parent, sum(s.idx_tup_read)::bigint AS n
 FROM pg_stat_user_indexes s
 JOIN pg_inherits i ON i.inhrelid = s.indexrelid
 JOIN pg_class p ON p.oid = i.inhparent
-WHERE p.relname IN ('item_events_position', 'item_events_segment_16')
+WHERE p.relname IN ('item_events_position', %(segment_index)s)
 GROUP BY p.relname"""
 
 
-def test_a_segment_reads_the_tail_by_its_own_index_range_not_the_whole_log(database_url: str) -> None:
+@pytest.mark.parametrize("n", [N, 4], ids=["the migrations' 16", "4, built by migrate --event-segments"])
+def test_a_segment_reads_the_tail_by_its_own_index_range_not_the_whole_log(database_url: str, n: int) -> None:
     """At the tail of the log, which is newer than the statistics, the planner would take one
-    row for the rest and read it by the log's position index, 16 entries for each event of the
+    row for the rest and read it by the log's position index, n entries for each event of the
     segment. Each read of a segment takes its range of the segment index instead: every
-    entry read belongs to the segment, and the position index is not read at all."""
-    url = database_url
+    entry read belongs to the segment, and the position index is not read at all. With
+    another count than the migrations' 16, migrate builds that count's index online."""
+    url, count = database_url, n
+    index = f"item_events_segment_{count}"
+    if count != N:
+        migrate(url, event_segments=count)
     _job(url, guids=200, per_guid=3)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("ANALYZE item_events")  # the statistics end here: the next job's events are the tail
         (xid, seq) = conn.execute("SELECT xid::text, seq FROM item_events ORDER BY xid DESC, seq DESC LIMIT 1"
                                   ).fetchone() or ("0", 0)
     _job(url, guids=200, per_guid=3)
-    segment = 5
+    segment = 5 % count
     with psycopg.connect(url) as conn:
-        expected = conn.execute("SELECT count(*) FROM item_events WHERE (hashtext(guid) & 2147483647) %% 16 = %s"
-                                " AND (xid, seq) > (%s::xid8, %s::bigint)", (segment, xid, seq)).fetchone()
+        expected = conn.execute("SELECT count(*) FROM item_events WHERE (hashtext(guid) & 2147483647) %% %s = %s"
+                                " AND (xid, seq) > (%s::xid8, %s::bigint)", (count, segment, xid, seq)).fetchone()
 
     async def read_segment() -> tuple[int, dict[str, int]]:
         pool = await open_pool(url, min_size=1, max_size=1)  # one backend: its index reads are the log's reads
@@ -433,10 +439,12 @@ def test_a_segment_reads_the_tail_by_its_own_index_range_not_the_whole_log(datab
         async def index_reads() -> dict[str, int]:
             async with pool.connection() as conn:
                 await conn.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, as of now
-                return {r["parent"]: r["n"] for r in await (await conn.execute(_INDEX_READS)).fetchall()}
+                return {r["parent"]: r["n"] for r in await (await conn.execute(
+                    _INDEX_READS, {"segment_index": index})).fetchall()}
 
         try:
-            log = PostgresLog(pool, f"reconciler/{segment}of{N}", timedelta(seconds=60), segments=N, segment=segment)
+            log = PostgresLog(pool, f"reconciler/{segment}of{count}", timedelta(seconds=60), segments=count,
+                              segment=segment)
             before, at, n = await index_reads(), Position(xid, seq), 0
             while batch := await log.read(at, 10):
                 at, n = batch[-1][0], n + len(batch)
@@ -450,4 +458,34 @@ def test_a_segment_reads_the_tail_by_its_own_index_range_not_the_whole_log(datab
     assert reads.get("item_events_position", 0) == 0, reads
     # Each read of 10 looks one entry past its rows in each partition it merges (two at most,
     # at a partition's boundary); the segment's older events, before the cursor, are not read.
-    assert n <= reads["item_events_segment_16"] <= n + 2 * (n // 10 + 2), reads
+    assert n <= reads[index] <= n + 2 * (n // 10 + 2), reads
+
+
+def test_a_layout_without_its_valid_event_index_says_how_to_build_it(database_url: str, caplog) -> None:
+    """Four segments and no index for four, then one being built (made ON ONLY the log,
+    nothing attached): each start logs that the tail scans the log and names the command;
+    once migrate has built it, nothing is logged."""
+    url = database_url
+
+    def adopt(prefix: str) -> list[str]:
+        caplog.clear()
+
+        async def run() -> None:
+            pool = await open_pool(url, min_size=1, max_size=1)
+            try:
+                await adopt_layout(pool, prefix, 4)
+            finally:
+                await pool.close()
+
+        asyncio.run(run())
+        return [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+
+    (missing,) = adopt("a")
+    assert "item_events_segment_4 is missing or not yet valid" in missing
+    assert "`pacer migrate --event-segments 4`" in missing
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE INDEX item_events_segment_4 ON ONLY item_events"
+                     " (((hashtext(guid) & 2147483647) % 4), xid, seq)")
+    assert len(adopt("b")) == 1, "an index not yet valid does not serve the tail"
+    migrate(url, event_segments=4)
+    assert adopt("c") == []

@@ -7,7 +7,7 @@ import zlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pacer_common.db.sql import schema_objects
+from pacer_common.db.online_indexes import declared
 from pacer_common.domain.ids import Guid
 from pacer_sender.adapters.postgres import _sql
 from pacer_sender.domain.partitions import GUID_BUCKETS, buckets_of, partition_of
@@ -42,7 +42,7 @@ def test_a_guid_is_in_a_partitions_buckets_exactly_when_it_is_in_the_partition(g
 
 def test_the_index_and_the_sweep_take_the_same_modulus_as_the_domain() -> None:
     """The sweep's bucket probes can use the index only if their expression is the index's."""
-    crc = dict(schema_objects())["functions/pacer_guid_crc.sql"]
-    assert re.findall(r"pacer_guid_crc\(guid\) % (\d+)", crc) == [str(GUID_BUCKETS)]
+    (index,) = [i for i in declared() if i.name == "items_guid_queued_bucket"]
+    assert re.findall(r"pacer_guid_crc\(guid\) % (\d+)", index.definition) == [str(GUID_BUCKETS)]
     sweep = _sql("waiting_guids")
     assert set(re.findall(r"pacer_guid_crc\((?:i\.)?guid\) %% (\d+)", sweep)) == {str(GUID_BUCKETS)}

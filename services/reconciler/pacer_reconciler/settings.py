@@ -58,7 +58,9 @@ class ReconcilerSettings(OpsSettings):
         "`leader_leases`, rows `pacer-reconciler/<s>of<n>`), and replicas share them out: each holds at most "
         "ceil(segments / live replicas), so replicas beyond this count only stand by. Fixed per deployment: the"
         " same value on every replica, and the event index `item_events_segment_<n>` must exist (migrations "
-        "create it for 16). To change it follow docs/reliability.md, \"Changing the segment count\"."
+        "create it for 16; `pacer migrate --event-segments <n>`, which the chart's migrate Job runs with this "
+        "value, builds another count's online). To change it follow docs/reliability.md, \"Changing the segment "
+        "count\"."
     ))
     max_message_bytes: int = Field(1_000_000, description=(
         "Outcomes and item commands larger than this are not published: logged with the reason, counted in "

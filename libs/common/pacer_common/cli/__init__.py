@@ -75,8 +75,15 @@ def topic_layout(k: KafkaSettings) -> dict[str, tuple[int, dict[str, str]]]:
     }
 
 
-def _migrate(_: argparse.Namespace) -> int:
-    applied = migrate(PostgresSettings().database_url.get_secret_value())
+def _segment_count(text: str) -> int:
+    """``--event-segments``: a segment count the reconciler accepts (1 needs no index)."""
+    if not text.isdigit() or not 1 <= int(text) <= 1024:
+        raise argparse.ArgumentTypeError(f"a segment count from 1 to 1024 (PACER_RECONCILER_SEGMENTS), not {text!r}")
+    return int(text)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    applied = migrate(PostgresSettings().database_url.get_secret_value(), event_segments=args.event_segments)
     print(f"migrations applied: {', '.join(applied) or 'none (up to date)'}")
     return 0
 
@@ -284,7 +291,11 @@ def _token_create(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="pacer", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("migrate", help="apply database migrations").set_defaults(fn=_migrate)
+    mg = sub.add_parser("migrate", help="apply database migrations; build the online indexes not yet built")
+    mg.add_argument("--event-segments", type=_segment_count, metavar="N",
+                    help="also build, online, the event log's index for N reconciler segments"
+                         " (PACER_RECONCILER_SEGMENTS; 16 comes with the migrations)")
+    mg.set_defaults(fn=_migrate)
     sub.add_parser("topics", help="create the Kafka topics if missing; set their retention as configured").set_defaults(fn=_topics)
     rb = sub.add_parser("rebuild-projection", help="recount shard progress from the items table (services stopped)")
     rb.add_argument("--services-stopped", action="store_true",

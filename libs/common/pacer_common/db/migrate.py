@@ -10,7 +10,8 @@ Four parts, in this order, on every run:
    definitions in those files;
 3. the time partitions of the days ahead (``pacer_ensure_partitions``; the reconciler keeps
    creating them, and drops the ones past retention);
-4. the indexes of ``db/schema/indexes/`` not yet valid, built partition by partition without
+4. the indexes of ``db/schema/indexes/`` not yet valid, and the event log's index for the
+   reconcilers' segment count when one is given, built partition by partition without
    holding the tables' writes (:mod:`pacer_common.db.online_indexes`).
 
 Migrations up to :data:`LAST_MIGRATION_WITH_FUNCTIONS` still define functions, as history;
@@ -25,7 +26,12 @@ from typing import Any
 
 import psycopg
 
-from pacer_common.db.online_indexes import SCHEMA_LOCK_TIMEOUT, ensure_online_indexes, lock_retries
+from pacer_common.db.online_indexes import (
+    SCHEMA_LOCK_TIMEOUT,
+    ensure_online_indexes,
+    event_segments_index,
+    lock_retries,
+)
 from pacer_common.db.sql import migrations, schema_objects
 
 log = logging.getLogger(__name__)
@@ -45,17 +51,19 @@ _ROUTINE = re.compile(
 _COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
-def migrate(url: str) -> list[str]:
+def migrate(url: str, event_segments: int | None = None) -> list[str]:
     """Apply pending migrations, re-create every stored function and trigger, make the time
-    partitions ahead and build the online indexes not yet built; returns the names of the
+    partitions ahead and build the online indexes not yet built (with ``event_segments``,
+    also the event log's index for that many reconciler segments); returns the names of the
     migrations applied. Safe to run concurrently."""
+    extra = [event_segments_index(event_segments)] if event_segments and event_segments > 1 else []
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_ID,))
         try:
             applied = apply_migrations(conn)
             apply_schema_objects(conn)
             ensure_partitions(conn)
-            ensure_online_indexes(conn)
+            ensure_online_indexes(conn, extra)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
     return applied

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, LiteralString, cast
@@ -75,6 +75,17 @@ def declared() -> list[OnlineIndex]:
     return [OnlineIndex.parse(path, text) for path, text in online_indexes()]
 
 
+def event_segments_index(segments: int) -> OnlineIndex:
+    """The event log's index for ``segments`` reconciler segments (``PACER_RECONCILER_SEGMENTS``):
+    each segment's tail is a range scan of it (``pacer_reconciler.adapters.layout``). Migration
+    0026 made the one for 16; ``pacer migrate --event-segments n`` builds another's."""
+    if not 2 <= segments <= 1024:
+        raise ValueError(f"event segments must be 2 to 1024 (PACER_RECONCILER_SEGMENTS; one segment reads the log"
+                         f" by position and needs none); got {segments}")
+    return OnlineIndex(f"item_events_segment_{segments}", "item_events",
+                       cast(LiteralString, f"(((hashtext(guid) & 2147483647) % {int(segments)}), xid, seq)"))
+
+
 def partition_index_name(index: str, table: str, partition: str) -> str:
     """The name of ``index``'s index on ``partition`` of ``table``: the index's name and the
     partition's suffix (``items_guid_queued_bucket`` on ``items_default``:
@@ -88,11 +99,12 @@ def partition_index_name(index: str, table: str, partition: str) -> str:
     return f"{name.encode()[:_NAME_MAX - 9].decode(errors='ignore')}_{digest}"
 
 
-def ensure_online_indexes(conn: psycopg.Connection[Any]) -> list[str]:
-    """Build, on the autocommit ``conn``, every declared index that is wanted and not yet
-    valid; the names of those built. One caller at a time (migrate's advisory lock)."""
+def ensure_online_indexes(conn: psycopg.Connection[Any], extra: Sequence[OnlineIndex] = ()) -> list[str]:
+    """Build, on the autocommit ``conn``, every declared index (and each of ``extra``) that is
+    wanted and not yet valid; the names of those built. One caller at a time (migrate's
+    advisory lock)."""
     built = []
-    for index in declared():
+    for index in [*declared(), *extra]:
         if index.when is not None and not _scalar(conn, sql.SQL("SELECT ({})::bool").format(sql.SQL(index.when))):
             continue
         if _valid(conn, index.name):

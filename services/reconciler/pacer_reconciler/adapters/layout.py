@@ -76,5 +76,6 @@ async def adopt_layout(pool: Pool, prefix: str, n: int) -> None:
         async with pool.connection() as conn:
             row = await one(conn, _sql("layout_index"), {"name": f"item_events_segment_{n}"})
         if not row["present"]:
-            log.error("index item_events_segment_%d is missing: each tail round scans the rest of the event log "
-                      "(docs/reliability.md, \"Changing the segment count\", step 1)", n)
+            log.error("index item_events_segment_%d is missing or not yet valid: each tail round scans the rest of"
+                      " the event log; `pacer migrate --event-segments %d` builds it online (docs/reliability.md,"
+                      " \"Changing the segment count\", step 1)", n, n)
