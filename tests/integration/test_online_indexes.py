@@ -195,3 +195,27 @@ def test_postgres_refuses_a_concurrent_build_on_a_partitioned_table(database_url
             pytest.raises(psycopg.errors.FeatureNotSupported, match="partitioned"):
         conn.execute("CREATE INDEX CONCURRENTLY item_events_segment_3 ON item_events"
                      " (((hashtext(guid) & 2147483647) % 3), xid, seq)")
+
+
+def test_a_partition_dropped_during_the_build_is_skipped_and_the_index_ends_valid(
+        database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retention drops old partitions while migrate may be building: the partition gone is
+    passed over, the others are built and attached."""
+    from pacer_common.db import online_indexes
+
+    sql(database_url, f"DROP INDEX {BUCKET}")
+    victim = sorted(_leaves(database_url) - {"items_default"})[0]
+    real = online_indexes._attach_partition
+
+    def dropped_first(conn: psycopg.Connection[Any], index: str, table: str, definition: Any, partition: str,
+                      partitioned: bool) -> int:
+        if partition == victim:
+            sql(database_url, f"DROP TABLE {victim}")
+        return real(conn, index, table, definition, partition, partitioned)
+
+    monkeypatch.setattr(online_indexes, "_attach_partition", dropped_first)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert ensure_online_indexes(conn) == [BUCKET]
+    valid, parts = _state(database_url)
+    assert victim not in _leaves(database_url)
+    assert valid is True and set(parts) == _leaves(database_url)

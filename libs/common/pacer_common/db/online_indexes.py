@@ -9,7 +9,7 @@ each partition under a SHARE lock: every item written meanwhile waits for the wh
 marked invalid), each partition's built ``CONCURRENTLY`` (writers go on; the build waits for
 transactions older than it instead) and attached; the parent's becomes valid when the last
 partition's is attached. A partition created meanwhile gets its index from the parent with
-it. A build cut short (a killed migrate, a cancelled statement) leaves an invalid partition
+it; one dropped meanwhile (retention) is passed over. A build cut short (a killed migrate, a cancelled statement) leaves an invalid partition
 index or an invalid parent, and the next migrate goes on from there: it drops the invalid
 partition index and builds it again.
 
@@ -122,6 +122,15 @@ def build(conn: psycopg.Connection[Any], index: OnlineIndex) -> int:
         sql.Identifier(index.name), sql.Identifier(index.table)) + sql.SQL(index.definition))
     built = _attach_partitions(conn, index.name, index.table, index.definition)
     if not _valid(conn, index.name):
+        # Postgres marks a partitioned index valid at the attach that completes it; when the
+        # last partition left to attach was dropped instead (retention), attaching one already
+        # attached again makes it look.
+        child = conn.execute("SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+                             " WHERE i.inhparent = %s::regclass ORDER BY 1 LIMIT 1", (index.name,)).fetchone()
+        if child is not None:
+            _briefly(conn, sql.SQL("ALTER INDEX {} ATTACH PARTITION {}").format(
+                sql.Identifier(index.name), sql.Identifier(child[0])))
+    if not _valid(conn, index.name):
         raise RuntimeError(f"index {index.name} is still not valid after every partition of {index.table} got its"
                            " own: one of theirs is invalid, or partitions kept being added meanwhile; run migrate"
                            " again, and if this repeats, REINDEX INDEX CONCURRENTLY the invalid one (\\d+ of the"
@@ -141,20 +150,30 @@ def _attach_partitions(conn: psycopg.Connection[Any], index: str, table: str, de
         if not missing:
             break
         for partition, partitioned in missing:
-            child = partition_index_name(index, table, partition)
-            on = sql.SQL(" ON {} ").format(sql.Identifier(partition)) + sql.SQL(definition)
-            if partitioned:  # an index of its own ON ONLY it, then its partitions', as for the top
-                _briefly(conn, sql.SQL("CREATE INDEX IF NOT EXISTS {} ON ONLY {} ").format(
-                    sql.Identifier(child), sql.Identifier(partition)) + sql.SQL(definition))
-                built += _attach_partitions(conn, child, partition, definition)
-            else:
-                if _valid(conn, child) is False:  # left by a build cut short
-                    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(child)))
-                if _valid(conn, child) is None:
-                    conn.execute(sql.SQL("CREATE INDEX CONCURRENTLY {}").format(sql.Identifier(child)) + on)
-                    built += 1
-            _briefly(conn, sql.SQL("ALTER INDEX {} ATTACH PARTITION {}").format(
-                sql.Identifier(index), sql.Identifier(child)))
+            try:
+                built += _attach_partition(conn, index, table, definition, partition, partitioned)
+            except pgerr.UndefinedTable:  # dropped meanwhile (retention): nothing left to index
+                log.info("partition dropped during an online index build", extra={"partition": partition})
+    return built
+
+
+def _attach_partition(conn: psycopg.Connection[Any], index: str, table: str, definition: LiteralString,
+                      partition: str, partitioned: bool) -> int:
+    """``index``'s index on ``partition`` built and attached; how many partition indexes were built."""
+    built = 0
+    child = partition_index_name(index, table, partition)
+    if partitioned:  # an index of its own ON ONLY it, then its partitions', as for the top
+        _briefly(conn, sql.SQL("CREATE INDEX IF NOT EXISTS {} ON ONLY {} ").format(
+            sql.Identifier(child), sql.Identifier(partition)) + sql.SQL(definition))
+        built += _attach_partitions(conn, child, partition, definition)
+    else:
+        if _valid(conn, child) is False:  # left by a build cut short
+            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(child)))
+        if _valid(conn, child) is None:
+            conn.execute(sql.SQL("CREATE INDEX CONCURRENTLY {} ON {} ").format(
+                sql.Identifier(child), sql.Identifier(partition)) + sql.SQL(definition))
+            built += 1
+    _briefly(conn, sql.SQL("ALTER INDEX {} ATTACH PARTITION {}").format(sql.Identifier(index), sql.Identifier(child)))
     return built
 
 
