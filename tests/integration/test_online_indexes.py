@@ -4,6 +4,8 @@ the sweep uses the bucket index only once it is valid."""
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -182,11 +184,21 @@ def test_pacer_migrate_builds_the_event_index_for_the_segment_count_it_is_given(
     assert "a segment count from 1 to 1024 (PACER_RECONCILER_SEGMENTS), not '2000'" in capsys.readouterr().err
     assert _state(database_url, "item_events_segment_8")[0] is None
 
-    with pytest.raises(SystemExit) as done:
-        main(["migrate", "--event-segments", "8"])
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        with pytest.raises(SystemExit) as done:
+            main(["migrate", "--event-segments", "8"])
+    finally:  # the command's JSON logging, undone for the tests after this one
+        root.handlers[:], root.level = handlers, level
     assert done.value.code == 0
     valid, parts = _state(database_url, "item_events_segment_8")
     assert valid is True and set(parts) == _leaves(database_url, "item_events")
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    built = [(x["index"], x["partition"]) for x in lines if x["msg"] == "index built"]
+    assert sorted(built) == sorted((name, table) for table, (name, _) in parts.items()), lines
+    assert [x["index"] for x in lines if x["msg"].startswith("index valid")] == ["item_events_segment_8"]
+    assert all(x["service"] == "migrate" and x["level"] == "info" for x in lines)
 
 
 def test_postgres_refuses_a_concurrent_build_on_a_partitioned_table(database_url: str) -> None:

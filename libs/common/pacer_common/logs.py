@@ -19,7 +19,7 @@ from opentelemetry import trace
 _context: ContextVar[Mapping[str, Any]] = ContextVar("pacer_log_context", default=MappingProxyType({}))
 _FIELDS = ("job_id", "shard_id", "item_id", "guid", "request_id")
 _EXTRA = ("migration", "reason", "count", "topic", "partition", "committed_offset", "method", "route", "status",
-          "duration_ms")
+          "duration_ms", "index", "detail")
 
 
 class bind:

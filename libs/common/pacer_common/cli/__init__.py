@@ -23,6 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from pydantic import ValidationError
 
+from pacer_common import logs
 from pacer_common.cli.common import (
     EXIT_DENIED,
     EXIT_DONE,
@@ -83,6 +84,7 @@ def _segment_count(text: str) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> int:
+    logs.configure("migrate")  # each migration, partition and online index build, as JSON lines on stderr
     applied = migrate(PostgresSettings().database_url.get_secret_value(), event_segments=args.event_segments)
     print(f"migrations applied: {', '.join(applied) or 'none (up to date)'}")
     return 0

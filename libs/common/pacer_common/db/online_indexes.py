@@ -9,9 +9,10 @@ each partition under a SHARE lock: every item written meanwhile waits for the wh
 marked invalid), each partition's built ``CONCURRENTLY`` (writers go on; the build waits for
 transactions older than it instead) and attached; the parent's becomes valid when the last
 partition's is attached. A partition created meanwhile gets its index from the parent with
-it; one dropped meanwhile (retention) is passed over. A build cut short (a killed migrate, a cancelled statement) leaves an invalid partition
-index or an invalid parent, and the next migrate goes on from there: it drops the invalid
-partition index and builds it again.
+it; one dropped meanwhile (retention) is passed over. A build cut short (a killed migrate, a
+cancelled statement) leaves an invalid partition index or an invalid parent, and the next
+migrate goes on from there: it drops the invalid partition index and builds it again. Each
+partition's build is logged as it starts and ends (``pacer migrate`` prints its logs).
 
 A file holds one ``CREATE INDEX <name> ON <table> <definition>;`` and may say when the index
 is wanted with a ``-- when: <SQL condition>`` line (evaluated on the database; false: not
@@ -24,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -110,7 +112,8 @@ def ensure_online_indexes(conn: psycopg.Connection[Any], extra: Sequence[OnlineI
         if _valid(conn, index.name):
             continue
         partitions = build(conn, index)
-        log.info("index built online", extra={"index": index.name, "partitions": partitions})
+        log.info("index valid: every partition's built online and attached",
+                 extra={"index": index.name, "count": partitions})
         built.append(index.name)
     return built
 
@@ -170,8 +173,12 @@ def _attach_partition(conn: psycopg.Connection[Any], index: str, table: str, def
         if _valid(conn, child) is False:  # left by a build cut short
             conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(child)))
         if _valid(conn, child) is None:
+            log.info("building an index online", extra={"index": child, "partition": partition})
+            t0 = time.monotonic()
             conn.execute(sql.SQL("CREATE INDEX CONCURRENTLY {} ON {} ").format(
                 sql.Identifier(child), sql.Identifier(partition)) + sql.SQL(definition))
+            log.info("index built", extra={"index": child, "partition": partition,
+                                           "duration_ms": round((time.monotonic() - t0) * 1000)})
             built += 1
     _briefly(conn, sql.SQL("ALTER INDEX {} ATTACH PARTITION {}").format(sql.Identifier(index), sql.Identifier(child)))
     return built
