@@ -231,3 +231,31 @@ def test_a_partition_dropped_during_the_build_is_skipped_and_the_index_ends_vali
     valid, parts = _state(database_url)
     assert victim not in _leaves(database_url)
     assert valid is True and set(parts) == _leaves(database_url)
+
+
+def test_a_build_held_by_an_old_transaction_says_which_session_holds_it(
+        database_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A concurrent build outwaits every older transaction; while it does, it logs the session
+    it waits for (pid, application, how long open, last statement), so that an operator can
+    end it rather than watch the migrate Job run into its deadline."""
+    from pacer_common.db import online_indexes
+
+    monkeypatch.setattr(online_indexes, "WAIT_REPORT_S", 0.1)
+    sql(database_url, f"DROP INDEX {BUCKET}")
+    caplog.set_level(logging.INFO, logger="pacer_common.db.online_indexes")
+    with psycopg.connect(database_url, autocommit=True) as conn, _old_snapshot(database_url) as old:
+        old.execute("SET application_name = 'nightly-report'")
+        holder = old.info.backend_pid
+        builder = threading.Thread(target=lambda: ensure_online_indexes(conn))
+        builder.start()
+        try:
+            waits = wait_for(lambda: [r for r in caplog.records if r.levelname == "WARNING"], 30,
+                             "a warning naming the transaction the build waits for")
+        finally:
+            old.rollback()
+            builder.join(60)
+    detail = waits[0].__dict__["detail"]
+    assert f"pid {holder} (nightly-report)" in detail and "waiting for old snapshots" in detail, detail
+    assert "SET application_name" in detail, "its last statement"
+    assert waits[0].__dict__["index"].startswith("items_guid_queued_bucket_")
+    assert _state(database_url)[0] is True

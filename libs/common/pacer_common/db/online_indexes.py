@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -34,13 +35,15 @@ from typing import Any, LiteralString, cast
 import psycopg
 from psycopg import errors as pgerr
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from pacer_common.db.sql import online_indexes
+from pacer_common.db.sql import online_indexes, query
 
 log = logging.getLogger(__name__)
 
 SCHEMA_LOCK_TIMEOUT = "5s"  # the longest a brief catalogue change may queue the services' writes
+WAIT_REPORT_S = 10.0  # how often a concurrent build that is waiting says what for
 _MAX_ROUNDS = 5  # listings of a table's partitions: one, and one more per partition made meanwhile
 _NAME_MAX = 63  # NAMEDATALEN - 1
 _COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
@@ -144,12 +147,7 @@ def build(conn: psycopg.Connection[Any], index: OnlineIndex) -> int:
 def _attach_partitions(conn: psycopg.Connection[Any], index: str, table: str, definition: LiteralString) -> int:
     built = 0
     for _ in range(_MAX_ROUNDS):
-        missing = conn.execute(
-            "SELECT c.relname, c.relkind = 'p' FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
-            " WHERE i.inhparent = %(table)s::regclass"
-            "   AND NOT EXISTS (SELECT 1 FROM pg_inherits ii JOIN pg_index x ON x.indexrelid = ii.inhrelid"
-            "                   WHERE ii.inhparent = %(index)s::regclass AND x.indrelid = c.oid)"
-            " ORDER BY c.relname", {"table": table, "index": index}).fetchall()
+        missing = conn.execute(query("index_unattached_partitions"), {"table": table, "index": index}).fetchall()
         if not missing:
             break
         for partition, partitioned in missing:
@@ -175,13 +173,52 @@ def _attach_partition(conn: psycopg.Connection[Any], index: str, table: str, def
         if _valid(conn, child) is None:
             log.info("building an index online", extra={"index": child, "partition": partition})
             t0 = time.monotonic()
-            conn.execute(sql.SQL("CREATE INDEX CONCURRENTLY {} ON {} ").format(
-                sql.Identifier(child), sql.Identifier(partition)) + sql.SQL(definition))
+            with _WaitReporter(conn, child):
+                conn.execute(sql.SQL("CREATE INDEX CONCURRENTLY {} ON {} ").format(
+                    sql.Identifier(child), sql.Identifier(partition)) + sql.SQL(definition))
             log.info("index built", extra={"index": child, "partition": partition,
                                            "duration_ms": round((time.monotonic() - t0) * 1000)})
             built += 1
     _briefly(conn, sql.SQL("ALTER INDEX {} ATTACH PARTITION {}").format(sql.Identifier(index), sql.Identifier(child)))
     return built
+
+
+class _WaitReporter(threading.Thread):
+    """While a concurrent build runs on ``conn``, every :data:`WAIT_REPORT_S` seconds: if it is
+    waiting for another session's transaction (a concurrent build must outwait every older
+    one), log which, from a connection of its own. A forgotten open transaction would
+    otherwise hold the migrate, silently, until the Job's deadline."""
+
+    def __init__(self, conn: psycopg.Connection[Any], index: str) -> None:
+        super().__init__(name=f"index-build-waits-{index}", daemon=True)
+        self.conninfo = make_conninfo("", **conn.info.get_parameters(), password=conn.info.password)
+        self.pid, self.index = conn.info.backend_pid, index
+        self.done = threading.Event()
+
+    def __enter__(self) -> None:
+        self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.done.set()
+        self.join()
+
+    def run(self) -> None:
+        if self.done.wait(WAIT_REPORT_S):  # most builds are over by then: no connection at all
+            return
+        try:
+            with psycopg.connect(self.conninfo, autocommit=True) as watch:
+                while True:
+                    row = watch.execute(query("index_build_waits"), {"pid": self.pid}).fetchone()
+                    if row is not None:
+                        phase, pid, app, state, open_s, text = row
+                        log.warning("an online index build is waiting for an older transaction to end: end it, or"
+                                    " let it finish", extra={"index": self.index, "detail": (
+                                        f"{phase}: pid {pid} ({app or 'no application_name'}), {state},"
+                                        f" transaction open {open_s} s, last statement: {text}")})
+                    if self.done.wait(WAIT_REPORT_S):
+                        return
+        except psycopg.Error as exc:  # the report is a courtesy: never fail the build for it
+            log.info("cannot watch an online index build's waits: %s", exc, extra={"index": self.index})
 
 
 def _valid(conn: psycopg.Connection[Any], index: str) -> bool | None:
