@@ -259,3 +259,19 @@ def test_a_build_held_by_an_old_transaction_says_which_session_holds_it(
     assert "SET application_name" in detail, "its last statement"
     assert waits[0].__dict__["index"].startswith("items_guid_queued_bucket_")
     assert _state(database_url)[0] is True
+
+
+def test_an_index_of_a_table_that_is_not_partitioned_is_built_concurrently_too(database_url: str) -> None:
+    """``ON ONLY`` a plain table would build it there and then, holding its writes."""
+    from pacer_common.db.online_indexes import OnlineIndex, build
+
+    seed_job(database_url, {"wx-1": 2})
+    index = OnlineIndex("jobs_created_by_online", "jobs", "(created_by)")
+    with psycopg.connect(database_url, autocommit=True) as conn, _old_snapshot(database_url) as old:
+        builder = threading.Thread(target=lambda: build(conn, index))
+        builder.start()
+        seen = wait_for(lambda: _concurrent_build(database_url), 30, "a concurrent build of the index")
+        old.rollback()
+        builder.join(60)
+    assert seen == {"command": "CREATE INDEX CONCURRENTLY", "phase": seen["phase"], "partition": "jobs"}
+    assert _state(database_url, "jobs_created_by_online") == (True, {})

@@ -123,7 +123,11 @@ def ensure_online_indexes(conn: psycopg.Connection[Any], extra: Sequence[OnlineI
 
 def build(conn: psycopg.Connection[Any], index: OnlineIndex) -> int:
     """``index`` on ``ON ONLY`` its table, then on each partition concurrently and attached;
-    how many partition indexes were built."""
+    how many partition indexes were built. On a table that is not partitioned, the index
+    itself, concurrently (1)."""
+    if not _scalar(conn, sql.SQL("SELECT relkind = 'p' FROM pg_class WHERE oid = {}::regclass").format(
+            sql.Literal(index.table))):
+        return _build_concurrently(conn, index.name, index.table, index.definition)
     _briefly(conn, sql.SQL("CREATE INDEX IF NOT EXISTS {} ON ONLY {} ").format(
         sql.Identifier(index.name), sql.Identifier(index.table)) + sql.SQL(index.definition))
     built = _attach_partitions(conn, index.name, index.table, index.definition)
@@ -168,19 +172,26 @@ def _attach_partition(conn: psycopg.Connection[Any], index: str, table: str, def
             sql.Identifier(child), sql.Identifier(partition)) + sql.SQL(definition))
         built += _attach_partitions(conn, child, partition, definition)
     else:
-        if _valid(conn, child) is False:  # left by a build cut short
-            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(child)))
-        if _valid(conn, child) is None:
-            log.info("building an index online", extra={"index": child, "partition": partition})
-            t0 = time.monotonic()
-            with _WaitReporter(conn, child):
-                conn.execute(sql.SQL("CREATE INDEX CONCURRENTLY {} ON {} ").format(
-                    sql.Identifier(child), sql.Identifier(partition)) + sql.SQL(definition))
-            log.info("index built", extra={"index": child, "partition": partition,
-                                           "duration_ms": round((time.monotonic() - t0) * 1000)})
-            built += 1
+        built += _build_concurrently(conn, child, partition, definition)
     _briefly(conn, sql.SQL("ALTER INDEX {} ATTACH PARTITION {}").format(sql.Identifier(index), sql.Identifier(child)))
     return built
+
+
+def _build_concurrently(conn: psycopg.Connection[Any], name: str, table: str, definition: LiteralString) -> int:
+    """Index ``name`` on the table ``table`` (not partitioned), built concurrently unless it is
+    there and valid (an invalid one, left by a build cut short, dropped first); 1 if built."""
+    if _valid(conn, name) is False:
+        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+    if _valid(conn, name) is not None:
+        return 0
+    log.info("building an index online", extra={"index": name, "partition": table})
+    t0 = time.monotonic()
+    with _WaitReporter(conn, name):
+        conn.execute(sql.SQL("CREATE INDEX CONCURRENTLY {} ON {} ").format(
+            sql.Identifier(name), sql.Identifier(table)) + sql.SQL(definition))
+    log.info("index built", extra={"index": name, "partition": table,
+                                   "duration_ms": round((time.monotonic() - t0) * 1000)})
+    return 1
 
 
 class _WaitReporter(threading.Thread):
