@@ -1074,9 +1074,15 @@ $$;
 CREATE FUNCTION public.pacer_release_guids(p_guids text[], p_owner text) RETURNS integer
     LANGUAGE sql
     AS $$
-    WITH released AS (
-        UPDATE guid_leases SET owner = NULL, lease_until = NULL
-        WHERE guid = ANY(p_guids) AND owner = p_owner
+    WITH mine AS (
+        SELECT l.guid FROM guid_leases l
+        WHERE l.guid = ANY(p_guids) AND l.owner = p_owner
+        ORDER BY l.guid
+        FOR UPDATE
+    ), released AS (
+        UPDATE guid_leases g SET owner = NULL, lease_until = NULL
+        FROM mine
+        WHERE g.guid = mine.guid
         RETURNING 1
     )
     SELECT count(*)::integer FROM released;
