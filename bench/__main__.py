@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from bench.common import state_dir
+from bench.common import PostgresLog, state_dir
 from bench.scenarios import SCENARIOS
 from pacer_dev import infra
 
@@ -24,9 +24,12 @@ def main() -> None:
     # .pacer/bench up`` for repeated runs): idle servers left behind would skew the next
     # measurement made on this machine.
     started_here = infra.current(state_dir()) is None
+    postgres_log = PostgresLog(state_dir() / "postgres" / "postgres.log")
     try:
         for name in names:
             print(SCENARIOS[name](), flush=True)
+            postgres_log.note(name)
+        print(postgres_log.summary(), flush=True)
     finally:
         if started_here:
             infra.down(state_dir())

@@ -34,6 +34,38 @@ def state_dir() -> Path:
     return Path(os.environ.get("PACER_STATE_DIR", ".pacer")) / "bench"
 
 
+class PostgresLog:
+    """The deadlocks Postgres broke during each scenario, from the lines its log gained
+    meanwhile (the benchmarks' own server; none is read where ``PACER_DATABASE_URL`` names
+    another). A deadlock costs a unit of work run again and says two paths took rows in
+    opposite orders: the chaos scenarios fail on one, and the benchmarks print them."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = self._size()
+        self.found: dict[str, int] = {}
+
+    def _size(self) -> int:
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def note(self, scenario: str) -> None:
+        """Count the deadlocks logged since the last note, for ``scenario``."""
+        if not self.path.exists():
+            return
+        with self.path.open("rb") as f:
+            f.seek(min(self.offset, self._size()))
+            grown = f.read()
+        self.offset += len(grown)
+        if n := grown.count(b"ERROR:  deadlock detected"):
+            self.found[scenario] = self.found.get(scenario, 0) + n
+
+    def summary(self) -> str:
+        if os.environ.get("PACER_DATABASE_URL") or not self.path.exists():
+            return "bench postgres: deadlocks=n/a (a configured server: see its own log)"
+        where = ",".join(f"{k}:{v}" for k, v in self.found.items()) or "none"
+        return f"bench postgres: deadlocks={sum(self.found.values())} in={where} log={self.path}"
+
+
 def real_infra() -> Infra:
     return infra.up(state_dir())
 
