@@ -1,7 +1,7 @@
 """``bench index``: an index of ``db/schema/indexes/`` built over a loaded ``items``, the whole
 table at once (``CREATE INDEX``) and online (migrate's build, partition by partition,
 concurrently), while one writer updates items one by one: how long each build took and the
-longest any write waited meanwhile; and, for scale, the longest write over as long again
+longest any write waited meanwhile; and, for scale, the longest of as many writes again
 with no build at all."""
 
 from __future__ import annotations
@@ -26,6 +26,14 @@ class _Writer(threading.Thread):
         self.url, self.items = url, items
         self.stop = threading.Event()
         self.longest_s, self.writes = 0.0, 0
+        self._target, self._reached = 20, threading.Event()  # 20 writes before any build starts
+
+    def made(self, writes: int, timeout_s: float = 120) -> None:
+        """Return once ``writes`` writes in all have been made (at most ``timeout_s``)."""
+        self._target = writes
+        self._reached.clear()
+        if self.writes < writes and not self._reached.wait(timeout_s):
+            raise TimeoutError(f"{self.writes} of {writes} writes in {timeout_s} s")
 
     def run(self) -> None:
         with psycopg.connect(self.url, autocommit=True) as conn:
@@ -34,17 +42,18 @@ class _Writer(threading.Thread):
                 conn.execute("UPDATE items SET updated_at = now() WHERE item_id = %s", (random.choice(self.items),))
                 self.longest_s = max(self.longest_s, time.perf_counter() - t0)
                 self.writes += 1
+                if self.writes >= self._target:
+                    self._reached.set()
                 self.stop.wait(0.005)
 
 
-def _while_writing(url: str, items: list[str], build: Callable[[], object]) -> tuple[float, float, int]:
+def _while_writing(url: str, items: list[str], build: Callable[[_Writer], object]) -> tuple[float, float, int]:
     """(seconds ``build`` took, the longest write meanwhile in seconds, writes made)."""
     writer = _Writer(url, items)
     writer.start()
-    while writer.writes < 20:  # writing before the build starts
-        writer.stop.wait(0.01)
+    writer.made(20)  # writing before the build starts
     t0 = time.perf_counter()
-    build()
+    build(writer)
     took = time.perf_counter() - t0
     writer.stop.set()
     writer.join()
@@ -63,11 +72,12 @@ def index() -> str:
             conn.execute("VACUUM ANALYZE items")
             partitions = conn.execute("SELECT count(*) FROM pg_partition_tree('items') WHERE isleaf").fetchone()
             conn.execute(f"DROP INDEX {ix.name}")
-            plain = _while_writing(url, items, lambda: conn.execute(
+            plain = _while_writing(url, items, lambda _: conn.execute(
                 f"CREATE INDEX {ix.name} ON {ix.table} {ix.definition}"))
             conn.execute(f"DROP INDEX {ix.name}")
-            online = _while_writing(url, items, lambda: ensure_online_indexes(conn))
-            alone = _while_writing(url, items, lambda: time.sleep(online[0]))  # the same time, no build
+            online = _while_writing(url, items, lambda _: ensure_online_indexes(conn))
+            # As many writes again with no build: the longest write a quiet table gives.
+            alone = _while_writing(url, items, lambda writer: writer.made(20 + online[2]))
             valid = conn.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = %s::regclass",
                                  (ix.name,)).fetchone()
         assert valid == (True,), valid
