@@ -8,7 +8,9 @@ import jsonschema
 import pytest
 import yaml
 
+from pacer_common.domain.segments import EVENT_SEGMENTS_MAX, EVENT_SEGMENTS_MIN
 from pacer_dev.chart.check import CHART, lint, template
+from pacer_reconciler.settings import ReconcilerSettings
 
 MINIMAL = CHART / "ci" / "minimal-values.yaml"
 
@@ -45,3 +47,14 @@ def test_a_misspelt_key_in_a_values_file_is_refused(tmp_path):
     run = template("pacer", MINIMAL, "-f", str(values))
     assert run.returncode != 0
     assert "minIntervalMS" in run.stderr
+
+
+def test_the_charts_segment_range_is_the_reconcilers():
+    """The chart refuses what the reconciler and ``pacer migrate --event-segments`` refuse, no
+    more and no less: its bounds for ``reconciler.segments`` are the setting's."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    bounds = schema["properties"]["reconciler"]["properties"]["segments"]
+    assert (bounds["minimum"], bounds["maximum"]) == (EVENT_SEGMENTS_MIN, EVENT_SEGMENTS_MAX)
+    field = ReconcilerSettings.model_fields["segments"]
+    limits = {type(m).__name__: m for m in field.metadata}
+    assert (limits["Ge"].ge, limits["Le"].le) == (EVENT_SEGMENTS_MIN, EVENT_SEGMENTS_MAX)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from pacer_common.domain.segments import EVENT_SEGMENTS_MAX, EVENT_SEGMENTS_MIN
 from pacer_common.settings import OpsSettings
 from pacer_reconciler.domain.retention import Retention
 
@@ -53,7 +54,7 @@ class ReconcilerSettings(OpsSettings):
         "`idle_in_transaction_session_timeout` = TTL/2, so an owner frozen inside a transaction cannot hold a "
         "lease row. Set the same value on every replica."
     ))
-    segments: int = Field(default=16, ge=1, le=1024, description=(
+    segments: int = Field(default=16, ge=EVENT_SEGMENTS_MIN, le=EVENT_SEGMENTS_MAX, description=(
         "Segments the reconciler's work is split into by guid hash; each has its own lease (table "
         "`leader_leases`, rows `pacer-reconciler/<s>of<n>`), and replicas share them out: each holds at most "
         "ceil(segments / live replicas), so replicas beyond this count only stand by. Fixed per deployment: the"

@@ -40,6 +40,7 @@ from pacer_common.db.migrate import migrate
 from pacer_common.db.sql import query
 from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.requests import JobRequest
+from pacer_common.domain.segments import EVENT_SEGMENTS_MAX, EVENT_SEGMENTS_MIN
 from pacer_common.domain.tokens import Role
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.kafka import (
@@ -78,8 +79,9 @@ def topic_layout(k: KafkaSettings) -> dict[str, tuple[int, dict[str, str]]]:
 
 def _segment_count(text: str) -> int:
     """``--event-segments``: a segment count the reconciler accepts (1 needs no index)."""
-    if not text.isdigit() or not 1 <= int(text) <= 1024:
-        raise argparse.ArgumentTypeError(f"a segment count from 1 to 1024 (PACER_RECONCILER_SEGMENTS), not {text!r}")
+    if not text.isdigit() or not EVENT_SEGMENTS_MIN <= int(text) <= EVENT_SEGMENTS_MAX:
+        raise argparse.ArgumentTypeError(f"a segment count from {EVENT_SEGMENTS_MIN} to {EVENT_SEGMENTS_MAX}"
+                                         f" (PACER_RECONCILER_SEGMENTS), not {text!r}")
     return int(text)
 
 

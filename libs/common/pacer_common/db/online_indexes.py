@@ -39,6 +39,7 @@ from psycopg.conninfo import make_conninfo
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from pacer_common.db.sql import online_indexes, query
+from pacer_common.domain.segments import EVENT_SEGMENTS_INDEXED_MIN, EVENT_SEGMENTS_MAX
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,9 @@ def event_segments_index(segments: int) -> OnlineIndex:
     """The event log's index for ``segments`` reconciler segments (``PACER_RECONCILER_SEGMENTS``):
     each segment's tail is a range scan of it (``pacer_reconciler.adapters.layout``). Migration
     0026 made the one for 16; ``pacer migrate --event-segments n`` builds another's."""
-    if not 2 <= segments <= 1024:
-        raise ValueError(f"event segments must be 2 to 1024 (PACER_RECONCILER_SEGMENTS; one segment reads the log"
+    if not EVENT_SEGMENTS_INDEXED_MIN <= segments <= EVENT_SEGMENTS_MAX:
+        raise ValueError(f"event segments must be {EVENT_SEGMENTS_INDEXED_MIN} to {EVENT_SEGMENTS_MAX}"
+                         f" (PACER_RECONCILER_SEGMENTS; one segment reads the log"
                          f" by position and needs none); got {segments}")
     return OnlineIndex(f"item_events_segment_{segments}", "item_events",
                        cast(LiteralString, f"(((hashtext(guid) & 2147483647) % {int(segments)}), xid, seq)"))
