@@ -410,3 +410,35 @@ def position(msg: Message) -> tuple[str, int, int]:
     if topic is None or partition is None or offset is None:
         raise ValueError("not a consumed message: no topic, partition or offset")
     return topic, partition, offset
+
+
+def describe_partitions(partitions: Iterable[TopicPartition]) -> str:
+    """Partitions as an operator reads them in a log line: by topic, in runs,
+    ``pacer.item-commands.batch 0-7, 12; pacer.item-commands.online 0-7, 12``."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return "; ".join(f"{topic} {_runs(sorted(set(numbers)))}" for topic, numbers in sorted(by_topic.items())) or "none"
+
+
+def _runs(numbers: list[int]) -> str:
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def logged_rebalances(logger: logging.Logger) -> dict[str, Callable[[Any, list[TopicPartition]], None]]:
+    """``subscribe()`` callbacks for a consumer with nothing to do on a rebalance but say what
+    the group gave it and took away, so that an operator can tell which replica reads what."""
+    def said(level: int, what: str) -> Callable[[Any, list[TopicPartition]], None]:
+        def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
+            if partitions:
+                logger.log(level, "partitions %s: %s", what, describe_partitions(partitions))
+        return callback
+
+    return {"on_assign": said(logging.INFO, "assigned"), "on_revoke": said(logging.INFO, "revoked"),
+            "on_lost": said(logging.WARNING, "lost")}

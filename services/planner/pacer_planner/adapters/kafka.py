@@ -3,6 +3,7 @@ the job requests themselves, as the intake loop's source."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -13,9 +14,19 @@ from prometheus_client import CollectorRegistry
 from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand, JobCommands
 from pacer_common.domain.requests import LANES, lane_of
-from pacer_common.kafka import MAX_REQUEST_BYTES, AsyncConsumer, make_consumer, make_producer, next_offset, produce_all
+from pacer_common.kafka import (
+    MAX_REQUEST_BYTES,
+    AsyncConsumer,
+    logged_rebalances,
+    make_consumer,
+    make_producer,
+    next_offset,
+    produce_all,
+)
 from pacer_common.metrics import consumer_lag_config
 from pacer_common.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
 
 MAX_REASON_CHARS = 2000  # a header, not a document: the reason's first part says what is wrong
 DLQ_TIMEOUT_S = 15.0  # a dead-letter record not acknowledged by then: retried, the offset stays
@@ -79,7 +90,7 @@ class KafkaRequestSource:
                                  "receive.message.max.bytes": MAX_REQUEST_BYTES + 1_048_576}
         consumer = AsyncConsumer(make_consumer(kafka.client_config(), group_id or f"{kafka.topic_prefix}.planner",
                                                **large, **consumer_lag_config(registry)))
-        await consumer.call(consumer.consumer.subscribe, [kafka.job_requests])
+        await consumer.call(consumer.consumer.subscribe, [kafka.job_requests], **logged_rebalances(log))
         return cls(consumer)
 
     async def consume(self, n: int, timeout_s: float) -> list[Message]:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from confluent_kafka import TopicPartition
 
-from pacer_common.kafka import AsyncConsumer, make_consumer, position
+from pacer_common.kafka import AsyncConsumer, logged_rebalances, make_consumer, position
 from pacer_common.settings import KafkaSettings
 from pacer_reconciler.ports import RawCallback
+
+log = logging.getLogger(__name__)
 
 
 class KafkaCallbackSource:
@@ -19,7 +22,7 @@ class KafkaCallbackSource:
     async def create(cls, kafka: KafkaSettings, group: str) -> KafkaCallbackSource:
         """A consumer of its own in ``group``, subscribed to ``kafka``'s callbacks topic."""
         consumer = AsyncConsumer(make_consumer(kafka.client_config(), group))
-        await consumer.call(consumer.consumer.subscribe, [kafka.callbacks])
+        await consumer.call(consumer.consumer.subscribe, [kafka.callbacks], **logged_rebalances(log))
         return cls(consumer)
 
     async def close(self) -> None:

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from pacer_common.domain.commands import CommandHead, ItemCommand
 from pacer_common.domain.ids import Guid
-from pacer_common.kafka import AsyncConsumer, make_consumer, position
+from pacer_common.kafka import AsyncConsumer, describe_partitions, make_consumer, position
 from pacer_common.metrics import consumer_lag_config
 from pacer_common.settings import KafkaSettings
 from pacer_sender.dispatcher import Dispatcher
@@ -99,7 +99,7 @@ class ConsumerLoop:
     # -- rebalance callbacks: on the consumer thread, inside poll --------------------------
     def on_assign(self, consumer: object, partitions: list[TopicPartition]) -> None:
         self.assigned |= {(p.topic, p.partition) for p in partitions}
-        log.info("partitions assigned: %s", sorted(p.partition for p in partitions))
+        log.info("partitions assigned: %s", describe_partitions(partitions))
         self.loop.call_soon_threadsafe(self.on_assigned)  # sweep: the new partitions' guids get going
 
     def on_revoke(self, consumer: object, partitions: list[TopicPartition]) -> None:
@@ -113,13 +113,13 @@ class ConsumerLoop:
         for tp in tps:
             self.noted.pop(tp, None)
             self.committed.pop(tp, None)
-        log.info("partitions revoked: %s", sorted(p.partition for p in partitions))
+        log.info("partitions revoked: %s", describe_partitions(partitions))
 
     def on_lost(self, consumer: object, partitions: list[TopicPartition]) -> None:
         for tp in self._drop(partitions):
             self.noted.pop(tp, None)
             self.committed.pop(tp, None)
-        log.warning("partitions lost: %s", sorted(p.partition for p in partitions))
+        log.warning("partitions lost: %s", describe_partitions(partitions))
 
     def _drop(self, partitions: list[TopicPartition]) -> set[TP]:
         """Stop the guids of these partitions (items in hand finish) and give their leases back."""
