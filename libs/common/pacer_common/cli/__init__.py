@@ -1,4 +1,5 @@
-"""``pacer``: the operator's command line — migrate, create topics, publish, inspect.
+"""``pacer``: the operator's command line — migrate, create topics, publish, inspect, and read
+back what the planner and the callback intake refused (:mod:`pacer_common.cli.dead_letters`).
 
 ``retry``, ``cancel`` and ``limits`` change what Pacer does: they call the Control API
 (``PACER_CONTROL_URL``, ``PACER_TOKEN``), so each goes through the same role check, use case
@@ -34,6 +35,7 @@ from pacer_common.cli.common import (
     HTTP_EXIT,
     unless_stopped,
 )
+from pacer_common.cli.dead_letters import add_dead_letter_commands
 from pacer_common.cli.restore import add_restore_commands
 from pacer_common.db import operations
 from pacer_common.db.migrate import migrate
@@ -306,6 +308,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="confirm that the planner, the senders and the reconciler are stopped")
     rb.set_defaults(fn=_rebuild_projection)
     add_restore_commands(sub)
+    add_dead_letter_commands(sub)
     pub = sub.add_parser("publish", help="publish a job request (JSON file, or - for stdin)")
     pub.add_argument("file")
     pub.add_argument("--raw", action="store_true", help="publish without validating (to try the DLQ)")

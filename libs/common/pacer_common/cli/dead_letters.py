@@ -1,0 +1,212 @@
+"""``pacer dead-letters``: what the planner and the callback intake refused, read back.
+
+Every refused job request is on ``<prefix>.job-requests.dlq`` and every refused callback on
+``<prefix>.callbacks.dlq``, as it came, with the reason in the ``pacer-error-reason`` header.
+``list`` shows the last records with their reasons; ``show`` prints one record's original
+bytes (to fix and ``pacer publish``); ``republish`` sends a refused job request again, as it
+is, once what refused it is fixed elsewhere (a bug after an ``internal error``, a tenant
+created, a quota raised). Reading joins no consumer group and commits nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from pacer_common.cli.common import EXIT_NOT_FOUND, EXIT_REFUSED
+from pacer_common.domain.validation import InvalidRequest, validate_request
+from pacer_common.kafka import make_consumer, make_producer, produce_all
+from pacer_common.settings import KafkaSettings
+
+READ_TIMEOUT_S = 10.0  # a broker that has not answered by then is reported, not waited on for ever
+REASON_CHARS = 300  # a listed reason's length; `show` prints all of it
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    partition: int
+    offset: int
+    at: datetime
+    key: bytes | None
+    value: bytes
+    headers: dict[str, str]
+
+    @property
+    def where(self) -> str:
+        return f"{self.partition}:{self.offset}"
+
+    def summary(self) -> dict[str, object]:
+        return {"at": self.at.isoformat(timespec="seconds"), "where": self.where,
+                "source": self.headers.get("pacer-error-source", ""), "tenant": self.headers.get("pacer-tenant"),
+                "key": None if self.key is None else self.key.decode(errors="replace"), "bytes": len(self.value),
+                "reason": self.headers.get("pacer-error-reason", "")}
+
+
+def _letter(msg: Message) -> DeadLetter:
+    _, ms = msg.timestamp()
+    headers: dict[str, str] = {}
+    for header in msg.headers() or []:
+        name, value = header[0], header[1]
+        headers[str(name)] = value.decode(errors="replace") if isinstance(value, bytes) else str(value or "")
+    return DeadLetter(msg.partition() or 0, msg.offset() or 0, datetime.fromtimestamp(ms / 1000, UTC), msg.key(),
+                      msg.value() or b"", headers)
+
+
+def _reader(k: KafkaSettings) -> Consumer:
+    # A group of its own that never commits: the reading leaves no trace on the broker.
+    return make_consumer(k.client_config(), f"{k.topic_prefix}.dead-letters-reader-{uuid.uuid4().hex[:8]}")
+
+
+def _partitions(consumer: Consumer, topic: str) -> list[int]:
+    meta = consumer.list_topics(topic, timeout=READ_TIMEOUT_S).topics.get(topic)
+    if meta is None or meta.error is not None:
+        raise LookupError(f"topic {topic} not found ({meta.error if meta else 'no metadata'})")
+    return sorted(meta.partitions)
+
+
+def _last(consumer: Consumer, topic: str, n: int) -> Iterator[DeadLetter]:
+    """The last ``n`` records of each partition of ``topic``."""
+    ends: dict[int, int] = {}
+    starts: list[TopicPartition] = []
+    for p in _partitions(consumer, topic):
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=READ_TIMEOUT_S)
+        if high > low:
+            ends[p] = high
+            starts.append(TopicPartition(topic, p, max(low, high - n)))
+    if not starts:
+        return
+    consumer.assign(starts)
+    while ends:
+        msg = consumer.poll(READ_TIMEOUT_S)
+        if msg is None:
+            raise TimeoutError(f"{topic}: no record within {READ_TIMEOUT_S:.0f} s of what the broker said it holds")
+        if msg.error():
+            continue  # end of a partition, or a transient error librdkafka retries
+        p, offset = msg.partition() or 0, msg.offset() or 0
+        if p in ends:
+            yield _letter(msg)
+            if offset + 1 >= ends[p]:
+                del ends[p]
+
+
+def _one(consumer: Consumer, topic: str, where: tuple[int, int]) -> DeadLetter | None:
+    p, offset = where
+    if p not in _partitions(consumer, topic):
+        return None
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=READ_TIMEOUT_S)
+    if not low <= offset < high:
+        return None
+    consumer.assign([TopicPartition(topic, p, offset)])
+    while (msg := consumer.poll(READ_TIMEOUT_S)) is not None:
+        if not msg.error() and msg.offset() == offset:
+            return _letter(msg)
+    raise TimeoutError(f"{topic} {p}:{offset}: not read within {READ_TIMEOUT_S:.0f} s")
+
+
+def _where(text: str) -> tuple[int, int]:
+    part, sep, offset = text.partition(":")
+    if not sep or not part.isdigit() or not offset.isdigit():
+        raise argparse.ArgumentTypeError(f"PARTITION:OFFSET as `pacer dead-letters list` prints it, not {text!r}")
+    return int(part), int(offset)
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a count of at least 1, not {text!r}")
+    return int(text)
+
+
+def _topic(k: KafkaSettings, args: argparse.Namespace) -> str:
+    return k.callbacks_dlq if getattr(args, "callbacks", False) else k.job_requests_dlq
+
+
+def _list(args: argparse.Namespace) -> int:
+    k = KafkaSettings()
+    topic = _topic(k, args)
+    consumer = _reader(k)
+    try:
+        letters = sorted(_last(consumer, topic, args.last), key=lambda d: (d.at, d.partition, d.offset))[-args.last:]
+    finally:
+        consumer.close()
+    if args.json:
+        for d in letters:
+            print(json.dumps(d.summary(), ensure_ascii=False))
+        return 0
+    print(f"{topic}: {len(letters)} record(s), oldest first")
+    for d in letters:
+        s = d.summary()
+        reason = str(s["reason"])
+        reason = reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 1] + "…"
+        who = s["key"] or s["tenant"] or "-"
+        print(f"{s['where']:>10}  {s['at']}  {s['source'] or '-':8} {who}  {s['bytes']} bytes  {reason}")
+    return 0
+
+
+def _found(args: argparse.Namespace) -> tuple[str, DeadLetter | None]:
+    k = KafkaSettings()
+    topic = _topic(k, args)
+    consumer = _reader(k)
+    try:
+        return topic, _one(consumer, topic, args.where)
+    finally:
+        consumer.close()
+
+
+def _show(args: argparse.Namespace) -> int:
+    topic, letter = _found(args)
+    if letter is None:
+        print(f"no record {args.where[0]}:{args.where[1]} on {topic} (see `pacer dead-letters list`)", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    print(f"{topic} {letter.where} at {letter.at.isoformat()}: {letter.headers.get('pacer-error-reason', '')}",
+          file=sys.stderr)
+    sys.stdout.buffer.write(letter.value)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def _republish(args: argparse.Namespace) -> int:
+    k = KafkaSettings()
+    topic, letter = _found(args)
+    if letter is None:
+        print(f"no record {args.where[0]}:{args.where[1]} on {topic} (see `pacer dead-letters list`)", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    if not args.raw:
+        try:  # the planner's own validation: a request still invalid is not sent (tenants and quotas it checks itself)
+            validate_request(letter.value, datetime.now(UTC))
+        except InvalidRequest as exc:
+            print(f"not republished: {exc} (fix it: `pacer dead-letters show {letter.where} > request.json`, "
+                  "edit, `pacer publish request.json`)", file=sys.stderr)
+            return EXIT_REFUSED
+    headers = [("pacer-republished-from", f"{topic}:{letter.where}".encode())]
+    produce_all(make_producer(k.client_config()), [(k.job_requests, letter.key, letter.value, headers)])
+    print(f"republished {topic} {letter.where} to {k.job_requests}"
+          f"{'' if letter.key is None else ' (key ' + letter.key.decode(errors='replace') + ')'}")
+    return 0
+
+
+def add_dead_letter_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``pacer dead-letters list|show|republish``, on ``pacer``'s subcommand parsers."""
+    dl = sub.add_parser("dead-letters", help="refused job requests (and callbacks): list them with their reasons, "
+                        "print one as it came, send a job request again")
+    dl_sub = dl.add_subparsers(dest="dead_letters_cmd", required=True)
+    ls = dl_sub.add_parser("list", help="the last records, oldest first, with their reasons")
+    ls.add_argument("--last", type=_count, default=20, help="how many (default 20)")
+    ls.add_argument("--json", action="store_true", help="one JSON object per line")
+    sh = dl_sub.add_parser("show", help="one record's original bytes on stdout (its reason on stderr)")
+    for p in (ls, sh):
+        p.add_argument("--callbacks", action="store_true", help="the callbacks' DLQ, not the job requests'")
+    sh.add_argument("where", type=_where, metavar="PARTITION:OFFSET")
+    rp = dl_sub.add_parser("republish", help="send a refused job request to the job requests topic again, as it is"
+                           " (checked first as `pacer publish` checks a request)")
+    rp.add_argument("where", type=_where, metavar="PARTITION:OFFSET")
+    rp.add_argument("--raw", action="store_true", help="skip the validation")
+    ls.set_defaults(fn=_list)
+    sh.set_defaults(fn=_show)
+    rp.set_defaults(fn=_republish)

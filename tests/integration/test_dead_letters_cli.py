@@ -1,0 +1,113 @@
+"""``pacer dead-letters`` reads back, from the real broker, what the planner and the callback
+intake refused: listed with their reasons, one printed byte for byte as it came, a refused job
+request sent again once it would be taken (and not while it would be refused again), and no
+consumer group left behind by the reading."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from pacer_common.cli import EXIT_NOT_FOUND, EXIT_REFUSED, main
+from pacer_common.kafka import ensure_topics, make_consumer, make_producer
+from pacer_intake.adapters.kafka import KafkaCallbackLog, callback_producer
+from pacer_planner.adapters.kafka import KafkaCommandBus
+
+NOT_JSON = b'{"request_id": "r-bad", "kind": "campaign", '
+BUG_REASON = "internal error: RuntimeError: the planner could not take this one"
+
+
+def _request() -> bytes:
+    """A request the planner takes: refused once only by a bug, as far as this test goes."""
+    return json.dumps({
+        "request_id": "r-internal", "kind": "campaign", "created_by": "ops:test",
+        "message": {"type": "text", "content": "你好 {name}"},
+        "targets": {"mode": "snapshot", "items": [{"guid": "g-1", "to_id": "room-1", "vars": {"name": "A"}}]},
+        "expire_at": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
+    }, ensure_ascii=False).encode()
+
+
+def _pacer(*args: str) -> int:
+    with pytest.raises(SystemExit) as ended:
+        main(["dead-letters", *args])
+    return int(ended.value.code or 0)
+
+
+def _groups(kafka_config: dict[str, str]) -> set[str]:
+    admin = AdminClient(dict(kafka_config))
+    return {g.group_id for g in admin.list_consumer_groups().result(30).valid}
+
+
+def test_refused_requests_and_callbacks_are_listed_shown_and_sent_again(
+        kafka_config: dict[str, str], topic_prefix: str, monkeypatch: pytest.MonkeyPatch,
+        capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    requests, dlq = f"{topic_prefix}.job-requests", f"{topic_prefix}.job-requests.dlq"
+    callbacks, callbacks_dlq = f"{topic_prefix}.callbacks", f"{topic_prefix}.callbacks.dlq"
+    ensure_topics(kafka_config, {requests: (1, {}), dlq: (1, {}), callbacks: (1, {}), callbacks_dlq: (1, {})})
+    request = _request()
+    # Dead-lettered the planner's way and the intake's way, headers and all.
+    bus = KafkaCommandBus(make_producer(kafka_config), lambda lane: f"{topic_prefix}.item-commands.{lane}", dlq)
+    bus.dead_letter(b"r-bad", NOT_JSON, "invalid job request: not JSON: Expecting property name")
+    bus.dead_letter(b"r-internal", request, BUG_REASON)
+    intake = KafkaCallbackLog(callback_producer(kafka_config, 15.0), callbacks, callbacks_dlq, 15.0)
+    asyncio.run(intake.dead_letter("acme", b'{"cmd": "message.received"}', "callback: guid missing"))
+    intake.close()
+    monkeypatch.setenv("PACER_KAFKA_BOOTSTRAP_SERVERS", kafka_config["bootstrap.servers"])
+    monkeypatch.setenv("PACER_TOPIC_PREFIX", topic_prefix)
+    groups_before = _groups(kafka_config)
+
+    assert _pacer("list") == 0
+    lines = capsysbinary.readouterr().out.decode().splitlines()
+    assert lines[0] == f"{dlq}: 2 record(s), oldest first"
+    assert "0:0" in lines[1] and "planner" in lines[1] and "r-bad" in lines[1] and "Expecting property name" in lines[1]
+    assert "0:1" in lines[2] and "r-internal" in lines[2] and BUG_REASON in lines[2]
+    assert _pacer("list", "--last", "1", "--json") == 0
+    (only,) = [json.loads(line) for line in capsysbinary.readouterr().out.decode().splitlines()]
+    assert (only["where"], only["key"], only["bytes"], only["reason"]) == ("0:1", "r-internal", len(request), BUG_REASON)
+    assert _pacer("list", "--callbacks", "--json") == 0
+    (refused,) = [json.loads(line) for line in capsysbinary.readouterr().out.decode().splitlines()]
+    assert (refused["source"], refused["tenant"], refused["reason"]) == ("intake", "acme", "callback: guid missing")
+
+    assert _pacer("show", "0:0") == 0
+    shown = capsysbinary.readouterr()
+    assert shown.out == NOT_JSON, "the original bytes, untouched"
+    assert b"Expecting property name" in shown.err
+    assert _pacer("show", "0:2") == EXIT_NOT_FOUND
+    capsysbinary.readouterr()
+
+    assert _pacer("republish", "0:0") == EXIT_REFUSED, "a request the planner would refuse again is not sent"
+    assert b"not republished" in capsysbinary.readouterr().err
+    assert _pacer("republish", "0:1") == 0
+    assert b"republished" in capsysbinary.readouterr().out
+
+    consumer = make_consumer(kafka_config, f"{topic_prefix}.check")
+    consumer.assign([TopicPartition(requests, 0, 0)])
+    got = [m for m in consumer.consume(10, 10.0) if not m.error()]
+    consumer.close()
+    assert [(m.key(), m.value()) for m in got] == [(b"r-internal", request)], "only the one taken, once, as it came"
+    assert dict(got[0].headers() or [])["pacer-republished-from"] == f"{dlq}:0:1".encode()
+    assert not {g for g in _groups(kafka_config) - groups_before if "dead-letters" in g}, "reading commits nothing"
+
+
+def test_the_last_records_of_every_partition_oldest_first(
+        kafka_config: dict[str, str], topic_prefix: str, monkeypatch: pytest.MonkeyPatch,
+        capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    dlq = f"{topic_prefix}.job-requests.dlq"
+    ensure_topics(kafka_config, {dlq: (2, {})})  # an operator's topic may have more than Pacer's one partition
+    producer = make_producer(kafka_config)
+    base_ms = int(datetime.now(UTC).timestamp() * 1000) - 60_000
+    for partition, tick in ((0, 1), (1, 2), (0, 3), (1, 4), (0, 5)):
+        producer.produce(dlq, f"request {tick}".encode(), key=f"r-{tick}".encode(), partition=partition,
+                         timestamp=base_ms + tick * 1000, headers=[("pacer-error-reason", f"reason {tick}".encode())])
+    assert producer.flush(30) == 0
+    monkeypatch.setenv("PACER_KAFKA_BOOTSTRAP_SERVERS", kafka_config["bootstrap.servers"])
+    monkeypatch.setenv("PACER_TOPIC_PREFIX", topic_prefix)
+
+    assert _pacer("list", "--last", "3", "--json") == 0
+    listed = [json.loads(line) for line in capsysbinary.readouterr().out.decode().splitlines()]
+    assert [(d["where"], d["reason"]) for d in listed] == [("0:1", "reason 3"), ("1:1", "reason 4"), ("0:2", "reason 5")]
