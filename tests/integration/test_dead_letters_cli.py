@@ -1,7 +1,7 @@
 """``pacer dead-letters`` reads back, from the real broker, what the planner and the callback
 intake refused: listed with their reasons, one printed byte for byte as it came, a refused job
 request sent again once it would be taken (and not while it would be refused again), and no
-consumer group left behind by the reading."""
+consumer group left behind by the reading. ``pacer status`` of a refused request says why."""
 
 from __future__ import annotations
 
@@ -38,13 +38,19 @@ def _pacer(*args: str) -> int:
     return int(ended.value.code or 0)
 
 
+def _status(request_id: str) -> int:
+    with pytest.raises(SystemExit) as ended:
+        main(["status", request_id])
+    return int(ended.value.code or 0)
+
+
 def _groups(kafka_config: dict[str, str]) -> set[str]:
     admin = AdminClient(dict(kafka_config))
     return {g.group_id for g in admin.list_consumer_groups().result(30).valid}
 
 
 def test_refused_requests_and_callbacks_are_listed_shown_and_sent_again(
-        kafka_config: dict[str, str], topic_prefix: str, monkeypatch: pytest.MonkeyPatch,
+        kafka_config: dict[str, str], topic_prefix: str, database_url: str, monkeypatch: pytest.MonkeyPatch,
         capsysbinary: pytest.CaptureFixture[bytes]) -> None:
     requests, dlq = f"{topic_prefix}.job-requests", f"{topic_prefix}.job-requests.dlq"
     callbacks, callbacks_dlq = f"{topic_prefix}.callbacks", f"{topic_prefix}.callbacks.dlq"
@@ -59,7 +65,15 @@ def test_refused_requests_and_callbacks_are_listed_shown_and_sent_again(
     intake.close()
     monkeypatch.setenv("PACER_KAFKA_BOOTSTRAP_SERVERS", kafka_config["bootstrap.servers"])
     monkeypatch.setenv("PACER_TOPIC_PREFIX", topic_prefix)
+    monkeypatch.setenv("PACER_DATABASE_URL", database_url)
     groups_before = _groups(kafka_config)
+
+    # `pacer status` of a request that is no job says why: the planner's refusal, or none.
+    assert _status("r-internal") == 1
+    said = capsysbinary.readouterr().err.decode()
+    assert "the planner refused it" in said and f"{dlq} 0:1" in said and BUG_REASON in said
+    assert _status("r-never-published") == 1
+    assert "not planned yet" in capsysbinary.readouterr().err.decode()
 
     assert _pacer("list") == 0
     lines = capsysbinary.readouterr().out.decode().splitlines()

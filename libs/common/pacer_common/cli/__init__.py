@@ -35,7 +35,7 @@ from pacer_common.cli.common import (
     HTTP_EXIT,
     unless_stopped,
 )
-from pacer_common.cli.dead_letters import add_dead_letter_commands
+from pacer_common.cli.dead_letters import add_dead_letter_commands, refusal_of
 from pacer_common.cli.restore import add_restore_commands
 from pacer_common.db import operations
 from pacer_common.db.migrate import migrate
@@ -142,7 +142,7 @@ def _status(args: argparse.Namespace) -> int:
             " target_mode, target_complete_at, target_pages, target_fetched, target_duplicates, target_invalid,"
             " target_wait_reason FROM jobs WHERE request_id = %s OR job_id::text = %s", (args.job, args.job)).fetchone()
         if job is None:
-            print(f"no job with request id or job id {args.job!r}", file=sys.stderr)
+            print(f"no job with request id or job id {args.job!r}; {refusal_of(args.job)}", file=sys.stderr)
             return 1
         counts = conn.execute(
             "SELECT status::text, count(*) AS n FROM items WHERE job_id = %s GROUP BY status ORDER BY status",

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from pacer_common.cli.common import EXIT_NOT_FOUND, EXIT_REFUSED
 from pacer_common.domain.validation import InvalidRequest, validate_request
@@ -210,3 +210,24 @@ def add_dead_letter_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
     ls.set_defaults(fn=_list)
     sh.set_defaults(fn=_show)
     rp.set_defaults(fn=_republish)
+
+
+def refusal_of(request_id: str, within_last: int = 10_000) -> str:
+    """For ``pacer status`` of a request that is no job: the planner's latest refusal of it
+    among the last ``within_last`` records of each partition of the job requests' DLQ, or
+    what to think if there is none (or the DLQ cannot be read)."""
+    k = KafkaSettings()
+    try:
+        consumer = _reader(k)
+        try:
+            found = [d for d in _last(consumer, k.job_requests_dlq, within_last) if d.key == request_id.encode()]
+        finally:
+            consumer.close()
+    except (KafkaException, LookupError, TimeoutError) as exc:
+        return f"{k.job_requests_dlq} could not be read to tell whether the planner refused it: {exc}"
+    if not found:
+        return (f"none of the last {within_last} records of each partition of {k.job_requests_dlq} is it: not"
+                " planned yet (see the planner's consumer lag), or never published")
+    d = max(found, key=lambda d: (d.at, d.partition, d.offset))
+    return (f"the planner refused it at {d.at.isoformat(timespec='seconds')} ({k.job_requests_dlq} {d.where};"
+            f" `pacer dead-letters show {d.where}`): {d.headers.get('pacer-error-reason', '')}")
