@@ -212,7 +212,7 @@ def add_dead_letter_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
     rp.set_defaults(fn=_republish)
 
 
-def refusal_of(request_id: str, within_last: int = 10_000) -> str:
+def refusal_of(request_id: str, within_last: int = 1_000) -> str:
     """For ``pacer status`` of a request that is no job: the planner's latest refusal of it
     among the last ``within_last`` records of each partition of the job requests' DLQ, or
     what to think if there is none (or the DLQ cannot be read)."""
