@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from confluent_kafka import (
@@ -42,6 +43,25 @@ CLIENT_LOG = logging.getLogger("pacer.kafka.client")
 
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
+# The headers of a dead-letter record (the planner's and the callback intake's DLQs), written
+# by dead_letter_headers and read back by `pacer dead-letters`; a callback's tenant rides in
+# TENANT_HEADER on the callbacks topic as well.
+REASON_HEADER, AT_HEADER, SOURCE_HEADER = "pacer-error-reason", "pacer-error-at", "pacer-error-source"
+TENANT_HEADER = "pacer-tenant"
+
+
+def dead_letter_headers(reason: str, source: str, max_chars: int) -> list[tuple[str, bytes]]:
+    """A refused record's headers: why (cut to ``max_chars``: a header, not a document; its
+    first part says what is wrong), when, and which service refused it."""
+    if len(reason) > max_chars:
+        reason = reason[: max_chars - 1] + "…"
+    return [
+        # backslashreplace: whatever a reason quotes of the record, the header is UTF-8.
+        (REASON_HEADER, reason.encode(errors="backslashreplace")),
+        (AT_HEADER, datetime.now(UTC).isoformat().encode()),
+        (SOURCE_HEADER, source.encode()),
+    ]
 
 
 class ProduceError(Exception):

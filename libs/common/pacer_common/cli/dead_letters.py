@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from pacer_common.cli.common import EXIT_NOT_FOUND, EXIT_REFUSED
 from pacer_common.domain.validation import InvalidRequest, validate_request
-from pacer_common.kafka import make_consumer, make_producer, produce_all
+from pacer_common.kafka import REASON_HEADER, SOURCE_HEADER, TENANT_HEADER, make_consumer, make_producer, produce_all
 from pacer_common.settings import KafkaSettings
 
 READ_TIMEOUT_S = 10.0  # a broker that has not answered by then is reported, not waited on for ever
@@ -44,9 +44,13 @@ class DeadLetter:
 
     def summary(self) -> dict[str, object]:
         return {"at": self.at.isoformat(timespec="seconds"), "where": self.where,
-                "source": self.headers.get("pacer-error-source", ""), "tenant": self.headers.get("pacer-tenant"),
+                "source": self.headers.get(SOURCE_HEADER, ""), "tenant": self.headers.get(TENANT_HEADER),
                 "key": None if self.key is None else self.key.decode(errors="replace"), "bytes": len(self.value),
-                "reason": self.headers.get("pacer-error-reason", "")}
+                "reason": self.reason}
+
+    @property
+    def reason(self) -> str:
+        return self.headers.get(REASON_HEADER, "")
 
 
 def _letter(msg: Message) -> DeadLetter:
@@ -150,22 +154,24 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _found(args: argparse.Namespace) -> tuple[str, DeadLetter | None]:
+    """The record ``args.where`` names, or None (and why, on stderr)."""
     k = KafkaSettings()
     topic = _topic(k, args)
     consumer = _reader(k)
     try:
-        return topic, _one(consumer, topic, args.where)
+        letter = _one(consumer, topic, args.where)
     finally:
         consumer.close()
+    if letter is None:
+        print(f"no record {args.where[0]}:{args.where[1]} on {topic} (see `pacer dead-letters list`)", file=sys.stderr)
+    return topic, letter
 
 
 def _show(args: argparse.Namespace) -> int:
     topic, letter = _found(args)
     if letter is None:
-        print(f"no record {args.where[0]}:{args.where[1]} on {topic} (see `pacer dead-letters list`)", file=sys.stderr)
         return EXIT_NOT_FOUND
-    print(f"{topic} {letter.where} at {letter.at.isoformat()}: {letter.headers.get('pacer-error-reason', '')}",
-          file=sys.stderr)
+    print(f"{topic} {letter.where} at {letter.at.isoformat()}: {letter.reason}", file=sys.stderr)
     sys.stdout.buffer.write(letter.value)
     sys.stdout.buffer.flush()
     return 0
@@ -175,7 +181,6 @@ def _republish(args: argparse.Namespace) -> int:
     k = KafkaSettings()
     topic, letter = _found(args)
     if letter is None:
-        print(f"no record {args.where[0]}:{args.where[1]} on {topic} (see `pacer dead-letters list`)", file=sys.stderr)
         return EXIT_NOT_FOUND
     if not args.raw:
         try:  # the planner's own validation: a request still invalid is not sent (tenants and quotas it checks itself)
@@ -230,4 +235,4 @@ def refusal_of(request_id: str, within_last: int = 1_000) -> str:
                 " planned yet (see the planner's consumer lag), or never published")
     d = max(found, key=lambda d: (d.at, d.partition, d.offset))
     return (f"the planner refused it at {d.at.isoformat(timespec='seconds')} ({k.job_requests_dlq} {d.where};"
-            f" `pacer dead-letters show {d.where}`): {d.headers.get('pacer-error-reason', '')}")
+            f" `pacer dead-letters show {d.where}`): {d.reason}")

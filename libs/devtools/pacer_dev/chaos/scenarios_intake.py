@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from pacer_common.kafka import make_producer, produce_all
+from pacer_common.kafka import REASON_HEADER, make_producer, produce_all
 from pacer_dev.chaos.harness import close_scenario, open_scenario
 from pacer_dev.hostile import BUILDERS, base, hostile
 from pacer_dev.infra import Infra
@@ -82,7 +82,7 @@ def _dead_letters(bootstrap: str, topic: str, expect: set[bytes], timeout_s: flo
             if msg is None or msg.error():
                 continue
             headers = dict(msg.headers() or [])
-            found[msg.value() or b""] = _text(headers.get("pacer-error-reason"))
+            found[msg.value() or b""] = _text(headers.get(REASON_HEADER))
     finally:
         consumer.close()
     return found

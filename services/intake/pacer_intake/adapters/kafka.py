@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from pacer_common.kafka import make_producer
+from pacer_common.kafka import TENANT_HEADER, dead_letter_headers, make_producer
 from pacer_intake.ports import LogUnavailable
 
 MAX_REASON_CHARS = 1000
@@ -34,17 +33,11 @@ class KafkaCallbackLog:
         self._poller.start()
 
     async def append(self, tenant: str, guid: str, raw: bytes) -> None:
-        await self._produce(self.topic, guid.encode(errors="surrogatepass"), raw, [("pacer-tenant", tenant.encode())])
+        await self._produce(self.topic, guid.encode(errors="surrogatepass"), raw, [(TENANT_HEADER, tenant.encode())])
 
     async def dead_letter(self, tenant: str, raw: bytes, reason: str) -> None:
-        if len(reason) > MAX_REASON_CHARS:
-            reason = reason[: MAX_REASON_CHARS - 1] + "…"
         await self._produce(self.dlq_topic, None, raw, [
-            ("pacer-tenant", tenant.encode()),
-            ("pacer-error-reason", reason.encode(errors="backslashreplace")),
-            ("pacer-error-at", datetime.now(UTC).isoformat().encode()),
-            ("pacer-error-source", b"intake"),
-        ])
+            (TENANT_HEADER, tenant.encode()), *dead_letter_headers(reason, "intake", MAX_REASON_CHARS)])
 
     async def _produce(self, topic: str, key: bytes | None, value: bytes,
                        headers: list[tuple[str, str | bytes | None]]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import Message, Producer
@@ -17,6 +16,7 @@ from pacer_common.domain.requests import LANES, lane_of
 from pacer_common.kafka import (
     MAX_REQUEST_BYTES,
     AsyncConsumer,
+    dead_letter_headers,
     logged_rebalances,
     make_consumer,
     make_producer,
@@ -61,14 +61,7 @@ class KafkaCommandBus:
 
     def dead_letter(self, key: bytes | None, value: bytes, reason: str) -> None:
         """The original bytes, untouched, with the reason in headers."""
-        if len(reason) > MAX_REASON_CHARS:
-            reason = reason[: MAX_REASON_CHARS - 1] + "…"
-        headers = [
-            # backslashreplace: whatever a reason quotes of the request, the header is UTF-8.
-            ("pacer-error-reason", reason.encode(errors="backslashreplace")),
-            ("pacer-error-at", datetime.now(UTC).isoformat().encode()),
-            ("pacer-error-source", b"planner"),
-        ]
+        headers = dead_letter_headers(reason, "planner", MAX_REASON_CHARS)
         produce_all(self.producer, [(self.dlq_topic, key, value, headers)], timeout_s=DLQ_TIMEOUT_S)
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.requests import lane_of
-from pacer_common.kafka import make_producer, produce_all_async
+from pacer_common.kafka import TENANT_HEADER, make_producer, produce_all_async
 from pacer_common.settings import KafkaSettings
 from pacer_reconciler.ports import Rejected
 
@@ -60,7 +60,7 @@ class KafkaPublisher:
             headers = [("pacer-event-type", ev.type.encode()), ("pacer-dedupe-key", ev.dedupe_key.encode()),
                        *tracing.kafka_headers(ev.traceparent)]
             if ev.tenant is not None:
-                headers.append(("pacer-tenant", ev.tenant.encode()))
+                headers.append((TENANT_HEADER, ev.tenant.encode()))
             yield ev.item_id, (self.outcomes_topic, ev.item_id.encode(), ev.model_dump_json().encode(), headers)
         for cmd in commands:
             yield cmd.item_id, (self.commands_topic(lane_of(cmd.priority)), cmd.guid.encode(),
