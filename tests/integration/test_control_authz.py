@@ -18,6 +18,8 @@ from fastapi.routing import APIRoute
 
 from pacer_common.db.pool import new_pool, open_pool
 from pacer_common.domain.tokens import RANK, Role
+from pacer_common.settings import KafkaSettings
+from pacer_control.adapters.kafka import KafkaDeadLetters
 from pacer_control.app import build_app
 from pacer_control.domain.permissions import FIELD_ACTIONS, RULES
 from pacer_dev.infra import Infra
@@ -28,7 +30,7 @@ from tests.integration.control_support import make_tokens
 PUBLIC = {"/healthz", "/readyz", "/metrics", "/api/v1/openapi.json", "/api/v1/docs",
           "/api/v1/docs/oauth2-redirect"}
 PARAMS = {"job_id": str(uuid.uuid4()), "item_id": str(uuid.uuid4()), "shard_id": "1", "guid": "g-matrix",
-          "name": "nobody"}
+          "name": "nobody", "queue": "requests", "partition": "0", "offset": "0"}
 
 
 def _offline_app() -> Any:
@@ -80,7 +82,11 @@ def matrix(infra_env: Infra) -> Iterator[Matrix]:
     try:
         with start_blocking_portal() as portal:
             pool = portal.call(functools.partial(open_pool, url, min_size=1, max_size=2, name="test-authz"))
-            client = httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(pool)), base_url="http://control")
+            # The dead letters are read from the real broker, under a prefix with no topics.
+            dead_letters = KafkaDeadLetters(KafkaSettings(kafka_bootstrap_servers=infra_env.kafka_bootstrap,
+                                                          topic_prefix=f"t{uuid.uuid4().hex[:12]}"))
+            app = build_app(pool, dead_letters=dead_letters)
+            client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://control")
             try:
                 yield Matrix(portal, client, portal.call(make_tokens, url))
             finally:

@@ -17,6 +17,8 @@ from schemathesis.generation import GenerationMode
 from schemathesis.python import asgi
 
 from pacer_common.db.pool import new_pool
+from pacer_common.settings import KafkaSettings
+from pacer_control.adapters.kafka import KafkaDeadLetters
 from pacer_control.app import build_app
 from pacer_dev.infra import Infra
 from tests.conftest import TEMPLATE, with_db
@@ -27,14 +29,16 @@ pytestmark = pytest.mark.timeout(120)
 TOKEN: dict[str, str] = {}
 
 
-def _app(url: str) -> Any:
+def _app(url: str, kafka: str) -> Any:
     # Schemathesis serves the app on an event loop of its own and runs its lifespan once per
     # test: the lifespan opens this (new, unopened) pool on that loop and closes it afterwards.
-    return build_app(new_pool(url, min_size=1, max_size=4, name="test-schemathesis"))
+    # The dead letters are read from the real broker, under a prefix with no topics.
+    dead_letters = KafkaDeadLetters(KafkaSettings(kafka_bootstrap_servers=kafka, topic_prefix=f"t{uuid.uuid4().hex[:12]}"))
+    return build_app(new_pool(url, min_size=1, max_size=4, name="test-schemathesis"), dead_letters=dead_letters)
 
 
 @pytest.fixture(scope="module")
-def schema_db(infra_env: Infra) -> Iterator[tuple[str, Any]]:
+def schema_db(infra_env: Infra) -> Iterator[tuple[str, str, Any]]:
     """One database for every operation's test, with a job to find and an admin token; the
     OpenAPI document is loaded once."""
     base = infra_env.database_url
@@ -45,7 +49,8 @@ def schema_db(infra_env: Infra) -> Iterator[tuple[str, Any]]:
     seed_job(url, {"g1": 3, "g2": 2})
     TOKEN["admin"] = asyncio.run(make_tokens(url, prefix="schemathesis-"))["admin"]
     try:
-        yield url, schemathesis.openapi.from_asgi("/api/v1/openapi.json", _app(url))
+        yield url, infra_env.kafka_bootstrap, schemathesis.openapi.from_asgi(
+            "/api/v1/openapi.json", _app(url, infra_env.kafka_bootstrap))
     finally:
         asgi.shutdown_lifespans()
         with psycopg.connect(with_db(base, "postgres"), autocommit=True) as conn:
@@ -53,9 +58,9 @@ def schema_db(infra_env: Infra) -> Iterator[tuple[str, Any]]:
 
 
 @pytest.fixture
-def control_schema(schema_db: tuple[str, Any]) -> Any:
-    url, schema = schema_db
-    schema.app = _app(url)  # a fresh app (and pool) for this test's lifespan
+def control_schema(schema_db: tuple[str, str, Any]) -> Any:
+    url, kafka, schema = schema_db
+    schema.app = _app(url, kafka)  # a fresh app (and pool) for this test's lifespan
     return schema
 
 

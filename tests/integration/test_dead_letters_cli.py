@@ -10,13 +10,13 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pacer_common.cli import EXIT_NOT_FOUND, EXIT_REFUSED, main
-from pacer_common.kafka import ensure_topics, make_consumer, make_producer
+from pacer_common.kafka import ensure_topics, make_producer
 from pacer_intake.adapters.kafka import KafkaCallbackLog, callback_producer
 from pacer_planner.adapters.kafka import KafkaCommandBus
+from tests.integration.helpers import read_topic
 
 NOT_JSON = b'{"request_id": "r-bad", "kind": "campaign", '
 BUG_REASON = "internal error: RuntimeError: the planner could not take this one"
@@ -99,12 +99,9 @@ def test_refused_requests_and_callbacks_are_listed_shown_and_sent_again(
     assert _pacer("republish", "0:1") == 0
     assert b"republished" in capsysbinary.readouterr().out
 
-    consumer = make_consumer(kafka_config, f"{topic_prefix}.check")
-    consumer.assign([TopicPartition(requests, 0, 0)])
-    got = [m for m in consumer.consume(10, 10.0) if not m.error()]
-    consumer.close()
-    assert [(m.key(), m.value()) for m in got] == [(b"r-internal", request)], "only the one taken, once, as it came"
-    assert dict(got[0].headers() or [])["pacer-republished-from"] == f"{dlq}:0:1".encode()
+    got = read_topic(kafka_config, requests, 1)
+    assert [(r["key"], r["raw"]) for r in got] == [(b"r-internal", request)], "only the one taken, once, as it came"
+    assert got[0]["headers"]["pacer-republished-from"] == f"{dlq}:0:1".encode()
     assert not {g for g in _groups(kafka_config) - groups_before if "dead-letters" in g}, "reading commits nothing"
 
 

@@ -141,8 +141,8 @@ class CrashingBus:
         self.ok -= 1
         return self.inner.dispatch(commands)
 
-    def dead_letter(self, key: bytes | None, value: bytes, reason: str) -> None:
-        self.inner.dead_letter(key, value, reason)
+    def dead_letter(self, key: bytes | None, value: bytes, reason: str, tenant: str | None = None) -> None:
+        self.inner.dead_letter(key, value, reason, tenant)
 
 
 @dataclass

@@ -60,6 +60,7 @@ class Bus:
     fail_dlq: list[BaseException] = field(default_factory=list)
     sent: list[ItemCommand] = field(default_factory=list)
     dlq: list[tuple[bytes, str]] = field(default_factory=list)
+    tenants: list[str | None] = field(default_factory=list)
 
     def dispatch(self, commands: Sequence[ItemCommand]) -> int:
         if self.fail_dispatch:
@@ -67,10 +68,11 @@ class Bus:
         self.sent.extend(commands)
         return len(commands)
 
-    def dead_letter(self, key: bytes | None, value: bytes, reason: str) -> None:
+    def dead_letter(self, key: bytes | None, value: bytes, reason: str, tenant: str | None = None) -> None:
         if self.fail_dlq:
             raise self.fail_dlq.pop(0)
         self.dlq.append((value, reason))
+        self.tenants.append(tenant)
 
 
 @dataclass
@@ -194,6 +196,21 @@ def test_every_message_ends_as_a_job_or_a_dead_letter_record_and_then_is_committ
     assert source.committed == msgs and len(bus.dlq) == 3
 
 
+def test_a_dead_letter_names_the_tenant_of_the_request_where_it_can_be_read() -> None:
+    acme = json.loads(request("r-acme"))
+    acme["tenant"] = "acme"
+    invalid_acme = dict(acme, request_id="r-bad", targets={"items": []})
+    refused = [json.dumps(acme).encode(), json.dumps(invalid_acme).encode(), request("r-default", to_id="r\u0000x"),
+               b"not json", b'{"tenant": 7}']
+    store, bus = Store(fail=[StoreRefused("DataError: value out of range")]), Bus()
+    intake, _, source = loop(store, bus, refused)
+    asyncio.run(intake.run())
+    assert source.committed == refused
+    # Refused by the database (the parsed request's tenant), invalid but readable (the tenant
+    # its bytes name, or the default tenant's when they name none), unreadable: none.
+    assert bus.tenants == ["acme", "acme", "default", None, None]
+
+
 def test_a_stop_while_waiting_for_the_environment_commits_nothing() -> None:
     store = Store(fail=[Down("db")] * 1000)
     intake, events, source = loop(store, Bus(), [request("r1")])
@@ -249,9 +266,9 @@ class SlowBus(Bus):
         self._wait("dispatch")
         return super().dispatch(commands)
 
-    def dead_letter(self, key: bytes | None, value: bytes, reason: str) -> None:
+    def dead_letter(self, key: bytes | None, value: bytes, reason: str, tenant: str | None = None) -> None:
         self._wait("dead_letter")
-        super().dead_letter(key, value, reason)
+        super().dead_letter(key, value, reason, tenant)
 
 
 @pytest.mark.parametrize("body", [request("r1"), b"not json"], ids=["dispatch", "dead_letter"])

@@ -34,6 +34,8 @@ from confluent_kafka.admin import (
 )
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
+from pacer_common.domain.dead_letters import AT_HEADER, REASON_HEADER, SOURCE_HEADER, TENANT_HEADER
+
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 # librdkafka's own log, from every client Pacer makes: records (facility, client name,
@@ -44,24 +46,24 @@ CLIENT_LOG = logging.getLogger("pacer.kafka.client")
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
-# The headers of a dead-letter record (the planner's and the callback intake's DLQs), written
-# by dead_letter_headers and read back by `pacer dead-letters`; a callback's tenant rides in
-# TENANT_HEADER on the callbacks topic as well.
-REASON_HEADER, AT_HEADER, SOURCE_HEADER = "pacer-error-reason", "pacer-error-at", "pacer-error-source"
-TENANT_HEADER = "pacer-tenant"
 
 
-def dead_letter_headers(reason: str, source: str, max_chars: int) -> list[tuple[str, bytes]]:
-    """A refused record's headers: why (cut to ``max_chars``: a header, not a document; its
-    first part says what is wrong), when, and which service refused it."""
+def dead_letter_headers(reason: str, source: str, max_chars: int,
+                        tenant: str | None = None) -> list[tuple[str, bytes]]:
+    """A refused record's headers (:mod:`pacer_common.domain.dead_letters`): why (cut to
+    ``max_chars``: a header, not a document; its first part says what is wrong), when, which
+    service refused it and, if known, whose it is."""
     if len(reason) > max_chars:
         reason = reason[: max_chars - 1] + "…"
-    return [
+    headers = [
         # backslashreplace: whatever a reason quotes of the record, the header is UTF-8.
         (REASON_HEADER, reason.encode(errors="backslashreplace")),
         (AT_HEADER, datetime.now(UTC).isoformat().encode()),
         (SOURCE_HEADER, source.encode()),
     ]
+    if tenant:
+        headers.append((TENANT_HEADER, tenant.encode(errors="backslashreplace")))
+    return headers
 
 
 class ProduceError(Exception):

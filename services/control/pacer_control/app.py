@@ -1,4 +1,4 @@
-"""Wiring: a Postgres pool in, the Control API (and the operator console) out.
+"""Wiring: a Postgres pool (and the DLQ topics) in, the Control API (and the operator console) out.
 
 Tests build the app here with a pool of their own; ``main`` builds it from settings. Besides
 the API under /api/v1 the app serves /healthz, /readyz and /metrics (not in the OpenAPI
@@ -23,6 +23,7 @@ from pacer_control.api import create_api
 from pacer_control.core import Control
 from pacer_control.domain import views
 from pacer_control.metrics import ControlMetrics
+from pacer_control.ports import DeadLetterQueue
 
 access = logging.getLogger("pacer.control.access")
 _OPS_ROUTES = frozenset({"/metrics", "/healthz", "/readyz"})
@@ -30,12 +31,15 @@ _OPS_ROUTES = frozenset({"/metrics", "/healthz", "/readyz"})
 
 def build_app(pool: Pool, *, sandbox_targets: Iterable[str] = (),
               registry: CollectorRegistry | None = None, health: Health | None = None,
-              db_deadline_s: float = 5.0, stalled_after_s: float = views.STALLED_AFTER_S) -> FastAPI:
-    """The Control API over ``pool``. If the pool is not open yet, the app's lifespan opens it
-    (on the loop that serves the app) and closes it again at shutdown."""
+              db_deadline_s: float = 5.0, stalled_after_s: float = views.STALLED_AFTER_S,
+              dead_letters: DeadLetterQueue | None = None) -> FastAPI:
+    """The Control API over ``pool`` (and the DLQ topics over ``dead_letters``; without it
+    the dead-letter routes answer 503). If the pool is not open yet, the app's lifespan opens
+    it (on the loop that serves the app) and closes it again at shutdown."""
     registry = registry or CollectorRegistry()
     health = health or Health()
-    control = Control(PostgresControl(pool, db_deadline_s), frozenset(sandbox_targets), stalled_after_s=stalled_after_s)
+    control = Control(PostgresControl(pool, db_deadline_s), frozenset(sandbox_targets), stalled_after_s=stalled_after_s,
+                      dead_letters=dead_letters)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -8,6 +8,7 @@ tokens, test sends), always in the same transaction as the change.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -15,6 +16,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+from pacer_common.domain.dead_letters import DeadLetter, Queue
 from pacer_common.domain.ids import ItemId, new_item_ids
 from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.requests import DEFAULT_TENANT
@@ -28,6 +30,7 @@ from pacer_control.domain.errors import (
     Invalid,
     NotFound,
     Unauthorized,
+    Unavailable,
 )
 from pacer_control.domain.filters import (
     MAX_RETRY,
@@ -49,6 +52,7 @@ from pacer_control.ports import (
     AuditEntry,
     ControlStore,
     ControlTx,
+    DeadLetterQueue,
     NewToken,
     Row,
 )
@@ -60,6 +64,11 @@ UNKNOWN_TOKEN = "unknown or revoked token"
 LEASE_FIELDS = ("owner", "epoch", "since", "lease_until", "renew_count", "takeovers", "last_send_at", "expired")
 
 
+def _visible(who: Principal, letter: DeadLetter) -> bool:
+    tenant = letter.tenant
+    return who.tenants is None or (tenant is not None and who.sees(tenant))
+
+
 def _json(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
 
@@ -67,8 +76,9 @@ def _json(value: Any) -> Any:
 class Control:
     def __init__(self, store: ControlStore, sandbox_targets: frozenset[str] = frozenset(),
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 stalled_after_s: float = views.STALLED_AFTER_S) -> None:
+                 stalled_after_s: float = views.STALLED_AFTER_S, dead_letters: DeadLetterQueue | None = None) -> None:
         self.store = store
+        self.dlq = dead_letters
         self.sandbox_targets = sandbox_targets
         self.clock = clock
         self.stalled_after_s = stalled_after_s
@@ -354,6 +364,56 @@ class Control:
 
     async def locks(self, limit: int) -> Row:
         return await self.store.locks(limit)
+
+    # -- dead letters --------------------------------------------------------------------
+    def _queue(self) -> DeadLetterQueue:
+        if self.dlq is None:
+            raise Unavailable("this control service reads no dead letters: it was started without Kafka settings")
+        return self.dlq
+
+    def dead_letter_topic(self, queue: Queue) -> str:
+        return self._queue().topic(queue)
+
+    async def dead_letters(self, who: Principal, queue: Queue, last: int) -> list[DeadLetter]:
+        """The newest ``last`` records of ``queue`` the caller may see, newest first; a token
+        scoped to tenants sees its tenants' among them (a record whose tenant cannot be told
+        only an unscoped token sees)."""
+        letters = await self._queue().newest(queue, last)
+        return [d for d in reversed(letters) if _visible(who, d)][:last]
+
+    async def dead_letter(self, who: Principal, queue: Queue, partition: int, offset: int) -> DeadLetter:
+        letter = await self._queue().one(queue, partition, offset)
+        if letter is None or not _visible(who, letter):
+            raise NotFound(f"no dead letter {partition}:{offset} on {self.dead_letter_topic(queue)} (never written, "
+                           "gone with the topic's retention, or not one of your tenants')")
+        return letter
+
+    async def republish_dead_letter(self, who: Principal, partition: int, offset: int,
+                                    reason: str | None) -> ActionResult:
+        """A refused job request sent to the planner again, as it came, once what refused it is
+        fixed elsewhere (a tenant created, a quota raised, a bug fixed). A request still invalid
+        is not sent (422, the planner's own reason). Audited in the same transaction as the
+        send: the broker acknowledges the request before the audit record commits. A transient
+        database error runs the whole unit again, so a request may go out twice; the planner
+        plans a request id once."""
+        letter = await self.dead_letter(who, "requests", partition, offset)
+        try:
+            await asyncio.to_thread(validate_request, letter.value, self.clock())
+        except InvalidRequest as exc:
+            raise Invalid(f"not republished, the planner would refuse it again: {exc}. Fix the request "
+                          "(GET its body) and publish it as a new one") from None
+        topic = self.dead_letter_topic("requests")
+
+        async def work(tx: ControlTx) -> None:
+            await tx.audit(AuditEntry(who.actor, "republish", "dead_letter", f"{topic}:{letter.where}", reason,
+                                      before={"reason": letter.reason, "at": letter.at.isoformat()},
+                                      after={"key": letter.key_text, "tenant": letter.tenant}))
+            await self._queue().republish(letter)
+
+        await self.store.atomically(work)
+        log.info("dead letter republished", extra={"where": f"{topic}:{letter.where}", "actor": who.actor})
+        return ActionResult("done", f"republished {topic} {letter.where}: the planner takes it again "
+                            "(a request that is already a job is not planned twice)")
 
     # -- tools ---------------------------------------------------------------------------
     def dry_run(self, raw: bytes, samples: int) -> DryRun:

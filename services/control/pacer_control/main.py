@@ -1,4 +1,4 @@
-"""Composition root of the Control API: settings, pool, uvicorn."""
+"""Composition root of the Control API: settings, pool, the DLQ topics' reader, uvicorn."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ from pacer_common.lifecycle import stop_event
 from pacer_common.metrics import PoolStats, service_registry
 from pacer_common.ops import Health, serve
 from pacer_common.service import main_for
-from pacer_common.settings import PostgresSettings
+from pacer_common.settings import KafkaSettings, PostgresSettings
+from pacer_control.adapters.kafka import KafkaDeadLetters
 from pacer_control.app import build_app
 from pacer_control.settings import ControlSettings
 
 log = logging.getLogger("pacer.control")
 
 
-async def run(pg: PostgresSettings, cfg: ControlSettings) -> None:
+async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ControlSettings) -> None:
     stop = stop_event()
     registry, health = service_registry("control"), Health()
     pool = await open_pool(pg.database_url.get_secret_value(), min_size=1, max_size=cfg.db_pool_max,
@@ -24,7 +25,7 @@ async def run(pg: PostgresSettings, cfg: ControlSettings) -> None:
     PoolStats(pool, registry)
     app = build_app(pool, sandbox_targets=cfg.sandbox(),
                     registry=registry, health=health, db_deadline_s=cfg.db_deadline_s,
-                    stalled_after_s=cfg.stalled_after_s)
+                    stalled_after_s=cfg.stalled_after_s, dead_letters=KafkaDeadLetters(kafka))
     server, task = await serve(app, cfg.ops_host, cfg.port)
     health.set_ready(True, "serving")
     log.info("control started; API on http://%s:%d/api/v1 (docs: /api/v1/docs)", cfg.ops_host, cfg.port)
@@ -40,4 +41,4 @@ async def run(pg: PostgresSettings, cfg: ControlSettings) -> None:
 
 def main() -> None:
     cfg = ControlSettings()
-    main_for("control", cfg, run(PostgresSettings(), cfg))
+    main_for("control", cfg, run(PostgresSettings(), KafkaSettings(), cfg))

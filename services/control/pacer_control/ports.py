@@ -1,4 +1,5 @@
-"""What the Control API needs from the outside world: the database.
+"""What the Control API needs from the outside world: the database, and the dead-letter
+topics (read, and a refused job request sent again).
 
 Every write happens inside :meth:`ControlStore.atomically`: the change and its audit record
 commit together or not at all, and the whole unit is retried on a transient database error.
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from pacer_common.domain.dead_letters import DeadLetter, Queue
 from pacer_common.domain.tokens import Role
 from pacer_control.domain.filters import AuditFilter, ItemFilter, JobFilter, RetryFilter
 from pacer_control.domain.outcomes import ActionResult, ItemRetry
@@ -103,3 +105,19 @@ class ControlStore(Protocol):
     async def approval_preview(self, job_id: str, samples: int) -> Row: ...
     async def tokens(self) -> list[Row]: ...
     async def tenants(self) -> list[Row]: ...
+
+
+class DeadLetterQueue(Protocol):
+    """The planner's and the callback intake's dead letters. Each call raises
+    :class:`~pacer_control.domain.errors.Unavailable` when the broker cannot be read."""
+
+    def topic(self, queue: Queue) -> str: ...
+    async def newest(self, queue: Queue, per_partition: int) -> list[DeadLetter]:
+        """The last ``per_partition`` records of each partition, oldest first; none if the
+        topic does not exist yet."""
+        ...
+    async def one(self, queue: Queue, partition: int, offset: int) -> DeadLetter | None: ...
+    async def republish(self, letter: DeadLetter) -> None:
+        """A refused job request to the job requests topic again, as it came; raises unless
+        the broker acknowledged it."""
+        ...

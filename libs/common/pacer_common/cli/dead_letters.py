@@ -13,105 +13,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaException
 
+from pacer_common import dead_letters as dlq
 from pacer_common.cli.common import EXIT_NOT_FOUND, EXIT_REFUSED
+from pacer_common.domain.dead_letters import DeadLetter
 from pacer_common.domain.validation import InvalidRequest, validate_request
-from pacer_common.kafka import REASON_HEADER, SOURCE_HEADER, TENANT_HEADER, make_consumer, make_producer, produce_all
 from pacer_common.settings import KafkaSettings
 
-READ_TIMEOUT_S = 10.0  # a broker that has not answered by then is reported, not waited on for ever
 REASON_CHARS = 300  # a listed reason's length; `show` prints all of it
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    partition: int
-    offset: int
-    at: datetime
-    key: bytes | None
-    value: bytes
-    headers: dict[str, str]
-
-    @property
-    def where(self) -> str:
-        return f"{self.partition}:{self.offset}"
-
-    def summary(self) -> dict[str, object]:
-        return {"at": self.at.isoformat(timespec="seconds"), "where": self.where,
-                "source": self.headers.get(SOURCE_HEADER, ""), "tenant": self.headers.get(TENANT_HEADER),
-                "key": None if self.key is None else self.key.decode(errors="replace"), "bytes": len(self.value),
-                "reason": self.reason}
-
-    @property
-    def reason(self) -> str:
-        return self.headers.get(REASON_HEADER, "")
-
-
-def _letter(msg: Message) -> DeadLetter:
-    _, ms = msg.timestamp()
-    headers: dict[str, str] = {}
-    for header in msg.headers() or []:
-        name, value = header[0], header[1]
-        headers[str(name)] = value.decode(errors="replace") if isinstance(value, bytes) else str(value or "")
-    return DeadLetter(msg.partition() or 0, msg.offset() or 0, datetime.fromtimestamp(ms / 1000, UTC), msg.key(),
-                      msg.value() or b"", headers)
-
-
-def _reader(k: KafkaSettings) -> Consumer:
-    # A group of its own that never commits: the reading leaves no trace on the broker.
-    return make_consumer(k.client_config(), f"{k.topic_prefix}.dead-letters-reader-{uuid.uuid4().hex[:8]}")
-
-
-def _partitions(consumer: Consumer, topic: str) -> list[int]:
-    meta = consumer.list_topics(topic, timeout=READ_TIMEOUT_S).topics.get(topic)
-    if meta is None or meta.error is not None:
-        raise LookupError(f"topic {topic} not found ({meta.error if meta else 'no metadata'})")
-    return sorted(meta.partitions)
-
-
-def _last(consumer: Consumer, topic: str, n: int) -> Iterator[DeadLetter]:
-    """The last ``n`` records of each partition of ``topic``."""
-    ends: dict[int, int] = {}
-    starts: list[TopicPartition] = []
-    for p in _partitions(consumer, topic):
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=READ_TIMEOUT_S)
-        if high > low:
-            ends[p] = high
-            starts.append(TopicPartition(topic, p, max(low, high - n)))
-    if not starts:
-        return
-    consumer.assign(starts)
-    while ends:
-        msg = consumer.poll(READ_TIMEOUT_S)
-        if msg is None:
-            raise TimeoutError(f"{topic}: no record within {READ_TIMEOUT_S:.0f} s of what the broker said it holds")
-        if msg.error():
-            continue  # end of a partition, or a transient error librdkafka retries
-        p, offset = msg.partition() or 0, msg.offset() or 0
-        if p in ends:
-            yield _letter(msg)
-            if offset + 1 >= ends[p]:
-                del ends[p]
-
-
-def _one(consumer: Consumer, topic: str, where: tuple[int, int]) -> DeadLetter | None:
-    p, offset = where
-    if p not in _partitions(consumer, topic):
-        return None
-    low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=READ_TIMEOUT_S)
-    if not low <= offset < high:
-        return None
-    consumer.assign([TopicPartition(topic, p, offset)])
-    while (msg := consumer.poll(READ_TIMEOUT_S)) is not None:
-        if not msg.error() and msg.offset() == offset:
-            return _letter(msg)
-    raise TimeoutError(f"{topic} {p}:{offset}: not read within {READ_TIMEOUT_S:.0f} s")
 
 
 def _where(text: str) -> tuple[int, int]:
@@ -128,17 +40,13 @@ def _count(text: str) -> int:
 
 
 def _topic(k: KafkaSettings, args: argparse.Namespace) -> str:
-    return k.callbacks_dlq if getattr(args, "callbacks", False) else k.job_requests_dlq
+    return dlq.topic_of(k, "callbacks" if getattr(args, "callbacks", False) else "requests")
 
 
 def _list(args: argparse.Namespace) -> int:
     k = KafkaSettings()
     topic = _topic(k, args)
-    consumer = _reader(k)
-    try:
-        letters = sorted(_last(consumer, topic, args.last), key=lambda d: (d.at, d.partition, d.offset))[-args.last:]
-    finally:
-        consumer.close()
+    letters = dlq.newest(k, topic, args.last)[-args.last:]
     if args.json:
         for d in letters:
             print(json.dumps(d.summary(), ensure_ascii=False))
@@ -157,11 +65,7 @@ def _found(args: argparse.Namespace) -> tuple[str, DeadLetter | None]:
     """The record ``args.where`` names, or None (and why, on stderr)."""
     k = KafkaSettings()
     topic = _topic(k, args)
-    consumer = _reader(k)
-    try:
-        letter = _one(consumer, topic, args.where)
-    finally:
-        consumer.close()
+    letter = dlq.one(k, topic, args.where)
     if letter is None:
         print(f"no record {args.where[0]}:{args.where[1]} on {topic} (see `pacer dead-letters list`)", file=sys.stderr)
     return topic, letter
@@ -189,8 +93,7 @@ def _republish(args: argparse.Namespace) -> int:
             print(f"not republished: {exc} (fix it: `pacer dead-letters show {letter.where} > request.json`, "
                   "edit, `pacer publish request.json`)", file=sys.stderr)
             return EXIT_REFUSED
-    headers = [("pacer-republished-from", f"{topic}:{letter.where}".encode())]
-    produce_all(make_producer(k.client_config()), [(k.job_requests, letter.key, letter.value, headers)])
+    dlq.republish(k, topic, letter)
     print(f"republished {topic} {letter.where} to {k.job_requests}"
           f"{'' if letter.key is None else ' (key ' + letter.key.decode(errors='replace') + ')'}")
     return 0
@@ -223,11 +126,7 @@ def refusal_of(request_id: str, within_last: int = 1_000) -> str:
     what to think if there is none (or the DLQ cannot be read)."""
     k = KafkaSettings()
     try:
-        consumer = _reader(k)
-        try:
-            found = [d for d in _last(consumer, k.job_requests_dlq, within_last) if d.key == request_id.encode()]
-        finally:
-            consumer.close()
+        found = [d for d in dlq.newest(k, k.job_requests_dlq, within_last) if d.key == request_id.encode()]
     except (KafkaException, LookupError, TimeoutError) as exc:
         return f"{k.job_requests_dlq} could not be read to tell whether the planner refused it: {exc}"
     if not found:

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from pacer_common.kafka import REASON_HEADER, make_producer, produce_all
+from pacer_common.domain.dead_letters import REASON_HEADER
+from pacer_common.kafka import make_producer, produce_all
 from pacer_dev.chaos.harness import close_scenario, open_scenario
 from pacer_dev.hostile import BUILDERS, base, hostile
 from pacer_dev.infra import Infra

@@ -8,13 +8,13 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from pacer_control.api import admin, console, errors, guids, jobs, tenants
+from pacer_control.api import admin, console, dead_letters, errors, guids, jobs, tenants
 from pacer_control.core import Control
 
 PREFIX = "/api/v1"
 
 DESCRIPTION = """Operate Pacer: list and inspect jobs, pause, resume, cancel or terminate them, retry
-failed items, hold guids, adjust rates, read the audit log.
+failed items, hold guids, adjust rates, read the audit log, read dead letters and send a refused job request again.
 
 Authenticate with `Authorization: Bearer <token>` (`pacer token create --name NAME --role ROLE`).
 Roles are cumulative — operator < tech_admin < admin; each operation names its action
@@ -29,7 +29,7 @@ def create_api(control: Control,
                   lifespan=lifespan)
     app.state.control = control
     errors.install(app)
-    for router in (jobs.router, guids.router, admin.router, tenants.router):
+    for router in (jobs.router, guids.router, admin.router, tenants.router, dead_letters.router):
         app.include_router(router, prefix=PREFIX)
     # Swagger UI with its assets served from here: it works without the internet.
     app.add_api_route(f"{PREFIX}/docs", lambda: console.docs_page(f"{PREFIX}/openapi.json"), include_in_schema=False)

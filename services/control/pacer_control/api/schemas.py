@@ -474,3 +474,33 @@ class ApprovalView(JobSummary):
 
 class ApprovalPage(BaseModel):
     jobs: list[ApprovalView]
+
+
+# -- dead letters -------------------------------------------------------------------------
+class DeadLetterView(BaseModel):
+    """A refused job request (queue ``requests``, refused by the planner) or callback
+    (``callbacks``, refused by the callback intake), where it is on its DLQ topic and why."""
+
+    queue: Literal["requests", "callbacks"]
+    topic: str
+    partition: int
+    offset: int
+    at: datetime = Field(description="when it was dead-lettered (the record's timestamp)")
+    source: str = Field(description="the service that refused it: `planner` or `intake`")
+    tenant: str | None = Field(description="the tenant it names; null if that cannot be told")
+    key: str | None = Field(description="the record's key: a job request's id as its publisher keyed it")
+    bytes: int = Field(description="the size of the original record")
+    reason: str
+
+
+class DeadLetterPage(BaseModel):
+    queue: Literal["requests", "callbacks"]
+    topic: str
+    letters: list[DeadLetterView] = Field(description="newest first")
+
+
+class DeadLetterDetail(DeadLetterView):
+    headers: dict[str, str]
+    body: str = Field(description="the original bytes as UTF-8 (invalid bytes replaced), cut at 65,536 characters; "
+                                  "the exact bytes: `GET …/body`")
+    body_truncated: bool

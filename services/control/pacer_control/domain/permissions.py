@@ -18,7 +18,7 @@ Action = Literal[
     "guids.health", "guids.leases", "guids.pause", "guids.resume", "guids.limits", "guids.release_lock",
     "locks.view", "audit.view", "requests.dry_run", "gateway.test_send",
     "tokens.view", "tokens.create", "tokens.revoke",
-    "tenants.view", "tenants.manage",
+    "tenants.view", "tenants.manage", "dead_letters.view", "dead_letters.republish",
 ]
 
 
@@ -61,16 +61,19 @@ RULES: dict[Action, Rule] = {
     "tokens.revoke": Rule(A, "revoke API tokens"),
     "tenants.view": Rule(T, "view tenants"),
     "tenants.manage": Rule(A, "create, change or delete tenants"),
+    "dead_letters.view": Rule(O, "view dead letters"),
+    "dead_letters.republish": Rule(T, "republish dead-lettered job requests"),
 }
 
 # What a token scoped to tenants may do at all: act on its tenants' jobs and their items
 # (each route naming a job or an item is checked against the token's tenants), list jobs
-# (filtered to its tenants) and dry-run requests. Everything else spans tenants (guids,
+# (filtered to its tenants), dry-run requests, and read and republish its tenants' dead
+# letters (each record filtered by the tenant it names). Everything else spans tenants (guids,
 # locks, the audit log, tokens, tenants) and is refused to it.
 TENANT_ACTIONS: frozenset[Action] = frozenset({
     "jobs.view", "jobs.pause", "jobs.resume", "jobs.cancel", "jobs.terminate", "jobs.budget", "jobs.approve",
     "shards.pause", "shards.resume", "items.view", "items.retry", "items.cancel", "reports.view",
-    "requests.dry_run",
+    "requests.dry_run", "dead_letters.view", "dead_letters.republish",
 })
 
 # Actions that decide which fields a response shows rather than whether a route may be called

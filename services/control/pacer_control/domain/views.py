@@ -209,3 +209,13 @@ def changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -
     """What an audited action changed: ``(field, before, after)`` for each field that differs."""
     b, a = dict(before or {}), dict(after or {})
     return [(k, b.get(k), a.get(k)) for k in dict.fromkeys([*b, *a]) if b.get(k) != a.get(k)]
+
+
+BODY_CHARS = 65_536  # of a dead letter's body shown (API detail, console); its download has all of it
+
+
+def body_preview(value: bytes) -> tuple[str, bool]:
+    """A record's bytes as text to read (UTF-8, invalid bytes replaced), cut at
+    :data:`BODY_CHARS`, and whether it was cut."""
+    text = value.decode(errors="replace")
+    return text[:BODY_CHARS], len(text) > BODY_CHARS

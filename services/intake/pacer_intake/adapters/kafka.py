@@ -15,7 +15,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from pacer_common.kafka import TENANT_HEADER, dead_letter_headers, make_producer
+from pacer_common.domain.dead_letters import TENANT_HEADER
+from pacer_common.kafka import dead_letter_headers, make_producer
 from pacer_intake.ports import LogUnavailable
 
 MAX_REASON_CHARS = 1000
@@ -36,8 +37,7 @@ class KafkaCallbackLog:
         await self._produce(self.topic, guid.encode(errors="surrogatepass"), raw, [(TENANT_HEADER, tenant.encode())])
 
     async def dead_letter(self, tenant: str, raw: bytes, reason: str) -> None:
-        await self._produce(self.dlq_topic, None, raw, [
-            (TENANT_HEADER, tenant.encode()), *dead_letter_headers(reason, "intake", MAX_REASON_CHARS)])
+        await self._produce(self.dlq_topic, None, raw, [*dead_letter_headers(reason, "intake", MAX_REASON_CHARS, tenant)])
 
     async def _produce(self, topic: str, key: bytes | None, value: bytes,
                        headers: list[tuple[str, str | bytes | None]]) -> None:

@@ -59,9 +59,9 @@ class KafkaCommandBus:
               tracing.kafka_headers(c.traceparent) or None) for c in commands),
         )
 
-    def dead_letter(self, key: bytes | None, value: bytes, reason: str) -> None:
-        """The original bytes, untouched, with the reason in headers."""
-        headers = dead_letter_headers(reason, "planner", MAX_REASON_CHARS)
+    def dead_letter(self, key: bytes | None, value: bytes, reason: str, tenant: str | None = None) -> None:
+        """The original bytes, untouched, with the reason (and the tenant, if known) in headers."""
+        headers = dead_letter_headers(reason, "planner", MAX_REASON_CHARS, tenant)
         produce_all(self.producer, [(self.dlq_topic, key, value, headers)], timeout_s=DLQ_TIMEOUT_S)
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ from typing import Literal
 
 from pacer_common import gcpause, tracing
 from pacer_common.domain.commands import ItemCommand, JobCommands
+from pacer_common.domain.dead_letters import tenant_named
 from pacer_common.domain.ids import JobId
 from pacer_common.domain.requests import JobRequest
 from pacer_common.domain.validation import InvalidRequest, validate_request
@@ -87,11 +88,11 @@ class Planner:
             guids = p.per_guid
             reason = refusal(p, await self.store.queued(list(guids)), self.max_backlog_per_guid) if guids else None
             if reason is not None and not await self.store.exists(request.request_id):
-                return await self.reject(key, value, reason)
+                return await self.reject(key, value, reason, request.tenant)
             try:
                 stored = await self.store.store(p)  # one transaction: all of the job or nothing
             except StoreRefused as exc:
-                return await self.reject(key, value, f"cannot store job request: {exc}")
+                return await self.reject(key, value, f"cannot store job request: {exc}", request.tenant)
             try:
                 return await self._dispatch(p, stored)
             except Exception as exc:
@@ -117,7 +118,9 @@ class Planner:
         log.info("duplicate job request ignored")
         return Handled("duplicate", p.job_id)
 
-    async def reject(self, key: bytes | None, value: bytes, reason: str) -> Handled:
-        await asyncio.to_thread(self.bus.dead_letter, key, value, reason)
+    async def reject(self, key: bytes | None, value: bytes, reason: str, tenant: str | None = None) -> Handled:
+        """``value`` to the dead letters with ``reason`` and its tenant: ``tenant``, or the one
+        its bytes name if they can be read for it (a scoped operator sees only its tenants')."""
+        await asyncio.to_thread(self.bus.dead_letter, key, value, reason, tenant or tenant_named(value))
         log.warning("job request dead-lettered", extra={"reason": reason})
         return Handled("dead_lettered", reason=reason)

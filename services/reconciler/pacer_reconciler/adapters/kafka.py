@@ -8,9 +8,10 @@ from confluent_kafka import Producer
 
 from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.dead_letters import TENANT_HEADER
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.requests import lane_of
-from pacer_common.kafka import TENANT_HEADER, make_producer, produce_all_async
+from pacer_common.kafka import make_producer, produce_all_async
 from pacer_common.settings import KafkaSettings
 from pacer_reconciler.ports import Rejected
 

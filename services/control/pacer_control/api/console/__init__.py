@@ -22,6 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from pacer_common.domain import ids
+from pacer_common.domain.dead_letters import Queue
 from pacer_common.domain.requests import JobKind
 from pacer_common.domain.status import ItemStatus
 from pacer_control.api.auth import Caller, Ctl, guard
@@ -40,9 +41,11 @@ SWAGGER = f"{STATIC}/vendor/swagger-ui-5.35.0"
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 PAGES = {"jobs": "Jobs", "approvals": "Approvals", "guids": "Guids", "locks": "Locks", "in-doubt": "In doubt",
-         "audit": "Audit"}
+         "dead-letters": "Dead letters", "audit": "Audit"}
 PAGE_ACTION: dict[str, Action] = {"jobs": "jobs.view", "approvals": "jobs.view", "guids": "guids.health", "locks": "locks.view",
-                                  "in-doubt": "items.view", "audit": "audit.view"}
+                                  "in-doubt": "items.view", "dead-letters": "dead_letters.view", "audit": "audit.view"}
+DLQ_TITLES: dict[Queue, str] = {"requests": "Job requests", "callbacks": "Callbacks"}
+DLQ_LAST = 100  # records of each partition read for the Dead letters page
 
 # The job statuses each action applies to (the buttons offered), and what it does, said on
 # screen and in its confirmation.
@@ -330,6 +333,30 @@ async def approve(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTM
 async def reject(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
     reason = _text(await _form(request), "reason", required=True) or ""
     return _flash(request, await ctl.decide_approval(str(job_id), False, reason, who))
+
+
+@router.get("/dead-letters", response_class=HTMLResponse, **guard("dead_letters.view", tenant_filtered=True))
+async def dead_letters(request: Request, ctl: Ctl, who: Caller, queue: Queue = "requests") -> HTMLResponse:
+    return _render(request, "dead_letters.html", who, queue=queue, queues=DLQ_TITLES, last=DLQ_LAST,
+                   topic=ctl.dead_letter_topic(queue), letters=await ctl.dead_letters(who, queue, DLQ_LAST))
+
+
+@router.get("/dead-letters/{queue}/{partition}/{offset}", response_class=HTMLResponse,
+            **guard("dead_letters.view", tenant_filtered=True))
+async def dead_letter(request: Request, queue: Queue, partition: Annotated[int, Path(ge=0, le=2**31 - 1)],
+                      offset: Annotated[int, Path(ge=0, le=2**63 - 1)], ctl: Ctl, who: Caller) -> HTMLResponse:
+    d = await ctl.dead_letter(who, queue, partition, offset)
+    body, cut = views.body_preview(d.value)
+    return _render(request, "dead_letter.html", who, d=d, queue=queue, topic=ctl.dead_letter_topic(queue),
+                   body=body, truncated=cut)
+
+
+@router.post("/dead-letters/requests/{partition}/{offset}/republish", response_class=HTMLResponse,
+             **guard("dead_letters.republish", tenant_filtered=True))
+async def republish(request: Request, partition: Annotated[int, Path(ge=0, le=2**31 - 1)],
+                    offset: Annotated[int, Path(ge=0, le=2**63 - 1)], ctl: Ctl, who: Caller) -> HTMLResponse:
+    reason = _text(await _form(request), "reason")
+    return _flash(request, await ctl.republish_dead_letter(who, partition, offset, reason))
 
 
 @router.get("/audit", response_class=HTMLResponse, **guard("audit.view"))

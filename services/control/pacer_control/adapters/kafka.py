@@ -1,0 +1,44 @@
+"""The dead-letter topics for the Control API: :mod:`pacer_common.dead_letters` in a thread,
+its failures as ``Unavailable`` (503) with the broker's words."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
+from confluent_kafka import KafkaException
+
+from pacer_common import dead_letters as dlq
+from pacer_common.domain.dead_letters import DeadLetter, Queue
+from pacer_common.kafka import ProduceError
+from pacer_common.settings import KafkaSettings
+from pacer_control.domain.errors import Unavailable
+
+T = TypeVar("T")
+
+
+class KafkaDeadLetters:
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self.kafka = kafka
+
+    def topic(self, queue: Queue) -> str:
+        return dlq.topic_of(self.kafka, queue)
+
+    async def newest(self, queue: Queue, per_partition: int) -> list[DeadLetter]:
+        return await self._call(queue, lambda topic: dlq.newest(self.kafka, topic, per_partition), [])
+
+    async def one(self, queue: Queue, partition: int, offset: int) -> DeadLetter | None:
+        return await self._call(queue, lambda topic: dlq.one(self.kafka, topic, (partition, offset)), None)
+
+    async def republish(self, letter: DeadLetter) -> None:
+        await self._call("requests", lambda topic: dlq.republish(self.kafka, topic, letter), None)
+
+    async def _call(self, queue: Queue, fn: Callable[[str], T], missing: T) -> T:
+        topic = self.topic(queue)
+        try:
+            return await asyncio.to_thread(fn, topic)
+        except LookupError:
+            return missing  # no such topic yet: nothing was ever dead-lettered there
+        except (KafkaException, ProduceError, TimeoutError) as exc:
+            raise Unavailable(f"Kafka cannot be reached for {topic} right now ({exc}); try again") from None

@@ -1,0 +1,127 @@
+"""Dead letters in the Control API, on the real broker and database: the planner's and the
+intake's refusals listed newest first with their reasons, one shown with its body and its
+exact bytes, a refused job request sent again once it would be taken (audited, and not while
+the planner would refuse it again), each by the roles and tenants allowed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+from pacer_common.kafka import ensure_topics, make_producer
+from pacer_common.settings import KafkaSettings
+from pacer_control.adapters.kafka import KafkaDeadLetters
+from pacer_intake.adapters.kafka import KafkaCallbackLog, callback_producer
+from pacer_planner.adapters.kafka import KafkaCommandBus
+from tests.integration.control_support import audit, control_api
+from tests.integration.helpers import read_topic
+
+NOT_JSON = b'{"request_id": "r-bad", "kind": "campaign", '
+
+
+def _request(request_id: str, tenant: str) -> bytes:
+    return json.dumps({
+        "request_id": request_id, "kind": "campaign", "created_by": "ops:test", "tenant": tenant,
+        "message": {"type": "text", "content": "你好"},
+        "targets": {"mode": "snapshot", "items": [{"guid": "g-1", "to_id": "room-1"}]},
+        "expire_at": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
+    }, ensure_ascii=False).encode()
+
+
+def test_dead_letters_are_listed_shown_and_republished_by_role_and_tenant(
+        kafka_config: dict[str, str], topic_prefix: str, database_url: str) -> None:
+    requests, dlq = f"{topic_prefix}.job-requests", f"{topic_prefix}.job-requests.dlq"
+    callbacks_dlq = f"{topic_prefix}.callbacks.dlq"
+    ensure_topics(kafka_config, {requests: (1, {}), dlq: (1, {}), f"{topic_prefix}.callbacks": (1, {}),
+                                 callbacks_dlq: (1, {})})
+    acme, globex = _request("r-acme", "acme"), _request("r-globex", "globex")
+    # Refused the planner's way (tenant header from the parsed request, or none it can tell)
+    # and the intake's way.
+    bus = KafkaCommandBus(make_producer(kafka_config), lambda lane: f"{topic_prefix}.item-commands.{lane}", dlq)
+    bus.dead_letter(b"r-bad", NOT_JSON, "invalid job request: not JSON: Expecting property name")
+    bus.dead_letter(b"r-acme", acme, "tenant 'acme' is over its quota", "acme")
+    bus.dead_letter(b"r-globex", globex, "no tenant named 'globex'", "globex")
+    intake = KafkaCallbackLog(callback_producer(kafka_config, 15.0), f"{topic_prefix}.callbacks", callbacks_dlq, 15.0)
+    asyncio.run(intake.dead_letter("acme", b'{"cmd": "message.received"}', "callback: guid missing"))
+    intake.close()
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name) VALUES ('acme'), ('globex')")
+    queue = KafkaDeadLetters(KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"],
+                                           topic_prefix=topic_prefix))
+
+    async def go() -> None:
+        async with control_api(database_url, dead_letters=queue) as api:
+            listed = await api.get("/dead-letters", role="operator")
+            assert listed.status_code == 200, listed.text
+            page = listed.json()
+            assert page["topic"] == dlq
+            assert [(d["offset"], d["key"], d["tenant"], d["source"]) for d in page["letters"]] == [
+                (2, "r-globex", "globex", "planner"), (1, "r-acme", "acme", "planner"), (0, "r-bad", None, "planner")]
+            assert page["letters"][2]["reason"].startswith("invalid job request: not JSON")
+            assert [d["offset"] for d in (await api.get("/dead-letters?last=1", role="operator")).json()["letters"]] == [2]
+            cbs = (await api.get("/dead-letters?queue=callbacks", role="operator")).json()
+            assert (cbs["topic"], [(d["tenant"], d["source"], d["reason"]) for d in cbs["letters"]]) == (
+                callbacks_dlq, [("acme", "intake", "callback: guid missing")])
+            bad_queue = await api.get("/dead-letters?queue=nope", role="operator")
+            assert bad_queue.status_code == 422 and "queue" in bad_queue.json()["detail"]
+
+            shown = await api.get("/dead-letters/requests/0/0", role="operator")
+            assert shown.status_code == 200 and shown.json()["body"] == NOT_JSON.decode()
+            assert shown.json()["headers"]["pacer-error-source"] == "planner" and not shown.json()["body_truncated"]
+            raw = await api.get("/dead-letters/requests/0/1/body", role="operator")
+            assert raw.content == acme, "the original bytes, untouched"
+            missing = await api.get("/dead-letters/requests/0/9", role="operator")
+            assert missing.status_code == 404 and f"no dead letter 0:9 on {dlq}" in missing.json()["detail"]
+
+            # Republishing: tech_admin and up; never a request the planner would refuse again.
+            assert (await api.post("/dead-letters/requests/0/1/republish", role="operator")).status_code == 403
+            again = await api.post("/dead-letters/requests/0/0/republish", role="tech_admin", json={"reason": "retry"})
+            assert again.status_code == 422 and "not republished" in again.json()["detail"]
+            done = await api.post("/dead-letters/requests/0/1/republish", role="tech_admin",
+                                  json={"reason": "quota raised"})
+            assert done.status_code == 200 and done.json()["changed"], done.text
+
+            # A token scoped to acme sees and republishes acme's records only.
+            made = await api.post("/tokens", json={"name": "acme-ops", "role": "tech_admin", "tenants": ["acme"]})
+            api.tokens["acme"] = made.json()["token"]
+            mine = (await api.get("/dead-letters", role="acme")).json()["letters"]
+            assert [d["key"] for d in mine] == ["r-acme"]
+            for path in ("/dead-letters/requests/0/2", "/dead-letters/requests/0/0"):
+                assert (await api.get(path, role="acme")).status_code == 404, path
+            theirs = await api.post("/dead-letters/requests/0/2/republish", role="acme", json={"reason": "x"})
+            assert theirs.status_code == 404
+
+    asyncio.run(go())
+
+    got = read_topic(kafka_config, requests, 1)
+    assert [(r["key"], r["raw"]) for r in got] == [(b"r-acme", acme)], "only the one taken, once, as it came"
+    assert got[0]["headers"]["pacer-republished-from"] == f"{dlq}:0:1".encode()
+    (entry,) = [a for a in audit(database_url) if a["action"] == "republish"]
+    assert (entry["actor"], entry["target_type"], entry["target_id"], entry["reason"]) == (
+        "token:tech_admin", "dead_letter", f"{dlq}:0:1", "quota raised")
+    assert entry["before"]["reason"] == "tenant 'acme' is over its quota"
+
+
+def test_without_kafka_the_dead_letter_routes_say_so(database_url: str) -> None:
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            r = await api.get("/dead-letters", role="operator")
+            assert r.status_code == 503 and "started without Kafka settings" in r.json()["detail"]
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("path", ["/dead-letters", "/dead-letters/requests/0/0"])
+def test_a_broker_that_cannot_be_reached_is_a_503_not_an_error(database_url: str, path: str) -> None:
+    unreachable = KafkaDeadLetters(KafkaSettings(kafka_bootstrap_servers="127.0.0.1:9", topic_prefix="nowhere"))
+
+    async def go() -> None:
+        async with control_api(database_url, dead_letters=unreachable) as api:
+            r = await api.get(path, role="operator")
+            assert r.status_code == 503 and "Kafka cannot be reached" in r.json()["detail"], r.text
+
+    asyncio.run(go())
