@@ -125,3 +125,30 @@ def test_a_broker_that_cannot_be_reached_is_a_503_not_an_error(database_url: str
             assert r.status_code == 503 and "Kafka cannot be reached" in r.json()["detail"], r.text
 
     asyncio.run(go())
+
+
+def test_a_large_refused_request_is_listed_by_its_size_and_shown_whole(
+        kafka_config: dict[str, str], topic_prefix: str, database_url: str) -> None:
+    dlq = f"{topic_prefix}.job-requests.dlq"
+    ensure_topics(kafka_config, {dlq: (1, {"max.message.bytes": str(8 * 1_048_576)})})
+    large = json.dumps({"request_id": "r-large", "tenant": "acme", "pad": "x" * (3 * 1_048_576)}).encode()
+    bus = KafkaCommandBus(make_producer(kafka_config, **{"message.max.bytes": 8 * 1_048_576}),
+                          lambda lane: f"{topic_prefix}.item-commands.{lane}", dlq)
+    bus.dead_letter(b"r-large", large, "invalid job request: kind: Field required", "acme")
+    bus.dead_letter(b"r-large-untold", large, "invalid job request: kind: Field required")  # no tenant header
+    queue = KafkaDeadLetters(KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"],
+                                           topic_prefix=topic_prefix))
+    # The list holds no large body; its size is the record's.
+    listed = asyncio.run(queue.newest("requests", 10))
+    assert [(d.size, len(d.value), d.tenant) for d in listed] == [(len(large), 0, "acme"), (len(large), 0, None)]
+
+    async def go() -> None:
+        async with control_api(database_url, dead_letters=queue) as api:
+            page = (await api.get("/dead-letters", role="operator")).json()["letters"]
+            assert [(d["key"], d["bytes"], d["tenant"]) for d in page] == [
+                ("r-large-untold", len(large), None), ("r-large", len(large), "acme")]
+            shown = (await api.get("/dead-letters/requests/0/0", role="operator")).json()
+            assert shown["body_truncated"] and len(shown["body"]) == 65_536 and shown["bytes"] == len(large)
+            assert (await api.get("/dead-letters/requests/0/0/body", role="operator")).content == large
+
+    asyncio.run(go())

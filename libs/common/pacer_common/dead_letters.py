@@ -11,14 +11,22 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from pacer_common.domain.dead_letters import REPUBLISHED_HEADER, DeadLetter, Queue
+from pacer_common.domain.dead_letters import (
+    MAX_TENANT_PARSE_BYTES,
+    REPUBLISHED_HEADER,
+    TENANT_HEADER,
+    DeadLetter,
+    Queue,
+)
 from pacer_common.kafka import MAX_REQUEST_BYTES, make_consumer, make_producer, produce_all
 from pacer_common.settings import KafkaSettings
 
 READ_TIMEOUT_S = 10.0  # a broker that has not answered by then is reported, not waited on for ever
+PREFETCH_KIB = 16_384  # what a reader fetches ahead, per partition
 
 
 def topic_of(k: KafkaSettings, queue: Queue) -> str:
@@ -26,18 +34,25 @@ def topic_of(k: KafkaSettings, queue: Queue) -> str:
 
 
 def reader(k: KafkaSettings) -> Consumer:
-    # A group of its own that never commits: the reading leaves no trace on the broker.
-    return make_consumer(k.client_config(), f"{k.topic_prefix}.dead-letters-reader-{uuid.uuid4().hex[:8]}")
+    # A group of its own that never commits: the reading leaves no trace on the broker. Its
+    # prefetch is bounded (librdkafka's default queue holds up to 64 MiB per partition read).
+    bounded: dict[str, Any] = {"queued.max.messages.kbytes": PREFETCH_KIB,
+                               "receive.message.max.bytes": MAX_REQUEST_BYTES + 1_048_576}
+    return make_consumer(k.client_config(), f"{k.topic_prefix}.dead-letters-reader-{uuid.uuid4().hex[:8]}", **bounded)
 
 
-def _letter(msg: Message) -> DeadLetter:
+def _letter(msg: Message, keep_bytes: int | None = None) -> DeadLetter:
+    """``msg`` as a DeadLetter; with ``keep_bytes``, its value is kept only if it is no larger
+    and the record names no tenant in a header (the value is what tells the tenant then)."""
     _, ms = msg.timestamp()
+    value = msg.value() or b""
     headers: dict[str, str] = {}
     for header in msg.headers() or []:
-        name, value = header[0], header[1]
-        headers[str(name)] = value.decode(errors="replace") if isinstance(value, bytes) else str(value or "")
+        name, text = header[0], header[1]
+        headers[str(name)] = text.decode(errors="replace") if isinstance(text, bytes) else str(text or "")
+    kept = value if keep_bytes is None or (len(value) <= keep_bytes and TENANT_HEADER not in headers) else b""
     return DeadLetter(msg.partition() or 0, msg.offset() or 0, datetime.fromtimestamp(ms / 1000, UTC), msg.key(),
-                      msg.value() or b"", headers)
+                      kept, headers, len(value))
 
 
 def _partitions(consumer: Consumer, topic: str) -> list[int]:
@@ -47,8 +62,10 @@ def _partitions(consumer: Consumer, topic: str) -> list[int]:
     return sorted(meta.partitions)
 
 
-def last(consumer: Consumer, topic: str, n: int) -> Iterator[DeadLetter]:
-    """The last ``n`` records of each partition of ``topic``."""
+def last(consumer: Consumer, topic: str, n: int, keep_bytes: int = MAX_TENANT_PARSE_BYTES) -> Iterator[DeadLetter]:
+    """The last ``n`` records of each partition of ``topic``, a value kept only where it
+    tells the record's tenant (no header does, and it is at most ``keep_bytes``): a list of
+    large refused requests holds none of them."""
     ends: dict[int, int] = {}
     starts: list[TopicPartition] = []
     for p in _partitions(consumer, topic):
@@ -67,17 +84,18 @@ def last(consumer: Consumer, topic: str, n: int) -> Iterator[DeadLetter]:
             continue  # end of a partition, or a transient error librdkafka retries
         p, offset = msg.partition() or 0, msg.offset() or 0
         if p in ends:
-            yield _letter(msg)
+            yield _letter(msg, keep_bytes)
             if offset + 1 >= ends[p]:
                 del ends[p]
 
 
-def newest(k: KafkaSettings, topic: str, n: int) -> list[DeadLetter]:
-    """The last ``n`` records of each partition of ``topic``, oldest first (by time, then
-    place): the ``n`` newest of the topic are the last ``n`` of them."""
+def newest(k: KafkaSettings, topic: str, n: int, keep_bytes: int = MAX_TENANT_PARSE_BYTES) -> list[DeadLetter]:
+    """The last ``n`` records of each partition of ``topic`` (values as :func:`last` keeps
+    them), oldest first (by time, then place): the ``n`` newest of the topic are the last
+    ``n`` of them."""
     consumer = reader(k)
     try:
-        return sorted(last(consumer, topic, n), key=lambda d: (d.at, d.partition, d.offset))
+        return sorted(last(consumer, topic, n, keep_bytes), key=lambda d: (d.at, d.partition, d.offset))
     finally:
         consumer.close()
 

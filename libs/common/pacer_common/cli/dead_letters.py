@@ -126,7 +126,7 @@ def refusal_of(request_id: str, within_last: int = 1_000) -> str:
     what to think if there is none (or the DLQ cannot be read)."""
     k = KafkaSettings()
     try:
-        found = [d for d in dlq.newest(k, k.job_requests_dlq, within_last) if d.key == request_id.encode()]
+        found = [d for d in dlq.newest(k, k.job_requests_dlq, within_last, keep_bytes=0) if d.key == request_id.encode()]
     except (KafkaException, LookupError, TimeoutError) as exc:
         return f"{k.job_requests_dlq} could not be read to tell whether the planner refused it: {exc}"
     if not found:

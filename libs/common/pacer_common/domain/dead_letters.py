@@ -28,12 +28,17 @@ MAX_TENANT_PARSE_BYTES = 1_048_576
 
 @dataclass(frozen=True)
 class DeadLetter:
+    """One record. ``value`` is all of it when read on its own; in a list it is kept only
+    where it tells the tenant (empty otherwise: a list of large refused requests must not hold
+    them all), and ``size`` is always the record's."""
+
     partition: int
     offset: int
     at: datetime
     key: bytes | None
     value: bytes
     headers: dict[str, str]
+    size: int
 
     @property
     def where(self) -> str:
@@ -61,7 +66,7 @@ class DeadLetter:
 
     def summary(self) -> dict[str, object]:
         return {"at": self.at.isoformat(timespec="seconds"), "where": self.where, "source": self.source,
-                "tenant": self.tenant, "key": self.key_text, "bytes": len(self.value), "reason": self.reason}
+                "tenant": self.tenant, "key": self.key_text, "bytes": self.size, "reason": self.reason}
 
 
 def tenant_named(value: bytes) -> str | None:

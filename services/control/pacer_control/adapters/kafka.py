@@ -1,5 +1,6 @@
 """The dead-letter topics for the Control API: :mod:`pacer_common.dead_letters` in a thread,
-its failures as ``Unavailable`` (503) with the broker's words."""
+its failures as ``Unavailable`` (503) with the broker's words. At most :data:`READERS` reads
+at once: each may hold a large refused request (up to 64 MiB) and its reader's prefetch."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from pacer_common.settings import KafkaSettings
 from pacer_control.domain.errors import Unavailable
 
 T = TypeVar("T")
+READERS = 2
 
 
 class KafkaDeadLetters:
     def __init__(self, kafka: KafkaSettings) -> None:
         self.kafka = kafka
+        self._readers = asyncio.Semaphore(READERS)
 
     def topic(self, queue: Queue) -> str:
         return dlq.topic_of(self.kafka, queue)
@@ -37,7 +40,8 @@ class KafkaDeadLetters:
     async def _call(self, queue: Queue, fn: Callable[[str], T], missing: T) -> T:
         topic = self.topic(queue)
         try:
-            return await asyncio.to_thread(fn, topic)
+            async with self._readers:
+                return await asyncio.to_thread(fn, topic)
         except LookupError:
             return missing  # no such topic yet: nothing was ever dead-lettered there
         except (KafkaException, ProduceError, TimeoutError) as exc:
