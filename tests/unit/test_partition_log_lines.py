@@ -1,6 +1,7 @@
 """What a consumer logs of a rebalance: each topic's partitions, in runs, so that an operator
 reading a sender's (or planner's) log can tell which of the two item-command lanes and which
-partitions it took or gave back."""
+partitions it took or gave back; and what librdkafka says while a new broker loads its group
+coordinator, a notice rather than a warning."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import logging
 import pytest
 from confluent_kafka import TopicPartition
 
-from pacer_common.kafka import describe_partitions, logged_rebalances
+from pacer_common.kafka import CLIENT_LOG, describe_partitions, logged_rebalances
 
 
 def tps(topic: str, *numbers: int) -> list[TopicPartition]:
@@ -39,3 +40,17 @@ def test_rebalances_are_logged_and_a_loss_warns(caplog: pytest.LogCaptureFixture
         ("INFO", "partitions revoked: req 2"),
         ("WARNING", "partitions lost: req 0-1"),
     ]
+
+
+def test_a_broker_still_loading_its_coordinator_is_an_info_line_and_other_client_warnings_stay(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger=CLIENT_LOG.name)
+    CLIENT_LOG.warning("%s [%s] %s", "IDEMPOTENCE", "rdkafka#producer-1", "Failed to acquire idempotence PID from "
+                       "broker 127.0.0.1:9092/1: Coordinator load in progress: retrying")
+    CLIENT_LOG.warning("%s [%s] %s", "FAIL", "rdkafka#producer-1", "127.0.0.1:9092/1: Connect to ipv4#127.0.0.1:9092 "
+                       "failed: Connection refused")
+    assert [(r.levelname, r.args[0]) for r in caplog.records] == [("INFO", "IDEMPOTENCE"), ("WARNING", "FAIL")]
+    caplog.clear()
+    caplog.set_level(logging.WARNING, logger=CLIENT_LOG.name)
+    CLIENT_LOG.warning("%s [%s] %s", "IDEMPOTENCE", "rdkafka#producer-1", "Coordinator load in progress: retrying")
+    assert caplog.records == [], "below the service's log level once it is a notice"

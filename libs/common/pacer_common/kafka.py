@@ -42,6 +42,21 @@ log = logging.getLogger(__name__)
 # message) served on the thread that polls the client, so they come out as the service's JSON
 # log lines instead of raw ``%4|…`` lines on stderr.
 CLIENT_LOG = logging.getLogger("pacer.kafka.client")
+# What librdkafka logs as a warning while a broker is still starting up, and retries by
+# itself until it is done: logged at INFO, so a fresh broker leaves no warning behind.
+TRANSIENT_CLIENT_NOTICES = ("Coordinator load in progress",)
+
+
+def _relevel_transient(record: logging.LogRecord) -> bool:
+    args = record.args if isinstance(record.args, tuple) else ()
+    text = str(args[-1]) if args else record.getMessage()
+    if record.levelno == logging.WARNING and any(n in text for n in TRANSIENT_CLIENT_NOTICES):
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        return CLIENT_LOG.isEnabledFor(logging.INFO)
+    return True
+
+
+CLIENT_LOG.addFilter(_relevel_transient)
 
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
