@@ -1,11 +1,13 @@
-"""A real Prometheus scrapes a running stack through a small job: every board's panel query
-returns series, or is empty for a reason this test proves; every alert rule loads healthy
-and every metric its expression names is exported."""
+"""A real Prometheus scrapes a running stack (the callback intake too) through a small job:
+every board's panel query returns series, or is empty for a reason this test proves; every
+alert rule loads healthy and every metric its expression names is exported."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import re
+import urllib.error
 import urllib.request
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -13,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from pacer_dev import boards, prometheus
-from pacer_dev.stack import Stack
+from pacer_dev.stack import LOCAL_CALLBACK_SECRET, Stack
 from tests.e2e.conftest import gateway
 from tests.e2e.helpers import job_state, publish, request
 from tests.integration.helpers import wait_for
@@ -54,8 +56,24 @@ def _control(stack: Stack, path: str) -> int:
         return resp.status
 
 
+def _callback(stack: Stack, body: bytes, signature: str) -> int:
+    req = urllib.request.Request(f"{stack.procs['intake'].url}/callbacks/default", data=body, method="POST",
+                                 headers={"Content-Type": "application/json", "X-Signature": signature})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
 def test_every_panel_and_alert_has_data_on_a_running_stack(stack: Stack) -> None:
     stack.start_service("control")
+    if "intake" not in stack.procs:
+        stack.start_intake()
+    # A callback signed but unreadable (dead-lettered), and one signed with another secret.
+    malformed = b'{"cmd": "message.received"}'
+    assert _callback(stack, malformed, hmac.new(LOCAL_CALLBACK_SECRET.encode(), malformed, "sha256").hexdigest()) == 400
+    assert _callback(stack, malformed, "0" * 64) == 401
     rid = f"prom-{uuid.uuid4().hex[:8]}"
     # One guid the gateway refuses with a code of the table, one with a code it does not know.
     gateway(stack, "/_admin/config", "PUT", {"fail_guids": {f"{rid}-g0": 40001, f"{rid}-g1": 777}})

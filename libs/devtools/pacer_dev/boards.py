@@ -128,6 +128,9 @@ BOARDS: tuple[Board, ...] = (
               p("Dead-lettered job requests (last hour)",
                 'sum(increase(pacer_planner_requests_total{outcome="dead_lettered"}[1h]))', "dead-lettered",
                 kind="stat", width=6),
+              p("Dead-lettered callbacks (last hour)",
+                'sum(increase(pacer_intake_callbacks_total{result="dead_lettered"}[1h]))', "dead-lettered",
+                kind="stat", width=6),
               p("Expired before sending, by kind", f'sum by (kind) (increase({ITEMS}{{outcome="expired"}}[1h]))',
                 "{{kind}}"),
               p("Expired and abandoned items of open jobs", 'sum by (status) (pacer_reconciler_open_job_items'
@@ -191,7 +194,7 @@ BOARDS: tuple[Board, ...] = (
                 "{{table}} {{setting}} {{instance}}", kind="table"),
           )),
     Board("pacer-services", "Pacer · services",
-          "The processes: up, build, consumer lag, Postgres pools, CPU, memory, GC, the Control API, the reconciler leader.", (
+          "The processes: up, build, consumer lag, callbacks, Postgres pools, CPU, memory, GC, the Control API, the reconciler leader.", (
               p("Targets up", 'up{job=~".*pacer.*"}', "{{job}} {{instance}}", kind="stat"),
               p("Builds running", "count by (service, version, python) (pacer_build_info)",
                 "{{service}} {{version}} (Python {{python}})", kind="table"),
@@ -199,6 +202,8 @@ BOARDS: tuple[Board, ...] = (
                 "{{topic}}[{{partition}}]"),
               p("Kafka records deleted before their group read them (offset resets, last hour)",
                 "sum by (topic) (increase(pacer_kafka_offset_resets_total[1h]))", "{{topic}}"),
+              p("Callbacks by tenant and result", "sum by (tenant, result) (rate(pacer_intake_callbacks_total[5m]))",
+                "{{tenant}} {{result}}", "ops"),
               p("Reconciler leader", "max by (instance) (pacer_reconciler_leader)", "{{instance}}"),
               p("Reconciler segments held", "max by (instance) (pacer_reconciler_segments_owned)", "{{instance}}"),
               p("CPU per process", "rate(process_cpu_seconds_total[1m])", "{{job}} {{instance}}", "percentunit"),
