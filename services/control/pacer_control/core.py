@@ -368,7 +368,8 @@ class Control:
     # -- dead letters --------------------------------------------------------------------
     def _queue(self) -> DeadLetterQueue:
         if self.dlq is None:
-            raise Unavailable("this control service reads no dead letters: it was started without Kafka settings")
+            raise Unavailable("this control service reads no dead letters: it was started without Kafka settings "
+                              "(PACER_KAFKA_BOOTSTRAP_SERVERS)")
         return self.dlq
 
     def dead_letter_topic(self, queue: Queue) -> str:

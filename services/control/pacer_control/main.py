@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+from pydantic import ValidationError
+
 from pacer_common.db.pool import open_pool
 from pacer_common.lifecycle import stop_event
 from pacer_common.metrics import PoolStats, service_registry
@@ -17,7 +19,7 @@ from pacer_control.settings import ControlSettings
 log = logging.getLogger("pacer.control")
 
 
-async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ControlSettings) -> None:
+async def run(pg: PostgresSettings, kafka: KafkaSettings | None, cfg: ControlSettings) -> None:
     stop = stop_event()
     registry, health = service_registry("control"), Health()
     pool = await open_pool(pg.database_url.get_secret_value(), min_size=1, max_size=cfg.db_pool_max,
@@ -25,7 +27,10 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ControlSettings) 
     PoolStats(pool, registry)
     app = build_app(pool, sandbox_targets=cfg.sandbox(),
                     registry=registry, health=health, db_deadline_s=cfg.db_deadline_s,
-                    stalled_after_s=cfg.stalled_after_s, dead_letters=KafkaDeadLetters(kafka))
+                    stalled_after_s=cfg.stalled_after_s, dead_letters=KafkaDeadLetters(kafka) if kafka else None)
+    if kafka is None:
+        log.warning("PACER_KAFKA_BOOTSTRAP_SERVERS is not set: the dead letters (console page and /dead-letters) "
+                    "answer 503 until it is")
     server, task = await serve(app, cfg.ops_host, cfg.port)
     health.set_ready(True, "serving")
     log.info("control started; API on http://%s:%d/api/v1 (docs: /api/v1/docs)", cfg.ops_host, cfg.port)
@@ -41,4 +46,15 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ControlSettings) 
 
 def main() -> None:
     cfg = ControlSettings()
-    main_for("control", cfg, run(PostgresSettings(), KafkaSettings(), cfg))
+    main_for("control", cfg, run(PostgresSettings(), _kafka(), cfg))
+
+
+def _kafka() -> KafkaSettings | None:
+    """The Kafka settings, or None where no broker is named at all: the dead letters are the
+    control service's only use of Kafka, and a deployment that gives it none keeps the rest."""
+    try:
+        return KafkaSettings()
+    except ValidationError as exc:
+        if [(e["loc"], e["type"]) for e in exc.errors()] == [(("kafka_bootstrap_servers",), "missing")]:
+            return None
+        raise
