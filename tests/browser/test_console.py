@@ -365,3 +365,12 @@ def test_an_operator_reads_dead_letters_but_is_offered_no_republish(
     row.locator("button", has_text="Show").click()
     expect(page.locator("article.letter pre.body")).to_contain_text("{not json")
     expect(page.locator("button", has_text="Republish")).to_have_count(0)
+    # Found again by its key, among every other refused request.
+    page.fill("form.filters input[name=key]", "ui-not-json")
+    page.click("form.filters button")
+    expect(page.locator("#main")).to_contain_text("that match among")  # the filtered view is in
+    expect(page.locator("#dead-letters tbody tr")).to_have_count(1)
+    expect(page.locator("#dead-letters tbody tr")).to_contain_text("ui-not-json")
+    page.fill("form.filters input[name=key]", "ui-no-such-request")
+    page.click("form.filters button")
+    expect(page.locator("#dead-letters tbody")).to_contain_text("Nothing refused")

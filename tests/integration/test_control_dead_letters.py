@@ -63,6 +63,11 @@ def test_dead_letters_are_listed_shown_and_republished_by_role_and_tenant(
                 (2, "r-globex", "globex", "planner"), (1, "r-acme", "acme", "planner"), (0, "r-bad", None, "planner")]
             assert page["letters"][2]["reason"].startswith("invalid job request: not JSON")
             assert [d["offset"] for d in (await api.get("/dead-letters?last=1", role="operator")).json()["letters"]] == [2]
+            # "Why was my request refused?": by its key; or one tenant's refusals.
+            by_key = (await api.get("/dead-letters?key=r-acme&last=1", role="operator")).json()["letters"]
+            assert [(d["offset"], d["reason"]) for d in by_key] == [(1, "tenant 'acme' is over its quota")]
+            by_tenant = (await api.get("/dead-letters?tenant=globex", role="operator")).json()["letters"]
+            assert [d["key"] for d in by_tenant] == ["r-globex"]
             cbs = (await api.get("/dead-letters?queue=callbacks", role="operator")).json()
             assert (cbs["topic"], [(d["tenant"], d["source"], d["reason"]) for d in cbs["letters"]]) == (
                 callbacks_dlq, [("acme", "intake", "callback: guid missing")])
@@ -90,6 +95,7 @@ def test_dead_letters_are_listed_shown_and_republished_by_role_and_tenant(
             api.tokens["acme"] = made.json()["token"]
             mine = (await api.get("/dead-letters", role="acme")).json()["letters"]
             assert [d["key"] for d in mine] == ["r-acme"]
+            assert (await api.get("/dead-letters?tenant=globex", role="acme")).json()["letters"] == []
             for path in ("/dead-letters/requests/0/2", "/dead-letters/requests/0/0"):
                 assert (await api.get(path, role="acme")).status_code == 404, path
             theirs = await api.post("/dead-letters/requests/0/2/republish", role="acme", json={"reason": "x"})

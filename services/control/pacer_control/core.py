@@ -61,6 +61,7 @@ log = logging.getLogger("pacer.control")
 
 MISSING_TOKEN = "missing bearer token: send 'Authorization: Bearer <token>'"
 UNKNOWN_TOKEN = "unknown or revoked token"
+DLQ_SEARCH_DEPTH = 1_000  # records of each partition a filtered dead-letter list looks through
 LEASE_FIELDS = ("owner", "epoch", "since", "lease_until", "renew_count", "takeovers", "last_send_at", "expired")
 
 
@@ -375,12 +376,16 @@ class Control:
     def dead_letter_topic(self, queue: Queue) -> str:
         return self._queue().topic(queue)
 
-    async def dead_letters(self, who: Principal, queue: Queue, last: int) -> list[DeadLetter]:
-        """The newest ``last`` records of ``queue`` the caller may see, newest first; a token
-        scoped to tenants sees its tenants' among them (a record whose tenant cannot be told
-        only an unscoped token sees)."""
-        letters = await self._queue().newest(queue, last)
-        return [d for d in reversed(letters) if _visible(who, d)][:last]
+    async def dead_letters(self, who: Principal, queue: Queue, last: int, tenant: str | None = None,
+                           key: str | None = None) -> list[DeadLetter]:
+        """The newest ``last`` records of ``queue`` the caller may see, newest first, among the
+        last ``last`` of each partition; a token scoped to tenants sees its tenants' among them
+        (a record whose tenant cannot be told only an unscoped token sees). With ``tenant`` or
+        ``key``, the newest ``last`` that match among the last :data:`DLQ_SEARCH_DEPTH`."""
+        searching = tenant is not None or key is not None
+        letters = await self._queue().newest(queue, max(last, DLQ_SEARCH_DEPTH) if searching else last)
+        return [d for d in reversed(letters) if _visible(who, d) and (tenant is None or d.tenant == tenant)
+                and (key is None or d.key_text == key)][:last]
 
     async def dead_letter(self, who: Principal, queue: Queue, partition: int, offset: int) -> DeadLetter:
         letter = await self._queue().one(queue, partition, offset)

@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from pacer_common.domain.dead_letters import DeadLetter, Queue
 from pacer_control.api.auth import Caller, Ctl, guard
 from pacer_control.api.responses import respond
-from pacer_control.api.schemas import ActionBody, ActionResponse, DeadLetterDetail, DeadLetterPage
+from pacer_control.api.schemas import NO_NUL, ActionBody, ActionResponse, DeadLetterDetail, DeadLetterPage
 from pacer_control.core import Control
 from pacer_control.domain import views
 
@@ -39,10 +39,15 @@ def detail(ctl: Control, queue: Queue, d: DeadLetter) -> dict[str, Any]:
             summary="The newest dead letters of a queue, newest first, with their reasons",
             **guard("dead_letters.view", 422, 503, tenant_filtered=True))
 async def list_dead_letters(ctl: Ctl, who: Caller, queue: Queue = "requests",
-                            last: Annotated[int, Query(ge=1, le=MAX_LAST)] = 50) -> dict[str, Any]:
+                            last: Annotated[int, Query(ge=1, le=MAX_LAST)] = 50,
+                            tenant: Annotated[str | None, Query(min_length=1, max_length=256, pattern=NO_NUL)] = None,
+                            key: Annotated[str | None, Query(min_length=1, max_length=256, pattern=NO_NUL)] = None,
+                            ) -> dict[str, Any]:
     """Among the last ``last`` records of each partition of the queue's DLQ topic; a token
-    scoped to tenants is shown its tenants' records among them."""
-    letters = await ctl.dead_letters(who, queue, last)
+    scoped to tenants is shown its tenants' records among them. ``tenant`` or ``key`` (a job
+    request's id, as its publisher keyed it): the newest ``last`` that match among the last
+    1,000 of each partition — "why was my request refused?"."""
+    letters = await ctl.dead_letters(who, queue, last, tenant, key)
     return {"queue": queue, "topic": ctl.dead_letter_topic(queue), "letters": [view(ctl, queue, d) for d in letters]}
 
 

@@ -26,6 +26,7 @@ from pacer_common.domain.dead_letters import Queue
 from pacer_common.domain.requests import JobKind
 from pacer_common.domain.status import ItemStatus
 from pacer_control.api.auth import Caller, Ctl, guard
+from pacer_control.core import DLQ_SEARCH_DEPTH
 from pacer_control.domain import views
 from pacer_control.domain.errors import Invalid
 from pacer_control.domain.filters import FAILED, AuditFilter, ItemFilter, JobFilter, JobStatus, RetryFilter
@@ -336,9 +337,14 @@ async def reject(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTML
 
 
 @router.get("/dead-letters", response_class=HTMLResponse, **guard("dead_letters.view", tenant_filtered=True))
-async def dead_letters(request: Request, ctl: Ctl, who: Caller, queue: Queue = "requests") -> HTMLResponse:
-    return _render(request, "dead_letters.html", who, queue=queue, queues=DLQ_TITLES, last=DLQ_LAST,
-                   topic=ctl.dead_letter_topic(queue), letters=await ctl.dead_letters(who, queue, DLQ_LAST))
+async def dead_letters(request: Request, ctl: Ctl, who: Caller, queue: Queue = "requests", tenant: str | None = None,
+                       key: str | None = None) -> HTMLResponse:
+    form = {"tenant": (tenant or "").strip(), "key": (key or "").strip()}
+    f = {k: _text(form, k, limit=256) or "" for k in form}
+    letters = await ctl.dead_letters(who, queue, DLQ_LAST, f["tenant"] or None, f["key"] or None)
+    return _render(request, "dead_letters.html", who, queue=queue, queues=DLQ_TITLES, last=DLQ_LAST, f=f,
+                   depth=DLQ_SEARCH_DEPTH,
+                   topic=ctl.dead_letter_topic(queue), letters=letters)
 
 
 @router.get("/dead-letters/{queue}/{partition}/{offset}", response_class=HTMLResponse,
