@@ -83,6 +83,10 @@ def test_refused_requests_and_callbacks_are_listed_shown_and_sent_again(
     assert _pacer("list", "--last", "1", "--json") == 0
     (only,) = [json.loads(line) for line in capsysbinary.readouterr().out.decode().splitlines()]
     assert (only["where"], only["key"], only["bytes"], only["reason"]) == ("0:1", "r-internal", len(request), BUG_REASON)
+    assert _pacer("list", "--key", "r-bad", "--json") == 0
+    assert [json.loads(line)["where"] for line in capsysbinary.readouterr().out.decode().splitlines()] == ["0:0"]
+    assert _pacer("list", "--tenant", "default", "--json") == 0  # the tenant the request names (none: default)
+    assert [json.loads(line)["key"] for line in capsysbinary.readouterr().out.decode().splitlines()] == ["r-internal"]
     assert _pacer("list", "--callbacks", "--json") == 0
     (refused,) = [json.loads(line) for line in capsysbinary.readouterr().out.decode().splitlines()]
     assert (refused["source"], refused["tenant"], refused["reason"]) == ("intake", "acme", "callback: guid missing")

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from pacer_common.domain.dead_letters import DeadLetter, Queue
+from pacer_common.domain.dead_letters import SEARCH_DEPTH, DeadLetter, Queue, matching
 from pacer_common.domain.ids import ItemId, new_item_ids
 from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.requests import DEFAULT_TENANT
@@ -61,7 +61,6 @@ log = logging.getLogger("pacer.control")
 
 MISSING_TOKEN = "missing bearer token: send 'Authorization: Bearer <token>'"
 UNKNOWN_TOKEN = "unknown or revoked token"
-DLQ_SEARCH_DEPTH = 1_000  # records of each partition a filtered dead-letter list looks through
 LEASE_FIELDS = ("owner", "epoch", "since", "lease_until", "renew_count", "takeovers", "last_send_at", "expired")
 
 
@@ -381,11 +380,10 @@ class Control:
         """The newest ``last`` records of ``queue`` the caller may see, newest first, among the
         last ``last`` of each partition; a token scoped to tenants sees its tenants' among them
         (a record whose tenant cannot be told only an unscoped token sees). With ``tenant`` or
-        ``key``, the newest ``last`` that match among the last :data:`DLQ_SEARCH_DEPTH`."""
+        ``key``, the newest ``last`` that match among the last :data:`SEARCH_DEPTH`."""
         searching = tenant is not None or key is not None
-        letters = await self._queue().newest(queue, max(last, DLQ_SEARCH_DEPTH) if searching else last)
-        return [d for d in reversed(letters) if _visible(who, d) and (tenant is None or d.tenant == tenant)
-                and (key is None or d.key_text == key)][:last]
+        letters = await self._queue().newest(queue, max(last, SEARCH_DEPTH) if searching else last)
+        return [d for d in matching(reversed(letters), tenant, key) if _visible(who, d)][:last]
 
     async def dead_letter(self, who: Principal, queue: Queue, partition: int, offset: int) -> DeadLetter:
         letter = await self._queue().one(queue, partition, offset)

@@ -19,7 +19,7 @@ from confluent_kafka import KafkaException
 
 from pacer_common import dead_letters as dlq
 from pacer_common.cli.common import EXIT_NOT_FOUND, EXIT_REFUSED
-from pacer_common.domain.dead_letters import DeadLetter
+from pacer_common.domain.dead_letters import SEARCH_DEPTH, DeadLetter, matching
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.settings import KafkaSettings
 
@@ -46,7 +46,9 @@ def _topic(k: KafkaSettings, args: argparse.Namespace) -> str:
 def _list(args: argparse.Namespace) -> int:
     k = KafkaSettings()
     topic = _topic(k, args)
-    letters = dlq.newest(k, topic, args.last)[-args.last:]
+    searching = args.tenant is not None or args.key is not None
+    found = dlq.newest(k, topic, max(args.last, SEARCH_DEPTH) if searching else args.last)
+    letters = matching(found, args.tenant, args.key)[-args.last:]
     if args.json:
         for d in letters:
             print(json.dumps(d.summary(), ensure_ascii=False))
@@ -107,6 +109,9 @@ def add_dead_letter_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
     ls = dl_sub.add_parser("list", help="the last records, oldest first, with their reasons")
     ls.add_argument("--last", type=_count, default=20, help="how many (default 20)")
     ls.add_argument("--json", action="store_true", help="one JSON object per line")
+    ls.add_argument("--key", help="only records with this key (a job request's id as its publisher keyed it), among "
+                    f"the last {SEARCH_DEPTH:,} of each partition")
+    ls.add_argument("--tenant", help=f"only this tenant's records, among the last {SEARCH_DEPTH:,} of each partition")
     sh = dl_sub.add_parser("show", help="one record's original bytes on stdout (its reason on stderr)")
     for p in (ls, sh):
         p.add_argument("--callbacks", action="store_true", help="the callbacks' DLQ, not the job requests'")
@@ -120,13 +125,13 @@ def add_dead_letter_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
     rp.set_defaults(fn=_republish)
 
 
-def refusal_of(request_id: str, within_last: int = 1_000) -> str:
+def refusal_of(request_id: str, within_last: int = SEARCH_DEPTH) -> str:
     """For ``pacer status`` of a request that is no job: the planner's latest refusal of it
     among the last ``within_last`` records of each partition of the job requests' DLQ, or
     what to think if there is none (or the DLQ cannot be read)."""
     k = KafkaSettings()
     try:
-        found = [d for d in dlq.newest(k, k.job_requests_dlq, within_last, keep_bytes=0) if d.key == request_id.encode()]
+        found = matching(dlq.newest(k, k.job_requests_dlq, within_last, keep_bytes=0), key=request_id)
     except (KafkaException, LookupError, TimeoutError) as exc:
         return f"{k.job_requests_dlq} could not be read to tell whether the planner refused it: {exc}"
     if not found:

@@ -9,6 +9,7 @@ records back through this one shape.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -24,6 +25,8 @@ QUEUES: tuple[Queue, ...] = ("requests", "callbacks")
 # A body read for its tenant when a record carries no tenant header (records written before
 # the planner added it): a larger one is not parsed, and only an unscoped caller sees it.
 MAX_TENANT_PARSE_BYTES = 1_048_576
+# Records of each partition a search (by tenant or key) looks through.
+SEARCH_DEPTH = 1_000
 
 
 @dataclass(frozen=True)
@@ -82,3 +85,9 @@ def tenant_named(value: bytes) -> str | None:
         return None
     tenant = body.get("tenant", DEFAULT_TENANT)
     return tenant if isinstance(tenant, str) and tenant else None
+
+
+def matching(letters: Iterable[DeadLetter], tenant: str | None = None, key: str | None = None) -> list[DeadLetter]:
+    """The records of ``tenant`` (if given) with ``key`` (if given: a job request's id as its
+    publisher keyed it), in the order given."""
+    return [d for d in letters if (tenant is None or d.tenant == tenant) and (key is None or d.key_text == key)]

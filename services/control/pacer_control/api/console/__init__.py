@@ -22,11 +22,10 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from pacer_common.domain import ids
-from pacer_common.domain.dead_letters import Queue
+from pacer_common.domain.dead_letters import SEARCH_DEPTH, Queue
 from pacer_common.domain.requests import JobKind
 from pacer_common.domain.status import ItemStatus
 from pacer_control.api.auth import Caller, Ctl, guard
-from pacer_control.core import DLQ_SEARCH_DEPTH
 from pacer_control.domain import views
 from pacer_control.domain.errors import Invalid
 from pacer_control.domain.filters import FAILED, AuditFilter, ItemFilter, JobFilter, JobStatus, RetryFilter
@@ -343,7 +342,7 @@ async def dead_letters(request: Request, ctl: Ctl, who: Caller, queue: Queue = "
     f = {k: _text(form, k, limit=256) or "" for k in form}
     letters = await ctl.dead_letters(who, queue, DLQ_LAST, f["tenant"] or None, f["key"] or None)
     return _render(request, "dead_letters.html", who, queue=queue, queues=DLQ_TITLES, last=DLQ_LAST, f=f,
-                   depth=DLQ_SEARCH_DEPTH,
+                   depth=SEARCH_DEPTH,
                    topic=ctl.dead_letter_topic(queue), letters=letters)
 
 
