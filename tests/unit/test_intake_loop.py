@@ -201,14 +201,14 @@ def test_a_dead_letter_names_the_tenant_of_the_request_where_it_can_be_read() ->
     acme["tenant"] = "acme"
     invalid_acme = dict(acme, request_id="r-bad", targets={"items": []})
     refused = [json.dumps(acme).encode(), json.dumps(invalid_acme).encode(), request("r-default", to_id="r\u0000x"),
-               b"not json", b'{"tenant": 7}']
+               b"not json", b'{"tenant": 7}', json.dumps({"tenant": "x" * 100_000}).encode()]
     store, bus = Store(fail=[StoreRefused("DataError: value out of range")]), Bus()
     intake, _, source = loop(store, bus, refused)
     asyncio.run(intake.run())
     assert source.committed == refused
     # Refused by the database (the parsed request's tenant), invalid but readable (the tenant
     # its bytes name, or the default tenant's when they name none), unreadable: none.
-    assert bus.tenants == ["acme", "acme", "default", None, None]
+    assert bus.tenants == ["acme", "acme", "default", None, None, None]  # the last: no tenant's name
 
 
 def test_a_stop_while_waiting_for_the_environment_commits_nothing() -> None:

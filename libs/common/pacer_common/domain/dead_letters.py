@@ -9,12 +9,13 @@ records back through this one shape.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from pacer_common.domain.requests import DEFAULT_TENANT
+from pacer_common.domain.requests import DEFAULT_TENANT, TENANT_NAME
 
 REASON_HEADER, AT_HEADER, SOURCE_HEADER = "pacer-error-reason", "pacer-error-at", "pacer-error-source"
 TENANT_HEADER = "pacer-tenant"
@@ -74,7 +75,8 @@ class DeadLetter:
 
 def tenant_named(value: bytes) -> str | None:
     """The tenant a job request's bytes name, best effort: None unless they are a JSON object
-    of at most :data:`MAX_TENANT_PARSE_BYTES` whose ``tenant`` is a string or absent."""
+    of at most :data:`MAX_TENANT_PARSE_BYTES` whose ``tenant`` is absent or a tenant's name
+    (anything else in it is no tenant, and never a header)."""
     if len(value) > MAX_TENANT_PARSE_BYTES:
         return None
     try:
@@ -84,7 +86,7 @@ def tenant_named(value: bytes) -> str | None:
     if not isinstance(body, dict):
         return None
     tenant = body.get("tenant", DEFAULT_TENANT)
-    return tenant if isinstance(tenant, str) and tenant else None
+    return tenant if isinstance(tenant, str) and re.fullmatch(TENANT_NAME, tenant) else None
 
 
 def matching(letters: Iterable[DeadLetter], tenant: str | None = None, key: str | None = None) -> list[DeadLetter]:
