@@ -16,7 +16,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from pacer_common.domain.dead_letters import SEARCH_DEPTH, DeadLetter, Queue, matching
+from pacer_common.domain.dead_letters import DeadLetter, Queue, matching, read_depth
 from pacer_common.domain.ids import ItemId, new_item_ids
 from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.requests import DEFAULT_TENANT
@@ -62,11 +62,6 @@ log = logging.getLogger("pacer.control")
 MISSING_TOKEN = "missing bearer token: send 'Authorization: Bearer <token>'"
 UNKNOWN_TOKEN = "unknown or revoked token"
 LEASE_FIELDS = ("owner", "epoch", "since", "lease_until", "renew_count", "takeovers", "last_send_at", "expired")
-
-
-def _visible(who: Principal, letter: DeadLetter) -> bool:
-    tenant = letter.tenant
-    return who.tenants is None or (tenant is not None and who.sees(tenant))
 
 
 def _json(value: Any) -> Any:
@@ -381,13 +376,12 @@ class Control:
         last ``last`` of each partition; a token scoped to tenants sees its tenants' among them
         (a record whose tenant cannot be told only an unscoped token sees). With ``tenant`` or
         ``key``, the newest ``last`` that match among the last :data:`SEARCH_DEPTH`."""
-        searching = tenant is not None or key is not None
-        letters = await self._queue().newest(queue, max(last, SEARCH_DEPTH) if searching else last)
-        return [d for d in matching(reversed(letters), tenant, key) if _visible(who, d)][:last]
+        letters = await self._queue().newest(queue, read_depth(last, tenant, key))
+        return [d for d in matching(reversed(letters), tenant, key) if who.sees(d.tenant)][:last]
 
     async def dead_letter(self, who: Principal, queue: Queue, partition: int, offset: int) -> DeadLetter:
         letter = await self._queue().one(queue, partition, offset)
-        if letter is None or not _visible(who, letter):
+        if letter is None or not who.sees(letter.tenant):
             raise NotFound(f"no dead letter {partition}:{offset} on {self.dead_letter_topic(queue)} (never written, "
                            "gone with the topic's retention, or not one of your tenants')")
         return letter

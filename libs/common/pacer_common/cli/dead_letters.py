@@ -19,7 +19,7 @@ from confluent_kafka import KafkaException
 
 from pacer_common import dead_letters as dlq
 from pacer_common.cli.common import EXIT_NOT_FOUND, EXIT_REFUSED
-from pacer_common.domain.dead_letters import SEARCH_DEPTH, DeadLetter, matching
+from pacer_common.domain.dead_letters import SEARCH_DEPTH, DeadLetter, matching, read_depth
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.settings import KafkaSettings
 
@@ -46,8 +46,7 @@ def _topic(k: KafkaSettings, args: argparse.Namespace) -> str:
 def _list(args: argparse.Namespace) -> int:
     k = KafkaSettings()
     topic = _topic(k, args)
-    searching = args.tenant is not None or args.key is not None
-    found = dlq.newest(k, topic, max(args.last, SEARCH_DEPTH) if searching else args.last)
+    found = dlq.newest(k, topic, read_depth(args.last, args.tenant, args.key))
     letters = matching(found, args.tenant, args.key)[-args.last:]
     if args.json:
         for d in letters:

@@ -22,7 +22,6 @@ TENANT_HEADER = "pacer-tenant"
 REPUBLISHED_HEADER = "pacer-republished-from"
 
 Queue = Literal["requests", "callbacks"]
-QUEUES: tuple[Queue, ...] = ("requests", "callbacks")
 # A body read for its tenant when a record carries no tenant header (records written before
 # the planner added it): a larger one is not parsed, and only an unscoped caller sees it.
 MAX_TENANT_PARSE_BYTES = 1_048_576
@@ -93,3 +92,9 @@ def matching(letters: Iterable[DeadLetter], tenant: str | None = None, key: str 
     """The records of ``tenant`` (if given) with ``key`` (if given: a job request's id as its
     publisher keyed it), in the order given."""
     return [d for d in letters if (tenant is None or d.tenant == tenant) and (key is None or d.key_text == key)]
+
+
+def read_depth(last: int, tenant: str | None = None, key: str | None = None) -> int:
+    """How many records of each partition to read for the newest ``last`` of a list: ``last``
+    itself, or :data:`SEARCH_DEPTH` (at least) when it is filtered by ``tenant`` or ``key``."""
+    return max(last, SEARCH_DEPTH) if tenant is not None or key is not None else last

@@ -89,8 +89,10 @@ class Principal:
     role: Role
     tenants: frozenset[str] | None = None
 
-    def sees(self, tenant: str) -> bool:
-        return self.tenants is None or tenant in self.tenants
+    def sees(self, tenant: str | None) -> bool:
+        """Whether this caller sees what belongs to ``tenant`` (None: a tenant that cannot be
+        told, which only an unscoped caller sees)."""
+        return self.tenants is None or (tenant is not None and tenant in self.tenants)
 
     @property
     def scope(self) -> str:
