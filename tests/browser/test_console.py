@@ -14,6 +14,7 @@ import pytest
 from playwright.sync_api import Dialog, Locator, Page, expect
 
 from pacer_common.kafka import make_producer, produce_all
+from pacer_control.api.console import DLQ_LAST
 from pacer_dev.stack import Stack
 from tests.browser.conftest import APPROVAL_ABOVE, FAILING_GUID, SANDBOX, login, shot
 from tests.integration.helpers import seed_job, wait_for
@@ -313,10 +314,10 @@ def test_an_operator_finds_the_busiest_guid_pauses_it_and_finds_it_again_by_name
     expect(page.locator("#guid-history")).to_be_in_viewport()
 
 
-def _shown_after_reload(page: Page, row: Locator) -> bool:
+def _shown_after_reload(page: Page, rows: Locator, count: int = 1) -> bool:
     page.reload()
     page.wait_for_selector("#dead-letters")  # the part, loaded after the page
-    return row.count() == 1
+    return rows.count() == count
 
 
 def test_tech_admin_reads_why_a_request_was_refused_fixes_the_cause_and_republishes_it(
@@ -374,3 +375,28 @@ def test_an_operator_reads_dead_letters_but_is_offered_no_republish(
     page.fill("form.filters input[name=key]", "ui-no-such-request")
     page.click("form.filters button")
     expect(page.locator("#dead-letters tbody")).to_contain_text("Nothing refused")
+
+    # Refused before a time: none before the stack began; all of them before an hour from now.
+    page.fill("form.filters input[name=key]", "")
+    page.fill("form.filters input[name=before]", "2020-01-01T00:00")
+    page.click("form.filters button")
+    expect(page.locator("#main")).to_contain_text("written before 2020-01-01T00:00 UTC")
+    expect(page.locator("#dead-letters tbody")).to_contain_text("Nothing refused")
+    later = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    page.fill("form.filters input[name=before]", later)
+    page.click("form.filters button")
+    expect(page.locator("#dead-letters tbody tr", has_text="ui-not-json")).to_have_count(1)
+
+    # A hundred refusals later it is off the first page, and one click on Older away.
+    flood = [(f"{stack.topic_prefix}.job-requests", f"ui-flood-{i:03d}".encode(), b"{not json", None)
+             for i in range(DLQ_LAST)]
+    produce_all(make_producer({"bootstrap.servers": stack.infra.kafka_bootstrap}), flood)
+    page.goto(f"{console_url}/dead-letters")
+    floods = page.locator("#dead-letters tbody tr", has_text="ui-flood-")
+    wait_for(lambda: _shown_after_reload(page, floods, DLQ_LAST), 60, "a page of the hundred refusals")
+    expect(page.locator("#dead-letters tbody tr", has_text="ui-not-json")).to_have_count(0)
+    page.click("button#older")
+    expect(page.locator("#main")).to_contain_text("older than the page before")
+    expect(page.locator("#dead-letters tbody tr", has_text="ui-not-json")).to_have_count(1)
+    expect(page.locator("#dead-letters tbody tr", has_text=f"ui-flood-{DLQ_LAST - 1:03d}")).to_have_count(0)
+    shot(page, "dead-letters-older")

@@ -8,11 +8,12 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
 
-from pacer_common.kafka import ensure_topics, make_producer
+from pacer_common.kafka import dead_letter_headers, ensure_topics, make_producer
 from pacer_common.settings import KafkaSettings
 from pacer_control.adapters.kafka import KafkaDeadLetters
 from pacer_intake.adapters.kafka import KafkaCallbackLog, callback_producer
@@ -145,7 +146,7 @@ def test_a_large_refused_request_is_listed_by_its_size_and_shown_whole(
     queue = KafkaDeadLetters(KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"],
                                            topic_prefix=topic_prefix))
     # The list holds no large body; its size is the record's.
-    listed = asyncio.run(queue.newest("requests", 10))
+    listed = asyncio.run(queue.window("requests", 10)).letters
     assert [(d.size, len(d.value), d.tenant) for d in listed] == [(len(large), 0, "acme"), (len(large), 0, None)]
 
     async def go() -> None:
@@ -156,5 +157,58 @@ def test_a_large_refused_request_is_listed_by_its_size_and_shown_whole(
             shown = (await api.get("/dead-letters/requests/0/0", role="operator")).json()
             assert shown["body_truncated"] and len(shown["body"]) == 65_536 and shown["bytes"] == len(large)
             assert (await api.get("/dead-letters/requests/0/0/body", role="operator")).content == large
+
+    asyncio.run(go())
+
+
+def test_older_dead_letters_are_reached_page_by_page_or_from_a_time(
+        kafka_config: dict[str, str], topic_prefix: str, database_url: str) -> None:
+    """Beyond the newest: every record of a three-partition DLQ topic on some page, once,
+    newest first; one tenant's, page by page; and what was refused before a time."""
+    dlq = f"{topic_prefix}.job-requests.dlq"
+    ensure_topics(kafka_config, {dlq: (3, {})})
+    t0 = datetime(2026, 12, 1, 8, tzinfo=UTC)
+    producer = make_producer(kafka_config)
+    for i in range(14):  # one a minute, round the partitions; even ones acme's, odd ones globex's
+        tenant = "acme" if i % 2 == 0 else "globex"
+        headers: list[tuple[str, str | bytes | None]] = [*dead_letter_headers(f"refusal {i}", "planner", 500, tenant)]
+        producer.produce(dlq, _request(f"r-{i:02d}", tenant), f"r-{i:02d}".encode(), partition=i % 3,
+                         timestamp=int((t0 + timedelta(minutes=i)).timestamp() * 1000), headers=headers)
+    assert producer.flush(15) == 0
+    queue = KafkaDeadLetters(KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"],
+                                           topic_prefix=topic_prefix))
+
+    async def pages(api: Any, query: str) -> list[list[str]]:
+        found: list[list[str]] = []
+        url = f"/dead-letters?{query}"
+        while True:
+            r = await api.get(url, role="operator")
+            assert r.status_code == 200, r.text
+            body = r.json()
+            found.append([d["key"] for d in body["letters"]])
+            if body["older"] is None:
+                return found
+            assert len(found) < 20, "paging does not end"
+            url = f"/dead-letters?{query}&older={body['older']}"
+
+    async def go() -> None:
+        async with control_api(database_url, dead_letters=queue) as api:
+            everything = await pages(api, "last=4")
+            assert [k for page in everything for k in page] == [f"r-{i:02d}" for i in reversed(range(14))]
+            assert all(len(page) <= 4 for page in everything) and len(everything) >= 4
+            acme = await pages(api, "last=2&tenant=acme")
+            assert [k for page in acme for k in page] == [f"r-{i:02d}" for i in reversed(range(0, 14, 2))]
+            before = (t0 + timedelta(minutes=5, seconds=30)).isoformat()
+            r = await api.get("/dead-letters", role="operator", params={"before": before, "last": 3})
+            assert [d["key"] for d in r.json()["letters"]] == ["r-05", "r-04", "r-03"], r.text
+            assert r.json()["older"] is not None
+            naive = await api.get("/dead-letters", role="operator", params={"before": "2026-12-01T08:05:30"})
+            assert naive.status_code == 422 and "timezone" in naive.text, naive.text
+            both = await api.get("/dead-letters", role="operator", params={"before": before, "older": "0:1"})
+            assert both.status_code == 422 and "not both" in both.json()["detail"]
+            twice = await api.get("/dead-letters?older=0:3,0:2", role="operator")
+            assert twice.status_code == 422 and "each partition once" in twice.json()["detail"]
+            garbled = await api.get("/dead-letters?older=zero", role="operator")
+            assert garbled.status_code == 422 and "older" in garbled.text
 
     asyncio.run(go())

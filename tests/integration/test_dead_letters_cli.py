@@ -126,3 +126,10 @@ def test_the_last_records_of_every_partition_oldest_first(
     assert _pacer("list", "--last", "3", "--json") == 0
     listed = [json.loads(line) for line in capsysbinary.readouterr().out.decode().splitlines()]
     assert [(d["where"], d["reason"]) for d in listed] == [("0:1", "reason 3"), ("1:1", "reason 4"), ("0:2", "reason 5")]
+    # What was refused before a time (an incident's): the last before it, oldest first.
+    before = datetime.fromtimestamp((base_ms + 3_500) / 1000, UTC).isoformat()
+    assert _pacer("list", "--last", "2", "--before", before, "--json") == 0
+    listed = [json.loads(line) for line in capsysbinary.readouterr().out.decode().splitlines()]
+    assert [(d["where"], d["reason"]) for d in listed] == [("1:0", "reason 2"), ("0:1", "reason 3")]
+    assert _pacer("list", "--before", "yesterday") == 2  # argparse's usage error
+    assert b"an ISO 8601 time" in capsysbinary.readouterr().err

@@ -9,7 +9,6 @@ async callers run them in a thread.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,8 +18,10 @@ from pacer_common.domain.dead_letters import (
     MAX_TENANT_PARSE_BYTES,
     REPUBLISHED_HEADER,
     TENANT_HEADER,
+    Cursor,
     DeadLetter,
     Queue,
+    Window,
 )
 from pacer_common.kafka import MAX_REQUEST_BYTES, make_consumer, make_producer, produce_all
 from pacer_common.settings import KafkaSettings
@@ -62,42 +63,61 @@ def _partitions(consumer: Consumer, topic: str) -> list[int]:
     return sorted(meta.partitions)
 
 
-def last(consumer: Consumer, topic: str, n: int, keep_bytes: int = MAX_TENANT_PARSE_BYTES) -> Iterator[DeadLetter]:
-    """The last ``n`` records of each partition of ``topic``, a value kept only where it
-    tells the record's tenant (no header does, and it is at most ``keep_bytes``): a list of
-    large refused requests holds none of them."""
-    ends: dict[int, int] = {}
-    starts: list[TopicPartition] = []
-    for p in _partitions(consumer, topic):
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=READ_TIMEOUT_S)
-        if high > low:
-            ends[p] = high
-            starts.append(TopicPartition(topic, p, max(low, high - n)))
-    if not starts:
-        return
-    consumer.assign(starts)
-    while ends:
+def _ends(consumer: Consumer, topic: str, marks: dict[int, tuple[int, int]], before: datetime | None,
+          older: Cursor | None) -> dict[int, int]:
+    """Where each partition's read ends (not included): at ``older``'s offsets (a partition it
+    does not name: nothing), else at the first record written at or after ``before``, else at
+    the partition's end."""
+    if older is not None:
+        return {p: min(max(older[p], low), high) for p, (low, high) in marks.items() if p in older}
+    if before is None:
+        return {p: high for p, (_, high) in marks.items()}
+    ms = int(before.timestamp() * 1000)
+    found = consumer.offsets_for_times([TopicPartition(topic, p, ms) for p in marks], timeout=READ_TIMEOUT_S)
+    return {tp.partition: marks[tp.partition][1] if tp.offset < 0 else min(tp.offset, marks[tp.partition][1])
+            for tp in found}
+
+
+def window(consumer: Consumer, topic: str, depth: int, keep_bytes: int = MAX_TENANT_PARSE_BYTES, *,
+           before: datetime | None = None, older: Cursor | None = None) -> Window:
+    """Up to ``depth`` records of each partition of ``topic``: the last ones, or the last
+    written before ``before``, or the last before a page's ``older`` cursor. A value is kept
+    only where it tells the record's tenant (no header does, and it is at most
+    ``keep_bytes``): a list of large refused requests holds none of them."""
+    marks = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=READ_TIMEOUT_S)
+             for p in _partitions(consumer, topic)}
+    ends = _ends(consumer, topic, marks, before, older)
+    starts = {p: max(marks[p][0], end - depth) for p, end in ends.items()}
+    letters: list[DeadLetter] = []
+    reading = {p: end for p, end in ends.items() if end > starts[p]}
+    if reading:
+        consumer.assign([TopicPartition(topic, p, starts[p]) for p in reading])
+    while reading:
         msg = consumer.poll(READ_TIMEOUT_S)
         if msg is None:
             raise TimeoutError(f"{topic}: no record within {READ_TIMEOUT_S:.0f} s of what the broker said it holds")
         if msg.error():
             continue  # end of a partition, or a transient error librdkafka retries
         p, offset = msg.partition() or 0, msg.offset() or 0
-        if p in ends:
-            yield _letter(msg, keep_bytes)
-            if offset + 1 >= ends[p]:
-                del ends[p]
+        if p not in reading:
+            continue
+        if offset < reading[p]:
+            letters.append(_letter(msg, keep_bytes))
+        if offset + 1 >= reading[p]:
+            del reading[p]
+    return Window(letters, starts, {p: low for p, (low, _) in marks.items()})
 
 
-def newest(k: KafkaSettings, topic: str, n: int, keep_bytes: int = MAX_TENANT_PARSE_BYTES) -> list[DeadLetter]:
-    """The last ``n`` records of each partition of ``topic`` (values as :func:`last` keeps
-    them), oldest first (by time, then place): the ``n`` newest of the topic are the last
-    ``n`` of them."""
+def newest(k: KafkaSettings, topic: str, n: int, keep_bytes: int = MAX_TENANT_PARSE_BYTES, *,
+           before: datetime | None = None, older: Cursor | None = None) -> Window:
+    """:func:`window` on a reader of its own, its records oldest first (by time, then place):
+    the ``n`` newest of the topic are the last ``n`` of them."""
     consumer = reader(k)
     try:
-        return sorted(last(consumer, topic, n, keep_bytes), key=lambda d: (d.at, d.partition, d.offset))
+        read = window(consumer, topic, n, keep_bytes, before=before, older=older)
     finally:
         consumer.close()
+    return Window(sorted(read.letters, key=lambda d: (d.at, d.partition, d.offset)), read.starts, read.lows)
 
 
 def one(k: KafkaSettings, topic: str, where: tuple[int, int]) -> DeadLetter | None:

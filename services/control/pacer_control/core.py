@@ -16,7 +16,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from pacer_common.domain.dead_letters import DeadLetter, Queue, matching, read_depth
+from pacer_common.domain.dead_letters import Cursor, DeadLetter, Page, Queue, matches, page_of, read_depth
 from pacer_common.domain.ids import ItemId, new_item_ids
 from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.requests import DEFAULT_TENANT
@@ -371,13 +371,17 @@ class Control:
         return self._queue().topic(queue)
 
     async def dead_letters(self, who: Principal, queue: Queue, last: int, tenant: str | None = None,
-                           key: str | None = None) -> list[DeadLetter]:
+                           key: str | None = None, before: datetime | None = None,
+                           older: Cursor | None = None) -> Page:
         """The newest ``last`` records of ``queue`` the caller may see, newest first, among the
-        last ``last`` of each partition; a token scoped to tenants sees its tenants' among them
+        last ``last`` of each partition (written before ``before``, or before a page's ``older``
+        cursor), and the cursor of the next page; a token scoped to tenants sees its tenants'
         (a record whose tenant cannot be told only an unscoped token sees). With ``tenant`` or
         ``key``, the newest ``last`` that match among the last :data:`SEARCH_DEPTH`."""
-        letters = await self._queue().newest(queue, read_depth(last, tenant, key))
-        return [d for d in matching(reversed(letters), tenant, key) if who.sees(d.tenant)][:last]
+        if before is not None and older is not None:
+            raise Invalid("give `before` (a time) or `older` (a page's cursor), not both")
+        read = await self._queue().window(queue, read_depth(last, tenant, key), before, older)
+        return page_of(read, last, lambda d: who.sees(d.tenant) and matches(d, tenant, key))
 
     async def dead_letter(self, who: Principal, queue: Queue, partition: int, offset: int) -> DeadLetter:
         letter = await self._queue().one(queue, partition, offset)

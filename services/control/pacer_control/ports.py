@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from pacer_common.domain.dead_letters import DeadLetter, Queue
+from pacer_common.domain.dead_letters import Cursor, DeadLetter, Queue, Window
 from pacer_common.domain.tokens import Role
 from pacer_control.domain.filters import AuditFilter, ItemFilter, JobFilter, RetryFilter
 from pacer_control.domain.outcomes import ActionResult, ItemRetry
@@ -112,9 +113,11 @@ class DeadLetterQueue(Protocol):
     :class:`~pacer_control.domain.errors.Unavailable` when the broker cannot be read."""
 
     def topic(self, queue: Queue) -> str: ...
-    async def newest(self, queue: Queue, per_partition: int) -> list[DeadLetter]:
-        """The last ``per_partition`` records of each partition, oldest first; none if the
-        topic does not exist yet."""
+    async def window(self, queue: Queue, depth: int, before: datetime | None = None,
+                     older: Cursor | None = None) -> Window:
+        """Up to ``depth`` records of each partition, oldest first: the last, the last written
+        before ``before``, or the last before a page's ``older`` cursor; none if the topic
+        does not exist yet."""
         ...
     async def one(self, queue: Queue, partition: int, offset: int) -> DeadLetter | None: ...
     async def republish(self, letter: DeadLetter) -> None:

@@ -39,6 +39,14 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _time(text: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"an ISO 8601 time such as 2026-12-01T14:00+08:00, not {text!r}") from None
+    return at if at.tzinfo else at.astimezone()  # a time without an offset is the local one
+
+
 def _topic(k: KafkaSettings, args: argparse.Namespace) -> str:
     return dlq.topic_of(k, "callbacks" if getattr(args, "callbacks", False) else "requests")
 
@@ -46,7 +54,7 @@ def _topic(k: KafkaSettings, args: argparse.Namespace) -> str:
 def _list(args: argparse.Namespace) -> int:
     k = KafkaSettings()
     topic = _topic(k, args)
-    found = dlq.newest(k, topic, read_depth(args.last, args.tenant, args.key))
+    found = dlq.newest(k, topic, read_depth(args.last, args.tenant, args.key), before=args.before).letters
     letters = matching(found, args.tenant, args.key)[-args.last:]
     if args.json:
         for d in letters:
@@ -111,6 +119,8 @@ def add_dead_letter_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
     ls.add_argument("--key", help="only records with this key (a job request's id as its publisher keyed it), among "
                     f"the last {SEARCH_DEPTH:,} of each partition")
     ls.add_argument("--tenant", help=f"only this tenant's records, among the last {SEARCH_DEPTH:,} of each partition")
+    ls.add_argument("--before", type=_time, metavar="TIME", help="the last records written before TIME (ISO 8601; "
+                    "without an offset, the local time): what was refused around an incident")
     sh = dl_sub.add_parser("show", help="one record's original bytes on stdout (its reason on stderr)")
     for p in (ls, sh):
         p.add_argument("--callbacks", action="store_true", help="the callbacks' DLQ, not the job requests'")
@@ -130,7 +140,7 @@ def refusal_of(request_id: str, within_last: int = SEARCH_DEPTH) -> str:
     what to think if there is none (or the DLQ cannot be read)."""
     k = KafkaSettings()
     try:
-        found = matching(dlq.newest(k, k.job_requests_dlq, within_last, keep_bytes=0), key=request_id)
+        found = matching(dlq.newest(k, k.job_requests_dlq, within_last, keep_bytes=0).letters, key=request_id)
     except (KafkaException, LookupError, TimeoutError) as exc:
         return f"{k.job_requests_dlq} could not be read to tell whether the planner refused it: {exc}"
     if not found:

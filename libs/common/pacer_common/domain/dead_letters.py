@@ -8,10 +8,11 @@ records back through this one shape.
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
@@ -88,13 +89,96 @@ def tenant_named(value: bytes) -> str | None:
     return tenant if isinstance(tenant, str) and re.fullmatch(TENANT_NAME, tenant) else None
 
 
+def matches(d: DeadLetter, tenant: str | None = None, key: str | None = None) -> bool:
+    """Whether ``d`` is ``tenant``'s (if given) with ``key`` (if given: a job request's id as
+    its publisher keyed it)."""
+    return (tenant is None or d.tenant == tenant) and (key is None or d.key_text == key)
+
+
 def matching(letters: Iterable[DeadLetter], tenant: str | None = None, key: str | None = None) -> list[DeadLetter]:
-    """The records of ``tenant`` (if given) with ``key`` (if given: a job request's id as its
-    publisher keyed it), in the order given."""
-    return [d for d in letters if (tenant is None or d.tenant == tenant) and (key is None or d.key_text == key)]
+    """The records :func:`matches` keeps, in the order given."""
+    return [d for d in letters if matches(d, tenant, key)]
 
 
 def read_depth(last: int, tenant: str | None = None, key: str | None = None) -> int:
     """How many records of each partition to read for the newest ``last`` of a list: ``last``
     itself, or :data:`SEARCH_DEPTH` (at least) when it is filtered by ``tenant`` or ``key``."""
     return max(last, SEARCH_DEPTH) if tenant is not None or key is not None else last
+
+
+# Where a page of older records ends, per partition: the offset it reads up to (not
+# included). A partition not named has nothing older to read.
+Cursor = Mapping[int, int]
+CURSOR_PATTERN = r"^[0-9]{1,10}:[0-9]{1,19}(,[0-9]{1,10}:[0-9]{1,19})*$"
+
+
+@dataclass(frozen=True)
+class Window:
+    """What one read took from a DLQ topic: ``letters`` (oldest first), read from each
+    partition's offsets ``[starts[p], end)``, and each partition's oldest offset still held
+    (``lows``): below it there is nothing older to page to."""
+
+    letters: list[DeadLetter]
+    starts: dict[int, int] = field(default_factory=dict)
+    lows: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Page:
+    """The newest ``last`` records of a :class:`Window` that a caller keeps, newest first,
+    and where the next page of older ones ends (None: nothing older is left)."""
+
+    letters: list[DeadLetter]
+    older: dict[int, int] | None
+
+
+def page_of(window: Window, last: int, keep: Callable[[DeadLetter], bool]) -> Page:
+    """The newest ``last`` records ``keep`` keeps, newest first, and the cursor of what is
+    older. Each partition is taken in its own order, newest offset first, the partitions merged
+    by time: so a page never skips a record nor shows one again, whatever the producers'
+    clocks. A page stops early where a partition's read runs out with more below it (reading
+    on would show records older than some not read yet)."""
+    rest: dict[int, list[DeadLetter]] = {p: [] for p in window.starts}
+    for d in window.letters:
+        rest.setdefault(d.partition, []).append(d)
+    heads: list[tuple[float, int, int]] = []
+    for records in rest.values():
+        records.sort(key=lambda d: d.offset)
+        if records:
+            heads.append(_rank(records[-1]))
+    heapq.heapify(heads)
+    shown: list[DeadLetter] = []
+    while heads and len(shown) < last:
+        p = -heapq.heappop(heads)[1]
+        d = rest[p].pop()
+        if keep(d):
+            shown.append(d)
+        if rest[p]:
+            heapq.heappush(heads, _rank(rest[p][-1]))
+        elif window.starts.get(p, 0) > window.lows.get(p, 0):
+            break
+    older = {p: records[-1].offset + 1 if records else window.starts.get(p, 0) for p, records in sorted(rest.items())}
+    older = {p: end for p, end in older.items() if end > window.lows.get(p, 0)}
+    return Page(shown, older or None)
+
+
+def _rank(d: DeadLetter) -> tuple[float, int, int]:
+    """Newest first on a min-heap: by time, then partition, then offset."""
+    return (-d.at.timestamp(), -d.partition, -d.offset)
+
+
+def cursor_text(cursor: Cursor) -> str:
+    """``cursor`` as an API or a link carries it: ``partition:offset`` pairs, comma-separated."""
+    return ",".join(f"{p}:{o}" for p, o in sorted(cursor.items()))
+
+
+def parse_cursor(text: str) -> dict[int, int]:
+    """:func:`cursor_text`'s text read back; ValueError if it is not one."""
+    if not re.fullmatch(CURSOR_PATTERN, text):
+        raise ValueError(f"a cursor is partition:offset pairs, comma-separated, as a page's `older` gives it, "
+                         f"not {text[:80]!r}")
+    pairs = [pair.split(":") for pair in text.split(",")]
+    cursor = {int(p): int(o) for p, o in pairs}
+    if len(cursor) != len(pairs):
+        raise ValueError("a cursor names each partition once")
+    return cursor

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import datetime
 from typing import TypeVar
 
 from confluent_kafka import KafkaException
 
 from pacer_common import dead_letters as dlq
-from pacer_common.domain.dead_letters import DeadLetter, Queue
+from pacer_common.domain.dead_letters import Cursor, DeadLetter, Queue, Window
 from pacer_common.kafka import ProduceError
 from pacer_common.settings import KafkaSettings
 from pacer_control.domain.errors import Unavailable
@@ -28,8 +29,10 @@ class KafkaDeadLetters:
     def topic(self, queue: Queue) -> str:
         return dlq.topic_of(self.kafka, queue)
 
-    async def newest(self, queue: Queue, per_partition: int) -> list[DeadLetter]:
-        return await self._call(queue, lambda topic: dlq.newest(self.kafka, topic, per_partition), [])
+    async def window(self, queue: Queue, depth: int, before: datetime | None = None,
+                     older: Cursor | None = None) -> Window:
+        return await self._call(queue, lambda topic: dlq.newest(self.kafka, topic, depth, before=before, older=older),
+                                Window([]))
 
     async def one(self, queue: Queue, partition: int, offset: int) -> DeadLetter | None:
         return await self._call(queue, lambda topic: dlq.one(self.kafka, topic, (partition, offset)), None)

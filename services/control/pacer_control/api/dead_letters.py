@@ -7,13 +7,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
+from pydantic import AwareDatetime
 
-from pacer_common.domain.dead_letters import DeadLetter, Queue
+from pacer_common.domain.dead_letters import CURSOR_PATTERN, Cursor, DeadLetter, Queue, cursor_text, parse_cursor
 from pacer_control.api.auth import Caller, Ctl, guard
 from pacer_control.api.responses import respond
 from pacer_control.api.schemas import NO_NUL, ActionBody, ActionResponse, DeadLetterDetail, DeadLetterPage
 from pacer_control.core import Control
 from pacer_control.domain import views
+from pacer_control.domain.errors import Invalid
 
 router = APIRouter(tags=["dead letters"])
 MAX_LAST = 500
@@ -21,6 +23,13 @@ MAX_LAST = 500
 QueuePath = Annotated[Queue, Path(description="`requests` (refused by the planner) or `callbacks` (by the intake)")]
 PartitionPath = Annotated[int, Path(ge=0, le=2**31 - 1, description="the record's partition on its DLQ topic")]
 OffsetPath = Annotated[int, Path(ge=0, le=2**63 - 1, description="the record's offset in that partition")]
+
+
+def cursor(text: str | None) -> Cursor | None:
+    try:
+        return parse_cursor(text) if text else None
+    except ValueError as exc:
+        raise Invalid(str(exc)) from None
 
 
 def view(ctl: Control, queue: Queue, d: DeadLetter) -> dict[str, Any]:
@@ -42,13 +51,22 @@ async def list_dead_letters(ctl: Ctl, who: Caller, queue: Queue = "requests",
                             last: Annotated[int, Query(ge=1, le=MAX_LAST)] = 50,
                             tenant: Annotated[str | None, Query(min_length=1, max_length=256, pattern=NO_NUL)] = None,
                             key: Annotated[str | None, Query(min_length=1, max_length=256, pattern=NO_NUL)] = None,
+                            before: Annotated[AwareDatetime | None, Query(
+                                description="only records written before this time (the broker's time index): "
+                                            "what was refused around an incident")] = None,
+                            older: Annotated[str | None, Query(
+                                max_length=131_072, pattern=CURSOR_PATTERN,
+                                description="a page's `older`: the next page, of older records")] = None,
                             ) -> dict[str, Any]:
     """Among the last ``last`` records of each partition of the queue's DLQ topic; a token
     scoped to tenants is shown its tenants' records among them. ``tenant`` or ``key`` (a job
     request's id, as its publisher keyed it): the newest ``last`` that match among the last
-    1,000 of each partition — "why was my request refused?"."""
-    letters = await ctl.dead_letters(who, queue, last, tenant, key)
-    return {"queue": queue, "topic": ctl.dead_letter_topic(queue), "letters": [view(ctl, queue, d) for d in letters]}
+    1,000 of each partition — "why was my request refused?". Older records, page by page:
+    ``older``, as each page gives it, or from a time: ``before``."""
+    page = await ctl.dead_letters(who, queue, last, tenant, key, before, cursor(older))
+    return {"queue": queue, "topic": ctl.dead_letter_topic(queue),
+            "letters": [view(ctl, queue, d) for d in page.letters],
+            "older": cursor_text(page.older) if page.older else None}
 
 
 @router.get("/dead-letters/{queue}/{partition}/{offset}", response_model=DeadLetterDetail,

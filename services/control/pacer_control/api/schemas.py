@@ -497,6 +497,8 @@ class DeadLetterPage(BaseModel):
     queue: Literal["requests", "callbacks"]
     topic: str
     letters: list[DeadLetterView] = Field(description="newest first")
+    older: str | None = Field(description="the next page, of older records: pass it as `older` (with the same "
+                                          "`queue`, `last` and filters); null when the topic holds nothing older")
 
 
 class DeadLetterDetail(DeadLetterView):

@@ -22,9 +22,10 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from pacer_common.domain import ids
-from pacer_common.domain.dead_letters import SEARCH_DEPTH, Queue
+from pacer_common.domain.dead_letters import SEARCH_DEPTH, Queue, cursor_text
 from pacer_common.domain.requests import JobKind
 from pacer_common.domain.status import ItemStatus
+from pacer_control.api import dead_letters as dead_letter_api
 from pacer_control.api.auth import Caller, Ctl, guard
 from pacer_control.domain import views
 from pacer_control.domain.errors import Invalid
@@ -337,13 +338,24 @@ async def reject(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTML
 
 @router.get("/dead-letters", response_class=HTMLResponse, **guard("dead_letters.view", tenant_filtered=True))
 async def dead_letters(request: Request, ctl: Ctl, who: Caller, queue: Queue = "requests", tenant: str | None = None,
-                       key: str | None = None) -> HTMLResponse:
-    form = {"tenant": (tenant or "").strip(), "key": (key or "").strip()}
+                       key: str | None = None, before: str | None = None, older: str | None = None) -> HTMLResponse:
+    form = {"tenant": (tenant or "").strip(), "key": (key or "").strip(), "before": (before or "").strip()}
     f = {k: _text(form, k, limit=256) or "" for k in form}
-    letters = await ctl.dead_letters(who, queue, DLQ_LAST, f["tenant"] or None, f["key"] or None)
+    at = _moment(f["before"]) if f["before"] and not older else None
+    page = await ctl.dead_letters(who, queue, DLQ_LAST, f["tenant"] or None, f["key"] or None, at,
+                                  dead_letter_api.cursor(older))
     return _render(request, "dead_letters.html", who, queue=queue, queues=DLQ_TITLES, last=DLQ_LAST, f=f,
-                   depth=SEARCH_DEPTH,
-                   topic=ctl.dead_letter_topic(queue), letters=letters)
+                   depth=SEARCH_DEPTH, topic=ctl.dead_letter_topic(queue), letters=page.letters, paged=bool(older),
+                   older=cursor_text(page.older) if page.older else None)
+
+
+def _moment(value: str) -> datetime:
+    """A time from the console's forms: ISO 8601, UTC unless it says otherwise (as the pages show times)."""
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        raise Invalid(f"before: {value!r} is not a time (YYYY-MM-DDTHH:MM, UTC)") from None
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
 @router.get("/dead-letters/{queue}/{partition}/{offset}", response_class=HTMLResponse,
