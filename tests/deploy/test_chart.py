@@ -20,6 +20,8 @@ from pacer_dev.chart.check import (
     validate,
 )
 
+GATEWAY_PORT = 8443  # full-values.yaml's gateway.url names it
+
 
 def _by_kind(objs: list[dict], kind: str) -> dict[str, dict]:
     return {o["metadata"]["name"]: o for o in objs if o["kind"] == kind}
@@ -114,8 +116,9 @@ def test_network_policies_let_each_service_reach_only_what_it_needs(full):
     base = {53, 5432, 9092}
     assert _egress_ports(policies["pacer-migrate"]) == base
     assert _egress_ports(policies["pacer-planner"]) == base | {443, 80}  # audience services
-    for c in ("sender", "reconciler", "control"):
-        assert _egress_ports(policies[f"pacer-{c}"]) == base | {443, 80}
+    for c in ("sender", "reconciler"):  # the gateway, and the port its URL names
+        assert _egress_ports(policies[f"pacer-{c}"]) == base | {443, 80, GATEWAY_PORT}
+    assert _egress_ports(policies["pacer-control"]) == base  # it never calls the gateway
     sender = policies["pacer-sender"]["spec"]
     assert sender["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "sender"
     (ingress,) = sender["ingress"]
@@ -127,6 +130,28 @@ def test_network_policies_let_each_service_reach_only_what_it_needs(full):
     assert _egress_ports(policies["pacer-intake"]) == base  # it calls no gateway; the gateway calls it
     (intake_in,) = policies["pacer-intake"]["spec"]["ingress"]
     assert intake_in["ports"] == [{"port": 9105, "protocol": "TCP"}] and len(intake_in["from"]) == 2
+
+
+def test_the_gateway_port_of_an_http_url_is_let_through() -> None:
+    policies = _by_kind(render("tenant-a", CHART / "ci" / "tenants-values.yaml"), "NetworkPolicy")
+    assert 8080 in _egress_ports(policies["tenant-a-pacer-sender"])  # http://wecom-gateway:8080
+
+
+def _env(objs: list[dict], deployment: str) -> dict[str, str]:
+    (d,) = [o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == deployment]
+    return {e["name"]: e.get("value") for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def test_a_whole_number_in_a_service_env_is_written_as_one(full):
+    env = _env(full, "pacer-planner")
+    assert env["PACER_PLANNER_MAX_BACKLOG_PER_GUID"] == "1000000" and env["PACER_PLANNER_COALESCE_WINDOW_S"] == "5"
+
+
+def test_hard_anti_affinity_replaces_pods_in_place(full, minimal):
+    # full-values.yaml: hard, so a surge pod could find no node of its own; minimal: soft.
+    for objs, surge, unavailable in ((full, 0, 1), (minimal, 1, 0)):
+        for d in _by_kind(objs, "Deployment").values():
+            assert d["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": surge, "maxUnavailable": unavailable}
 
 
 def test_ingress_routes_the_console_and_api_to_the_control_service(full):

@@ -24,9 +24,11 @@ spec:
       {{- include "pacer.selectorLabels" (dict "ctx" $ctx "component" $component) | nindent 6 }}
   strategy:
     type: RollingUpdate
+    {{- /* Under hard anti-affinity a surge pod may find no node of its own: replace in place. */}}
+    {{- $hard := and (eq $ctx.Values.podAntiAffinity "hard") (not $svc.affinity) }}
     rollingUpdate:
-      maxSurge: 1
-      maxUnavailable: 0
+      maxSurge: {{ ternary 0 1 $hard }}
+      maxUnavailable: {{ ternary 1 0 $hard }}
   template:
     metadata:
       labels:

@@ -118,11 +118,16 @@ app.kubernetes.io/component: {{ .component }}
 {{- if lt (int .) 0 -}}kept for ever{{- else -}}kept {{ int . }} h{{- end -}}
 {{- end -}}
 
-{{/* Name/value pairs from a map, for a service's `env`. */}}
+{{/* Name/value pairs from a map, for a service's `env`. A whole number is written as one
+(values files give numbers as floats, which would print 1000000 as 1e+06). */}}
 {{- define "pacer.mapEnv" -}}
 {{- range $k, $v := . }}
 - name: {{ $k }}
+  {{- if and (kindIs "float64" $v) (eq $v (float64 (int64 $v))) }}
+  value: {{ int64 $v | toString | quote }}
+  {{- else }}
   value: {{ $v | toString | quote }}
+  {{- end }}
 {{- end }}
 {{- end -}}
 
