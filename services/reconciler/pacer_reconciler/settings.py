@@ -88,7 +88,7 @@ class ReconcilerSettings(OpsSettings):
     ))
     stall_after_s: float = Field(600.0, description=(
         "An open shard of a running job (guid not paused) with no progress for this long counts in "
-        "`pacer_stalled_shards` (alert `PacerShardStalled`)."
+        "`pacer_reconciler_stalled_shards` (alert `PacerShardStalled`)."
     ))
     backlog_top_n: int = Field(10, ge=1, le=100, description=(
         "How many guids the backlog metrics name: the top N by queued items and the top N by oldest wait."

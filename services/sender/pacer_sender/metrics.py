@@ -40,7 +40,8 @@ class SenderMetrics:
             "rescheduled); `needs_human` (the gateway said the account is offline, kicked or unauthorized: the guid "
             "is held); `media_waiting` (a media item whose media is not ready yet: it waits, pending, unclaimed); "
             "`yielded` (a batch item claimed ahead of its pacing gap's end gave its turn to an online item of the "
-            "guid: not sent, rescheduled, its attempt given back)."
+            "guid: not sent, rescheduled, its attempt given back); `held` (its job, shard or guid is on hold: it stays "
+            "pending, and is published again when the hold is lifted)."
         ), ["outcome", "lane", "kind"], registry=registry)
         self.failures = Counter("pacer_sender_send_failures_total", "Gateway calls that did not confirm a send, by "
                                 "gateway code (codes outside the code table as 'other', none as 'none') and class",
