@@ -8,6 +8,7 @@ import html
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -310,6 +311,42 @@ def test_paging_keeps_a_filter_whose_value_a_url_would_split(database_url: str) 
             assert re.findall(r'<tr data-job="([^"]+)"', rest.text) == sorted(set(jobs) - set(shown))
 
     asyncio.run(go())
+
+
+def test_a_guid_that_a_url_would_split_is_acted_on_as_itself(database_url: str) -> None:
+    # A guid comes from a job request: anything but NUL. Put unescaped into a button's URL, this
+    # one would make the browser post to /console/part/jobs/<job>/cancel (another tenant's job).
+    victim, _, _ = seed_job(database_url, {"g-victim": 1})
+    guid = f"../../jobs/{victim}/cancel?x=#%2F"
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO guid_leases (guid, owner, lease_until) VALUES (%s, 'sender-1', now() + interval '1 minute')",
+                     (guid,))
+    seed_job(database_url, {guid: 1})
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            c, auth = api.client, api.auth("admin")
+            page = await c.get("http://control/console/part/guids", params={"find": guid}, headers=auth)
+            posts = [html.unescape(u) for u in re.findall(r'hx-post="([^"]+)"', page.text)]
+            locks = await c.get("http://control/console/part/locks", headers=auth)
+            posts += [html.unescape(u) for u in re.findall(r'hx-post="(/console/part/guids/[^"]+)"', locks.text)]
+            segment = quote(guid, safe="")
+            assert f"/console/part/guids/{segment}/pause" in posts, posts
+            assert f"/console/part/guids/{segment}/release-lock" in posts, posts
+            assert all("/jobs/" not in u for u in posts), "a guid's button posts to the guid, whatever its name"
+            paused = await c.post(f"http://control/console/part/guids/{segment}/pause", content="reason=check",
+                                  headers=auth | {"Content-Type": "application/x-www-form-urlencoded"})
+            assert paused.status_code == 200 and "paused" in paused.text, paused.text
+            one = await api.get(f"/guids/{segment}", role="operator")
+            assert one.status_code == 200 and one.json()["guid"] == guid and one.json()["paused"], one.text
+            history = await api.get(f"/guids/{segment}/history", role="operator")
+            assert history.status_code == 200 and history.json()["guid"] == guid
+            resumed = await api.post(f"/guids/{segment}/resume", role="operator", json={"reason": "checked"})
+            assert resumed.status_code == 200 and resumed.json()["changed"], resumed.text
+
+    asyncio.run(go())
+    (job,) = rows(database_url, "SELECT status FROM jobs WHERE job_id = %s", victim)
+    assert job["status"] != "cancelled"
 
 
 async def apply_the_log(url: str) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import psycopg
@@ -73,9 +74,25 @@ def test_a_scoped_token_sees_and_changes_only_its_tenants_jobs(database_url: str
             for path in ("/guids", "/approvals", "/in-doubt", "/audit"):
                 r = await api.get(path, role="acme")
                 assert r.status_code == 403 and "scoped to tenant(s) acme" in r.json()["detail"], path
+            # Paging from another tenant's job tells nothing of it: as if it did not exist.
+            cursor = await api.get(f"/jobs?before={theirs}", role="acme")
+            assert cursor.status_code == 404 and "not one of your tenants'" in cursor.json()["detail"]
+            # The console: its pages that show a tenant's rows alone, its tenants' jobs only.
+            console, auth = api.client, api.auth("acme")
+            nav = await console.get("http://control/console/part/nav", headers=auth)
+            assert nav.status_code == 200, nav.text
+            assert re.findall(r'data-nav="([^"]+)"', nav.text) == ["jobs", "dead-letters"]
+            jobs = await console.get("http://control/console/part/jobs", headers=auth)
+            assert jobs.status_code == 200 and re.findall(r'<tr data-job="([^"]+)"', jobs.text) == [mine]
+            assert (await console.get(f"http://control/console/part/jobs/{theirs}", headers=auth)).status_code == 404
+            assert (await console.get("http://control/console/part/guids", headers=auth)).status_code == 403
             # An unscoped token sees every tenant.
             assert {j["job_id"] for j in (await api.get("/jobs", role="operator")).json()["jobs"]} == {mine, theirs}
             assert (await api.get(f"/jobs/{theirs}", role="operator")).status_code == 200
+            assert (await api.get(f"/jobs?before={theirs}", role="operator")).status_code == 200
+            everyone = await console.get("http://control/console/part/nav", headers=api.auth("operator"))
+            assert re.findall(r'data-nav="([^"]+)"', everyone.text) == [
+                "jobs", "approvals", "guids", "in-doubt", "dead-letters", "audit"]
 
     asyncio.run(go())
 

@@ -23,7 +23,8 @@ from pacer_common.domain.dead_letters import (
     Queue,
     Window,
 )
-from pacer_common.kafka import MAX_REQUEST_BYTES, make_consumer, make_producer, produce_all
+from pacer_common.domain.requests import MAX_REQUEST_BYTES
+from pacer_common.kafka import make_consumer, make_producer, produce_all
 from pacer_common.settings import KafkaSettings
 
 READ_TIMEOUT_S = 10.0  # a broker that has not answered by then is reported, not waited on for ever

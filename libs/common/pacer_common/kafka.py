@@ -35,6 +35,7 @@ from confluent_kafka.admin import (
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from pacer_common.domain.dead_letters import AT_HEADER, REASON_HEADER, SOURCE_HEADER, TENANT_HEADER
+from pacer_common.domain.requests import MAX_REQUEST_BYTES
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -58,8 +59,6 @@ def _relevel_transient(record: logging.LogRecord) -> bool:
 
 CLIENT_LOG.addFilter(_relevel_transient)
 
-
-MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 
 

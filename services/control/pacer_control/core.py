@@ -116,8 +116,11 @@ class Control:
 
     # -- jobs ----------------------------------------------------------------------------
     async def jobs(self, f: JobFilter) -> list[Row]:
-        if f.before is not None and await self.store.job_head(f.before) is None:
-            raise NotFound(f"no job {f.before} (the 'before' cursor names a job that does not exist)")
+        if f.before is not None:
+            head = await self.store.job_head(f.before)
+            if head is None or (f.tenants is not None and head["tenant"] not in f.tenants):
+                raise NotFound(f"no job {f.before} (the 'before' cursor names a job that does not exist, or not "
+                               "one of your tenants')")
         return await self.store.jobs(f)
 
     async def job(self, job_id: str) -> Row:

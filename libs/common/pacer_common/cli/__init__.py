@@ -41,12 +41,11 @@ from pacer_common.db import operations
 from pacer_common.db.migrate import migrate
 from pacer_common.db.sql import query
 from pacer_common.domain.limits import parse_limits
-from pacer_common.domain.requests import JobRequest
+from pacer_common.domain.requests import MAX_REQUEST_BYTES, JobRequest
 from pacer_common.domain.segments import EVENT_SEGMENTS_MAX, EVENT_SEGMENTS_MIN
 from pacer_common.domain.tokens import Role
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.kafka import (
-    MAX_REQUEST_BYTES,
     align_topic_configs,
     ensure_topics,
     make_producer,

@@ -38,6 +38,7 @@ MAX_VARS = 64
 MAX_VAR_NAME_CHARS = 128
 MAX_VAR_VALUE_CHARS = 4096
 MAX_SNAPSHOT_TARGETS = 2_000_000
+MAX_REQUEST_BYTES = 64 * 1024 * 1024  # the largest job request, as Kafka carries it
 # Instants Postgres and Python can both hold in any time zone: stored and read back safely.
 EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC)
 

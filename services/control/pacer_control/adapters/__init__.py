@@ -1,1 +1,1 @@
-"""The Control API's adapters: Postgres (SQL in ``sql/*.sql``) and the gateway."""
+"""The Control API's adapters: Postgres (SQL in ``sql/*.sql``) and the DLQ topics (Kafka)."""

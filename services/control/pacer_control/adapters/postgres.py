@@ -14,11 +14,11 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from pacer_common.db import operations
-from pacer_common.db.errors import TransientError, with_retry
+from pacer_common.db.errors import ConflictError, RefusedError, TransientError, with_retry
 from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader, query
 from pacer_common.domain.tokens import Role
-from pacer_control.domain.errors import Invalid, Unavailable
+from pacer_control.domain.errors import Conflict, Invalid, Unavailable
 from pacer_control.domain.filters import (
     CANCELLABLE,
     FAILURE_CATEGORY,
@@ -220,6 +220,12 @@ class PostgresControl:
             raise Unavailable("the database cannot be reached right now; try again shortly") from exc
         except psycopg.DataError as exc:
             raise Invalid(f"the database refused a value: {exc.diag.message_primary or exc}") from exc
+        except RefusedError as exc:
+            raise Invalid(f"the database refused it as too large: {exc}") from exc
+        except (ConflictError, psycopg.IntegrityError) as exc:
+            cause = exc.__cause__ if isinstance(exc.__cause__, psycopg.Error) else exc
+            why = cause.diag.message_primary if isinstance(cause, psycopg.Error) else None
+            raise Conflict(f"it conflicts with what is stored now ({why or exc}); read it again and retry") from exc
 
     async def atomically(self, work: Callable[[_Tx], Awaitable[T]]) -> T:
         async def unit() -> T:

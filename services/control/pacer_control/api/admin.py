@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 
-from pacer_common.domain.requests import JobRequest
+from pacer_common.domain.requests import MAX_REQUEST_BYTES, JobRequest
 from pacer_control.api.auth import Caller, Ctl, guard
 from pacer_control.api.responses import next_cursor, respond
 from pacer_control.api.schemas import (
@@ -23,6 +24,7 @@ from pacer_control.api.schemas import (
     TokenName,
     TokenView,
 )
+from pacer_control.domain.errors import TooLarge
 from pacer_control.domain.filters import DEFAULT_PAGE, MAX_PAGE, AuditFilter
 
 router = APIRouter()
@@ -75,10 +77,22 @@ def _with_request_body(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 @router.post("/dry-run", response_model=DryRunResponse, tags=["tools"],
              summary="Validate and plan a job request without storing or sending anything",
-             **_with_request_body(guard("requests.dry_run", 422, tenant_filtered=True)))
+             **_with_request_body(guard("requests.dry_run", 413, 422, tenant_filtered=True)))
 async def dry_run(http: Request, ctl: Ctl,
                   samples: Annotated[int, Query(ge=0, le=50, description="rendered contents to show")] = 5) -> Any:
-    return ctl.dry_run(await http.body(), samples)
+    # As large as the planner takes, validated in a thread: a large request holds up no other caller.
+    return await asyncio.to_thread(ctl.dry_run, await _body(http, MAX_REQUEST_BYTES), samples)
+
+
+async def _body(http: Request, limit: int) -> bytes:
+    """The request's body, refused (413) once it is past ``limit`` bytes, before all of it is read."""
+    chunks, size = [], 0
+    async for chunk in http.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"the body is larger than {limit:,} bytes, the most a job request may be")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 @router.post("/test-send", response_model=TestSendResponse, tags=["tools"],

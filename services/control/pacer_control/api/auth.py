@@ -23,8 +23,9 @@ _PROBLEMS = {
     403: "the token's role may not do this",
     404: "no such target",
     409: "not allowed in the target's current state; the detail says why",
+    413: "the request body is larger than the service takes",
     422: "the request is not valid; the detail says which field and why",
-    503: "the database or gateway cannot be reached right now; try again",
+    503: "the database or Kafka cannot be reached right now; try again",
 }
 
 

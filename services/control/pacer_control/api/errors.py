@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,6 +15,7 @@ from pacer_control.domain.errors import (
     Forbidden,
     Invalid,
     NotFound,
+    TooLarge,
     Unauthorized,
     Unavailable,
 )
@@ -21,7 +23,7 @@ from pacer_control.domain.errors import (
 log = logging.getLogger("pacer.control")
 
 STATUS: dict[type[ControlError], int] = {
-    Unauthorized: 401, Forbidden: 403, NotFound: 404, Conflict: 409, Invalid: 422, Unavailable: 503,
+    Unauthorized: 401, Forbidden: 403, NotFound: 404, Conflict: 409, TooLarge: 413, Invalid: 422, Unavailable: 503,
 }
 
 
@@ -50,6 +52,16 @@ def install(app: FastAPI) -> None:
         status = next(code for cls, code in STATUS.items() if isinstance(exc, cls))
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
         return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # A defect, not the caller's fault: said as one sentence too, with an id that finds the
+        # traceback in the log (the caller's detail never carries internals).
+        error_id = uuid.uuid4().hex[:12]
+        log.error("unexpected error answering %s %s", request.method, request.url.path, exc_info=exc,
+                  extra={"error_id": error_id})
+        return JSONResponse({"detail": f"internal error {error_id}: the control service's log has it (search "
+                                       f"error_id {error_id}); the request may be retried"}, status_code=500)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -50,13 +50,7 @@ async def backlog(ctl: Ctl, who: Caller, sort: Literal["backlog", "wait"] = "bac
     return {"guids": await ctl.backlogs(sort, limit)}
 
 
-@router.get("/guids/{guid}", response_model=GuidView, response_model_exclude_unset=True,
-            summary="One guid: health; lease and limits too for tech_admin and up", **guard("guids.health", 404, 422))
-async def get_guid(guid: GuidPath, ctl: Ctl, who: Caller) -> dict[str, Any]:
-    return await ctl.guid(guid, who)
-
-
-@router.get("/guids/{guid}/history", response_model=GuidHistory,
+@router.get("/guids/{guid:path}/history", response_model=GuidHistory,
             summary="A guid's lifecycle changes (online, offline, kicked, unauthorized), newest first",
             **guard("guids.health", 422))
 async def guid_history(guid: GuidPath, ctl: Ctl, who: Caller,
@@ -66,7 +60,13 @@ async def guid_history(guid: GuidPath, ctl: Ctl, who: Caller,
     return {"guid": guid, "changes": rows, "next_before": rows[-1]["id"] if len(rows) == limit else None}
 
 
-@router.put("/guids/{guid}/limits", response_model=LimitsResponse,
+@router.get("/guids/{guid:path}", response_model=GuidView, response_model_exclude_unset=True,
+            summary="One guid: health; lease and limits too for tech_admin and up", **guard("guids.health", 404, 422))
+async def get_guid(guid: GuidPath, ctl: Ctl, who: Caller) -> dict[str, Any]:
+    return await ctl.guid(guid, who)
+
+
+@router.put("/guids/{guid:path}/limits", response_model=LimitsResponse,
             summary="Hot-adjust a guid's pacing limits (merged into its overrides; senders apply them in ~1 s)",
             **guard("guids.limits", 422))
 async def set_limits(guid: GuidPath, ctl: Ctl, who: Caller,
@@ -75,20 +75,20 @@ async def set_limits(guid: GuidPath, ctl: Ctl, who: Caller,
     return await ctl.set_limits(guid, limits, who, reason)
 
 
-@router.post("/guids/{guid}/pause", response_model=ActionResponse, summary="Pause a guid: it sends nothing",
+@router.post("/guids/{guid:path}/pause", response_model=ActionResponse, summary="Pause a guid: it sends nothing",
              **guard("guids.pause", 422))
 async def pause_guid(guid: GuidPath, body: PauseGuidBody, ctl: Ctl, who: Caller) -> Any:
     return respond(await ctl.pause_guid(guid, body.reason, who))
 
 
-@router.post("/guids/{guid}/resume", response_model=ActionResponse,
+@router.post("/guids/{guid:path}/resume", response_model=ActionResponse,
              summary="Resume a guid: clear its pause; set it online if its state held it",
              **guard("guids.resume", 404, 422))
 async def resume_guid(guid: GuidPath, ctl: Ctl, who: Caller, body: ActionBody | None = None) -> Any:
     return respond(await ctl.resume_guid(guid, who, body.reason if body else None))
 
 
-@router.post("/guids/{guid}/release-lock", response_model=ActionResponse,
+@router.post("/guids/{guid:path}/release-lock", response_model=ActionResponse,
              summary="Force-release a guid's lease: the holder is evicted (fenced) and may not take it back "
                      "before its lease would have run out",
              **guard("guids.release_lock", 404, 422))

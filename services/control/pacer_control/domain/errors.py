@@ -27,5 +27,9 @@ class Invalid(ControlError):
     """Well-formed but not acceptable (a filter too wide, a value the database refuses)."""
 
 
+class TooLarge(ControlError):
+    """A request body larger than the service takes."""
+
+
 class Unavailable(ControlError):
-    """A dependency (database, gateway) cannot be reached right now; try again."""
+    """A dependency (the database, Kafka) cannot be reached right now; try again."""

@@ -44,5 +44,5 @@ def lines(rows: Iterable[Sequence[Any]], raw: bool = False) -> str:
 
 def filename(request_id: RequestId) -> str:
     """A safe download name derived from the job's request id."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in request_id)[:100]
+    safe = "".join(c if (c.isascii() and c.isalnum()) or c in "-_." else "_" for c in request_id)[:100]
     return f"pacer-report-{safe or 'job'}.csv"

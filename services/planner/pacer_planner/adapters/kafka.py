@@ -12,9 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand, JobCommands
-from pacer_common.domain.requests import LANES, lane_of
+from pacer_common.domain.requests import LANES, MAX_REQUEST_BYTES, lane_of
 from pacer_common.kafka import (
-    MAX_REQUEST_BYTES,
     AsyncConsumer,
     dead_letter_headers,
     logged_rebalances,

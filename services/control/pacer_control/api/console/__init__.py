@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, date, datetime, time
+from enum import StrEnum
 from importlib import resources
-from typing import Annotated, Any, Literal, get_args
-from urllib.parse import parse_qs, urlencode
+from typing import Annotated, Any, Literal, TypeVar, get_args
+from urllib.parse import parse_qs, quote, urlencode
 
 from fastapi import APIRouter, FastAPI, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -31,7 +32,7 @@ from pacer_control.domain import views
 from pacer_control.domain.errors import Invalid
 from pacer_control.domain.filters import FAILED, AuditFilter, ItemFilter, JobFilter, JobStatus, RetryFilter
 from pacer_control.domain.outcomes import ActionResult
-from pacer_control.domain.permissions import Action, Principal, may
+from pacer_control.domain.permissions import Action, Principal, may, scope_refusal
 
 HERE = resources.files("pacer_control.api.console")
 PREFIX = "/console"
@@ -45,6 +46,7 @@ PAGES = {"jobs": "Jobs", "approvals": "Approvals", "guids": "Guids", "locks": "L
          "dead-letters": "Dead letters", "audit": "Audit"}
 PAGE_ACTION: dict[str, Action] = {"jobs": "jobs.view", "approvals": "jobs.view", "guids": "guids.health", "locks": "locks.view",
                                   "in-doubt": "items.view", "dead-letters": "dead_letters.view", "audit": "audit.view"}
+TENANT_PAGES = frozenset({"jobs", "dead-letters"})  # pages that show a scoped token its tenants' rows only
 DLQ_TITLES: dict[Queue, str] = {"requests": "Job requests", "callbacks": "Callbacks"}
 DLQ_LAST = 100  # records of each partition read for the Dead letters page
 
@@ -73,6 +75,7 @@ templates.env.filters["stamp"] = views.stamp
 templates.env.filters["duration"] = views.duration
 templates.env.globals["changes"] = views.changes
 # A part's query string (blank values left out), escaped: a filter such as a creator "a&b" survives paging.
+templates.env.filters["seg"] = lambda v: quote(str(v), safe="")  # a value as one segment of a URL path
 templates.env.globals["query"] = lambda **params: urlencode({k: v for k, v in params.items() if v not in (None, "")})
 
 pages = APIRouter(include_in_schema=False)
@@ -80,6 +83,7 @@ router = APIRouter(prefix=f"{PREFIX}/part", include_in_schema=False)
 JobId = Annotated[uuid.UUID, Path()]
 GuidPath = Annotated[str, Path(min_length=1, max_length=256, pattern=r"^[^\x00]*$")]
 GUID_PAGE = 200  # guids per page of the Guids page
+E = TypeVar("E", bound=StrEnum)
 
 
 def install(app: FastAPI) -> None:
@@ -155,17 +159,20 @@ def _flash(request: Request, result: ActionResult | str, ok: bool = True) -> HTM
     return templates.TemplateResponse(request, "flash.html", {"ok": ok, "message": message}, headers=headers)
 
 
-@router.get("/nav", response_class=HTMLResponse, **guard("jobs.view"))
+@router.get("/nav", response_class=HTMLResponse, **guard("jobs.view", tenant_filtered=True))
 async def nav(request: Request, who: Caller) -> HTMLResponse:
-    allowed = {name: title for name, title in PAGES.items() if may(who.role, PAGE_ACTION[name])}
+    """The pages the caller may open: by its role, and for a token scoped to tenants only those
+    that show their tenants' rows alone."""
+    allowed = {name: title for name, title in PAGES.items() if may(who.role, PAGE_ACTION[name])
+               and scope_refusal(who, PAGE_ACTION[name], lists=name not in TENANT_PAGES) is None}
     return _render(request, "nav.html", who, allowed=allowed)
 
 
-@router.get("/jobs", response_class=HTMLResponse, **guard("jobs.view"))
+@router.get("/jobs", response_class=HTMLResponse, **guard("jobs.view", tenant_filtered=True))
 async def jobs(request: Request, ctl: Ctl, who: Caller, status: str | None = None, kind: str | None = None,
                created_by: str | None = None, since: str | None = None, before: str | None = None) -> HTMLResponse:
-    f = JobFilter(status or None, JobKind(kind) if kind else None, created_by or None, 50,  # type: ignore[arg-type]  # the form's status goes to SQL as text: an unknown one matches no job
-                  ids.JobId(before) if before else None, _day(since))
+    f = JobFilter(status or None, _choice(JobKind, "kind", kind) if kind else None, created_by or None, 50,  # type: ignore[arg-type]  # the form's status goes to SQL as text: an unknown one matches no job
+                  ids.JobId(before) if before else None, _day(since), who.tenants)
     rows = await ctl.jobs(f)
     for r in rows:
         r["progress"] = views.progress(r["counts"], r["total"])
@@ -173,6 +180,14 @@ async def jobs(request: Request, ctl: Ctl, who: Caller, status: str | None = Non
                    "created_by": created_by or "", "since": since or ""},
                    statuses=list(get_args(JobStatus)),
                    kinds=[k.value for k in JobKind], next_before=rows[-1]["job_id"] if len(rows) == 50 else None)
+
+
+def _choice(kind: type[E], name: str, value: str) -> E:
+    """``value`` as one of ``kind``'s members, or a 422 that lists them."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise Invalid(f"{name}: {value[:64]!r} is not one of {', '.join(m.value for m in kind)}") from None
 
 
 def _day(value: str | None) -> datetime | None:
@@ -220,7 +235,7 @@ for _action, (_perm, _) in JOB_ACTIONS.items():
 @router.post("/jobs/{job_id}/budget", response_class=HTMLResponse, **guard("jobs.budget"))
 async def budget(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
     raw = _text(await _form(request), "max_sends", required=True) or ""
-    if not raw.isdigit() or not 0 < int(raw) < 2**31:
+    if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) < 2**31:
         raise Invalid("max_sends must be a whole number above 0")
     return _flash(request, await ctl.confirm_budget(str(job_id), int(raw), who))
 
@@ -228,7 +243,7 @@ async def budget(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTML
 @router.post("/jobs/{job_id}/retry", response_class=HTMLResponse, **guard("items.retry"))
 async def bulk_retry(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
     form = await _form(request)
-    f = RetryFilter(ItemStatus(form.get("status", "failed")), _text(form, "error_class", limit=256),
+    f = RetryFilter(_choice(ItemStatus, "status", form.get("status", "failed")), _text(form, "error_class", limit=256),
                     _guid(_text(form, "guid", limit=256)))
     _, totals = await ctl.retry_job_items(str(job_id), who, None, f, _text(form, "reason"))
     return _flash(request, f"retry: {views.describe_totals(totals)}", ok=totals.get("created", 0) > 0)
@@ -258,24 +273,24 @@ async def guids(request: Request, ctl: Ctl, who: Caller, paused: bool = False, a
     return _render(request, "guids.html", who, **ctx)
 
 
-@router.get("/guids/{guid}/history", response_class=HTMLResponse, **guard("guids.health"))
+@router.get("/guids/{guid:path}/history", response_class=HTMLResponse, **guard("guids.health"))
 async def guid_history(request: Request, guid: GuidPath, ctl: Ctl, who: Caller) -> HTMLResponse:
     rows = await ctl.guid_history(guid, 50, None)
     return _render(request, "guid_history.html", who, guid=guid, changes=rows)
 
 
-@router.post("/guids/{guid}/pause", response_class=HTMLResponse, **guard("guids.pause"))
+@router.post("/guids/{guid:path}/pause", response_class=HTMLResponse, **guard("guids.pause"))
 async def pause_guid(request: Request, guid: GuidPath, ctl: Ctl, who: Caller) -> HTMLResponse:
     reason = _text(await _form(request), "reason", required=True) or ""
     return _flash(request, await ctl.pause_guid(guid, reason, who))
 
 
-@router.post("/guids/{guid}/resume", response_class=HTMLResponse, **guard("guids.resume"))
+@router.post("/guids/{guid:path}/resume", response_class=HTMLResponse, **guard("guids.resume"))
 async def resume_guid(request: Request, guid: GuidPath, ctl: Ctl, who: Caller) -> HTMLResponse:
     return _flash(request, await ctl.resume_guid(guid, who, _text(await _form(request), "reason")))
 
 
-@router.post("/guids/{guid}/limits", response_class=HTMLResponse, **guard("guids.limits"))
+@router.post("/guids/{guid:path}/limits", response_class=HTMLResponse, **guard("guids.limits"))
 async def set_limits(request: Request, guid: GuidPath, ctl: Ctl, who: Caller) -> HTMLResponse:
     form = await _form(request)
     values = {k: views.number(v) for k, v in form.items() if k in ("min_interval_s", "per_hour", "per_day")}
@@ -298,7 +313,7 @@ async def locks(request: Request, ctl: Ctl, who: Caller) -> HTMLResponse:
     return _render(request, "locks.html", who, view=await ctl.locks(500))
 
 
-@router.post("/guids/{guid}/release-lock", response_class=HTMLResponse, **guard("guids.release_lock"))
+@router.post("/guids/{guid:path}/release-lock", response_class=HTMLResponse, **guard("guids.release_lock"))
 async def release_lock(request: Request, guid: GuidPath, ctl: Ctl, who: Caller) -> HTMLResponse:
     reason = _text(await _form(request), "reason", required=True) or ""
     return _flash(request, await ctl.release_guid_lock(guid, who, reason))
