@@ -180,6 +180,12 @@ def test_notes_render_and_name_the_topics_that_exist(vs, tmp_path):
     assert f"rejected job requests ({dead_letters})" in out.stdout
     assert f"signed but malformed callbacks ({dead_letters})" in out.stdout
     assert "everything else (" in out.stdout and "when created here; kept 72 h)" in out.stdout
+    budget = re.search(r"Postgres connections, at most: (\d+) \(([^)]*)\), (\d+) during a rollout", out.stdout)
+    assert budget, out.stdout
+    pools = {name: int(n) * int(size) for name, n, size in re.findall(r"(\w+) (\d+)×(\d+)", budget.group(2))}
+    assert int(budget.group(1)) == sum(pools.values()) and int(budget.group(3)) > int(budget.group(1))
+    if vs.name == "full":  # KEDA's senders up to the partition count, the planner's HPA up to its 4 partitions
+        assert pools["sender"] == 8 * 20 and pools["planner"] == 4 * 8 and pools["reconciler"] == 3 * 9
 
 
 @pytest.mark.parametrize("values", ["full", "external"])

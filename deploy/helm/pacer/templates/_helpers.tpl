@@ -170,3 +170,37 @@ podAntiAffinity:
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+
+{{/* The most Postgres connections the release opens: each service's pool at its most replicas
+(autoscalers' maxima), and one more pod of each Deployment during a rollout. */}}
+{{- define "pacer.connections" -}}
+{{- $v := .Values -}}
+{{- $parts := list -}}
+{{- $total := 0 -}}
+{{- $surge := 0 -}}
+{{- if $v.planner.enabled -}}
+{{- $n := ternary (min (int $v.planner.autoscaling.maxReplicas) 4) (int $v.planner.replicas) $v.planner.autoscaling.enabled -}}
+{{- $pool := add 4 (int (get ($v.planner.env | default dict) "PACER_PLANNER_REQUERY_MAX_JOBS" | default 4)) -}}
+{{- $parts = append $parts (printf "planner %d×%d" $n $pool) -}}{{- $total = add $total (mul $n $pool) -}}{{- $surge = add $surge $pool -}}
+{{- end -}}
+{{- if $v.sender.enabled -}}
+{{- $n := ternary (min (int $v.sender.keda.maxReplicas) (int $v.kafka.itemCommandPartitions)) (int $v.sender.replicas) $v.sender.keda.enabled -}}
+{{- $pool := int $v.sender.dbPoolMax -}}
+{{- $parts = append $parts (printf "sender %d×%d" $n $pool) -}}{{- $total = add $total (mul $n $pool) -}}{{- $surge = add $surge $pool -}}
+{{- end -}}
+{{- if $v.reconciler.enabled -}}
+{{- $n := int $v.reconciler.replicas -}}
+{{- $parts = append $parts (printf "reconciler %d×9" $n) -}}{{- $total = add $total (mul $n 9) -}}{{- $surge = add $surge 9 -}}
+{{- end -}}
+{{- if $v.control.enabled -}}
+{{- $n := ternary (int $v.control.autoscaling.maxReplicas) (int $v.control.replicas) $v.control.autoscaling.enabled -}}
+{{- $pool := int $v.control.dbPoolMax -}}
+{{- $parts = append $parts (printf "control %d×%d" $n $pool) -}}{{- $total = add $total (mul $n $pool) -}}{{- $surge = add $surge $pool -}}
+{{- end -}}
+{{- if $v.intake.enabled -}}
+{{- $n := int $v.intake.replicas -}}
+{{- $parts = append $parts (printf "intake %d×2" $n) -}}{{- $total = add $total (mul $n 2) -}}{{- $surge = add $surge 2 -}}
+{{- end -}}
+Postgres connections, at most: {{ $total }} ({{ join ", " $parts }}), {{ add $total $surge }} during a rollout.
+Postgres' max_connections must be above that (its default is 100).
+{{- end -}}
