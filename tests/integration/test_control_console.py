@@ -125,6 +125,26 @@ def test_approve_starts_a_waiting_job_and_reject_cancels_one_without_a_send(data
     assert [a["action"] for a in audit(database_url, bad)] == ["reject", "cancel"]
 
 
+def test_approvals_show_the_jobs_that_waited_longest_and_how_many_wait(database_url: str) -> None:
+    start = datetime.now(UTC) - timedelta(hours=2)
+    jobs = [seed_job(database_url, {"g1": 1}, created_at=start + timedelta(minutes=n))[0] for n in range(53)]
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE jobs SET status = 'awaiting_approval', paused_reason = 'awaiting approval: test'"
+                     " WHERE job_id = ANY(%s::uuid[])", (jobs,))
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            page = (await api.get("/approvals", "operator")).json()
+            assert page["waiting"] == 53
+            assert [j["job_id"] for j in page["jobs"]] == jobs[:50], "the oldest fifty, oldest first"
+            assert page["jobs"][0]["counts"] == {"pending": 1}
+            html = (await api.client.get("http://control/console/part/approvals", headers=api.auth("admin"))).text
+            assert "53 jobs wait for approval; the oldest 50 are shown" in html
+            assert re.findall(r'<article class="doubt approval" data-job="([^"]+)"', html) == jobs[:50]
+
+    asyncio.run(go())
+
+
 def test_bulk_cancel_by_guid_cancels_only_items_not_taken_yet_with_one_audit_record(database_url: str) -> None:
     job, _, items = seed_job(database_url, {"g1": 3, "g2": 2})
     g1 = [i["item_id"] for i in rows(database_url, "SELECT item_id::text FROM items WHERE guid = 'g1' ORDER BY 1")]

@@ -223,15 +223,17 @@ class Control:
 
         return await self.store.atomically(work)
 
-    async def approvals(self, samples: int = 5, limit: int = 50) -> list[Row]:
-        """Jobs awaiting an admin's approval, oldest first, each with its preview: rendered
-        samples, items per guid and the projected duration at current rates."""
-        jobs = await self.store.jobs(JobFilter(status="awaiting_approval", limit=limit))
+    async def approvals(self, samples: int = 5, limit: int = 50) -> tuple[list[Row], int]:
+        """The oldest ``limit`` jobs awaiting an admin's approval, oldest first, each with its
+        preview (rendered samples, items per guid and the projected duration at current rates),
+        and how many wait in all."""
+        ids, waiting = await self.store.awaiting_approval(limit)
+        found = {j["job_id"]: j for j in await self.store.jobs(JobFilter(limit=limit, ids=tuple(ids)))} if ids else {}
         out = []
-        for job in reversed(jobs):
+        for job in (found[i] for i in ids if i in found):
             preview = await self.store.approval_preview(job["job_id"], samples)
             out.append({**job, "samples": preview["samples"], "projection": views.projection(preview["guids"])})
-        return out
+        return out, waiting
 
     async def decide_approval(self, job_id: str, approve: bool, reason: str | None, who: Principal) -> ActionResult:
         """Approve (→ running) or reject (→ cancelled) a job awaiting approval; audited."""

@@ -258,8 +258,12 @@ class PostgresControl:
     async def jobs(self, f: JobFilter) -> list[Row]:
         return await self._read("jobs", {"status": f.status, "kind": f.kind.value if f.kind else None,
                                          "created_by": f.created_by, "before": f.before, "limit": f.limit,
-                                         "since": f.since,
+                                         "since": f.since, "ids": None if f.ids is None else list(f.ids),
                                          "tenants": None if f.tenants is None else sorted(f.tenants)})
+
+    async def awaiting_approval(self, limit: int) -> tuple[list[str], int]:
+        rows = await self._read("awaiting_approval", {"limit": limit})
+        return [r["job_id"] for r in rows], rows[0]["waiting"] if rows else 0
 
     async def job_head(self, job_id: str) -> Row | None:
         rows = await self._read("job_head", {"job": job_id})

@@ -110,7 +110,8 @@ router.add_api_route("/jobs/{job_id}/shards/{shard_id}/resume", _shard_action("r
 @router.get("/approvals", response_model=ApprovalPage, summary="Jobs awaiting an admin's approval, with a preview",
             **guard("jobs.view", 422))
 async def approvals(ctl: Ctl, samples: Annotated[int, Query(ge=0, le=50)] = 5) -> dict[str, Any]:
-    return {"jobs": await ctl.approvals(samples)}
+    jobs, waiting = await ctl.approvals(samples)
+    return {"jobs": jobs, "waiting": waiting}
 
 
 @router.post("/jobs/{job_id}/approve", response_model=ActionResponse,

@@ -473,7 +473,8 @@ class ApprovalView(JobSummary):
 
 
 class ApprovalPage(BaseModel):
-    jobs: list[ApprovalView]
+    jobs: list[ApprovalView] = Field(description="the oldest waiting, at most 50, oldest first")
+    waiting: int = Field(description="how many jobs await approval in all")
 
 
 # -- dead letters -------------------------------------------------------------------------

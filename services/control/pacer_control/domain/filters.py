@@ -38,6 +38,7 @@ class JobFilter:
     before: JobId | None = None  # a job id: list jobs created before it (newest first)
     since: datetime | None = None  # only jobs created at or after this time
     tenants: frozenset[str] | None = None  # only these tenants' jobs (a scoped token's); None: all
+    ids: tuple[str, ...] | None = None  # only these jobs
 
 
 @dataclass(frozen=True)

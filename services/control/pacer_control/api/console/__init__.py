@@ -74,8 +74,8 @@ templates.env.filters["until"] = lambda v: views.duration(max(0.0, (v - datetime
 templates.env.filters["stamp"] = views.stamp
 templates.env.filters["duration"] = views.duration
 templates.env.globals["changes"] = views.changes
-# A part's query string (blank values left out), escaped: a filter such as a creator "a&b" survives paging.
 templates.env.filters["seg"] = lambda v: quote(str(v), safe="")  # a value as one segment of a URL path
+# A part's query string (blank values left out), escaped: a filter such as a creator "a&b" survives paging.
 templates.env.globals["query"] = lambda **params: urlencode({k: v for k, v in params.items() if v not in (None, "")})
 
 pages = APIRouter(include_in_schema=False)
@@ -336,7 +336,8 @@ async def resolve(request: Request, item_id: JobId, ctl: Ctl, who: Caller) -> HT
 
 @router.get("/approvals", response_class=HTMLResponse, **guard("jobs.view"))
 async def approvals(request: Request, ctl: Ctl, who: Caller) -> HTMLResponse:
-    return _render(request, "approvals.html", who, jobs=await ctl.approvals())
+    jobs, waiting = await ctl.approvals()
+    return _render(request, "approvals.html", who, jobs=jobs, waiting=waiting)
 
 
 @router.post("/jobs/{job_id}/approve", response_class=HTMLResponse, **guard("jobs.approve"))
