@@ -74,6 +74,18 @@ def test_refused_requests_and_callbacks_are_listed_shown_and_sent_again(
     assert "the planner refused it" in said and f"{dlq} 0:1" in said and BUG_REASON in said
     assert _status("r-never-published") == 1
     assert "not planned yet" in capsysbinary.readouterr().err.decode()
+    # Without the Kafka settings (a database host with no broker named): said, not a traceback.
+    monkeypatch.delenv("PACER_KAFKA_BOOTSTRAP_SERVERS")
+    assert _status("r-internal") == 1
+    said = capsysbinary.readouterr().err.decode()
+    assert "could not be read to tell whether the planner refused it: KafkaSettings" in said, said
+    monkeypatch.setenv("PACER_KAFKA_BOOTSTRAP_SERVERS", kafka_config["bootstrap.servers"])
+    # A prefix whose DLQ topic was never made has refused nothing.
+    monkeypatch.setenv("PACER_TOPIC_PREFIX", f"{topic_prefix}-none")
+    assert _pacer("list") == 0
+    assert capsysbinary.readouterr().out.decode().startswith(f"{topic_prefix}-none.job-requests.dlq: 0 record(s)")
+    assert _pacer("show", "0:0") == 1
+    monkeypatch.setenv("PACER_TOPIC_PREFIX", topic_prefix)
 
     assert _pacer("list") == 0
     lines = capsysbinary.readouterr().out.decode().splitlines()

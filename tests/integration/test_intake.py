@@ -5,8 +5,10 @@ bad signature is refused and counted; a malformed body is dead-lettered with the
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,21 +16,24 @@ import httpx
 import psycopg
 from prometheus_client import CollectorRegistry
 
+from pacer_common.cli import topic_layout
 from pacer_common.db.pool import open_pool
 from pacer_common.db.tenants import TenantCache
 from pacer_common.domain.tenants import sign
 from pacer_common.kafka import ensure_topics
 from pacer_common.ops import Health
+from pacer_common.settings import KafkaSettings
 from pacer_intake.adapters.kafka import KafkaCallbackLog, callback_producer
 from pacer_intake.app import build_app
 from pacer_intake.core import Intake
+from pacer_intake.settings import IntakeSettings
 from tests.integration.helpers import read_topic
 
 
 @contextlib.asynccontextmanager
-async def intake(url: str, kafka_config: dict[str, str], prefix: str,
-                 registry: CollectorRegistry) -> AsyncIterator[httpx.AsyncClient]:
-    topics: dict[str, tuple[int, dict[str, str]]] = {f"{prefix}.callbacks": (2, {}), f"{prefix}.callbacks.dlq": (1, {})}
+async def intake(url: str, kafka_config: dict[str, str], prefix: str, registry: CollectorRegistry,
+                 topics: dict[str, tuple[int, dict[str, str]]] | None = None) -> AsyncIterator[httpx.AsyncClient]:
+    topics = topics or {f"{prefix}.callbacks": (2, {}), f"{prefix}.callbacks.dlq": (1, {})}
     ensure_topics(kafka_config, topics)
     pool = await open_pool(url, min_size=1, max_size=2)
     cache = TenantCache(pool, 60.0)
@@ -87,3 +92,25 @@ def test_callbacks_round_trip_refusals_are_counted_and_malformed_bodies_dead_let
     assert counted(registry, "acme", "bad_signature") == 2
     assert counted(registry, "unknown", "unknown_tenant") == 1  # a made-up name is not a label
     assert counted(registry, "acme", "dead_lettered") == 1
+
+
+def test_the_largest_callback_the_intake_takes_is_on_the_topic_pacer_topics_makes(
+        database_url: str, kafka_config: dict[str, str], topic_prefix: str) -> None:
+    # Without its topic config the broker's default (about 1 MiB with the record's overhead)
+    # refused it, and the gateway was told 503 for ever.
+    layout = topic_layout(KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"],
+                                        topic_prefix=topic_prefix))
+    topics = {t: layout[t] for t in (f"{topic_prefix}.callbacks", f"{topic_prefix}.callbacks.dlq")}
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name, callback_secret) VALUES ('acme', 'acme-secret')")
+    head = json.dumps({"cmd": "message.received", "guid": "g-big", "ts": 1, "data": {"content": ""}}).encode()[:-3]
+    body = head + base64.b64encode(os.urandom(1_048_576))[: IntakeSettings().max_body_bytes - len(head) - 3] + b'"}}'
+    assert len(body) == IntakeSettings().max_body_bytes
+
+    async def go() -> int:
+        async with intake(database_url, kafka_config, topic_prefix, CollectorRegistry(), topics) as client:
+            return (await post(client, "acme", body, sign("acme-secret", body))).status_code
+
+    assert asyncio.run(go()) == 200
+    (got,) = read_topic(kafka_config, f"{topic_prefix}.callbacks", expect=1)
+    assert got["key"] == b"g-big" and got["raw"] == body

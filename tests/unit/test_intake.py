@@ -8,12 +8,15 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
+from pacer_common.cli import topic_layout
 from pacer_common.domain.tenants import Tenant, sign
+from pacer_common.settings import KafkaSettings
 from pacer_intake.core import Intake
 from pacer_intake.domain.callbacks import BadCallback, parse
 from pacer_intake.ports import LogUnavailable
+from pacer_intake.settings import IntakeSettings
 
 names = st.text(min_size=1, max_size=40).filter(lambda s: "\x00" not in s)
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
@@ -37,6 +40,7 @@ def test_any_object_with_cmd_and_guid_is_a_callback(cmd: str, guid: str, data: d
     (b'{"cmd": "device.status", "guid": 7}', "missing 'guid'"),
     (b'{"cmd": "x", "guid": "g", "data": [1]}', "'data' must be an object"),
     (json.dumps({"cmd": "x", "guid": "g" * 1025}).encode(), "is not a guid"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),  # 200 KB: under the size limit
 ])
 def test_a_malformed_body_is_refused_with_its_reason(raw: bytes, why: str) -> None:
     with pytest.raises(BadCallback, match=why):
@@ -60,7 +64,8 @@ class Log:
         self.dead.append((tenant, raw, reason))
 
 
-TENANTS = {"acme": Tenant("acme", callback_secret=SecretStr("s3")), "bare": Tenant("bare")}
+TENANTS = {"acme": Tenant("acme", callback_secret=SecretStr("s3")), "bare": Tenant("bare"),
+           "blank": Tenant("blank", callback_secret=SecretStr(""))}
 
 
 def receive(log: Log, tenant: str, raw: bytes | None, signature: str | None) -> tuple[str, int]:
@@ -80,6 +85,8 @@ def test_nothing_unsigned_is_written_anywhere() -> None:
     assert receive(log, "acme", raw, None) == ("bad_signature", 401)
     assert receive(log, "acme", b"garbage", "00") == ("bad_signature", 401)  # not dead-lettered either
     assert receive(log, "bare", raw, sign("", raw)) == ("bad_signature", 401)  # no secret: nothing verifies
+    assert receive(log, "blank", raw, sign("", raw)) == ("bad_signature", 401)  # an empty one: anyone could sign
+    assert receive(log, "acme", raw, "\xe9" + sign("s3", raw)[1:]) == ("bad_signature", 401)  # any header byte
     assert receive(log, "nope", raw, sign("s3", raw)) == ("unknown_tenant", 404)
     assert receive(log, "acme", None, None) == ("too_large", 413)
     assert not log.appended and not log.dead
@@ -95,3 +102,17 @@ def test_a_log_that_cannot_acknowledge_is_a_503_to_send_again() -> None:
     raw = b'{"cmd":"x","guid":"g"}'
     assert receive(Log(down=True), "acme", raw, sign("s3", raw)) == ("unavailable", 503)
     assert receive(Log(down=True), "acme", b"[]", sign("s3", b"[]")) == ("unavailable", 503)
+
+
+def test_an_empty_default_secret_stops_the_intake_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PACER_INTAKE_DEFAULT_CALLBACK_SECRET", "")
+    with pytest.raises(ValidationError, match="default_callback_secret"):
+        IntakeSettings()
+
+
+def test_the_callback_topics_take_the_largest_body_the_intake_may_take() -> None:
+    layout = topic_layout(KafkaSettings(kafka_bootstrap_servers="127.0.0.1:9092", topic_prefix="p"))
+    limit = IntakeSettings.model_fields["max_body_bytes"].metadata
+    most = next(m.le for m in limit if hasattr(m, "le"))
+    for topic in ("p.callbacks", "p.callbacks.dlq"):
+        assert int(layout[topic][1]["max.message.bytes"]) >= most + 65_536, topic  # and room for its headers

@@ -57,10 +57,14 @@ def _letter(msg: Message, keep_bytes: int | None = None) -> DeadLetter:
                       kept, headers, len(value))
 
 
+class TopicMissing(LookupError):
+    """The DLQ topic does not exist (yet): nothing was ever dead-lettered there."""
+
+
 def _partitions(consumer: Consumer, topic: str) -> list[int]:
     meta = consumer.list_topics(topic, timeout=READ_TIMEOUT_S).topics.get(topic)
     if meta is None or meta.error is not None:
-        raise LookupError(f"topic {topic} not found ({meta.error if meta else 'no metadata'})")
+        raise TopicMissing(f"topic {topic} not found ({meta.error if meta else 'no metadata'})")
     return sorted(meta.partitions)
 
 

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import httpx
 import psycopg
+from confluent_kafka import KafkaException
 from psycopg.rows import dict_row
 from pydantic import ValidationError
 
@@ -33,6 +34,8 @@ from pacer_common.cli.common import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     HTTP_EXIT,
+    count,
+    one_line,
     unless_stopped,
 )
 from pacer_common.cli.dead_letters import add_dead_letter_commands, refusal_of
@@ -40,12 +43,15 @@ from pacer_common.cli.restore import add_restore_commands
 from pacer_common.db import operations
 from pacer_common.db.migrate import migrate
 from pacer_common.db.sql import query
+from pacer_common.dead_letters import TopicMissing
 from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.requests import MAX_REQUEST_BYTES, JobRequest
 from pacer_common.domain.segments import EVENT_SEGMENTS_MAX, EVENT_SEGMENTS_MIN
+from pacer_common.domain.tenants import MAX_CALLBACK_BYTES
 from pacer_common.domain.tokens import Role
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.kafka import (
+    ProduceError,
     align_topic_configs,
     ensure_topics,
     make_producer,
@@ -61,6 +67,7 @@ T = TypeVar("T")
 def topic_layout(k: KafkaSettings) -> dict[str, tuple[int, dict[str, str]]]:
     """Every topic Pacer uses: partitions and topic configs (each one's retention from ``k``)."""
     large = {"max.message.bytes": str(MAX_REQUEST_BYTES)}
+    callbacks = {"max.message.bytes": str(MAX_CALLBACK_BYTES + 1_048_576)}  # the largest body, its headers
     keep = k.retention_ms
     commands = {"retention.ms": keep(k.topic_retention_commands_hours)}
     dead_letters = keep(k.topic_retention_dead_letters_hours)
@@ -73,8 +80,8 @@ def topic_layout(k: KafkaSettings) -> dict[str, tuple[int, dict[str, str]]]:
         k.item_commands("batch"): (k.item_command_partitions, commands),
         k.item_outcomes: (8, {"retention.ms": keep(k.topic_retention_outcomes_hours)}),
         # Gateway callbacks, keyed by guid: a guid's events stay in order on one partition.
-        k.callbacks: (8, {"retention.ms": keep(k.topic_retention_callbacks_hours)}),
-        k.callbacks_dlq: (1, {"retention.ms": dead_letters}),
+        k.callbacks: (8, {**callbacks, "retention.ms": keep(k.topic_retention_callbacks_hours)}),
+        k.callbacks_dlq: (1, {**callbacks, "retention.ms": dead_letters}),
     }
 
 
@@ -200,7 +207,7 @@ def _control(method: str, path: str, **kw: Any) -> int:
     detail = body.get("detail", r.text)
     word = body.get("result", body.get("outcome", str(r.status_code)))
     print(f"{word}: {detail}", file=sys.stderr)
-    return HTTP_EXIT.get(r.status_code, EXIT_REFUSED)
+    return HTTP_EXIT.get(r.status_code, EXIT_UNAVAILABLE if r.status_code >= 500 else EXIT_REFUSED)
 
 
 def _reason(args: argparse.Namespace) -> dict[str, Any]:
@@ -335,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
     cn.set_defaults(fn=_cancel)
     lk = sub.add_parser("locks", help="guid and item leases, with lock dashboard counts")
     lk.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    lk.add_argument("--limit", type=int, default=1000, help="at most this many leases of each kind")
+    lk.add_argument("--limit", type=count, default=1000, help="at most this many leases of each kind")
     lk.set_defaults(fn=_locks)
     tk = sub.add_parser("token", help="Control API tokens")
     tk_sub = tk.add_subparsers(dest="token_cmd", required=True)
@@ -348,4 +355,20 @@ def main(argv: list[str] | None = None) -> None:
                     help="scope the token to this tenant (repeatable): it sees and changes only its jobs")
     tc.set_defaults(fn=_token_create)
     args = p.parse_args(argv)
-    raise SystemExit(args.fn(args))
+    raise SystemExit(_run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's exit code; what an operator gets wrong or cannot reach is one line on
+    stderr and its exit code, not a traceback."""
+    try:
+        return int(args.fn(args))
+    except ValidationError as exc:
+        print(f"pacer {args.cmd}: settings missing or not valid: {one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except (psycopg.OperationalError, KafkaException, ProduceError, TimeoutError, TopicMissing) as exc:
+        print(f"pacer {args.cmd}: cannot be done now: {str(exc).strip() or type(exc).__name__}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except OSError as exc:  # a file that is not there or not readable
+        print(f"pacer {args.cmd}: {exc}", file=sys.stderr)
+        return EXIT_USAGE

@@ -16,9 +16,10 @@ import sys
 from datetime import UTC, datetime
 
 from confluent_kafka import KafkaException
+from pydantic import ValidationError
 
 from pacer_common import dead_letters as dlq
-from pacer_common.cli.common import EXIT_NOT_FOUND, EXIT_REFUSED
+from pacer_common.cli.common import EXIT_NOT_FOUND, EXIT_REFUSED, count, one_line
 from pacer_common.domain.dead_letters import SEARCH_DEPTH, DeadLetter, matching, read_depth
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.settings import KafkaSettings
@@ -31,12 +32,6 @@ def _where(text: str) -> tuple[int, int]:
     if not sep or not part.isdigit() or not offset.isdigit():
         raise argparse.ArgumentTypeError(f"PARTITION:OFFSET as `pacer dead-letters list` prints it, not {text!r}")
     return int(part), int(offset)
-
-
-def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"a count of at least 1, not {text!r}")
-    return int(text)
 
 
 def _time(text: str) -> datetime:
@@ -54,7 +49,10 @@ def _topic(k: KafkaSettings, args: argparse.Namespace) -> str:
 def _list(args: argparse.Namespace) -> int:
     k = KafkaSettings()
     topic = _topic(k, args)
-    found = dlq.newest(k, topic, read_depth(args.last, args.tenant, args.key), before=args.before).letters
+    try:
+        found = dlq.newest(k, topic, read_depth(args.last, args.tenant, args.key), before=args.before).letters
+    except dlq.TopicMissing:
+        found = []  # nothing was ever refused there
     letters = matching(found, args.tenant, args.key)[-args.last:]
     if args.json:
         for d in letters:
@@ -74,7 +72,10 @@ def _found(args: argparse.Namespace) -> tuple[str, DeadLetter | None]:
     """The record ``args.where`` names, or None (and why, on stderr)."""
     k = KafkaSettings()
     topic = _topic(k, args)
-    letter = dlq.one(k, topic, args.where)
+    try:
+        letter = dlq.one(k, topic, args.where)
+    except dlq.TopicMissing:
+        letter = None
     if letter is None:
         print(f"no record {args.where[0]}:{args.where[1]} on {topic} (see `pacer dead-letters list`)", file=sys.stderr)
     return topic, letter
@@ -114,7 +115,7 @@ def add_dead_letter_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
                         "print one as it came, send a job request again")
     dl_sub = dl.add_subparsers(dest="dead_letters_cmd", required=True)
     ls = dl_sub.add_parser("list", help="the last records, oldest first, with their reasons")
-    ls.add_argument("--last", type=_count, default=20, help="how many (default 20)")
+    ls.add_argument("--last", type=count, default=20, help="how many (default 20)")
     ls.add_argument("--json", action="store_true", help="one JSON object per line")
     ls.add_argument("--key", help="only records with this key (a job request's id as its publisher keyed it), among "
                     f"the last {SEARCH_DEPTH:,} of each partition")
@@ -138,7 +139,10 @@ def refusal_of(request_id: str, within_last: int = SEARCH_DEPTH) -> str:
     """For ``pacer status`` of a request that is no job: the planner's latest refusal of it
     among the last ``within_last`` records of each partition of the job requests' DLQ, or
     what to think if there is none (or the DLQ cannot be read)."""
-    k = KafkaSettings()
+    try:
+        k = KafkaSettings()
+    except ValidationError as exc:
+        return f"the job requests' DLQ could not be read to tell whether the planner refused it: {one_line(exc)}"
     try:
         found = matching(dlq.newest(k, k.job_requests_dlq, within_last, keep_bytes=0).letters, key=request_id)
     except (KafkaException, LookupError, TimeoutError) as exc:

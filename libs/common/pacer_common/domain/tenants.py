@@ -17,6 +17,10 @@ from pydantic import SecretStr
 
 from pacer_common.domain.requests import DEFAULT_TENANT
 
+# The largest callback body the intake may be set to take (PACER_INTAKE_MAX_BODY_BYTES); the
+# callback topics take it with a mebibyte to spare for headers.
+MAX_CALLBACK_BYTES = 8 * 1_048_576
+
 
 @dataclass(frozen=True)
 class Tenant:
@@ -42,7 +46,9 @@ def sign(secret: str, body: bytes) -> str:
 
 
 def signature_ok(secret: str, body: bytes, signature: str | None) -> bool:
-    """Whether ``signature`` signs ``body`` with ``secret`` (constant time; any case of hex)."""
-    if not signature:
+    """Whether ``signature`` signs ``body`` with ``secret`` (constant time; any case of hex). An
+    empty secret signs nothing: anyone could sign with it."""
+    if not secret or not signature:
         return False
-    return hmac.compare_digest(sign(secret, body), signature.strip().lower())
+    given = signature.strip().lower().encode("utf-8", "replace")  # a header may carry any byte
+    return hmac.compare_digest(sign(secret, body).encode(), given)

@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pacer_common.domain.dead_letters import TENANT_HEADER
+from pacer_common.domain.tenants import MAX_CALLBACK_BYTES
 from pacer_common.kafka import dead_letter_headers, make_producer
 from pacer_intake.ports import LogUnavailable
 
@@ -23,7 +24,8 @@ MAX_REASON_CHARS = 1000
 
 
 def callback_producer(config: dict[str, str], timeout_s: float) -> Producer:
-    return make_producer(config, **{"linger.ms": 1, "message.timeout.ms": int(timeout_s * 1000)})
+    return make_producer(config, **{"linger.ms": 1, "message.timeout.ms": int(timeout_s * 1000),
+                                    "message.max.bytes": MAX_CALLBACK_BYTES + 1_048_576})
 
 
 class KafkaCallbackLog:

@@ -32,6 +32,8 @@ def parse(raw: bytes) -> Callback:
         raise BadCallback("not UTF-8 text") from None
     except ValueError as exc:
         raise BadCallback(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise BadCallback("not JSON this service reads: nested too deeply") from None
     if not isinstance(body, dict):
         raise BadCallback(f"not a JSON object but {type(body).__name__}")
     cmd, guid, data = body.get("cmd"), body.get("guid"), body.get("data")
