@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from pacer_common.kafka import _topic_configs
+from pacer_common.kafka import _topic_configs, durable
 
 
 class _Admin:
@@ -43,3 +43,9 @@ def test_any_other_error_is_raised_at_once() -> None:
     with pytest.raises(KafkaException):
         _topic_configs(admin, ["p.item-commands.batch"], 10.0)  # type: ignore[arg-type]
     assert admin.asked == 1
+
+
+@pytest.mark.parametrize(("rf", "insync"), [(1, "1"), (2, "1"), (3, "2")])
+def test_a_topic_made_here_acknowledges_only_what_two_brokers_hold_where_it_can(rf: int, insync: str) -> None:
+    assert durable({"retention.ms": "1"}, rf) == {"min.insync.replicas": insync, "retention.ms": "1"}
+    assert durable({"min.insync.replicas": "3"}, 3) == {"min.insync.replicas": "3"}  # set by the layout: kept

@@ -267,13 +267,20 @@ def _admin(config: dict[str, str]) -> AdminClient:
     return AdminClient({**config, "logger": CLIENT_LOG})  # type: ignore[dict-item]  # librdkafka takes a Logger here
 
 
+def durable(config: dict[str, str], replication_factor: int) -> dict[str, str]:
+    """``config`` with ``min.insync.replicas`` one below the replication factor (2 of 3) unless
+    it sets one: a write acknowledged with acks=all is then on two brokers at least, where the
+    broker's default (1) would let the leader alone acknowledge it."""
+    return {"min.insync.replicas": str(max(1, replication_factor - 1)), **config}
+
+
 def ensure_topics(config: dict[str, str], topics: dict[str, tuple[int, dict[str, str]]], *,
                   timeout_s: float = 30.0) -> None:
     """Create missing topics: name → (partitions, topic configs)."""
     admin = _admin(config)
     meta = admin.list_topics(timeout=timeout_s)
     rf = min(3, len(meta.brokers))
-    new = [NewTopic(t, num_partitions=p, replication_factor=rf, config=c)
+    new = [NewTopic(t, num_partitions=p, replication_factor=rf, config=durable(c, rf))
            for t, (p, c) in topics.items() if t not in meta.topics]
     if not new:
         return
