@@ -100,3 +100,53 @@ def test_the_stored_rule_is_the_domain_rule(database_url: str, evs: list[tuple[G
                                            (guid,)).fetchall()]
     assert h is not None and row == (h.state.value, h.event_ts, h.changes)
     assert hist == changes
+
+
+def test_a_tenants_callbacks_change_only_its_guids_and_a_ts_ahead_is_taken_as_now(
+        database_url: str, kafka_config: dict[str, str], topic_prefix: str) -> None:
+    topic = f"{topic_prefix}.callbacks"
+    ensure_topics(kafka_config, {topic: (1, {})})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name) VALUES ('acme'), ('globex')")
+        conn.execute("INSERT INTO tenant_guids (guid, tenant) VALUES ('g-acme', 'acme')")
+        conn.execute("INSERT INTO media (guid, url_hash, url, kind, media_id, status)"
+                     " VALUES ('g-acme', 'h', 'https://x/a.png', 'image', 'm-1', 'pending')")
+    far = json.dumps({"cmd": "device.status", "guid": "g-new", "ts": "9999-01-01T00:00:00+00:00",
+                      "data": {"status": "kicked"}}).encode()
+    ready = json.dumps({"cmd": "media.ready", "guid": "g-acme", "ts": 1, "data": {"mediaId": "m-1", "ok": True}})
+    records = [  # (tenant whose signature the intake checked, body)
+        ("globex", body("g-acme", "kicked", 1)),  # another tenant's guid: not globex's to hold
+        ("globex", ready.encode()),  # nor its media
+        ("acme", body("g-acme", "unauthorized", 2)),
+        ("globex", body("g-free", "offline", 3)),  # a guid no job has named yet
+        ("globex", far),  # a year-9999 ts: taken as now (+5 min), so a later event still applies
+    ]
+    produce_all(make_producer(kafka_config), [(topic, b"k", raw, [("pacer-tenant", tenant.encode())])
+                                              for tenant, raw in records])
+
+    async def consume() -> CallbackConsumer:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        kc = AsyncConsumer(make_consumer(kafka_config, f"{topic_prefix}.cb-tenants"))
+        await kc.call(kc.consumer.subscribe, [topic])
+        consumer = CallbackConsumer(KafkaCallbackSource(kc), PostgresGuidStates(pool))
+        try:
+            deadline = asyncio.get_running_loop().time() + 60
+            while sum(consumer.handled.values()) < len(records):
+                assert asyncio.get_running_loop().time() < deadline, dict(consumer.handled)
+                await consumer.round(1.0)
+            return consumer
+        finally:
+            await kc.close()
+            await pool.close()
+
+    handled = asyncio.run(consume()).handled
+    assert handled == {("device.status", "foreign"): 1, ("media.ready", "foreign"): 1,
+                       ("device.status", "applied"): 3}
+    with psycopg.connect(database_url) as conn:
+        states: dict[str, str] = dict(conn.execute("SELECT guid, state::text FROM guid_states").fetchall())
+        (media,) = conn.execute("SELECT status FROM media WHERE guid = 'g-acme'").fetchone() or ("?",)
+        (dated,) = conn.execute("SELECT event_ts < now() + interval '6 minutes' FROM guid_states"
+                                " WHERE guid = 'g-new'").fetchone() or (False,)
+    assert states == {"g-acme": "unauthorized", "g-free": "offline", "g-new": "kicked"}
+    assert media == "pending", "another tenant's media.ready settles nothing"
+    assert dated, "a ts ahead of the clock is taken as now, not as year 9999"

@@ -141,6 +141,12 @@ class MediaAnswer:
     latency_ms: float
 
 
+def failed_upload(url_hash: str, reason: str) -> MediaAnswer:
+    """An upload the gateway refused (bad params): no media id came back, so the record takes
+    one of its own per url (a guid's media ids are unique), never a shared placeholder."""
+    return MediaAnswer(f"-{url_hash}", "failed", reason, 0.0)
+
+
 def _media_answer(data: Mapping[str, Any], latency_ms: float) -> MediaAnswer:
     status = data.get("status")
     media_id = data.get("mediaId")

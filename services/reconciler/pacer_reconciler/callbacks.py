@@ -3,7 +3,9 @@
 ``device.status`` moves the guid's lifecycle (``pacer_set_guid_state``: ordered by the
 event's ts, so a late or repeated callback changes nothing); ``media.ready`` settles a
 pending upload (ready or failed, once); other commands are for business consumers and are
-passed over. A body that cannot be read, or whose handling raises a defect, is logged,
+passed over. A callback changes only guids of the tenant whose signature the intake checked
+(or guids no job has named yet): another tenant's is counted ``foreign`` and logged. A body
+that cannot be read, or whose handling raises a defect, is logged,
 counted in ``bad`` and skipped: one bad event never stops the others. A database or broker
 outage fails the round; the same records are handled again after a back-off (handling is
 idempotent) and their offsets are committed only once all of them are done.
@@ -17,16 +19,35 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from pacer_common.domain.guid_health import StatusEvent
+from pacer_common.domain.requests import DEFAULT_TENANT
 from pacer_reconciler.domain.callbacks import BadCallback, DeviceStatus, MediaReady, parse
 from pacer_reconciler.ports import CallbackSource, GuidStates, RawCallback
 
 log = logging.getLogger(__name__)
 # What became of one callback (the ``result`` label of pacer_reconciler_callbacks_total).
-Result = Literal["applied", "stale", "ignored", "bad"]
+Result = Literal["applied", "stale", "foreign", "ignored", "bad"]
 CALLBACK_CMDS = ("device.status", "media.ready", "other")
-RESULTS: tuple[Result, ...] = ("applied", "stale", "ignored", "bad")
+RESULTS: tuple[Result, ...] = ("applied", "stale", "foreign", "ignored", "bad")
+
+
+# How far a callback's ts may run ahead of this clock. A later one is taken as now plus this: a
+# gateway clock ahead (or a ts in year 9999) would otherwise date the guid's state past every
+# event and resume to come, and freeze it.
+AHEAD = timedelta(minutes=5)
+
+
+def _not_ahead(event: StatusEvent, rec: RawCallback) -> StatusEvent:
+    latest = datetime.now(UTC) + AHEAD
+    if event.ts <= latest:
+        return event
+    log.warning("callback at %s is dated %s, ahead of this clock: taken as %s", rec.position, event.ts.isoformat(),
+                latest.isoformat())
+    return replace(event, ts=latest)
 
 
 class CallbackConsumer:
@@ -57,16 +78,21 @@ class CallbackConsumer:
         except BadCallback as exc:
             log.warning("callback at %s skipped: %s", rec.position, exc)
             return "other", "bad"
+        tenant = rec.tenant or DEFAULT_TENANT  # records appended before the intake named their tenant
         try:
             if isinstance(cb, DeviceStatus):
-                changed = await self.states.set_state(cb.guid, cb.event)
-                if changed:
+                result = await self.states.set_state(cb.guid, _not_ahead(cb.event, rec), tenant)
+                if result == "applied":
                     log.info("guid %s is %s (callback at %s)", cb.guid, cb.event.state.value, cb.event.ts)
-                return "device.status", "applied" if changed else "stale"
-            if isinstance(cb, MediaReady):
-                settled = await self.states.media_ready(cb.guid, cb.media_id, cb.ok, cb.reason)
-                return "media.ready", "applied" if settled else "stale"
-            return "other", "ignored"
+                cmd = "device.status"
+            elif isinstance(cb, MediaReady):
+                result, cmd = await self.states.media_ready(cb.guid, cb.media_id, cb.ok, cb.reason, tenant), "media.ready"
+            else:
+                return "other", "ignored"
+            if result == "foreign":
+                log.warning("callback at %s not applied: guid %s is another tenant's, not %s's", rec.position,
+                            cb.guid, tenant, extra={"tenant": tenant, "guid": cb.guid})
+            return cmd, result
         except self.environment_errors:
             raise
         except Exception:

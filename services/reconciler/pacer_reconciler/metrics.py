@@ -120,7 +120,8 @@ class ReconcilerMetrics:
         self.callbacks = Counter("pacer_reconciler_callbacks_total", (
             "Gateway callbacks consumed (every replica), by `cmd` (`device.status`, `media.ready`, `other`) and "
             "`result`: `applied` (the guid's state changed; the media became ready or failed), `stale` (older than, or "
-            "the same as, what is known, or a media already settled or unknown: nothing changed), `ignored` (not "
+            "the same as, what is known, or a media already settled or unknown: nothing changed), `foreign` (a guid "
+            "another tenant's job named: the callback's tenant may not change it; logged), `ignored` (not "
             "Pacer's to act on), `bad` (unreadable or failed: skipped, also in "
             "`pacer_reconciler_bad_events_total{reason=\"bad_callback\"}`)."
         ), ["cmd", "result"], registry=registry)

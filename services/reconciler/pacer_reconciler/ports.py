@@ -112,10 +112,12 @@ class LeaderStats(Protocol):
 
 @dataclass(frozen=True)
 class RawCallback:
-    """One record of the callbacks topic: its body as the intake appended it."""
+    """One record of the callbacks topic: its body as the intake appended it, and the tenant
+    whose signature the intake checked (its ``pacer-tenant`` header; None without one)."""
 
     value: bytes | None
     position: tuple[str, int, int]  # topic, partition, offset
+    tenant: str | None = None
 
 
 class CallbackSource(Protocol):
@@ -123,10 +125,16 @@ class CallbackSource(Protocol):
     async def commit(self, done: Sequence[RawCallback]) -> None: ...
 
 
+Applied = Literal["applied", "stale", "foreign"]
+
+
 class GuidStates(Protocol):
-    async def set_state(self, guid: str, event: StatusEvent) -> bool: ...
-    async def media_ready(self, guid: str, media_id: str, ok: bool, reason: str | None) -> bool:
-        """A pending media becomes ready (``ok``) or failed; False if it was settled already or unknown."""
+    """What a tenant's callbacks change, durably before the callback's offset is committed. A
+    guid that a job of another tenant named is not theirs to change (``foreign``)."""
+
+    async def set_state(self, guid: str, event: StatusEvent, tenant: str) -> Applied: ...
+    async def media_ready(self, guid: str, media_id: str, ok: bool, reason: str | None, tenant: str) -> Applied:
+        """A pending media becomes ready (``ok``) or failed; ``stale`` if it was settled already or unknown."""
         ...
 
 

@@ -17,7 +17,7 @@ from pacer_common.domain.guid_health import DEFAULT_STATE_CODES, GuidState, stat
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.requests import AnyMessage, MediaMessage, TagsMessage, TextMessage, expired
 from pacer_common.domain.status import ItemStatus
-from pacer_common.gateway import MediaAnswer
+from pacer_common.gateway import failed_upload
 from pacer_common.logs import bind
 from pacer_sender.domain.decisions import Decision, after_failure
 from pacer_sender.domain.media import MediaTiming, next_step, url_hash
@@ -203,7 +203,7 @@ class Executor:
                 if err.failure_class is not FailureClass.BAD_PARAMS:  # not the media's fault: again later
                     return await self._media_wait(cmd, datetime.now(UTC) + self.media_timing.poll_every,
                                                   f"media upload not done, trying again: {err}", True)
-                answer = MediaAnswer("-", "failed", str(err), 0.0)
+                answer = failed_upload(h, str(err))
             row = await self.actions.uploaded(cmd.guid, h, msg, answer)
         elif step == "poll":
             assert row is not None

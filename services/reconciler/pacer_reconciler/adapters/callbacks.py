@@ -5,13 +5,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Message, TopicPartition
 
+from pacer_common.domain.dead_letters import TENANT_HEADER
 from pacer_common.kafka import AsyncConsumer, logged_rebalances, make_consumer, position
 from pacer_common.settings import KafkaSettings
 from pacer_reconciler.ports import RawCallback
 
 log = logging.getLogger(__name__)
+
+
+def _tenant(msg: Message) -> str | None:
+    for header in msg.headers() or []:
+        if header[0] == TENANT_HEADER and isinstance(header[1], bytes):
+            return header[1].decode(errors="replace")
+    return None
 
 
 class KafkaCallbackSource:
@@ -29,7 +37,7 @@ class KafkaCallbackSource:
         await self.consumer.close()
 
     async def fetch(self, n: int, timeout_s: float) -> list[RawCallback]:
-        return [RawCallback(m.value(), position(m)) for m in await self.consumer.consume(n, timeout_s)]
+        return [RawCallback(m.value(), position(m), _tenant(m)) for m in await self.consumer.consume(n, timeout_s)]
 
     async def commit(self, done: Sequence[RawCallback]) -> None:
         last: dict[tuple[str, int], int] = {}

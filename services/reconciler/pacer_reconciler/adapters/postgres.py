@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, LiteralString
 
 from pacer_common.db.commands import pending_commands
+from pacer_common.db.durable import synchronous_transaction
 from pacer_common.db.errors import with_retry
 from pacer_common.db.leader import fence
 from pacer_common.db.plans import GENERIC_PLAN, fetch_prepared
@@ -22,7 +23,7 @@ from pacer_reconciler.adapters.layout import segment_sql
 from pacer_reconciler.domain.projection import count_deltas
 from pacer_reconciler.domain.segments import SINGLETON_SEGMENT
 from pacer_reconciler.domain.verification import verdict
-from pacer_reconciler.ports import CursorMoved, InDoubt, Lease, Position, SweepKind, Unreadable
+from pacer_reconciler.ports import Applied, CursorMoved, InDoubt, Lease, Position, SweepKind, Unreadable
 
 _sql = loader("pacer_reconciler.adapters.sql")
 
@@ -209,26 +210,28 @@ class PostgresLog:
 
 class PostgresGuidStates:
     """What callbacks change: guid lifecycle events (``pacer_set_guid_state``, applied in the
-    order of their ts) and media readiness."""
+    order of their ts) and media readiness. Each in a transaction of its own that commits
+    synchronously (its callback's offset is committed next), and only for a guid of the
+    callback's tenant, or one no job has named yet (``tenant_guids``)."""
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
-    async def set_state(self, guid: str, event: StatusEvent) -> bool:
-        async def work() -> bool:
-            async with self.pool.connection() as conn:
-                row = await one(conn, _sql("set_guid_state"), {
-                    "guid": guid, "state": event.state.value, "source": event.source, "reason": event.reason,
-                    "ts": event.ts})
-            return bool(row["changed"])
+    async def _apply(self, guid: str, tenant: str, sql: LiteralString, params: dict[str, Any]) -> Applied:
+        async def work() -> Applied:
+            async with self.pool.connection() as conn, synchronous_transaction(conn, pipeline=False):
+                owner = await (await conn.execute(_sql("guid_tenant"), {"guid": guid})).fetchone()
+                if owner is not None and owner["tenant"] != tenant:
+                    return "foreign"
+                row = await (await conn.execute(sql, params)).fetchone()
+            return "applied" if row is not None and row["changed"] else "stale"
 
         return await with_retry(work)
 
-    async def media_ready(self, guid: str, media_id: str, ok: bool, reason: str | None) -> bool:
-        async def work() -> bool:
-            async with self.pool.connection() as conn:
-                row = await (await conn.execute(_sql("media_ready"), {
-                    "guid": guid, "media_id": media_id, "ok": ok, "reason": reason})).fetchone()
-            return row is not None
+    async def set_state(self, guid: str, event: StatusEvent, tenant: str) -> Applied:
+        return await self._apply(guid, tenant, _sql("set_guid_state"), {
+            "guid": guid, "state": event.state.value, "source": event.source, "reason": event.reason, "ts": event.ts})
 
-        return await with_retry(work)
+    async def media_ready(self, guid: str, media_id: str, ok: bool, reason: str | None, tenant: str) -> Applied:
+        return await self._apply(guid, tenant, _sql("media_ready"), {
+            "guid": guid, "media_id": media_id, "ok": ok, "reason": reason})

@@ -3,4 +3,4 @@
 UPDATE media SET status = CASE WHEN %(ok)s THEN 'ready' ELSE 'failed' END, reason = %(reason)s,
        settled_at = now(), settled_by = 'callback'
 WHERE guid = %(guid)s AND media_id = %(media_id)s AND status = 'pending'
-RETURNING media_id
+RETURNING true AS changed
