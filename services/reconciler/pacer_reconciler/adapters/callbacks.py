@@ -6,9 +6,11 @@ import logging
 from collections.abc import Sequence
 
 from confluent_kafka import Message, TopicPartition
+from prometheus_client import CollectorRegistry
 
 from pacer_common.domain.dead_letters import TENANT_HEADER
 from pacer_common.kafka import AsyncConsumer, logged_rebalances, make_consumer, position
+from pacer_common.metrics import consumer_lag_config
 from pacer_common.settings import KafkaSettings
 from pacer_reconciler.ports import RawCallback
 
@@ -27,9 +29,12 @@ class KafkaCallbackSource:
         self.consumer = consumer
 
     @classmethod
-    async def create(cls, kafka: KafkaSettings, group: str) -> KafkaCallbackSource:
-        """A consumer of its own in ``group``, subscribed to ``kafka``'s callbacks topic."""
-        consumer = AsyncConsumer(make_consumer(kafka.client_config(), group))
+    async def create(cls, kafka: KafkaSettings, group: str,
+                     registry: CollectorRegistry | None = None) -> KafkaCallbackSource:
+        """A consumer of its own in ``group``, subscribed to ``kafka``'s callbacks topic; its lag
+        in ``registry`` (``pacer_kafka_consumer_lag``), if given."""
+        lag = consumer_lag_config(registry) if registry is not None else {}
+        consumer = AsyncConsumer(make_consumer(kafka.client_config(), group, **lag))
         await consumer.call(consumer.consumer.subscribe, [kafka.callbacks], **logged_rebalances(log))
         return cls(consumer)
 
