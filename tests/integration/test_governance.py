@@ -451,11 +451,16 @@ def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_ur
                                     "guids_paused": 1, "stalled_shards": 1,  # g1 only: g2's guid is paused
                                     "jobs_running": 1, "items:pending": 7,  # job progress: open jobs' items
                                     "guids:online": 0, "guids:offline": 0, "guids:kicked": 0,
-                                    "guids:unauthorized": 0}
+                                    "guids:unauthorized": 0, "guids_with_work:online": 0,
+                                    "guids_with_work:offline": 0, "guids_with_work:kicked": 0,
+                                    "guids_with_work:unauthorized": 0}
     with psycopg.connect(url) as conn:  # a kicked guid is held too: its shard is not stalled, it is counted
         conn.execute("SELECT * FROM pacer_set_guid_state('g1', 'kicked', 'callback', NULL, now())")
+        # a switched-off phone with nothing queued is offline, and holds back no work
+        conn.execute("SELECT * FROM pacer_set_guid_state('g-idle', 'offline', 'callback', NULL, now())")
     kicked = asyncio.run(stats())
     assert (kicked["stalled_shards"], kicked["guids:kicked"], kicked["guids:online"]) == (0, 1, 0)
+    assert (kicked["guids_with_work:kicked"], kicked["guids:offline"], kicked["guids_with_work:offline"]) == (1, 1, 0)
     action(url, job, "pause")
     assert asyncio.run(stats())["stalled_shards"] == 0  # a paused job is not stalled
     assert asyncio.run(stats())["jobs_paused_operator"] == 1

@@ -37,6 +37,7 @@ COUNTERS = {
 PAUSED_JOBS = {"jobs_paused_budget": "budget", "jobs_paused_breaker": "breaker", "jobs_paused_operator": "operator"}
 ITEMS_PREFIX = "items:"  # "items:<status>" → items of open jobs in that status
 GUIDS_PREFIX = "guids:"  # "guids:<state>" → guids in that lifecycle state
+WORK_PREFIX = "guids_with_work:"  # "guids_with_work:<state>" → those of them with queued items
 
 
 class LeaderStats(Collector):
@@ -70,15 +71,21 @@ class LeaderStats(Collector):
                                    "`offline`, `kicked`, `unauthorized`); any but `online` holds the guid's queue "
                                    "(alert `PacerGuidHeld`). No guid label: `GET /api/v1/guids?state=…` names them",
                                    labels=["state"])
+        waiting = GaugeMetricFamily("pacer_reconciler_held_guids_with_work", "Guids by lifecycle state that have "
+                                    "queued items (pending or waiting to retry): for any state but `online`, work "
+                                    "held back (alert `PacerGuidHeld`)", labels=["state"])
         for key, n in sorted(values.items()):
             if key.startswith(ITEMS_PREFIX):
                 items.add_metric([key[len(ITEMS_PREFIX):]], n)
             elif key.startswith(GUIDS_PREFIX):
                 states.add_metric([key[len(GUIDS_PREFIX):]], n)
+            elif key.startswith(WORK_PREFIX):
+                waiting.add_metric([key[len(WORK_PREFIX):]], n)
         if values:
             yield paused
             yield items
             yield states
+            yield waiting
 
     def describe(self) -> Iterable[Metric]:
         return []

@@ -203,7 +203,8 @@ class PostgresLog:
                 items = await (await conn.execute(_sql("job_items"))).fetchall()
                 states = await (await conn.execute(_sql("guid_state_counts"))).fetchall()
             return ({k: int(v) for k, v in row.items()} | {f"items:{r['status']}": int(r["n"]) for r in items}
-                    | {f"guids:{r['state']}": int(r["n"]) for r in states})
+                    | {f"guids:{r['state']}": int(r["n"]) for r in states}
+                    | {f"guids_with_work:{r['state']}": int(r["with_work"]) for r in states})
 
         return await with_retry(work)
 
