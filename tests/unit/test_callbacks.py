@@ -3,7 +3,9 @@ raise anything but a readable BadCallback."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
@@ -11,7 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pacer_common.domain.guid_health import GuidState
+from pacer_reconciler.callbacks import CallbackConsumer
 from pacer_reconciler.domain.callbacks import BadCallback, DeviceStatus, MediaReady, Other, parse
+from pacer_reconciler.ports import RawCallback
 
 
 def test_device_status_media_ready_and_others() -> None:
@@ -50,3 +54,37 @@ def test_nothing_a_gateway_sends_raises_anything_but_bad_callback(raw: bytes) ->
         parse(raw)
     except BadCallback as exc:
         assert str(exc)
+
+
+class OneFailedCommit:
+    """A source of two callbacks whose first commit fails (a broker away for a moment)."""
+
+    def __init__(self) -> None:
+        self.records = [RawCallback(b'{"cmd":"x","guid":"g","ts":1}', ("t", 0, n)) for n in range(2)]
+        self.commits = 0
+        self.fetched = False
+
+    async def fetch(self, n: int, timeout_s: float) -> list[RawCallback]:
+        if self.fetched:
+            return []
+        self.fetched = True
+        return self.records
+
+    async def commit(self, done: Sequence[RawCallback]) -> None:
+        self.commits += 1
+        if self.commits == 1:
+            raise ConnectionError("broker away")
+
+
+def test_a_round_handled_again_after_a_failed_commit_is_counted_once() -> None:
+    source = OneFailedCommit()
+    consumer = CallbackConsumer(source, states=None, environment_errors=(ConnectionError,))  # type: ignore[arg-type]
+
+    async def go() -> None:
+        with pytest.raises(ConnectionError):
+            await consumer.round()
+        assert sum(consumer.handled.values()) == 0, "nothing counted before the round commits"
+        assert await consumer.round() == 2
+
+    asyncio.run(go())
+    assert consumer.handled == {("other", "ignored"): 2} and source.commits == 2

@@ -65,11 +65,13 @@ class CallbackConsumer:
         if not self._pending:
             self._pending = await self.source.fetch(self.batch, timeout_s)
         batch = self._pending
+        done: Counter[tuple[str, str]] = Counter()  # counted once the round commits: a retried round counts once
         for rec in batch:
             cmd, result = await self._handle(rec)
-            self.handled[(cmd, result)] += 1
+            done[(cmd, result)] += 1
         await self.source.commit(batch)
         self._pending = []
+        self.handled.update(done)
         return len(batch)
 
     async def _handle(self, rec: RawCallback) -> tuple[str, Result]:
