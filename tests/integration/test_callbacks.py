@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -28,6 +29,28 @@ def body(guid: str, status: str, s: int, cmd: str = "device.status") -> bytes:
                        "data": {"status": status}}).encode()
 
 
+def consume_all(url: str, kafka_config: dict[str, str], topic: str, group: str, n: int) -> Counter[tuple[str, str]]:
+    """What the callbacks consumer made of the first ``n`` records of ``topic``, in group
+    ``group``, on the real database: (cmd, result) → how many."""
+
+    async def go() -> Counter[tuple[str, str]]:
+        pool = await open_pool(url, min_size=1, max_size=2)
+        kc = AsyncConsumer(make_consumer(kafka_config, group))
+        await kc.call(kc.consumer.subscribe, [topic])
+        consumer = CallbackConsumer(KafkaCallbackSource(kc), PostgresGuidStates(pool))
+        try:
+            deadline = asyncio.get_running_loop().time() + 60
+            while sum(consumer.handled.values()) < n:
+                assert asyncio.get_running_loop().time() < deadline, dict(consumer.handled)
+                await consumer.round(1.0)
+            return consumer.handled
+        finally:
+            await kc.close()
+            await pool.close()
+
+    return asyncio.run(go())
+
+
 def test_callbacks_from_the_topic_move_guids_in_event_order_and_bad_ones_are_skipped(
         database_url: str, kafka_config: dict[str, str], topic_prefix: str) -> None:
     topic = f"{topic_prefix}.callbacks"
@@ -47,22 +70,7 @@ def test_callbacks_from_the_topic_move_guids_in_event_order_and_bad_ones_are_ski
     ]
     produce_all(make_producer(kafka_config), [(topic, (b"ga" if b'"ga' in r else b"gb"), r, None) for r in records])
 
-    async def consume() -> CallbackConsumer:
-        pool = await open_pool(database_url, min_size=1, max_size=2)
-        kc = AsyncConsumer(make_consumer(kafka_config, f"{topic_prefix}.cb"))
-        await kc.call(kc.consumer.subscribe, [topic])
-        consumer = CallbackConsumer(KafkaCallbackSource(kc), PostgresGuidStates(pool))
-        try:
-            deadline = asyncio.get_running_loop().time() + 60
-            while sum(consumer.handled.values()) < len(records):
-                assert asyncio.get_running_loop().time() < deadline, dict(consumer.handled)
-                await consumer.round(1.0)
-            return consumer
-        finally:
-            await kc.close()
-            await pool.close()
-
-    handled = asyncio.run(consume()).handled
+    handled = consume_all(database_url, kafka_config, topic, f"{topic_prefix}.cb", len(records))
     assert handled == {("device.status", "applied"): 4, ("device.status", "stale"): 2, ("other", "bad"): 5,
                        ("other", "ignored"): 1, ("media.ready", "stale"): 1}  # no such media
     with psycopg.connect(database_url) as conn:
@@ -124,22 +132,7 @@ def test_a_tenants_callbacks_change_only_its_guids_and_a_ts_ahead_is_taken_as_no
     produce_all(make_producer(kafka_config), [(topic, b"k", raw, [("pacer-tenant", tenant.encode())])
                                               for tenant, raw in records])
 
-    async def consume() -> CallbackConsumer:
-        pool = await open_pool(database_url, min_size=1, max_size=2)
-        kc = AsyncConsumer(make_consumer(kafka_config, f"{topic_prefix}.cb-tenants"))
-        await kc.call(kc.consumer.subscribe, [topic])
-        consumer = CallbackConsumer(KafkaCallbackSource(kc), PostgresGuidStates(pool))
-        try:
-            deadline = asyncio.get_running_loop().time() + 60
-            while sum(consumer.handled.values()) < len(records):
-                assert asyncio.get_running_loop().time() < deadline, dict(consumer.handled)
-                await consumer.round(1.0)
-            return consumer
-        finally:
-            await kc.close()
-            await pool.close()
-
-    handled = asyncio.run(consume()).handled
+    handled = consume_all(database_url, kafka_config, topic, f"{topic_prefix}.cb-tenants", len(records))
     assert handled == {("device.status", "foreign"): 1, ("media.ready", "foreign"): 1,
                        ("device.status", "applied"): 3}
     with psycopg.connect(database_url) as conn:

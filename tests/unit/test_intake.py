@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
 
 from pacer_common.cli import topic_layout
-from pacer_common.domain.tenants import Tenant, sign
+from pacer_common.domain.tenants import MAX_CALLBACK_BYTES, Tenant, sign
 from pacer_common.settings import KafkaSettings
 from pacer_intake.core import Intake
 from pacer_intake.domain.callbacks import BadCallback, parse
@@ -111,8 +111,9 @@ def test_an_empty_default_secret_stops_the_intake_at_start(monkeypatch: pytest.M
 
 
 def test_the_callback_topics_take_the_largest_body_the_intake_may_take() -> None:
+    assert IntakeSettings(max_body_bytes=MAX_CALLBACK_BYTES).max_body_bytes == MAX_CALLBACK_BYTES
+    with pytest.raises(ValidationError, match="max_body_bytes"):
+        IntakeSettings(max_body_bytes=MAX_CALLBACK_BYTES + 1)
     layout = topic_layout(KafkaSettings(kafka_bootstrap_servers="127.0.0.1:9092", topic_prefix="p"))
-    limit = IntakeSettings.model_fields["max_body_bytes"].metadata
-    most = next(m.le for m in limit if hasattr(m, "le"))
     for topic in ("p.callbacks", "p.callbacks.dlq"):
-        assert int(layout[topic][1]["max.message.bytes"]) >= most + 65_536, topic  # and room for its headers
+        assert int(layout[topic][1]["max.message.bytes"]) >= MAX_CALLBACK_BYTES + 65_536, topic  # and its headers

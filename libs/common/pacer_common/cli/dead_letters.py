@@ -145,7 +145,7 @@ def refusal_of(request_id: str, within_last: int = SEARCH_DEPTH) -> str:
         return f"the job requests' DLQ could not be read to tell whether the planner refused it: {one_line(exc)}"
     try:
         found = matching(dlq.newest(k, k.job_requests_dlq, within_last, keep_bytes=0).letters, key=request_id)
-    except (KafkaException, LookupError, TimeoutError) as exc:
+    except (KafkaException, dlq.TopicMissing, TimeoutError) as exc:
         return f"{k.job_requests_dlq} could not be read to tell whether the planner refused it: {exc}"
     if not found:
         return (f"none of the last {within_last} records of each partition of {k.job_requests_dlq} is it: not"

@@ -45,7 +45,7 @@ class KafkaDeadLetters:
         try:
             async with self._readers:
                 return await asyncio.to_thread(fn, topic)
-        except LookupError:
+        except dlq.TopicMissing:
             return missing  # no such topic yet: nothing was ever dead-lettered there
         except (KafkaException, ProduceError, TimeoutError) as exc:
             raise Unavailable(f"Kafka cannot be reached for {topic} right now ({exc}); try again") from None
