@@ -2,7 +2,8 @@
 
 Media: one upload per media per guid, items wait visibly until the media is ready (a
 media.ready callback, or a /media/status poll when the callback is lost), a failed upload
-fails the items with its reason, and no send is ever made into media that is not ready.
+fails the items with its reason, so does a media the gateway forgot, an upload older than
+the reuse window is made again, and no send is ever made into media that is not ready.
 Customers: tags add/remove are idempotent; concurrent syncs of one customer take effect once,
 the newest version winning."""
 
@@ -115,6 +116,42 @@ def test_a_failed_upload_fails_the_items_with_its_reason(stack: Stack) -> None:
     reasons = {r[0] for r in db(stack, "SELECT last_error FROM items WHERE guid = %s", guid)}
     assert reasons == {"media upload failed: could not fetch the url"}
     assert sends_for(stack, guid) == []
+
+
+def test_a_media_the_gateway_no_longer_knows_fails_its_items_at_the_status_poll(stack: Stack) -> None:
+    guid = f"mg-{uuid.uuid4().hex[:6]}"
+    gateway(stack, "/_admin/actions", "PUT", {"media_ready_after_ms": 3_600_000})  # no callback will come
+    job = media_job(guid, 2, f"https://cdn.example/{guid}/gone.png")
+    publish(stack, json.dumps(job).encode())
+    (media_id,) = wait_for(lambda: next(iter(db(stack, "SELECT media_id FROM media WHERE guid = %s", guid)), None),
+                           60, "the upload")
+    gateway(stack, f"/_admin/media/{media_id}", "DELETE")
+    assert wait_for(lambda: completed(stack, str(job["request_id"])), 60, "the job") == {"failed": 2}
+    reasons = {r[0] for r in db(stack, "SELECT last_error FROM items WHERE guid = %s", guid)}
+    assert len(reasons) == 1
+    (reason,) = reasons
+    assert reason.startswith("media upload failed: status poll refused") and media_id in reason, reason
+    assert db(stack, "SELECT status, settled_by FROM media WHERE guid = %s", guid) == [("failed", "poll")]
+    assert sends_for(stack, guid) == []
+
+
+def test_a_media_uploaded_longer_ago_than_its_reuse_is_uploaded_again_under_a_key_of_its_own(stack: Stack) -> None:
+    guid = f"mr-{uuid.uuid4().hex[:6]}"
+    url = f"https://cdn.example/{guid}/weekly.png"
+    gateway(stack, "/_admin/actions", "PUT", {"media_ready_after_ms": 0})
+    first = media_job(guid, 2, url)
+    publish(stack, json.dumps(first).encode())
+    assert wait_for(lambda: completed(stack, str(first["request_id"])), 60, "the first job") == {"confirmed": 2}
+    (old,) = db(stack, "UPDATE media SET uploaded_at = now() - interval '3 days' WHERE guid = %s "
+                       "RETURNING media_id", guid)  # three days on: WeCom has forgotten it
+    uploads = gateway(stack, "/_admin/actions")["uploads"]
+    second = media_job(guid, 2, url)
+    publish(stack, json.dumps(second).encode())
+    assert wait_for(lambda: completed(stack, str(second["request_id"])), 60, "the second job") == {"confirmed": 2}
+    ((new, generation, status),) = db(stack, "SELECT media_id, generation, status FROM media WHERE guid = %s", guid)
+    assert (generation, status) == (1, "ready") and new != old[0]
+    assert gateway(stack, "/_admin/actions")["uploads"] - uploads == 1, "one upload again, not one per target"
+    assert sorted(s["content"] for s in sends_for(stack, guid)) == sorted([f"image:{old[0]}"] * 2 + [f"image:{new}"] * 2)
 
 
 def action_job(guid: str, message: dict[str, object], customers: list[str]) -> dict[str, object]:

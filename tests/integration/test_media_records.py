@@ -19,7 +19,7 @@ def test_two_refused_uploads_of_one_guid_are_both_recorded_failed(database_url: 
             rows: list[tuple[str, str]] = []
             for n, url_hash in enumerate(("a" * 64, "b" * 64)):
                 msg = MediaMessage(type="image", url=f"https://cdn.example/{n}.png")
-                row = await store.uploaded("g-1", url_hash, msg, failed_upload(url_hash, "40001: bad url"))
+                row = await store.uploaded("g-1", url_hash, msg, failed_upload(url_hash, "40001: bad url"), 0)
                 rows.append((row.status, row.reason or ""))
             return rows
         finally:

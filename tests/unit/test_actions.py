@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from pacer_common.domain.requests import MediaMessage, SyncMessage, TagsMessage, TextMessage
 from pacer_common.domain.validation import InvalidRequest, validate_request
-from pacer_sender.domain.media import MediaRow, MediaTiming, next_step
+from pacer_sender.domain.media import MediaRow, MediaTiming, next_generation, next_step, upload_key
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 T = MediaTiming(poll_after=timedelta(seconds=30), poll_every=timedelta(seconds=10), recheck=timedelta(seconds=2))
@@ -73,6 +74,17 @@ def test_a_pending_media_waits_for_its_callback_then_is_polled_at_most_every_pol
     assert next_step(row("pending", 30), NOW, T) == ("poll", None)
     assert next_step(row("pending", 60, checked_s_ago=3), NOW, T) == ("wait", NOW + timedelta(seconds=2))
     assert next_step(row("pending", 60, checked_s_ago=10), NOW, T) == ("poll", None)
+
+
+def test_an_upload_older_than_its_reuse_is_made_again_as_the_next_generation_with_its_own_key() -> None:
+    reuse = T.reuse.total_seconds()
+    for status in ("ready", "failed", "pending"):
+        assert next_step(row(status, reuse - 1), NOW, T)[0] != "upload"
+        assert next_step(row(status, reuse), NOW, T) == ("upload", None)
+    assert next_generation(None) == 0
+    assert next_generation(replace(row("ready", 1), generation=4)) == 5
+    assert upload_key("g", "h", 0) == "media:g:h"  # the first upload's key, as it has always been
+    assert len({upload_key("g", "h", n) for n in range(5)}) == 5
 
 
 @given(st.floats(0, 1000), st.none() | st.floats(0, 1000))

@@ -20,7 +20,7 @@ from pacer_common.domain.status import ItemStatus
 from pacer_common.gateway import failed_upload
 from pacer_common.logs import bind
 from pacer_sender.domain.decisions import Decision, after_failure
-from pacer_sender.domain.media import MediaTiming, next_step, url_hash
+from pacer_sender.domain.media import MediaTiming, next_generation, next_step, upload_key, url_hash
 from pacer_sender.ports import ActionGateway, ActionStore, Gateway, ItemRepository
 
 log = logging.getLogger(__name__)
@@ -194,9 +194,10 @@ class Executor:
         if step == "upload":
             called = True
             began = datetime.now(UTC)
+            generation = next_generation(row)
             try:
                 answer = await self.action_gateway.upload_media(cmd.guid, msg.url, msg.type, msg.fileName,
-                                                                f"media:{cmd.guid}:{h}", tenant=cmd.tenant)
+                                                                upload_key(cmd.guid, h, generation), tenant=cmd.tenant)
             except SendError as err:
                 if err.failure_class is FailureClass.NEEDS_HUMAN:  # the account is out: its queue is held
                     await self.actions.guid_state(cmd.guid, state_for_code(err.code, self.states), str(err), began)
@@ -204,15 +205,17 @@ class Executor:
                     return await self._media_wait(cmd, datetime.now(UTC) + self.media_timing.poll_every,
                                                   f"media upload not done, trying again: {err}", True)
                 answer = failed_upload(h, str(err))
-            row = await self.actions.uploaded(cmd.guid, h, msg, answer)
+            row = await self.actions.uploaded(cmd.guid, h, msg, answer, generation)
         elif step == "poll":
             assert row is not None
             called = True
             try:
                 answer = await self.action_gateway.media_status(cmd.guid, row.media_id, tenant=cmd.tenant)
                 row = await self.actions.checked(cmd.guid, h, answer.status, answer.reason)
-            except SendError as err:
-                row = await self.actions.checked(cmd.guid, h, "pending", f"status poll failed: {err}")
+            except SendError as err:  # bad_params: the gateway does not know the media (any more)
+                refused = err.failure_class is FailureClass.BAD_PARAMS
+                row = await self.actions.checked(cmd.guid, h, "failed" if refused else "pending",
+                                                 f"status poll {'refused' if refused else 'failed'}: {err}")
         step, until = next_step(row, datetime.now(UTC), self.media_timing)
         if step == "send":
             assert row is not None

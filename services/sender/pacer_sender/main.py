@@ -58,7 +58,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
                             states=cfg.guid_state_codes, actions=PostgresActions(pool), action_gateway=gateway,
                             media_timing=MediaTiming(timedelta(seconds=cfg.media_poll_after_s),
                                                      timedelta(seconds=cfg.media_poll_every_s),
-                                                     timedelta(seconds=cfg.media_recheck_s)))
+                                                     timedelta(seconds=cfg.media_recheck_s),
+                                                     timedelta(seconds=cfg.media_reuse_s)))
         defaults = cfg.limits()
         leases = GuidLeases(PostgresGuidLeases(pool, timedelta(seconds=cfg.lease_ttl_s), timedelta(seconds=cfg.in_flight_s)),
                            cfg.owner, cfg.lease_ttl_s)

@@ -164,6 +164,11 @@ class SenderSettings(OpsSettings):
         "How often an item waiting for its media looks at the media's row again (a callback may have made it "
         "ready). The item waits pending, with the reason, and still expires at its `expire_at`."
     ))
+    media_reuse_s: float = Field(172_800.0, gt=0, description=(
+        "How long one upload of a media serves a guid's later items of the same url. After it the next item "
+        "uploads the media again (a new `mediaId`): WeCom keeps temporary media three days, so the default, two "
+        "days, never sends into an expired one. A failed upload is tried again after it too."
+    ))
     db_pool_max: int = Field(20, description="Most Postgres connections of one sender (the pool keeps at least 2).")
     step_linger_ms: float = Field(10.0, ge=0, le=1000, description=(
         "How long a durable step (the claim and `submitted` before a send, the confirmation after it) waits for "

@@ -15,7 +15,9 @@ status: anything but ``online`` makes the guid's sends answer its code (1001 off
 kicked, 1003 unauthorized) through the ``fail_guids`` knob, and a ``device.status`` callback
 is posted to the tenant's callback URL (``"tenant"`` in the body, default ``default``). ``PUT /_admin/customers/{id}``
 seeds a customer; ``PUT /_admin/media/{mediaId}`` ``{"status": "ready"|"failed"}`` settles a
-media now and posts its ``media.ready`` callback.
+media now and posts its ``media.ready`` callback; ``DELETE /_admin/media/{mediaId}`` forgets it
+(a gateway whose media expired): its status polls and sends answer ``bad_params``, and no
+callback follows.
 """
 
 from __future__ import annotations
@@ -119,6 +121,14 @@ class Actions:
         status = self._status(m)
         return {"mediaId": media_id, "status": status} | ({"reason": "could not fetch the url"}
                                                           if status == "failed" else {})
+
+    def forget(self, media_id: str) -> bool:
+        m = self.media.pop(media_id, None)
+        if m is None:
+            return False
+        m.forced = "forgotten"  # no media.ready callback for it any more
+        self.uploads_by_key = {k: v for k, v in self.uploads_by_key.items() if v != media_id}
+        return True
 
     def _settled(self, m: Media, tenant: str) -> None:
         if m.forced is not None:
@@ -300,6 +310,12 @@ def action_routes(app: FastAPI, gw: GatewayState) -> Actions:
             listener(str(b.get("tenant", "default")), "media.ready", m.guid,
                      {"mediaId": media_id, "ok": status == "ready"})
         return JSONResponse({"mediaId": media_id, "status": status})
+
+    @app.delete("/_admin/media/{media_id}")
+    async def forget_media(media_id: str) -> JSONResponse:
+        if not actions.forget(media_id):
+            return JSONResponse({"error": f"no media {media_id}"}, status_code=404)
+        return JSONResponse({"mediaId": media_id, "forgotten": True})
 
     @app.put("/_admin/devices/{guid}")
     async def put_device(guid: str, request: Request) -> JSONResponse:

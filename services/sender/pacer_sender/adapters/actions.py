@@ -26,7 +26,7 @@ _message: TypeAdapter[AnyMessage] = TypeAdapter(Message)
 
 
 def _row(r: Any) -> MediaRow:
-    return MediaRow(r["media_id"], r["status"], r["reason"], r["uploaded_at"], r["checked_at"])
+    return MediaRow(r["media_id"], r["status"], r["reason"], r["uploaded_at"], r["checked_at"], r["generation"])
 
 
 class PostgresActions:
@@ -57,10 +57,12 @@ class PostgresActions:
         r = await self._one("media_get", {"guid": guid, "hash": url_hash})
         return None if r is None else _row(r)
 
-    async def uploaded(self, guid: str, url_hash: str, msg: MediaMessage, answer: MediaAnswer) -> MediaRow:
+    async def uploaded(self, guid: str, url_hash: str, msg: MediaMessage, answer: MediaAnswer,
+                       generation: int) -> MediaRow:
         return _row(await self._one("media_uploaded", {
             "guid": guid, "hash": url_hash, "url": msg.url, "kind": msg.type, "file_name": msg.fileName,
-            "media_id": answer.media_id, "status": answer.status, "reason": storable(answer.reason)}))
+            "media_id": answer.media_id, "status": answer.status, "reason": storable(answer.reason),
+            "generation": generation}))
 
     async def checked(self, guid: str, url_hash: str, status: str, reason: str | None) -> MediaRow:
         return _row(await self._one("media_checked", {"guid": guid, "hash": url_hash, "status": status,

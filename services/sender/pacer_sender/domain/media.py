@@ -5,7 +5,12 @@ The first item of a media on a guid uploads it; the gateway answers ``pending`` 
 when none came within ``poll_after`` of the upload, by the sender asking ``/media/status``
 (then at most every ``poll_every``). Until then the item waits, pending, and looks again
 every ``recheck`` (a cheap read of the media row). A ``failed`` media fails the item with
-the gateway's reason. A send is never made into media that is not ready.
+the gateway's reason; so does a status poll the gateway refuses (``bad_params``: it does not
+know the media id). A send is never made into media that is not ready.
+
+An upload serves the guid's later items of the same url for ``reuse`` (WeCom keeps temporary
+media three days); after that the next item uploads it again, as the next ``generation``, under
+an idempotency key of its own. A failed upload is tried again after ``reuse`` too.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ class MediaRow:
     reason: str | None
     uploaded_at: datetime
     checked_at: datetime | None
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,7 @@ class MediaTiming:
     poll_after: timedelta = timedelta(seconds=30)
     poll_every: timedelta = timedelta(seconds=10)
     recheck: timedelta = timedelta(seconds=2)
+    reuse: timedelta = timedelta(days=2)
 
 
 Step = Literal["upload", "poll", "send", "fail", "wait"]
@@ -41,7 +48,7 @@ Step = Literal["upload", "poll", "send", "fail", "wait"]
 
 def next_step(row: MediaRow | None, now: datetime, t: MediaTiming) -> tuple[Step, datetime | None]:
     """What to do for an item of this media now; for ``wait``, until when."""
-    if row is None:
+    if row is None or now >= row.uploaded_at + t.reuse:
         return "upload", None
     if row.status == "ready":
         return "send", None
@@ -53,3 +60,14 @@ def next_step(row: MediaRow | None, now: datetime, t: MediaTiming) -> tuple[Step
     if now >= poll_at:
         return "poll", None
     return "wait", min(poll_at, now + t.recheck)
+
+
+def next_generation(row: MediaRow | None) -> int:
+    """The generation an upload made now has: the first is 0, each upload again one more."""
+    return 0 if row is None else row.generation + 1
+
+
+def upload_key(guid: str, url_hash: str, generation: int) -> str:
+    """The upload's idempotency key: an upload repeated after a crash is the same upload; an
+    upload again after ``reuse`` is a new one."""
+    return f"media:{guid}:{url_hash}" + (f":{generation}" if generation else "")

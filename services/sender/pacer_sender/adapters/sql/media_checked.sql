@@ -5,4 +5,4 @@ UPDATE media SET checked_at = now(),
        settled_at = CASE WHEN status = 'pending' AND %(status)s <> 'pending' THEN now() ELSE settled_at END,
        settled_by = CASE WHEN status = 'pending' AND %(status)s <> 'pending' THEN 'poll' ELSE settled_by END
 WHERE guid = %(guid)s AND url_hash = %(hash)s
-RETURNING media_id, status, reason, uploaded_at, checked_at
+RETURNING media_id, status, reason, uploaded_at, checked_at, generation

@@ -1,2 +1,2 @@
 -- The guid's upload of one media (by the url's hash), if any.
-SELECT media_id, status, reason, uploaded_at, checked_at FROM media WHERE guid = %(guid)s AND url_hash = %(hash)s
+SELECT media_id, status, reason, uploaded_at, checked_at, generation FROM media WHERE guid = %(guid)s AND url_hash = %(hash)s
