@@ -613,7 +613,7 @@ def test_audit_log_filters_and_pages(database_url: str) -> None:
             first_id = older["entries"][-1]["id"]
             tail = (await api.get(f"/audit?after={first_id}", "operator")).json()
             assert [e["target_id"] for e in tail["entries"]] == [jobs[1], jobs[2], "g1"]
-            assert tail["next_after"] == tail["entries"][-1]["id"]
+            assert tail["next_after"] == tail["entries"][-1]["position"]
             by_actor = (await api.get("/audit?actor=token:tech_admin", "operator")).json()["entries"]
             assert [e["target_id"] for e in by_actor] == ["g1"]
             one = (await api.get(f"/audit?target_type=job&target_id={jobs[0]}", "operator")).json()["entries"]

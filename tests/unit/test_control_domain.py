@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pacer_common.domain.ids import RequestId
 from pacer_common.domain.limits import Pacing, parse_limits
@@ -18,6 +20,7 @@ from pacer_control.core import MISSING_TOKEN, UNKNOWN_TOKEN, Control
 from pacer_control.domain import report
 from pacer_control.domain.dryrun import DryRunError, dry_run
 from pacer_control.domain.errors import Forbidden, Unauthorized
+from pacer_control.domain.filters import AuditPosition
 from pacer_control.domain.permissions import FIELD_ACTIONS, RULES, Principal, may, refusal
 from pacer_control.domain.views import failure_categories, sum_counts
 from pacer_planner.domain.planning import PlanError, plan
@@ -187,3 +190,15 @@ def test_counts_and_failure_categories() -> None:
         {"error_class": "needs_human", "total": 6, "by_status": {"abandoned": 4, "failed": 2}},
         {"error_class": "retryable", "total": 5, "by_status": {"waiting_retry": 5}},
     ]
+
+
+@given(st.none() | st.integers(0, 2**64 - 1), st.integers(0, 2**63 - 1))
+def test_an_audit_position_reads_back_as_written(xid: int | None, entry: int) -> None:
+    position = AuditPosition(xid, entry)
+    assert AuditPosition.parse(str(position)) == position
+
+
+@pytest.mark.parametrize("text", ["", ".", "1.", ".1", "1.2.3", "-1", "1e3", "٣", f"{2**64}.1", f"1.{2**63}"])
+def test_an_audit_position_that_is_not_one_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        AuditPosition.parse(text)

@@ -10,7 +10,8 @@ from pacer_common.db.online_indexes import OnlineIndex, declared, partition_inde
 
 
 def test_each_declared_index_is_one_create_index_with_its_condition() -> None:
-    (bucket,) = declared()
+    tail, bucket = declared()  # by file name
+    assert (tail.name, tail.table, tail.definition, tail.when) == ("audit_log_tail", "audit_log", "(xid, id)", None)
     assert (bucket.name, bucket.table) == ("items_guid_queued_bucket", "items")
     assert bucket.definition == ("((pacer_guid_crc(guid) % 5760), guid)\n"
                                  "    WHERE status IN ('pending', 'waiting_retry')")

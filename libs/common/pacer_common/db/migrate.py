@@ -12,7 +12,9 @@ Four parts, in this order, on every run:
    creating them, and drops the ones past retention);
 4. the indexes of ``db/schema/indexes/`` not yet valid, and the event log's index for the
    reconcilers' segment count when one is given, built partition by partition without
-   holding the tables' writes (:mod:`pacer_common.db.online_indexes`).
+   holding the tables' writes (:mod:`pacer_common.db.online_indexes`);
+5. audit entries restored from a logical backup put before the ones written here (their
+   transaction ids are ahead of this cluster's; ``queries/audit_restored.sql``).
 
 Migrations up to :data:`LAST_MIGRATION_WITH_FUNCTIONS` still define functions, as history;
 a later one must not (``tests/unit/test_schema_files.py`` fails if one does).
@@ -32,7 +34,7 @@ from pacer_common.db.online_indexes import (
     event_segments_index,
     lock_retries,
 )
-from pacer_common.db.sql import migrations, schema_objects
+from pacer_common.db.sql import migrations, query, schema_objects
 
 log = logging.getLogger(__name__)
 _LOCK_ID = 0x7061636572  # "pacer"
@@ -64,6 +66,7 @@ def migrate(url: str, event_segments: int | None = None) -> list[str]:
             apply_schema_objects(conn)
             ensure_partitions(conn)
             ensure_online_indexes(conn, extra)
+            settle_restored_audit(conn)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
     return applied
@@ -94,6 +97,13 @@ def ensure_partitions(conn: psycopg.Connection[Any]) -> None:
     for name, action, detail in conn.execute("SELECT * FROM pacer_ensure_partitions(now(), %s)",
                                              (PARTITIONS_AHEAD_DAYS,)).fetchall():
         log.info("partition %s", action, extra={"partition": name, "detail": detail})
+
+
+def settle_restored_audit(conn: psycopg.Connection[Any]) -> None:
+    """Audit entries with transaction ids this cluster has not reached yet (a logical restore)
+    take position 0, so the audit tail does not wait for the cluster's ids to pass theirs."""
+    if n := conn.execute(query("audit_restored")).rowcount:
+        log.warning("audit entries restored from another cluster put first in the tail", extra={"entries": n})
 
 
 def apply_schema_objects(conn: psycopg.Connection[Any]) -> None:

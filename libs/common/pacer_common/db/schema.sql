@@ -1555,7 +1555,8 @@ CREATE TABLE public.audit_log (
     target_id text NOT NULL,
     reason text,
     before jsonb,
-    after jsonb
+    after jsonb,
+    xid xid8 DEFAULT pg_current_xact_id() NOT NULL
 )
 PARTITION BY RANGE (at);
 
@@ -1568,7 +1569,8 @@ CREATE TABLE public.audit_log_default (
     target_id text CONSTRAINT audit_log_target_id_not_null NOT NULL,
     reason text,
     before jsonb,
-    after jsonb
+    after jsonb,
+    xid xid8 DEFAULT pg_current_xact_id() CONSTRAINT audit_log_xid_not_null NOT NULL
 );
 
 CREATE SEQUENCE public.audit_log_id_seq
@@ -2103,6 +2105,10 @@ ALTER TABLE ONLY public.tenants
 
 CREATE UNIQUE INDEX audit_log_default_id_key ON public.audit_log_default USING btree (id);
 
+CREATE INDEX audit_log_tail ON ONLY public.audit_log USING btree (xid, id);
+
+CREATE INDEX audit_log_tail_default ON public.audit_log_default USING btree (xid, id);
+
 CREATE INDEX audit_log_target ON ONLY public.audit_log USING btree (target_type, target_id, id);
 
 CREATE INDEX audit_log_target_default ON public.audit_log_default USING btree (target_type, target_id, id);
@@ -2214,6 +2220,8 @@ CREATE INDEX shards_open ON public.shards USING btree (job_id) WHERE (status <> 
 CREATE INDEX tenant_guids_tenant ON public.tenant_guids USING btree (tenant);
 
 ALTER INDEX public.audit_log_pkey ATTACH PARTITION public.audit_log_default_pkey;
+
+ALTER INDEX public.audit_log_tail ATTACH PARTITION public.audit_log_tail_default;
 
 ALTER INDEX public.audit_log_target ATTACH PARTITION public.audit_log_target_default;
 

@@ -358,8 +358,15 @@ class PostgresControl:
 
     async def audit_log(self, f: AuditFilter) -> list[Row]:
         params = {"target_type": f.target_type, "target_id": f.target_id, "actor": f.actor, "limit": f.limit,
-                  "after": f.after, "before": f.before}
-        return await self._read("audit_after" if f.after is not None else "audit_newest", params)
+                  "before": f.before, "xid": None if f.after is None or f.after.xid is None else str(f.after.xid),
+                  "after": None if f.after is None else f.after.id}
+        if f.after is None:
+            return await self._read("audit_newest", params)
+        rows = await self._read("audit_after", params)
+        if not rows and f.after.xid is not None and (await self._read("audit_ahead", params))[0]["ahead"]:
+            raise Invalid(f"audit position {f.after} is ahead of this database's transactions (a position "
+                          "from before a restore?): start the tail again from an entry id")
+        return rows
 
     async def tokens(self) -> list[Row]:
         return await self._read("tokens", {})

@@ -24,13 +24,16 @@ from pacer_control.api.schemas import (
     TokenName,
     TokenView,
 )
-from pacer_control.domain.errors import TooLarge
-from pacer_control.domain.filters import DEFAULT_PAGE, MAX_PAGE, AuditFilter
+from pacer_control.domain.errors import Invalid, TooLarge
+from pacer_control.domain.filters import DEFAULT_PAGE, MAX_PAGE, AuditFilter, AuditPosition
 
 router = APIRouter()
 
 TextQuery = Annotated[str | None, Query(min_length=1, max_length=256, pattern=NO_NUL)]
 AuditId = Annotated[int | None, Query(ge=0, le=2**63 - 1)]
+AuditAfter = Annotated[str | None, Query(max_length=41, pattern=r"^[0-9]+(\.[0-9]+)?$", description=(
+    "an entry's `position` or a page's `next_after` (`<xid>.<id>`), or an entry id: the entries committed "
+    "after it, oldest first"))]
 
 
 @router.get("/locks", response_model=LockView, tags=["guids"],
@@ -41,15 +44,19 @@ async def locks(ctl: Ctl, limit: Annotated[int, Query(ge=1, le=5000)] = 1000) ->
 
 
 @router.get("/audit", response_model=AuditPage, tags=["audit"],
-            summary="The audit log: newest first, or after an id oldest first", **guard("audit.view", 422))
+            summary="The audit log: newest first, or what was committed after a position, oldest first",
+            **guard("audit.view", 422))
 async def audit(ctl: Ctl, target_type: TextQuery = None, target_id: TextQuery = None, actor: TextQuery = None,
                 limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
-                after: AuditId = None, before: AuditId = None) -> dict[str, Any]:
-    rows = await ctl.audit_log(AuditFilter(target_type, target_id, actor, limit, after, before))
-    cursor = next_cursor(rows, limit, "id")
-    if after is not None:
-        return {"entries": rows, "next_after": cursor or (rows[-1]["id"] if rows else after)}
-    return {"entries": rows, "next_before": cursor}
+                after: AuditAfter = None, before: AuditId = None) -> dict[str, Any]:
+    try:
+        position = None if after is None else AuditPosition.parse(after)
+    except ValueError as exc:
+        raise Invalid(str(exc)) from None
+    rows = await ctl.audit_log(AuditFilter(target_type, target_id, actor, limit, position, before))
+    if position is not None:
+        return {"entries": rows, "next_after": rows[-1]["position"] if rows else str(position)}
+    return {"entries": rows, "next_before": next_cursor(rows, limit, "id")}
 
 
 def _inline(schema: Any, defs: dict[str, Any]) -> Any:

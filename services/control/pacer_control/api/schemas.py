@@ -386,11 +386,14 @@ class AuditView(BaseModel):
     reason: str | None
     before: dict[str, Any] | None
     after: dict[str, Any] | None
+    position: str = Field(description="where this entry stands in the tail: pass as ?after= for the entries "
+                                      "committed after it")
 
 
 class AuditPage(BaseModel):
     entries: list[AuditView]
-    next_after: int | None = None
+    next_after: str | None = Field(None, description="the tail's position: pass as ?after= for what was "
+                                                     "committed since; the same position when nothing was")
     next_before: int | None = None
 
 

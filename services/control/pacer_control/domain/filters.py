@@ -56,13 +56,38 @@ class ItemFilter:
         return ItemFilter(statuses or FAILED, self.guid, self.error_class, True, self.limit, self.after)
 
 
+@dataclass(frozen=True, order=True)
+class AuditPosition:
+    """Where a tail of the audit log stands: the writing transaction's id (``xid``) and the
+    entry's. Ids are taken at insert, not at commit; transactions' ids order the log so that
+    nothing committed later sorts before a position already read. ``xid`` None: the position
+    of the entry ``id`` (a plain id given as ``after``)."""
+
+    xid: int | None
+    id: int
+
+    @classmethod
+    def parse(cls, text: str) -> AuditPosition:
+        """``<xid>.<id>`` (a ``position`` or ``next_after``) or a plain entry id."""
+        head, dot, tail = text.partition(".")
+        if not (head.isascii() and head.isdigit()) or (dot and not (tail.isascii() and tail.isdigit())):
+            raise ValueError(f"{text!r} is neither an audit position (<xid>.<id>) nor an entry id")
+        xid, entry = (int(head), int(tail)) if dot else (None, int(head))
+        if entry >= 2**63 or (xid is not None and xid >= 2**64):
+            raise ValueError(f"{text!r} is out of range")
+        return cls(xid, entry)
+
+    def __str__(self) -> str:
+        return str(self.id) if self.xid is None else f"{self.xid}.{self.id}"
+
+
 @dataclass(frozen=True)
 class AuditFilter:
     target_type: str | None = None
     target_id: str | None = None
     actor: str | None = None
     limit: int = DEFAULT_PAGE
-    after: int | None = None  # entries after this id, oldest first (tail the log)
+    after: AuditPosition | None = None  # entries after this position, in commit-safe order (tail the log)
     before: int | None = None  # entries before this id, newest first (page back)
 
 

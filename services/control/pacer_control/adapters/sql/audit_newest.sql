@@ -1,5 +1,5 @@
 -- The audit log, newest first (optionally before an id).
-SELECT id, at, actor, action, target_type, target_id, reason, before, after
+SELECT id, at, actor, action, target_type, target_id, reason, before, after, xid::text || '.' || id AS position
 FROM audit_log
 WHERE (%(target_type)s::text IS NULL OR target_type = %(target_type)s::text)
   AND (%(target_id)s::text IS NULL OR target_id = %(target_id)s::text)

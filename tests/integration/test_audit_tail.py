@@ -1,0 +1,82 @@
+"""The audit log's tail on the real database: an entry whose transaction commits after a later
+entry's is still read, once, in its turn; a position from another cluster's transactions is
+refused; entries restored from one are put first."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import psycopg
+
+from pacer_common.db.migrate import settle_restored_audit
+from tests.integration.control_support import Api, control_api
+
+
+def write(conn: psycopg.Connection[Any], target: str, action: str) -> None:
+    conn.execute("SELECT pacer_audit('test', %s, 'tail', %s, NULL, NULL, NULL)", (action, target))
+
+
+async def tail(api: Api, target: str, after: str) -> tuple[list[str], str]:
+    r = await api.get(f"/audit?target_type=tail&target_id={target}&after={after}", "operator")
+    assert r.status_code == 200, r.text
+    page = r.json()
+    return [e["action"] for e in page["entries"]], page["next_after"]
+
+
+def test_an_entry_committed_after_a_later_one_is_read_in_its_turn(database_url: str) -> None:
+    target = f"t-{uuid.uuid4().hex[:8]}"
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            with psycopg.connect(database_url) as early, psycopg.connect(database_url) as late, \
+                    psycopg.connect(database_url, autocommit=True) as other:
+                early.execute("SELECT pg_current_xact_id()")  # its transaction began first
+                write(late, target, "late-id-first")  # takes the smaller id, commits last
+                write(early, target, "early")
+                early.commit()
+                write(other, target, "after-both")
+                seen, pos = await tail(api, target, "0")
+                assert seen == ["early"], "read past an entry whose transaction is still open"
+                late.commit()
+                more, pos = await tail(api, target, pos)
+                assert more == ["late-id-first", "after-both"]
+                newest = (await api.get(f"/audit?target_type=tail&target_id={target}", "operator")).json()
+                by_id = [e["action"] for e in newest["entries"]]
+                assert by_id == ["after-both", "early", "late-id-first"], "the listing stays newest id first"
+                assert await tail(api, target, pos) == ([], pos), "nothing new: the same position"
+
+    asyncio.run(go())
+
+
+def test_a_plain_id_starts_at_that_entry_and_a_position_ahead_of_the_database_is_refused(database_url: str) -> None:
+    target = f"t-{uuid.uuid4().hex[:8]}"
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                for action in ("a", "b", "c"):
+                    write(conn, target, action)
+            newest = (await api.get(f"/audit?target_type=tail&target_id={target}", "operator")).json()["entries"]
+            assert [e["action"] for e in newest] == ["c", "b", "a"]
+            assert (await tail(api, target, str(newest[2]["id"])))[0] == ["b", "c"]
+            assert (await tail(api, target, newest[1]["position"]))[0] == ["c"]
+            r = await api.get(f"/audit?after=99999999999999.{newest[0]['id']}", "operator")
+            assert r.status_code == 422 and "ahead of this database" in r.text, r.text
+            for bad in ("1.", ".1", "x", "1.2.3", "-1"):
+                assert (await api.get(f"/audit?after={bad}", "operator")).status_code == 422, bad
+
+    asyncio.run(go())
+
+
+def test_entries_restored_from_another_cluster_are_put_before_the_ones_written_here(database_url: str) -> None:
+    target = f"t-{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        write(conn, target, "restored")
+        conn.execute("UPDATE audit_log SET xid = '99999999999999' WHERE target_id = %s", (target,))
+        write(conn, target, "here")
+        settle_restored_audit(conn)
+        rows = conn.execute("SELECT action, xid::text FROM audit_log WHERE target_id = %s ORDER BY xid, id",
+                            (target,)).fetchall()
+    assert [a for a, _ in rows] == ["restored", "here"] and rows[0][1] == "0"
