@@ -11,9 +11,11 @@ import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.commands import ItemCommand
@@ -429,6 +431,44 @@ def test_a_status_change_clears_a_held_mark_left_by_earlier_code(database_url: s
     assert one(url, "SELECT status::text, held FROM items WHERE item_id = %s", cmd.item_id) == ("pending", False)
 
 
+async def governance(url: str) -> dict[str, int]:
+    pool = await open_pool(url, min_size=1, max_size=2)
+    try:
+        return await PostgresLog(pool, "reconciler", timedelta(seconds=60)).governance_stats(timedelta(minutes=10))
+    finally:
+        await pool.close()
+
+
+def test_a_shard_waiting_for_its_guids_quiet_hours_window_cap_or_slow_pace_is_not_stalled(database_url: str) -> None:
+    url = database_url
+    guids = [f"{name}-{uuid.uuid4().hex[:6]}" for name in ("quiet", "capped", "slow", "stuck")]
+    job, _, _ = seed_job(url, dict.fromkeys(guids, 1))
+    local = datetime.now(ZoneInfo("Asia/Shanghai"))
+    inside = f"{local - timedelta(hours=1):%H:%M}-{local + timedelta(hours=1):%H:%M}"
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE shards SET status = 'running', last_progress_at = now() - interval '20 minutes'"
+                     " WHERE job_id = %s", (job,))
+    assert asyncio.run(governance(url))["stalled_shards"] == 4
+    quiet, capped, slow, _stuck = guids
+    with psycopg.connect(url) as conn:
+        for guid, limits in ((quiet, {"quiet_hours": inside}), (capped, {"per_day": 10}),
+                             (slow, {"min_interval_s": 3600})):
+            conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 'test')",
+                         (guid, Jsonb(limits)))
+        day = int(datetime.now(UTC).timestamp() // 86400)
+        conn.execute("INSERT INTO guid_leases (guid, windows) VALUES (%s, %s) ON CONFLICT (guid) DO UPDATE"
+                     " SET windows = EXCLUDED.windows", (capped, Jsonb({"day": [day, 8]})))  # 8: 10 less the reserve
+    assert asyncio.run(governance(url))["stalled_shards"] == 1, "only the guid its limits would let send"
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('*', %s, 'test')",
+                     (Jsonb({"quiet_hours": inside}),))
+    try:
+        assert asyncio.run(governance(url))["stalled_shards"] == 0, "every guid's quiet hours hold it too"
+    finally:
+        with psycopg.connect(url) as conn:
+            conn.execute("DELETE FROM guid_limits WHERE guid = '*'")
+
+
 def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_url: str) -> None:
     url = database_url
     job, _shards, _ = seed_job(url, {"g1": 2, "g2": 2, "g3": 2})
@@ -440,14 +480,7 @@ def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_ur
     assert one(url, "SELECT pacer_hold_guid('g2', 'operator check', 'token:operator')") is True
     assert one(url, "SELECT pacer_hold_job(%s, 'budget_exhausted', 'system:budget')", other) is True
 
-    async def stats() -> dict[str, int]:
-        pool = await open_pool(url, min_size=1, max_size=2)
-        try:
-            return await PostgresLog(pool, "reconciler", timedelta(seconds=60)).governance_stats(timedelta(minutes=10))
-        finally:
-            await pool.close()
-
-    assert asyncio.run(stats()) == {"jobs_paused_budget": 1, "jobs_paused_breaker": 0, "jobs_paused_operator": 0,
+    assert asyncio.run(governance(url)) == {"jobs_paused_budget": 1, "jobs_paused_breaker": 0, "jobs_paused_operator": 0,
                                     "guids_paused": 1, "stalled_shards": 1,  # g1 only: g2's guid is paused
                                     "jobs_running": 1, "items:pending": 7,  # job progress: open jobs' items
                                     "guids:online": 0, "guids:offline": 0, "guids:kicked": 0,
@@ -458,9 +491,9 @@ def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_ur
         conn.execute("SELECT * FROM pacer_set_guid_state('g1', 'kicked', 'callback', NULL, now())")
         # a switched-off phone with nothing queued is offline, and holds back no work
         conn.execute("SELECT * FROM pacer_set_guid_state('g-idle', 'offline', 'callback', NULL, now())")
-    kicked = asyncio.run(stats())
+    kicked = asyncio.run(governance(url))
     assert (kicked["stalled_shards"], kicked["guids:kicked"], kicked["guids:online"]) == (0, 1, 0)
     assert (kicked["guids_with_work:kicked"], kicked["guids:offline"], kicked["guids_with_work:offline"]) == (1, 1, 0)
     action(url, job, "pause")
-    assert asyncio.run(stats())["stalled_shards"] == 0  # a paused job is not stalled
-    assert asyncio.run(stats())["jobs_paused_operator"] == 1
+    assert asyncio.run(governance(url))["stalled_shards"] == 0  # a paused job is not stalled
+    assert asyncio.run(governance(url))["jobs_paused_operator"] == 1

@@ -2,7 +2,7 @@
 send time counts one send in its minute, hour and day; a new window starts again at one; an
 update that leaves the send time alone counts nothing. The counts are what a sender taking
 the guid over enforces its window caps from, so they must match the senders' own windowing
-(``pacer_sender.domain.pacing.WINDOWS``)."""
+(``pacer_common.domain.limits.WINDOWS``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from pacer_sender.domain.pacing import WINDOWS
+from pacer_common.domain.limits import WINDOWS
 
 MIDNIGHT = datetime(2026, 12, 6, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pacer_common.domain.limits import DEFAULTS, Pacing
+from pacer_common.domain.limits import DEFAULTS, Pacing, effective_pacing
 from pacer_control.domain.views import (
     DEFAULT_INTERVAL_S,
     STALLED_AFTER_S,
@@ -16,7 +16,6 @@ from pacer_control.domain.views import (
     changes,
     describe_totals,
     duration,
-    effective_pacing,
     examples,
     number,
     progress,

@@ -18,7 +18,7 @@ from typing import Any
 
 from pacer_common.domain.dead_letters import Cursor, DeadLetter, Page, Queue, matches, page_of, read_depth
 from pacer_common.domain.ids import ItemId, new_item_ids
-from pacer_common.domain.limits import parse_limits
+from pacer_common.domain.limits import effective_pacing, parse_limits
 from pacer_common.domain.requests import DEFAULT_TENANT
 from pacer_common.domain.tokens import Role, token_hash
 from pacer_common.domain.validation import InvalidRequest, validate_request
@@ -282,7 +282,7 @@ class Control:
         counts = row.get("backlog") or row  # one guid's view counts its queue in its backlog
         if "ready" in counts:
             now = self.clock()
-            pacing = views.effective_pacing(every_guid, row.get("limits"))
+            pacing = effective_pacing(every_guid, row.get("limits"))
             row = row | {"quiet_until": views.quiet_until(pacing, now),
                          "activity": None if row["held"] else views.activity(
                              views.queued_count(counts), counts["ready"], row.get("last_send_at"),

@@ -19,7 +19,8 @@ GAUGES = {
     "guids_paused": ("pacer_reconciler_guids_paused",
                      "Guids paused by a breaker or an operator (lifecycle holds: pacer_reconciler_guids_by_state)"),
     "stalled_shards": ("pacer_reconciler_stalled_shards",
-                       "Open shards of running jobs with no progress for stall_after_s"),
+                       "Open shards of running jobs with no progress for stall_after_s beyond their guid's longest gap, "
+                       "not held by its quiet hours or a send window's cap"),
     "jobs_running": ("pacer_reconciler_jobs_running", "Jobs running (not paused, not finished)"),
 }
 # Totals kept in the database, all time: counters (``_total`` is added on exposition).

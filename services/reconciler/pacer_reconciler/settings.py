@@ -87,8 +87,11 @@ class ReconcilerSettings(OpsSettings):
         "The ratio rule applies only once the window holds this many outcomes."
     ))
     stall_after_s: float = Field(600.0, description=(
-        "An open shard of a running job (guid not paused) with no progress for this long counts in "
-        "`pacer_reconciler_stalled_shards` (alert `PacerShardStalled`)."
+        "An open shard of a running job (guid not paused, online) with no progress for this long, beyond its "
+        "guid's own longest gap between batch sends, counts in `pacer_reconciler_stalled_shards` (alert "
+        "`PacerShardStalled`), unless the guid's limits hold it now: its quiet hours, or a send window whose "
+        "batch share is used. Limits as `guid_limits` holds them (the guid's own over `*`); a sender's "
+        "`PACER_SENDER_QUIET_HOURS` is not seen: set fleet-wide quiet hours as the `*` override."
     ))
     backlog_top_n: int = Field(10, ge=1, le=100, description=(
         "How many guids the backlog metrics name: the top N by queued items and the top N by oldest wait."

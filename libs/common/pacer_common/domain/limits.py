@@ -11,6 +11,7 @@ set to ``null``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from datetime import time as dtime
 from typing import Annotated, Any, Literal
@@ -28,6 +29,8 @@ from pydantic import (
 )
 
 Cap = Annotated[int, Field(gt=0)] | None
+# The send windows: the per_<name> caps, and guid_leases.windows (floor(epoch / size), sends).
+WINDOWS: tuple[tuple[str, int], ...] = (("minute", 60), ("hour", 3600), ("day", 86400))
 JitterDist = Literal["uniform", "exponential"]
 
 
@@ -119,8 +122,39 @@ class Pacing(BaseModel):
         return (end_at - local).total_seconds()
 
 
+    def held_for(self, wall: float, windows: Mapping[str, Any] | None) -> float:
+        """Seconds a batch send of the guid waits now by its limits alone (0: none holds it):
+        its quiet hours, or a window whose sends (``windows``, as ``guid_leases`` keeps them:
+        ``{"minute": [window index, sends], …}``) reached the batch share of its cap."""
+        wait = self.quiet_remaining(wall)
+        for name, size in WINDOWS:
+            cap = getattr(self, f"per_{name}")
+            kept = (windows or {}).get(name)
+            if cap is None or not isinstance(kept, list) or len(kept) != 2:
+                continue
+            index, sends = kept
+            if index == int(wall // size) and sends >= int(cap * (1 - self.online_reserve)):
+                wait = max(wait, (index + 1) * size - wall)
+        return wait
+
+
 DEFAULTS = Pacing()
 NULLABLE = frozenset(name for name, f in Pacing.model_fields.items() if f.default is None)
+
+
+def effective_pacing(every_guid: Mapping[str, Any] | None, own: Mapping[str, Any] | None) -> Pacing:
+    """A guid's pacing as the senders apply it: its own overrides over every guid's (``*``).
+    An override the model no longer reads (a limit a later release dropped) is skipped as the
+    senders skip it: the guid's own first, then every guid's."""
+    for layers in ((every_guid, own), (every_guid,), ()):
+        merged: dict[str, Any] = {}
+        for layer in layers:
+            merged |= dict(layer or {})
+        try:
+            return Pacing.model_validate(merged)
+        except ValueError:
+            continue
+    return DEFAULTS
 
 
 class JobLimitsPatch(BaseModel):

@@ -84,21 +84,6 @@ def queued_count(counts: Mapping[str, Any]) -> int:
     return int(counts["queued"] or 0)
 
 
-def effective_pacing(every_guid: Mapping[str, Any] | None, own: Mapping[str, Any] | None) -> Pacing:
-    """A guid's pacing as the senders apply it: its own overrides over every guid's (``*``).
-    An override the model no longer reads (a limit a later release dropped) is skipped as the
-    senders skip it: the guid's own first, then every guid's."""
-    for layers in ((every_guid, own), (every_guid,), ()):
-        merged: dict[str, Any] = {}
-        for layer in layers:
-            merged |= dict(layer or {})
-        try:
-            return Pacing.model_validate(merged)
-        except ValueError:
-            continue
-    return DEFAULTS
-
-
 def quiet_until(pacing: Pacing, now: datetime) -> datetime | None:
     """When the guid's quiet hours end, if ``now`` is inside them (its batch sends are held)."""
     left = pacing.quiet_remaining(now.timestamp())

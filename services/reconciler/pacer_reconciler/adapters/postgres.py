@@ -22,10 +22,12 @@ from pacer_reconciler.adapters.job_labels import JobLabels
 from pacer_reconciler.adapters.layout import segment_sql
 from pacer_reconciler.domain.projection import count_deltas
 from pacer_reconciler.domain.segments import SINGLETON_SEGMENT
+from pacer_reconciler.domain.stalls import Quiet, stalled
 from pacer_reconciler.domain.verification import verdict
 from pacer_reconciler.ports import Applied, CursorMoved, InDoubt, Lease, Position, SweepKind, Unreadable
 
 _sql = loader("pacer_reconciler.adapters.sql")
+QUIET_GUIDS_READ = 10_000  # guids with shards that have not moved, read for the stall count
 
 
 _SWEEPS: dict[SweepKind, Transition] = {
@@ -199,9 +201,15 @@ class PostgresLog:
     async def governance_stats(self, stall_after: timedelta) -> dict[str, int]:
         async def work() -> dict[str, int]:
             async with self.pool.connection() as conn:
-                row = await one(conn, _sql("governance_counts"), {"stall": stall_after})
+                row = await one(conn, _sql("governance_counts"), {})
                 items = await (await conn.execute(_sql("job_items"))).fetchall()
                 states = await (await conn.execute(_sql("guid_state_counts"))).fetchall()
+                quiet = await (await conn.execute(_sql("quiet_shards"), {"stall": stall_after,
+                                                                         "limit": QUIET_GUIDS_READ})).fetchall()
+                every = await one(conn, _sql("every_guid_limits"), {})
+            shards = [Quiet(r["guid"], r["since"], r["limits"], r["windows"]) for r in quiet]
+            row = dict(row) | {"stalled_shards": stalled(shards, every["limits"], every["now"],
+                                                         stall_after.total_seconds())}
             return ({k: int(v) for k, v in row.items()} | {f"items:{r['status']}": int(r["n"]) for r in items}
                     | {f"guids:{r['state']}": int(r["n"]) for r in states}
                     | {f"guids_with_work:{r['state']}": int(r["with_work"]) for r in states})

@@ -20,10 +20,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from pacer_common.domain.limits import Pacing
+from pacer_common.domain.limits import WINDOWS, Pacing
 from pacer_common.domain.requests import Lane
-
-WINDOWS: tuple[tuple[str, int], ...] = (("minute", 60), ("hour", 3600), ("day", 86400))
 
 
 class Limits(Pacing):

@@ -1,0 +1,55 @@
+"""A shard that waits for its guid's limits is not stalled: quiet hours, a send window's cap,
+a guid's own slow pace (pacer_reconciler.domain.stalls, Pacing.held_for)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pacer_common.domain.limits import DEFAULTS, Pacing
+from pacer_reconciler.domain.stalls import Quiet, stalled
+
+NOW = datetime(2026, 12, 6, 3, 0, 30, tzinfo=UTC)  # 11:00:30 in Asia/Shanghai
+WALL = NOW.timestamp()
+DAY = int(WALL // 86400)
+
+
+def test_quiet_hours_hold_a_guid_until_they_end() -> None:
+    assert Pacing(quiet_hours="10:00-12:00").held_for(WALL, None) == 3600 - 30
+    assert Pacing(quiet_hours="12:00-10:00").held_for(WALL, None) == 0  # outside: 10:00 to 12:00 is open
+
+
+def test_a_window_whose_batch_share_is_used_holds_the_guid_until_the_window_ends() -> None:
+    capped = Pacing(per_day=10)  # the batch share: 8 of 10 (online_reserve 0.2)
+    day_left = (DAY + 1) * 86400 - WALL
+    assert capped.held_for(WALL, {"day": [DAY, 8]}) == day_left
+    assert capped.held_for(WALL, {"day": [DAY, 7]}) == 0
+    assert capped.held_for(WALL, {"day": [DAY - 1, 10]}) == 0, "yesterday's sends hold nothing today"
+    assert DEFAULTS.held_for(WALL, {"day": [DAY, 10_000]}) == 0, "no cap, no hold"
+    assert capped.held_for(WALL, {"day": "garbled"}) == 0
+    per_minute = Pacing(per_minute=5, per_day=10)
+    assert per_minute.held_for(WALL, {"minute": [int(WALL // 60), 4], "day": [DAY, 8]}) == day_left
+
+
+def quiet(since_s: float, limits: dict[str, object] | None = None, windows: dict[str, object] | None = None) -> Quiet:
+    return Quiet("g", [NOW - timedelta(seconds=since_s)], limits, windows)
+
+
+def test_a_shard_is_stalled_only_past_the_stall_time_and_its_guids_own_longest_gap() -> None:
+    gap = DEFAULTS.longest_gap_s
+    assert stalled([quiet(600 + gap + 1)], None, NOW, 600) == 1
+    assert stalled([quiet(600 + gap - 1)], None, NOW, 600) == 0
+    assert stalled([quiet(1200, {"min_interval_s": 3600})], None, NOW, 600) == 0, "one send an hour"
+    assert stalled([quiet(1200)], {"min_interval_s": 3600}, NOW, 600) == 0, "every guid's pace"
+    assert stalled([quiet(1200, {"quiet_hours": "10:00-12:00"})], None, NOW, 600) == 0
+    assert stalled([quiet(1200, {"per_day": 10}, {"day": [DAY, 9]})], None, NOW, 600) == 0
+    assert stalled([quiet(1200, {"per_day": 10}, {"day": [DAY, 2]})], None, NOW, 600) == 1
+
+
+@given(st.lists(st.floats(0, 10_000), max_size=20), st.floats(0, 5_000))
+def test_the_count_never_exceeds_the_shards_and_grows_with_their_age(ages: list[float], more: float) -> None:
+    young = stalled([Quiet("g", [NOW - timedelta(seconds=a) for a in ages], None, None)], None, NOW, 600)
+    old = stalled([Quiet("g", [NOW - timedelta(seconds=a + more) for a in ages], None, None)], None, NOW, 600)
+    assert 0 <= young <= old <= len(ages)
