@@ -107,7 +107,7 @@ def move(url: str, items: list[str], status: str, error_class: str | None = None
 
 
 @contextlib.contextmanager
-def control_server(url: str) -> Iterator[tuple[str, dict[str, str]]]:
+def control_server(url: str, **kw: Any) -> Iterator[tuple[str, dict[str, str]]]:
     """The Control API over HTTP on a free loopback port (its own loop, in a thread), for
     clients that are processes or blocking code (the command line); yields (base URL, tokens)."""
     port = free_port()
@@ -117,7 +117,7 @@ def control_server(url: str) -> Iterator[tuple[str, dict[str, str]]]:
     async def run() -> None:
         pool = await open_pool(url, min_size=1, max_size=4, name="test-control-http")
         tokens.update(await make_tokens(url, "cli-"))
-        server, task = await serve(build_app(pool), "127.0.0.1", port)
+        server, task = await serve(build_app(pool, **kw), "127.0.0.1", port)
         deadline = asyncio.get_running_loop().time() + 30
         while not server.started:
             assert asyncio.get_running_loop().time() < deadline, "the Control API did not start"

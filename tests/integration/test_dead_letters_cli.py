@@ -12,10 +12,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from pacer_common.cli import EXIT_NOT_FOUND, EXIT_REFUSED, main
+from pacer_common.cli import EXIT_DENIED, EXIT_NOT_FOUND, EXIT_USAGE, main
 from pacer_common.kafka import ensure_topics, make_producer
+from pacer_common.settings import KafkaSettings
+from pacer_control.adapters.kafka import KafkaDeadLetters
 from pacer_intake.adapters.kafka import KafkaCallbackLog, callback_producer
 from pacer_planner.adapters.kafka import KafkaCommandBus
+from tests.integration.control_support import control_server, rows
 from tests.integration.helpers import read_topic
 
 NOT_JSON = b'{"request_id": "r-bad", "kind": "campaign", '
@@ -110,14 +113,35 @@ def test_refused_requests_and_callbacks_are_listed_shown_and_sent_again(
     assert _pacer("show", "0:2") == EXIT_NOT_FOUND
     capsysbinary.readouterr()
 
-    assert _pacer("republish", "0:0") == EXIT_REFUSED, "a request the planner would refuse again is not sent"
-    assert b"not republished" in capsysbinary.readouterr().err
-    assert _pacer("republish", "0:1") == 0
-    assert b"republished" in capsysbinary.readouterr().out
+    # Sent again through the Control API: its role check, the planner's validation, its audit.
+    monkeypatch.delenv("PACER_CONTROL_URL", raising=False)
+    monkeypatch.delenv("PACER_TOKEN", raising=False)
+    assert _pacer("republish", "0:1") == EXIT_USAGE
+    assert b"PACER_CONTROL_URL" in capsysbinary.readouterr().err
+    queue = KafkaDeadLetters(KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"],
+                                           topic_prefix=topic_prefix))
+    with control_server(database_url, dead_letters=queue) as (api, tokens):
+        monkeypatch.setenv("PACER_CONTROL_URL", api)
+        monkeypatch.setenv("PACER_TOKEN", tokens["operator"])
+        assert _pacer("republish", "0:1") == EXIT_DENIED, "an operator may not send a request again"
+        capsysbinary.readouterr()
+        monkeypatch.setenv("PACER_TOKEN", tokens["tech_admin"])
+        assert _pacer("republish", "0:0") == EXIT_USAGE, "a request the planner would refuse again is not sent"
+        assert b"not republished" in capsysbinary.readouterr().err
+        assert _pacer("republish", "0:1", "--reason", "planner fixed") == 0
+        assert b"republished" in capsysbinary.readouterr().out
+    # --raw: unchecked, straight to Kafka, and audited by the command line itself.
+    assert _pacer("republish", "0:0", "--raw", "--reason", "the validation is wrong") == 0
+    assert b"unchecked" in capsysbinary.readouterr().out
 
-    got = read_topic(kafka_config, requests, 1)
-    assert [(r["key"], r["raw"]) for r in got] == [(b"r-internal", request)], "only the one taken, once, as it came"
-    assert got[0]["headers"]["pacer-republished-from"] == f"{dlq}:0:1".encode()
+    got = read_topic(kafka_config, requests, 2)
+    assert [(r["key"], r["raw"]) for r in got] == [(b"r-internal", request), (b"r-bad", NOT_JSON)], \
+        "each sent once, as it came"
+    assert [r["headers"]["pacer-republished-from"] for r in got] == [f"{dlq}:0:1".encode(), f"{dlq}:0:0".encode()]
+    assert rows(database_url, "SELECT actor, target_id, reason, after ->> 'raw' AS raw FROM audit_log"
+                              " WHERE action = 'republish' ORDER BY id") == [
+        {"actor": "token:cli-tech_admin", "target_id": f"{dlq}:0:1", "reason": "planner fixed", "raw": None},
+        {"actor": "cli", "target_id": f"{dlq}:0:0", "reason": "the validation is wrong", "raw": "true"}]
     assert not {g for g in _groups(kafka_config) - groups_before if "dead-letters" in g}, "reading commits nothing"
 
 

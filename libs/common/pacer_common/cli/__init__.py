@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-import httpx
 import psycopg
 from confluent_kafka import KafkaException
 from psycopg.rows import dict_row
@@ -33,7 +32,7 @@ from pacer_common.cli.common import (
     EXIT_REFUSED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
-    HTTP_EXIT,
+    control_call,
     count,
     one_line,
     unless_stopped,
@@ -57,7 +56,7 @@ from pacer_common.kafka import (
     make_producer,
     produce_all,
 )
-from pacer_common.settings import ControlClientSettings, KafkaSettings, PostgresSettings
+from pacer_common.settings import KafkaSettings, PostgresSettings
 
 __all__ = ["EXIT_DENIED", "EXIT_DONE", "EXIT_NOT_FOUND", "EXIT_REFUSED", "EXIT_UNAVAILABLE", "EXIT_USAGE",
            "main", "topic_layout"]
@@ -178,49 +177,17 @@ def _with_conn(fn: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
     return asyncio.run(run())
 
 
-def _control(method: str, path: str, **kw: Any) -> int:
-    """One call to the Control API as ``PACER_TOKEN``: the same role check, use case and audit
-    record as every other client. Prints the answer; the exit code says how it went."""
-    try:
-        cfg = ControlClientSettings()
-    except ValidationError:
-        print("set PACER_CONTROL_URL (the Control API, e.g. http://127.0.0.1:9104/api/v1) and PACER_TOKEN "
-              "(an API token): `eval \"$(make -s env)\"` after `make up`", file=sys.stderr)
-        return EXIT_USAGE
-    headers = {"Authorization": f"Bearer {cfg.token.get_secret_value()}"}
-    try:
-        r = httpx.request(method, cfg.control_url.rstrip("/") + path, headers=headers,
-                          timeout=cfg.control_timeout_s, **kw)
-    except httpx.HTTPError as exc:
-        print(f"the Control API at {cfg.control_url} cannot be reached: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    try:
-        body = r.json()
-    except ValueError:
-        body = {"detail": r.text}
-    if r.status_code == 200:
-        if "message" in body and "outcome" in body:
-            print(f"{body.get('result', body['outcome'])}: {body['message']}")
-        else:
-            print(json.dumps(body, default=str))
-        return EXIT_DONE
-    detail = body.get("detail", r.text)
-    word = body.get("result", body.get("outcome", str(r.status_code)))
-    print(f"{word}: {detail}", file=sys.stderr)
-    return HTTP_EXIT.get(r.status_code, EXIT_UNAVAILABLE if r.status_code >= 500 else EXIT_REFUSED)
-
-
 def _reason(args: argparse.Namespace) -> dict[str, Any]:
     return {"reason": args.reason} if args.reason else {}
 
 
 def _retry(args: argparse.Namespace) -> int:
     body = {**_reason(args), **({"priority": args.priority} if args.priority is not None else {})}
-    return _control("POST", f"/items/{args.item}/retry", json=body)
+    return control_call("POST", f"/items/{args.item}/retry", json=body)
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    return _control("POST", f"/items/{args.item}/cancel", json=_reason(args))
+    return control_call("POST", f"/items/{args.item}/cancel", json=_reason(args))
 
 
 def _locks(args: argparse.Namespace) -> int:
@@ -276,7 +243,7 @@ def _limits(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
-    return _control("PUT", f"/guids/{quote(args.guid, safe='')}/limits", json=overrides,
+    return control_call("PUT", f"/guids/{quote(args.guid, safe='')}/limits", json=overrides,
                     params=_reason(args))
 
 

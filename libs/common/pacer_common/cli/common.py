@@ -1,12 +1,17 @@
-"""What every ``pacer`` command shares: exit codes and the refusal of a command that needs
-the services stopped."""
+"""What every ``pacer`` command shares: exit codes, a call to the Control API, and the
+refusal of a command that needs the services stopped."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from typing import Any
 
+import httpx
 from pydantic import ValidationError
+
+from pacer_common.settings import ControlClientSettings
 
 # Exit codes of the operator actions: done; the target does not exist; bad arguments or
 # settings; refused (the message says why: in flight, already queued, delivered or final);
@@ -36,3 +41,35 @@ def unless_stopped(args: argparse.Namespace, services: str, why: str) -> int:
         return 0
     print(f"refused: stop {services} first ({why}), then pass --services-stopped", file=sys.stderr)
     return EXIT_REFUSED
+
+
+def control_call(method: str, path: str, **kw: Any) -> int:
+    """One call to the Control API as ``PACER_TOKEN``: the same role check, use case and audit
+    record as every other client. Prints the answer; the exit code says how it went."""
+    try:
+        cfg = ControlClientSettings()
+    except ValidationError:
+        print("set PACER_CONTROL_URL (the Control API, e.g. http://127.0.0.1:9104/api/v1) and PACER_TOKEN "
+              "(an API token): `eval \"$(make -s env)\"` after `make up`", file=sys.stderr)
+        return EXIT_USAGE
+    headers = {"Authorization": f"Bearer {cfg.token.get_secret_value()}"}
+    try:
+        r = httpx.request(method, cfg.control_url.rstrip("/") + path, headers=headers,
+                          timeout=cfg.control_timeout_s, **kw)
+    except httpx.HTTPError as exc:
+        print(f"the Control API at {cfg.control_url} cannot be reached: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    try:
+        body = r.json()
+    except ValueError:
+        body = {"detail": r.text}
+    if r.status_code == 200:
+        if "message" in body and "outcome" in body:
+            print(f"{body.get('result', body['outcome'])}: {body['message']}")
+        else:
+            print(json.dumps(body, default=str))
+        return EXIT_DONE
+    detail = body.get("detail", r.text)
+    word = body.get("result", body.get("outcome", str(r.status_code)))
+    print(f"{word}: {detail}", file=sys.stderr)
+    return HTTP_EXIT.get(r.status_code, EXIT_UNAVAILABLE if r.status_code >= 500 else EXIT_REFUSED)

@@ -5,7 +5,9 @@ Every refused job request is on ``<prefix>.job-requests.dlq`` and every refused 
 ``list`` shows the last records with their reasons; ``show`` prints one record's original
 bytes (to fix and ``pacer publish``); ``republish`` sends a refused job request again, as it
 is, once what refused it is fixed elsewhere (a bug after an ``internal error``, a tenant
-created, a quota raised). Reading joins no consumer group and commits nothing.
+created, a quota raised): through the Control API, as ``PACER_TOKEN``, with its role check,
+validation and audit record; ``--raw`` sends it unchecked, straight to Kafka, and records
+that in the audit log itself. Reading joins no consumer group and commits nothing.
 """
 
 from __future__ import annotations
@@ -13,16 +15,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 
+import psycopg
 from confluent_kafka import KafkaException
+from psycopg.types.json import Jsonb
 from pydantic import ValidationError
 
 from pacer_common import dead_letters as dlq
-from pacer_common.cli.common import EXIT_NOT_FOUND, EXIT_REFUSED, count, one_line
+from pacer_common.cli.common import EXIT_NOT_FOUND, control_call, count, one_line
+from pacer_common.db.sql import query
 from pacer_common.domain.dead_letters import SEARCH_DEPTH, DeadLetter, matching, read_depth
-from pacer_common.domain.validation import InvalidRequest, validate_request
-from pacer_common.settings import KafkaSettings
+from pacer_common.settings import KafkaSettings, PostgresSettings
 
 REASON_CHARS = 300  # a listed reason's length; `show` prints all of it
 
@@ -92,19 +96,22 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _republish(args: argparse.Namespace) -> int:
+    if not args.raw:  # the Control API's republish: its role check, the planner's validation, its audit record
+        partition, offset = args.where
+        return control_call("POST", f"/dead-letters/requests/{partition}/{offset}/republish",
+                            json={"reason": args.reason} if args.reason else {})
     k = KafkaSettings()
+    url = PostgresSettings().database_url.get_secret_value()
     topic, letter = _found(args)
     if letter is None:
         return EXIT_NOT_FOUND
-    if not args.raw:
-        try:  # the planner's own validation: a request still invalid is not sent (tenants and quotas it checks itself)
-            validate_request(letter.value, datetime.now(UTC))
-        except InvalidRequest as exc:
-            print(f"not republished: {exc} (fix it: `pacer dead-letters show {letter.where} > request.json`, "
-                  "edit, `pacer publish request.json`)", file=sys.stderr)
-            return EXIT_REFUSED
-    dlq.republish(k, topic, letter)
-    print(f"republished {topic} {letter.where} to {k.job_requests}"
+    with psycopg.connect(url) as conn:  # the audit record commits once the broker holds the request
+        conn.execute(query("republish_audit"), {
+            "where": f"{topic}:{letter.where}", "reason": args.reason,
+            "before": Jsonb({"reason": letter.reason, "at": letter.at.isoformat()}),
+            "after": Jsonb({"key": letter.key_text, "tenant": letter.tenant, "raw": True})})
+        dlq.republish(k, topic, letter)
+    print(f"republished {topic} {letter.where} to {k.job_requests}, unchecked"
           f"{'' if letter.key is None else ' (key ' + letter.key.decode(errors='replace') + ')'}")
     return 0
 
@@ -126,10 +133,14 @@ def add_dead_letter_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
     for p in (ls, sh):
         p.add_argument("--callbacks", action="store_true", help="the callbacks' DLQ, not the job requests'")
     sh.add_argument("where", type=_where, metavar="PARTITION:OFFSET")
-    rp = dl_sub.add_parser("republish", help="send a refused job request to the job requests topic again, as it is"
-                           " (checked first as `pacer publish` checks a request)")
+    rp = dl_sub.add_parser("republish", help="send a refused job request to the job requests topic again, as it is,"
+                           " through the Control API (PACER_CONTROL_URL, PACER_TOKEN of a tech_admin): checked as the"
+                           " planner checks it, and audited")
     rp.add_argument("where", type=_where, metavar="PARTITION:OFFSET")
-    rp.add_argument("--raw", action="store_true", help="skip the validation")
+    rp.add_argument("--reason", help="why (kept in the audit log)")
+    rp.add_argument("--raw", action="store_true", help="unchecked, straight to Kafka (the Kafka and Postgres "
+                    "settings, no token): for a request the planner's validation refuses wrongly; the audit "
+                    "record (actor `cli`) is written to Postgres in the same step")
     ls.set_defaults(fn=_list)
     sh.set_defaults(fn=_show)
     rp.set_defaults(fn=_republish)
