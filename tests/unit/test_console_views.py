@@ -13,6 +13,7 @@ from pacer_control.domain.views import (
     STALLED_AFTER_S,
     activity,
     ago,
+    capped_until,
     changes,
     describe_totals,
     duration,
@@ -159,3 +160,16 @@ def test_a_guids_pacing_is_its_own_overrides_over_every_guids_and_skips_what_no_
     # a limit a later release dropped: the guid's own overrides are skipped, as the senders do
     assert effective_pacing(every, {"min_interval_s": 7200.0, "dropped_limit": 1}).min_interval_s == 30.0
     assert effective_pacing({"dropped_limit": 1}, None) == DEFAULTS
+
+
+def test_a_guid_whose_window_used_its_batch_share_is_capped_until_the_window_ends() -> None:
+    day = int(NOW.timestamp() // 86400)
+    capped = Pacing(per_day=10)  # batch share 8
+    used, free = {"day": [day, 8]}, {"day": [day, 7]}
+    long_ago = NOW - timedelta(seconds=STALLED_AFTER_S + capped.longest_gap_s + 1)
+    assert activity(3, 3, long_ago, long_ago, NOW, capped, windows=used) == "capped"
+    assert activity(3, 3, long_ago, long_ago, NOW, capped, windows=free) == "stalled"
+    midnight = datetime.fromtimestamp((day + 1) * 86400, UTC)
+    assert capped_until(capped, used, NOW) == midnight
+    assert capped_until(capped, free, NOW) is None
+    assert capped_until(capped, {"day": [day - 1, 10]}, NOW) is None  # yesterday's sends

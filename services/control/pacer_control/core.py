@@ -61,7 +61,8 @@ log = logging.getLogger("pacer.control")
 
 MISSING_TOKEN = "missing bearer token: send 'Authorization: Bearer <token>'"
 UNKNOWN_TOKEN = "unknown or revoked token"
-LEASE_FIELDS = ("owner", "epoch", "since", "lease_until", "renew_count", "takeovers", "last_send_at", "expired")
+LEASE_FIELDS = ("owner", "epoch", "since", "lease_until", "renew_count", "takeovers", "last_send_at", "expired",
+                "windows")
 
 
 def _json(value: Any) -> Any:
@@ -284,9 +285,10 @@ class Control:
             now = self.clock()
             pacing = effective_pacing(every_guid, row.get("limits"))
             row = row | {"quiet_until": views.quiet_until(pacing, now),
+                         "capped_until": views.capped_until(pacing, row.get("windows"), now),
                          "activity": None if row["held"] else views.activity(
                              views.queued_count(counts), counts["ready"], row.get("last_send_at"),
-                             counts["oldest_ready"], now, pacing, self.stalled_after_s)}
+                             counts["oldest_ready"], now, pacing, self.stalled_after_s, row.get("windows"))}
         if may(who.role, "guids.leases"):
             return row
         return {k: v for k, v in row.items() if k not in LEASE_FIELDS and k != "limits"}

@@ -124,9 +124,14 @@ class Pacing(BaseModel):
 
     def held_for(self, wall: float, windows: Mapping[str, Any] | None) -> float:
         """Seconds a batch send of the guid waits now by its limits alone (0: none holds it):
-        its quiet hours, or a window whose sends (``windows``, as ``guid_leases`` keeps them:
-        ``{"minute": [window index, sends], …}``) reached the batch share of its cap."""
-        wait = self.quiet_remaining(wall)
+        its quiet hours, or a send window's cap (:meth:`capped_for`)."""
+        return max(self.quiet_remaining(wall), self.capped_for(wall, windows))
+
+    def capped_for(self, wall: float, windows: Mapping[str, Any] | None) -> float:
+        """Seconds until the end of the longest-lasting window whose sends (``windows``, as
+        ``guid_leases`` keeps them: ``{"minute": [window index, sends], …}``) reached the batch
+        share of its cap; 0 when none has."""
+        wait = 0.0
         for name, size in WINDOWS:
             cap = getattr(self, f"per_{name}")
             kept = (windows or {}).get(name)

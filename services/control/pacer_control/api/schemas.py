@@ -293,15 +293,21 @@ class GuidView(BaseModel):
         "in the list, of the queued, those ready to send now: pending, not held, due, their job running and "
         "their shard not paused"))
     oldest_ready: datetime | None = Field(default=None, description="in the list, when the first ready item became ready")
-    activity: Literal["sending", "waiting", "quiet", "stalled", "idle"] | None = Field(default=None, description=(
-        "what the guid is doing unless held: `idle` (nothing queued), `waiting` (items queued, none ready now: "
-        "their jobs or shards paused, or scheduled later), `quiet` (items ready, inside the guid's quiet hours: "
-        "batch sends wait until `quiet_until`; replies to a customer still go out), `stalled` (an item ready and "
-        "no send for `PACER_CONTROL_STALLED_AFTER_S`, 2 minutes by default, beyond the guid's own longest gap "
-        "between sends: a guid stuck, a rate-limit penalty, or its hourly or daily cap reached), else `sending`. "
-        "Pacing as the guid's limits overrides set it (its own over every guid's `*`)"))
+    activity: Literal["sending", "waiting", "quiet", "capped", "stalled", "idle"] | None = Field(
+        default=None, description=(
+            "what the guid is doing unless held: `idle` (nothing queued), `waiting` (items queued, none ready "
+            "now: their jobs or shards paused, or scheduled later), `quiet` (items ready, inside the guid's quiet "
+            "hours: batch sends wait until `quiet_until`; replies to a customer still go out), `capped` (items "
+            "ready, a minute, hour or day window has used its batch share of the guid's cap: batch sends wait "
+            "until `capped_until`), `stalled` (an item ready and no send for `PACER_CONTROL_STALLED_AFTER_S`, 2 "
+            "minutes by default, beyond the guid's own longest gap between sends: a guid stuck, or a rate-limit "
+            "penalty), else `sending`. Pacing as the guid's limits overrides set it (its own over every guid's "
+            "`*`)"))
     quiet_until: datetime | None = Field(default=None, description=(
         "when the guid's quiet hours end, while it is inside them (from its limits overrides)"))
+    capped_until: datetime | None = Field(default=None, description=(
+        "when the guid's send window ends, while one has used its batch share of the cap (from its limits "
+        "overrides and its sends)"))
     owner: str | None = None
     epoch: int | None = None
     since: datetime | None = None

@@ -90,20 +90,31 @@ def quiet_until(pacing: Pacing, now: datetime) -> datetime | None:
     return now + timedelta(seconds=left) if left > 0 else None
 
 
+def capped_until(pacing: Pacing, windows: Mapping[str, Any] | None, now: datetime) -> datetime | None:
+    """When the guid's send window ends, if one has used its batch share of the cap (its
+    batch sends wait for it; quiet hours aside)."""
+    left = pacing.capped_for(now.timestamp(), windows)
+    return now + timedelta(seconds=left) if left > 0 else None
+
+
 def activity(queued: int, ready: int, last_send_at: datetime | None, oldest_ready: datetime | None,
-             now: datetime, pacing: Pacing = DEFAULTS, after_s: float = STALLED_AFTER_S) -> str:
+             now: datetime, pacing: Pacing = DEFAULTS, after_s: float = STALLED_AFTER_S,
+             windows: Mapping[str, Any] | None = None) -> str:
     """What an unheld guid is doing: ``idle`` (nothing queued); ``waiting`` (items queued, none
     ready to send now: their jobs or shards paused, or scheduled later); ``quiet`` (items
-    ready, inside the guid's quiet hours: batch sends wait for their end); ``stalled`` (an item
-    has been ready and nothing sent for ``after_s`` beyond the guid's own longest gap between
-    sends: a guid stuck, a rate-limit penalty, or its hourly or daily cap reached); else
-    ``sending``."""
+    ready, inside the guid's quiet hours: batch sends wait for their end); ``capped`` (items
+    ready, a minute, hour or day window of the guid's has used its batch share of the cap:
+    ``windows`` as ``guid_leases`` keeps them); ``stalled`` (an item has been ready and nothing
+    sent for ``after_s`` beyond the guid's own longest gap between sends: a guid stuck, or a
+    rate-limit penalty); else ``sending``."""
     if not queued:
         return "idle"
     if not ready:
         return "waiting"
     if quiet_until(pacing, now) is not None:
         return "quiet"
+    if capped_until(pacing, windows, now) is not None:
+        return "capped"
     busy_since = max((t for t in (last_send_at, oldest_ready) if t is not None), default=None)
     if busy_since is not None and (now - busy_since).total_seconds() > after_s + pacing.longest_gap_s:
         return "stalled"
