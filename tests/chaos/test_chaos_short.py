@@ -10,6 +10,7 @@ session's are shared with the tests other workers run alongside.
 from __future__ import annotations
 
 import random
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 from pacer_dev import infra
 from pacer_dev.chaos.evidence import verdict
 from pacer_dev.chaos.scenarios import RESTARTS_SERVERS, SCENARIOS, Size
-from pacer_dev.infra import Infra
+from pacer_dev.infra import Infra, postgres
 
 pytestmark = pytest.mark.chaos
 SHORT = Size(items=600, guids=12, kills=5, timeout_s=240)
@@ -30,6 +31,9 @@ def own_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Infra]:
     try:
         yield infra.up(state)
     finally:
+        server_log = postgres.home_dir(state) / "postgres.log"
+        if server_log.exists():  # kept beside the deleted servers, for a scenario that failed
+            shutil.copyfile(server_log, state.parent / f"{state.name}-postgres.log")
         infra.destroy(state)
 
 

@@ -50,6 +50,31 @@ def test_an_entry_committed_after_a_later_one_is_read_in_its_turn(database_url: 
     asyncio.run(go())
 
 
+def test_a_tail_started_from_an_id_or_the_listing_passes_no_entry_of_a_transaction_still_open(
+        database_url: str) -> None:
+    target = f"t-{uuid.uuid4().hex[:8]}"
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            with psycopg.connect(database_url) as open_, psycopg.connect(database_url, autocommit=True) as conn:
+                open_.execute("SELECT pg_current_xact_id()")  # began before the others, writes last
+                write(conn, target, "a")
+                write(conn, target, "b")
+                listing = (await api.get(f"/audit?target_type=tail&target_id={target}", "operator")).json()
+                newest = listing["entries"][0]
+                assert newest["action"] == "b" and newest["position"].endswith(".0"), \
+                    "while an older transaction runs, the listing's position is that transaction's"
+                assert await tail(api, target, str(newest["id"])) == ([], str(newest["id"]))
+                write(open_, target, "late")  # a larger id than b's, a smaller xid
+                open_.commit()
+            from_id = (await tail(api, target, str(newest["id"])))[0]
+            from_listing = (await tail(api, target, newest["position"]))[0]
+            # in transactions' order: the late one first; what the listing showed may come again
+            assert from_id == from_listing == ["late", "a", "b"], (from_id, from_listing)
+
+    asyncio.run(go())
+
+
 def test_a_plain_id_starts_at_that_entry_and_a_position_ahead_of_the_database_is_refused(database_url: str) -> None:
     target = f"t-{uuid.uuid4().hex[:8]}"
 
@@ -79,4 +104,4 @@ def test_entries_restored_from_another_cluster_are_put_before_the_ones_written_h
         settle_restored_audit(conn)
         rows = conn.execute("SELECT action, xid::text FROM audit_log WHERE target_id = %s ORDER BY xid, id",
                             (target,)).fetchall()
-    assert [a for a, _ in rows] == ["restored", "here"] and rows[0][1] == "0"
+    assert rows == [("restored", "0"), ("here", "0")], "all of them another cluster's: ids' order"

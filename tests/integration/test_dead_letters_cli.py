@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from pacer_common.cli import EXIT_DENIED, EXIT_NOT_FOUND, EXIT_USAGE, main
+from pacer_common.cli import EXIT_DENIED, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, main
 from pacer_common.kafka import ensure_topics, make_producer
 from pacer_common.settings import KafkaSettings
 from pacer_control.adapters.kafka import KafkaDeadLetters
@@ -126,7 +126,7 @@ def test_refused_requests_and_callbacks_are_listed_shown_and_sent_again(
         assert _pacer("republish", "0:1") == EXIT_DENIED, "an operator may not send a request again"
         capsysbinary.readouterr()
         monkeypatch.setenv("PACER_TOKEN", tokens["tech_admin"])
-        assert _pacer("republish", "0:0") == EXIT_USAGE, "a request the planner would refuse again is not sent"
+        assert _pacer("republish", "0:0") == EXIT_REFUSED, "a request the planner would refuse again is not sent"
         assert b"not republished" in capsysbinary.readouterr().err
         assert _pacer("republish", "0:1", "--reason", "planner fixed") == 0
         assert b"republished" in capsysbinary.readouterr().out

@@ -160,6 +160,11 @@ def test_a_guids_pacing_is_its_own_overrides_over_every_guids_and_skips_what_no_
     # a limit a later release dropped: the guid's own overrides are skipped, as the senders do
     assert effective_pacing(every, {"min_interval_s": 7200.0, "dropped_limit": 1}).min_interval_s == 30.0
     assert effective_pacing({"dropped_limit": 1}, None) == DEFAULTS
+    # every guid's row unreadable: the guid's own still apply over the defaults, as the senders do
+    assert effective_pacing({"dropped_limit": 1}, {"min_interval_s": 7200.0}).min_interval_s == 7200.0
+    for garbled in (7, [1, 2], "text"):  # a row written by hand that is no object
+        assert effective_pacing(garbled, {"min_interval_s": 5.0}).min_interval_s == 5.0
+        assert effective_pacing(every, garbled).min_interval_s == 30.0
 
 
 def test_a_guid_whose_window_used_its_batch_share_is_capped_until_the_window_ends() -> None:

@@ -1,4 +1,5 @@
-"""The sender refuses, at start-up and with the variable named, timings its leases cannot cover."""
+"""The sender refuses, at start-up and with the variable named, timings its leases cannot cover
+and a media reuse shorter than its first poll."""
 
 from __future__ import annotations
 
@@ -30,3 +31,9 @@ def test_a_confirmation_linger_longer_than_a_quarter_of_the_send_deadline_is_ref
     with pytest.raises(ValidationError,
                        match=re.escape("PACER_SENDER_STEP_LINGER_SPARE_MS (200.0) must be at most a quarter")):
         SenderSettings(lease_ttl_s=3.0, gateway_timeout_s=0.5, claim_ahead_ms=100, step_linger_spare_ms=200)
+
+
+def test_a_media_reuse_no_longer_than_the_first_poll_is_refused() -> None:
+    assert SenderSettings(media_poll_after_s=30, media_reuse_s=31).media_reuse_s == 31
+    with pytest.raises(ValidationError, match=re.escape("PACER_SENDER_MEDIA_REUSE_S (30.0) must be longer")):
+        SenderSettings(media_poll_after_s=30, media_reuse_s=30)

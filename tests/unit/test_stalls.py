@@ -46,6 +46,9 @@ def test_a_shard_is_stalled_only_past_the_stall_time_and_its_guids_own_longest_g
     assert stalled([quiet(1200, {"quiet_hours": "10:00-12:00"})], None, NOW, 600) == 0
     assert stalled([quiet(1200, {"per_day": 10}, {"day": [DAY, 9]})], None, NOW, 600) == 0
     assert stalled([quiet(1200, {"per_day": 10}, {"day": [DAY, 2]})], None, NOW, 600) == 1
+    two = [NOW - timedelta(seconds=1200)] * 2
+    assert stalled([Quiet("g", two, None, None, [3600.0, 0.0])], None, NOW, 600) == 1, "its job sends hourly"
+    assert stalled([Quiet("g", two, None, None, [3600.0, 3600.0])], None, NOW, 600) == 0
 
 
 @given(st.lists(st.floats(0, 10_000), max_size=20), st.floats(0, 5_000))

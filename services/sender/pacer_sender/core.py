@@ -209,13 +209,22 @@ class Executor:
         elif step == "poll":
             assert row is not None
             called = True
+            polled = row.media_id
             try:
-                answer = await self.action_gateway.media_status(cmd.guid, row.media_id, tenant=cmd.tenant)
-                row = await self.actions.checked(cmd.guid, h, answer.status, answer.reason)
-            except SendError as err:  # bad_params: the gateway does not know the media (any more)
-                refused = err.failure_class is FailureClass.BAD_PARAMS
-                row = await self.actions.checked(cmd.guid, h, "failed" if refused else "pending",
-                                                 f"status poll {'refused' if refused else 'failed'}: {err}")
+                answer = await self.action_gateway.media_status(cmd.guid, polled, tenant=cmd.tenant)
+                status, reason = answer.status, answer.reason
+            except SendError as err:
+                # The gateway's own bad_params (a code, not an HTTP 4xx from whatever is in front
+                # of it): it does not know the media (any more). Anything else: poll again later.
+                refused = err.failure_class is FailureClass.BAD_PARAMS and err.code is not None
+                status, reason = ("failed", f"status poll refused: {err}") if refused else \
+                    ("pending", f"status poll failed: {err}")
+            # None: the media was uploaded again meanwhile (a newer generation); read it as it is
+            row = await self.actions.checked(cmd.guid, h, polled, status, reason) or \
+                await self.actions.media(cmd.guid, h)
+            if row is None:
+                return await self._media_wait(cmd, datetime.now(UTC) + self.media_timing.recheck,
+                                              f"waiting for {msg.type}: its record is gone, uploading again", called)
         step, until = next_step(row, datetime.now(UTC), self.media_timing)
         if step == "send":
             assert row is not None

@@ -167,7 +167,8 @@ class SenderSettings(OpsSettings):
     media_reuse_s: float = Field(172_800.0, gt=0, description=(
         "How long one upload of a media serves a guid's later items of the same url. After it the next item "
         "uploads the media again (a new `mediaId`): WeCom keeps temporary media three days, so the default, two "
-        "days, never sends into an expired one. A failed upload is tried again after it too."
+        "days, never sends into an expired one (keep it below the gateway's own expiry). A failed upload is "
+        "tried again after it too. Longer than `PACER_SENDER_MEDIA_POLL_AFTER_S`."
     ))
     db_pool_max: int = Field(20, description="Most Postgres connections of one sender (the pool keeps at least 2).")
     step_linger_ms: float = Field(10.0, ge=0, le=1000, description=(
@@ -254,6 +255,10 @@ class SenderSettings(OpsSettings):
             raise ValueError(
                 f"PACER_SENDER_CLAIM_AHEAD_MS ({self.claim_ahead_ms}) must be at most a quarter of the send deadline "
                 f"({self.send_deadline_s * 1000:.0f} ms, a quarter of PACER_SENDER_LEASE_TTL_S)")
+        if self.media_reuse_s <= self.media_poll_after_s:
+            raise ValueError(
+                f"PACER_SENDER_MEDIA_REUSE_S ({self.media_reuse_s}) must be longer than PACER_SENDER_MEDIA_POLL_AFTER_S "
+                f"({self.media_poll_after_s}): a media still pending would be uploaded again before it is ever polled")
         if self.step_linger_spare_ms / 1000 > self.send_deadline_s / 4:
             raise ValueError(
                 f"PACER_SENDER_STEP_LINGER_SPARE_MS ({self.step_linger_spare_ms}) must be at most a quarter of the send "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -43,9 +44,10 @@ def unless_stopped(args: argparse.Namespace, services: str, why: str) -> int:
     return EXIT_REFUSED
 
 
-def control_call(method: str, path: str, **kw: Any) -> int:
+def control_call(method: str, path: str, exits: Mapping[int, int] | None = None, **kw: Any) -> int:
     """One call to the Control API as ``PACER_TOKEN``: the same role check, use case and audit
-    record as every other client. Prints the answer; the exit code says how it went."""
+    record as every other client. Prints the answer; the exit code says how it went
+    (``exits``: a command's own codes for some HTTP statuses, over :data:`HTTP_EXIT`)."""
     try:
         cfg = ControlClientSettings()
     except ValidationError:
@@ -72,4 +74,4 @@ def control_call(method: str, path: str, **kw: Any) -> int:
     detail = body.get("detail", r.text)
     word = body.get("result", body.get("outcome", str(r.status_code)))
     print(f"{word}: {detail}", file=sys.stderr)
-    return HTTP_EXIT.get(r.status_code, EXIT_UNAVAILABLE if r.status_code >= 500 else EXIT_REFUSED)
+    return {**HTTP_EXIT, **(exits or {})}.get(r.status_code, EXIT_UNAVAILABLE if r.status_code >= 500 else EXIT_REFUSED)

@@ -23,7 +23,7 @@ from psycopg.types.json import Jsonb
 from pydantic import ValidationError
 
 from pacer_common import dead_letters as dlq
-from pacer_common.cli.common import EXIT_NOT_FOUND, control_call, count, one_line
+from pacer_common.cli.common import EXIT_NOT_FOUND, EXIT_REFUSED, control_call, count, one_line
 from pacer_common.db.sql import query
 from pacer_common.domain.dead_letters import SEARCH_DEPTH, DeadLetter, matching, read_depth
 from pacer_common.settings import KafkaSettings, PostgresSettings
@@ -99,6 +99,7 @@ def _republish(args: argparse.Namespace) -> int:
     if not args.raw:  # the Control API's republish: its role check, the planner's validation, its audit record
         partition, offset = args.where
         return control_call("POST", f"/dead-letters/requests/{partition}/{offset}/republish",
+                            exits={422: EXIT_REFUSED},  # the planner would refuse it again
                             json={"reason": args.reason} if args.reason else {})
     k = KafkaSettings()
     url = PostgresSettings().database_url.get_secret_value()

@@ -147,19 +147,21 @@ DEFAULTS = Pacing()
 NULLABLE = frozenset(name for name, f in Pacing.model_fields.items() if f.default is None)
 
 
-def effective_pacing(every_guid: Mapping[str, Any] | None, own: Mapping[str, Any] | None) -> Pacing:
-    """A guid's pacing as the senders apply it: its own overrides over every guid's (``*``).
-    An override the model no longer reads (a limit a later release dropped) is skipped as the
-    senders skip it: the guid's own first, then every guid's."""
-    for layers in ((every_guid, own), (every_guid,), ()):
-        merged: dict[str, Any] = {}
-        for layer in layers:
-            merged |= dict(layer or {})
-        try:
-            return Pacing.model_validate(merged)
-        except ValueError:
-            continue
-    return DEFAULTS
+def effective_pacing(every_guid: Any, own: Any) -> Pacing:
+    """A guid's pacing as the senders apply it: its own overrides over every guid's (``*``)
+    over the defaults. A layer the model does not take (a limit a later release dropped, a
+    row that is not an object) is skipped as the senders skip it, and the layers under it
+    still apply."""
+    return _over(_over(DEFAULTS, every_guid), own)
+
+
+def _over(base: Pacing, layer: Any) -> Pacing:
+    if not layer:
+        return base
+    try:
+        return Pacing.model_validate(base.model_dump() | dict(layer))
+    except (ValueError, TypeError):
+        return base
 
 
 class JobLimitsPatch(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, LiteralString
@@ -27,6 +28,7 @@ from pacer_reconciler.domain.verification import verdict
 from pacer_reconciler.ports import Applied, CursorMoved, InDoubt, Lease, Position, SweepKind, Unreadable
 
 _sql = loader("pacer_reconciler.adapters.sql")
+log = logging.getLogger(__name__)
 QUIET_GUIDS_READ = 10_000  # guids with shards that have not moved, read for the stall count
 
 
@@ -207,7 +209,10 @@ class PostgresLog:
                 quiet = await (await conn.execute(_sql("quiet_shards"), {"stall": stall_after,
                                                                          "limit": QUIET_GUIDS_READ})).fetchall()
                 every = await one(conn, _sql("every_guid_limits"), {})
-            shards = [Quiet(r["guid"], r["since"], r["limits"], r["windows"]) for r in quiet]
+            if len(quiet) == QUIET_GUIDS_READ:
+                log.warning("stalled shards: only the %d guids whose shards have waited longest were read",
+                            QUIET_GUIDS_READ)
+            shards = [Quiet(r["guid"], r["since"], r["limits"], r["windows"], r["job_gaps"]) for r in quiet]
             row = dict(row) | {"stalled_shards": stalled(shards, every["limits"], every["now"],
                                                          stall_after.total_seconds())}
             return ({k: int(v) for k, v in row.items()} | {f"items:{r['status']}": int(r["n"]) for r in items}

@@ -3,10 +3,11 @@
 A shard of a running job whose guid is neither paused nor out has made no progress for
 ``stall_after_s``. That is a stall only if the guid's own limits would have let it send: not
 inside its quiet hours, no send window whose batch share is used up, and longer than the
-guid's own longest gap between two batch sends beyond ``stall_after_s`` (a guid paced at one
-send an hour waits an hour between sends). The limits are the ones every sender applies: the
-guid's overrides over every guid's (``*``); a rate-limit penalty lives only in the sender
-holding the guid and is not seen here.
+guid's own longest gap between two batch sends (or the shard's job's own interval, when
+longer) beyond ``stall_after_s``: a guid paced at one send an hour waits an hour between
+sends. The limits are the ones ``guid_limits`` holds: the guid's overrides over every
+guid's (``*``) over the defaults. Limits set only in a sender's settings, and a rate-limit
+penalty, live only in the senders and are not seen here.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ class Quiet:
 
     guid: str
     since: Sequence[datetime]  # each shard's last progress (or creation)
-    limits: Mapping[str, Any] | None  # the guid's own overrides
+    limits: Any  # the guid's own overrides (a mapping, as stored)
     windows: Mapping[str, Any] | None  # its send windows, as guid_leases keeps them
+    job_gaps: Sequence[float] = ()  # each shard's job's own interval per guid (0: none)
 
 
-def stalled(quiet: Iterable[Quiet], every_guid: Mapping[str, Any] | None, now: datetime,
-            stall_after_s: float) -> int:
+def stalled(quiet: Iterable[Quiet], every_guid: Any, now: datetime, stall_after_s: float) -> int:
     """How many of these shards are stalled rather than waiting for their guid's limits."""
     n = 0
     wall = now.timestamp()
@@ -38,6 +39,7 @@ def stalled(quiet: Iterable[Quiet], every_guid: Mapping[str, Any] | None, now: d
         pacing = effective_pacing(every_guid, q.limits)
         if pacing.held_for(wall, q.windows) > 0:
             continue
-        limit = stall_after_s + pacing.longest_gap_s
-        n += sum(1 for t in q.since if (now - t).total_seconds() > limit)
+        gaps = list(q.job_gaps) + [0.0] * (len(q.since) - len(q.job_gaps))
+        n += sum(1 for t, job_gap in zip(q.since, gaps, strict=True)
+                 if (now - t).total_seconds() > stall_after_s + max(pacing.longest_gap_s, job_gap))
     return n

@@ -64,9 +64,11 @@ class PostgresActions:
             "media_id": answer.media_id, "status": answer.status, "reason": storable(answer.reason),
             "generation": generation}))
 
-    async def checked(self, guid: str, url_hash: str, status: str, reason: str | None) -> MediaRow:
-        return _row(await self._one("media_checked", {"guid": guid, "hash": url_hash, "status": status,
-                                                      "reason": storable(reason)}))
+    async def checked(self, guid: str, url_hash: str, media_id: str, status: str,
+                      reason: str | None) -> MediaRow | None:
+        r = await self._one("media_checked", {"guid": guid, "hash": url_hash, "media_id": media_id,
+                                              "status": status, "reason": storable(reason)})
+        return None if r is None else _row(r)
 
     async def wait(self, cmd: ItemCommand, until: datetime, reason: str) -> bool:
         return await self._one("wait_item", {"item": cmd.item_id, "until": until,

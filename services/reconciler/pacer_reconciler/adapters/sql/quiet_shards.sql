@@ -1,14 +1,21 @@
 -- Open shards of running jobs (guid not paused, online) with no progress for %(stall)s, by
 -- guid, with what tells a stall from a guid waiting for its limits (domain/stalls.py): the
--- guid's own overrides and its send windows. At most %(limit)s guids.
-SELECT s.guid, array_agg(COALESCE(s.last_progress_at, s.created_at)) AS since, gl.limits, g.windows
+-- guid's own overrides, its send windows, and each shard's job's own interval per guid (a
+-- `job:<job_id>` row's min_interval_s). At most %(limit)s guids, the longest still first.
+SELECT s.guid,
+       array_agg(COALESCE(s.last_progress_at, s.created_at) ORDER BY s.shard_id) AS since,
+       array_agg(CASE WHEN jsonb_typeof(jl.limits -> 'min_interval_s') = 'number'
+                      THEN (jl.limits ->> 'min_interval_s')::float8 ELSE 0 END ORDER BY s.shard_id) AS job_gaps,
+       gl.limits, g.windows
 FROM shards s
 JOIN jobs j ON j.job_id = s.job_id
 LEFT JOIN guid_leases g ON g.guid = s.guid
 LEFT JOIN guid_states h ON h.guid = s.guid
 LEFT JOIN guid_limits gl ON gl.guid = s.guid
+LEFT JOIN guid_limits jl ON jl.guid = 'job:' || s.job_id::text
 WHERE s.status IN ('pending', 'running') AND j.status = 'running' AND g.paused_reason IS NULL
   AND COALESCE(h.state, 'online') = 'online'
   AND COALESCE(s.last_progress_at, s.created_at) < now() - %(stall)s::interval
 GROUP BY s.guid, gl.limits, g.windows
+ORDER BY min(COALESCE(s.last_progress_at, s.created_at))
 LIMIT %(limit)s
