@@ -89,17 +89,21 @@ class SenderSettings(OpsSettings):
         "and within the batch share of each window cap. 10: the reserve binds no batch work's spacing."
     ))
     per_minute: int | None = Field(None, description=(
-        "Sends per guid per calendar minute (both lanes together; batch capped at its share). A full window "
-        "defers sends to the next window; a deferral is not an attempt."
+        "Sends per guid per clock minute (both lanes together; batch capped at its share). A full window "
+        "defers sends to the next window; a deferral is not an attempt. The windows are UTC's, whatever "
+        "`PACER_SENDER_TIMEZONE` says."
     ))
-    per_hour: int | None = Field(None, description="Sends per guid per calendar hour, as `PER_MINUTE`.")
-    per_day: int | None = Field(None, description="Sends per guid per calendar day, as `PER_MINUTE`.")
+    per_hour: int | None = Field(None, description="Sends per guid per UTC clock hour, as `PER_MINUTE`.")
+    per_day: int | None = Field(None, description=(
+        "Sends per guid per UTC day, as `PER_MINUTE`: the count starts again at 00:00 UTC (08:00 in "
+        "Asia/Shanghai), not at local midnight."))
     quiet_hours: str | None = Field(default=None, description=(
         "Local time span in which batch sends wait (may wrap midnight); online sends still go. The console and "
         "`GET /guids` show a guid *quiet* from its limits overrides (its own, or every guid's `*`), not from this "
         "setting: set fleet-wide quiet hours as the `*` override (`pacer limits '*' --set quiet_hours=22:00-08:00`) to see them there."
     ))
-    timezone: str = Field(DEFAULTS.timezone, description="Time zone of quiet hours and calendar windows.")
+    timezone: str = Field(DEFAULTS.timezone, description=(
+        "Time zone of quiet hours. The send windows (`PER_MINUTE`, `PER_HOUR`, `PER_DAY`) are UTC's."))
     limits_refresh_s: float = Field(1.0, description=(
         "How often the sender reads `guid_limits` for hot changes (`pacer limits GUID --set …`)."
     ))
