@@ -441,16 +441,19 @@ async def governance(url: str) -> dict[str, int]:
 
 def test_a_shard_waiting_for_its_guids_quiet_hours_window_cap_or_slow_pace_is_not_stalled(database_url: str) -> None:
     url = database_url
-    guids = [f"{name}-{uuid.uuid4().hex[:6]}" for name in ("quiet", "capped", "slow", "stuck", "job-paced")]
-    quiet, capped, slow, _stuck, job_paced = guids
+    guids = [f"{name}-{uuid.uuid4().hex[:6]}" for name in ("quiet", "capped", "slow", "stuck", "job-paced",
+                                                            "tomorrow")]
+    quiet, capped, slow, _stuck, job_paced, tomorrow = guids
     job, _, _ = seed_job(url, dict.fromkeys(guids[:4], 1))
     paced_job, _, _ = seed_job(url, {job_paced: 1})
+    later, _, _ = seed_job(url, {tomorrow: 1})
     local = datetime.now(ZoneInfo("Asia/Shanghai"))
     inside = f"{local - timedelta(hours=1):%H:%M}-{local + timedelta(hours=1):%H:%M}"
     with psycopg.connect(url) as conn:
         conn.execute("UPDATE shards SET status = 'running', last_progress_at = now() - interval '20 minutes'"
-                     " WHERE job_id IN (%s, %s)", (job, paced_job))
-    assert asyncio.run(governance(url))["stalled_shards"] == 5
+                     " WHERE job_id IN (%s, %s, %s)", (job, paced_job, later))
+        conn.execute("UPDATE jobs SET not_before = now() + interval '1 day' WHERE job_id = %s", (later,))
+    assert asyncio.run(governance(url))["stalled_shards"] == 5, "a job scheduled for tomorrow is not stalled"
     with psycopg.connect(url) as conn:
         conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 'test')",
                      (f"job:{paced_job}", Jsonb({"min_interval_s": 3600})))  # its job sends once an hour per guid
