@@ -392,8 +392,10 @@ class AuditView(BaseModel):
     reason: str | None
     before: dict[str, Any] | None
     after: dict[str, Any] | None
-    position: str = Field(description="where this entry stands in the tail: pass as ?after= for the entries "
-                                      "committed after it")
+    position: str = Field(description=(
+        "where a tail from this entry starts (`<xid>.<id>`): pass as ?after= for what was committed after it. "
+        "While a transaction older than the entry is still open, the listing gives that transaction's "
+        "position instead, so the tail passes nothing (the entry may come again)"))
 
 
 class AuditPage(BaseModel):
