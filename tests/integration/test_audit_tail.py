@@ -5,7 +5,6 @@ refused; entries restored from one are put first."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from typing import Any
 
@@ -13,6 +12,7 @@ import psycopg
 
 from pacer_common.db.migrate import settle_restored_audit
 from tests.integration.control_support import Api, control_api
+from tests.integration.helpers import eventually
 
 
 def write(conn: psycopg.Connection[Any], target: str, action: str) -> None:
@@ -20,17 +20,16 @@ def write(conn: psycopg.Connection[Any], target: str, action: str) -> None:
 
 
 async def tail(api: Api, target: str, after: str, at_least: int = 0) -> tuple[list[str], str]:
-    """The tail's page after ``after``, read again (30 s at most) until it holds ``at_least``
-    entries: a transaction open elsewhere on the server holds the tail back while it lasts."""
-    deadline = time.monotonic() + 30
-    while True:
+    """The tail's page after ``after`` once it holds ``at_least`` entries: a transaction open
+    elsewhere on the server holds the tail back while it lasts."""
+    async def page() -> tuple[list[str], str] | None:
         r = await api.get(f"/audit?target_type=tail&target_id={target}&after={after}", "operator")
         assert r.status_code == 200, r.text
-        page = r.json()
-        actions = [e["action"] for e in page["entries"]]
-        if len(actions) >= at_least or time.monotonic() > deadline:
-            return actions, page["next_after"]
-        await asyncio.sleep(0.05)
+        body = r.json()
+        actions = [e["action"] for e in body["entries"]]
+        return (actions, body["next_after"]) if len(actions) >= at_least else None
+
+    return await eventually(page, what=f"{at_least} audit entries after {after}")
 
 
 def test_an_entry_committed_after_a_later_one_is_read_in_its_turn(database_url: str) -> None:

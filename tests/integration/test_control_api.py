@@ -611,11 +611,11 @@ def test_audit_log_filters_and_pages(database_url: str) -> None:
             older = (await api.get(f"/audit?limit=2&before={newest['next_before']}", "operator")).json()
             assert [e["target_id"] for e in older["entries"]] == [jobs[1], jobs[0]]
             first_id = older["entries"][-1]["id"]
-            tail = (await api.get(f"/audit?after={first_id}", "operator")).json()
-            deadline = asyncio.get_running_loop().time() + 30
-            while len(tail["entries"]) < 3 and asyncio.get_running_loop().time() < deadline:
-                await asyncio.sleep(0.05)  # held back while a transaction is open on the server
-                tail = (await api.get(f"/audit?after={first_id}", "operator")).json()
+            async def three_after_first() -> dict[str, Any] | None:  # held back while a transaction is open
+                page = (await api.get(f"/audit?after={first_id}", "operator")).json()
+                return page if len(page["entries"]) >= 3 else None
+
+            tail = await eventually(three_after_first, what="the audit tail after the first entry")
             assert [e["target_id"] for e in tail["entries"]] == [jobs[1], jobs[2], "g1"]
             assert tail["next_after"] == tail["entries"][-1]["position"]
             by_actor = (await api.get("/audit?actor=token:tech_admin", "operator")).json()["entries"]
