@@ -1,48 +1,141 @@
 """A guid's send windows in Postgres (trigger ``guid_send_windows``): every change of its last
 send time counts one send in its minute, hour and day; a new window starts again at one; an
-update that leaves the send time alone counts nothing. The counts are what a sender taking
+update that leaves the send time alone counts nothing. The minute and the hour are the clock's;
+the day is the guid's calendar day in its time zone (its own override, else every guid's ``*``,
+else the sender's session default, else Asia/Shanghai). The counts are what a sender taking
 the guid over enforces its window caps from, so they must match the senders' own windowing
-(``pacer_common.domain.limits.WINDOWS``)."""
+(``Pacing.window``), computed here independently, from the calendar."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from datetime import time as dtime
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
-from pacer_common.domain.limits import WINDOWS
+from pacer_common.domain.limits import WINDOWS, Pacing
 
 MIDNIGHT = datetime(2026, 12, 6, tzinfo=UTC)
+SHANGHAI_MIDNIGHT = datetime(2026, 12, 6, 16, tzinfo=UTC)  # 2026-12-07 00:00 in Asia/Shanghai
 
 
-def index(at: datetime, size: int) -> int:
-    return int(at.timestamp() // size)
+def window(at: datetime, name: str, size: int, zone: str) -> tuple[int, float]:
+    """(index, end) of the window holding ``at``, from the calendar: a clock minute or hour,
+    or the local day of ``zone`` (days since 1970-01-01 there, ending at its next midnight)."""
+    if name != "day":
+        index = int(at.timestamp() // size)
+        return index, (index + 1) * size
+    tz = ZoneInfo(zone)
+    day = at.astimezone(tz).date()
+    return (day - date(1970, 1, 1)).days, datetime.combine(day + timedelta(days=1), dtime(0), tz).timestamp()
 
 
-def counts(sends: list[datetime]) -> dict[str, list[int]]:
-    """The windows after ``sends``, by the senders' own rule: the latest send's window of each
-    size, and how many of the sends fell in it."""
-    last = sends[-1]
-    return {name: [index(last, size), sum(index(s, size) == index(last, size) for s in sends)]
-            for name, size in WINDOWS}
+def counts(sends: list[datetime], zone: str = "Asia/Shanghai") -> dict[str, list[float]]:
+    """The windows after ``sends``: the latest send's window of each size, how many of the
+    sends fell in it, and its end."""
+    out = {}
+    for name, size in WINDOWS:
+        last = window(sends[-1], name, size, zone)
+        out[name] = [last[0], sum(window(s, name, size, zone) == last for s in sends), last[1]]
+    return out
+
+
+def send_all(conn: psycopg.Connection, sends: list[datetime], guid: str = "g1") -> dict[str, list[float]]:
+    conn.execute("INSERT INTO guid_leases (guid) VALUES (%s)", (guid,))
+    for at in sends:
+        conn.execute("UPDATE guid_leases SET last_send_at = %s WHERE guid = %s", (at, guid))
+        # a lease renewal, and the same send time written again, count nothing
+        conn.execute("UPDATE guid_leases SET lease_until = %s WHERE guid = %s", (at + timedelta(seconds=10), guid))
+        conn.execute("UPDATE guid_leases SET last_send_at = %s WHERE guid = %s", (at, guid))
+    (windows,) = conn.execute("SELECT windows FROM guid_leases WHERE guid = %s", (guid,)).fetchone()
+    return windows
 
 
 @pytest.mark.parametrize("offsets_s", [
     [-2, -1],  # two in one minute, hour and day
-    [-2, -1, 1],  # then past midnight: every window starts again at one
+    [-2, -1, 1],  # then past UTC midnight: the minute and the hour start again, the day goes on
     [-2, -1, 1, 30, 61],  # a new minute, the same hour and day
     [-3700, -70, -1, 1, 3601],  # across hours as well
-], ids=["one window", "past midnight", "a new minute", "new hours"])
+], ids=["one window", "past UTC midnight", "a new minute", "new hours"])
 def test_each_send_counts_once_in_its_minute_hour_and_day(database_url: str, offsets_s: list[int]) -> None:
     sends = [MIDNIGHT + timedelta(seconds=s) for s in offsets_s]
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("INSERT INTO guid_leases (guid) VALUES ('g1')")
-        for at in sends:
-            conn.execute("UPDATE guid_leases SET last_send_at = %s WHERE guid = 'g1'", (at,))
-            # a lease renewal, and the same send time written again, count nothing
-            conn.execute("UPDATE guid_leases SET lease_until = %s WHERE guid = 'g1'", (at + timedelta(seconds=10),))
-            conn.execute("UPDATE guid_leases SET last_send_at = %s WHERE guid = 'g1'", (at,))
-        (windows,) = conn.execute("SELECT windows FROM guid_leases WHERE guid = 'g1'").fetchone()
+        windows = send_all(conn, sends)
     assert windows == counts(sends)
+    if len(offsets_s) == 3:
+        assert windows["day"][1] == 3, "00:00 UTC is 08:00 in Asia/Shanghai: the guid's day goes on"
 
+
+def test_the_day_starts_again_at_the_guids_midnight(database_url: str) -> None:
+    sends = [SHANGHAI_MIDNIGHT + timedelta(seconds=s) for s in (-7200, -2, -1, 1, 2)]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        windows = send_all(conn, sends)
+    assert windows == counts(sends)
+    assert windows["day"][1:] == [2, (SHANGHAI_MIDNIGHT + timedelta(days=1)).timestamp()]
+
+
+@pytest.mark.parametrize("where", ["its own", "every guid's", "the session's", "its own over the others"])
+def test_the_guids_time_zone_is_its_own_else_every_guids_else_the_senders(database_url: str, where: str) -> None:
+    """Berlin's clocks go back on 2026-10-25: that day lasts 25 hours, and sends at 00:30 and
+    23:30 local time are in it, as a send at 00:30 Shanghai time on the 26th is not."""
+    berlin = ZoneInfo("Europe/Berlin")
+    sends = [datetime(2026, 10, 25, 0, 30, tzinfo=berlin), datetime(2026, 10, 25, 23, 30, tzinfo=berlin)]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        if where in ("its own", "its own over the others"):
+            conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('g1', %s, 'test')",
+                         (Jsonb({"timezone": "Europe/Berlin"}),))
+        if where in ("every guid's", "its own over the others"):
+            zone = "Europe/Berlin" if where == "every guid's" else "America/New_York"
+            conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('*', %s, 'test')",
+                         (Jsonb({"timezone": zone}),))
+        conn.execute("SELECT set_config('pacer.timezone', %s, false)",
+                     ("Europe/Berlin" if where == "the session's" else "Pacific/Auckland",))
+        try:
+            windows = send_all(conn, sends)
+        finally:
+            conn.execute("DELETE FROM guid_limits")
+    assert windows == counts(sends, "Europe/Berlin")
+    assert windows["day"][1] == 2
+    assert windows["day"][2] == datetime(2026, 10, 26, tzinfo=berlin).timestamp()
+    assert windows["day"][2] - datetime(2026, 10, 25, tzinfo=berlin).timestamp() == 25 * 3600
+
+
+def test_a_new_time_zone_counts_from_the_guids_next_day(database_url: str) -> None:
+    """The time zone is read at the guid's first send of a day; its day under way goes on."""
+    first = SHANGHAI_MIDNIGHT - timedelta(hours=10)  # 14:00 in Asia/Shanghai, 07:00 in Berlin
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        send_all(conn, [first])
+        conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('g1', %s, 'test')",
+                     (Jsonb({"timezone": "Europe/Berlin"}),))
+        try:
+            for at in (SHANGHAI_MIDNIGHT - timedelta(seconds=1), SHANGHAI_MIDNIGHT + timedelta(seconds=1)):
+                conn.execute("UPDATE guid_leases SET last_send_at = %s WHERE guid = 'g1'", (at,))
+                (windows,) = conn.execute("SELECT windows FROM guid_leases WHERE guid = 'g1'").fetchone()
+                if at < SHANGHAI_MIDNIGHT:
+                    assert windows["day"] == counts([first, at])["day"], "Shanghai's day goes on to its end"
+        finally:
+            conn.execute("DELETE FROM guid_limits")
+    # then Berlin's day: the 6th there too, begun before the first send, so all three count
+    sends = [first, SHANGHAI_MIDNIGHT - timedelta(seconds=1), SHANGHAI_MIDNIGHT + timedelta(seconds=1)]
+    assert windows["day"] == counts(sends, "Europe/Berlin")["day"]
+    assert windows["day"][1] == 3
+
+
+def test_the_senders_and_the_databases_days_agree(database_url: str) -> None:
+    """``Pacing.window`` numbers and ends the day as the trigger does: a sender taking a guid
+    over compares its own day with the row's."""
+    sends = [SHANGHAI_MIDNIGHT + timedelta(hours=h) for h in (-30, -17, -1, 0, 7, 20)]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for n, at in enumerate(sends):
+            windows = send_all(conn, [at], guid=f"g{n}")
+            assert windows["day"][::2] == list(Pacing().window("day", 86400, at.timestamp())), at
+
+
+def test_a_time_zone_the_database_does_not_know_is_refused_before_it_stops_a_guid(database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn, pytest.raises(psycopg.DataError) as refused:
+        conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('g1', %s, 'test')",
+                     (Jsonb({"timezone": "Mars/Olympus_Mons"}),))
+    assert "Mars/Olympus_Mons" in str(refused.value)

@@ -6,6 +6,8 @@ import asyncio
 import threading
 import time
 from datetime import datetime, timedelta
+from datetime import time as dtime
+from zoneinfo import ZoneInfo
 
 import psycopg
 
@@ -141,9 +143,11 @@ def test_an_expired_guid_lease_is_taken_over_with_its_last_send_time(database_ur
     assert taken.took_over and taken.epoch == lease.epoch + 1
     assert taken.last_send_at is not None, "the previous owner's send time carries over for pacing"
     # and so do its window counts: two sends in this minute, hour and day
-    assert {name: n for name, (_, n) in taken.windows.items()} == {"minute": 2, "hour": 2, "day": 2}
-    day_index = int(taken.last_send_at.timestamp() // 86400)
-    assert taken.windows["day"][0] == day_index
+    assert {name: n for name, (n, _) in taken.windows.items()} == {"minute": 2, "hour": 2, "day": 2}
+    # the day is the guid's (Asia/Shanghai by default): it ends at the next midnight there
+    local = taken.last_send_at.astimezone(ZoneInfo("Asia/Shanghai"))
+    midnight = datetime.combine(local.date() + timedelta(days=1), dtime(0), ZoneInfo("Asia/Shanghai"))
+    assert taken.windows["day"][1] == midnight.timestamp()
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT owner, takeovers FROM guid_leases").fetchone() == ("w2", 1)
 

@@ -75,7 +75,7 @@ class WindowsOnTakeover(InMemoryGuidLeases):
     """Reports five sends this hour on every take, as a lease row that counts all lanes does."""
 
     async def acquire(self, guids: Sequence[str], owner: str) -> list[GuidLease]:
-        return [GuidLease(x.guid, x.epoch, None, x.took_over, x.db_now, {"hour": (7, 5)})
+        return [GuidLease(x.guid, x.epoch, None, x.took_over, x.db_now, {"hour": (5, x.db_now.timestamp() + 60)})
                 for x in await super().acquire(guids, owner)]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import statistics
-from datetime import datetime, time
+from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -95,6 +95,49 @@ def test_a_full_minute_window_defers_to_the_next_minute() -> None:
         p.sent("online", limits, 0.0, wall, RNG)
     assert p.ready_at("online", limits, 0.0, wall) == pytest.approx(50.0)
     assert p.ready_at("online", limits, 50.0, wall + 50) <= 50.0  # a new minute
+
+
+def test_a_full_day_waits_for_the_guids_midnight_not_utcs() -> None:
+    limits = Limits(min_interval_s=0.0, jitter_s=0.0, per_day=3, online_reserve=0.0)
+    p, wall = GuidPacer(), wall_at(23, 0)  # 15:00 UTC: the UTC day has nine hours left
+    for _ in range(3):
+        p.sent("online", limits, 0.0, wall, RNG)
+    assert p.ready_at("online", limits, 0.0, wall) == pytest.approx(3600.0)
+    assert p.ready_at("online", limits, 3600.0, wall + 3600) <= 3600.0  # 00:00 in Asia/Shanghai
+
+
+def test_a_day_where_the_clocks_go_back_lasts_25_hours() -> None:
+    berlin = ZoneInfo("Europe/Berlin")
+    limits = Limits(min_interval_s=0.0, jitter_s=0.0, per_day=1, online_reserve=0.0, timezone="Europe/Berlin")
+    p, wall = GuidPacer(), datetime(2026, 10, 25, 0, 30, tzinfo=berlin).timestamp()
+    p.sent("online", limits, 0.0, wall, RNG)
+    assert p.ready_at("online", limits, 0.0, wall) == pytest.approx(24.5 * 3600)
+
+
+def test_a_new_time_zone_applies_from_the_guids_next_day_as_in_the_database() -> None:
+    shanghai = Limits(min_interval_s=0.0, jitter_s=0.0, per_day=3, online_reserve=0.0)
+    auckland = shanghai.model_copy(update={"timezone": "Pacific/Auckland"})
+    p, wall = GuidPacer(), wall_at(23, 0)  # 04:00 on the next day in Auckland
+    for _ in range(2):
+        p.sent("online", shanghai, 0.0, wall, RNG)
+    p.sent("online", auckland, 0.0, wall, RNG)  # the zone changed: Shanghai's day under way goes on
+    assert p.ready_at("online", auckland, 0.0, wall) == pytest.approx(3600.0)
+    p.sent("online", auckland, 3600.0, wall + 3600, RNG)
+    auckland_midnight = datetime(2026, 12, 1, tzinfo=ZoneInfo("Pacific/Auckland")).timestamp()
+    assert p.windows["day"].end == auckland_midnight and p.windows["day"].total == 1
+
+
+@given(st.floats(min_value=1.5e9, max_value=2.2e9),
+       st.sampled_from(["Asia/Shanghai", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "UTC",
+                        "Australia/Lord_Howe", "America/Santiago"]))
+def test_the_day_window_is_the_guids_calendar_day(wall: float, zone: str) -> None:
+    tz = ZoneInfo(zone)
+    day = datetime.fromtimestamp(wall, tz).date()
+    index, end = Limits(timezone=zone).window("day", 86400, wall)
+    assert index == (day - date(1970, 1, 1)).days
+    assert end == datetime.combine(day + timedelta(days=1), time(0), tz).timestamp()
+    assert end > wall >= datetime.combine(day, time(0), tz).timestamp()
+    assert Limits(timezone=zone).window("minute", 60, wall) == (int(wall // 60), (int(wall // 60) + 1) * 60)
 
 
 def test_batch_gets_only_its_share_of_a_window_but_online_can_use_the_rest() -> None:
@@ -209,15 +252,16 @@ def test_a_jobs_own_rate_spaces_the_next_batch_send_but_never_online() -> None:
 def test_handover_keeps_the_previous_owners_window_counts() -> None:
     limits = Limits(min_interval_s=0.0, jitter_s=0.0, online_reserve=0.5, per_minute=10)
     wall = 600.0 * 60  # minute index 600
+    ends = 601.0 * 60  # the database's record: sends, and the epoch second the window ends
     p = GuidPacer()
-    p.resume_after(50.0, since_last_send_s=None, limits=limits, windows={"minute": (600, 10)})
+    p.resume_after(50.0, since_last_send_s=None, limits=limits, windows={"minute": (10, ends)}, wall=wall)
     assert p.ready_at("online", limits, 50.0, wall) == 50.0 + 60  # the minute is used up
     q = GuidPacer()
-    q.resume_after(50.0, None, limits, windows={"minute": (600, 5)})
+    q.resume_after(50.0, None, limits, windows={"minute": (5, ends)}, wall=wall)
     assert q.ready_at("batch", limits, 50.0, wall) == 50.0 + 60  # counted against batch's share too
     assert q.ready_at("online", limits, 50.0, wall) <= 50.0
     stale = GuidPacer()
-    stale.resume_after(50.0, None, limits, windows={"minute": (599, 10)})  # an earlier minute
+    stale.resume_after(50.0, None, limits, windows={"minute": (10, wall)}, wall=wall)  # ended
     assert stale.ready_at("online", limits, 50.0, wall) <= 50.0
 
 

@@ -33,6 +33,16 @@ def test_a_window_whose_batch_share_is_used_holds_the_guid_until_the_window_ends
     assert per_minute.held_for(WALL, {"minute": [int(WALL // 60), 4], "day": [DAY, 8]}) == day_left
 
 
+def test_a_day_window_kept_with_its_end_holds_the_guid_until_its_own_midnight() -> None:
+    """The trigger keeps [index, sends, end]: the guid's day ends at its own midnight."""
+    capped = Pacing(per_day=10)
+    midnight = datetime(2026, 12, 6, 16, tzinfo=UTC).timestamp()  # 00:00 on the 7th in Asia/Shanghai
+    index, end = capped.window("day", 86400, WALL)
+    assert end == midnight
+    assert capped.held_for(WALL, {"day": [index, 8, end]}) == midnight - WALL
+    assert capped.held_for(midnight, {"day": [index, 8, end]}) == 0, "a day ended holds nothing"
+
+
 def quiet(since_s: float, limits: dict[str, object] | None = None, windows: dict[str, object] | None = None) -> Quiet:
     return Quiet("g", [NOW - timedelta(seconds=since_s)], limits, windows)
 

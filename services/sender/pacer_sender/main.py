@@ -17,7 +17,12 @@ from pacer_common.settings import KafkaSettings, PostgresSettings
 from pacer_common.tenant_gateways import TenantGateways
 from pacer_sender.adapters.actions import PostgresActions
 from pacer_sender.adapters.kafka import ConsumerLoop, command_consumer
-from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository, PostgresLimitsSource
+from pacer_sender.adapters.postgres import (
+    PostgresGuidLeases,
+    PostgresItemRepository,
+    PostgresLimitsSource,
+    check_time_zone,
+)
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.core import Executor
 from pacer_sender.dispatcher import Dispatcher
@@ -40,8 +45,11 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         def on_swept(trigger: Trigger, n: int) -> None:
             m.swept.labels(trigger).inc(n)
 
+        # The sender's default time zone is the database's too: it counts the guids' days (trigger
+        # guid_send_windows) where guid_limits gives no other.
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=2, max_size=cfg.db_pool_max,
-                               name="pacer-sender")
+                               name="pacer-sender", options=f"-c pacer.timezone={cfg.timezone}")
+        await check_time_zone(pool, cfg.timezone)
         PoolStats(pool, ctx.registry)
         tenants = TenantCache(pool, cfg.tenants_refresh_s,
                               fill=lambda t: t.with_defaults(cfg.gateway_url, cfg.gateway_credential))

@@ -92,8 +92,8 @@ class GuidLease:
     last_send_at: datetime | None
     took_over: bool
     db_now: datetime
-    # sends so far per window: name → (window index, count); see migration 0011
-    windows: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # sends so far per window not yet ended: name → (count, the epoch second it ends)
+    windows: dict[str, tuple[int, float]] = field(default_factory=dict)
 
 
 class GuidLeaseStore(Protocol):

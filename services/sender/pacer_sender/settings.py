@@ -90,20 +90,21 @@ class SenderSettings(OpsSettings):
     ))
     per_minute: int | None = Field(None, description=(
         "Sends per guid per clock minute (both lanes together; batch capped at its share). A full window "
-        "defers sends to the next window; a deferral is not an attempt. The windows are UTC's, whatever "
-        "`PACER_SENDER_TIMEZONE` says."
+        "defers sends to the next window; a deferral is not an attempt."
     ))
-    per_hour: int | None = Field(None, description="Sends per guid per UTC clock hour, as `PER_MINUTE`.")
+    per_hour: int | None = Field(None, description="Sends per guid per clock hour, as `PER_MINUTE`.")
     per_day: int | None = Field(None, description=(
-        "Sends per guid per UTC day, as `PER_MINUTE`: the count starts again at 00:00 UTC (08:00 in "
-        "Asia/Shanghai), not at local midnight."))
+        "Sends per guid per calendar day in the guid's time zone (`TIMEZONE`, or its `timezone` override), as "
+        "`PER_MINUTE`: the count starts again at the guid's midnight."))
     quiet_hours: str | None = Field(default=None, description=(
         "Local time span in which batch sends wait (may wrap midnight); online sends still go. The console and "
         "`GET /guids` show a guid *quiet* from its limits overrides (its own, or every guid's `*`), not from this "
         "setting: set fleet-wide quiet hours as the `*` override (`pacer limits '*' --set quiet_hours=22:00-08:00`) to see them there."
     ))
     timezone: str = Field(DEFAULTS.timezone, description=(
-        "Time zone of quiet hours. The send windows (`PER_MINUTE`, `PER_HOUR`, `PER_DAY`) are UTC's."))
+        "Time zone (IANA name) of quiet hours and of the day of `PER_DAY`, for guids whose limits overrides name "
+        "none. The sender refuses to start with a name the database does not know. Minutes and hours are the "
+        "clock's in every zone."))
     limits_refresh_s: float = Field(1.0, description=(
         "How often the sender reads `guid_limits` for hot changes (`pacer limits GUID --set …`)."
     ))

@@ -529,18 +529,34 @@ CREATE FUNCTION public.pacer_count_send_windows() RETURNS trigger
 DECLARE
     e double precision := extract(epoch FROM NEW.last_send_at);
     w jsonb := COALESCE(OLD.windows, '{}');
-    r record;
+    m bigint := floor(e / 60);
+    h bigint := floor(e / 3600);
+    d jsonb := w -> 'day';
+    tz text;
+    local_at timestamp;
     idx bigint;
 BEGIN
     IF NEW.last_send_at IS NULL OR NEW.last_send_at IS NOT DISTINCT FROM OLD.last_send_at THEN
         RETURN NEW;
     END IF;
-    FOR r IN SELECT * FROM (VALUES ('minute', 60), ('hour', 3600), ('day', 86400)) AS v(name, size) LOOP
-        idx := floor(e / r.size);
-        w := jsonb_set(w, ARRAY[r.name], jsonb_build_array(idx,
-                 CASE WHEN (w -> r.name ->> 0)::bigint = idx THEN (w -> r.name ->> 1)::bigint + 1 ELSE 1 END));
-    END LOOP;
-    NEW.windows := w;
+    IF (d ->> 2)::float8 > e THEN
+        d := jsonb_build_array(d -> 0, (d ->> 1)::bigint + 1, d -> 2);
+    ELSE
+        SELECT COALESCE(max(gl.limits ->> 'timezone') FILTER (WHERE gl.guid = NEW.guid),
+                        max(gl.limits ->> 'timezone') FILTER (WHERE gl.guid = '*'))
+        INTO tz FROM guid_limits gl WHERE gl.guid IN (NEW.guid, '*');
+        tz := COALESCE(tz, NULLIF(current_setting('pacer.timezone', true), ''), 'Asia/Shanghai');
+        local_at := NEW.last_send_at AT TIME ZONE tz;
+        idx := floor(extract(epoch FROM local_at) / 86400);
+        d := jsonb_build_array(idx, CASE WHEN (d ->> 0)::bigint = idx THEN (d ->> 1)::bigint + 1 ELSE 1 END,
+                               extract(epoch FROM (date_trunc('day', local_at) + interval '1 day') AT TIME ZONE tz)::bigint);
+    END IF;
+    NEW.windows := jsonb_build_object(
+        'minute', jsonb_build_array(m, CASE WHEN (w -> 'minute' ->> 0)::bigint = m
+                                            THEN (w -> 'minute' ->> 1)::bigint + 1 ELSE 1 END, (m + 1) * 60),
+        'hour', jsonb_build_array(h, CASE WHEN (w -> 'hour' ->> 0)::bigint = h
+                                          THEN (w -> 'hour' ->> 1)::bigint + 1 ELSE 1 END, (h + 1) * 3600),
+        'day', d);
     RETURN NEW;
 END
 $$;
@@ -1619,7 +1635,8 @@ CREATE TABLE public.guid_limits (
     limits jsonb NOT NULL,
     updated_by text NOT NULL,
     updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
-    change_xid xid8 DEFAULT pg_current_xact_id() NOT NULL
+    change_xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    CONSTRAINT guid_limits_timezone_known CHECK ((((limits ->> 'timezone'::text) IS NULL) OR (('2000-01-01 00:00:00+00'::timestamp with time zone AT TIME ZONE (limits ->> 'timezone'::text)) IS NOT NULL)))
 );
 
 CREATE TABLE public.guid_state_history (

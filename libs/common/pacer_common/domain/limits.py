@@ -29,9 +29,29 @@ from pydantic import (
 )
 
 Cap = Annotated[int, Field(gt=0)] | None
-# The send windows: the per_<name> caps, and guid_leases.windows (floor(epoch / size), sends).
+# The send windows: the per_<name> caps, and guid_leases.windows. The minute and the hour are
+# the clock's (floor(epoch / size)); the day is the guid's own, in its time zone (see
+# Pacing.window).
 WINDOWS: tuple[tuple[str, int], ...] = (("minute", 60), ("hour", 3600), ("day", 86400))
+SIZES = dict(WINDOWS)
+_LOCAL_EPOCH = datetime(1970, 1, 1)
 JitterDist = Literal["uniform", "exponential"]
+
+
+def kept_window(name: str, kept: Any) -> tuple[int, float] | None:
+    """A window as ``guid_leases.windows`` keeps it → (sends, the epoch second it ends), or
+    None if it is not one. The trigger ``guid_send_windows`` writes ``[index, sends, end]``;
+    rows written before the day became the guid's own hold ``[index, sends]``, whose window
+    (the clock's) ends at ``(index + 1) * size``."""
+    size = SIZES.get(name)
+    if size is None or not isinstance(kept, list | tuple) or len(kept) not in (2, 3):
+        return None
+    try:
+        index, sends = int(kept[0]), int(kept[1])
+        end = float(kept[2]) if len(kept) == 3 else float((index + 1) * size)
+    except (TypeError, ValueError):
+        return None
+    return sends, end
 
 
 def parse_quiet_hours(text: str) -> tuple[dtime, dtime]:
@@ -76,6 +96,7 @@ class Pacing(BaseModel):
     per_day: Cap = None
     # [start, end) local time, may wrap midnight; written "HH:MM-HH:MM"
     quiet_hours: QuietHours | None = None
+    # Of the quiet hours and of the day window (per_day starts again at the guid's midnight).
     timezone: str = "Asia/Shanghai"
     rate_limited_penalty: float = Field(2.0, ge=1)
     penalty_decay: float = Field(0.9, gt=0, le=1)
@@ -122,6 +143,21 @@ class Pacing(BaseModel):
         return (end_at - local).total_seconds()
 
 
+    def window(self, name: str, size: int, wall: float) -> tuple[int, float]:
+        """The send window ``name`` (of ``size`` seconds) that holds wall time ``wall``: its
+        index and the epoch second it ends. A minute or an hour is the clock's; a day is the
+        guid's calendar day in its time zone, whatever its length (23 or 25 hours where the
+        clocks change), numbered as the trigger ``guid_send_windows`` numbers it: the days of
+        local time since 1970-01-01."""
+        if name != "day":
+            index = int(wall // size)
+            return index, float((index + 1) * size)
+        zone = ZoneInfo(self.timezone)
+        offset = datetime.fromtimestamp(wall, zone).utcoffset()
+        index = int((wall + (offset.total_seconds() if offset else 0.0)) // size)
+        midnight = (_LOCAL_EPOCH + timedelta(seconds=(index + 1) * size)).replace(tzinfo=zone)
+        return index, midnight.timestamp()
+
     def held_for(self, wall: float, windows: Mapping[str, Any] | None) -> float:
         """Seconds a batch send of the guid waits now by its limits alone (0: none holds it):
         its quiet hours, or a send window's cap (:meth:`capped_for`)."""
@@ -129,17 +165,17 @@ class Pacing(BaseModel):
 
     def capped_for(self, wall: float, windows: Mapping[str, Any] | None) -> float:
         """Seconds until the end of the longest-lasting window whose sends (``windows``, as
-        ``guid_leases`` keeps them: ``{"minute": [window index, sends], …}``) reached the batch
-        share of its cap; 0 when none has."""
+        ``guid_leases`` keeps them: ``{"minute": [window index, sends, end], …}``, see
+        :func:`kept_window`) reached the batch share of its cap; 0 when none has."""
         wait = 0.0
-        for name, size in WINDOWS:
+        for name, _ in WINDOWS:
             cap = getattr(self, f"per_{name}")
-            kept = (windows or {}).get(name)
-            if cap is None or not isinstance(kept, list) or len(kept) != 2:
+            kept = None if cap is None else kept_window(name, (windows or {}).get(name))
+            if kept is None:
                 continue
-            index, sends = kept
-            if index == int(wall // size) and sends >= int(cap * (1 - self.online_reserve)):
-                wait = max(wait, (index + 1) * size - wall)
+            sends, end = kept
+            if end > wall and sends >= int(cap * (1 - self.online_reserve)):
+                wait = max(wait, end - wall)
         return wait
 
 

@@ -30,6 +30,7 @@ from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.limits import kept_window
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus as S
 from pacer_sender.domain.decisions import Decision
@@ -45,6 +46,12 @@ def storable(text: str | None, limit: int = 2000) -> str | None:
     if text is None:
         return None
     return text.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\0")[:limit]
+
+
+def _windows(kept: Mapping[str, Any] | None) -> dict[str, tuple[int, float]]:
+    """A lease's send windows as the database keeps them → name → (sends, end)."""
+    found = {name: kept_window(name, value) for name, value in (kept or {}).items()}
+    return {name: w for name, w in found.items() if w is not None}
 
 
 def _unstorable(exc: BaseException) -> UnstorableItem:
@@ -176,6 +183,18 @@ class PostgresItemRepository:
         return bool(row["moved"])
 
 
+async def check_time_zone(pool: Pool, name: str) -> None:
+    """Refuse to start with a default time zone (``PACER_SENDER_TIMEZONE``, the session's
+    ``pacer.timezone``) that the database does not know: its trigger would refuse every send
+    of the guids it applies to."""
+    async with pool.connection() as conn:
+        try:
+            await conn.execute("SELECT now() AT TIME ZONE current_setting('pacer.timezone')")
+        except psycopg.DataError as exc:
+            raise ValueError(f"PACER_SENDER_TIMEZONE={name!r}: the database does not know this time zone "
+                             f"({exc.diag.message_primary or exc})") from None
+
+
 class PostgresGuidLeases:
     """Guid leases (``pacer_acquire_guids``, ``pacer_release_guids``): take, keep and release.
     ``in_flight``: how long after its claim a send may still reach the gateway; a guid whose
@@ -192,7 +211,7 @@ class PostgresGuidLeases:
                 rows = await fetch_durably(conn, _sql("acquire_guids"), {
                     "guids": list(guids), "owner": owner, "ttl": self.ttl, "in_flight": self.in_flight})
             return [GuidLease(r["guid"], r["epoch"], r["last_send_at"], r["took_over"], r["db_now"],
-                              {k: (int(v[0]), int(v[1])) for k, v in (r["windows"] or {}).items()}) for r in rows]
+                              _windows(r["windows"])) for r in rows]
 
         return await with_retry(work)
 

@@ -6,7 +6,8 @@
   "what is free". Batch work more urgent than ``reserve_from_priority`` (ticket
   notifications) is spaced at the whole rate, after online work: it is sparse, and a
   customer waits on it; a campaign or a job's own rate does not hold it.
-* Fixed windows per minute / hour / day, shared by both lanes, batch capped at its share.
+* Fixed windows per minute / hour (the clock's) and day (the guid's own, in its time zone),
+  shared by both lanes, batch capped at its share.
 * Quiet hours hold batch sends (not replies to a customer) until they end.
 * A rate-limited rejection multiplies the interval (up to ``max_penalty``); clean sends
   decay it back to 1.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from pacer_common.domain.limits import WINDOWS, Pacing
+from pacer_common.domain.limits import SIZES, WINDOWS, Pacing
 from pacer_common.domain.requests import Lane
 
 
@@ -50,7 +51,11 @@ class Limits(Pacing):
 
 @dataclass
 class _Window:
-    index: int = -1
+    """The sends of the guid's current window of one size, until ``end`` (epoch seconds). A
+    window is found (``Limits.window``) when a send falls past the last one's end, so a new
+    time zone applies from the guid's next day, as in the database."""
+
+    end: float = float("-inf")
     total: int = 0
     batch: int = 0
 
@@ -79,13 +84,10 @@ class GuidPacer:
         reserved = lane == "batch" and (priority is None or priority >= limits.reserve_from_priority)
         if reserved and self.last_batch is not None:
             at = max(at, self.last_batch + limits.batch_interval_s * self.multiplier + self.jitter)
-        for name, size, cap, batch_cap in limits.windows():
-            index = int(wall // size)
+        for name, _, cap, batch_cap in limits.windows():
             w = self.windows.get(name)
-            if w is None or w.index != index:
-                continue
-            if w.total >= cap or (lane == "batch" and w.batch >= batch_cap):
-                at = max(at, mono + (index + 1) * size - wall)  # the window's end
+            if w is not None and w.end > wall and (w.total >= cap or (lane == "batch" and w.batch >= batch_cap)):
+                at = max(at, mono + w.end - wall)  # the window's end
         if lane == "batch":
             at = max(at, mono + limits.quiet_remaining(wall))
             if reserved and self.batch_hold_until is not None:
@@ -105,10 +107,9 @@ class GuidPacer:
         self._mark(lane, limits, mono, rng)
         self.batch_hold_until = None if job_interval_s is None else mono + job_interval_s + self.jitter
         for name, size, _, _ in limits.windows():
-            index = int(wall // size)
             w = self.windows.setdefault(name, _Window())
-            if w.index != index:
-                w.index, w.total, w.batch = index, 0, 0
+            if w.end <= wall:
+                w.end, w.total, w.batch = limits.window(name, size, wall)[1], 0, 0
             w.total += 1
             w.batch += lane == "batch"
 
@@ -161,14 +162,18 @@ class GuidPacer:
         self.last_batch = held if self.last_batch is None else max(self.last_batch, held)
 
     def resume_after(self, mono: float, since_last_send_s: float | None, limits: Limits,
-                     windows: dict[str, tuple[int, int]] | None = None) -> None:
+                     windows: dict[str, tuple[int, float]] | None = None, wall: float = 0.0) -> None:
         """Carry the spacing and the window counts over a handover: the previous owner's
-        sends still count. The previous owner's lane split is not known, so its sends count
-        against the batch share too (never more sends than the limits allow)."""
-        for name, (index, n) in (windows or {}).items():
+        sends still count. ``windows``: name → (sends, the epoch second the window ends), as
+        the database keeps them; a window not yet ended at ``wall`` counts in this sender's
+        current window of that name, or becomes it. The previous owner's lane split is not known, so its
+        sends count against the batch share too (never more sends than the limits allow)."""
+        for name, (n, end) in (windows or {}).items():
+            if name not in SIZES or end <= wall:
+                continue
             w = self.windows.setdefault(name, _Window())
-            if w.index != index:
-                w.index, w.total, w.batch = index, 0, 0
+            if w.end <= wall:
+                w.end, w.total, w.batch = end, 0, 0
             w.total = max(w.total, n)
             w.batch = max(w.batch, n)
         if since_last_send_s is not None:
