@@ -8,6 +8,7 @@ the guid over enforces its window caps from, so they must match the senders' own
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, date, datetime, timedelta
 from datetime import time as dtime
 from zoneinfo import ZoneInfo
@@ -16,7 +17,9 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from pacer_common.db.pool import open_pool
 from pacer_common.domain.limits import WINDOWS, Pacing
+from pacer_sender.adapters.postgres import check_time_zone
 
 MIDNIGHT = datetime(2026, 12, 6, tzinfo=UTC)
 SHANGHAI_MIDNIGHT = datetime(2026, 12, 6, 16, tzinfo=UTC)  # 2026-12-07 00:00 in Asia/Shanghai
@@ -103,39 +106,107 @@ def test_the_guids_time_zone_is_its_own_else_every_guids_else_the_senders(databa
     assert windows["day"][2] - datetime(2026, 10, 25, tzinfo=berlin).timestamp() == 25 * 3600
 
 
-def test_a_new_time_zone_counts_from_the_guids_next_day(database_url: str) -> None:
-    """The time zone is read at the guid's first send of a day; its day under way goes on."""
-    first = SHANGHAI_MIDNIGHT - timedelta(hours=10)  # 14:00 in Asia/Shanghai, 07:00 in Berlin
+@pytest.mark.parametrize(("zone", "carried"), [
+    ("Europe/Berlin", 3),  # west: Berlin's 6th began before Shanghai's 6th ended: its two sends count
+    ("Pacific/Auckland", 3),  # east: so did Auckland's 7th, at 11:00 UTC
+    ("Asia/Singapore", 1),  # Singapore's 7th begins as Shanghai's 6th ends: a new day
+])
+def test_a_new_time_zone_counts_from_the_guids_next_day(database_url: str, zone: str, carried: int) -> None:
+    """The time zone is read at the guid's first send past its day's end: the day under way goes
+    on, and the new zone's day counts the old day's sends when it began before the old one
+    ended (they may fall in it)."""
+    first = SHANGHAI_MIDNIGHT - timedelta(hours=10)  # 14:00 in Asia/Shanghai, 06:00 UTC
+    late = SHANGHAI_MIDNIGHT - timedelta(seconds=1)
+    after = SHANGHAI_MIDNIGHT + timedelta(seconds=1)
     with psycopg.connect(database_url, autocommit=True) as conn:
         send_all(conn, [first])
         conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('g1', %s, 'test')",
-                     (Jsonb({"timezone": "Europe/Berlin"}),))
+                     (Jsonb({"timezone": zone}),))
         try:
-            for at in (SHANGHAI_MIDNIGHT - timedelta(seconds=1), SHANGHAI_MIDNIGHT + timedelta(seconds=1)):
-                conn.execute("UPDATE guid_leases SET last_send_at = %s WHERE guid = 'g1'", (at,))
-                (windows,) = conn.execute("SELECT windows FROM guid_leases WHERE guid = 'g1'").fetchone()
-                if at < SHANGHAI_MIDNIGHT:
-                    assert windows["day"] == counts([first, at])["day"], "Shanghai's day goes on to its end"
+            conn.execute("UPDATE guid_leases SET last_send_at = %s WHERE guid = 'g1'", (late,))
+            (windows,) = conn.execute("SELECT windows FROM guid_leases WHERE guid = 'g1'").fetchone()
+            assert windows["day"] == counts([first, late])["day"], "Shanghai's day goes on to its end"
+            conn.execute("UPDATE guid_leases SET last_send_at = %s WHERE guid = 'g1'", (after,))
+            (windows,) = conn.execute("SELECT windows FROM guid_leases WHERE guid = 'g1'").fetchone()
         finally:
             conn.execute("DELETE FROM guid_limits")
-    # then Berlin's day: the 6th there too, begun before the first send, so all three count
-    sends = [first, SHANGHAI_MIDNIGHT - timedelta(seconds=1), SHANGHAI_MIDNIGHT + timedelta(seconds=1)]
-    assert windows["day"] == counts(sends, "Europe/Berlin")["day"]
-    assert windows["day"][1] == 3
+    index, _, end = counts([after], zone)["day"]
+    assert windows["day"] == [index, carried, end]
 
 
-def test_the_senders_and_the_databases_days_agree(database_url: str) -> None:
-    """``Pacing.window`` numbers and ends the day as the trigger does: a sender taking a guid
-    over compares its own day with the row's."""
-    sends = [SHANGHAI_MIDNIGHT + timedelta(hours=h) for h in (-30, -17, -1, 0, 7, 20)]
+@pytest.mark.parametrize(("kept_day", "send", "sends"), [
+    (MIDNIGHT, MIDNIGHT + timedelta(hours=10), 6),  # the UTC day ends after the guid's began: carried
+    (MIDNIGHT - timedelta(days=1), SHANGHAI_MIDNIGHT + timedelta(hours=1), 1),  # ended before it: not
+], ids=["overlapping", "ended before"])
+def test_a_day_kept_before_days_were_the_guids_counts_where_it_overlaps(
+        database_url: str, kept_day: datetime, send: datetime, sends: int) -> None:
+    """A row written before the day became the guid's holds [index, sends] of a UTC day."""
+    old = {"minute": [0, 1], "hour": [0, 1], "day": [int(kept_day.timestamp() // 86400), 5]}
     with psycopg.connect(database_url, autocommit=True) as conn:
-        for n, at in enumerate(sends):
+        conn.execute("INSERT INTO guid_leases (guid, windows) VALUES ('g1', %s)", (Jsonb(old),))
+        conn.execute("UPDATE guid_leases SET last_send_at = %s WHERE guid = 'g1'", (send,))
+        (windows,) = conn.execute("SELECT windows FROM guid_leases WHERE guid = 'g1'").fetchone()
+    index, _, end = counts([send])["day"]
+    assert windows["day"] == [index, sends, end]
+
+
+@pytest.mark.parametrize(("zone", "instants"), [
+    ("Asia/Shanghai", [SHANGHAI_MIDNIGHT + timedelta(hours=h) for h in (-30, -17, -1, 0, 7, 20)]),
+    # midnight comes twice: the day runs from the first to the next
+    ("America/Havana", [datetime(2026, 11, 1, 3, 59, tzinfo=UTC), datetime(2026, 11, 1, 4, 30, tzinfo=UTC),
+                        datetime(2026, 11, 1, 5, 30, tzinfo=UTC)]),
+    ("Atlantic/Azores", [datetime(2026, 10, 25, 0, 30, tzinfo=UTC), datetime(2026, 10, 25, 1, 30, tzinfo=UTC)]),
+    ("America/Santiago", [datetime(2026, 9, 6, 3, 59, tzinfo=UTC), datetime(2026, 9, 6, 4, 1, tzinfo=UTC)]),
+    ("Asia/Kolkata", [datetime(2026, 12, 6, 18, 29, tzinfo=UTC), datetime(2026, 12, 6, 18, 31, tzinfo=UTC)]),
+])
+def test_the_senders_and_the_databases_days_agree(database_url: str, zone: str, instants: list[datetime]) -> None:
+    """``Pacing.window`` starts and ends the day where the trigger does: a sender taking a guid
+    over counts the row's sends until that end."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('*', %s, 'test')",
+                     (Jsonb({"timezone": zone}),))
+        for n, at in enumerate(instants):
             windows = send_all(conn, [at], guid=f"g{n}")
-            assert windows["day"][::2] == list(Pacing().window("day", 86400, at.timestamp())), at
+            assert windows["day"] == counts([at], zone)["day"], at
+            assert windows["day"][2] == Pacing(timezone=zone).window("day", 86400, at.timestamp())[1], at
 
 
-def test_a_time_zone_the_database_does_not_know_is_refused_before_it_stops_a_guid(database_url: str) -> None:
-    with psycopg.connect(database_url, autocommit=True) as conn, pytest.raises(psycopg.DataError) as refused:
+@pytest.mark.parametrize("zone", ["Mars/Olympus_Mons", "JST", "UTC+8", "asia/shanghai", 8])
+def test_a_time_zone_the_database_does_not_know_is_refused_before_it_stops_a_guid(database_url: str,
+                                                                                  zone: object) -> None:
+    """A name the database does not know would stop the guid's sends at the trigger; an
+    abbreviation, a POSIX string (UTC+8 is UTC-8 there) or the wrong case is not the zone the
+    senders read."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('g1', %s, 'test')",
-                     (Jsonb({"timezone": "Mars/Olympus_Mons"}),))
-    assert "Mars/Olympus_Mons" in str(refused.value)
+                     (Jsonb({"per_day": 10}),))
+        for write in ("INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('g2', %s, 'test')",
+                      "UPDATE guid_limits SET limits = limits || %s WHERE guid = 'g1'"):
+            with pytest.raises(psycopg.DataError, match="is not one this database knows"):
+                conn.execute(write, (Jsonb({"timezone": zone}),))
+        conn.execute("UPDATE guid_limits SET limits = limits || %s WHERE guid = 'g1'",
+                     (Jsonb({"timezone": "Asia/Kolkata"}),))
+        assert conn.execute("SELECT limits ->> 'timezone' FROM guid_limits WHERE guid = 'g1'").fetchone() == (
+            "Asia/Kolkata",)
+
+
+@pytest.mark.parametrize(("zone", "options", "refusal"), [
+    ("Europe/Berlin", "-c pacer.timezone=Europe/Berlin", None),
+    ("Mars/Olympus_Mons", "-c pacer.timezone=Mars/Olympus_Mons", "does not know this time zone"),
+    ("UTC+8", "-c pacer.timezone=UTC+8", "does not know this time zone"),
+    ("Europe/Berlin", None, "did not keep it"),  # a pooler that drops startup options
+])
+def test_a_sender_refuses_to_start_with_a_default_zone_the_database_would_not_count_in(
+        database_url: str, zone: str, options: str | None, refusal: str | None) -> None:
+    async def start() -> None:
+        pool = await open_pool(database_url, min_size=1, max_size=1, options=options)
+        try:
+            await check_time_zone(pool, zone)
+        finally:
+            await pool.close()
+
+    if refusal is None:
+        asyncio.run(start())
+    else:
+        with pytest.raises(ValueError, match=refusal):
+            asyncio.run(start())

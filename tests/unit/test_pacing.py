@@ -124,20 +124,38 @@ def test_a_new_time_zone_applies_from_the_guids_next_day_as_in_the_database() ->
     assert p.ready_at("online", auckland, 0.0, wall) == pytest.approx(3600.0)
     p.sent("online", auckland, 3600.0, wall + 3600, RNG)
     auckland_midnight = datetime(2026, 12, 1, tzinfo=ZoneInfo("Pacific/Auckland")).timestamp()
-    assert p.windows["day"].end == auckland_midnight and p.windows["day"].total == 1
+    assert p.windows["day"].end == auckland_midnight
+    assert p.windows["day"].total == 4, "Auckland's day began before Shanghai's ended: those sends count in it"
+    p.sent("online", auckland, 2e5, auckland_midnight, RNG)
+    assert p.windows["day"].total == 1, "the next day of the same zone starts again"
 
 
 @given(st.floats(min_value=1.5e9, max_value=2.2e9),
        st.sampled_from(["Asia/Shanghai", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "UTC",
-                        "Australia/Lord_Howe", "America/Santiago"]))
+                        "Australia/Lord_Howe", "America/Santiago", "America/Havana", "Atlantic/Azores"]))
 def test_the_day_window_is_the_guids_calendar_day(wall: float, zone: str) -> None:
     tz = ZoneInfo(zone)
     day = datetime.fromtimestamp(wall, tz).date()
-    index, end = Limits(timezone=zone).window("day", 86400, wall)
-    assert index == (day - date(1970, 1, 1)).days
-    assert end == datetime.combine(day + timedelta(days=1), time(0), tz).timestamp()
-    assert end > wall >= datetime.combine(day, time(0), tz).timestamp()
-    assert Limits(timezone=zone).window("minute", 60, wall) == (int(wall // 60), (int(wall // 60) + 1) * 60)
+    start, end = Limits(timezone=zone).window("day", 86400, wall)
+    assert start == datetime.combine(day, time(0), tz).timestamp() <= wall
+    assert end == datetime.combine(day + timedelta(days=1), time(0), tz).timestamp() > wall
+    minute = int(wall // 60) * 60
+    assert Limits(timezone=zone).window("minute", 60, wall) == (minute, minute + 60)
+
+
+@pytest.mark.parametrize(("zone", "day", "hours"), [
+    ("America/Havana", date(2026, 11, 1), 25),  # midnight comes twice: the day starts at the first
+    ("Atlantic/Azores", date(2026, 10, 25), 25),
+    ("America/Santiago", date(2026, 9, 6), 23),  # no midnight: the day starts at 01:00
+    ("Europe/Berlin", date(2026, 3, 29), 23),
+])
+def test_a_day_is_as_long_as_the_guids_calendar_makes_it(zone: str, day: date, hours: int) -> None:
+    tz = ZoneInfo(zone)
+    noon = datetime.combine(day, time(12), tz).timestamp()
+    start, end = Limits(timezone=zone).window("day", 86400, noon)
+    assert end - start == hours * 3600
+    assert datetime.fromtimestamp(start, tz).date() == day and datetime.fromtimestamp(end, tz).date() > day
+    assert datetime.fromtimestamp(start - 1, tz).date() < day, "the first instant of the day"
 
 
 def test_batch_gets_only_its_share_of_a_window_but_online_can_use_the_rest() -> None:

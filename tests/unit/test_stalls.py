@@ -37,10 +37,11 @@ def test_a_day_window_kept_with_its_end_holds_the_guid_until_its_own_midnight() 
     """The trigger keeps [index, sends, end]: the guid's day ends at its own midnight."""
     capped = Pacing(per_day=10)
     midnight = datetime(2026, 12, 6, 16, tzinfo=UTC).timestamp()  # 00:00 on the 7th in Asia/Shanghai
-    index, end = capped.window("day", 86400, WALL)
-    assert end == midnight
-    assert capped.held_for(WALL, {"day": [index, 8, end]}) == midnight - WALL
-    assert capped.held_for(midnight, {"day": [index, 8, end]}) == 0, "a day ended holds nothing"
+    index = int((WALL + 8 * 3600) // 86400)  # the local day's number, as the trigger keeps it
+    assert capped.window("day", 86400, WALL)[1] == midnight
+    assert capped.held_for(WALL, {"day": [index, 8, midnight]}) == midnight - WALL
+    assert capped.held_for(WALL, {"day": [index, 7, midnight]}) == 0
+    assert capped.held_for(midnight, {"day": [index, 8, midnight]}) == 0, "a day ended holds nothing"
 
 
 def quiet(since_s: float, limits: dict[str, object] | None = None, windows: dict[str, object] | None = None) -> Quiet:

@@ -92,7 +92,7 @@ class GuidLease:
     last_send_at: datetime | None
     took_over: bool
     db_now: datetime
-    # sends so far per window not yet ended: name → (count, the epoch second it ends)
+    # sends per window, as the row keeps them: name → (count, the epoch second the window ends)
     windows: dict[str, tuple[int, float]] = field(default_factory=dict)
 
 

@@ -89,10 +89,11 @@ class SenderSettings(OpsSettings):
         "and within the batch share of each window cap. 10: the reserve binds no batch work's spacing."
     ))
     per_minute: int | None = Field(None, description=(
-        "Sends per guid per clock minute (both lanes together; batch capped at its share). A full window "
+        "Sends per guid per UTC minute (both lanes together; batch capped at its share). A full window "
         "defers sends to the next window; a deferral is not an attempt."
     ))
-    per_hour: int | None = Field(None, description="Sends per guid per clock hour, as `PER_MINUTE`.")
+    per_hour: int | None = Field(None, description=(
+        "Sends per guid per UTC hour, as `PER_MINUTE` (in a zone half an hour off UTC, from half past to half past)."))
     per_day: int | None = Field(None, description=(
         "Sends per guid per calendar day in the guid's time zone (`TIMEZONE`, or its `timezone` override), as "
         "`PER_MINUTE`: the count starts again at the guid's midnight."))
@@ -103,8 +104,9 @@ class SenderSettings(OpsSettings):
     ))
     timezone: str = Field(DEFAULTS.timezone, description=(
         "Time zone (IANA name) of quiet hours and of the day of `PER_DAY`, for guids whose limits overrides name "
-        "none. The sender refuses to start with a name the database does not know. Minutes and hours are the "
-        "clock's in every zone."))
+        "none; the database's session setting `pacer.timezone`, from which it counts those guids' days. The "
+        "sender refuses to start with a name the database does not know, or when a connection pooler drops "
+        "the setting."))
     limits_refresh_s: float = Field(1.0, description=(
         "How often the sender reads `guid_limits` for hot changes (`pacer limits GUID --set …`)."
     ))

@@ -332,6 +332,18 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.pacer_check_limits_timezone() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.limits ? 'timezone' AND NOT EXISTS (SELECT 1 FROM pg_timezone_names z WHERE z.name = NEW.limits ->> 'timezone') THEN
+        RAISE EXCEPTION 'time zone % is not one this database knows: use an IANA name such as Asia/Shanghai',
+            NEW.limits -> 'timezone' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 CREATE FUNCTION public.pacer_coalesce(p_job uuid) RETURNS integer
     LANGUAGE plpgsql
     AS $$
@@ -534,7 +546,6 @@ DECLARE
     d jsonb := w -> 'day';
     tz text;
     local_at timestamp;
-    idx bigint;
 BEGIN
     IF NEW.last_send_at IS NULL OR NEW.last_send_at IS NOT DISTINCT FROM OLD.last_send_at THEN
         RETURN NEW;
@@ -547,9 +558,11 @@ BEGIN
         INTO tz FROM guid_limits gl WHERE gl.guid IN (NEW.guid, '*');
         tz := COALESCE(tz, NULLIF(current_setting('pacer.timezone', true), ''), 'Asia/Shanghai');
         local_at := NEW.last_send_at AT TIME ZONE tz;
-        idx := floor(extract(epoch FROM local_at) / 86400);
-        d := jsonb_build_array(idx, CASE WHEN (d ->> 0)::bigint = idx THEN (d ->> 1)::bigint + 1 ELSE 1 END,
-                               extract(epoch FROM (date_trunc('day', local_at) + interval '1 day') AT TIME ZONE tz)::bigint);
+        d := jsonb_build_array(floor(extract(epoch FROM local_at) / 86400)::bigint,
+                 CASE WHEN COALESCE((d ->> 2)::float8, ((d ->> 0)::bigint + 1) * 86400.0)
+                           > extract(epoch FROM pacer_local_time(date_trunc('day', local_at), tz))
+                      THEN (d ->> 1)::bigint + 1 ELSE 1 END,
+                 extract(epoch FROM pacer_local_time(date_trunc('day', local_at) + interval '1 day', tz))::bigint);
     END IF;
     NEW.windows := jsonb_build_object(
         'minute', jsonb_build_array(m, CASE WHEN (w -> 'minute' ->> 0)::bigint = m
@@ -1003,6 +1016,13 @@ BEGIN
          FROM jobs x WHERE x.job_id = p_job));
     RETURN QUERY SELECT 'done'::text, format('job %s: %s → %s', p_action, j.status, after_status), after_status;
 END
+$$;
+
+CREATE FUNCTION public.pacer_local_time(p_local timestamp without time zone, p_tz text) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT CASE WHEN ((t - interval '1 hour') AT TIME ZONE p_tz) >= p_local THEN t - interval '1 hour' ELSE t END
+    FROM (SELECT p_local AT TIME ZONE p_tz AS t) AS later;
 $$;
 
 CREATE FUNCTION public.pacer_partitions(p_parent text) RETURNS TABLE(partition text, starts timestamp with time zone, ends timestamp with time zone)
@@ -1635,8 +1655,7 @@ CREATE TABLE public.guid_limits (
     limits jsonb NOT NULL,
     updated_by text NOT NULL,
     updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
-    change_xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
-    CONSTRAINT guid_limits_timezone_known CHECK ((((limits ->> 'timezone'::text) IS NULL) OR (('2000-01-01 00:00:00+00'::timestamp with time zone AT TIME ZONE (limits ->> 'timezone'::text)) IS NOT NULL)))
+    change_xid xid8 DEFAULT pg_current_xact_id() NOT NULL
 );
 
 CREATE TABLE public.guid_state_history (
@@ -2291,6 +2310,8 @@ ALTER INDEX public.operator_conflicts_item ATTACH PARTITION public.operator_conf
 ALTER INDEX public.send_ledger_pkey ATTACH PARTITION public.send_ledger_default_pkey;
 
 CREATE TRIGGER guid_limits_change BEFORE INSERT OR UPDATE ON public.guid_limits FOR EACH ROW EXECUTE FUNCTION public.pacer_stamp_limits_change();
+
+CREATE TRIGGER guid_limits_timezone BEFORE INSERT OR UPDATE OF limits ON public.guid_limits FOR EACH ROW EXECUTE FUNCTION public.pacer_check_limits_timezone();
 
 CREATE TRIGGER guid_send_windows BEFORE UPDATE OF last_send_at ON public.guid_leases FOR EACH ROW EXECUTE FUNCTION public.pacer_count_send_windows();
 

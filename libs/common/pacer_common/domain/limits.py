@@ -30,11 +30,9 @@ from pydantic import (
 
 Cap = Annotated[int, Field(gt=0)] | None
 # The send windows: the per_<name> caps, and guid_leases.windows. The minute and the hour are
-# the clock's (floor(epoch / size)); the day is the guid's own, in its time zone (see
-# Pacing.window).
+# UTC's (floor(epoch / size)); the day is the guid's own, in its time zone (Pacing.window).
 WINDOWS: tuple[tuple[str, int], ...] = (("minute", 60), ("hour", 3600), ("day", 86400))
 SIZES = dict(WINDOWS)
-_LOCAL_EPOCH = datetime(1970, 1, 1)
 JitterDist = Literal["uniform", "exponential"]
 
 
@@ -143,20 +141,19 @@ class Pacing(BaseModel):
         return (end_at - local).total_seconds()
 
 
-    def window(self, name: str, size: int, wall: float) -> tuple[int, float]:
-        """The send window ``name`` (of ``size`` seconds) that holds wall time ``wall``: its
-        index and the epoch second it ends. A minute or an hour is the clock's; a day is the
-        guid's calendar day in its time zone, whatever its length (23 or 25 hours where the
-        clocks change), numbered as the trigger ``guid_send_windows`` numbers it: the days of
-        local time since 1970-01-01."""
+    def window(self, name: str, size: int, wall: float) -> tuple[float, float]:
+        """The send window ``name`` (of ``size`` seconds) that holds wall time ``wall``: the
+        epoch seconds it starts and ends. A minute or an hour is UTC's; a day is the guid's
+        calendar day in its time zone, whatever its length (23 or 25 hours where the clocks
+        change), from one local midnight to the next (the earlier one where midnight comes
+        twice), as the trigger ``guid_send_windows`` keeps it."""
         if name != "day":
             index = int(wall // size)
-            return index, float((index + 1) * size)
+            return float(index * size), float((index + 1) * size)
         zone = ZoneInfo(self.timezone)
-        offset = datetime.fromtimestamp(wall, zone).utcoffset()
-        index = int((wall + (offset.total_seconds() if offset else 0.0)) // size)
-        midnight = (_LOCAL_EPOCH + timedelta(seconds=(index + 1) * size)).replace(tzinfo=zone)
-        return index, midnight.timestamp()
+        day = datetime.fromtimestamp(wall, zone).date()
+        start = datetime.combine(day, dtime(0), zone)
+        return start.timestamp(), (start + timedelta(days=1)).timestamp()
 
     def held_for(self, wall: float, windows: Mapping[str, Any] | None) -> float:
         """Seconds a batch send of the guid waits now by its limits alone (0: none holds it):

@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 from pacer_common.db.batching import Batcher
 from pacer_common.db.durable import fetch_durable_call, fetch_durably, synchronous_transaction
 from pacer_common.db.errors import RefusedError, with_retry
-from pacer_common.db.pool import Pool
+from pacer_common.db.pool import Pool, one
 from pacer_common.db.sql import loader
 from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
@@ -185,14 +185,19 @@ class PostgresItemRepository:
 
 async def check_time_zone(pool: Pool, name: str) -> None:
     """Refuse to start with a default time zone (``PACER_SENDER_TIMEZONE``, the session's
-    ``pacer.timezone``) that the database does not know: its trigger would refuse every send
-    of the guids it applies to."""
+    ``pacer.timezone``) that the database does not know, or does not keep: its trigger counts
+    the days of the guids without a zone of their own in it."""
     async with pool.connection() as conn:
-        try:
-            await conn.execute("SELECT now() AT TIME ZONE current_setting('pacer.timezone')")
-        except psycopg.DataError as exc:
-            raise ValueError(f"PACER_SENDER_TIMEZONE={name!r}: the database does not know this time zone "
-                             f"({exc.diag.message_primary or exc})") from None
+        row = await one(conn, "SELECT current_setting('pacer.timezone', true) AS kept,"
+                              " EXISTS (SELECT 1 FROM pg_timezone_names z"
+                              "         WHERE z.name = current_setting('pacer.timezone', true)) AS known")
+    if row["kept"] != name:
+        raise ValueError(f"PACER_SENDER_TIMEZONE={name!r}: the database session did not keep it as pacer.timezone "
+                         f"(it holds {row['kept']!r}); a connection pooler between the sender and Postgres must "
+                         "pass startup options through")
+    if not row["known"]:
+        raise ValueError(f"PACER_SENDER_TIMEZONE={name!r}: the database does not know this time zone "
+                         "(use an IANA name such as Asia/Shanghai)")
 
 
 class PostgresGuidLeases:

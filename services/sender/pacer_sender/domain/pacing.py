@@ -53,7 +53,9 @@ class Limits(Pacing):
 class _Window:
     """The sends of the guid's current window of one size, until ``end`` (epoch seconds). A
     window is found (``Limits.window``) when a send falls past the last one's end, so a new
-    time zone applies from the guid's next day, as in the database."""
+    time zone applies from the guid's next day; the last window's sends count in the new one
+    when the two overlap (a new time zone), as in the database (never more sends than the
+    limits allow)."""
 
     end: float = float("-inf")
     total: int = 0
@@ -109,7 +111,10 @@ class GuidPacer:
         for name, size, _, _ in limits.windows():
             w = self.windows.setdefault(name, _Window())
             if w.end <= wall:
-                w.end, w.total, w.batch = limits.window(name, size, wall)[1], 0, 0
+                start, end = limits.window(name, size, wall)
+                if w.end <= start:  # else the last window overlaps this one, and its sends may fall in it
+                    w.total, w.batch = 0, 0
+                w.end = end
             w.total += 1
             w.batch += lane == "batch"
 

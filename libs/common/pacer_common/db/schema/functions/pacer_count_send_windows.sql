@@ -1,14 +1,16 @@
 -- A guid's send counts per minute / hour / day window, kept beside its last send time so
 -- that a handover keeps the window limits as well as the spacing.
 -- windows = {"minute": [window index, sends, end], "hour": [...], "day": [...]}, where `end`
--- is the epoch second the window ends. The minute and the hour are the clock's: index
--- floor(epoch seconds / size). The day is the guid's calendar day in its time zone: index
--- floor(local epoch seconds / 86400), ending at its next local midnight
+-- is the epoch second the window ends. The minute and the hour are UTC's: index
+-- floor(epoch seconds / size). The day is the guid's calendar day in its time zone, from one
+-- local midnight to the next (pacer_local_time), numbered floor(local epoch seconds / 86400)
 -- (pacer_common.domain.limits.Pacing.window). The time zone is the guid's as the senders
 -- resolve it: its own `timezone` in guid_limits, else every guid's (`*`), else the sender's
 -- own default (the session setting pacer.timezone, which senders set from
--- PACER_SENDER_TIMEZONE), else Asia/Shanghai. It is read at the guid's first send of a day:
--- a day under way goes on to its end, so a new time zone counts from the guid's next day.
+-- PACER_SENDER_TIMEZONE), else Asia/Shanghai. It is read at the guid's first send past its
+-- day's end: a day under way goes on to its end, and a new day whose start the last one
+-- overlaps (a new time zone; a row kept before the day was the guid's, [index, sends] of a
+-- UTC day) counts that day's sends too: never fewer sends than were made in it.
 CREATE OR REPLACE FUNCTION pacer_count_send_windows() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -19,7 +21,6 @@ DECLARE
     d jsonb := w -> 'day';
     tz text;
     local_at timestamp;
-    idx bigint;
 BEGIN
     IF NEW.last_send_at IS NULL OR NEW.last_send_at IS NOT DISTINCT FROM OLD.last_send_at THEN
         RETURN NEW;
@@ -32,9 +33,11 @@ BEGIN
         INTO tz FROM guid_limits gl WHERE gl.guid IN (NEW.guid, '*');
         tz := COALESCE(tz, NULLIF(current_setting('pacer.timezone', true), ''), 'Asia/Shanghai');
         local_at := NEW.last_send_at AT TIME ZONE tz;
-        idx := floor(extract(epoch FROM local_at) / 86400);
-        d := jsonb_build_array(idx, CASE WHEN (d ->> 0)::bigint = idx THEN (d ->> 1)::bigint + 1 ELSE 1 END,
-                               extract(epoch FROM (date_trunc('day', local_at) + interval '1 day') AT TIME ZONE tz)::bigint);
+        d := jsonb_build_array(floor(extract(epoch FROM local_at) / 86400)::bigint,
+                 CASE WHEN COALESCE((d ->> 2)::float8, ((d ->> 0)::bigint + 1) * 86400.0)
+                           > extract(epoch FROM pacer_local_time(date_trunc('day', local_at), tz))
+                      THEN (d ->> 1)::bigint + 1 ELSE 1 END,
+                 extract(epoch FROM pacer_local_time(date_trunc('day', local_at) + interval '1 day', tz))::bigint);
     END IF;
     NEW.windows := jsonb_build_object(
         'minute', jsonb_build_array(m, CASE WHEN (w -> 'minute' ->> 0)::bigint = m

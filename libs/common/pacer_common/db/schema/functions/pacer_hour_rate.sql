@@ -1,5 +1,5 @@
 -- A guid's sends per second this hour, from its lease's send windows (the senders' own count,
--- `windows -> 'hour'` = [hour number, sends]) over the part of the hour gone by (at least a
+-- `windows -> 'hour'` = [UTC hour number, sends, end]) over the part of the hour gone by (at least a
 -- minute, so the first seconds of an hour do not read as a burst). NULL when it has not sent
 -- this hour.
 CREATE OR REPLACE FUNCTION pacer_hour_rate(p_windows jsonb)
