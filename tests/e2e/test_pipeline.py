@@ -56,6 +56,13 @@ def test_thousand_items_over_twenty_guids_are_each_delivered_exactly_once(stack:
     stats = gateway(stack, "/_admin/stats")
     assert stats["interval_violations"] == 0
     assert stats["max_concurrency_per_guid"] <= 1
+    # the sender holding these guids published its own limits (PACER_SENDER_MIN_INTERVAL_MS=10),
+    # by which the stall count and the Control API read them
+    with psycopg.connect(stack.infra.database_url) as conn:
+        held_by = conn.execute("SELECT DISTINCT s.limits ->> 'min_interval_s' FROM guid_leases l"
+                               " JOIN sender_limits s ON s.owner = l.owner WHERE l.guid = ANY(%s)",
+                               ([f"{rid}-g{n}" for n in range(20)],)).fetchall()
+    assert held_by == [("0.01",)]
 
 
 def test_the_same_request_published_twice_makes_one_job(stack: Stack) -> None:

@@ -298,6 +298,18 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
                     if g["guid"] in ("p150", "p151")} == {"p150": "sending", "p151": "quiet"}
             with psycopg.connect(database_url) as conn:
                 conn.execute("DELETE FROM guid_limits WHERE guid = '*'")
+            # and under those, the defaults of the sender holding the guid: quiet hours set only in
+            # its environment (PACER_SENDER_QUIET_HOURS) hold p150 as well
+            with psycopg.connect(database_url) as conn:
+                conn.execute("INSERT INTO sender_limits (owner, limits) VALUES ('quiet-sender', %s)",
+                             (Jsonb({"quiet_hours": quiet, "timezone": "UTC"}),))
+                conn.execute("UPDATE guid_leases SET owner = 'quiet-sender' WHERE guid = 'p150'")
+            held = (await api.get("/guids/p150", "operator")).json()
+            assert (held["activity"], "sender_limits" in held) == ("quiet", False)
+            assert {g["guid"]: g["activity"] for g in (await api.get("/guids?limit=200", "operator")).json()["guids"]
+                    if g["guid"] == "p150"} == {"p150": "quiet"}
+            with psycopg.connect(database_url) as conn:
+                conn.execute("UPDATE guid_leases SET owner = NULL WHERE guid = 'p150'")
             assert (await api.get("/guids/p020", "operator")).json()["backlog"]["by_lane"] == {"batch": {"held": 1}}
             # the next page starts after the last one shown
             nxt = re.search(r'id="guids-next" hx-get="([^"]+)"', first.text)

@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.limits import DEFAULTS, parse_quiet_hours
 from pacer_common.domain.requests import JobRequest
 from pacer_common.domain.status import ItemStatus
 from pacer_planner.adapters.postgres import PostgresJobStore
@@ -473,6 +474,28 @@ def test_a_shard_waiting_for_its_guids_quiet_hours_window_cap_or_slow_pace_is_no
     finally:
         with psycopg.connect(url) as conn:
             conn.execute("DELETE FROM guid_limits WHERE guid = '*'")
+
+
+def test_quiet_hours_set_only_in_the_settings_of_the_sender_holding_a_guid_hold_it_too(database_url: str) -> None:
+    """``PACER_SENDER_QUIET_HOURS`` lives in a sender's environment; the sender publishes its
+    defaults (``sender_limits``), and the guids it holds are read by them."""
+    url = database_url
+    guid = f"held-{uuid.uuid4().hex[:6]}"
+    job, _, _ = seed_job(url, {guid: 1})
+    local = datetime.now(ZoneInfo("Asia/Shanghai"))
+    inside = f"{local - timedelta(hours=1):%H:%M}-{local + timedelta(hours=1):%H:%M}"
+    quiet_sender = DEFAULTS.model_copy(update={"quiet_hours": parse_quiet_hours(inside)}).model_dump(mode="json")
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE shards SET status = 'running', last_progress_at = now() - interval '20 minutes'"
+                     " WHERE job_id = %s", (job,))
+        conn.execute("INSERT INTO guid_leases (guid, owner, lease_until) VALUES (%s, 's1', now() + interval '1 minute')"
+                     " ON CONFLICT (guid) DO UPDATE SET owner = 's1'", (guid,))
+        conn.execute("INSERT INTO sender_limits (owner, limits) VALUES ('s1', %s), ('s2', %s)",
+                     (Jsonb(DEFAULTS.model_dump(mode="json")), Jsonb(quiet_sender)))
+    assert asyncio.run(governance(url))["stalled_shards"] == 1, "another sender's quiet hours do not hold it"
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE guid_leases SET owner = 's2' WHERE guid = %s", (guid,))
+    assert asyncio.run(governance(url))["stalled_shards"] == 0, "its holder's quiet hours hold it"
 
 
 def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_url: str) -> None:

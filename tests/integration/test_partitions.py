@@ -323,6 +323,35 @@ def test_days_of_tenant_send_counts_past_retention_are_deleted_and_the_rest_kept
     assert left == [(t, d) for t in ("acme", "default") for d in (0, 1, 30)]
 
 
+def test_a_senders_published_limits_live_while_it_does_and_go_a_day_after_it_stopped(database_url: str) -> None:
+    import asyncio
+
+    from pacer_common.db.pool import open_pool
+    from pacer_reconciler.adapters.partitions import PostgresPartitions
+    from pacer_sender.adapters.postgres import publish_limits
+    from pacer_sender.limits import keep_published
+
+    async def scenario() -> tuple[int, int]:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        try:
+            stop = asyncio.Event()
+            task = asyncio.create_task(keep_published(lambda: publish_limits(pool, "alive", {"per_day": 7}), stop))
+            await publish_limits(pool, "gone", {"per_day": 9})
+            async with pool.connection() as conn:
+                await conn.execute("UPDATE sender_limits SET seen_at = now() - interval '25 hours'"
+                                   " WHERE owner = 'gone'")
+            stop.set()
+            await task
+            partitions = PostgresPartitions(pool)
+            return await partitions.prune_senders(), await partitions.prune_senders()
+        finally:
+            await pool.close()
+
+    assert asyncio.run(scenario()) == (1, 0)
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT owner, limits FROM sender_limits").fetchall() == [("alive", {"per_day": 7})]
+
+
 TABLES = ("items", "item_events", "send_ledger", "audit_log", "operator_conflicts", "guid_state_history")
 
 

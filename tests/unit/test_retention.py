@@ -83,6 +83,10 @@ def test_a_maintenance_run_creates_then_prunes_and_exports_what_it_did() -> None
             calls.append(("prune_usage", retain_days))
             return 3
 
+        async def prune_senders(self) -> int:
+            calls.append(("prune_senders", None))
+            return 1
+
         async def analyze_new(self, min_bytes: int, skip: Collection[str] = ()) -> list[Analyzed] | None:
             raise AssertionError("statistics are not part of a maintenance run: they run on their own")
 
@@ -90,7 +94,8 @@ def test_a_maintenance_run_creates_then_prunes_and_exports_what_it_did() -> None
     keeper = PartitionKeeper(Partitions(), retention(), 3, ReconcilerMetrics(registry, lambda: True), period_days=1)
     assert asyncio.run(keeper.round()) == 2
     assert calls == [("set_period", (("items", "item_events"), 1)), ("ensure", 3),
-                     ("prune", retention().by_table()), ("prune_jobs", retention().items_days), ("prune_usage", 400)]
+                     ("prune", retention().by_table()), ("prune_jobs", retention().items_days), ("prune_usage", 400),
+                     ("prune_senders", None)]
     value = registry.get_sample_value
     assert value("pacer_reconciler_partitions_total", {"table": "items", "action": "created"}) == 1
     assert value("pacer_reconciler_partitions_total", {"table": "items", "action": "dropped"}) == 1

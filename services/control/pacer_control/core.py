@@ -278,12 +278,14 @@ class Control:
     # -- guids ---------------------------------------------------------------------------
     def _visible(self, row: Row, who: Principal, every_guid: dict[str, Any] | None) -> Row:
         """Health for everyone (with what an unheld guid is doing, by its pacing: its own limits
-        over ``every_guid``'s, the ``*`` overrides); the lease view only for roles that may see
-        leases."""
+        over ``every_guid``'s, the ``*`` overrides, over the defaults of the sender holding it);
+        the lease view only for roles that may see leases."""
         counts = row.get("backlog") or row  # one guid's view counts its queue in its backlog
+        sender = row.get("sender_limits")
+        row = {k: v for k, v in row.items() if k != "sender_limits"}  # read here, not shown
         if "ready" in counts:
             now = self.clock()
-            pacing = effective_pacing(every_guid, row.get("limits"))
+            pacing = effective_pacing(every_guid, row.get("limits"), sender)
             row = row | {"quiet_until": views.quiet_until(pacing, now),
                          "capped_until": views.capped_until(pacing, row.get("windows"), now),
                          "activity": None if row["held"] else views.activity(

@@ -64,6 +64,9 @@ class PartitionKeeper:
         if usage:
             log.info("%d days of tenant send counts past retention deleted", usage, extra={"rows": usage})
             self.m.usage_pruned.inc(usage)
+        senders = await self.partitions.prune_senders()
+        if senders:
+            log.info("the pacing defaults of %d senders gone for a day deleted", senders, extra={"rows": senders})
         return sum(n for (_, action), n in counts.items() if action in ("created", "dropped"))
 
     async def run(self, every_s: float, stop: asyncio.Event, backoff_max_s: float) -> None:

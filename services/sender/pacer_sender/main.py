@@ -22,13 +22,14 @@ from pacer_sender.adapters.postgres import (
     PostgresItemRepository,
     PostgresLimitsSource,
     check_time_zone,
+    publish_limits,
 )
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.core import Executor
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.media import MediaTiming
 from pacer_sender.leases import GuidLeases
-from pacer_sender.limits import LimitsBook
+from pacer_sender.limits import LimitsBook, keep_published
 from pacer_sender.metrics import SenderMetrics
 from pacer_sender.settings import SenderSettings
 from pacer_sender.sweeper import Sweeper, Trigger
@@ -91,6 +92,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         loop.on_assigned = sweeper.request
         limits.on_change = dispatcher.wake
         refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))
+        published = asyncio.create_task(keep_published(
+            lambda: publish_limits(pool, cfg.owner, defaults.model_dump(mode="json")), ctx.stop))
         tenant_refresher = asyncio.create_task(tenants.keep_fresh(ctx.stop))
         usage = asyncio.create_task(keep_usage(pool, gateway.usage, ctx.stop))
         renewals = asyncio.create_task(leases.keep_renewed(ctx.stop))
@@ -104,6 +107,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
             await loop.close()
             await renewals
             await refresher
+            await published
             await tenant_refresher
             await usage
             await leases.release(list(leases.held))

@@ -98,9 +98,10 @@ class SenderSettings(OpsSettings):
         "Sends per guid per calendar day in the guid's time zone (`TIMEZONE`, or its `timezone` override), as "
         "`PER_MINUTE`: the count starts again at the guid's midnight."))
     quiet_hours: str | None = Field(default=None, description=(
-        "Local time span in which batch sends wait (may wrap midnight); online sends still go. The console and "
-        "`GET /guids` show a guid *quiet* from its limits overrides (its own, or every guid's `*`), not from this "
-        "setting: set fleet-wide quiet hours as the `*` override (`pacer limits '*' --set quiet_hours=22:00-08:00`) to see them there."
+        "Local time span in which batch sends wait (may wrap midnight); online sends still go. The console, "
+        "`GET /guids` and the stall count read it, with the sender's other limits, for the guids this sender "
+        "holds (the sender writes them to `sender_limits`); a guid's own overrides and every guid's `*` count "
+        "over them."
     ))
     timezone: str = Field(DEFAULTS.timezone, description=(
         "Time zone (IANA name) of quiet hours and of the day of `PER_DAY`, for guids whose limits overrides name "

@@ -1956,6 +1956,12 @@ CREATE TABLE public.send_ledger_default (
     CONSTRAINT send_ledger_state_check CHECK ((state = ANY (ARRAY['reserved'::text, 'sent'::text])))
 );
 
+CREATE TABLE public.sender_limits (
+    owner text NOT NULL,
+    limits jsonb NOT NULL,
+    seen_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 CREATE TABLE public.shard_status_counts (
     shard_id bigint NOT NULL,
     status public.item_status NOT NULL,
@@ -2120,6 +2126,9 @@ ALTER TABLE ONLY public.send_ledger
 
 ALTER TABLE ONLY public.send_ledger_default
     ADD CONSTRAINT send_ledger_default_pkey PRIMARY KEY (idem_key, item_id);
+
+ALTER TABLE ONLY public.sender_limits
+    ADD CONSTRAINT sender_limits_pkey PRIMARY KEY (owner);
 
 ALTER TABLE ONLY public.shard_status_counts
     ADD CONSTRAINT shard_status_counts_pkey PRIMARY KEY (shard_id, status);

@@ -180,12 +180,13 @@ DEFAULTS = Pacing()
 NULLABLE = frozenset(name for name, f in Pacing.model_fields.items() if f.default is None)
 
 
-def effective_pacing(every_guid: Any, own: Any) -> Pacing:
+def effective_pacing(every_guid: Any, own: Any, sender: Any = None) -> Pacing:
     """A guid's pacing as the senders apply it: its own overrides over every guid's (``*``)
-    over the defaults. A layer the model does not take (a limit a later release dropped, a
-    row that is not an object) is skipped as the senders skip it, and the layers under it
-    still apply."""
-    return _over(_over(DEFAULTS, every_guid), own)
+    over the defaults of the sender holding it (``sender_limits``: its ``PACER_SENDER_*``
+    settings) over the built-in ones. A layer the model does not take (a limit a later
+    release dropped, a row that is not an object) is skipped as the senders skip it, and
+    the layers under it still apply."""
+    return _over(_over(_over(DEFAULTS, sender), every_guid), own)
 
 
 def _over(base: Pacing, layer: Any) -> Pacing:

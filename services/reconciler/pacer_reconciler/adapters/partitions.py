@@ -58,9 +58,16 @@ class PostgresPartitions:
 
     async def prune_usage(self, retain_days: int) -> int:
         """Days of per-tenant send counts older than ``retain_days``: deleted; how many rows."""
+        return await self._pruned("prune_usage", {"retain_days": retain_days})
+
+    async def prune_senders(self) -> int:
+        """The pacing defaults of senders not seen for a day: deleted; how many rows."""
+        return await self._pruned("prune_senders", {})
+
+    async def _pruned(self, name: LiteralString, params: dict[str, Any]) -> int:
         async def work() -> int:
             async with self.pool.connection() as conn:
-                row = await (await conn.execute(_sql("prune_usage"), {"retain_days": retain_days})).fetchone()
+                row = await (await conn.execute(_sql(name), params)).fetchone()
             return int(row["pruned"]) if row else 0
 
         return await with_retry(work)

@@ -212,7 +212,8 @@ class PostgresLog:
             if len(quiet) == QUIET_GUIDS_READ:
                 log.warning("stalled shards: only the %d guids whose shards have waited longest were read",
                             QUIET_GUIDS_READ)
-            shards = [Quiet(r["guid"], r["since"], r["limits"], r["windows"], r["job_gaps"]) for r in quiet]
+            shards = [Quiet(r["guid"], r["since"], r["limits"], r["windows"], r["job_gaps"],
+                            r["sender_limits"]) for r in quiet]
             row = dict(row) | {"stalled_shards": stalled(shards, every["limits"], every["now"],
                                                          stall_after.total_seconds())}
             return ({k: int(v) for k, v in row.items()} | {f"items:{r['status']}": int(r["n"]) for r in items}

@@ -5,9 +5,9 @@ A shard of a running job whose guid is neither paused nor out has made no progre
 inside its quiet hours, no send window whose batch share is used up, and longer than the
 guid's own longest gap between two batch sends (or the shard's job's own interval, when
 longer) beyond ``stall_after_s``: a guid paced at one send an hour waits an hour between
-sends. The limits are the ones ``guid_limits`` holds: the guid's overrides over every
-guid's (``*``) over the defaults. Limits set only in a sender's settings, and a rate-limit
-penalty, live only in the senders and are not seen here.
+sends. The limits are the guid's overrides (``guid_limits``) over every guid's (``*``) over
+the defaults of the sender holding its lease (``sender_limits``: its own settings). A
+rate-limit penalty lives only in the sender and is not seen here.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class Quiet:
     limits: Any  # the guid's own overrides (a mapping, as stored)
     windows: Mapping[str, Any] | None  # its send windows, as guid_leases keeps them
     job_gaps: Sequence[float] = ()  # each shard's job's own interval per guid (0: none)
+    sender: Any = None  # the defaults of the sender holding the guid (sender_limits), if known
 
 
 def stalled(quiet: Iterable[Quiet], every_guid: Any, now: datetime, stall_after_s: float) -> int:
@@ -36,7 +37,7 @@ def stalled(quiet: Iterable[Quiet], every_guid: Any, now: datetime, stall_after_
     n = 0
     wall = now.timestamp()
     for q in quiet:
-        pacing = effective_pacing(every_guid, q.limits)
+        pacing = effective_pacing(every_guid, q.limits, q.sender)
         if pacing.held_for(wall, q.windows) > 0:
             continue
         gaps = list(q.job_gaps) + [0.0] * (len(q.since) - len(q.job_gaps))

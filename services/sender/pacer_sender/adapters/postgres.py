@@ -200,6 +200,15 @@ async def check_time_zone(pool: Pool, name: str) -> None:
                          "(use an IANA name such as Asia/Shanghai)")
 
 
+async def publish_limits(pool: Pool, owner: str, limits: Mapping[str, Any]) -> None:
+    """This sender's own pacing defaults, for the readers of a guid's limits (``sender_limits``)."""
+    async def work() -> None:
+        async with pool.connection() as conn:
+            await conn.execute(_sql("publish_limits"), {"owner": owner, "limits": Jsonb(dict(limits))})
+
+    await with_retry(work)
+
+
 class PostgresGuidLeases:
     """Guid leases (``pacer_acquire_guids``, ``pacer_release_guids``): take, keep and release.
     ``in_flight``: how long after its claim a send may still reach the gateway; a guid whose
