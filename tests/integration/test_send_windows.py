@@ -210,3 +210,20 @@ def test_a_sender_refuses_to_start_with_a_default_zone_the_database_would_not_co
     else:
         with pytest.raises(ValueError, match=refusal):
             asyncio.run(start())
+
+
+def test_migrating_stops_on_a_time_zone_written_before_names_were_checked(database_url: str) -> None:
+    """Rows written when only the senders' zoneinfo checked names are checked by migration 0039,
+    which names them and how to change them."""
+    from pacer_common.db.migrate import migrations
+
+    (sql,) = [sql for number, _, sql in migrations() if number == 39]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE guid_limits DISABLE TRIGGER guid_limits_timezone")  # as before the check
+        conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('g1', %s, 'test'),"
+                     " ('g2', %s, 'test')", (Jsonb({"timezone": "Mars/Olympus_Mons"}), Jsonb({"timezone": "UTC"})))
+        with pytest.raises(psycopg.errors.RaiseException, match=r"g1 \(Mars/Olympus_Mons\)") as stopped:
+            conn.execute(sql)
+        assert "pacer limits GUID --set timezone=" in (stopped.value.diag.message_hint or "")
+        conn.execute("UPDATE guid_limits SET limits = %s WHERE guid = 'g1'", (Jsonb({"timezone": "Asia/Shanghai"}),))
+        conn.execute(sql)

@@ -137,8 +137,9 @@ def test_the_day_window_is_the_guids_calendar_day(wall: float, zone: str) -> Non
     tz = ZoneInfo(zone)
     day = datetime.fromtimestamp(wall, tz).date()
     start, end = Limits(timezone=zone).window("day", 86400, wall)
-    assert start == datetime.combine(day, time(0), tz).timestamp() <= wall
-    assert end == datetime.combine(day + timedelta(days=1), time(0), tz).timestamp() > wall
+    assert start <= wall < end
+    local = [datetime.fromtimestamp(t, tz).date() for t in (start - 1, start, end - 1, end)]
+    assert local == [day - timedelta(days=1), day, day, day + timedelta(days=1)], "the first instants of two days"
     minute = int(wall // 60) * 60
     assert Limits(timezone=zone).window("minute", 60, wall) == (minute, minute + 60)
 
@@ -272,15 +273,43 @@ def test_handover_keeps_the_previous_owners_window_counts() -> None:
     wall = 600.0 * 60  # minute index 600
     ends = 601.0 * 60  # the database's record: sends, and the epoch second the window ends
     p = GuidPacer()
-    p.resume_after(50.0, since_last_send_s=None, limits=limits, windows={"minute": (10, ends)}, wall=wall)
+    p.resume_after(50.0, since_last_send_s=None, limits=limits, windows={"minute": (10, ends)})
     assert p.ready_at("online", limits, 50.0, wall) == 50.0 + 60  # the minute is used up
     q = GuidPacer()
-    q.resume_after(50.0, None, limits, windows={"minute": (5, ends)}, wall=wall)
+    q.resume_after(50.0, None, limits, windows={"minute": (5, ends)})
     assert q.ready_at("batch", limits, 50.0, wall) == 50.0 + 60  # counted against batch's share too
     assert q.ready_at("online", limits, 50.0, wall) <= 50.0
     stale = GuidPacer()
-    stale.resume_after(50.0, None, limits, windows={"minute": (10, wall)}, wall=wall)  # ended
+    stale.resume_after(50.0, None, limits, windows={"minute": (10, wall)})  # ended
     assert stale.ready_at("online", limits, 50.0, wall) <= 50.0
+    stale.sent("online", limits, 50.0, wall, RNG)
+    assert stale.windows["minute"].total == 1, "an ended minute does not carry into the next"
+
+
+def test_a_day_handed_over_after_it_ended_counts_where_the_new_owners_day_overlaps_it() -> None:
+    """The previous owner counted Shanghai's day (it ended at 16:00 UTC); the new owner's guids
+    live in Berlin, whose day began at 23:00 UTC the evening before: those sends may be in it,
+    as the database counts them."""
+    berlin = Limits(min_interval_s=0.0, jitter_s=0.0, per_day=6, online_reserve=0.0, timezone="Europe/Berlin")
+    shanghai_midnight = datetime(2026, 11, 30, tzinfo=TZ).timestamp()
+    p = GuidPacer()
+    p.resume_after(0.0, None, berlin, windows={"day": (5, shanghai_midnight)})
+    wall = shanghai_midnight + 3600
+    assert p.ready_at("online", berlin, 0.0, wall) <= 0.0
+    p.sent("online", berlin, 0.0, wall, RNG)
+    assert p.windows["day"].total == 6
+    berlin_midnight = datetime(2026, 11, 30, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
+    assert p.ready_at("online", berlin, 0.0, wall) == pytest.approx(berlin_midnight - wall), "capped, not one over"
+
+
+def test_a_carried_window_holds_before_the_first_send_of_the_new_one() -> None:
+    berlin = Limits(min_interval_s=0.0, jitter_s=0.0, per_day=5, online_reserve=0.0, timezone="Europe/Berlin")
+    shanghai_midnight = datetime(2026, 11, 30, tzinfo=TZ).timestamp()
+    p = GuidPacer()
+    p.resume_after(0.0, None, berlin, windows={"day": (5, shanghai_midnight)})
+    berlin_midnight = datetime(2026, 11, 30, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
+    wall = shanghai_midnight + 3600
+    assert p.ready_at("online", berlin, 0.0, wall) == pytest.approx(berlin_midnight - wall)
 
 
 def test_a_spread_start_holds_the_campaign_lane_for_its_part_of_one_interval() -> None:

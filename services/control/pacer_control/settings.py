@@ -22,7 +22,7 @@ class ControlSettings(OpsSettings):
     stalled_after_s: float = Field(120.0, gt=0, description=(
         "The console's *stalled* marks: an open shard of a running job with no progress for this long, and a guid "
         "with an item ready and no send for this long beyond its own longest gap between sends (its interval, "
-        "online reserve and jitter, from its limits overrides). The alert is the reconciler's "
+        "online reserve and jitter, as the sender holding it applies them). The alert is the reconciler's "
         "`PACER_RECONCILER_STALL_AFTER_S`."
     ))
     sandbox_targets: str = Field("", description=(

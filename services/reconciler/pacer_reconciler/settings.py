@@ -90,8 +90,8 @@ class ReconcilerSettings(OpsSettings):
         "An open shard of a running job (guid not paused, online) with no progress for this long, beyond its "
         "guid's own longest gap between batch sends, counts in `pacer_reconciler_stalled_shards` (alert "
         "`PacerShardStalled`), unless the guid's limits hold it now: its quiet hours, or a send window whose "
-        "batch share is used. Limits as `guid_limits` holds them (the guid's own over `*`); a sender's "
-        "`PACER_SENDER_QUIET_HOURS` is not seen: set fleet-wide quiet hours as the `*` override."
+        "batch share is used. Limits as the sender holding the guid applies them: the guid's own overrides over "
+        "`*`'s over that sender's settings (`sender_limits`)."
     ))
     backlog_top_n: int = Field(10, ge=1, le=100, description=(
         "How many guids the backlog metrics name: the top N by queued items and the top N by oldest wait."

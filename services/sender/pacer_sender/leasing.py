@@ -60,7 +60,7 @@ class LeaseKeeper:
             return False  # another sender still holds the guid (finishing, or not yet expired)
         if not self.leases.regained(guid, lease.epoch):  # else its pacing here is the whole truth
             since = None if lease.last_send_at is None else (lease.db_now - lease.last_send_at).total_seconds()
-            pacer.resume_after(self.clock(), since, limits, lease.windows, lease.db_now.timestamp())
+            pacer.resume_after(self.clock(), since, limits, lease.windows)
         return True
 
     def lost(self, guid: str) -> None:

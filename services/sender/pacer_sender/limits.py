@@ -97,7 +97,7 @@ async def keep_published(publish: Callable[[], Awaitable[None]], stop: asyncio.E
     while True:
         try:
             await publish()
-        except TransientError:
+        except Exception:  # kept for the next round: a row not written for a day is taken as a gone sender's
             log.warning("publishing this sender's limits failed; trying again", exc_info=True)
         if stop.is_set():
             return

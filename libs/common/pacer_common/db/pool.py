@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from typing import Any, LiteralString
 
 from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -46,8 +47,10 @@ async def open_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: st
 
 def new_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pacer",
              options: str | None = None) -> Pool:
-    """The same pool, not opened yet: for an app that opens it on the event loop that serves it."""
-    extra = {"options": options} if options else {}
+    """The same pool, not opened yet: for an app that opens it on the event loop that serves it.
+    ``options`` come after any the URL gives (``?options=…``), which they would otherwise replace."""
+    given = conninfo_to_dict(url).get("options") if options else None
+    extra = {"options": f"{given} {options}" if given else options} if options else {}
     return Pool(
         url,
         connection_class=AsyncConnection[DictRow],

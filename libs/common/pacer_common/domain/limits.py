@@ -185,8 +185,10 @@ def effective_pacing(every_guid: Any, own: Any, sender: Any = None) -> Pacing:
     over the defaults of the sender holding it (``sender_limits``: its ``PACER_SENDER_*``
     settings) over the built-in ones. A layer the model does not take (a limit a later
     release dropped, a row that is not an object) is skipped as the senders skip it, and
-    the layers under it still apply."""
-    return _over(_over(_over(DEFAULTS, sender), every_guid), own)
+    the layers under it still apply; of a sender's defaults, only the fields this release
+    knows are read (a newer sender may publish more)."""
+    known = {k: v for k, v in sender.items() if k in Pacing.model_fields} if isinstance(sender, Mapping) else None
+    return _over(_over(_over(DEFAULTS, known), every_guid), own)
 
 
 def _over(base: Pacing, layer: Any) -> Pacing:

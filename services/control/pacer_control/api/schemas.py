@@ -301,13 +301,13 @@ class GuidView(BaseModel):
             "ready, a minute, hour or day window has used its batch share of the guid's cap: batch sends wait "
             "until `capped_until`), `stalled` (an item ready and no send for `PACER_CONTROL_STALLED_AFTER_S`, 2 "
             "minutes by default, beyond the guid's own longest gap between sends: a guid stuck, or a rate-limit "
-            "penalty), else `sending`. Pacing as the guid's limits overrides set it (its own over every guid's "
-            "`*`)"))
+            "penalty), else `sending`. Pacing as the sender holding the guid applies it: its own overrides over "
+            "every guid's `*` over that sender's settings"))
     quiet_until: datetime | None = Field(default=None, description=(
-        "when the guid's quiet hours end, while it is inside them (from its limits overrides)"))
+        "when the guid's quiet hours end, while it is inside them (from its limits, as `activity` reads them)"))
     capped_until: datetime | None = Field(default=None, description=(
-        "when the guid's send window ends, while one has used its batch share of the cap (from its limits "
-        "overrides and its sends)"))
+        "when the guid's send window ends, while one has used its batch share of the cap (from its limits, as "
+        "`activity` reads them, and its sends)"))
     owner: str | None = None
     epoch: int | None = None
     since: datetime | None = None

@@ -6,7 +6,7 @@
   "what is free". Batch work more urgent than ``reserve_from_priority`` (ticket
   notifications) is spaced at the whole rate, after online work: it is sparse, and a
   customer waits on it; a campaign or a job's own rate does not hold it.
-* Fixed windows per minute / hour (the clock's) and day (the guid's own, in its time zone),
+* Fixed windows per minute / hour (UTC's) and day (the guid's own, in its time zone),
   shared by both lanes, batch capped at its share.
 * Quiet hours hold batch sends (not replies to a customer) until they end.
 * A rate-limited rejection multiplies the interval (up to ``max_penalty``); clean sends
@@ -86,9 +86,12 @@ class GuidPacer:
         reserved = lane == "batch" and (priority is None or priority >= limits.reserve_from_priority)
         if reserved and self.last_batch is not None:
             at = max(at, self.last_batch + limits.batch_interval_s * self.multiplier + self.jitter)
-        for name, _, cap, batch_cap in limits.windows():
+        for name, size, cap, batch_cap in limits.windows():
             w = self.windows.get(name)
-            if w is not None and w.end > wall and (w.total >= cap or (lane == "batch" and w.batch >= batch_cap)):
+            if w is None or (w.total < cap and (lane != "batch" or w.batch < batch_cap)):
+                continue  # a window rolled over only ever counts fewer
+            w = self._window(name, size, limits, wall)
+            if w.total >= cap or (lane == "batch" and w.batch >= batch_cap):
                 at = max(at, mono + w.end - wall)  # the window's end
         if lane == "batch":
             at = max(at, mono + limits.quiet_remaining(wall))
@@ -109,14 +112,20 @@ class GuidPacer:
         self._mark(lane, limits, mono, rng)
         self.batch_hold_until = None if job_interval_s is None else mono + job_interval_s + self.jitter
         for name, size, _, _ in limits.windows():
-            w = self.windows.setdefault(name, _Window())
-            if w.end <= wall:
-                start, end = limits.window(name, size, wall)
-                if w.end <= start:  # else the last window overlaps this one, and its sends may fall in it
-                    w.total, w.batch = 0, 0
-                w.end = end
+            w = self._window(name, size, limits, wall)
             w.total += 1
             w.batch += lane == "batch"
+
+    def _window(self, name: str, size: int, limits: Limits, wall: float) -> _Window:
+        """The guid's window ``name`` at ``wall``: the last one, or the next once it has ended,
+        starting again at zero unless the last one overlaps it (its sends may fall in it)."""
+        w = self.windows.setdefault(name, _Window())
+        if w.end <= wall:
+            start, end = limits.window(name, size, wall)
+            if w.end <= start:
+                w.total, w.batch = 0, 0
+            w.end = end
+        return w
 
     def slowed(self, lane: Lane, limits: Limits, mono: float, rng: random.Random) -> None:
         """A rate-limited rejection: slow down before anything is retried. Each one in a row
@@ -167,18 +176,26 @@ class GuidPacer:
         self.last_batch = held if self.last_batch is None else max(self.last_batch, held)
 
     def resume_after(self, mono: float, since_last_send_s: float | None, limits: Limits,
-                     windows: dict[str, tuple[int, float]] | None = None, wall: float = 0.0) -> None:
+                     windows: dict[str, tuple[int, float]] | None = None) -> None:
         """Carry the spacing and the window counts over a handover: the previous owner's
         sends still count. ``windows``: name → (sends, the epoch second the window ends), as
-        the database keeps them; a window not yet ended at ``wall`` counts in this sender's
-        current window of that name, or becomes it. The previous owner's lane split is not known, so its
-        sends count against the batch share too (never more sends than the limits allow)."""
+        the database keeps them. A window of the row that ends within one window's size of
+        this sender's own (the same one, or another zone's day) is merged with it; a later
+        one replaces it. Ended or not, it is this sender's last window, which the next one
+        carries where they overlap (:meth:`_window`). The previous owner's lane split is not
+        known, so its sends count against the batch share too (never more sends than the
+        limits allow)."""
         for name, (n, end) in (windows or {}).items():
-            if name not in SIZES or end <= wall:
+            size = SIZES.get(name)
+            if size is None:
                 continue
             w = self.windows.setdefault(name, _Window())
-            if w.end <= wall:
+            if abs(end - w.end) < size:
+                w.end = max(w.end, end)
+            elif end > w.end:
                 w.end, w.total, w.batch = end, 0, 0
+            else:
+                continue  # an earlier window than this sender's own
             w.total = max(w.total, n)
             w.batch = max(w.batch, n)
         if since_last_send_s is not None:
