@@ -215,7 +215,7 @@ def test_a_sender_refuses_to_start_with_a_default_zone_the_database_would_not_co
 def test_migrating_stops_on_a_time_zone_written_before_names_were_checked(database_url: str) -> None:
     """Rows written when only the senders' zoneinfo checked names are checked by migration 0039,
     which names them and how to change them."""
-    from pacer_common.db.migrate import migrations
+    from pacer_common.db.sql import migrations
 
     (sql,) = [sql for number, _, sql in migrations() if number == 39]
     with psycopg.connect(database_url, autocommit=True) as conn:
