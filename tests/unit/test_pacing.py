@@ -302,6 +302,30 @@ def test_a_day_handed_over_after_it_ended_counts_where_the_new_owners_day_overla
     assert p.ready_at("online", berlin, 0.0, wall) == pytest.approx(berlin_midnight - wall), "capped, not one over"
 
 
+def test_a_cap_set_during_the_day_counts_the_days_sends_before_it() -> None:
+    free = Limits(min_interval_s=0.0, jitter_s=0.0, online_reserve=0.0)
+    capped = free.model_copy(update={"per_day": 3})
+    p, wall = GuidPacer(), wall_at(15, 0)
+    for _ in range(3):
+        p.sent("online", free, 0.0, wall, RNG)
+    assert p.ready_at("online", capped, 0.0, wall) == pytest.approx(9 * 3600.0), "held until midnight"
+
+
+def test_a_guid_taken_back_counts_by_the_row_not_by_what_this_sender_remembers() -> None:
+    """The row counts every send begun under any owner: it replaces this sender's own record,
+    here a full day before Berlin's 23-hour day (the clocks go forward on 2027-03-28)."""
+    berlin = ZoneInfo("Europe/Berlin")
+    limits = Limits(min_interval_s=0.0, jitter_s=0.0, per_day=100, online_reserve=0.0, timezone="Europe/Berlin")
+    p = GuidPacer()
+    for _ in range(100):
+        p.sent("online", limits, 0.0, datetime(2027, 3, 27, 20, tzinfo=berlin).timestamp(), RNG)
+    end_28 = datetime(2027, 3, 29, tzinfo=berlin).timestamp()
+    p.resume_after(0.0, 60.0, limits, windows={"day": (3, end_28)})
+    assert (p.windows["day"].total, p.windows["day"].end) == (3, end_28)
+    assert "minute" not in p.windows, "the row's record is the whole of it"
+    assert p.ready_at("online", limits, 0.0, datetime(2027, 3, 28, 12, tzinfo=berlin).timestamp()) <= 0.0
+
+
 def test_a_carried_window_holds_before_the_first_send_of_the_new_one() -> None:
     berlin = Limits(min_interval_s=0.0, jitter_s=0.0, per_day=5, online_reserve=0.0, timezone="Europe/Berlin")
     shanghai_midnight = datetime(2026, 11, 30, tzinfo=TZ).timestamp()

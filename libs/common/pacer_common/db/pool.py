@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, LiteralString
@@ -48,8 +49,9 @@ async def open_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: st
 def new_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pacer",
              options: str | None = None) -> Pool:
     """The same pool, not opened yet: for an app that opens it on the event loop that serves it.
-    ``options`` come after any the URL gives (``?options=…``), which they would otherwise replace."""
-    given = conninfo_to_dict(url).get("options") if options else None
+    ``options`` come after any the URL gives (``?options=…``) or, without those, ``PGOPTIONS``:
+    they would otherwise replace them."""
+    given = (conninfo_to_dict(url).get("options") or os.environ.get("PGOPTIONS")) if options else None
     extra = {"options": f"{given} {options}" if given else options} if options else {}
     return Pool(
         url,

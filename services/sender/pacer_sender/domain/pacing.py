@@ -111,7 +111,7 @@ class GuidPacer:
         self.multiplier = max(1.0, self.multiplier * limits.penalty_decay)
         self._mark(lane, limits, mono, rng)
         self.batch_hold_until = None if job_interval_s is None else mono + job_interval_s + self.jitter
-        for name, size, _, _ in limits.windows():
+        for name, size in WINDOWS:  # every window, capped or not: a cap set later counts today's sends
             w = self._window(name, size, limits, wall)
             w.total += 1
             w.batch += lane == "batch"
@@ -179,25 +179,12 @@ class GuidPacer:
                      windows: dict[str, tuple[int, float]] | None = None) -> None:
         """Carry the spacing and the window counts over a handover: the previous owner's
         sends still count. ``windows``: name → (sends, the epoch second the window ends), as
-        the database keeps them. A window of the row that ends within one window's size of
-        this sender's own (the same one, or another zone's day) is merged with it; a later
-        one replaces it. Ended or not, it is this sender's last window, which the next one
-        carries where they overlap (:meth:`_window`). The previous owner's lane split is not
-        known, so its sends count against the batch share too (never more sends than the
-        limits allow)."""
-        for name, (n, end) in (windows or {}).items():
-            size = SIZES.get(name)
-            if size is None:
-                continue
-            w = self.windows.setdefault(name, _Window())
-            if abs(end - w.end) < size:
-                w.end = max(w.end, end)
-            elif end > w.end:
-                w.end, w.total, w.batch = end, 0, 0
-            else:
-                continue  # an earlier window than this sender's own
-            w.total = max(w.total, n)
-            w.batch = max(w.batch, n)
+        the database keeps them. The row counts every send begun under any owner, so its
+        windows replace this sender's own, ended or not: each is the guid's last window,
+        which the next one carries where they overlap (:meth:`_window`). The previous
+        owner's lane split is not known, so its sends count against the batch share too
+        (never more sends than the limits allow)."""
+        self.windows = {name: _Window(end, n, n) for name, (n, end) in (windows or {}).items() if name in SIZES}
         if since_last_send_s is not None:
             self.handed_over = True
             before = mono - since_last_send_s
