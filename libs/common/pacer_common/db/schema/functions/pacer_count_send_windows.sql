@@ -3,8 +3,8 @@
 -- windows = {"minute": [window index, sends, end], "hour": [...], "day": [...]}, where `end`
 -- is the epoch second the window ends. The minute and the hour are UTC's: index
 -- floor(epoch seconds / size). The day is the guid's calendar day in its time zone, from one
--- local midnight to the next (pacer_local_time), numbered floor(local epoch seconds / 86400)
--- (pacer_common.domain.limits.Pacing.window). The time zone is the guid's as the senders
+-- local midnight to the next (pacer_local_time), as pacer_common.domain.limits.Pacing.window
+-- has it, numbered floor(local epoch seconds / 86400). The time zone is the guid's as the senders
 -- resolve it: its own `timezone` in guid_limits, else every guid's (`*`), else the sender's
 -- own default (the session setting pacer.timezone, which senders set from
 -- PACER_SENDER_TIMEZONE), else Asia/Shanghai. It is read at the guid's first send past its
