@@ -327,15 +327,16 @@ def test_a_senders_published_limits_live_while_it_does_and_go_a_day_after_it_sto
     import asyncio
 
     from pacer_common.db.pool import open_pool
+    from pacer_common.lifecycle import every
     from pacer_reconciler.adapters.partitions import PostgresPartitions
     from pacer_sender.adapters.postgres import publish_limits
-    from pacer_sender.limits import keep_published
 
     async def scenario() -> tuple[int, int]:
         pool = await open_pool(database_url, min_size=1, max_size=2)
         try:
             stop = asyncio.Event()
-            task = asyncio.create_task(keep_published(lambda: publish_limits(pool, "alive", {"per_day": 7}), stop))
+            task = asyncio.create_task(every(lambda: publish_limits(pool, "alive", {"per_day": 7}), stop, 300.0,
+                                             "publishing"))
             await publish_limits(pool, "gone", {"per_day": 9})
             async with pool.connection() as conn:
                 await conn.execute("UPDATE sender_limits SET seen_at = now() - interval '25 hours'"

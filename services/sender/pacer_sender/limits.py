@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from pacer_common.db.errors import TransientError
@@ -88,18 +88,3 @@ class LimitsBook:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=every_s)
 
-
-async def keep_published(publish: Callable[[], Awaitable[None]], stop: asyncio.Event, every_s: float = 300.0) -> None:
-    """``publish`` this sender's own defaults at start and every ``every_s`` until ``stop``
-    (at least once):
-    the stall count and the Control API read the guids it holds by them, and a row not
-    written for a day is deleted as a gone sender's."""
-    while True:
-        try:
-            await publish()
-        except Exception:  # kept for the next round: a row not written for a day is taken as a gone sender's
-            log.warning("publishing this sender's limits failed; trying again", exc_info=True)
-        if stop.is_set():
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=every_s)

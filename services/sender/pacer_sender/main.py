@@ -11,6 +11,7 @@ from pacer_common.db.pool import open_pool
 from pacer_common.db.tenants import TenantCache, keep_usage
 from pacer_common.domain.breaker import Breaker
 from pacer_common.domain.failures import RetryPolicy
+from pacer_common.lifecycle import every
 from pacer_common.metrics import PoolStats, gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
 from pacer_common.settings import KafkaSettings, PostgresSettings
@@ -29,7 +30,7 @@ from pacer_sender.core import Executor
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.media import MediaTiming
 from pacer_sender.leases import GuidLeases
-from pacer_sender.limits import LimitsBook, keep_published
+from pacer_sender.limits import LimitsBook
 from pacer_sender.metrics import SenderMetrics
 from pacer_sender.settings import SenderSettings
 from pacer_sender.sweeper import Sweeper, Trigger
@@ -92,8 +93,11 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         loop.on_assigned = sweeper.request
         limits.on_change = dispatcher.wake
         refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))
-        published = asyncio.create_task(keep_published(
-            lambda: publish_limits(pool, cfg.owner, defaults.model_dump(mode="json")), ctx.stop))
+        # This sender's own defaults, by which the stall count and the Control API read the guids
+        # it holds; a row not written for a day is deleted as a gone sender's.
+        published = asyncio.create_task(every(
+            lambda: publish_limits(pool, cfg.owner, defaults.model_dump(mode="json")), ctx.stop, 300.0,
+            "publishing this sender's limits"))
         tenant_refresher = asyncio.create_task(tenants.keep_fresh(ctx.stop))
         usage = asyncio.create_task(keep_usage(pool, gateway.usage, ctx.stop))
         renewals = asyncio.create_task(leases.keep_renewed(ctx.stop))

@@ -16,6 +16,7 @@ from pacer_common.db.pool import Pool
 from pacer_common.db.sql import query
 from pacer_common.domain.quota import DailyUsage
 from pacer_common.domain.tenants import Tenant
+from pacer_common.lifecycle import every
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +88,4 @@ async def add_usage(pool: Pool, usage: DailyUsage) -> None:
 
 async def keep_usage(pool: Pool, usage: DailyUsage, stop: asyncio.Event, every_s: float = 1.0) -> None:
     """``add_usage`` every ``every_s`` until ``stop``, and once more after it."""
-    while True:
-        stopped = stop.is_set()
-        try:
-            await add_usage(pool, usage)
-        except Exception:  # kept for the next round
-            log.warning("adding tenant usage failed; trying again", exc_info=True)
-        if stopped:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every_s)
+    await every(lambda: add_usage(pool, usage), stop, every_s, "adding tenant usage")
