@@ -54,13 +54,15 @@ async def make_tokens(url: str, prefix: str = "") -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def control_api(url: str, **kw: Any) -> AsyncIterator[Api]:
+async def control_api(url: str, token_prefix: str = "", **kw: Any) -> AsyncIterator[Api]:
+    """The app on ``url`` and a token per role (named ``token_prefix`` + role: a prefix of its
+    own lets a test open it more than once)."""
     pool = await open_pool(url, min_size=1, max_size=4, name="test-control")
     try:
         app = build_app(pool, **kw)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://control/api/v1") as client:
-            yield Api(client, await make_tokens(url))
+            yield Api(client, await make_tokens(url, token_prefix))
     finally:
         await pool.close()
 

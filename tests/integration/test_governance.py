@@ -28,6 +28,7 @@ from pacer_reconciler.adapters.postgres import PostgresLog
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.domain.decisions import Decision
+from tests.integration.control_support import control_api
 from tests.integration.helpers import seed_job
 
 ACTOR = "token:alice"
@@ -440,11 +441,23 @@ async def governance(url: str) -> dict[str, int]:
         await pool.close()
 
 
+async def job_page_stalls(url: str, *jobs: str) -> dict[str, bool]:
+    """The shards the Control API marks stalled in ``jobs``, by guid."""
+    async with control_api(url, token_prefix=uuid.uuid4().hex[:8]) as api:
+        out: dict[str, bool] = {}
+        for job in jobs:
+            r = await api.get(f"/jobs/{job}", "operator")
+            assert r.status_code == 200, r.text
+            out |= {s["guid"]: s["stalled"] for s in r.json()["shards"]}
+        return out
+
+
 def test_a_shard_waiting_for_its_guids_quiet_hours_window_cap_or_slow_pace_is_not_stalled(database_url: str) -> None:
+    """The reconciler's count and the job page's marks read the same limits the same way."""
     url = database_url
     guids = [f"{name}-{uuid.uuid4().hex[:6]}" for name in ("quiet", "capped", "slow", "stuck", "job-paced",
                                                             "tomorrow")]
-    quiet, capped, slow, _stuck, job_paced, tomorrow = guids
+    quiet, capped, slow, stuck, job_paced, tomorrow = guids
     job, _, _ = seed_job(url, dict.fromkeys(guids[:4], 1))
     paced_job, _, _ = seed_job(url, {job_paced: 1})
     later, _, _ = seed_job(url, {tomorrow: 1})
@@ -455,6 +468,8 @@ def test_a_shard_waiting_for_its_guids_quiet_hours_window_cap_or_slow_pace_is_no
                      " WHERE job_id IN (%s, %s, %s)", (job, paced_job, later))
         conn.execute("UPDATE jobs SET not_before = now() + interval '1 day' WHERE job_id = %s", (later,))
     assert asyncio.run(governance(url))["stalled_shards"] == 5, "a job scheduled for tomorrow is not stalled"
+    marks = asyncio.run(job_page_stalls(url, job, paced_job, later))
+    assert marks == dict.fromkeys(guids[:5], True) | {tomorrow: False}
     with psycopg.connect(url) as conn:
         conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 'test')",
                      (f"job:{paced_job}", Jsonb({"min_interval_s": 3600})))  # its job sends once an hour per guid
@@ -466,14 +481,34 @@ def test_a_shard_waiting_for_its_guids_quiet_hours_window_cap_or_slow_pace_is_no
         conn.execute("INSERT INTO guid_leases (guid, windows) VALUES (%s, %s) ON CONFLICT (guid) DO UPDATE"
                      " SET windows = EXCLUDED.windows", (capped, Jsonb({"day": [day, 8]})))  # 8: 10 less the reserve
     assert asyncio.run(governance(url))["stalled_shards"] == 1, "only the guid its limits would let send"
+    marks = asyncio.run(job_page_stalls(url, job, paced_job, later))
+    assert marks == dict.fromkeys(guids, False) | {stuck: True}, "the job page marks the same shard"
     with psycopg.connect(url) as conn:
         conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('*', %s, 'test')",
                      (Jsonb({"quiet_hours": inside}),))
     try:
         assert asyncio.run(governance(url))["stalled_shards"] == 0, "every guid's quiet hours hold it too"
+        assert not any(asyncio.run(job_page_stalls(url, job)).values())
     finally:
         with psycopg.connect(url) as conn:
             conn.execute("DELETE FROM guid_limits WHERE guid = '*'")
+    with psycopg.connect(url) as conn:
+        conn.execute("SELECT pacer_hold_guid(%s, 'looked into', 'test')", (stuck,))
+    assert asyncio.run(governance(url))["stalled_shards"] == 0, "a paused guid waits on purpose"
+    assert not asyncio.run(job_page_stalls(url, job))[stuck]
+
+
+def test_a_shard_that_never_moved_is_stalled_on_the_job_page_from_its_creation(database_url: str) -> None:
+    """No progress at all: the shard's age counts (its guid stuck from the first item)."""
+    url = database_url
+    guid = f"never-{uuid.uuid4().hex[:6]}"
+    job, _, _ = seed_job(url, {guid: 1})
+    assert asyncio.run(job_page_stalls(url, job)) == {guid: False}, "a new shard is not stalled"
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE shards SET created_at = now() - interval '20 minutes', last_progress_at = NULL"
+                     " WHERE job_id = %s", (job,))
+    assert asyncio.run(job_page_stalls(url, job)) == {guid: True}
+    assert asyncio.run(governance(url))["stalled_shards"] == 1
 
 
 def test_quiet_hours_set_only_in_the_settings_of_the_sender_holding_a_guid_hold_it_too(database_url: str) -> None:

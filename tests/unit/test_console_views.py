@@ -52,12 +52,32 @@ def shard(last: datetime | None, status: str = "running", pending: int = 3) -> d
 
 
 def test_a_running_shard_with_open_items_and_no_recent_progress_is_stalled() -> None:
-    old = NOW - timedelta(seconds=STALLED_AFTER_S + 1)
+    old = NOW - timedelta(seconds=STALLED_AFTER_S + DEFAULTS.longest_gap_s + 1)
     assert stalled("running", shard(old), NOW)
     assert not stalled("running", shard(NOW - timedelta(seconds=5)), NOW)
     assert not stalled("paused", shard(old), NOW)  # a paused job is not stalled: it waits on purpose
     assert not stalled("running", shard(old, status="paused"), NOW)
     assert not stalled("running", shard(old, pending=0), NOW)  # nothing left to send
+
+
+def test_a_shard_is_stalled_only_past_what_its_guids_limits_explain() -> None:
+    hour_ago = NOW - timedelta(hours=1)
+    assert not stalled("running", shard(hour_ago), NOW, Pacing(min_interval_s=7200)), "one send in two hours"
+    assert stalled("running", shard(hour_ago), NOW, Pacing(min_interval_s=600))
+    assert not stalled("running", shard(hour_ago) | {"job_gap": 7200.0}, NOW), "its job sends every two hours"
+    inside = f"{NOW - timedelta(hours=1):%H:%M}-{NOW + timedelta(hours=1):%H:%M}"
+    assert not stalled("running", shard(hour_ago), NOW, Pacing(quiet_hours=inside, timezone="UTC"))
+    day = int(NOW.timestamp() // 86400)
+    assert not stalled("running", shard(hour_ago) | {"windows": {"day": [day, 8]}}, NOW, Pacing(per_day=10))
+    assert stalled("running", shard(hour_ago) | {"windows": {"day": [day, 7]}}, NOW, Pacing(per_day=10))
+    assert not stalled("running", shard(hour_ago) | {"guid_held": True}, NOW), "a paused or logged-out guid"
+
+
+def test_a_pending_shard_that_never_moved_is_stalled_from_when_it_has_been_quiet() -> None:
+    never = shard(None, status="pending") | {"quiet_since": NOW - timedelta(seconds=STALLED_AFTER_S + DEFAULTS.longest_gap_s + 1)}
+    assert stalled("running", never, NOW)
+    assert not stalled("running", never | {"quiet_since": NOW - timedelta(seconds=5)}, NOW)
+    assert not stalled("running", shard(None, status="pending"), NOW), "nothing says since when"
 
 
 def test_examples_keep_a_few_items_of_each_category_in_order() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from pacer_common.domain.dead_letters import Cursor, DeadLetter, Page, Queue, matches, page_of, read_depth
 from pacer_common.domain.ids import ItemId, new_item_ids
-from pacer_common.domain.limits import effective_pacing, parse_limits
+from pacer_common.domain.limits import parse_limits
 from pacer_common.domain.requests import DEFAULT_TENANT
 from pacer_common.domain.tokens import Role, token_hash
 from pacer_common.domain.validation import InvalidRequest, validate_request
@@ -61,6 +61,8 @@ log = logging.getLogger("pacer.control")
 
 MISSING_TOKEN = "missing bearer token: send 'Authorization: Bearer <token>'"
 UNKNOWN_TOKEN = "unknown or revoked token"
+# What a job's shards are read with to tell a stall (views.stalled), not shown.
+SHARD_READS = frozenset({"quiet_since", "guid_held", "limits", "windows", "sender_limits", "job_gap"})
 LEASE_FIELDS = ("owner", "epoch", "since", "lease_until", "renew_count", "takeovers", "last_send_at", "expired",
                 "windows")
 
@@ -125,9 +127,16 @@ class Control:
         return await self.store.jobs(f)
 
     async def job(self, job_id: str) -> Row:
+        """A job with its shards, each marked ``stalled`` or not by its guid's limits (its own
+        overrides over every guid's over the defaults of the sender holding it)."""
         row = await self.store.job(job_id)
         if row is None:
             raise NotFound(f"no job {job_id}")
+        now, pacings = self.clock(), views.Pacings(await self.store.guid_limits("*"))
+        row["shards"] = [{k: v for k, v in s.items() if k not in SHARD_READS}
+                         | {"stalled": views.stalled(row["status"], s, now, pacings(s.get("limits"), s.get("sender_limits")),
+                                                     self.stalled_after_s)}
+                         for s in row["shards"]]
         return row
 
     async def job_action(self, job_id: str, action: str, who: Principal, reason: str | None) -> ActionResult:
@@ -276,16 +285,16 @@ class Control:
         return report.filename(head["request_id"]), chunks()
 
     # -- guids ---------------------------------------------------------------------------
-    def _visible(self, row: Row, who: Principal, every_guid: dict[str, Any] | None) -> Row:
+    def _visible(self, row: Row, who: Principal, pacings: views.Pacings) -> Row:
         """Health for everyone (with what an unheld guid is doing, by its pacing: its own limits
-        over ``every_guid``'s, the ``*`` overrides, over the defaults of the sender holding it);
+        over every guid's, the ``*`` overrides, over the defaults of the sender holding it);
         the lease view only for roles that may see leases."""
         counts = row.get("backlog") or row  # one guid's view counts its queue in its backlog
         sender = row.get("sender_limits")
         row = {k: v for k, v in row.items() if k != "sender_limits"}  # read here, not shown
         if "ready" in counts:
             now = self.clock()
-            pacing = effective_pacing(every_guid, row.get("limits"), sender)
+            pacing = pacings(row.get("limits"), sender)
             row = row | {"quiet_until": views.quiet_until(pacing, now),
                          "capped_until": views.capped_until(pacing, row.get("windows"), now),
                          "activity": None if row["held"] else views.activity(
@@ -299,8 +308,8 @@ class Control:
                     state: str | None = None, start: str | None = None) -> list[Row]:
         """Guids by name, after ``after`` (the previous page's last) or from ``start`` on."""
         rows = await self.store.guids(paused_only, limit, after, state, start)
-        every_guid = await self.store.guid_limits("*")
-        return [self._visible(r, who, every_guid) for r in rows]
+        pacings = views.Pacings(await self.store.guid_limits("*"))
+        return [self._visible(r, who, pacings) for r in rows]
 
     async def guid_history(self, guid: str, limit: int, before: int | None) -> list[Row]:
         """The guid's lifecycle changes (online, offline, kicked, unauthorized), newest first."""
@@ -310,7 +319,7 @@ class Control:
         row = await self.store.guid(guid)
         if row is None:
             raise NotFound(f"no guid {guid} (it has never held a lease, been paused, had limits set or queued work)")
-        return self._visible(row, who, await self.store.guid_limits("*"))
+        return self._visible(row, who, views.Pacings(await self.store.guid_limits("*")))
 
     async def backlogs(self, sort: str, limit: int) -> list[Row]:
         """Guids with queued work, most queued (``backlog``) or longest waiting (``wait``) first."""

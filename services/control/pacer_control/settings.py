@@ -20,9 +20,10 @@ class ControlSettings(OpsSettings):
         "How long a request retries a transient database error before answering `503`."
     ))
     stalled_after_s: float = Field(120.0, gt=0, description=(
-        "The console's *stalled* marks: an open shard of a running job with no progress for this long, and a guid "
-        "with an item ready and no send for this long beyond its own longest gap between sends (its interval, "
-        "online reserve and jitter, as the sender holding it applies them). The alert is the reconciler's "
+        "The console's and the API's *stalled* marks: an open shard of a running job, and a guid with an item "
+        "ready, that have not moved for this long beyond what the guid's limits explain (its quiet hours, a send "
+        "window's cap, its longest gap between sends by interval, online reserve and jitter as the sender holding "
+        "it applies them, or a shard's job's own interval). The alert is the reconciler's "
         "`PACER_RECONCILER_STALL_AFTER_S`."
     ))
     sandbox_targets: str = Field("", description=(

@@ -160,6 +160,16 @@ class Pacing(BaseModel):
         its quiet hours, or a send window's cap (:meth:`capped_for`)."""
         return max(self.quiet_remaining(wall), self.capped_for(wall, windows))
 
+    def stalled(self, since: datetime, now: datetime, after_s: float, windows: Mapping[str, Any] | None = None,
+                job_gap_s: float = 0.0) -> bool:
+        """Whether work that has not moved since ``since`` is stuck rather than waiting for
+        these limits: nothing holds the guid now (:meth:`held_for`), and ``after_s`` have gone
+        by beyond its longest gap between two batch sends (or its job's own interval per guid,
+        ``job_gap_s``, when longer): a guid paced at one send an hour waits an hour."""
+        if self.held_for(now.timestamp(), windows) > 0:
+            return False
+        return (now - since).total_seconds() > after_s + max(self.longest_gap_s, job_gap_s)
+
     def capped_for(self, wall: float, windows: Mapping[str, Any] | None) -> float:
         """Seconds until the end of the longest-lasting window whose sends (``windows``, as
         ``guid_leases`` keeps them: ``{"minute": [window index, sends, end], …}``, see

@@ -166,6 +166,10 @@ class ShardView(BaseModel):
     total: int
     last_progress_at: datetime | None
     counts: dict[str, int]
+    stalled: bool = Field(False, description=(
+        "open items and no progress for longer than its guid's limits explain (quiet hours, a send window's cap, "
+        "the guid's or the job's pace) by over `PACER_CONTROL_STALLED_AFTER_S`: a guid stuck (see its locks), or "
+        "a rate-limit penalty"))
 
 
 class FailureCategory(BaseModel):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from pacer_common.domain.limits import DEFAULTS, Pacing
+from pacer_common.domain.limits import DEFAULTS, Pacing, effective_pacing
 
 
 def sum_counts(per_shard: Iterable[Mapping[str, int]]) -> dict[str, int]:
@@ -63,14 +64,37 @@ def progress(counts: Mapping[str, int], total: int) -> dict[str, Any]:
             "done_pct": pct(done), "delivered_pct": pct(delivered), "failed_pct": pct(failed)}
 
 
-def stalled(job_status: str, shard: Mapping[str, Any], now: datetime, after_s: float = STALLED_AFTER_S) -> bool:
-    """A running shard of a running job with open items whose last progress is older than ``after_s``."""
-    if job_status != "running" or shard["status"] != "running":
+def stalled(job_status: str, shard: Mapping[str, Any], now: datetime, pacing: Pacing = DEFAULTS,
+            after_s: float = STALLED_AFTER_S) -> bool:
+    """An open shard (pending or running) of a running job, its guid neither paused nor out
+    (``guid_held``), with items still open, that has not moved since ``quiet_since`` (its last
+    progress, its creation, or its job's start when that is later) for longer than its guid's
+    limits explain: quiet hours, a send window's cap, the guid's own pace or its job's
+    (``job_gap``), and ``after_s`` beyond (:meth:`Pacing.stalled`, as the reconciler's
+    ``pacer_reconciler_stalled_shards`` counts them). ``pacing`` is the guid's, ``windows`` its send windows."""
+    if job_status != "running" or shard["status"] not in ("pending", "running") or shard.get("guid_held"):
         return False
     if progress(shard["counts"], shard["total"])["open"] <= 0:
         return False
-    last = shard.get("last_progress_at")
-    return last is not None and (now - last).total_seconds() > after_s
+    since = shard.get("quiet_since") or shard.get("last_progress_at")
+    return since is not None and pacing.stalled(since, now, after_s, shard.get("windows"),
+                                                float(shard.get("job_gap") or 0.0))
+
+
+class Pacings:
+    """Guids' pacing over one ``every_guid`` (the ``*`` overrides), made once for each distinct
+    pair of a guid's own overrides and its sender's defaults: a job over ten thousand guids
+    mostly shares a few."""
+
+    def __init__(self, every_guid: Any) -> None:
+        self.every_guid = every_guid
+        self.made: dict[str, Pacing] = {}
+
+    def __call__(self, own: Any, sender: Any) -> Pacing:
+        key = json.dumps([own, sender], sort_keys=True, default=str)
+        if key not in self.made:
+            self.made[key] = effective_pacing(self.every_guid, own, sender)
+        return self.made[key]
 
 
 QUEUED_STATES = frozenset({"ready", "scheduled", "held", "waiting_retry"})  # a backlog's states not yet begun
@@ -116,7 +140,7 @@ def activity(queued: int, ready: int, last_send_at: datetime | None, oldest_read
     if capped_until(pacing, windows, now) is not None:
         return "capped"
     busy_since = max((t for t in (last_send_at, oldest_ready) if t is not None), default=None)
-    if busy_since is not None and (now - busy_since).total_seconds() > after_s + pacing.longest_gap_s:
+    if busy_since is not None and pacing.stalled(busy_since, now, after_s, windows):
         return "stalled"
     return "sending"
 

@@ -35,12 +35,9 @@ class Quiet:
 def stalled(quiet: Iterable[Quiet], every_guid: Any, now: datetime, stall_after_s: float) -> int:
     """How many of these shards are stalled rather than waiting for their guid's limits."""
     n = 0
-    wall = now.timestamp()
     for q in quiet:
         pacing = effective_pacing(every_guid, q.limits, q.sender)
-        if pacing.held_for(wall, q.windows) > 0:
-            continue
         gaps = list(q.job_gaps) + [0.0] * (len(q.since) - len(q.job_gaps))
         n += sum(1 for t, job_gap in zip(q.since, gaps, strict=True)
-                 if (now - t).total_seconds() > stall_after_s + max(pacing.longest_gap_s, job_gap))
+                 if pacing.stalled(t, now, stall_after_s, q.windows, job_gap))
     return n

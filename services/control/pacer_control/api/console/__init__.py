@@ -212,7 +212,6 @@ async def job_progress(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -
     failed = await ctl.items(str(job_id), ItemFilter(limit=200).failed()) if may(who.role, "items.view") else []
     for s in row["shards"]:
         s["progress"] = views.progress(s["counts"], s["total"])
-        s["stalled"] = views.stalled(row["status"], s, now, ctl.stalled_after_s)
     return _render(request, "job_progress.html", who, job=row, progress=views.progress(row["counts"], row["total"]),
                    failed=failed[:20], examples=views.examples(failed), rendered=now.timestamp(),
                    stalled_after=views.duration(ctl.stalled_after_s),
