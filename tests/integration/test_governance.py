@@ -561,3 +561,25 @@ def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_ur
     action(url, job, "pause")
     assert asyncio.run(governance(url))["stalled_shards"] == 0  # a paused job is not stalled
     assert asyncio.run(governance(url))["jobs_paused_operator"] == 1
+
+
+def test_the_stall_count_reads_every_quiet_guid_page_by_page(database_url: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """More quiet guids than one fetch: the slow ones (waiting longest, within their pace) do not
+    hide the stuck ones behind them."""
+    import pacer_reconciler.adapters.postgres as reconciler_pg
+
+    monkeypatch.setattr(reconciler_pg, "QUIET_FETCH", 2)
+    url = database_url
+    slow = [f"slow-{n}-{uuid.uuid4().hex[:6]}" for n in range(4)]
+    stuck = [f"stuck-{n}-{uuid.uuid4().hex[:6]}" for n in range(3)]
+    job, _, _ = seed_job(url, dict.fromkeys(slow + stuck, 1))
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE shards SET status = 'running', last_progress_at = now() - interval '50 minutes'"
+                     " WHERE job_id = %s AND guid = ANY(%s)", (job, slow))
+        conn.execute("UPDATE shards SET status = 'running', last_progress_at = now() - interval '20 minutes'"
+                     " WHERE job_id = %s AND guid = ANY(%s)", (job, stuck))
+        for guid in slow:
+            conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 'test')",
+                         (guid, Jsonb({"min_interval_s": 7200})))
+    assert asyncio.run(governance(url))["stalled_shards"] == len(stuck)

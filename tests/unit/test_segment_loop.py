@@ -87,11 +87,19 @@ class NoSweeps:
 
 
 class Stats:
+    def __init__(self) -> None:
+        self.rounds = 0  # the leader's rounds of numbers, one a sweep
+        self.stall_counts = 0
+
     async def lock_stats(self) -> dict[str, int]:
+        self.rounds += 1
         return {"running_items": 3}
 
-    async def governance_stats(self, stall_after: timedelta) -> dict[str, int]:
-        return {"jobs_running": 1}
+    async def governance_stats(self, stall_after: timedelta | None) -> dict[str, int]:
+        if stall_after is None:
+            return {"jobs_running": 1}
+        self.stall_counts += 1
+        return {"jobs_running": 1, "stalled_shards": 2}
 
 
 class NoLookup:
@@ -127,13 +135,13 @@ def test_the_loop_tails_the_segments_held_and_follows_handovers() -> None:
             return 0.0
 
         m = ReconcilerMetrics(registry, lambda: 0 in leases.owned())
-        sweeps = NoSweeps()
+        sweeps, stats = NoSweeps(), Stats()
         loop = SegmentLoop(
-            leases, tailer, Reconciler(None, sweeps, None), Stats(),  # type: ignore[arg-type]
+            leases, tailer, Reconciler(None, sweeps, None), stats,  # type: ignore[arg-type]
             Verifier(sweeps, NoLookup()), BacklogGauges(no_backlog, m.backlog_top, m.wait_top, 3,
                                                   nothing_held_back, m.events_held_back), m,
             LoopConfig(leader_ttl_s=3, sweep_interval_s=0.01, batch=1000, stall_after_s=60, error_backoff_max_s=1,
-                       backlog_every_s=60), prepare=_nothing)
+                       backlog_every_s=60, stall_count_every_s=60), prepare=_nothing)
         states: list[str] = []
         stop = asyncio.Event()
         leases.hold(0, 1)
@@ -145,6 +153,10 @@ def test_the_loop_tails_the_segments_held_and_follows_handovers() -> None:
             assert _sample(registry, "pacer_reconciler_segments_owned") == 2.0
             assert _sample(registry, "pacer_reconciler_segments") == 4.0
             await _until(lambda: _sample(registry, "pacer_reconciler_running_items") == 3.0)
+            rounds = stats.rounds
+            await _until(lambda: stats.rounds >= rounds + 3)
+            assert stats.stall_counts == 1, "the stall count at its own pace, not at every sweep"
+            assert _sample(registry, "pacer_reconciler_stalled_shards") == 2.0, "the last count is still exported"
 
             # segment 1's lease is lost mid-batch: its batch is dropped, segment 0 goes on
             tails[1].fail_with = LeadershipLost("lease r/1of4 at epoch 1 expired or taken over")
@@ -166,6 +178,8 @@ def test_the_loop_tails_the_segments_held_and_follows_handovers() -> None:
             await _until(lambda: states[-1] == "standby")
             leases.hold(2)
             await _until(lambda: 2 in tails and tails[2].rounds >= 2 and states[-1] == "active")
+            leases.hold(0)
+            await _until(lambda: stats.stall_counts == 2)  # a new term as leader counts at once
         finally:
             stop.set()
             await running

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pacer_common.domain.limits import DEFAULTS, Pacing
+from pacer_common.domain.limits import DEFAULTS, Pacing, Pacings, effective_pacing
 from pacer_reconciler.domain.stalls import Quiet, stalled
 
 NOW = datetime(2026, 12, 6, 3, 0, 30, tzinfo=UTC)  # 11:00:30 in Asia/Shanghai
@@ -50,20 +50,31 @@ def quiet(since_s: float, limits: dict[str, object] | None = None, windows: dict
 
 def test_a_shard_is_stalled_only_past_the_stall_time_and_its_guids_own_longest_gap() -> None:
     gap = DEFAULTS.longest_gap_s
-    assert stalled([quiet(600 + gap + 1)], None, NOW, 600) == 1
-    assert stalled([quiet(600 + gap - 1)], None, NOW, 600) == 0
-    assert stalled([quiet(1200, {"min_interval_s": 3600})], None, NOW, 600) == 0, "one send an hour"
-    assert stalled([quiet(1200)], {"min_interval_s": 3600}, NOW, 600) == 0, "every guid's pace"
-    assert stalled([quiet(1200, {"quiet_hours": "10:00-12:00"})], None, NOW, 600) == 0
-    assert stalled([quiet(1200, {"per_day": 10}, {"day": [DAY, 9]})], None, NOW, 600) == 0
-    assert stalled([quiet(1200, {"per_day": 10}, {"day": [DAY, 2]})], None, NOW, 600) == 1
+    assert stalled([quiet(600 + gap + 1)], Pacings(None), NOW, 600) == 1
+    assert stalled([quiet(600 + gap - 1)], Pacings(None), NOW, 600) == 0
+    assert stalled([quiet(1200, {"min_interval_s": 3600})], Pacings(None), NOW, 600) == 0, "one send an hour"
+    assert stalled([quiet(1200)], Pacings({"min_interval_s": 3600}), NOW, 600) == 0, "every guid's pace"
+    assert stalled([quiet(1200, {"quiet_hours": "10:00-12:00"})], Pacings(None), NOW, 600) == 0
+    assert stalled([quiet(1200, {"per_day": 10}, {"day": [DAY, 9]})], Pacings(None), NOW, 600) == 0
+    assert stalled([quiet(1200, {"per_day": 10}, {"day": [DAY, 2]})], Pacings(None), NOW, 600) == 1
     two = [NOW - timedelta(seconds=1200)] * 2
-    assert stalled([Quiet("g", two, None, None, [3600.0, 0.0])], None, NOW, 600) == 1, "its job sends hourly"
-    assert stalled([Quiet("g", two, None, None, [3600.0, 3600.0])], None, NOW, 600) == 0
+    assert stalled([Quiet("g", two, None, None, [3600.0, 0.0])], Pacings(None), NOW, 600) == 1, "its job sends hourly"
+    assert stalled([Quiet("g", two, None, None, [3600.0, 3600.0])], Pacings(None), NOW, 600) == 0
 
 
 @given(st.lists(st.floats(0, 10_000), max_size=20), st.floats(0, 5_000))
 def test_the_count_never_exceeds_the_shards_and_grows_with_their_age(ages: list[float], more: float) -> None:
-    young = stalled([Quiet("g", [NOW - timedelta(seconds=a) for a in ages], None, None)], None, NOW, 600)
-    old = stalled([Quiet("g", [NOW - timedelta(seconds=a + more) for a in ages], None, None)], None, NOW, 600)
+    young = stalled([Quiet("g", [NOW - timedelta(seconds=a) for a in ages], None, None)], Pacings(None), NOW, 600)
+    old = stalled([Quiet("g", [NOW - timedelta(seconds=a + more) for a in ages], None, None)], Pacings(None), NOW, 600)
     assert 0 <= young <= old <= len(ages)
+
+
+def test_pacings_are_made_once_per_distinct_pair_of_a_guids_and_its_senders_limits() -> None:
+    pacings = Pacings({"min_interval_s": 5})
+    slow_sender = DEFAULTS.model_copy(update={"min_interval_s": 60, "per_day": 100}).model_dump(mode="json")
+    pairs = [(None, None), ({"per_day": 10}, None), (None, slow_sender), ({"per_day": 10}, slow_sender),
+             ({"min_interval_s": 2}, slow_sender)]
+    for own, sender in pairs:
+        assert pacings(own, sender) == effective_pacing({"min_interval_s": 5}, own, sender)
+        assert pacings(dict(own or {}) or None, sender) is pacings(own, sender), "the same pair, made once"
+    assert len(pacings.made) == len(pairs)

@@ -18,7 +18,7 @@ from typing import Any
 
 from pacer_common.domain.dead_letters import Cursor, DeadLetter, Page, Queue, matches, page_of, read_depth
 from pacer_common.domain.ids import ItemId, new_item_ids
-from pacer_common.domain.limits import parse_limits
+from pacer_common.domain.limits import Pacings, parse_limits
 from pacer_common.domain.requests import DEFAULT_TENANT
 from pacer_common.domain.tokens import Role, token_hash
 from pacer_common.domain.validation import InvalidRequest, validate_request
@@ -132,7 +132,7 @@ class Control:
         row = await self.store.job(job_id)
         if row is None:
             raise NotFound(f"no job {job_id}")
-        now, pacings = self.clock(), views.Pacings(await self.store.guid_limits("*"))
+        now, pacings = self.clock(), Pacings(await self.store.guid_limits("*"))
         row["shards"] = [{k: v for k, v in s.items() if k not in SHARD_READS}
                          | {"stalled": views.stalled(row["status"], s, now, pacings(s.get("limits"), s.get("sender_limits")),
                                                      self.stalled_after_s)}
@@ -285,7 +285,7 @@ class Control:
         return report.filename(head["request_id"]), chunks()
 
     # -- guids ---------------------------------------------------------------------------
-    def _visible(self, row: Row, who: Principal, pacings: views.Pacings) -> Row:
+    def _visible(self, row: Row, who: Principal, pacings: Pacings) -> Row:
         """Health for everyone (with what an unheld guid is doing, by its pacing: its own limits
         over every guid's, the ``*`` overrides, over the defaults of the sender holding it);
         the lease view only for roles that may see leases."""
@@ -308,7 +308,7 @@ class Control:
                     state: str | None = None, start: str | None = None) -> list[Row]:
         """Guids by name, after ``after`` (the previous page's last) or from ``start`` on."""
         rows = await self.store.guids(paused_only, limit, after, state, start)
-        pacings = views.Pacings(await self.store.guid_limits("*"))
+        pacings = Pacings(await self.store.guid_limits("*"))
         return [self._visible(r, who, pacings) for r in rows]
 
     async def guid_history(self, guid: str, limit: int, before: int | None) -> list[Row]:
@@ -319,7 +319,7 @@ class Control:
         row = await self.store.guid(guid)
         if row is None:
             raise NotFound(f"no guid {guid} (it has never held a lease, been paused, had limits set or queued work)")
-        return self._visible(row, who, views.Pacings(await self.store.guid_limits("*")))
+        return self._visible(row, who, Pacings(await self.store.guid_limits("*")))
 
     async def backlogs(self, sort: str, limit: int) -> list[Row]:
         """Guids with queued work, most queued (``backlog``) or longest waiting (``wait``) first."""

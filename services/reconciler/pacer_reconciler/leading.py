@@ -40,6 +40,7 @@ class LoopConfig:
     stall_after_s: float
     error_backoff_max_s: float
     backlog_every_s: float
+    stall_count_every_s: float = 30.0  # least time between two counts of stalled shards (the leader's)
     tail_concurrency: int = 4  # segment tails running at once (each takes a pool connection)
 
 
@@ -64,6 +65,7 @@ class SegmentLoop:
         self.now = asyncio.get_running_loop().time
         self.last_tail = self.now()
         self.next_sweep = 0.0
+        self.next_stall_count = 0.0
         _export(m, self)
 
     async def run(self, stop: asyncio.Event, ready: Ready) -> None:
@@ -168,10 +170,18 @@ class SegmentLoop:
         for kind in report.failed:
             self.m.sweep_errors.labels(kind).inc()
         if self.is_leader():
-            stall_after = timedelta(seconds=self.config.stall_after_s)
-            self.m.leader_stats.update(await self.stats.lock_stats() | await self.stats.governance_stats(stall_after))
+            # The stall count reads every open shard that has not moved: at its own, slower
+            # pace; the count last made is exported meanwhile.
+            count = self.now() >= self.next_stall_count
+            stall_after = timedelta(seconds=self.config.stall_after_s) if count else None
+            kept = {k: v for k, v in self.m.leader_stats.values.items() if k == "stalled_shards"}
+            self.m.leader_stats.update(kept | await self.stats.lock_stats()
+                                       | await self.stats.governance_stats(stall_after))
+            if count:
+                self.next_stall_count = self.now() + self.config.stall_count_every_s
         else:
             self.m.leader_stats.forget()
+            self.next_stall_count = 0.0  # a new term counts at once
         self.next_sweep = self.now() + self.config.sweep_interval_s
 
     def drain(self) -> None:

@@ -75,7 +75,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         loop = SegmentLoop(leases, tailer, rec, store, verifier, backlog, m, LoopConfig(
             leader_ttl_s=cfg.leader_ttl_s, sweep_interval_s=cfg.sweep_interval_s, batch=cfg.batch,
             stall_after_s=cfg.stall_after_s, error_backoff_max_s=cfg.error_backoff_max_s,
-            backlog_every_s=cfg.backlog_every_s), prepare=lambda: adopt_layout(pool, "reconciler", cfg.segments))
+            backlog_every_s=cfg.backlog_every_s, stall_count_every_s=cfg.stall_count_every_s),
+            prepare=lambda: adopt_layout(pool, "reconciler", cfg.segments))
         source = await KafkaCallbackSource.create(kafka, cfg.callbacks_group or f"{kafka.topic_prefix}.reconciler.callbacks",
                                                   ctx.registry)
         callbacks = CallbackConsumer(source, PostgresGuidStates(pool), environment_errors=ENVIRONMENT)

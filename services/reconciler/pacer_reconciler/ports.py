@@ -107,7 +107,10 @@ class LeaderStats(Protocol):
     """Database-wide numbers the owner of segment 0 exports (locks held, stalled shards, …)."""
 
     async def lock_stats(self) -> dict[str, int]: ...
-    async def governance_stats(self, stall_after: timedelta) -> dict[str, int]: ...
+    async def governance_stats(self, stall_after: timedelta | None) -> dict[str, int]:
+        """Jobs, guids and items by state, and ``stalled_shards`` only when ``stall_after`` is
+        given: that count reads every open shard that has not moved, so it runs less often."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,11 @@ class ReconcilerSettings(OpsSettings):
         "batch share is used. Limits as the sender holding the guid applies them: the guid's own overrides over "
         "`*`'s over that sender's settings (`sender_limits`)."
     ))
+    stall_count_every_s: float = Field(30.0, gt=0, description=(
+        "How often the leader counts stalled shards (`pacer_reconciler_stalled_shards`): each count reads every "
+        "open shard of a running job that has not moved for `PACER_RECONCILER_STALL_AFTER_S`, with its guid's "
+        "limits, which at a fleet's scale is the leader's heaviest read. Its other numbers are read at every sweep."
+    ))
     backlog_top_n: int = Field(10, ge=1, le=100, description=(
         "How many guids the backlog metrics name: the top N by queued items and the top N by oldest wait."
     ))

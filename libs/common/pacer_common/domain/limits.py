@@ -11,6 +11,7 @@ set to ``null``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from datetime import time as dtime
@@ -199,6 +200,22 @@ def effective_pacing(every_guid: Any, own: Any, sender: Any = None) -> Pacing:
     knows are read (a newer sender may publish more)."""
     known = {k: v for k, v in sender.items() if k in Pacing.model_fields} if isinstance(sender, Mapping) else None
     return _over(_over(_over(DEFAULTS, known), every_guid), own)
+
+
+class Pacings:
+    """Guids' pacing over one ``every_guid`` (the ``*`` overrides), made once for each distinct
+    pair of a guid's own overrides and its sender's defaults: the guids of a job or a fleet
+    mostly share a few."""
+
+    def __init__(self, every_guid: Any) -> None:
+        self.every_guid = every_guid
+        self.made: dict[str, Pacing] = {}
+
+    def __call__(self, own: Any, sender: Any) -> Pacing:
+        key = json.dumps([own, sender], sort_keys=True, default=str)
+        if key not in self.made:
+            self.made[key] = effective_pacing(self.every_guid, own, sender)
+        return self.made[key]
 
 
 def _over(base: Pacing, layer: Any) -> Pacing:

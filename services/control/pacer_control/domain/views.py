@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from pacer_common.domain.limits import DEFAULTS, Pacing, effective_pacing
+from pacer_common.domain.limits import DEFAULTS, Pacing
 
 
 def sum_counts(per_shard: Iterable[Mapping[str, int]]) -> dict[str, int]:
@@ -79,22 +78,6 @@ def stalled(job_status: str, shard: Mapping[str, Any], now: datetime, pacing: Pa
     since = shard.get("quiet_since") or shard.get("last_progress_at")
     return since is not None and pacing.stalled(since, now, after_s, shard.get("windows"),
                                                 float(shard.get("job_gap") or 0.0))
-
-
-class Pacings:
-    """Guids' pacing over one ``every_guid`` (the ``*`` overrides), made once for each distinct
-    pair of a guid's own overrides and its sender's defaults: a job over ten thousand guids
-    mostly shares a few."""
-
-    def __init__(self, every_guid: Any) -> None:
-        self.every_guid = every_guid
-        self.made: dict[str, Pacing] = {}
-
-    def __call__(self, own: Any, sender: Any) -> Pacing:
-        key = json.dumps([own, sender], sort_keys=True, default=str)
-        if key not in self.made:
-            self.made[key] = effective_pacing(self.every_guid, own, sender)
-        return self.made[key]
 
 
 QUEUED_STATES = frozenset({"ready", "scheduled", "held", "waiting_retry"})  # a backlog's states not yet begun

@@ -7,6 +7,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, LiteralString
 
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow
+
 from pacer_common.db.commands import pending_commands
 from pacer_common.db.durable import synchronous_transaction
 from pacer_common.db.errors import with_retry
@@ -18,6 +21,7 @@ from pacer_common.db.transitions import Transition, apply
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.guid_health import StatusEvent
+from pacer_common.domain.limits import Pacings
 from pacer_common.domain.status import ItemStatus as S
 from pacer_reconciler.adapters.job_labels import JobLabels
 from pacer_reconciler.adapters.layout import segment_sql
@@ -29,7 +33,7 @@ from pacer_reconciler.ports import Applied, CursorMoved, InDoubt, Lease, Positio
 
 _sql = loader("pacer_reconciler.adapters.sql")
 log = logging.getLogger(__name__)
-QUIET_GUIDS_READ = 10_000  # guids with shards that have not moved, read for the stall count
+QUIET_FETCH = 2_000  # guids with shards that have not moved, fetched at a time for the stall count
 
 
 _SWEEPS: dict[SweepKind, Transition] = {
@@ -200,27 +204,33 @@ class PostgresLog:
 
         return await with_retry(work)
 
-    async def governance_stats(self, stall_after: timedelta) -> dict[str, int]:
+    async def governance_stats(self, stall_after: timedelta | None) -> dict[str, int]:
         async def work() -> dict[str, int]:
             async with self.pool.connection() as conn:
                 row = await one(conn, _sql("governance_counts"), {})
                 items = await (await conn.execute(_sql("job_items"))).fetchall()
                 states = await (await conn.execute(_sql("guid_state_counts"))).fetchall()
-                quiet = await (await conn.execute(_sql("quiet_shards"), {"stall": stall_after,
-                                                                         "limit": QUIET_GUIDS_READ})).fetchall()
-                every = await one(conn, _sql("every_guid_limits"), {})
-            if len(quiet) == QUIET_GUIDS_READ:
-                log.warning("stalled shards: only the %d guids whose shards have waited longest were read",
-                            QUIET_GUIDS_READ)
-            shards = [Quiet(r["guid"], r["since"], r["limits"], r["windows"], r["job_gaps"],
-                            r["sender_limits"]) for r in quiet]
-            row = dict(row) | {"stalled_shards": stalled(shards, every["limits"], every["now"],
-                                                         stall_after.total_seconds())}
+                stalls = {} if stall_after is None else {"stalled_shards": await self._stalled(conn, stall_after)}
+            row = dict(row) | stalls
             return ({k: int(v) for k, v in row.items()} | {f"items:{r['status']}": int(r["n"]) for r in items}
                     | {f"guids:{r['state']}": int(r["n"]) for r in states}
                     | {f"guids_with_work:{r['state']}": int(r["with_work"]) for r in states})
 
         return await with_retry(work)
+
+    @staticmethod
+    async def _stalled(conn: AsyncConnection[DictRow], stall_after: timedelta) -> int:
+        """Open shards stalled rather than waiting for their guid's limits (domain/stalls.py):
+        every quiet guid, a page at a time through a server-side cursor (one read of the open
+        shards, never all of a fleet's rows in memory at once)."""
+        every = await one(conn, _sql("every_guid_limits"), {})
+        pacings, n = Pacings(every["limits"]), 0
+        async with conn.transaction(), conn.cursor(name="quiet_shards") as cur:
+            await cur.execute(_sql("quiet_shards"), {"stall": stall_after})
+            while quiet := await cur.fetchmany(QUIET_FETCH):
+                n += stalled((Quiet(r["guid"], r["since"], r["limits"], r["windows"], r["job_gaps"], r["sender_limits"])
+                              for r in quiet), pacings, every["now"], stall_after.total_seconds())
+        return n
 
 
 class PostgresGuidStates:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pacer_common.domain.limits import effective_pacing
+from pacer_common.domain.limits import Pacings
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,12 @@ class Quiet:
     sender: Any = None  # the defaults of the sender holding the guid (sender_limits), if known
 
 
-def stalled(quiet: Iterable[Quiet], every_guid: Any, now: datetime, stall_after_s: float) -> int:
-    """How many of these shards are stalled rather than waiting for their guid's limits."""
+def stalled(quiet: Iterable[Quiet], pacings: Pacings, now: datetime, stall_after_s: float) -> int:
+    """How many of these shards are stalled rather than waiting for their guid's limits
+    (``pacings``: over every guid's overrides, ``*``)."""
     n = 0
     for q in quiet:
-        pacing = effective_pacing(every_guid, q.limits, q.sender)
+        pacing = pacings(q.limits, q.sender)
         gaps = list(q.job_gaps) + [0.0] * (len(q.since) - len(q.job_gaps))
         n += sum(1 for t, job_gap in zip(q.since, gaps, strict=True)
                  if pacing.stalled(t, now, stall_after_s, q.windows, job_gap))

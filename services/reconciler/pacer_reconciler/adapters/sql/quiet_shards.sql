@@ -2,8 +2,8 @@
 -- their last progress, their creation, or their job's start when it is scheduled later), by
 -- guid, with what tells a stall from a guid waiting for its limits (domain/stalls.py): the
 -- guid's own overrides, its send windows, the defaults of the sender holding it, and each
--- shard's job's own interval per guid (a `job:<job_id>` row's min_interval_s). At most
--- %(limit)s guids, the longest still first.
+-- shard's job's own interval per guid (a `job:<job_id>` row's min_interval_s). Every such
+-- guid, read through a cursor a page at a time.
 SELECT s.guid,
        array_agg(greatest(COALESCE(s.last_progress_at, s.created_at), j.not_before) ORDER BY s.shard_id) AS since,
        array_agg(CASE WHEN jsonb_typeof(jl.limits -> 'min_interval_s') = 'number'
@@ -20,5 +20,3 @@ WHERE s.status IN ('pending', 'running') AND j.status = 'running' AND g.paused_r
   AND COALESCE(h.state, 'online') = 'online'
   AND greatest(COALESCE(s.last_progress_at, s.created_at), j.not_before) < now() - %(stall)s::interval
 GROUP BY s.guid, gl.limits, g.windows, sl.limits
-ORDER BY min(greatest(COALESCE(s.last_progress_at, s.created_at), j.not_before))
-LIMIT %(limit)s
