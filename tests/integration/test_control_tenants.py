@@ -43,6 +43,28 @@ def test_tenant_crud_never_shows_or_audits_a_secret(database_url: str) -> None:
     asyncio.run(go())
 
 
+def test_a_tenants_quota_day_is_set_by_its_time_zone_and_a_zone_the_database_does_not_know_is_refused(
+        database_url: str) -> None:
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            made = await api.post("/tenants", json={"name": "acme", "sends_per_day": 1000, "timezone": "Europe/Berlin"})
+            assert made.status_code == 201 and made.json()["timezone"] == "Europe/Berlin", made.text
+            for bad in ("JST", "UTC+8", "asia/shanghai"):
+                r = await api.call("PATCH", "/tenants/acme", json={"timezone": bad})
+                assert r.status_code == 422 and "not one this database knows" in r.json()["detail"], r.text
+            r = await api.post("/tenants", json={"name": "globex", "timezone": "Mars/Olympus"})
+            assert r.status_code == 422, r.text
+            changed = await api.call("PATCH", "/tenants/acme", json={"timezone": "Asia/Shanghai"})
+            assert changed.json()["timezone"] == "Asia/Shanghai"
+            assert (await api.call("PATCH", "/tenants/acme", json={"sends_per_day": 5})).json()["timezone"] == (
+                "Asia/Shanghai"), "left out: unchanged"
+            cleared = await api.call("PATCH", "/tenants/acme", json={"timezone": None})
+            assert cleared.status_code == 200 and cleared.json()["timezone"] is None
+            assert [t["name"] for t in (await api.get("/tenants")).json()] == ["acme", "default"]
+
+    asyncio.run(go())
+
+
 def test_a_scoped_token_sees_and_changes_only_its_tenants_jobs(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
         conn.execute("INSERT INTO tenants (name) VALUES ('acme'), ('globex')")

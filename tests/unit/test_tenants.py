@@ -93,11 +93,11 @@ def test_daily_usage_counts_this_senders_sends_on_top_of_the_days_totals() -> No
     u = DailyUsage()
     assert u.allows("acme", 2, today) and u.allows("acme", None, today)
     u.count("acme")
-    u.absorb(today, {"acme": 0})
+    u.absorb({"acme": (today, 0)})
     assert u.used("acme", today) == 1 and u.allows("acme", 2, today)
     sent = u.take()
     assert sent == {"acme": 1} and u.used("acme", today) == 0
-    u.absorb(today, {"acme": 1, "globex": 5})
+    u.absorb({"acme": (today, 1), "globex": (today, 5)})
     u.count("acme")
     assert u.used("acme", today) == 2 and not u.allows("acme", 2, today)
     assert u.allows("globex", 6, today) and not u.allows("globex", 5, today)
@@ -105,3 +105,54 @@ def test_daily_usage_counts_this_senders_sends_on_top_of_the_days_totals() -> No
     failed = u.take()
     u.restore(failed)  # adding them failed: kept for the next round
     assert u.take() == {"acme": 1}
+
+
+def test_a_tenant_past_its_quota_waits_for_midnight_in_its_own_time_zone_or_else_the_senders() -> None:
+    """15:58 UTC on 6 December is 23:58 in Shanghai: a Shanghai tenant's day ends in two
+    minutes, a tenant naming no zone counts the sender's (UTC here), which ends in eight hours."""
+    import asyncio
+    from datetime import UTC, date, datetime
+
+    from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, SendError
+    from pacer_common.tenant_gateways import QUOTA_RECHECK_S, TenantGateways
+
+    before_midnight = datetime(2026, 12, 6, 15, 58, tzinfo=UTC).timestamp()
+    after_midnight = before_midnight + 121  # 00:00:01 on the 7th in Shanghai
+    tenants = {"east": Tenant("east", "http://127.0.0.1:9", sends_per_day=3, timezone="Asia/Shanghai"),
+               "plain": Tenant("plain", "http://127.0.0.1:9", sends_per_day=3)}
+
+    def refusal(tenant: str, wall: float, totals: dict[str, tuple[date, int]]) -> SendError | None:
+        gws = TenantGateways(tenants.get, 0.5, DEFAULT_CODE_TABLE, day_zone="UTC", wall=lambda: wall)
+        gws.usage.absorb(totals)
+
+        async def send() -> SendError | None:
+            try:
+                await gws.send_text("g1", "t", "hi", f"k-{tenant}", tenant=tenant)
+            except SendError as err:
+                return err if "quota" in str(err) else None  # else refused by the port nobody listens on
+            finally:
+                await gws.aclose()
+            return None
+
+        return asyncio.run(send())
+
+    sixth, seventh = date(2026, 12, 6), date(2026, 12, 7)
+    err = refusal("east", before_midnight, {"east": (sixth, 3)})
+    assert err is not None and err.failure_class is FailureClass.RATE_LIMITED and "Asia/Shanghai" in str(err)
+    assert err.retry_after is not None and err.retry_after.total_seconds() == 120
+    assert refusal("east", after_midnight, {"east": (sixth, 3)}) is None, "a new day in Shanghai"
+    assert refusal("east", after_midnight, {"east": (seventh, 3)}) is not None
+    err = refusal("plain", after_midnight, {"plain": (sixth, 3)})
+    assert err is not None and "UTC" in str(err), "still the 6th in the sender's zone"
+    assert err.retry_after is not None and err.retry_after.total_seconds() == QUOTA_RECHECK_S
+    assert refusal("plain", before_midnight, {"plain": (sixth, 2)}) is None, "under the quota"
+
+
+def test_a_tenant_zone_this_process_does_not_know_leaves_its_days_to_the_senders_zone(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from pacer_common.db.tenants import usable_zone
+
+    assert usable_zone("acme", "Asia/Shanghai") == "Asia/Shanghai"
+    assert usable_zone("acme", None) is None
+    assert usable_zone("acme", "Mars/Olympus") is None
+    assert "Mars/Olympus" in caplog.text and "acme" in caplog.text

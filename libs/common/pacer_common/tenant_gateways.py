@@ -5,15 +5,16 @@ tenant's gateway with ``Authorization: Bearer <credential>``. Each tenant has it
 connection pool (a hung gateway holds only its own connections) and its own breaker (a
 gateway that is down is refused at once, as a deferral that uses no attempt, instead of
 every call waiting out a timeout), and its daily quota (``sends_per_day``, a soft limit: see
-``domain.quota``; a tenant past it is deferred the same way until the next UTC day). Clients follow the tenant table: a changed URL or
-credential gets a new client on the next call.
+``domain.quota``; a tenant past it is deferred the same way until its next day, midnight in its
+``timezone`` or else in ``day_zone``, the sender's). Clients follow the tenant table: a changed
+URL or credential gets a new client on the next call.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import TypeVar
 
 import httpx
@@ -21,6 +22,7 @@ import httpx
 from pacer_common.domain.breaker import Breaker
 from pacer_common.domain.customers import Customer
 from pacer_common.domain.failures import FailureClass, SendError
+from pacer_common.domain.limits import DEFAULTS, local_day
 from pacer_common.domain.quota import DailyUsage
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.tenants import Tenant
@@ -41,7 +43,8 @@ class TenantGateways:
     def __init__(self, tenants: Callable[[str], Tenant | None], timeout_s: float,
                  code_table: Mapping[int, FailureClass], observe: Observe | None = None,
                  max_connections: int = 200, breaker: Callable[[], Breaker] = Breaker,
-                 clock: Callable[[], float] = time.monotonic, usage: DailyUsage | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, usage: DailyUsage | None = None,
+                 day_zone: str = DEFAULTS.timezone, wall: Callable[[], float] = time.time) -> None:
         self.tenants = tenants
         self.timeout_s, self.code_table, self.observe = timeout_s, code_table, observe
         self.max_connections = max_connections
@@ -50,6 +53,7 @@ class TenantGateways:
         self.breakers: dict[str, Breaker] = {}
         self.retired: list[httpx.AsyncClient] = []
         self.usage = usage or DailyUsage()  # sends per tenant today, against sends_per_day
+        self.day_zone, self.wall = day_zone, wall  # a tenant's day where it names no zone; the wall clock
 
     def _for(self, tenant: str) -> GatewayClient:
         t = self.tenants(tenant)
@@ -136,15 +140,17 @@ class TenantGateways:
 
     def _check_quota(self, tenant: str) -> None:
         t = self.tenants(tenant)
-        now = datetime.now(UTC)
-        if t is None or self.usage.allows(tenant, t.sends_per_day, now.date()):
+        if t is None or t.sends_per_day is None:
             return
-        # Not a failure of the item: it waits for tomorrow (UTC), or a raised quota (re-read
-        # with the tenant table), checked again at least every QUOTA_RECHECK_S.
-        midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), UTC)
+        zone, wall = t.timezone or self.day_zone, self.wall()
+        today, _, midnight = local_day(zone, wall)
+        if self.usage.allows(tenant, t.sends_per_day, today):
+            return
+        # Not a failure of the item: it waits for the tenant's next day, or a raised quota
+        # (re-read with the tenant table), checked again at least every QUOTA_RECHECK_S.
         raise SendError(FailureClass.RATE_LIMITED, None,
-                        f"tenant {tenant!r} has used its quota of {t.sends_per_day} sends today (UTC)",
-                        retry_after=min(midnight - now, timedelta(seconds=QUOTA_RECHECK_S)))
+                        f"tenant {tenant!r} has used its quota of {t.sends_per_day} sends today ({zone})",
+                        retry_after=timedelta(seconds=min(midnight - wall, QUOTA_RECHECK_S)))
 
     async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
         try:

@@ -132,8 +132,8 @@ class ReconcilerSettings(OpsSettings):
         "Days `guid_state_history` (every change of a guid's lifecycle state) is kept."
     ))
     retain_usage_days: int = Field(400, ge=1, description=(
-        "Days of per-tenant daily send counts (`tenant_usage`, one row per tenant and UTC day; today's is the "
-        "one the quota reads) are kept; older days are deleted at each maintenance run."
+        "Days of per-tenant daily send counts (`tenant_usage`, one row per tenant and its local day; today's "
+        "is the one the quota reads) are kept; older days are deleted at each maintenance run."
     ))
     partition_period_days: int = Field(7, ge=1, le=7, description=(
         "Days of job creation times each partition of `items` and `item_events` holds (`send_ledger` keeps 7: "

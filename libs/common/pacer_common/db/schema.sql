@@ -335,10 +335,12 @@ $$;
 CREATE FUNCTION public.pacer_check_limits_timezone() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    zone text := to_jsonb(NEW) #>> TG_ARGV;
 BEGIN
-    IF NEW.limits ? 'timezone' AND NOT EXISTS (SELECT 1 FROM pg_timezone_names z WHERE z.name = NEW.limits ->> 'timezone') THEN
+    IF zone IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_timezone_names z WHERE z.name = zone) THEN
         RAISE EXCEPTION 'time zone % is not one this database knows: use an IANA name such as Asia/Shanghai',
-            NEW.limits -> 'timezone' USING ERRCODE = 'invalid_parameter_value';
+            to_jsonb(zone) USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN NEW;
 END
@@ -2015,6 +2017,7 @@ CREATE TABLE public.tenants (
     max_guids integer,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    timezone text,
     CONSTRAINT tenants_max_guids_check CHECK ((max_guids > 0)),
     CONSTRAINT tenants_name_check CHECK ((name ~ '^[a-z0-9][a-z0-9_-]{0,62}$'::text)),
     CONSTRAINT tenants_sends_per_day_check CHECK ((sends_per_day > 0))
@@ -2320,7 +2323,7 @@ ALTER INDEX public.send_ledger_pkey ATTACH PARTITION public.send_ledger_default_
 
 CREATE TRIGGER guid_limits_change BEFORE INSERT OR UPDATE ON public.guid_limits FOR EACH ROW EXECUTE FUNCTION public.pacer_stamp_limits_change();
 
-CREATE TRIGGER guid_limits_timezone BEFORE INSERT OR UPDATE OF limits ON public.guid_limits FOR EACH ROW EXECUTE FUNCTION public.pacer_check_limits_timezone();
+CREATE TRIGGER guid_limits_timezone BEFORE INSERT OR UPDATE OF limits ON public.guid_limits FOR EACH ROW EXECUTE FUNCTION public.pacer_check_limits_timezone('limits', 'timezone');
 
 CREATE TRIGGER guid_send_windows BEFORE UPDATE OF last_send_at ON public.guid_leases FOR EACH ROW EXECUTE FUNCTION public.pacer_count_send_windows();
 
@@ -2333,6 +2336,8 @@ CREATE TRIGGER jobs_hold_lifted AFTER UPDATE OF status ON public.jobs FOR EACH R
 CREATE TRIGGER jobs_requery_completion BEFORE UPDATE OF status ON public.jobs FOR EACH ROW WHEN ((new.status = 'completed'::text)) EXECUTE FUNCTION public.pacer_guard_requery_completion();
 
 CREATE TRIGGER shards_hold_lifted AFTER UPDATE OF status ON public.shards FOR EACH ROW WHEN (((old.status = 'paused'::text) AND (new.status <> 'paused'::text))) EXECUTE FUNCTION public.pacer_request_release('shard');
+
+CREATE TRIGGER tenants_timezone BEFORE INSERT OR UPDATE OF timezone ON public.tenants FOR EACH ROW EXECUTE FUNCTION public.pacer_check_limits_timezone('timezone');
 
 ALTER TABLE ONLY public.job_target_pages
     ADD CONSTRAINT job_target_pages_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id);

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from datetime import time as dtime
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -151,10 +151,8 @@ class Pacing(BaseModel):
         if name != "day":
             index = int(wall // size)
             return float(index * size), float((index + 1) * size)
-        zone = ZoneInfo(self.timezone)
-        day = datetime.fromtimestamp(wall, zone).date()
-        start = datetime.combine(day, dtime(0), zone)
-        return start.timestamp(), (start + timedelta(days=1)).timestamp()
+        _, start, end = local_day(self.timezone, wall)
+        return start, end
 
     def held_for(self, wall: float, windows: Mapping[str, Any] | None) -> float:
         """Seconds a batch send of the guid waits now by its limits alone (0: none holds it):
@@ -185,6 +183,16 @@ class Pacing(BaseModel):
             if end > wall and sends >= int(cap * (1 - self.online_reserve)):
                 wait = max(wait, end - wall)
         return wait
+
+
+def local_day(zone: str, wall: float) -> tuple[date, float, float]:
+    """The calendar day in time zone ``zone`` that holds wall time ``wall``: its date, and the
+    epoch seconds it starts and ends, from one local midnight to the next (23 or 25 hours where
+    the clocks change; the earlier midnight where it comes twice)."""
+    tz = ZoneInfo(zone)
+    day = datetime.fromtimestamp(wall, tz).date()
+    start = datetime.combine(day, dtime(0), tz)
+    return day, start.timestamp(), datetime.combine(day + timedelta(days=1), dtime(0), tz).timestamp()
 
 
 DEFAULTS = Pacing()

@@ -1,5 +1,7 @@
 """A tenant's daily send quota as one sender sees it: the day's total across senders (as last
-read) plus what this sender sent since it last added its own sends to that total."""
+read) plus what this sender sent since it last added its own sends to that total. Each
+tenant's day is its own calendar day (``Tenant.timezone``, else the sender's zone): the
+totals read carry the day they count."""
 
 from __future__ import annotations
 
@@ -10,14 +12,12 @@ from datetime import date
 
 @dataclass
 class DailyUsage:
-    day: date | None = None
-    totals: dict[str, int] = field(default_factory=dict)  # the day's sends per tenant, all senders, as last read
+    totals: dict[str, tuple[date, int]] = field(default_factory=dict)  # per tenant: a day and its sends, all senders, as last read
     unflushed: Counter[str] = field(default_factory=Counter)  # this sender's sends not yet added to the totals
 
     def used(self, tenant: str, today: date) -> int:
-        if self.day != today:
-            return self.unflushed[tenant]  # a new day: the totals read belong to yesterday
-        return self.totals.get(tenant, 0) + self.unflushed[tenant]
+        day, total = self.totals.get(tenant, (None, 0))
+        return (total if day == today else 0) + self.unflushed[tenant]  # a total of another day is not today's
 
     def allows(self, tenant: str, limit: int | None, today: date) -> bool:
         return limit is None or self.used(tenant, today) < limit
@@ -34,5 +34,5 @@ class DailyUsage:
     def restore(self, sent: dict[str, int]) -> None:
         self.unflushed.update(sent)
 
-    def absorb(self, day: date, totals: dict[str, int]) -> None:
-        self.day, self.totals = day, totals
+    def absorb(self, totals: dict[str, tuple[date, int]]) -> None:
+        self.totals = totals

@@ -2,8 +2,9 @@
 
 A tenant is its gateway's base URL, the bearer credential sent with every call, the secret
 its gateway signs callbacks with (hex HMAC-SHA256 of the raw body, header ``X-Signature``)
-and its quotas. The tenant ``default`` exists out of the box; fields it leaves empty fall back
-to the settings (``PACER_GATEWAY_URL``, ``PACER_GATEWAY_CREDENTIAL``,
+and its quotas (``sends_per_day`` counted over its calendar day in ``timezone``, else in the
+sending process's zone). The tenant ``default`` exists out of the box; fields it leaves empty
+fall back to the settings (``PACER_GATEWAY_URL``, ``PACER_GATEWAY_CREDENTIAL``,
 ``PACER_INTAKE_DEFAULT_CALLBACK_SECRET``). Secrets are ``SecretStr``: never printed.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import SecretStr
 
@@ -30,14 +31,15 @@ class Tenant:
     callback_secret: SecretStr | None = None
     sends_per_day: int | None = None
     max_guids: int | None = None
+    timezone: str | None = None  # the calendar day sends_per_day counts; None: the sender's own zone
 
     def with_defaults(self, base_url: str | None = None, credential: SecretStr | None = None,
                       callback_secret: SecretStr | None = None) -> Tenant:
         """The tenant with its empty fields filled from settings (only ``default`` takes them)."""
         if self.name != DEFAULT_TENANT:
             return self
-        return Tenant(self.name, self.base_url or base_url, self.credential or credential,
-                      self.callback_secret or callback_secret, self.sends_per_day, self.max_guids)
+        return replace(self, base_url=self.base_url or base_url, credential=self.credential or credential,
+                       callback_secret=self.callback_secret or callback_secret)
 
 
 def sign(secret: str, body: bytes) -> str:

@@ -57,7 +57,7 @@ def _result(row: Row | None, missing: str) -> ActionResult:
     return ActionResult(row["outcome"], row["message"], row.get("status"))
 
 
-TENANT_FIELDS = ("base_url", "credential", "callback_secret", "sends_per_day", "max_guids")
+TENANT_FIELDS = ("base_url", "credential", "callback_secret", "sends_per_day", "max_guids", "timezone")
 
 
 def _tenant_params(fields: dict[str, Any]) -> dict[str, Any]:

@@ -106,6 +106,7 @@ def _no_nul(value: SecretStr) -> SecretStr:
 
 Secret = Annotated[SecretStr, Field(min_length=1, max_length=4096), AfterValidator(_no_nul)]
 Quota = Annotated[int, Field(gt=0, le=MAX_INT4)]
+ZoneName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=NO_NUL)]  # checked by the database
 
 
 class TenantChange(_In):
@@ -114,8 +115,13 @@ class TenantChange(_In):
     base_url: GatewayUrl | None = Field(None, description="the tenant's gateway, e.g. https://gw.example/api")
     credential: Secret | None = Field(None, description="sent as `Authorization: Bearer …`; never shown again")
     callback_secret: Secret | None = Field(None, description="signs its callbacks (HMAC-SHA256); never shown again")
-    sends_per_day: Quota | None = None
+    sends_per_day: Quota | None = Field(None, description=(
+        "sends a day over all its guids (a soft limit: senders may pass it by about a second's sends); past it, "
+        "its sends wait for its next day"))
     max_guids: Quota | None = Field(None, description="guids the tenant may hold; a job past it is dead-lettered")
+    timezone: ZoneName | None = Field(None, description=(
+        "the IANA time zone whose calendar day `sends_per_day` counts, e.g. Asia/Shanghai; null: each sender's "
+        "`PACER_SENDER_TIMEZONE`"))
 
 
 class TenantBody(TenantChange):
@@ -428,6 +434,7 @@ class TenantView(BaseModel):
     has_callback_secret: bool
     sends_per_day: int | None
     max_guids: int | None
+    timezone: str | None = Field(None, description="whose calendar day `sends_per_day` counts; null: the senders'")
     guids: int
     created_at: datetime
     updated_at: datetime

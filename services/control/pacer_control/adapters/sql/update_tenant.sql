@@ -7,6 +7,7 @@ UPDATE tenants SET
     sends_per_day = CASE WHEN 'sends_per_day' = ANY(%(fields)s::text[]) THEN %(sends_per_day)s::int
                          ELSE sends_per_day END,
     max_guids = CASE WHEN 'max_guids' = ANY(%(fields)s::text[]) THEN %(max_guids)s::int ELSE max_guids END,
+    timezone = CASE WHEN 'timezone' = ANY(%(fields)s::text[]) THEN %(timezone)s::text ELSE timezone END,
     updated_at = now()
 WHERE name = %(name)s
 RETURNING name
