@@ -10,8 +10,10 @@ import re
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 
 from pacer_dev import boards, prometheus
@@ -66,7 +68,21 @@ def _callback(stack: Stack, body: bytes, signature: str) -> int:
         return exc.code
 
 
-def test_every_panel_and_alert_has_data_on_a_running_stack(stack: Stack) -> None:
+def _quota(stack: Stack, sends_per_day: int | None) -> None:
+    with psycopg.connect(stack.infra.database_url) as conn:
+        conn.execute("UPDATE tenants SET sends_per_day = %s WHERE name = 'default'", (sends_per_day,))
+
+
+@pytest.fixture
+def quota(stack: Stack) -> Iterator[None]:
+    """A daily quota far above the run's sends on the default tenant: the quota's gauges have a
+    tenant to show. Taken off afterwards."""
+    _quota(stack, 10_000_000)
+    yield
+    _quota(stack, None)
+
+
+def test_every_panel_and_alert_has_data_on_a_running_stack(stack: Stack, quota: None) -> None:
     stack.start_service("control")
     if "intake" not in stack.procs:
         stack.start_intake()

@@ -132,3 +132,41 @@ def test_cli_makes_a_token_scoped_to_existing_tenants_only(database_url: str, mo
     capsys.readouterr()
     assert rows(database_url, "SELECT name, tenants FROM api_tokens") == [{"name": "acme-ops", "tenants": ["acme"]}]
     assert [a["after"] for a in audit(database_url, "acme-ops")] == [{"role": "operator", "tenants": ["acme"]}]
+
+
+def test_a_tenants_sends_today_are_read_on_its_own_day_by_the_api_and_the_reconcilers_gauges(
+        database_url: str) -> None:
+    """Kiritimati (UTC+14) and Pago Pago (UTC-11) never share a date. A tenant naming no zone
+    counts the senders' (the zone the newest sender published)."""
+    from datetime import timedelta
+
+    from psycopg.types.json import Jsonb
+
+    from pacer_common.db.pool import open_pool
+    from pacer_reconciler.adapters.postgres import PostgresLog
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO tenants (name, sends_per_day, timezone) VALUES ('east', 100, 'Pacific/Kiritimati'),"
+                     " ('west', 100, NULL), ('free', NULL, NULL)")
+        conn.execute("INSERT INTO sender_limits (owner, limits, seen_at) VALUES ('s-old', %s, now() - interval '1 hour'),"
+                     " ('s-new', %s, now())", (Jsonb({"timezone": "Pacific/Kiritimati"}),
+                                               Jsonb({"timezone": "Pacific/Pago_Pago"})))
+        east, west = conn.execute("SELECT (now() AT TIME ZONE 'Pacific/Kiritimati')::date,"
+                                  " (now() AT TIME ZONE 'Pacific/Pago_Pago')::date").fetchone()
+        conn.execute("INSERT INTO tenant_usage (tenant, day, sends) VALUES ('east', %(e)s, 7), ('east', %(w)s, 50),"
+                     " ('west', %(w)s, 3), ('west', %(e)s, 40), ('free', %(w)s, 9)", {"e": east, "w": west})
+
+    async def go() -> tuple[dict[str, int], dict[str, int]]:
+        async with control_api(database_url) as api:
+            listed = {t["name"]: t["sends_today"] for t in (await api.get("/tenants")).json()}
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        try:
+            stats = await PostgresLog(pool, "reconciler", timedelta(seconds=60)).governance_stats(None)
+        finally:
+            await pool.close()
+        return listed, {k: v for k, v in stats.items() if k.startswith("tenant_")}
+
+    listed, gauges = asyncio.run(go())
+    assert listed == {"default": 0, "east": 7, "west": 3, "free": 9}
+    assert gauges == {"tenant_sends:east": 7, "tenant_quota:east": 100, "tenant_sends:west": 3,
+                      "tenant_quota:west": 100}, "a tenant without a quota has no gauge"

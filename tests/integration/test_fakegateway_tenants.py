@@ -182,7 +182,7 @@ def test_a_tenant_past_its_daily_quota_is_deferred_across_senders_and_others_go_
                     await two.send_text(f"b{n}", "t", "hi", f"big-{n}", tenant="big")
                     big += 1
                 await add_usage(pool, two.usage)
-                return outcomes, big, {t: n for t, (_, n) in two.usage.totals.items()}
+                return outcomes, big, {t: n for t, (_, n) in two.usage.totals.items() if t != "default"}
             finally:
                 await one.aclose()
                 await two.aclose()
@@ -197,10 +197,11 @@ def test_a_tenant_past_its_daily_quota_is_deferred_across_senders_and_others_go_
 
 def test_each_tenant_counts_its_sends_on_its_own_calendar_day(database_url: str) -> None:
     """Kiritimati (UTC+14) and Pago Pago (UTC-11) are 25 hours apart: their dates always differ.
-    A tenant naming no zone counts the sending process's (``pacer.timezone``)."""
-    from datetime import datetime
-    from zoneinfo import ZoneInfo
+    A tenant naming no zone counts the sending process's (``pacer.timezone``). The senders take
+    each tenant's day and its end from the database."""
+    import time
 
+    from pacer_common.domain.limits import local_day
     from pacer_common.domain.quota import DailyUsage
 
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -209,25 +210,24 @@ def test_each_tenant_counts_its_sends_on_its_own_calendar_day(database_url: str)
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="not one this database knows"):
             conn.execute("UPDATE tenants SET timezone = 'UTC+8' WHERE name = 'plain'")
 
-    async def go(options: str | None) -> dict[str, Any]:
+    async def go(zone: str) -> dict[str, Any]:
         usage = DailyUsage()
         for tenant in ("east", "west", "plain", "east"):
             usage.count(tenant)
-        pool = await open_pool(database_url, min_size=1, max_size=1, options=options)
+        pool = await open_pool(database_url, min_size=1, max_size=1, options=f"-c pacer.timezone={zone}")
         try:
             await add_usage(pool, usage)
         finally:
             await pool.close()
         return usage.totals
 
-    def today(zone: str) -> Any:
-        return datetime.now(ZoneInfo(zone)).date()
-
-    east, west = today("Pacific/Kiritimati"), today("Pacific/Pago_Pago")
-    assert asyncio.run(go("-c pacer.timezone=Pacific/Pago_Pago")) == {
-        "east": (east, 2), "west": (west, 1), "plain": (west, 1)}
+    east_day, _, east_end = local_day("Pacific/Kiritimati", time.time())
+    west_day, _, west_end = local_day("Pacific/Pago_Pago", time.time())
+    assert asyncio.run(go("Pacific/Pago_Pago")) == {
+        "default": (west_end, 0), "east": (east_end, 2), "west": (west_end, 1), "plain": (west_end, 1)}
     with psycopg.connect(database_url) as conn:
         stored = conn.execute("SELECT tenant, day, sends FROM tenant_usage ORDER BY tenant").fetchall()
-    assert stored == [("east", east, 2), ("plain", west, 1), ("west", west, 1)]
-    # another sender, in the default zone (Asia/Shanghai): its "plain" day is not the other's
-    assert asyncio.run(go(None)) == {"east": (east, 4), "west": (west, 2), "plain": (today("Asia/Shanghai"), 1)}
+    assert stored == [("east", east_day, 2), ("plain", west_day, 1), ("west", west_day, 1)]
+    # another sender, in another zone: its "plain" day is not the first one's
+    assert asyncio.run(go("Pacific/Kiritimati")) == {
+        "default": (east_end, 0), "east": (east_end, 4), "west": (west_end, 2), "plain": (east_end, 1)}

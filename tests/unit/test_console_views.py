@@ -157,7 +157,11 @@ def test_a_guid_inside_its_quiet_hours_is_quiet_until_they_end() -> None:
     long_ago = late - timedelta(hours=1)
     assert activity(3, 3, long_ago, long_ago, late, night) == "quiet"  # not stalled: held on purpose
     assert activity(3, 0, long_ago, None, late, night) == "waiting"  # nothing ready: waiting, as by day
-    assert activity(3, 3, long_ago, long_ago, NOW + timedelta(hours=15), night) == "stalled"  # 08:00: over
+    morning = NOW + timedelta(hours=15)  # 08:00: over; the night held it, so the stall counts from now
+    assert activity(3, 3, long_ago, long_ago, morning, night) == "sending"
+    assert activity(3, 3, long_ago, long_ago, morning + timedelta(seconds=STALLED_AFTER_S - 1), night) == "sending"
+    later = morning + timedelta(seconds=STALLED_AFTER_S + night.longest_gap_s + 1)
+    assert activity(3, 3, long_ago, long_ago, later, night) == "stalled"
 
 
 def test_a_guid_whose_queued_work_is_all_held_or_scheduled_is_waiting_at_once() -> None:

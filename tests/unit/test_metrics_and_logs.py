@@ -50,8 +50,12 @@ def test_database_numbers_are_exported_by_the_leader_only() -> None:
     reg, leader = CollectorRegistry(), {"is": True}
     stats = LeaderStats(reg, lambda: leader["is"])
     stats.update({"guids_paused": 2, "stalled_shards": 1, "takeovers": 5, "jobs_paused_budget": 1,
-                  "items:pending": 7})
+                  "items:pending": 7, "guids_with_work:kicked": 3, "tenant_sends:acme": 40, "tenant_quota:acme": 50})
     assert reg.get_sample_value("pacer_reconciler_guids_paused") == 2
+    assert reg.get_sample_value("pacer_reconciler_held_guids_with_work", {"state": "kicked"}) == 3
+    assert reg.get_sample_value("pacer_reconciler_guids_by_state", {"state": "kicked"}) is None
+    assert reg.get_sample_value("pacer_reconciler_tenant_sends_today", {"tenant": "acme"}) == 40
+    assert reg.get_sample_value("pacer_reconciler_tenant_sends_per_day", {"tenant": "acme"}) == 50
     assert reg.get_sample_value("pacer_reconciler_guid_takeovers_total") == 5
     assert reg.get_sample_value("pacer_reconciler_jobs_paused", {"reason": "budget"}) == 1
     assert reg.get_sample_value("pacer_reconciler_open_job_items", {"status": "pending"}) == 7

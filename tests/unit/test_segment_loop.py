@@ -180,6 +180,10 @@ def test_the_loop_tails_the_segments_held_and_follows_handovers() -> None:
             await _until(lambda: 2 in tails and tails[2].rounds >= 2 and states[-1] == "active")
             leases.hold(0)
             await _until(lambda: stats.stall_counts == 2)  # a new term as leader counts at once
+            leases.hold()  # standing by, then leading again: at once too
+            await _until(lambda: states[-1] == "standby")
+            leases.hold(0)
+            await _until(lambda: stats.stall_counts == 3)
         finally:
             stop.set()
             await running

@@ -78,3 +78,23 @@ def test_pacings_are_made_once_per_distinct_pair_of_a_guids_and_its_senders_limi
         assert pacings(own, sender) == effective_pacing({"min_interval_s": 5}, own, sender)
         assert pacings(dict(own or {}) or None, sender) is pacings(own, sender), "the same pair, made once"
     assert len(pacings.made) == len(pairs)
+
+
+def test_time_held_by_quiet_hours_or_a_capped_window_does_not_count_toward_a_stall() -> None:
+    """Quiet 22:00-08:00 in Shanghai; at 08:00:30 (00:00:30 UTC) the night has just ended."""
+    night = Pacing(quiet_hours="22:00-08:00", timezone="Asia/Shanghai")
+    morning = datetime(2026, 12, 7, 0, 0, 30, tzinfo=UTC)
+    evening = morning - timedelta(hours=10, minutes=1)  # 21:59:30 the day before
+    assert night.released_at(morning.timestamp(), None) == morning.timestamp() - 30
+    assert not night.stalled(evening, morning, 600), "held all night: quiet for 30 s since"
+    after = 600 + night.longest_gap_s
+    assert not night.stalled(evening, morning + timedelta(seconds=after - 31), 600)
+    assert night.stalled(evening, morning + timedelta(seconds=after), 600)
+    capped = Pacing(per_day=10)
+    midnight = datetime(2026, 12, 6, 16, tzinfo=UTC)  # 00:00 on the 7th in Shanghai
+    full = {"day": [0, 8, midnight.timestamp()]}  # the batch share of 10, used up: held until midnight
+    hours_before = midnight - timedelta(hours=5)
+    assert not capped.stalled(hours_before, midnight + timedelta(seconds=5), 600, full)
+    assert capped.stalled(hours_before, midnight + timedelta(seconds=5), 600, {"day": [0, 7, midnight.timestamp()]}), \
+        "a day under its cap held nothing"
+    assert capped.stalled(hours_before, midnight + timedelta(seconds=601 + capped.longest_gap_s), 600, full)

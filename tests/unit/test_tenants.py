@@ -85,49 +85,47 @@ def test_a_request_names_its_tenant_or_gets_default() -> None:
 
 
 def test_daily_usage_counts_this_senders_sends_on_top_of_the_days_totals() -> None:
-    from datetime import date
-
     from pacer_common.domain.quota import DailyUsage
 
-    today, tomorrow = date(2026, 1, 1), date(2026, 1, 2)
+    ends = 1_000_000.0  # the tenants' day ends here, as the database said
+    now, tomorrow = ends - 60, ends + 1
     u = DailyUsage()
-    assert u.allows("acme", 2, today) and u.allows("acme", None, today)
+    assert u.allows("acme", 2, now) and u.allows("acme", None, now)
     u.count("acme")
-    u.absorb({"acme": (today, 0)})
-    assert u.used("acme", today) == 1 and u.allows("acme", 2, today)
+    u.absorb({"acme": (ends, 0)})
+    assert u.used("acme", now) == 1 and u.allows("acme", 2, now)
     sent = u.take()
-    assert sent == {"acme": 1} and u.used("acme", today) == 0
-    u.absorb({"acme": (today, 1), "globex": (today, 5)})
+    assert sent == {"acme": 1} and u.used("acme", now) == 0
+    u.absorb({"acme": (ends, 1), "globex": (ends, 5)})
     u.count("acme")
-    assert u.used("acme", today) == 2 and not u.allows("acme", 2, today)
-    assert u.allows("globex", 6, today) and not u.allows("globex", 5, today)
-    assert u.used("globex", tomorrow) == 0  # yesterday's totals do not count against a new day
+    assert u.used("acme", now) == 2 and not u.allows("acme", 2, now)
+    assert u.allows("globex", 6, now) and not u.allows("globex", 5, now)
+    assert u.used("globex", tomorrow) == 0  # a day ended: its totals do not count against the next
+    assert u.day_ends("globex") == ends and u.day_ends("initech") == 0
     failed = u.take()
     u.restore(failed)  # adding them failed: kept for the next round
     assert u.take() == {"acme": 1}
 
 
-def test_a_tenant_past_its_quota_waits_for_midnight_in_its_own_time_zone_or_else_the_senders() -> None:
-    """15:58 UTC on 6 December is 23:58 in Shanghai: a Shanghai tenant's day ends in two
-    minutes, a tenant naming no zone counts the sender's (UTC here), which ends in eight hours."""
+def test_a_tenant_past_its_quota_waits_for_the_end_of_its_day_as_the_database_counts_it() -> None:
     import asyncio
-    from datetime import UTC, date, datetime
+    from datetime import UTC, datetime
 
     from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, SendError
     from pacer_common.tenant_gateways import QUOTA_RECHECK_S, TenantGateways
 
-    before_midnight = datetime(2026, 12, 6, 15, 58, tzinfo=UTC).timestamp()
-    after_midnight = before_midnight + 121  # 00:00:01 on the 7th in Shanghai
-    tenants = {"east": Tenant("east", "http://127.0.0.1:9", sends_per_day=3, timezone="Asia/Shanghai"),
-               "plain": Tenant("plain", "http://127.0.0.1:9", sends_per_day=3)}
+    midnight = datetime(2026, 12, 6, 16, tzinfo=UTC).timestamp()  # 00:00 on the 7th in Shanghai
+    tenants = {"acme": Tenant("acme", "http://127.0.0.1:9", sends_per_day=3)}
 
-    def refusal(tenant: str, wall: float, totals: dict[str, tuple[date, int]]) -> SendError | None:
-        gws = TenantGateways(tenants.get, 0.5, DEFAULT_CODE_TABLE, day_zone="UTC", wall=lambda: wall)
+    def refusal(wall: float, totals: dict[str, tuple[float, int]], unflushed: int = 0) -> SendError | None:
+        gws = TenantGateways(tenants.get, 0.5, DEFAULT_CODE_TABLE, wall=lambda: wall)
         gws.usage.absorb(totals)
+        for _ in range(unflushed):
+            gws.usage.count("acme")
 
         async def send() -> SendError | None:
             try:
-                await gws.send_text("g1", "t", "hi", f"k-{tenant}", tenant=tenant)
+                await gws.send_text("g1", "t", "hi", "k-1", tenant="acme")
             except SendError as err:
                 return err if "quota" in str(err) else None  # else refused by the port nobody listens on
             finally:
@@ -136,23 +134,13 @@ def test_a_tenant_past_its_quota_waits_for_midnight_in_its_own_time_zone_or_else
 
         return asyncio.run(send())
 
-    sixth, seventh = date(2026, 12, 6), date(2026, 12, 7)
-    err = refusal("east", before_midnight, {"east": (sixth, 3)})
-    assert err is not None and err.failure_class is FailureClass.RATE_LIMITED and "Asia/Shanghai" in str(err)
-    assert err.retry_after is not None and err.retry_after.total_seconds() == 120
-    assert refusal("east", after_midnight, {"east": (sixth, 3)}) is None, "a new day in Shanghai"
-    assert refusal("east", after_midnight, {"east": (seventh, 3)}) is not None
-    err = refusal("plain", after_midnight, {"plain": (sixth, 3)})
-    assert err is not None and "UTC" in str(err), "still the 6th in the sender's zone"
-    assert err.retry_after is not None and err.retry_after.total_seconds() == QUOTA_RECHECK_S
-    assert refusal("plain", before_midnight, {"plain": (sixth, 2)}) is None, "under the quota"
-
-
-def test_a_tenant_zone_this_process_does_not_know_leaves_its_days_to_the_senders_zone(
-        caplog: pytest.LogCaptureFixture) -> None:
-    from pacer_common.db.tenants import usable_zone
-
-    assert usable_zone("acme", "Asia/Shanghai") == "Asia/Shanghai"
-    assert usable_zone("acme", None) is None
-    assert usable_zone("acme", "Mars/Olympus") is None
-    assert "Mars/Olympus" in caplog.text and "acme" in caplog.text
+    err = refusal(midnight - 120, {"acme": (midnight, 3)})
+    assert err is not None and err.failure_class is FailureClass.RATE_LIMITED
+    assert err.retry_after is not None and err.retry_after.total_seconds() == 120, "until its day ends"
+    assert "2026-12-06T16:00:00+00:00" in str(err)
+    err = refusal(midnight - 3600, {"acme": (midnight, 3)})
+    assert err is not None and err.retry_after is not None and err.retry_after.total_seconds() == QUOTA_RECHECK_S
+    assert refusal(midnight + 1, {"acme": (midnight, 3)}) is None, "a new day"
+    assert refusal(midnight - 120, {"acme": (midnight, 2)}) is None, "under the quota"
+    err = refusal(midnight + 1, {"acme": (midnight, 3)}, unflushed=3)  # its own sends, no total of the new day yet
+    assert err is not None and err.retry_after is not None and err.retry_after.total_seconds() == 1.0

@@ -5,16 +5,16 @@ tenant's gateway with ``Authorization: Bearer <credential>``. Each tenant has it
 connection pool (a hung gateway holds only its own connections) and its own breaker (a
 gateway that is down is refused at once, as a deferral that uses no attempt, instead of
 every call waiting out a timeout), and its daily quota (``sends_per_day``, a soft limit: see
-``domain.quota``; a tenant past it is deferred the same way until its next day, midnight in its
-``timezone`` or else in ``day_zone``, the sender's). Clients follow the tenant table: a changed
-URL or credential gets a new client on the next call.
+``domain.quota``; a tenant past it is deferred the same way until its day ends, as the
+database counts its days). Clients follow the tenant table: a changed URL or credential gets a
+new client on the next call.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 import httpx
@@ -22,7 +22,6 @@ import httpx
 from pacer_common.domain.breaker import Breaker
 from pacer_common.domain.customers import Customer
 from pacer_common.domain.failures import FailureClass, SendError
-from pacer_common.domain.limits import DEFAULTS, local_day
 from pacer_common.domain.quota import DailyUsage
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.tenants import Tenant
@@ -44,7 +43,7 @@ class TenantGateways:
                  code_table: Mapping[int, FailureClass], observe: Observe | None = None,
                  max_connections: int = 200, breaker: Callable[[], Breaker] = Breaker,
                  clock: Callable[[], float] = time.monotonic, usage: DailyUsage | None = None,
-                 day_zone: str = DEFAULTS.timezone, wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time) -> None:
         self.tenants = tenants
         self.timeout_s, self.code_table, self.observe = timeout_s, code_table, observe
         self.max_connections = max_connections
@@ -53,7 +52,7 @@ class TenantGateways:
         self.breakers: dict[str, Breaker] = {}
         self.retired: list[httpx.AsyncClient] = []
         self.usage = usage or DailyUsage()  # sends per tenant today, against sends_per_day
-        self.day_zone, self.wall = day_zone, wall  # a tenant's day where it names no zone; the wall clock
+        self.wall = wall  # epoch seconds, against the ends of the tenants' days
 
     def _for(self, tenant: str) -> GatewayClient:
         t = self.tenants(tenant)
@@ -142,15 +141,17 @@ class TenantGateways:
         t = self.tenants(tenant)
         if t is None or t.sends_per_day is None:
             return
-        zone, wall = t.timezone or self.day_zone, self.wall()
-        today, _, midnight = local_day(zone, wall)
-        if self.usage.allows(tenant, t.sends_per_day, today):
+        wall = self.wall()
+        if self.usage.allows(tenant, t.sends_per_day, wall):
             return
-        # Not a failure of the item: it waits for the tenant's next day, or a raised quota
-        # (re-read with the tenant table), checked again at least every QUOTA_RECHECK_S.
+        # Not a failure of the item: it waits for the end of the tenant's day (or, with none
+        # read yet, the next round of the usage loop), or a raised quota (re-read with the
+        # tenant table), checked again at least every QUOTA_RECHECK_S.
+        ends = self.usage.day_ends(tenant)
+        until = datetime.fromtimestamp(ends, UTC).isoformat(timespec="seconds") if ends > wall else "its next count"
         raise SendError(FailureClass.RATE_LIMITED, None,
-                        f"tenant {tenant!r} has used its quota of {t.sends_per_day} sends today ({zone})",
-                        retry_after=timedelta(seconds=min(midnight - wall, QUOTA_RECHECK_S)))
+                        f"tenant {tenant!r} has used its quota of {t.sends_per_day} sends today (until {until})",
+                        retry_after=timedelta(seconds=min(ends - wall if ends > wall else 1.0, QUOTA_RECHECK_S)))
 
     async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
         try:

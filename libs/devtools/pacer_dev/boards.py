@@ -102,6 +102,12 @@ BOARDS: tuple[Board, ...] = (
               p("In-doubt sends resolved (last hour)",
                 "sum by (result) (increase(pacer_reconciler_verifications_total[1h]))", "{{result}}",
                 kind="bargauge"),
+              p("Tenants' daily quota used",
+                f"max by (tenant) (pacer_reconciler_tenant_sends_today and {LEADER}) / on (tenant) "
+                f"max by (tenant) (pacer_reconciler_tenant_sends_per_day and {LEADER})", "{{tenant}}",
+                "percentunit", "bargauge",
+                description="Sends of each tenant's today (its calendar day in its time zone) against its "
+                            "sends_per_day; at 100% its sends wait for its midnight."),
           )),
     Board("pacer-kinds", "Pacer · share by kind",
           "Board 3: are auto-replies and takeover prompts squeezed by campaigns?", (

@@ -130,7 +130,7 @@ class SegmentLoop:
             self._drain(self.tails.pop(s))
         self.epochs.clear()
         ready(True, "standby")
-        self.m.leader_stats.forget()
+        self._not_leading()
         await _idle(stop, min(0.5, self.config.leader_ttl_s / 3))
 
     async def _round(self) -> int:
@@ -180,9 +180,13 @@ class SegmentLoop:
             if count:
                 self.next_stall_count = self.now() + self.config.stall_count_every_s
         else:
-            self.m.leader_stats.forget()
-            self.next_stall_count = 0.0  # a new term counts at once
+            self._not_leading()
         self.next_sweep = self.now() + self.config.sweep_interval_s
+
+    def _not_leading(self) -> None:
+        """The leader's numbers go with the lead; a new term counts stalls at once."""
+        self.m.leader_stats.forget()
+        self.next_stall_count = 0.0
 
     def drain(self) -> None:
         """Move the counts the tails, the verifier and the guard keep into the metrics."""

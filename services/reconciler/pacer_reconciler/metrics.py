@@ -39,6 +39,8 @@ PAUSED_JOBS = {"jobs_paused_budget": "budget", "jobs_paused_breaker": "breaker",
 ITEMS_PREFIX = "items:"  # "items:<status>" → items of open jobs in that status
 GUIDS_PREFIX = "guids:"  # "guids:<state>" → guids in that lifecycle state
 WORK_PREFIX = "guids_with_work:"  # "guids_with_work:<state>" → those of them with queued items
+SENDS_PREFIX = "tenant_sends:"  # "tenant_sends:<tenant>" → a tenant's sends of its today
+QUOTA_PREFIX = "tenant_quota:"  # "tenant_quota:<tenant>" → its sends_per_day
 
 
 class LeaderStats(Collector):
@@ -75,18 +77,20 @@ class LeaderStats(Collector):
         waiting = GaugeMetricFamily("pacer_reconciler_held_guids_with_work", "Guids by lifecycle state that have "
                                     "queued items (pending or waiting to retry): for any state but `online`, work "
                                     "held back (alert `PacerGuidHeld`)", labels=["state"])
+        sends = GaugeMetricFamily("pacer_reconciler_tenant_sends_today", "Sends of each tenant with a daily quota "
+                                  "on its today: its calendar day in its `timezone`, else in the senders' (alert "
+                                  "`PacerTenantQuotaUsed`)", labels=["tenant"])
+        quota = GaugeMetricFamily("pacer_reconciler_tenant_sends_per_day", "Each tenant's daily quota "
+                                  "(`sends_per_day`), for tenants that have one", labels=["tenant"])
+        families = {ITEMS_PREFIX: items, GUIDS_PREFIX: states, WORK_PREFIX: waiting, SENDS_PREFIX: sends,
+                    QUOTA_PREFIX: quota}
         for key, n in sorted(values.items()):
-            if key.startswith(ITEMS_PREFIX):
-                items.add_metric([key[len(ITEMS_PREFIX):]], n)
-            elif key.startswith(GUIDS_PREFIX):
-                states.add_metric([key[len(GUIDS_PREFIX):]], n)
-            elif key.startswith(WORK_PREFIX):
-                waiting.add_metric([key[len(WORK_PREFIX):]], n)
+            for prefix, family in families.items():
+                if key.startswith(prefix):
+                    family.add_metric([key[len(prefix):]], n)
         if values:
             yield paused
-            yield items
-            yield states
-            yield waiting
+            yield from families.values()
 
     def describe(self) -> Iterable[Metric]:
         return []

@@ -58,8 +58,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         await tenants.reload()
         gateway = TenantGateways(tenants.get, cfg.gateway_timeout_s, cfg.failure_codes,
                                  observe=gateway_latency(ctx.registry),
-                                 breaker=lambda: Breaker(cfg.breaker_failures, cfg.breaker_cooldown_s),
-                                 day_zone=cfg.timezone)
+                                 breaker=lambda: Breaker(cfg.breaker_failures, cfg.breaker_cooldown_s))
         m.open_breakers.set_function(lambda: float(gateway.open_tenants()))
         repo = PostgresItemRepository(pool, timedelta(seconds=cfg.lease_ttl_s), linger_s=cfg.step_linger_ms / 1000,
                                       spare_linger_s=cfg.step_linger_spare_ms / 1000)

@@ -335,12 +335,22 @@ $$;
 CREATE FUNCTION public.pacer_check_limits_timezone() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    zone text := to_jsonb(NEW) #>> TG_ARGV;
 BEGIN
-    IF zone IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_timezone_names z WHERE z.name = zone) THEN
+    IF NEW.limits ? 'timezone' AND NOT EXISTS (SELECT 1 FROM pg_timezone_names z WHERE z.name = NEW.limits ->> 'timezone') THEN
         RAISE EXCEPTION 'time zone % is not one this database knows: use an IANA name such as Asia/Shanghai',
-            to_jsonb(zone) USING ERRCODE = 'invalid_parameter_value';
+            NEW.limits -> 'timezone' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION public.pacer_check_tenant_timezone() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.timezone IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_timezone_names z WHERE z.name = NEW.timezone) THEN
+        RAISE EXCEPTION 'time zone % is not one this database knows: use an IANA name such as Asia/Shanghai',
+            to_jsonb(NEW.timezone) USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN NEW;
 END
@@ -1473,6 +1483,16 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.pacer_tenant_day(p_zone text, OUT day date, OUT ends_at timestamp with time zone) RETURNS record
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT d, pacer_local_time((d + 1)::timestamp, z)
+    FROM (SELECT COALESCE(p_zone, NULLIF(current_setting('pacer.timezone', true), ''),
+                          (SELECT s.limits ->> 'timezone' FROM sender_limits s ORDER BY s.seen_at DESC LIMIT 1),
+                          'Asia/Shanghai') AS z) AS zone
+    CROSS JOIN LATERAL (SELECT (now() AT TIME ZONE zone.z)::date AS d) AS today
+$$;
+
 CREATE FUNCTION public.pacer_test_send(p_job uuid, p_item uuid, p_guid text, p_to_id text, p_content text, p_actor text) RETURNS TABLE(job_id uuid, item_id uuid, idem_key text)
     LANGUAGE plpgsql
     AS $$
@@ -2323,7 +2343,7 @@ ALTER INDEX public.send_ledger_pkey ATTACH PARTITION public.send_ledger_default_
 
 CREATE TRIGGER guid_limits_change BEFORE INSERT OR UPDATE ON public.guid_limits FOR EACH ROW EXECUTE FUNCTION public.pacer_stamp_limits_change();
 
-CREATE TRIGGER guid_limits_timezone BEFORE INSERT OR UPDATE OF limits ON public.guid_limits FOR EACH ROW EXECUTE FUNCTION public.pacer_check_limits_timezone('limits', 'timezone');
+CREATE TRIGGER guid_limits_timezone BEFORE INSERT OR UPDATE OF limits ON public.guid_limits FOR EACH ROW EXECUTE FUNCTION public.pacer_check_limits_timezone();
 
 CREATE TRIGGER guid_send_windows BEFORE UPDATE OF last_send_at ON public.guid_leases FOR EACH ROW EXECUTE FUNCTION public.pacer_count_send_windows();
 
@@ -2337,7 +2357,7 @@ CREATE TRIGGER jobs_requery_completion BEFORE UPDATE OF status ON public.jobs FO
 
 CREATE TRIGGER shards_hold_lifted AFTER UPDATE OF status ON public.shards FOR EACH ROW WHEN (((old.status = 'paused'::text) AND (new.status <> 'paused'::text))) EXECUTE FUNCTION public.pacer_request_release('shard');
 
-CREATE TRIGGER tenants_timezone BEFORE INSERT OR UPDATE OF timezone ON public.tenants FOR EACH ROW EXECUTE FUNCTION public.pacer_check_limits_timezone('timezone');
+CREATE TRIGGER tenants_timezone BEFORE INSERT OR UPDATE OF timezone ON public.tenants FOR EACH ROW EXECUTE FUNCTION public.pacer_check_tenant_timezone();
 
 ALTER TABLE ONLY public.job_target_pages
     ADD CONSTRAINT job_target_pages_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id);

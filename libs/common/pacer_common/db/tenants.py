@@ -7,7 +7,6 @@ import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import SecretStr
 
@@ -25,25 +24,12 @@ def _secret(value: str | None) -> SecretStr | None:
     return SecretStr(value) if value else None
 
 
-def usable_zone(tenant: str, name: str | None) -> str | None:
-    """The tenant's time zone if this process's zoneinfo knows it too; else None (the sender's
-    zone counts its days), with a warning: the database checked the name against its own list."""
-    if name is None:
-        return None
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        log.warning("tenant %r: time zone %r is unknown here; its quota counts this process's days", tenant, name)
-        return None
-    return name
-
-
 async def load_tenants(pool: Pool) -> dict[str, Tenant]:
     async def work() -> dict[str, Tenant]:
         async with pool.connection() as conn:
             rows: list[Any] = await (await conn.execute(query("tenants"))).fetchall()
         return {r["name"]: Tenant(r["name"], r["base_url"], _secret(r["credential"]), _secret(r["callback_secret"]),
-                                  r["sends_per_day"], r["max_guids"], usable_zone(r["name"], r["timezone"])) for r in rows}
+                                  r["sends_per_day"], r["max_guids"]) for r in rows}
 
     return await with_retry(work)
 
@@ -81,8 +67,8 @@ class TenantCache:
 
 
 async def add_usage(pool: Pool, usage: DailyUsage) -> None:
-    """Add this sender's sends to each tenant's today and read the totals back into ``usage``
-    (each tenant's day as the database counts it: ``tenant_usage.sql``)."""
+    """Add this sender's sends to each tenant's today and read the totals back into ``usage``,
+    with the end of each tenant's day, as the database counts its days (``tenant_usage.sql``)."""
     sent = usage.take()
     try:
         async def work() -> list[Any]:
@@ -94,7 +80,7 @@ async def add_usage(pool: Pool, usage: DailyUsage) -> None:
     except Exception:
         usage.restore(sent)
         raise
-    usage.absorb({r["tenant"]: (r["day"], int(r["sends"])) for r in rows})
+    usage.absorb({r["tenant"]: (float(r["ends_at"]), int(r["sends"])) for r in rows})
 
 
 async def keep_usage(pool: Pool, usage: DailyUsage, stop: asyncio.Event, every_s: float = 1.0) -> None:

@@ -164,25 +164,43 @@ class Pacing(BaseModel):
         """Whether work that has not moved since ``since`` is stuck rather than waiting for
         these limits: nothing holds the guid now (:meth:`held_for`), and ``after_s`` have gone
         by beyond its longest gap between two batch sends (or its job's own interval per guid,
-        ``job_gap_s``, when longer): a guid paced at one send an hour waits an hour."""
-        if self.held_for(now.timestamp(), windows) > 0:
+        ``job_gap_s``, when longer): a guid paced at one send an hour waits an hour. Time held
+        does not count: from the end of the last hold (:meth:`released_at`) if that is later."""
+        wall = now.timestamp()
+        if self.held_for(wall, windows) > 0:
             return False
-        return (now - since).total_seconds() > after_s + max(self.longest_gap_s, job_gap_s)
+        quiet_since = max(since.timestamp(), self.released_at(wall, windows))
+        return wall - quiet_since > after_s + max(self.longest_gap_s, job_gap_s)
+
+    def released_at(self, wall: float, windows: Mapping[str, Any] | None) -> float:
+        """When the guid's last hold by its limits ended, at or before ``wall`` (epoch
+        seconds; 0 for none known): its quiet hours' last end, or the end of a send window
+        kept at its batch share of the cap."""
+        ended = max((end for end in self._capped_ends(windows) if end <= wall), default=0.0)
+        if self.quiet_hours is not None:
+            tz = ZoneInfo(self.timezone)
+            local = datetime.fromtimestamp(wall, tz)
+            end = datetime.combine(local.date(), self.quiet_hours[1], tz)
+            if end.timestamp() > wall:
+                end = datetime.combine(local.date() - timedelta(days=1), self.quiet_hours[1], tz)
+            ended = max(ended, end.timestamp())
+        return ended
 
     def capped_for(self, wall: float, windows: Mapping[str, Any] | None) -> float:
         """Seconds until the end of the longest-lasting window whose sends (``windows``, as
         ``guid_leases`` keeps them: ``{"minute": [window index, sends, end], …}``, see
         :func:`kept_window`) reached the batch share of its cap; 0 when none has."""
-        wait = 0.0
+        return max((end - wall for end in self._capped_ends(windows) if end > wall), default=0.0)
+
+    def _capped_ends(self, windows: Mapping[str, Any] | None) -> list[float]:
+        """The ends of the kept send windows whose sends reached the batch share of their cap."""
+        ends = []
         for name, _ in WINDOWS:
             cap = getattr(self, f"per_{name}")
             kept = None if cap is None else kept_window(name, (windows or {}).get(name))
-            if kept is None:
-                continue
-            sends, end = kept
-            if end > wall and sends >= int(cap * (1 - self.online_reserve)):
-                wait = max(wait, end - wall)
-        return wait
+            if kept is not None and kept[0] >= int(cap * (1 - self.online_reserve)):
+                ends.append(kept[1])
+        return ends
 
 
 def local_day(zone: str, wall: float) -> tuple[date, float, float]:

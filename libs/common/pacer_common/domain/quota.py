@@ -1,26 +1,31 @@
 """A tenant's daily send quota as one sender sees it: the day's total across senders (as last
-read) plus what this sender sent since it last added its own sends to that total. Each
-tenant's day is its own calendar day (``Tenant.timezone``, else the sender's zone): the
-totals read carry the day they count."""
+read) plus what this sender sent since it last added its own sends to that total. The
+database decides each tenant's day (its calendar day in its time zone, else the sender's:
+``pacer_tenant_day``); the totals read carry the instant that day ends, and a total whose day
+has ended counts no more."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import date
 
 
 @dataclass
 class DailyUsage:
-    totals: dict[str, tuple[date, int]] = field(default_factory=dict)  # per tenant: a day and its sends, all senders, as last read
+    # per tenant: the epoch second its day ends, and that day's sends from all senders, as last read
+    totals: dict[str, tuple[float, int]] = field(default_factory=dict)
     unflushed: Counter[str] = field(default_factory=Counter)  # this sender's sends not yet added to the totals
 
-    def used(self, tenant: str, today: date) -> int:
-        day, total = self.totals.get(tenant, (None, 0))
-        return (total if day == today else 0) + self.unflushed[tenant]  # a total of another day is not today's
+    def used(self, tenant: str, wall: float) -> int:
+        ends, total = self.totals.get(tenant, (0.0, 0))
+        return (total if wall < ends else 0) + self.unflushed[tenant]  # a day ended counts no more
 
-    def allows(self, tenant: str, limit: int | None, today: date) -> bool:
-        return limit is None or self.used(tenant, today) < limit
+    def allows(self, tenant: str, limit: int | None, wall: float) -> bool:
+        return limit is None or self.used(tenant, wall) < limit
+
+    def day_ends(self, tenant: str) -> float:
+        """When the tenant's day, as last read, ends (epoch seconds; 0 if never read)."""
+        return self.totals.get(tenant, (0.0, 0))[0]
 
     def count(self, tenant: str) -> None:
         self.unflushed[tenant] += 1
@@ -34,5 +39,5 @@ class DailyUsage:
     def restore(self, sent: dict[str, int]) -> None:
         self.unflushed.update(sent)
 
-    def absorb(self, totals: dict[str, tuple[date, int]]) -> None:
+    def absorb(self, totals: dict[str, tuple[float, int]]) -> None:
         self.totals = totals

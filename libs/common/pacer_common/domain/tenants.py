@@ -2,8 +2,8 @@
 
 A tenant is its gateway's base URL, the bearer credential sent with every call, the secret
 its gateway signs callbacks with (hex HMAC-SHA256 of the raw body, header ``X-Signature``)
-and its quotas (``sends_per_day`` counted over its calendar day in ``timezone``, else in the
-sending process's zone). The tenant ``default`` exists out of the box; fields it leaves empty
+and its quotas (``sends_per_day`` counted over its calendar day, as the database decides it:
+``pacer_tenant_day``). The tenant ``default`` exists out of the box; fields it leaves empty
 fall back to the settings (``PACER_GATEWAY_URL``, ``PACER_GATEWAY_CREDENTIAL``,
 ``PACER_INTAKE_DEFAULT_CALLBACK_SECRET``). Secrets are ``SecretStr``: never printed.
 """
@@ -31,7 +31,6 @@ class Tenant:
     callback_secret: SecretStr | None = None
     sends_per_day: int | None = None
     max_guids: int | None = None
-    timezone: str | None = None  # the calendar day sends_per_day counts; None: the sender's own zone
 
     def with_defaults(self, base_url: str | None = None, credential: SecretStr | None = None,
                       callback_secret: SecretStr | None = None) -> Tenant:

@@ -435,6 +435,7 @@ class TenantView(BaseModel):
     sends_per_day: int | None
     max_guids: int | None
     timezone: str | None = Field(None, description="whose calendar day `sends_per_day` counts; null: the senders'")
+    sends_today: int = Field(0, description="sends so far on the tenant's today, the day `sends_per_day` counts")
     guids: int
     created_at: datetime
     updated_at: datetime

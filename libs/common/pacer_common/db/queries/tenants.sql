@@ -1,3 +1,3 @@
 -- Every tenant, secrets included (for the senders' gateway clients and the intake's
 -- signature checks; never for an API answer).
-SELECT name, base_url, credential, callback_secret, sends_per_day, max_guids, timezone FROM tenants ORDER BY name
+SELECT name, base_url, credential, callback_secret, sends_per_day, max_guids FROM tenants ORDER BY name
