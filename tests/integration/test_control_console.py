@@ -226,13 +226,16 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
     paused_job, _, _ = seed_job(database_url, {"p020": 1})
     _, p021_shard, _ = seed_job(database_url, {"p021": 1})
     seed_job(database_url, {"p022": 1, "p023": 9, "p024": 9, "p151": 1, "p152": 1, "p153": 1})
+    hourly_job, _, _ = seed_job(database_url, {"p154": 1})  # its job sends once an hour per guid
     # p151, p152 and p153 have waited as long as p150, but p151 is inside its quiet hours (an
     # hour either side of now), p152 sends once every two hours and p153 has used its day's
-    # batch share (8 of 10): none is stalled.
+    # batch share (8 of 10), p154's only job sends once an hour per guid: none is stalled.
     quiet = f"{(datetime.now(UTC) - timedelta(hours=1)):%H:%M}-{(datetime.now(UTC) + timedelta(hours=1)):%H:%M}"
     with psycopg.connect(database_url) as conn:
         conn.execute("UPDATE items SET created_at = now() - interval '1 hour'"
-                     " WHERE guid IN ('p150', 'p151', 'p152', 'p153')")
+                     " WHERE guid IN ('p150', 'p151', 'p152', 'p153', 'p154')")
+        conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 't')",
+                     (f"job:{hourly_job}", Jsonb({"min_interval_s": 7200})))
         conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('p151', %s, 't'), ('p152', %s, 't'),"
                      " ('p153', %s, 't')", (Jsonb({"quiet_hours": quiet, "timezone": "UTC"}),
                                             Jsonb({"min_interval_s": 7200}), Jsonb({"per_day": 10})))
@@ -264,7 +267,8 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
             health = dict(re.findall(r'<tr data-guid="([^"]+)">(?:(?!<tr ).)*?<span class="status s-\w+"[^>]*>(\w+)</span>',
                                      first.text, re.S))  # within one row: a held guid has no activity
             expected = {"p007": "sending", "p150": "stalled", "p020": "waiting", "p021": "waiting",
-                        "p022": "waiting", "p008": "idle", "p151": "quiet", "p152": "sending", "p153": "capped"}
+                        "p022": "waiting", "p008": "idle", "p151": "quiet", "p152": "sending", "p153": "capped",
+                        "p154": "sending"}
             assert {g: health[g] for g in expected} == expected
             assert health["p023"] == "paused" and "p024" not in health, "a held guid shows why, not an activity"
             assert 'guid-state">kicked</span>' in first.text
@@ -286,7 +290,7 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
             assert by_guid["p150"]["capped_until"] is None
             assert re.search(r'<tr data-guid="p153">(?:(?!<tr ).)*?capped</span>\s*<small>ends in ', first.text, re.S)
             # one guid's view says the same, from its backlog: p020's paused item counts held
-            for g in ("p007", "p150", "p020", "p022", "p151", "p152", "p153"):
+            for g in ("p007", "p150", "p020", "p022", "p151", "p152", "p153", "p154"):
                 one = (await api.get(f"/guids/{g}", "operator")).json()
                 assert one["activity"] == health[g], (g, one)
             # every guid's limits (``*``) count under a guid's own: p150 at one send in two hours
@@ -326,9 +330,9 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
             # paused job, p021's paused shard, p023 paused, p024 kicked), scheduled work counted
             # (p022's, with no wait yet); ties by name
             by_backlog = await c.get(base, params={"sort": "backlog"}, headers=auth)
-            assert listed(by_backlog.text, "backlogs") == ["p007", "p150", "p022", "p151", "p152", "p153"]
+            assert listed(by_backlog.text, "backlogs") == ["p007", "p150", "p022", "p151", "p152", "p153", "p154"]
             by_wait = await c.get(base, params={"sort": "wait"}, headers=auth)
-            assert listed(by_wait.text, "backlogs") == ["p150", "p151", "p152", "p153", "p007", "p022"]
+            assert listed(by_wait.text, "backlogs") == ["p150", "p151", "p152", "p153", "p154", "p007", "p022"]
             assert (await c.get(base, params={"sort": "size"}, headers=auth)).status_code == 422
 
     asyncio.run(go())

@@ -291,7 +291,7 @@ class Control:
         the lease view only for roles that may see leases."""
         counts = row.get("backlog") or row  # one guid's view counts its queue in its backlog
         sender = row.get("sender_limits")
-        row = {k: v for k, v in row.items() if k != "sender_limits"}  # read here, not shown
+        row = {k: v for k, v in row.items() if k not in ("sender_limits", "job_gap")}  # read here, not shown
         if "ready" in counts:
             now = self.clock()
             pacing = pacings(row.get("limits"), sender)
@@ -299,7 +299,8 @@ class Control:
                          "capped_until": views.capped_until(pacing, row.get("windows"), now),
                          "activity": None if row["held"] else views.activity(
                              views.queued_count(counts), counts["ready"], row.get("last_send_at"),
-                             counts["oldest_ready"], now, pacing, self.stalled_after_s, row.get("windows"))}
+                             counts["oldest_ready"], now, pacing, self.stalled_after_s, row.get("windows"),
+                             float(counts.get("job_gap") or 0.0))}
         if may(who.role, "guids.leases"):
             return row
         return {k: v for k, v in row.items() if k not in LEASE_FIELDS and k != "limits"}

@@ -310,8 +310,9 @@ class GuidView(BaseModel):
             "hours: batch sends wait until `quiet_until`; replies to a customer still go out), `capped` (items "
             "ready, a minute, hour or day window has used its batch share of the guid's cap: batch sends wait "
             "until `capped_until`), `stalled` (an item ready and no send for `PACER_CONTROL_STALLED_AFTER_S`, 2 "
-            "minutes by default, beyond the guid's own longest gap between sends: a guid stuck, or a rate-limit "
-            "penalty), else `sending`. Pacing as the sender holding the guid applies it: its own overrides over "
+            "minutes by default, beyond the guid's own longest gap between sends, or its ready items' jobs' "
+            "shortest interval per guid when longer, counted from the end of its last hold: a guid stuck, or a "
+            "rate-limit penalty), else `sending`. Pacing as the sender holding the guid applies it: its own overrides over "
             "every guid's `*` over that sender's settings"))
     quiet_until: datetime | None = Field(default=None, description=(
         "when the guid's quiet hours end, while it is inside them (from its limits, as `activity` reads them)"))

@@ -106,13 +106,14 @@ def capped_until(pacing: Pacing, windows: Mapping[str, Any] | None, now: datetim
 
 def activity(queued: int, ready: int, last_send_at: datetime | None, oldest_ready: datetime | None,
              now: datetime, pacing: Pacing = DEFAULTS, after_s: float = STALLED_AFTER_S,
-             windows: Mapping[str, Any] | None = None) -> str:
+             windows: Mapping[str, Any] | None = None, job_gap_s: float = 0.0) -> str:
     """What an unheld guid is doing: ``idle`` (nothing queued); ``waiting`` (items queued, none
     ready to send now: their jobs or shards paused, or scheduled later); ``quiet`` (items
     ready, inside the guid's quiet hours: batch sends wait for their end); ``capped`` (items
     ready, a minute, hour or day window of the guid's has used its batch share of the cap:
     ``windows`` as ``guid_leases`` keeps them); ``stalled`` (an item has been ready and nothing
-    sent for ``after_s`` beyond the guid's own longest gap between sends: a guid stuck, or a
+    sent for ``after_s`` beyond the guid's own longest gap between sends, or the shortest
+    interval per guid of its ready items' jobs (``job_gap_s``) when longer: a guid stuck, or a
     rate-limit penalty); else ``sending``."""
     if not queued:
         return "idle"
@@ -123,7 +124,7 @@ def activity(queued: int, ready: int, last_send_at: datetime | None, oldest_read
     if capped_until(pacing, windows, now) is not None:
         return "capped"
     busy_since = max((t for t in (last_send_at, oldest_ready) if t is not None), default=None)
-    if busy_since is not None and pacing.stalled(busy_since, now, after_s, windows):
+    if busy_since is not None and pacing.stalled(busy_since, now, after_s, windows, job_gap_s):
         return "stalled"
     return "sending"
 
