@@ -98,3 +98,18 @@ def test_time_held_by_quiet_hours_or_a_capped_window_does_not_count_toward_a_sta
     assert capped.stalled(hours_before, midnight + timedelta(seconds=5), 600, {"day": [0, 7, midnight.timestamp()]}), \
         "a day under its cap held nothing"
     assert capped.stalled(hours_before, midnight + timedelta(seconds=601 + capped.longest_gap_s), 600, full)
+
+
+def test_quiet_hours_end_when_the_clock_last_passes_their_end_where_it_changes() -> None:
+    """New York: on 1 November 2026 the clocks go back at 02:00 EDT (01:30 comes twice); on
+    8 March 2026 they go forward at 02:00 EST (02:30 never comes)."""
+    back = Pacing(quiet_hours="22:00-01:30", timezone="America/New_York")
+    after_back = datetime(2026, 11, 1, 6, 31, tzinfo=UTC)  # 01:31 EST, the second 01:31
+    assert back.released_at(after_back.timestamp(), None) == datetime(2026, 11, 1, 6, 30, tzinfo=UTC).timestamp()
+    assert back.held_for(datetime(2026, 11, 1, 6, 15, tzinfo=UTC).timestamp(), None) > 0, "01:15 EST: held again"
+    forward = Pacing(quiet_hours="22:00-02:30", timezone="America/New_York")
+    jump = datetime(2026, 3, 8, 7, tzinfo=UTC)  # 02:00 EST becomes 03:00 EDT
+    assert forward.released_at((jump + timedelta(minutes=1)).timestamp(), None) == jump.timestamp()
+    evening = jump - timedelta(hours=9)
+    assert not forward.stalled(evening, jump + timedelta(minutes=5), 600), "the night ended 5 minutes ago"
+    assert forward.stalled(evening, jump + timedelta(minutes=11), 600)

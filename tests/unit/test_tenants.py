@@ -112,7 +112,7 @@ def test_a_tenant_past_its_quota_waits_for_the_end_of_its_day_as_the_database_co
     from datetime import UTC, datetime
 
     from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, SendError
-    from pacer_common.tenant_gateways import QUOTA_RECHECK_S, TenantGateways
+    from pacer_common.tenant_gateways import QUOTA_RECHECK_S, UNKNOWN_DAY_RETRY_S, TenantGateways
 
     midnight = datetime(2026, 12, 6, 16, tzinfo=UTC).timestamp()  # 00:00 on the 7th in Shanghai
     tenants = {"acme": Tenant("acme", "http://127.0.0.1:9", sends_per_day=3)}
@@ -143,4 +143,4 @@ def test_a_tenant_past_its_quota_waits_for_the_end_of_its_day_as_the_database_co
     assert refusal(midnight + 1, {"acme": (midnight, 3)}) is None, "a new day"
     assert refusal(midnight - 120, {"acme": (midnight, 2)}) is None, "under the quota"
     err = refusal(midnight + 1, {"acme": (midnight, 3)}, unflushed=3)  # its own sends, no total of the new day yet
-    assert err is not None and err.retry_after is not None and err.retry_after.total_seconds() == 1.0
+    assert err is not None and err.retry_after is not None and err.retry_after.total_seconds() == UNKNOWN_DAY_RETRY_S

@@ -31,6 +31,7 @@ T = TypeVar("T")
 
 UNKNOWN_RETRY_S = 5.0
 QUOTA_RECHECK_S = 300.0
+UNKNOWN_DAY_RETRY_S = 5.0  # a tenant over its quota by this sender's own sends, its day not read yet
 
 
 def _gateway_failure(err: SendError) -> bool:
@@ -145,13 +146,14 @@ class TenantGateways:
         if self.usage.allows(tenant, t.sends_per_day, wall):
             return
         # Not a failure of the item: it waits for the end of the tenant's day (or, with none
-        # read yet, the next round of the usage loop), or a raised quota (re-read with the
+        # read yet, a few rounds of the usage loop), or a raised quota (re-read with the
         # tenant table), checked again at least every QUOTA_RECHECK_S.
         ends = self.usage.day_ends(tenant)
         until = datetime.fromtimestamp(ends, UTC).isoformat(timespec="seconds") if ends > wall else "its next count"
         raise SendError(FailureClass.RATE_LIMITED, None,
                         f"tenant {tenant!r} has used its quota of {t.sends_per_day} sends today (until {until})",
-                        retry_after=timedelta(seconds=min(ends - wall if ends > wall else 1.0, QUOTA_RECHECK_S)))
+                        retry_after=timedelta(seconds=min(ends - wall if ends > wall else UNKNOWN_DAY_RETRY_S,
+                                                          QUOTA_RECHECK_S)))
 
     async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
         try:

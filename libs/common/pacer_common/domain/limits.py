@@ -179,11 +179,9 @@ class Pacing(BaseModel):
         ended = max((end for end in self._capped_ends(windows) if end <= wall), default=0.0)
         if self.quiet_hours is not None:
             tz = ZoneInfo(self.timezone)
-            local = datetime.fromtimestamp(wall, tz)
-            end = datetime.combine(local.date(), self.quiet_hours[1], tz)
-            if end.timestamp() > wall:
-                end = datetime.combine(local.date() - timedelta(days=1), self.quiet_hours[1], tz)
-            ended = max(ended, end.timestamp())
+            today = datetime.fromtimestamp(wall, tz).date()
+            ends = (_clock_passes(day, self.quiet_hours[1], tz) for day in (today, today - timedelta(days=1)))
+            ended = max(ended, max((end for end in ends if end <= wall), default=0.0))
         return ended
 
     def capped_for(self, wall: float, windows: Mapping[str, Any] | None) -> float:
@@ -201,6 +199,24 @@ class Pacing(BaseModel):
             if kept is not None and kept[0] >= int(cap * (1 - self.online_reserve)):
                 ends.append(kept[1])
         return ends
+
+
+def _clock_passes(day: date, at: dtime, tz: ZoneInfo) -> float:
+    """The instant the clock of ``tz`` is past local time ``at`` on ``day`` for good (epoch
+    seconds): where it reads ``at`` twice (the clocks going back), the second time; where it
+    skips it (going forward), the jump."""
+    naive = datetime.combine(day, at)
+    first, second = (naive.replace(tzinfo=tz, fold=fold).timestamp() for fold in (0, 1))
+    if first <= second:
+        return second
+    lo, hi = second, first  # skipped: the jump lies between, where the local reading passes ``at``
+    while hi - lo > 1:
+        mid = (lo + hi) / 2
+        if datetime.fromtimestamp(mid, tz).replace(tzinfo=None) >= naive:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def local_day(zone: str, wall: float) -> tuple[date, float, float]:

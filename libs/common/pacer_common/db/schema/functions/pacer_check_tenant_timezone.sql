@@ -1,5 +1,5 @@
 -- A tenant's time zone must be a full IANA name this server knows: its quota's day is counted
--- in it (pacer_tenant_zone). Abbreviations (JST), POSIX strings (UTC+8, which Postgres reads
+-- in it (pacer_tenant_day). Abbreviations (JST), POSIX strings (UTC+8, which Postgres reads
 -- as UTC-8) and names in the wrong case are refused, as for a guid's (pacer_check_limits_timezone).
 CREATE OR REPLACE FUNCTION pacer_check_tenant_timezone() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
