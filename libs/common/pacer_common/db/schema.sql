@@ -1984,12 +1984,6 @@ CREATE TABLE public.sender_limits (
     seen_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
-CREATE TABLE public.shard_status_counts (
-    shard_id bigint NOT NULL,
-    status public.item_status NOT NULL,
-    n bigint NOT NULL
-);
-
 CREATE TABLE public.shards (
     shard_id bigint NOT NULL,
     job_id uuid NOT NULL,
@@ -2005,6 +1999,35 @@ CREATE TABLE public.shards (
     CONSTRAINT shards_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'running'::text, 'paused'::text, 'completed'::text, 'failed'::text]))),
     CONSTRAINT shards_sub_check CHECK (((sub >= 0) AND (sub < subs))),
     CONSTRAINT shards_subs_check CHECK ((subs > 0))
+);
+
+CREATE VIEW public.shard_stall_inputs AS
+ SELECT s.shard_id,
+    s.job_id,
+    s.guid,
+    s.status,
+    j.status AS job_status,
+    GREATEST(COALESCE(s.last_progress_at, s.created_at), j.not_before) AS quiet_since,
+    ((g.paused_reason IS NOT NULL) OR (COALESCE(h.state, 'online'::public.guid_state) <> 'online'::public.guid_state)) AS guid_held,
+    gl.limits,
+    g.windows,
+    sl.limits AS sender_limits,
+        CASE
+            WHEN (jsonb_typeof((jl.limits -> 'min_interval_s'::text)) = 'number'::text) THEN ((jl.limits ->> 'min_interval_s'::text))::double precision
+            ELSE (0)::double precision
+        END AS job_gap
+   FROM ((((((public.shards s
+     JOIN public.jobs j ON ((j.job_id = s.job_id)))
+     LEFT JOIN public.guid_leases g ON ((g.guid = s.guid)))
+     LEFT JOIN public.guid_states h ON ((h.guid = s.guid)))
+     LEFT JOIN public.guid_limits gl ON ((gl.guid = s.guid)))
+     LEFT JOIN public.sender_limits sl ON ((sl.owner = g.owner)))
+     LEFT JOIN public.guid_limits jl ON ((jl.guid = ('job:'::text || (s.job_id)::text))));
+
+CREATE TABLE public.shard_status_counts (
+    shard_id bigint NOT NULL,
+    status public.item_status NOT NULL,
+    n bigint NOT NULL
 );
 
 ALTER TABLE public.shards ALTER COLUMN shard_id ADD GENERATED ALWAYS AS IDENTITY (

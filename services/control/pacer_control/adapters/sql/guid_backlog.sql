@@ -2,7 +2,7 @@
 -- `held`, `scheduled` or `ready`), how many are ready and since when the first of them
 -- has waited, and the time to drain its queue at its send rate this hour (NULL when it has
 -- not sent this hour), and the shortest of the ready items' jobs' own intervals per guid
--- (`job_gap`: a `job:<job_id>` row's min_interval_s, 0 for a job without one). Reads the guid's unfinished rows (items_guid_queued,
+-- (`job_gap`, shard_stall_inputs). Reads the guid's unfinished rows (items_guid_queued,
 -- items_guid_in_flight), and each of their shards' row and its job's once, by key.
 WITH per_shard AS (
     SELECT shard_id, CASE WHEN priority <= 1 THEN 'online' ELSE 'batch' END AS lane,
@@ -21,16 +21,13 @@ WITH per_shard AS (
     -- has met it yet (pacer_hold_reason, the rule pacer_begin_send applies)
     SELECT p.lane, CASE WHEN p.state IN ('ready', 'scheduled') AND NOT r.runs THEN 'held' ELSE p.state END AS state,
            sum(p.n)::bigint AS n, min(p.oldest_ready) FILTER (WHERE r.runs) AS oldest_ready,
-           min(COALESCE(r.job_gap, 0)) FILTER (WHERE r.runs AND p.state = 'ready') AS job_gap
+           min(r.job_gap) FILTER (WHERE r.runs AND p.state = 'ready') AS job_gap
     FROM per_shard p
     CROSS JOIN LATERAL (
         SELECT (SELECT pacer_hold_reason(j.status::text, j.paused_reason, s.status::text, s.paused_reason, NULL)
                        IS NULL
                 FROM shards s JOIN jobs j ON j.job_id = s.job_id WHERE s.shard_id = p.shard_id) AS runs,
-               (SELECT CASE WHEN jsonb_typeof(jl.limits -> 'min_interval_s') = 'number'
-                             THEN (jl.limits ->> 'min_interval_s')::float8 END
-                FROM shards s JOIN guid_limits jl ON jl.guid = 'job:' || s.job_id::text
-                WHERE s.shard_id = p.shard_id) AS job_gap
+               (SELECT v.job_gap FROM shard_stall_inputs v WHERE v.shard_id = p.shard_id) AS job_gap
     ) r
     GROUP BY 1, 2
 ), rate AS (

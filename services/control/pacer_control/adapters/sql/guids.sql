@@ -3,7 +3,7 @@
 -- of the queued, those ready to send now (pending, not held, due, their job running and
 -- their shard not paused: pacer_hold_reason, the rule pacer_begin_send applies) and when the
 -- first of them became ready, and the shortest of their jobs' own intervals per guid
--- (`job_gap`: a `job:<job_id>` row's min_interval_s, 0 for a job without one). The guid's queued rows are counted per shard (items_guid_queued),
+-- (`job_gap`, shard_stall_inputs). The guid's queued rows are counted per shard (items_guid_queued),
 -- then each shard's row and its job's are read by key, once per shard (a subquery, so the
 -- plan cannot turn into a scan of every shard for every guid listed; the same subquery in a
 -- SQL function made the first page 3.5 times as slow, docs/performance.md). A
@@ -36,16 +36,13 @@ LEFT JOIN LATERAL (
     SELECT COALESCE(sum(c.n), 0)::bigint AS queued, min(c.oldest) AS oldest_waiting,
            COALESCE(sum(c.ready) FILTER (WHERE c.runs), 0)::bigint AS ready,
            min(c.oldest_ready) FILTER (WHERE c.runs) AS oldest_ready,
-           COALESCE(min(COALESCE(c.job_gap, 0)) FILTER (WHERE c.runs AND c.ready > 0), 0)::float8 AS job_gap
+           COALESCE(min(c.job_gap) FILTER (WHERE c.runs AND c.ready > 0), 0)::float8 AS job_gap
     FROM (
         SELECT n.n, n.oldest, n.ready, n.oldest_ready,
                (SELECT pacer_hold_reason(j.status::text, j.paused_reason, s.status::text, s.paused_reason, NULL)
                        IS NULL
                 FROM shards s JOIN jobs j ON j.job_id = s.job_id WHERE s.shard_id = n.shard_id) AS runs,
-               (SELECT CASE WHEN jsonb_typeof(jl.limits -> 'min_interval_s') = 'number'
-                             THEN (jl.limits ->> 'min_interval_s')::float8 END
-                FROM shards s JOIN guid_limits jl ON jl.guid = 'job:' || s.job_id::text
-                WHERE s.shard_id = n.shard_id) AS job_gap
+               (SELECT v.job_gap FROM shard_stall_inputs v WHERE v.shard_id = n.shard_id) AS job_gap
         FROM (SELECT i.shard_id, count(*) AS n, min(i.created_at) AS oldest,
                      count(*) FILTER (WHERE i.status = 'pending' AND NOT i.held
                                         AND COALESCE(i.not_before, i.created_at) <= now()) AS ready,
