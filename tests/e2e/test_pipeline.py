@@ -318,3 +318,13 @@ def test_a_guid_the_gateway_rate_limits_is_slowed_and_no_item_fails_or_pays_for_
             " FROM jobs j WHERE j.request_id = %s", (rid,)).fetchone()
     assert deferrals > 0, "the gateway did rate-limit the guid"
     assert (attempts, used) == (1, 12)
+
+    def penalty() -> float | None:
+        with psycopg.connect(stack.infra.database_url) as conn:
+            row = conn.execute("SELECT penalty FROM guid_leases WHERE guid = %s", (guid,)).fetchone()
+        return None if row is None else row[0]
+
+    # 10 ms was doubled until sends were 250 ms apart, and twelve clean sends bring it back by
+    # at most 0.9 ** 12: the penalty is still well above 1 when the sender writes it, with its
+    # next lease renewal, for the next owner and the pages to read.
+    wait_for(lambda: (penalty() or 0) > 4, 30, "the guid's rate-limit penalty on its lease row", penalty)

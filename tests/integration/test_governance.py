@@ -583,3 +583,35 @@ def test_the_stall_count_reads_every_quiet_guid_page_by_page(database_url: str,
             conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 'test')",
                          (guid, Jsonb({"min_interval_s": 7200})))
     assert asyncio.run(governance(url))["stalled_shards"] == len(stuck)
+
+
+def test_a_guid_slowed_by_the_gateway_is_not_stalled_within_its_stretched_gap_and_shows_its_penalty(
+        database_url: str) -> None:
+    """The sender writes a guid's rate-limit penalty to its lease row; the stall count, the job
+    page and the Guids page read the guid's gap stretched by it."""
+    url = database_url
+    guid = f"slowed-{uuid.uuid4().hex[:6]}"
+    job, _, _ = seed_job(url, {guid: 1})
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE shards SET status = 'running', last_progress_at = now() - interval '20 minutes'"
+                     " WHERE job_id = %s", (job,))
+        # A batch send every 375 s (the online reserve): 20 minutes is past it and the 10 minutes after.
+        conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 'test')",
+                     (guid, Jsonb({"min_interval_s": 300, "jitter_s": 0})))
+        conn.execute("INSERT INTO guid_leases (guid) VALUES (%s) ON CONFLICT (guid) DO NOTHING", (guid,))
+    assert asyncio.run(governance(url))["stalled_shards"] == 1
+    assert asyncio.run(job_page_stalls(url, job)) == {guid: True}
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE guid_leases SET penalty = 4 WHERE guid = %s", (guid,))  # 1,500 s between sends
+    assert asyncio.run(governance(url))["stalled_shards"] == 0, "four times its gap is its pace now"
+    assert asyncio.run(job_page_stalls(url, job)) == {guid: False}
+
+    async def shown() -> tuple[Any, Any]:
+        async with control_api(url, token_prefix=uuid.uuid4().hex[:8]) as api:
+            r = await api.get(f"/guids/{guid}", "operator")  # the lowest role: the penalty is health
+            assert r.status_code == 200, r.text
+            return r.json()["penalty"], r.json()["activity"]
+
+    assert asyncio.run(shown()) == (4.0, "slowed")
+    with psycopg.connect(url) as conn, pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute("UPDATE guid_leases SET penalty = 0.5 WHERE guid = %s", (guid,))

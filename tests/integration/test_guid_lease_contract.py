@@ -116,3 +116,21 @@ def test_an_expired_lease_is_taken_over_with_a_new_epoch(run: Callable[[Scenario
         assert await s.store.renew({"g1": first.epoch}, "w1") == set(), "the old owner's renewal is refused"
 
     run(scenario)
+
+
+def test_a_penalty_written_under_the_epoch_held_reaches_the_next_owner_and_a_stale_one_does_not(
+        run: Callable[[Scenario], None]) -> None:
+    async def scenario(s: Subject) -> None:
+        (first,) = await s.store.acquire(["g1"], "w1")
+        assert first.penalty is None, "a guid never rate-limited has none"
+        await s.store.penalize({"g1": (first.epoch, 4.0)})
+        assert await s.store.release(["g1"], "w1") == 1
+        await s.store.penalize({"g1": (first.epoch, 8.0)})  # written just after the release: still its row
+        (second,) = await s.store.acquire(["g1"], "w2")
+        assert second.penalty == 8.0, "the next owner resumes the guid at its penalty"
+        await s.store.penalize({"g1": (first.epoch, 2.0)})  # the previous owner's, too late
+        await s.store.penalize({"g1": (second.epoch, 1.0)})  # back to its own pace: cleared
+        (again,) = await s.store.acquire(["g1"], "w2")
+        assert again.penalty is None, "a stale epoch's penalty is refused; 1 clears it"
+
+    run(scenario)

@@ -196,6 +196,7 @@ class LeaseRow:
     until: float = 0.0
     evicted_owner: str | None = None
     evicted_until: float = 0.0
+    penalty: float | None = None
 
 
 class InMemoryGuidLeases:
@@ -229,7 +230,8 @@ class InMemoryGuidLeases:
             if prev != owner:
                 row.epoch += 1
             row.owner, row.until, row.evicted_owner, row.evicted_until = owner, self.now + self.ttl, None, 0.0
-            got.append(GuidLease(guid, row.epoch, None, prev not in (None, owner), datetime.now(UTC)))
+            got.append(GuidLease(guid, row.epoch, None, prev not in (None, owner), datetime.now(UTC),
+                                 penalty=row.penalty))
         return got
 
     async def renew(self, held: Mapping[str, int], owner: str) -> set[str]:
@@ -249,6 +251,12 @@ class InMemoryGuidLeases:
                 row.owner, n = None, n + 1
         return n
 
+    async def penalize(self, penalties: Mapping[str, tuple[int, float]]) -> None:
+        for guid, (epoch, penalty) in penalties.items():
+            row = self.rows.get(guid)
+            if row is not None and row.epoch == epoch:
+                row.penalty = penalty if penalty > 1 else None
+
     def force_release(self, guid: str) -> bool:
         row = self.rows.get(guid)
         if row is None or row.owner is None:
@@ -265,6 +273,7 @@ class GrantAll:
         self.held_elsewhere = held_elsewhere or set()
         self.asked = 0
         self.released: list[str] = []
+        self.penalized: dict[str, tuple[int, float]] = {}
 
     async def acquire(self, guids: Sequence[str], owner: str) -> list[GuidLease]:
         self.asked += 1
@@ -277,6 +286,9 @@ class GrantAll:
     async def release(self, guids: Sequence[str], owner: str) -> int:
         self.released.extend(guids)
         return len(guids)
+
+    async def penalize(self, penalties: Mapping[str, tuple[int, float]]) -> None:
+        self.penalized.update(penalties)
 
 
 class InMemoryGuidQueue:

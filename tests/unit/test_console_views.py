@@ -149,6 +149,19 @@ def test_a_guid_is_stalled_only_past_its_own_pacing_gap_and_the_configured_wait(
     assert exponential.longest_gap_s == 2 + 40  # the sender caps an exponential gap at four times its mean
 
 
+def test_a_guid_slowed_by_the_gateway_is_slowed_until_its_stretched_gap_has_gone_by() -> None:
+    hourly = Pacing(min_interval_s=3600, jitter_s=0)  # a batch send every 4,500 s (the online reserve)
+    two_hours = NOW - timedelta(hours=2)
+    assert activity(3, 3, two_hours, two_hours, NOW, hourly) == "stalled"
+    assert activity(3, 3, two_hours, two_hours, NOW, hourly, penalty=4.0) == "slowed"
+    assert activity(3, 3, NOW - timedelta(seconds=5), two_hours, NOW, hourly, penalty=1.5) == "slowed"
+    past = NOW - timedelta(seconds=4 * hourly.longest_gap_s + STALLED_AFTER_S + 1)
+    assert activity(3, 3, past, past, NOW, hourly, penalty=4.0) == "stalled", "past four gaps too"
+    shard = {"status": "running", "counts": {"pending": 1}, "total": 1, "quiet_since": two_hours}
+    assert stalled("running", shard, NOW, hourly)
+    assert not stalled("running", shard | {"penalty": 4.0}, NOW, hourly)
+
+
 def test_a_guid_inside_its_quiet_hours_is_quiet_until_they_end() -> None:
     night = Pacing(quiet_hours="22:00-08:00", timezone="Asia/Shanghai")  # NOW is 17:00 in Shanghai
     assert quiet_until(night, NOW) is None

@@ -871,3 +871,33 @@ def test_a_send_left_without_an_answer_slows_the_guid_before_its_next_send() -> 
     # Spaced as after an answered send, the next call would come 0.2 s after the timeout.
     assert gap >= 0.6, f"the next send followed a send left in doubt after {gap:.3f} s, as if it had been answered"
 
+
+
+class _RateLimited(_Timed):
+    """The first send is rate-limited by the gateway; the rest are answered."""
+
+    async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None, spare_s: float = 0.0) -> Executed:
+        done = await super().execute(cmd, before_call)
+        return Executed("rate_limited", True, answered_mono=done.answered_mono) if len(self.sent) == 1 else done
+
+
+def test_a_rate_limit_penalty_is_written_to_the_lease_row_and_cleared_once_clean_sends_bring_it_back() -> None:
+    async def scenario() -> tuple[dict[str, tuple[int, float]], dict[str, tuple[int, float]]]:
+        timed, store = _RateLimited(answer_s=0.0, confirm_s=0.0), GrantAll()
+        d, _, _ = dispatcher(Limits(min_interval_s=0.05, jitter_s=0.0, online_reserve=0.0, rate_limited_penalty=4.0,
+                                    penalty_decay=0.5), store=store, executor=timed)
+        leases = d.crew.leases.leases
+        ring(d, timed.store, cmd("g", 0))
+        await until(lambda: len(timed.sent) == 1 and "g" in leases.penalties)
+        await leases.write_penalties()
+        slowed = dict(store.penalized)
+        for n in range(1, 4):  # 4 → 2 → 1
+            ring(d, timed.store, cmd("g", n))
+        await until(lambda: len(timed.sent) == 4 and leases.penalties.get("g", (0, 0.0))[1] == 1.0)
+        await leases.write_penalties()
+        stop(d)
+        return slowed, dict(store.penalized)
+
+    slowed, recovered = asyncio.run(scenario())
+    assert slowed == {"g": (1, 4.0)}, f"the rate limit's penalty, under the epoch held: {slowed}"
+    assert recovered == {"g": (1, 1.0)}, f"back to its own pace, the row's penalty is cleared: {recovered}"

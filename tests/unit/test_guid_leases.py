@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -147,3 +148,39 @@ def test_leases_handed_back_in_the_same_instant_go_back_in_one_statement() -> No
     assert sorted(g for c in calls for g in c) == sorted(guids)
     assert len(calls) == 1, [len(c) for c in calls]
     assert a.held == {} and all(store.rows[g].owner is None for g in guids)
+
+
+def test_a_guid_given_back_carries_its_penalty_to_the_next_owner_before_the_renewal_would() -> None:
+    store = InMemoryGuidLeases(ttl=30)
+    a, b = GuidLeases(store, "a", 30), GuidLeases(store, "b", 30)
+    run(a.acquire("g1"))
+    a.penalized("g1", 4.0)
+    run(a.release(["g1"]))  # a rebalance, long before the next renewal
+    taken = run(b.acquire("g1"))
+    assert taken is not None and taken.penalty == 4.0
+    b.penalized("g1", 2.0)
+    store.force_release("g1")
+    run(b.write_penalties())
+    assert store.rows["g1"].penalty == 4.0, "written under an epoch no longer the row's: refused"
+    assert not b.penalties, "nor kept to be written again"
+
+
+def test_penalties_a_failed_write_left_are_written_with_the_next_one() -> None:
+    store = InMemoryGuidLeases(ttl=30)
+    a = GuidLeases(store, "a", 30)
+    run(a.acquire("g1"))
+    run(a.acquire("g2"))
+    a.penalized("g1", 4.0)
+    real, calls = store.penalize, []
+
+    async def down(penalties: object) -> None:
+        calls.append(penalties)
+        raise ConnectionError("the database is away")
+
+    store.penalize = down  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        run(a.write_penalties())
+    store.penalize = real  # type: ignore[method-assign]
+    a.penalized("g2", 2.0)
+    run(a.write_penalties())
+    assert (store.rows["g1"].penalty, store.rows["g2"].penalty) == (4.0, 2.0)

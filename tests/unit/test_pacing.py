@@ -243,6 +243,21 @@ def test_handover_keeps_the_previous_owners_spacing() -> None:
     assert fresh.ready_at("online", limits, 100.0, 0.0) <= 100.0
 
 
+def test_handover_keeps_the_previous_owners_rate_limit_penalty() -> None:
+    limits = Limits(min_interval_s=3.0, jitter_s=0.0, online_reserve=0.0, max_penalty=8.0)
+    p = GuidPacer()
+    p.resume_after(100.0, since_last_send_s=1.0, limits=limits, penalty=4.0)
+    assert p.ready_at("online", limits, 100.0, 0.0) == 99.0 + 12.0, "four times the interval after its last send"
+    capped = GuidPacer()
+    capped.resume_after(100.0, 1.0, limits, penalty=50.0)
+    assert capped.multiplier == 8.0, "never past this sender's max_penalty"
+    own = GuidPacer(multiplier=6.0)
+    own.resume_after(100.0, 1.0, limits, penalty=2.0)
+    assert own.multiplier == 6.0, "a penalty of its own is not lowered by an older row"
+    p.sent("online", limits, 111.0, 0.0, RNG)
+    assert p.multiplier == 4.0 * limits.penalty_decay, "clean sends bring it back as ever"
+
+
 def test_bad_limits_are_refused() -> None:
     with pytest.raises(ValueError):
         Limits(online_reserve=1.0)

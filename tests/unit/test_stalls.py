@@ -62,6 +62,18 @@ def test_a_shard_is_stalled_only_past_the_stall_time_and_its_guids_own_longest_g
     assert stalled([Quiet("g", two, None, None, [3600.0, 3600.0])], Pacings(None), NOW, 600) == 0
 
 
+def test_a_rate_limit_penalty_stretches_the_gap_before_a_stall() -> None:
+    """Paced at one batch send an hour, slowed four times by the gateway: four hours between
+    sends are its pace, not a stall; past them (and the stall time) they are."""
+    hourly = {"min_interval_s": 3600, "jitter_s": 0}
+    gap = Pacings(None)(hourly, None).longest_gap_s
+    since = [NOW - timedelta(seconds=600 + gap + 60)]
+    assert stalled([Quiet("g", since, hourly, None)], Pacings(None), NOW, 600) == 1
+    assert stalled([Quiet("g", since, hourly, None, penalty=4.0)], Pacings(None), NOW, 600) == 0
+    long_since = [NOW - timedelta(seconds=600 + 4 * gap + 60)]
+    assert stalled([Quiet("g", long_since, hourly, None, penalty=4.0)], Pacings(None), NOW, 600) == 1
+
+
 @given(st.lists(st.floats(0, 10_000), max_size=20), st.floats(0, 5_000))
 def test_the_count_never_exceeds_the_shards_and_grows_with_their_age(ages: list[float], more: float) -> None:
     young = stalled([Quiet("g", [NOW - timedelta(seconds=a) for a in ages], None, None)], Pacings(None), NOW, 600)

@@ -62,7 +62,7 @@ log = logging.getLogger("pacer.control")
 MISSING_TOKEN = "missing bearer token: send 'Authorization: Bearer <token>'"
 UNKNOWN_TOKEN = "unknown or revoked token"
 # What a job's shards are read with to tell a stall (views.stalled), not shown.
-SHARD_READS = frozenset({"quiet_since", "guid_held", "limits", "windows", "sender_limits", "job_gap"})
+SHARD_READS = frozenset({"quiet_since", "guid_held", "limits", "windows", "sender_limits", "job_gap", "penalty"})
 LEASE_FIELDS = ("owner", "epoch", "since", "lease_until", "renew_count", "takeovers", "last_send_at", "expired",
                 "windows")
 
@@ -300,7 +300,7 @@ class Control:
                          "activity": None if row["held"] else views.activity(
                              views.queued_count(counts), counts["ready"], row.get("last_send_at"),
                              counts["oldest_ready"], now, pacing, self.stalled_after_s, row.get("windows"),
-                             float(counts.get("job_gap") or 0.0))}
+                             float(counts.get("job_gap") or 0.0), float(row.get("penalty") or 1.0))}
         if may(who.role, "guids.leases"):
             return row
         return {k: v for k, v in row.items() if k not in LEASE_FIELDS and k != "limits"}

@@ -115,12 +115,15 @@ class ItemRunner:
             # interval).
             now, rng = self.crew.clock(), self.crew.rng
             at = now if result.answered_mono is None else min(result.answered_mono, now)
+            was = self.pacer.multiplier
             if result.outcome == "rate_limited":
                 self.pacer.slowed(lane, limits, at, rng)
             elif result.outcome == "in_doubt":
                 self.pacer.unanswered(lane, limits, at, time.time(), rng, self.crew.hooks.job_interval(cmd.job_id))
             else:
                 self.pacer.sent(lane, limits, at, time.time(), rng, self.crew.hooks.job_interval(cmd.job_id))
+            if self.pacer.multiplier != was:
+                self.crew.leases.penalized(self.guid, self.pacer.multiplier)
         self.window.finished(cmd)
         self.errors.pop(cmd.item_id, None)
         self.crew.hooks.on_executed(cmd, result)

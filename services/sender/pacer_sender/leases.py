@@ -42,6 +42,8 @@ class GuidLeases:
         self._releasing: dict[str, asyncio.Future[list[None]]] = {}
         # Guids held but idle long enough to give back at the next renewal (``keep_renewed``).
         self.idle: Callable[[], list[str]] = lambda: []
+        # Rate-limit penalties changed since the last renewal: guid → (epoch held, multiplier).
+        self.penalties: dict[str, tuple[int, float]] = {}
 
     async def _acquire_many(self, guids: Sequence[str]) -> list[GuidLease | None]:
         got = {lease.guid: lease for lease in await self.store.acquire(list(dict.fromkeys(guids)), self.owner)}
@@ -106,6 +108,24 @@ class GuidLeases:
                 log.warning("lease of guid %s lost (epoch %s is no longer ours)", guid, epoch)
                 self.forget(guid)
 
+    def penalized(self, guid: str, multiplier: float) -> None:
+        """The guid's rate-limit penalty is now ``multiplier`` (1: none): written with the
+        next renewal, under the epoch held now (a guid no longer held keeps what it had)."""
+        epoch = self.held.get(guid)
+        if epoch is not None:
+            self.penalties[guid] = (epoch, multiplier)
+
+    async def write_penalties(self) -> None:
+        """Write the penalties changed since the last call; kept for the next on failure."""
+        if not self.penalties:
+            return
+        changed, self.penalties = self.penalties, {}
+        try:
+            await self.store.penalize(changed)
+        except BaseException:
+            self.penalties = changed | self.penalties
+            raise
+
     def regained(self, guid: str, epoch: int) -> bool:
         """Whether ``epoch``, just taken, follows this sender's own release of the guid with
         no other holder between (nor a forced release, which moves the epoch too)."""
@@ -120,7 +140,7 @@ class GuidLeases:
             return
         for g in mine:
             self.released_at[g] = self.held.pop(g)
-        done = asyncio.ensure_future(asyncio.gather(*(self._releases.submit(g) for g in mine)))
+        done = asyncio.ensure_future(self._release_many_penalized(mine))
         for g in mine:
             self._releasing[g] = done
 
@@ -134,15 +154,25 @@ class GuidLeases:
         done.add_done_callback(finished)
         await asyncio.shield(done)
 
+    async def _release_many_penalized(self, guids: list[str]) -> list[None]:
+        """Release the guids, their changed penalties written first: the next owner reads them."""
+        if any(g in self.penalties for g in guids):
+            try:
+                await self.write_penalties()
+            except TransientError:
+                log.exception("rate-limit penalties not written; the leases are released all the same")
+        return await asyncio.gather(*(self._releases.submit(g) for g in guids))
+
     async def keep_renewed(self, stop: asyncio.Event) -> None:
-        """Three times per TTL until ``stop``: give back the leases of guids idle long enough
-        (``idle``), renew the rest."""
+        """Three times per TTL until ``stop``: write the penalties changed meanwhile, give back
+        the leases of guids idle long enough (``idle``), renew the rest."""
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.ttl_s / 3)
             if stop.is_set():
                 return
             try:
+                await self.write_penalties()
                 await self.release(self.idle())
                 await self.renew()
             except TransientError:  # the database is away: leases may lapse; begin_send will tell

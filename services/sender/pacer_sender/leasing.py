@@ -60,8 +60,12 @@ class LeaseKeeper:
             return False  # another sender still holds the guid (finishing, or not yet expired)
         if not self.leases.regained(guid, lease.epoch):  # else its pacing here is the whole truth
             since = None if lease.last_send_at is None else (lease.db_now - lease.last_send_at).total_seconds()
-            pacer.resume_after(self.clock(), since, limits, lease.windows)
+            pacer.resume_after(self.clock(), since, limits, lease.windows, lease.penalty)
         return True
+
+    def penalized(self, guid: str, multiplier: float) -> None:
+        """The guid's rate-limit penalty changed: its lease row carries it to the next owner."""
+        self.leases.penalized(guid, multiplier)
 
     def lost(self, guid: str) -> None:
         """The database says the lease is gone (``guid_lost``)."""

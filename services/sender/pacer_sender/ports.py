@@ -94,6 +94,7 @@ class GuidLease:
     db_now: datetime
     # sends per window, as the row keeps them: name → (count, the epoch second the window ends)
     windows: dict[str, tuple[int, float]] = field(default_factory=dict)
+    penalty: float | None = None  # the guid's rate-limit penalty (a multiplier of its interval), if any
 
 
 class GuidLeaseStore(Protocol):
@@ -102,6 +103,10 @@ class GuidLeaseStore(Protocol):
         """Extend the leases (guid → epoch) whose owner and epoch are still these; the guids kept."""
         ...
     async def release(self, guids: Sequence[str], owner: str) -> int: ...
+    async def penalize(self, penalties: Mapping[str, tuple[int, float]]) -> None:
+        """Record guids' rate-limit penalties (guid → (the lease epoch held when it changed,
+        the multiplier; 1 for none)), each only while the lease is still at that epoch."""
+        ...
 
 
 class Gateway(Protocol):

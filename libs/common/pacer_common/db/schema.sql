@@ -1669,7 +1669,9 @@ CREATE TABLE public.guid_leases (
     released_at timestamp with time zone,
     evicted_owner text,
     evicted_until timestamp with time zone,
-    last_answer_at timestamp with time zone
+    last_answer_at timestamp with time zone,
+    penalty double precision,
+    CONSTRAINT guid_leases_penalty_above_one CHECK ((penalty > (1)::double precision))
 );
 
 CREATE TABLE public.guid_limits (
@@ -2015,7 +2017,8 @@ CREATE VIEW public.shard_stall_inputs AS
         CASE
             WHEN (jsonb_typeof((jl.limits -> 'min_interval_s'::text)) = 'number'::text) THEN ((jl.limits ->> 'min_interval_s'::text))::double precision
             ELSE (0)::double precision
-        END AS job_gap
+        END AS job_gap,
+    COALESCE(g.penalty, (1)::double precision) AS penalty
    FROM ((((((public.shards s
      JOIN public.jobs j ON ((j.job_id = s.job_id)))
      LEFT JOIN public.guid_leases g ON ((g.guid = s.guid)))

@@ -160,17 +160,19 @@ class Pacing(BaseModel):
         return max(self.quiet_remaining(wall), self.capped_for(wall, windows))
 
     def stalled(self, since: datetime, now: datetime, after_s: float, windows: Mapping[str, Any] | None = None,
-                job_gap_s: float = 0.0) -> bool:
+                job_gap_s: float = 0.0, penalty: float = 1.0) -> bool:
         """Whether work that has not moved since ``since`` is stuck rather than waiting for
         these limits: nothing holds the guid now (:meth:`held_for`), and ``after_s`` have gone
-        by beyond its longest gap between two batch sends (or its job's own interval per guid,
+        by beyond its longest gap between two batch sends (its interval stretched by its
+        rate-limit ``penalty``, as ``guid_leases`` keeps it; or its job's own interval per guid,
         ``job_gap_s``, when longer): a guid paced at one send an hour waits an hour. Time held
         does not count: from the end of the last hold (:meth:`released_at`) if that is later."""
         wall = now.timestamp()
         if self.held_for(wall, windows) > 0:
             return False
         quiet_since = max(since.timestamp(), self.released_at(wall, windows))
-        return wall - quiet_since > after_s + max(self.longest_gap_s, job_gap_s)
+        gap = self.longest_gap_s + (max(1.0, penalty) - 1) * self.batch_interval_s
+        return wall - quiet_since > after_s + max(gap, job_gap_s)
 
     def released_at(self, wall: float, windows: Mapping[str, Any] | None) -> float:
         """When the guid's last hold by its limits ended, at or before ``wall`` (epoch

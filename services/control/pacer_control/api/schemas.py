@@ -174,8 +174,8 @@ class ShardView(BaseModel):
     counts: dict[str, int]
     stalled: bool = Field(False, description=(
         "open items and no progress for longer than its guid's limits explain (quiet hours, a send window's cap, "
-        "the guid's or the job's pace) by over `PACER_CONTROL_STALLED_AFTER_S`: a guid stuck (see its locks), or "
-        "a rate-limit penalty"))
+        "the guid's pace, stretched by its rate-limit penalty, or the job's) by over "
+        "`PACER_CONTROL_STALLED_AFTER_S`: a guid stuck (see its locks)"))
 
 
 class FailureCategory(BaseModel):
@@ -303,7 +303,7 @@ class GuidView(BaseModel):
         "in the list, of the queued, those ready to send now: pending, not held, due, their job running and "
         "their shard not paused"))
     oldest_ready: datetime | None = Field(default=None, description="in the list, when the first ready item became ready")
-    activity: Literal["sending", "waiting", "quiet", "capped", "stalled", "idle"] | None = Field(
+    activity: Literal["sending", "slowed", "waiting", "quiet", "capped", "stalled", "idle"] | None = Field(
         default=None, description=(
             "what the guid is doing unless held: `idle` (nothing queued), `waiting` (items queued, none ready "
             "now: their jobs or shards paused, or scheduled later), `quiet` (items ready, inside the guid's quiet "
@@ -311,11 +311,16 @@ class GuidView(BaseModel):
             "ready, a minute, hour or day window has used its batch share of the guid's cap: batch sends wait "
             "until `capped_until`), `stalled` (an item ready and no send for `PACER_CONTROL_STALLED_AFTER_S`, 2 "
             "minutes by default, beyond the guid's own longest gap between sends, or its ready items' jobs' "
-            "shortest interval per guid when longer, counted from the end of its last hold: a guid stuck, or a "
-            "rate-limit penalty), else `sending`. Pacing as the sender holding the guid applies it: its own overrides over "
-            "every guid's `*` over that sender's settings"))
+            "shortest interval per guid when longer, stretched by its rate-limit `penalty`, counted from the end "
+            "of its last hold: a guid stuck), `slowed` (sending at `penalty` times its interval: the gateway "
+            "rate-limited it lately, or left a send unanswered), else `sending`. Pacing as the sender holding the "
+            "guid applies it: its own overrides over every guid's `*` over that sender's settings"))
     quiet_until: datetime | None = Field(default=None, description=(
         "when the guid's quiet hours end, while it is inside them (from its limits, as `activity` reads them)"))
+    penalty: float | None = Field(default=None, description=(
+        "the guid's rate-limit penalty: how many times its configured interval it is paced at since the gateway "
+        "rate-limited it (or left a send unanswered), as the sender holding it last wrote it (once per lease "
+        "renewal); each clean send brings it back toward 1 by `penalty_decay`; none once it is back"))
     capped_until: datetime | None = Field(default=None, description=(
         "when the guid's send window ends, while one has used its batch share of the cap (from its limits, as "
         "`activity` reads them, and its sends)"))

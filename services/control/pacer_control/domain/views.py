@@ -68,8 +68,8 @@ def stalled(job_status: str, shard: Mapping[str, Any], now: datetime, pacing: Pa
     """An open shard (pending or running) of a running job, its guid neither paused nor out
     (``guid_held``), with items still open, that has not moved since ``quiet_since`` (its last
     progress, its creation, or its job's start when that is later) for longer than its guid's
-    limits explain: quiet hours, a send window's cap, the guid's own pace or its job's
-    (``job_gap``), and ``after_s`` beyond (:meth:`Pacing.stalled`, as the reconciler's
+    limits explain: quiet hours, a send window's cap, the guid's own pace (stretched by its
+    rate-limit ``penalty``) or its job's (``job_gap``), and ``after_s`` beyond (:meth:`Pacing.stalled`, as the reconciler's
     ``pacer_reconciler_stalled_shards`` counts them). ``pacing`` is the guid's, ``windows`` its send windows."""
     if job_status != "running" or shard["status"] not in ("pending", "running") or shard.get("guid_held"):
         return False
@@ -77,7 +77,7 @@ def stalled(job_status: str, shard: Mapping[str, Any], now: datetime, pacing: Pa
         return False
     since = shard.get("quiet_since") or shard.get("last_progress_at")
     return since is not None and pacing.stalled(since, now, after_s, shard.get("windows"),
-                                                float(shard.get("job_gap") or 0.0))
+                                                float(shard.get("job_gap") or 0.0), float(shard.get("penalty") or 1.0))
 
 
 QUEUED_STATES = frozenset({"ready", "scheduled", "held", "waiting_retry"})  # a backlog's states not yet begun
@@ -106,15 +106,17 @@ def capped_until(pacing: Pacing, windows: Mapping[str, Any] | None, now: datetim
 
 def activity(queued: int, ready: int, last_send_at: datetime | None, oldest_ready: datetime | None,
              now: datetime, pacing: Pacing = DEFAULTS, after_s: float = STALLED_AFTER_S,
-             windows: Mapping[str, Any] | None = None, job_gap_s: float = 0.0) -> str:
+             windows: Mapping[str, Any] | None = None, job_gap_s: float = 0.0, penalty: float = 1.0) -> str:
     """What an unheld guid is doing: ``idle`` (nothing queued); ``waiting`` (items queued, none
     ready to send now: their jobs or shards paused, or scheduled later); ``quiet`` (items
     ready, inside the guid's quiet hours: batch sends wait for their end); ``capped`` (items
     ready, a minute, hour or day window of the guid's has used its batch share of the cap:
     ``windows`` as ``guid_leases`` keeps them); ``stalled`` (an item has been ready and nothing
-    sent for ``after_s`` beyond the guid's own longest gap between sends, or the shortest
-    interval per guid of its ready items' jobs (``job_gap_s``) when longer: a guid stuck, or a
-    rate-limit penalty); else ``sending``."""
+    sent for ``after_s`` beyond the guid's own longest gap between sends, stretched by its
+    rate-limit ``penalty``, or the shortest interval per guid of its ready items' jobs
+    (``job_gap_s``) when longer: a guid stuck); ``slowed`` (sending, at its rate-limit
+    ``penalty`` times its interval: the gateway rate-limited it lately, or left a send
+    unanswered); else ``sending``."""
     if not queued:
         return "idle"
     if not ready:
@@ -124,9 +126,9 @@ def activity(queued: int, ready: int, last_send_at: datetime | None, oldest_read
     if capped_until(pacing, windows, now) is not None:
         return "capped"
     busy_since = max((t for t in (last_send_at, oldest_ready) if t is not None), default=None)
-    if busy_since is not None and pacing.stalled(busy_since, now, after_s, windows, job_gap_s):
+    if busy_since is not None and pacing.stalled(busy_since, now, after_s, windows, job_gap_s, penalty):
         return "stalled"
-    return "sending"
+    return "slowed" if penalty > 1 else "sending"
 
 
 def examples(items: Iterable[Mapping[str, Any]], per_class: int = 3) -> dict[str, list[Mapping[str, Any]]]:

@@ -231,7 +231,8 @@ class PostgresLog:
         async with conn.transaction(), conn.cursor(name="quiet_shards") as cur:
             await cur.execute(_sql("quiet_shards"), {"stall": stall_after})
             while quiet := await cur.fetchmany(QUIET_FETCH):
-                n += stalled((Quiet(r["guid"], r["since"], r["limits"], r["windows"], r["job_gaps"], r["sender_limits"])
+                n += stalled((Quiet(r["guid"], r["since"], r["limits"], r["windows"], r["job_gaps"], r["sender_limits"],
+                                    r["penalty"])
                               for r in quiet), pacings, every["now"], stall_after.total_seconds())
         return n
 

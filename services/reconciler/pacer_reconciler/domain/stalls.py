@@ -6,8 +6,8 @@ inside its quiet hours, no send window whose batch share is used up, and longer 
 guid's own longest gap between two batch sends (or the shard's job's own interval, when
 longer) beyond ``stall_after_s``: a guid paced at one send an hour waits an hour between
 sends. The limits are the guid's overrides (``guid_limits``) over every guid's (``*``) over
-the defaults of the sender holding its lease (``sender_limits``: its own settings). A
-rate-limit penalty lives only in the sender and is not seen here.
+the defaults of the sender holding its lease (``sender_limits``: its own settings); the gap
+is stretched by the guid's rate-limit penalty as its lease row keeps it.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class Quiet:
     windows: Mapping[str, Any] | None  # its send windows, as guid_leases keeps them
     job_gaps: Sequence[float] = ()  # each shard's job's own interval per guid (0: none)
     sender: Any = None  # the defaults of the sender holding the guid (sender_limits), if known
+    penalty: float = 1.0  # its rate-limit penalty (guid_leases.penalty; 1: none)
 
 
 def stalled(quiet: Iterable[Quiet], pacings: Pacings, now: datetime, stall_after_s: float) -> int:
@@ -40,5 +41,5 @@ def stalled(quiet: Iterable[Quiet], pacings: Pacings, now: datetime, stall_after
         pacing = pacings(q.limits, q.sender)
         gaps = list(q.job_gaps) + [0.0] * (len(q.since) - len(q.job_gaps))
         n += sum(1 for t, job_gap in zip(q.since, gaps, strict=True)
-                 if pacing.stalled(t, now, stall_after_s, q.windows, job_gap))
+                 if pacing.stalled(t, now, stall_after_s, q.windows, job_gap, q.penalty))
     return n

@@ -225,7 +225,7 @@ class PostgresGuidLeases:
                 rows = await fetch_durably(conn, _sql("acquire_guids"), {
                     "guids": list(guids), "owner": owner, "ttl": self.ttl, "in_flight": self.in_flight})
             return [GuidLease(r["guid"], r["epoch"], r["last_send_at"], r["took_over"], r["db_now"],
-                              _windows(r["windows"])) for r in rows]
+                              _windows(r["windows"]), r["penalty"]) for r in rows]
 
         return await with_retry(work)
 
@@ -257,6 +257,21 @@ class PostgresGuidLeases:
             return int(row["released"])
 
         return await with_retry(work)
+
+    async def penalize(self, penalties: Mapping[str, tuple[int, float]]) -> None:
+        """In chunks of ``RENEW_CHUNK`` guids, as the renewal: a gateway rate-limiting a whole
+        fleet changes thousands of penalties at once."""
+        guids = sorted(penalties)
+        for at in range(0, len(guids), RENEW_CHUNK):
+            chunk = guids[at:at + RENEW_CHUNK]
+
+            async def work(chunk: list[str] = chunk) -> None:
+                async with self.pool.connection() as conn:
+                    await conn.execute(_sql("penalize_guids"), {
+                        "guids": chunk, "epochs": [penalties[g][0] for g in chunk],
+                        "penalties": [penalties[g][1] for g in chunk]})
+
+            await with_retry(work)
 
 
 class PostgresLimitsSource:

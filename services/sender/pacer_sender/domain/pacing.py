@@ -176,15 +176,19 @@ class GuidPacer:
         self.last_batch = held if self.last_batch is None else max(self.last_batch, held)
 
     def resume_after(self, mono: float, since_last_send_s: float | None, limits: Limits,
-                     windows: dict[str, tuple[int, float]] | None = None) -> None:
-        """Carry the spacing and the window counts over a handover: the previous owner's
-        sends still count. ``windows``: name → (sends, the epoch second the window ends), as
-        the database keeps them. The row counts every send begun under any owner, so its
-        windows replace this sender's own, ended or not: each is the guid's last window,
-        which the next one carries where they overlap (:meth:`_window`). The previous
-        owner's lane split is not known, so its sends count against the batch share too
-        (never more sends than the limits allow)."""
+                     windows: dict[str, tuple[int, float]] | None = None, penalty: float | None = None) -> None:
+        """Carry the spacing, the window counts and the rate-limit penalty over a handover:
+        the previous owner's sends still count, and a guid the gateway rate-limited under it is
+        not paced as if it never had been (``penalty``: the multiplier the row keeps, at
+        most this sender's ``max_penalty``). ``windows``: name → (sends, the epoch second the
+        window ends), as the database keeps them. The row counts every send begun under any
+        owner, so its windows replace this sender's own, ended or not: each is the guid's
+        last window, which the next one carries where they overlap (:meth:`_window`). The
+        previous owner's lane split is not known, so its sends count against the batch share
+        too (never more sends than the limits allow)."""
         self.windows = {name: _Window(end, n, n) for name, (n, end) in (windows or {}).items() if name in SIZES}
+        if penalty is not None:
+            self.multiplier = max(self.multiplier, min(penalty, limits.max_penalty))
         if since_last_send_s is not None:
             self.handed_over = True
             before = mono - since_last_send_s
