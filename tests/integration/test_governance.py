@@ -545,7 +545,8 @@ def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_ur
     assert one(url, "SELECT pacer_hold_job(%s, 'budget_exhausted', 'system:budget')", other) is True
 
     assert asyncio.run(governance(url)) == {"jobs_paused_budget": 1, "jobs_paused_breaker": 0, "jobs_paused_operator": 0,
-                                    "guids_paused": 1, "stalled_shards": 1,  # g1 only: g2's guid is paused
+                                    "guids_paused": 1, "guids_slowed": 0,
+                                    "stalled_shards": 1,  # g1 only: g2's guid is paused
                                     "jobs_running": 1, "items:pending": 7,  # job progress: open jobs' items
                                     "guids:online": 0, "guids:offline": 0, "guids:kicked": 0,
                                     "guids:unauthorized": 0, "guids_with_work:online": 0,
@@ -598,12 +599,15 @@ def test_a_guid_slowed_by_the_gateway_is_not_stalled_within_its_stretched_gap_an
         # A batch send every 375 s (the online reserve): 20 minutes is past it and the 10 minutes after.
         conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES (%s, %s, 'test')",
                      (guid, Jsonb({"min_interval_s": 300, "jitter_s": 0})))
-        conn.execute("INSERT INTO guid_leases (guid) VALUES (%s) ON CONFLICT (guid) DO NOTHING", (guid,))
+        conn.execute("INSERT INTO guid_leases (guid, owner, lease_until) VALUES (%s, 's1', now() + interval '1 minute')"
+                     " ON CONFLICT (guid) DO UPDATE SET owner = 's1', lease_until = EXCLUDED.lease_until", (guid,))
     assert asyncio.run(governance(url))["stalled_shards"] == 1
     assert asyncio.run(job_page_stalls(url, job)) == {guid: True}
     with psycopg.connect(url) as conn:
         conn.execute("UPDATE guid_leases SET penalty = 4 WHERE guid = %s", (guid,))  # 1,500 s between sends
-    assert asyncio.run(governance(url))["stalled_shards"] == 0, "four times its gap is its pace now"
+    stats = asyncio.run(governance(url))
+    assert stats["stalled_shards"] == 0, "four times its gap is its pace now"
+    assert stats["guids_slowed"] == 1
     assert asyncio.run(job_page_stalls(url, job)) == {guid: False}
 
     async def shown() -> tuple[Any, Any]:
@@ -613,5 +617,10 @@ def test_a_guid_slowed_by_the_gateway_is_not_stalled_within_its_stretched_gap_an
             return r.json()["penalty"], r.json()["activity"]
 
     assert asyncio.run(shown()) == (4.0, "slowed")
+    with psycopg.connect(url) as conn:  # its sender died: nobody paces the guid at its penalty now
+        conn.execute("UPDATE guid_leases SET lease_until = now() - interval '1 second' WHERE guid = %s", (guid,))
+    assert asyncio.run(governance(url))["stalled_shards"] == 1
+    assert asyncio.run(job_page_stalls(url, job)) == {guid: True}
+    assert asyncio.run(shown()) == (4.0, "sending"), "not slowed by anyone; the row keeps it for the next owner"
     with psycopg.connect(url) as conn, pytest.raises(psycopg.errors.CheckViolation):
         conn.execute("UPDATE guid_leases SET penalty = 0.5 WHERE guid = %s", (guid,))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -140,3 +141,42 @@ def test_the_item_command_columns_are_those_of_an_item_command(database_url: str
         cur = conn.execute("SELECT * FROM pacer_item_command(NULL::items)")
         columns = [d.name for d in cur.description or []]
     assert columns == [f for f in ItemCommand.model_fields if f != "schema_version"]
+
+
+def test_a_migration_that_finds_its_table_locked_gives_up_its_turn_and_applies_once_it_is_free(
+        database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A migration waiting for a table's lock queues every write to that table behind it: it
+    waits a moment at a time and, after its tries, fails without applying anything."""
+    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+
+    from pacer_common.db import migrate as m
+
+    probe = (99_001, "9001_lock_probe", "ALTER TABLE guid_leases ADD COLUMN lock_probe integer")
+    monkeypatch.setattr(m, "migrations", lambda: [probe])
+    monkeypatch.setattr(m, "SCHEMA_LOCK_TIMEOUT", "200ms")
+    monkeypatch.setattr(m, "lock_retries", lambda: Retrying(
+        retry=retry_if_exception_type(psycopg.errors.LockNotAvailable), stop=stop_after_attempt(2), reraise=True))
+    with psycopg.connect(database_url) as reader:  # a long read of the table, its transaction open
+        reader.execute("SELECT count(*) FROM guid_leases")
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            met: list[BaseException] = []
+
+            def apply() -> None:
+                try:
+                    m.apply_migrations(conn)
+                except BaseException as exc:
+                    met.append(exc)
+
+            worker = threading.Thread(target=apply)
+            worker.start()
+            worker.join(30)
+            queued = worker.is_alive()
+            reader.rollback()  # lets a migration still queued go on
+            worker.join()
+            assert not queued, "the migration waited behind the long read, every writer queued behind it"
+            assert len(met) == 1 and isinstance(met[0], psycopg.errors.LockNotAvailable), met
+            applied = conn.execute("SELECT count(*) FROM schema_migrations WHERE version = 99001").fetchone()
+            assert applied == (0,), "nothing of it is applied"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert m.apply_migrations(conn) == ["9001_lock_probe"]
+        assert conn.execute("SELECT count(lock_probe) FROM guid_leases").fetchone() == (0,)

@@ -4,6 +4,7 @@ forced release evicts its holder instead of being taken back by the next renewal
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -184,3 +185,38 @@ def test_penalties_a_failed_write_left_are_written_with_the_next_one() -> None:
     a.penalized("g2", 2.0)
     run(a.write_penalties())
     assert (store.rows["g1"].penalty, store.rows["g2"].penalty) == (4.0, 2.0)
+
+
+def test_a_release_waits_for_the_penalty_write_under_way_before_giving_the_guid_back() -> None:
+    """The renewal's write has taken the guid's penalty and is still running when a rebalance
+    gives the guid back: the release goes after it, or the next owner would read the row first."""
+    store = InMemoryGuidLeases(ttl=30)
+    a = GuidLeases(store, "a", 30)
+    order: list[str] = []
+
+    async def scenario() -> None:
+        await a.acquire("g1")
+        a.penalized("g1", 4.0)
+        slow_write, real_penalize, real_release = asyncio.Event(), store.penalize, store.release
+
+        async def penalize(penalties: Any) -> None:
+            await slow_write.wait()
+            order.append("penalty")
+            await real_penalize(penalties)
+
+        async def release(guids: Any, owner: str) -> int:
+            order.append("release")
+            return await real_release(guids, owner)
+
+        store.penalize, store.release = penalize, release  # type: ignore[method-assign]
+        writing = asyncio.ensure_future(a.write_penalties())
+        await asyncio.sleep(0)  # the write has taken the penalty and waits on the database
+        assert not a.penalties
+        releasing = asyncio.ensure_future(a.release(["g1"]))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        slow_write.set()
+        await asyncio.gather(writing, releasing)
+
+    run(scenario())
+    assert order == ["penalty", "release"]

@@ -102,6 +102,10 @@ BOARDS: tuple[Board, ...] = (
               p("In-doubt sends resolved (last hour)",
                 "sum by (result) (increase(pacer_reconciler_verifications_total[1h]))", "{{result}}",
                 kind="bargauge"),
+              p("Guids slowed by rate limits", f"max(pacer_reconciler_guids_slowed and {LEADER})", "slowed",
+                description="Guids paced at a rate-limit penalty: the gateway rate-limited them lately (or left a "
+                            "send unanswered). Each clean send brings a guid back toward its own pace; the Guids "
+                            "page shows each as slowed ×N."),
               p("Tenants' daily quota used",
                 f"max by (tenant) (pacer_reconciler_tenant_sends_today and {LEADER}) / on (tenant) "
                 f"max by (tenant) (pacer_reconciler_tenant_sends_per_day and {LEADER})", "{{tenant}}",

@@ -300,7 +300,7 @@ class Control:
                          "activity": None if row["held"] else views.activity(
                              views.queued_count(counts), counts["ready"], row.get("last_send_at"),
                              counts["oldest_ready"], now, pacing, self.stalled_after_s, row.get("windows"),
-                             float(counts.get("job_gap") or 0.0), float(row.get("penalty") or 1.0))}
+                             float(counts.get("job_gap") or 0.0), views.applied_penalty(row))}
         if may(who.role, "guids.leases"):
             return row
         return {k: v for k, v in row.items() if k not in LEASE_FIELDS and k != "limits"}

@@ -42,8 +42,11 @@ class GuidLeases:
         self._releasing: dict[str, asyncio.Future[list[None]]] = {}
         # Guids held but idle long enough to give back at the next renewal (``keep_renewed``).
         self.idle: Callable[[], list[str]] = lambda: []
-        # Rate-limit penalties changed since the last renewal: guid → (epoch held, multiplier).
+        # Rate-limit penalties changed since the last write: guid → (epoch held, multiplier).
+        # One write at a time: a release waits for the one under way (whose guids it may hold)
+        # and a failed write's values never come back over a newer one's.
         self.penalties: dict[str, tuple[int, float]] = {}
+        self._writing = asyncio.Lock()
 
     async def _acquire_many(self, guids: Sequence[str]) -> list[GuidLease | None]:
         got = {lease.guid: lease for lease in await self.store.acquire(list(dict.fromkeys(guids)), self.owner)}
@@ -116,15 +119,17 @@ class GuidLeases:
             self.penalties[guid] = (epoch, multiplier)
 
     async def write_penalties(self) -> None:
-        """Write the penalties changed since the last call; kept for the next on failure."""
-        if not self.penalties:
-            return
-        changed, self.penalties = self.penalties, {}
-        try:
-            await self.store.penalize(changed)
-        except BaseException:
-            self.penalties = changed | self.penalties
-            raise
+        """Write the penalties changed since the last write, after any write under way; those
+        a failed write took are kept for the next, under any changed since."""
+        async with self._writing:
+            if not self.penalties:
+                return
+            changed, self.penalties = self.penalties, {}
+            try:
+                await self.store.penalize(changed)
+            except BaseException:
+                self.penalties = changed | self.penalties
+                raise
 
     def regained(self, guid: str, epoch: int) -> bool:
         """Whether ``epoch``, just taken, follows this sender's own release of the guid with
@@ -155,25 +160,32 @@ class GuidLeases:
         await asyncio.shield(done)
 
     async def _release_many_penalized(self, guids: list[str]) -> list[None]:
-        """Release the guids, their changed penalties written first: the next owner reads them."""
-        if any(g in self.penalties for g in guids):
+        """Release the guids, their changed penalties written first (or the write under way,
+        which may hold them, finished): the next owner reads them. A penalty is advice to the
+        next owner; a lease held on is a guid nobody sends for, so the release goes on whatever
+        the write met."""
+        if self._writing.locked() or any(g in self.penalties for g in guids):
             try:
                 await self.write_penalties()
-            except TransientError:
+            except Exception:
                 log.exception("rate-limit penalties not written; the leases are released all the same")
         return await asyncio.gather(*(self._releases.submit(g) for g in guids))
 
     async def keep_renewed(self, stop: asyncio.Event) -> None:
-        """Three times per TTL until ``stop``: write the penalties changed meanwhile, give back
-        the leases of guids idle long enough (``idle``), renew the rest."""
+        """Three times per TTL until ``stop``: give back the leases of guids idle long enough
+        (``idle``), renew the rest, then write the penalties changed meanwhile (a slow write
+        never holds a renewal up)."""
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.ttl_s / 3)
             if stop.is_set():
                 return
             try:
-                await self.write_penalties()
                 await self.release(self.idle())
                 await self.renew()
             except TransientError:  # the database is away: leases may lapse; begin_send will tell
                 log.exception("guid lease renewal failed")
+            try:
+                await self.write_penalties()
+            except TransientError:  # kept for the next round
+                log.exception("rate-limit penalties not written")

@@ -73,7 +73,10 @@ def migrate(url: str, event_segments: int | None = None) -> list[str]:
 
 
 def apply_migrations(conn: psycopg.Connection[Any]) -> list[str]:
-    """The numbered migrations not yet applied, each in its own transaction."""
+    """The numbered migrations not yet applied, each in its own transaction. A migration
+    that alters a table waits for its lock at most ``SCHEMA_LOCK_TIMEOUT`` at a time (tried
+    again with backoff, as the schema objects are): waiting longer, behind a long read of that
+    table, it would queue every service's writes to it behind itself."""
     conn.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations ("
         " version integer PRIMARY KEY, name text NOT NULL,"
@@ -84,9 +87,11 @@ def apply_migrations(conn: psycopg.Connection[Any]) -> list[str]:
     for version, name, sql in migrations():
         if version in done:
             continue
-        with conn.transaction():
-            conn.execute(sql)
-            conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
+        for attempt in lock_retries():
+            with attempt, conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout = '{SCHEMA_LOCK_TIMEOUT}'")
+                conn.execute(sql)
+                conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
         log.info("applied migration", extra={"migration": name})
         applied.append(name)
     return applied

@@ -18,7 +18,7 @@ CREATE TYPE public.item_status AS ENUM (
     'unverified'
 );
 
-CREATE FUNCTION public.pacer_acquire_guids(p_guids text[], p_owner text, p_ttl interval, p_in_flight interval DEFAULT '00:00:00'::interval) RETURNS TABLE(guid text, epoch bigint, last_send_at timestamp with time zone, took_over boolean, db_now timestamp with time zone)
+CREATE FUNCTION public.pacer_acquire_guids(p_guids text[], p_owner text, p_ttl interval, p_in_flight interval DEFAULT '00:00:00'::interval) RETURNS TABLE(guid text, epoch bigint, last_send_at timestamp with time zone, took_over boolean, db_now timestamp with time zone, windows jsonb, penalty double precision)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -54,7 +54,8 @@ BEGIN
     RETURNING g.guid, g.epoch,
               CASE WHEN g.last_answer_at >= g.last_send_at THEN g.last_answer_at
                    ELSE COALESCE(g.last_send_at + p_in_flight, g.last_answer_at) END,
-              (free.prev_owner IS NOT NULL AND free.prev_owner <> p_owner), now();
+              (free.prev_owner IS NOT NULL AND free.prev_owner <> p_owner), now(),
+              COALESCE(g.windows, '{}'::jsonb), g.penalty;
 END
 $$;
 
@@ -2018,7 +2019,10 @@ CREATE VIEW public.shard_stall_inputs AS
             WHEN (jsonb_typeof((jl.limits -> 'min_interval_s'::text)) = 'number'::text) THEN ((jl.limits ->> 'min_interval_s'::text))::double precision
             ELSE (0)::double precision
         END AS job_gap,
-    COALESCE(g.penalty, (1)::double precision) AS penalty
+        CASE
+            WHEN ((g.owner IS NOT NULL) AND (g.lease_until > now())) THEN COALESCE(g.penalty, (1)::double precision)
+            ELSE (1)::double precision
+        END AS penalty
    FROM ((((((public.shards s
      JOIN public.jobs j ON ((j.job_id = s.job_id)))
      LEFT JOIN public.guid_leases g ON ((g.guid = s.guid)))
@@ -2208,6 +2212,8 @@ CREATE INDEX audit_log_target ON ONLY public.audit_log USING btree (target_type,
 CREATE INDEX audit_log_target_default ON public.audit_log_default USING btree (target_type, target_id, id);
 
 CREATE INDEX guid_leases_paused ON public.guid_leases USING btree (guid) WHERE (paused_reason IS NOT NULL);
+
+CREATE INDEX guid_leases_penalized ON public.guid_leases USING btree (guid) WHERE (penalty IS NOT NULL);
 
 CREATE INDEX guid_limits_change ON public.guid_limits USING btree (change_xid);
 

@@ -104,6 +104,14 @@ def capped_until(pacing: Pacing, windows: Mapping[str, Any] | None, now: datetim
     return now + timedelta(seconds=left) if left > 0 else None
 
 
+def applied_penalty(guid: Mapping[str, Any]) -> float:
+    """The rate-limit penalty a guid is paced at now: its lease row's while a sender holds
+    the guid (an owner, not expired), else none (nobody paces it)."""
+    if guid.get("owner") is None or guid.get("expired"):
+        return 1.0
+    return float(guid.get("penalty") or 1.0)
+
+
 def activity(queued: int, ready: int, last_send_at: datetime | None, oldest_ready: datetime | None,
              now: datetime, pacing: Pacing = DEFAULTS, after_s: float = STALLED_AFTER_S,
              windows: Mapping[str, Any] | None = None, job_gap_s: float = 0.0, penalty: float = 1.0) -> str:
