@@ -400,3 +400,32 @@ def test_an_operator_reads_dead_letters_but_is_offered_no_republish(
     expect(page.locator("#dead-letters tbody tr", has_text="ui-not-json")).to_have_count(1)
     expect(page.locator("#dead-letters tbody tr", has_text=f"ui-flood-{DLQ_LAST - 1:03d}")).to_have_count(0)
     shot(page, "dead-letters-older")
+
+
+def test_an_operator_sees_a_guid_the_gateway_rate_limits_slowed_and_by_how_much(
+        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
+    """The gateway takes this guid's sends at most every 1.5 s; Pacer's interval is 150 ms: the
+    sender slows the guid until its sends are far enough apart, writes the penalty to the guid's
+    lease row, and the Guids page shows the guid slowed, by how much, not stalled."""
+    guid = f"ui-slow-{uuid.uuid4().hex[:6]}"
+    knobs = httpx.get(f"{stack.gateway_url}/_admin/config", timeout=5).json()
+    httpx.put(f"{stack.gateway_url}/_admin/config", timeout=5,
+              json={"guid_min_interval_ms": {**knobs["guid_min_interval_ms"], guid: 1500}}).raise_for_status()
+    job = job_id_of(stack, publish_job(stack, 30, (guid,)))
+    try:
+        wait_for(lambda: sql(stack, "SELECT penalty FROM guid_leases WHERE guid = %s AND penalty > 1", guid), 60,
+                 "the guid's penalty on its lease row")
+        login(page, console_url, tokens["operator"])
+        page.click('nav a[data-nav="guids"]')
+        page.fill("#guid-find input[name=find]", guid)
+        page.click("#guid-find button")
+        listed = page.locator("#guids tbody tr").first
+        expect(listed).to_have_attribute("data-guid", guid)
+        activity = listed.locator("td").nth(1)
+        expect(activity.locator(".status")).to_have_text("slowed")
+        expect(activity).to_contain_text("×")
+        shot(page, "guids-slowed")
+        assert float(activity.locator("small").inner_text().lstrip("×")) > 1
+    finally:
+        httpx.post(f"{stack.procs['control'].url}/api/v1/jobs/{job}/cancel", timeout=10,
+                   headers={"Authorization": f"Bearer {tokens['admin']}"}, json={"reason": "test done"})
