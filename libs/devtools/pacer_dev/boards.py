@@ -9,6 +9,7 @@ Prometheus scraping a running stack.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,20 @@ from typing import Any
 
 OUT = Path(__file__).resolve().parents[3] / "deploy" / "grafana"
 DS = {"type": "prometheus", "uid": "${datasource}"}
+# Every board has a namespace picker (one Pacer installation per namespace, as the alert rules
+# count them): each series a panel reads is matched to it. "All" is any namespace, a series
+# without the label (a plain Prometheus) included.
+ALL_NAMESPACES = ".*"
+NAMESPACE = {"name": "namespace", "type": "query", "label": "Namespace", "datasource": DS,
+             "query": {"query": "label_values(pacer_build_info, namespace)", "refId": "namespaces"},
+             "includeAll": True, "allValue": ALL_NAMESPACES, "multi": False, "refresh": 2, "sort": 1, "hide": 0,
+             "current": {"selected": True, "text": "All", "value": "$__all"}}
+_SERIES = re.compile(r"\b(pacer_[a-z0-9_]+|process_[a-z0-9_]+|up)\b(\{)?")
+
+
+def scoped(expr: str) -> str:
+    """``expr`` with every series it reads matched to the board's namespace picker."""
+    return _SERIES.sub(lambda m: f'{m[1]}{{namespace=~"$namespace"' + (", " if m[2] else "}"), expr)
 
 
 @dataclass(frozen=True)
@@ -257,7 +272,7 @@ def _panel(n: int, panel: Panel, x: int, y: int) -> dict[str, Any]:
         "id": n, "type": panel.kind, "title": panel.title, "datasource": DS,
         "gridPos": {"h": height, "w": panel.width, "x": x, "y": y},
         "fieldConfig": {"defaults": {"unit": panel.unit}, "overrides": []},
-        "targets": [{"datasource": DS, "expr": expr, "legendFormat": legend, "refId": chr(ord("A") + i),
+        "targets": [{"datasource": DS, "expr": scoped(expr), "legendFormat": legend, "refId": chr(ord("A") + i),
                      **({"instant": True, "format": "table"} if panel.kind == "table" else {})}
                     for i, (expr, legend) in enumerate(panel.exprs)],
     }
@@ -285,7 +300,7 @@ def render(board: Board) -> dict[str, Any]:
         "editable": True, "schemaVersion": 39, "version": 1, "refresh": "30s", "timezone": "",
         "time": {"from": "now-6h", "to": "now"},
         "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus",
-                                 "label": "Prometheus", "current": {}, "hide": 0}]},
+                                 "label": "Prometheus", "current": {}, "hide": 0}, NAMESPACE]},
         "annotations": {"list": []},
         "links": [{"title": "Pacer boards", "type": "dashboards", "tags": ["pacer"], "asDropdown": True}],
         "panels": panels,
@@ -298,8 +313,10 @@ def rendered() -> dict[str, str]:
 
 
 def queries() -> list[tuple[str, str, str]]:
-    """(board uid, panel title, PromQL) of every panel."""
-    return [(b.uid, pn.title, expr) for b in BOARDS for pn in b.panels for expr, _ in pn.exprs]
+    """(board uid, panel title, PromQL) of every panel, as Grafana sends it with "All"
+    namespaces picked."""
+    return [(b.uid, pn.title, scoped(expr).replace("$namespace", ALL_NAMESPACES))
+            for b in BOARDS for pn in b.panels for expr, _ in pn.exprs]
 
 
 def main() -> None:
