@@ -70,7 +70,7 @@ ITEMS = "pacer_sender_items_total"
 WAIT = "pacer_sender_item_wait_seconds"
 E2E = "pacer_sender_item_end_to_end_seconds"
 GATEWAY = "pacer_gateway_request_duration_seconds"
-LEADER = "on (job, instance) pacer_reconciler_leader == 1"
+LEADER = "on (namespace, job, instance) pacer_reconciler_leader == 1"
 
 BOARDS: tuple[Board, ...] = (
     Board("pacer-guid", "Pacer · per-guid backlog and wait",
@@ -122,8 +122,8 @@ BOARDS: tuple[Board, ...] = (
                             "send unanswered). Each clean send brings a guid back toward its own pace; the Guids "
                             "page shows each as slowed ×N."),
               p("Tenants' daily quota used",
-                f"max by (tenant) (pacer_reconciler_tenant_sends_today and {LEADER}) / on (tenant) "
-                f"max by (tenant) (pacer_reconciler_tenant_sends_per_day and {LEADER})", "{{tenant}}",
+                f"max by (namespace, tenant) (pacer_reconciler_tenant_sends_today and {LEADER}) / on (namespace, tenant) "
+                f"max by (namespace, tenant) (pacer_reconciler_tenant_sends_per_day and {LEADER})", "{{tenant}} {{namespace}}",
                 "percentunit", "bargauge",
                 description="Sends of each tenant's today (its calendar day in its time zone) against its "
                             "sends_per_day; at 100% its sends wait for its midnight."),
