@@ -45,6 +45,15 @@ def job_id_of(stack: Stack, rid: str) -> str:
                     30, f"job {rid} planned")
 
 
+def find_guid(page: Page, guid: str) -> Locator:
+    """The Guids page's row of ``guid``, found by name."""
+    page.fill("#guid-find input[name=find]", guid)
+    page.click("#guid-find button")
+    listed = page.locator("#guids tbody tr").first
+    expect(listed).to_have_attribute("data-guid", guid)
+    return listed
+
+
 def delivered_on_page(page: Page) -> int:
     return int(page.locator('[data-count="delivered"]').inner_text())
 
@@ -276,10 +285,7 @@ def test_an_operator_finds_the_busiest_guid_pauses_it_and_finds_it_again_by_name
     login(page, console_url, tokens["operator"])
     page.click('nav a[data-nav="guids"]')
     # by name: queued, none ready (all due in an hour), so waiting, not sending
-    page.fill("#guid-find input[name=find]", guid)
-    page.click("#guid-find button")
-    listed = page.locator("#guids tbody tr").first
-    expect(listed).to_have_attribute("data-guid", guid)
+    listed = find_guid(page, guid)
     expect(listed.locator("td").nth(1)).to_contain_text("waiting")
     expect(listed.locator("td").nth(2)).to_have_text("400 0 ready")
     shot(page, "guids-waiting")
@@ -304,10 +310,7 @@ def test_an_operator_finds_the_busiest_guid_pauses_it_and_finds_it_again_by_name
     shot(page, "guids-busiest-after-pause")
 
     page.select_option("#guid-find select[name=sort]", "name")
-    page.fill("#guid-find input[name=find]", guid)
-    page.click("#guid-find button")
-    found = page.locator("#guids tbody tr").first
-    expect(found).to_have_attribute("data-guid", guid)
+    found = find_guid(page, guid)
     expect(found).to_contain_text("too much queued")
     found.locator("a", has_text="history").click()
     expect(page.locator("#guid-history")).to_contain_text(f"Lifecycle of {guid}")
@@ -417,11 +420,7 @@ def test_an_operator_sees_a_guid_the_gateway_rate_limits_slowed_and_by_how_much(
                  "the guid's penalty on its lease row")
         login(page, console_url, tokens["operator"])
         page.click('nav a[data-nav="guids"]')
-        page.fill("#guid-find input[name=find]", guid)
-        page.click("#guid-find button")
-        listed = page.locator("#guids tbody tr").first
-        expect(listed).to_have_attribute("data-guid", guid)
-        activity = listed.locator("td").nth(1)
+        activity = find_guid(page, guid).locator("td").nth(1)
         expect(activity.locator(".status")).to_have_text("slowed")
         expect(activity).to_contain_text("×")
         shot(page, "guids-slowed")

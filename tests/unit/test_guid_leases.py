@@ -4,7 +4,7 @@ forced release evicts its holder instead of being taken back by the next renewal
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from pacer_sender.leases import GuidLeases
 
+from .dispatching import until
 from .fakes import InMemoryGuidLeases
 
 
@@ -194,12 +195,23 @@ def test_a_release_waits_for_the_penalty_write_under_way_before_giving_the_guid_
     a = GuidLeases(store, "a", 30)
     order: list[str] = []
 
+    class Watched(asyncio.Lock):
+        """The writes' lock, counting who asked for it."""
+        asked = 0
+
+        async def acquire(self) -> Literal[True]:
+            Watched.asked += 1
+            return await super().acquire()
+
     async def scenario() -> None:
+        a._writing = Watched()
         await a.acquire("g1")
         a.penalized("g1", 4.0)
-        slow_write, real_penalize, real_release = asyncio.Event(), store.penalize, store.release
+        entered, slow_write = asyncio.Event(), asyncio.Event()
+        real_penalize, real_release = store.penalize, store.release
 
         async def penalize(penalties: Any) -> None:
+            entered.set()
             await slow_write.wait()
             order.append("penalty")
             await real_penalize(penalties)
@@ -210,11 +222,10 @@ def test_a_release_waits_for_the_penalty_write_under_way_before_giving_the_guid_
 
         store.penalize, store.release = penalize, release  # type: ignore[method-assign]
         writing = asyncio.ensure_future(a.write_penalties())
-        await asyncio.sleep(0)  # the write has taken the penalty and waits on the database
+        await asyncio.wait_for(entered.wait(), 5)  # the write has taken the penalty, waits on the database
         assert not a.penalties
         releasing = asyncio.ensure_future(a.release(["g1"]))
-        for _ in range(5):
-            await asyncio.sleep(0)
+        await until(lambda: Watched.asked == 2 or bool(order))  # the release waits for the write, or went
         slow_write.set()
         await asyncio.gather(writing, releasing)
 
