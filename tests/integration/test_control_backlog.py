@@ -10,6 +10,7 @@ import io
 import pytest
 
 from pacer_sender.adapters.queue import PostgresGuidQueue
+from pacer_sender.domain.pacing import Drain
 from tests.integration.control_support import audit, control_api, rows
 from tests.integration.helpers import add_job, run
 
@@ -78,7 +79,7 @@ def test_the_time_to_drain_is_the_queue_over_the_guids_sends_per_second_this_hou
 def test_shed_items_show_in_the_jobs_progress_and_report(database_url: str) -> None:
     url = database_url
     job = add_job(url, "g", 50, expire_in_s=10)
-    shed = run(url, lambda pool: PostgresGuidQueue(pool).shed("g", 1.0))
+    shed = run(url, lambda pool: PostgresGuidQueue(pool).shed("g", Drain(1.0)))
     assert 39 <= shed <= 41
 
     async def go() -> tuple[dict, str]:

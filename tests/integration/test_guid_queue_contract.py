@@ -19,6 +19,7 @@ from psycopg.rows import dict_row
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.commands import ItemCommand
 from pacer_sender.adapters.queue import PostgresGuidQueue
+from pacer_sender.domain.pacing import Drain
 from pacer_sender.ports import GuidQueueStore
 from tests.integration.helpers import add_job, contract
 from tests.unit.fakes import InMemoryGuidQueue
@@ -116,9 +117,9 @@ def test_shedding_expires_the_batch_items_that_cannot_make_their_deadline_and_on
         await s.add("g1", 3, expire_in_s=5)  # at one send per 10 s, none can go out in time
         keep = await s.add("g1", 2, expire_in_s=3600)
         (reply,) = await s.add("g1", 1, priority=1, expire_in_s=5)  # online: never shed
-        assert await s.queue.shed("g1", 10.0) == 3
+        assert await s.queue.shed("g1", Drain(10.0)) == 3
         assert sorted(ids((await s.queue.next_ready("g1", [], 10)).commands)) == sorted([reply.item_id, *ids(keep)])
-        assert await s.queue.shed("g1", 10.0) == 0
+        assert await s.queue.shed("g1", Drain(10.0)) == 0
 
     run(scenario)
 

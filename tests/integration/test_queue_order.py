@@ -13,12 +13,14 @@ from importlib import resources
 from typing import Any
 
 import psycopg
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pacer_common.db.pool import open_pool
 from pacer_sender.adapters.queue import NEXT_READY_SETTINGS, PostgresGuidQueue
 from pacer_sender.domain.order import Queued, fair_order, sheds
+from pacer_sender.domain.pacing import Drain, GuidPacer, Limits
 from tests.integration.helpers import add_job, run, sql
 
 
@@ -98,12 +100,21 @@ def test_scheduled_work_never_blocks_ready_work_and_joins_the_order_once_due(dat
     assert got.due_in_s is None
 
 
-def test_shedding_expires_exactly_the_batch_items_that_cannot_make_their_expire_at(database_url: str) -> None:
+# One send a second: 80 of the campaign's 200 make it. Slowed ×8 by a rate limit that wears off
+# by ×0.9 a send, the first 20 sends take about 50 s more: 29 make it.
+PENALIZED = GuidPacer(multiplier=8.0).drain(Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.0,
+                                                   penalty_decay=0.9))
+
+
+@pytest.mark.parametrize(("drain", "sheds_between"), [(Drain(1.0), (115, 125)), (PENALIZED, (166, 176))],
+                         ids=["own pace", "slowed, wearing off"])
+def test_shedding_expires_exactly_the_batch_items_that_cannot_make_their_expire_at(
+        database_url: str, drain: Drain, sheds_between: tuple[int, int]) -> None:
     url = database_url
     add_job(url, "g", 3, priority=1, age_s=5, expire_in_s=2)           # online: never shed
     ahead = add_job(url, "g", 20, priority=2, age_s=5)                 # tickets, no expire_at: ahead of the campaign
-    campaign = add_job(url, "g", 200, age_s=60, expire_in_s=100)       # 1 send/s: about 80 of them can make it
-    interval = 1.0
+    campaign = add_job(url, "g", 200, age_s=60, expire_in_s=100)
+    interval = drain
     with psycopg.connect(url) as conn:
         exp: dict[str, float] = dict(conn.execute("SELECT item_id::text, extract(epoch FROM expire_at) FROM items"
                                 " WHERE guid = 'g' AND expire_at IS NOT NULL").fetchall())
@@ -118,7 +129,7 @@ def test_shedding_expires_exactly_the_batch_items_that_cannot_make_their_expire_
         events = conn.execute("SELECT type, from_status::text, to_status::text, payload->>'error_class'"
                               " FROM item_events WHERE guid = 'g'").fetchall()
     gone = {i for i, _, status, cls in rows if status == "expired" and cls == "shed"}
-    assert shed == len(gone) and 115 <= shed <= 125
+    assert shed == len(gone) and sheds_between[0] <= shed <= sheds_between[1], shed
     assert len(gone ^ expected) <= 2, "the same items as the domain's rule (a second's drift at the edge)"
     assert all(job == campaign for i, job, _, _ in rows if i in gone), "online and items without expire_at stay"
     assert all(status == "pending" for _, job, status, _ in rows if job == ahead)

@@ -28,6 +28,7 @@ from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus, check_transition
 from pacer_sender.domain.decisions import Decision
 from pacer_sender.domain.order import Queued, fair_order, sheds
+from pacer_sender.domain.pacing import Drain
 from pacer_sender.domain.partitions import partition_of
 from pacer_sender.ports import Begun, GuidLease, Ready, Waiting
 
@@ -299,7 +300,7 @@ class InMemoryGuidQueue:
         self.pending: dict[str, ItemCommand] = {}
         self.created: dict[str, float] = {}
         self.failed: dict[str, tuple[str, str]] = {}
-        self.shed_by: dict[str, float] = {}  # item id → the interval it was shed at
+        self.shed_by: dict[str, Drain] = {}  # item id → the pace it was shed at
         self.reads: list[tuple[str, int]] = []
         # What waiting_guids says of a guid's first waiting item: ready for longer than the
         # grace (the real statement's answer for work whose doorbell should long have come),
@@ -328,13 +329,13 @@ class InMemoryGuidQueue:
         due = [c.not_before for c in mine if c.not_before is not None and c.not_before > now]
         return Ready(self._ready(guid, exclude)[:limit], (min(due) - now).total_seconds() if due else None)
 
-    async def shed(self, guid: str, interval_s: float) -> int:
+    async def shed(self, guid: str, drain: Drain) -> int:
         batch = [c for c in self._ready(guid) if c.priority > 1]
         gone = [c for p, c in enumerate(batch, 1)
-                if sheds(p, c.expire_at.timestamp() if c.expire_at else None, time.time(), interval_s)]
+                if sheds(p, c.expire_at.timestamp() if c.expire_at else None, time.time(), drain)]
         for c in gone:
             del self.pending[c.item_id]
-            self.shed_by[c.item_id] = interval_s
+            self.shed_by[c.item_id] = drain
         return len(gone)
 
     async def waiting_guids(self, horizon_s: float, grace_s: float,

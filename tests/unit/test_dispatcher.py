@@ -881,23 +881,26 @@ class _RateLimited(_Timed):
         return Executed("rate_limited", True, answered_mono=done.answered_mono) if len(self.sent) == 1 else done
 
 
-def test_a_rate_limit_penalty_is_written_to_the_lease_row_and_cleared_once_clean_sends_bring_it_back() -> None:
-    async def scenario() -> tuple[dict[str, tuple[int, float]], dict[str, tuple[int, float]]]:
+def test_a_rate_limit_penalty_is_written_to_the_lease_row_at_once_and_cleared_once_clean_sends_bring_it_back() -> None:
+    async def scenario() -> tuple[dict[str, tuple[int, float]], dict[str, tuple[int, float]],
+                                  dict[str, tuple[int, float]]]:
         timed, store = _RateLimited(answer_s=0.0, confirm_s=0.0), GrantAll()
         d, _, _ = dispatcher(Limits(min_interval_s=0.05, jitter_s=0.0, online_reserve=0.0, rate_limited_penalty=4.0,
                                     penalty_decay=0.5), store=store, executor=timed)
         leases = d.crew.leases.leases
         ring(d, timed.store, cmd("g", 0))
-        await until(lambda: len(timed.sent) == 1 and "g" in leases.penalties)
-        await leases.write_penalties()
+        # The rise is written by itself, without waiting for the next renewal.
+        await until(lambda: len(timed.sent) == 1 and "g" in store.penalized)
         slowed = dict(store.penalized)
         for n in range(1, 4):  # 4 → 2 → 1
             ring(d, timed.store, cmd("g", n))
         await until(lambda: len(timed.sent) == 4 and leases.penalties.get("g", (0, 0.0))[1] == 1.0)
+        decayed = dict(store.penalized)  # a fall waits for the renewal's write
         await leases.write_penalties()
         stop(d)
-        return slowed, dict(store.penalized)
+        return slowed, decayed, dict(store.penalized)
 
-    slowed, recovered = asyncio.run(scenario())
+    slowed, decayed, recovered = asyncio.run(scenario())
     assert slowed == {"g": (1, 4.0)}, f"the rate limit's penalty, under the epoch held: {slowed}"
+    assert decayed == slowed, f"clean sends' decay is left to the renewal, the row erring on the slow side: {decayed}"
     assert recovered == {"g": (1, 1.0)}, f"back to its own pace, the row's penalty is cleared: {recovered}"

@@ -231,3 +231,78 @@ def test_a_release_waits_for_the_penalty_write_under_way_before_giving_the_guid_
 
     run(scenario())
     assert order == ["penalty", "release"]
+
+
+def test_a_penalty_that_rose_is_written_at_once_and_one_that_fell_waits_for_the_renewal() -> None:
+    """A rate limit's penalty reaches the row before any renewal (a sender killed a moment
+    later leaves it to the next owner); the clean sends' decay is written with the renewal."""
+    store = InMemoryGuidLeases(ttl=30)
+    a = GuidLeases(store, "a", 30)
+
+    async def scenario() -> tuple[float | None, float | None, float | None]:
+        await a.acquire("g1")
+        a.penalized("g1", 4.0, rose=True)
+        await until(lambda: store.rows["g1"].penalty is not None)
+        risen = store.rows["g1"].penalty
+        a.penalized("g1", 2.0)  # decayed by a clean send
+        await a.close()
+        fell = store.rows["g1"].penalty
+        await a.write_penalties()  # the renewal's
+        return risen, fell, store.rows["g1"].penalty
+
+    assert run(scenario()) == (4.0, 4.0, 2.0)
+
+
+def test_penalties_that_rise_while_a_write_is_under_way_are_written_right_after_it() -> None:
+    """A storm of rate limits: one write at a time, each taking every rise since the last."""
+    store = InMemoryGuidLeases(ttl=30)
+    a = GuidLeases(store, "a", 30)
+    writes: list[list[str]] = []
+
+    async def scenario() -> None:
+        for g in ("g1", "g2", "g3"):
+            await a.acquire(g)
+        entered, go_on = asyncio.Event(), asyncio.Event()
+        real = store.penalize
+
+        async def slow(penalties: Any) -> None:
+            writes.append(sorted(penalties))
+            entered.set()
+            await go_on.wait()
+            await real(penalties)
+
+        store.penalize = slow  # type: ignore[method-assign]
+        a.penalized("g1", 2.0, rose=True)
+        await asyncio.wait_for(entered.wait(), 5)
+        a.penalized("g2", 2.0, rose=True)
+        a.penalized("g3", 4.0, rose=True)
+        go_on.set()
+        await until(lambda: store.rows["g3"].penalty is not None)
+        await a.close()
+
+    run(scenario())
+    assert writes == [["g1"], ["g2", "g3"]]
+    assert [store.rows[g].penalty for g in ("g1", "g2", "g3")] == [2.0, 2.0, 4.0]
+
+
+def test_a_prompt_write_that_fails_leaves_its_penalties_to_the_renewal() -> None:
+    store = InMemoryGuidLeases(ttl=30)
+    a = GuidLeases(store, "a", 30)
+    real, failed = store.penalize, asyncio.Event()
+
+    async def down(penalties: object) -> None:
+        failed.set()
+        raise ConnectionError("the database is away")
+
+    async def scenario() -> None:
+        await a.acquire("g1")
+        store.penalize = down  # type: ignore[method-assign]
+        a.penalized("g1", 4.0, rose=True)
+        await asyncio.wait_for(failed.wait(), 5)
+        await a.close()  # logged, not raised
+        assert a.penalties == {"g1": (1, 4.0)}, "kept for the next write"
+        store.penalize = real  # type: ignore[method-assign]
+        await a.write_penalties()
+
+    run(scenario())
+    assert store.rows["g1"].penalty == 4.0

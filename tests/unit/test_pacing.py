@@ -9,7 +9,7 @@ from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pacer_common.domain.requests import lane_of
@@ -244,7 +244,7 @@ def test_handover_keeps_the_previous_owners_spacing() -> None:
 
 
 def test_handover_keeps_the_previous_owners_rate_limit_penalty() -> None:
-    limits = Limits(min_interval_s=3.0, jitter_s=0.0, online_reserve=0.0, max_penalty=8.0)
+    limits = Limits(min_interval_s=3.0, jitter_s=0.0, online_reserve=0.0, max_penalty=8.0, penalty_decay=1.0)
     p = GuidPacer()
     p.resume_after(100.0, since_last_send_s=1.0, limits=limits, penalty=4.0)
     assert p.ready_at("online", limits, 100.0, 0.0) == 99.0 + 12.0, "four times the interval after its last send"
@@ -254,8 +254,45 @@ def test_handover_keeps_the_previous_owners_rate_limit_penalty() -> None:
     own = GuidPacer(multiplier=6.0)
     own.resume_after(100.0, 1.0, limits, penalty=2.0)
     assert own.multiplier == 6.0, "a penalty of its own is not lowered by an older row"
-    p.sent("online", limits, 111.0, 0.0, RNG)
-    assert p.multiplier == 4.0 * limits.penalty_decay, "clean sends bring it back as ever"
+    decaying = limits.model_copy(update={"penalty_decay": 0.5})
+    p.sent("online", decaying, 111.0, 0.0, RNG)
+    assert p.multiplier == 4.0 * 0.5, "clean sends bring it back as ever"
+
+
+def test_a_handed_over_penalty_wears_off_with_the_time_the_guid_has_been_quiet() -> None:
+    """The row keeps the penalty of the guid's last rate limit; a guid that has not sent since
+    is paced as if it had gone on sending cleanly at its slowed pace meanwhile: a day later,
+    not slowed at all."""
+    limits = Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.0, max_penalty=32.0, penalty_decay=0.9)
+    just = GuidPacer()
+    just.resume_after(100.0, 0.0, limits, penalty=32.0)
+    assert just.multiplier == 32.0
+    later = GuidPacer()
+    later.resume_after(100.0, 100.0, limits, penalty=32.0)  # 100 s at ×0.9 a send: worn down by 10
+    assert later.multiplier == pytest.approx(22.0)
+    day = GuidPacer()
+    day.resume_after(100.0, 86_400.0, limits, penalty=32.0)
+    assert day.multiplier == 1.0
+    unknown = GuidPacer()
+    unknown.resume_after(100.0, None, limits, penalty=32.0)  # no send known: nothing to wear it down by
+    assert unknown.multiplier == 32.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(penalty=st.floats(1.0, 32.0), decay=st.floats(0.05, 0.999), interval=st.floats(0.1, 30.0),
+       sends=st.integers(0, 200))
+def test_the_worn_penalty_is_never_below_what_clean_sends_in_the_same_time_would_leave(
+        penalty: float, decay: float, interval: float, sends: int) -> None:
+    """However long the quiet, the handed-over penalty errs on the slow side: at most as worn
+    as the same time spent sending cleanly at the slowed pace would have worn it."""
+    limits = Limits(min_interval_s=interval, jitter_s=0.0, online_reserve=0.0, max_penalty=32.0, penalty_decay=decay)
+    sending, quiet_s = GuidPacer(multiplier=penalty), 0.0
+    for _ in range(sends):
+        quiet_s += limits.batch_interval_s * sending.multiplier
+        sending.sent("batch", limits, 0.0, 0.0, RNG)
+    handed = GuidPacer()
+    handed.resume_after(0.0, quiet_s, limits, penalty=penalty)
+    assert handed.multiplier >= sending.multiplier - 1e-9
 
 
 def test_bad_limits_are_refused() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from pacer_common.domain.commands import CommandHead
 from pacer_common.domain.ids import ItemId, JobId
 from pacer_sender.domain.order import Queued, fair_order, sheds
-from pacer_sender.domain.pacing import GuidPacer, Limits
+from pacer_sender.domain.pacing import Drain, GuidPacer, Limits
 from pacer_sender.domain.queue import HEAD_READ, GuidQueue, GuidWindow
 from tests.unit.dispatching import FAST, cmd, dispatcher, ring, stop, until
 
@@ -58,8 +59,8 @@ def test_a_weight_of_zero_or_less_never_starves_a_job_for_ever() -> None:
 
 
 def test_shedding_is_for_items_that_would_go_out_after_their_expire_at() -> None:
-    assert sheds(11, 1010.0, 1000.0, 1.0) and not sheds(10, 1010.0, 1000.0, 1.0)
-    assert not sheds(10_000, None, 1000.0, 1.0), "without an expire_at nothing is shed"
+    assert sheds(11, 1010.0, 1000.0, Drain(1.0)) and not sheds(10, 1010.0, 1000.0, Drain(1.0))
+    assert not sheds(10_000, None, 1000.0, Drain(1.0)), "without an expire_at nothing is shed"
 
 
 def test_the_memory_queue_shares_by_weight_too() -> None:
@@ -217,10 +218,39 @@ def test_the_worker_sheds_its_guids_batch_items_that_cannot_make_their_expire_at
     assert 6 <= gone <= 7 and counted == [gone], "at one send a second, 3 or 4 of 10 can make it"
 
 
-def test_the_batch_rate_estimate_counts_the_reserve_the_jitter_and_the_penalty() -> None:
-    pacer = GuidPacer(multiplier=2.0)
-    assert pacer.batch_rate_s(Limits(min_interval_s=1.0, jitter_s=1.0, online_reserve=0.5)) == 2 * (2.0 + 0.5)
+def test_the_batch_rate_estimate_counts_the_reserve_and_the_jitter() -> None:
+    limits = Limits(min_interval_s=1.0, jitter_s=1.0, online_reserve=0.5)
+    assert GuidPacer().drain(limits).at(10) == 10 * (2.0 + 0.5)
     assert FAST.shed
+
+
+@settings(max_examples=200, deadline=None)
+@given(penalty=st.floats(1.0, 64.0), decay=st.floats(0.05, 1.0), interval=st.floats(0.1, 30.0),
+       jitter=st.floats(0.0, 5.0), position=st.integers(1, 400))
+def test_the_queue_s_drain_is_the_pacer_s_own_gaps_as_clean_sends_wear_the_penalty_down(
+        penalty: float, decay: float, interval: float, jitter: float, position: int) -> None:
+    """Shedding estimates when each item goes out from the penalty as it will be worn down, not
+    as if the guid stayed at its worst: the sum of the gaps the pacer itself would keep."""
+    limits = Limits(min_interval_s=interval, jitter_s=jitter, online_reserve=0.2, penalty_decay=decay,
+                    max_penalty=64.0)
+    pacer = GuidPacer(multiplier=penalty)
+    drain = pacer.drain(limits)
+    gaps = 0.0
+    for _ in range(position):  # what next_at spaces each batch send by, then the decay sent() applies
+        gaps += limits.batch_interval_s * pacer.multiplier + limits.mean_jitter_s
+        pacer.sent("batch", limits, 0.0, 0.0, random.Random(0))
+    assert drain.at(position) == pytest.approx(gaps, rel=1e-9, abs=1e-6)
+
+
+def test_a_guid_slowed_by_a_rate_limit_sheds_only_what_its_recovering_pace_cannot_send_in_time() -> None:
+    """×32 held for the whole queue would shed all but the first 112 of an hour's items at one
+    send a second; worn down by clean sends the pace is back to 1 s within about 33 sends."""
+    limits = Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.0, penalty_decay=0.9)
+    drain = GuidPacer(multiplier=32.0).drain(limits)
+    hour = 3600.0
+    assert not sheds(3000, hour, 0.0, drain), f"the 3,000th item goes at {drain.at(3000):.0f} s"
+    assert sheds(3600, hour, 0.0, drain)
+    assert drain.at(1) == pytest.approx(32.0), "the next send is still at the full penalty"
 
 
 def test_a_guid_whose_jobs_have_no_expire_at_is_never_read_for_shedding() -> None:
@@ -229,9 +259,9 @@ def test_a_guid_whose_jobs_have_no_expire_at_is_never_read_for_shedding() -> Non
         d, rec, _ = dispatcher(Limits(min_interval_s=0.01, jitter_s=0.0, online_reserve=0.0), cap=4)
         real = rec.store.shed
 
-        async def counted(guid: str, interval_s: float) -> int:
+        async def counted(guid: str, drain: Drain) -> int:
             checks.append(guid)
-            return await real(guid, interval_s)
+            return await real(guid, drain)
 
         rec.store.shed = counted  # type: ignore[method-assign]  # a counting wrapper patched in to see how often it runs
         for n in range(40):

@@ -19,8 +19,8 @@ GAUGES = {
     "guids_paused": ("pacer_reconciler_guids_paused",
                      "Guids paused by a breaker or an operator (lifecycle holds: pacer_reconciler_guids_by_state)"),
     "guids_slowed": ("pacer_reconciler_guids_slowed",
-                     "Guids paced at a rate-limit penalty (the gateway rate-limited them lately, or left a send "
-                     "unanswered), as their holders last wrote it with a lease renewal"),
+                     "Guids a live lease holder paces at a rate-limit penalty (the gateway rate-limited them "
+                     "lately, or left a send unanswered), as the holder last wrote it"),
     "stalled_shards": ("pacer_reconciler_stalled_shards",
                        "Open shards of running jobs with no progress for stall_after_s beyond their guid's longest gap, "
                        "not held by its quiet hours or a send window's cap"),

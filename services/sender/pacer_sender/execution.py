@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from pacer_common.db.errors import TransientError
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.failures import FailureClass
 from pacer_common.domain.requests import Lane
 from pacer_sender.core import Executed
 from pacer_sender.crew import Crew
@@ -116,14 +117,15 @@ class ItemRunner:
             now, rng = self.crew.clock(), self.crew.rng
             at = now if result.answered_mono is None else min(result.answered_mono, now)
             was = self.pacer.multiplier
-            if result.outcome == "rate_limited":
+            answer = _answer(result)
+            if answer == "rate_limited":
                 self.pacer.slowed(lane, limits, at, rng)
-            elif result.outcome == "in_doubt":
+            elif answer == "in_doubt":
                 self.pacer.unanswered(lane, limits, at, time.time(), rng, self.crew.hooks.job_interval(cmd.job_id))
             else:
                 self.pacer.sent(lane, limits, at, time.time(), rng, self.crew.hooks.job_interval(cmd.job_id))
             if self.pacer.multiplier != was:
-                self.crew.leases.penalized(self.guid, self.pacer.multiplier)
+                self.crew.leases.penalized(self.guid, self.pacer.multiplier, rose=self.pacer.multiplier > was)
         self.window.finished(cmd)
         self.errors.pop(cmd.item_id, None)
         self.crew.hooks.on_executed(cmd, result)
@@ -165,3 +167,13 @@ class ItemRunner:
         else:
             log.warning("item %s not failed (no longer pending; a submitted one is verified): %s",
                         cmd.item_id, reason)
+
+
+def _answer(result: Executed) -> str:
+    """The gateway's answer as it paces the guid: a fenced send (its outcome not recorded,
+    another sender holding the item now) by its error's class, as a rate limit or a send
+    left in doubt is one whoever records it."""
+    if result.outcome == "fenced" and result.error is not None:
+        return {FailureClass.RATE_LIMITED: "rate_limited", FailureClass.IN_DOUBT: "in_doubt"}.get(
+            result.error.failure_class, "fenced")
+    return result.outcome

@@ -47,6 +47,9 @@ class GuidLeases:
         # and a failed write's values never come back over a newer one's.
         self.penalties: dict[str, tuple[int, float]] = {}
         self._writing = asyncio.Lock()
+        # A penalty that rose is written at once, in the background (``_write_rises``).
+        self._rose = False
+        self._rises: asyncio.Future[None] | None = None
 
     async def _acquire_many(self, guids: Sequence[str]) -> list[GuidLease | None]:
         got = {lease.guid: lease for lease in await self.store.acquire(list(dict.fromkeys(guids)), self.owner)}
@@ -111,12 +114,36 @@ class GuidLeases:
                 log.warning("lease of guid %s lost (epoch %s is no longer ours)", guid, epoch)
                 self.forget(guid)
 
-    def penalized(self, guid: str, multiplier: float) -> None:
-        """The guid's rate-limit penalty is now ``multiplier`` (1: none): written with the
-        next renewal, under the epoch held now (a guid no longer held keeps what it had)."""
+    def penalized(self, guid: str, multiplier: float, rose: bool = False) -> None:
+        """The guid's rate-limit penalty is now ``multiplier`` (1: none), under the epoch held
+        now (a guid no longer held keeps what it had). One that ``rose`` is written at once,
+        in the background: a sender killed before its next renewal would otherwise take it
+        along, and the next owner meet the gateway's limit afresh. One that fell waits for
+        the renewal, so the row errs on the slow side."""
         epoch = self.held.get(guid)
-        if epoch is not None:
-            self.penalties[guid] = (epoch, multiplier)
+        if epoch is None:
+            return
+        self.penalties[guid] = (epoch, multiplier)
+        if rose:
+            self._rose = True
+            if self._rises is None or self._rises.done():
+                self._rises = asyncio.ensure_future(self._write_rises())
+
+    async def _write_rises(self) -> None:
+        """Write the changed penalties while any rose since the last write: a storm of rate
+        limits is written a few statements at a time, not one per guid."""
+        while self._rose:
+            self._rose = False
+            try:
+                await self.write_penalties()
+            except Exception:  # kept for the next write (a rise, or the next renewal)
+                log.exception("rate-limit penalties not written at once; tried again with the next renewal")
+                return
+
+    async def close(self) -> None:
+        """Wait for the prompt write of risen penalties under way, if any (at shutdown)."""
+        if self._rises is not None:
+            await self._rises
 
     async def write_penalties(self) -> None:
         """Write the penalties changed since the last write, after any write under way; those

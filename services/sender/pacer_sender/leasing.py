@@ -63,9 +63,10 @@ class LeaseKeeper:
             pacer.resume_after(self.clock(), since, limits, lease.windows, lease.penalty)
         return True
 
-    def penalized(self, guid: str, multiplier: float) -> None:
-        """The guid's rate-limit penalty changed: its lease row carries it to the next owner."""
-        self.leases.penalized(guid, multiplier)
+    def penalized(self, guid: str, multiplier: float, rose: bool) -> None:
+        """The guid's rate-limit penalty changed (``rose``: went up): its lease row carries it
+        to the next owner."""
+        self.leases.penalized(guid, multiplier, rose)
 
     def lost(self, guid: str) -> None:
         """The database says the lease is gone (``guid_lost``)."""

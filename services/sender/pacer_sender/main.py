@@ -115,6 +115,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
             await tenant_refresher
             await usage
             await leases.release(list(leases.held))
+            await leases.close()
             await gateway.aclose()
             await pool.close()
 

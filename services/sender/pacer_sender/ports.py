@@ -15,6 +15,7 @@ from pacer_common.domain.requests import AnyMessage, MediaMessage
 from pacer_common.gateway import MediaAnswer
 from pacer_sender.domain.decisions import Decision
 from pacer_sender.domain.media import MediaRow
+from pacer_sender.domain.pacing import Drain
 
 
 @dataclass(frozen=True)
@@ -75,9 +76,9 @@ class GuidQueueStore(Protocol):
         partition) pairs; only guids of those partitions, where the store can tell (it may
         return others: the caller keeps its own). None: every guid."""
         ...
-    async def shed(self, guid: str, interval_s: float) -> int:
+    async def shed(self, guid: str, drain: Drain) -> int:
         """Expire early (reason ``shed``) the guid's ready batch items that cannot go out
-        before their expire_at at one send per ``interval_s``; how many."""
+        before their expire_at at the guid's pace (``drain``); how many."""
         ...
     async def fail_unsent(self, cmd: ItemCommand, error_class: str, reason: str) -> bool:
         """pending → failed with a reason; False if the item is not pending (a submitted item

@@ -73,7 +73,8 @@ class SenderSettings(OpsSettings):
         "send left without one (in doubt), the interval is multiplied by `rate_limited_penalty` (2), again for "
         "each one in a row, up to `max_penalty` (×32); each clean send brings the multiplier back by "
         "`penalty_decay` (×0.9) toward 1; the guid's lease row keeps it (`guid_leases.penalty`), so a new owner "
-        "resumes at it. All three are hot-adjustable limits (`pacer limits GUID --set max_penalty=64 --reason R`)."
+        "resumes at it, worn down by the time since the guid's last send. All three are hot-adjustable limits "
+        "(`pacer limits GUID --set max_penalty=64 --reason R`)."
     ))
     jitter_dist: JitterDist = Field(DEFAULTS.jitter_dist, description=(
         "Distribution of the random gap: uniform in [0, jitter), or exponential with mean jitter (capped at 4 × "

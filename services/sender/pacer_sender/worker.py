@@ -236,15 +236,15 @@ class GuidWorker:
             return False
         batch = self.window.lanes.lanes["batch"].values()
         if not self.window.more:
-            interval, wall = self.pacer.batch_rate_s(limits), time.time()
-            if all(c.expire_at is None or c.expire_at.timestamp() > wall + len(batch) * interval for c in batch):
+            last, wall = self.pacer.drain(limits).at(len(batch)), time.time()
+            if all(c.expire_at is None or c.expire_at.timestamp() > wall + last for c in batch):
                 return False
         return True
 
     async def _shed(self, limits: Limits) -> None:
         self.shed_at = self.crew.clock()
         try:
-            shed = await self.crew.queue.shed(self.guid, self.pacer.batch_rate_s(limits))
+            shed = await self.crew.queue.shed(self.guid, self.pacer.drain(limits))
         except TransientError:
             log.exception("batch queue of guid %s not checked for shedding; trying again later", self.guid)
             return

@@ -17,6 +17,7 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.requests import ONLINE_MAX_PRIORITY
 from pacer_common.domain.status import ItemStatus as S
 from pacer_sender.adapters.postgres import _sql, move, storable
+from pacer_sender.domain.pacing import Drain
 from pacer_sender.domain.partitions import GUID_BUCKETS, buckets_of
 from pacer_sender.ports import Ready, Waiting
 
@@ -84,18 +85,20 @@ class PostgresGuidQueue:
                        payload={"error_class": error_class, "error": text})
         return await move(self.pool, t, cmd)
 
-    async def shed(self, guid: str, interval_s: float) -> int:
+    async def shed(self, guid: str, drain: Drain) -> int:
         """Expire early, with reason ``shed``, the guid's ready batch items that cannot go out
-        before their expire_at at one send per ``interval_s`` (``shed.sql``); how many."""
+        before their expire_at at the guid's pace (``drain``, ``shed.sql``); how many."""
         async def work() -> int:
             async with self.pool.connection() as conn, synchronous_transaction(conn):
                 rows: list[Any] = await (await conn.execute(_sql("shed"), {
-                    "guid": guid, "interval_s": interval_s, "min_priority": ONLINE_MAX_PRIORITY + 1})).fetchall()
+                    "guid": guid, "interval_s": drain.interval_s, "base_s": drain.base_s, "penalty": drain.penalty,
+                    "decay": drain.decay, "sends": drain.sends, "min_priority": ONLINE_MAX_PRIORITY + 1})).fetchall()
                 if not rows:
                     return 0
-                why = f"shed: at one batch send per {interval_s:.1f} s it could not go out before its expire_at"
+                why = f"shed: at {drain} it could not go out before its expire_at"
                 t = Transition("ItemExpired", S.EXPIRED, frozenset({S.PENDING}), error_class="shed", error=why,
-                               payload={"error_class": "shed", "error": why, "interval_s": interval_s})
+                               payload={"error_class": "shed", "error": why, "interval_s": drain.interval_s,
+                                        "penalty": drain.penalty})
                 return len(await apply(conn, t, [r["item_id"] for r in rows]))
 
         return await with_retry(work)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pacer_common.domain.ids import ItemId, JobId
+from pacer_sender.domain.pacing import Drain
 
 MIN_WEIGHT = 0.001  # a weight of 0 or less would starve a job for ever: it counts as this
 
@@ -46,9 +47,9 @@ def fair_order(items: Iterable[Queued], weight: Callable[[JobId], float | None] 
     return [q for _, q in sorted(keyed, key=lambda kq: kq[0])]
 
 
-def sheds(position: int, expire_at: float | None, now: float, interval_s: float) -> bool:
+def sheds(position: int, expire_at: float | None, now: float, drain: Drain) -> bool:
     """Shedding: whether the batch item at ``position`` (from 1) in its guid's send order
-    cannot go out before its ``expire_at`` at the guid's current rate (one send per
-    ``interval_s``): it would go out at about ``now + position * interval_s``.
-    ``adapters/sql/shed.sql`` applies the same test to a guid's whole batch queue."""
-    return expire_at is not None and now + position * interval_s > expire_at
+    cannot go out before its ``expire_at`` at the guid's current pace: it would go out at about
+    ``now + drain.at(position)``. ``adapters/sql/shed.sql`` applies the same test to a guid's
+    whole batch queue."""
+    return expire_at is not None and now + drain.at(position) > expire_at

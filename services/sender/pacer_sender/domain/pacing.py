@@ -18,6 +18,7 @@ quiet hours. A deferral here is never a failed attempt.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -99,10 +100,18 @@ class GuidPacer:
                 at = max(at, self.batch_hold_until)
         return at
 
-    def batch_rate_s(self, limits: Limits) -> float:
-        """The guid's current mean spacing of batch sends (its penalty included); window caps
-        and quiet hours only ever make it slower, so shedding by it sheds no more than it must."""
-        return (limits.batch_interval_s + limits.mean_jitter_s) * self.multiplier
+    def drain(self, limits: Limits) -> Drain:
+        """How the guid's batch queue goes out from now: at its batch interval and mean
+        jitter, slowed by its penalty as clean sends wear it down. Window caps and quiet hours
+        only ever make it slower, and a rate limit to come cannot be known, so shedding by it
+        sheds no more than it must."""
+        base, m, d = limits.batch_interval_s, self.multiplier, limits.penalty_decay
+        interval = base + limits.mean_jitter_s
+        if m <= 1.0:
+            return Drain(interval)
+        if d >= 1.0:  # a penalty that never wears off
+            return Drain(interval + base * (m - 1))
+        return Drain(interval, base, m, d, math.ceil(math.log(m) / -math.log(d)))
 
     def sent(self, lane: Lane, limits: Limits, mono: float, wall: float, rng: random.Random,
              job_interval_s: float | None = None) -> None:
@@ -185,15 +194,54 @@ class GuidPacer:
         owner, so its windows replace this sender's own, ended or not: each is the guid's
         last window, which the next one carries where they overlap (:meth:`_window`). The
         previous owner's lane split is not known, so its sends count against the batch share
-        too (never more sends than the limits allow)."""
+        too (never more sends than the limits allow). The penalty is worn down by the time
+        since the guid's last send (:func:`rested_penalty`): a guid quiet for a day is not
+        slowed by a rate limit it met before."""
         self.windows = {name: _Window(end, n, n) for name, (n, end) in (windows or {}).items() if name in SIZES}
         if penalty is not None:
+            if since_last_send_s is not None:
+                penalty = rested_penalty(penalty, since_last_send_s, limits)
             self.multiplier = max(self.multiplier, min(penalty, limits.max_penalty))
         if since_last_send_s is not None:
             self.handed_over = True
             before = mono - since_last_send_s
             self.last_any = before if self.last_any is None else max(self.last_any, before)
             self.last_batch = before if self.last_batch is None else max(self.last_batch, before)
+
+
+def rested_penalty(penalty: float, since_last_send_s: float, limits: Limits) -> float:
+    """The penalty a guid would be down to had it gone on sending cleanly at its slowed pace
+    since its last send: each send at ``m`` times the batch interval wears ``m`` by the factor
+    ``penalty_decay``, about ``(1 - decay) / batch_interval`` of the multiplier per second."""
+    if limits.penalty_decay >= 1.0:
+        return penalty
+    return max(1.0, penalty - max(0.0, since_last_send_s) * (1 - limits.penalty_decay) / limits.batch_interval_s)
+
+
+@dataclass(frozen=True)
+class Drain:
+    """When each item of a guid's batch queue goes out, sent in order from now: one send per
+    ``interval_s`` (the batch interval and the mean jitter), and for each of the first
+    ``sends`` sends ``base_s × (penalty × decay**k − 1)`` more, the ``k``-th send's share of
+    a rate-limit penalty that clean sends wear down (``decay`` each) until it is gone.
+    ``adapters/sql/shed.sql`` computes the same."""
+    interval_s: float
+    base_s: float = 0.0
+    penalty: float = 1.0
+    decay: float = 0.5
+    sends: int = 0
+
+    def at(self, position: int) -> float:
+        """Seconds from now until the item at ``position`` (from 1) goes out."""
+        k = min(position, self.sends)
+        slowed = self.penalty * (1 - self.decay**k) / (1 - self.decay) - k
+        return position * self.interval_s + self.base_s * slowed
+
+    def __str__(self) -> str:
+        if self.sends:
+            return (f"one batch send per {self.interval_s:.1f} s, its first {self.sends} slowed by a rate-limit "
+                    f"penalty of ×{self.penalty:.1f} wearing off")
+        return f"one batch send per {self.interval_s:.1f} s"
 
 
 @dataclass

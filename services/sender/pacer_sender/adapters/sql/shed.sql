@@ -1,7 +1,9 @@
 -- Shedding: the ready batch items of one guid that cannot go out before their expire_at at
--- one send per %(interval_s)s. Each item's position is its place in the guid's send order
--- (the order of next_ready.sql: priority, fair share across jobs by weight, age), so the item
--- at position p goes out at about now + p × interval (domain/order.py ``sheds``).
+-- the guid's pace. Each item's position is its place in the guid's send order (the order of
+-- next_ready.sql: priority, fair share across jobs by weight, age), so the item at position p
+-- goes out at about now + p × %(interval_s)s, plus, over the first %(sends)s sends, what a
+-- rate-limit penalty of %(penalty)s adds while clean sends wear it down by %(decay)s each
+-- (domain/pacing.py ``Drain.at``, domain/order.py ``sheds``).
 -- Reads the guid's whole batch queue (items_guid_ready, by index): run once in a while per
 -- guid, not per send.
 WITH q AS (
@@ -22,4 +24,7 @@ WITH q AS (
 )
 SELECT item_id::text AS item_id, pos, expire_at
 FROM ordered
-WHERE expire_at IS NOT NULL AND now() + pos * make_interval(secs => %(interval_s)s) > expire_at
+WHERE expire_at IS NOT NULL
+  AND now() + make_interval(secs => pos * %(interval_s)s + %(base_s)s * (
+        %(penalty)s * (1 - power(%(decay)s, least(pos, %(sends)s))) / (1 - %(decay)s) - least(pos, %(sends)s)))
+      > expire_at
