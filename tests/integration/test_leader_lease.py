@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 import pytest
@@ -171,5 +171,31 @@ def test_segment_leases_split_fail_over_within_the_bound_and_fence_the_old_owner
             await a.release()
             await b.release()
             await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_replicas_membership_is_renewed_while_it_is_live(database_url: str) -> None:
+    """Each round renews the replica's membership row before it expires: were it renewed only
+    once expired, peers would count one replica fewer from then until its next round and
+    claim segments that are its share."""
+
+    def membership(name: str) -> tuple[datetime, int]:
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute("SELECT expires_at, epoch FROM leader_leases WHERE name = %s", (name,)).fetchone()
+        assert row is not None, f"no row {name}"
+        return row[0], int(row[1])
+
+    async def scenario() -> None:
+        a = SegmentLeases(database_url, "pacer-reconciler", 2, ttl_s=30.0)  # live throughout the test
+        try:
+            assert await a.step()
+            first, epoch = membership(a.member)
+            assert await a.step()
+            renewed, same = membership(a.member)
+            assert renewed > first, "a live membership's expiry moves on at each round"
+            assert same == epoch, "a renewal, not a takeover"
+        finally:
+            await a.release()
 
     asyncio.run(scenario())

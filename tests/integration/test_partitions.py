@@ -665,3 +665,50 @@ def test_a_change_of_period_cuts_the_partitions_made_after_it_end_to_end(
         at = new[0][2] + timedelta(days=7, hours=1)
         items = {n: a for n, (a, _) in prune(conn, at).items() if n.startswith("items_p")}
         assert items == {n: "dropped" for n, _, _ in [*weekly, new[0]]}, items
+
+
+def test_a_reconciler_segment_with_no_events_does_not_keep_old_event_partitions_for_ever(
+        database_url: str, kafka_config: dict[str, str], topic_prefix: str) -> None:
+    """Two segments; every event of an old, finished week is in one of them. The other's cursor
+    is where a new layout starts it: it has nothing to read and, until it moves, the prune keeps
+    every event partition newer than it. With nothing to read, its reconciler moves it past the
+    finished transactions, and the week's events go."""
+    import asyncio
+
+    from pacer_common.db.pool import open_pool
+    from pacer_common.kafka import make_producer
+    from pacer_reconciler.adapters.kafka import KafkaPublisher
+    from pacer_reconciler.adapters.postgres import PostgresLog
+    from pacer_reconciler.core import Reconciler
+
+    now = datetime.now(UTC)
+    older = now - timedelta(days=27)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SELECT pacer_ensure_partitions(%s, 30)", (now - timedelta(days=30),))
+        (busy,) = conn.execute("SELECT (hashtext('g1') & 2147483647) % 2").fetchone()
+    quiet = 1 - busy
+    _, _, (done,) = seed_job(database_url, {"g1": 1}, created_at=older, key_prefix="reply:")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert sent(conn, done, "reply:g1:0") == "submitted"
+        conn.execute("INSERT INTO log_cursors (name, last_xid, last_seq) VALUES (%s, pg_current_xact_id(),"
+                     " (SELECT max(seq) FROM item_events)), (%s, '0', 0)",
+                     (f"reconciler/{busy}of2", f"reconciler/{quiet}of2"))
+        assert prune(conn, now)[f"item_events_p{week(older)}"] == (
+            "kept", "holds events a reconciler cursor has not passed")
+
+    async def tail_the_quiet_segment() -> int:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        try:
+            log_ = PostgresLog(pool, f"reconciler/{quiet}of2", timedelta(seconds=60), segments=2, segment=quiet)
+            publisher = KafkaPublisher(make_producer(kafka_config), f"{topic_prefix}.item-outcomes",
+                                       lambda lane: f"{topic_prefix}.item-commands")
+            return await Reconciler(log_, log_, publisher).tail_once()
+        finally:
+            await pool.close()
+
+    assert asyncio.run(tail_the_quiet_segment()) == 0, "nothing of its own to read"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        (passed,) = conn.execute("SELECT last_xid >= (SELECT max(xid) FROM item_events) FROM log_cursors"
+                                 " WHERE name = %s", (f"reconciler/{quiet}of2",)).fetchone()
+        assert passed, "the quiet segment's cursor moved past the finished transactions"
+        assert prune(conn, now)[f"item_events_p{week(older)}"] == ("dropped", None)

@@ -352,3 +352,29 @@ def test_while_kafka_is_away_a_publish_waits_without_holding_the_event_loop() ->
     assert isinstance(error, ProduceError), "nothing can acknowledge: the publish must fail, not pass"
     assert waited >= 1.9, f"the publish gave up after {waited:.2f} s, not its 2 s timeout"
     assert ran_at and ran_at[0] < 1.0, f"a callback due at 0.5 s ran at {ran_at} during a {waited:.2f} s wait: the loop was held"
+
+
+def test_a_quiet_segment_s_cursor_never_moves_past_an_event_of_its_own_not_yet_read(database_url: str) -> None:
+    """The move past finished transactions (when a read found nothing) is refused while any
+    event of the segment lies between the cursor and the horizon: an event that committed after
+    the read would otherwise be passed over."""
+    _, _, (item,) = seed_job(database_url, {"g1": 1})
+
+    async def scenario() -> tuple[object, object]:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        try:
+            store = PostgresLog(pool, "reconciler", timedelta(seconds=60))
+            start = await store.position()
+            async with await psycopg.AsyncConnection.connect(database_url) as conn, conn.transaction():
+                await apply(conn, CLAIM, [item])  # committed after a read that found nothing
+            unread = await store.quiet_position(start)
+            (applied,) = await store.read(start, 10)
+            async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+                await conn.execute("SELECT pg_current_xact_id()")  # a later transaction, with no event
+            return unread, await store.quiet_position(applied[0])
+        finally:
+            await pool.close()
+
+    unread, after = asyncio.run(scenario())
+    assert unread is None, f"moved past an unread event to {unread}"
+    assert after is not None, "once the event is read, the cursor may move past the finished transactions"

@@ -60,3 +60,36 @@ def test_the_top_n_replace_each_other_and_a_standby_exports_none() -> None:
     asyncio.run(standby())
     assert series(reg, "pacer_reconciler_guid_backlog_top") == {} and series(reg, "pacer_reconciler_guid_wait_top_seconds") == {}
     assert reg.get_sample_value("pacer_reconciler_events_held_back_seconds") == 0, "a standby holds nothing back"
+
+
+def test_a_refresh_that_fails_with_any_error_is_tried_again_and_the_gauges_go_on() -> None:
+    # Not only a database outage: a defect met once (a row it cannot read, a query the
+    # schema refuses) must not end the task and leave the gauges frozen at their last values.
+    failures = [KeyError("queued")]
+
+    async def read(sort: str, limit: int) -> list[dict[str, Any]]:
+        if failures:
+            raise failures.pop()
+        return [{"guid": "g1", "queued": 5, "oldest_wait_s": 2.0}]
+
+    async def read_held_back() -> float:
+        return 3.0
+
+    reg = CollectorRegistry()
+    m = ReconcilerMetrics(reg)
+    gauges = BacklogGauges(read, m.backlog_top, m.wait_top, 2, read_held_back, m.events_held_back)
+
+    async def leading() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(gauges.run(stop, lambda: True, 0.01))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while not series(reg, "pacer_reconciler_guid_backlog_top") and loop.time() < deadline and not task.done():
+            await asyncio.sleep(0.01)
+        stop.set()
+        await task  # and it ended only when told to, raising nothing
+
+    asyncio.run(leading())
+    assert not failures, "the failing refresh ran"
+    assert series(reg, "pacer_reconciler_guid_backlog_top") == {("1", "g1"): 5}
+    assert reg.get_sample_value("pacer_reconciler_events_held_back_seconds") == 3.0

@@ -44,6 +44,9 @@ class Log:
                                             "kind": "campaign", "expire_at": datetime(2027, 1, 1, tzinfo=UTC)})
                 for i in item_ids]
 
+    async def quiet_position(self, after: Position) -> Position | None:
+        return None
+
     async def commit_batch(self, events: Sequence[ItemEvent], start: Position, to: Position) -> None:
         assert start == self.cursor
         self.applied += events

@@ -69,6 +69,9 @@ class EmptyLog:
         self.reads += 1
         return []
 
+    async def quiet_position(self, after: Position) -> Position | None:
+        return None
+
 
 def _items(n: int, since: datetime = NOW) -> list[InDoubt]:
     return [InDoubt(f"i{k}", f"g{k}", f"k{k}", since) for k in range(n)]

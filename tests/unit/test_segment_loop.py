@@ -191,6 +191,56 @@ def test_the_loop_tails_the_segments_held_and_follows_handovers() -> None:
     asyncio.run(scenario())
 
 
+class BrokenLockStats(Stats):
+    """The leader's lock numbers fail every time (a defect, not the environment)."""
+
+    async def lock_stats(self) -> dict[str, int]:
+        self.rounds += 1
+        raise RuntimeError('column "granted" does not exist')
+
+
+def test_leader_stats_that_fail_neither_fail_the_round_nor_stop_the_tail() -> None:
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        leases = FakeLeases(2)
+        tails: dict[int, FakeTail] = {}
+
+        def tailer(segment: int, lease: Lease) -> Reconciler:
+            tails[segment] = FakeTail(segment)
+            return tails[segment]
+
+        async def no_backlog(sort: str, limit: int) -> list[dict[str, Any]]:
+            return []
+
+        async def nothing_held_back() -> float:
+            return 0.0
+
+        m = ReconcilerMetrics(registry, lambda: 0 in leases.owned())
+        sweeps, stats = NoSweeps(), BrokenLockStats()
+        loop = SegmentLoop(
+            leases, tailer, Reconciler(None, sweeps, None), stats,  # type: ignore[arg-type]
+            Verifier(sweeps, NoLookup()), BacklogGauges(no_backlog, m.backlog_top, m.wait_top, 3,
+                                                  nothing_held_back, m.events_held_back), m,
+            LoopConfig(leader_ttl_s=3, sweep_interval_s=0.01, batch=1000, stall_after_s=60, error_backoff_max_s=1,
+                       backlog_every_s=60, stall_count_every_s=60), prepare=_nothing)
+        stop = asyncio.Event()
+        leases.hold(0, 1)
+        running = asyncio.create_task(loop.run(stop, lambda ok, state: None))
+        try:
+            await _until(lambda: stats.rounds >= 3 and all(s in tails and tails[s].rounds >= 5 for s in (0, 1)))
+            assert loop.guard.failures == 0, "no round failed for the leader's numbers"
+            loop.drain()
+            errors = registry.get_sample_value("pacer_reconciler_round_errors_total", {"error": "RuntimeError"})
+            assert errors is not None and errors >= 3, "each failure counted"
+            assert _sample(registry, "pacer_reconciler_jobs_running") == 1.0, "the other numbers still read"
+            assert stats.stall_counts == 1
+        finally:
+            stop.set()
+            await running
+
+    asyncio.run(scenario())
+
+
 async def _nothing() -> None:
     return None
 

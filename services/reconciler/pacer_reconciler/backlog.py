@@ -21,8 +21,6 @@ from typing import Any
 
 from prometheus_client import Gauge
 
-from pacer_common.db.errors import TransientError
-
 log = logging.getLogger(__name__)
 Read = Callable[[str, int], Awaitable[list[dict[str, Any]]]]  # (sort, limit) → rows of guid_backlogs.sql
 HeldBack = Callable[[], Awaitable[float]]  # seconds the first event the tails cannot read has waited
@@ -55,7 +53,7 @@ class BacklogGauges:
                     self.backlog.clear()
                     self.wait.clear()
                     self.held_back_s.set(0)
-            except TransientError:
-                log.exception("backlog metrics not refreshed; trying again")
+            except Exception:  # a database down or a defect: the gauges must not stop for good
+                log.exception("backlog metrics not refreshed; trying again in %gs", every_s)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=every_s)

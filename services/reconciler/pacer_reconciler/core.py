@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,7 +37,8 @@ class Reconciler:
                  *, holds: Holds | None = None, breakers: Breakers | None = None,
                  batch: int = 2000, sweep_limit: int = 1000,
                  environment_errors: tuple[type[BaseException], ...] = (),
-                 poison_after: int = 3, max_skips_in_row: int = 10) -> None:
+                 poison_after: int = 3, max_skips_in_row: int = 10, quiet_every_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.events = events
         self.sweeps = sweeps
         self.publisher = publisher
@@ -56,6 +58,11 @@ class Reconciler:
         self.holds = holds
         self.breakers = breakers
         self.tripped: list[Trip] = []  # breakers that paused something; drained by the caller
+        # With nothing to read, the cursor moves past the finished transactions at most this
+        # often (:meth:`_pass_quiet`).
+        self.quiet_every_s = quiet_every_s
+        self.clock = clock
+        self._quiet_at: float | None = None
 
     def forget_position(self) -> None:
         """Reload the cursor from the database next time (after a leadership change)."""
@@ -80,6 +87,7 @@ class Reconciler:
         start = self._pos
         batch = await self.events.read(start, min(self._limit, self.batch))
         if not batch:
+            await self._pass_quiet(start)
             return 0
         try:
             await self._apply(start, batch)
@@ -92,6 +100,25 @@ class Reconciler:
         self._limit = min(self.batch, self._limit * 2)
         self._skipped_in_row = 0
         return len(batch)  # rows passed, skipped ones included
+
+    async def _pass_quiet(self, start: Position) -> None:
+        """With nothing to read, move the cursor past every finished transaction (at most
+        every ``quiet_every_s``): a segment whose guids send nothing would otherwise hold its
+        cursor at its last event, and the prune keeps every event partition newer than the
+        oldest cursor. Passes no event: none of the segment's lies between."""
+        now = self.clock()
+        if self._quiet_at is not None and now - self._quiet_at < self.quiet_every_s:
+            return
+        self._quiet_at = now
+        to = await self.events.quiet_position(start)
+        if to is None:
+            return
+        try:
+            await self.events.commit_batch([], start, to)
+        except Exception:
+            self._pos = None  # reload, as after any failed commit
+            raise
+        self._pos = to
 
     async def _isolate(self, start: Position, batch: list[tuple[Position, ItemEvent | Unreadable]],
                        exc: Exception) -> bool:

@@ -170,18 +170,36 @@ class SegmentLoop:
         for kind in report.failed:
             self.m.sweep_errors.labels(kind).inc()
         if self.is_leader():
-            # The stall count reads every open shard that has not moved: at its own, slower
-            # pace; the count last made is exported meanwhile.
-            count = self.now() >= self.next_stall_count
-            stall_after = timedelta(seconds=self.config.stall_after_s) if count else None
-            kept = {k: v for k, v in self.m.leader_stats.values.items() if k == "stalled_shards"}
-            self.m.leader_stats.update(kept | await self.stats.lock_stats()
-                                       | await self.stats.governance_stats(stall_after))
-            if count:
-                self.next_stall_count = self.now() + self.config.stall_count_every_s
+            await self._leader_stats()
         else:
             self._not_leading()
         self.next_sweep = self.now() + self.config.sweep_interval_s
+
+    async def _leader_stats(self) -> None:
+        """The leader's database-wide numbers. They run inside the tail's round, so nothing
+        they raise fails it: a failure is logged and counted, the numbers last read stay, and
+        the next sweep reads them again (one try each: the adapter does not retry them)."""
+        # The stall count reads every open shard that has not moved: at its own, slower
+        # pace; the count last made is exported meanwhile.
+        count = self.now() >= self.next_stall_count
+        stall_after = timedelta(seconds=self.config.stall_after_s) if count else None
+        last = self.m.leader_stats.values
+        fresh: dict[str, int] = {}
+        failed = False
+        for name, read in (("lock", self.stats.lock_stats),
+                           ("governance", lambda: self.stats.governance_stats(stall_after))):
+            try:
+                fresh |= await read()
+            except Exception as exc:
+                failed = True
+                self.m.count_round_error(type(exc).__name__, 1)
+                log.exception("leader's %s stats not read; the tail goes on, next try at the next sweep", name)
+                if name == "governance":
+                    count = False  # the stall count was not made: it is due again at once
+        kept = last if failed else {k: v for k, v in last.items() if k == "stalled_shards"}
+        self.m.leader_stats.update(kept | fresh)
+        if count:
+            self.next_stall_count = self.now() + self.config.stall_count_every_s
 
     def _not_leading(self) -> None:
         """The leader's numbers go with the lead; a new term counts stalls at once."""

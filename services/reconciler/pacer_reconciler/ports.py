@@ -26,6 +26,9 @@ class Position:
     seq: int
 
 
+LAST_SEQ = 2**63 - 1  # a position's largest seq: (xid, LAST_SEQ) is past every event of xid
+
+
 @dataclass(frozen=True)
 class InDoubt:
     item_id: str
@@ -58,6 +61,9 @@ class EventLog(Protocol):
     # Applies nothing and raises CursorMoved unless the stored cursor is still at ``start``.
     async def commit_batch(self, events: Sequence[ItemEvent], start: Position, to: Position) -> None: ...
     async def items_for_dispatch(self, item_ids: Sequence[str]) -> list[ItemCommand]: ...
+    # Where the cursor may move with nothing left to read (past every finished transaction),
+    # or None; the caller moves it with ``commit_batch([], start, to)``.
+    async def quiet_position(self, after: Position) -> Position | None: ...
 
 
 class Sweeps(Protocol):

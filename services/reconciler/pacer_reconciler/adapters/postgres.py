@@ -29,11 +29,15 @@ from pacer_reconciler.domain.projection import count_deltas
 from pacer_reconciler.domain.segments import SINGLETON_SEGMENT
 from pacer_reconciler.domain.stalls import Quiet, stalled
 from pacer_reconciler.domain.verification import verdict
-from pacer_reconciler.ports import Applied, CursorMoved, InDoubt, Lease, Position, SweepKind, Unreadable
+from pacer_reconciler.ports import LAST_SEQ, Applied, CursorMoved, InDoubt, Lease, Position, SweepKind, Unreadable
 
 _sql = loader("pacer_reconciler.adapters.sql")
 log = logging.getLogger(__name__)
 QUIET_FETCH = 2_000  # guids with shards that have not moved, fetched at a time for the stall count
+# The leader's numbers are read in a tail's round: a transient failure is tried again only this
+# long (a pool connection broken by a server restart), never the 60 s of other units of work;
+# the next sweep reads them anyway.
+STATS_RETRY_S = 2.0
 
 
 _SWEEPS: dict[SweepKind, Transition] = {
@@ -93,6 +97,18 @@ class PostgresLog:
                     "segment": self.segment, "xid": after.xid, "seq": after.seq, "limit": limit})
                 await self.labels.label(conn, rows)
             return [(Position(r["xid"], r["seq"]), _event(r)) for r in rows]
+
+        return await with_retry(work)
+
+    async def quiet_position(self, after: Position) -> Position | None:
+        """Where the segment's cursor may move with nothing read (``quiet_cursor.sql``):
+        just before the oldest transaction still running, if no event of the segment lies
+        between; None when it may not move."""
+        async def work() -> Position | None:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(segment_sql("quiet_cursor", self.segments), {
+                    "segment": self.segment, "xid": after.xid, "seq": after.seq})).fetchone()
+            return None if row is None else Position(row["xid"], LAST_SEQ)
 
         return await with_retry(work)
 
@@ -193,7 +209,7 @@ class PostgresLog:
                 row = await one(conn, query("lock_counts"))
             return {k: int(v) for k, v in row.items()}
 
-        return await with_retry(work)
+        return await with_retry(work, deadline_s=STATS_RETRY_S)
 
     # -- governance -----------------------------------------------------------------------
     async def hold(self, scope: str, key: str, reason: str, actor: str) -> bool:
@@ -219,7 +235,7 @@ class PostgresLog:
                     | {f"tenant_sends:{r['tenant']}": int(r["sends"]) for r in quotas}
                     | {f"tenant_quota:{r['tenant']}": int(r["sends_per_day"]) for r in quotas})
 
-        return await with_retry(work)
+        return await with_retry(work, deadline_s=STATS_RETRY_S)
 
     @staticmethod
     async def _stalled(conn: AsyncConnection[DictRow], stall_after: timedelta) -> int:

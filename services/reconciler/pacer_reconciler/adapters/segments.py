@@ -55,6 +55,10 @@ class SegmentLeases:
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.leases = {s: SegmentLease(s, name) for s, name in segment_names(prefix, n).items()}
         self.member = f"{prefix}/member/{self.holder}"
+        # The membership row is a lease too, renewed at the epoch it was taken at: leader_take
+        # renews a live row only for its holder at its epoch (with none, only once it expired,
+        # and peers would count this replica out for the rest of that round).
+        self.member_epoch: int | None = None
         self.replicas = 1  # live replicas seen in the last round, this one included
         self._conn: psycopg.AsyncConnection[TupleRow] | None = None
 
@@ -82,7 +86,7 @@ class SegmentLeases:
                 for lease in self.leases.values():
                     if lease.epoch is not None:
                         await self._take(conn, lease, started)
-                await self._take_row(conn, self.member, None)
+                self.member_epoch = await self._take_row(conn, self.member, self.member_epoch)
                 rows = await (await conn.execute(_sql("segment_view"), {"prefix": self.prefix})).fetchall()
                 mine = set(self.owned())
                 names = {lease.name: s for s, lease in self.leases.items()}
@@ -141,4 +145,5 @@ class SegmentLeases:
                 await conn.execute(_sql("segment_leave"), {"name": self.member})
         for lease in self.leases.values():
             lease.epoch = None
+        self.member_epoch = None
         await self._drop_connection()
