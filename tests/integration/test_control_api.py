@@ -664,6 +664,35 @@ def test_test_send_reaches_only_sandbox_targets_and_is_queued_as_a_one_item_job(
         "token:tech_admin", "test_send", "sandbox-room", made["item_id"])
 
 
+def test_a_test_send_goes_through_the_gateway_of_the_tenant_holding_the_guid(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name, base_url) VALUES ('acme', 'http://acme')")
+        conn.execute("INSERT INTO tenant_guids (guid, tenant) VALUES ('acme-guid', 'acme')")
+
+    async def go() -> list[dict[str, Any]]:
+        async with control_api(database_url, sandbox_targets=["sandbox-room"]) as api:
+            made = []
+            for guid in ("acme-guid", "new-guid"):
+                r = await api.post("/test-send", "tech_admin",
+                                   json={"guid": guid, "to_id": "sandbox-room", "content": "hi"})
+                assert r.status_code == 200, r.text
+                made.append(r.json())
+            return made
+
+    acme, new = asyncio.run(go())
+    # The job is the guid's tenant's, and so is the command the reconciler publishes for its
+    # item: the sender sends it with that tenant's gateway URL and credential.
+    assert rows(database_url, "SELECT j.tenant AS job, c.tenant AS command FROM items i JOIN jobs j USING (job_id)"
+                              " CROSS JOIN LATERAL pacer_item_command(i) c WHERE i.item_id = %s",
+                acme["item_id"]) == [{"job": "acme", "command": "acme"}]
+    # A guid no tenant holds yet is sent as 'default''s and stays unclaimed: a test send does
+    # not decide which tenant's the guid becomes (the first job naming it does).
+    assert rows(database_url, "SELECT j.tenant FROM items i JOIN jobs j USING (job_id) WHERE i.item_id = %s",
+                new["item_id"]) == [{"tenant": "default"}]
+    assert rows(database_url, "SELECT guid, tenant FROM tenant_guids ORDER BY guid") == [
+        {"guid": "acme-guid", "tenant": "acme"}]
+
+
 def test_test_send_is_refused_when_no_sandbox_is_configured(database_url: str) -> None:
     async def go() -> None:
         async with control_api(database_url) as api:

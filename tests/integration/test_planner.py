@@ -9,14 +9,16 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
+from pacer_common.db.errors import RefusedError
 from pacer_common.db.pool import open_pool
 from pacer_common.kafka import ensure_topics, make_producer
 from pacer_planner.adapters.kafka import KafkaCommandBus
-from pacer_planner.adapters.postgres import ApprovalPolicy, PostgresJobStore
+from pacer_planner.adapters.postgres import ApprovalPolicy, PostgresJobStore, claim_guids
 from pacer_planner.core import Handled, Planner
 from pacer_sender.adapters.queue import PostgresGuidQueue
-from tests.integration.helpers import read_topic
+from tests.integration.helpers import eventually, read_topic, waiting_for_locks
 
 
 def request(rid: str, n: int, guids: int = 2, kind: str = "campaign", **extra: object) -> bytes:
@@ -213,6 +215,46 @@ def test_refused_tenants_are_dead_lettered_with_the_reason_and_store_nothing(
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT array_agg(request_id) FROM jobs").fetchone() == (["u2"],)
         assert conn.execute("SELECT count(*) FROM tenant_guids").fetchone() == (2,)
+
+
+async def claim_behind_an_open_claim(url: str, first: list[str], second: list[str]) -> str | None:
+    """Two jobs of tenant acme claim guids at once: the first one's transaction stays open (as
+    while it copies its items) until the second waits on its claim, then commits. Returns why
+    the second was refused, or None (its claim is then committed too)."""
+    async with (await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as a,
+                await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as b):
+        async def claim_second() -> str | None:
+            try:
+                async with b.transaction():
+                    await claim_guids(b, "acme", second)
+            except RefusedError as exc:
+                return str(exc)
+            return None
+
+        async with a.transaction():
+            await claim_guids(a, "acme", first)
+            waiting = asyncio.create_task(claim_second())
+            await eventually(lambda: waiting_for_locks(url), 10, "the second claim waiting for the first")
+        return await asyncio.wait_for(waiting, 10)
+
+
+def test_a_guid_a_concurrent_job_of_the_same_tenant_claimed_first_is_not_another_tenants(
+        database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name) VALUES ('acme')")
+    assert asyncio.run(claim_behind_an_open_claim(database_url, ["n1"], ["n1", "n2"])) is None
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT guid, tenant FROM tenant_guids ORDER BY guid").fetchall() == [
+            ("n1", "acme"), ("n2", "acme")]
+
+
+def test_max_guids_counts_a_guid_a_concurrent_job_of_the_same_tenant_claimed_first(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name, max_guids) VALUES ('acme', 2)")
+    reason = asyncio.run(claim_behind_an_open_claim(database_url, ["n1"], ["n1", "n2", "n3"]))
+    assert reason == "tenant 'acme' would hold 3 guids, over its quota of 2 (max_guids)"
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT guid, tenant FROM tenant_guids").fetchall() == [("n1", "acme")]
 
 
 def test_a_text_every_target_shares_is_stored_once_on_the_job_and_read_back_whole(

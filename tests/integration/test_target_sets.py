@@ -155,10 +155,12 @@ class Instance:
 
 @asynccontextmanager
 async def instance(url: str, kafka_config: dict[str, str], topics: dict[str, str], owner: str = "p1", *,
-                   crash_after: int | None = None, limit: int = 100_000, **cfg: Any) -> AsyncIterator[Instance]:
-    """One planner: its own pool, producer, HTTP client and paging lease owner name."""
+                   crash_after: int | None = None, limit: int = 100_000,
+                   transport: httpx.AsyncBaseTransport | None = None, **cfg: Any) -> AsyncIterator[Instance]:
+    """One planner: its own pool, producer, HTTP client and paging lease owner name (the client
+    fetches through ``transport`` when one is given: an audience no fake serves)."""
     pool = await open_pool(url, min_size=1, max_size=4)
-    http = httpx.AsyncClient(timeout=5.0)
+    http = httpx.AsyncClient(timeout=5.0, transport=transport)
     bus: CommandBus = KafkaCommandBus(make_producer(kafka_config), lambda lane: topics[lane], topics["dlq"])
     if crash_after is not None:
         bus = CrashingBus(bus, crash_after)
@@ -342,6 +344,31 @@ def test_fetch_failures_are_retried_then_pause_the_job_with_the_reason(
 
     assert asyncio.run(resume()) == "complete"
     assert one(database_url, "SELECT total, target_wait_reason FROM jobs WHERE job_id = %s", paused) == (5, None)
+
+
+def test_an_audience_page_nested_too_deep_to_decode_is_a_failed_fetch_that_pauses_the_job(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    # Deeper than Python's json decoder recurses: it raises RecursionError, not ValueError.
+    deep = b'{"items":' + b"[" * 100_000
+    served: list[httpx.Request] = []
+
+    def audience(request: httpx.Request) -> httpx.Response:
+        served.append(request)
+        return httpx.Response(200, content=deep, headers={"content-type": "application/json"})
+
+    async def go() -> tuple[str, str]:
+        async with instance(database_url, kafka_config, topics, page_attempts=2,
+                            transport=httpx.MockTransport(audience)) as p:
+            h = await p.planner.handle(None, requery("rq-deep", "http://audience.test/deep", 10))
+            assert h.job_id is not None
+            return h.job_id, await p.pager.run(h.job_id)
+
+    job, outcome = asyncio.run(go())
+    assert (outcome, len(served)) == ("paused", 2)  # each attempt counted, then the job is held
+    reason = ("target_fetch_failed: page 1 of http://audience.test/deep (cursor None) failed 2 times, "
+              "last: response is not JSON Pacer can read: nested too deeply")
+    assert one(database_url, "SELECT status, paused_reason, target_wait_reason, total FROM jobs WHERE job_id = %s",
+               job) == ("paused", reason, reason, 0)
 
 
 def test_a_page_waits_for_admission_while_its_guid_is_backlogged(

@@ -1086,6 +1086,7 @@ DECLARE
     t record;
     p record;
     why text;
+    check_sql text;
     filled boolean;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pacer_partitions'));
@@ -1102,19 +1103,27 @@ BEGIN
                  WHERE x.ends + make_interval(secs => (p_retain_days->>t.parent)::int * 86400) <= p_now LOOP
             why := NULL;
             IF t.guard IS NOT NULL THEN
-                EXECUTE format('SELECT string_agg(r, ''; '') FROM (' || t.guard || ') AS g(r)',
-                               p.partition, p.starts, p.ends) INTO why;
+                check_sql := format('SELECT string_agg(r, ''; '') FROM (' || t.guard || ') AS g(r)',
+                                    p.partition, p.starts, p.ends);
+                EXECUTE check_sql INTO why;
             END IF;
             IF why IS NOT NULL THEN
                 RETURN QUERY SELECT p.partition, 'kept'::text, why;
                 CONTINUE;
             END IF;
             BEGIN
-                EXECUTE format('DROP TABLE %I', p.partition);
-                RETURN QUERY SELECT p.partition, 'dropped'::text, NULL::text;
-            EXCEPTION WHEN lock_not_available THEN
+                IF t.guard IS NOT NULL THEN  -- the guard again, with the partition's writers out
+                    EXECUTE format('LOCK TABLE %I IN SHARE MODE', p.partition);
+                    EXECUTE check_sql INTO why;
+                END IF;
+                IF why IS NULL THEN
+                    EXECUTE format('DROP TABLE %I', p.partition);
+                END IF;
+            EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
                 RETURN QUERY SELECT p.partition, 'skipped'::text, SQLERRM;
+                CONTINUE;
             END;
+            RETURN QUERY SELECT p.partition, CASE WHEN why IS NULL THEN 'dropped' ELSE 'kept' END, why;
         END LOOP;
     END LOOP;
 END
@@ -1500,12 +1509,13 @@ CREATE FUNCTION public.pacer_test_send(p_job uuid, p_item uuid, p_guid text, p_t
 DECLARE
     s bigint;
     k text := 'test:' || p_item::text;
+    owner text := COALESCE((SELECT g.tenant FROM tenant_guids g WHERE g.guid = p_guid), 'default');
 BEGIN
     INSERT INTO jobs (job_id, request_id, kind, priority, created_by, message, content_version, target_mode,
-                      total, request, dispatched_at, target_fetched, target_complete_at)
+                      total, request, dispatched_at, target_fetched, target_complete_at, tenant)
     VALUES (p_job, 'test-send-' || p_job::text, 'campaign', 0, p_actor,
             jsonb_build_object('type', 'text', 'content', p_content), 1, 'snapshot', 1,
-            jsonb_build_object('test_send', true, 'guid', p_guid, 'to_id', p_to_id), now(), 1, now());
+            jsonb_build_object('test_send', true, 'guid', p_guid, 'to_id', p_to_id), now(), 1, now(), owner);
     INSERT INTO shards (job_id, guid, total) VALUES (p_job, p_guid, 1) RETURNING shard_id INTO s;
     INSERT INTO shard_status_counts (shard_id, status, n) VALUES (s, 'pending', 1);
     INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind, status, version)

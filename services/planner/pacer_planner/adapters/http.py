@@ -33,3 +33,8 @@ class HttpTargetSource:
             return resp.json()
         except ValueError as exc:
             raise TargetFetchError(f"response is not JSON: {exc}") from exc
+        except RecursionError as exc:
+            # json's decoder recurses per nesting level: past Python's recursion limit it gives
+            # up with this instead of ValueError. An unreadable page like any other, or the pager
+            # would not count the attempt and would fetch the page again at every sweep.
+            raise TargetFetchError("response is not JSON Pacer can read: nested too deeply") from exc

@@ -48,7 +48,10 @@ async def insert_shards(conn: AsyncConnection[Any], job_id: str, shards: Mapping
 async def claim_guids(conn: AsyncConnection[Any], tenant: str, guids: list[str]) -> None:
     """Record ``guids`` as ``tenant``'s, or raise :class:`RefusedError` with the reason (the
     caller's transaction rolls back: nothing of the job is stored)."""
-    cur = await conn.execute(sql("tenant_guids"), {"tenant": tenant, "guids": guids})
+    params = {"tenant": tenant, "guids": guids}
+    # Two statements: the check's snapshot must be taken after the claim (tenant_guids.sql).
+    await conn.execute(sql("tenant_guids_claim"), params)
+    cur = await conn.execute(sql("tenant_guids"), params)
     row = await cur.fetchone()
     assert row is not None
     reason = tenant_refusal(tenant, row["known"], list(row["foreign"]), int(row["held"]), row["max_guids"])
