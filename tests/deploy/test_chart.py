@@ -4,6 +4,7 @@ say what values.yaml promises."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 import shutil
 
@@ -135,6 +136,35 @@ def test_network_policies_let_each_service_reach_only_what_it_needs(full):
 def test_the_gateway_port_of_an_http_url_is_let_through() -> None:
     policies = _by_kind(render("tenant-a", CHART / "ci" / "tenants-values.yaml"), "NetworkPolicy")
     assert 8080 in _egress_ports(policies["tenant-a-pacer-sender"])  # http://wecom-gateway:8080
+
+
+def test_every_alert_counts_each_release_of_a_shared_namespace_apart() -> None:
+    # tenants-values.yaml: several releases in one namespace, each with its own reconciler leader.
+    objs = render("tenant-a", CHART / "ci" / "tenants-values.yaml")
+    (monitor,) = _by_kind(objs, "ServiceMonitor").values()
+    (copied,) = monitor["spec"]["targetLabels"]
+    for service in _by_kind(objs, "Service").values():
+        assert service["metadata"]["labels"][copied] == "tenant-a"
+    release = re.sub(r"[^a-zA-Z0-9_]", "_", copied)  # the name Prometheus gives the copied label
+    (rule,) = _by_kind(objs, "PrometheusRule").values()
+    for alert in rule["spec"]["groups"][0]["rules"]:
+        groupings = re.findall(r"\b(?:by|on) \(([^)]*)\)", alert["expr"])
+        assert groupings or alert["alert"] == "PacerTargetDown", alert["alert"]  # up{} keeps every label
+        for labels in groupings:
+            assert {"namespace", release} <= {x.strip() for x in labels.split(",")}, (alert["alert"], labels)
+
+
+def test_every_board_the_chart_ships_reads_the_picked_namespace_and_release() -> None:
+    for path in sorted((CHART / "files" / "grafana").glob("*.json")):
+        board = json.loads(path.read_text())
+        assert [v["name"] for v in board["templating"]["list"]][-2:] == ["namespace", "release"], path.name
+        for panel in board["panels"]:
+            for target in panel.get("targets", []):
+                expr = target["expr"]
+                for _, selector in re.findall(r"\b((?:pacer|process)_[a-z0-9_]+|up)\b(\{[^}]*\})?", expr):
+                    assert 'app_kubernetes_io_instance=~"$release"' in selector, (path.name, expr)
+                for labels in re.findall(r"\bon \(([^)]*)\)", expr):
+                    assert "app_kubernetes_io_instance" in labels, (path.name, expr)
 
 
 def _env(objs: list[dict], deployment: str) -> dict[str, str]:

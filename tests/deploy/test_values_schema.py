@@ -28,8 +28,9 @@ def test_schema_is_valid_and_accepts_the_defaults():
     ("networkPolicy.enable=true", "enable"),
     ("sender.failureCodes.45009=throttled", "failureCodes"),
     ("logLevel=verbose", "logLevel"),
+    ("sender.keda.minReplicas=0", "minReplicas"),
 ], ids=["wrong type", "misspelt key", "out of range", "misspelt nested key", "unknown failure class",
-        "unknown log level"])
+        "unknown log level", "senders scaled to zero"])
 def test_helm_refuses_bad_values(setting, complaint):
     for run in (lint(MINIMAL, "--set", setting), template("pacer", MINIMAL, "--set", setting)):
         assert run.returncode != 0, run.stdout

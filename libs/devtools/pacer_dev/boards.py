@@ -17,20 +17,29 @@ from typing import Any
 
 OUT = Path(__file__).resolve().parents[3] / "deploy" / "grafana"
 DS = {"type": "prometheus", "uid": "${datasource}"}
-# Every board has a namespace picker (one Pacer installation per namespace, as the alert rules
-# count them): each series a panel reads is matched to it. "All" is any namespace, a series
-# without the label (a plain Prometheus) included.
+# Every board has a namespace picker and, next to it, a release picker (a Pacer installation is
+# a Helm release in a namespace, as the alert rules count them; the chart's ServiceMonitor puts
+# the release in `app_kubernetes_io_instance`): each series a panel reads is matched to both.
+# "All" is any value, a series without the label (a plain Prometheus) included.
 ALL_NAMESPACES = ".*"
+ALL_RELEASES = ".*"
+RELEASE_LABEL = "app_kubernetes_io_instance"
 NAMESPACE = {"name": "namespace", "type": "query", "label": "Namespace", "datasource": DS,
              "query": {"query": "label_values(pacer_build_info, namespace)", "refId": "namespaces"},
              "includeAll": True, "allValue": ALL_NAMESPACES, "multi": False, "refresh": 2, "sort": 1, "hide": 0,
              "current": {"selected": True, "text": "All", "value": "$__all"}}
+RELEASE = {"name": "release", "type": "query", "label": "Release", "datasource": DS,
+           "query": {"query": f'label_values(pacer_build_info{{namespace=~"$namespace"}}, {RELEASE_LABEL})',
+                     "refId": "releases"},
+           "includeAll": True, "allValue": ALL_RELEASES, "multi": False, "refresh": 2, "sort": 1, "hide": 0,
+           "current": {"selected": True, "text": "All", "value": "$__all"}}
 _SERIES = re.compile(r"\b(pacer_[a-z0-9_]+|process_[a-z0-9_]+|up)\b(\{)?")
 
 
 def scoped(expr: str) -> str:
-    """``expr`` with every series it reads matched to the board's namespace picker."""
-    return _SERIES.sub(lambda m: f'{m[1]}{{namespace=~"$namespace"' + (", " if m[2] else "}"), expr)
+    """``expr`` with every series it reads matched to the board's namespace and release pickers."""
+    return _SERIES.sub(lambda m: f'{m[1]}{{namespace=~"$namespace", {RELEASE_LABEL}=~"$release"'
+                       + (", " if m[2] else "}"), expr)
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,7 @@ ITEMS = "pacer_sender_items_total"
 WAIT = "pacer_sender_item_wait_seconds"
 E2E = "pacer_sender_item_end_to_end_seconds"
 GATEWAY = "pacer_gateway_request_duration_seconds"
-LEADER = "on (namespace, job, instance) pacer_reconciler_leader == 1"
+LEADER = f"on (namespace, {RELEASE_LABEL}, job, instance) pacer_reconciler_leader == 1"
 
 BOARDS: tuple[Board, ...] = (
     Board("pacer-guid", "Pacer · per-guid backlog and wait",
@@ -122,8 +131,10 @@ BOARDS: tuple[Board, ...] = (
                             "send unanswered). Each clean send brings a guid back toward its own pace; the Guids "
                             "page shows each as slowed ×N."),
               p("Tenants' daily quota used",
-                f"max by (namespace, tenant) (pacer_reconciler_tenant_sends_today and {LEADER}) / on (namespace, tenant) "
-                f"max by (namespace, tenant) (pacer_reconciler_tenant_sends_per_day and {LEADER})", "{{tenant}} {{namespace}}",
+                f"max by (namespace, {RELEASE_LABEL}, tenant) (pacer_reconciler_tenant_sends_today and {LEADER}) "
+                f"/ on (namespace, {RELEASE_LABEL}, tenant) "
+                f"max by (namespace, {RELEASE_LABEL}, tenant) (pacer_reconciler_tenant_sends_per_day and {LEADER})",
+                "{{tenant}} {{namespace}} {{app_kubernetes_io_instance}}",
                 "percentunit", "bargauge",
                 description="Sends of each tenant's today (its calendar day in its time zone) against its "
                             "sends_per_day; at 100% its sends wait for its midnight."),
@@ -300,7 +311,7 @@ def render(board: Board) -> dict[str, Any]:
         "editable": True, "schemaVersion": 39, "version": 1, "refresh": "30s", "timezone": "",
         "time": {"from": "now-6h", "to": "now"},
         "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus",
-                                 "label": "Prometheus", "current": {}, "hide": 0}, NAMESPACE]},
+                                 "label": "Prometheus", "current": {}, "hide": 0}, NAMESPACE, RELEASE]},
         "annotations": {"list": []},
         "links": [{"title": "Pacer boards", "type": "dashboards", "tags": ["pacer"], "asDropdown": True}],
         "panels": panels,
@@ -314,8 +325,8 @@ def rendered() -> dict[str, str]:
 
 def queries() -> list[tuple[str, str, str]]:
     """(board uid, panel title, PromQL) of every panel, as Grafana sends it with "All"
-    namespaces picked."""
-    return [(b.uid, pn.title, scoped(expr).replace("$namespace", ALL_NAMESPACES))
+    namespaces and releases picked."""
+    return [(b.uid, pn.title, scoped(expr).replace("$namespace", ALL_NAMESPACES).replace("$release", ALL_RELEASES))
             for b in BOARDS for pn in b.panels for expr, _ in pn.exprs]
 
 
