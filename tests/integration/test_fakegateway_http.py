@@ -19,6 +19,7 @@ from pacer_dev.infra.process import wait_for
 pytestmark = pytest.mark.timeout(120)
 
 SEND = "/message/sendText"
+LOOKUP = "/message/lookup"
 
 
 @pytest.fixture()
@@ -110,12 +111,12 @@ def test_drop_after_accept_is_a_transport_error_but_delivered(client: httpx.Clie
     knobs(client, p_drop_after_accept=0.0)
     s = stats(client)
     assert (s["sends"], s["dropped_responses"]) == (1, 1)
-    by_key = client.get("/message/lookup", params={"guid": "g1", "idempotencyKey": "k-drop"}).json()
+    by_key = client.post(LOOKUP, json={"guid": "g1", "idempotencyKey": "k-drop"}).json()
     assert by_key["code"] == 0 and by_key["data"]["found"] is True
     assert len(by_key["data"]["sends"]) == 1
-    by_text = client.get("/message/lookup", params={"guid": "g1", "toId": "u1", "content": "in doubt"})
+    by_text = client.post(LOOKUP, json={"guid": "g1", "toId": "u1", "content": "in doubt"})
     assert by_text.json()["data"]["found"] is True
-    other = client.get("/message/lookup", params={"guid": "g2", "idempotencyKey": "k-drop"}).json()
+    other = client.post(LOOKUP, json={"guid": "g2", "idempotencyKey": "k-drop"}).json()
     assert other["data"] == {"found": False, "sends": []}
     # The server survives the dropped connection and keeps serving.
     assert send(client, "g1", "u1", "after", key="k-after").json()["code"] == 0
@@ -146,19 +147,27 @@ def test_drop_through_aiohttp_transport_surfaces_as_connect_timeout(server_url: 
 
 def test_lookup_unavailable_answers_503(client: httpx.Client) -> None:
     knobs(client, lookup_unavailable=True)
-    resp = client.get("/message/lookup", params={"guid": "g1", "idempotencyKey": "k"})
+    resp = client.post(LOOKUP, json={"guid": "g1", "idempotencyKey": "k"})
     assert resp.status_code == 503
     knobs(client, lookup_unavailable=False)
-    assert client.get("/message/lookup", params={"guid": "g1"}).json()["code"] == 40001
+    assert client.post(LOOKUP, json={"guid": "g1"}).json()["code"] == 40001
+
+
+def test_lookup_is_a_post_with_a_json_body_as_the_contract_says(client: httpx.Client) -> None:
+    assert client.get(LOOKUP, params={"guid": "g1", "idempotencyKey": "k"}).status_code == 405
+    assert client.post(LOOKUP, content=b"not json").json()["code"] == 40001
+    assert client.post(LOOKUP, json=["g1", "k"]).json()["code"] == 40001
+    assert client.post(LOOKUP, json={"guid": "g1", "idempotencyKey": 7}).json()["code"] == 40001
+    assert client.post(LOOKUP, json={"guid": "g1", "idempotencyKey": "k"}).json()["data"]["found"] is False
 
 
 def test_lookup_delay_holds_the_answer_back(client: httpx.Client) -> None:
     knobs(client, lookup_delay_ms=60_000)
     with pytest.raises(httpx.ReadTimeout):
-        client.get("/message/lookup", params={"guid": "g1", "idempotencyKey": "k"}, timeout=0.3)
+        client.post(LOOKUP, json={"guid": "g1", "idempotencyKey": "k"}, timeout=0.3)
     assert stats(client)["lookups_delayed"] == 1
     knobs(client, lookup_delay_ms=0)
-    assert client.get("/message/lookup", params={"guid": "g1", "idempotencyKey": "k"}).json()["code"] == 0
+    assert client.post(LOOKUP, json={"guid": "g1", "idempotencyKey": "k"}).json()["code"] == 0
 
 
 def test_min_interval_violation_is_rejected_and_counted(client: httpx.Client) -> None:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI, Request
+from pydantic import SecretStr
 
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, SendError
 from pacer_common.gateway import GatewayClient, make_client
-from pacer_dev.fakegateway.process import running_fake_gateway
+from pacer_common.ops import serve
+from pacer_dev.fakegateway.process import free_port, running_fake_gateway
 
 
 def send(url: str, deadline: float | None, key: str) -> object:
@@ -97,3 +101,55 @@ def test_idle_connections_are_dropped_before_a_usual_server_drops_them() -> None
 
     server_idle_s = inspect.signature(uvicorn.Config.__init__).parameters["timeout_keep_alive"].default
     assert asyncio.run(go()) == KEEPALIVE_S < server_idle_s
+
+
+_NO_FOUND = object()  # an answer whose data has no "found" at all
+
+
+def _lookup_on_a_gateway_of_the_contract(found: object) -> tuple[bool | None, list[dict[str, Any]]]:
+    """The client's lookup of ("g1", "k1") against a gateway that serves only what the contract
+    names, ``POST /message/lookup`` with a JSON body, and answers ``found``; with the
+    requests it received."""
+    seen: list[dict[str, Any]] = []
+    app = FastAPI()
+
+    @app.post("/message/lookup")
+    async def lookup(request: Request) -> dict[str, Any]:
+        seen.append({"body": await request.json(), "content_type": request.headers.get("content-type"),
+                     "key": request.headers.get("x-idempotency-key"), "auth": request.headers.get("authorization")})
+        return {"code": 0, "msg": "ok", "data": {} if found is _NO_FOUND else {"found": found}}
+
+    async def go() -> bool | None:
+        port = free_port()
+        server, task = await serve(app, "127.0.0.1", port)
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline, "the stub gateway did not start"
+            await asyncio.sleep(0.01)
+        client = make_client(f"http://127.0.0.1:{port}", 2.0, credential=SecretStr("cred"))
+        try:
+            return await GatewayClient(client, DEFAULT_CODE_TABLE).lookup("g1", "k1")
+        finally:
+            await client.aclose()
+            server.should_exit = True
+            await task
+
+    return asyncio.run(go()), seen
+
+
+def test_a_lookup_is_a_post_of_a_json_body_with_the_key_and_the_credential() -> None:
+    found, seen = _lookup_on_a_gateway_of_the_contract(True)
+    assert found is True
+    assert seen == [{"body": {"guid": "g1", "idempotencyKey": "k1"}, "content_type": "application/json",
+                     "key": "k1", "auth": "Bearer cred"}]
+    assert _lookup_on_a_gateway_of_the_contract(False)[0] is False
+
+
+@pytest.mark.parametrize("found", [None, 0, 1, "", "false", "true", [], {}, _NO_FOUND],
+                         ids=["null", "0", "1", "empty", "string-false", "string-true", "list", "object", "absent"])
+def test_a_found_that_is_not_a_json_boolean_is_cant_say(found: object) -> None:
+    """Read as False, ``null`` or ``0`` would have a delivered item sent again; read as True,
+    ``"false"`` would confirm a send that never happened."""
+    assert _lookup_on_a_gateway_of_the_contract(found) == (None, [
+        {"body": {"guid": "g1", "idempotencyKey": "k1"}, "content_type": "application/json", "key": "k1",
+         "auth": "Bearer cred"}])

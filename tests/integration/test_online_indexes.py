@@ -1,6 +1,7 @@
 """Indexes of ``db/schema/indexes/`` are built by migrate partition by partition, concurrently:
-item writes go on during the build, a build cut short is finished by the next migrate, and
-the sweep uses the bucket index only once it is valid."""
+item writes go on during the build, a build cut short is finished by the next migrate, a
+second migrate waiting for the first does not hold its builds up, and the sweep uses the
+bucket index only once it is valid."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pacer_common.db.migrate import migrate
+from pacer_common.db.migrate import _LOCK_ID, migrate
 from pacer_common.db.online_indexes import declared, ensure_online_indexes, partition_index_name
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from tests.integration.helpers import run, seed_job, sql, wait_for
@@ -134,6 +135,57 @@ def test_a_build_cut_short_is_finished_by_the_next_migrate(database_url: str) ->
     valid, parts = _state(database_url)
     assert valid is True and set(parts) == _leaves(database_url)
     assert parts["items_default"] == (child, True)
+
+
+def _session(url: str, application_name: str) -> tuple[str, str | None, str] | None:
+    """(state, backend_xmin, last statement) of the session named ``application_name``."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT state, backend_xmin::text, query FROM pg_stat_activity"
+                           " WHERE datname = current_database() AND application_name = %s",
+                           (application_name,)).fetchone()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+def test_a_migrate_waiting_for_another_holds_no_snapshot_and_goes_on_once_it_is_done(
+        database_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """While a session holds the migration lock, as a running migrate does, a second migrate
+    waits for it idle between tries, with no snapshot: the first one's CREATE INDEX
+    CONCURRENTLY, which waits for every older snapshot, is not held up by it. (Waiting inside
+    pg_advisory_lock, each waited for the other and Postgres aborted one.) Once the lock is
+    released, the second migrate takes it and finishes."""
+    caplog.set_level(logging.INFO, logger="pacer_common.db.migrate")
+    name = "pacer-test-second-migrate"
+    second_url = f"{database_url}{'&' if '?' in database_url else '?'}application_name={name}"
+    applied: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            applied.append(migrate(second_url))
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+
+    with psycopg.connect(database_url, autocommit=True) as first:
+        first.execute("SELECT pg_advisory_lock(%s)", (_LOCK_ID,))
+        waiting = threading.Thread(target=second)
+        waiting.start()
+        try:
+            def idle_without_snapshot() -> bool:
+                seen = _session(database_url, name)
+                return seen is not None and seen[:2] == ("idle", None) and "pg_try_advisory_lock" in seen[2]
+
+            wait_for(idle_without_snapshot, 15, "the second migrate idle between its tries for the lock, holding"
+                     " no snapshot", describe=lambda: _session(database_url, name))
+            first.execute("SET statement_timeout = '30s'")
+            first.execute("CREATE TABLE concurrent_probe (n int)")
+            first.execute("CREATE INDEX CONCURRENTLY concurrent_probe_n ON concurrent_probe (n)")
+            assert waiting.is_alive() and not errors, errors
+            assert any("waiting for the migration lock" in r.getMessage() for r in caplog.records)
+        finally:
+            first.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
+        waiting.join(60)
+    assert not waiting.is_alive() and not errors, errors
+    assert applied == [[]]
 
 
 def test_the_sweep_walks_every_guid_while_the_bucket_index_is_not_yet_valid(database_url: str) -> None:

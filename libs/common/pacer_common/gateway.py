@@ -4,8 +4,10 @@ A client of one gateway (:func:`make_client`) is httpx's API on an aiohttp sessi
 (``httpx-aiohttp``), and the send itself — the one call per item — goes to that same
 session directly: through httpx's API an aiohttp request costs about three times the CPU
 (``bench/gateway_client.py``: 357 µs against 126 µs for this send, 119 µs for a bare
-aiohttp post), and the send is the sender's hot path. Every action (sends, media, tags,
-customer reads) goes that way; lookups keep httpx's API. Both share the session's connection pool, timeouts and credential.
+aiohttp post), and the send is the sender's hot path. Every call (sends, media, tags,
+customer reads, lookups) goes that way, ``POST {base}{path}`` with a JSON body, as the gateway
+contract has it (DESIGN.md, "Gateway contract, all actions"); httpx's API shares the session's
+connection pool, timeouts and credential.
 
 The one distinction that matters for exactly-once: did the request possibly reach the
 gateway? Only a failure to connect proves it did not (``NOT_SENT``); a timeout, a dropped
@@ -261,24 +263,18 @@ class GatewayClient:
         return data
 
     async def lookup(self, guid: str, idem_key: str) -> bool | None:
-        """Was this key delivered? ``True``/``False`` when the gateway knows, ``None`` when it can't say."""
-        started = time.perf_counter()
+        """Was this key delivered? ``True``/``False`` when the gateway knows, ``None`` when it
+        can't say. ``POST`` with a JSON body like every action (same headers, same encoding).
+        Only a JSON boolean ``found`` is an answer: ``null``, ``0`` or ``""`` taken for "not
+        delivered" would have the item sent again, ``"false"`` taken for "delivered" would
+        confirm a send that never happened."""
         try:
-            resp = await self.client.get(self.lookup_path, params={"guid": guid, "idempotencyKey": idem_key},
-                                         headers={**tracing.http_headers(), "X-Idempotency-Key": idem_key})
-        except httpx.TransportError:
-            self.observe("lookup", "transport_error", time.perf_counter() - started)
+            data = await self._call(self.lookup_path, {"guid": guid, "idempotencyKey": idem_key}, idem_key, None,
+                                    "lookup")
+        except SendError:
             return None
-        self.observe("lookup", _status_class(resp.status_code), time.perf_counter() - started)
-        if resp.status_code != 200:
-            return None
-        try:
-            body = resp.json()
-            if int(body.get("code", -1)) != 0:
-                return None
-            return bool(body["data"]["found"])
-        except (ValueError, KeyError, TypeError):
-            return None
+        found = data.get("found")
+        return found if isinstance(found, bool) else None
 
 
 def _text(raw: bytes) -> str:

@@ -36,6 +36,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 
 from pacer_common.domain.dead_letters import AT_HEADER, REASON_HEADER, SOURCE_HEADER, TENANT_HEADER
 from pacer_common.domain.requests import MAX_REQUEST_BYTES
+from pacer_common.lifecycle import FATAL, Fatal
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -84,6 +85,19 @@ class ProduceError(Exception):
     """A message could not be delivered; the caller must not commit what depends on it."""
 
 
+def producer_error(err: KafkaError, fatal: Fatal = FATAL) -> None:
+    """Every producer's ``error_cb``. A fatal error (an idempotent producer whose sequence
+    broke beyond repair) leaves the producer refusing every later message with ``_FATAL``: the
+    intake would answer 503 and the planner and sender retry for ever while looking healthy.
+    It is declared fatal for the process instead (:class:`~pacer_common.lifecycle.Fatal`), so
+    that the service stops and a fresh process with a fresh producer takes over. Any other
+    error librdkafka retries by itself: logged."""
+    if err.fatal():
+        fatal.declare(f"kafka producer: {err}")
+    else:
+        log.warning("kafka producer error: %s", err)
+
+
 def make_producer(config: dict[str, str], **extra: Any) -> Producer:
     conf: dict[str, Any] = {
         **config,
@@ -102,7 +116,7 @@ def make_producer(config: dict[str, str], **extra: Any) -> Producer:
         # Partitions added to a topic are hashed to within a minute, not librdkafka's five:
         # until then a guid's commands reach the partition it hashed to before.
         "topic.metadata.refresh.interval.ms": 60_000,
-        "error_cb": lambda err: log.warning("kafka producer error: %s", err),
+        "error_cb": producer_error,
         **extra,
     }
     return Producer(conf)

@@ -1,5 +1,5 @@
-"""Graceful shutdown: SIGTERM/SIGINT set an event the service loop watches; steps repeated
-until it is set."""
+"""Graceful shutdown: SIGTERM/SIGINT, or an error the process cannot get over (:class:`Fatal`),
+set an event the service loop watches; steps repeated until it is set."""
 
 from __future__ import annotations
 
@@ -7,17 +7,59 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
 from collections.abc import Awaitable, Callable
 
 log = logging.getLogger(__name__)
 
 
-def stop_event() -> asyncio.Event:
-    """An event set on SIGTERM or SIGINT; the service finishes the item in hand and exits."""
+class Fatal:
+    """An error after which this process can do nothing useful, however long it retries (a
+    Kafka producer's fatal error: every later produce fails). Once declared, the service is
+    unhealthy and not ready (``Health``: ``/healthz`` and ``/readyz`` answer 503 with the
+    reason), its stop event is set as by SIGTERM, and ``main_for`` exits non-zero: the
+    orchestrator starts a fresh process. One per process (:data:`FATAL`), like the signals
+    it stands beside; declared from any thread (librdkafka calls back on whichever thread
+    polls the client)."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self._lock = threading.Lock()
+        self._stops: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+
+    def stops(self, stop: asyncio.Event) -> None:
+        """Set ``stop`` (an event of the running loop) once this is declared; at once if it was."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            self._stops = [(lp, ev) for lp, ev in self._stops if not lp.is_closed()] + [(loop, stop)]
+            declared = self.reason is not None
+        if declared:
+            stop.set()
+
+    def declare(self, reason: str) -> None:
+        """The process is beyond repair (the first reason is kept): stop every service loop."""
+        with self._lock:
+            if self.reason is not None:
+                return
+            self.reason = reason
+            stops = list(self._stops)
+        log.critical("fatal: %s; stopping, to be started afresh", reason)
+        for loop, stop in stops:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nothing left to stop
+                loop.call_soon_threadsafe(stop.set)
+
+
+FATAL = Fatal()
+
+
+def stop_event(fatal: Fatal = FATAL) -> asyncio.Event:
+    """An event set on SIGTERM or SIGINT, or when ``fatal`` is declared; the service finishes
+    the item in hand and exits."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    fatal.stops(stop)
     return stop
 
 

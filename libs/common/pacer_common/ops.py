@@ -9,16 +9,32 @@ import uvicorn
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from pacer_common.lifecycle import FATAL, Fatal
+
 
 class Health:
-    """Liveness is "the loop is turning"; readiness is set by the service once wired."""
+    """Liveness is "the loop is turning", until ``fatal`` is declared; readiness is set by
+    the service once wired, and is lost for good with a fatal error."""
 
-    def __init__(self) -> None:
-        self.ready = False
-        self.reason = "starting"
+    def __init__(self, fatal: Fatal = FATAL) -> None:
+        self.fatal = fatal
+        self._ready = False
+        self._reason = "starting"
 
     def set_ready(self, ready: bool, reason: str = "") -> None:
-        self.ready, self.reason = ready, reason
+        self._ready, self._reason = ready, reason
+
+    @property
+    def alive(self) -> bool:
+        return self.fatal.reason is None
+
+    @property
+    def ready(self) -> bool:
+        return self._ready and self.alive
+
+    @property
+    def reason(self) -> str:
+        return self._reason if self.fatal.reason is None else f"fatal: {self.fatal.reason}"
 
 
 def ops_app(service: str, registry: CollectorRegistry, health: Health,
@@ -35,7 +51,10 @@ def add_ops_routes(app: FastAPI, service: str, registry: CollectorRegistry, heal
     """/healthz, /readyz and /metrics on ``app`` (a service whose main app is HTTP adds them there)."""
 
     @app.get("/healthz", include_in_schema=include_in_schema)
-    async def healthz() -> dict[str, str]:
+    async def healthz(response: Response) -> dict[str, str]:
+        if not health.alive:  # the orchestrator restarts it, even if its stop hangs
+            response.status_code = 503
+            return {"status": "fatal", "service": service, "reason": health.reason}
         return {"status": "ok", "service": service}
 
     @app.get("/readyz", include_in_schema=include_in_schema)

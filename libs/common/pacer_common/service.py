@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,7 @@ import uvloop
 from prometheus_client import CollectorRegistry
 
 from pacer_common import gcpause, loopwatch, tracing
-from pacer_common.lifecycle import stop_event
+from pacer_common.lifecycle import FATAL, stop_event
 from pacer_common.logs import configure
 from pacer_common.metrics import OffsetResets, service_registry
 from pacer_common.ops import Health, ops_app, serve
@@ -52,8 +53,11 @@ async def run_service(name: str, host: str, port: int,
 
 
 def main_for(name: str, ops: OpsSettings, coro: Coroutine[Any, Any, None]) -> None:
+    """Run a service's main coroutine; a process stopped by a fatal error exits non-zero."""
     configure(name, ops.log_level)
     gcpause.tune(ops.gc_thresholds)
     tracing.setup(name)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop if ops.event_loop == "uvloop" else None) as runner:
         runner.run(loopwatch.watched(coro, ops.loop_stall_s))
+    if FATAL.reason is not None:
+        sys.exit(f"{name} stopped by a fatal error: {FATAL.reason}")

@@ -14,7 +14,8 @@ class ReconcilerSettings(OpsSettings):
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_RECONCILER_")
     port: int = Field(9103, description="Ops HTTP port.")
     gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL", description=(
-        "Base URL of the gateway; in-doubt sends are verified with `GET /message/lookup?guid=…&idempotencyKey=…`."
+        "Base URL of the gateway; in-doubt sends are verified with `POST /message/lookup` (JSON body `guid`,"
+        " `idempotencyKey`)."
         " Same variable as the sender's."
     ))
     gateway_credential: SecretStr | None = Field(None, validation_alias="PACER_GATEWAY_CREDENTIAL", description=(

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from typing import Any
 
 import psycopg
 
 from pacer_common.db.online_indexes import (
     SCHEMA_LOCK_TIMEOUT,
+    WAIT_REPORT_S,
     ensure_online_indexes,
     event_segments_index,
     lock_retries,
@@ -38,6 +40,7 @@ from pacer_common.db.sql import migrations, query, schema_objects
 
 log = logging.getLogger(__name__)
 _LOCK_ID = 0x7061636572  # "pacer"
+LOCK_POLL_S = 0.2  # between two tries for the migration lock held by another migrate
 MIN_SERVER_VERSION = 140000
 LAST_MIGRATION_WITH_FUNCTIONS = 18
 PARTITIONS_AHEAD_DAYS = 3  # created at every migration (the reconciler keeps making them)
@@ -60,7 +63,7 @@ def migrate(url: str, event_segments: int | None = None) -> list[str]:
     migrations applied. Safe to run concurrently."""
     extra = [event_segments_index(event_segments)] if event_segments and event_segments > 1 else []
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_ID,))
+        wait_for_migration_lock(conn)
         try:
             applied = apply_migrations(conn)
             apply_schema_objects(conn)
@@ -70,6 +73,30 @@ def migrate(url: str, event_segments: int | None = None) -> list[str]:
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
     return applied
+
+
+def wait_for_migration_lock(conn: psycopg.Connection[Any]) -> None:
+    """Take the migration lock (``conn`` in autocommit), waiting as long as another migrate
+    holds it, by trying it again between short sleeps, never in ``pg_advisory_lock``: a
+    session waiting inside a statement holds a snapshot all the while, and the running
+    migrate's ``CREATE INDEX CONCURRENTLY`` waits for every snapshot older than its own to go.
+    Each waiting for the other, PostgreSQL breaks the deadlock by aborting one of them (a failed
+    upgrade hook, an online build thrown away). Between tries this session is idle, with no
+    snapshot; a try is a statement of its own that ends at once."""
+    started = time.monotonic()
+    reported: float | None = None
+    while True:
+        row = conn.execute("SELECT pg_try_advisory_lock(%s)", (_LOCK_ID,)).fetchone()
+        if row is not None and row[0]:
+            if reported is not None:
+                log.info("took the migration lock", extra={"waited_s": round(time.monotonic() - started, 1)})
+            return
+        now = time.monotonic()
+        if reported is None or now - reported >= WAIT_REPORT_S:
+            log.info("waiting for the migration lock: another migrate is running",
+                     extra={"waited_s": round(now - started, 1)})
+            reported = now
+        time.sleep(LOCK_POLL_S)
 
 
 def apply_migrations(conn: psycopg.Connection[Any]) -> list[str]:

@@ -57,19 +57,28 @@ def create_app(config: GatewayConfig | None = None) -> FakeGatewayApp:
     async def healthz() -> dict[str, Any]:
         return {"status": "ok", "sends": len(gw.records)}
 
-    @app.get("/message/lookup")
+    @app.post("/message/lookup")
     async def lookup(request: Request) -> JSONResponse:
+        """By ``idempotencyKey``, or else by ``toId`` and ``content``, all in the JSON body."""
         if gw.config.lookup_delay_ms > 0:
             gw.lookups_delayed += 1
             await asyncio.sleep(gw.config.lookup_delay_ms / 1000.0)
         if gw.config.lookup_unavailable:
             return JSONResponse({"code": -1, "msg": "lookup unavailable"}, status_code=503)
-        q = request.query_params
-        guid = q.get("guid")
-        if not guid:
-            return _bad_params("guid is required")
         try:
-            found = gw.lookup(guid, q.get("idempotencyKey"), q.get("toId"), q.get("content"))
+            body = await request.json()
+        except ValueError as exc:
+            return _bad_params(f"body is not JSON: {exc}")
+        if not isinstance(body, dict):
+            return _bad_params("body must be a JSON object")
+        guid = body.get("guid")
+        if not isinstance(guid, str) or not guid:
+            return _bad_params("guid is required")
+        fields = [body.get(name) for name in ("idempotencyKey", "toId", "content")]
+        try:
+            if any(v is not None and not isinstance(v, str) for v in fields):
+                raise ValueError("idempotencyKey, toId and content are strings")
+            found = gw.lookup(guid, *fields)
         except ValueError as exc:
             return _bad_params(str(exc))
         sends = [{"msgId": r.msg_id, "at": r.at, "toId": r.to_id} for r in found]
