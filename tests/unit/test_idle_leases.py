@@ -146,3 +146,22 @@ def _awaiting(task: asyncio.Task[object]) -> list[str]:
         names.append(coro.cr_code.co_name)
         coro = coro.cr_await
     return names
+
+
+def test_a_guid_taken_back_by_its_own_sender_after_a_quiet_spell_is_no_longer_slowed_by_an_old_rate_limit() -> None:
+    """Given back idle at ×32 and taken again by the same sender (its own pacing is the whole
+    truth): the penalty is worn by the time the guid was away, as a handed-over one is."""
+    store, now = InMemoryGuidLeases(ttl=30), [0.0]
+    keeper = LeaseKeeper(GuidLeases(store, "me", 30), clock=lambda: now[0])
+    limits = Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.0, max_penalty=32.0, penalty_decay=0.9)
+    pacer = GuidPacer(multiplier=32.0, last_any=0.0)
+
+    async def scenario() -> None:
+        assert await keeper.take("g", pacer, limits)
+        await keeper.leases.release(["g"])
+        now[0] = 3600.0
+        assert await keeper.take("g", pacer, limits)
+        assert keeper.leases.held["g"] == 2 and not keeper.leases.released_at, "regained: nobody held it between"
+
+    asyncio.run(scenario())
+    assert pacer.multiplier == 1.0

@@ -449,3 +449,16 @@ def test_the_claim_lead_follows_a_slow_claim_at_once_and_fast_ones_gradually_wit
     off.observe(0.3)
     assert off.lead_s == 0.0
 
+
+
+def test_a_guid_taken_back_by_its_own_sender_wears_its_penalty_down_by_the_time_it_was_away() -> None:
+    limits = Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.0, max_penalty=32.0, penalty_decay=0.9)
+    p = GuidPacer(multiplier=32.0, last_any=0.0)
+    p.rest(100.0, limits)
+    assert p.multiplier == pytest.approx(22.0)
+    p.rest(86_500.0, limits)
+    assert p.multiplier == 1.0
+    caps_only = Limits(min_interval_s=0.0, jitter_s=0.0, online_reserve=0.0, per_minute=10)
+    handed = GuidPacer()
+    handed.resume_after(100.0, 50.0, caps_only, penalty=4.0)  # no interval to wear it by: kept, no error
+    assert handed.multiplier == 4.0

@@ -58,9 +58,11 @@ class LeaseKeeper:
             return False
         if lease is None:
             return False  # another sender still holds the guid (finishing, or not yet expired)
-        if not self.leases.regained(guid, lease.epoch):  # else its pacing here is the whole truth
+        if not self.leases.regained(guid, lease.epoch):
             since = None if lease.last_send_at is None else (lease.db_now - lease.last_send_at).total_seconds()
             pacer.resume_after(self.clock(), since, limits, lease.windows, lease.penalty)
+        else:  # its pacing here is the whole truth, its penalty worn by the time it was away
+            pacer.rest(self.clock(), limits)
         return True
 
     def penalized(self, guid: str, multiplier: float, rose: bool) -> None:

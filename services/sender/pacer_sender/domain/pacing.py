@@ -184,6 +184,13 @@ class GuidPacer:
         held = mono + fraction * window - limits.batch_interval_s
         self.last_batch = held if self.last_batch is None else max(self.last_batch, held)
 
+    def rest(self, mono: float, limits: Limits) -> None:
+        """Wear this guid's own penalty down by the time since its last send here, as a taken
+        lease's row penalty is (:func:`rested_penalty`): a guid given back idle and taken again
+        a day later is not slowed by a rate limit it met before."""
+        if self.last_any is not None and self.multiplier > 1.0:
+            self.multiplier = rested_penalty(self.multiplier, mono - self.last_any, limits)
+
     def resume_after(self, mono: float, since_last_send_s: float | None, limits: Limits,
                      windows: dict[str, tuple[int, float]] | None = None, penalty: float | None = None) -> None:
         """Carry the spacing, the window counts and the rate-limit penalty over a handover:
@@ -198,6 +205,7 @@ class GuidPacer:
         since the guid's last send (:func:`rested_penalty`): a guid quiet for a day is not
         slowed by a rate limit it met before."""
         self.windows = {name: _Window(end, n, n) for name, (n, end) in (windows or {}).items() if name in SIZES}
+        self.rest(mono, limits)
         if penalty is not None:
             if since_last_send_s is not None:
                 penalty = rested_penalty(penalty, since_last_send_s, limits)
@@ -213,7 +221,7 @@ def rested_penalty(penalty: float, since_last_send_s: float, limits: Limits) -> 
     """The penalty a guid would be down to had it gone on sending cleanly at its slowed pace
     since its last send: each send at ``m`` times the batch interval wears ``m`` by the factor
     ``penalty_decay``, about ``(1 - decay) / batch_interval`` of the multiplier per second."""
-    if limits.penalty_decay >= 1.0:
+    if limits.penalty_decay >= 1.0 or limits.batch_interval_s <= 0:  # never worn, or nothing to slow
         return penalty
     return max(1.0, penalty - max(0.0, since_last_send_s) * (1 - limits.penalty_decay) / limits.batch_interval_s)
 
