@@ -1,6 +1,7 @@
-"""The partition prune against concurrent writers and readers, on real Postgres: a guard that
-found nothing decides a drop only once the partition's writers are out, and taking them out
-fails no query that reads the parent."""
+"""The partition prune against concurrent writers and readers, on real Postgres: it starts only
+once the writers that may add items to an old partition are done (pacer_partition_writer), and
+a DROP held up by anything else gives up after its lock timeout instead of holding the item
+tables' readers behind it."""
 
 from __future__ import annotations
 
@@ -31,11 +32,12 @@ def old_failed_item(url: str) -> tuple[str, str, datetime]:
     return item, partition, now
 
 
-def prune_items(url: str, now: datetime) -> Changes:
-    """The items' prune (a lock timeout far past the test's waits), from a session of its own."""
+def prune_items(url: str, now: datetime, lock_timeout_s: float = 60.0) -> Changes:
+    """The items' prune (by default with a lock timeout far past the test's waits), from a
+    session of its own."""
     with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute("SELECT * FROM pacer_prune_partitions(%s, %s::jsonb, interval '60 seconds')",
-                            (now, json.dumps({"items": 7}))).fetchall()
+        rows = conn.execute("SELECT * FROM pacer_prune_partitions(%s, %s::jsonb, make_interval(secs => %s))",
+                            (now, json.dumps({"items": 7}), lock_timeout_s)).fetchall()
     return {name: (action, detail) for name, action, detail in rows}
 
 
@@ -58,7 +60,7 @@ def pruning_behind(url: str, writer: psycopg.Connection[Any], now: datetime,
     return pruning
 
 
-def test_a_retry_committed_while_the_prune_waits_to_drop_its_partition_keeps_the_partition(
+def test_a_retry_of_an_old_jobs_item_uncommitted_when_the_prune_starts_keeps_its_partition(
         database_url: str) -> None:
     # The retry's new pending item lands in the old job's partition; the guard cannot see it
     # before the retry commits, so the prune must decide only once the retry is over.
@@ -75,15 +77,17 @@ def test_a_retry_committed_while_the_prune_waits_to_drop_its_partition_keeps_the
                             (retry,)).fetchone() == (partition, "pending")
 
 
-def test_a_query_on_every_partition_goes_through_while_the_prune_waits_for_a_writer(database_url: str) -> None:
-    # A guid's queue reads every partition of items: it holds the parent, then asks for each
-    # partition. Were the prune to hold the partition against readers too, such a query would
-    # wait for it, and then it and the DROP (which takes the parent) for each other until
-    # Postgres failed one of them.
+def test_a_drop_held_up_by_a_writer_gives_up_at_its_lock_timeout_and_readers_wait_no_longer(
+        database_url: str) -> None:
+    # A DROP waits for the parent's lock, and readers of every partition queue behind it: the
+    # prune waits at most its lock timeout, reports the partition skipped, and drops it at a
+    # later run once the writer is gone.
     failed, partition, now = old_failed_item(database_url)
     with ThreadPoolExecutor(2) as pool, psycopg.connect(database_url) as writer:
         writer.execute("UPDATE items SET updated_at = now() WHERE item_id = %s", (failed,))  # still finished
-        pruning = pruning_behind(database_url, writer, now, pool)
+        pruning = pool.submit(prune_items, database_url, now, 1.0)
+        wait_for(waiting_for_a_lock(database_url, "%pacer_prune_partitions%"), timeout_s=30,
+                 what="the prune's DROP waiting for the writer")
 
         def read_all() -> int:
             with psycopg.connect(database_url, autocommit=True) as conn:
@@ -91,8 +95,9 @@ def test_a_query_on_every_partition_goes_through_while_the_prune_waits_for_a_wri
             return int(n)
 
         reading = pool.submit(read_all)
-        wait_for(reading.done, timeout_s=15, what="the read done while the prune waits")
-        assert reading.result() == 1
+        changes = pruning.result(timeout=30)
+        assert reading.result(timeout=30) == 1, "the read went on once the DROP gave up"
         writer.commit()
-        changes = pruning.result(timeout=60)
-    assert changes[partition] == ("dropped", None)
+    action, detail = changes[partition]
+    assert action == "skipped" and detail is not None and "lock" in detail, changes[partition]
+    assert prune_items(database_url, now)[partition] == ("dropped", None), "dropped at a later run"

@@ -178,7 +178,8 @@ class SegmentLoop:
     async def _leader_stats(self) -> None:
         """The leader's database-wide numbers. They run inside the tail's round, so nothing
         they raise fails it: a failure is logged and counted, the numbers last read stay, and
-        the next sweep reads them again (one try each: the adapter does not retry them)."""
+        the next sweep reads them again (the adapter retries each for 2 s at most, not the 60 s
+        of other work)."""
         # The stall count reads every open shard that has not moved: at its own, slower
         # pace; the count last made is exported meanwhile.
         count = self.now() >= self.next_stall_count

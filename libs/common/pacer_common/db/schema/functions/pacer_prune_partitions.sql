@@ -4,23 +4,18 @@
 -- has not applied, ledger keys whose items are still kept, reserved sends). Dropping a
 -- partition is the only way rows leave: never DELETE. A table missing from p_retain_days is
 -- kept whole. Rows: every partition past retention, dropped, kept with the reason, or skipped
--- (busy past p_lock_timeout); and a default partition that holds rows ('default'), which only an
--- operator empties (docs/runbook.md, "Retention").
+-- (busy past p_lock_timeout); and a
+-- default partition that holds rows ('default'), which only an operator empties
+-- (docs/runbook.md, "Retention").
 --
--- A guard that finds nothing decides a drop only under a lock that keeps the partition's
--- writers out: a transaction that added a row to it and has not committed (an operator's retry
--- of an old job's item lands in that job's partition) is invisible to the guard, and a DROP
--- queued behind it would go ahead once it commits, taking the new pending item with it. So the
--- partition is locked first (waiting for such a writer to end), and the guard runs again and
--- sees what it wrote. SHARE mode keeps writers out and lets readers in: ACCESS EXCLUSIVE on the
--- partition would deadlock with any query on the parent (a guid's queue reads every partition),
--- which holds the parent and waits for the partition while the DROP waits for the parent; and
--- locking the parent first, as DROP does, would stop every item read and write for the length
--- of the guard's scan. A writer of this very partition still forms such a cycle (it holds the
--- parent, waits for the partition); Postgres breaks it and nothing of the partition is lost
--- either way: here it is 'skipped', the writer's transaction is rolled back and retried.
--- A reason to keep needs no lock, so the guard runs once before it: a partition that stays
--- does not hold up its writers.
+-- The guards read committed rows: a transaction that added an unfinished item to a partition
+-- past retention and has not committed (an operator's retry of an old job's item, a requery
+-- page of a long-lived job) would be invisible to them, and the DROP, queued behind it, would
+-- take the new item with the partition. Such writers hold pacer_partition_writer()'s lock
+-- shared, which this function holds alone from its start: it begins once they are done, and
+-- they wait for it. No lock on the partitions is taken before the DROP: a query through the
+-- parent (a generic plan locks every partition) would then wait for it while the DROP waits for
+-- the parent. A DROP that still meets such a cycle, or waits past p_lock_timeout, is skipped.
 CREATE OR REPLACE FUNCTION pacer_prune_partitions(p_now timestamptz, p_retain_days jsonb,
                                                   p_lock_timeout interval DEFAULT interval '2 seconds')
 RETURNS TABLE (partition text, action text, detail text)
@@ -29,7 +24,6 @@ DECLARE
     t record;
     p record;
     why text;
-    check_sql text;
     filled boolean;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pacer_partitions'));
@@ -46,27 +40,19 @@ BEGIN
                  WHERE x.ends + make_interval(secs => (p_retain_days->>t.parent)::int * 86400) <= p_now LOOP
             why := NULL;
             IF t.guard IS NOT NULL THEN
-                check_sql := format('SELECT string_agg(r, ''; '') FROM (' || t.guard || ') AS g(r)',
-                                    p.partition, p.starts, p.ends);
-                EXECUTE check_sql INTO why;
+                EXECUTE format('SELECT string_agg(r, ''; '') FROM (' || t.guard || ') AS g(r)',
+                               p.partition, p.starts, p.ends) INTO why;
             END IF;
             IF why IS NOT NULL THEN
                 RETURN QUERY SELECT p.partition, 'kept'::text, why;
                 CONTINUE;
             END IF;
             BEGIN
-                IF t.guard IS NOT NULL THEN  -- the guard again, with the partition's writers out
-                    EXECUTE format('LOCK TABLE %I IN SHARE MODE', p.partition);
-                    EXECUTE check_sql INTO why;
-                END IF;
-                IF why IS NULL THEN
-                    EXECUTE format('DROP TABLE %I', p.partition);
-                END IF;
+                EXECUTE format('DROP TABLE %I', p.partition);
+                RETURN QUERY SELECT p.partition, 'dropped'::text, NULL::text;
             EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
                 RETURN QUERY SELECT p.partition, 'skipped'::text, SQLERRM;
-                CONTINUE;
             END;
-            RETURN QUERY SELECT p.partition, CASE WHEN why IS NULL THEN 'dropped' ELSE 'kept' END, why;
         END LOOP;
     END LOOP;
 END

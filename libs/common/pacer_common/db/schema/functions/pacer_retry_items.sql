@@ -22,6 +22,7 @@ DECLARE
     shard_ids bigint[] := '{}';
     job_ids uuid[] := '{}';
 BEGIN
+    PERFORM pacer_partition_writer();  -- a compensation may land in a partition a prune would drop
     FOR r IN SELECT u.id, u.n, i.shard_id, i.job_id
              FROM unnest(p_items) WITH ORDINALITY AS u(id, n) LEFT JOIN items i ON i.item_id = u.id
              ORDER BY i.shard_id NULLS LAST, u.id, u.n LOOP
