@@ -34,6 +34,10 @@ def act_on_job(url: str, job_id: str, action: JobAction) -> tuple[str, JobStatus
         if action is JobAction.HOLD:
             (held,) = conn.execute("SELECT pacer_hold_job(%s, 'budget_exhausted', 'system:test')", (job_id,)).fetchone()
             answer = "done" if held else "noop"
+        elif action is JobAction.AWAIT_APPROVAL:
+            (held,) = conn.execute("SELECT pacer_await_approval(%s, 'awaiting approval: test', 'system:test')",
+                                   (job_id,)).fetchone()
+            answer = "done" if held else "noop"
         else:
             (answer,) = conn.execute("SELECT outcome FROM pacer_job_action(%s, %s, 't:op', NULL)",
                                      (job_id, action.value)).fetchone()

@@ -67,10 +67,12 @@ class PagingState:
 @dataclass(frozen=True)
 class PageStored:
     """What storing a page did: the ids of the items it added (targets the job already had
-    are left out) and the shard of every (guid, sub) the page touched."""
+    are left out), the shard of every (guid, sub) the page touched, and, when the page took
+    the job's paged items past the approval size, the reason it now awaits approval."""
 
     added: frozenset[str]
     shard_ids: dict[ShardKey, int]
+    awaiting_approval: str | None = None
 
 
 class TargetSource(Protocol):

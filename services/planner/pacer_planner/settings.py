@@ -69,8 +69,11 @@ class PlannerSettings(OpsSettings):
     ))
     approval_above_items: int | None = Field(None, ge=0, description=(
         "A job with more items than this is stored as `awaiting_approval` and sends nothing until an admin approves "
-        "it (console *Approvals*, `POST /api/v1/jobs/{id}/approve`); unset: no size limit. For a requery job the "
-        "count is the first page's. See [operations](operations.md#approvals)."
+        "it (console *Approvals*, `POST /api/v1/jobs/{id}/approve`); unset: no size limit. A requery job is counted "
+        "as its pages come: the page that takes the items paged so far past this holds the job for approval, in "
+        "that page's transaction, so nothing beyond what was sent before it is sent, and paging stops until an admin"
+        " decides (approved: paging goes on and the job is not asked again). See "
+        "[operations](operations.md#approvals)."
     ))
     approve_new_content: bool = Field(False, description=(
         "A job whose message (template) no admin has approved before waits for approval too; approving it records "

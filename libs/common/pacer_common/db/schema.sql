@@ -115,6 +115,22 @@ CREATE FUNCTION public.pacer_audit(p_actor text, p_action text, p_type text, p_i
     VALUES (p_actor, p_action, p_type, p_id, p_reason, p_before, p_after);
 $$;
 
+CREATE FUNCTION public.pacer_await_approval(p_job uuid, p_reason text, p_actor text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE jobs SET status = 'awaiting_approval', paused_reason = p_reason, paused_by = p_actor, paused_at = now()
+    WHERE job_id = p_job AND status = 'running' AND approved_at IS NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pacer_audit(p_actor, 'await_approval', 'job', p_job::text, p_reason,
+                        jsonb_build_object('status', 'running'),
+                        jsonb_build_object('status', 'awaiting_approval', 'paused_reason', p_reason));
+    RETURN true;
+END
+$$;
+
 CREATE FUNCTION public.pacer_begin_send(p_item uuid, p_owner text, p_ttl interval, p_idem_key text, p_guid text, p_to_id text) RETURNS TABLE(outcome text, epoch bigint, attempts integer, holder text)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
@@ -607,15 +623,18 @@ BEGIN
         jsonb_build_object('status', j.status, 'paused_reason', j.paused_reason),
         jsonb_build_object('status', CASE WHEN p_approve THEN 'running' ELSE 'cancelled' END));
     IF p_approve THEN
-        UPDATE jobs SET status = 'running', paused_reason = NULL, paused_by = NULL, paused_at = NULL
+        UPDATE jobs SET status = 'running', paused_reason = NULL, paused_by = NULL, paused_at = NULL,
+                        approved_at = now(), approved_by = p_actor
         WHERE job_id = p_job;
         INSERT INTO approved_contents (content_hash, approved_by, job_id)
         VALUES (pacer_content_hash(j.message), p_actor, p_job) ON CONFLICT DO NOTHING;
-        RETURN QUERY SELECT 'done'::text, 'job approved: awaiting_approval → running; it starts sending'::text,
+        RETURN QUERY SELECT 'done'::text, 'job approved: awaiting_approval → running; it starts sending'
+            || CASE WHEN j.target_mode = 'requery' THEN ' and goes on paging, without asking again' ELSE '' END,
             'running'::text;
     ELSE
         PERFORM pacer_job_action(p_job, 'cancel', p_actor, COALESCE(p_reason, 'rejected'));
-        RETURN QUERY SELECT 'done'::text, 'job rejected: awaiting_approval → cancelled; nothing was sent'::text,
+        RETURN QUERY SELECT 'done'::text, 'job rejected: awaiting_approval → cancelled; '
+            || CASE WHEN j.target_mode = 'requery' THEN 'nothing more of it is sent' ELSE 'nothing was sent' END,
             'cancelled'::text;
     END IF;
 END
@@ -1038,6 +1057,12 @@ CREATE FUNCTION public.pacer_local_time(p_local timestamp without time zone, p_t
     FROM (SELECT p_local AT TIME ZONE p_tz AS t) AS later;
 $$;
 
+CREATE FUNCTION public.pacer_partition_writer() RETURNS void
+    LANGUAGE sql
+    AS $$
+    SELECT pg_advisory_xact_lock_shared(hashtext('pacer_partitions'))
+$$;
+
 CREATE FUNCTION public.pacer_partitions(p_parent text) RETURNS TABLE(partition text, starts timestamp with time zone, ends timestamp with time zone)
     LANGUAGE sql STABLE
     AS $_$
@@ -1086,7 +1111,6 @@ DECLARE
     t record;
     p record;
     why text;
-    check_sql text;
     filled boolean;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pacer_partitions'));
@@ -1103,27 +1127,19 @@ BEGIN
                  WHERE x.ends + make_interval(secs => (p_retain_days->>t.parent)::int * 86400) <= p_now LOOP
             why := NULL;
             IF t.guard IS NOT NULL THEN
-                check_sql := format('SELECT string_agg(r, ''; '') FROM (' || t.guard || ') AS g(r)',
-                                    p.partition, p.starts, p.ends);
-                EXECUTE check_sql INTO why;
+                EXECUTE format('SELECT string_agg(r, ''; '') FROM (' || t.guard || ') AS g(r)',
+                               p.partition, p.starts, p.ends) INTO why;
             END IF;
             IF why IS NOT NULL THEN
                 RETURN QUERY SELECT p.partition, 'kept'::text, why;
                 CONTINUE;
             END IF;
             BEGIN
-                IF t.guard IS NOT NULL THEN  -- the guard again, with the partition's writers out
-                    EXECUTE format('LOCK TABLE %I IN SHARE MODE', p.partition);
-                    EXECUTE check_sql INTO why;
-                END IF;
-                IF why IS NULL THEN
-                    EXECUTE format('DROP TABLE %I', p.partition);
-                END IF;
+                EXECUTE format('DROP TABLE %I', p.partition);
+                RETURN QUERY SELECT p.partition, 'dropped'::text, NULL::text;
             EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
                 RETURN QUERY SELECT p.partition, 'skipped'::text, SQLERRM;
-                CONTINUE;
             END;
-            RETURN QUERY SELECT p.partition, CASE WHEN why IS NULL THEN 'dropped' ELSE 'kept' END, why;
         END LOOP;
     END LOOP;
 END
@@ -1322,6 +1338,7 @@ DECLARE
     shard_ids bigint[] := '{}';
     job_ids uuid[] := '{}';
 BEGIN
+    PERFORM pacer_partition_writer();  -- a compensation may land in a partition a prune would drop
     FOR r IN SELECT u.id, u.n, i.shard_id, i.job_id
              FROM unnest(p_items) WITH ORDINALITY AS u(id, n) LEFT JOIN items i ON i.item_id = u.id
              ORDER BY i.shard_id NULLS LAST, u.id, u.n LOOP
@@ -1873,6 +1890,8 @@ CREATE TABLE public.jobs (
     tenant text DEFAULT 'default'::text NOT NULL,
     traceparent text,
     item_content text,
+    approved_at timestamp with time zone,
+    approved_by text,
     CONSTRAINT jobs_status_check CHECK ((status = ANY (ARRAY['running'::text, 'paused'::text, 'completed'::text, 'cancelled'::text, 'terminated'::text, 'awaiting_approval'::text]))),
     CONSTRAINT jobs_target_mode_check CHECK ((target_mode = ANY (ARRAY['snapshot'::text, 'requery'::text])))
 );

@@ -1,9 +1,9 @@
 """The job and shard state machines: what each action may do from each status.
 
 The actions are taken by stored functions under the row's lock (``pacer_job_action``,
-``pacer_hold_job``, ``pacer_shard_action`` in ``db/schema/functions/``); these tables say
-what they do, and ``tests/integration/test_job_status_sql.py`` runs every (status, action)
-pair against Postgres to keep the two equal, as ``item_transitions`` is kept equal to
+``pacer_hold_job``, ``pacer_await_approval``, ``pacer_shard_action`` in ``db/schema/functions/``);
+these tables say what they do, and ``tests/integration/test_job_status_sql.py`` runs every
+(status, action) pair against Postgres to keep the two equal, as ``item_transitions`` is kept equal to
 :data:`pacer_common.domain.status.TRANSITIONS`.
 
 Each table maps, per action, a status to the statuses the action may leave it in:
@@ -15,9 +15,10 @@ Each table maps, per action, a status to the statuses the action may leave it in
 
 A status change the table allows may still be refused by a guard that is not about status:
 a terminated job resumes only once none of its items is in flight or in doubt, a job whose
-budget is used up only once an admin confirmed a larger one. Besides the actions, the
-reconciler's progress moves jobs and shards between ``running`` and ``completed`` as their
-items open and close (``refresh_jobs.sql``, ``refresh_shards.sql``).
+budget is used up only once an admin confirmed a larger one, and a job an admin has approved
+is never held for approval again. Besides the actions, the reconciler's progress moves jobs
+and shards between ``running`` and ``completed`` as their items open and close
+(``refresh_jobs.sql``, ``refresh_shards.sql``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class JobAction(StrEnum):
     CANCEL = "cancel"        # operator: pending and waiting items abandoned; irreversible
     TERMINATE = "terminate"  # operator: no new claims; resumable once in-flight items are settled
     HOLD = "hold"            # the system (budget used up, target paging failed): pause a running job
+    # the system (a requery job's pages brought more items than the approval size): hold a
+    # running job for an admin's approval
+    AWAIT_APPROVAL = "await_approval"
 
 
 class ShardStatus(StrEnum):
@@ -84,6 +88,8 @@ JOB_ACTIONS: dict[JobAction, dict[JobStatus, frozenset[JobStatus]]] = {
     },
     # never refused: a job that is not running is left as it is
     JobAction.HOLD: {s: frozenset({J.PAUSED if s is J.RUNNING else s}) for s in J},
+    # never refused either: only a running job is held for approval
+    JobAction.AWAIT_APPROVAL: {s: frozenset({J.AWAITING_APPROVAL if s is J.RUNNING else s}) for s in J},
 }
 
 SHARD_ACTIONS: dict[ShardAction, dict[ShardStatus, frozenset[ShardStatus]]] = {

@@ -8,6 +8,10 @@ whole (``None``) and nothing is written twice.
 Lock order, the reconciler's: the page's items, then its shards' projected counts and rows in
 key order, then the job's row, where the guard is checked again. A job's pages take turns under
 an advisory lock on the job, not its row (``page_lock.sql``).
+
+A page that takes the job's paged items past the approval size holds the job for an admin's
+approval in the same transaction (``page_approval.sql``), so none of its items can be claimed
+before the job waits.
 """
 
 from __future__ import annotations
@@ -34,8 +38,11 @@ from pacer_planner.ports import PageRejected, PageStored, PagingState
 
 
 class PostgresTargetStore:
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, approval_above: int | None = None) -> None:
         self.pool = pool
+        # PACER_PLANNER_APPROVAL_ABOVE_ITEMS: a job whose pages bring more items than this waits
+        # for an admin's approval (page_approval.sql); None: no size limit.
+        self.approval_above = approval_above
 
     async def _rows(self, name: str, params: dict[str, Any]) -> list[Any]:
         async def work() -> list[Any]:
@@ -82,6 +89,9 @@ class PostgresTargetStore:
     async def _store_page(self, conn: AsyncConnection[Any], state: PagingState, owner: str, page: Page,
                           plan: PagePlan, fetched_at: datetime, ttl_s: float) -> PageStored | None:
         job_id, page_no = state.job_id, state.pages + 1
+        # The page's items land in the job's partition, however old: no prune may start while
+        # they are uncommitted (pacer_partition_writer.sql).
+        await conn.execute("SELECT pacer_partition_writer()")
         await conn.execute(sql("page_lock"), {"job_id": job_id})
         guard = await (await conn.execute(sql("page_guard"), {"job_id": job_id})).fetchone()
         if (guard is None or guard["target_owner"] != owner or guard["target_pages"] != state.pages
@@ -116,9 +126,17 @@ class PostgresTargetStore:
         })
         if await recorded.fetchone() is None:
             raise _Superseded  # the guard failed under the job's row lock: roll the page back
+        awaiting = None
+        if self.approval_above is not None:
+            # In this transaction, before target_done (which completes only a running job) and
+            # before the page's commands go out: the items the page added are never claimable
+            # by a running job whose paged items passed the size unapproved.
+            held = await (await conn.execute(sql("page_approval"), {
+                "job_id": job_id, "added": len(added), "above": self.approval_above})).fetchone()
+            awaiting = held["reason"] if held and held["held"] else None
         if page.last:
             await conn.execute(sql("target_done"), {"job_id": job_id})
-        return PageStored(added, shard_ids)
+        return PageStored(added, shard_ids, awaiting)
 
     async def undispatched_pages(self, job_id: str) -> list[int]:
         return [r["page_no"] for r in await self._rows("undispatched_pages", {"job_id": job_id})]

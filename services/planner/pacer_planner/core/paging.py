@@ -13,7 +13,9 @@ A crash anywhere resumes from the stored cursor: a page is stored whole or not a
 stored page whose commands may not have gone out is re-dispatched first, and a planner whose
 lease was taken over cannot store the page it fetched. Fetch failures are retried
 ``page_attempts`` times; then the job is paused with the reason (``system:planner``), and
-resuming it resumes paging.
+resuming it resumes paging. A page that takes the job past the approval size holds it as
+``awaiting_approval`` (the store decides, in the page's transaction); paging stops at the
+next claim and an admin's approval resumes it.
 """
 
 from __future__ import annotations
@@ -151,6 +153,10 @@ class TargetPager:
         self.events.page_stored(page.fetched, len(added), duplicates, plan.invalid)
         log.info("page %d stored: %d fetched, %d added, %d duplicates, %d invalid%s", page_no, page.fetched,
                  len(added), duplicates, plan.invalid, " (last)" if page.last else "")
+        if result.awaiting_approval is not None:
+            # Its commands still go out: senders hold the items of a job that is not running
+            # until an admin approves (paging resumes then) or rejects it.
+            log.warning("job held for approval after page %d: %s", page_no, result.awaiting_approval)
         commands = item_commands(job_id, req, req.effective_priority, req.not_before, added, result.shard_ids)
         await self._dispatch(job_id, [page_no], commands)
         return "stored"

@@ -1,5 +1,8 @@
 -- An admin approves (→ running, the message recorded as approved) or rejects (→ cancelled,
--- its items abandoned, nothing sent) a job awaiting approval. Audited.
+-- its items abandoned, nothing sent) a job awaiting approval. Audited. An approval is kept on
+-- the job (approved_at, approved_by): a requery job held for the items its pages brought
+-- (pacer_await_approval) goes on paging and is never asked again. A rejected requery job
+-- keeps what its earlier pages sent before it was held; the rest is abandoned.
 CREATE OR REPLACE FUNCTION pacer_decide_approval(p_job uuid, p_approve boolean, p_actor text, p_reason text)
 RETURNS TABLE (outcome text, message text, status text)
 LANGUAGE plpgsql AS $fn$
@@ -20,15 +23,18 @@ BEGIN
         jsonb_build_object('status', j.status, 'paused_reason', j.paused_reason),
         jsonb_build_object('status', CASE WHEN p_approve THEN 'running' ELSE 'cancelled' END));
     IF p_approve THEN
-        UPDATE jobs SET status = 'running', paused_reason = NULL, paused_by = NULL, paused_at = NULL
+        UPDATE jobs SET status = 'running', paused_reason = NULL, paused_by = NULL, paused_at = NULL,
+                        approved_at = now(), approved_by = p_actor
         WHERE job_id = p_job;
         INSERT INTO approved_contents (content_hash, approved_by, job_id)
         VALUES (pacer_content_hash(j.message), p_actor, p_job) ON CONFLICT DO NOTHING;
-        RETURN QUERY SELECT 'done'::text, 'job approved: awaiting_approval → running; it starts sending'::text,
+        RETURN QUERY SELECT 'done'::text, 'job approved: awaiting_approval → running; it starts sending'
+            || CASE WHEN j.target_mode = 'requery' THEN ' and goes on paging, without asking again' ELSE '' END,
             'running'::text;
     ELSE
         PERFORM pacer_job_action(p_job, 'cancel', p_actor, COALESCE(p_reason, 'rejected'));
-        RETURN QUERY SELECT 'done'::text, 'job rejected: awaiting_approval → cancelled; nothing was sent'::text,
+        RETURN QUERY SELECT 'done'::text, 'job rejected: awaiting_approval → cancelled; '
+            || CASE WHEN j.target_mode = 'requery' THEN 'nothing more of it is sent' ELSE 'nothing was sent' END,
             'cancelled'::text;
     END IF;
 END
