@@ -433,3 +433,30 @@ def test_the_job_page_lists_items_by_whole_id_and_says_when_its_categories_are_a
             assert 'data-count="failed" class="bad">2<' in level and 'id="counts-catching-up"' not in level
 
     asyncio.run(go())
+
+
+def test_a_guid_lease_past_the_first_page_is_found_by_name_and_the_page_says_how_many_there_are(
+        database_url: str) -> None:
+    """A fleet has more guid leases than the Locks page lists (every guid that ever held one,
+    expired first, then by name): a stuck guid's lease, held and live, is found by its name,
+    on the page and over the API, and the page says how many it shows of how many."""
+    guids = [f"lk-{n:04d}" for n in range(520)]
+    with psycopg.connect(database_url) as conn:
+        conn.execute("SELECT * FROM pacer_acquire_guids(%s, 'w1', interval '1 hour')", (guids,))
+    stuck = guids[-3]
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            c = api.client
+            r = await c.get("http://control/console/part/locks", headers=api.auth("tech_admin"))
+            assert r.status_code == 200 and f'data-guid="{stuck}"' not in r.text
+            assert "500 of 520" in r.text and "find a guid to see the rest" in r.text
+            r = await c.get("http://control/console/part/locks", params={"find": stuck}, headers=api.auth("tech_admin"))
+            assert r.status_code == 200 and f'data-guid="{stuck}"' in r.text
+            assert "3 of 520" in r.text and f"from {stuck} on" in r.text
+            r = await api.get(f"/locks?guid={stuck}&limit=2", "tech_admin")
+            assert r.status_code == 200, r.text
+            assert [g["guid"] for g in r.json()["guid_leases"]] == guids[-3:-1]
+            assert (r.json()["counts"]["guid_leases"], r.json()["counts"]["guid_leases_held"]) == (520, 520)
+
+    asyncio.run(go())

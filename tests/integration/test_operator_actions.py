@@ -365,7 +365,7 @@ def test_lock_view_shows_live_and_expired_leases_and_counts(database_url: str) -
     assert (leases[live]["status"], leases[live]["lease_owner"], leases[live]["expired"]) == ("claimed", "w1", False)
     assert (leases[dead]["lease_owner"], leases[dead]["expired"]) == ("w9", True)
     assert (leases[dup_a]["status"], leases[dup_a]["expired"]) == ("submitted", False)
-    assert v["counts"] == {"running_items": 3, "expired_leases": 2, "takeovers": 0,
+    assert v["counts"] == {"guid_leases": 2, "guid_leases_held": 2, "running_items": 3, "expired_leases": 2, "takeovers": 0,
                            "duplicate_intercepts": 1, "retry_conflicts": 1, "forced_releases": 0,
                            "forced_item_releases": 0}
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from pacer_common.domain.limits import DEFAULTS, Pacing, effective_pacing
+from pacer_control.api.console import templates
 from pacer_control.domain.views import (
     DEFAULT_INTERVAL_S,
     STALLED_AFTER_S,
@@ -123,6 +124,15 @@ def test_an_event_time_reads_to_the_millisecond_from_a_datetime_or_its_json_text
     at = datetime(2026, 11, 30, 9, 0, 1, 250_900, tzinfo=UTC)
     assert stamp(at) == stamp(at.isoformat()) == "2026-11-30 09:00:01.250"
     assert stamp(None) == "–" and stamp("not a time") == "not a time"
+
+
+def test_the_console_shows_every_time_in_utc_whatever_zone_the_database_answered_in() -> None:
+    """A server in Asia/Shanghai answers 17:00:01+08:00 for 09:00:01 UTC, as a time and as JSON
+    text: the console's filters and the dead letters read UTC, so the pages do too."""
+    shanghai = timezone(timedelta(hours=8))
+    at = datetime(2026, 11, 30, 17, 0, 1, 250_000, tzinfo=shanghai)
+    assert stamp(at) == stamp(at.isoformat()) == "2026-11-30 09:00:01.250"
+    assert templates.env.filters["ts"](at) == "2026-11-30 09:00:01"
 
 
 def test_a_guid_with_ready_work_is_sending_until_it_has_waited_too_long_without_a_send() -> None:

@@ -376,8 +376,8 @@ class Control:
 
         return await self.store.atomically(work)
 
-    async def locks(self, limit: int) -> Row:
-        return await self.store.locks(limit)
+    async def locks(self, limit: int, find: str | None = None) -> Row:
+        return await self.store.locks(limit, find)
 
     # -- dead letters --------------------------------------------------------------------
     def _queue(self) -> DeadLetterQueue:

@@ -22,8 +22,10 @@ log = logging.getLogger("pacer.control")
 async def run(pg: PostgresSettings, kafka: KafkaSettings | None, cfg: ControlSettings) -> None:
     stop = stop_event()
     registry, health = service_registry("control"), Health()
+    # The console shows every time in UTC, as its filters read them and Kafka's dead letters
+    # carry them, whatever the database server's zone.
     pool = await open_pool(pg.database_url.get_secret_value(), min_size=1, max_size=cfg.db_pool_max,
-                           name="pacer-control")
+                           name="pacer-control", options="-c TimeZone=UTC")
     PoolStats(pool, registry)
     app = build_app(pool, sandbox_targets=cfg.sandbox(),
                     registry=registry, health=health, db_deadline_s=cfg.db_deadline_s,

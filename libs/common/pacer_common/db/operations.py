@@ -77,6 +77,8 @@ class ItemLease(TypedDict):
 
 
 class LockCounts(TypedDict):
+    guid_leases: int
+    guid_leases_held: int
     running_items: int
     expired_leases: int
     takeovers: int
@@ -110,12 +112,13 @@ async def cancel_item(conn: AsyncConnection[Any], item_id: str, actor: str) -> C
     return CancelResult(outcome=row["outcome"], message=row["message"])
 
 
-async def lock_view(conn: AsyncConnection[Any], limit: int = 1000) -> LockView:
-    """Guid leases and item leases as lock records (at most ``limit`` of each), with the
-    dashboard counts: running items, expired leases, takeovers, duplicate intercepts and
-    refused manual retries."""
+async def lock_view(conn: AsyncConnection[Any], limit: int = 1000, find: str | None = None) -> LockView:
+    """Guid leases and item leases as lock records (at most ``limit`` of each; the guid leases
+    expired first, or from the guid ``find`` on, in guid order), with the dashboard counts:
+    guid leases in all and held, running items, expired leases, takeovers, duplicate
+    intercepts and refused manual retries."""
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(query("lock_guid_leases"), {"limit": limit})
+        await cur.execute(query("lock_guid_leases"), {"limit": limit, "find": find})
         guids = await cur.fetchall()
         await cur.execute(query("lock_item_leases"), {"limit": limit})
         items = await cur.fetchall()

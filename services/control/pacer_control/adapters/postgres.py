@@ -349,10 +349,10 @@ class PostgresControl:
 
         return await self._call(unit)
 
-    async def locks(self, limit: int) -> Row:
+    async def locks(self, limit: int, find: str | None = None) -> Row:
         async def unit() -> Row:
             async with self.pool.connection() as conn:
-                return cast(Row, await operations.lock_view(conn, limit))
+                return cast(Row, await operations.lock_view(conn, limit, find))
 
         return await self._call(unit)
 

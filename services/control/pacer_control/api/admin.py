@@ -39,8 +39,10 @@ AuditAfter = Annotated[str | None, Query(max_length=41, pattern=r"^[0-9]+(\.[0-9
 @router.get("/locks", response_model=LockView, tags=["guids"],
             summary="Guid and item leases as lock records, with the lock dashboard counts",
             **guard("locks.view", 422))
-async def locks(ctl: Ctl, limit: Annotated[int, Query(ge=1, le=5000)] = 1000) -> Any:
-    return await ctl.locks(limit)
+async def locks(ctl: Ctl, limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
+                guid: Annotated[TextQuery, Query(description=(
+                    "the guid leases from this guid on, in guid order (default: expired leases first)"))] = None) -> Any:
+    return await ctl.locks(limit, guid)
 
 
 @router.get("/audit", response_model=AuditPage, tags=["audit"],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pacer_common.domain.limits import DEFAULTS, Pacing
@@ -189,7 +189,13 @@ def stamp(when: datetime | str | None) -> str:
         return "–"
     else:
         at = when
+    at = in_utc(at)
     return f"{at:%Y-%m-%d %H:%M:%S}.{at.microsecond // 1000:03d}"
+
+
+def in_utc(at: datetime) -> datetime:
+    """The console's zone: UTC, as its filters read times (a naive time is taken as UTC)."""
+    return at.astimezone(UTC) if at.tzinfo is not None else at
 
 
 # The senders' default spacing per guid (PACER_SENDER_MIN_INTERVAL_MS 1000 plus half of

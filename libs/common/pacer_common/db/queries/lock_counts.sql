@@ -1,7 +1,10 @@
--- The lock dashboard's numbers: running items, expired leases (guid + item), guid lease
+-- The lock dashboard's numbers: guid lease rows (every guid that ever held one) and those held,
+-- running items, expired leases (guid + item), guid lease
 -- takeovers, duplicate intercepts by the idempotency ledger, refused manual retries, forced
 -- releases of guid leases and of item leases (from the audit log).
 SELECT
+    (SELECT count(*) FROM guid_leases) AS guid_leases,
+    (SELECT count(*) FROM guid_leases WHERE owner IS NOT NULL) AS guid_leases_held,
     (SELECT count(*) FROM items WHERE status IN ('claimed', 'submitted')) AS running_items,
     (SELECT count(*) FROM guid_leases WHERE owner IS NOT NULL AND lease_until < now())
       + (SELECT count(*) FROM items WHERE status IN ('claimed', 'submitted') AND lease_until < now())

@@ -68,7 +68,8 @@ JOB_ACTIONS: dict[str, tuple[Action, str]] = {
 templates = Jinja2Templates(directory=str(HERE.joinpath("templates")))
 templates.env.globals.update(STATIC=STATIC, HTMX=HTMX, PAGES=PAGES, JOB_ACTIONS=JOB_ACTIONS,
                              JOB_ACTION_FROM=JOB_ACTION_FROM)
-templates.env.filters["ts"] = lambda v: v.strftime("%Y-%m-%d %H:%M:%S") if isinstance(v, datetime) else (v or "–")
+templates.env.filters["ts"] = lambda v: (views.in_utc(v).strftime("%Y-%m-%d %H:%M:%S") if isinstance(v, datetime)
+                                          else (v or "–"))
 templates.env.filters["ago"] = lambda v: views.ago(v, datetime.now(UTC))
 templates.env.filters["until"] = lambda v: views.duration(max(0.0, (v - datetime.now(UTC)).total_seconds()))
 templates.env.filters["stamp"] = views.stamp
@@ -307,9 +308,16 @@ async def test_send(request: Request, ctl: Ctl, who: Caller) -> HTMLResponse:
     return _flash(request, made["message"])
 
 
+LOCK_PAGE = 500
+
+
 @router.get("/locks", response_class=HTMLResponse, **guard("locks.view"))
-async def locks(request: Request, ctl: Ctl, who: Caller) -> HTMLResponse:
-    return _render(request, "locks.html", who, view=await ctl.locks(500))
+async def locks(request: Request, ctl: Ctl, who: Caller, find: str | None = None) -> HTMLResponse:
+    """The guid leases, expired first, or from the guid ``find`` on (a fleet has more than a
+    page of them), and the item leases."""
+    find = _text({"find": (find or "").strip()}, "find", limit=256) or None
+    return _render(request, "locks.html", who, view=await ctl.locks(LOCK_PAGE, find), find=find or "",
+                   page_size=LOCK_PAGE)
 
 
 @router.post("/guids/{guid:path}/release-lock", response_class=HTMLResponse, **guard("guids.release_lock"))
