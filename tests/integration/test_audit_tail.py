@@ -9,8 +9,9 @@ import uuid
 from typing import Any
 
 import psycopg
+import pytest
 
-from pacer_common.db.migrate import settle_restored_audit
+from pacer_common.db.migrate import ForeignEventLog, migrate, settle_restored_audit
 from tests.integration.control_support import Api, control_api
 from tests.integration.helpers import eventually
 
@@ -115,3 +116,16 @@ def test_entries_restored_from_another_cluster_are_put_before_the_ones_written_h
         rows = conn.execute("SELECT action, xid::text FROM audit_log WHERE target_id = %s ORDER BY xid, id",
                             (target,)).fetchall()
     assert rows == [("restored", "0"), ("here", "0")], "all of them another cluster's: ids' order"
+
+
+def test_migrate_refuses_an_event_log_restored_from_another_cluster_and_says_why(database_url: str) -> None:
+    """A logical backup restored into another cluster: the reconcilers' cursors carry
+    transaction ids this cluster has not reached, and its tails would pass over every event
+    written from now on. migrate refuses, naming the way out; a database that only ever ran
+    here migrates as ever."""
+    migrate(database_url)  # nothing foreign: goes through
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO log_cursors (name, last_xid, last_seq) VALUES ('reconciler/0of1', '99999999999999', 7)"
+                     " ON CONFLICT (name) DO UPDATE SET last_xid = EXCLUDED.last_xid")
+    with pytest.raises(ForeignEventLog, match=r"logical backup .* physical backup"):
+        migrate(database_url)

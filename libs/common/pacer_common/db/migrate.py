@@ -65,6 +65,7 @@ def migrate(url: str, event_segments: int | None = None) -> list[str]:
     with psycopg.connect(url, autocommit=True) as conn:
         wait_for_migration_lock(conn)
         try:
+            refuse_foreign_event_log(conn)
             applied = apply_migrations(conn)
             apply_schema_objects(conn)
             ensure_partitions(conn)
@@ -129,6 +130,29 @@ def ensure_partitions(conn: psycopg.Connection[Any]) -> None:
     for name, action, detail in conn.execute("SELECT * FROM pacer_ensure_partitions(now(), %s)",
                                              (PARTITIONS_AHEAD_DAYS,)).fetchall():
         log.info("partition %s", action, extra={"partition": name, "detail": detail})
+
+
+class ForeignEventLog(RuntimeError):
+    """The reconcilers' cursors carry transaction ids this cluster has not reached."""
+
+
+def refuse_foreign_event_log(conn: psycopg.Connection[Any]) -> None:
+    """Refuse a database whose reconciler cursors carry transaction ids this cluster has not
+    reached: a logical backup (pg_dump) restored into another cluster. The tails read events
+    in transaction-id order after their cursors, so they would pass over every event written
+    from now on until this cluster's ids overtook the old ones (docs/runbook.md, "Restoring
+    Postgres from a backup"). Never true of a database that has only ever run here."""
+    (present,) = conn.execute("SELECT to_regclass('log_cursors') IS NOT NULL").fetchone()  # type: ignore[misc]
+    if not present:  # a new database
+        return
+    row = conn.execute("SELECT max(last_xid)::text, pg_snapshot_xmax(pg_current_snapshot())::text FROM log_cursors"
+                       " WHERE last_xid >= pg_snapshot_xmax(pg_current_snapshot())").fetchone()
+    if row is not None and row[0] is not None:
+        raise ForeignEventLog(
+            f"the reconcilers' log cursors are at transaction {row[0]}, which this cluster has not reached (it is"
+            f" at {row[1]}): this database was restored from a logical backup (pg_dump) into another cluster, and"
+            " its event log cannot be tailed here. Restore a physical backup (base backup or point-in-time recovery)"
+            " instead (docs/runbook.md, \"Restoring Postgres from a backup\").")
 
 
 def settle_restored_audit(conn: psycopg.Connection[Any]) -> None:
