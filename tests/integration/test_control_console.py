@@ -99,6 +99,10 @@ def test_approve_starts_a_waiting_job_and_reject_cancels_one_without_a_send(data
     with psycopg.connect(database_url) as conn:
         conn.execute("UPDATE jobs SET status = 'awaiting_approval', paused_reason = 'awaiting approval: test'"
                      " WHERE job_id = ANY(%s::uuid[])", ([good, bad],))
+        # g2 may send one campaign message a day (its batch share of a cap of 2, reserve 0.2):
+        # its two items take a day, whatever its interval.
+        conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('g2', %s, 'test')",
+                     (Jsonb({"per_day": 2, "min_interval_s": 0.5}),))
 
     async def go() -> None:
         async with control_api(database_url) as api:
@@ -107,6 +111,8 @@ def test_approve_starts_a_waiting_job_and_reject_cancels_one_without_a_send(data
             waiting = {j["job_id"]: j for j in r.json()["jobs"]}
             assert set(waiting) == {good, bad}
             assert waiting[good]["projection"]["items"] == 2 and waiting[good]["samples"][0]["content"] == "hi"
+            (capped,) = waiting[bad]["projection"]["guids"]
+            assert (capped["caps"], capped["seconds"], waiting[bad]["projection"]["seconds"]) == ("1/day", 86_400, 86_400)
             assert (await api.post(f"/jobs/{good}/resume", "operator")).status_code == 409  # no way around it
             assert (await api.post(f"/jobs/{good}/approve", "tech_admin")).status_code == 403
             r = await api.post(f"/jobs/{good}/approve", "admin", json={"reason": "checked"})

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from pacer_common.domain.limits import DEFAULTS, Pacing, effective_pacing
 from pacer_control.api.console import templates
 from pacer_control.domain.views import (
-    DEFAULT_INTERVAL_S,
     STALLED_AFTER_S,
     activity,
     ago,
@@ -87,11 +86,25 @@ def test_examples_keep_a_few_items_of_each_category_in_order() -> None:
     assert {k: [i["to_id"] for i in v] for k, v in ex.items()} == {"a": ["r0", "r1"], "b": ["r2", "r6"]}
 
 
-def test_projection_is_the_slowest_guid_at_its_interval_or_the_default() -> None:
-    p = projection([{"guid": "g1", "items": 100, "interval_s": 2.0}, {"guid": "g2", "items": 300, "interval_s": None}])
-    assert p["items"] == 400
-    assert p["seconds"] == 300 * DEFAULT_INTERVAL_S and p["slowest_guid"] == "g2"
-    assert projection([]) == {"guids": [], "seconds": 0.0, "slowest_guid": None, "items": 0}
+def test_projection_is_the_slowest_guid_by_its_spacing_and_its_window_caps() -> None:
+    """A guid's time is its spacing (interval, reserve, mean jitter) times its items, or, when
+    a window cap's batch share lets fewer through, a whole window for each share but the last."""
+    limits = {"g1": {"min_interval_s": 2.0, "jitter_s": 0.0, "online_reserve": 0.0},
+              "g2": {},  # the defaults: 1 s / 0.8 + 0.25 s of mean jitter
+              "capped": {"per_day": 2000, "online_reserve": 0.2}}  # 1,600 a day for campaigns
+    p = projection([{"guid": g, "items": n} for g, n in (("g1", 100), ("g2", 300), ("capped", 50_000))],
+                   lambda g: effective_pacing(None, limits[g["guid"]]), priority=3)
+    by = {g["guid"]: g for g in p["guids"]}
+    assert by["g1"]["seconds"] == 200.0 and by["g2"]["seconds"] == 300 * (1.0 / 0.8 + 0.25)
+    assert by["capped"]["caps"] == "1,600/day" and by["capped"]["seconds"] == 31 * 86_400, "32 days' shares"
+    assert (p["slowest_guid"], p["seconds"], p["items"]) == ("capped", 31 * 86_400, 50_400)
+    assert duration(p["seconds"]) == "31.0 days"
+    tickets = projection([{"guid": "g2", "items": 300}], lambda g: effective_pacing(None, {}), priority=2)
+    assert tickets["seconds"] == 300 * (1.0 + 0.25), "work more urgent than the reserve goes at the whole rate"
+    never = projection([{"guid": "tiny", "items": 5}],
+                       lambda g: effective_pacing(None, {"per_minute": 1, "online_reserve": 0.5}), priority=3)
+    assert never["seconds"] is None and duration(None) == "never", "a cap whose batch share is 0"
+    assert projection([], lambda g: DEFAULTS, 3) == {"guids": [], "seconds": 0.0, "slowest_guid": None, "items": 0}
 
 
 def test_words_for_durations_ages_totals_and_numbers() -> None:

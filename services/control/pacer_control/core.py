@@ -239,10 +239,12 @@ class Control:
         and how many wait in all."""
         ids, waiting = await self.store.awaiting_approval(limit)
         found = {j["job_id"]: j for j in await self.store.jobs(JobFilter(limit=limit, ids=tuple(ids)))} if ids else {}
-        out = []
+        pacings, out = Pacings(await self.store.guid_limits("*")), []
         for job in (found[i] for i in ids if i in found):
             preview = await self.store.approval_preview(job["job_id"], samples)
-            out.append({**job, "samples": preview["samples"], "projection": views.projection(preview["guids"])})
+            projected = views.projection(preview["guids"], lambda g: pacings(g.get("limits"), g.get("sender_limits")),
+                                         int(job["priority"]))
+            out.append({**job, "samples": preview["samples"], "projection": projected})
         return out, waiting
 
     async def decide_approval(self, job_id: str, approve: bool, reason: str | None, who: Principal) -> ActionResult:

@@ -121,6 +121,39 @@ class Pacing(BaseModel):
         return self.min_interval_s / (1 - self.online_reserve)
 
     @property
+    def mean_jitter_s(self) -> float:
+        return self.jitter_s if self.jitter_dist == "exponential" else self.jitter_s / 2
+
+    def windows(self) -> list[tuple[str, int, int, int]]:
+        """(window, size in seconds, cap for all traffic, cap for batch traffic)."""
+        out = []
+        for name, size in WINDOWS:
+            cap = getattr(self, f"per_{name}")
+            if cap is not None:
+                out.append((name, size, cap, int(cap * (1 - self.online_reserve))))
+        return out
+
+    def spacing_s(self, priority: int) -> float:
+        """The mean gap between two sends of work of ``priority`` by the interval and jitter
+        alone: the batch interval, or the whole rate for batch work more urgent than
+        ``reserve_from_priority`` (and online work)."""
+        base = self.batch_interval_s if priority >= self.reserve_from_priority else self.min_interval_s
+        return base + self.mean_jitter_s
+
+    def send_seconds(self, items: int, priority: int) -> float | None:
+        """About how long the guid takes to send ``items`` of ``priority`` by its limits
+        alone: one each :meth:`spacing_s`, and no faster than each window cap's batch share
+        lets them through (a whole window for each share but the last). None: never (a cap's
+        batch share is 0). Rate-limit penalties, quiet hours and the guid's other work only make
+        it slower."""
+        seconds = items * self.spacing_s(priority)
+        for _name, size, _cap, batch_cap in self.windows():
+            if batch_cap <= 0:
+                return None if items else 0.0
+            seconds = max(seconds, (-(-items // batch_cap) - 1) * size)
+        return seconds
+
+    @property
     def longest_gap_s(self) -> float:
         """The longest a guid waits between two batch sends by its interval and jitter alone
         (no rate-limit penalty, no window cap, no quiet hours)."""

@@ -485,13 +485,14 @@ class ApprovalSample(BaseModel):
 class GuidProjection(BaseModel):
     guid: str
     items: int
-    interval_s: float
-    seconds: float
+    interval_s: float = Field(description="mean seconds between two of its sends by its interval and jitter")
+    caps: str | None = Field(description="its window caps' batch share, e.g. `1,600/day`")
+    seconds: float | None = Field(description="how long it takes by its limits; null: never (a cap leaves no batch share)")
 
 
 class Projection(BaseModel):
     items: int
-    seconds: float = Field(description="projected duration at current rates (the slowest guid)")
+    seconds: float | None = Field(description="projected duration at current limits (the slowest guid); null: never")
     slowest_guid: str | None
     guids: list[GuidProjection]
 

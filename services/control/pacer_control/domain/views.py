@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -198,31 +198,36 @@ def in_utc(at: datetime) -> datetime:
     return at.astimezone(UTC) if at.tzinfo is not None else at
 
 
-# The senders' default spacing per guid (PACER_SENDER_MIN_INTERVAL_MS 1000 plus half of
-# PACER_SENDER_JITTER_MS 500): what a projection assumes for a guid without an override.
-DEFAULT_INTERVAL_S = 1.25
-
-
-def projection(guids: Iterable[Mapping[str, Any]], default_interval_s: float = DEFAULT_INTERVAL_S) -> dict[str, Any]:
-    """How long a job takes at current rates: guids send in parallel, each one message per
-    interval, so the slowest guid decides. ``guids``: rows of ``guid``, ``items``, ``interval_s``."""
-    rows = [{"guid": g["guid"], "items": int(g["items"]),
-             "interval_s": float(g["interval_s"]) if g.get("interval_s") is not None else default_interval_s}
-            for g in guids]
-    for r in rows:
-        r["seconds"] = round(r["items"] * r["interval_s"], 1)
-    slowest = max(rows, key=lambda r: r["seconds"], default=None)
+def projection(guids: Iterable[Mapping[str, Any]], pacing: Callable[[Mapping[str, Any]], Pacing],
+               priority: int) -> dict[str, Any]:
+    """How long a job takes at current limits: guids send in parallel, so the slowest guid
+    decides; each at its own limits (``pacing`` of its row: ``guid``, ``items``, and what
+    ``pacing`` reads), by its spacing and its window caps' batch share (``Pacing.send_seconds``;
+    ``None``: never, a cap leaves it no batch share)."""
+    rows = []
+    for g in guids:
+        p, items = pacing(g), int(g["items"])
+        seconds = p.send_seconds(items, priority)
+        rows.append({"guid": g["guid"], "items": items, "interval_s": round(p.spacing_s(priority), 3),
+                     "caps": ", ".join(f"{batch:,}/{name}" for name, _, _, batch in p.windows()) or None,
+                     "seconds": None if seconds is None else round(seconds, 1)})
+    never = [r for r in rows if r["seconds"] is None]
+    slowest = never[0] if never else max(rows, key=lambda r: r["seconds"]) if rows else None
     return {"guids": rows, "seconds": slowest["seconds"] if slowest else 0.0,
             "slowest_guid": slowest["guid"] if slowest else None, "items": sum(r["items"] for r in rows)}
 
 
-def duration(seconds: float) -> str:
-    """``45 s``, ``12 min``, ``3.5 h``."""
+def duration(seconds: float | None) -> str:
+    """``45 s``, ``12 min``, ``3.5 h``, ``4.2 days``; ``never`` for None."""
+    if seconds is None:
+        return "never"
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
 
 
 def changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[tuple[str, Any, Any]]:

@@ -36,19 +36,6 @@ class Limits(Pacing):
             return min(rng.expovariate(1 / self.jitter_s), 4 * self.jitter_s)
         return rng.random() * self.jitter_s
 
-    @property
-    def mean_jitter_s(self) -> float:
-        return self.jitter_s if self.jitter_dist == "exponential" else self.jitter_s / 2
-
-    def windows(self) -> list[tuple[str, int, int, int]]:
-        """(window, size in seconds, cap for all traffic, cap for batch traffic)."""
-        out = []
-        for name, size in WINDOWS:
-            cap = getattr(self, f"per_{name}")
-            if cap is not None:
-                out.append((name, size, cap, int(cap * (1 - self.online_reserve))))
-        return out
-
 
 @dataclass
 class _Window:
