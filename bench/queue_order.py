@@ -38,7 +38,8 @@ from pacer_common.db.sql import loader, query
 from pacer_common.domain.ids import Guid
 from pacer_common.kafka import make_producer, produce_all
 from pacer_dev.stack import Stack
-from pacer_sender.adapters.queue import NEXT_READY_SETTINGS, PostgresGuidQueue
+from pacer_sender.adapters.queue import NEXT_READY_SETTINGS, PostgresGuidQueue, shed_params
+from pacer_sender.domain.pacing import Drain
 from pacer_sender.domain.partitions import partition_of
 
 _sender_sql = loader("pacer_sender.adapters.sql")
@@ -150,7 +151,7 @@ def refill() -> str:
                                  " AND NOT held AND (not_before IS NULL OR not_before <= now())"
                                  " AND item_id::text <> ALL(%(exclude)s::text[])"
                                  " ORDER BY priority, created_at, item_id LIMIT %(limit)s", p)
-            shed_ms = _explain_ms(conn, _sender_sql("shed"), {"guid": "bg00000", "interval_s": 1.0,
+            shed_ms = _explain_ms(conn, _sender_sql("shed"), {"guid": "bg00000", **shed_params(Drain(1.0)),
                                                               "min_priority": 2}, runs=3)
             list_ms = _explain_ms(conn, query("guid_backlogs"), {"sort": "backlog", "limit": 10}, runs=3)
             conn.execute("ANALYZE items")  # the partitioned table's own statistics, which autovacuum never takes

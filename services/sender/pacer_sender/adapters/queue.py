@@ -38,6 +38,12 @@ NEXT_READY_SETTINGS: tuple[LiteralString, ...] = (
     "SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true)", *GENERIC_PLAN)
 
 
+def shed_params(drain: Drain) -> dict[str, float | int]:
+    """``shed.sql``'s parameters for a guid's pace."""
+    return {"interval_s": drain.interval_s, "base_s": drain.base_s, "penalty": drain.penalty, "decay": drain.decay,
+            "sends": drain.sends}
+
+
 class PostgresGuidQueue:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
@@ -91,8 +97,7 @@ class PostgresGuidQueue:
         async def work() -> int:
             async with self.pool.connection() as conn, synchronous_transaction(conn):
                 rows: list[Any] = await (await conn.execute(_sql("shed"), {
-                    "guid": guid, "interval_s": drain.interval_s, "base_s": drain.base_s, "penalty": drain.penalty,
-                    "decay": drain.decay, "sends": drain.sends, "min_priority": ONLINE_MAX_PRIORITY + 1})).fetchall()
+                    "guid": guid, **shed_params(drain), "min_priority": ONLINE_MAX_PRIORITY + 1})).fetchall()
                 if not rows:
                     return 0
                 why = f"shed: at {drain} it could not go out before its expire_at"
