@@ -15,9 +15,9 @@ from psycopg.rows import dict_row
 from pacer_common.db import operations
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.tokens import Role
-from pacer_common.ops import serve
 from pacer_control.app import build_app
 from pacer_dev.fakegateway.process import free_port
+from tests.integration.helpers import serving
 
 ROLES = ("operator", "tech_admin", "admin")
 
@@ -119,11 +119,7 @@ def control_server(url: str, **kw: Any) -> Iterator[tuple[str, dict[str, str]]]:
     async def run() -> None:
         pool = await open_pool(url, min_size=1, max_size=4, name="test-control-http")
         tokens.update(await make_tokens(url, "cli-"))
-        server, task = await serve(build_app(pool, **kw), "127.0.0.1", port)
-        deadline = asyncio.get_running_loop().time() + 30
-        while not server.started:
-            assert asyncio.get_running_loop().time() < deadline, "the Control API did not start"
-            await asyncio.sleep(0.01)
+        server, task = await serving(build_app(pool, **kw), port, "the Control API")
         ready.set()
         await asyncio.to_thread(stop.wait)
         server.should_exit = True

@@ -19,6 +19,7 @@ from pacer_common.db.pool import open_pool
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.ids import new_item_ids
 from pacer_common.kafka import make_consumer
+from pacer_common.ops import serve
 
 T = TypeVar("T")
 
@@ -50,6 +51,17 @@ async def eventually(check: Callable[[], Awaitable[T | Literal[False] | None]], 
             return last
         await asyncio.sleep(0.05)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value: {last!r}")
+
+
+async def serving(app: Any, port: int, what: str = "the server") -> tuple[Any, asyncio.Task[None]]:
+    """``app`` served on loopback ``port`` (``pacer_common.ops.serve``), once it has started."""
+    server, task = await serve(app, "127.0.0.1", port)
+
+    async def started() -> bool:
+        return bool(server.started)
+
+    await eventually(started, 30, f"{what} started")
+    return server, task
 
 
 async def waiting_for_locks(url: str, n: int = 1) -> bool:

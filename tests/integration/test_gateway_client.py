@@ -13,8 +13,8 @@ from pydantic import SecretStr
 
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, SendError
 from pacer_common.gateway import GatewayClient, make_client
-from pacer_common.ops import serve
 from pacer_dev.fakegateway.process import free_port, running_fake_gateway
+from tests.integration.helpers import serving
 
 
 def send(url: str, deadline: float | None, key: str) -> object:
@@ -121,11 +121,7 @@ def _lookup_on_a_gateway_of_the_contract(found: object) -> tuple[bool | None, li
 
     async def go() -> bool | None:
         port = free_port()
-        server, task = await serve(app, "127.0.0.1", port)
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert time.monotonic() < deadline, "the stub gateway did not start"
-            await asyncio.sleep(0.01)
+        server, task = await serving(app, port, "the stub gateway")
         client = make_client(f"http://127.0.0.1:{port}", 2.0, credential=SecretStr("cred"))
         try:
             return await GatewayClient(client, DEFAULT_CODE_TABLE).lookup("g1", "k1")

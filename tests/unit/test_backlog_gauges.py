@@ -11,6 +11,8 @@ from prometheus_client import CollectorRegistry
 from pacer_reconciler.backlog import BacklogGauges
 from pacer_reconciler.metrics import ReconcilerMetrics
 
+from .dispatching import until
+
 
 def series(reg: CollectorRegistry, name: str) -> dict[tuple[str, str], float]:
     return {(s.labels["rank"], s.labels["guid"]): s.value for m in reg.collect() for s in m.samples
@@ -82,10 +84,7 @@ def test_a_refresh_that_fails_with_any_error_is_tried_again_and_the_gauges_go_on
     async def leading() -> None:
         stop = asyncio.Event()
         task = asyncio.create_task(gauges.run(stop, lambda: True, 0.01))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 5
-        while not series(reg, "pacer_reconciler_guid_backlog_top") and loop.time() < deadline and not task.done():
-            await asyncio.sleep(0.01)
+        await until(lambda: bool(series(reg, "pacer_reconciler_guid_backlog_top")) or task.done(), 5)
         stop.set()
         await task  # and it ended only when told to, raising nothing
 

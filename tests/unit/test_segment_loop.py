@@ -118,30 +118,35 @@ def _sample(registry: CollectorRegistry, name: str) -> float | None:
     return registry.get_sample_value(name)
 
 
+def _segment_loop(registry: CollectorRegistry, leases: FakeLeases, stats: Stats) -> tuple[SegmentLoop, dict[int, FakeTail]]:
+    """A loop over ``leases`` whose tails (by segment, as they are made) only count rounds."""
+    tails: dict[int, FakeTail] = {}
+
+    def tailer(segment: int, lease: Lease) -> Reconciler:
+        tails[segment] = FakeTail(segment)
+        return tails[segment]
+
+    async def no_backlog(sort: str, limit: int) -> list[dict[str, Any]]:
+        return []
+
+    async def nothing_held_back() -> float:
+        return 0.0
+
+    m = ReconcilerMetrics(registry, lambda: 0 in leases.owned())
+    sweeps = NoSweeps()
+    loop = SegmentLoop(
+        leases, tailer, Reconciler(None, sweeps, None), stats,  # type: ignore[arg-type]
+        Verifier(sweeps, NoLookup()), BacklogGauges(no_backlog, m.backlog_top, m.wait_top, 3,
+                                              nothing_held_back, m.events_held_back), m,
+        LoopConfig(leader_ttl_s=3, sweep_interval_s=0.01, batch=1000, stall_after_s=60, error_backoff_max_s=1,
+                   backlog_every_s=60, stall_count_every_s=60), prepare=_nothing)
+    return loop, tails
+
+
 def test_the_loop_tails_the_segments_held_and_follows_handovers() -> None:
     async def scenario() -> None:
-        registry = CollectorRegistry()
-        leases = FakeLeases(4)
-        tails: dict[int, FakeTail] = {}
-
-        def tailer(segment: int, lease: Lease) -> Reconciler:
-            tails[segment] = FakeTail(segment)
-            return tails[segment]
-
-        async def no_backlog(sort: str, limit: int) -> list[dict[str, Any]]:
-            return []
-
-        async def nothing_held_back() -> float:
-            return 0.0
-
-        m = ReconcilerMetrics(registry, lambda: 0 in leases.owned())
-        sweeps, stats = NoSweeps(), Stats()
-        loop = SegmentLoop(
-            leases, tailer, Reconciler(None, sweeps, None), stats,  # type: ignore[arg-type]
-            Verifier(sweeps, NoLookup()), BacklogGauges(no_backlog, m.backlog_top, m.wait_top, 3,
-                                                  nothing_held_back, m.events_held_back), m,
-            LoopConfig(leader_ttl_s=3, sweep_interval_s=0.01, batch=1000, stall_after_s=60, error_backoff_max_s=1,
-                       backlog_every_s=60, stall_count_every_s=60), prepare=_nothing)
+        registry, leases, stats = CollectorRegistry(), FakeLeases(4), Stats()
+        loop, tails = _segment_loop(registry, leases, stats)
         states: list[str] = []
         stop = asyncio.Event()
         leases.hold(0, 1)
@@ -201,28 +206,8 @@ class BrokenLockStats(Stats):
 
 def test_leader_stats_that_fail_neither_fail_the_round_nor_stop_the_tail() -> None:
     async def scenario() -> None:
-        registry = CollectorRegistry()
-        leases = FakeLeases(2)
-        tails: dict[int, FakeTail] = {}
-
-        def tailer(segment: int, lease: Lease) -> Reconciler:
-            tails[segment] = FakeTail(segment)
-            return tails[segment]
-
-        async def no_backlog(sort: str, limit: int) -> list[dict[str, Any]]:
-            return []
-
-        async def nothing_held_back() -> float:
-            return 0.0
-
-        m = ReconcilerMetrics(registry, lambda: 0 in leases.owned())
-        sweeps, stats = NoSweeps(), BrokenLockStats()
-        loop = SegmentLoop(
-            leases, tailer, Reconciler(None, sweeps, None), stats,  # type: ignore[arg-type]
-            Verifier(sweeps, NoLookup()), BacklogGauges(no_backlog, m.backlog_top, m.wait_top, 3,
-                                                  nothing_held_back, m.events_held_back), m,
-            LoopConfig(leader_ttl_s=3, sweep_interval_s=0.01, batch=1000, stall_after_s=60, error_backoff_max_s=1,
-                       backlog_every_s=60, stall_count_every_s=60), prepare=_nothing)
+        registry, leases, stats = CollectorRegistry(), FakeLeases(2), BrokenLockStats()
+        loop, tails = _segment_loop(registry, leases, stats)
         stop = asyncio.Event()
         leases.hold(0, 1)
         running = asyncio.create_task(loop.run(stop, lambda ok, state: None))
