@@ -6,6 +6,7 @@ import asyncio
 import json
 import zlib
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -255,6 +256,35 @@ def test_max_guids_counts_a_guid_a_concurrent_job_of_the_same_tenant_claimed_fir
     assert reason == "tenant 'acme' would hold 3 guids, over its quota of 2 (max_guids)"
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT guid, tenant FROM tenant_guids").fetchall() == [("n1", "acme")]
+
+
+def test_max_guids_holds_against_a_concurrent_job_of_the_same_tenant_claiming_other_new_guids(
+        database_url: str) -> None:
+    # Neither job sees the other's claim in its own count: the second waits for the first's turn.
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name, max_guids) VALUES ('acme', 2)")
+    reason = asyncio.run(claim_behind_an_open_claim(database_url, ["n1", "n2"], ["n3"]))
+    assert reason == "tenant 'acme' would hold 3 guids, over its quota of 2 (max_guids)"
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT guid FROM tenant_guids ORDER BY guid").fetchall() == [("n1",), ("n2",)]
+
+
+def test_claims_of_a_tenant_without_max_guids_do_not_wait_for_each_other(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name) VALUES ('acme')")
+
+    async def both() -> None:
+        def connect() -> Any:
+            return psycopg.AsyncConnection.connect(database_url, autocommit=True, row_factory=dict_row)
+
+        async with await connect() as a, await connect() as b, a.transaction():
+            await claim_guids(a, "acme", ["n1"])
+            async with b.transaction():  # would hang here if the first held a turn
+                await asyncio.wait_for(claim_guids(b, "acme", ["n2"]), 10)
+
+    asyncio.run(both())
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT guid FROM tenant_guids ORDER BY guid").fetchall() == [("n1",), ("n2",)]
 
 
 def test_a_text_every_target_shares_is_stored_once_on_the_job_and_read_back_whole(

@@ -49,8 +49,11 @@ async def claim_guids(conn: AsyncConnection[Any], tenant: str, guids: list[str])
     """Record ``guids`` as ``tenant``'s, or raise :class:`RefusedError` with the reason (the
     caller's transaction rolls back: nothing of the job is stored)."""
     params = {"tenant": tenant, "guids": guids}
-    # Two statements: the check's snapshot must be taken after the claim (tenant_guids.sql).
-    await conn.execute(sql("tenant_guids_claim"), params)
+    # The check is a statement of its own: its snapshot must be taken after the claim, and after
+    # the turn taken by a claim that added guids (tenant_guids.sql, tenant_guids_lock.sql).
+    claimed = await conn.execute(sql("tenant_guids_claim"), params)
+    if claimed.rowcount > 0:
+        await conn.execute(sql("tenant_guids_lock"), params)
     cur = await conn.execute(sql("tenant_guids"), params)
     row = await cur.fetchone()
     assert row is not None
