@@ -378,3 +378,34 @@ def test_a_quiet_segment_s_cursor_never_moves_past_an_event_of_its_own_not_yet_r
     unread, after = asyncio.run(scenario())
     assert unread is None, f"moved past an unread event to {unread}"
     assert after is not None, "once the event is read, the cursor may move past the finished transactions"
+
+
+def test_the_open_jobs_with_most_items_left_come_first_with_their_final_items_as_the_tail_counted_them(
+    database_url: str, kafka_config: dict[str, str], topics: tuple[str, str]
+) -> None:
+    big, _, big_items = seed_job(database_url, {"g1": 3, "g2": 3})
+    small, _, small_items = seed_job(database_url, {"g3": 2})
+    paused, _, _ = seed_job(database_url, {"g4": 1})
+    finished, _, _ = seed_job(database_url, {"g5": 9})  # most items, but not open
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE jobs SET status = 'paused' WHERE job_id = %s", (paused,))
+        conn.execute("UPDATE jobs SET status = 'completed' WHERE job_id = %s", (finished,))
+
+    async def scenario() -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        pool, rec = await _reconciler(database_url, kafka_config, topics)
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                await apply(conn, Transition("ItemExpired", S.EXPIRED, frozenset({S.PENDING})), big_items[:2])
+                await apply(conn, CLAIM, big_items[2:4] + small_items[:1])  # claimed: not final
+                await apply(conn, Transition("ItemCancelled", S.ABANDONED, frozenset({S.PENDING})), small_items[1:])
+            await eventually(lambda: rec.tail_once(), 30, "the events projected")  # counts follow the tail
+            backlogs = PostgresBacklogs(pool)
+            return await backlogs.jobs(10), await backlogs.jobs(2)
+        finally:
+            await pool.close()
+
+    every, top = asyncio.run(scenario())
+    assert [(r["job_id"], r["status"], r["done"], r["items"]) for r in every] == [
+        (big, "running", 2, 6), (small, "running", 1, 2), (paused, "paused", 0, 1)]
+    assert [r["job_id"] for r in top] == [big, small]
+    assert {(r["kind"], r["tenant"]) for r in every} == {("campaign", "default")}

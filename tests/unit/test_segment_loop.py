@@ -5,9 +5,7 @@ segment's batch, and only the holder of segment 0 exports the leader's numbers."
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +18,8 @@ from pacer_reconciler.leading import LoopConfig, SegmentLoop
 from pacer_reconciler.metrics import ReconcilerMetrics
 from pacer_reconciler.ports import InDoubt, Lease
 from pacer_reconciler.verifier import Verifier
+
+from .dispatching import until
 
 
 class FakeLease:
@@ -102,16 +102,20 @@ class Stats:
         return {"jobs_running": 1, "stalled_shards": 2}
 
 
+class NoBacklog:
+    async def top(self, sort: str, limit: int) -> list[dict[str, Any]]:
+        return []
+
+    async def jobs(self, limit: int) -> list[dict[str, Any]]:
+        return []
+
+    async def held_back_s(self) -> float:
+        return 0.0
+
+
 class NoLookup:
     async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
         return None
-
-
-async def _until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 def _sample(registry: CollectorRegistry, name: str) -> float | None:
@@ -126,18 +130,11 @@ def _segment_loop(registry: CollectorRegistry, leases: FakeLeases, stats: Stats)
         tails[segment] = FakeTail(segment)
         return tails[segment]
 
-    async def no_backlog(sort: str, limit: int) -> list[dict[str, Any]]:
-        return []
-
-    async def nothing_held_back() -> float:
-        return 0.0
-
     m = ReconcilerMetrics(registry, lambda: 0 in leases.owned())
     sweeps = NoSweeps()
     loop = SegmentLoop(
         leases, tailer, Reconciler(None, sweeps, None), stats,  # type: ignore[arg-type]
-        Verifier(sweeps, NoLookup()), BacklogGauges(no_backlog, m.backlog_top, m.wait_top, 3,
-                                              nothing_held_back, m.events_held_back), m,
+        Verifier(sweeps, NoLookup()), BacklogGauges(NoBacklog(), m, 3), m,
         LoopConfig(leader_ttl_s=3, sweep_interval_s=0.01, batch=1000, stall_after_s=60, error_backoff_max_s=1,
                    backlog_every_s=60, stall_count_every_s=60), prepare=_nothing)
     return loop, tails
@@ -152,43 +149,43 @@ def test_the_loop_tails_the_segments_held_and_follows_handovers() -> None:
         leases.hold(0, 1)
         running = asyncio.create_task(loop.run(stop, lambda ok, state: states.append(state)))
         try:
-            await _until(lambda: all(s in tails and tails[s].rounds >= 2 for s in (0, 1)))
+            await until(lambda: all(s in tails and tails[s].rounds >= 2 for s in (0, 1)))
             assert set(tails) == {0, 1}
             assert _sample(registry, "pacer_reconciler_leader") == 1.0
             assert _sample(registry, "pacer_reconciler_segments_owned") == 2.0
             assert _sample(registry, "pacer_reconciler_segments") == 4.0
-            await _until(lambda: _sample(registry, "pacer_reconciler_running_items") == 3.0)
+            await until(lambda: _sample(registry, "pacer_reconciler_running_items") == 3.0)
             rounds = stats.rounds
-            await _until(lambda: stats.rounds >= rounds + 3)
+            await until(lambda: stats.rounds >= rounds + 3)
             assert stats.stall_counts == 1, "the stall count at its own pace, not at every sweep"
             assert _sample(registry, "pacer_reconciler_stalled_shards") == 2.0, "the last count is still exported"
 
             # segment 1's lease is lost mid-batch: its batch is dropped, segment 0 goes on
             tails[1].fail_with = LeadershipLost("lease r/1of4 at epoch 1 expired or taken over")
             before = tails[0].rounds
-            await _until(lambda: tails[1].forgotten >= 1 and tails[0].rounds > before + 2)
+            await until(lambda: tails[1].forgotten >= 1 and tails[0].rounds > before + 2)
             assert registry.get_sample_value("pacer_reconciler_round_errors_total", {"error": "LeadershipLost"}) is None
 
             # both handed over, segment 2 taken: only segment 2 is tailed from now on
             leases.hold(2)
-            await _until(lambda: 2 in tails and tails[2].rounds >= 2)
+            await until(lambda: 2 in tails and tails[2].rounds >= 2)
             frozen = (tails[0].rounds, tails[1].rounds)
-            await _until(lambda: tails[2].rounds >= 6)
+            await until(lambda: tails[2].rounds >= 6)
             assert (tails[0].rounds, tails[1].rounds) == frozen, "a segment handed over is tailed no more"
             assert _sample(registry, "pacer_reconciler_leader") == 0.0
             assert _sample(registry, "pacer_reconciler_running_items") is None, "the leader's numbers go with it"
 
             # all given up (standby), then segment 2 taken again: a fresh tail for it
             leases.hold()
-            await _until(lambda: states[-1] == "standby")
+            await until(lambda: states[-1] == "standby")
             leases.hold(2)
-            await _until(lambda: 2 in tails and tails[2].rounds >= 2 and states[-1] == "active")
+            await until(lambda: 2 in tails and tails[2].rounds >= 2 and states[-1] == "active")
             leases.hold(0)
-            await _until(lambda: stats.stall_counts == 2)  # a new term as leader counts at once
+            await until(lambda: stats.stall_counts == 2)  # a new term as leader counts at once
             leases.hold()  # standing by, then leading again: at once too
-            await _until(lambda: states[-1] == "standby")
+            await until(lambda: states[-1] == "standby")
             leases.hold(0)
-            await _until(lambda: stats.stall_counts == 3)
+            await until(lambda: stats.stall_counts == 3)
         finally:
             stop.set()
             await running
@@ -212,7 +209,7 @@ def test_leader_stats_that_fail_neither_fail_the_round_nor_stop_the_tail() -> No
         leases.hold(0, 1)
         running = asyncio.create_task(loop.run(stop, lambda ok, state: None))
         try:
-            await _until(lambda: stats.rounds >= 3 and all(s in tails and tails[s].rounds >= 5 for s in (0, 1)))
+            await until(lambda: stats.rounds >= 3 and all(s in tails and tails[s].rounds >= 5 for s in (0, 1)))
             assert loop.guard.failures == 0, "no round failed for the leader's numbers"
             loop.drain()
             errors = registry.get_sample_value("pacer_reconciler_round_errors_total", {"error": "RuntimeError"})

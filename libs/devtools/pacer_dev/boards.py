@@ -207,6 +207,16 @@ BOARDS: tuple[Board, ...] = (
               p("Open jobs done", '(sum(pacer_reconciler_open_job_items{status=~"confirmed|failed|expired|abandoned|'
                 f'unverified"}} and {LEADER}) or vector(0)) / sum(pacer_reconciler_open_job_items and {LEADER})',
                 "done", "percentunit", "stat", width=6),
+              p("Open jobs with the most items left: share done (top N)",
+                f"max by (rank, job_id, kind, tenant, status) (pacer_reconciler_job_done_ratio_top and {LEADER})",
+                "{{rank}}. {{job_id}} · {{kind}} · {{tenant}} · {{status}}", "percentunit", "bargauge",
+                description="Items in a final status (confirmed, failed, expired, abandoned, unverified) of each of "
+                            "the N open jobs with the most items left (PACER_RECONCILER_BACKLOG_TOP_N), from the "
+                            "reconciler leader. A requery job counts the pages fetched so far. Every job's counts: "
+                            "GET /api/v1/jobs/{job_id}, or the console's Jobs page."),
+              p("Open jobs with the most items left (top N)",
+                f"max by (rank, job_id, kind, tenant, status) (pacer_reconciler_job_items_left_top and {LEADER})",
+                "", kind="table"),
               p("Items of open jobs by status", f"sum by (status) (pacer_reconciler_open_job_items and {LEADER})",
                 "{{status}}"),
               p("Paused jobs by reason", f"max by (reason) (pacer_reconciler_jobs_paused and {LEADER})",
@@ -282,9 +292,12 @@ def _panel(n: int, panel: Panel, x: int, y: int) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": n, "type": panel.kind, "title": panel.title, "datasource": DS,
         "gridPos": {"h": height, "w": panel.width, "x": x, "y": y},
-        "fieldConfig": {"defaults": {"unit": panel.unit}, "overrides": []},
+        "fieldConfig": {"defaults": {"unit": panel.unit, **({"min": 0, "max": 1} if panel.unit == "percentunit" else {})},
+                        "overrides": []},
+        # Tables and bar gauges show now: a range would keep every series seen in it (a top-N's past ranks).
         "targets": [{"datasource": DS, "expr": scoped(expr), "legendFormat": legend, "refId": chr(ord("A") + i),
-                     **({"instant": True, "format": "table"} if panel.kind == "table" else {})}
+                     **({"instant": True, "format": "table"} if panel.kind == "table" else
+                        {"instant": True} if panel.kind == "bargauge" else {})}
                     for i, (expr, legend) in enumerate(panel.exprs)],
     }
     if panel.description:

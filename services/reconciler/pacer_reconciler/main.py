@@ -70,8 +70,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         rec = Reconciler(store, store, publisher, holds=store, batch=cfg.batch, environment_errors=ENVIRONMENT)
         verifier = Verifier(store, gateways, concurrency=cfg.verify_concurrency, timeout_s=cfg.verify_timeout_s)
         backlogs = PostgresBacklogs(pool)
-        backlog = BacklogGauges(backlogs.top, m.backlog_top, m.wait_top, cfg.backlog_top_n,
-                                backlogs.held_back_s, m.events_held_back)
+        backlog = BacklogGauges(backlogs, m, cfg.backlog_top_n)
         loop = SegmentLoop(leases, tailer, rec, store, verifier, backlog, m, LoopConfig(
             leader_ttl_s=cfg.leader_ttl_s, sweep_interval_s=cfg.sweep_interval_s, batch=cfg.batch,
             stall_after_s=cfg.stall_after_s, error_backoff_max_s=cfg.error_backoff_max_s,

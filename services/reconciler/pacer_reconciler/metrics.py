@@ -225,6 +225,17 @@ class ReconcilerMetrics:
             "How long the oldest ready item has waited, for the top-N guids by wait; rank 1 is the longest. "
             "Leader only, as `pacer_reconciler_guid_backlog_top`."
         ), ["rank", "guid"], registry=registry)
+        job_labels = ["rank", "job_id", "kind", "tenant", "status"]
+        self.job_left_top = Gauge("pacer_reconciler_job_items_left_top", (
+            "Items not yet in a final status of the top-N open jobs (running or paused) by items left "
+            "(`PACER_RECONCILER_BACKLOG_TOP_N`); rank 1 has the most. A requery job counts the pages fetched so "
+            "far. Leader only, replaced every `PACER_RECONCILER_BACKLOG_EVERY_S`: at most N series, never one per "
+            "job. `GET /api/v1/jobs/{job_id}` (or the console's *Jobs* page) has every job's counts."
+        ), job_labels, registry=registry)
+        self.job_done_top = Gauge("pacer_reconciler_job_done_ratio_top", (
+            "Share of the job's items in a final status (confirmed, failed, expired, abandoned, unverified), for "
+            "the same top-N open jobs as `pacer_reconciler_job_items_left_top`, with the same labels."
+        ), job_labels, registry=registry)
 
     def count_round_error(self, error: str, n: int) -> None:
         """``n`` rounds failed with ``error`` (an exception type's name)."""

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
@@ -18,6 +18,11 @@ SweepKind = Literal["retry_due", "claim_expired", "submit_expired", "release_hel
 
 class CursorMoved(Exception):
     """The log cursor moved under us (another leader wrote it): reload it and read again."""
+
+
+class CursorGone(Exception):
+    """A segment's cursor does not exist: a layout of another segment count replaced it. The
+    replica must not apply anything (it would repeat what the new layout's tails apply)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,24 @@ class LeaderStats(Protocol):
     async def governance_stats(self, stall_after: timedelta | None) -> dict[str, int]:
         """Jobs, guids and items by state, and ``stalled_shards`` only when ``stall_after`` is
         given: that count reads every open shard that has not moved, so it runs less often."""
+        ...
+
+
+class Backlogs(Protocol):
+    """The bounded top-N reads behind the dashboards' tables (leader only, every so often)."""
+
+    async def top(self, sort: str, limit: int) -> list[dict[str, Any]]:
+        """Guids by ``sort`` (``backlog``: most queued; ``wait``: oldest ready item): ``guid``,
+        ``queued``, ``oldest_wait_s``."""
+        ...
+
+    async def jobs(self, limit: int) -> list[dict[str, Any]]:
+        """Open jobs by items not yet final: ``job_id``, ``kind``, ``tenant``, ``status``,
+        ``done`` (items in a final status) and ``items`` (all, so far)."""
+        ...
+
+    async def held_back_s(self) -> float:
+        """How long the first committed event no tail can read yet has waited."""
         ...
 
 

@@ -100,11 +100,12 @@ class ReconcilerSettings(OpsSettings):
         "limits, which at a fleet's scale is the leader's heaviest read. Its other numbers are read at every sweep."
     ))
     backlog_top_n: int = Field(10, ge=1, le=100, description=(
-        "How many guids the backlog metrics name: the top N by queued items and the top N by oldest wait."
+        "How many guids and jobs the backlog metrics name: the top N guids by queued items, the top N by "
+        "oldest wait, and the top N open jobs by items left."
     ))
     backlog_every_s: float = Field(30.0, gt=0, description=(
-        "How often the leader refreshes the backlog metrics (one read of every pending item: keep it at tens of "
-        "seconds)."
+        "How often the leader refreshes the backlog metrics (one read of every pending item, and of the open "
+        "jobs' shard counts: keep it at tens of seconds)."
     ))
     callbacks_group: str = Field("", description=(
         "Consumer group of the gateway callbacks topic (`<prefix>.callbacks`), read by every replica (not only "

@@ -1,5 +1,6 @@
-"""Guids by backlog or by wait, from Postgres (``db/queries/guid_backlogs.sql``), and how long
-committed events have waited for the tails (``events_held_back.sql``)."""
+"""Guids by backlog or by wait, from Postgres (``db/queries/guid_backlogs.sql``), open jobs by
+items left (``job_progress_top.sql``), and how long committed events have waited for the tails
+(``events_held_back.sql``)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Any
 from pacer_common.db.errors import with_retry
 from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader, query
+from pacer_common.domain.status import TERMINAL
 
 _sql = loader("pacer_reconciler.adapters.sql")
+_FINAL = sorted(s.value for s in TERMINAL)  # a job's items that are done
 
 
 class PostgresBacklogs:
@@ -21,6 +24,14 @@ class PostgresBacklogs:
             async with self.pool.connection() as conn:
                 return await (await conn.execute(query("guid_backlogs"), {
                     "sort": sort, "limit": limit})).fetchall()
+
+        return await with_retry(work)
+
+    async def jobs(self, limit: int) -> list[dict[str, Any]]:
+        async def work() -> list[dict[str, Any]]:
+            async with self.pool.connection() as conn:
+                return await (await conn.execute(_sql("job_progress_top"), {
+                    "final": _FINAL, "limit": limit})).fetchall()
 
         return await with_retry(work)
 
