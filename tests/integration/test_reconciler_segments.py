@@ -24,7 +24,7 @@ from pacer_dev.segments import confirm_job, segment_ends, segment_events, segmen
 from pacer_dev.stack import Proc, Stack
 from pacer_reconciler.adapters.layout import LayoutBlocked, adopt_layout
 from pacer_reconciler.adapters.postgres import PostgresLog
-from pacer_reconciler.ports import Position
+from pacer_reconciler.ports import CursorGone, CursorMoved, Position
 from tests.conftest import stack_on
 from tests.integration.helpers import eventually, read_topic, seed_job, wait_for, waiting_for_locks
 
@@ -132,6 +132,50 @@ def _set_cursors(url: str, at: dict[str, tuple[int, int]]) -> None:
         for name, (xid, seq) in at.items():
             conn.execute("INSERT INTO log_cursors (name, last_xid, last_seq) VALUES (%s, %s::text::xid8, %s)",
                          (name, xid, seq))
+
+
+def test_a_replica_of_the_old_count_applies_nothing_once_another_count_took_over(database_url: str) -> None:
+    """Two segments tail to the end; a layout of four takes over (the old cursors removed).
+    A replica of two still running neither remakes its cursor from the start of the log (it
+    would apply every event again) nor commits the batch it read meanwhile."""
+    url = database_url
+    guid = _guid_per_segment(url, 2)[0]
+    job_id, _, _ = seed_job(url, {guid: 3})
+    confirm_job(url, job_id)
+
+    async def scenario() -> str:
+        pool = await open_pool(url, min_size=1, max_size=2)
+        try:
+            await adopt_layout(pool, "reconciler", 2)
+            old = PostgresLog(pool, "reconciler/0of2", timedelta(seconds=60), segments=2, segment=0, own_cursor=False)
+            start = await old.position()
+            batch = await old.read(start, 100)
+            assert len(batch) == 3 * 3, "claimed, submitted and confirmed, for each item"
+            await old.commit_batch([ev for _, ev in batch if isinstance(ev, ItemEvent)], start, batch[-1][0])
+            start = batch[-1][0]
+            await adopt_layout(pool, "reconciler", 4)  # every old cursor caught up: it takes over
+            later, _, _ = seed_job(url, {guid: 1})
+            confirm_job(url, later)
+            with pytest.raises(CursorGone, match="another segment count took over"):
+                await old.position()
+            stale = await old.read(start, 100)
+            assert stale, "the old replica still sees events to apply"
+            with pytest.raises(CursorMoved):
+                await old.commit_batch([ev for _, ev in stale if isinstance(ev, ItemEvent)], start, stale[-1][0])
+            return later
+        finally:
+            await pool.close()
+
+    later = asyncio.run(scenario())
+    assert sorted(_cursors(url)) == [f"reconciler/{s}of4" for s in range(4)]
+
+    def applied(job: str) -> list[tuple[str, int]]:
+        with psycopg.connect(url) as conn:
+            return conn.execute("SELECT c.status::text, sum(c.n)::int FROM shard_status_counts c JOIN shards s"
+                                " USING (shard_id) WHERE s.job_id = %s AND c.n <> 0 GROUP BY 1", (job,)).fetchall()
+
+    assert applied(job_id) == [("confirmed", 3)], "the first job's events applied once, by the old layout"
+    assert applied(later) == [("pending", 1)], "the later job's events left to the new layout"
 
 
 def test_a_new_segment_count_starts_where_every_old_cursor_stands_or_not_at_all(database_url: str) -> None:

@@ -63,7 +63,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
 
         def tailer(segment: int, lease: Lease) -> Reconciler:
             log = PostgresLog(pool, cursors[segment], verify_deadline, verify_after, leader=lease,
-                              segments=cfg.segments, segment=segment, labels=labels)
+                              segments=cfg.segments, segment=segment, labels=labels, own_cursor=False)
             return Reconciler(log, store, publisher, holds=store, breakers=breakers, batch=cfg.batch,
                               environment_errors=ENVIRONMENT)
 

@@ -29,7 +29,17 @@ from pacer_reconciler.domain.projection import count_deltas
 from pacer_reconciler.domain.segments import SINGLETON_SEGMENT
 from pacer_reconciler.domain.stalls import Quiet, stalled
 from pacer_reconciler.domain.verification import verdict
-from pacer_reconciler.ports import LAST_SEQ, Applied, CursorMoved, InDoubt, Lease, Position, SweepKind, Unreadable
+from pacer_reconciler.ports import (
+    LAST_SEQ,
+    Applied,
+    CursorGone,
+    CursorMoved,
+    InDoubt,
+    Lease,
+    Position,
+    SweepKind,
+    Unreadable,
+)
 
 _sql = loader("pacer_reconciler.adapters.sql")
 log = logging.getLogger(__name__)
@@ -69,9 +79,12 @@ class PostgresLog:
     def __init__(self, pool: Pool, cursor_name: str, verify_deadline: timedelta,
                  verify_after: timedelta = timedelta(seconds=15), *, leader: Lease | None = None,
                  segments: int = 1, segment: int = 0, owned: Callable[[], Sequence[int]] | None = None,
-                 labels: JobLabels | None = None) -> None:
+                 labels: JobLabels | None = None, own_cursor: bool = True) -> None:
         self.pool = pool
         self.labels = labels or JobLabels()  # shared by the segments of a process
+        # A tail that owns its cursor makes it at its first commit; a segment's is made with its
+        # layout (adopt_layout), and a missing one means another segment count took over.
+        self.own_cursor = own_cursor
         self.leader = leader  # when set, the cursor moves only under its live lease epoch
         self.segments = segments
         self.segment = segment
@@ -84,7 +97,13 @@ class PostgresLog:
         async def work() -> Position:
             async with self.pool.connection() as conn:
                 row = await (await conn.execute(_sql("load_cursor"), {"name": self.cursor_name})).fetchone()
-            return Position(row["xid"], row["last_seq"]) if row else Position("0", 0)
+            if row is not None:
+                return Position(row["xid"], row["last_seq"])
+            if not self.own_cursor:
+                raise CursorGone(f"cursor {self.cursor_name!r} does not exist: reconcilers of another segment count "
+                                 "took over the event log. This replica applies nothing; restart it with their "
+                                 "PACER_RECONCILER_SEGMENTS (docs/reliability.md, \"Changing the segment count\")")
+            return Position("0", 0)
 
         return await with_retry(work)
 
@@ -139,7 +158,7 @@ class PostgresLog:
                         await conn.execute(_sql("refresh_jobs"), {"jobs": jobs})
                 moved = await (await conn.execute(_sql("save_cursor"), {
                     "name": self.cursor_name, "xid": to.xid, "seq": to.seq,
-                    "from_xid": start.xid, "from_seq": start.seq})).fetchone()
+                    "from_xid": start.xid, "from_seq": start.seq, "create": self.own_cursor})).fetchone()
                 if moved is None:
                     raise CursorMoved(f"cursor {self.cursor_name!r} is no longer at {start}")
 
