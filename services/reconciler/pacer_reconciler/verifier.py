@@ -39,6 +39,9 @@ class Verifier:
         self.resolved: Counter[str] = Counter()  # by the status an item moved to
         self.errors = 0  # rounds or resolutions that failed (database down, a bug)
         self._tasks: dict[str, asyncio.Task[None]] = {}  # item_id → its lookup
+        # item_id → the episode (InDoubt.since) of a lookup that finished during this round's
+        # read: the read may predate its resolution, and must not start a second lookup for it.
+        self._finished: dict[str, datetime] = {}
 
     @property
     def in_flight(self) -> int:
@@ -51,19 +54,23 @@ class Verifier:
         if free <= 0:
             return 0
         started = 0
+        self._finished = {}  # lookups resolved before this read began: the read sees their outcome
         for item in await self.sweeps.in_doubt(self.limit):
             if started >= free:
                 break
             if item.item_id in self._tasks:
                 continue
+            if (done := self._finished.get(item.item_id)) is not None and item.since <= done:
+                continue  # an episode whose lookup finished while this round read: next round sees it as it is
             task = asyncio.create_task(self._verify(item), name=f"verify:{item.item_id}")
             self._tasks[item.item_id] = task
-            task.add_done_callback(functools.partial(self._forget, item.item_id))
+            task.add_done_callback(functools.partial(self._forget, item))
             started += 1
         return started
 
-    def _forget(self, item_id: str, _task: asyncio.Task[None]) -> None:
-        self._tasks.pop(item_id, None)
+    def _forget(self, item: InDoubt, _task: asyncio.Task[None]) -> None:
+        self._tasks.pop(item.item_id, None)
+        self._finished[item.item_id] = item.since
 
     async def _verify(self, item: InDoubt) -> None:
         found: bool | None = None

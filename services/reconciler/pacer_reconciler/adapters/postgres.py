@@ -215,6 +215,12 @@ class PostgresLog:
 
         async def work() -> str | None:
             async with self.pool.connection() as conn, conn.transaction():
+                # The lookup answered for the episode read at item.since; once the item has
+                # moved on (sent again, in doubt again) its answer decides nothing.
+                episode = await (await conn.execute(_sql("lock_in_doubt_episode"), {
+                    "i": item.item_id, "since": item.since})).fetchone()
+                if episode is None:
+                    return None
                 moved = await apply(conn, t, [item.item_id])
                 if moved and ledger:
                     await conn.execute(ledger, {"k": item.idem_key, "i": item.item_id})
