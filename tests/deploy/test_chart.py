@@ -66,12 +66,16 @@ def test_minimal_has_fixed_replicas_and_nothing_opt_in(minimal):
     kinds = {o["kind"] for o in minimal}
     assert not kinds & {"HorizontalPodAutoscaler", "ScaledObject", "NetworkPolicy", "Ingress",
                         "ServiceMonitor", "PrometheusRule"}
-    for d in _by_kind(minimal, "Deployment").values():
+    deployments = _by_kind(minimal, "Deployment")
+    assert deployments, "the minimal chart renders no Deployment"
+    for d in deployments.values():
         assert d["spec"]["replicas"] == 2
 
 
 def test_every_container_has_a_startup_probe(minimal):
-    for d in _by_kind(minimal, "Deployment").values():
+    deployments = _by_kind(minimal, "Deployment")
+    assert deployments, "the minimal chart renders no Deployment"
+    for d in deployments.values():
         (container,) = d["spec"]["template"]["spec"]["containers"]
         assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "ops"}
 
@@ -155,7 +159,9 @@ def test_every_alert_counts_each_release_of_a_shared_namespace_apart() -> None:
 
 
 def test_every_board_the_chart_ships_reads_the_picked_namespace_and_release() -> None:
-    for path in sorted((CHART / "files" / "grafana").glob("*.json")):
+    boards = sorted((CHART / "files" / "grafana").glob("*.json"))
+    assert boards, f"no dashboard under {CHART / 'files' / 'grafana'}"
+    for path in boards:
         board = json.loads(path.read_text())
         assert [v["name"] for v in board["templating"]["list"]][-2:] == ["namespace", "release"], path.name
         for panel in board["panels"]:

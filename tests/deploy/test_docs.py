@@ -70,6 +70,8 @@ def test_every_registered_metric_is_listed(service):
     registry = CollectorRegistry()
     docs._load(docs.METRICS[service])(registry)
     table = docs.metrics_table()
-    for family in registry.collect():
+    families = list(registry.collect())
+    assert families, f"{service}'s metrics registered nothing"
+    for family in families:
         name = family.name + ("_total" if family.type == "counter" else "")
         assert f"| `{name}" in table, name

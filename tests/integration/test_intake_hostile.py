@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from pacer_planner.adapters.kafka import KafkaCommandBus, KafkaRequestSource
 from pacer_planner.adapters.postgres import PostgresJobStore
 from pacer_planner.core import Handled, Planner
 from pacer_planner.core.consume import IntakeLoop, IntakePolicy
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -176,12 +176,16 @@ class DeadLetters:
         self.records: dict[bytes, str] = {}
 
     def until(self, values: set[bytes], timeout_s: float = 30.0) -> dict[bytes, str]:
-        deadline = time.monotonic() + timeout_s
-        while not values <= self.records.keys() and time.monotonic() < deadline:
-            msg = self.consumer.poll(0.2)
-            if msg is not None and not msg.error():
-                headers = dict(msg.headers() or [])
-                self.records[msg.value() or b""] = headers.get("pacer-error-reason", b"").decode()
+        def arrived() -> bool:
+            if not values <= self.records.keys():
+                msg = self.consumer.poll(0.2)
+                if msg is not None and not msg.error():
+                    headers = dict(msg.headers() or [])
+                    self.records[msg.value() or b""] = headers.get("pacer-error-reason", b"").decode()
+            return values <= self.records.keys()
+
+        wait_for(arrived, timeout_s, f"{len(values)} requests in the dead-letter topic",
+                 lambda: [v[:80] for v in values - self.records.keys()])
         return self.records
 
     def close(self) -> None:
@@ -225,9 +229,8 @@ def test_hostile_requests_on_one_partition_are_dead_lettered_and_valid_ones_all_
             producer.produce(topics["requests"], value=value, key=b"one-key")  # one partition, in this order
         assert producer.flush(30) == 0
         published += len(batch)
-        deadline = time.monotonic() + 60
-        while len(planner.events.outcomes) < published and planner.alive and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: len(planner.events.outcomes) >= published or not planner.alive, 60,
+                 f"the intake loop to handle {published} requests", lambda: len(planner.events.outcomes))
         assert planner.alive, f"the intake loop stopped: {planner.error!r}"
         assert len(planner.events.outcomes) == published
 

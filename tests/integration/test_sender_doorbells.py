@@ -4,8 +4,8 @@ wait for; an unreadable command rings its key's guid; the guid's work is read fr
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
+from datetime import timedelta
 
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
@@ -15,14 +15,14 @@ from pacer_common.db.pool import open_pool
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.kafka import AsyncConsumer, ensure_topics, make_consumer, make_producer, produce_all
 from pacer_sender.adapters.kafka import ConsumerLoop
+from pacer_sender.adapters.postgres import PostgresGuidLeases
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.core import Executed
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
-from tests.integration.helpers import seed_job
+from tests.integration.helpers import eventually, seed_job
 from tests.unit.dispatching import BeforeCall
-from tests.unit.fakes import GrantAll
 
 
 class Recorder:
@@ -57,15 +57,17 @@ def committed(kafka_config: dict[str, str], group: str, topic: str, partitions: 
 
 
 def consume(database_url: str, kafka_config: dict[str, str], topic_prefix: str, rec: Recorder,
-            done: Callable[[], bool], guid_cap: int = 50) -> int:
-    """Run a sender's consumer loop and dispatcher (executing through ``rec``) on the lane
-    topics until ``done()`` or a minute passes; how many commands were unreadable."""
+            done: Callable[[], bool], what: str, guid_cap: int = 50) -> int:
+    """Run a sender's consumer loop and dispatcher (executing through ``rec``, on Postgres
+    guid leases) on the lane topics until ``done()`` (failing with ``what`` if a minute
+    passes first); how many commands were unreadable."""
     online, batch = f"{topic_prefix}.item-commands.online", f"{topic_prefix}.item-commands.batch"
 
     async def scenario() -> int:
         pool = await open_pool(database_url, min_size=1, max_size=4)
+        leases = GuidLeases(PostgresGuidLeases(pool, timedelta(seconds=30)), "me", 30.0)
         dispatcher = Dispatcher(rec, lambda g: Limits(min_interval_s=0, jitter_s=0),  # type: ignore[arg-type]  # a Recorder for the Executor
-                                GuidLeases(GrantAll(), "me", 30.0), PostgresGuidQueue(pool), guid_cap=guid_cap)
+                                leases, PostgresGuidQueue(pool), guid_cap=guid_cap)
         consumer = AsyncConsumer(make_consumer(kafka_config, f"{topic_prefix}.sender", protocol="consumer",
                                                remote_assignor="range"))
         bad = Counter("bad", "bad", registry=CollectorRegistry())
@@ -73,13 +75,17 @@ def consume(database_url: str, kafka_config: dict[str, str], topic_prefix: str, 
         dispatcher.owns = loop.owns
         stop = asyncio.Event()
         task = asyncio.create_task(loop.run(stop))
-        deadline = time.monotonic() + 60
-        while not done() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        stop.set()
-        await task
-        await consumer.close()
-        await pool.close()
+
+        async def finished() -> bool:
+            return done()
+
+        try:
+            await eventually(finished, 60, what)
+        finally:
+            stop.set()
+            await task
+            await consumer.close()
+            await pool.close()
         return int(bad._value.get())
 
     return asyncio.run(scenario())
@@ -99,7 +105,8 @@ def test_scheduled_commands_are_committed_at_once_and_an_unreadable_one_rings_it
     group = f"{topic_prefix}.sender"
     rec = Recorder()
     bad = consume(database_url, kafka_config, topic_prefix, rec,
-                  lambda: bool(rec.sent) and committed(kafka_config, group, batch, 2) >= len(messages))
+                  lambda: bool(rec.sent) and committed(kafka_config, group, batch, 2) >= len(messages),
+                  "an item sent and every command committed")
     sent = rec.sent
     assert committed(kafka_config, group, batch, 2) == len(messages), "every command committed, scheduled or not"
     assert sent == [ready], "the unreadable command rang its guid, whose item was read from Postgres"
@@ -141,7 +148,7 @@ def test_a_ticket_whose_doorbell_reaches_a_full_window_goes_out_with_the_next_se
     produce_all(make_producer(kafka_config), messages)
 
     rec = Taking(database_url)
-    consume(database_url, kafka_config, topic_prefix, rec, lambda: ticket in rec.sent, guid_cap=20)
+    consume(database_url, kafka_config, topic_prefix, rec, lambda: ticket in rec.sent, "the ticket sent", guid_cap=20)
     sent = rec.sent
     assert ticket in sent, "the ticket was sent"
     assert sent.index(ticket) <= 4, f"the ticket waited behind the window: sent {sent.index(ticket)} campaign items first"

@@ -12,6 +12,7 @@ from pacer_reconciler.core import Reconciler
 from pacer_reconciler.domain.verification import verdict
 from pacer_reconciler.ports import InDoubt, Position
 from pacer_reconciler.verifier import Verifier
+from tests.unit.dispatching import until
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 DEADLINE = timedelta(seconds=300)
@@ -77,13 +78,6 @@ def _items(n: int, since: datetime = NOW) -> list[InDoubt]:
     return [InDoubt(f"i{k}", f"g{k}", f"k{k}", since) for k in range(n)]
 
 
-async def _until(cond, timeout_s: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
-
-
 def test_tail_rounds_keep_completing_while_every_lookup_hangs() -> None:
     async def scenario() -> None:
         sweeps = Sweeps(_items(40))
@@ -95,13 +89,20 @@ def test_tail_rounds_keep_completing_while_every_lookup_hangs() -> None:
         task = asyncio.create_task(verifier.run(stop, lambda: True, interval_s=0.01))
         rounds_while_hung = 0
         max_in_flight = 0
-        while verifier.lookups["timeout"] < 12:
-            await asyncio.wait_for(rec.tail_once(), timeout=1.0)
-            if verifier.in_flight:
-                rounds_while_hung += 1
-            max_in_flight = max(max_in_flight, verifier.in_flight)
-            await asyncio.sleep(0.001)
+
+        async def tail() -> None:  # tail rounds, one after another, until the verifier stops
+            nonlocal rounds_while_hung, max_in_flight
+            while not stop.is_set():
+                await asyncio.wait_for(rec.tail_once(), timeout=1.0)
+                if verifier.in_flight:
+                    rounds_while_hung += 1
+                max_in_flight = max(max_in_flight, verifier.in_flight)
+                await asyncio.sleep(0.001)
+
+        tailing = asyncio.create_task(tail())
+        await until(lambda: verifier.lookups["timeout"] >= 12 or tailing.done(), 10)
         stop.set()
+        await tailing
         await task
         assert rounds_while_hung > 10
         assert max_in_flight == 4, "at most `concurrency` lookups at once, and all of them used"
@@ -117,7 +118,7 @@ def test_a_round_starts_lookups_without_waiting_for_them() -> None:
         verifier = Verifier(sweeps, lookup, concurrency=3, timeout_s=60, clock=lambda: NOW)
         assert await asyncio.wait_for(verifier.start_round(), timeout=1.0) == 3
         assert await asyncio.wait_for(verifier.start_round(), timeout=1.0) == 0, "no free slot, nothing asked twice"
-        await _until(lambda: len(lookup.asked) == 3)
+        await until(lambda: len(lookup.asked) == 3)
         assert sorted(lookup.asked) == ["k0", "k1", "k2"]
         await verifier.close()
 
@@ -138,7 +139,7 @@ def test_only_a_real_answer_decides_and_a_timeout_never_requeues(answers: list[o
         verifier = Verifier(sweeps, Lookup({f"k{k}": a for k, a in enumerate(answers)}),
                             concurrency=16, timeout_s=0.02, clock=lambda: NOW)
         await verifier.start_round()
-        await _until(lambda: len(sweeps.resolved) == len(items))
+        await until(lambda: len(sweeps.resolved) == len(items))
         assert verifier.lookups["timeout"] == answers.count("hang")
         assert verifier.lookups["error"] == answers.count("raise")
         return sweeps

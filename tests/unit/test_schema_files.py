@@ -45,12 +45,14 @@ def test_the_historical_migrations_are_where_the_guard_starts() -> None:
 
 
 def test_each_function_file_defines_the_function_it_is_named_after_and_nothing_else() -> None:
+    assert FUNCTIONS, "no function file under db/schema/functions/"
     for name, sql in FUNCTIONS.items():
         assert defined_routines(sql) == [f"function {name}"], name
         assert re.search(rf"\bCREATE OR REPLACE FUNCTION {name}\(", sql), f"{name}: CREATE OR REPLACE, so it re-applies"
 
 
 def test_each_trigger_file_defines_the_trigger_it_is_named_after_with_a_function_that_has_a_file() -> None:
+    assert TRIGGERS, "no trigger file under db/schema/triggers/"
     for name, sql in TRIGGERS.items():
         assert defined_routines(sql) == [f"trigger {name}"], name
         assert re.search(rf"\bCREATE OR REPLACE TRIGGER {name}\b", sql), f"{name}: CREATE OR REPLACE, so it re-applies"
