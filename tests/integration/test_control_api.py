@@ -13,7 +13,11 @@ import psycopg
 import pytest
 
 from pacer_common import cli
-from pacer_common.domain.tokens import token_hash
+from pacer_common.db.pool import open_pool
+from pacer_common.domain.tokens import Role, token_hash
+from pacer_control.adapters.postgres import PostgresControl
+from pacer_control.core import Control
+from pacer_control.domain.permissions import Principal
 from tests.integration.control_support import audit, control_api, move, rows
 from tests.integration.helpers import eventually, seed_job, waiting_for_locks
 
@@ -691,6 +695,29 @@ def test_a_test_send_goes_through_the_gateway_of_the_tenant_holding_the_guid(dat
                 new["item_id"]) == [{"tenant": "default"}]
     assert rows(database_url, "SELECT guid, tenant FROM tenant_guids ORDER BY guid") == [
         {"guid": "acme-guid", "tenant": "acme"}]
+
+
+def test_a_test_send_retried_after_its_commit_queues_one_message(database_url: str) -> None:
+    """The unit of work runs again after a commit whose answer was lost (as the store's retry
+    does on a dropped connection): the second run finds the send the first one made."""
+
+    class AnswerLost(PostgresControl):
+        async def atomically(self, work: Any) -> Any:
+            await super().atomically(work)  # committed; its answer never arrives
+            return await super().atomically(work)
+
+    async def go() -> dict[str, Any]:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        try:
+            control = Control(AnswerLost(pool), frozenset({"sandbox-room"}))
+            return await control.test_send("g1", "sandbox-room", "hi", Principal("ops", Role.TECH_ADMIN))
+        finally:
+            await pool.close()
+
+    made = asyncio.run(go())
+    assert rows(database_url, "SELECT item_id::text AS item_id, job_id::text AS job_id FROM items") == [
+        {"item_id": made["item_id"], "job_id": made["job_id"]}]
+    assert [a["after"]["item_id"] for a in audit(database_url) if a["action"] == "test_send"] == [made["item_id"]]
 
 
 def test_test_send_is_refused_when_no_sandbox_is_configured(database_url: str) -> None:

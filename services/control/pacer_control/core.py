@@ -458,12 +458,16 @@ class Control:
             raise Forbidden(f"to_id {to_id!r} is not a sandbox target; test sends may only go to "
                             f"{', '.join(sorted(self.sandbox_targets))} (PACER_CONTROL_SANDBOX_TARGETS)")
 
+        # Made once: a retry of the unit after a commit whose answer was lost finds its send.
+        job_id, item_id = str(uuid.uuid4()), new_item_ids(1, datetime.now(UTC))[0]  # today's partition
+
         async def work(tx: ControlTx) -> Row:
-            item_id = new_item_ids(1, datetime.now(UTC))[0]  # in the time partition of today
-            made = await tx.test_send(str(uuid.uuid4()), item_id, guid, to_id, content, who.actor)
-            await tx.audit(AuditEntry(who.actor, "test_send", "guid", guid, None, None,
-                                      {"to_id": to_id, "job_id": made["job_id"], "item_id": made["item_id"],
-                                       "idem_key": made["idem_key"], "content_chars": len(content)}))
+            made = await tx.test_send_made(item_id)
+            if made is None:
+                made = await tx.test_send(job_id, item_id, guid, to_id, content, who.actor)
+                await tx.audit(AuditEntry(who.actor, "test_send", "guid", guid, None, None,
+                                          {"to_id": to_id, "job_id": made["job_id"], "item_id": made["item_id"],
+                                           "idem_key": made["idem_key"], "content_chars": len(content)}))
             return {**made, "queued": True,
                     "message": f"queued as job {made['job_id']}: sent like any other item (the guid's lease, "
                                f"its pacing, the ledger); follow it at /jobs/{made['job_id']}"}

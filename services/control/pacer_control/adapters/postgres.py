@@ -124,6 +124,9 @@ class _Tx:
                                                            "statuses": [s.value for s in CANCELLABLE]})
         return [r["item_id"] for r in rows]
 
+    async def test_send_made(self, item_id: str) -> Row | None:
+        return await _row(self.conn, "test_send_made", {"item": item_id})
+
     async def test_send(self, job_id: str, item_id: str, guid: str, to_id: str, content: str, actor: str) -> Row:
         row = await _row(self.conn, "test_send", {"job": job_id, "item": item_id, "guid": guid, "to_id": to_id,
                                                   "content": content, "actor": actor})
