@@ -18,6 +18,35 @@ CREATE TYPE public.item_status AS ENUM (
     'unverified'
 );
 
+CREATE FUNCTION public.pacer_abandon_cancelled(p_ids uuid[]) RETURNS uuid[]
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    r record;
+    gone uuid[] := '{}';
+BEGIN
+    IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
+        RETURN gone;
+    END IF;
+    FOR r IN
+        SELECT j.paused_by AS actor, array_agg(i.item_id ORDER BY i.item_id) AS ids
+        FROM items i JOIN jobs j ON j.job_id = i.job_id
+        WHERE i.item_id = ANY(p_ids) AND i.status IN ('pending', 'waiting_retry') AND j.status = 'cancelled'
+        GROUP BY i.job_id, j.paused_by
+        ORDER BY i.job_id
+    LOOP
+        gone := gone || ARRAY(
+            SELECT t.item_id
+            FROM pacer_transition(r.ids, '{pending,waiting_retry}', 'abandoned', 'ItemCancelled',
+                jsonb_build_object('actor', r.actor, 'error_class', 'cancelled', 'scope', 'job'),
+                p_clear_lease => true, p_error_class => 'cancelled',
+                p_error => format('job cancelled by %s', r.actor)) AS t);
+    END LOOP;
+    RETURN gone;
+END
+$$;
+
 CREATE FUNCTION public.pacer_acquire_guids(p_guids text[], p_owner text, p_ttl interval, p_in_flight interval DEFAULT '00:00:00'::interval) RETURNS TABLE(guid text, epoch bigint, last_send_at timestamp with time zone, took_over boolean, db_now timestamp with time zone, windows jsonb, penalty double precision)
     LANGUAGE plpgsql
     AS $$
@@ -157,6 +186,11 @@ BEGIN
     FROM items i JOIN jobs j ON j.job_id = i.job_id JOIN shards s ON s.shard_id = i.shard_id
     WHERE i.item_id = p_item;
     IF NOT FOUND OR x.status <> 'pending' THEN
+        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN;
+    END IF;
+    IF x.job_status = 'cancelled' THEN
+        PERFORM pacer_abandon_cancelled(ARRAY[p_item]);
         RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
         RETURN;
     END IF;
@@ -794,7 +828,7 @@ BEGIN
             jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor), p_clear_lease => true);
     ELSIF o.status = 'submitted' THEN
         PERFORM pacer_transition(ARRAY[p_item], '{submitted}', 'recovery_pending', 'ItemInDoubt',
-            jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor), p_clear_lease => true,
+            jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor, 'verify_from', o.lease_until),
             p_error_class => 'in_doubt', p_error => why);
     ELSE
         RETURN QUERY SELECT 'conflict'::text,
@@ -802,19 +836,21 @@ BEGIN
             o.status::text, o.status::text, o.lease_epoch;
         RETURN;
     END IF;
-    UPDATE items SET lease_epoch = lease_epoch + 1 WHERE item_id = p_item;
+    UPDATE items SET lease_epoch = lease_epoch + 1, lease_owner = NULL WHERE item_id = p_item;
     PERFORM pacer_audit(p_actor, 'release_lock', 'item', p_item::text, p_reason,
         jsonb_build_object('status', o.status, 'lease_owner', o.lease_owner, 'lease_epoch', o.lease_epoch,
                            'lease_until', o.lease_until),
         jsonb_build_object('status', CASE WHEN o.status = 'claimed' THEN 'pending' ELSE 'recovery_pending' END,
-                           'lease_owner', NULL, 'lease_epoch', o.lease_epoch + 1, 'lease_until', NULL));
+                           'lease_owner', NULL, 'lease_epoch', o.lease_epoch + 1,
+                           'lease_until', CASE WHEN o.status = 'submitted' THEN o.lease_until END));
     RETURN QUERY SELECT 'done'::text,
         CASE WHEN o.status = 'claimed'
              THEN format('item %s released: claimed by %s, nothing was sent; it is pending again (epoch %s)',
                          p_item, o.lease_owner, o.lease_epoch + 1)
              ELSE format('item %s released: it was submitted by %s and may have been sent, so it is '
-                         'recovery_pending and will be verified with the gateway, never resent blindly (epoch %s)',
-                         p_item, o.lease_owner, o.lease_epoch + 1) END,
+                         'recovery_pending and will be verified with the gateway, never resent blindly, once '
+                         'its lease would have run out (%s), as a send made under it may still arrive (epoch %s)',
+                         p_item, o.lease_owner, o.lease_until, o.lease_epoch + 1) END,
         o.status::text, CASE WHEN o.status = 'claimed' THEN 'pending' ELSE 'recovery_pending' END,
         o.lease_epoch + 1;
 END
@@ -961,6 +997,8 @@ DECLARE
     n bigint;
     ids uuid[];
     after_status text;
+    msg text;
+    answer text := 'done';
 BEGIN
     SELECT * INTO j FROM jobs WHERE job_id = p_job FOR UPDATE;
     IF NOT FOUND THEN
@@ -1008,22 +1046,34 @@ BEGIN
                         finished_at = CASE WHEN after_status = 'completed' THEN now() END
         WHERE job_id = p_job;
     ELSIF p_action = 'cancel' THEN
-        IF j.status = 'cancelled' THEN
-            RETURN QUERY SELECT 'noop'::text, 'job is already cancelled'::text, j.status;
-            RETURN;
-        ELSIF j.status = 'completed' THEN
+        IF j.status = 'completed' THEN
             RETURN QUERY SELECT 'conflict'::text, 'job is completed; there is nothing left to cancel'::text, j.status;
             RETURN;
         END IF;
-        UPDATE jobs SET status = 'cancelled', finished_at = now(), paused_reason = COALESCE(p_reason, 'cancelled'),
-                        paused_by = p_actor, paused_at = now()
-        WHERE job_id = p_job;
         SELECT array_agg(i.item_id) INTO ids FROM items i
         WHERE i.job_id = p_job AND i.status IN ('pending', 'waiting_retry');
-        IF ids IS NOT NULL THEN
-            PERFORM pacer_transition(ids, '{pending,waiting_retry}', 'abandoned', 'ItemCancelled',
+        IF j.status = 'cancelled' AND ids IS NULL THEN
+            RETURN QUERY SELECT 'noop'::text, 'job is already cancelled'::text, j.status;
+            RETURN;
+        ELSIF j.status <> 'cancelled' THEN
+            UPDATE jobs SET status = 'cancelled', finished_at = now(),
+                            paused_reason = COALESCE(p_reason, 'cancelled'), paused_by = p_actor, paused_at = now()
+            WHERE job_id = p_job;
+        END IF;
+        -- Cancelled again: what came back to waiting since (an item that was in flight) is
+        -- abandoned now; the job's row is left as the first cancel wrote it.
+        IF ids IS NOT NULL THEN  -- the transition pacer_abandon_cancelled makes, without its look at the job
+            ids := ARRAY(SELECT t.item_id FROM pacer_transition(ids, '{pending,waiting_retry}', 'abandoned', 'ItemCancelled',
                 jsonb_build_object('actor', p_actor, 'error_class', 'cancelled', 'scope', 'job'),
-                p_clear_lease => true, p_error_class => 'cancelled', p_error => format('job cancelled by %s', p_actor));
+                p_clear_lease => true, p_error_class => 'cancelled', p_error => format('job cancelled by %s', p_actor)) AS t);
+        END IF;
+        IF j.status = 'cancelled' AND cardinality(ids) = 0 THEN  -- each taken or abandoned meanwhile
+            RETURN QUERY SELECT 'noop'::text, 'job is already cancelled'::text, j.status;
+            RETURN;
+        ELSIF j.status = 'cancelled' THEN
+            answer := 'noop';
+            msg := format('job is already cancelled; %s of its items had come back to pending or waiting_retry '
+                          'since and are abandoned now', cardinality(ids));
         END IF;
     ELSIF p_action = 'terminate' THEN
         IF j.status = 'terminated' THEN
@@ -1046,7 +1096,8 @@ BEGIN
         (SELECT jsonb_build_object('status', x.status, 'paused_reason', x.paused_reason,
                                    'abandoned', COALESCE(cardinality(ids), 0))
          FROM jobs x WHERE x.job_id = p_job));
-    RETURN QUERY SELECT 'done'::text, format('job %s: %s → %s', p_action, j.status, after_status), after_status;
+    RETURN QUERY SELECT answer, COALESCE(msg, format('job %s: %s → %s', p_action, j.status, after_status)),
+                        after_status;
 END
 $$;
 

@@ -1,10 +1,14 @@
 -- In-doubt sends of this replica's segments to verify, oldest first. Only once they have been
 -- in doubt for longer than a gateway call can take: a request still travelling must not be "proved" undelivered.
--- Each with its job's tenant: it is verified with that tenant's gateway.
+-- A send put in doubt by a forced release keeps its holder's lease_until (pacer_force_release_item):
+-- the holder may still be making its call until then, so it waits for that too (any other
+-- in-doubt item has none: its lease was over or cleared). Each with its job's tenant: it is
+-- verified with that tenant's gateway.
 SELECT item_id::text AS item_id, guid, idem_key, updated_at,
        (SELECT j.tenant FROM jobs j WHERE j.job_id = items.job_id) AS tenant
 FROM items
 WHERE status = 'recovery_pending' AND updated_at < now() - %(settle)s::interval
+  AND (lease_until IS NULL OR lease_until < now())
   AND {guid_segment} = ANY(%(segments)s::int[])
 ORDER BY updated_at
 LIMIT %(limit)s

@@ -1,5 +1,8 @@
 -- Begin one send, before any gateway call, in one transaction: the caller must hold the
--- guid's lease (else 'guid_lost'); a hold on the job, shard or guid marks the item held and
+-- guid's lease (else 'guid_lost'); an item of a cancelled job is abandoned as the cancel
+-- abandons it (pacer_abandon_cancelled: it came back to pending after the cancel, from a send
+-- then in flight) and answers 'not_pending', never held: a cancelled job is never resumed, so
+-- nothing would release it; a hold on the job, shard or guid marks the item held and
 -- answers 'held' with the reason in ``holder``; a budgeted job counts the send under its row
 -- lock (the send that would pass the budget pauses the job instead). Then pending → claimed
 -- (new lease, epoch + 1) → idempotency key reserved → submitted, recording in ItemSubmitted
@@ -36,6 +39,11 @@ BEGIN
     FROM items i JOIN jobs j ON j.job_id = i.job_id JOIN shards s ON s.shard_id = i.shard_id
     WHERE i.item_id = p_item;
     IF NOT FOUND OR x.status <> 'pending' THEN
+        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN;
+    END IF;
+    IF x.job_status = 'cancelled' THEN
+        PERFORM pacer_abandon_cancelled(ARRAY[p_item]);
         RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
         RETURN;
     END IF;

@@ -13,8 +13,9 @@
 -- state), of a job without a send budget, and whose key is in no other item's ledger row nor
 -- twice in the batch. Those are claimed, their keys reserved and `submitted` written as
 -- pacer_begin_send does it, event for event (claim and `submitted` as one row version).
--- Every other item (held, budgeted, lost lease, no longer pending, a duplicate key) goes
--- through pacer_begin_send, one by one, in guid then item order, which answers for it.
+-- Every other item (held, of a cancelled job, budgeted, lost lease, no longer pending, a
+-- duplicate key) goes through pacer_begin_send, one by one, in guid then item order, which
+-- answers for it (an item of a cancelled job: abandoned, 'not_pending').
 CREATE OR REPLACE FUNCTION pacer_begin_send_many(p_items uuid[], p_owner text, p_ttl interval, p_keys text[],
                                                  p_guids text[], p_to_ids text[])
 RETURNS TABLE (ord bigint, outcome text, epoch bigint, attempts integer, holder text)

@@ -2,6 +2,12 @@
 -- claimed → pending (nothing was sent), submitted → recovery_pending (it may have been sent:
 -- verified, never resent blindly); either way with a new fencing epoch, so the holder's
 -- confirm or settle is refused. Audited. Outcomes: done, conflict (holds no lease), not_found.
+-- A submitted item keeps its lease's end (lease_until; the holder, lease_owner, is cleared):
+-- the fence stops the holder's bookkeeping, not its gateway call, which it may still write
+-- until its send deadline (a quarter of the lease after the claim) and the gateway act on up
+-- to its timeout after that, both before the lease would have run out. The verifier looks
+-- the send up no sooner than then (due_in_doubt.sql): a lookup before it could find nothing,
+-- make the item pending, free its key and send it a second time.
 CREATE OR REPLACE FUNCTION pacer_force_release_item(p_item uuid, p_actor text, p_reason text DEFAULT NULL)
 RETURNS TABLE (outcome text, message text, from_status text, to_status text, epoch bigint)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
@@ -20,7 +26,7 @@ BEGIN
             jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor), p_clear_lease => true);
     ELSIF o.status = 'submitted' THEN
         PERFORM pacer_transition(ARRAY[p_item], '{submitted}', 'recovery_pending', 'ItemInDoubt',
-            jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor), p_clear_lease => true,
+            jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor, 'verify_from', o.lease_until),
             p_error_class => 'in_doubt', p_error => why);
     ELSE
         RETURN QUERY SELECT 'conflict'::text,
@@ -28,19 +34,21 @@ BEGIN
             o.status::text, o.status::text, o.lease_epoch;
         RETURN;
     END IF;
-    UPDATE items SET lease_epoch = lease_epoch + 1 WHERE item_id = p_item;
+    UPDATE items SET lease_epoch = lease_epoch + 1, lease_owner = NULL WHERE item_id = p_item;
     PERFORM pacer_audit(p_actor, 'release_lock', 'item', p_item::text, p_reason,
         jsonb_build_object('status', o.status, 'lease_owner', o.lease_owner, 'lease_epoch', o.lease_epoch,
                            'lease_until', o.lease_until),
         jsonb_build_object('status', CASE WHEN o.status = 'claimed' THEN 'pending' ELSE 'recovery_pending' END,
-                           'lease_owner', NULL, 'lease_epoch', o.lease_epoch + 1, 'lease_until', NULL));
+                           'lease_owner', NULL, 'lease_epoch', o.lease_epoch + 1,
+                           'lease_until', CASE WHEN o.status = 'submitted' THEN o.lease_until END));
     RETURN QUERY SELECT 'done'::text,
         CASE WHEN o.status = 'claimed'
              THEN format('item %s released: claimed by %s, nothing was sent; it is pending again (epoch %s)',
                          p_item, o.lease_owner, o.lease_epoch + 1)
              ELSE format('item %s released: it was submitted by %s and may have been sent, so it is '
-                         'recovery_pending and will be verified with the gateway, never resent blindly (epoch %s)',
-                         p_item, o.lease_owner, o.lease_epoch + 1) END,
+                         'recovery_pending and will be verified with the gateway, never resent blindly, once '
+                         'its lease would have run out (%s), as a send made under it may still arrive (epoch %s)',
+                         p_item, o.lease_owner, o.lease_until, o.lease_epoch + 1) END,
         o.status::text, CASE WHEN o.status = 'claimed' THEN 'pending' ELSE 'recovery_pending' END,
         o.lease_epoch + 1;
 END

@@ -6,7 +6,11 @@
 --             A terminated job only once none of its items is in flight or in doubt; a job
 --             paused for its budget only once the budget allows another send.
 --   cancel    → cancelled: pending and waiting items abandoned; irreversible; nothing sent
---             is undone.
+--             is undone. An item in flight then may come back to waiting later (a retry, a
+--             send proved not delivered): it is abandoned when it does (pacer_abandon_cancelled),
+--             and a cancel of a cancelled job abandons any still left waiting. Its answer stays
+--             noop, as the job's status does (domain/job_status.py), but then it is audited and
+--             its message counts the items it abandoned.
 --   terminate running / paused → terminated: no new claims, resumable only after
 --             reconciliation has settled every item in flight.
 CREATE OR REPLACE FUNCTION pacer_job_action(p_job uuid, p_action text, p_actor text, p_reason text DEFAULT NULL)
@@ -18,6 +22,8 @@ DECLARE
     n bigint;
     ids uuid[];
     after_status text;
+    msg text;
+    answer text := 'done';
 BEGIN
     SELECT * INTO j FROM jobs WHERE job_id = p_job FOR UPDATE;
     IF NOT FOUND THEN
@@ -65,22 +71,34 @@ BEGIN
                         finished_at = CASE WHEN after_status = 'completed' THEN now() END
         WHERE job_id = p_job;
     ELSIF p_action = 'cancel' THEN
-        IF j.status = 'cancelled' THEN
-            RETURN QUERY SELECT 'noop'::text, 'job is already cancelled'::text, j.status;
-            RETURN;
-        ELSIF j.status = 'completed' THEN
+        IF j.status = 'completed' THEN
             RETURN QUERY SELECT 'conflict'::text, 'job is completed; there is nothing left to cancel'::text, j.status;
             RETURN;
         END IF;
-        UPDATE jobs SET status = 'cancelled', finished_at = now(), paused_reason = COALESCE(p_reason, 'cancelled'),
-                        paused_by = p_actor, paused_at = now()
-        WHERE job_id = p_job;
         SELECT array_agg(i.item_id) INTO ids FROM items i
         WHERE i.job_id = p_job AND i.status IN ('pending', 'waiting_retry');
-        IF ids IS NOT NULL THEN
-            PERFORM pacer_transition(ids, '{pending,waiting_retry}', 'abandoned', 'ItemCancelled',
+        IF j.status = 'cancelled' AND ids IS NULL THEN
+            RETURN QUERY SELECT 'noop'::text, 'job is already cancelled'::text, j.status;
+            RETURN;
+        ELSIF j.status <> 'cancelled' THEN
+            UPDATE jobs SET status = 'cancelled', finished_at = now(),
+                            paused_reason = COALESCE(p_reason, 'cancelled'), paused_by = p_actor, paused_at = now()
+            WHERE job_id = p_job;
+        END IF;
+        -- Cancelled again: what came back to waiting since (an item that was in flight) is
+        -- abandoned now; the job's row is left as the first cancel wrote it.
+        IF ids IS NOT NULL THEN  -- the transition pacer_abandon_cancelled makes, without its look at the job
+            ids := ARRAY(SELECT t.item_id FROM pacer_transition(ids, '{pending,waiting_retry}', 'abandoned', 'ItemCancelled',
                 jsonb_build_object('actor', p_actor, 'error_class', 'cancelled', 'scope', 'job'),
-                p_clear_lease => true, p_error_class => 'cancelled', p_error => format('job cancelled by %s', p_actor));
+                p_clear_lease => true, p_error_class => 'cancelled', p_error => format('job cancelled by %s', p_actor)) AS t);
+        END IF;
+        IF j.status = 'cancelled' AND cardinality(ids) = 0 THEN  -- each taken or abandoned meanwhile
+            RETURN QUERY SELECT 'noop'::text, 'job is already cancelled'::text, j.status;
+            RETURN;
+        ELSIF j.status = 'cancelled' THEN
+            answer := 'noop';
+            msg := format('job is already cancelled; %s of its items had come back to pending or waiting_retry '
+                          'since and are abandoned now', cardinality(ids));
         END IF;
     ELSIF p_action = 'terminate' THEN
         IF j.status = 'terminated' THEN
@@ -103,6 +121,7 @@ BEGIN
         (SELECT jsonb_build_object('status', x.status, 'paused_reason', x.paused_reason,
                                    'abandoned', COALESCE(cardinality(ids), 0))
          FROM jobs x WHERE x.job_id = p_job));
-    RETURN QUERY SELECT 'done'::text, format('job %s: %s → %s', p_action, j.status, after_status), after_status;
+    RETURN QUERY SELECT answer, COALESCE(msg, format('job %s: %s → %s', p_action, j.status, after_status)),
+                        after_status;
 END
 $fn$;
