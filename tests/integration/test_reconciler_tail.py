@@ -238,7 +238,8 @@ def test_events_are_read_in_transaction_id_order_across_a_digit_boundary(
 
 
 def test_a_rebuilt_projection_matches_the_items_and_the_tail_goes_on_from_the_end(
-    database_url: str, kafka_config: dict[str, str], topics: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+    database_url: str, kafka_config: dict[str, str], topics: tuple[str, str], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`pacer rebuild-projection` recounts shard progress from the items table (here after
     counts went wrong), completes what is done and moves the cursor past every event."""
@@ -267,6 +268,7 @@ def test_a_rebuilt_projection_matches_the_items_and_the_tail_goes_on_from_the_en
     with pytest.raises(SystemExit) as refused:
         cli(["rebuild-projection"])
     assert refused.value.code == 3, "refused without the confirmation that services are stopped"
+    assert "stop the planner, the senders, the reconcilers and the Control API first" in capsys.readouterr().err
     with pytest.raises(SystemExit) as done:
         cli(["rebuild-projection", "--services-stopped"])
     assert done.value.code == 0

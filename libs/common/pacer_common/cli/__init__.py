@@ -32,6 +32,7 @@ from pacer_common.cli.common import (
     EXIT_REFUSED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    WRITERS,
     control_call,
     count,
     one_line,
@@ -100,7 +101,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _rebuild_projection(args: argparse.Namespace) -> int:
-    if refused := unless_stopped(args, "the planner, the senders and the reconciler",
+    if refused := unless_stopped(args, WRITERS,
                                   "nothing may write item events while the projection is rebuilt"):
         return refused
     url = PostgresSettings().database_url.get_secret_value()
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("topics", help="create the Kafka topics if missing; set their retention as configured").set_defaults(fn=_topics)
     rb = sub.add_parser("rebuild-projection", help="recount shard progress from the items table (services stopped)")
     rb.add_argument("--services-stopped", action="store_true",
-                    help="confirm that the planner, the senders and the reconciler are stopped")
+                    help=f"confirm that {WRITERS} are stopped")
     rb.set_defaults(fn=_rebuild_projection)
     add_restore_commands(sub)
     add_dead_letter_commands(sub)

@@ -35,6 +35,9 @@ def count(text: str) -> int:
     return int(text)
 
 
+WRITERS = "the planner, the senders, the reconcilers and the Control API"  # every service that writes items
+
+
 def unless_stopped(args: argparse.Namespace, services: str, why: str) -> int:
     """For a command that works on the database or Kafka itself: refused (``EXIT_REFUSED``,
     saying what to stop and why) unless ``--services-stopped`` says they are stopped; else 0."""

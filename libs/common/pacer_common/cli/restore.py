@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from confluent_kafka import KafkaException
 
-from pacer_common.cli.common import EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, unless_stopped
+from pacer_common.cli.common import EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, WRITERS, unless_stopped
 from pacer_common.db.sql import query
 from pacer_common.kafka import UNREAD_SPECS, GroupHasMembers, group_on_topic, rewind_group, unread
 from pacer_common.settings import KafkaSettings, PostgresSettings
@@ -23,7 +23,7 @@ def _after_restore(args: argparse.Namespace) -> int:
     """Put in doubt every send a database restored from a backup cannot vouch for, so that the
     reconciler verifies each by lookup before anything sends it again (docs/runbook.md,
     "Restoring Postgres from a backup")."""
-    if refused := unless_stopped(args, "the planner, the senders, the reconcilers and the Control API",
+    if refused := unless_stopped(args, WRITERS,
                                   "no send may start while the items are put in doubt"):
         return refused
     if args.batch < 1:
@@ -170,7 +170,7 @@ def add_restore_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     ar = sub.add_parser("after-restore", help="after Postgres is restored from a backup: put every send it cannot "
                         "vouch for in doubt, to be verified by lookup before anything sends it (services stopped)")
     ar.add_argument("--services-stopped", action="store_true",
-                    help="confirm that the planner, the senders, the reconcilers and the Control API are stopped")
+                    help=f"confirm that {WRITERS} are stopped")
     ar.add_argument("--reason", required=True, help="why (kept in the audit log and in each item's event)")
     ar.add_argument("--batch", type=int, default=50_000, help="items put in doubt per transaction")
     ar.add_argument("--planner-group", help="default <prefix>.planner (PACER_PLANNER_GROUP_ID, if you set it)")
