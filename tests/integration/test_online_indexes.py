@@ -44,7 +44,7 @@ def _leaves(url: str, table: str = "items") -> set[str]:
 
 def test_migrate_builds_every_declared_index_on_every_partition_and_then_leaves_it_be(database_url: str) -> None:
     tables = {i.name: i.table for i in declared()}
-    assert tables == {"audit_log_tail": "audit_log", BUCKET: "items"}
+    assert tables == {"audit_log_tail": "audit_log", BUCKET: "items", "items_expire_due": "items"}
     for name, table in tables.items():
         valid, parts = _state(database_url, name)
         assert valid is True, name

@@ -187,14 +187,14 @@ def test_retry_is_refused_for_delivered_and_queued_items(database_url: str, stat
     assert one(database_url, "SELECT count(*) FROM operator_conflicts") == 0
 
 
-@pytest.mark.parametrize("status", ["expired", "abandoned", "unverified"])
+@pytest.mark.parametrize("status", ["expired", "abandoned"])
 def test_retry_of_other_final_items_creates_a_compensation(database_url: str, status: str) -> None:
     _, _, (orig,) = seed_job(database_url, {"g1": 1})
     move(database_url, orig, status)
     assert asyncio.run(_retry(database_url, orig)).outcome == "created"
 
 
-def test_compensation_of_an_unverified_send_is_intercepted_by_the_ledger(database_url: str) -> None:
+def test_a_retry_of_an_unverified_send_is_refused_until_it_is_resolved(database_url: str) -> None:
     _, _, (orig,) = seed_job(database_url, {"g1": 1})
     assert begin_send(database_url, orig) == "submitted"  # key reserved; the answer is then lost
     for to, src, typ in [("recovery_pending", "submitted", "ItemInDoubt"),
@@ -204,9 +204,9 @@ def test_compensation_of_an_unverified_send_is_intercepted_by_the_ledger(databas
 
     r = asyncio.run(_retry(database_url, orig))
 
-    assert r.outcome == "created"
-    assert begin_send(database_url, r.new_item) == "duplicate", "a send that may have happened is not repeated"
-    assert one(database_url, "SELECT status::text FROM items WHERE item_id = %s", r.new_item) == "abandoned"
+    # No compensation, which the ledger could only abandon as a duplicate: resolve it instead.
+    assert (r.outcome, r.new_item) == ("conflict", None) and "resolve it first" in r.message
+    assert one(database_url, "SELECT state FROM send_ledger WHERE item_id = %s", orig) == "reserved"
 
 
 def test_retry_of_an_unknown_item_is_not_found(database_url: str) -> None:

@@ -10,7 +10,8 @@ from pacer_common.db.online_indexes import OnlineIndex, declared, partition_inde
 
 
 def test_each_declared_index_is_one_create_index_with_its_condition() -> None:
-    tail, bucket = declared()  # by file name
+    tail, expire_due, bucket = declared()  # by file name
+    assert (expire_due.name, expire_due.table, expire_due.when) == ("items_expire_due", "items", None)
     assert (tail.name, tail.table, tail.definition, tail.when) == ("audit_log_tail", "audit_log", "(xid, id)", None)
     assert (bucket.name, bucket.table) == ("items_guid_queued_bucket", "items")
     assert bucket.definition == ("((pacer_guid_crc(guid) % 5760), guid)\n"

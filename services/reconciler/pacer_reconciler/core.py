@@ -23,7 +23,9 @@ from pacer_reconciler.ports import EventLog, Holds, Position, Publisher, SweepKi
 log = logging.getLogger(__name__)
 # Why a row was passed over (the ``reason`` label of pacer_reconciler_bad_events_total).
 SkipReason = Literal["unreadable_event", "bad_command", "unpublishable", "unprocessable", "bad_callback"]
-SWEEP_KINDS: tuple[SweepKind, ...] = ("claim_expired", "submit_expired", "retry_due", "release_held")
+# expire_due before retry_due and release_held: an item past its expire_at is expired, not
+# re-published only for its sender to expire it (a claim the lease sweep made pending again too).
+SWEEP_KINDS: tuple[SweepKind, ...] = ("claim_expired", "submit_expired", "expire_due", "retry_due", "release_held")
 
 
 @dataclass

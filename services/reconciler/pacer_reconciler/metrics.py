@@ -111,8 +111,9 @@ class ReconcilerMetrics:
         self.sweep_items = Counter("pacer_reconciler_sweep_items_total", (
             "Items moved by sweeps: `retry_due` (`waiting_retry` → `pending`, command re-published); "
             "`submit_expired` (`submitted` with an expired lease → `recovery_pending`); `claim_expired` "
-            "(`claimed` with an expired lease → `pending`); `release_held` (held items whose hold was lifted, "
-            "command re-published)."
+            "(`claimed` with an expired lease → `pending`); `expire_due` (`pending` or `waiting_retry` past its "
+            "`expire_at` → `expired`, `ItemExpired`: items no worker reached, their guid, job or shard held); "
+            "`release_held` (held items whose hold was lifted, command re-published)."
         ), ["sweep"], registry=registry)
         self.sweep_errors = Counter("pacer_reconciler_sweep_errors_total", (
             "Sweep rounds that raised. The tail and the other sweeps carry on; see the alert below."

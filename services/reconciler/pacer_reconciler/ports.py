@@ -13,7 +13,7 @@ from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.guid_health import StatusEvent
 from pacer_reconciler.domain.retention import Analyzed, PartitionChange
 
-SweepKind = Literal["retry_due", "claim_expired", "submit_expired", "release_held"]
+SweepKind = Literal["retry_due", "claim_expired", "submit_expired", "expire_due", "release_held"]
 
 
 class CursorMoved(Exception):

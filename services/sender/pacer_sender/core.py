@@ -34,6 +34,10 @@ Outcome = Literal[
 
 # The error an item that gave its turn up records (``yielded``), in its ItemRetryScheduled event.
 YIELDED_REASON = "gave its turn to an online item of the guid"
+# An item this close to its expire_at is not begun, nor sent: claim, submit and the call could
+# land after it. The same second is pacer_begin_send's (and pacer_begin_send_many's), which
+# expires such an item at the claim instead of claiming it.
+EXPIRE_MARGIN_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class Executed:
 class Executor:
     def __init__(self, repo: ItemRepository, gateway: Gateway, owner: str, retry: RetryPolicy,
                  rng: random.Random | None = None, send_deadline_s: float = 10.0,
-                 expire_margin_s: float = 1.0, states: Mapping[int, GuidState] = DEFAULT_STATE_CODES,
+                 expire_margin_s: float = EXPIRE_MARGIN_S, states: Mapping[int, GuidState] = DEFAULT_STATE_CODES,
                  actions: ActionStore | None = None, action_gateway: ActionGateway | None = None,
                  media_timing: MediaTiming | None = None) -> None:
         self.repo = repo
@@ -70,8 +74,8 @@ class Executor:
         self.rng = rng or random.Random()
         # Never call the gateway later than this after claiming: well inside the lease.
         self.send_deadline_s = send_deadline_s
-        # An item this close to its expire_at is not begun: claim, submit and the call could
-        # land after it. Expired instead, never sent late.
+        # An item this close to its expire_at is not begun (expired instead), nor sent once
+        # begun (put back unsent, to expire): never sent late.
         self.expire_margin = timedelta(seconds=expire_margin_s)
 
     async def execute(self, cmd: ItemCommand, before_call: Callable[[], Awaitable[bool]] | None = None,
@@ -117,6 +121,9 @@ class Executor:
         if begun.outcome == "duplicate":
             log.warning("duplicate send intercepted: idempotency key held by item %s", begun.holder)
             return Executed("duplicate", False)
+        if begun.outcome == "expired":
+            # Its expire_at came while the media step or the claim waited: expired at the claim.
+            return Executed("expired", False)
         assert begun.epoch is not None and begun.attempts is not None
         claim_s = time.monotonic() - started
         # The item's lease runs from its claim, which is no earlier than the moment the
@@ -140,6 +147,16 @@ class Executor:
                          "send deadline passed before the gateway call", datetime.now(UTC), release_ledger=True)
             await self.repo.settle(cmd, begun.epoch, d)
             return Executed("deadline_missed", False, None, claimed_at, first_claim=first, claim_s=claim_s)
+        if expired(cmd.expire_at, datetime.now(UTC) + self.expire_margin):
+            # Its expire_at came after the claim (the pacing gap, a slow step): not sent. It is
+            # `submitted`, which cannot become `expired`: settled as a send that did not happen
+            # (key freed, attempt given back), it waits to be expired (the reconciler's
+            # expire_due sweep, or the next claim) and is never sent.
+            d = Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", FailureClass.NOT_SENT.value,
+                         f"expire_at {cmd.expire_at} came before the gateway call", datetime.now(UTC),
+                         release_ledger=True, refund=True)
+            late: Outcome = "expired" if await self.repo.settle(cmd, begun.epoch, d) else "fenced"
+            return Executed(late, False, None, claimed_at, first_claim=first, claim_s=claim_s)
         try:
             receipt = await self._call(cmd, msg, media_id, started + self.send_deadline_s)
         except SendError as err:

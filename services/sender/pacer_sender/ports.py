@@ -24,12 +24,14 @@ class Begun:
 
     ``submitted``: the item is ours (lease ``epoch``) and may be sent; ``duplicate``: another
     item holds its idempotency key, so it was abandoned unsent; ``not_pending``: someone
-    else has it, or it is finished or cancelled; ``held``: its job, shard or guid is on hold
-    (the reason is in ``holder``) and the item stays pending; ``guid_lost``: this sender no
-    longer holds the guid's lease.
+    else has it, or it is finished, cancelled or superseded by a newer status version of its
+    business id (abandoned, unsent); ``expired``: it was within the expiry margin of its
+    ``expire_at`` at the claim, so it was expired, unsent; ``held``: its job, shard or guid is
+    on hold (the reason is in ``holder``) and the item stays pending; ``guid_lost``: this
+    sender no longer holds the guid's lease.
     """
 
-    outcome: Literal["submitted", "duplicate", "not_pending", "guid_lost", "held"]
+    outcome: Literal["submitted", "duplicate", "not_pending", "guid_lost", "held", "expired"]
     epoch: int | None
     attempts: int | None  # attempts before this one
     holder: str | None

@@ -170,6 +170,8 @@ DECLARE
     g record;
     x record;
     hold text;
+    newer integer;
+    why text;
     counted boolean := false;
 BEGIN
     SELECT pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason) AS reason INTO g
@@ -180,7 +182,8 @@ BEGIN
         RETURN QUERY SELECT 'guid_lost'::text, NULL::bigint, NULL::integer, NULL::text;
         RETURN;
     END IF;
-    SELECT i.status, i.job_id, j.status AS job_status, j.paused_reason AS job_reason, j.budget_max_sends,
+    SELECT i.status, i.job_id, i.expire_at, j.status AS job_status, j.paused_reason AS job_reason,
+           j.budget_max_sends, j.coalesce_key, j.coalesce_version,
            s.status AS shard_status, s.paused_reason AS shard_reason
     INTO x
     FROM items i JOIN jobs j ON j.job_id = i.job_id JOIN shards s ON s.shard_id = i.shard_id
@@ -192,6 +195,26 @@ BEGIN
     IF x.job_status = 'cancelled' THEN
         PERFORM pacer_abandon_cancelled(ARRAY[p_item]);
         RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN;
+    END IF;
+    IF x.coalesce_key IS NOT NULL THEN
+        SELECT max(n.coalesce_version) INTO newer FROM jobs n
+        WHERE n.coalesce_key = x.coalesce_key AND n.coalesce_version > x.coalesce_version;
+        IF newer IS NOT NULL THEN
+            PERFORM pacer_transition(ARRAY[p_item], '{pending}', 'abandoned', 'ItemSuperseded',
+                jsonb_build_object('business_id', x.coalesce_key, 'by_version', newer, 'error_class', 'superseded'),
+                p_clear_lease => true, p_error_class => 'superseded',
+                p_error => format('superseded by status version of business id %s', x.coalesce_key));
+            RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+            RETURN;
+        END IF;
+    END IF;
+    IF x.expire_at <= clock_timestamp() + interval '1 second' THEN
+        why := format('expire_at %s passed before sending', x.expire_at);
+        PERFORM pacer_transition(ARRAY[p_item], '{pending}', 'expired', 'ItemExpired',
+            jsonb_build_object('error_class', 'expired', 'error', why), p_error_class => 'expired', p_error => why);
+        why := CASE WHEN FOUND THEN 'expired' ELSE 'not_pending' END;
+        RETURN QUERY SELECT why, NULL::bigint, NULL::integer, NULL::text;
         RETURN;
     END IF;
     hold := pacer_hold_reason(x.job_status, x.job_reason, x.shard_status, x.shard_reason, g.reason);
@@ -262,6 +285,7 @@ DECLARE
     epochs bigint[];
     tries integer[];
     begun uuid[];
+    cutoff timestamptz;
 BEGIN
     -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
     PERFORM set_config('synchronous_commit', 'on', true);
@@ -274,6 +298,9 @@ BEGIN
     WHERE l.guid = ANY(p_guids) AND l.owner = p_owner
     ORDER BY l.guid
     FOR UPDATE;
+    -- Expiry is judged from here, not from the statement's start: the locks above may have
+    -- been waited for.
+    cutoff := clock_timestamp() + interval '1 second';
 
     -- The plain items, then their keys locked (guid, item order) and checked free. The
     -- batch's items are found by id alone (a fence), the status checked outside it: with
@@ -286,7 +313,7 @@ BEGIN
     -- compared every item with every lease or shard of the batch (250,000 pairs, half a
     -- second a batch), which let a slow moment grow the next batches and slow them more.
     WITH mine AS MATERIALIZED (
-        SELECT i.item_id, i.guid, i.idem_key, i.job_id, i.shard_id, i.status
+        SELECT i.item_id, i.guid, i.idem_key, i.job_id, i.shard_id, i.status, i.expire_at
         FROM items i
         WHERE i.item_id = ANY(p_items)
     )
@@ -295,14 +322,17 @@ BEGIN
     CROSS JOIN LATERAL (SELECT l.owner, l.lease_until, l.paused_reason FROM guid_leases l
                         WHERE l.guid = m.guid LIMIT 1) l
     LEFT JOIN LATERAL (SELECT gs.state, gs.reason FROM guid_states gs WHERE gs.guid = m.guid LIMIT 1) gs ON true
-    CROSS JOIN LATERAL (SELECT j.status, j.paused_reason, j.budget_max_sends FROM jobs j
-                        WHERE j.job_id = m.job_id LIMIT 1) j
+    CROSS JOIN LATERAL (SELECT j.status, j.paused_reason, j.budget_max_sends, j.coalesce_key, j.coalesce_version
+                        FROM jobs j WHERE j.job_id = m.job_id LIMIT 1) j
     CROSS JOIN LATERAL (SELECT s.status, s.paused_reason FROM shards s WHERE s.shard_id = m.shard_id LIMIT 1) s
     WHERE m.status = 'pending' AND l.owner = p_owner AND l.lease_until > now()
       AND m.guid = p_guids[array_position(p_items, m.item_id)]
       AND m.idem_key = p_keys[array_position(p_items, m.item_id)]
       AND cardinality(array_positions(p_keys, m.idem_key)) = 1
       AND j.budget_max_sends IS NULL
+      AND (m.expire_at IS NULL OR m.expire_at > cutoff)
+      AND (j.coalesce_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs n WHERE n.coalesce_key = j.coalesce_key
+                                                                        AND n.coalesce_version > j.coalesce_version))
       AND pacer_hold_reason(j.status, j.paused_reason, s.status::text, s.paused_reason,
                             pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason)) IS NULL;
     PERFORM pg_advisory_xact_lock(hashtextextended(u.key, 0))
@@ -449,6 +479,9 @@ DECLARE
     c uuid;
     hold text;
 BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('pacer.coalesce:' || k.coalesce_key))
+    FROM items i JOIN jobs k ON k.job_id = i.job_id
+    WHERE i.item_id = p_item AND k.coalesce_key IS NOT NULL;
     SELECT * INTO o FROM items WHERE item_id = p_item FOR UPDATE;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 'not_found'::text, NULL::uuid, format('no item %s', p_item);
@@ -462,6 +495,14 @@ BEGIN
     IF o.status IN ('pending', 'waiting_retry') THEN
         RETURN QUERY SELECT 'already_queued'::text, NULL::uuid,
             format('this item is already queued (%s)', o.status);
+        RETURN;
+    END IF;
+    IF o.status = 'unverified' THEN
+        INSERT INTO operator_conflicts (item_id, actor, reason) VALUES (p_item, p_actor, 'unverified');
+        RETURN QUERY SELECT 'conflict'::text, NULL::uuid,
+            format('this item is unverified: it may have been delivered, and its idempotency key stays reserved, '
+                   'so a retry could never be sent; resolve it first (POST /api/v1/items/%s/resolve, or the '
+                   'console''s In doubt page): resolved as not delivered, it is sent again by itself', p_item);
         RETURN;
     END IF;
     IF o.status = 'confirmed' THEN
@@ -2323,6 +2364,10 @@ CREATE INDEX items_compensates ON ONLY public.items USING btree (compensates) WH
 
 CREATE INDEX items_compensates_default ON public.items_default USING btree (compensates) WHERE (compensates IS NOT NULL);
 
+CREATE INDEX items_expire_due ON ONLY public.items USING btree (expire_at) WHERE ((status = ANY (ARRAY['pending'::public.item_status, 'waiting_retry'::public.item_status])) AND (expire_at IS NOT NULL));
+
+CREATE INDEX items_expire_due_default ON public.items_default USING btree (expire_at) WHERE ((status = ANY (ARRAY['pending'::public.item_status, 'waiting_retry'::public.item_status])) AND (expire_at IS NOT NULL));
+
 CREATE INDEX items_guid_in_flight ON ONLY public.items USING btree (guid) WHERE (status = ANY (ARRAY['claimed'::public.item_status, 'submitted'::public.item_status]));
 
 CREATE INDEX items_guid_in_flight_default ON public.items_default USING btree (guid) WHERE (status = ANY (ARRAY['claimed'::public.item_status, 'submitted'::public.item_status]));
@@ -2420,6 +2465,8 @@ ALTER INDEX public.item_events_segment_16 ATTACH PARTITION public.item_events_se
 ALTER INDEX public.items_compensates ATTACH PARTITION public.items_compensates_default;
 
 ALTER INDEX public.items_pkey ATTACH PARTITION public.items_default_pkey;
+
+ALTER INDEX public.items_expire_due ATTACH PARTITION public.items_expire_due_default;
 
 ALTER INDEX public.items_guid_in_flight ATTACH PARTITION public.items_guid_in_flight_default;
 

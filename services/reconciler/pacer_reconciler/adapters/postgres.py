@@ -48,6 +48,8 @@ QUIET_FETCH = 2_000  # guids with shards that have not moved, fetched at a time 
 # long (a pool connection broken by a server restart), never the 60 s of other units of work;
 # the next sweep reads them anyway.
 STATS_RETRY_S = 2.0
+# Why the expire_due sweep expired an item (its last error, and its ItemExpired's).
+EXPIRED_QUEUED = "expire_at passed while the item waited to be sent"
 
 
 _SWEEPS: dict[SweepKind, Transition] = {
@@ -61,6 +63,12 @@ _SWEEPS: dict[SweepKind, Transition] = {
                                  only_expired=True, clear_lease=True, error_class="in_doubt",
                                  error="lease expired after submit with no outcome",
                                  payload={"reason": "lease expired after submit"}),
+    # Queued past its expire_at where no worker reaches it (its guid not online or paused, its
+    # job paused or awaiting approval, its shard paused): expired as the sender expires one at
+    # its turn (ItemExpired, error class ``expired``), never sent.
+    "expire_due": Transition("ItemExpired", S.EXPIRED, frozenset({S.PENDING, S.WAITING_RETRY}),
+                             error_class="expired", error=EXPIRED_QUEUED,
+                             payload={"error_class": "expired", "error": EXPIRED_QUEUED}),
 }
 
 

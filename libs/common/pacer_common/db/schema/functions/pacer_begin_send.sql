@@ -2,7 +2,16 @@
 -- guid's lease (else 'guid_lost'); an item of a cancelled job is abandoned as the cancel
 -- abandons it (pacer_abandon_cancelled: it came back to pending after the cancel, from a send
 -- then in flight) and answers 'not_pending', never held: a cancelled job is never resumed, so
--- nothing would release it; a hold on the job, shard or guid marks the item held and
+-- nothing would release it; an item of a ticket notification whose business id has a newer
+-- status version (a newer job of its coalesce_key) is superseded as pacer_coalesce supersedes
+-- it (→ abandoned, ItemSuperseded) and answers 'not_pending': it was in flight when the newer
+-- version was stored and came back (a retry, a deferral), and sent now it would arrive after
+-- the newer status; an item within a second of its expire_at (the sender's own margin,
+-- pacer_sender.core.EXPIRE_MARGIN_S, measured here after the guid's lock was granted) is
+-- expired as the sender expires it at dequeue (→ expired, ItemExpired, error class
+-- 'expired') and answers 'expired' ('not_pending' if it was no longer pending): claimed, it
+-- could be sent after its expire_at. Neither touches the ledger (a queued item holds no key).
+-- A hold on the job, shard or guid marks the item held and
 -- answers 'held' with the reason in ``holder``; a budgeted job counts the send under its row
 -- lock (the send that would pass the budget pauses the job instead). Then pending → claimed
 -- (new lease, epoch + 1) → idempotency key reserved → submitted, recording in ItemSubmitted
@@ -23,6 +32,8 @@ DECLARE
     g record;
     x record;
     hold text;
+    newer integer;
+    why text;
     counted boolean := false;
 BEGIN
     SELECT pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason) AS reason INTO g
@@ -33,7 +44,8 @@ BEGIN
         RETURN QUERY SELECT 'guid_lost'::text, NULL::bigint, NULL::integer, NULL::text;
         RETURN;
     END IF;
-    SELECT i.status, i.job_id, j.status AS job_status, j.paused_reason AS job_reason, j.budget_max_sends,
+    SELECT i.status, i.job_id, i.expire_at, j.status AS job_status, j.paused_reason AS job_reason,
+           j.budget_max_sends, j.coalesce_key, j.coalesce_version,
            s.status AS shard_status, s.paused_reason AS shard_reason
     INTO x
     FROM items i JOIN jobs j ON j.job_id = i.job_id JOIN shards s ON s.shard_id = i.shard_id
@@ -45,6 +57,26 @@ BEGIN
     IF x.job_status = 'cancelled' THEN
         PERFORM pacer_abandon_cancelled(ARRAY[p_item]);
         RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN;
+    END IF;
+    IF x.coalesce_key IS NOT NULL THEN
+        SELECT max(n.coalesce_version) INTO newer FROM jobs n
+        WHERE n.coalesce_key = x.coalesce_key AND n.coalesce_version > x.coalesce_version;
+        IF newer IS NOT NULL THEN
+            PERFORM pacer_transition(ARRAY[p_item], '{pending}', 'abandoned', 'ItemSuperseded',
+                jsonb_build_object('business_id', x.coalesce_key, 'by_version', newer, 'error_class', 'superseded'),
+                p_clear_lease => true, p_error_class => 'superseded',
+                p_error => format('superseded by status version of business id %s', x.coalesce_key));
+            RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+            RETURN;
+        END IF;
+    END IF;
+    IF x.expire_at <= clock_timestamp() + interval '1 second' THEN
+        why := format('expire_at %s passed before sending', x.expire_at);
+        PERFORM pacer_transition(ARRAY[p_item], '{pending}', 'expired', 'ItemExpired',
+            jsonb_build_object('error_class', 'expired', 'error', why), p_error_class => 'expired', p_error => why);
+        why := CASE WHEN FOUND THEN 'expired' ELSE 'not_pending' END;
+        RETURN QUERY SELECT why, NULL::bigint, NULL::integer, NULL::text;
         RETURN;
     END IF;
     hold := pacer_hold_reason(x.job_status, x.job_reason, x.shard_status, x.shard_reason, g.reason);

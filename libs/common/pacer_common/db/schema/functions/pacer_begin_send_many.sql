@@ -10,12 +10,15 @@
 --
 -- The common case goes set-based, a handful of statements for the whole batch: an item that
 -- is pending, under our live lease, held by nothing (job, shard, guid pause or lifecycle
--- state), of a job without a send budget, and whose key is in no other item's ledger row nor
--- twice in the batch. Those are claimed, their keys reserved and `submitted` written as
--- pacer_begin_send does it, event for event (claim and `submitted` as one row version).
--- Every other item (held, of a cancelled job, budgeted, lost lease, no longer pending, a
--- duplicate key) goes through pacer_begin_send, one by one, in guid then item order, which
--- answers for it (an item of a cancelled job: abandoned, 'not_pending').
+-- state), of a job without a send budget and with no newer status version of its business
+-- id, more than a second from its expire_at once the batch's locks are granted (the margin
+-- pacer_begin_send applies), and whose key is in no other item's ledger row nor twice in the
+-- batch. Those are claimed, their keys reserved and `submitted` written as pacer_begin_send
+-- does it, event for event (claim and `submitted` as one row version).
+-- Every other item (held, of a cancelled job, budgeted, superseded, about to expire, lost
+-- lease, no longer pending, a duplicate key) goes through pacer_begin_send, one by one, in
+-- guid then item order, which answers for it (an item of a cancelled job: abandoned,
+-- 'not_pending'; superseded: abandoned, 'not_pending'; about to expire: expired, 'expired').
 CREATE OR REPLACE FUNCTION pacer_begin_send_many(p_items uuid[], p_owner text, p_ttl interval, p_keys text[],
                                                  p_guids text[], p_to_ids text[])
 RETURNS TABLE (ord bigint, outcome text, epoch bigint, attempts integer, holder text)
@@ -27,6 +30,7 @@ DECLARE
     epochs bigint[];
     tries integer[];
     begun uuid[];
+    cutoff timestamptz;
 BEGIN
     -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
     PERFORM set_config('synchronous_commit', 'on', true);
@@ -39,6 +43,9 @@ BEGIN
     WHERE l.guid = ANY(p_guids) AND l.owner = p_owner
     ORDER BY l.guid
     FOR UPDATE;
+    -- Expiry is judged from here, not from the statement's start: the locks above may have
+    -- been waited for.
+    cutoff := clock_timestamp() + interval '1 second';
 
     -- The plain items, then their keys locked (guid, item order) and checked free. The
     -- batch's items are found by id alone (a fence), the status checked outside it: with
@@ -51,7 +58,7 @@ BEGIN
     -- compared every item with every lease or shard of the batch (250,000 pairs, half a
     -- second a batch), which let a slow moment grow the next batches and slow them more.
     WITH mine AS MATERIALIZED (
-        SELECT i.item_id, i.guid, i.idem_key, i.job_id, i.shard_id, i.status
+        SELECT i.item_id, i.guid, i.idem_key, i.job_id, i.shard_id, i.status, i.expire_at
         FROM items i
         WHERE i.item_id = ANY(p_items)
     )
@@ -60,14 +67,17 @@ BEGIN
     CROSS JOIN LATERAL (SELECT l.owner, l.lease_until, l.paused_reason FROM guid_leases l
                         WHERE l.guid = m.guid LIMIT 1) l
     LEFT JOIN LATERAL (SELECT gs.state, gs.reason FROM guid_states gs WHERE gs.guid = m.guid LIMIT 1) gs ON true
-    CROSS JOIN LATERAL (SELECT j.status, j.paused_reason, j.budget_max_sends FROM jobs j
-                        WHERE j.job_id = m.job_id LIMIT 1) j
+    CROSS JOIN LATERAL (SELECT j.status, j.paused_reason, j.budget_max_sends, j.coalesce_key, j.coalesce_version
+                        FROM jobs j WHERE j.job_id = m.job_id LIMIT 1) j
     CROSS JOIN LATERAL (SELECT s.status, s.paused_reason FROM shards s WHERE s.shard_id = m.shard_id LIMIT 1) s
     WHERE m.status = 'pending' AND l.owner = p_owner AND l.lease_until > now()
       AND m.guid = p_guids[array_position(p_items, m.item_id)]
       AND m.idem_key = p_keys[array_position(p_items, m.item_id)]
       AND cardinality(array_positions(p_keys, m.idem_key)) = 1
       AND j.budget_max_sends IS NULL
+      AND (m.expire_at IS NULL OR m.expire_at > cutoff)
+      AND (j.coalesce_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs n WHERE n.coalesce_key = j.coalesce_key
+                                                                        AND n.coalesce_version > j.coalesce_version))
       AND pacer_hold_reason(j.status, j.paused_reason, s.status::text, s.paused_reason,
                             pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason)) IS NULL;
     PERFORM pg_advisory_xact_lock(hashtextextended(u.key, 0))

@@ -2,13 +2,21 @@
 -- idempotency key, ``compensates`` = the original) for a terminal item that was not
 -- delivered, with its event and its shard's projected pending count; the shard's and job's
 -- rows are pacer_retry_items' to update, after every item's. Answers:
---   not_found, conflict (the item is executing, or a retry of it is already open: recorded
---   in operator_conflicts), already_queued, already_delivered;
+--   not_found, conflict (the item is executing, or a retry of it is already open, or it is
+--   unverified: recorded in operator_conflicts), already_queued, already_delivered;
 --   refused: the item's job is cancelled or terminated (its items are never claimed again),
 --            or the item is a ticket notification superseded by a newer status version of the
 --            same business id (sending the old status would be wrong);
 --   created, with "waiting: …" in the message when the job, shard or guid is on hold: the
 --            compensation stays pending, held, and runs once the hold is lifted.
+-- An unverified item is not retried: it may have been delivered, so its idempotency key stays
+-- reserved in send_ledger and a compensation (same key) could only be abandoned as a
+-- duplicate. It is resolved instead (pacer_resolve_unverified; not delivered: it is sent again
+-- under its key).
+-- The newer-version check runs under the business id's coalescing lock, taken before the
+-- item's row as pacer_coalesce takes them (the lock, then the items): a retry racing the
+-- planning of a newer version either sees it, or is seen by its pacer_coalesce, which then
+-- supersedes the compensation.
 CREATE OR REPLACE FUNCTION pacer_compensate(p_item uuid, p_actor text, p_priority smallint DEFAULT NULL)
 RETURNS TABLE (outcome text, new_item uuid, message text)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
@@ -21,6 +29,9 @@ DECLARE
     c uuid;
     hold text;
 BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('pacer.coalesce:' || k.coalesce_key))
+    FROM items i JOIN jobs k ON k.job_id = i.job_id
+    WHERE i.item_id = p_item AND k.coalesce_key IS NOT NULL;
     SELECT * INTO o FROM items WHERE item_id = p_item FOR UPDATE;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 'not_found'::text, NULL::uuid, format('no item %s', p_item);
@@ -34,6 +45,14 @@ BEGIN
     IF o.status IN ('pending', 'waiting_retry') THEN
         RETURN QUERY SELECT 'already_queued'::text, NULL::uuid,
             format('this item is already queued (%s)', o.status);
+        RETURN;
+    END IF;
+    IF o.status = 'unverified' THEN
+        INSERT INTO operator_conflicts (item_id, actor, reason) VALUES (p_item, p_actor, 'unverified');
+        RETURN QUERY SELECT 'conflict'::text, NULL::uuid,
+            format('this item is unverified: it may have been delivered, and its idempotency key stays reserved, '
+                   'so a retry could never be sent; resolve it first (POST /api/v1/items/%s/resolve, or the '
+                   'console''s In doubt page): resolved as not delivered, it is sent again by itself', p_item);
         RETURN;
     END IF;
     IF o.status = 'confirmed' THEN
