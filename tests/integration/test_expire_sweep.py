@@ -249,3 +249,58 @@ def test_nothing_is_read_until_the_index_is_valid(database_url: str) -> None:
     migrate(url)
     assert sweep(url) == 1
     assert status(url, item) == "expired"
+
+
+def tail(url: str, kafka_config: dict[str, str], topics: tuple[str, str]) -> None:
+    """Every event so far projected, as the reconciler's tail does."""
+
+    async def go(log: PostgresLog) -> None:
+        rec = Reconciler(log, log, KafkaPublisher(make_producer(kafka_config), topics[0], lambda lane: topics[1]))
+        while await rec.tail_once():
+            pass
+
+    with_log(url, go)
+
+
+def test_a_job_or_shard_whose_items_all_expired_while_held_completes_when_released(
+        database_url: str, kafka_config: dict[str, str], topics: tuple[str, str]) -> None:
+    """Nothing would complete them otherwise: the reconciler completes a job or shard when an
+    event of it moves, and with every item expired none comes."""
+    url = database_url
+    awaiting, _, awaiting_items = seed_job(url, {"g-a1": 1, "g-a2": 1})
+    execute(url, "UPDATE jobs SET status = 'awaiting_approval', paused_reason = 'new content' WHERE job_id = %s",
+            awaiting)
+    running, shards, running_items = seed_job(url, {"g-s1": 1, "g-s2": 1})
+    other, other_shards, (other_expired, other_open) = seed_job(url, {"g-o1": 1, "g-o2": 1})
+    for job in (running, other):
+        execute(url, "UPDATE jobs SET status = 'running' WHERE job_id = %s", job)
+    for shard in (shards["g-s1"], other_shards["g-o1"]):
+        execute(url, "UPDATE shards SET status = 'paused', paused_reason = 'operator', paused_by = 't'"
+                     " WHERE shard_id = %s", shard)
+    expire_ago(url, [*awaiting_items, *running_items, other_expired], 5)
+    assert sweep(url) == 5
+    tail(url, kafka_config, topics)
+    # The tail completed the shard that was not paused; the paused one waits for its resume.
+    assert one(url, "SELECT status FROM shards WHERE shard_id = %s", shards["g-s2"]) == "completed"
+    assert one(url, "SELECT status FROM jobs WHERE job_id = %s", running) == "running"
+
+    def act(statement: str, *args: Any) -> tuple[str, str, str]:
+        return one(url, statement, *args)
+
+    outcome, message, after = act("SELECT * FROM pacer_decide_approval(%s, true, 'admin', NULL)", awaiting)
+    assert (outcome, after) == ("done", "completed"), message
+    assert "nothing of it was left to send" in message
+    assert one(url, "SELECT status, finished_at IS NOT NULL FROM jobs WHERE job_id = %s", awaiting) == (
+        "completed", True)
+    # The job's last open shard resumed with nothing left: both complete.
+    assert act("SELECT * FROM pacer_shard_action(%s, 'resume', 'ops')", shards["g-s1"])[2] == "completed"
+    assert one(url, "SELECT status, finished_at IS NOT NULL FROM jobs WHERE job_id = %s", running) == (
+        "completed", True)
+    # A shard resumed with nothing left while another of its job's is open: the job runs on.
+    assert act("SELECT * FROM pacer_shard_action(%s, 'resume', 'ops')", other_shards["g-o1"])[2] == "completed"
+    assert one(url, "SELECT status FROM jobs WHERE job_id = %s", other) == "running"
+    # A shard resumed with an item still open runs.
+    execute(url, "UPDATE shards SET status = 'paused', paused_reason = 'operator' WHERE shard_id = %s",
+            other_shards["g-o2"])
+    assert act("SELECT * FROM pacer_shard_action(%s, 'resume', 'ops')", other_shards["g-o2"])[2] == "running"
+    assert status(url, other_open) == "pending"

@@ -684,6 +684,7 @@ CREATE FUNCTION public.pacer_decide_approval(p_job uuid, p_approve boolean, p_ac
 #variable_conflict use_column
 DECLARE
     j jobs%ROWTYPE;
+    after_status text;
 BEGIN
     SELECT * INTO j FROM jobs WHERE job_id = p_job FOR UPDATE;
     IF NOT FOUND THEN
@@ -698,14 +699,20 @@ BEGIN
         jsonb_build_object('status', j.status, 'paused_reason', j.paused_reason),
         jsonb_build_object('status', CASE WHEN p_approve THEN 'running' ELSE 'cancelled' END));
     IF p_approve THEN
-        UPDATE jobs SET status = 'running', paused_reason = NULL, paused_by = NULL, paused_at = NULL,
+        UPDATE jobs SET status = CASE WHEN pacer_job_open(p_job) THEN 'running' ELSE 'completed' END,
+                        finished_at = CASE WHEN pacer_job_open(p_job) THEN NULL ELSE now() END,
+                        paused_reason = NULL, paused_by = NULL, paused_at = NULL,
                         approved_at = now(), approved_by = p_actor
-        WHERE job_id = p_job;
+        WHERE job_id = p_job
+        RETURNING status INTO after_status;
         INSERT INTO approved_contents (content_hash, approved_by, job_id)
         VALUES (pacer_content_hash(j.message), p_actor, p_job) ON CONFLICT DO NOTHING;
-        RETURN QUERY SELECT 'done'::text, 'job approved: awaiting_approval → running; it starts sending'
-            || CASE WHEN j.target_mode = 'requery' THEN ' and goes on paging, without asking again' ELSE '' END,
-            'running'::text;
+        RETURN QUERY SELECT 'done'::text, CASE WHEN after_status = 'completed'
+            THEN 'job approved: awaiting_approval → completed; nothing of it was left to send (its items '
+                 'expired while it waited)'
+            ELSE 'job approved: awaiting_approval → running; it starts sending'
+                 || CASE WHEN j.target_mode = 'requery' THEN ' and goes on paging, without asking again' ELSE '' END
+            END, after_status;
     ELSE
         PERFORM pacer_job_action(p_job, 'cancel', p_actor, COALESCE(p_reason, 'rejected'));
         RETURN QUERY SELECT 'done'::text, 'job rejected: awaiting_approval → cancelled; '
@@ -1079,10 +1086,7 @@ BEGIN
                 'confirm a larger budget first', j.budget_used, j.budget_max_sends), j.status;
             RETURN;
         END IF;
-        after_status := CASE WHEN EXISTS (
-            SELECT 1 FROM items i WHERE i.job_id = p_job
-              AND i.status IN ('pending', 'claimed', 'submitted', 'waiting_retry', 'recovery_pending'))
-            THEN 'running' ELSE 'completed' END;
+        after_status := CASE WHEN pacer_job_open(p_job) THEN 'running' ELSE 'completed' END;
         UPDATE jobs SET status = after_status, paused_reason = NULL, paused_by = NULL, paused_at = NULL,
                         finished_at = CASE WHEN after_status = 'completed' THEN now() END
         WHERE job_id = p_job;
@@ -1140,6 +1144,15 @@ BEGIN
     RETURN QUERY SELECT answer, COALESCE(msg, format('job %s: %s → %s', p_action, j.status, after_status)),
                         after_status;
 END
+$$;
+
+CREATE FUNCTION public.pacer_job_open(p_job uuid, p_shard bigint DEFAULT NULL::bigint) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM items i
+        WHERE i.job_id = p_job AND (p_shard IS NULL OR i.shard_id = p_shard)
+          AND i.status IN ('pending', 'claimed', 'submitted', 'waiting_retry', 'recovery_pending'))
 $$;
 
 CREATE FUNCTION public.pacer_local_time(p_local timestamp without time zone, p_tz text) RETURNS timestamp with time zone
@@ -1580,8 +1593,13 @@ BEGIN
             RETURN QUERY SELECT 'noop'::text, format('shard is %s, not paused', s.status), s.status;
             RETURN;
         END IF;
-        after_status := 'running';
-        UPDATE shards SET status = 'running', paused_reason = NULL, paused_by = NULL WHERE shard_id = p_shard;
+        after_status := CASE WHEN pacer_job_open(s.job_id, p_shard) THEN 'running' ELSE 'completed' END;
+        UPDATE shards SET status = after_status, paused_reason = NULL, paused_by = NULL WHERE shard_id = p_shard;
+        IF after_status = 'completed' THEN
+            UPDATE jobs j SET status = 'completed', finished_at = now(), started_at = COALESCE(j.started_at, now())
+            WHERE j.job_id = s.job_id AND j.status = 'running'
+              AND NOT EXISTS (SELECT 1 FROM shards o WHERE o.job_id = s.job_id AND o.status <> 'completed');
+        END IF;
     ELSE
         RAISE EXCEPTION 'unknown shard action %', p_action USING ERRCODE = 'invalid_parameter_value';
     END IF;

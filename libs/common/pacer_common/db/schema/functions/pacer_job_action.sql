@@ -63,10 +63,7 @@ BEGIN
                 'confirm a larger budget first', j.budget_used, j.budget_max_sends), j.status;
             RETURN;
         END IF;
-        after_status := CASE WHEN EXISTS (
-            SELECT 1 FROM items i WHERE i.job_id = p_job
-              AND i.status IN ('pending', 'claimed', 'submitted', 'waiting_retry', 'recovery_pending'))
-            THEN 'running' ELSE 'completed' END;
+        after_status := CASE WHEN pacer_job_open(p_job) THEN 'running' ELSE 'completed' END;
         UPDATE jobs SET status = after_status, paused_reason = NULL, paused_by = NULL, paused_at = NULL,
                         finished_at = CASE WHEN after_status = 'completed' THEN now() END
         WHERE job_id = p_job;

@@ -1,4 +1,8 @@
--- Pause or resume one shard (a guid's part of a job). Audited.
+-- Pause or resume one shard (a guid's part of a job). Audited. A shard resumed with nothing
+-- left open (its items expired while it was paused: the reconciler's expire_due sweep) is
+-- completed, and its job with it when it was the job's last open shard: no event would come
+-- for the reconciler to complete either (a requery job with pages to come stays running:
+-- pacer_guard_requery_completion). The shard row, then the job's: the reconciler's order.
 CREATE OR REPLACE FUNCTION pacer_shard_action(p_shard bigint, p_action text, p_actor text, p_reason text DEFAULT NULL)
 RETURNS TABLE (outcome text, message text, status text)
 LANGUAGE plpgsql AS $fn$
@@ -28,8 +32,13 @@ BEGIN
             RETURN QUERY SELECT 'noop'::text, format('shard is %s, not paused', s.status), s.status;
             RETURN;
         END IF;
-        after_status := 'running';
-        UPDATE shards SET status = 'running', paused_reason = NULL, paused_by = NULL WHERE shard_id = p_shard;
+        after_status := CASE WHEN pacer_job_open(s.job_id, p_shard) THEN 'running' ELSE 'completed' END;
+        UPDATE shards SET status = after_status, paused_reason = NULL, paused_by = NULL WHERE shard_id = p_shard;
+        IF after_status = 'completed' THEN
+            UPDATE jobs j SET status = 'completed', finished_at = now(), started_at = COALESCE(j.started_at, now())
+            WHERE j.job_id = s.job_id AND j.status = 'running'
+              AND NOT EXISTS (SELECT 1 FROM shards o WHERE o.job_id = s.job_id AND o.status <> 'completed');
+        END IF;
     ELSE
         RAISE EXCEPTION 'unknown shard action %', p_action USING ERRCODE = 'invalid_parameter_value';
     END IF;
