@@ -45,7 +45,7 @@ EMPTY_BECAUSE = {
         'absent(pacer_reconciler_open_job_items{status=~"expired|abandoned"}) and on () '
         "count(pacer_reconciler_open_job_items)",
     "Not sent: deferred or put back":
-        'absent(pacer_sender_items_total{outcome=~"rate_limited|deadline_missed|guid_lost|held|not_pending|yielded"}) '
+        'absent(pacer_sender_items_total{outcome=~"rate_limited|deadline_missed|expiring|guid_lost|held|not_pending|yielded"}) '
         "and on () count(pacer_sender_items_total)",
     "Fenced and duplicate outcomes":
         'absent(pacer_sender_items_total{outcome=~"fenced|duplicate"}) and on () count(pacer_sender_items_total)',

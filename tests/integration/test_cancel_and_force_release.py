@@ -239,10 +239,10 @@ def test_a_repeated_cancel_abandons_what_came_back(database_url: str) -> None:
     with psycopg.connect(url) as conn:
         conn.execute("UPDATE items SET held = true WHERE item_id = %s", (b.item_id,))
 
-    # The job's status is already so (noop, as domain/job_status.py has it), but what waits is
-    # abandoned, audited and counted.
+    # The job's status is already so, but what waits is abandoned, audited and counted: done
+    # (domain/job_status.py, CANCEL_LEFT_OVER).
     outcome, message, job_status = cancel(url, job)
-    assert (outcome, job_status) == ("noop", "cancelled") and "2 of its items" in message
+    assert (outcome, job_status) == ("done", "cancelled") and "2 of its items" in message
     for c in (a, b):
         assert_abandoned_by_the_cancel(url, c.item_id)
     assert one(url, "SELECT count(*) FROM items WHERE job_id = %s AND status <> 'abandoned'", job) == 0

@@ -179,7 +179,7 @@ def test_an_item_whose_expire_at_comes_between_the_claim_and_the_call_is_not_sen
     result = asyncio.run(scenario())
 
     assert seen == [("submitted", 1, 1)], "claimed and counted before the wait"
-    assert (result.outcome, result.called_gateway) == ("expired", False)
+    assert (result.outcome, result.called_gateway) == ("expiring", False)
     assert gateway.calls == []
     assert one(url, "SELECT i.status::text, i.attempts, i.last_error_class, j.budget_used FROM items i"
                " JOIN jobs j USING (job_id) WHERE i.item_id = %s", item) == ("waiting_retry", 0, "not_sent", 0)

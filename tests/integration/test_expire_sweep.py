@@ -36,7 +36,7 @@ from pacer_reconciler.adapters.postgres import PostgresLog
 from pacer_reconciler.core import Reconciler
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.domain.decisions import after_failure
-from tests.integration.helpers import read_topic, seed_job
+from tests.integration.helpers import eventually, read_topic, seed_job, waiting_for_locks
 
 T = TypeVar("T")
 TTL = timedelta(seconds=30)
@@ -292,6 +292,8 @@ def test_a_job_or_shard_whose_items_all_expired_while_held_completes_when_releas
     assert "nothing of it was left to send" in message
     assert one(url, "SELECT status, finished_at IS NOT NULL FROM jobs WHERE job_id = %s", awaiting) == (
         "completed", True)
+    assert one(url, "SELECT after->>'status' FROM audit_log WHERE action = 'approve' AND target_id = %s",
+               awaiting) == "completed", "the audit says what the approval did"
     # The job's last open shard resumed with nothing left: both complete.
     assert act("SELECT * FROM pacer_shard_action(%s, 'resume', 'ops')", shards["g-s1"])[2] == "completed"
     assert one(url, "SELECT status, finished_at IS NOT NULL FROM jobs WHERE job_id = %s", running) == (
@@ -304,3 +306,32 @@ def test_a_job_or_shard_whose_items_all_expired_while_held_completes_when_releas
             other_shards["g-o2"])
     assert act("SELECT * FROM pacer_shard_action(%s, 'resume', 'ops')", other_shards["g-o2"])[2] == "running"
     assert status(url, other_open) == "pending"
+
+
+def test_a_shard_resumed_while_the_reconciler_completes_the_jobs_other_shard_completes_the_job(
+        database_url: str) -> None:
+    """The reconciler completes the job's other shard and holds the job's row (its refresh
+    reads the resumed shard still paused, so it leaves the job running); the resume waits for
+    the row and must then see that shard completed, or the job runs for good with every shard
+    completed."""
+    url = database_url
+    job, shards, (paused_item, last_item) = seed_job(url, {"g-r1": 1, "g-r2": 1})
+    execute(url, "UPDATE jobs SET status = 'running', started_at = now() WHERE job_id = %s", job)
+    execute(url, "UPDATE shards SET status = 'paused', paused_reason = 'operator' WHERE shard_id = %s",
+            shards["g-r1"])
+    execute(url, "UPDATE items SET status = 'expired' WHERE item_id = %s", paused_item)
+
+    async def race() -> str:
+        async with (await psycopg.AsyncConnection.connect(url) as reconciler,
+                    await psycopg.AsyncConnection.connect(url, autocommit=True) as operator):
+            await reconciler.execute("UPDATE items SET status = 'confirmed' WHERE item_id = %s", (last_item,))
+            await reconciler.execute("UPDATE shards SET status = 'completed' WHERE shard_id = %s", (shards["g-r2"],))
+            await reconciler.execute("SELECT 1 FROM jobs WHERE job_id = %s FOR NO KEY UPDATE", (job,))
+            resume = asyncio.create_task(operator.execute(
+                "SELECT status FROM pacer_shard_action(%s, 'resume', 'ops')", (shards["g-r1"],)))
+            await eventually(lambda: waiting_for_locks(url), 10, "the resume waiting for the job's row")
+            await reconciler.commit()  # the job left running: its refresh read the other shard paused
+            return str((await (await resume).fetchone() or ("",))[0])
+
+    assert asyncio.run(race()) == "completed"
+    assert one(url, "SELECT status FROM jobs WHERE job_id = %s", job) == "completed"

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from pacer_common.domain.job_status import (
+    CANCEL_LEFT_OVER,
     JOB_ACTIONS,
     SHARD_ACTIONS,
     JobAction,
@@ -55,8 +56,11 @@ def test_every_job_status_answers_each_action_as_the_table_says(database_url: st
             job_id = job_in(database_url, status, open_item=open_item)
             answer, after = act_on_job(database_url, job_id, action)
             expected = outcome(table, status)
+            left_over = (action, status) == CANCEL_LEFT_OVER and open_item  # done, the job as it was
+            if left_over:
+                expected = "done"
             allowed = table.get(status, frozenset({status}))
-            if answer != expected or after not in allowed or (expected != "done") != (after == status):
+            if answer != expected or after not in allowed or (expected != "done" or left_over) != (after == status):
                 wrong.append(f"{action} from {status} (open item: {open_item}): {answer} → {after}, "
                              f"table says {expected} → {sorted(s.value for s in allowed)}")
             reached.setdefault(status, set()).add(after)

@@ -169,10 +169,15 @@ BOARDS: tuple[Board, ...] = (
                 kind="stat", width=6),
               p("Expired before sending, by kind", f'sum by (kind) (increase({ITEMS}{{outcome="expired"}}[1h]))',
                 "{{kind}}"),
+              p("Expired while held, by the reconciler (last hour)",
+                'sum(increase(pacer_reconciler_sweep_items_total{sweep="expire_due"}[1h]))', "expired while held",
+                description="Items past their expire_at that no sender reached (a held guid, a paused job or shard, "
+                            "a job awaiting approval), expired by the reconciler's expire_due sweep. Those a sender "
+                            "expires are in the panel by kind."),
               p("Expired and abandoned items of open jobs", 'sum by (status) (pacer_reconciler_open_job_items'
                 f'{{status=~"expired|abandoned"}} and {LEADER})', "{{status}}"),
               p("Not sent: deferred or put back", f'sum by (outcome) (rate({ITEMS}{{outcome=~"rate_limited|'
-                f'deadline_missed|guid_lost|held|not_pending|yielded"}}[5m]))', "{{outcome}}", "ops"),
+                f'deadline_missed|expiring|guid_lost|held|not_pending|yielded"}}[5m]))', "{{outcome}}", "ops"),
           )),
     Board("pacer-locks", "Pacer · locks",
           "The lock board: who holds what, what expired, what was taken over or refused.", (

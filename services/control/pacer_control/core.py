@@ -248,7 +248,8 @@ class Control:
         return out, waiting
 
     async def decide_approval(self, job_id: str, approve: bool, reason: str | None, who: Principal) -> ActionResult:
-        """Approve (→ running) or reject (→ cancelled) a job awaiting approval; audited."""
+        """Approve (→ running; completed if nothing is left open) or reject (→ cancelled) a job awaiting
+        approval; audited."""
         return await self.store.atomically(lambda tx: tx.decide_approval(job_id, approve, who.actor, reason))
 
     async def in_doubt(self, limit: int) -> list[Row]:

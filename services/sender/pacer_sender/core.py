@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 Outcome = Literal[
     "confirmed", "retry", "failed", "in_doubt", "rate_limited", "expired", "duplicate",
-    "not_pending", "fenced", "guid_lost", "deadline_missed", "held",
+    "not_pending", "fenced", "guid_lost", "deadline_missed", "expiring", "held",
     "needs_human", "media_waiting", "yielded",
 ]
 
@@ -155,7 +155,7 @@ class Executor:
             d = Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", FailureClass.NOT_SENT.value,
                          f"expire_at {cmd.expire_at} came before the gateway call", datetime.now(UTC),
                          release_ledger=True, refund=True)
-            late: Outcome = "expired" if await self.repo.settle(cmd, begun.epoch, d) else "fenced"
+            late: Outcome = "expiring" if await self.repo.settle(cmd, begun.epoch, d) else "fenced"
             return Executed(late, False, None, claimed_at, first_claim=first, claim_s=claim_s)
         try:
             receipt = await self._call(cmd, msg, media_id, started + self.send_deadline_s)

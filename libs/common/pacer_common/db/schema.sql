@@ -695,9 +695,6 @@ BEGIN
         RETURN QUERY SELECT 'conflict'::text, format('job is %s, not awaiting approval', j.status), j.status;
         RETURN;
     END IF;
-    PERFORM pacer_audit(p_actor, CASE WHEN p_approve THEN 'approve' ELSE 'reject' END, 'job', p_job::text, p_reason,
-        jsonb_build_object('status', j.status, 'paused_reason', j.paused_reason),
-        jsonb_build_object('status', CASE WHEN p_approve THEN 'running' ELSE 'cancelled' END));
     IF p_approve THEN
         UPDATE jobs SET status = CASE WHEN pacer_job_open(p_job) THEN 'running' ELSE 'completed' END,
                         finished_at = CASE WHEN pacer_job_open(p_job) THEN NULL ELSE now() END,
@@ -705,6 +702,11 @@ BEGIN
                         approved_at = now(), approved_by = p_actor
         WHERE job_id = p_job
         RETURNING status INTO after_status;
+    END IF;
+    PERFORM pacer_audit(p_actor, CASE WHEN p_approve THEN 'approve' ELSE 'reject' END, 'job', p_job::text, p_reason,
+        jsonb_build_object('status', j.status, 'paused_reason', j.paused_reason),
+        jsonb_build_object('status', CASE WHEN p_approve THEN after_status ELSE 'cancelled' END));
+    IF p_approve THEN
         INSERT INTO approved_contents (content_hash, approved_by, job_id)
         VALUES (pacer_content_hash(j.message), p_actor, p_job) ON CONFLICT DO NOTHING;
         RETURN QUERY SELECT 'done'::text, CASE WHEN after_status = 'completed'
@@ -1115,9 +1117,8 @@ BEGIN
         IF j.status = 'cancelled' AND cardinality(ids) = 0 THEN  -- each taken or abandoned meanwhile
             RETURN QUERY SELECT 'noop'::text, 'job is already cancelled'::text, j.status;
             RETURN;
-        ELSIF j.status = 'cancelled' THEN
-            answer := 'noop';
-            msg := format('job is already cancelled; %s of its items had come back to pending or waiting_retry '
+        ELSIF j.status = 'cancelled' THEN  -- done (items changed), the job's status as it was
+            msg := format('job was already cancelled; %s of its items had come back to pending or waiting_retry '
                           'since and are abandoned now', cardinality(ids));
         END IF;
     ELSIF p_action = 'terminate' THEN
@@ -1444,6 +1445,14 @@ DECLARE
     job_ids uuid[] := '{}';
 BEGIN
     PERFORM pacer_partition_writer();  -- a compensation may land in a partition a prune would drop
+    -- Every coalescing lock of the batch first, in one order (pacer_compensate takes each again
+    -- before its item's row): taken item by item, in shard order, two bulk retries over two
+    -- ticket chains could each hold one and wait for the other's.
+    PERFORM pg_advisory_xact_lock(x.h)
+    FROM (SELECT DISTINCT hashtext('pacer.coalesce:' || k.coalesce_key) AS h
+          FROM items i JOIN jobs k ON k.job_id = i.job_id
+          WHERE i.item_id = ANY(p_items) AND k.coalesce_key IS NOT NULL) x
+    ORDER BY x.h;
     FOR r IN SELECT u.id, u.n, i.shard_id, i.job_id
              FROM unnest(p_items) WITH ORDINALITY AS u(id, n) LEFT JOIN items i ON i.item_id = u.id
              ORDER BY i.shard_id NULLS LAST, u.id, u.n LOOP
@@ -1596,6 +1605,10 @@ BEGIN
         after_status := CASE WHEN pacer_job_open(s.job_id, p_shard) THEN 'running' ELSE 'completed' END;
         UPDATE shards SET status = after_status, paused_reason = NULL, paused_by = NULL WHERE shard_id = p_shard;
         IF after_status = 'completed' THEN
+            -- The job's row first, in a statement of its own, as the reconciler's refresh_jobs
+            -- takes it: the check below then sees a shard it completed meanwhile (its snapshot
+            -- is taken after the lock), and it sees this one.
+            PERFORM 1 FROM jobs WHERE job_id = s.job_id FOR NO KEY UPDATE;
             UPDATE jobs j SET status = 'completed', finished_at = now(), started_at = COALESCE(j.started_at, now())
             WHERE j.job_id = s.job_id AND j.status = 'running'
               AND NOT EXISTS (SELECT 1 FROM shards o WHERE o.job_id = s.job_id AND o.status <> 'completed');

@@ -92,14 +92,20 @@ JOB_ACTIONS: dict[JobAction, dict[JobStatus, frozenset[JobStatus]]] = {
     JobAction.AWAIT_APPROVAL: {s: frozenset({J.AWAITING_APPROVAL if s is J.RUNNING else s}) for s in J},
 }
 
+# The one action that answers done without moving the job: a cancel of a cancelled job that
+# abandons items come back to waiting since the cancel (a send then in flight, retried or
+# proved not delivered). With none left, noop.
+CANCEL_LEFT_OVER = (JobAction.CANCEL, J.CANCELLED)
+
 SHARD_ACTIONS: dict[ShardAction, dict[ShardStatus, frozenset[ShardStatus]]] = {
     ShardAction.PAUSE: {
         Sh.PENDING: frozenset({Sh.PAUSED}),
         Sh.RUNNING: frozenset({Sh.PAUSED}),
         Sh.PAUSED: frozenset({Sh.PAUSED}),
     },
-    # a shard that is not paused has nothing to resume, whatever its status
-    ShardAction.RESUME: {s: frozenset({Sh.RUNNING if s is Sh.PAUSED else s}) for s in Sh},
+    # a shard that is not paused has nothing to resume, whatever its status; a paused one with
+    # nothing left open (its items expired meanwhile) completes
+    ShardAction.RESUME: {s: frozenset({Sh.RUNNING, Sh.COMPLETED} if s is Sh.PAUSED else {s}) for s in Sh},
 }
 
 Outcome = Literal["done", "noop", "conflict"]

@@ -1,14 +1,21 @@
 -- The open jobs (running or paused) with the most items not yet in a final status, for the
--- dashboards' top-N: each with its items in a final status (%(final)s, the transition table's
--- terminal statuses) and all its items, from the shard counts the tail keeps (not the items
--- table). A requery job counts the pages fetched so far.
-SELECT j.job_id::text AS job_id, j.kind, j.tenant, j.status,
-       COALESCE(sum(c.n) FILTER (WHERE c.status::text = ANY(%(final)s::text[])), 0)::bigint AS done,
-       COALESCE(sum(c.n), 0)::bigint AS items
-FROM jobs j
-LEFT JOIN shards s ON s.job_id = j.job_id
-LEFT JOIN shard_status_counts c ON c.shard_id = s.shard_id
-WHERE j.status IN ('running', 'paused')
-GROUP BY j.job_id
-ORDER BY COALESCE(sum(c.n) FILTER (WHERE NOT c.status::text = ANY(%(final)s::text[])), 0) DESC, j.created_at, j.job_id
+-- dashboards' top-N: each with its items (jobs.total: the planned ones, the pages fetched so
+-- far of a requery job, and compensations) and those of them done, all but the items left.
+-- Items left are counted over the job's open shards alone (the partial index shards_open),
+-- from the counts the tail keeps: a long job's completed shards are not read each round.
+-- %(final)s: the transition table's terminal statuses.
+WITH open_jobs AS (
+    SELECT j.job_id, j.kind, j.tenant, j.status, j.total, j.created_at
+    FROM jobs j WHERE j.status IN ('running', 'paused')
+), left_n AS (
+    SELECT o.job_id, COALESCE(sum(c.n) FILTER (WHERE NOT c.status::text = ANY(%(final)s::text[])), 0)::bigint AS n
+    FROM open_jobs o
+    LEFT JOIN shards s ON s.job_id = o.job_id AND s.status <> 'completed'
+    LEFT JOIN shard_status_counts c ON c.shard_id = s.shard_id
+    GROUP BY o.job_id
+)
+SELECT o.job_id::text AS job_id, o.kind, o.tenant, o.status,
+       GREATEST(o.total - l.n, 0)::bigint AS done, GREATEST(o.total, l.n)::bigint AS items
+FROM open_jobs o JOIN left_n l USING (job_id)
+ORDER BY l.n DESC, o.created_at, o.job_id
 LIMIT %(limit)s

@@ -23,9 +23,6 @@ BEGIN
         RETURN QUERY SELECT 'conflict'::text, format('job is %s, not awaiting approval', j.status), j.status;
         RETURN;
     END IF;
-    PERFORM pacer_audit(p_actor, CASE WHEN p_approve THEN 'approve' ELSE 'reject' END, 'job', p_job::text, p_reason,
-        jsonb_build_object('status', j.status, 'paused_reason', j.paused_reason),
-        jsonb_build_object('status', CASE WHEN p_approve THEN 'running' ELSE 'cancelled' END));
     IF p_approve THEN
         UPDATE jobs SET status = CASE WHEN pacer_job_open(p_job) THEN 'running' ELSE 'completed' END,
                         finished_at = CASE WHEN pacer_job_open(p_job) THEN NULL ELSE now() END,
@@ -33,6 +30,11 @@ BEGIN
                         approved_at = now(), approved_by = p_actor
         WHERE job_id = p_job
         RETURNING status INTO after_status;
+    END IF;
+    PERFORM pacer_audit(p_actor, CASE WHEN p_approve THEN 'approve' ELSE 'reject' END, 'job', p_job::text, p_reason,
+        jsonb_build_object('status', j.status, 'paused_reason', j.paused_reason),
+        jsonb_build_object('status', CASE WHEN p_approve THEN after_status ELSE 'cancelled' END));
+    IF p_approve THEN
         INSERT INTO approved_contents (content_hash, approved_by, job_id)
         VALUES (pacer_content_hash(j.message), p_actor, p_job) ON CONFLICT DO NOTHING;
         RETURN QUERY SELECT 'done'::text, CASE WHEN after_status = 'completed'

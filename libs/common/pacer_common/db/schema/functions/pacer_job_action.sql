@@ -8,9 +8,9 @@
 --   cancel    → cancelled: pending and waiting items abandoned; irreversible; nothing sent
 --             is undone. An item in flight then may come back to waiting later (a retry, a
 --             send proved not delivered): it is abandoned when it does (pacer_abandon_cancelled),
---             and a cancel of a cancelled job abandons any still left waiting. Its answer stays
---             noop, as the job's status does (domain/job_status.py), but then it is audited and
---             its message counts the items it abandoned.
+--             and a cancel of a cancelled job abandons any still left waiting: then it answers
+--             done (audited, its message counting them), the job's status unchanged
+--             (domain/job_status.py, CANCEL_LEFT_OVER); with none, noop.
 --   terminate running / paused → terminated: no new claims, resumable only after
 --             reconciliation has settled every item in flight.
 CREATE OR REPLACE FUNCTION pacer_job_action(p_job uuid, p_action text, p_actor text, p_reason text DEFAULT NULL)
@@ -92,9 +92,8 @@ BEGIN
         IF j.status = 'cancelled' AND cardinality(ids) = 0 THEN  -- each taken or abandoned meanwhile
             RETURN QUERY SELECT 'noop'::text, 'job is already cancelled'::text, j.status;
             RETURN;
-        ELSIF j.status = 'cancelled' THEN
-            answer := 'noop';
-            msg := format('job is already cancelled; %s of its items had come back to pending or waiting_retry '
+        ELSIF j.status = 'cancelled' THEN  -- done (items changed), the job's status as it was
+            msg := format('job was already cancelled; %s of its items had come back to pending or waiting_retry '
                           'since and are abandoned now', cardinality(ids));
         END IF;
     ELSIF p_action = 'terminate' THEN

@@ -7,7 +7,8 @@
 -- never finds one in a job still marked completed, and a reconciler segment completing a job's
 -- last other shard waits for the job's row and reads the shard open.
 --
--- Lock order, the reconciler's (apply_counts, refresh_shards, lock_jobs): the projected counts
+-- Lock order: the batch's coalescing locks (ticket chains), then the reconciler's
+-- (apply_counts, refresh_shards, lock_jobs): the projected counts
 -- (each compensation's pending count, the items taken in shard order), then the shard rows,
 -- then the job rows, each in key order. A segment holds its shards' counts and rows while it
 -- waits for a job's row; a retry that held the job's row while it took those (as every retry
@@ -23,6 +24,14 @@ DECLARE
     job_ids uuid[] := '{}';
 BEGIN
     PERFORM pacer_partition_writer();  -- a compensation may land in a partition a prune would drop
+    -- Every coalescing lock of the batch first, in one order (pacer_compensate takes each again
+    -- before its item's row): taken item by item, in shard order, two bulk retries over two
+    -- ticket chains could each hold one and wait for the other's.
+    PERFORM pg_advisory_xact_lock(x.h)
+    FROM (SELECT DISTINCT hashtext('pacer.coalesce:' || k.coalesce_key) AS h
+          FROM items i JOIN jobs k ON k.job_id = i.job_id
+          WHERE i.item_id = ANY(p_items) AND k.coalesce_key IS NOT NULL) x
+    ORDER BY x.h;
     FOR r IN SELECT u.id, u.n, i.shard_id, i.job_id
              FROM unnest(p_items) WITH ORDINALITY AS u(id, n) LEFT JOIN items i ON i.item_id = u.id
              ORDER BY i.shard_id NULLS LAST, u.id, u.n LOOP

@@ -35,6 +35,10 @@ BEGIN
         after_status := CASE WHEN pacer_job_open(s.job_id, p_shard) THEN 'running' ELSE 'completed' END;
         UPDATE shards SET status = after_status, paused_reason = NULL, paused_by = NULL WHERE shard_id = p_shard;
         IF after_status = 'completed' THEN
+            -- The job's row first, in a statement of its own, as the reconciler's refresh_jobs
+            -- takes it: the check below then sees a shard it completed meanwhile (its snapshot
+            -- is taken after the lock), and it sees this one.
+            PERFORM 1 FROM jobs WHERE job_id = s.job_id FOR NO KEY UPDATE;
             UPDATE jobs j SET status = 'completed', finished_at = now(), started_at = COALESCE(j.started_at, now())
             WHERE j.job_id = s.job_id AND j.status = 'running'
               AND NOT EXISTS (SELECT 1 FROM shards o WHERE o.job_id = s.job_id AND o.status <> 'completed');
