@@ -290,21 +290,26 @@ def test_a_retry_of_an_unverified_item_is_a_conflict_that_says_to_resolve_it(dat
         sql(url, "SELECT pacer_transition(ARRAY[%s]::uuid[], ARRAY[%s]::item_status[], %s::item_status, %s)",
             item, src, dst, typ)
 
-    async def api() -> tuple[Any, Any]:
+    async def api() -> tuple[Any, Any, Any]:
         async with control_api(url) as c:
             single = await c.post(f"/items/{item}/retry", "operator")
-            bulk = await c.post(f"/jobs/{job}/retry", "operator", json={"filter": {"status": "unverified"}})
-            return single, bulk
+            bulk = await c.post(f"/jobs/{job}/retry", "operator", json={"item_ids": [item]})
+            by_filter = await c.post(f"/jobs/{job}/retry", "operator", json={"filter": {"status": "unverified"}})
+            return single, bulk, by_filter
 
-    single, bulk = asyncio.run(api())
+    single, bulk, by_filter = asyncio.run(api())
 
     assert single.status_code == 409
     body = single.json()
     assert (body["outcome"], body["result"], body["new_item"]) == ("conflict", "conflict", None)
     assert "unverified" in body["detail"] and f"/items/{item}/resolve" in body["detail"]
+    # Said so that it is right for a token scoped to tenants too, which may not resolve.
+    assert "by a tech_admin or admin token not scoped to tenants" in body["detail"]
     assert bulk.status_code == 200
     (result,) = bulk.json()["results"]
-    assert result["outcome"] == "conflict" and "resolve it first" in result["message"]
+    assert result["outcome"] == "conflict" and "it is resolved instead" in result["message"]
+    # A filter never picks them: every one would be this conflict.
+    assert by_filter.status_code == 422 and "In doubt page" in by_filter.json()["detail"]
     assert rows(url, "SELECT count(*) AS n FROM items WHERE compensates IS NOT NULL") == [{"n": 0}]
     assert one(url, "SELECT status::text FROM items WHERE item_id = %s", item) == "unverified"
     assert one(url, "SELECT state FROM send_ledger WHERE item_id = %s", item) == "reserved"

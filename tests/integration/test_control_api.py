@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from pacer_common import cli
 from pacer_common.db.pool import open_pool
@@ -253,6 +254,21 @@ def test_retry_by_filter_creates_compensations_with_one_audit_record(database_ur
 
             r = await api.post(f"/jobs/{job}/retry", "operator", json={"filter": {"status": "pending"}})
             assert r.status_code == 422
+            # Unverified sends are never picked (each would be a conflict): where they are decided instead.
+            r = await api.post(f"/jobs/{job}/retry", "operator", json={"filter": {"status": "unverified"}})
+            assert r.status_code == 422
+            assert "In doubt page" in r.json()["detail"] and "POST /api/v1/items/{id}/resolve" in r.json()["detail"]
+            doc = (await api.client.get("http://control/api/v1/openapi.json")).json()
+            statuses = doc["components"]["schemas"]["RetryFilterBody"]["properties"]["status"]["enum"]
+            assert statuses == ["failed", "expired", "abandoned"]
+            # The document says what each action may answer besides the obvious.
+            said = {path.removeprefix("/api/v1"): op["post"]["summary"] + " " + op["post"].get("description", "")
+                    for path, op in doc["paths"].items() if "post" in op}
+            assert "or completes with nothing left to send" in said["/jobs/{job_id}/approve"]
+            assert "one with nothing left open completes" in said["/jobs/{job_id}/resume"]
+            assert "Cancelling a cancelled job abandons" in said["/jobs/{job_id}/cancel"]
+            assert "completes, and its job with it" in said["/jobs/{job_id}/shards/{shard_id}/resume"]
+            assert "unless its job is cancelled or it has expired" in said["/items/{item_id}/resolve"]
             r = await api.post(f"/jobs/{job}/retry", "operator", json={})
             assert r.status_code == 422 and "either 'item_ids' or 'filter'" in r.json()["detail"]
             r = await api.post(f"/jobs/{uuid.uuid4()}/retry", "operator", json={"filter": {}})
@@ -507,11 +523,16 @@ def test_a_guid_lifecycle_is_visible_with_its_history_and_an_operator_resume_set
 
 
 def test_an_item_waiting_for_its_media_or_its_guid_says_so(database_url: str) -> None:
-    job, _, _ = seed_job(database_url, {"gm": 2, "gk": 1})
+    job, _, items = seed_job(database_url, {"gm": 2, "gk": 1, "gr": 1})
+    move(database_url, items[3:], "waiting_retry")
     with psycopg.connect(database_url) as conn:
         conn.execute("UPDATE items SET not_before = now() + interval '1 minute', last_error_class = 'media_pending',"
                      " last_error = 'waiting for image m-1 to be ready' WHERE guid = 'gm'")
         conn.execute("SELECT * FROM pacer_set_guid_state('gk', 'offline', 'callback', 'phone off', now())")
+        # said in UTC, to the second, whatever the session's time zone
+        conn.execute(sql.SQL("ALTER DATABASE {} SET timezone = 'Asia/Shanghai'").format(
+            sql.Identifier(conn.info.dbname)))
+        conn.execute("UPDATE items SET next_attempt_at = '2030-01-02 03:04:05.678+00' WHERE guid = 'gr'")
 
     async def go() -> dict[str, str | None]:
         async with control_api(database_url) as api:
@@ -519,8 +540,10 @@ def test_an_item_waiting_for_its_media_or_its_guid_says_so(database_url: str) ->
             return {i["guid"] + ":" + i["to_id"]: i["waiting"] for i in page["items"]}
 
     waiting = asyncio.run(go())
-    assert sorted(str(w) for w in waiting.values()) == ["waiting: guid offline: phone off", "waiting: waiting for image m-1 to be ready",
-                                        "waiting: waiting for image m-1 to be ready"]
+    assert sorted(str(w) for w in waiting.values()) == ["waiting: guid offline: phone off",
+                                                        "waiting: retry due at 2030-01-02 03:04:05 UTC",
+                                                        "waiting: waiting for image m-1 to be ready",
+                                                        "waiting: waiting for image m-1 to be ready"]
 
 
 def test_hot_limits_are_validated_stored_and_audited(database_url: str) -> None:

@@ -17,7 +17,7 @@ from pacer_common.db.pool import open_pool
 from pacer_common.domain.events import ItemEvent
 from pacer_reconciler.adapters.postgres import PostgresLog
 from tests.integration.control_support import audit, control_api, move, rows
-from tests.integration.helpers import seed_job
+from tests.integration.helpers import eventually, seed_job, waiting_for_locks
 
 
 def unverified(url: str, item: str, key: str) -> None:
@@ -207,6 +207,7 @@ def test_console_pages_hold_no_data_and_parts_are_guarded_like_the_api(database_
             assert "Resume" in r.text  # a held guid offers the resume
             r = await c.get("http://control/console/part/guids/g1/history", headers=api.auth("operator"))
             assert r.status_code == 200 and "<b>kicked</b>" in r.text and "callback" in r.text
+            assert re.search(r"<small>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d</small>", r.text), "its event time, as every time"
 
             # Swagger UI and the console's script come from Pacer itself, never from elsewhere.
             docs = await c.get("http://control/api/v1/docs")
@@ -464,5 +465,140 @@ def test_a_guid_lease_past_the_first_page_is_found_by_name_and_the_page_says_how
             assert r.status_code == 200, r.text
             assert [g["guid"] for g in r.json()["guid_leases"]] == guids[-3:-1]
             assert (r.json()["counts"]["guid_leases"], r.json()["counts"]["guid_leases_held"]) == (520, 520)
+
+    asyncio.run(go())
+
+
+def test_the_bulk_retry_offers_only_what_it_can_retry_and_says_why_an_item_was_not(database_url: str) -> None:
+    job, _, (contested, _) = seed_job(database_url, {"g1": 2})
+    move(database_url, [contested], "failed", "bad_params")
+    cancelled, _, (gone,) = seed_job(database_url, {"g2": 1})
+    move(database_url, [gone], "failed", "bad_params")
+    with psycopg.connect(database_url) as conn:
+        conn.execute("SELECT * FROM pacer_job_action(%s, 'cancel', 'test', 'withdrawn')", (cancelled,))
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            c, auth = api.client, api.auth("operator")
+            page = (await c.get(f"http://control/console/part/jobs/{job}", headers=auth)).text
+            select = re.search(r'<form class="row" id="bulk-retry".*?<select name="status">(.*?)</select>', page, re.S)
+            assert select and re.findall(r"<option>(\w+)</option>", select.group(1)) == ["failed", "expired", "abandoned"]
+            r = await c.post(f"http://control/console/part/jobs/{job}/retry", content="status=unverified", headers=auth)
+            assert r.status_code == 422 and "In doubt page" in r.text
+            # A retry of the item by id commits while the bulk retry waits for the item's row.
+            async with await psycopg.AsyncConnection.connect(database_url) as other:
+                await other.execute("SELECT * FROM pacer_retry_item(%s, 'token:other')", (contested,))
+                bulk = asyncio.create_task(c.post(f"http://control/console/part/jobs/{job}/retry",
+                                                  content="status=failed", headers=auth))
+                await eventually(lambda: waiting_for_locks(database_url), 10, "the bulk retry waiting for the item")
+                await other.commit()
+                r = await bulk
+            assert r.status_code == 200, r.text
+            assert (f"retry: conflict 1; conflict, e.g. item {contested}: a retry of this item is already in progress"
+                    in html.unescape(r.text)), r.text
+            r = await c.post(f"http://control/console/part/jobs/{cancelled}/retry", content="status=failed",
+                             headers=auth)
+            assert f"retry: refused 1; refused, e.g. item {gone}: job {cancelled} is cancelled" in html.unescape(r.text)
+
+    asyncio.run(go())
+
+
+def test_the_approval_preview_counts_and_samples_only_what_is_left_to_send(database_url: str) -> None:
+    job, _, items = seed_job(database_url, {"g1": 3, "g2": 2})  # g1's room-0..2, then g2's room-0..1
+    gone, _, gone_items = seed_job(database_url, {"g3": 1})
+    move(database_url, [*items[:2], *items[3:], *gone_items], "expired")  # while they waited
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE jobs SET status = 'awaiting_approval', paused_reason = 'awaiting approval: test'"
+                     " WHERE job_id = ANY(%s::uuid[])", ([job, gone],))
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            waiting = {j["job_id"]: j for j in (await api.get("/approvals", "operator")).json()["jobs"]}
+            left = waiting[job]["projection"]
+            assert (left["items"], left["expired"]) == (1, 4)
+            assert [(g["guid"], g["items"]) for g in left["guids"]] == [("g1", 1)]  # g2 has nothing left
+            assert [(s["guid"], s["to_id"]) for s in waiting[job]["samples"]] == [("g1", "room-2")]
+            none_left = waiting[gone]["projection"]
+            assert (none_left["items"], none_left["expired"], none_left["guids"]) == (0, 1, [])
+            assert waiting[gone]["samples"] == []
+
+            page = (await api.client.get("http://control/console/part/approvals", headers=api.auth("admin"))).text
+            cards = dict(re.findall(r'<article class="doubt approval" data-job="([^"]+)">(.*?)</article>', page, re.S))
+            assert "<b data-items>1</b> items still to send over <b>1</b> guids" in cards[job]
+            assert "<b data-expired>4</b> items expired while" in cards[job]
+            assert "It starts sending 1 messages now." in cards[job]
+            assert "<b data-items>0</b> items still to send: approved, the job completes at once" in cards[gone]
+            assert "Nothing of it is left to send: it completes at once." in cards[gone]
+            r = await api.post(f"/jobs/{gone}/approve", "admin")
+            assert (r.status_code, r.json()["status"]) == (200, "completed"), r.text
+
+    asyncio.run(go())
+
+
+def test_an_in_doubt_send_of_a_cancelled_job_or_past_its_expiry_is_said_not_to_be_sent_again(
+        database_url: str) -> None:
+    _, _, (plain, late) = seed_job(database_url, {"g1": 2})
+    stopped, _, (dropped, _) = seed_job(database_url, {"g2": 2})
+    for item in (plain, late, dropped):
+        unverified(database_url, item, "k")
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE items SET expire_at = '2024-01-02 03:04:05.6+00' WHERE item_id = %s", (late,))
+        conn.execute("SELECT * FROM pacer_job_action(%s, 'cancel', 'test', 'withdrawn')", (stopped,))
+
+    async def go() -> dict[str, str]:
+        async with control_api(database_url) as api:
+            listed = {i["item_id"]: i for i in (await api.get("/in-doubt", "operator")).json()["items"]}
+            assert {i: listed[i]["job_status"] for i in (plain, late, dropped)} == {
+                plain: "running", late: "running", dropped: "cancelled"}
+            page = (await api.client.get("http://control/console/part/in-doubt", headers=api.auth("tech_admin"))).text
+            cards = dict(re.findall(r'<article class="doubt" data-item="([^"]+)">(.*?)</article>', page, re.S))
+            assert "(<span data-job-status>cancelled</span>)" in cards[dropped]
+            assert "it is not sent again: it is abandoned: its job is cancelled." in cards[dropped]
+            assert "it is not sent again: it is expired: its expire_at 2024-01-02 03:04:05 UTC has passed" in cards[late]
+            assert "not-sent" not in cards[plain] and "Not delivered: send again" in cards[plain]
+            answers = {}
+            for item in (plain, late, dropped):
+                r = await api.post(f"/items/{item}/resolve", "tech_admin",
+                                   json={"delivered": False, "reason": "not in the recipient's chat"})
+                assert (r.status_code, r.json()["status"]) == (200, "pending"), r.text
+                answers[item] = r.json()["message"].split("pending again, ", 1)[1]
+            return answers
+
+    answers = asyncio.run(go())
+    assert answers[plain] == "it will be sent under the same key"
+    assert answers[late] == ("but its expire_at (2024-01-02 03:04:05 UTC) has passed: it expires unsent (at its "
+                             "claim, or by the reconciler's expiry sweep)")
+    assert answers[dropped] == "but its job is cancelled: it is abandoned when a sender comes to claim it, never sent"
+
+
+def test_a_cancelled_job_offers_cancel_again_only_while_items_came_back_to_waiting(database_url: str) -> None:
+    job, _, (in_flight, _) = seed_job(database_url, {"g1": 2})
+    move(database_url, [in_flight], "claimed")
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            c, auth = api.client, api.auth("operator")
+
+            async def page() -> str:
+                await apply_the_log(database_url)  # the page's counts are the reconciler's projection
+                r = await c.get(f"http://control/console/part/jobs/{job}", headers=auth)
+                assert r.status_code == 200, r.text
+                return r.text
+
+            assert (await api.post(f"/jobs/{job}/cancel", "operator")).json()["status"] == "cancelled"
+            assert "act-cancel" not in await page()  # the send in flight is not waiting
+            # It fails and is scheduled again: waiting under a cancelled job.
+            with psycopg.connect(database_url) as conn:
+                for src, dst, typ in (("claimed", "submitted", "ItemSubmitted"),
+                                      ("submitted", "waiting_retry", "ItemRetryScheduled")):
+                    conn.execute("SELECT pacer_transition(ARRAY[%s::uuid], ARRAY[%s]::item_status[], %s::item_status,"
+                                 " %s, p_lease_ttl => interval '30 seconds', p_clear_lease => %s)",
+                                 (in_flight, src, dst, typ, dst == "waiting_retry"))
+            again = await page()
+            assert "act-cancel" in again
+            assert "Cancel again: the job is cancelled, but 1 of its items came back to pending or waiting_retry" in again
+            r = await c.post(f"http://control/console/part/jobs/{job}/cancel", headers=auth)
+            assert "1 of its items had come back to pending or waiting_retry since and are abandoned now" in r.text
+            assert "act-cancel" not in await page()
 
     asyncio.run(go())

@@ -294,12 +294,16 @@ def test_a_job_or_shard_whose_items_all_expired_while_held_completes_when_releas
         "completed", True)
     assert one(url, "SELECT after->>'status' FROM audit_log WHERE action = 'approve' AND target_id = %s",
                awaiting) == "completed", "the audit says what the approval did"
-    # The job's last open shard resumed with nothing left: both complete.
-    assert act("SELECT * FROM pacer_shard_action(%s, 'resume', 'ops')", shards["g-s1"])[2] == "completed"
+    # The job's last open shard resumed with nothing left: both complete, and the answer says so.
+    _, message, after = act("SELECT * FROM pacer_shard_action(%s, 'resume', 'ops')", shards["g-s1"])
+    assert after == "completed"
+    assert message.endswith(f"nothing of it was left open (its items ended while it was paused: expired, sent or "
+                            f"cancelled); job {running} completed too: this was its last open shard"), message
     assert one(url, "SELECT status, finished_at IS NOT NULL FROM jobs WHERE job_id = %s", running) == (
         "completed", True)
     # A shard resumed with nothing left while another of its job's is open: the job runs on.
-    assert act("SELECT * FROM pacer_shard_action(%s, 'resume', 'ops')", other_shards["g-o1"])[2] == "completed"
+    _, message, after = act("SELECT * FROM pacer_shard_action(%s, 'resume', 'ops')", other_shards["g-o1"])
+    assert after == "completed" and "nothing of it was left open" in message and "completed too" not in message
     assert one(url, "SELECT status FROM jobs WHERE job_id = %s", other) == "running"
     # A shard resumed with an item still open runs.
     execute(url, "UPDATE shards SET status = 'paused', paused_reason = 'operator' WHERE shard_id = %s",

@@ -205,7 +205,7 @@ def test_a_retry_of_an_unverified_send_is_refused_until_it_is_resolved(database_
     r = asyncio.run(_retry(database_url, orig))
 
     # No compensation, which the ledger could only abandon as a duplicate: resolve it instead.
-    assert (r.outcome, r.new_item) == ("conflict", None) and "resolve it first" in r.message
+    assert (r.outcome, r.new_item) == ("conflict", None) and "it is resolved instead" in r.message
     assert one(database_url, "SELECT state FROM send_ledger WHERE item_id = %s", orig) == "reserved"
 
 

@@ -235,15 +235,19 @@ class Control:
 
     async def approvals(self, samples: int = 5, limit: int = 50) -> tuple[list[Row], int]:
         """The oldest ``limit`` jobs awaiting an admin's approval, oldest first, each with its
-        preview (rendered samples, items per guid and the projected duration at current rates),
-        and how many wait in all."""
+        preview of what is left to send (rendered samples, items per guid and the projected
+        duration at current rates; items that expired while it waited counted apart), and how
+        many wait in all."""
         ids, waiting = await self.store.awaiting_approval(limit)
         found = {j["job_id"]: j for j in await self.store.jobs(JobFilter(limit=limit, ids=tuple(ids)))} if ids else {}
         pacings, out = Pacings(await self.store.guid_limits("*")), []
         for job in (found[i] for i in ids if i in found):
             preview = await self.store.approval_preview(job["job_id"], samples)
-            projected = views.projection(preview["guids"], lambda g: pacings(g.get("limits"), g.get("sender_limits")),
+            # what is left to send: a guid whose items all expired while the job waited has none
+            projected = views.projection([g for g in preview["guids"] if g["items"]],
+                                         lambda g: pacings(g.get("limits"), g.get("sender_limits")),
                                          int(job["priority"]))
+            projected["expired"] = sum(int(g["expired"]) for g in preview["guids"])
             out.append({**job, "samples": preview["samples"], "projection": projected})
         return out, waiting
 

@@ -501,8 +501,10 @@ BEGIN
         INSERT INTO operator_conflicts (item_id, actor, reason) VALUES (p_item, p_actor, 'unverified');
         RETURN QUERY SELECT 'conflict'::text, NULL::uuid,
             format('this item is unverified: it may have been delivered, and its idempotency key stays reserved, '
-                   'so a retry could never be sent; resolve it first (POST /api/v1/items/%s/resolve, or the '
-                   'console''s In doubt page): resolved as not delivered, it is sent again by itself', p_item);
+                   'so a retry could never be sent; it is resolved instead, once it is known whether it was '
+                   'delivered, by a tech_admin or admin token not scoped to tenants (the console''s In doubt page, '
+                   'or POST /api/v1/items/%s/resolve): resolved as not delivered, it goes back to pending under '
+                   'its own key, no retry needed', p_item);
         RETURN;
     END IF;
     IF o.status = 'confirmed' THEN
@@ -1345,6 +1347,7 @@ CREATE FUNCTION public.pacer_resolve_unverified(p_item uuid, p_delivered boolean
 #variable_conflict use_column
 DECLARE
     i items%ROWTYPE;
+    job_status text;
 BEGIN
     SELECT * INTO i FROM items WHERE item_id = p_item FOR UPDATE;
     IF NOT FOUND THEN
@@ -1367,8 +1370,21 @@ BEGIN
         DELETE FROM send_ledger WHERE idem_key = i.idem_key AND item_id = p_item AND state = 'reserved';
         PERFORM pacer_transition(ARRAY[p_item], '{unverified}', 'pending', 'ItemResolvedNotDelivered',
             jsonb_build_object('actor', p_actor, 'reason', p_reason), p_clear_lease => true);
+        -- What becomes of it, said as it is: pending is not always sent (pacer_begin_send
+        -- abandons an item of a cancelled job and expires one past its expire_at).
+        SELECT j.status INTO job_status FROM jobs j WHERE j.job_id = i.job_id;
         RETURN QUERY SELECT 'done'::text,
-            format('item %s resolved as not delivered: pending again, it will be sent under the same key', p_item),
+            format('item %s resolved as not delivered: pending again, ', p_item) || CASE
+                WHEN job_status = 'cancelled' THEN
+                    'but its job is cancelled: it is abandoned when a sender comes to claim it, never sent'
+                WHEN i.expire_at <= now() THEN
+                    format('but its expire_at (%s UTC) has passed: it expires unsent (at its claim, or by the '
+                           'reconciler''s expiry sweep)',
+                           to_char(i.expire_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'))
+                WHEN job_status IN ('paused', 'terminated', 'awaiting_approval') THEN
+                    format('it will be sent under the same key once its job (now %s) runs again', job_status)
+                ELSE 'it will be sent under the same key'
+            END,
             'pending'::text;
     END IF;
 END
@@ -1580,6 +1596,7 @@ CREATE FUNCTION public.pacer_shard_action(p_shard bigint, p_action text, p_actor
 DECLARE
     s shards%ROWTYPE;
     after_status text;
+    job_completed boolean;  -- the shard's job completed with it
 BEGIN
     SELECT * INTO s FROM shards WHERE shard_id = p_shard FOR UPDATE;
     IF NOT FOUND THEN
@@ -1611,7 +1628,8 @@ BEGIN
             PERFORM 1 FROM jobs WHERE job_id = s.job_id FOR NO KEY UPDATE;
             UPDATE jobs j SET status = 'completed', finished_at = now(), started_at = COALESCE(j.started_at, now())
             WHERE j.job_id = s.job_id AND j.status = 'running'
-              AND NOT EXISTS (SELECT 1 FROM shards o WHERE o.job_id = s.job_id AND o.status <> 'completed');
+              AND NOT EXISTS (SELECT 1 FROM shards o WHERE o.job_id = s.job_id AND o.status <> 'completed')
+            RETURNING j.status = 'completed' INTO job_completed;  -- NULL: not its last open shard
         END IF;
     ELSE
         RAISE EXCEPTION 'unknown shard action %', p_action USING ERRCODE = 'invalid_parameter_value';
@@ -1620,7 +1638,13 @@ BEGIN
         jsonb_build_object('status', s.status, 'paused_reason', s.paused_reason),
         jsonb_build_object('status', after_status, 'paused_reason', CASE WHEN after_status = 'paused'
                                                                      THEN COALESCE(p_reason, 'operator') END));
-    RETURN QUERY SELECT 'done'::text, format('shard %s: %s → %s', p_action, s.status, after_status), after_status;
+    RETURN QUERY SELECT 'done'::text, format('shard %s: %s → %s', p_action, s.status, after_status)
+        || CASE WHEN after_status <> 'completed' THEN ''
+                ELSE '; nothing of it was left open (its items ended while it was paused: expired, sent or cancelled)'
+                     || CASE WHEN job_completed THEN format('; job %s completed too: this was its last open shard',
+                                                            s.job_id) ELSE '' END
+           END,
+        after_status;
 END
 $$;
 

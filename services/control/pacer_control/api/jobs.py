@@ -69,11 +69,19 @@ async def get_job(job_id: JobIdPath, ctl: Ctl) -> dict[str, Any]:
     return await ctl.job(str(job_id))
 
 
-_JOB_ACTIONS: dict[str, tuple[Action, str]] = {
-    "pause": ("jobs.pause", "Pause a running job: no new sends; items in flight finish. Resumable."),
-    "resume": ("jobs.resume", "Resume a paused job (or a terminated one once nothing is in flight)."),
-    "cancel": ("jobs.cancel", "Cancel a job: pending and waiting items are abandoned. Irreversible."),
-    "terminate": ("jobs.terminate", "Terminate a job: no new sends; resumable once in-flight items settle."),
+_JOB_ACTIONS: dict[str, tuple[Action, str, str | None]] = {
+    "pause": ("jobs.pause", "Pause a running job: no new sends; items in flight finish. Resumable.", None),
+    "resume": ("jobs.resume", "Resume a paused job (or a terminated one once nothing is in flight); "
+                              "one with nothing left open completes",
+               "A job whose items all ended while it was held (they expired past their `expire_at`) has nothing "
+               "left to send: it is completed at once (`status` `completed`) instead of running; no event would "
+               "come for the reconciler to complete it."),
+    "cancel": ("jobs.cancel", "Cancel a job: pending and waiting items are abandoned. Irreversible.",
+               "Nothing already sent is undone. An item in flight that comes back to waiting after the cancel (a "
+               "retry, a send proved or resolved not delivered) is abandoned when it does. Cancelling a cancelled "
+               "job abandons any such item still left pending or waiting_retry and answers `done` with their "
+               "count (the job stays `cancelled`); with none left, `noop`."),
+    "terminate": ("jobs.terminate", "Terminate a job: no new sends; resumable once in-flight items settle.", None),
 }
 
 
@@ -85,9 +93,10 @@ def _job_action(action: str) -> Any:
     return handler
 
 
-for _action, (_perm, _doc) in _JOB_ACTIONS.items():
+for _action, (_perm, _doc, _more) in _JOB_ACTIONS.items():
     router.add_api_route(f"/jobs/{{job_id}}/{_action}", _job_action(_action), methods=["POST"],
-                         response_model=ActionResponse, summary=_doc, **guard(_perm, 404, 409, 422))
+                         response_model=ActionResponse, summary=_doc, description=_more or "",
+                         **guard(_perm, 404, 409, 422))
 
 
 def _shard_action(action: Literal["pause", "resume"]) -> Any:
@@ -103,7 +112,11 @@ router.add_api_route("/jobs/{job_id}/shards/{shard_id}/pause", _shard_action("pa
                      response_model=ActionResponse, summary="Pause one shard (one guid's part of the job)",
                      **guard("shards.pause", 404, 409, 422))
 router.add_api_route("/jobs/{job_id}/shards/{shard_id}/resume", _shard_action("resume"), methods=["POST"],
-                     response_model=ActionResponse, summary="Resume a paused shard",
+                     response_model=ActionResponse,
+                     summary="Resume a paused shard; one with nothing left open completes, and its job with it",
+                     description=("A shard whose items all expired while it was paused has nothing left to send: it "
+                                  "is completed at once (`status` `completed`), and its job too when it was the "
+                                  "job's last open shard (a requery job with pages to come stays running)."),
                      **guard("shards.resume", 404, 409, 422))
 
 
@@ -115,7 +128,11 @@ async def approvals(ctl: Ctl, samples: Annotated[int, Query(ge=0, le=50)] = 5) -
 
 
 @router.post("/jobs/{job_id}/approve", response_model=ActionResponse,
-             summary="Approve a job awaiting approval: it starts sending", **guard("jobs.approve", 404, 409, 422))
+             summary="Approve a job awaiting approval: it starts sending, or completes with nothing left to send",
+             description=("Answers `status` `running`; or `completed` when nothing of the job is left open (every "
+                          "item expired past its `expire_at` while it waited): it completes at once, sending "
+                          "nothing. A requery job with pages to come stays running and goes on paging."),
+             **guard("jobs.approve", 404, 409, 422))
 async def approve_job(job_id: JobIdPath, ctl: Ctl, who: Caller, body: ActionBody | None = None) -> Any:
     return respond(await ctl.decide_approval(str(job_id), True, body.reason if body else None, who))
 
@@ -161,7 +178,12 @@ async def in_doubt(ctl: Ctl, limit: Limit = DEFAULT_PAGE) -> dict[str, Any]:
 
 
 @router.post("/items/{item_id}/resolve", response_model=ActionResponse, tags=["items"],
-             summary="Resolve an unverified send: delivered → confirmed, not delivered → pending (sent again)",
+             summary="Resolve an unverified send: delivered → confirmed, not delivered → pending (sent again, "
+                     "unless its job is cancelled or it has expired)",
+             description=("Not delivered: the ledger's reservation is freed and the item is pending again under the "
+                          "same key. It is sent again, except when its job is cancelled (it is abandoned when a "
+                          "sender comes to claim it) or its `expire_at` has passed (it expires); the answer's "
+                          "`message` says which."),
              **guard("items.resolve", 404, 409, 422))
 async def resolve_item(item_id: uuid.UUID, body: ResolveBody, ctl: Ctl, who: Caller) -> Any:
     return respond(await ctl.resolve_in_doubt(str(item_id), body.delivered, body.reason, who))

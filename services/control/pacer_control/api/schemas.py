@@ -6,11 +6,21 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from pacer_common.domain.requests import TENANT_NAME
+from pacer_common.domain.status import ItemStatus
 from pacer_common.domain.tokens import Role
-from pacer_control.domain.filters import MAX_RETRY
+from pacer_control.domain.filters import MAX_RETRY, check_retry_status
 
 # Postgres text cannot hold NUL; refusing it here gives a 422 instead of a database error.
 NO_NUL = r"^[^\x00]*$"
@@ -60,9 +70,18 @@ class BudgetBody(_In):
 
 
 class RetryFilterBody(_In):
-    status: Literal["failed", "unverified", "expired", "abandoned"] = "failed"
+    status: Literal["failed", "expired", "abandoned"] = Field("failed", description=(
+        "items known not to be delivered; `unverified` ones are resolved instead (POST /items/{id}/resolve)"))
     error_class: Text | None = None
     guid: Text | None = None
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _not_unverified(cls, value: Any) -> Any:
+        # said here, not as "should be 'failed', 'expired' or 'abandoned'": where they are decided
+        if value == ItemStatus.UNVERIFIED.value and (why := check_retry_status(ItemStatus.UNVERIFIED)):
+            raise ValueError(why)
+        return value
 
 
 class RetryBody(_In):
@@ -460,6 +479,9 @@ class InDoubtItem(_Out):
     item_id: str
     job_id: str
     request_id: str
+    job_status: str = Field(description="its job's status: resolved as not delivered, an item of a cancelled job is "
+                                        "abandoned, not sent")
+    expire_at: datetime | None = Field(description="resolved as not delivered past it, the item expires unsent")
     guid: str
     to_id: str
     idem_key: str
@@ -491,7 +513,9 @@ class GuidProjection(BaseModel):
 
 
 class Projection(BaseModel):
-    items: int
+    items: int = Field(description="items still to be sent (pending or waiting_retry)")
+    expired: int = Field(0, description=(
+        "items that expired unsent (past their expire_at) while the job waited; not in `items`"))
     seconds: float | None = Field(description="projected duration at current limits (the slowest guid); null: never")
     slowest_guid: str | None
     guids: list[GuidProjection]

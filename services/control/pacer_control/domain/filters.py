@@ -19,8 +19,16 @@ JobStatus = Literal["running", "awaiting_approval", "paused", "completed", "canc
 MAX_PAGE = 500
 DEFAULT_PAGE = 100
 
-# Items that ended without delivery: what /failed lists and what a retry by filter may pick.
+# Items that ended without delivery: what /failed lists.
 FAILED: tuple[S, ...] = (S.FAILED, S.UNVERIFIED, S.EXPIRED, S.ABANDONED)
+# What a retry by filter may pick: those of them known not delivered. An unverified send may
+# have been delivered, its key stays reserved, and pacer_compensate refuses it: it is resolved
+# instead (the console's In doubt page, POST /items/{id}/resolve).
+RETRYABLE: tuple[S, ...] = (S.FAILED, S.EXPIRED, S.ABANDONED)
+# Where an unverified send is decided, said wherever a retry of one is refused.
+RESOLVE_INSTEAD = ("resolve each instead, once it is known whether it was delivered (a tech_admin or admin token "
+                   "not scoped to tenants: the console's In doubt page, or POST /api/v1/items/{id}/resolve); "
+                   "resolved as not delivered, it goes back to pending under its own key: no retry is needed")
 # Statuses whose last_error_class is counted as a failure category in a job's detail.
 FAILURE_CATEGORY: tuple[S, ...] = (S.FAILED, S.ABANDONED, S.EXPIRED, S.WAITING_RETRY)
 # Items a bulk cancel may pick: not taken by a sender yet.
@@ -102,7 +110,10 @@ class RetryFilter:
 
 def check_retry_status(status: S) -> str | None:
     """Why items of ``status`` cannot be picked for a retry, or None."""
-    if status in FAILED:
+    if status in RETRYABLE:
         return None
-    allowed = ", ".join(s.value for s in FAILED)
-    return f"a retry filter picks items that ended without delivery ({allowed}), not {status.value!r} ones"
+    if status is S.UNVERIFIED:
+        return (f"a retry filter does not pick unverified items: they may have been delivered and their key stays "
+                f"reserved, so a retry could never be sent; {RESOLVE_INSTEAD}")
+    allowed = ", ".join(s.value for s in RETRYABLE)
+    return f"a retry filter picks items known not to be delivered ({allowed}), not {status.value!r} ones"

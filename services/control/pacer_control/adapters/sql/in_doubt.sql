@@ -1,6 +1,9 @@
 -- Unverified sends, oldest first, with what is known: the request (to, key, content length),
--- the job, and every event of the item (the gateway's answers, the verifier's lookups).
-SELECT i.item_id::text AS item_id, i.job_id::text AS job_id, j.request_id, i.guid, i.to_id, i.idem_key,
+-- the job and its status, the item's expire_at (``expired``: passed; resolved as not delivered,
+-- such an item, or one of a cancelled job, is not sent), and every event of the item (the
+-- gateway's answers, the verifier's lookups).
+SELECT i.item_id::text AS item_id, i.job_id::text AS job_id, j.request_id, j.status AS job_status,
+       i.expire_at, COALESCE(i.expire_at <= now(), false) AS expired, i.guid, i.to_id, i.idem_key,
        length(COALESCE(i.content, j.item_content)) AS content_chars,
        left(COALESCE(i.content, j.item_content), 200) AS content_start, i.attempts,
        i.last_error_class, i.last_error, i.updated_at, l.state AS ledger_state,

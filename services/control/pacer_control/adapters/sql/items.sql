@@ -11,7 +11,9 @@ SELECT i.item_id::text AS item_id, i.shard_id, i.guid, i.to_id, i.status::text A
             THEN 'waiting: ' || pacer_hold_reason(CASE WHEN j.status = 'completed' THEN 'running' ELSE j.status END,
                                                   j.paused_reason, s.status, s.paused_reason,
                                                   pacer_guid_hold(g.paused_reason, h.state::text, h.reason))
-            WHEN i.status = 'waiting_retry' THEN 'waiting: retry due at ' || i.next_attempt_at
+            WHEN i.status = 'waiting_retry'  -- in UTC, whatever the session's zone, as the console shows times
+            THEN 'waiting: retry due at ' || to_char(i.next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')
+                 || ' UTC'
             WHEN i.status = 'pending' AND i.last_error_class = 'media_pending' AND i.not_before > now()
             THEN 'waiting: ' || i.last_error
             WHEN i.status = 'recovery_pending' THEN 'waiting: delivery being verified with the gateway'

@@ -30,7 +30,7 @@ from pacer_control.api import dead_letters as dead_letter_api
 from pacer_control.api.auth import Caller, Ctl, guard
 from pacer_control.domain import views
 from pacer_control.domain.errors import Invalid
-from pacer_control.domain.filters import FAILED, AuditFilter, ItemFilter, JobFilter, JobStatus, RetryFilter
+from pacer_control.domain.filters import RETRYABLE, AuditFilter, ItemFilter, JobFilter, JobStatus, RetryFilter
 from pacer_control.domain.outcomes import ActionResult
 from pacer_control.domain.permissions import Action, Principal, may, scope_refusal
 
@@ -51,11 +51,15 @@ DLQ_TITLES: dict[Queue, str] = {"requests": "Job requests", "callbacks": "Callba
 DLQ_LAST = 100  # records of each partition read for the Dead letters page
 
 # The job statuses each action applies to (the buttons offered), and what it does, said on
-# screen and in its confirmation.
+# screen and in its confirmation. A cancelled job is offered Cancel again only while it has
+# items come back to waiting since (CANCEL_AGAIN; job_actions).
 JOB_ACTION_FROM: dict[str, tuple[str, ...]] = {
     "pause": ("running",), "resume": ("paused", "terminated"),
     "cancel": ("running", "paused", "terminated", "awaiting_approval"), "terminate": ("running", "paused"),
 }
+WAITING = ("pending", "waiting_retry")
+CANCEL_AGAIN = ("Cancel again: the job is cancelled, but {n} of its items came back to pending or waiting_retry "
+                "since (sends then in flight, retried or proved not delivered); they are abandoned now, not sent.")
 JOB_ACTIONS: dict[str, tuple[Action, str]] = {
     "pause": ("jobs.pause", "Pause: no new sends start; sends already in flight finish. Resumable."),
     "resume": ("jobs.resume", "Resume: pending items start sending again."),
@@ -66,8 +70,7 @@ JOB_ACTIONS: dict[str, tuple[Action, str]] = {
 }
 
 templates = Jinja2Templates(directory=str(HERE.joinpath("templates")))
-templates.env.globals.update(STATIC=STATIC, HTMX=HTMX, PAGES=PAGES, JOB_ACTIONS=JOB_ACTIONS,
-                             JOB_ACTION_FROM=JOB_ACTION_FROM)
+templates.env.globals.update(STATIC=STATIC, HTMX=HTMX, PAGES=PAGES)
 templates.env.filters["ts"] = lambda v: (views.in_utc(v).strftime("%Y-%m-%d %H:%M:%S") if isinstance(v, datetime)
                                           else (v or "–"))
 templates.env.filters["ago"] = lambda v: views.ago(v, datetime.now(UTC))
@@ -200,10 +203,21 @@ def _day(value: str | None) -> datetime | None:
         raise Invalid(f"since: {value!r} is not a date (YYYY-MM-DD)") from None
 
 
+def job_actions(row: dict[str, Any]) -> dict[str, tuple[Action, str]]:
+    """The actions offered on a job (its role aside), each with what it does: those its status
+    takes, and Cancel on a cancelled job that has items waiting again (by the job's counts)."""
+    offered = {a: v for a, v in JOB_ACTIONS.items() if row["status"] in JOB_ACTION_FROM[a]}
+    left = sum(int(row.get("counts", {}).get(s) or 0) for s in WAITING)
+    if row["status"] == "cancelled" and left > 0:
+        offered["cancel"] = (JOB_ACTIONS["cancel"][0], CANCEL_AGAIN.format(n=left))
+    return offered
+
+
 @router.get("/jobs/{job_id}", response_class=HTMLResponse, **guard("jobs.view"))
 async def job(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
     row = await ctl.job(str(job_id))
-    return _render(request, "job.html", who, job=row, failed_statuses=[s.value for s in FAILED])
+    return _render(request, "job.html", who, job=row, actions=job_actions(row),
+                   retry_statuses=[s.value for s in RETRYABLE])
 
 
 @router.get("/jobs/{job_id}/progress", response_class=HTMLResponse, **guard("jobs.view"))
@@ -245,8 +259,11 @@ async def bulk_retry(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> 
     form = await _form(request)
     f = RetryFilter(_choice(ItemStatus, "status", form.get("status", "failed")), _text(form, "error_class", limit=256),
                     _guid(_text(form, "guid", limit=256)))
-    _, totals = await ctl.retry_job_items(str(job_id), who, None, f, _text(form, "reason"))
-    return _flash(request, f"retry: {views.describe_totals(totals)}", ok=totals.get("created", 0) > 0)
+    results, totals = await ctl.retry_job_items(str(job_id), who, None, f, _text(form, "reason"))
+    # why items were not retried, by the first of each such outcome (the API lists every item's)
+    why = "".join(f"; {outcome}, e.g. item {r.item_id}: {r.message}" for outcome in ("conflict", "refused")
+                  for r in [next((r for r in results if r.outcome == outcome), None)] if r is not None)
+    return _flash(request, f"retry: {views.describe_totals(totals)}{why}", ok=totals.get("created", 0) > 0)
 
 
 @router.post("/jobs/{job_id}/cancel-items", response_class=HTMLResponse, **guard("items.cancel"))

@@ -51,8 +51,10 @@ BEGIN
         INSERT INTO operator_conflicts (item_id, actor, reason) VALUES (p_item, p_actor, 'unverified');
         RETURN QUERY SELECT 'conflict'::text, NULL::uuid,
             format('this item is unverified: it may have been delivered, and its idempotency key stays reserved, '
-                   'so a retry could never be sent; resolve it first (POST /api/v1/items/%s/resolve, or the '
-                   'console''s In doubt page): resolved as not delivered, it is sent again by itself', p_item);
+                   'so a retry could never be sent; it is resolved instead, once it is known whether it was '
+                   'delivered, by a tech_admin or admin token not scoped to tenants (the console''s In doubt page, '
+                   'or POST /api/v1/items/%s/resolve): resolved as not delivered, it goes back to pending under '
+                   'its own key, no retry needed', p_item);
         RETURN;
     END IF;
     IF o.status = 'confirmed' THEN

@@ -4,6 +4,7 @@ LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
 DECLARE
     i items%ROWTYPE;
+    job_status text;
 BEGIN
     SELECT * INTO i FROM items WHERE item_id = p_item FOR UPDATE;
     IF NOT FOUND THEN
@@ -26,8 +27,21 @@ BEGIN
         DELETE FROM send_ledger WHERE idem_key = i.idem_key AND item_id = p_item AND state = 'reserved';
         PERFORM pacer_transition(ARRAY[p_item], '{unverified}', 'pending', 'ItemResolvedNotDelivered',
             jsonb_build_object('actor', p_actor, 'reason', p_reason), p_clear_lease => true);
+        -- What becomes of it, said as it is: pending is not always sent (pacer_begin_send
+        -- abandons an item of a cancelled job and expires one past its expire_at).
+        SELECT j.status INTO job_status FROM jobs j WHERE j.job_id = i.job_id;
         RETURN QUERY SELECT 'done'::text,
-            format('item %s resolved as not delivered: pending again, it will be sent under the same key', p_item),
+            format('item %s resolved as not delivered: pending again, ', p_item) || CASE
+                WHEN job_status = 'cancelled' THEN
+                    'but its job is cancelled: it is abandoned when a sender comes to claim it, never sent'
+                WHEN i.expire_at <= now() THEN
+                    format('but its expire_at (%s UTC) has passed: it expires unsent (at its claim, or by the '
+                           'reconciler''s expiry sweep)',
+                           to_char(i.expire_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'))
+                WHEN job_status IN ('paused', 'terminated', 'awaiting_approval') THEN
+                    format('it will be sent under the same key once its job (now %s) runs again', job_status)
+                ELSE 'it will be sent under the same key'
+            END,
             'pending'::text;
     END IF;
 END
