@@ -1348,6 +1348,7 @@ CREATE FUNCTION public.pacer_resolve_unverified(p_item uuid, p_delivered boolean
 DECLARE
     i items%ROWTYPE;
     job_status text;
+    newer integer;  -- the newest status version of its business id, when newer than its job's
 BEGIN
     SELECT * INTO i FROM items WHERE item_id = p_item FOR UPDATE;
     IF NOT FOUND THEN
@@ -1372,11 +1373,16 @@ BEGIN
             jsonb_build_object('actor', p_actor, 'reason', p_reason), p_clear_lease => true);
         -- What becomes of it, said as it is: pending is not always sent (pacer_begin_send
         -- abandons an item of a cancelled job and expires one past its expire_at).
-        SELECT j.status INTO job_status FROM jobs j WHERE j.job_id = i.job_id;
+        SELECT j.status, (SELECT max(n.coalesce_version) FROM jobs n
+                          WHERE n.coalesce_key = j.coalesce_key AND n.coalesce_version > j.coalesce_version)
+        INTO job_status, newer FROM jobs j WHERE j.job_id = i.job_id;
         RETURN QUERY SELECT 'done'::text,
             format('item %s resolved as not delivered: pending again, ', p_item) || CASE
                 WHEN job_status = 'cancelled' THEN
                     'but its job is cancelled: it is abandoned when a sender comes to claim it, never sent'
+                WHEN newer IS NOT NULL THEN
+                    format('but version %s of its business id superseded it: it is abandoned when a sender comes '
+                           'to claim it, never sent', newer)
                 WHEN i.expire_at <= now() THEN
                     format('but its expire_at (%s UTC) has passed: it expires unsent (at its claim, or by the '
                            'reconciler''s expiry sweep)',

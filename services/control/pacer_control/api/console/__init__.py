@@ -57,7 +57,6 @@ JOB_ACTION_FROM: dict[str, tuple[str, ...]] = {
     "pause": ("running",), "resume": ("paused", "terminated"),
     "cancel": ("running", "paused", "terminated", "awaiting_approval"), "terminate": ("running", "paused"),
 }
-WAITING = ("pending", "waiting_retry")
 CANCEL_AGAIN = ("Cancel again: the job is cancelled, but {n} of its items came back to pending or waiting_retry "
                 "since (sends then in flight, retried or proved not delivered); they are abandoned now, not sent.")
 JOB_ACTIONS: dict[str, tuple[Action, str]] = {
@@ -205,9 +204,10 @@ def _day(value: str | None) -> datetime | None:
 
 def job_actions(row: dict[str, Any]) -> dict[str, tuple[Action, str]]:
     """The actions offered on a job (its role aside), each with what it does: those its status
-    takes, and Cancel on a cancelled job that has items waiting again (by the job's counts)."""
+    takes, and Cancel on a cancelled job that has items waiting again (``waiting_after_cancel``,
+    read from the items: the job's counts lag the cancel itself)."""
     offered = {a: v for a, v in JOB_ACTIONS.items() if row["status"] in JOB_ACTION_FROM[a]}
-    left = sum(int(row.get("counts", {}).get(s) or 0) for s in WAITING)
+    left = int(row.get("waiting_after_cancel") or 0)
     if row["status"] == "cancelled" and left > 0:
         offered["cancel"] = (JOB_ACTIONS["cancel"][0], CANCEL_AGAIN.format(n=left))
     return offered
