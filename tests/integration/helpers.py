@@ -178,6 +178,18 @@ def sql(url: str, statement: str, *args: object) -> None:
         conn.execute(statement, args)
 
 
+def tuples(url: str, statement: str, *args: object) -> list[tuple[Any, ...]]:
+    """The rows ``statement`` reads, as tuples."""
+    with psycopg.connect(url) as conn:
+        return conn.execute(statement, args).fetchall()
+
+
+def one(url: str, statement: str, *args: object) -> Any:
+    """The one row ``statement`` reads: its value if it has one column, else the row."""
+    (row,) = tuples(url, statement, *args)
+    return row[0] if len(row) == 1 else row
+
+
 def add_job(url: str, guid: str, n: int, *, priority: int = 3, age_s: float = 0.0, spacing_s: float = 0.001,
             not_before_in_s: float | None = None, expire_in_s: float | None = None,
             weight: float | None = None) -> str:

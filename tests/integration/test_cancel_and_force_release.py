@@ -29,21 +29,14 @@ from pacer_common.domain.status import ItemStatus
 from pacer_reconciler.adapters.postgres import PostgresLog
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.domain.decisions import Decision
-from tests.integration.helpers import seed_job
+from tests.integration.helpers import one, seed_job
+from tests.integration.helpers import tuples as rows
 
 ACTOR = "token:alice"
 TTL = timedelta(seconds=30)
 T = TypeVar("T")
 
 
-def rows(url: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(url) as conn:
-        return conn.execute(sql, args).fetchall()
-
-
-def one(url: str, sql: str, *args: Any) -> Any:
-    (row,) = rows(url, sql, *args)
-    return row[0] if len(row) == 1 else row
 
 
 def cancel(url: str, job: str) -> tuple[str, str, str]:

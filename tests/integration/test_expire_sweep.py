@@ -36,20 +36,13 @@ from pacer_reconciler.adapters.postgres import PostgresLog
 from pacer_reconciler.core import Reconciler
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.domain.decisions import after_failure
-from tests.integration.helpers import eventually, read_topic, seed_job, waiting_for_locks
+from tests.integration.helpers import eventually, one, read_topic, seed_job, waiting_for_locks
+from tests.integration.helpers import tuples as rows
 
 T = TypeVar("T")
 TTL = timedelta(seconds=30)
 
 
-def rows(url: str, statement: str, *args: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(url) as conn:
-        return conn.execute(statement, args).fetchall()
-
-
-def one(url: str, statement: str, *args: Any) -> Any:
-    (row,) = rows(url, statement, *args)
-    return row[0] if len(row) == 1 else row
 
 
 def execute(url: str, statement: str, *args: Any) -> None:

@@ -20,7 +20,6 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 from pacer_common.db.pool import open_pool
@@ -36,7 +35,8 @@ from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepos
 from tests.integration import audiences
 from tests.integration.audiences import Audience, requery, targets
 from tests.integration.control_support import control_api
-from tests.integration.helpers import read_topic, wait_for
+from tests.integration.helpers import one, read_topic, wait_for
+from tests.integration.helpers import tuples as rows
 
 pytestmark = pytest.mark.timeout(120)
 gateway, topics, audience = audiences.gateway, audiences.topics, audiences.audience  # shared fixtures
@@ -111,14 +111,6 @@ async def begin(url: str, cmds: list[ItemCommand]) -> list[str]:
         await pool.close()
 
 
-def rows(url: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(url) as conn:
-        return conn.execute(sql, args).fetchall()
-
-
-def one(url: str, sql: str, *args: Any) -> Any:
-    (row,) = rows(url, sql, *args)
-    return row[0] if len(row) == 1 else row
 
 
 def job_state(url: str, job: str) -> tuple[Any, ...]:

@@ -33,7 +33,8 @@ from pacer_planner.domain.targets import parse_page, plan_page
 from pacer_planner.ports import CommandBus, PageStored
 from tests.integration import audiences
 from tests.integration.audiences import Audience, requery, targets
-from tests.integration.helpers import eventually, read_topic, wait_for, waiting_for_locks
+from tests.integration.helpers import eventually, one, read_topic, wait_for, waiting_for_locks
+from tests.integration.helpers import tuples as rows
 
 pytestmark = pytest.mark.timeout(120)
 gateway, topics, audience = audiences.gateway, audiences.topics, audiences.audience  # shared fixtures
@@ -46,14 +47,6 @@ def snapshot(rid: str, items: list[dict[str, Any]]) -> bytes:
                        "targets": {"mode": "snapshot", "items": items}}).encode()
 
 
-def rows(url: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(url) as conn:
-        return conn.execute(sql, args).fetchall()
-
-
-def one(url: str, sql: str, *args: Any) -> Any:
-    (row,) = rows(url, sql, *args)
-    return row[0] if len(row) == 1 else row
 
 
 def pages(url: str, job: str) -> list[tuple[Any, ...]]:
