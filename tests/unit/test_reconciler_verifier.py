@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pacer_reconciler.core import Reconciler
+from pacer_reconciler.core import Reconciler, run_rounds
 from pacer_reconciler.domain.verification import verdict
 from pacer_reconciler.ports import InDoubt, Position
 from pacer_reconciler.verifier import Verifier
@@ -90,20 +90,22 @@ def test_tail_rounds_keep_completing_while_every_lookup_hangs() -> None:
         rounds_while_hung = 0
         max_in_flight = 0
 
-        async def tail() -> None:  # tail rounds, one after another, until the verifier stops
+        async def tail_round() -> int:
             nonlocal rounds_while_hung, max_in_flight
-            while not stop.is_set():
-                await asyncio.wait_for(rec.tail_once(), timeout=1.0)
-                if verifier.in_flight:
-                    rounds_while_hung += 1
-                max_in_flight = max(max_in_flight, verifier.in_flight)
-                await asyncio.sleep(0.001)
+            n = await asyncio.wait_for(rec.tail_once(), timeout=1.0)
+            if verifier.in_flight:
+                rounds_while_hung += 1
+            max_in_flight = max(max_in_flight, verifier.in_flight)
+            return n
 
-        tailing = asyncio.create_task(tail())
+        # Tail rounds as the service runs them (run_rounds, a millisecond apart), until stopped.
+        errors: list[str] = []
+        tailing = asyncio.create_task(run_rounds(tail_round, stop, 0.001, 1.0, lambda e, k: errors.extend([e] * k)))
         await until(lambda: verifier.lookups["timeout"] >= 12 or tailing.done(), 10)
         stop.set()
         await tailing
         await task
+        assert errors == [], "no tail round failed"
         assert rounds_while_hung > 10
         assert max_in_flight == 4, "at most `concurrency` lookups at once, and all of them used"
         assert verifier.in_flight == 0, "stopping cancels the hung lookups"

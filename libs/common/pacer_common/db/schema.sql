@@ -148,15 +148,7 @@ CREATE FUNCTION public.pacer_await_approval(p_job uuid, p_reason text, p_actor t
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    UPDATE jobs SET status = 'awaiting_approval', paused_reason = p_reason, paused_by = p_actor, paused_at = now()
-    WHERE job_id = p_job AND status = 'running' AND approved_at IS NULL;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM pacer_audit(p_actor, 'await_approval', 'job', p_job::text, p_reason,
-                        jsonb_build_object('status', 'running'),
-                        jsonb_build_object('status', 'awaiting_approval', 'paused_reason', p_reason));
-    RETURN true;
+    RETURN pacer_hold_running_job(p_job, p_reason, p_actor, 'awaiting_approval', 'await_approval', true);
 END
 $$;
 
@@ -956,15 +948,7 @@ CREATE FUNCTION public.pacer_hold_job(p_job uuid, p_reason text, p_actor text) R
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    UPDATE jobs SET status = 'paused', paused_reason = p_reason, paused_by = p_actor, paused_at = now()
-    WHERE job_id = p_job AND status = 'running';
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM pacer_audit(p_actor, 'pause', 'job', p_job::text, p_reason,
-                        jsonb_build_object('status', 'running'),
-                        jsonb_build_object('status', 'paused', 'paused_reason', p_reason));
-    RETURN true;
+    RETURN pacer_hold_running_job(p_job, p_reason, p_actor, 'paused', 'pause', false);
 END
 $$;
 
@@ -976,6 +960,22 @@ CREATE FUNCTION public.pacer_hold_reason(p_job_status text, p_job_reason text, p
         WHEN p_shard_status = 'paused' THEN 'shard paused' || COALESCE(': ' || p_shard_reason, '')
         WHEN p_guid_reason IS NOT NULL THEN 'guid ' || p_guid_reason
     END;
+$$;
+
+CREATE FUNCTION public.pacer_hold_running_job(p_job uuid, p_reason text, p_actor text, p_status text, p_action text, p_unapproved boolean) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE jobs SET status = p_status, paused_reason = p_reason, paused_by = p_actor, paused_at = now()
+    WHERE job_id = p_job AND status = 'running' AND (NOT p_unapproved OR approved_at IS NULL);
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pacer_audit(p_actor, p_action, 'job', p_job::text, p_reason,
+                        jsonb_build_object('status', 'running'),
+                        jsonb_build_object('status', p_status, 'paused_reason', p_reason));
+    RETURN true;
+END
 $$;
 
 CREATE FUNCTION public.pacer_hour_rate(p_windows jsonb) RETURNS double precision

@@ -8,14 +8,6 @@ CREATE OR REPLACE FUNCTION pacer_await_approval(p_job uuid, p_reason text, p_act
 RETURNS boolean
 LANGUAGE plpgsql AS $fn$
 BEGIN
-    UPDATE jobs SET status = 'awaiting_approval', paused_reason = p_reason, paused_by = p_actor, paused_at = now()
-    WHERE job_id = p_job AND status = 'running' AND approved_at IS NULL;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM pacer_audit(p_actor, 'await_approval', 'job', p_job::text, p_reason,
-                        jsonb_build_object('status', 'running'),
-                        jsonb_build_object('status', 'awaiting_approval', 'paused_reason', p_reason));
-    RETURN true;
+    RETURN pacer_hold_running_job(p_job, p_reason, p_actor, 'awaiting_approval', 'await_approval', true);
 END
 $fn$;
