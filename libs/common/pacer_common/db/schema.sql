@@ -18,7 +18,7 @@ CREATE TYPE public.item_status AS ENUM (
     'unverified'
 );
 
-CREATE FUNCTION public.pacer_abandon_cancelled(p_ids uuid[]) RETURNS uuid[]
+CREATE FUNCTION public.pacer_abandon_cancelled(p_ids uuid[], p_actor text DEFAULT NULL::text) RETURNS uuid[]
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -30,7 +30,7 @@ BEGIN
         RETURN gone;
     END IF;
     FOR r IN
-        SELECT j.paused_by AS actor, array_agg(i.item_id ORDER BY i.item_id) AS ids
+        SELECT COALESCE(p_actor, j.paused_by) AS actor, array_agg(i.item_id ORDER BY i.item_id) AS ids
         FROM items i JOIN jobs j ON j.job_id = i.job_id
         WHERE i.item_id = ANY(p_ids) AND i.status IN ('pending', 'waiting_retry') AND j.status = 'cancelled'
         GROUP BY i.job_id, j.paused_by
@@ -1111,11 +1111,7 @@ BEGIN
         END IF;
         -- Cancelled again: what came back to waiting since (an item that was in flight) is
         -- abandoned now; the job's row is left as the first cancel wrote it.
-        IF ids IS NOT NULL THEN  -- the transition pacer_abandon_cancelled makes, without its look at the job
-            ids := ARRAY(SELECT t.item_id FROM pacer_transition(ids, '{pending,waiting_retry}', 'abandoned', 'ItemCancelled',
-                jsonb_build_object('actor', p_actor, 'error_class', 'cancelled', 'scope', 'job'),
-                p_clear_lease => true, p_error_class => 'cancelled', p_error => format('job cancelled by %s', p_actor)) AS t);
-        END IF;
+        ids := pacer_abandon_cancelled(ids, p_actor);
         IF j.status = 'cancelled' AND cardinality(ids) = 0 THEN  -- each taken or abandoned meanwhile
             RETURN QUERY SELECT 'noop'::text, 'job is already cancelled'::text, j.status;
             RETURN;

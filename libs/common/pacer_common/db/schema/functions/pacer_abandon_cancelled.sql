@@ -12,9 +12,11 @@
 --
 -- The ledger needs nothing: an item that waits holds no reserved key (the send that put it
 -- back freed it: pacer_settle with release, ledger_released.sql, pacer_resolve_unverified),
--- and the abandonment comes before any claim. The event names who cancelled the job (its
--- paused_by, which the cancel set).
-CREATE OR REPLACE FUNCTION pacer_abandon_cancelled(p_ids uuid[])
+-- and the abandonment comes before any claim. The event names p_actor, the one cancelling now
+-- (the cancel itself, and a cancel again), else who cancelled the job (its paused_by, which
+-- the cancel set).
+DROP FUNCTION IF EXISTS pacer_abandon_cancelled(uuid[]);
+CREATE OR REPLACE FUNCTION pacer_abandon_cancelled(p_ids uuid[], p_actor text DEFAULT NULL)
 RETURNS uuid[]
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
@@ -25,7 +27,7 @@ BEGIN
         RETURN gone;
     END IF;
     FOR r IN
-        SELECT j.paused_by AS actor, array_agg(i.item_id ORDER BY i.item_id) AS ids
+        SELECT COALESCE(p_actor, j.paused_by) AS actor, array_agg(i.item_id ORDER BY i.item_id) AS ids
         FROM items i JOIN jobs j ON j.job_id = i.job_id
         WHERE i.item_id = ANY(p_ids) AND i.status IN ('pending', 'waiting_retry') AND j.status = 'cancelled'
         GROUP BY i.job_id, j.paused_by

@@ -84,11 +84,7 @@ BEGIN
         END IF;
         -- Cancelled again: what came back to waiting since (an item that was in flight) is
         -- abandoned now; the job's row is left as the first cancel wrote it.
-        IF ids IS NOT NULL THEN  -- the transition pacer_abandon_cancelled makes, without its look at the job
-            ids := ARRAY(SELECT t.item_id FROM pacer_transition(ids, '{pending,waiting_retry}', 'abandoned', 'ItemCancelled',
-                jsonb_build_object('actor', p_actor, 'error_class', 'cancelled', 'scope', 'job'),
-                p_clear_lease => true, p_error_class => 'cancelled', p_error => format('job cancelled by %s', p_actor)) AS t);
-        END IF;
+        ids := pacer_abandon_cancelled(ids, p_actor);
         IF j.status = 'cancelled' AND cardinality(ids) = 0 THEN  -- each taken or abandoned meanwhile
             RETURN QUERY SELECT 'noop'::text, 'job is already cancelled'::text, j.status;
             RETURN;
