@@ -218,6 +218,24 @@ def test_refused_tenants_are_dead_lettered_with_the_reason_and_store_nothing(
         assert conn.execute("SELECT count(*) FROM tenant_guids").fetchone() == (2,)
 
 
+def test_a_stored_jobs_request_delivered_again_after_its_quota_was_lowered_is_not_dead_lettered(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    # Its job holds three guids; the quota is then lowered to two. Delivered again (a crash
+    # before its offset moved, a rewind, its publisher sending it again), the request is that
+    # job: no dead-letter record saying "refused" while its items go out.
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name, max_guids) VALUES ('acme', 3)")
+    body = tenant_request("q1", ["a1", "a2", "a3"], "acme")
+    assert [h.outcome for h in run(database_url, kafka_config, topics, [body])] == ["planned"]
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE tenants SET max_guids = 2 WHERE name = 'acme'")
+    again, new = run(database_url, kafka_config, topics, [body, tenant_request("q2", ["a4"], "acme")])
+    assert (again.outcome, again.reason) == ("duplicate", None)
+    assert new.outcome == "dead_lettered" and "over its quota of 2 (max_guids)" in (new.reason or "")
+    (dlq,) = read_topic(kafka_config, topics["dlq"], expect=1)
+    assert json.loads(dlq["raw"])["request_id"] == "q2"
+
+
 async def claim_behind_an_open_claim(url: str, first: list[str], second: list[str]) -> str | None:
     """Two jobs of tenant acme claim guids at once: the first one's transaction stays open (as
     while it copies its items) until the second waits on its claim, then commits. Returns why

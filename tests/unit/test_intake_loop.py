@@ -7,25 +7,27 @@ import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from pacer_common.domain.commands import ItemCommand
-from pacer_common.domain.ids import Guid
+from pacer_common.domain.ids import Guid, RequestId, job_id_for
 from pacer_planner.core import Handled, Planner
 from pacer_planner.core.consume import IntakeLoop, IntakePolicy
+from pacer_planner.core.intake import DispatchFailed
 from pacer_planner.domain.planning import Plan
-from pacer_planner.ports import Stored, StoreRefused
+from pacer_planner.ports import Known, Stored, StoreRefused
 
 
 class Down(Exception):
     """Stands for the database or the broker being unavailable."""
 
 
-def request(rid: str, to_id: str = "room-1") -> bytes:
+def request(rid: str, to_id: str = "room-1", **more: object) -> bytes:
     return json.dumps({
         "request_id": rid, "kind": "campaign", "created_by": "t", "message": {"content": "hi"},
-        "targets": {"items": [{"guid": "g1", "to_id": to_id}]},
+        "targets": {"items": [{"guid": "g1", "to_id": to_id}]}, **more,
     }).encode()
 
 
@@ -50,8 +52,9 @@ class Store:
     async def queued(self, guids: Sequence[Guid]) -> dict[Guid, int]:
         return {}
 
-    async def exists(self, request_id: str) -> bool:
-        return False
+    async def known(self, request_id: str) -> Known | None:
+        job_id = job_id_for(RequestId(request_id))
+        return Known(job_id, self.jobs[job_id], paging=False) if job_id in self.jobs else None
 
 
 @dataclass
@@ -176,6 +179,35 @@ def test_a_broker_down_during_dispatch_is_waited_for_then_the_stored_job_goes_ou
     h = asyncio.run(intake.process(None, request("r1")))
     # The retry finds the job stored and not dispatched: its pending commands are re-sent.
     assert (h.outcome, events.environment, events.internal, bus.dlq) == ("redispatched", 2, 0, [])
+
+
+def test_a_stored_job_judged_again_past_its_expiry_is_dispatched_not_dead_lettered() -> None:
+    # Stored, then the broker fails its dispatch until after the request's expire_at: judged
+    # again then, the request is "already expired", but its job is stored and goes out.
+    t0 = datetime.now(UTC)
+    body = request("r1", expire_at=(t0 + timedelta(seconds=1)).isoformat())
+    store, bus = Store(), Bus(fail_dispatch=[Down("kafka")])
+    planner = Planner(store, bus)
+    with pytest.raises(DispatchFailed):
+        asyncio.run(planner.handle(None, body, now=t0))
+    h = asyncio.run(planner.handle(None, body, now=t0 + timedelta(seconds=5)))
+    assert (h.outcome, h.job_id, bus.dlq) == ("redispatched", job_id_for(RequestId("r1")), [])
+    assert list(store.jobs.values()) == [True]
+    # A new request past its expire_at is still refused.
+    late = request("r2", expire_at=t0.isoformat())
+    assert asyncio.run(planner.handle(None, late, now=t0 + timedelta(seconds=5))).outcome == "dead_lettered"
+    assert len(bus.dlq) == 1 and "already expired" in bus.dlq[0][1]
+
+
+def test_a_stored_job_the_database_refuses_on_redelivery_is_not_dead_lettered() -> None:
+    # Delivered again after a quota was lowered below what the tenant holds: the store
+    # refuses it, but it is a job already (dispatched: a duplicate), not a refused request.
+    store, bus = Store(), Bus()
+    intake, _, _ = loop(store, bus)
+    assert asyncio.run(intake.process(None, request("r1"))).outcome == "planned"
+    store.fail.append(StoreRefused("RefusedError: tenant acme holds 3 guids, max_guids 2"))
+    h = asyncio.run(intake.process(None, request("r1")))
+    assert (h.outcome, bus.dlq, len(bus.sent)) == ("duplicate", [], 1)
 
 
 def test_a_failing_dead_letter_produce_is_retried_and_never_skipped() -> None:

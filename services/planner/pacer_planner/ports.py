@@ -25,6 +25,15 @@ class Stored:
     shard_ids: dict[ShardKey, int]  # (guid, sub) → shard id
 
 
+@dataclass(frozen=True)
+class Known:
+    """The job already stored for a request id: a redelivered request is this job again."""
+
+    job_id: str
+    dispatched: bool  # its commands went out (dispatched_at is set)
+    paging: bool  # a requery job: its targets are paged in, not dispatched here
+
+
 class StoreRefused(Exception):
     """The database refused the job for what it holds (a value it cannot store), not for
     being unavailable; nothing of it was stored, and storing it again cannot help."""
@@ -35,7 +44,7 @@ class JobStore(Protocol):
     async def pending_commands(self, job_id: str) -> Sequence[ItemCommand]: ...
     async def mark_dispatched(self, job_id: str) -> None: ...
     async def queued(self, guids: Sequence[Guid]) -> dict[Guid, int]: ...
-    async def exists(self, request_id: str) -> bool: ...
+    async def known(self, request_id: str) -> Known | None: ...
 
 
 class CommandBus(Protocol):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from pacer_common.domain.requests import DEFAULT_TENANT, TENANT_NAME
+from pacer_common.domain.requests import DEFAULT_TENANT, MAX_ID_CHARS, TENANT_NAME
 
 REASON_HEADER, AT_HEADER, SOURCE_HEADER = "pacer-error-reason", "pacer-error-at", "pacer-error-source"
 TENANT_HEADER = "pacer-tenant"
@@ -73,20 +73,35 @@ class DeadLetter:
                 "tenant": self.tenant, "key": self.key_text, "bytes": self.size, "reason": self.reason}
 
 
-def tenant_named(value: bytes) -> str | None:
-    """The tenant a job request's bytes name, best effort: None unless they are a JSON object
-    of at most :data:`MAX_TENANT_PARSE_BYTES` whose ``tenant`` is absent or a tenant's name
-    (anything else in it is no tenant, and never a header)."""
+def _body(value: bytes) -> dict[str, object] | None:
+    """A request's bytes as a JSON object, best effort: None unless they are one of at most
+    :data:`MAX_TENANT_PARSE_BYTES`."""
     if len(value) > MAX_TENANT_PARSE_BYTES:
         return None
     try:
         body = json.loads(value)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(body, dict):
+    return body if isinstance(body, dict) else None
+
+
+def tenant_named(value: bytes) -> str | None:
+    """The tenant a job request's bytes name, best effort: None unless they are a JSON object
+    of at most :data:`MAX_TENANT_PARSE_BYTES` whose ``tenant`` is absent or a tenant's name
+    (anything else in it is no tenant, and never a header)."""
+    if (body := _body(value)) is None:
         return None
     tenant = body.get("tenant", DEFAULT_TENANT)
     return tenant if isinstance(tenant, str) and re.fullmatch(TENANT_NAME, tenant) else None
+
+
+def request_id_named(value: bytes) -> str | None:
+    """The request id a job request's bytes name, best effort (as :func:`tenant_named`): a
+    request refused on being judged again may be one whose job is already stored."""
+    if (body := _body(value)) is None:
+        return None
+    rid = body.get("request_id")
+    return rid if isinstance(rid, str) and 0 < len(rid) <= MAX_ID_CHARS else None
 
 
 def matches(d: DeadLetter, tenant: str | None = None, key: str | None = None) -> bool:

@@ -20,7 +20,7 @@ from pacer_common.domain.ids import Guid
 from pacer_planner.domain.admission import tenant_refusal
 from pacer_planner.domain.planning import Plan
 from pacer_planner.domain.sharding import ShardKey
-from pacer_planner.ports import Stored, StoreRefused
+from pacer_planner.ports import Known, Stored, StoreRefused
 
 _COPY_ITEMS = (
     "COPY items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,"
@@ -105,9 +105,9 @@ class PostgresJobStore:
                 "item_content": plan.item_content,
             })
             if await cur.fetchone() is None:
-                row = await (await conn.execute(sql("job_dispatched"), {"request_id": req.request_id})).fetchone()
+                row = await (await conn.execute(sql("job_known"), {"request_id": req.request_id})).fetchone()
                 assert row is not None
-                return Stored(plan.job_id, created=False, dispatched=row["dispatched_at"] is not None, shard_ids={})
+                return Stored(plan.job_id, created=False, dispatched=row["dispatched"], shard_ids={})
             shard_ids = await insert_shards(conn, plan.job_id, plan.shards, plan.subs)
             if plan.items:
                 async with conn.cursor() as c, c.copy(_COPY_ITEMS) as copy:
@@ -138,11 +138,11 @@ class PostgresJobStore:
 
         return await with_retry(work)
 
-    async def exists(self, request_id: str) -> bool:
-        async def work() -> bool:
+    async def known(self, request_id: str) -> Known | None:
+        async def work() -> Known | None:
             async with self.pool.connection() as conn:
-                row = await (await conn.execute(sql("job_exists"), {"request_id": request_id})).fetchone()
-            return row is not None
+                row = await (await conn.execute(sql("job_known"), {"request_id": request_id})).fetchone()
+            return None if row is None else Known(row["job_id"], row["dispatched"], row["paging"])
 
         return await with_retry(work)
 

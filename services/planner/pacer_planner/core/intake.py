@@ -4,9 +4,10 @@ A requery request is stored as a job without items; its targets are paged in aft
 (``paging``), and ``Handled.paging`` tells the caller to start that.
 
 A request that cannot become a job (``validation``, admission, or the database refusing
-what it holds) is dead-lettered here, in one place, before anything of it is stored. A
-failure once the job is stored is raised as :class:`DispatchFailed`: such a request is
-never dead-lettered (``consume`` decides what to do with failures).
+what it holds) is dead-lettered here, in one place, before anything of it is stored, unless
+its request id already has a job: then it is that job delivered again, whatever judging it
+again now says. A failure once the job is stored is raised as :class:`DispatchFailed`: such
+a request is never dead-lettered (``consume`` decides what to do with failures).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Literal
 
 from pacer_common import gcpause, tracing
 from pacer_common.domain.commands import ItemCommand, JobCommands
-from pacer_common.domain.dead_letters import tenant_named
+from pacer_common.domain.dead_letters import request_id_named, tenant_named
 from pacer_common.domain.ids import JobId
 from pacer_common.domain.requests import JobRequest
 from pacer_common.domain.validation import InvalidRequest, validate_request
@@ -28,7 +29,7 @@ from pacer_common.logs import bind
 from pacer_planner.domain.admission import refusal
 from pacer_planner.domain.planning import Plan, PlannedItem, plan
 from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS, ShardKey
-from pacer_planner.ports import CommandBus, JobStore, Stored, StoreRefused
+from pacer_planner.ports import CommandBus, JobStore, Known, Stored, StoreRefused
 
 log = logging.getLogger(__name__)
 
@@ -82,41 +83,65 @@ class Planner:
                 valid = validate_request(value, now)
                 p = plan(valid, now, self.coalesce_window, self.max_shard_items)
         except InvalidRequest as exc:
-            return await self.reject(key, value, str(exc))
+            return await self._refuse(key, value, str(exc), None, request_id_named(value))
         request = valid.request
         with bind(request_id=request.request_id, job_id=p.job_id):
             guids = p.per_guid
             reason = refusal(p, await self.store.queued(list(guids)), self.max_backlog_per_guid) if guids else None
-            if reason is not None and not await self.store.exists(request.request_id):
-                return await self.reject(key, value, reason, request.tenant)
+            if reason is not None:
+                return await self._refuse(key, value, reason, request.tenant, request.request_id)
             try:
                 stored = await self.store.store(p)  # one transaction: all of the job or nothing
             except StoreRefused as exc:
-                return await self.reject(key, value, f"cannot store job request: {exc}", request.tenant)
+                return await self._refuse(key, value, f"cannot store job request: {exc}", request.tenant,
+                                          request.request_id)
+            known = Known(p.job_id, stored.dispatched, p.request.targets.mode == "requery")
             try:
-                return await self._dispatch(p, stored)
+                return await (self._dispatch(p, stored) if stored.created else self._again(known))
             except Exception as exc:
                 raise DispatchFailed(p.job_id) from exc
 
+    async def _refuse(self, key: bytes | None, value: bytes, reason: str, tenant: str | None,
+                      request_id: str | None) -> Handled:
+        """Dead-letter a request that cannot become a job, unless its job is already stored:
+        such a request is that job delivered again (after a crash before its offset moved, a
+        rebalance, a rewind, its publisher sending it again), judged again now: past its
+        expire_at, over a backlog or a quota lowered since. It is never dead-lettered (the
+        record would say refused while its items go out); it is re-dispatched if it was not."""
+        known = await self.store.known(request_id) if request_id is not None else None
+        if known is None:
+            return await self.reject(key, value, reason, tenant)
+        with bind(request_id=request_id, job_id=known.job_id):
+            log.info("request not accepted again (%s), but its job is already stored", reason)
+            try:
+                return await self._again(known)
+            except Exception as exc:
+                raise DispatchFailed(known.job_id) from exc
+
     async def _dispatch(self, p: Plan, stored: Stored) -> Handled:
+        """A job just stored: its commands out, then marked dispatched."""
         if p.request.targets.mode == "requery":
             # Admission is per page for these (domain/admission.py): nothing to refuse yet.
-            log.info("requery job %s; its targets are paged in", "stored" if stored.created else "known")
-            return Handled("paging" if stored.created else "duplicate", p.job_id, paging=True)
-        if stored.created:
-            n = await asyncio.to_thread(self.bus.dispatch, commands_for(p, stored.shard_ids))
-            await self.store.mark_dispatched(p.job_id)
-            log.info("job planned: %d items over %d shards", n, len(p.shards))
-            return Handled("planned", p.job_id, n)
-        if not stored.dispatched:
-            # A previous run stored the job but died before its commands were flushed.
-            pending: Sequence[ItemCommand] = await self.store.pending_commands(p.job_id)
+            log.info("requery job stored; its targets are paged in")
+            return Handled("paging", p.job_id, paging=True)
+        n = await asyncio.to_thread(self.bus.dispatch, commands_for(p, stored.shard_ids))
+        await self.store.mark_dispatched(p.job_id)
+        log.info("job planned: %d items over %d shards", n, len(p.shards))
+        return Handled("planned", p.job_id, n)
+
+    async def _again(self, known: Known) -> Handled:
+        """A job stored before: its commands out if a previous run died before they were."""
+        if known.paging:
+            log.info("requery job known; its targets are paged in")
+            return Handled("duplicate", known.job_id, paging=True)
+        if not known.dispatched:
+            pending: Sequence[ItemCommand] = await self.store.pending_commands(known.job_id)
             n = await asyncio.to_thread(self.bus.dispatch, pending)
-            await self.store.mark_dispatched(p.job_id)
+            await self.store.mark_dispatched(known.job_id)
             log.info("job re-dispatched: %d pending items", n)
-            return Handled("redispatched", p.job_id, n)
+            return Handled("redispatched", known.job_id, n)
         log.info("duplicate job request ignored")
-        return Handled("duplicate", p.job_id)
+        return Handled("duplicate", known.job_id)
 
     async def reject(self, key: bytes | None, value: bytes, reason: str, tenant: str | None = None) -> Handled:
         """``value`` to the dead letters with ``reason`` and its tenant: ``tenant``, or the one

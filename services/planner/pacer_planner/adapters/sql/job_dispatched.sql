@@ -1,1 +1,0 @@
-SELECT dispatched_at FROM jobs WHERE request_id = %(request_id)s

@@ -1,1 +1,0 @@
-SELECT 1 FROM jobs WHERE request_id = %(request_id)s
