@@ -70,6 +70,40 @@ def test_event_committed_after_a_later_numbered_one_is_not_skipped(
     assert all("tenant" not in m["value"] for m in published)
 
 
+def test_an_items_outcomes_go_out_in_version_order_when_its_moves_took_their_transaction_ids_the_other_way(
+    database_url: str, kafka_config: dict[str, str], topics: tuple[str, str]
+) -> None:
+    """A transaction takes its id at its first write or lock (a cancel locks its job row first),
+    and moves the item after another transaction that took a later id: the log, read in
+    transaction-id order, holds the item's later version first. Consumers keyed by item get
+    its versions in order."""
+    _, _, (item,) = seed_job(database_url, {"g1": 1})
+    submit = Transition("ItemSubmitted", S.SUBMITTED, frozenset({S.CLAIMED}))
+
+    async def scenario() -> int:
+        pool, rec = await _reconciler(database_url, kafka_config, topics)
+        early = await psycopg.AsyncConnection.connect(database_url)
+        try:
+            await early.execute("SELECT pg_current_xact_id()")  # the lower transaction id, taken first
+            async with await psycopg.AsyncConnection.connect(database_url) as later, later.transaction():
+                await apply(later, CLAIM, [item])
+            await apply(early, submit, [item])
+            await early.commit()
+            return await rec.tail_once()
+        finally:
+            await early.close()
+            await pool.close()
+
+    assert asyncio.run(scenario()) == 2
+    with psycopg.connect(database_url) as conn:
+        in_log = [r[0] for r in conn.execute("SELECT type FROM item_events WHERE item_id = %s ORDER BY xid, seq",
+                                             (item,)).fetchall()]
+    assert in_log == ["ItemSubmitted", "ItemClaimed"]  # the case itself: the log holds them the other way
+    published = read_topic(kafka_config, topics[0], expect=2)
+    assert [(m["value"]["type"], m["value"]["version"]) for m in published] == [
+        ("ItemClaimed", 1), ("ItemSubmitted", 2)]
+
+
 def test_a_transaction_open_in_another_database_holds_the_tail_back_and_the_wait_is_reported(
     database_url: str, kafka_config: dict[str, str], topics: tuple[str, str]
 ) -> None:

@@ -60,6 +60,7 @@ class Reconciler:
         self.holds = holds
         self.breakers = breakers
         self.tripped: list[Trip] = []  # breakers that paused something; drained by the caller
+        self._owed: list[Trip] = []  # tripped, not yet held (the hold failed): _hold_owed
         # With nothing to read, the cursor moves past the finished transactions at most this
         # often (:meth:`_pass_quiet`).
         self.quiet_every_s = quiet_every_s
@@ -84,6 +85,7 @@ class Reconciler:
         rounds read half as much until the row at fault is alone; it is skipped once it has
         failed alone ``poison_after`` times (see :meth:`_isolate`).
         """
+        await self._hold_owed()
         if self._pos is None:
             self._pos = await self.events.position()
         start = self._pos
@@ -192,8 +194,24 @@ class Reconciler:
         a replayed batch may count twice, which only makes a breaker trip sooner)."""
         if self.breakers is None or self.holds is None:
             return
-        for trip in self.breakers.observe(events):
-            if await self.holds.hold(trip.scope, trip.key, trip.reason, "system:breaker"):
+        self._owed += self.breakers.observe(events)
+        await self._hold_owed()
+
+    async def _hold_owed(self) -> None:
+        """Make the holds of tripped breakers, in order. A breaker forgets its count when it
+        trips, and its batch is committed: a hold that fails stays owed, tried again next
+        round (never raised: the batch must not be read again), or the job or guid would go
+        on failing for as long again before tripping anew."""
+        while self._owed and self.holds is not None:
+            trip = self._owed[0]
+            try:
+                held = await self.holds.hold(trip.scope, trip.key, trip.reason, "system:breaker")
+            except Exception:
+                log.warning("pausing %s %s for its breaker failed; %d holds owed, tried again next round",
+                            trip.scope, trip.key, len(self._owed), exc_info=True)
+                return
+            self._owed.pop(0)
+            if held:
                 log.warning("%s %s paused: %s", trip.scope, trip.key, trip.reason)
                 self.tripped.append(trip)
 

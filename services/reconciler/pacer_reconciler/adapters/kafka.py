@@ -57,7 +57,11 @@ class KafkaPublisher:
         return rejected
 
     def _messages(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> Iterator[tuple[str, Msg]]:
-        for ev in events:
+        # An item's events in version order: the log is read in transaction-id order, and a
+        # transaction takes its id at its first write or lock, which may come before another
+        # that moves the same item first (a cancel locks its job, then abandons an item the
+        # retry sweep re-queued meanwhile). Other items' order is nothing to a consumer by key.
+        for ev in sorted(events, key=lambda e: (e.item_id, e.version)):
             headers = [("pacer-event-type", ev.type.encode()), ("pacer-dedupe-key", ev.dedupe_key.encode()),
                        *tracing.kafka_headers(ev.traceparent)]
             if ev.tenant is not None:
