@@ -10,7 +10,7 @@ from pacer_common.domain.status import ItemStatus as S
 from pacer_reconciler.core import Reconciler
 from pacer_reconciler.domain.breakers import BreakerPolicy, Breakers
 from pacer_reconciler.ports import Position, Unreadable
-from tests.unit.test_reconciler_bad_events import Log, Publisher
+from tests.unit.reconciler_fakes import Log, Publisher
 
 
 def _failed(k: int) -> ItemEvent:
