@@ -9,6 +9,7 @@ import re
 import shutil
 
 import pytest
+import yaml
 
 from pacer_dev import docs
 from pacer_dev.chart.check import (
@@ -18,10 +19,12 @@ from pacer_dev.chart.check import (
     check,
     helm,
     render,
+    template,
     validate,
 )
 
 GATEWAY_PORT = 8443  # full-values.yaml's gateway.url names it
+DOCS = CHART.parents[2] / "docs"
 
 
 def _by_kind(objs: list[dict], kind: str) -> dict[str, dict]:
@@ -146,16 +149,36 @@ def test_every_alert_counts_each_release_of_a_shared_namespace_apart() -> None:
     # tenants-values.yaml: several releases in one namespace, each with its own reconciler leader.
     objs = render("tenant-a", CHART / "ci" / "tenants-values.yaml")
     (monitor,) = _by_kind(objs, "ServiceMonitor").values()
-    (copied,) = monitor["spec"]["targetLabels"]
+    copied = "app.kubernetes.io/instance"
+    assert copied in monitor["spec"]["targetLabels"]
     for service in _by_kind(objs, "Service").values():
         assert service["metadata"]["labels"][copied] == "tenant-a"
-    release = re.sub(r"[^a-zA-Z0-9_]", "_", copied)  # the name Prometheus gives the copied label
+    release = _prometheus_name(copied)
     (rule,) = _by_kind(objs, "PrometheusRule").values()
     for alert in rule["spec"]["groups"][0]["rules"]:
         groupings = re.findall(r"\b(?:by|on) \(([^)]*)\)", alert["expr"])
         assert groupings or alert["alert"] == "PacerTargetDown", alert["alert"]  # up{} keeps every label
         for labels in groupings:
             assert {"namespace", release} <= {x.strip() for x in labels.split(",")}, (alert["alert"], labels)
+
+
+def _prometheus_name(label: str) -> str:
+    """The name Prometheus gives a label a ServiceMonitor copies with ``targetLabels``."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+
+def test_a_target_down_is_alerted_whatever_name_the_release_gives_its_services() -> None:
+    # The job is the Service's name: fullnameOverride may leave "pacer" out of it.
+    objs = render("notify", CHART / "ci" / "full-values.yaml", "--set", "fullnameOverride=notify")
+    services = _by_kind(objs, "Service")
+    assert services and not [name for name in services if "pacer" in name]
+    (monitor,) = _by_kind(objs, "ServiceMonitor").values()
+    part_of = "app.kubernetes.io/part-of"
+    assert part_of in monitor["spec"]["targetLabels"]
+    values = {s["metadata"]["labels"][part_of] for s in services.values()}
+    (rule,) = _by_kind(objs, "PrometheusRule").values()
+    (down,) = [r for r in rule["spec"]["groups"][0]["rules"] if r.get("alert") == "PacerTargetDown"]
+    assert [f'up{{{_prometheus_name(part_of)}="{v}"}} == 0' for v in values] == [down["expr"].split(" or ")[0]]
 
 
 def test_every_board_the_chart_ships_reads_the_picked_namespace_and_release() -> None:
@@ -199,15 +222,20 @@ def test_ingress_routes_the_console_and_api_to_the_control_service(full):
     assert ingress["spec"]["ingressClassName"] == "nginx"
 
 
-@pytest.mark.parametrize("vs", VALUE_SETS, ids=lambda vs: vs.name)
-def test_notes_render_and_name_the_topics_that_exist(vs, tmp_path):
-    # helm template does not render NOTES.txt; a copy of the chart renders it inside a template.
+def _notes(tmp_path, release: str, values, *extra: str):
+    """NOTES.txt as helm renders it. ``helm template`` does not render NOTES.txt; a copy of the
+    chart renders it inside a template."""
     chart = tmp_path / "pacer"
     shutil.copytree(CHART, chart)
     notes = (chart / "templates" / "NOTES.txt").read_text()
     (chart / "templates" / "_notes.tpl").write_text('{{- define "notes" -}}\n' + notes + "\n{{- end -}}\n")
     (chart / "templates" / "notes.yaml").write_text('notes: |\n{{ include "notes" . | indent 2 }}\n')
-    out = helm("template", vs.releases[0], str(chart), "-f", str(vs.file), "--show-only", "templates/notes.yaml")
+    return helm("template", release, str(chart), "-f", str(values), *extra, "--show-only", "templates/notes.yaml")
+
+
+@pytest.mark.parametrize("vs", VALUE_SETS, ids=lambda vs: vs.name)
+def test_notes_render_and_name_the_topics_that_exist(vs, tmp_path):
+    out = _notes(tmp_path, vs.releases[0], vs.file)
     assert out.returncode == 0, out.stderr
     prefix = "tenant" if vs.name == "tenants" else "pacer"
     assert f"{prefix}.item-commands.online" in out.stdout and f"{prefix}.item-commands.batch" in out.stdout
@@ -233,3 +261,77 @@ def test_every_variable_the_chart_sets_is_a_setting_of_the_code(values):
              for e in c.get("env", [])}
     assert "PACER_SENDER_LEASE_TTL_S" in names
     assert sorted(n for n in names if n.startswith("PACER_") and n not in known) == []
+
+
+def _deadline_s() -> int:
+    return int(yaml.safe_load((CHART / "values.yaml").read_text())["migrations"]["activeDeadlineSeconds"])
+
+
+def _timeouts_s(text: str) -> list[int]:
+    return [int(m) * 60 for m in re.findall(r"--timeout[ =](\d+)m\b", text)]
+
+
+def test_every_documented_install_or_upgrade_waits_longer_than_the_migrate_job_may_run():
+    """Helm gives up on the migrate hook after its --timeout (5m unless given): one shorter
+    than the Job's deadline fails an upgrade whose migrate would have finished, and leaves the
+    Job running for the next upgrade to delete mid index build."""
+    commands = [c for doc in sorted(DOCS.glob("*.md")) for c in
+                re.findall(r"^helm (?:upgrade|install)\b.*?(?<!\\)$", doc.read_text(), re.MULTILINE | re.DOTALL)]
+    assert commands, "no helm install or upgrade command in docs/"
+    for command in commands:
+        assert [t for t in _timeouts_s(command) if t > _deadline_s()], command
+    migrations = (CHART / "values.yaml").read_text().split("\nmigrations:", 1)[1].split("activeDeadlineSeconds:")[0]
+    assert [t for t in _timeouts_s(migrations) if t > _deadline_s()], "values.yaml: the Job's deadline names no --timeout"
+
+
+@pytest.mark.parametrize("deadline", [None, 3600])
+def test_the_notes_give_a_helm_timeout_longer_than_the_migrate_jobs_deadline(tmp_path, deadline):
+    extra = ("--set", f"migrations.activeDeadlineSeconds={deadline}") if deadline else ()
+    out = _notes(tmp_path, "pacer", CHART / "ci" / "minimal-values.yaml", *extra)
+    assert out.returncode == 0, out.stderr
+    (timeout,) = _timeouts_s(out.stdout)
+    assert timeout > (deadline or _deadline_s())
+    assert "wait for the Job to finish" in out.stdout and "before-hook-creation" in out.stdout
+
+
+def _pre_stop(objs: list[dict]) -> dict[str, tuple[list[str] | None, int]]:
+    """Each Deployment's preStop command (None: no hook) and its grace period."""
+    out = {}
+    for name, d in _by_kind(objs, "Deployment").items():
+        pod = d["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        hook = container.get("lifecycle", {}).get("preStop")
+        out[name] = (hook["exec"]["command"] if hook else None, pod["terminationGracePeriodSeconds"])
+    return out
+
+
+def test_the_http_services_keep_serving_until_their_pod_is_out_of_the_endpoints(minimal):
+    """Control and the intake stop accepting connections on SIGTERM: a preStop sleep holds it
+    back while Kubernetes takes the pod out of the Service's endpoints, within the grace period."""
+    hooks = _pre_stop(minimal)
+    for name in ("pacer-control", "pacer-intake"):
+        command, grace = hooks[name]
+        assert command == ["sleep", "5"], name
+        assert grace > 5, name
+    assert {hooks[n][0] for n in ("pacer-planner", "pacer-sender", "pacer-reconciler")} == {None}, "no server to drain"
+    longer = render("pacer", CHART / "ci" / "minimal-values.yaml", "--set", "intake.preStopSleepSeconds=12",
+                    "--set", "intake.terminationGracePeriodSeconds=40", "--set", "control.preStopSleepSeconds=0",
+                    "--set", "control.terminationGracePeriodSeconds=0")
+    hooks = _pre_stop(longer)
+    assert hooks["pacer-intake"] == (["sleep", "12"], 40) and hooks["pacer-control"] == (None, 0), "0: no hook"
+
+
+@pytest.mark.parametrize("service", ["control", "intake"])
+def test_a_grace_period_the_pre_stop_sleep_would_use_up_is_refused(service):
+    out = template("pacer", CHART / "ci" / "minimal-values.yaml", "--set", f"{service}.preStopSleepSeconds=30",
+                   "--set", f"{service}.terminationGracePeriodSeconds=30")
+    assert out.returncode != 0
+    assert f"{service}.terminationGracePeriodSeconds (30) must be above {service}.preStopSleepSeconds (30)" in out.stderr
+
+
+def test_object_names_are_given_by_the_fullname_not_the_release():
+    """``<release>-control`` exists only for a release whose name contains "pacer": objects are
+    named ``<fullname>-<service>``, as the chart's own fullname says."""
+    texts = {path: path.read_text() for path in (CHART / "values.yaml", DOCS / "runbook.md", DOCS / "operations.md")}
+    for path, text in texts.items():
+        assert not re.findall(r"<release>-(?:planner|sender|reconciler|control|intake|migrate)\b", text), path.name

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import pydantic
 import pytest
 import yaml
 
 from pacer_common.domain.segments import EVENT_SEGMENTS_MAX, EVENT_SEGMENTS_MIN
+from pacer_common.domain.tenants import MAX_CALLBACK_BYTES
 from pacer_dev.chart.check import CHART, lint, template
+from pacer_intake.settings import IntakeSettings
 from pacer_reconciler.settings import ReconcilerSettings
+from pacer_sender.settings import SenderSettings
 
 MINIMAL = CHART / "ci" / "minimal-values.yaml"
 
@@ -29,8 +33,11 @@ def test_schema_is_valid_and_accepts_the_defaults():
     ("sender.failureCodes.45009=throttled", "failureCodes"),
     ("logLevel=verbose", "logLevel"),
     ("sender.keda.minReplicas=0", "minReplicas"),
+    ("gateway.url=wecom-gateway:8080", "/gateway/url"),
+    ("intake.maxBodyBytes=8388609", "maxBodyBytes"),
 ], ids=["wrong type", "misspelt key", "out of range", "misspelt nested key", "unknown failure class",
-        "unknown log level", "senders scaled to zero"])
+        "unknown log level", "senders scaled to zero", "gateway url without a scheme",
+        "callback body over what the intake takes"])
 def test_helm_refuses_bad_values(setting, complaint):
     for run in (lint(MINIMAL, "--set", setting), template("pacer", MINIMAL, "--set", setting)):
         assert run.returncode != 0, run.stdout
@@ -59,3 +66,29 @@ def test_the_charts_segment_range_is_the_reconcilers():
     field = ReconcilerSettings.model_fields["segments"]
     limits = {type(m).__name__: m for m in field.metadata}
     assert (limits["Ge"].ge, limits["Le"].le) == (EVENT_SEGMENTS_MIN, EVENT_SEGMENTS_MAX)
+
+
+def test_the_charts_largest_callback_body_is_the_intakes():
+    """A larger ``intake.maxBodyBytes`` would pass the chart and stop every intake pod at
+    start-up, over and over: the chart's bound is the setting's."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    bounds = schema["properties"]["intake"]["properties"]["maxBodyBytes"]
+    limits = {type(m).__name__: m for m in IntakeSettings.model_fields["max_body_bytes"].metadata}
+    assert bounds["maximum"] == limits["Le"].le == MAX_CALLBACK_BYTES
+
+
+@pytest.mark.parametrize("url", ["", "http://wecom-gateway:8080", "https://gw.example/api", "wecom-gateway:8080",
+                                 "ftp://gw.example", "http://", "https:///message", " http://gw.example"])
+def test_the_chart_takes_the_gateway_urls_the_services_take(url, monkeypatch):
+    """Empty is left to the chart's own check (required with the sender or reconciler);
+    any other URL passes the schema exactly when the sender and the reconciler start with it."""
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["gateway"]["properties"]["url"]
+    charted = jsonschema.Draft7Validator(schema).is_valid(url)
+    monkeypatch.setenv("PACER_GATEWAY_URL", url)
+    for settings in (SenderSettings, ReconcilerSettings):
+        try:
+            settings()
+        except pydantic.ValidationError:
+            assert not charted or url == "", (settings.__name__, url)
+        else:
+            assert charted, (settings.__name__, url)

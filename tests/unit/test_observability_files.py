@@ -97,6 +97,32 @@ def test_every_panel_query_is_valid_promql(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_a_target_down_is_found_by_the_charts_label_whatever_its_job_is_named(tmp_path: Path) -> None:
+    """fullnameOverride and nameOverride name the Services, and so the jobs, freely: the
+    chart's targets are known by the part-of label its ServiceMonitor copies; another
+    application's target down is not Pacer's."""
+    down = {"job": "notify-sender", "instance": "s:9102", "app_kubernetes_io_part_of": "pacer"}
+    case = {"rule_files": [str(prometheus.RULES)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [
+            {"series": 'up{job="notify-sender",instance="s:9102",app_kubernetes_io_part_of="pacer"}', "values": "0x10"},
+            {"series": 'up{job="notify-planner",instance="p:9101",app_kubernetes_io_part_of="pacer"}', "values": "1x10"},
+            {"series": 'up{job="billing-api",instance="b:8080",app_kubernetes_io_part_of="billing"}', "values": "0x10"},
+        ],
+        "alert_rule_test": [{"eval_time": "6m", "alertname": "PacerTargetDown", "exp_alerts": [{
+            "exp_labels": {"severity": "warning", **down},
+            "exp_annotations": {
+                "summary": "Pacer target notify-sender s:9102 cannot be scraped",
+                "description": "Prometheus has failed to scrape /metrics of s:9102 for 5 minutes.",
+                "runbook_url": "docs/runbook.md#pacertargetdown", "dashboard": "pacer-services"},
+        }]}],
+    }]}
+    path = tmp_path / "target-down.test.yml"
+    path.write_text(yaml.safe_dump(case, sort_keys=False))
+    out = prometheus.promtool("test", "rules", str(path))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 @pytest.mark.parametrize("code,expected", [(40001, "40001"), (None, "none"), (777, "other")])
 def test_failure_codes_fold_to_the_code_table(code: int | None, expected: str) -> None:
     from pacer_common.domain.failures import DEFAULT_CODE_TABLE, code_label

@@ -7,6 +7,7 @@ under the common prefix so one environment drives every service.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, SecretStr
@@ -25,6 +26,23 @@ def _not_zero(hours: int) -> int:
 
 # A topic's retention in hours: at least one, or -1 for ever (Kafka's `retention.ms=-1`).
 _RetentionHours = Annotated[int, Field(ge=-1), AfterValidator(_not_zero)]
+
+
+_HTTP_URL = re.compile(r"https?://[^/?#\s]+")  # as values.schema.json's gateway.url
+
+
+def _http_url(url: str) -> str:
+    """Refused at start-up, not at the first send: without its scheme (``wecom-gateway:8080``)
+    a gateway URL is taken for one of another scheme, whose every request fails before the
+    sender can know it was not sent, so each send would end in doubt, then ``unverified``."""
+    if not _HTTP_URL.match(url):
+        raise ValueError(f"{url!r} is not an http:// or https:// URL with a host, "
+                         "e.g. http://wecom-gateway:8080 (the scheme cannot be left out)")
+    return url
+
+
+# The base URL of a gateway, as a setting (PACER_GATEWAY_URL).
+GatewayUrl = Annotated[str, AfterValidator(_http_url)]
 
 
 class _Frozen(BaseSettings):

@@ -246,7 +246,8 @@ BOARDS: tuple[Board, ...] = (
           )),
     Board("pacer-services", "Pacer · services",
           "The processes: up, build, consumer lag, callbacks, Postgres pools, CPU, memory, GC, the Control API, the reconciler leader.", (
-              p("Targets up", 'up{job=~".*pacer.*"}', "{{job}} {{instance}}", kind="stat"),
+              p("Targets up", 'up{app_kubernetes_io_part_of="pacer"} or up{job=~".*pacer.*"}', "{{job}} {{instance}}",
+                kind="stat"),
               p("Builds running", "count by (service, version, python) (pacer_build_info)",
                 "{{service}} {{version}} (Python {{python}})", kind="table"),
               p("Consumer lag per partition", "max by (topic, partition) (pacer_kafka_consumer_lag)",

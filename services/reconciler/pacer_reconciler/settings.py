@@ -6,15 +6,16 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.domain.segments import EVENT_SEGMENTS_MAX, EVENT_SEGMENTS_MIN
-from pacer_common.settings import OpsSettings
+from pacer_common.settings import GatewayUrl, OpsSettings
 from pacer_reconciler.domain.retention import Retention
 
 
 class ReconcilerSettings(OpsSettings):
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_RECONCILER_")
     port: int = Field(9103, description="Ops HTTP port.")
-    gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL", description=(
-        "Base URL of the gateway; in-doubt sends are verified with `POST /message/lookup` (JSON body `guid`,"
+    gateway_url: GatewayUrl = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL", description=(
+        "Base URL of the gateway, with its scheme (`http://` or `https://`; the reconciler refuses to start "
+        "without it); in-doubt sends are verified with `POST /message/lookup` (JSON body `guid`,"
         " `idempotencyKey`)."
         " Same variable as the sender's."
     ))

@@ -12,7 +12,7 @@ from pydantic_settings import SettingsConfigDict
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass
 from pacer_common.domain.guid_health import DEFAULT_STATE_CODES, GuidState
 from pacer_common.domain.limits import DEFAULTS, JitterDist, parse_quiet_hours
-from pacer_common.settings import OpsSettings
+from pacer_common.settings import GatewayUrl, OpsSettings
 from pacer_sender.domain.pacing import Limits
 
 
@@ -34,8 +34,9 @@ class SenderSettings(OpsSettings):
         "pods on one node, pid 1 in every container, a restarted container). In Kubernetes the default name is "
         "the pod name plus the pid."
     ))
-    gateway_url: str = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL", description=(
-        "Base URL of the WeCom HTTP gateway; sends go to `POST /message/sendText`. The variable has no `SENDER_` "
+    gateway_url: GatewayUrl = Field(default="http://127.0.0.1:8080", validation_alias="PACER_GATEWAY_URL", description=(
+        "Base URL of the WeCom HTTP gateway, with its scheme (`http://` or `https://`; the sender refuses to start "
+        "without it); sends go to `POST /message/sendText`. The variable has no `SENDER_` "
         "part: `PACER_SENDER_GATEWAY_URL` is not read."
     ))
     gateway_timeout_s: float = Field(10.0, description=(

@@ -62,6 +62,15 @@ spec:
           # The image's entry point runs pacer-{{ $component }}; it execs, so SIGTERM reaches
           # the service, which finishes the work in hand, commits and exits.
           args: [{{ $component | quote }}]
+          {{- with (dig "preStopSleepSeconds" 0 $svc) }}
+          # Kubernetes takes the pod out of the Service's endpoints while it sends SIGTERM, and
+          # the service stops accepting connections at once: the sleep holds SIGTERM back until
+          # kube-proxy and the ingress have stopped routing new requests here.
+          lifecycle:
+            preStop:
+              exec:
+                command: ["sleep", {{ . | int | toString | quote }}]
+          {{- end }}
           ports:
             - name: ops
               containerPort: {{ $svc.port }}

@@ -59,6 +59,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/* A helm --timeout longer than the migrate Job's deadline, in whole minutes with a margin of 5
+     for its pod's scheduling and image pull: Helm gives up on a hook after --timeout. */}}
+{{- define "pacer.hookTimeout" -}}
+{{- add (div (add (int .Values.migrations.activeDeadlineSeconds) 59) 60) 5 -}}m
+{{- end -}}
+
 {{/* Fail early on missing required values. */}}
 {{- define "pacer.validate" -}}
 {{- if not .Values.database.urlSecret.name -}}
@@ -76,6 +82,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and .Values.sender.enabled .Values.reconciler.enabled (lt (float64 .Values.reconciler.verifyAfterS) (float64 .Values.sender.gatewayTimeoutS)) -}}
 {{- fail (printf "reconciler.verifyAfterS (%v) must be at least sender.gatewayTimeoutS (%v): a send still in flight must not be looked up" .Values.reconciler.verifyAfterS .Values.sender.gatewayTimeoutS) -}}
 {{- end -}}
+{{- range $name := list "control" "intake" }}
+{{- $svc := index $.Values $name }}
+{{- if and $svc.enabled (gt (int $svc.preStopSleepSeconds) 0) (ge (int $svc.preStopSleepSeconds) (int $svc.terminationGracePeriodSeconds)) }}
+{{- fail (printf "%s.terminationGracePeriodSeconds (%v) must be above %s.preStopSleepSeconds (%v): the grace period counts the sleep, and the service needs the rest to finish the requests in hand" $name $svc.terminationGracePeriodSeconds $name $svc.preStopSleepSeconds) -}}
+{{- end }}
+{{- end }}
 {{- if lt (int .Values.kafka.itemCommandPartitions) 1 -}}
 {{- fail "kafka.itemCommandPartitions must be at least 1" -}}
 {{- end -}}

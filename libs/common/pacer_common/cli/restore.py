@@ -34,6 +34,8 @@ def _after_restore(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     url = PostgresSettings().database_url.get_secret_value()
+    if refused := _senders_running(url):
+        return refused
     if args.requests_lost:
         print("the groups' rewind and the planners' progress not checked (--requests-lost): items planned from "
               "here on are not put in doubt", file=sys.stderr)
@@ -64,6 +66,25 @@ def _after_restore(args: argparse.Namespace) -> int:
           "reconcilers verify each by lookup before it can be sent (pacer_reconciler_open_job_items"
           "{status=\"recovery_pending\"} falls to 0 as they do)")
     return 0
+
+
+def _senders_running(url: str) -> int:
+    """0 when no sender holds a guid lease that has not run out. Else refused (``EXIT_REFUSED``),
+    naming the holders: a sender running on the restored database sends again what was sent
+    after the restore point before it is put in doubt. ``--services-stopped`` cannot know of a
+    sender that KEDA started again after it was scaled to 0; its leases show it."""
+    with psycopg.connect(url) as conn:
+        held = conn.execute(query("live_guid_leases")).fetchall()
+    if not held:
+        return 0
+    owners = ", ".join(f"{owner} ({n} guids)" for owner, n, _ in held[:5]) + (", …" if len(held) > 5 else "")
+    print(f"refused: {len(held)} sender(s) hold guid leases that have not run out: {owners}. Stop the senders; "
+          "with sender.keda.enabled pause KEDA at 0 first (annotate scaledobject/<fullname>-sender "
+          "autoscaling.keda.sh/paused-replicas=\"0\"), or it starts them again within its polling interval. If they "
+          "are stopped, these are leases restored with the backup or left by a sender that was killed: the last "
+          f"runs out in {max(left for _, _, left in held)} s (PACER_SENDER_LEASE_TTL_S after its last renewal); "
+          "run this again then (docs/runbook.md, \"Restoring Postgres from a backup\")", file=sys.stderr)
+    return EXIT_REFUSED
 
 
 def _not_rewound(to: datetime, url: str) -> int:
