@@ -4,16 +4,25 @@ had not got that far is not moved forward, and a group with members is refused."
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from datetime import UTC, datetime
 
+import psycopg
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pacer_common.cli import EXIT_REFUSED, EXIT_UNAVAILABLE, main
-from pacer_common.kafka import ensure_topics, make_consumer, make_producer
+from pacer_common.db.pool import open_pool
+from pacer_common.kafka import AsyncConsumer, ensure_topics, make_consumer, make_producer
 from pacer_dev.infra.process import free_ports
+from pacer_planner.adapters.faults import ENVIRONMENT
+from pacer_planner.adapters.kafka import KafkaCommandBus, KafkaRequestSource
+from pacer_planner.adapters.postgres import PostgresJobStore, PostgresPositions
+from pacer_planner.core import Handled, Planner
+from pacer_planner.core.consume import IntakeLoop, IntakePolicy
 from tests.integration.control_support import audit
 from tests.integration.helpers import commit_offsets
 
@@ -83,9 +92,11 @@ def test_groups_go_back_to_the_restore_point_never_forward_and_not_while_they_ha
         member.close()
 
 
-def test_groups_moved_without_the_database_say_so_and_can_be_moved_again(
+def test_nothing_is_moved_while_the_database_does_not_answer(
         kafka_config: dict[str, str], topic_prefix: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
+    # Where the planners had got to is read from the restored database first: without it a
+    # request read before the restore point and stored after it could be passed over.
     requests, planner = f"{topic_prefix}.job-requests", f"{topic_prefix}.planner"
     ensure_topics(kafka_config, {requests: (1, {}), f"{topic_prefix}.callbacks": (1, {})})
     producer = make_producer(kafka_config)
@@ -97,6 +108,87 @@ def test_groups_moved_without_the_database_say_so_and_can_be_moved_again(
     monkeypatch.setenv("PACER_TOPIC_PREFIX", topic_prefix)
     monkeypatch.setenv("PACER_DATABASE_URL", f"postgresql://pacer@127.0.0.1:{free_ports(1)[0]}/pacer?connect_timeout=2")
     assert _rewind("--services-stopped", "--to", "2026-01-01T00:00:00Z") == EXIT_UNAVAILABLE
-    err = capsys.readouterr().err
-    assert "the groups were moved, but the record `pacer after-restore` looks for was not written" in err
-    assert _committed(kafka_config, planner, requests, 1) == [0]
+    assert "nothing moved: where the planners had got to is read from the restored database" in capsys.readouterr().err
+    assert _committed(kafka_config, planner, requests, 1) == [3]
+
+
+def _request(rid: str) -> bytes:
+    return json.dumps({"request_id": rid, "kind": "campaign", "created_by": "t", "message": {"content": "hi"},
+                       "targets": {"items": [{"guid": f"g-{rid}", "to_id": "room"}]}}).encode()
+
+
+async def _plan(database_url: str, kafka_config: dict[str, str], topic_prefix: str, n: int) -> None:
+    """A planner (its intake loop, recording its positions as the service does) handles the
+    next ``n`` requests of its group."""
+    group = f"{topic_prefix}.planner"
+    pool = await open_pool(database_url, min_size=1, max_size=2)
+    consumer = AsyncConsumer(make_consumer(kafka_config, group))
+    await consumer.call(consumer.consumer.subscribe, [f"{topic_prefix}.job-requests"])
+    stop, handled = asyncio.Event(), []
+
+    class Events:
+        def handled(self, result: Handled) -> None:
+            handled.append(result.outcome)
+            if len(handled) == n:
+                stop.set()
+
+        def environment_fault(self) -> None: ...
+        def internal_error(self) -> None: ...
+
+    lanes = {lane: f"{topic_prefix}.item-commands.{lane}" for lane in ("online", "batch")}
+    bus = KafkaCommandBus(make_producer(kafka_config), lambda lane: lanes[lane], f"{topic_prefix}.job-requests.dlq")
+    try:
+        source = KafkaRequestSource(consumer, PostgresPositions(pool, group).save)
+        await asyncio.wait_for(IntakeLoop(Planner(PostgresJobStore(pool), bus), source, IntakePolicy(ENVIRONMENT),
+                                          Events(), stop).run(), 60)
+    finally:
+        await consumer.close()
+        await pool.close()
+    assert handled == ["planned"] * n
+
+
+def test_a_request_read_before_the_restore_point_and_stored_after_it_is_planned_again(
+        kafka_config: dict[str, str], topic_prefix: str, database_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    requests, planner = f"{topic_prefix}.job-requests", f"{topic_prefix}.planner"
+    ensure_topics(kafka_config, {requests: (1, {}), f"{topic_prefix}.callbacks": (1, {}),
+                                 f"{topic_prefix}.item-commands.online": (1, {}),
+                                 f"{topic_prefix}.item-commands.batch": (1, {}),
+                                 f"{topic_prefix}.job-requests.dlq": (1, {})})
+    now_ms = int(time.time() * 1000)
+    producer = make_producer(kafka_config)
+
+    def publish(*stamped: tuple[str, int]) -> None:
+        for rid, at_ms in stamped:
+            producer.produce(requests, _request(rid), key=rid.encode(), partition=0, timestamp=at_ms)
+        assert producer.flush(30) == 0
+
+    restore_point = datetime.fromtimestamp((now_ms - 60_000) / 1000, UTC)
+    publish(("r0", now_ms - 120_000))
+    asyncio.run(_plan(database_url, kafka_config, topic_prefix, 1))  # r0, before the backup
+    publish(("r1", now_ms - 90_000), ("r2", now_ms - 30_000))  # r1 before the restore point, r2 after
+    with psycopg.connect(database_url) as conn:
+        backup = conn.execute("SELECT next_offset FROM consumer_positions WHERE group_id = %s", (planner,)).fetchone()
+    assert backup == (1,)
+    # r1, stamped before the restore point, is planned after the backup, then r2: the restored
+    # database has neither; the group has read both.
+    asyncio.run(_plan(database_url, kafka_config, topic_prefix, 2))
+    assert _committed(kafka_config, planner, requests, 1) == [3]
+    with psycopg.connect(database_url) as conn:  # the database as restored from the backup
+        lost = "(SELECT job_id FROM jobs WHERE request_id <> 'r0')"
+        conn.execute(f"DELETE FROM items WHERE job_id IN {lost}")
+        conn.execute(f"DELETE FROM shard_status_counts WHERE shard_id IN (SELECT shard_id FROM shards WHERE job_id IN {lost})")
+        conn.execute(f"DELETE FROM shards WHERE job_id IN {lost}")
+        conn.execute("DELETE FROM jobs WHERE request_id <> 'r0'")
+        conn.execute("UPDATE consumer_positions SET next_offset = 1 WHERE group_id = %s", (planner,))
+
+    monkeypatch.setenv("PACER_KAFKA_BOOTSTRAP_SERVERS", kafka_config["bootstrap.servers"])
+    monkeypatch.setenv("PACER_TOPIC_PREFIX", topic_prefix)
+    monkeypatch.setenv("PACER_DATABASE_URL", database_url)
+    assert _rewind("--services-stopped", "--to", restore_point.isoformat()) == 0
+    # To r1 (offset 1), where the restored database says the planners had got to; the
+    # broker's timestamps alone would have gone back to r2 only (offset 2).
+    assert f"group {planner} {requests}[0]: 3 → 1" in capsys.readouterr().out
+    asyncio.run(_plan(database_url, kafka_config, topic_prefix, 2))
+    with psycopg.connect(database_url) as conn:
+        assert sorted(r for (r,) in conn.execute("SELECT request_id FROM jobs").fetchall()) == ["r0", "r1", "r2"]

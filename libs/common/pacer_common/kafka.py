@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -419,19 +419,21 @@ def _group_on_topic(config: dict[str, str], group: str, topic: str, specs: dict[
 
 
 def rewind_group(config: dict[str, str], group: str, topic: str, at_ms: int, *,
-                 timeout_s: float = 30.0) -> list[tuple[int, int, int]]:
+                 recorded: Mapping[int, int] | None = None, timeout_s: float = 30.0) -> list[tuple[int, int, int]]:
     """Move consumer group ``group`` back on every partition of ``topic`` to the first record
-    stamped at or after ``at_ms`` (epoch ms; the partition's end where none is), so that what
-    it read since is read again. A partition the group had not got that far on, or has no
-    offset for, is left where it is: rewinding never skips a record. A group with members is
-    refused (:class:`GroupHasMembers`): they would go on from where they are and commit over
-    it. Returns ``(partition, before, after)`` for each partition, ``before`` -1 where the
-    group had no offset."""
+    stamped at or after ``at_ms`` (epoch ms; the partition's end where none is), or to the
+    partition's offset in ``recorded`` where that is lower (where the group had handled its
+    records to, as a restored database recorded it: a record stamped before ``at_ms`` may have
+    been handled after it), so that what it read since is read again. A partition the group
+    had not got that far on, or has no offset for, is left where it is: rewinding never skips
+    a record. A group with members is refused (:class:`GroupHasMembers`): they would go on
+    from where they are and commit over it. Returns ``(partition, before, after)`` for each
+    partition, ``before`` -1 where the group had no offset."""
     specs = {"at": OffsetSpec.for_timestamp(at_ms), "end": OffsetSpec.latest()}  # type: ignore[no-untyped-call]
     g = group_on_topic(config, group, topic, specs, timeout_s=timeout_s)
     g.refuse_members(group)
     at, end, before = g.offsets["at"], g.offsets["end"], g.committed
-    target = {p: at[p] if at[p] >= 0 else end[p] for p in g.partitions}
+    target = {p: min(at[p] if at[p] >= 0 else end[p], (recorded or {}).get(p, end[p])) for p in g.partitions}
     moves = [TopicPartition(topic, p, target[p]) for p in g.partitions if target[p] < before[p]]
     if moves:
         admin = _admin(config)

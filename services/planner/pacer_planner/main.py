@@ -17,7 +17,7 @@ from pacer_common.settings import KafkaSettings, PostgresSettings
 from pacer_planner.adapters.faults import ENVIRONMENT
 from pacer_planner.adapters.http import HttpTargetSource
 from pacer_planner.adapters.kafka import KafkaCommandBus, KafkaRequestSource
-from pacer_planner.adapters.postgres import ApprovalPolicy, PostgresJobStore
+from pacer_planner.adapters.postgres import ApprovalPolicy, PostgresJobStore, PostgresPositions
 from pacer_planner.adapters.postgres_targets import PostgresTargetStore
 from pacer_planner.core import PagingConfig, PagingSupervisor, Planner, TargetPager
 from pacer_planner.core.consume import IntakeLoop, IntakePolicy
@@ -32,7 +32,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
                                max_size=4 + cfg.requery_max_jobs, name="pacer-planner")
         PoolStats(pool, ctx.registry)
         bus = KafkaCommandBus.create(kafka)
-        requests = await KafkaRequestSource.create(kafka, cfg.group_id, ctx.registry)
+        group = cfg.group_id or f"{kafka.topic_prefix}.planner"
+        requests = await KafkaRequestSource.create(kafka, group, ctx.registry, PostgresPositions(pool, group).save)
         store = PostgresJobStore(pool, ApprovalPolicy(cfg.approval_above_items, cfg.approve_new_content))
         planner = Planner(store, bus, cfg.max_backlog_per_guid,
                           timedelta(seconds=cfg.coalesce_window_s), cfg.max_shard_items)

@@ -155,12 +155,25 @@ def _rewind_groups(args: argparse.Namespace) -> int:
         return refused
     at: datetime = args.to
     k = KafkaSettings()
-    groups = [(args.planner_group or f"{k.topic_prefix}.planner", k.job_requests),
-              (args.callbacks_group or f"{k.topic_prefix}.reconciler.callbacks", k.callbacks)]
+    planner = args.planner_group or f"{k.topic_prefix}.planner"
+    groups = [(planner, k.job_requests), (args.callbacks_group or f"{k.topic_prefix}.reconciler.callbacks", k.callbacks)]
+    url = PostgresSettings().database_url.get_secret_value()
+    try:
+        # Where the planners had handled their requests to, as the restored database holds it
+        # (consumer_positions): a request read before the restore point may have been stored
+        # after it, and the broker's timestamps would pass over it.
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(query("recorded_positions"), {"group_id": planner, "topic": k.job_requests}).fetchall()
+        recorded: dict[str, dict[int, int]] = {planner: {int(p): int(o) for p, o in rows}}
+    except psycopg.Error as exc:
+        print(f"nothing moved: where the planners had got to is read from the restored database, which did not "
+              f"answer ({exc}); run this again once it does", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     record: dict[str, Any] = {}
     for group, topic in groups:
         try:
-            moved = rewind_group(k.client_config(), group, topic, int(at.timestamp() * 1000))
+            moved = rewind_group(k.client_config(), group, topic, int(at.timestamp() * 1000),
+                                 recorded=recorded.get(group))
         except GroupHasMembers as exc:
             print(f"refused: {exc}; stop them first (a member killed, not stopped, leaves once its session "
                   "times out: 10 s for the planners' and reconcilers' groups)", file=sys.stderr)
@@ -173,7 +186,7 @@ def _rewind_groups(args: argparse.Namespace) -> int:
             print(f"group {group} {topic}[{partition}]: {was} → {after}" + ("" if after != before else " (kept)"))
         record[group] = {"topic": topic, "offsets": {p: [before, after] for p, before, after in moved}}
     try:
-        with psycopg.connect(PostgresSettings().database_url.get_secret_value()) as conn:
+        with psycopg.connect(url) as conn:
             conn.execute(query("rewind_audit"), {"prefix": k.topic_prefix, "to": at.isoformat(),
                                                  "after": json.dumps({"to": at.isoformat(), "groups": record})})
     except psycopg.Error as exc:

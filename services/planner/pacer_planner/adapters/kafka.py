@@ -4,7 +4,7 @@ the job requests themselves, as the intake loop's source."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from confluent_kafka import Message, Producer
@@ -26,6 +26,8 @@ from pacer_common.metrics import consumer_lag_config
 from pacer_common.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
+# (topic, partition, next offset): recorded before the offset is committed to Kafka
+Record = Callable[[str, int, int], Awaitable[None]]
 
 MAX_REASON_CHARS = 2000  # a header, not a document: the reason's first part says what is wrong
 DLQ_TIMEOUT_S = 15.0  # a dead-letter record not acknowledged by then: retried, the offset stays
@@ -69,27 +71,33 @@ class KafkaCommandBus:
 
 
 class KafkaRequestSource:
-    """Job requests from the planner's consumer; a commit names the offset after a message."""
+    """Job requests from the planner's consumer; a commit names the offset after a message.
+    With ``record``, each commit is first recorded where the jobs are (``PostgresPositions``):
+    a request below a recorded position has its effects durable there."""
 
-    def __init__(self, consumer: AsyncConsumer) -> None:
+    def __init__(self, consumer: AsyncConsumer, record: Record | None = None) -> None:
         self.consumer = consumer
+        self.record = record
 
     @classmethod
-    async def create(cls, kafka: KafkaSettings, group_id: str | None, registry: CollectorRegistry) -> KafkaRequestSource:
+    async def create(cls, kafka: KafkaSettings, group_id: str, registry: CollectorRegistry,
+                     record: Record | None = None) -> KafkaRequestSource:
         """Subscribed to ``<prefix>.job-requests`` in group ``group_id`` (default
         ``<prefix>.planner``), sized for the largest request."""
         large: dict[str, Any] = {"fetch.max.bytes": MAX_REQUEST_BYTES,
                                  "receive.message.max.bytes": MAX_REQUEST_BYTES + 1_048_576}
-        consumer = AsyncConsumer(make_consumer(kafka.client_config(), group_id or f"{kafka.topic_prefix}.planner",
-                                               **large, **consumer_lag_config(registry)))
+        consumer = AsyncConsumer(make_consumer(kafka.client_config(), group_id, **large, **consumer_lag_config(registry)))
         await consumer.call(consumer.consumer.subscribe, [kafka.job_requests], **logged_rebalances(log))
-        return cls(consumer)
+        return cls(consumer, record)
 
     async def consume(self, n: int, timeout_s: float) -> list[Message]:
         return await self.consumer.consume(n, timeout_s)
 
     async def commit(self, msg: Message) -> None:
-        await self.consumer.commit([next_offset(msg)])
+        at = next_offset(msg)
+        if self.record is not None:
+            await self.record(at.topic, at.partition, at.offset)
+        await self.consumer.commit([at])
 
     async def close(self) -> None:
         """Leave the consumer group."""

@@ -152,3 +152,21 @@ class PostgresJobStore:
                 await conn.execute(sql("mark_dispatched"), {"job_id": job_id})
 
         await with_retry(work)
+
+
+class PostgresPositions:
+    """Where the planners' group has handled its requests to, kept with the jobs
+    (``consumer_positions``): written before each offset commit, so a database restored from
+    a backup says where to read again from (``pacer rewind-groups``)."""
+
+    def __init__(self, pool: Pool, group_id: str) -> None:
+        self.pool = pool
+        self.group_id = group_id
+
+    async def save(self, topic: str, partition: int, next_offset: int) -> None:
+        async def work() -> None:
+            async with self.pool.connection() as conn:
+                await conn.execute(sql("save_position"), {"group_id": self.group_id, "topic": topic,
+                                                          "partition": partition, "next_offset": next_offset})
+
+        await with_retry(work)
