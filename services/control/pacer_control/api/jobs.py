@@ -183,7 +183,9 @@ async def in_doubt(ctl: Ctl, limit: Limit = DEFAULT_PAGE) -> dict[str, Any]:
              description=("Not delivered: the ledger's reservation is freed and the item is pending again under the "
                           "same key. It is sent again, except when its job is cancelled (it is abandoned when a "
                           "sender comes to claim it) or its `expire_at` has passed (it expires); the answer's "
-                          "`message` says which."),
+                          "`message` says which. After a restore from a backup, an item unchanged since the "
+                          "restore goes to `recovery_pending` instead, its key kept reserved: the verifier asks the "
+                          "gateway before it is sent (it may have been resolved and sent after the backup)."),
              **guard("items.resolve", 404, 409, 422))
 async def resolve_item(item_id: uuid.UUID, body: ResolveBody, ctl: Ctl, who: Caller) -> Any:
     return respond(await ctl.resolve_in_doubt(str(item_id), body.delivered, body.reason, who))

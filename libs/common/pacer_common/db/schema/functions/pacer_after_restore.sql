@@ -5,7 +5,10 @@
 -- reason; lease cleared) and its idempotency key is reserved in send_ledger (unless an item
 -- holds it already), so the reconciler's verifier asks the gateway before anything sends it:
 -- found → confirmed, key kept; proved not delivered → pending, key released, sent again.
--- Items scheduled later (not due yet) cannot have been sent and are left alone. Returns how
+-- Items scheduled later (not due yet) cannot have been sent and are left alone, and so are
+-- final and unverified ones, which nothing sends unless a person asks: a retry of one, or an
+-- unverified one resolved as not delivered, is put in doubt then (pacer_restored_after: a
+-- retry or that resolution may have been made and delivered after the backup). Returns how
 -- many moved from each status; call it again until it moves none.
 CREATE OR REPLACE FUNCTION pacer_after_restore(p_actor text, p_reason text, p_limit integer DEFAULT 50000)
 RETURNS TABLE (from_status text, n bigint)

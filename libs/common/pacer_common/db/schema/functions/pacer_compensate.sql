@@ -8,7 +8,13 @@
 --            or the item is a ticket notification superseded by a newer status version of the
 --            same business id (sending the old status would be wrong);
 --   created, with "waiting: …" in the message when the job, shard or guid is on hold: the
---            compensation stays pending, held, and runs once the hold is lifted.
+--            compensation stays pending, held, and runs once the hold is lifted; with "in doubt:
+--            …" when the database was restored from a backup after the item last changed
+--            (pacer_restored_after): a retry of it may have been delivered between the backup
+--            and the restore, so the compensation starts in doubt, as `pacer after-restore`
+--            leaves what it cannot vouch for (recovery_pending, 'ItemInDoubt' with restored:
+--            true, its key reserved), and the verifier asks the gateway before anything sends
+--            it: found → confirmed, never sent; not found → pending, sent as usual.
 -- An unverified item is not retried: it may have been delivered, so its idempotency key stays
 -- reserved in send_ledger and a compensation (same key) could only be abandoned as a
 -- duplicate. It is resolved instead (pacer_resolve_unverified; not delivered: it is sent again
@@ -28,6 +34,7 @@ DECLARE
     open_id uuid;
     c uuid;
     hold text;
+    doubt boolean;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pacer.coalesce:' || k.coalesce_key))
     FROM items i JOIN jobs k ON k.job_id = i.job_id
@@ -93,6 +100,7 @@ BEGIN
         RETURN;
     END IF;
 
+    doubt := pacer_restored_after(p_item);
     c := pacer_item_id((SELECT j.created_at FROM jobs j WHERE j.job_id = o.job_id));  -- in its job's partition
     INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,
                        status, version, expire_at, compensates)
@@ -103,6 +111,23 @@ BEGIN
     VALUES (c, o.job_id, o.shard_id, o.guid, 0, 'ItemCompensationCreated', 'pending', 'pending',
             jsonb_build_object('compensates', p_item, 'actor', p_actor,
                                'priority', COALESCE(p_priority, o.priority)));
+    IF doubt THEN
+        -- Moved as any item is (the reconciler's counts take it from pending to
+        -- recovery_pending). The key's lock before the look and the reservation, as
+        -- pacer_begin_send takes it; held to the commit, so two bulk retries that share keys
+        -- across jobs, taken in opposite orders, may deadlock: one is aborted whole and tried
+        -- again (a transient error). Not reserved when another item holds the key: found not
+        -- delivered, the compensation is then abandoned as a duplicate when it is begun.
+        PERFORM pacer_transition(ARRAY[c], '{pending}', 'recovery_pending', 'ItemInDoubt',
+            jsonb_build_object('restored', true, 'actor', p_actor, 'compensates', p_item),
+            p_clear_lease => true, p_error_class => 'in_doubt',
+            p_error => 'a retry of an item from before a restore from a backup: a retry of it may have been '
+                       'delivered after the backup, so it is verified before it is sent');
+        PERFORM pg_advisory_xact_lock(hashtextextended(o.idem_key, 0));
+        INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
+        SELECT o.idem_key, c, o.guid, o.to_id, 'reserved'
+        WHERE NOT EXISTS (SELECT 1 FROM send_ledger l WHERE l.idem_key = o.idem_key);
+    END IF;
     INSERT INTO shard_status_counts AS s (shard_id, status, n) VALUES (o.shard_id, 'pending', 1)
     ON CONFLICT (shard_id, status) DO UPDATE SET n = s.n + 1;
     -- a completed job or shard runs again with the compensation (pacer_retry_items)
@@ -113,6 +138,12 @@ BEGIN
     FROM shards s LEFT JOIN guid_leases g ON g.guid = o.guid LEFT JOIN guid_states h ON h.guid = o.guid
     WHERE s.shard_id = o.shard_id;
     RETURN QUERY SELECT 'created'::text, c,
-        format('compensation %s queued for item %s', c, p_item) || COALESCE('; waiting: ' || hold, '');
+        format('compensation %s queued for item %s', c, p_item)
+        || CASE WHEN doubt THEN format('; in doubt: the database was restored from a backup after this item last '
+                                       'changed, and a retry of it may have been delivered since; the reconciler asks '
+                                       'the gateway whether key %s was delivered before anything sends it (found: '
+                                       'confirmed, not sent; not found: sent)', o.idem_key)
+                ELSE '' END
+        || COALESCE('; waiting: ' || hold, '');
 END
 $fn$;

@@ -1,3 +1,12 @@
+-- A person's decision on an unverified send: delivered → confirmed, its key kept and marked
+-- sent; not delivered → pending, its key released, sent again under it. Except when the
+-- database was restored from a backup after the item last changed (pacer_restored_after): it
+-- may have been resolved and sent between the backup and the restore, that send's ledger entry
+-- lost with the rest, so "not delivered" (perhaps made again from the audit log) is checked:
+-- unverified → pending → recovery_pending ('ItemResolvedNotDelivered', then 'ItemInDoubt' with
+-- restored: true), its key kept reserved, and the verifier asks the gateway: found →
+-- confirmed, never sent again; not found → pending, sent; no answer → unverified again, and
+-- resolved then as above, the lookup having been made since the restore.
 CREATE OR REPLACE FUNCTION pacer_resolve_unverified(p_item uuid, p_delivered boolean, p_actor text, p_reason text)
 RETURNS TABLE (outcome text, message text, status text)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
@@ -24,6 +33,26 @@ BEGIN
         WHERE idem_key = i.idem_key AND item_id = p_item;
         RETURN QUERY SELECT 'done'::text, format('item %s resolved as delivered: confirmed; its key stays used', p_item),
             'confirmed'::text;
+    ELSIF pacer_restored_after(p_item) THEN  -- read before this decision writes an event of the item's
+        PERFORM pacer_transition(ARRAY[p_item], '{unverified}', 'recovery_pending', 'ItemInDoubt',
+            jsonb_build_object('restored', true, 'actor', p_actor, 'reason', p_reason),
+            p_via => 'pending', p_via_type => 'ItemResolvedNotDelivered',
+            p_via_payload => jsonb_build_object('actor', p_actor, 'reason', p_reason),
+            p_clear_lease => true, p_error_class => 'in_doubt',
+            p_error => 'resolved as not delivered after a restore from a backup: it may have been resolved and '
+                       'sent after the backup, so it is verified before it is sent');
+        -- Its key stays reserved (an unverified item holds it; taken again if it does not).
+        PERFORM pg_advisory_xact_lock(hashtextextended(i.idem_key, 0));
+        INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
+        SELECT i.idem_key, p_item, i.guid, i.to_id, 'reserved'
+        WHERE NOT EXISTS (SELECT 1 FROM send_ledger l WHERE l.idem_key = i.idem_key);
+        RETURN QUERY SELECT 'done'::text,
+            format('item %s resolved as not delivered, but the database was restored from a backup after it last '
+                   'changed, and it may have been resolved and sent since: in doubt (recovery_pending) until the '
+                   'reconciler asks the gateway whether key %s was delivered (found: confirmed, not sent again; '
+                   'not found: pending, sent under the same key; no answer: unverified again, to resolve as usual)',
+                   p_item, i.idem_key),
+            'recovery_pending'::text;
     ELSE
         DELETE FROM send_ledger WHERE idem_key = i.idem_key AND item_id = p_item AND state = 'reserved';
         PERFORM pacer_transition(ARRAY[p_item], '{unverified}', 'pending', 'ItemResolvedNotDelivered',

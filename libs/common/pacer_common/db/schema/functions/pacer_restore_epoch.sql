@@ -2,7 +2,9 @@
 -- Unix time now in seconds (never below the current one + 1), made the default of
 -- item_events.restore_epoch, so every event written from here on carries it and its
 -- outcome's `pacer-dedupe-key` (item_id:version:epoch) differs from that of any event written
--- between the backup and the restore with the same item and version. Returns the epoch.
+-- between the backup and the restore with the same item and version; and an item with no event
+-- of this epoch is one the restored database cannot vouch for when a person retries or resolves
+-- it (pacer_restored_after). Returns the epoch.
 -- Altering the default takes an exclusive lock on item_events and its partitions for a
 -- moment: the services are stopped. Restoring from a backup older than an earlier restore
 -- still gets an epoch of its own: the clock has moved on since.
