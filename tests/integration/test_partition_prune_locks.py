@@ -34,11 +34,20 @@ def old_failed_item(url: str) -> tuple[str, str, datetime]:
 
 def prune_items(url: str, now: datetime, lock_timeout_s: float = 60.0) -> Changes:
     """The items' prune (by default with a lock timeout far past the test's waits), from a
-    session of its own."""
+    session of its own: the partitions past retention listed, then each one's drop, a
+    transaction each."""
+    days = json.dumps({"items": 7})
+    changes: Changes = {}
     with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute("SELECT * FROM pacer_prune_partitions(%s, %s::jsonb, make_interval(secs => %s))",
-                            (now, json.dumps({"items": 7}), lock_timeout_s)).fetchall()
-    return {name: (action, detail) for name, action, detail in rows}
+        for name, action, detail in conn.execute("SELECT * FROM pacer_prune_partitions(%s, %s::jsonb)",
+                                                 (now, days)).fetchall():
+            if action != "due":
+                changes[name] = (action, detail)
+                continue
+            for row in conn.execute("SELECT * FROM pacer_prune_partition(%s, %s, %s::jsonb, make_interval(secs => %s))",
+                                    (name, now, days, lock_timeout_s)).fetchall():
+                changes[row[0]] = (row[1], row[2])
+    return changes
 
 
 def waiting_for_a_lock(url: str, query_like: str) -> Callable[[], bool]:
@@ -55,7 +64,7 @@ def pruning_behind(url: str, writer: psycopg.Connection[Any], now: datetime,
                    pool: ThreadPoolExecutor) -> Future[Changes]:
     """The prune started while ``writer`` holds a write in an old partition, once it waits."""
     pruning = pool.submit(prune_items, url, now)
-    wait_for(waiting_for_a_lock(url, "%pacer_prune_partitions%"), timeout_s=30,
+    wait_for(waiting_for_a_lock(url, "%pacer_prune_partition(%"), timeout_s=30,
              what="the prune waiting for the writer's transaction")
     return pruning
 
@@ -86,7 +95,7 @@ def test_a_drop_held_up_by_a_writer_gives_up_at_its_lock_timeout_and_readers_wai
     with ThreadPoolExecutor(2) as pool, psycopg.connect(database_url) as writer:
         writer.execute("UPDATE items SET updated_at = now() WHERE item_id = %s", (failed,))  # still finished
         pruning = pool.submit(prune_items, database_url, now, 1.0)
-        wait_for(waiting_for_a_lock(database_url, "%pacer_prune_partitions%"), timeout_s=30,
+        wait_for(waiting_for_a_lock(database_url, "%pacer_prune_partition(%"), timeout_s=30,
                  what="the prune's DROP waiting for the writer")
 
         def read_all() -> int:

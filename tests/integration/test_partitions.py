@@ -57,9 +57,16 @@ def cursors_at_the_end(conn: psycopg.Connection[Any]) -> None:
 
 
 def prune(conn: psycopg.Connection[Any], now: datetime, retain: dict[str, int] | None = None) -> dict[str, tuple[str, str]]:
+    """A prune run as the reconciler's (``conn`` in autocommit): the partitions past retention
+    listed, then each one's drop, a transaction each."""
     import json
-    rows = conn.execute("SELECT * FROM pacer_prune_partitions(%s, %s::jsonb)",
-                        (now, json.dumps(retain or RETAIN))).fetchall()
+    days = json.dumps(retain or RETAIN)
+    rows = []
+    for row in conn.execute("SELECT * FROM pacer_prune_partitions(%s, %s::jsonb)", (now, days)).fetchall():
+        if row[1] == "due":
+            rows += conn.execute("SELECT * FROM pacer_prune_partition(%s, %s, %s::jsonb)", (row[0], now, days)).fetchall()
+        else:
+            rows.append(row)
     return {name: (action, detail) for name, action, detail in rows}
 
 

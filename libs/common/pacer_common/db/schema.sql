@@ -470,6 +470,7 @@ DECLARE
     open_id uuid;
     c uuid;
     hold text;
+    doubt boolean;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pacer.coalesce:' || k.coalesce_key))
     FROM items i JOIN jobs k ON k.job_id = i.job_id
@@ -535,6 +536,7 @@ BEGIN
         RETURN;
     END IF;
 
+    doubt := pacer_restored_after(p_item);
     c := pacer_item_id((SELECT j.created_at FROM jobs j WHERE j.job_id = o.job_id));  -- in its job's partition
     INSERT INTO items (item_id, job_id, shard_id, guid, to_id, content, idem_key, priority, kind,
                        status, version, expire_at, compensates)
@@ -545,6 +547,23 @@ BEGIN
     VALUES (c, o.job_id, o.shard_id, o.guid, 0, 'ItemCompensationCreated', 'pending', 'pending',
             jsonb_build_object('compensates', p_item, 'actor', p_actor,
                                'priority', COALESCE(p_priority, o.priority)));
+    IF doubt THEN
+        -- Moved as any item is (the reconciler's counts take it from pending to
+        -- recovery_pending). The key's lock before the look and the reservation, as
+        -- pacer_begin_send takes it; held to the commit, so two bulk retries that share keys
+        -- across jobs, taken in opposite orders, may deadlock: one is aborted whole and tried
+        -- again (a transient error). Not reserved when another item holds the key: found not
+        -- delivered, the compensation is then abandoned as a duplicate when it is begun.
+        PERFORM pacer_transition(ARRAY[c], '{pending}', 'recovery_pending', 'ItemInDoubt',
+            jsonb_build_object('restored', true, 'actor', p_actor, 'compensates', p_item),
+            p_clear_lease => true, p_error_class => 'in_doubt',
+            p_error => 'a retry of an item from before a restore from a backup: a retry of it may have been '
+                       'delivered after the backup, so it is verified before it is sent');
+        PERFORM pg_advisory_xact_lock(hashtextextended(o.idem_key, 0));
+        INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
+        SELECT o.idem_key, c, o.guid, o.to_id, 'reserved'
+        WHERE NOT EXISTS (SELECT 1 FROM send_ledger l WHERE l.idem_key = o.idem_key);
+    END IF;
     INSERT INTO shard_status_counts AS s (shard_id, status, n) VALUES (o.shard_id, 'pending', 1)
     ON CONFLICT (shard_id, status) DO UPDATE SET n = s.n + 1;
     -- a completed job or shard runs again with the compensation (pacer_retry_items)
@@ -555,7 +574,13 @@ BEGIN
     FROM shards s LEFT JOIN guid_leases g ON g.guid = o.guid LEFT JOIN guid_states h ON h.guid = o.guid
     WHERE s.shard_id = o.shard_id;
     RETURN QUERY SELECT 'created'::text, c,
-        format('compensation %s queued for item %s', c, p_item) || COALESCE('; waiting: ' || hold, '');
+        format('compensation %s queued for item %s', c, p_item)
+        || CASE WHEN doubt THEN format('; in doubt: the database was restored from a backup after this item last '
+                                       'changed, and a retry of it may have been delivered since; the reconciler asks '
+                                       'the gateway whether key %s was delivered before anything sends it (found: '
+                                       'confirmed, not sent; not found: sent)', o.idem_key)
+                ELSE '' END
+        || COALESCE('; waiting: ' || hold, '');
 END
 $$;
 
@@ -762,6 +787,15 @@ BEGIN
                     hi := quote_literal(upto);
                 END IF;
                 BEGIN
+                    -- The default partition locked before its rows are moved, as the ATTACH
+                    -- locks it (ACCESS EXCLUSIVE): a write of the period uncommitted during the
+                    -- move would otherwise stay behind in it, and the ATTACH's check of the
+                    -- default's rows fail on it. That lock at once, not a weaker one raised
+                    -- later: a session reading the default that then wrote to it would wait
+                    -- for this one while this one waited for its read (a deadlock).
+                    IF to_regclass(t.parent || '_default') IS NOT NULL THEN
+                        EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', t.parent || '_default');
+                    END IF;
                     EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)',
                                    name, t.parent);
                     EXECUTE format('WITH m AS (DELETE FROM %1$I WHERE %2$I >= %3$s AND %2$I < %4$s RETURNING *) '
@@ -1193,6 +1227,8 @@ BEGIN
         WHERE j.created_at < p_before AND j.status IN ('completed', 'cancelled', 'terminated')
           AND NOT EXISTS (SELECT 1 FROM items i WHERE i.job_id = j.job_id)
           AND NOT j.created_at <@ ANY(events_kept)
+          AND NOT EXISTS (SELECT 1 FROM jobs o WHERE o.coalesce_key = j.coalesce_key
+                                                 AND o.coalesce_version < j.coalesce_version)
         ORDER BY j.created_at
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
@@ -1208,17 +1244,47 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION public.pacer_prune_partitions(p_now timestamp with time zone, p_retain_days jsonb, p_lock_timeout interval DEFAULT '00:00:02'::interval) RETURNS TABLE(partition text, action text, detail text)
+CREATE FUNCTION public.pacer_prune_partition(p_partition text, p_now timestamp with time zone, p_retain_days jsonb, p_lock_timeout interval DEFAULT '00:00:02'::interval) RETURNS TABLE(partition text, action text, detail text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    t record;
     p record;
     why text;
-    filled boolean;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pacer_partitions'));
     PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
+    -- Past retention as pacer_prune_partitions lists it, read again under the lock.
+    SELECT t.guard, x.starts, x.ends INTO p
+    FROM partitioned_tables t CROSS JOIN LATERAL pacer_partitions(t.parent) x
+    WHERE x.partition = p_partition AND p_retain_days ? t.parent
+      AND x.ends + make_interval(secs => (p_retain_days->>t.parent)::int * 86400) <= p_now;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF p.guard IS NOT NULL THEN
+        EXECUTE format('SELECT string_agg(r, ''; '') FROM (' || p.guard || ') AS g(r)',
+                       p_partition, p.starts, p.ends) INTO why;
+    END IF;
+    IF why IS NOT NULL THEN
+        RETURN QUERY SELECT p_partition, 'kept'::text, why;
+        RETURN;
+    END IF;
+    BEGIN
+        EXECUTE format('DROP TABLE %I', p_partition);
+        RETURN QUERY SELECT p_partition, 'dropped'::text, NULL::text;
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+        RETURN QUERY SELECT p_partition, 'skipped'::text, SQLERRM;
+    END;
+END
+$$;
+
+CREATE FUNCTION public.pacer_prune_partitions(p_now timestamp with time zone, p_retain_days jsonb) RETURNS TABLE(partition text, action text, detail text)
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    t record;
+    filled boolean;
+BEGIN
     FOR t IN SELECT * FROM partitioned_tables ORDER BY prune_order, parent LOOP
         IF to_regclass(t.parent || '_default') IS NOT NULL THEN
             EXECUTE format('SELECT EXISTS (SELECT FROM %I)', t.parent || '_default') INTO filled;
@@ -1227,24 +1293,9 @@ BEGIN
             END IF;
         END IF;
         CONTINUE WHEN NOT p_retain_days ? t.parent;
-        FOR p IN SELECT * FROM pacer_partitions(t.parent) x
-                 WHERE x.ends + make_interval(secs => (p_retain_days->>t.parent)::int * 86400) <= p_now LOOP
-            why := NULL;
-            IF t.guard IS NOT NULL THEN
-                EXECUTE format('SELECT string_agg(r, ''; '') FROM (' || t.guard || ') AS g(r)',
-                               p.partition, p.starts, p.ends) INTO why;
-            END IF;
-            IF why IS NOT NULL THEN
-                RETURN QUERY SELECT p.partition, 'kept'::text, why;
-                CONTINUE;
-            END IF;
-            BEGIN
-                EXECUTE format('DROP TABLE %I', p.partition);
-                RETURN QUERY SELECT p.partition, 'dropped'::text, NULL::text;
-            EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
-                RETURN QUERY SELECT p.partition, 'skipped'::text, SQLERRM;
-            END;
-        END LOOP;
+        RETURN QUERY SELECT x.partition, 'due'::text, NULL::text FROM pacer_partitions(t.parent) x
+                     WHERE x.ends + make_interval(secs => (p_retain_days->>t.parent)::int * 86400) <= p_now
+                     ORDER BY x.starts;
     END LOOP;
 END
 $$;
@@ -1363,6 +1414,26 @@ BEGIN
         WHERE idem_key = i.idem_key AND item_id = p_item;
         RETURN QUERY SELECT 'done'::text, format('item %s resolved as delivered: confirmed; its key stays used', p_item),
             'confirmed'::text;
+    ELSIF pacer_restored_after(p_item) THEN  -- read before this decision writes an event of the item's
+        PERFORM pacer_transition(ARRAY[p_item], '{unverified}', 'recovery_pending', 'ItemInDoubt',
+            jsonb_build_object('restored', true, 'actor', p_actor, 'reason', p_reason),
+            p_via => 'pending', p_via_type => 'ItemResolvedNotDelivered',
+            p_via_payload => jsonb_build_object('actor', p_actor, 'reason', p_reason),
+            p_clear_lease => true, p_error_class => 'in_doubt',
+            p_error => 'resolved as not delivered after a restore from a backup: it may have been resolved and '
+                       'sent after the backup, so it is verified before it is sent');
+        -- Its key stays reserved (an unverified item holds it; taken again if it does not).
+        PERFORM pg_advisory_xact_lock(hashtextextended(i.idem_key, 0));
+        INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
+        SELECT i.idem_key, p_item, i.guid, i.to_id, 'reserved'
+        WHERE NOT EXISTS (SELECT 1 FROM send_ledger l WHERE l.idem_key = i.idem_key);
+        RETURN QUERY SELECT 'done'::text,
+            format('item %s resolved as not delivered, but the database was restored from a backup after it last '
+                   'changed, and it may have been resolved and sent since: in doubt (recovery_pending) until the '
+                   'reconciler asks the gateway whether key %s was delivered (found: confirmed, not sent again; '
+                   'not found: pending, sent under the same key; no answer: unverified again, to resolve as usual)',
+                   p_item, i.idem_key),
+            'recovery_pending'::text;
     ELSE
         DELETE FROM send_ledger WHERE idem_key = i.idem_key AND item_id = p_item AND state = 'reserved';
         PERFORM pacer_transition(ARRAY[p_item], '{unverified}', 'pending', 'ItemResolvedNotDelivered',
@@ -1405,6 +1476,21 @@ BEGIN
     epoch := greatest(floor(extract(epoch FROM clock_timestamp()))::bigint, coalesce(current_epoch, 0) + 1);
     EXECUTE format('ALTER TABLE item_events ALTER COLUMN restore_epoch SET DEFAULT %s', epoch);
     RETURN epoch;
+END
+$$;
+
+CREATE FUNCTION public.pacer_restored_after(p_item uuid) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    epoch bigint;
+BEGIN
+    SELECT pg_get_expr(d.adbin, d.adrelid)::bigint INTO epoch
+    FROM pg_attrdef d JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+    WHERE d.adrelid = 'item_events'::regclass AND a.attname = 'restore_epoch';
+    RETURN COALESCE(epoch, 0) > 0
+       AND NOT EXISTS (SELECT 1 FROM item_events e WHERE e.item_id = p_item AND e.restore_epoch >= epoch);
 END
 $$;
 
@@ -1816,6 +1902,14 @@ CREATE SEQUENCE public.audit_log_id_seq
     CACHE 1;
 
 ALTER SEQUENCE public.audit_log_id_seq OWNED BY public.audit_log.id;
+
+CREATE TABLE public.consumer_positions (
+    group_id text NOT NULL,
+    topic text NOT NULL,
+    kafka_partition integer NOT NULL,
+    next_offset bigint NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL
+);
 
 CREATE TABLE public.customers (
     customer_id text NOT NULL,
@@ -2285,6 +2379,9 @@ ALTER TABLE ONLY public.audit_log
 
 ALTER TABLE ONLY public.audit_log_default
     ADD CONSTRAINT audit_log_default_pkey PRIMARY KEY (id, at);
+
+ALTER TABLE ONLY public.consumer_positions
+    ADD CONSTRAINT consumer_positions_pkey PRIMARY KEY (group_id, topic, kafka_partition);
 
 ALTER TABLE ONLY public.customers
     ADD CONSTRAINT customers_pkey PRIMARY KEY (customer_id);

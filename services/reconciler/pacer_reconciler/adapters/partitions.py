@@ -38,7 +38,18 @@ class PostgresPartitions:
         return await self._changes("ensure_partitions", {"ahead_days": ahead_days})
 
     async def prune(self, retain_days: Mapping[str, int]) -> list[PartitionChange]:
-        return await self._changes("prune_partitions", {"retain_days": Jsonb(dict(retain_days))})
+        """Each partition past retention dropped in a transaction of its own (or kept, with
+        why, or skipped), in the order listed. A DROP holds its table's ACCESS EXCLUSIVE lock
+        to the end of its transaction: several in one would hold the items' readers through
+        every later guard and lock wait, up to the lock timeout each."""
+        retain = {"retain_days": Jsonb(dict(retain_days))}
+        changes: list[PartitionChange] = []
+        for c in await self._changes("prune_partitions", retain):
+            if c.action == "due":
+                changes += await self._changes("prune_partition", {"partition": c.partition, **retain})
+            else:
+                changes.append(c)
+        return changes
 
     async def prune_jobs(self, retain_days: int) -> int:
         """Finished jobs past ``retain_days`` whose items are all gone: deleted, in batches."""

@@ -1,2 +1,3 @@
--- Drop the time partitions past retention that nothing still needs; the rest, with why.
+-- The time partitions past retention, in the order to drop them ('due'; prune_partition drops
+-- each, a transaction each), and the default partitions that hold rows.
 SELECT partition, action, detail FROM pacer_prune_partitions(now(), %(retain_days)s::jsonb)

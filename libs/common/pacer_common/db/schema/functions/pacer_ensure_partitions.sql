@@ -4,9 +4,11 @@
 -- left to it, so that the partitions meet end to end whatever the periods were when each was
 -- made (pacer_partitions reads their bounds). Rows of a new partition's period that the
 -- default partition caught meanwhile are moved into it (a partition cannot be attached over
--- them): none while partitions are made ahead as they should be. One caller at a time (an
--- advisory lock); a partition whose table is locked past lock_timeout is left for the next
--- call ('skipped'), never waited on with the table's writers queued behind it.
+-- them), under the lock the ATTACH takes on the default partition, so that no write of the
+-- period lands there in between: none while partitions are made ahead as they should be.
+-- One caller at a time (an advisory lock); a partition whose table is locked past
+-- lock_timeout is left for the next call ('skipped'), never waited on with the table's
+-- writers queued behind it.
 --
 -- A GRANT on a partitioned table reaches none of its partitions (and Postgres checks a
 -- partition's own grants wherever it is named: ANALYZE, VACUUM, a query of the partition).
@@ -59,6 +61,15 @@ BEGIN
                     hi := quote_literal(upto);
                 END IF;
                 BEGIN
+                    -- The default partition locked before its rows are moved, as the ATTACH
+                    -- locks it (ACCESS EXCLUSIVE): a write of the period uncommitted during the
+                    -- move would otherwise stay behind in it, and the ATTACH's check of the
+                    -- default's rows fail on it. That lock at once, not a weaker one raised
+                    -- later: a session reading the default that then wrote to it would wait
+                    -- for this one while this one waited for its read (a deadlock).
+                    IF to_regclass(t.parent || '_default') IS NOT NULL THEN
+                        EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', t.parent || '_default');
+                    END IF;
                     EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)',
                                    name, t.parent);
                     EXECUTE format('WITH m AS (DELETE FROM %1$I WHERE %2$I >= %3$s AND %2$I < %4$s RETURNING *) '

@@ -1,33 +1,24 @@
--- Drop the time partitions past their table's retention, in partitioned_tables' prune order:
--- a partition whose period ended more than p_retain_days->>table days before p_now goes,
--- unless the table's guard gives a reason to keep it (unfinished items, events a reconciler
--- has not applied, ledger keys whose items are still kept, reserved sends). Dropping a
--- partition is the only way rows leave: never DELETE. A table missing from p_retain_days is
--- kept whole. Rows: every partition past retention, dropped, kept with the reason, or skipped
--- (busy past p_lock_timeout); and a
--- default partition that holds rows ('default'), which only an operator empties
--- (docs/runbook.md, "Retention").
+-- What a prune run has to do, in partitioned_tables' prune order: each time partition whose
+-- period ended more than p_retain_days->>table days before p_now ('due'), and each default
+-- partition that holds rows ('default'), which only an operator empties (docs/runbook.md,
+-- "Retention"). A table missing from p_retain_days is kept whole. It drops nothing, and locks
+-- nothing but what it reads: the caller hands each due partition, in this order, to
+-- pacer_prune_partition, a transaction each, which drops it unless its table's guard keeps it.
 --
--- The guards read committed rows: a transaction that added an unfinished item to a partition
--- past retention and has not committed (an operator's retry of an old job's item, a requery
--- page of a long-lived job) would be invisible to them, and the DROP, queued behind it, would
--- take the new item with the partition. Such writers hold pacer_partition_writer()'s lock
--- shared, which this function holds alone from its start: it begins once they are done, and
--- they wait for it. No lock on the partitions is taken before the DROP: a query through the
--- parent (a generic plan locks every partition) would then wait for it while the DROP waits for
--- the parent. A DROP that still meets such a cycle, or waits past p_lock_timeout, is skipped.
-CREATE OR REPLACE FUNCTION pacer_prune_partitions(p_now timestamptz, p_retain_days jsonb,
-                                                  p_lock_timeout interval DEFAULT interval '2 seconds')
+-- Why not drop them here: a DROP holds its table's ACCESS EXCLUSIVE lock until commit. Dropped
+-- in one transaction, the first items partition would hold every reader of items (a query by
+-- guid reads every partition) through each later guard's scan and each later DROP's lock wait,
+-- up to its lock timeout each. A transaction per partition holds a table only for that
+-- partition's DROP. The order matters: an events or ledger partition is kept while the items of
+-- its days are, so the items partitions go first, each committed before the next guard looks.
+DROP FUNCTION IF EXISTS pacer_prune_partitions(timestamptz, jsonb, interval);
+CREATE OR REPLACE FUNCTION pacer_prune_partitions(p_now timestamptz, p_retain_days jsonb)
 RETURNS TABLE (partition text, action text, detail text)
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql STABLE AS $fn$
 DECLARE
     t record;
-    p record;
-    why text;
     filled boolean;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtext('pacer_partitions'));
-    PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
     FOR t IN SELECT * FROM partitioned_tables ORDER BY prune_order, parent LOOP
         IF to_regclass(t.parent || '_default') IS NOT NULL THEN
             EXECUTE format('SELECT EXISTS (SELECT FROM %I)', t.parent || '_default') INTO filled;
@@ -36,24 +27,9 @@ BEGIN
             END IF;
         END IF;
         CONTINUE WHEN NOT p_retain_days ? t.parent;
-        FOR p IN SELECT * FROM pacer_partitions(t.parent) x
-                 WHERE x.ends + make_interval(secs => (p_retain_days->>t.parent)::int * 86400) <= p_now LOOP
-            why := NULL;
-            IF t.guard IS NOT NULL THEN
-                EXECUTE format('SELECT string_agg(r, ''; '') FROM (' || t.guard || ') AS g(r)',
-                               p.partition, p.starts, p.ends) INTO why;
-            END IF;
-            IF why IS NOT NULL THEN
-                RETURN QUERY SELECT p.partition, 'kept'::text, why;
-                CONTINUE;
-            END IF;
-            BEGIN
-                EXECUTE format('DROP TABLE %I', p.partition);
-                RETURN QUERY SELECT p.partition, 'dropped'::text, NULL::text;
-            EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
-                RETURN QUERY SELECT p.partition, 'skipped'::text, SQLERRM;
-            END;
-        END LOOP;
+        RETURN QUERY SELECT x.partition, 'due'::text, NULL::text FROM pacer_partitions(t.parent) x
+                     WHERE x.ends + make_interval(secs => (p_retain_days->>t.parent)::int * 86400) <= p_now
+                     ORDER BY x.starts;
     END LOOP;
 END
 $fn$;
