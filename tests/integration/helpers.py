@@ -234,3 +234,20 @@ def contract(request: pytest.FixtureRequest, memory: Callable[..., AbstractAsync
         asyncio.run(main())
 
     return go
+
+
+def prune_partitions(conn: psycopg.Connection[Any], now: datetime, retain: dict[str, int],
+                     lock_timeout_s: float = 2.0) -> dict[str, tuple[str, str | None]]:
+    """A prune run as the reconciler's (``conn`` in autocommit): the partitions past retention
+    listed, then each one's drop, a transaction each. ``{partition: (action, detail)}``."""
+    days = json.dumps(retain)
+    changes: dict[str, tuple[str, str | None]] = {}
+    for name, action, detail in conn.execute("SELECT * FROM pacer_prune_partitions(%s, %s::jsonb)",
+                                             (now, days)).fetchall():
+        if action != "due":
+            changes[name] = (action, detail)
+            continue
+        for row in conn.execute("SELECT * FROM pacer_prune_partition(%s, %s, %s::jsonb, make_interval(secs => %s))",
+                                (name, now, days, lock_timeout_s)).fetchall():
+            changes[row[0]] = (row[1], row[2])
+    return changes

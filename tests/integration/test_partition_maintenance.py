@@ -18,7 +18,7 @@ import pytest
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.ids import new_item_ids
 from pacer_reconciler.adapters.partitions import PostgresPartitions
-from tests.integration.helpers import seed_job, wait_for
+from tests.integration.helpers import prune_partitions, seed_job, wait_for
 
 RETAIN = {"items": 7, "item_events": 7, "send_ledger": 35}
 MAINTAINER = "pacer-maintenance-under-test"  # application_name of the maintenance's sessions
@@ -50,16 +50,7 @@ def reconciler_prune(url: str) -> Changes:
 
 
 def prune(conn: psycopg.Connection[Any], now: datetime) -> Changes:
-    """A prune run as the reconciler's, at ``now`` (``conn`` in autocommit): the partitions
-    past retention listed, then each one's drop, a transaction each."""
-    days = json.dumps(RETAIN)
-    rows = []
-    for row in conn.execute("SELECT * FROM pacer_prune_partitions(%s, %s::jsonb)", (now, days)).fetchall():
-        if row[1] == "due":
-            rows += conn.execute("SELECT * FROM pacer_prune_partition(%s, %s, %s::jsonb)", (row[0], now, days)).fetchall()
-        else:
-            rows.append(row)
-    return {name: (action, detail) for name, action, detail in rows}
+    return prune_partitions(conn, now, RETAIN)
 
 
 def maintainer_waits_for(url: str, relation_like: str) -> str | None:

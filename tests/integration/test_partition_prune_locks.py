@@ -5,7 +5,6 @@ tables' readers behind it."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -13,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from tests.integration.helpers import seed_job, wait_for
+from tests.integration.helpers import prune_partitions, seed_job, wait_for
 
 Changes = dict[str, tuple[str, str | None]]
 
@@ -34,20 +33,9 @@ def old_failed_item(url: str) -> tuple[str, str, datetime]:
 
 def prune_items(url: str, now: datetime, lock_timeout_s: float = 60.0) -> Changes:
     """The items' prune (by default with a lock timeout far past the test's waits), from a
-    session of its own: the partitions past retention listed, then each one's drop, a
-    transaction each."""
-    days = json.dumps({"items": 7})
-    changes: Changes = {}
+    session of its own."""
     with psycopg.connect(url, autocommit=True) as conn:
-        for name, action, detail in conn.execute("SELECT * FROM pacer_prune_partitions(%s, %s::jsonb)",
-                                                 (now, days)).fetchall():
-            if action != "due":
-                changes[name] = (action, detail)
-                continue
-            for row in conn.execute("SELECT * FROM pacer_prune_partition(%s, %s, %s::jsonb, make_interval(secs => %s))",
-                                    (name, now, days, lock_timeout_s)).fetchall():
-                changes[row[0]] = (row[1], row[2])
-    return changes
+        return prune_partitions(conn, now, {"items": 7}, lock_timeout_s)
 
 
 def waiting_for_a_lock(url: str, query_like: str) -> Callable[[], bool]:

@@ -18,7 +18,7 @@ from psycopg.conninfo import make_conninfo
 
 from pacer_common.db.migrate import migrate
 from pacer_common.db.sql import migrations
-from tests.integration.helpers import seed_job, wait_for
+from tests.integration.helpers import prune_partitions, seed_job, wait_for
 
 RETAIN = {"items": 7, "item_events": 7, "send_ledger": 35, "audit_log": 400, "operator_conflicts": 90,
           "guid_state_history": 90}
@@ -56,18 +56,8 @@ def cursors_at_the_end(conn: psycopg.Connection[Any]) -> None:
                  "SET last_xid = EXCLUDED.last_xid, last_seq = EXCLUDED.last_seq")
 
 
-def prune(conn: psycopg.Connection[Any], now: datetime, retain: dict[str, int] | None = None) -> dict[str, tuple[str, str]]:
-    """A prune run as the reconciler's (``conn`` in autocommit): the partitions past retention
-    listed, then each one's drop, a transaction each."""
-    import json
-    days = json.dumps(retain or RETAIN)
-    rows = []
-    for row in conn.execute("SELECT * FROM pacer_prune_partitions(%s, %s::jsonb)", (now, days)).fetchall():
-        if row[1] == "due":
-            rows += conn.execute("SELECT * FROM pacer_prune_partition(%s, %s, %s::jsonb)", (row[0], now, days)).fetchall()
-        else:
-            rows.append(row)
-    return {name: (action, detail) for name, action, detail in rows}
+def prune(conn: psycopg.Connection[Any], now: datetime, retain: dict[str, int] | None = None) -> dict[str, tuple[str, str | None]]:
+    return prune_partitions(conn, now, retain or RETAIN)
 
 
 def test_a_jobs_items_events_and_ledger_keys_are_in_the_partitions_of_its_week(database_url: str) -> None:

@@ -559,10 +559,7 @@ BEGIN
             p_clear_lease => true, p_error_class => 'in_doubt',
             p_error => 'a retry of an item from before a restore from a backup: a retry of it may have been '
                        'delivered after the backup, so it is verified before it is sent');
-        PERFORM pg_advisory_xact_lock(hashtextextended(o.idem_key, 0));
-        INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
-        SELECT o.idem_key, c, o.guid, o.to_id, 'reserved'
-        WHERE NOT EXISTS (SELECT 1 FROM send_ledger l WHERE l.idem_key = o.idem_key);
+        PERFORM pacer_reserve_key(c);
     END IF;
     INSERT INTO shard_status_counts AS s (shard_id, status, n) VALUES (o.shard_id, 'pending', 1)
     ON CONFLICT (shard_id, status) DO UPDATE SET n = s.n + 1;
@@ -1387,6 +1384,22 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.pacer_reserve_key(p_item uuid) RETURNS boolean
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    i record;
+BEGIN
+    SELECT it.idem_key, it.guid, it.to_id INTO i FROM items it WHERE it.item_id = p_item;
+    PERFORM pg_advisory_xact_lock(hashtextextended(i.idem_key, 0));
+    INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
+    SELECT i.idem_key, p_item, i.guid, i.to_id, 'reserved'
+    WHERE NOT EXISTS (SELECT 1 FROM send_ledger l WHERE l.idem_key = i.idem_key);
+    RETURN EXISTS (SELECT 1 FROM send_ledger l WHERE l.idem_key = i.idem_key AND l.item_id = p_item);
+END
+$$;
+
 CREATE FUNCTION public.pacer_resolve_unverified(p_item uuid, p_delivered boolean, p_actor text, p_reason text) RETURNS TABLE(outcome text, message text, status text)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
@@ -1423,10 +1436,7 @@ BEGIN
             p_error => 'resolved as not delivered after a restore from a backup: it may have been resolved and '
                        'sent after the backup, so it is verified before it is sent');
         -- Its key stays reserved (an unverified item holds it; taken again if it does not).
-        PERFORM pg_advisory_xact_lock(hashtextextended(i.idem_key, 0));
-        INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
-        SELECT i.idem_key, p_item, i.guid, i.to_id, 'reserved'
-        WHERE NOT EXISTS (SELECT 1 FROM send_ledger l WHERE l.idem_key = i.idem_key);
+        PERFORM pacer_reserve_key(p_item);
         RETURN QUERY SELECT 'done'::text,
             format('item %s resolved as not delivered, but the database was restored from a backup after it last '
                    'changed, and it may have been resolved and sent since: in doubt (recovery_pending) until the '

@@ -123,10 +123,7 @@ BEGIN
             p_clear_lease => true, p_error_class => 'in_doubt',
             p_error => 'a retry of an item from before a restore from a backup: a retry of it may have been '
                        'delivered after the backup, so it is verified before it is sent');
-        PERFORM pg_advisory_xact_lock(hashtextextended(o.idem_key, 0));
-        INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
-        SELECT o.idem_key, c, o.guid, o.to_id, 'reserved'
-        WHERE NOT EXISTS (SELECT 1 FROM send_ledger l WHERE l.idem_key = o.idem_key);
+        PERFORM pacer_reserve_key(c);
     END IF;
     INSERT INTO shard_status_counts AS s (shard_id, status, n) VALUES (o.shard_id, 'pending', 1)
     ON CONFLICT (shard_id, status) DO UPDATE SET n = s.n + 1;

@@ -42,10 +42,7 @@ BEGIN
             p_error => 'resolved as not delivered after a restore from a backup: it may have been resolved and '
                        'sent after the backup, so it is verified before it is sent');
         -- Its key stays reserved (an unverified item holds it; taken again if it does not).
-        PERFORM pg_advisory_xact_lock(hashtextextended(i.idem_key, 0));
-        INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
-        SELECT i.idem_key, p_item, i.guid, i.to_id, 'reserved'
-        WHERE NOT EXISTS (SELECT 1 FROM send_ledger l WHERE l.idem_key = i.idem_key);
+        PERFORM pacer_reserve_key(p_item);
         RETURN QUERY SELECT 'done'::text,
             format('item %s resolved as not delivered, but the database was restored from a backup after it last '
                    'changed, and it may have been resolved and sent since: in doubt (recovery_pending) until the '
