@@ -242,7 +242,7 @@ def prune_partitions(conn: psycopg.Connection[Any], now: datetime, retain: dict[
     listed, then each one's drop, a transaction each. ``{partition: (action, detail)}``."""
     days = json.dumps(retain)
     changes: dict[str, tuple[str, str | None]] = {}
-    for name, action, detail in conn.execute("SELECT * FROM pacer_prune_partitions(%s, %s::jsonb)",
+    for name, action, detail in conn.execute("SELECT * FROM pacer_partitions_due(%s, %s::jsonb)",
                                              (now, days)).fetchall():
         if action != "due":
             changes[name] = (action, detail)

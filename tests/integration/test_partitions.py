@@ -5,6 +5,7 @@ one-row-per-key across partitions, and the upgrade of tables that held rows befo
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import threading
 import uuid
@@ -56,7 +57,13 @@ def cursors_at_the_end(conn: psycopg.Connection[Any]) -> None:
                  "SET last_xid = EXCLUDED.last_xid, last_seq = EXCLUDED.last_seq")
 
 
-def prune(conn: psycopg.Connection[Any], now: datetime, retain: dict[str, int] | None = None) -> dict[str, tuple[str, str | None]]:
+def prune(conn: psycopg.Connection[Any], now: datetime, retain: dict[str, int] | None = None,
+          one_call: bool = False) -> dict[str, tuple[str, str | None]]:
+    """The reconciler's prune, or (``one_call``) the one call a reconciler older than the
+    schema makes (``pacer_prune_partitions``: everything in one transaction)."""
+    if one_call:
+        return {name: (action, detail) for name, action, detail in conn.execute(
+            "SELECT * FROM pacer_prune_partitions(%s, %s::jsonb)", (now, json.dumps(retain or RETAIN))).fetchall()}
     return prune_partitions(conn, now, retain or RETAIN)
 
 
@@ -88,8 +95,9 @@ def test_an_operators_retry_weeks_later_is_in_its_jobs_partition(database_url: s
         assert week(then) != week(datetime.now(UTC))
 
 
+@pytest.mark.parametrize("one_call", [False, True], ids=["per_partition", "older_reconciler"])
 def test_pruning_drops_finished_days_past_retention_and_keeps_unfinished_work_and_needed_keys(
-        database_url: str) -> None:
+        database_url: str, one_call: bool) -> None:
     now = datetime.now(UTC)
     # two weeks past the items' retention, within the ledger's 35 days
     old, older = now - timedelta(days=20), now - timedelta(days=27)
@@ -103,7 +111,7 @@ def test_pruning_drops_finished_days_past_retention_and_keeps_unfinished_work_an
         cursors_at_the_end(conn)
         ledger_week = partition_of(conn, "send_ledger", done_a)
 
-        changes = prune(conn, now)
+        changes = prune(conn, now, one_call=one_call)
         assert changes[f"items_p{week(older)}"] == ("dropped", None)
         assert changes[f"item_events_p{week(older)}"] == ("dropped", None)
         assert changes[f"items_p{week(old)}"] == ("kept", "holds unfinished items")
@@ -121,13 +129,13 @@ def test_pruning_drops_finished_days_past_retention_and_keeps_unfinished_work_an
 
         # Past the ledger's retention its weeks go, unless items of their days are still kept.
         open_week = f"send_ledger_p{week(old)}"
-        later = prune(conn, now + timedelta(days=30))
+        later = prune(conn, now + timedelta(days=30), one_call=one_call)
         assert later[ledger_week] == ("dropped", None)
         assert later[f"items_p{week(old)}"] == ("kept", "holds unfinished items")
         assert later[open_week] == ("kept", "the items of its days are still kept")
         conn.execute("UPDATE items SET status = 'abandoned' WHERE item_id = %s", (open_item,))
         cursors_at_the_end(conn)
-        last = prune(conn, now + timedelta(days=30))
+        last = prune(conn, now + timedelta(days=30), one_call=one_call)
         assert last[f"items_p{week(old)}"] == ("dropped", None) and last[open_week] == ("dropped", None)
 
 

@@ -326,3 +326,23 @@ def test_in_a_database_never_restored_a_retry_and_a_resolution_are_pending_at_on
     assert _ledger(url, unverified) == []
     assert _events(url, unverified)[-1] == ("ItemResolvedNotDelivered", "unverified", "pending")
     assert one(url, "SELECT count(*) FROM item_events WHERE type = 'ItemInDoubt' AND payload ? 'restored'") == 0
+
+
+def test_a_bulk_retry_after_a_restore_takes_no_lock_per_item(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each compensation in doubt has its key reserved without a lock of its own: a bulk retry
+    # (up to 10,000 items in one transaction) would hold one per item to its commit, out of the
+    # shared lock table every session's locks come from.
+    url = database_url
+    _, _, failed = seed_job(url, {"bulk-g1": 3, "bulk-g2": 3})
+    move(url, failed, "failed", "needs_human")
+    _after_restore(url, monkeypatch)
+    with psycopg.connect(url) as conn:  # one transaction, as the Control API runs it
+        made = conn.execute("SELECT outcome, new_item::text FROM pacer_retry_items(%s::uuid[], 'op')",
+                            (failed,)).fetchall()
+        advisory = conn.execute("SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid()"
+                                " AND locktype = 'advisory'").fetchone()
+    assert [o for o, _ in made] == ["created"] * 6
+    assert advisory == (1,)  # the partitions' writer lock (pacer_partition_writer), one per transaction
+    new = [n for _, n in made]
+    assert _status(url, *new) == ["recovery_pending"] * 6
+    assert [_ledger(url, n) for n in new] == [["reserved"]] * 6

@@ -68,8 +68,10 @@ def test_groups_go_back_to_the_restore_point_never_forward_and_not_while_they_ha
     assert _rewind("--services-stopped", "--to", restore_point) == 0
     assert _committed(kafka_config, planner, requests, 2) == [4, 2]
     assert _committed(kafka_config, reconciler, callbacks, 1) == [3]
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert f"group {planner} {requests}[0]: 7 → 4" in out and f"{requests}[1]: 2 → 2 (kept)" in out
+    # No planner recorded a position in this database: by the timestamps alone, and it says so.
+    assert f"warning: the database records no position of group {planner}" in err
     # Recorded in the database, where `pacer after-restore --to` the same point looks for it.
     (record,) = [a for a in audit(database_url) if a["action"] == "rewind_groups"]
     assert (record["target_type"], record["target_id"]) == ("consumer_groups", topic_prefix)
@@ -188,7 +190,8 @@ def test_a_request_read_before_the_restore_point_and_stored_after_it_is_planned_
     assert _rewind("--services-stopped", "--to", restore_point.isoformat()) == 0
     # To r1 (offset 1), where the restored database says the planners had got to; the
     # broker's timestamps alone would have gone back to r2 only (offset 2).
-    assert f"group {planner} {requests}[0]: 3 → 1" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert f"group {planner} {requests}[0]: 3 → 1" in out and "records no position" not in err
     asyncio.run(_plan(database_url, kafka_config, topic_prefix, 2))
     with psycopg.connect(database_url) as conn:
         assert sorted(r for (r,) in conn.execute("SELECT request_id FROM jobs").fetchall()) == ["r0", "r1", "r2"]

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from pacer_common.domain.commands import ItemCommand
+from pacer_common.domain.dead_letters import MAX_TENANT_PARSE_BYTES
 from pacer_common.domain.ids import Guid, RequestId, job_id_for
 from pacer_planner.core import Handled, Planner
 from pacer_planner.core.consume import IntakeLoop, IntakePolicy
@@ -197,6 +198,22 @@ def test_a_stored_job_judged_again_past_its_expiry_is_dispatched_not_dead_letter
     late = request("r2", expire_at=t0.isoformat())
     assert asyncio.run(planner.handle(None, late, now=t0 + timedelta(seconds=5))).outcome == "dead_lettered"
     assert len(bus.dlq) == 1 and "already expired" in bus.dlq[0][1]
+
+
+def test_a_large_stored_job_judged_again_past_its_expiry_is_dispatched_not_dead_lettered() -> None:
+    # Over the 1 MiB a refused request's bytes are read again for its id: the id comes from
+    # the parse that judged it.
+    t0 = datetime.now(UTC)
+    body = json.loads(request("big", expire_at=(t0 + timedelta(seconds=1)).isoformat()))
+    body["targets"]["items"] = [{"guid": f"g{i % 50}", "to_id": f"room-{i:08d}"} for i in range(30_000)]
+    raw = json.dumps(body).encode()
+    assert len(raw) > MAX_TENANT_PARSE_BYTES
+    store, bus = Store(), Bus(fail_dispatch=[Down("kafka")])
+    planner = Planner(store, bus)
+    with pytest.raises(DispatchFailed):
+        asyncio.run(planner.handle(None, raw, now=t0))
+    h = asyncio.run(planner.handle(None, raw, now=t0 + timedelta(seconds=5)))
+    assert (h.outcome, bus.dlq) == ("redispatched", [])
 
 
 def test_a_stored_job_the_database_refuses_on_redelivery_is_not_dead_lettered() -> None:

@@ -165,6 +165,12 @@ def _rewind_groups(args: argparse.Namespace) -> int:
         with psycopg.connect(url) as conn:
             rows = conn.execute(query("recorded_positions"), {"group_id": planner, "topic": k.job_requests}).fetchall()
         recorded: dict[str, dict[int, int]] = {planner: {int(p): int(o) for p, o in rows}}
+        if not rows:
+            print(f"warning: the database records no position of group {planner} (a backup taken before the "
+                  "planners recorded them, or planners of an older version): it goes back by the timestamps alone, "
+                  "and a request published before the restore point but stored after it is not read again; to "
+                  "read those too, give an earlier --to (requests whose jobs the database has are not planned "
+                  "twice)", file=sys.stderr)
     except psycopg.Error as exc:
         print(f"nothing moved: where the planners had got to is read from the restored database, which did not "
               f"answer ({exc}); run this again once it does", file=sys.stderr)

@@ -80,7 +80,12 @@ Rendered = tuple[TargetFields, str, IdemKey]  # a target, its rendered content, 
 
 
 class InvalidRequest(ValueError):
-    """The request cannot become a job; the message is the reason, for people."""
+    """The request cannot become a job; the message is the reason, for people. ``request_id``:
+    its id, where it parsed that far (a request judged again may be one whose job is stored)."""
+
+    def __init__(self, reason: str, request_id: str | None = None) -> None:
+        super().__init__(reason)
+        self.request_id = request_id
 
 
 class CannotPlan(ValueError):
@@ -101,7 +106,7 @@ def validate_request(raw: bytes, now: datetime) -> ValidRequest:
     try:
         return prepare(req, now, rows)
     except CannotPlan as exc:
-        raise InvalidRequest(f"cannot plan job request: {exc}") from None
+        raise InvalidRequest(f"cannot plan job request: {exc}", req.request_id) from None
 
 
 def parse_request(raw: bytes) -> JobRequest:

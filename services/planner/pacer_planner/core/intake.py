@@ -83,7 +83,7 @@ class Planner:
                 valid = validate_request(value, now)
                 p = plan(valid, now, self.coalesce_window, self.max_shard_items)
         except InvalidRequest as exc:
-            return await self._refuse(key, value, str(exc), None, request_id_named(value))
+            return await self._refuse(key, value, str(exc), None, exc.request_id or request_id_named(value))
         request = valid.request
         with bind(request_id=request.request_id, job_id=p.job_id):
             guids = p.per_guid

@@ -1,6 +1,6 @@
-"""Time partitions on Postgres (``pacer_ensure_partitions``, ``pacer_prune_partitions``), the
-job rows whose items' partitions have gone (``pacer_prune_jobs``), and the days of tenant
-send counts past retention."""
+"""Time partitions on Postgres (``pacer_ensure_partitions``, ``pacer_partitions_due``,
+``pacer_prune_partition``), the job rows whose items' partitions have gone
+(``pacer_prune_jobs``), and the days of tenant send counts past retention."""
 
 from __future__ import annotations
 

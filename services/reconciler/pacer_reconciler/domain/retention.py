@@ -1,6 +1,6 @@
 """How long each time-partitioned table keeps its rows, and what a maintenance run did.
 
-Rows leave only with their whole partition (``pacer_prune_partitions``), and only past the
+Rows leave only with their whole partition (``pacer_prune_partition``), and only past the
 table's retention; the database's guards keep a partition that still holds unfinished work
 or a key still needed, whatever the retention says. The rules here are the ones a setting
 can break: a ledger key must outlive the items that may still be sent under it, and the
@@ -40,7 +40,7 @@ class Retention:
                              f"(another table keeps {longest} days)")
 
     def by_table(self) -> dict[str, int]:
-        """Days per partitioned table, as ``pacer_prune_partitions`` takes them."""
+        """Days per partitioned table, as ``pacer_partitions_due`` and ``pacer_prune_partition`` take them."""
         return {"items": self.items_days, "item_events": self.items_days, "send_ledger": self.ledger_days,
                 "audit_log": self.audit_days, "operator_conflicts": self.conflicts_days,
                 "guid_state_history": self.state_history_days}

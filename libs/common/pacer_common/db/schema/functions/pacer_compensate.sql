@@ -113,11 +113,10 @@ BEGIN
                                'priority', COALESCE(p_priority, o.priority)));
     IF doubt THEN
         -- Moved as any item is (the reconciler's counts take it from pending to
-        -- recovery_pending). The key's lock before the look and the reservation, as
-        -- pacer_begin_send takes it; held to the commit, so two bulk retries that share keys
-        -- across jobs, taken in opposite orders, may deadlock: one is aborted whole and tried
-        -- again (a transient error). Not reserved when another item holds the key: found not
-        -- delivered, the compensation is then abandoned as a duplicate when it is begun.
+        -- recovery_pending), its key reserved (pacer_reserve_key: no lock per key, which a bulk
+        -- retry would hold for every item to its commit). Not reserved when another item holds
+        -- the key: found not delivered, the compensation is then abandoned as a duplicate when
+        -- it is begun.
         PERFORM pacer_transition(ARRAY[c], '{pending}', 'recovery_pending', 'ItemInDoubt',
             jsonb_build_object('restored', true, 'actor', p_actor, 'compensates', p_item),
             p_clear_lease => true, p_error_class => 'in_doubt',

@@ -9,12 +9,13 @@
 -- it has yet to apply. One row per job or shard, not per item: deleted in small batches,
 -- locked rows skipped (another run, or the Control API, has them).
 --
--- A ticket chain goes oldest version first: a job stays while a job of an older status version
--- of its business id (coalesce_key) is left. Whether an item is superseded is read from the
--- jobs of its business id (a retry, a send, a compensation: is there a newer version?): were
--- the newer job deleted while an item of an older one is still kept (its partition holding
--- other unfinished work), a retry of that item would be answered "not superseded" and its
--- outdated status sent.
+-- A job of a ticket chain stays while a job of an older status version of its business id
+-- (coalesce_key) still has items. Whether an item is superseded is read from the jobs of its
+-- business id (a retry, a send, a compensation: is there a newer version?): were the newer job
+-- deleted while an item of an older one is still kept (its partition holding other unfinished
+-- work), a retry of that item would be answered "not superseded" and its outdated status sent.
+-- An older version with no items left has nothing to retry or send, whatever its status (a
+-- paused one is never completed): it holds nothing back, and a chain's versions go together.
 CREATE OR REPLACE FUNCTION pacer_prune_jobs(p_before timestamptz, p_limit integer DEFAULT 1000)
 RETURNS integer
 LANGUAGE plpgsql AS $fn$
@@ -28,7 +29,8 @@ BEGIN
           AND NOT EXISTS (SELECT 1 FROM items i WHERE i.job_id = j.job_id)
           AND NOT j.created_at <@ ANY(events_kept)
           AND NOT EXISTS (SELECT 1 FROM jobs o WHERE o.coalesce_key = j.coalesce_key
-                                                 AND o.coalesce_version < j.coalesce_version)
+                                                 AND o.coalesce_version < j.coalesce_version
+                                                 AND EXISTS (SELECT 1 FROM items i WHERE i.job_id = o.job_id))
         ORDER BY j.created_at
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED

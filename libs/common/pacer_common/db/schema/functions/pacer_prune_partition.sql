@@ -1,4 +1,4 @@
--- Drop one time partition past its table's retention (pacer_prune_partitions lists them, in
+-- Drop one time partition past its table's retention (pacer_partitions_due lists them, in
 -- the order to drop them), unless its table's guard gives a reason to keep it (unfinished
 -- items, events a reconciler has not applied, ledger keys whose items are still kept, reserved
 -- sends). Dropping a partition is the only way rows leave: never DELETE. Call it in a
@@ -27,7 +27,7 @@ DECLARE
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pacer_partitions'));
     PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
-    -- Past retention as pacer_prune_partitions lists it, read again under the lock.
+    -- Past retention as pacer_partitions_due lists it, read again under the lock.
     SELECT t.guard, x.starts, x.ends INTO p
     FROM partitioned_tables t CROSS JOIN LATERAL pacer_partitions(t.parent) x
     WHERE x.partition = p_partition AND p_retain_days ? t.parent
