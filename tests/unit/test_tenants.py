@@ -102,9 +102,9 @@ def test_daily_usage_counts_this_senders_sends_on_top_of_the_days_totals() -> No
     assert u.allows("globex", 6, now) and not u.allows("globex", 5, now)
     assert u.used("globex", tomorrow) == 0  # a day ended: its totals do not count against the next
     assert u.day_ends("globex") == ends and u.day_ends("initech") == 0
-    failed = u.take()
-    u.restore(failed)  # adding them failed: kept for the next round
-    assert u.take() == {"acme": 1}
+    first = u.flush()  # adding it fails: it stays pending, resent as it is
+    assert first.sends == {"acme": 1} and u.used("acme", now) == 2
+    assert u.flush() == first
 
 
 def test_a_tenant_past_its_quota_waits_for_the_end_of_its_day_as_the_database_counts_it() -> None:

@@ -11,6 +11,7 @@ from pacer_common.db.pool import open_pool
 from pacer_common.db.tenants import TenantCache, keep_usage
 from pacer_common.domain.breaker import Breaker
 from pacer_common.domain.failures import RetryPolicy
+from pacer_common.domain.quota import DailyUsage
 from pacer_common.lifecycle import every
 from pacer_common.metrics import PoolStats, gateway_latency
 from pacer_common.service import ServiceContext, main_for, run_service
@@ -58,7 +59,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         await tenants.reload()
         gateway = TenantGateways(tenants.get, cfg.gateway_timeout_s, cfg.failure_codes,
                                  observe=gateway_latency(ctx.registry),
-                                 breaker=lambda: Breaker(cfg.breaker_failures, cfg.breaker_cooldown_s))
+                                 breaker=lambda: Breaker(cfg.breaker_failures, cfg.breaker_cooldown_s),
+                                 usage=DailyUsage(sender=cfg.owner))  # this process names its usage flushes
         m.open_breakers.set_function(lambda: float(gateway.open_tenants()))
         repo = PostgresItemRepository(pool, timedelta(seconds=cfg.lease_ttl_s), linger_s=cfg.step_linger_ms / 1000,
                                       spare_linger_s=cfg.step_linger_spare_ms / 1000)

@@ -549,11 +549,10 @@ BEGIN
                                'priority', COALESCE(p_priority, o.priority)));
     IF doubt THEN
         -- Moved as any item is (the reconciler's counts take it from pending to
-        -- recovery_pending). The key's lock before the look and the reservation, as
-        -- pacer_begin_send takes it; held to the commit, so two bulk retries that share keys
-        -- across jobs, taken in opposite orders, may deadlock: one is aborted whole and tried
-        -- again (a transient error). Not reserved when another item holds the key: found not
-        -- delivered, the compensation is then abandoned as a duplicate when it is begun.
+        -- recovery_pending), its key reserved (pacer_reserve_key: no lock per key, which a bulk
+        -- retry would hold for every item to its commit). Not reserved when another item holds
+        -- the key: found not delivered, the compensation is then abandoned as a duplicate when
+        -- it is begun.
         PERFORM pacer_transition(ARRAY[c], '{pending}', 'recovery_pending', 'ItemInDoubt',
             jsonb_build_object('restored', true, 'actor', p_actor, 'compensates', p_item),
             p_clear_lease => true, p_error_class => 'in_doubt',
@@ -1212,6 +1211,28 @@ CREATE FUNCTION public.pacer_partitions(p_parent text) RETURNS TABLE(partition t
     ORDER BY 2
 $_$;
 
+CREATE FUNCTION public.pacer_partitions_due(p_now timestamp with time zone, p_retain_days jsonb) RETURNS TABLE(partition text, action text, detail text)
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    t record;
+    filled boolean;
+BEGIN
+    FOR t IN SELECT * FROM partitioned_tables ORDER BY prune_order, parent LOOP
+        IF to_regclass(t.parent || '_default') IS NOT NULL THEN
+            EXECUTE format('SELECT EXISTS (SELECT FROM %I)', t.parent || '_default') INTO filled;
+            IF filled THEN
+                RETURN QUERY SELECT t.parent || '_default', 'default'::text, 'holds rows'::text;
+            END IF;
+        END IF;
+        CONTINUE WHEN NOT p_retain_days ? t.parent;
+        RETURN QUERY SELECT x.partition, 'due'::text, NULL::text FROM pacer_partitions(t.parent) x
+                     WHERE x.ends + make_interval(secs => (p_retain_days->>t.parent)::int * 86400) <= p_now
+                     ORDER BY x.starts;
+    END LOOP;
+END
+$$;
+
 CREATE FUNCTION public.pacer_prune_jobs(p_before timestamp with time zone, p_limit integer DEFAULT 1000) RETURNS integer
     LANGUAGE plpgsql
     AS $$
@@ -1225,7 +1246,8 @@ BEGIN
           AND NOT EXISTS (SELECT 1 FROM items i WHERE i.job_id = j.job_id)
           AND NOT j.created_at <@ ANY(events_kept)
           AND NOT EXISTS (SELECT 1 FROM jobs o WHERE o.coalesce_key = j.coalesce_key
-                                                 AND o.coalesce_version < j.coalesce_version)
+                                                 AND o.coalesce_version < j.coalesce_version
+                                                 AND EXISTS (SELECT 1 FROM items i WHERE i.job_id = o.job_id))
         ORDER BY j.created_at
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
@@ -1250,7 +1272,7 @@ DECLARE
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pacer_partitions'));
     PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
-    -- Past retention as pacer_prune_partitions lists it, read again under the lock.
+    -- Past retention as pacer_partitions_due lists it, read again under the lock.
     SELECT t.guard, x.starts, x.ends INTO p
     FROM partitioned_tables t CROSS JOIN LATERAL pacer_partitions(t.parent) x
     WHERE x.partition = p_partition AND p_retain_days ? t.parent
@@ -1275,24 +1297,18 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION public.pacer_prune_partitions(p_now timestamp with time zone, p_retain_days jsonb) RETURNS TABLE(partition text, action text, detail text)
-    LANGUAGE plpgsql STABLE
+CREATE FUNCTION public.pacer_prune_partitions(p_now timestamp with time zone, p_retain_days jsonb, p_lock_timeout interval DEFAULT '00:00:02'::interval) RETURNS TABLE(partition text, action text, detail text)
+    LANGUAGE plpgsql
     AS $$
 DECLARE
-    t record;
-    filled boolean;
+    d record;
 BEGIN
-    FOR t IN SELECT * FROM partitioned_tables ORDER BY prune_order, parent LOOP
-        IF to_regclass(t.parent || '_default') IS NOT NULL THEN
-            EXECUTE format('SELECT EXISTS (SELECT FROM %I)', t.parent || '_default') INTO filled;
-            IF filled THEN
-                RETURN QUERY SELECT t.parent || '_default', 'default'::text, 'holds rows'::text;
-            END IF;
+    FOR d IN SELECT * FROM pacer_partitions_due(p_now, p_retain_days) LOOP
+        IF d.action = 'due' THEN
+            RETURN QUERY SELECT * FROM pacer_prune_partition(d.partition, p_now, p_retain_days, p_lock_timeout);
+        ELSE
+            RETURN QUERY SELECT d.partition, d.action, d.detail;
         END IF;
-        CONTINUE WHEN NOT p_retain_days ? t.parent;
-        RETURN QUERY SELECT x.partition, 'due'::text, NULL::text FROM pacer_partitions(t.parent) x
-                     WHERE x.ends + make_interval(secs => (p_retain_days->>t.parent)::int * 86400) <= p_now
-                     ORDER BY x.starts;
     END LOOP;
 END
 $$;
@@ -1385,19 +1401,17 @@ END
 $$;
 
 CREATE FUNCTION public.pacer_reserve_key(p_item uuid) RETURNS boolean
-    LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_generic_plan'
+    LANGUAGE sql
     AS $$
-DECLARE
-    i record;
-BEGIN
-    SELECT it.idem_key, it.guid, it.to_id INTO i FROM items it WHERE it.item_id = p_item;
-    PERFORM pg_advisory_xact_lock(hashtextextended(i.idem_key, 0));
-    INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
-    SELECT i.idem_key, p_item, i.guid, i.to_id, 'reserved'
-    WHERE NOT EXISTS (SELECT 1 FROM send_ledger l WHERE l.idem_key = i.idem_key);
-    RETURN EXISTS (SELECT 1 FROM send_ledger l WHERE l.idem_key = i.idem_key AND l.item_id = p_item);
-END
+    WITH i AS (SELECT it.idem_key, it.guid, it.to_id FROM items it WHERE it.item_id = p_item),
+    added AS (
+        INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
+        SELECT i.idem_key, p_item, i.guid, i.to_id, 'reserved' FROM i
+        WHERE NOT EXISTS (SELECT 1 FROM send_ledger l WHERE l.idem_key = i.idem_key)
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM added)
+        OR EXISTS (SELECT 1 FROM send_ledger l, i WHERE l.idem_key = i.idem_key AND l.item_id = p_item)
 $$;
 
 CREATE FUNCTION public.pacer_resolve_unverified(p_item uuid, p_delivered boolean, p_actor text, p_reason text) RETURNS TABLE(outcome text, message text, status text)
@@ -2340,6 +2354,12 @@ CREATE TABLE public.tenant_usage (
     sends bigint DEFAULT 0 NOT NULL
 );
 
+CREATE TABLE public.tenant_usage_flushes (
+    sender text NOT NULL,
+    seq bigint NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 CREATE TABLE public.tenants (
     name text NOT NULL,
     base_url text,
@@ -2479,6 +2499,9 @@ ALTER TABLE ONLY public.shards
 
 ALTER TABLE ONLY public.tenant_guids
     ADD CONSTRAINT tenant_guids_pkey PRIMARY KEY (guid);
+
+ALTER TABLE ONLY public.tenant_usage_flushes
+    ADD CONSTRAINT tenant_usage_flushes_pkey PRIMARY KEY (sender);
 
 ALTER TABLE ONLY public.tenant_usage
     ADD CONSTRAINT tenant_usage_pkey PRIMARY KEY (tenant, day);

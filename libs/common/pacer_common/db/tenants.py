@@ -13,7 +13,7 @@ from pydantic import SecretStr
 from pacer_common.db.errors import with_retry
 from pacer_common.db.pool import Pool
 from pacer_common.db.sql import query
-from pacer_common.domain.quota import DailyUsage
+from pacer_common.domain.quota import DailyUsage, Flush
 from pacer_common.domain.tenants import Tenant
 from pacer_common.lifecycle import every
 
@@ -68,19 +68,25 @@ class TenantCache:
 
 async def add_usage(pool: Pool, usage: DailyUsage) -> None:
     """Add this sender's sends to each tenant's today and read the totals back into ``usage``,
-    with the end of each tenant's day, as the database counts its days (``tenant_usage.sql``)."""
-    sent = usage.take()
-    try:
-        async def work() -> list[Any]:
-            async with pool.connection() as conn:
-                return await (await conn.execute(query("tenant_usage"), {
-                    "tenants": list(sent), "sends": list(sent.values())})).fetchall()
+    with the end of each tenant's day, as the database counts its days (``tenant_usage.sql``).
 
-        rows = await with_retry(work, deadline_s=5.0)
-    except Exception:
-        usage.restore(sent)
-        raise
-    usage.absorb({r["tenant"]: (float(r["ends_at"]), int(r["sends"])) for r in rows})
+    Each flush is added once (``DailyUsage.flush``): a flush that failed, perhaps after its
+    statement committed (``with_retry`` runs a statement again when its answer is lost), stays
+    pending and goes first, verbatim; then the sends counted since, in a flush of their own."""
+    for _ in range(2 if usage.resending else 1):
+        flush = usage.flush()
+        usage.flushed(flush, await _apply(pool, flush))  # a failure leaves the flush pending
+
+
+async def _apply(pool: Pool, flush: Flush) -> dict[str, tuple[float, int]]:
+    async def work() -> list[Any]:
+        async with pool.connection() as conn:
+            return await (await conn.execute(query("tenant_usage"), {
+                "sender": flush.sender, "seq": flush.seq,
+                "tenants": list(flush.sends), "sends": list(flush.sends.values())})).fetchall()
+
+    rows = await with_retry(work, deadline_s=5.0)
+    return {r["tenant"]: (float(r["ends_at"]), int(r["sends"])) for r in rows}
 
 
 async def keep_usage(pool: Pool, usage: DailyUsage, stop: asyncio.Event, every_s: float = 1.0) -> None:

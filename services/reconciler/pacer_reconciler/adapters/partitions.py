@@ -68,7 +68,8 @@ class PostgresPartitions:
         return pruned
 
     async def prune_usage(self, retain_days: int) -> int:
-        """Days of per-tenant send counts older than ``retain_days``: deleted; how many rows."""
+        """Days of per-tenant send counts older than ``retain_days``, and the flush records of
+        senders that added none for as long (``tenant_usage_flushes``): deleted; how many days."""
         return await self._pruned("prune_usage", {"retain_days": retain_days})
 
     async def prune_senders(self) -> int:
