@@ -329,7 +329,7 @@ def test_a_grace_period_the_pre_stop_sleep_would_use_up_is_refused(service):
     assert f"{service}.terminationGracePeriodSeconds (30) must be above {service}.preStopSleepSeconds (30)" in out.stderr
 
 
-def test_object_names_are_given_by_the_fullname_not_the_release():
+def test_the_docs_name_objects_by_the_fullname_not_the_release():
     """``<release>-control`` exists only for a release whose name contains "pacer": objects are
     named ``<fullname>-<service>``, as the chart's own fullname says."""
     texts = {path: path.read_text() for path in (CHART / "values.yaml", DOCS / "runbook.md", DOCS / "operations.md")}

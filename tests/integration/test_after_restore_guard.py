@@ -77,15 +77,17 @@ def test_leases_restored_with_the_backup_hold_it_back_only_until_they_run_out(
     with psycopg.connect(url) as conn:
         conn.execute("INSERT INTO guid_leases (guid, owner, lease_until) VALUES"
                      " ('restored-a', 'pacer-sender-old:1:aaaaaaaaaaaa', now() - interval '5 minutes'),"
-                     " ('restored-b', %s, now() + interval '3 seconds'), ('restored-c', NULL, NULL)", (SENDER,))
+                     " ('restored-b', %s, now() + interval '60 seconds'), ('restored-c', NULL, NULL)", (SENDER,))
 
     assert _after_restore() == EXIT_REFUSED
     err = capsys.readouterr().err
     assert f"1 sender(s) hold guid leases that have not run out: {SENDER} (1 guids)" in err
     assert "pacer-sender-old" not in err, "a lease run out is nobody's"
-    assert "leases restored with the backup" in err and any(f"the last runs out in {s} s" in err for s in (1, 2, 3))
+    assert "leases restored with the backup" in err and any(f"the last runs out in {s} s" in err for s in range(1, 61))
     assert _statuses(url, items) == ["pending"]
 
+    with psycopg.connect(url) as conn:  # its last second, rather than a minute's wait
+        conn.execute("UPDATE guid_leases SET lease_until = now() + interval '1 second' WHERE guid = 'restored-b'")
     wait_for(lambda: not tuples(url, "SELECT guid FROM guid_leases WHERE lease_until > now()"), 15,
              "the restored lease to run out")
     assert _after_restore() == 0

@@ -144,7 +144,7 @@ def test_a_seq_is_applied_once_per_sender_and_never_after_a_later_one(url: str) 
     assert flush("b", 1, {"acme": 1})["acme"] == 3  # another sender's seqs are its own
     assert flush("a", 3, {"acme": 1})["acme"] == 4
     assert flush("a", 2, {"acme": 9})["acme"] == 4  # older than the last applied: never added
-    assert flush("a", 3, {})["acme"] == 4  # nothing to add: reads only, and writes no seq
+    assert flush("c", 1, {})["acme"] == 4  # nothing to add: reads only, and writes no seq
     assert last_seqs(url) == {"a": 3, "b": 1} and stored(url) == {"acme": 4}
 
 

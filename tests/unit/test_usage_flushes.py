@@ -4,11 +4,15 @@ every send once, whatever answers are lost."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
+from pacer_common.db.tenants import add_usage
 from pacer_common.domain.quota import DailyUsage, Flush
 
 ENDS = 1_000_000.0  # the tenants' day ends here, as the database said
@@ -32,17 +36,46 @@ class FakeUsageTable:
 Outcome = Literal["ok", "answer_lost", "failed"]
 
 
+class Gone(Exception):
+    """The statement's answer never came (the connection dropped): whether it ran is unknown."""
+
+
+@dataclass
+class FakePool:
+    """Stands in for the database under ``add_usage`` (the real one is in
+    tests/integration/test_tenant_usage_flushes.py): each statement is ``tenant_usage.sql``'s
+    flush, read back from its parameters and applied to ``db``, or not, as ``outcomes`` say
+    for the next statements (then "ok"); ``hold`` keeps a statement waiting until it is set."""
+
+    db: FakeUsageTable
+    outcomes: list[Outcome] = field(default_factory=list)
+    hold: asyncio.Event | None = None
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[FakePool]:
+        yield self
+
+    async def execute(self, _query: str, params: dict[str, Any]) -> FakePool:
+        if self.hold is not None:
+            await self.hold.wait()
+        outcome = self.outcomes.pop(0) if self.outcomes else "ok"
+        if outcome == "failed":
+            raise Gone("before it ran")
+        flush = Flush(params["sender"], params["seq"], dict(zip(params["tenants"], params["sends"], strict=True)))
+        self.rows = [{"tenant": t, "ends_at": e, "sends": n} for t, (e, n) in self.db.apply(flush).items()]
+        if outcome == "answer_lost":
+            raise Gone("after it committed")
+        return self
+
+    async def fetchall(self) -> list[dict[str, Any]]:
+        return self.rows
+
+
 def round_of(usage: DailyUsage, db: FakeUsageTable, outcome: Outcome) -> None:
-    """One round of ``add_usage``: the pending flush first, then the newer sends; ``outcome`` is
-    the first statement's: applied and answered, applied with its answer lost, not applied."""
-    for n in range(2 if usage.resending else 1):
-        flush = usage.flush()
-        if n == 0 and outcome == "failed":
-            return
-        totals = db.apply(flush)
-        if n == 0 and outcome == "answer_lost":
-            return
-        usage.flushed(flush, totals)
+    """One round of the real ``add_usage``; ``outcome`` is its first statement's: applied and
+    answered, applied with its answer lost, not applied."""
+    with contextlib.suppress(Gone):
+        asyncio.run(add_usage(FakePool(db, [outcome]), usage))  # type: ignore[arg-type]  # the statement's shape only
 
 
 def test_a_failed_flush_is_resent_verbatim_and_newer_sends_go_in_the_next_seq() -> None:
@@ -113,3 +146,26 @@ def test_through_lost_answers_and_failures_every_send_is_added_exactly_once() ->
         for u in senders:  # and each reads the others' last sends
             round_of(u, db, "ok")
             assert all(u.used(t, NOW) == counted[t] for t in counted)
+
+
+def test_a_flush_cancelled_at_shutdown_stays_pending_and_is_resent_as_it_was() -> None:
+    db, u = FakeUsageTable(), DailyUsage()
+    u.count("acme")
+    u.count("acme")
+
+    async def cancelled_mid_statement() -> None:
+        pool = FakePool(db, hold=asyncio.Event())
+        task = asyncio.create_task(add_usage(pool, u))  # type: ignore[arg-type]  # the statement's shape only
+        for _ in range(1000):  # until the flush is made and its statement sent
+            if u.resending:
+                break
+            await asyncio.sleep(0)
+        assert u.resending
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled_mid_statement())
+    assert u.pending == Flush(u.sender, 1, {"acme": 2}) and db.sends == Counter()
+    round_of(u, db, "ok")
+    assert db.sends == Counter({"acme": 2}) and db.last_seq == {u.sender: 1} and not u.resending
