@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -32,6 +32,7 @@ class Subject:
     items: list[str]  # pending items of guid g1, whose lease sender w1 holds
     status: Callable[[str], Awaitable[str]]
     ledger: Callable[[str], Awaitable[str | None]]  # a key's ledger state, None when free
+    set_expiry: Callable[[str, datetime], Awaitable[None]]  # an item's expire_at, as its row holds it
 
 
 @asynccontextmanager
@@ -48,7 +49,10 @@ async def memory(n: int) -> AsyncIterator[Subject]:
         entry = fake.ledger.get(key)
         return None if entry is None else entry.state
 
-    yield Subject(fake, items, status, ledger)
+    async def set_expiry(item: str, at: datetime) -> None:
+        fake.items[item].expire_at = at
+
+    yield Subject(fake, items, status, ledger, set_expiry)
 
 
 @asynccontextmanager
@@ -66,8 +70,12 @@ async def postgres(url: str, n: int) -> AsyncIterator[Subject]:
             row = conn.execute("SELECT state FROM send_ledger WHERE idem_key = %s", (key,)).fetchone()
         return None if row is None else str(row[0])
 
+    async def set_expiry(item: str, at: datetime) -> None:
+        with psycopg.connect(url) as conn:
+            conn.execute("UPDATE items SET expire_at = %s WHERE item_id = %s", (at, item))
+
     try:
-        yield Subject(PostgresItemRepository(pool, timedelta(seconds=30)), items, status, ledger)
+        yield Subject(PostgresItemRepository(pool, timedelta(seconds=30)), items, status, ledger, set_expiry)
     finally:
         await pool.close()
 
@@ -135,5 +143,20 @@ def test_only_a_pending_item_expires(run: Callable[[int, Scenario], None]) -> No
         assert await s.repo.expire(cmd(pending, "k-pending")) is True
         assert await s.repo.expire(cmd(sent, "k-sent")) is False
         assert (await s.status(pending), await s.status(sent)) == ("expired", "submitted")
+
+    run(2, scenario)
+
+
+def test_an_item_within_a_second_of_its_expire_at_is_expired_at_its_claim_never_sent(
+        run: Callable[[int, Scenario], None]) -> None:
+    async def scenario(s: Subject) -> None:
+        soon, later = s.items
+        now = datetime.now(UTC)
+        await s.set_expiry(soon, now + timedelta(milliseconds=500))
+        await s.set_expiry(later, now + timedelta(minutes=5))
+        expired = await s.repo.begin_send(cmd(soon, "k-soon"), "w1")
+        assert (expired.outcome, expired.epoch) == ("expired", None)
+        assert (await s.status(soon), await s.ledger("k-soon")) == ("expired", None)
+        assert (await s.repo.begin_send(cmd(later, "k-later"), "w1")).outcome == "submitted"
 
     run(2, scenario)

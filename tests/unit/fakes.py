@@ -5,7 +5,8 @@
 
 * ``begin_send`` claims only from ``pending`` (bumps the lease epoch), then reserves the
   key — or, when another item holds it, abandons this item (``"duplicate"``) — and moves
-  to ``submitted``, all at once, as the database function does;
+  to ``submitted``, all at once, as the database function does; an item within a second of
+  its ``expire_at`` is expired instead (``"expired"``), never sent;
 * ``confirm`` / ``settle`` only from ``submitted`` with the claim's epoch; ``settle`` frees
   the key when the decision says the send provably did not happen, and gives the attempt
   back when it says the send was a deferral (``refund``).
@@ -26,6 +27,7 @@ from pacer_common.domain.failures import SendError
 from pacer_common.domain.ids import Guid
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus, check_transition
+from pacer_sender.core import EXPIRE_MARGIN_S
 from pacer_sender.domain.decisions import Decision
 from pacer_sender.domain.order import Queued, fair_order, sheds
 from pacer_sender.domain.pacing import Drain
@@ -45,6 +47,7 @@ class ItemRecord:
     error_class: str | None = None
     receipt: Receipt | None = None
     held: bool = False
+    expire_at: datetime | None = None  # the item's, as its row holds it (the command's may lag)
     history: list[ItemStatus] = field(default_factory=list)
 
 
@@ -113,6 +116,10 @@ class InMemoryItemRepository:
         rec = self.items[cmd.item_id]
         if rec.status is not S.PENDING:
             return Begun("not_pending", None, None, None)
+        if rec.expire_at is not None and rec.expire_at <= datetime.now(UTC) + timedelta(seconds=EXPIRE_MARGIN_S):
+            self._move(cmd.item_id, S.EXPIRED)
+            rec.error_class = "expired"
+            return Begun("expired", None, None, None)
         if cmd.guid in self.paused_guids:
             rec.held = True
             return Begun("held", None, None, f"guid paused: {self.paused_guids[cmd.guid]}")
