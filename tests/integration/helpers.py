@@ -162,8 +162,9 @@ def status_and_events(url: str, item_id: str) -> tuple[str, list[str]]:
     return status, types
 
 
-def run(url: str, fn):
-    async def go():
+def run(url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+    """``fn(pool)`` on a pool of its own, opened and closed around it."""
+    async def go() -> T:
         pool = await open_pool(url, min_size=1, max_size=8)
         try:
             return await fn(pool)

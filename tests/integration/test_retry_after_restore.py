@@ -12,9 +12,8 @@ import asyncio
 import random
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import psycopg
@@ -23,7 +22,6 @@ from psycopg.rows import dict_row
 
 from pacer_common.cli import main
 from pacer_common.db.commands import pending_commands
-from pacer_common.db.pool import open_pool
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, RetryPolicy
@@ -36,9 +34,8 @@ from pacer_reconciler.verifier import Verifier
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.core import Executor
 from tests.integration.control_support import control_api, move, rows
-from tests.integration.helpers import one, seed_job
+from tests.integration.helpers import one, run, seed_job
 
-T = TypeVar("T")
 TTL = timedelta(seconds=30)
 DEADLINE = timedelta(seconds=300)  # PACER_RECONCILER_VERIFY_DEADLINE_S
 SENDER = "pacer-sender-test:1:000000000000"
@@ -115,17 +112,6 @@ class _Lookup:
         return await self.client.lookup(guid, idem_key)
 
 
-def _with_pool(url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-    async def go() -> T:
-        pool = await open_pool(url, min_size=1, max_size=4)
-        try:
-            return await fn(pool)
-        finally:
-            await pool.close()
-
-    return asyncio.run(go())
-
-
 def _verify(url: str, gateway_url: str, expect: int) -> dict[str, int]:
     """One verification round as the reconciler leader runs it, until its lookups are done;
     what each item moved to."""
@@ -142,7 +128,7 @@ def _verify(url: str, gateway_url: str, expect: int) -> dict[str, int]:
         finally:
             await http.aclose()
 
-    return _with_pool(url, go)
+    return run(url, go)
 
 
 def _no_answer_until_the_deadline(url: str, item: str) -> str | None:
@@ -152,7 +138,7 @@ def _no_answer_until_the_deadline(url: str, item: str) -> str | None:
         (due,) = [d for d in await store.in_doubt(100) if d.item_id == item]
         return await store.resolve(due, None, datetime.now(UTC) + DEADLINE)
 
-    return _with_pool(url, go)
+    return run(url, go)
 
 
 def _commands(url: str, items: list[str]) -> list[ItemCommand]:
@@ -169,7 +155,7 @@ def _dispatched(url: str, items: list[str]) -> list[str]:
     async def go(pool: Any) -> list[str]:
         return sorted(c.item_id for c in await pending_commands(pool, items))
 
-    return _with_pool(url, go)
+    return run(url, go)
 
 
 def _execute(url: str, gateway_url: str, commands: list[ItemCommand]) -> list[tuple[str, bool]]:
@@ -186,7 +172,7 @@ def _execute(url: str, gateway_url: str, commands: list[ItemCommand]) -> list[tu
         finally:
             await http.aclose()
 
-    return _with_pool(url, go)
+    return run(url, go)
 
 
 def _count_moves(url: str, items: list[str]) -> dict[tuple[int, S], int]:
@@ -195,7 +181,7 @@ def _count_moves(url: str, items: list[str]) -> dict[tuple[int, S], int]:
         read = await PostgresLog(pool, "test-retry-restore-tail", DEADLINE).read(Position("0", 0), 10_000)
         return count_deltas(ev for _, ev in read if isinstance(ev, ItemEvent) and ev.item_id in items)
 
-    return _with_pool(url, go)
+    return run(url, go)
 
 
 def test_a_retry_of_an_item_from_before_a_restore_is_verified_before_it_is_sent(
