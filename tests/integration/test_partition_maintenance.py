@@ -1,7 +1,8 @@
 """Partition maintenance beside the sessions it shares tables with, on real Postgres: a prune
 holds each table only for its own partition's DROP, a ticket's newer status version outlives
 the older ones whose items are still kept, and a partition made over rows of the default
-partition takes a write that lands there while it waits."""
+partition takes a write that lands there while it waits, and a creation waiting for one table
+holds none of the tables made before it."""
 
 from __future__ import annotations
 
@@ -43,6 +44,19 @@ def reconciler_prune(url: str) -> Changes:
         pool = await open_pool(url, min_size=1, max_size=1, name=MAINTAINER)
         try:
             return {c.partition: (c.action, c.detail) for c in await PostgresPartitions(pool).prune(RETAIN)}
+        finally:
+            await pool.close()
+
+    return asyncio.run(run())
+
+
+def reconciler_ensure(url: str, ahead_days: int) -> Changes:
+    """The reconciler's creation of partitions (its adapter, lock timeout 2 s) from sessions
+    named MAINTAINER."""
+    async def run() -> Changes:
+        pool = await open_pool(url, min_size=1, max_size=1, name=MAINTAINER)
+        try:
+            return {c.partition: (c.action, c.detail) for c in await PostgresPartitions(pool).ensure(ahead_days)}
         finally:
             await pool.close()
 
@@ -193,3 +207,35 @@ def test_a_write_to_the_default_partition_while_its_period_gets_a_partition_move
     with psycopg.connect(database_url) as conn:
         assert {partition_of(conn, first), partition_of(conn, str(second))} == {f"items_p{week(ahead)}"}
         assert conn.execute("SELECT count(*) FROM items_default").fetchone() == (0,)
+
+
+def test_a_creation_waiting_for_a_ledger_lock_holds_no_lock_on_the_items(database_url: str) -> None:
+    # A session reading the ledger's default partition keeps the new ledger partition waiting
+    # up to the lock timeout. The items partition made before it in the same run must not keep
+    # the items' default partition locked meanwhile: every query by guid reads it.
+    now = datetime.now(UTC)
+    with ThreadPoolExecutor(1) as pool, psycopg.connect(database_url) as holder:
+        holder.execute("SELECT count(*) FROM send_ledger_default")  # its transaction left open
+        making = pool.submit(reconciler_ensure, database_url, 21)
+        wait_for(lambda: maintainer_waits_for(database_url, "send_ledger_default"), timeout_s=30,
+                 what="the creation waiting for the ledger's default partition")
+        with psycopg.connect(database_url, autocommit=True) as reader:
+            held = reader.execute("SELECT l.relation::regclass::text FROM pg_locks l JOIN pg_stat_activity a"
+                                  " ON a.pid = l.pid WHERE a.application_name = %s AND l.granted"
+                                  " AND l.relation IN ('items'::regclass, 'items_default'::regclass)",
+                                  (MAINTAINER,)).fetchall()
+            reader.execute("SET lock_timeout = '1s'")  # under the creation's own: no reader waits longer
+            try:
+                (n,) = reader.execute("SELECT count(*) FROM items WHERE guid = 'g1'").fetchone()
+            except psycopg.errors.LockNotAvailable:
+                n = None
+        holder.rollback()
+        changes = making.result(timeout=120)
+    items_made = [name for name, (action, _) in changes.items() if name.startswith("items_p") and action == "created"]
+    ledger = {action for name, (action, _) in changes.items() if name.startswith("send_ledger_p")}
+    assert held == [], "the creation holds items while it waits for the ledger"
+    assert n == 0, "a reader of items waited for the creation"
+    assert items_made and f"items_p{week(now + timedelta(days=21))}" in items_made, changes
+    assert ledger and ledger <= {"created", "skipped"}, changes
+    assert reconciler_ensure(database_url, 21) == {name: ("created", None) for name, (action, _) in changes.items()
+                                                   if action == "skipped"}, "any skipped made at the next run, nothing else"

@@ -8,7 +8,7 @@ Four parts, in this order, on every run:
    ``db/schema/triggers/<name>.sql``), all re-created in one transaction — each file is
    idempotent (``CREATE OR REPLACE``), so a database at any migration ends with exactly the
    definitions in those files;
-3. the time partitions of the days ahead (``pacer_ensure_partitions``; the reconciler keeps
+3. the time partitions of the days ahead (``pacer_partitions_missing``, each made by ``pacer_create_partition``; the reconciler keeps
    creating them, and drops the ones past retention);
 4. the indexes of ``db/schema/indexes/`` not yet valid, and the event log's index for the
    reconcilers' segment count when one is given, built partition by partition without
@@ -126,9 +126,17 @@ def apply_migrations(conn: psycopg.Connection[Any]) -> list[str]:
 
 
 def ensure_partitions(conn: psycopg.Connection[Any]) -> None:
-    """The time partitions from yesterday to :data:`PARTITIONS_AHEAD_DAYS` ahead."""
-    for name, action, detail in conn.execute("SELECT * FROM pacer_ensure_partitions(now(), %s)",
-                                             (PARTITIONS_AHEAD_DAYS,)).fetchall():
+    """(``conn`` in autocommit.) The time partitions from yesterday to :data:`PARTITIONS_AHEAD_DAYS` ahead, each made in
+    a transaction of its own (as the reconciler makes them: no table's default partition is
+    held through another's lock wait), then the parents' grants given to them."""
+    missing = conn.execute("SELECT * FROM pacer_partitions_missing(now(), %s)", (PARTITIONS_AHEAD_DAYS,)).fetchall()
+    changes = []
+    for parent, starts, ends in missing:
+        with conn.transaction():
+            changes += conn.execute("SELECT * FROM pacer_create_partition(%s, %s, %s)", (parent, starts, ends)).fetchall()
+    with conn.transaction():
+        changes += conn.execute("SELECT * FROM pacer_grant_partitions()").fetchall()
+    for name, action, detail in changes:
         log.info("partition %s", action, extra={"partition": name, "detail": detail})
 
 

@@ -693,6 +693,57 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.pacer_create_partition(p_parent text, p_starts timestamp with time zone, p_ends timestamp with time zone, p_lock_timeout interval DEFAULT '00:00:02'::interval) RETURNS TABLE(partition text, action text, detail text)
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    t partitioned_tables;
+    lo text;
+    hi text;
+    name text;
+    ddl text;
+    moved bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('pacer_partitions'));
+    PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
+    SELECT * INTO STRICT t FROM partitioned_tables WHERE parent = p_parent;
+    IF EXISTS (SELECT 1 FROM pacer_partitions(p_parent) p WHERE p.starts < p_ends AND p.ends > p_starts) THEN
+        RETURN;
+    END IF;
+    name := p_parent || '_p' || to_char(p_starts AT TIME ZONE 'UTC', 'YYYYMMDD');
+    IF t.bound = 'item_id' THEN
+        lo := quote_literal(pacer_uuid7_floor(p_starts));
+        hi := quote_literal(pacer_uuid7_floor(p_ends));
+    ELSE
+        lo := quote_literal(p_starts);
+        hi := quote_literal(p_ends);
+    END IF;
+    BEGIN
+        -- The default partition locked before its rows are moved, as the ATTACH locks it
+        -- (ACCESS EXCLUSIVE): a write of the period uncommitted during the move would otherwise
+        -- stay behind in it, and the ATTACH's check of the default's rows fail on it. That lock
+        -- at once, not a weaker one raised later: a session reading the default that then
+        -- wrote to it would wait for this one while this one waited for its read (a deadlock).
+        IF to_regclass(p_parent || '_default') IS NOT NULL THEN
+            EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', p_parent || '_default');
+        END IF;
+        EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)',
+                       name, p_parent);
+        EXECUTE format('WITH m AS (DELETE FROM %1$I WHERE %2$I >= %3$s AND %2$I < %4$s RETURNING *) '
+                       'INSERT INTO %5$I SELECT * FROM m', p_parent || '_default', t.key_column, lo, hi, name);
+        GET DIAGNOSTICS moved = ROW_COUNT;
+        EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)', p_parent, name, lo, hi);
+        FOREACH ddl IN ARRAY t.local_ddl LOOP
+            EXECUTE format(ddl, name);
+        END LOOP;
+        RETURN QUERY SELECT name, 'created'::text,
+            CASE WHEN moved > 0 THEN format('%s rows moved from the default partition', moved) END;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN QUERY SELECT name, 'skipped'::text, SQLERRM;
+    END;
+END
+$_$;
+
 CREATE FUNCTION public.pacer_decide_approval(p_job uuid, p_approve boolean, p_actor text, p_reason text) RETURNS TABLE(outcome text, message text, status text)
     LANGUAGE plpgsql
     AS $$
@@ -741,104 +792,17 @@ $$;
 
 CREATE FUNCTION public.pacer_ensure_partitions(p_now timestamp with time zone, p_ahead_days integer, p_lock_timeout interval DEFAULT '00:00:02'::interval) RETURNS TABLE(partition text, action text, detail text)
     LANGUAGE plpgsql
-    AS $_$
+    AS $$
 DECLARE
-    t record;
-    d timestamptz;
-    c timestamptz;
-    upto timestamptz;
-    held timestamptz;
-    period interval;
-    lo text;
-    hi text;
-    name text;
-    ddl text;
-    moved bigint;
-    g record;
+    m record;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pacer_partitions'));
-    PERFORM set_config('lock_timeout', (extract(epoch FROM p_lock_timeout) * 1000)::bigint::text, true);
-    FOR t IN SELECT * FROM partitioned_tables ORDER BY prune_order, parent LOOP
-        -- Periods are whole UTC days from the epoch; in seconds, so that no session time zone's
-        -- daylight saving moves a boundary.
-        period := make_interval(secs => t.period_days * 86400);
-        d := to_timestamp((floor((floor(extract(epoch FROM p_now) / 86400) - 1) / t.period_days)
-                           * t.period_days * 86400)::bigint);
-        WHILE d <= p_now + make_interval(secs => p_ahead_days * 86400) LOOP
-            c := d;
-            WHILE c < d + period LOOP
-                SELECT p.ends INTO held FROM pacer_partitions(t.parent) p WHERE p.starts <= c AND p.ends > c;
-                IF held IS NOT NULL THEN  -- a partition holds c already: on from its end
-                    c := held;
-                    CONTINUE;
-                END IF;
-                SELECT COALESCE(min(p.starts), d + period) INTO upto
-                FROM pacer_partitions(t.parent) p WHERE p.starts > c AND p.starts < d + period;
-                name := t.parent || '_p' || to_char(c AT TIME ZONE 'UTC', 'YYYYMMDD');
-                IF t.bound = 'item_id' THEN
-                    lo := quote_literal(pacer_uuid7_floor(c));
-                    hi := quote_literal(pacer_uuid7_floor(upto));
-                ELSE
-                    lo := quote_literal(c);
-                    hi := quote_literal(upto);
-                END IF;
-                BEGIN
-                    -- The default partition locked before its rows are moved, as the ATTACH
-                    -- locks it (ACCESS EXCLUSIVE): a write of the period uncommitted during the
-                    -- move would otherwise stay behind in it, and the ATTACH's check of the
-                    -- default's rows fail on it. That lock at once, not a weaker one raised
-                    -- later: a session reading the default that then wrote to it would wait
-                    -- for this one while this one waited for its read (a deadlock).
-                    IF to_regclass(t.parent || '_default') IS NOT NULL THEN
-                        EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', t.parent || '_default');
-                    END IF;
-                    EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)',
-                                   name, t.parent);
-                    EXECUTE format('WITH m AS (DELETE FROM %1$I WHERE %2$I >= %3$s AND %2$I < %4$s RETURNING *) '
-                                   'INSERT INTO %5$I SELECT * FROM m', t.parent || '_default', t.key_column,
-                                   lo, hi, name);
-                    GET DIAGNOSTICS moved = ROW_COUNT;
-                    EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)',
-                                   t.parent, name, lo, hi);
-                    FOREACH ddl IN ARRAY t.local_ddl LOOP
-                        EXECUTE format(ddl, name);
-                    END LOOP;
-                    RETURN QUERY SELECT name, 'created'::text,
-                        CASE WHEN moved > 0 THEN format('%s rows moved from the default partition', moved) END;
-                EXCEPTION WHEN lock_not_available THEN
-                    RETURN QUERY SELECT name, 'skipped'::text, SQLERRM;
-                END;
-                c := upto;
-            END LOOP;
-            d := d + period;
-        END LOOP;
-        FOR g IN
-            SELECT p.relname::text AS part, a.grantee, a.is_grantable,
-                   string_agg(a.privilege_type, ', ' ORDER BY a.privilege_type) AS privileges
-            FROM pg_inherits i
-            JOIN pg_class par ON par.oid = i.inhparent
-            JOIN pg_class p ON p.oid = i.inhrelid
-            CROSS JOIN LATERAL aclexplode(par.relacl) a
-            WHERE i.inhparent = to_regclass(t.parent)
-              AND a.grantee <> p.relowner
-              AND pg_has_role(p.relowner, 'USAGE')
-              AND NOT EXISTS (SELECT 1 FROM aclexplode(p.relacl) b
-                              WHERE b.grantee = a.grantee AND b.privilege_type = a.privilege_type
-                                AND (b.is_grantable OR NOT a.is_grantable))
-            GROUP BY p.relname, a.grantee, a.is_grantable
-            ORDER BY p.relname, a.grantee
-        LOOP
-            EXECUTE format('GRANT %s ON %I TO %s%s', g.privileges, g.part,
-                           CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(g.grantee)) END,
-                           CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-            RETURN QUERY SELECT g.part, 'granted'::text,
-                format('%s to %s%s, as on %s', g.privileges,
-                       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(g.grantee)::text END,
-                       CASE WHEN g.is_grantable THEN ' with grant option' ELSE '' END, t.parent);
-        END LOOP;
+    FOR m IN SELECT * FROM pacer_partitions_missing(p_now, p_ahead_days) LOOP
+        RETURN QUERY SELECT * FROM pacer_create_partition(m.parent, m.starts, m.ends, p_lock_timeout);
     END LOOP;
+    RETURN QUERY SELECT * FROM pacer_grant_partitions();
 END
-$_$;
+$$;
 
 CREATE FUNCTION public.pacer_force_release_guid(p_guid text, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text, previous_owner text, epoch bigint, evicted_until timestamp with time zone, in_flight integer)
     LANGUAGE plpgsql
@@ -927,6 +891,43 @@ BEGIN
                          p_item, o.lease_owner, o.lease_until, o.lease_epoch + 1) END,
         o.status::text, CASE WHEN o.status = 'claimed' THEN 'pending' ELSE 'recovery_pending' END,
         o.lease_epoch + 1;
+END
+$$;
+
+CREATE FUNCTION public.pacer_grant_partitions() RETURNS TABLE(partition text, action text, detail text)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    t record;
+    g record;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('pacer_partitions'));
+    FOR t IN SELECT * FROM partitioned_tables ORDER BY prune_order, parent LOOP
+        FOR g IN
+            SELECT p.relname::text AS part, a.grantee, a.is_grantable,
+                   string_agg(a.privilege_type, ', ' ORDER BY a.privilege_type) AS privileges
+            FROM pg_inherits i
+            JOIN pg_class par ON par.oid = i.inhparent
+            JOIN pg_class p ON p.oid = i.inhrelid
+            CROSS JOIN LATERAL aclexplode(par.relacl) a
+            WHERE i.inhparent = to_regclass(t.parent)
+              AND a.grantee <> p.relowner
+              AND pg_has_role(p.relowner, 'USAGE')
+              AND NOT EXISTS (SELECT 1 FROM aclexplode(p.relacl) b
+                              WHERE b.grantee = a.grantee AND b.privilege_type = a.privilege_type
+                                AND (b.is_grantable OR NOT a.is_grantable))
+            GROUP BY p.relname, a.grantee, a.is_grantable
+            ORDER BY p.relname, a.grantee
+        LOOP
+            EXECUTE format('GRANT %s ON %I TO %s%s', g.privileges, g.part,
+                           CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(g.grantee)) END,
+                           CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+            RETURN QUERY SELECT g.part, 'granted'::text,
+                format('%s to %s%s, as on %s', g.privileges,
+                       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(g.grantee)::text END,
+                       CASE WHEN g.is_grantable THEN ' with grant option' ELSE '' END, t.parent);
+        END LOOP;
+    END LOOP;
 END
 $$;
 
@@ -1229,6 +1230,42 @@ BEGIN
         RETURN QUERY SELECT x.partition, 'due'::text, NULL::text FROM pacer_partitions(t.parent) x
                      WHERE x.ends + make_interval(secs => (p_retain_days->>t.parent)::int * 86400) <= p_now
                      ORDER BY x.starts;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION public.pacer_partitions_missing(p_now timestamp with time zone, p_ahead_days integer) RETURNS TABLE(parent text, starts timestamp with time zone, ends timestamp with time zone)
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    t record;
+    d timestamptz;
+    c timestamptz;
+    upto timestamptz;
+    held timestamptz;
+    period interval;
+BEGIN
+    FOR t IN SELECT * FROM partitioned_tables ORDER BY prune_order, partitioned_tables.parent LOOP
+        -- Periods are whole UTC days from the epoch; in seconds, so that no session time zone's
+        -- daylight saving moves a boundary.
+        period := make_interval(secs => t.period_days * 86400);
+        d := to_timestamp((floor((floor(extract(epoch FROM p_now) / 86400) - 1) / t.period_days)
+                           * t.period_days * 86400)::bigint);
+        WHILE d <= p_now + make_interval(secs => p_ahead_days * 86400) LOOP
+            c := d;
+            WHILE c < d + period LOOP
+                SELECT p.ends INTO held FROM pacer_partitions(t.parent) p WHERE p.starts <= c AND p.ends > c;
+                IF held IS NOT NULL THEN  -- a partition holds c already: on from its end
+                    c := held;
+                    CONTINUE;
+                END IF;
+                SELECT COALESCE(min(p.starts), d + period) INTO upto
+                FROM pacer_partitions(t.parent) p WHERE p.starts > c AND p.starts < d + period;
+                RETURN QUERY SELECT t.parent, c, upto;
+                c := upto;
+            END LOOP;
+            d := d + period;
+        END LOOP;
     END LOOP;
 END
 $$;

@@ -1,5 +1,5 @@
-"""Time partitions on Postgres (``pacer_ensure_partitions``, ``pacer_partitions_due``,
-``pacer_prune_partition``), the job rows whose items' partitions have gone
+"""Time partitions on Postgres (``pacer_partitions_missing``, ``pacer_create_partition``,
+``pacer_grant_partitions``, ``pacer_partitions_due``, ``pacer_prune_partition``), the job rows whose items' partitions have gone
 (``pacer_prune_jobs``), and the days of tenant send counts past retention."""
 
 from __future__ import annotations
@@ -35,7 +35,19 @@ class PostgresPartitions:
         return await with_retry(work)
 
     async def ensure(self, ahead_days: int) -> list[PartitionChange]:
-        return await self._changes("ensure_partitions", {"ahead_days": ahead_days})
+        """The partitions from yesterday to ``ahead_days`` ahead, each made in a transaction of
+        its own (or skipped, with why), then the parents' grants given to them. A creation
+        holds its table's default partition ACCESS EXCLUSIVE to the end of its transaction:
+        several in one would hold every reader of the table by guid through the later tables'
+        lock waits, up to the lock timeout each."""
+        async def missing() -> list[dict[str, Any]]:
+            async with self.pool.connection() as conn:
+                return await (await conn.execute(_sql("partitions_missing"), {"ahead_days": ahead_days})).fetchall()
+
+        changes: list[PartitionChange] = []
+        for m in await with_retry(missing):
+            changes += await self._changes("create_partition", dict(m))
+        return changes + await self._changes("grant_partitions", {})
 
     async def prune(self, retain_days: Mapping[str, int]) -> list[PartitionChange]:
         """Each partition past retention dropped in a transaction of its own (or kept, with
