@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -98,15 +99,26 @@ class Events:
 @dataclass
 class Msg:
     v: bytes
+    at: int = 0  # its offset
+    k: bytes | None = None
 
     def key(self) -> bytes | None:
-        return None
+        return self.k
 
     def value(self) -> bytes | None:
         return self.v
 
     def headers(self) -> list[tuple[str, bytes | None]] | None:
         return None
+
+    def topic(self) -> str | None:
+        return "requests"
+
+    def partition(self) -> int | None:
+        return 0
+
+    def offset(self) -> int | None:
+        return self.at
 
 
 @dataclass
@@ -129,7 +141,7 @@ class Source:
 def loop(store: Store, bus: Bus, msgs: Sequence[bytes] = ()) -> tuple[IntakeLoop, Events, Source]:
     stop = asyncio.Event()
     events = Events()
-    source = Source([Msg(m) for m in msgs], stop)
+    source = Source([Msg(m, at) for at, m in enumerate(msgs)], stop)
     policy = IntakePolicy((Down,), internal_attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002)
     return IntakeLoop(Planner(store, bus), source, policy, events, stop), events, source
 
@@ -337,3 +349,44 @@ def test_waiting_for_the_broker_leaves_the_event_loop_free(body: bytes) -> None:
     h = asyncio.run(run())
     assert bus.blocked == [], "the event loop was blocked while the planner waited for Kafka"
     assert h.outcome == ("planned" if body == request("r1") else "dead_lettered")
+
+
+def test_a_stop_during_a_batch_leaves_the_rest_of_it_uncommitted() -> None:
+    # The requests consumed with the one in hand are not planned once the service stops: a
+    # batch of large jobs would otherwise overrun the grace period. They are read again.
+    msgs = [request(f"r{i}") for i in range(3)]
+    intake, _, source = loop(Store(), Bus(), msgs)
+
+    class StopAfterOne(Events):
+        def handled(self, result: Handled) -> None:
+            super().handled(result)
+            intake.stop.set()
+
+    intake.events = StopAfterOne()
+    asyncio.run(intake.run())
+    assert source.committed == msgs[:1]
+
+
+def test_every_log_line_about_a_request_names_where_it_is_and_its_key() -> None:
+    # A programming error is logged before (or without) the request being read for its id.
+    from pacer_common.logs import JsonFormatter
+
+    intake, _, source = loop(Store(fail=[RuntimeError("boom")] * 5), Bus())
+    source.msgs = [Msg(request("r7"), 41, b"req-7")]
+    lines: list[dict[str, object]] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(json.loads(JsonFormatter("planner").format(record)))
+
+    handler = Capture()
+    logger = logging.getLogger("pacer_planner")
+    logger.addHandler(handler)
+    try:
+        asyncio.run(intake.run())
+    finally:
+        logger.removeHandler(handler)
+    assert [d["msg"] for d in lines if d["level"] == "error"][:1] == [
+        "internal error handling a job request (attempt 1 of 3)"], lines
+    assert all((d["topic"], d["partition"], d["offset"], d["request_key"]) == ("requests", 0, 41, "req-7")
+               for d in lines), lines

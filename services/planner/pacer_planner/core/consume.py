@@ -15,7 +15,9 @@ goes wrong while handling one is one of three things, told apart here and nowher
   pending in Postgres; publishing the request again re-sends their commands.
 
 The dead-letter produce is itself retried as an environment fault: an offset moves only
-once the record is acknowledged.
+once the record is acknowledged. A stop ends the loop after the request in hand: the rest of
+its batch is left uncommitted, for whoever owns the partition next. Every log line about a
+request names its topic, partition, offset and key, parsed or not.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from tenacity import (
 )
 
 from pacer_common import tracing
+from pacer_common.logs import bind
 from pacer_planner.core.intake import DispatchFailed, Handled, Planner
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,9 @@ class RequestMessage(Protocol):
     def key(self) -> bytes | None: ...
     def value(self) -> bytes | None: ...
     def headers(self) -> list[tuple[str, bytes | None]] | None: ...
+    def topic(self) -> str | None: ...
+    def partition(self) -> int | None: ...
+    def offset(self) -> int | None: ...
 
 
 class RequestSource(Protocol):
@@ -90,8 +96,11 @@ class IntakeLoop:
         the loop with its error: a new consumer is what it needs."""
         while not self.stop.is_set():
             for msg in await self.source.consume(16, 0.5):
+                if self.stop.is_set():  # the rest of the batch is not committed: read again by the next owner
+                    return
                 # The request's trace (its traceparent header) or a new one: the job's items carry it.
-                with tracing.span("plan job request", tracing.from_kafka(msg.headers()), "consumer"):
+                with tracing.span("plan job request", tracing.from_kafka(msg.headers()), "consumer"), \
+                        bind(**position(msg)):
                     result = await self._handle(msg)
                 if result is None:
                     return
@@ -187,3 +196,11 @@ def _text(exc: BaseException | None) -> str:
     text = f"{type(exc).__name__}: {exc}".strip().removesuffix(":")
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
+
+def position(msg: RequestMessage) -> dict[str, Any]:
+    """Where a request is (topic, partition, offset) and its key as published (the request id,
+    as publishers key them), for every log line about it: an error logged before the request
+    is parsed, or for one that cannot be, still names it."""
+    key = msg.key()
+    return {"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(),
+            "request_key": None if key is None else key.decode("utf-8", "replace")[:MAX_ERROR_CHARS]}
