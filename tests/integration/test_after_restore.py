@@ -97,7 +97,7 @@ async def _verify(url: str, gateway_url: str) -> None:
         lookups = [t for t in asyncio.all_tasks() if t.get_name().startswith("verify:")]  # the verifier's own
         assert len(lookups) == 6
         await asyncio.wait_for(asyncio.gather(*lookups), 30)
-        assert not verifier.in_flight and verifier.errors == 0, verifier.lookups
+        assert not verifier.in_flight and not verifier.errors, verifier.lookups
     finally:
         await http.aclose()
         await pool.close()

@@ -123,7 +123,7 @@ def _verify(url: str, gateway_url: str, expect: int) -> dict[str, int]:
             assert await verifier.start_round() == expect
             lookups = [t for t in asyncio.all_tasks() if t.get_name().startswith("verify:")]
             await asyncio.wait_for(asyncio.gather(*lookups), 30)
-            assert not verifier.in_flight and verifier.errors == 0, verifier.lookups
+            assert not verifier.in_flight and not verifier.errors, verifier.lookups
             return dict(verifier.resolved)
         finally:
             await http.aclose()

@@ -138,7 +138,7 @@ def test_a_lookup_still_running_when_its_item_is_sent_again_does_not_release_the
                 return verifier.in_flight == 0
 
             await eventually(finished, 10, "the old lookup resolved")
-            assert verifier.errors == 0 and not verifier.resolved, verifier.resolved
+            assert not verifier.errors and not verifier.resolved, verifier.resolved
             assert _state(url, item) == ("recovery_pending", since, ["reserved"]), "the new send's key stays held"
         finally:
             await verifier.close()

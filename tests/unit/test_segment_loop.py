@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -122,8 +122,10 @@ def _sample(registry: CollectorRegistry, name: str) -> float | None:
     return registry.get_sample_value(name)
 
 
-def _segment_loop(registry: CollectorRegistry, leases: FakeLeases, stats: Stats) -> tuple[SegmentLoop, dict[int, FakeTail]]:
-    """A loop over ``leases`` whose tails (by segment, as they are made) only count rounds."""
+def _segment_loop(registry: CollectorRegistry, leases: FakeLeases, stats: Stats,
+                  verify: NoSweeps | None = None) -> tuple[SegmentLoop, dict[int, FakeTail]]:
+    """A loop over ``leases`` whose tails (by segment, as they are made) only count rounds;
+    its verifier reads and resolves through ``verify`` (none in doubt by default)."""
     tails: dict[int, FakeTail] = {}
 
     def tailer(segment: int, lease: Lease) -> Reconciler:
@@ -134,7 +136,7 @@ def _segment_loop(registry: CollectorRegistry, leases: FakeLeases, stats: Stats)
     sweeps = NoSweeps()
     loop = SegmentLoop(
         leases, tailer, Reconciler(None, sweeps, None), stats,  # type: ignore[arg-type]
-        Verifier(sweeps, NoLookup()), BacklogGauges(NoBacklog(), m, 3), m,
+        Verifier(verify or sweeps, NoLookup()), BacklogGauges(NoBacklog(), m, 3), m,
         LoopConfig(leader_ttl_s=3, sweep_interval_s=0.01, batch=1000, stall_after_s=60, error_backoff_max_s=1,
                    backlog_every_s=60, stall_count_every_s=60), prepare=_nothing)
     return loop, tails
@@ -221,6 +223,84 @@ def test_leader_stats_that_fail_neither_fail_the_round_nor_stop_the_tail() -> No
             await running
 
     asyncio.run(scenario())
+
+
+class FailingVerification(NoSweeps):
+    """The verifier's database steps fail: the read of in-doubt items while ``read_fails``, else
+    every resolution of the one item in doubt."""
+
+    def __init__(self) -> None:
+        self.read_fails = True
+        self.reads = 0
+        self.resolves = 0
+
+    async def in_doubt(self, limit: int) -> list[InDoubt]:
+        self.reads += 1
+        if self.read_fails:
+            raise RuntimeError("connection refused")
+        return [InDoubt("item-1", "g1", "k1", datetime.now(UTC) - timedelta(days=2))]
+
+    async def resolve(self, item: InDoubt, found: bool | None, now: datetime) -> str | None:
+        self.resolves += 1
+        raise RuntimeError("connection refused")
+
+
+def test_a_verifier_that_keeps_failing_is_counted_by_step() -> None:
+    """Items in doubt stay so while the verifier's reads or resolutions fail (the deadline is
+    applied by the resolution): each failure must reach /metrics for an alert to see it."""
+    async def scenario() -> None:
+        registry, leases, verify = CollectorRegistry(), FakeLeases(1), FailingVerification()
+        loop, _ = _segment_loop(registry, leases, Stats(), verify)
+        assert registry.get_sample_value("pacer_reconciler_verifier_errors_total", {"step": "read"}) == 0.0
+        stop = asyncio.Event()
+        leases.hold(0)
+        running = asyncio.create_task(loop.run(stop, lambda ok, state: None))
+
+        def errors(step: str) -> float:
+            loop.drain()
+            return registry.get_sample_value("pacer_reconciler_verifier_errors_total", {"step": step}) or 0.0
+
+        try:
+            await until(lambda: verify.reads >= 2 and errors("read") >= 2)
+            assert errors("resolve") == 0.0
+            verify.read_fails = False
+            await until(lambda: verify.resolves >= 2 and errors("resolve") >= 2)
+        finally:
+            stop.set()
+            await running
+
+    asyncio.run(scenario())
+
+
+async def _stats_age(stats: Stats, stale: bool) -> None:
+    registry, leases = CollectorRegistry(), FakeLeases(2)
+    loop, _ = _segment_loop(registry, leases, stats)
+    stop = asyncio.Event()
+    leases.hold(0, 1)
+    running = asyncio.create_task(loop.run(stop, lambda ok, state: None))
+
+    def age() -> float:
+        return _sample(registry, "pacer_reconciler_leader_stats_age_seconds") or 0.0
+
+    try:
+        if stale:
+            await until(lambda: age() >= 1.5)  # every read fails: the last good one never comes
+            assert _sample(registry, "pacer_reconciler_jobs_running") == 1.0, "the numbers of the last read"
+        else:
+            rounds = stats.rounds
+            await until(lambda: stats.rounds >= rounds + 20)  # 20 sweeps of 10 ms
+            assert age() < 1.0, age()
+        leases.hold(1)  # segment 0 handed over: no longer the leader
+        await until(lambda: _sample(registry, "pacer_reconciler_leader") == 0.0)
+        assert age() == 0.0, "a replica that does not lead has no numbers to be stale"
+    finally:
+        stop.set()
+        await running
+
+
+def test_the_leader_stats_age_grows_while_they_fail_and_stays_low_while_they_are_read() -> None:
+    asyncio.run(_stats_age(BrokenLockStats(), stale=True))
+    asyncio.run(_stats_age(Stats(), stale=False))
 
 
 async def _nothing() -> None:

@@ -25,7 +25,7 @@ from pacer_reconciler.core import SWEEP_KINDS, Reconciler, RoundGuard, SkipReaso
 from pacer_reconciler.domain.segments import SINGLETON_SEGMENT
 from pacer_reconciler.metrics import ReconcilerMetrics
 from pacer_reconciler.ports import CursorMoved, LeaderStats, Lease, Leases
-from pacer_reconciler.verifier import LOOKUP_RESULTS, Verifier
+from pacer_reconciler.verifier import LOOKUP_RESULTS, VERIFY_STEPS, Verifier
 
 log = logging.getLogger("pacer.reconciler")
 Ready = Callable[[bool, str], None]  # the readiness probe's (ready, state)
@@ -66,6 +66,8 @@ class SegmentLoop:
         self.last_tail = self.now()
         self.next_sweep = 0.0
         self.next_stall_count = 0.0
+        # When the leader last read all its numbers (or took the lead); None while not leading.
+        self.stats_read_at: float | None = None
         _export(m, self)
 
     async def run(self, stop: asyncio.Event, ready: Ready) -> None:
@@ -177,9 +179,12 @@ class SegmentLoop:
 
     async def _leader_stats(self) -> None:
         """The leader's database-wide numbers. They run inside the tail's round, so nothing
-        they raise fails it: a failure is logged and counted, the numbers last read stay, and
-        the next sweep reads them again (the adapter retries each for 2 s at most, not the 60 s
+        they raise fails it: a failure is logged and counted, the numbers last read stay (their
+        age is exported: ``pacer_reconciler_leader_stats_age_seconds``), and the next sweep reads
+        them again (the adapter retries each for 2 s at most, not the 60 s
         of other work)."""
+        if self.stats_read_at is None:
+            self.stats_read_at = self.now()  # a new term: its age counts from here until a read succeeds
         # The stall count reads every open shard that has not moved: at its own, slower
         # pace; the count last made is exported meanwhile.
         count = self.now() >= self.next_stall_count
@@ -199,6 +204,8 @@ class SegmentLoop:
                     count = False  # the stall count was not made: it is due again at once
         kept = last if failed else {k: v for k, v in last.items() if k == "stalled_shards"}
         self.m.leader_stats.update(kept | fresh)
+        if not failed:
+            self.stats_read_at = self.now()
         if count:
             self.next_stall_count = self.now() + self.config.stall_count_every_s
 
@@ -206,6 +213,7 @@ class SegmentLoop:
         """The leader's numbers go with the lead; a new term counts stalls at once."""
         self.m.leader_stats.forget()
         self.next_stall_count = 0.0
+        self.stats_read_at = None
 
     def drain(self) -> None:
         """Move the counts the tails, the verifier and the guard keep into the metrics."""
@@ -213,7 +221,7 @@ class SegmentLoop:
         for rec in [*self.tails.values(), self.sweeper]:
             self._drain(rec)
         for src, counter in ((self.verifier.lookups, m.lookups), (self.verifier.resolved, m.verifications),
-                             (self.guard.errors, m.round_errors)):
+                             (self.verifier.errors, m.verifier_errors), (self.guard.errors, m.round_errors)):
             for label, k in src.items():
                 counter.labels(label).inc(k)
             src.clear()
@@ -229,7 +237,8 @@ class SegmentLoop:
 def _export(m: ReconcilerMetrics, loop: SegmentLoop) -> None:
     """The gauges read from the loop; known label values start at 0, so boards and rates see
     them before the first event."""
-    for counter, values in ((m.lookups, LOOKUP_RESULTS), (m.sweep_items, SWEEP_KINDS), (m.sweep_errors, SWEEP_KINDS),
+    for counter, values in ((m.lookups, LOOKUP_RESULTS), (m.verifier_errors, VERIFY_STEPS),
+                            (m.sweep_items, SWEEP_KINDS), (m.sweep_errors, SWEEP_KINDS),
                             (m.verifications, ("confirmed", "pending", "unverified")),
                             (m.bad_events, get_args(SkipReason)), (m.trips, ("job", "guid"))):
         for value in values:
@@ -246,6 +255,12 @@ def _export(m: ReconcilerMetrics, loop: SegmentLoop) -> None:
     m.replicas.set_function(lambda: float(leases.replicas))
     m.tail_lag.set_function(lambda: loop.now() - loop.last_tail if loop.is_active() else 0.0)
     m.lookups_in_flight.set_function(lambda: float(loop.verifier.in_flight))
+
+    def stats_age() -> float:
+        read_at = loop.stats_read_at
+        return loop.now() - read_at if read_at is not None and loop.is_leader() else 0.0
+
+    m.leader_stats_age.set_function(stats_age)
 
 
 async def _idle(stop: asyncio.Event, seconds: float) -> None:

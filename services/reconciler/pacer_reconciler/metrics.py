@@ -126,6 +126,13 @@ class ReconcilerMetrics:
             "Gateway delivery lookups: `found`, `not_found`, `unknown` (the gateway cannot say), `timeout` (cut "
             "off after `PACER_RECONCILER_VERIFY_TIMEOUT_S`), `error`. Only `found`/`not_found` decide an item."
         ), ["result"], registry=registry)
+        self.verifier_errors = Counter("pacer_reconciler_verifier_errors_total", (
+            "Verification steps that raised (database down, a defect), by `step`: `read` (a round's read of the "
+            "in-doubt items: no lookup starts), `resolve` (an item's outcome not written: it stays "
+            "`recovery_pending` and is asked again next round). The verify deadline is applied by the resolution "
+            "itself, so while either keeps failing no item is decided, not even `unverified` (alert "
+            "`PacerReconcilerVerifierFailing`)."
+        ), ["step"], registry=registry)
         self.bad_events = Counter("pacer_reconciler_bad_events_total", (
             "Rows skipped because they cannot be handled: `unreadable_event` (an event row that is not a valid "
             "event, e.g. an unknown type from a newer version), `bad_command` (a re-queued item whose command "
@@ -142,9 +149,16 @@ class ReconcilerMetrics:
             "`pacer_reconciler_bad_events_total{reason=\"bad_callback\"}`)."
         ), ["cmd", "result"], registry=registry)
         self.round_errors = Counter("pacer_reconciler_round_errors_total", (
-            "Tail/sweep rounds that raised (database or Kafka down, a defect), by exception type; each is "
-            "followed by a back-off, the service stays up."
+            "Tail/sweep rounds that raised (database or Kafka down, a defect), and reads of the leader's "
+            "database-wide numbers that failed, by exception type; each is followed by a back-off, the service "
+            "stays up."
         ), ["error"], registry=registry)
+        self.leader_stats_age = Gauge("pacer_reconciler_leader_stats_age_seconds", (
+            "Seconds since the leader last read all its database-wide numbers (lock board, guids, jobs, stalled "
+            "shards, tenants' sends), or since it became the leader if it never did; 0 on the other replicas. "
+            "A few sweep intervals when healthy; it grows while those reads fail, and meanwhile the numbers "
+            "exported are the last read (alert `PacerReconcilerLeaderStatsStale`)."
+        ), registry=registry)
         self.partitions = Counter("pacer_reconciler_partitions_total", (
             "Time partitions created (ahead of their days), dropped (past retention), skipped (their table "
             "was locked: tried again next run), granted (given a grant of their partitioned table that they "

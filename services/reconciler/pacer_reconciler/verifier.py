@@ -5,7 +5,10 @@ cut off after ``timeout_s``. The lookups run in tasks of their own, so a gateway
 or crawls holds up nothing but verification: the tail, outcomes, projections, re-dispatch
 and lease takeovers go on. A lookup that times out or fails is "no answer yet": the item
 stays in doubt and is asked again next round, until ``verify_deadline_s`` makes it
-``unverified``. It never counts as proof of non-delivery.
+``unverified``. It never counts as proof of non-delivery. The deadline is applied by the
+resolution itself: while reading the in-doubt items or writing their resolution fails (the
+database), nothing is decided, not even ``unverified``; each failure is counted by step
+(``errors``, exported as ``pacer_reconciler_verifier_errors_total``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from pacer_reconciler.ports import DeliveryLookup, InDoubt, Sweeps
 
 log = logging.getLogger(__name__)
 LOOKUP_RESULTS = ("found", "not_found", "unknown", "timeout", "error")
+# Steps that can fail: a round's read of the in-doubt items, an item's resolution (its outcome written).
+VERIFY_STEPS = ("read", "resolve")
 
 
 class Verifier:
@@ -37,7 +42,7 @@ class Verifier:
         self.clock = clock
         self.lookups: Counter[str] = Counter()  # by LOOKUP_RESULTS
         self.resolved: Counter[str] = Counter()  # by the status an item moved to
-        self.errors = 0  # rounds or resolutions that failed (database down, a bug)
+        self.errors: Counter[str] = Counter()  # by VERIFY_STEPS: what failed (database down, a bug)
         self._tasks: dict[str, asyncio.Task[None]] = {}  # item_id → its lookup
         # item_id → the episode (InDoubt.since) of a lookup that finished during this round's
         # read: the read may predate its resolution, and must not start a second lookup for it.
@@ -88,7 +93,7 @@ class Verifier:
             result = await self.sweeps.resolve(item, found, self.clock())
         except Exception:
             log.exception("resolving item %s failed; it stays in doubt and is asked again", item.item_id)
-            self.errors += 1
+            self.errors["resolve"] += 1
             return
         if result:
             self.resolved[result] += 1
@@ -106,7 +111,7 @@ class Verifier:
                         failures = 0
                     except Exception:
                         failures += 1
-                        self.errors += 1
+                        self.errors["read"] += 1
                         delay = min(30.0, interval_s * 2 ** min(failures, 6))
                         log.exception("verification round failed; next in %.1fs", delay)
                 with contextlib.suppress(TimeoutError):
