@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import uvicorn
 from fastapi import FastAPI, Response
@@ -20,9 +21,15 @@ class Health:
         self.fatal = fatal
         self._ready = False
         self._reason = "starting"
+        self._stopping = False
 
     def set_ready(self, ready: bool, reason: str = "") -> None:
         self._ready, self._reason = ready, reason
+
+    def stopping(self) -> None:
+        """The service drains (SIGTERM or a fatal error): not ready from now on, whatever the
+        service sets later (a round in hand may still report its state)."""
+        self._stopping = True
 
     @property
     def alive(self) -> bool:
@@ -30,11 +37,13 @@ class Health:
 
     @property
     def ready(self) -> bool:
-        return self._ready and self.alive
+        return self._ready and self.alive and not self._stopping
 
     @property
     def reason(self) -> str:
-        return self._reason if self.fatal.reason is None else f"fatal: {self.fatal.reason}"
+        if self.fatal.reason is not None:
+            return f"fatal: {self.fatal.reason}"
+        return "stopping" if self._stopping else self._reason
 
 
 def ops_app(service: str, registry: CollectorRegistry, health: Health,
@@ -68,9 +77,23 @@ def add_ops_routes(app: FastAPI, service: str, registry: CollectorRegistry, heal
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
+class _Server(uvicorn.Server):
+    """uvicorn without its own SIGTERM/SIGINT handlers. ``Server.serve()`` installs them for
+    as long as it serves (``capture_signals``) and stops at the first signal: the ops port
+    of a draining service went dark at once, so ``/readyz`` never answered "stopping" and
+    nothing counted during the drain was scraped. The service's stop event
+    (:func:`pacer_common.lifecycle.stop_event`) hears the signals instead, and its owner
+    stops the server once its own shutdown is done."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 async def serve(app: FastAPI, host: str, port: int) -> tuple[uvicorn.Server, asyncio.Task[None]]:
-    """Start uvicorn on the running loop; the caller sets ``server.should_exit`` to stop it."""
+    """Start uvicorn on the running loop; it serves through SIGTERM until the caller sets
+    ``server.should_exit``."""
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off", log_config=None)
-    server = uvicorn.Server(config)
+    server = _Server(config)
     task = asyncio.create_task(server.serve())
     return server, task

@@ -35,6 +35,8 @@ async def run_service(name: str, host: str, port: int,
     """Serve /healthz, /readyz and /metrics on ``host:port`` and run ``body`` until it returns.
 
     ``body`` watches ``ctx.stop`` (SIGTERM/SIGINT) and returns after finishing its work in hand.
+    Meanwhile the ops port keeps serving: ``/readyz`` answers 503 "stopping" from the stop on,
+    ``/metrics`` shows the drain; it closes when ``body`` has returned.
     ``consumes`` names the Kafka topics the service reads, each counted by
     ``pacer_kafka_offset_resets_total`` from the start.
     """
@@ -42,14 +44,21 @@ async def run_service(name: str, host: str, port: int,
     resets = OffsetResets(ctx.registry, consumes)
     server, task = await serve(ops_app(name, ctx.registry, ctx.health), host, port)
     log.info("%s started; ops on http://%s:%d", name, host, port)
+    draining = asyncio.create_task(_not_ready_once_stopped(ctx))
     try:
         await body(ctx)
     finally:
-        ctx.health.set_ready(False, "stopping")
+        ctx.health.stopping()
+        draining.cancel()
         server.should_exit = True
         await task
         resets.close()
         log.info("%s stopped", name)
+
+
+async def _not_ready_once_stopped(ctx: ServiceContext) -> None:
+    await ctx.stop.wait()
+    ctx.health.stopping()
 
 
 def main_for(name: str, ops: OpsSettings, coro: Coroutine[Any, Any, None]) -> None:
