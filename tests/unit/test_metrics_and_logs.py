@@ -156,3 +156,23 @@ def test_the_control_api_counts_an_unhandled_error_as_500_and_logs_it_with_the_r
                                      {"method": "GET", "route": "/api/v1/boom", "status": "500"}) == 1
     (line,) = [x for x in lines if x.get("route") == "/api/v1/boom"]
     assert line["status"] == 500 and line["http_request_id"] == request_id
+
+
+def test_the_control_api_counts_a_method_outside_the_http_set_as_other() -> None:
+    """h11 accepts any token as a method: each new one must not be a new series."""
+    registry = CollectorRegistry()
+    app = build_app(new_pool("postgresql://unused"), registry=registry)
+
+    async def go() -> list[int]:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://control") as client:
+            return [(await client.request(m, "/healthz")).status_code for m in ("FROBNICATE123", "X1", "GET")]
+
+    assert asyncio.run(go())[2] == 200
+    assert registry.get_sample_value("pacer_control_requests_total",
+                                     {"method": "other", "route": "/healthz", "status": "405"}) == 2
+    assert registry.get_sample_value("pacer_control_requests_total",
+                                     {"method": "GET", "route": "/healthz", "status": "200"}) == 1
+    methods = {s.labels["method"] for metric in registry.collect() if metric.name.startswith("pacer_control_")
+               for s in metric.samples if "method" in s.labels}
+    assert methods == {"GET", "other"}, methods

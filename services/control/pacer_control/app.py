@@ -27,6 +27,9 @@ from pacer_control.ports import DeadLetterQueue
 
 access = logging.getLogger("pacer.control.access")
 _OPS_ROUTES = frozenset({"/metrics", "/healthz", "/readyz"})
+# The methods the request metrics name; any other token a caller sends (h11 takes any) is
+# "other", or anyone could add series at will, without a token.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def build_app(pool: Pool, *, sandbox_targets: Iterable[str] = (),
@@ -76,8 +79,9 @@ def _count_requests(app: FastAPI, registry: CollectorRegistry) -> None:
         finally:
             route = getattr(request.scope.get("route"), "path", "unmatched")
             elapsed = time.perf_counter() - started
-            m.requests.labels(request.method, route, status).inc()
-            m.seconds.labels(request.method, route).observe(elapsed)
+            method = request.method if request.method in _METHODS else "other"
+            m.requests.labels(method, route, status).inc()
+            m.seconds.labels(method, route).observe(elapsed)
             if route not in _OPS_ROUTES or status >= "400":  # scrapes and probes: counted, not logged
                 access.info("%s %s %s %.1fms", request.method, request.url.path, status, elapsed * 1000,
                             extra={"method": request.method, "route": route, "status": int(status),

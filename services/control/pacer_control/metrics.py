@@ -11,7 +11,9 @@ class ControlMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter("pacer_control_requests_total", (
-            "Control API requests, by method, route template (`unmatched` for none) and status code."
+            "Control API requests, by method (`GET`, `HEAD`, `POST`, `PUT`, `PATCH`, `DELETE`, `OPTIONS`, or "
+            "`other` for any other token a caller sends), route template (`unmatched` for none) and status code."
         ), ["method", "route", "status"], registry=registry)
-        self.seconds = Histogram("pacer_control_request_seconds", "Control API request time (to the first byte)",
+        self.seconds = Histogram("pacer_control_request_seconds", "Control API request time (to the first byte), by method (as "
+                                 "`pacer_control_requests_total`) and route template",
                                  ["method", "route"], registry=registry)
