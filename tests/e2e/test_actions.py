@@ -42,9 +42,9 @@ def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield st
 
 
-def media_job(guid: str, n: int, url: str, kind: str = "image") -> dict[str, object]:
+def media_job(guid: str, n: int, url: str, kind: str = "image", name: str = "poster.png") -> dict[str, object]:
     return {"request_id": f"media-{uuid.uuid4().hex[:10]}", "kind": "campaign", "created_by": "test",
-            "message": {"type": kind, "url": url, "fileName": "poster.png"},
+            "message": {"type": kind, "url": url, "fileName": name},
             "targets": {"mode": "snapshot", "items": [{"guid": guid, "to_id": f"room-{i}"} for i in range(n)]},
             "expire_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat()}
 
@@ -152,6 +152,48 @@ def test_a_media_uploaded_longer_ago_than_its_reuse_is_uploaded_again_under_a_ke
     assert (generation, status) == (1, "ready") and new != old[0]
     assert gateway(stack, "/_admin/actions")["uploads"] - uploads == 1, "one upload again, not one per target"
     assert sorted(s["content"] for s in sends_for(stack, guid)) == sorted([f"image:{old[0]}"] * 2 + [f"image:{new}"] * 2)
+
+
+def test_one_url_under_another_file_name_or_kind_is_uploaded_again_and_sent_as_itself(stack: Stack) -> None:
+    guid = f"mn-{uuid.uuid4().hex[:6]}"
+    url = f"https://cdn.example/{guid}/x.pdf"
+    gateway(stack, "/_admin/actions", "PUT", {"media_ready_after_ms": 0})
+    before = gateway(stack, "/_admin/actions")
+    for kind, name in (("file", "Q3.pdf"), ("file", "Q3-final.pdf"), ("image", "Q3.pdf")):
+        job = media_job(guid, 2, url, kind, name)
+        publish(stack, json.dumps(job).encode())
+        rid = str(job["request_id"])
+        assert wait_for(lambda rid=rid: completed(stack, rid), 60, f"the {kind} {name} job") == {"confirmed": 2}
+    media = {(k, n): m for k, n, m in db(stack, "SELECT kind, file_name, media_id FROM media WHERE guid = %s", guid)}
+    assert set(media) == {("file", "Q3.pdf"), ("file", "Q3-final.pdf"), ("image", "Q3.pdf")}
+    assert len(set(media.values())) == 3
+    assert sorted(s["content"] for s in sends_for(stack, guid)) == sorted(
+        f"{k}:{m}" for (k, _), m in media.items() for _ in range(2)), "each job's items sent its own media"
+    after = gateway(stack, "/_admin/actions")
+    assert after["uploads"] - before["uploads"] == 3
+    assert after["sends_unready"] == before["sends_unready"], "a send was refused"
+
+
+def test_a_media_the_gateway_forgot_after_it_was_ready_is_uploaded_again_and_its_items_sent(stack: Stack) -> None:
+    guid = f"mz-{uuid.uuid4().hex[:6]}"
+    url = f"https://cdn.example/{guid}/banner.png"
+    gateway(stack, "/_admin/actions", "PUT", {"media_ready_after_ms": 0})
+    first = media_job(guid, 2, url)
+    publish(stack, json.dumps(first).encode())
+    assert wait_for(lambda: completed(stack, str(first["request_id"])), 60, "the first job") == {"confirmed": 2}
+    ((old,),) = db(stack, "SELECT media_id FROM media WHERE guid = %s", guid)
+    gateway(stack, f"/_admin/media/{old}", "DELETE")  # the gateway restarted: it no longer knows the media
+    uploads = gateway(stack, "/_admin/actions")["uploads"]
+    second = media_job(guid, 3, url)
+    publish(stack, json.dumps(second).encode())
+    assert wait_for(lambda: completed(stack, str(second["request_id"])), 90, "the second job") == {"confirmed": 3}
+    ((new, generation, status),) = db(stack, "SELECT media_id, generation, status FROM media WHERE guid = %s", guid)
+    assert (generation, status) == (1, "ready") and new != old
+    assert gateway(stack, "/_admin/actions")["uploads"] - uploads == 1, "one upload again, not one per item"
+    assert sorted(s["content"] for s in sends_for(stack, guid)) == sorted([f"image:{old}"] * 2 + [f"image:{new}"] * 3)
+    ((sent_back,),) = db(stack, "SELECT count(DISTINCT item_id) FROM item_events WHERE guid = %s"
+                                " AND type = 'ItemRetryScheduled' AND payload ->> 'error_class' = 'media_refused'", guid)
+    assert sent_back >= 1, "the refused item went back to upload the media again"
 
 
 def action_job(guid: str, message: dict[str, object], customers: list[str]) -> dict[str, object]:

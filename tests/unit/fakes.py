@@ -18,17 +18,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pacer_common.domain.commands import ItemCommand
-from pacer_common.domain.failures import SendError
+from pacer_common.domain.customers import Customer
+from pacer_common.domain.failures import FailureClass, SendError
+from pacer_common.domain.guid_health import GuidState
 from pacer_common.domain.ids import Guid
 from pacer_common.domain.receipts import Receipt
+from pacer_common.domain.requests import AnyMessage, MediaMessage, TextMessage
 from pacer_common.domain.status import ItemStatus, check_transition
+from pacer_common.gateway import MediaAnswer
 from pacer_sender.core import EXPIRE_MARGIN_S
 from pacer_sender.domain.decisions import Decision
+from pacer_sender.domain.media import MEDIA_REFUSED, MediaRow
 from pacer_sender.domain.order import Queued, fair_order, sheds
 from pacer_sender.domain.pacing import Drain
 from pacer_sender.domain.partitions import partition_of
@@ -45,10 +50,13 @@ class ItemRecord:
     owner: str | None = None
     next_attempt_at: datetime | None = None
     error_class: str | None = None
+    error: str | None = None  # the last settle's reason
     receipt: Receipt | None = None
     held: bool = False
     expire_at: datetime | None = None  # the item's, as its row holds it (the command's may lag)
     history: list[ItemStatus] = field(default_factory=list)
+    # Each settle's event: (type, error_class), as item_events records them.
+    events: list[tuple[str, str | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -154,6 +162,8 @@ class InMemoryItemRepository:
         rec = self.items[cmd.item_id]
         rec.next_attempt_at = decision.next_attempt_at
         rec.error_class = decision.error_class
+        rec.events.append((decision.event, decision.error_class))
+        rec.error = decision.error
         entry = self.ledger.get(cmd.idem_key)
         if (decision.release_ledger and entry is not None and entry.item_id == cmd.item_id
                 and entry.state == "reserved"):
@@ -379,3 +389,134 @@ class InMemoryLimitsSource:
     async def changed_since(self, after: int | None) -> list[tuple[str, dict[str, Any], int]]:
         return sorted(((key, limits, cursor) for key, (limits, cursor) in self.rows.items()
                        if after is None or cursor > after), key=lambda row: row[2])
+
+
+class InMemoryActions:
+    """The sender's ``ActionStore`` for media items, with the guards of its SQL: a media record
+    per (guid, hash); a poll's answer or a send's refusal touches only the mediaId it names
+    (a record uploaded again meanwhile is left as it is); whether an item was sent back for its
+    media is read from its settles in ``repo``, as Postgres reads item_events."""
+
+    def __init__(self, repo: InMemoryItemRepository, messages: Mapping[str, AnyMessage] | None = None) -> None:
+        self.repo = repo
+        self.messages = dict(messages or {})  # job id → its message
+        self.records: dict[tuple[str, str], MediaRow] = {}
+        self.waits: dict[str, tuple[datetime, str]] = {}  # item id → (until, reason)
+        self.failed: dict[str, tuple[str, str]] = {}  # item id → (error class, reason)
+
+    async def message_of(self, job_id: str) -> AnyMessage:
+        return self.messages.get(job_id, TextMessage(content="-"))
+
+    async def media(self, guid: str, url_hash: str) -> MediaRow | None:
+        return self.records.get((guid, url_hash))
+
+    async def uploaded(self, guid: str, url_hash: str, msg: MediaMessage, answer: MediaAnswer,
+                       generation: int) -> MediaRow:
+        row = MediaRow(answer.media_id, answer.status, answer.reason,  # type: ignore[arg-type]  # the gateway's word
+                       datetime.now(UTC), None, generation)
+        self.records[(guid, url_hash)] = row
+        return row
+
+    async def checked(self, guid: str, url_hash: str, media_id: str, status: str,
+                      reason: str | None) -> MediaRow | None:
+        row = self.records.get((guid, url_hash))
+        if row is None or row.media_id != media_id:
+            return None
+        now = datetime.now(UTC)
+        row = (replace(row, status=status, reason=reason, checked_at=now)  # type: ignore[arg-type]  # as above
+               if row.status == "pending" else replace(row, checked_at=now))
+        self.records[(guid, url_hash)] = row
+        return row
+
+    async def media_refused(self, guid: str, url_hash: str, media_id: str, reason: str) -> bool:
+        row = self.records.get((guid, url_hash))
+        if row is None or row.media_id != media_id:
+            return False
+        self.records[(guid, url_hash)] = replace(row, status="stale", reason=reason)
+        return True
+
+    async def sent_back_for_media(self, item_id: str) -> bool:
+        return ("ItemRetryScheduled", MEDIA_REFUSED) in self.repo.items[item_id].events
+
+    async def wait(self, cmd: ItemCommand, until: datetime, reason: str) -> bool:
+        if self.repo.items[cmd.item_id].status is not S.PENDING:
+            return False
+        self.waits[cmd.item_id] = (until, reason)
+        return True
+
+    async def fail_unsent(self, cmd: ItemCommand, error_class: str, reason: str) -> bool:
+        rec = self.repo.items[cmd.item_id]
+        if rec.status is not S.PENDING:
+            return False
+        self.repo._move(cmd.item_id, S.FAILED)
+        rec.error_class = error_class
+        self.failed[cmd.item_id] = (error_class, reason)
+        return True
+
+    async def guid_state(self, guid: str, state: GuidState, reason: str, at: datetime) -> None:
+        raise AssertionError(f"guid {guid} taken out ({state}): not expected here")
+
+    async def save_customer(self, customer: Customer, item_id: str) -> int | None:
+        raise AssertionError("customer syncs are not sent through this fake")
+
+
+@dataclass
+class SentMedia:
+    kind: str
+    to_id: str
+    media_id: str
+    idem_key: str
+    url: str  # what the gateway holds under the mediaId: the upload's url, kind and name
+    file_name: str | None
+
+
+class FakeActionGateway:
+    """Uploads and media sends, answered as the fake gateway (``pacer_dev.fakegateway``) does:
+    an upload repeated under its idempotency key gets that upload's media, whatever its url,
+    kind or name; every upload is ready at once. A send into a media it does not know
+    (``forget``: it restarted, or the media expired) or of another kind is refused with
+    bad_params code 40001, and delivers nothing."""
+
+    def __init__(self) -> None:
+        self.media: dict[str, tuple[str, str, str | None]] = {}  # mediaId → (url, kind, fileName)
+        self.by_key: dict[str, str] = {}  # upload idempotency key → mediaId
+        self.upload_keys: list[str] = []  # every upload call's key
+        self.refused: list[str] = []  # every refused send's mediaId
+        self.sent: list[SentMedia] = []
+        self.loses_uploads = False  # a gateway that forgets each media as soon as it is uploaded
+
+    def forget(self, media_id: str) -> None:
+        del self.media[media_id]
+        self.by_key = {k: v for k, v in self.by_key.items() if v != media_id}
+
+    async def upload_media(self, guid: str, url: str, kind: str, file_name: str | None,
+                           idem_key: str, tenant: str = "default") -> MediaAnswer:
+        self.upload_keys.append(idem_key)
+        media_id = self.by_key.get(idem_key)
+        if media_id is None:
+            media_id = self.by_key[idem_key] = f"media-{len(self.upload_keys)}"
+            if not self.loses_uploads:
+                self.media[media_id] = (url, kind, file_name)
+        return MediaAnswer(media_id, "ready", None, 1.0)
+
+    async def media_status(self, guid: str, media_id: str, tenant: str = "default") -> MediaAnswer:
+        if media_id not in self.media:
+            raise SendError(FailureClass.BAD_PARAMS, 40001, f"no media {media_id}")
+        return MediaAnswer(media_id, "ready", None, 1.0)
+
+    async def send_media(self, kind: str, guid: str, to_id: str, media_id: str, idem_key: str,
+                         deadline: float | None = None, tenant: str = "default") -> Receipt:
+        held = self.media.get(media_id)
+        if held is None or held[1] != kind:
+            self.refused.append(media_id)
+            raise SendError(FailureClass.BAD_PARAMS, 40001, f"no {kind} media {media_id}")
+        self.sent.append(SentMedia(kind, to_id, media_id, idem_key, held[0], held[2]))
+        return Receipt(0, "ok", f"msg-{len(self.sent)}", 1.0)
+
+    async def customer_tags(self, op: str, guid: str, customer_id: str, tag_ids: Sequence[str], idem_key: str,
+                            deadline: float | None = None, tenant: str = "default") -> Receipt:
+        raise AssertionError("tags are not sent through this fake")
+
+    async def customer_detail(self, guid: str, customer_id: str, idem_key: str,
+                              deadline: float | None = None, tenant: str = "default") -> tuple[Receipt, Customer]:
+        raise AssertionError("customer syncs are not sent through this fake")

@@ -20,7 +20,15 @@ from pacer_common.domain.status import ItemStatus
 from pacer_common.gateway import failed_upload
 from pacer_common.logs import bind
 from pacer_sender.domain.decisions import Decision, after_failure
-from pacer_sender.domain.media import MediaTiming, next_generation, next_step, upload_key, url_hash
+from pacer_sender.domain.media import (
+    MediaTiming,
+    after_media_refusal,
+    media_hash,
+    next_generation,
+    next_step,
+    refused_media,
+    upload_key,
+)
 from pacer_sender.ports import ActionGateway, ActionStore, Gateway, ItemRepository
 
 log = logging.getLogger(__name__)
@@ -162,6 +170,8 @@ class Executor:
         except SendError as err:
             answered_mono, answered_at = time.monotonic(), datetime.now(UTC)
             decision = after_failure(err, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng, self.states)
+            if isinstance(msg, MediaMessage) and media_id is not None and refused_media(err):
+                decision = await self._media_refused(cmd, msg, media_id, err, decision)
             if not await self.repo.settle(cmd, begun.epoch, decision):
                 log.warning("outcome not recorded: lease taken over (%s)", err)
                 return Executed("fenced", True, err, claimed_at, answered_at, first, answered_mono, claim_s)
@@ -204,7 +214,7 @@ class Executor:
         """The ready media's id, or what became of the item: it waits (pending, with its reason)
         or fails (the upload failed). Uploads the media if this guid has not yet."""
         assert self.actions is not None and self.action_gateway is not None
-        h = url_hash(msg.url)
+        h = media_hash(msg.url, msg.type, msg.fileName)
         row = await self.actions.media(cmd.guid, h)
         step, until = next_step(row, datetime.now(UTC), self.media_timing)
         called = False
@@ -254,6 +264,17 @@ class Executor:
         return await self._media_wait(cmd, until or datetime.now(UTC) + self.media_timing.recheck,
                                       f"waiting for {msg.type} {row.media_id} to be ready (uploaded "
                                       f"{row.uploaded_at:%H:%M:%S})", called)
+
+    async def _media_refused(self, cmd: ItemCommand, msg: MediaMessage, media_id: str, err: SendError,
+                             failed: Decision) -> Decision:
+        """A send of ``media_id`` refused by the gateway's bad_params code: it no longer knows the
+        media. Its record goes stale (the next item uploads it again), and the item goes back to
+        upload it too, once; refused again after that, it fails (``failed``), saying so."""
+        assert self.actions is not None
+        await self.actions.media_refused(cmd.guid, media_hash(msg.url, msg.type, msg.fileName), media_id,
+                                         f"send of {media_id} refused: {err}")
+        return after_media_refusal(err, media_id, await self.actions.sent_back_for_media(cmd.item_id), failed,
+                                   datetime.now(UTC))
 
     async def _media_wait(self, cmd: ItemCommand, until: datetime, reason: str, called: bool) -> Executed:
         assert self.actions is not None

@@ -2232,8 +2232,8 @@ CREATE TABLE public.media (
     generation integer DEFAULT 0 NOT NULL,
     CONSTRAINT media_generation_check CHECK ((generation >= 0)),
     CONSTRAINT media_kind_check CHECK ((kind = ANY (ARRAY['image'::text, 'file'::text, 'video'::text]))),
-    CONSTRAINT media_settled_by_check CHECK ((settled_by = ANY (ARRAY['upload'::text, 'callback'::text, 'poll'::text]))),
-    CONSTRAINT media_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'ready'::text, 'failed'::text])))
+    CONSTRAINT media_settled_by_check CHECK ((settled_by = ANY (ARRAY['upload'::text, 'callback'::text, 'poll'::text, 'send'::text]))),
+    CONSTRAINT media_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'ready'::text, 'failed'::text, 'stale'::text])))
 );
 
 CREATE TABLE public.operator_conflicts (

@@ -70,6 +70,13 @@ class PostgresActions:
                                               "status": status, "reason": storable(reason)})
         return None if r is None else _row(r)
 
+    async def media_refused(self, guid: str, url_hash: str, media_id: str, reason: str) -> bool:
+        return await self._one("media_refused", {"guid": guid, "hash": url_hash, "media_id": media_id,
+                                                 "reason": storable(reason)}) is not None
+
+    async def sent_back_for_media(self, item_id: str) -> bool:
+        return bool((await self._one("media_sent_back", {"item": item_id}))["sent_back"])
+
     async def wait(self, cmd: ItemCommand, until: datetime, reason: str) -> bool:
         return await self._one("wait_item", {"item": cmd.item_id, "until": until,
                                              "reason": storable(reason)}) is not None
