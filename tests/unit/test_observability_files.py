@@ -87,6 +87,12 @@ def test_committed_dashboards_are_what_the_board_definitions_render() -> None:
         assert len(ids) == len(set(ids)) and board["uid"]
 
 
+def test_board_4_shows_the_items_the_senders_shed() -> None:
+    """Board 4 is what Pacer decided not to send: items shed for a backlog too deep are among them."""
+    dedupe = [expr for uid, _, expr in boards.queries() if uid == "pacer-dedupe"]
+    assert any("pacer_sender_shed_items_total" in expr for expr in dedupe), dedupe
+
+
 def test_every_panel_query_is_valid_promql(tmp_path: Path) -> None:
     # promtool checks PromQL in rules files: each query becomes a recording rule.
     rules = {"groups": [{"name": "panels", "rules": [

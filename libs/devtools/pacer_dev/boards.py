@@ -174,6 +174,10 @@ BOARDS: tuple[Board, ...] = (
                 description="Items past their expire_at that no sender reached (a held guid, a paused job or shard, "
                             "a job awaiting approval), expired by the reconciler's expire_due sweep. Those a sender "
                             "expires are in the panel by kind."),
+              p("Shed by the senders (last hour)", "sum(increase(pacer_sender_shed_items_total[1h]))", "shed",
+                description="Batch items a sender expired early (error class shed): at their guid's current rate "
+                            "they could not go out before their expire_at. A rise is a backlog that will not drain "
+                            "in time: see the guid's backlog (board pacer-guid)."),
               p("Expired and abandoned items of open jobs", 'sum by (status) (pacer_reconciler_open_job_items'
                 f'{{status=~"expired|abandoned"}} and {LEADER})', "{{status}}"),
               p("Not sent: deferred or put back", f'sum by (outcome) (rate({ITEMS}{{outcome=~"rate_limited|'
