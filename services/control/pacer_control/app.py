@@ -17,9 +17,11 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry
 
 from pacer_common.db.pool import Pool
+from pacer_common.domain.requests import MAX_REQUEST_BYTES
 from pacer_common.ops import Health, add_ops_routes
 from pacer_control.adapters.postgres import PostgresControl
-from pacer_control.api import create_api
+from pacer_control.api import PREFIX, create_api
+from pacer_control.api.body_limit import BodyLimit
 from pacer_control.core import Control
 from pacer_control.domain import views
 from pacer_control.metrics import ControlMetrics
@@ -35,7 +37,7 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 def build_app(pool: Pool, *, sandbox_targets: Iterable[str] = (),
               registry: CollectorRegistry | None = None, health: Health | None = None,
               db_deadline_s: float = 5.0, stalled_after_s: float = views.STALLED_AFTER_S,
-              dead_letters: DeadLetterQueue | None = None) -> FastAPI:
+              dead_letters: DeadLetterQueue | None = None, max_body_bytes: int = 1_048_576) -> FastAPI:
     """The Control API over ``pool`` (and the DLQ topics over ``dead_letters``; without it
     the dead-letter routes answer 503). If the pool is not open yet, the app's lifespan opens
     it (on the loop that serves the app) and closes it again at shutdown."""
@@ -59,6 +61,8 @@ def build_app(pool: Pool, *, sandbox_targets: Iterable[str] = (),
 
     app = create_api(control, lifespan)
     add_ops_routes(app, "control", registry, health, include_in_schema=False)
+    # Inside the request count (a 413 is counted and logged); before any route reads a body.
+    app.add_middleware(BodyLimit, limit=max_body_bytes, paths={f"{PREFIX}/dry-run": MAX_REQUEST_BYTES})
     _count_requests(app, registry)
     # Outermost: every request (and its log lines) carries an X-Request-ID, given or drawn.
     app.add_middleware(CorrelationIdMiddleware, header_name="X-Request-ID")

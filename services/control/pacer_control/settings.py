@@ -26,6 +26,13 @@ class ControlSettings(OpsSettings):
         "it applies them, or a shard's job's own interval). The alert is the reconciler's "
         "`PACER_RECONCILER_STALL_AFTER_S`."
     ))
+    max_body_bytes: int = Field(1_048_576, gt=0, description=(
+        "The largest request body the API and the console take, in bytes; a larger one is answered `413` "
+        "before it is read (a body without `Content-Length`: once this much has come). The largest bodies "
+        "the API takes are a retry of 10,000 item ids (about 400 KB); `POST /dry-run` has a limit of its own, "
+        "the largest job request (64 MiB). FastAPI reads a body whole before the route's token check, so this "
+        "also bounds what a caller without a token can make the service hold."
+    ))
     sandbox_targets: str = Field("", description=(
         "Comma-separated `to_id`s that `POST /test-send` may send to; empty: test sends are refused (`403`). "
         "A test send is a one-item job sent by the senders (lease, pacing, ledger); the control service never "
