@@ -306,3 +306,15 @@ def test_the_leader_stats_age_grows_while_they_fail_and_stays_low_while_they_are
 async def _nothing() -> None:
     return None
 
+
+
+def test_duplicate_intercepts_are_a_level_of_the_events_kept_not_a_counter() -> None:
+    """The count is over item_events, whose partitions retention drops: it falls then, which
+    a counter must never do (Prometheus would read a reset and count it again)."""
+    registry = CollectorRegistry()
+    m = ReconcilerMetrics(registry, lambda: True)
+    for kept in (5, 3):  # a partition dropped in between
+        m.leader_stats.update({"duplicate_intercepts": kept})
+        assert _sample(registry, "pacer_reconciler_duplicate_intercepts_kept") == kept
+    kinds = {metric.name: metric.type for metric in registry.collect() if "duplicate_intercepts" in metric.name}
+    assert kinds == {"pacer_reconciler_duplicate_intercepts_kept": "gauge"}, kinds

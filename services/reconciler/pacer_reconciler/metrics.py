@@ -25,12 +25,16 @@ GAUGES = {
                        "Open shards of running jobs with no progress for stall_after_s beyond their guid's longest gap, "
                        "not held by its quiet hours or a send window's cap"),
     "jobs_running": ("pacer_reconciler_jobs_running", "Jobs running (not paused, not finished)"),
+    # A count of the events still kept, not a counter: retention drops item_events' partitions
+    # and it falls with them (a counter that falls reads as a reset). All replicas share it.
+    "duplicate_intercepts": ("pacer_reconciler_duplicate_intercepts_kept",
+                             "Sends refused by the idempotency ledger among the item events still kept "
+                             "(`PACER_RECONCILER_RETAIN_ITEMS_DAYS`): it falls when retention drops a partition. "
+                             "The rate of intercepts: `pacer_sender_items_total{outcome=\"duplicate\"}`"),
 }
 # Totals kept in the database, all time: counters (``_total`` is added on exposition).
 COUNTERS = {
     "takeovers": ("pacer_reconciler_guid_takeovers", "Guid leases taken over from another sender, all time"),
-    "duplicate_intercepts": ("pacer_reconciler_duplicate_intercepts",
-                             "Sends refused by the idempotency ledger, all time"),
     "retry_conflicts": ("pacer_reconciler_retry_conflicts",
                         "Manual retries refused because the item was executing, all time"),
     "forced_releases": ("pacer_reconciler_forced_releases",

@@ -1,6 +1,7 @@
 -- The lock dashboard's numbers: guid lease rows (every guid that ever held one) and those held,
 -- running items, expired leases (guid + item), guid lease
--- takeovers, duplicate intercepts by the idempotency ledger, refused manual retries, forced
+-- takeovers, duplicate intercepts by the idempotency ledger (in the item events still kept:
+-- retention drops their partitions, so a level, not a counter), refused manual retries, forced
 -- releases of guid leases and of item leases (from the audit log).
 SELECT
     (SELECT count(*) FROM guid_leases) AS guid_leases,
