@@ -5,7 +5,9 @@ refused, limit changes are read in commit order, budgets never deadlock two send
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import timedelta
+from urllib.parse import urlencode
 
 import psycopg
 import pytest
@@ -111,6 +113,65 @@ def test_releasing_a_guid_without_holder_is_a_noop_and_an_unknown_guid_is_not_fo
         conn.execute("INSERT INTO guid_leases (guid) VALUES ('g1')")
     assert force_release(database_url, "g1")["outcome"] == "noop"
     assert audit(database_url) == []
+
+
+def test_a_stale_locks_page_does_not_evict_the_sender_that_took_the_guid_over_since(database_url: str) -> None:
+    # The admin opens the Locks page while sender-1 holds g1 and confirms its release; meanwhile
+    # sender-1's lease runs out and sender-2 takes the guid over. The click must not fence the
+    # healthy sender-2.
+    async def scenario() -> None:
+        pool = await open_pool(database_url, min_size=1, max_size=4)
+        leases = PostgresGuidLeases(pool, TTL)
+        (held,) = await leases.acquire(["g1"], "sender-1")
+        async with control_api(database_url) as api:
+            c, auth = api.client, api.auth("admin")
+            page = (await c.get("http://control/console/part/locks", headers=auth)).text
+            form = re.search(r'<form[^>]*hx-post="/console/part/guids/g1/release-lock".*?</form>', page, re.S)
+            assert form, page
+            fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form.group(0)))
+            assert fields == {"expected_owner": "sender-1", "expected_epoch": str(held.epoch)}
+            async with pool.connection() as conn:
+                await conn.execute("UPDATE guid_leases SET lease_until = now() - interval '1 second'")
+            (taken,) = await leases.acquire(["g1"], "sender-2")
+            clicked = await c.post("http://control/console/part/guids/g1/release-lock",
+                                   content=urlencode({**fields, "reason": "sender-1 is stuck"}),
+                                   headers=auth | {"Content-Type": "application/x-www-form-urlencoded"})
+            assert clicked.status_code == 200 and "not released" in clicked.text and "sender-2" in clicked.text, \
+                clicked.text
+            api_stale = await api.post("/guids/g1/release-lock", "admin", json={
+                "reason": "stuck", "expected_owner": "sender-1", "expected_epoch": held.epoch})
+            assert api_stale.status_code == 409, api_stale.text
+            assert f"held by sender-2 (epoch {taken.epoch}) now" in api_stale.json()["detail"]
+            (lease,) = rows(database_url, "SELECT owner, epoch FROM guid_leases WHERE guid = 'g1'")
+            assert lease == {"owner": "sender-2", "epoch": taken.epoch}, "sender-2 keeps its lease"
+            assert audit(database_url, "g1") == []
+            # The holder shown now is released; and without an expected holder, whoever holds it (as before).
+            current = await api.post("/guids/g1/release-lock", "admin", json={
+                "reason": "stuck", "expected_owner": "sender-2", "expected_epoch": taken.epoch})
+            assert current.status_code == 200 and current.json()["previous_owner"] == "sender-2", current.text
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_item_lease_is_released_only_from_the_holder_the_caller_names(database_url: str) -> None:
+    _, _, (item,) = seed_job(database_url, {"g1": 1})
+    move(database_url, [item], "claimed")
+
+    async def scenario() -> None:
+        async with control_api(database_url) as api:
+            stale = await api.post(f"/items/{item}/release-lock", "admin", json={
+                "reason": "stuck", "expected_owner": "w1", "expected_epoch": 0})
+            assert stale.status_code == 409 and "lease of w1 (epoch 1) now" in stale.json()["detail"], stale.text
+            other = await api.post(f"/items/{item}/release-lock", "admin", json={
+                "reason": "stuck", "expected_owner": "w9"})
+            assert other.status_code == 409, other.text
+            ok = await api.post(f"/items/{item}/release-lock", "admin", json={
+                "reason": "stuck", "expected_owner": "w1", "expected_epoch": 1})
+            assert ok.status_code == 200 and ok.json()["status"] == "pending", ok.text
+
+    asyncio.run(scenario())
+    assert len(audit(database_url, item)) == 1
 
 
 # -- item leases ------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from pacer_control.ports import (
     ControlStore,
     ControlTx,
     DeadLetterQueue,
+    ExpectedHolder,
     NewToken,
     Row,
 )
@@ -346,10 +347,12 @@ class Control:
     async def resume_guid(self, guid: str, who: Principal, reason: str | None) -> ActionResult:
         return await self.store.atomically(lambda tx: tx.resume_guid(guid, who.actor, reason))
 
-    async def release_guid_lock(self, guid: str, who: Principal, reason: str) -> ActionResult:
-        """Evict the guid's lease holder (fenced, audited by ``pacer_force_release_guid``)."""
+    async def release_guid_lock(self, guid: str, who: Principal, reason: str,
+                                expected: ExpectedHolder | None = None) -> ActionResult:
+        """Evict the guid's lease holder (fenced, audited by ``pacer_force_release_guid``); with
+        ``expected``, only if it is still the holder the admin confirmed (else a conflict)."""
         async def work(tx: ControlTx) -> ActionResult:
-            r = await tx.force_release_guid(guid, who.actor, reason)
+            r = await tx.force_release_guid(guid, who.actor, reason, expected)
             extra = {} if r["outcome"] != "done" else {
                 "previous_owner": r["previous_owner"], "epoch": r["epoch"],
                 "evicted_until": _json(r["evicted_until"]), "sends_in_flight": r["in_flight"]}
@@ -357,11 +360,13 @@ class Control:
 
         return await self.store.atomically(work)
 
-    async def release_item_lock(self, item_id: str, who: Principal, reason: str) -> ActionResult:
+    async def release_item_lock(self, item_id: str, who: Principal, reason: str,
+                                expected: ExpectedHolder | None = None) -> ActionResult:
         """Take an item's lease from its holder: claimed → pending, submitted → recovery_pending
-        (verified, never resent blindly), with a new epoch; audited by ``pacer_force_release_item``."""
+        (verified, never resent blindly), with a new epoch; audited by ``pacer_force_release_item``.
+        With ``expected``, only if it is still the holder the admin confirmed (else a conflict)."""
         async def work(tx: ControlTx) -> ActionResult:
-            r = await tx.force_release_item(item_id, who.actor, reason)
+            r = await tx.force_release_item(item_id, who.actor, reason, expected)
             extra = {} if r["outcome"] != "done" else {"from_status": r["from_status"], "epoch": r["epoch"]}
             return ActionResult(r["outcome"], r["message"], r["to_status"], extra)
 

@@ -804,7 +804,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION public.pacer_force_release_guid(p_guid text, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text, previous_owner text, epoch bigint, evicted_until timestamp with time zone, in_flight integer)
+CREATE FUNCTION public.pacer_force_release_guid(p_guid text, p_actor text, p_reason text DEFAULT NULL::text, p_expected_owner text DEFAULT NULL::text, p_expected_epoch bigint DEFAULT NULL::bigint) RETURNS TABLE(outcome text, message text, previous_owner text, epoch bigint, evicted_until timestamp with time zone, in_flight integer)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -822,6 +822,16 @@ BEGIN
     IF l.owner IS NULL THEN
         RETURN QUERY SELECT 'noop'::text, format('guid %s has no lease holder; nothing to release', p_guid),
                             NULL::text, l.epoch, l.evicted_until, 0;
+        RETURN;
+    END IF;
+    IF (p_expected_owner IS NOT NULL AND l.owner <> p_expected_owner)
+       OR (p_expected_epoch IS NOT NULL AND l.epoch <> p_expected_epoch) THEN
+        RETURN QUERY SELECT 'conflict'::text,
+            format('not released: guid %s is held by %s (epoch %s) now, not by %s as confirmed; the lease changed '
+                   'hands since. Look at the lease again and release it only if this holder is stuck',
+                   p_guid, l.owner, l.epoch,
+                   concat_ws(' ', p_expected_owner, '(epoch ' || p_expected_epoch || ')')),
+            l.owner, l.epoch, l.evicted_until, 0;
         RETURN;
     END IF;
     SELECT count(*) INTO busy FROM items i
@@ -847,7 +857,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION public.pacer_force_release_item(p_item uuid, p_actor text, p_reason text DEFAULT NULL::text) RETURNS TABLE(outcome text, message text, from_status text, to_status text, epoch bigint)
+CREATE FUNCTION public.pacer_force_release_item(p_item uuid, p_actor text, p_reason text DEFAULT NULL::text, p_expected_owner text DEFAULT NULL::text, p_expected_epoch bigint DEFAULT NULL::bigint) RETURNS TABLE(outcome text, message text, from_status text, to_status text, epoch bigint)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -859,6 +869,16 @@ BEGIN
     SELECT * INTO o FROM items WHERE item_id = p_item FOR UPDATE;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 'not_found'::text, format('no item %s', p_item), NULL::text, NULL::text, NULL::bigint;
+        RETURN;
+    END IF;
+    IF o.status IN ('claimed', 'submitted') AND (
+           (p_expected_owner IS NOT NULL AND o.lease_owner IS DISTINCT FROM p_expected_owner)
+           OR (p_expected_epoch IS NOT NULL AND o.lease_epoch <> p_expected_epoch)) THEN
+        RETURN QUERY SELECT 'conflict'::text,
+            format('not released: item %s is %s under the lease of %s (epoch %s) now, not of %s as confirmed; '
+                   'look at it again', p_item, o.status, o.lease_owner, o.lease_epoch,
+                   concat_ws(' ', p_expected_owner, '(epoch ' || p_expected_epoch || ')')),
+            o.status::text, o.status::text, o.lease_epoch;
         RETURN;
     END IF;
     IF o.status = 'claimed' THEN

@@ -30,7 +30,7 @@ from pacer_control.domain.filters import (
 from pacer_control.domain.outcomes import ActionResult, ItemRetry
 from pacer_control.domain.permissions import Principal
 from pacer_control.domain.views import failure_categories, sum_counts
-from pacer_control.ports import AuditEntry, NewToken, Row
+from pacer_control.ports import AuditEntry, ExpectedHolder, NewToken, Row
 
 T = TypeVar("T")
 REPORT_FETCH = 2000
@@ -55,6 +55,10 @@ def _result(row: Row | None, missing: str) -> ActionResult:
     if row is None:
         return ActionResult("not_found", missing)
     return ActionResult(row["outcome"], row["message"], row.get("status"))
+
+
+def _expected(holder: ExpectedHolder | None) -> dict[str, Any]:
+    return {"expected_owner": holder.owner if holder else None, "expected_epoch": holder.epoch if holder else None}
 
 
 TENANT_FIELDS = ("base_url", "credential", "callback_secret", "sends_per_day", "max_guids", "timezone")
@@ -149,13 +153,17 @@ class _Tx:
         row = await _row(self.conn, "resume_guid", {"guid": guid, "actor": actor, "reason": reason})
         return _result(row, f"no guid {guid}")
 
-    async def force_release_guid(self, guid: str, actor: str, reason: str | None) -> Row:
-        row = await _row(self.conn, "force_release_guid", {"guid": guid, "actor": actor, "reason": reason})
+    async def force_release_guid(self, guid: str, actor: str, reason: str | None,
+                                 expected: ExpectedHolder | None = None) -> Row:
+        row = await _row(self.conn, "force_release_guid", {"guid": guid, "actor": actor, "reason": reason,
+                                                           **_expected(expected)})
         assert row is not None  # pacer_force_release_guid always answers
         return row
 
-    async def force_release_item(self, item_id: str, actor: str, reason: str | None) -> Row:
-        row = await _row(self.conn, "force_release_item", {"item": item_id, "actor": actor, "reason": reason})
+    async def force_release_item(self, item_id: str, actor: str, reason: str | None,
+                                 expected: ExpectedHolder | None = None) -> Row:
+        row = await _row(self.conn, "force_release_item", {"item": item_id, "actor": actor, "reason": reason,
+                                                           **_expected(expected)})
         assert row is not None  # pacer_force_release_item always answers
         return row
 

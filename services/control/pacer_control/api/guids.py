@@ -18,9 +18,10 @@ from pacer_control.api.schemas import (
     GuidView,
     LimitsResponse,
     PauseGuidBody,
-    ReasonBody,
+    ReleaseBody,
 )
 from pacer_control.domain.filters import DEFAULT_PAGE, MAX_PAGE
+from pacer_control.ports import ExpectedHolder
 
 router = APIRouter(tags=["guids"])
 
@@ -90,7 +91,8 @@ async def resume_guid(guid: GuidPath, ctl: Ctl, who: Caller, body: ActionBody | 
 
 @router.post("/guids/{guid:path}/release-lock", response_model=ActionResponse,
              summary="Force-release a guid's lease: the holder is evicted (fenced) and may not take it back "
-                     "before its lease would have run out",
-             **guard("guids.release_lock", 404, 422))
-async def release_lock(guid: GuidPath, body: ReasonBody, ctl: Ctl, who: Caller) -> Any:
-    return respond(await ctl.release_guid_lock(guid, who, body.reason))
+                     "before its lease would have run out; with expected_owner/expected_epoch, only that holder",
+             **guard("guids.release_lock", 404, 409, 422))
+async def release_lock(guid: GuidPath, body: ReleaseBody, ctl: Ctl, who: Caller) -> Any:
+    expected = ExpectedHolder(body.expected_owner, body.expected_epoch)
+    return respond(await ctl.release_guid_lock(guid, who, body.reason, expected))

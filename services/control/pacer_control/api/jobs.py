@@ -27,6 +27,7 @@ from pacer_control.api.schemas import (
     JobDetail,
     JobPage,
     ReasonBody,
+    ReleaseBody,
     ResolveBody,
     RetryBody,
     RetryItemBody,
@@ -41,6 +42,7 @@ from pacer_control.domain.filters import (
     RetryFilter,
 )
 from pacer_control.domain.permissions import Action
+from pacer_control.ports import ExpectedHolder
 
 router = APIRouter(tags=["jobs"])
 
@@ -236,10 +238,12 @@ async def retry_item(item_id: uuid.UUID, ctl: Ctl, who: Caller, body: RetryItemB
 
 
 @router.post("/items/{item_id}/release-lock", response_model=ActionResponse, tags=["items"],
-             summary="Force-release an item's lease: claimed → pending, submitted → recovery_pending (verified)",
+             summary="Force-release an item's lease: claimed → pending, submitted → recovery_pending (verified); "
+                     "with expected_owner/expected_epoch, only that holder's",
              **guard("items.release_lock", 404, 409, 422))
-async def release_item_lock(item_id: uuid.UUID, body: ReasonBody, ctl: Ctl, who: Caller) -> Any:
-    return respond(await ctl.release_item_lock(str(item_id), who, body.reason))
+async def release_item_lock(item_id: uuid.UUID, body: ReleaseBody, ctl: Ctl, who: Caller) -> Any:
+    expected = ExpectedHolder(body.expected_owner, body.expected_epoch)
+    return respond(await ctl.release_item_lock(str(item_id), who, body.reason, expected))
 
 
 @router.post("/items/{item_id}/cancel", response_model=ActionResponse, tags=["items"],

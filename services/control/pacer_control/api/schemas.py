@@ -65,6 +65,18 @@ class ReasonBody(_In):
     reason: Reason
 
 
+class ReleaseBody(ReasonBody):
+    """A forced release. ``expected_owner`` / ``expected_epoch``: the holder the caller saw and
+    means to evict (the console always sends both); if the lease is held by another holder or
+    under another epoch by then, nothing is released (409, naming the holder now). Left out:
+    whoever holds the lease then is evicted."""
+
+    expected_owner: Text | None = Field(None, description=(
+        "the lease holder you mean to evict (its `owner` / `lease_owner`); another holder now: 409"))
+    expected_epoch: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = Field(None, description=(
+        "the lease's epoch (`epoch` / `lease_epoch`) you saw; another epoch now (the lease changed hands): 409"))
+
+
 class BudgetBody(_In):
     max_sends: Annotated[int, Field(gt=0, le=MAX_INT4)]
 

@@ -33,6 +33,7 @@ from pacer_control.domain.errors import Invalid
 from pacer_control.domain.filters import RETRYABLE, AuditFilter, ItemFilter, JobFilter, JobStatus, RetryFilter
 from pacer_control.domain.outcomes import ActionResult
 from pacer_control.domain.permissions import Action, Principal, may, scope_refusal
+from pacer_control.ports import ExpectedHolder
 
 HERE = resources.files("pacer_control.api.console")
 PREFIX = "/console"
@@ -339,8 +340,13 @@ async def locks(request: Request, ctl: Ctl, who: Caller, find: str | None = None
 
 @router.post("/guids/{guid:path}/release-lock", response_class=HTMLResponse, **guard("guids.release_lock"))
 async def release_lock(request: Request, guid: GuidPath, ctl: Ctl, who: Caller) -> HTMLResponse:
-    reason = _text(await _form(request), "reason", required=True) or ""
-    return _flash(request, await ctl.release_guid_lock(guid, who, reason))
+    form = await _form(request)
+    reason = _text(form, "reason", required=True) or ""
+    # The holder the page showed and the admin confirmed: a lease taken over since is not released.
+    owner, epoch = _text(form, "expected_owner", required=True, limit=256), _text(form, "expected_epoch", required=True)
+    if not (epoch or "").isascii() or not (epoch or "").isdigit():
+        raise Invalid(f"expected_epoch: {epoch!r} is not a whole number")
+    return _flash(request, await ctl.release_guid_lock(guid, who, reason, ExpectedHolder(owner, int(epoch or 0))))
 
 
 @router.get("/in-doubt", response_class=HTMLResponse, **guard("items.view"))

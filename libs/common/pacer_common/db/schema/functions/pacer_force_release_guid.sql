@@ -1,7 +1,14 @@
 -- An admin's forced release of a guid's lease, audited. The epoch moves on at once, so the
 -- holder's renewal (owner and epoch) fails, and pacer_begin_send refuses it (no longer the
--- owner). Outcomes: done, noop (no holder), not_found.
-CREATE OR REPLACE FUNCTION pacer_force_release_guid(p_guid text, p_actor text, p_reason text DEFAULT NULL)
+-- owner). Outcomes: done, noop (no holder), conflict (not the expected holder), not_found.
+-- p_expected_owner / p_expected_epoch (either, both or neither): the holder the admin saw and
+-- confirmed. A lease taken over since (another sender, or the same one again: a new epoch) is
+-- not released: the admin confirmed evicting a stuck holder, not whoever holds it now.
+-- Without them, whoever holds the lease is evicted (the API's callers before they existed).
+DROP FUNCTION IF EXISTS pacer_force_release_guid(text, text, text);  -- without the expected holder
+CREATE OR REPLACE FUNCTION pacer_force_release_guid(p_guid text, p_actor text, p_reason text DEFAULT NULL,
+                                                    p_expected_owner text DEFAULT NULL,
+                                                    p_expected_epoch bigint DEFAULT NULL)
 RETURNS TABLE (outcome text, message text, previous_owner text, epoch bigint, evicted_until timestamptz,
                in_flight integer)
 LANGUAGE plpgsql AS $fn$
@@ -20,6 +27,16 @@ BEGIN
     IF l.owner IS NULL THEN
         RETURN QUERY SELECT 'noop'::text, format('guid %s has no lease holder; nothing to release', p_guid),
                             NULL::text, l.epoch, l.evicted_until, 0;
+        RETURN;
+    END IF;
+    IF (p_expected_owner IS NOT NULL AND l.owner <> p_expected_owner)
+       OR (p_expected_epoch IS NOT NULL AND l.epoch <> p_expected_epoch) THEN
+        RETURN QUERY SELECT 'conflict'::text,
+            format('not released: guid %s is held by %s (epoch %s) now, not by %s as confirmed; the lease changed '
+                   'hands since. Look at the lease again and release it only if this holder is stuck',
+                   p_guid, l.owner, l.epoch,
+                   concat_ws(' ', p_expected_owner, '(epoch ' || p_expected_epoch || ')')),
+            l.owner, l.epoch, l.evicted_until, 0;
         RETURN;
     END IF;
     SELECT count(*) INTO busy FROM items i

@@ -1,14 +1,20 @@
 -- -- item leases: forced release --------------------------------------------------------------
 -- claimed → pending (nothing was sent), submitted → recovery_pending (it may have been sent:
 -- verified, never resent blindly); either way with a new fencing epoch, so the holder's
--- confirm or settle is refused. Audited. Outcomes: done, conflict (holds no lease), not_found.
+-- confirm or settle is refused. Audited. Outcomes: done, conflict (holds no lease, or not the
+-- expected holder), not_found. p_expected_owner / p_expected_epoch (either, both or neither):
+-- the lease the admin saw and confirmed; a lease another claim holds now is not released.
+-- Without them, whoever holds the item's lease loses it (the API's callers before they existed).
 -- A submitted item keeps its lease's end (lease_until; the holder, lease_owner, is cleared):
 -- the fence stops the holder's bookkeeping, not its gateway call, which it may still write
 -- until its send deadline (a quarter of the lease after the claim) and the gateway act on up
 -- to its timeout after that, both before the lease would have run out. The verifier looks
 -- the send up no sooner than then (due_in_doubt.sql): a lookup before it could find nothing,
 -- make the item pending, free its key and send it a second time.
-CREATE OR REPLACE FUNCTION pacer_force_release_item(p_item uuid, p_actor text, p_reason text DEFAULT NULL)
+DROP FUNCTION IF EXISTS pacer_force_release_item(uuid, text, text);  -- without the expected holder
+CREATE OR REPLACE FUNCTION pacer_force_release_item(p_item uuid, p_actor text, p_reason text DEFAULT NULL,
+                                                    p_expected_owner text DEFAULT NULL,
+                                                    p_expected_epoch bigint DEFAULT NULL)
 RETURNS TABLE (outcome text, message text, from_status text, to_status text, epoch bigint)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
@@ -19,6 +25,16 @@ BEGIN
     SELECT * INTO o FROM items WHERE item_id = p_item FOR UPDATE;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 'not_found'::text, format('no item %s', p_item), NULL::text, NULL::text, NULL::bigint;
+        RETURN;
+    END IF;
+    IF o.status IN ('claimed', 'submitted') AND (
+           (p_expected_owner IS NOT NULL AND o.lease_owner IS DISTINCT FROM p_expected_owner)
+           OR (p_expected_epoch IS NOT NULL AND o.lease_epoch <> p_expected_epoch)) THEN
+        RETURN QUERY SELECT 'conflict'::text,
+            format('not released: item %s is %s under the lease of %s (epoch %s) now, not of %s as confirmed; '
+                   'look at it again', p_item, o.status, o.lease_owner, o.lease_epoch,
+                   concat_ws(' ', p_expected_owner, '(epoch ' || p_expected_epoch || ')')),
+            o.status::text, o.status::text, o.lease_epoch;
         RETURN;
     END IF;
     IF o.status = 'claimed' THEN
