@@ -101,6 +101,24 @@ def test_a_terminated_job_resumes_only_once_nothing_is_in_flight(database_url: s
     assert [a["action"] for a in audit(database_url, job)] == ["terminate"]  # a refusal changes nothing
 
 
+def test_budget_confirmation_leaves_an_operator_pause_that_names_the_budget_paused(database_url: str) -> None:
+    # The operator's reason is free text: "budget_exhausted" from an operator is not the budget's pause.
+    job, _, _ = seed_job(database_url, {"g1": 3})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE jobs SET budget_max_sends = 1, budget_used = 1 WHERE job_id = %s", (job,))
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            r = await api.post(f"/jobs/{job}/pause", "operator", json={"reason": "budget_exhausted"})
+            assert r.status_code == 200 and r.json()["status"] == "paused", r.text
+            r = await api.post(f"/jobs/{job}/budget", "admin", json={"max_sends": 5})
+            assert r.status_code == 200 and r.json()["message"] == "budget set to 5 sends (1 used)", r.text
+
+    asyncio.run(go())
+    (row,) = rows(database_url, "SELECT status, paused_by FROM jobs WHERE job_id = %s", job)
+    assert row == {"status": "paused", "paused_by": "token:operator"}, "the operator's pause stays"
+
+
 def test_budget_confirmation_resumes_a_job_paused_for_its_budget(database_url: str) -> None:
     job, _, _ = seed_job(database_url, {"g1": 3})
     with psycopg.connect(database_url) as conn:

@@ -599,7 +599,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE jobs SET budget_max_sends = p_max_sends WHERE job_id = p_job;
-    IF j.status = 'paused' AND j.paused_reason = 'budget_exhausted' THEN
+    IF j.status = 'paused' AND j.paused_reason = 'budget_exhausted' AND j.paused_by = 'system:budget' THEN
         UPDATE jobs SET status = 'running', paused_reason = NULL, paused_by = NULL, paused_at = NULL
         WHERE job_id = p_job;
         resumed := true;

@@ -1,4 +1,7 @@
 -- Confirm a larger budget. A job paused because its budget ran out resumes. Audited.
+-- Only the budget's own pause (pacer_begin_send: paused_by 'system:budget') is lifted: an
+-- operator may pause a job with the free-text reason 'budget_exhausted' too, and that pause
+-- is the operator's to lift.
 CREATE OR REPLACE FUNCTION pacer_confirm_budget(p_job uuid, p_max_sends bigint, p_actor text)
 RETURNS TABLE (outcome text, message text, status text)
 LANGUAGE plpgsql AS $fn$
@@ -18,7 +21,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE jobs SET budget_max_sends = p_max_sends WHERE job_id = p_job;
-    IF j.status = 'paused' AND j.paused_reason = 'budget_exhausted' THEN
+    IF j.status = 'paused' AND j.paused_reason = 'budget_exhausted' AND j.paused_by = 'system:budget' THEN
         UPDATE jobs SET status = 'running', paused_reason = NULL, paused_by = NULL, paused_at = NULL
         WHERE job_id = p_job;
         resumed := true;
