@@ -564,6 +564,32 @@ def test_an_item_waiting_for_its_media_or_its_guid_says_so(database_url: str) ->
                                                         "waiting: waiting for image m-1 to be ready"]
 
 
+@pytest.mark.parametrize("had_overrides", [True, False])
+def test_a_limits_change_audits_what_it_replaced_when_another_change_commits_first(
+        database_url: str, had_overrides: bool) -> None:
+    # Another change of g7's limits (`pacer limits`, another admin) is not committed yet when
+    # this one starts; this one must record the other's result as its "before", not what was
+    # there before both.
+    if had_overrides:
+        with psycopg.connect(database_url) as conn:
+            conn.execute("""INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('g7', '{"per_hour": 100}', 'seed')""")
+
+    async def go() -> None:
+        async with control_api(database_url) as api, await psycopg.AsyncConnection.connect(database_url) as other:
+            await other.execute("""INSERT INTO guid_limits (guid, limits, updated_by) VALUES ('g7', '{"per_hour": 200}', 'cli')
+                                   ON CONFLICT (guid) DO UPDATE SET limits = EXCLUDED.limits, updated_by = 'cli'""")
+            change = asyncio.create_task(api.call("PUT", "/guids/g7/limits", "tech_admin", json={"min_interval_s": 3}))
+            await eventually(lambda: waiting_for_locks(database_url), 15, "the API's change waiting for the other")
+            await other.commit()
+            r = await change
+            assert r.status_code == 200 and r.json()["limits"] == {"min_interval_s": 3.0, "per_hour": 200}, r.text
+
+    asyncio.run(go())
+    (entry,) = audit(database_url, "g7")
+    assert (entry["before"], entry["after"]) == ({"limits": {"per_hour": 200}},
+                                                 {"limits": {"min_interval_s": 3.0, "per_hour": 200}})
+
+
 def test_hot_limits_are_validated_stored_and_audited(database_url: str) -> None:
     async def go() -> None:
         async with control_api(database_url) as api:

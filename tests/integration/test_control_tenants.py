@@ -13,7 +13,7 @@ import pytest
 
 from pacer_common import cli
 from tests.integration.control_support import audit, control_api, rows
-from tests.integration.helpers import seed_job
+from tests.integration.helpers import eventually, seed_job, waiting_for_locks
 
 
 def test_tenant_crud_never_shows_or_audits_a_secret(database_url: str) -> None:
@@ -170,3 +170,22 @@ def test_a_tenants_sends_today_are_read_on_its_own_day_by_the_api_and_the_reconc
     assert listed == {"default": 0, "east": 7, "west": 3, "free": 9}
     assert gauges == {"tenant_sends:east": 7, "tenant_quota:east": 100, "tenant_sends:west": 3,
                       "tenant_quota:west": 100}, "a tenant without a quota has no gauge"
+
+
+def test_a_tenant_change_audits_what_it_replaced_when_another_change_commits_first(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name, sends_per_day) VALUES ('acme', 100)")
+
+    async def go() -> None:
+        async with control_api(database_url) as api, await psycopg.AsyncConnection.connect(database_url) as other:
+            await other.execute("UPDATE tenants SET sends_per_day = 200 WHERE name = 'acme'")  # not committed yet
+            change = asyncio.create_task(api.call("PATCH", "/tenants/acme", json={"max_guids": 5}))
+            await eventually(lambda: waiting_for_locks(database_url), 15, "the API's change waiting for the other")
+            await other.commit()
+            r = await change
+            assert r.status_code == 200, r.text
+
+    asyncio.run(go())
+    (entry,) = [a for a in audit(database_url, "acme") if a["action"] == "update_tenant"]
+    assert (entry["before"]["sends_per_day"], entry["after"]["sends_per_day"]) == (200, 200), entry
+    assert (entry["before"]["max_guids"], entry["after"]["max_guids"]) == (None, 5)

@@ -379,7 +379,8 @@ class Control:
             raise Invalid(str(exc)) from None
 
         async def work(tx: ControlTx) -> Row:
-            before = await tx.guid_limits(guid)
+            # Locked: a concurrent change waits, so "before" is what this change replaced.
+            before = await tx.lock_guid_limits(guid, who.actor)
             after = await tx.set_guid_limits(guid, overrides, who.actor)
             await tx.audit(AuditEntry(who.actor, "set_limits", "guid", guid, reason,
                                       before={"limits": before}, after={"limits": after}))
@@ -532,7 +533,8 @@ class Control:
 
     async def update_tenant(self, name: str, fields: dict[str, Any], who: Principal, reason: str | None) -> Row:
         async def work(tx: ControlTx) -> Row:
-            before = await tx.tenant(name)
+            # The row locked first: a concurrent change waits, so "before" is what this one replaced.
+            before = await tx.tenant(name) if await tx.lock_tenant(name) else None
             if before is None or not await tx.update_tenant(name, fields):
                 raise NotFound(f"no tenant {name!r}")
             after = await tx.tenant(name)
@@ -548,7 +550,7 @@ class Control:
             return ActionResult("conflict", "the tenant 'default' cannot be deleted (requests without 'tenant' use it)")
 
         async def work(tx: ControlTx) -> ActionResult:
-            before = await tx.tenant(name)
+            before = await tx.tenant(name) if await tx.lock_tenant(name) else None
             row = await tx.delete_tenant(name)
             if row is None:
                 return ActionResult("not_found", f"no tenant {name!r}")

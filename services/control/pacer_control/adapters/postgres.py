@@ -171,6 +171,12 @@ class _Tx:
         row = await _row(self.conn, "guid_limits", {"guid": guid})
         return cast(dict[str, Any], row["limits"]) if row else None
 
+    async def lock_guid_limits(self, guid: str, actor: str) -> dict[str, Any] | None:
+        row = await _row(self.conn, "lock_guid_limits", {"guid": guid})
+        if row is None and await _row(self.conn, "claim_guid_limits", {"guid": guid, "actor": actor}) is None:
+            row = await _row(self.conn, "lock_guid_limits", {"guid": guid})  # made by another meanwhile
+        return cast(dict[str, Any], row["limits"]) if row else None
+
     async def set_guid_limits(self, guid: str, limits: dict[str, Any], actor: str) -> dict[str, Any]:
         # The same statement as `pacer limits GUID --set …`.
         async with self.conn.cursor(row_factory=dict_row) as cur:
@@ -202,6 +208,9 @@ class _Tx:
 
     async def tenant(self, name: str) -> Row | None:
         return await _row(self.conn, "tenants", {"name": name})
+
+    async def lock_tenant(self, name: str) -> bool:
+        return await _row(self.conn, "lock_tenant", {"name": name}) is not None
 
     async def revoke_token(self, name: str) -> Row | None:
         return await _row(self.conn, "revoke_token", {"name": name})
