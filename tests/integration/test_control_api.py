@@ -669,6 +669,42 @@ def test_tokens_create_use_list_and_revoke(database_url: str) -> None:
         ("token:admin", "create_token"), ("token:admin", "revoke_token")]
 
 
+def test_a_token_creation_retried_after_its_commit_answers_the_token_it_made(database_url: str) -> None:
+    """The unit of work runs again after a commit whose answer was lost (as the store's retry
+    does on a dropped connection): the second run finds the token the first one made and
+    answers its secret, not "already exists" (the admin would never see the secret)."""
+
+    class AnswerLost(PostgresControl):
+        async def atomically(self, work: Any) -> Any:
+            await super().atomically(work)  # committed; its answer never arrives
+            return await super().atomically(work)
+
+    async def go() -> Any:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        try:
+            control = Control(AnswerLost(pool), frozenset())
+            return await control.create_token("dana", Role.OPERATOR, Principal("root", Role.ADMIN))
+        finally:
+            await pool.close()
+
+    made = asyncio.run(go())
+    (stored,) = rows(database_url, "SELECT token_hash, role FROM api_tokens WHERE name = 'dana'")
+    assert stored == {"token_hash": token_hash(made.token), "role": "operator"}, "the answer is the stored token"
+    assert len([a for a in audit(database_url, "dana") if a["action"] == "create_token"]) == 1
+
+
+def test_a_token_name_taken_by_another_token_is_a_409_that_says_how_to_find_and_revoke_it(database_url: str) -> None:
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            assert (await api.post("/tokens", "admin", json={"name": "erin", "role": "operator"})).status_code == 201
+            again = await api.post("/tokens", "admin", json={"name": "erin", "role": "operator"})
+            assert again.status_code == 409 and "token" not in again.json(), again.text
+            detail = again.json()["detail"]
+            assert "already exists" in detail and "GET /tokens" in detail and "DELETE /tokens/erin" in detail, detail
+
+    asyncio.run(go())
+
+
 def test_audit_log_filters_and_pages(database_url: str) -> None:
     jobs = [seed_job(database_url, {"g1": 1})[0] for _ in range(3)]
 

@@ -20,7 +20,7 @@ from pacer_common.domain.dead_letters import Cursor, DeadLetter, Page, Queue, ma
 from pacer_common.domain.ids import ItemId, new_item_ids
 from pacer_common.domain.limits import Pacings, parse_limits
 from pacer_common.domain.requests import DEFAULT_TENANT
-from pacer_common.domain.tokens import Role, token_hash
+from pacer_common.domain.tokens import Role, new_token, token_hash
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_control.domain import report, views
 from pacer_control.domain.dryrun import DryRun, dry_run
@@ -493,10 +493,15 @@ class Control:
     # -- tokens --------------------------------------------------------------------------
     async def create_token(self, name: str, role: Role, who: Principal, tenants: list[str] | None = None) -> NewToken:
         scope = None if tenants is None else sorted(set(tenants))
-
-        made = await self.store.atomically(lambda tx: tx.create_token(name, role, who.actor, scope))
+        # Drawn once: a rerun of the unit after a commit whose answer was lost finds its own
+        # token by the secret's hash and answers it, instead of "already exists".
+        secret = new_token()
+        made = await self.store.atomically(lambda tx: tx.create_token(name, role, who.actor, scope, secret))
         if made is None:
-            raise Conflict(f"a token named {name!r} already exists (names are never reused, even after revocation)")
+            raise Conflict(f"a token named {name!r} already exists (names are never reused, even after revocation). "
+                           "If it is yours from an earlier attempt whose answer you did not get, its secret cannot "
+                           f"be shown again: GET /tokens shows it (created_by, created_at); revoke it with DELETE "
+                           f"/tokens/{name} and create one under a new name")
         return made
 
     async def tokens(self) -> list[Row]:

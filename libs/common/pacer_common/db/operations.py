@@ -143,9 +143,12 @@ class UnknownTenants(ValueError):
 
 
 async def create_token(conn: AsyncConnection[Any], name: str, role: Role, actor: str,
-                       reason: str | None = None, tenants: list[str] | None = None) -> CreatedToken:
+                       reason: str | None = None, tenants: list[str] | None = None,
+                       token: str | None = None) -> CreatedToken:
     """Make an API token and its audit record in one transaction; with ``tenants``, the token
-    sees and changes only those tenants' jobs.
+    sees and changes only those tenants' jobs. ``token``: its secret, drawn by the caller (one
+    that retries a lost commit keeps it, and can tell its own token from another's); default
+    a new one.
 
     Raises ``psycopg.errors.UniqueViolation`` if a token (even a revoked one) has that name,
     :class:`UnknownTenants` if a tenant named is none.
@@ -156,7 +159,7 @@ async def create_token(conn: AsyncConnection[Any], name: str, role: Role, actor:
             unknown = [r["name"] for r in await cur.fetchall()]
         if unknown:
             raise UnknownTenants(f"no tenant named {', '.join(map(repr, unknown))}; create it first (POST /tenants)")
-    token = new_token()
+    token = token or new_token()
     row = await _one(conn, "create_token", {"hash": token_hash(token), "name": name, "role": role.value,
                                             "actor": actor, "reason": reason, "tenants": tenants})
     return CreatedToken(row["name"], Role(row["role"]), token, row["created_at"])

@@ -17,7 +17,7 @@ from pacer_common.db import operations
 from pacer_common.db.errors import ConflictError, RefusedError, TransientError, with_retry
 from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader, query
-from pacer_common.domain.tokens import Role
+from pacer_common.domain.tokens import Role, token_hash
 from pacer_control.domain.errors import Conflict, Invalid, Unavailable
 from pacer_control.domain.filters import (
     CANCELLABLE,
@@ -186,12 +186,17 @@ class _Tx:
         assert row is not None
         return cast(dict[str, Any], row["limits"])
 
-    async def create_token(self, name: str, role: Role, actor: str,
-                           tenants: list[str] | None = None) -> NewToken | None:
+    async def create_token(self, name: str, role: Role, actor: str, tenants: list[str] | None,
+                           secret: str) -> NewToken | None:
         try:
-            made = await operations.create_token(self.conn, name, role, actor, tenants=tenants)
+            made = await operations.create_token(self.conn, name, role, actor, tenants=tenants, token=secret)
         except psycopg.errors.UniqueViolation:
-            return None  # its savepoint is rolled back; this transaction goes on
+            # Its savepoint is rolled back; this transaction goes on. Ours, if its hash is
+            # ``secret``'s: this unit ran before and committed, and the answer was lost.
+            row = await _row(self.conn, "token_made", {"name": name, "hash": token_hash(secret)})
+            if row is None:
+                return None
+            return NewToken(row["name"], Role(row["role"]), secret, row["created_at"], row["tenants"])
         except operations.UnknownTenants as exc:
             raise Invalid(str(exc)) from None
         return NewToken(made.name, made.role, made.token, made.created_at, tenants)
