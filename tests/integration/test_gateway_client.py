@@ -149,3 +149,139 @@ def test_a_found_that_is_not_a_json_boolean_is_cant_say(found: object) -> None:
     assert _lookup_on_a_gateway_of_the_contract(found) == (None, [
         {"body": {"guid": "g1", "idempotencyKey": "k1"}, "content_type": "application/json", "key": "k1",
          "auth": "Bearer cred"}])
+
+
+def _on_stub(app: FastAPI, scenario: Any) -> Any:
+    """``scenario(url)`` run against ``app`` served on a loopback port of its own."""
+    async def go() -> Any:
+        port = free_port()
+        server, task = await serving(app, port, "the stub gateway")
+        try:
+            return await scenario(f"http://127.0.0.1:{port}")
+        finally:
+            server.should_exit = True
+            await task
+
+    return asyncio.run(go())
+
+
+def test_a_credential_refused_by_http_401_is_not_sent_and_opens_the_tenants_breaker() -> None:
+    """A rotated credential fails every call of the tenant with a bare 401: retried within the
+    items' attempts and counted by the breaker, never a permanent bad_params failure."""
+    from fastapi import Response
+
+    from pacer_common.domain.breaker import Breaker
+    from pacer_common.domain.tenants import Tenant
+    from pacer_common.tenant_gateways import TenantGateways
+
+    seen: list[str] = []
+    app = FastAPI()
+
+    @app.post("/message/sendText")
+    async def send_text(request: Request) -> Response:
+        seen.append(request.headers.get("x-idempotency-key", ""))
+        return Response("Unauthorized", status_code=401)
+
+    async def scenario(url: str) -> list[SendError]:
+        tenant = Tenant("t", url, SecretStr("rotated"))
+        gws = TenantGateways(lambda name: tenant, 2.0, DEFAULT_CODE_TABLE, breaker=lambda: Breaker(3, 60.0))
+        errors = []
+        try:
+            for n in range(4):
+                try:
+                    await gws.send_text("g1", "r1", "hi", f"k{n}", tenant="t")
+                except SendError as err:
+                    errors.append(err)
+        finally:
+            await gws.aclose()
+        return errors
+
+    errors = _on_stub(app, scenario)
+    assert [(e.failure_class, e.code, e.deferred) for e in errors] == [(FailureClass.NOT_SENT, None, False)] * 3 + [
+        (FailureClass.RATE_LIMITED, None, True)]
+    assert errors[0].message.startswith("HTTP 401 from gateway: credential refused")
+    assert seen == ["k0", "k1", "k2"], "the open breaker defers the fourth call without a request"
+
+
+def test_a_call_that_never_got_a_connection_from_a_saturated_pool_is_not_sent() -> None:
+    """aiohttp's ConnectionTimeoutError comes only from waiting for a connection (the pool, the
+    TCP connect), before a byte is written: the request provably never left."""
+    from fastapi.responses import StreamingResponse
+
+    seen: list[str] = []
+    release = asyncio.Event()
+    app = FastAPI()
+
+    @app.post("/message/sendText")
+    async def send_text(request: Request) -> StreamingResponse:
+        seen.append(request.headers.get("x-idempotency-key", ""))
+
+        async def trickle() -> Any:  # holds the one pooled connection, each read well inside its timeout
+            for _ in range(300):
+                if release.is_set():
+                    break
+                yield b" "
+                await asyncio.sleep(0.05)
+            yield b'{"code":0,"msg":"ok","data":{"msgId":"m"}}'
+
+        return StreamingResponse(trickle(), media_type="application/json")
+
+    async def scenario(url: str) -> tuple[object, SendError | None]:
+        client = make_client(url, 1.0, max_connections=1)
+        gw = GatewayClient(client, DEFAULT_CODE_TABLE)
+        try:
+            first = asyncio.ensure_future(gw.send_text("g1", "r1", "hi", "held"))
+            deadline = time.monotonic() + 10
+            while not seen:  # the first request holds the pool's one connection
+                assert time.monotonic() < deadline, "the first request never reached the stub"
+                await asyncio.sleep(0.01)
+            second: SendError | None = None
+            try:
+                await gw.send_text("g1", "r1", "hi", "waited")
+            except SendError as err:
+                second = err
+            release.set()
+            return await first, second
+        finally:
+            await client.aclose()
+
+    first, second = _on_stub(app, scenario)
+    assert first.code == 0
+    assert second is not None and second.failure_class is FailureClass.NOT_SENT, second
+    assert "ConnectionTimeoutError" in second.message
+    assert seen == ["held"], "the call left in want of a connection never reached the gateway"
+
+
+def test_a_customer_read_left_without_an_answer_is_read_again_and_counted_by_the_breaker() -> None:
+    """A read is harmless to repeat: a 5xx or an unreadable body is retryable, never in doubt
+    (a lookup could only confirm a sync that wrote nothing); the breaker still counts it."""
+    from fastapi import Response
+
+    from pacer_common.domain.breaker import Breaker
+    from pacer_common.domain.tenants import Tenant
+    from pacer_common.tenant_gateways import TenantGateways
+
+    answers = [Response("oops", status_code=502), Response("not json", status_code=200)]
+    app = FastAPI()
+
+    @app.post("/customer/detail")
+    async def detail() -> Response:
+        return answers.pop(0)
+
+    async def scenario(url: str) -> tuple[list[SendError], bool]:
+        tenant = Tenant("t", url, SecretStr("c"))
+        gws = TenantGateways(lambda name: tenant, 2.0, DEFAULT_CODE_TABLE, breaker=lambda: Breaker(2, 60.0))
+        errors = []
+        try:
+            for n in range(2):
+                try:
+                    await gws.customer_detail("g1", "c1", f"k{n}", tenant="t")
+                except SendError as err:
+                    errors.append(err)
+            return errors, gws.breaker("t").is_open
+        finally:
+            await gws.aclose()
+
+    errors, opened = _on_stub(app, scenario)
+    assert [e.failure_class for e in errors] == [FailureClass.RETRYABLE] * 2
+    assert opened, "a gateway failing every read opens the tenant's breaker"

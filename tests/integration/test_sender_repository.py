@@ -276,3 +276,24 @@ def test_a_confirmation_with_time_to_spare_waits_for_another_and_they_go_as_one_
     assert both == [True, True]
     assert transactions == 1, "the two confirmations went in different statements"
     assert status_and_events(database_url, a)[0] == status_and_events(database_url, b)[0] == "confirmed"
+
+
+def test_a_delivered_send_whose_answer_holds_a_nul_or_a_lone_surrogate_is_confirmed(database_url: str) -> None:
+    """Postgres' jsonb refuses ``\\u0000`` and a lone surrogate's escape: stored as the gateway
+    gave it, such a ``msg`` made the confirmation of a delivered send fail."""
+    _, _, (item,) = seed_job(database_url, {"g1": 1})
+
+    async def scenario() -> bool:
+        pool, repo = await _repo(database_url)
+        try:
+            begun = await repo.begin_send(cmd(item, "k1"), "w1")
+            assert begun.epoch is not None
+            return await repo.confirm(cmd(item, "k1"), begun.epoch, Receipt(0, "ok\x00 \ud800", "m-\x00", 1.0))
+        finally:
+            await pool.close()
+
+    assert asyncio.run(scenario())
+    assert status_and_events(database_url, item)[0] == "confirmed"
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT receipt FROM send_ledger WHERE idem_key = 'k1'").fetchone()
+    assert row is not None and row[0]["msg"] == "ok \ufffd" and row[0]["msg_id"] == "m-"

@@ -10,9 +10,19 @@ contract has it (DESIGN.md, "Gateway contract, all actions"); httpx's API shares
 connection pool, timeouts and credential.
 
 The one distinction that matters for exactly-once: did the request possibly reach the
-gateway? Only a failure to connect proves it did not (``NOT_SENT``); a timeout, a dropped
-connection, a 5xx or an unreadable body after the request left may hide a delivery
-(``IN_DOUBT``) and is verified, never resent blindly.
+gateway? Only a failure to connect proves it did not (``NOT_SENT``): refused, unreachable, or
+no connection in hand within the connect timeout (waiting for the pool, or the TCP connect). A
+read timeout, a dropped connection, a 5xx or an unreadable body after the request left may
+hide a delivery (``IN_DOUBT``) and is verified, never resent blindly — except for a read
+(``/customer/detail``), which is harmless to repeat: retried (``RETRYABLE``) instead.
+
+An HTTP 4xx other than 429 is classified by the gateway's code when its body is a gateway
+answer with a code of the code table. Without one, 400, 413, 415 and 422 say the request
+itself is wrong (``BAD_PARAMS``); any other (401, 403, 404, 405, 408, …: a credential, a
+route, a method refused by the gateway or whatever stands in front of it) was refused before
+the gateway acted (``NOT_SENT``): retried within the item's attempts and counted by the
+tenant's breaker, never a permanent failure of every item of a tenant whose credential was
+rotated.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -36,12 +46,15 @@ from pacer_common.domain.receipts import Receipt
 
 
 def _provably_not_sent(exc: BaseException) -> bool:
-    """Whether a failed call proves its request was never written: only an aiohttp connector
-    error (refused, unreachable, DNS) does, or, on httpx's own transport, a failure to
-    connect at all. A server that dropped the connection after reading the request, a
-    timeout (of the pool or the connection too: one cannot tell them apart), anything after
-    the request left: in doubt."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
+    """Whether a failed call proves its request was never written: an aiohttp connector error
+    (refused, unreachable, DNS), aiohttp's ``ConnectionTimeoutError``, or, on httpx's own
+    transport, a failure to connect at all. aiohttp raises ``ConnectionTimeoutError`` only
+    around ``connector.connect`` (the wait for a pooled connection and the TCP connect; our
+    ``_DeadlineConnector`` writes nothing either), before the request is written, and never
+    retries a POST on another connection. Its sibling ``SocketTimeoutError`` (both are
+    ``ServerTimeoutError``), a read timeout after the request left, a server that dropped the
+    connection after reading the request, anything after the request left: in doubt."""
+    if isinstance(exc, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)):
         return True
     if isinstance(exc, httpx.PoolTimeout):
         return True
@@ -132,6 +145,12 @@ def _status_class(status: int) -> str:
     return f"{status // 100}xx" if 100 <= status < 600 else "other"
 
 
+# HTTP 4xx statuses that say the request itself is wrong, when the body carries no gateway code.
+BAD_PARAMS_STATUSES = frozenset({400, 413, 415, 422})
+# What another 4xx without a gateway code says (the refusal is not the request's own fault).
+REFUSALS = {401: "credential refused", 403: "forbidden", 404: "no such route", 405: "method not allowed",
+            408: "request timed out before it was read"}
+
 MEDIA_SEND_PATHS = {"image": "/message/sendImage", "file": "/message/sendFile", "video": "/message/sendVideo"}
 
 
@@ -207,11 +226,19 @@ class GatewayClient:
 
     async def customer_detail(self, guid: str, customer_id: str, idem_key: str,
                               deadline: float | None = None, tenant: str = "default") -> tuple[Receipt, Customer]:
-        """``/customer/detail``: the customer with its version."""
+        """``/customer/detail``: the customer with its version. A read: a failure that would
+        leave a send in doubt (no answer, a 5xx, an unreadable body) is retryable instead, as
+        nothing needs verifying (a lookup could only confirm a sync that wrote nothing)."""
         started = time.perf_counter()
         with tracing.span("gateway customer.detail", kind="client"):
-            data = await self._call("/customer/detail", {"guid": guid, "customerId": customer_id}, idem_key,
-                                    deadline, "send")
+            try:
+                data = await self._call("/customer/detail", {"guid": guid, "customerId": customer_id}, idem_key,
+                                        deadline, "send")
+            except SendError as err:
+                if err.failure_class is not FailureClass.IN_DOUBT:
+                    raise
+                raise replace(err, failure_class=FailureClass.RETRYABLE,
+                              message=f"customer read failed, read again: {err.message}") from err
         try:
             customer = Customer.model_validate(data.get("customer"))
         except ValidationError as exc:
@@ -249,7 +276,7 @@ class GatewayClient:
         if status == 429:
             raise SendError(FailureClass.RATE_LIMITED, None, "HTTP 429 from gateway")
         if status >= 400:
-            raise SendError(FailureClass.BAD_PARAMS, None, f"HTTP {status}: {_text(raw)[:200]}")
+            raise self._refused(status, raw)
         try:
             answer = json.loads(raw)
             code = int(answer["code"])
@@ -261,6 +288,22 @@ class GatewayClient:
             raise SendError(classify(code, self.code_table), code, msg)
         data["__msg"] = msg
         return data
+
+    def _refused(self, status: int, raw: bytes) -> SendError:
+        """An HTTP 4xx other than 429: by the gateway's code if the body is a gateway answer
+        with a code of the code table; else the request's fault (``BAD_PARAMS_STATUSES``), or
+        refused before the gateway acted (a credential, a route, a method): not sent."""
+        try:
+            answer = json.loads(raw)
+            code = int(answer["code"])
+        except (ValueError, KeyError, TypeError):
+            code = None
+        if code is not None and code in self.code_table:
+            return SendError(classify(code, self.code_table), code, str(answer.get("msg", "")))
+        if status in BAD_PARAMS_STATUSES:
+            return SendError(FailureClass.BAD_PARAMS, None, f"HTTP {status}: {_text(raw)[:200]}")
+        why = REFUSALS.get(status, "refused before acting")
+        return SendError(FailureClass.NOT_SENT, None, f"HTTP {status} from gateway: {why}: {_text(raw)[:200]}")
 
     async def lookup(self, guid: str, idem_key: str) -> bool | None:
         """Was this key delivered? ``True``/``False`` when the gateway knows, ``None`` when it

@@ -35,8 +35,12 @@ UNKNOWN_DAY_RETRY_S = 5.0  # a tenant over its quota by this sender's own sends,
 
 
 def _gateway_failure(err: SendError) -> bool:
-    """A failure of the gateway itself (no answer, 5xx, unreadable), not an answer about one message."""
-    return err.code is None and err.failure_class in (FailureClass.IN_DOUBT, FailureClass.NOT_SENT)
+    """A failure of the gateway itself, not an answer about one message: no answer, a 5xx, an
+    unreadable body, an HTTP 4xx without a code of its own (a credential or a route refused),
+    also where a read made it retryable (its cause is that failure)."""
+    if err.code is None and err.failure_class in (FailureClass.IN_DOUBT, FailureClass.NOT_SENT):
+        return True
+    return isinstance(err.__cause__, SendError) and _gateway_failure(err.__cause__)
 
 
 class TenantGateways:
@@ -63,7 +67,7 @@ class TenantGateways:
             # being set. A deferral, not a failure of the item.
             raise SendError(FailureClass.RATE_LIMITED, None,
                             f"tenant {tenant!r} not known here yet, or without a gateway URL; trying again shortly",
-                            retry_after=timedelta(seconds=UNKNOWN_RETRY_S))
+                            retry_after=timedelta(seconds=UNKNOWN_RETRY_S), deferred=True)
         key = (t.base_url, t.credential.get_secret_value() if t.credential else None)
         held = self.clients.get(tenant)
         if held is not None and held[0] == key:
@@ -118,7 +122,7 @@ class TenantGateways:
         if wait is not None:
             raise SendError(FailureClass.RATE_LIMITED, None,
                             f"tenant {tenant!r}: its gateway is failing (circuit open); next try in {wait:.1f}s",
-                            retry_after=timedelta(seconds=wait))
+                            retry_after=timedelta(seconds=wait), deferred=True)
         try:
             answer = await call(gw)
         except SendError as err:
@@ -153,7 +157,7 @@ class TenantGateways:
         raise SendError(FailureClass.RATE_LIMITED, None,
                         f"tenant {tenant!r} has used its quota of {t.sends_per_day} sends today (until {until})",
                         retry_after=timedelta(seconds=min(ends - wall if ends > wall else UNKNOWN_DAY_RETRY_S,
-                                                          QUOTA_RECHECK_S)))
+                                                          QUOTA_RECHECK_S)), deferred=True)
 
     async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
         try:

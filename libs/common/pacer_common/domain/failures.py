@@ -32,15 +32,25 @@ DEFAULT_CODE_TABLE: dict[int, FailureClass] = {
 
 @dataclass(frozen=True)
 class SendError(Exception):
-    """A send that did not succeed, with what the caller should do about it."""
+    """A send that did not succeed, with what the caller should do about it. ``deferred``:
+    Pacer's own deferral, made before any request (the tenant's breaker open, its daily quota
+    used up, the tenant not known here yet): the gateway was not called and said nothing, so
+    the guid is neither slowed nor paced by it, whatever the class."""
 
     failure_class: FailureClass
     code: int | None
     message: str
     retry_after: timedelta | None = None
+    deferred: bool = False
 
     def __str__(self) -> str:
         return f"{self.failure_class.value}: code={self.code} {self.message}"
+
+    @property
+    def gateway_rate_limit(self) -> bool:
+        """The gateway itself rate-limited the call (HTTP 429, or a code of that class): the
+        guid slows down. Pacer's own deferrals (``deferred``) never do."""
+        return self.failure_class is FailureClass.RATE_LIMITED and not self.deferred
 
 
 def code_label(code: int | None, table: Mapping[int, FailureClass]) -> str:
