@@ -182,7 +182,7 @@ BOARDS: tuple[Board, ...] = (
               p("Expired and abandoned items of open jobs", 'sum by (status) (pacer_reconciler_open_job_items'
                 f'{{status=~"expired|abandoned"}} and {LEADER})', "{{status}}"),
               p("Not sent: deferred or put back", f'sum by (outcome) (rate({ITEMS}{{outcome=~"rate_limited|'
-                f'deadline_missed|expiring|guid_lost|held|not_pending|yielded"}}[5m]))', "{{outcome}}", "ops"),
+                f'deferred|deadline_missed|expiring|guid_lost|held|not_pending|yielded"}}[5m]))', "{{outcome}}", "ops"),
           )),
     Board("pacer-locks", "Pacer · locks",
           "The lock board: who holds what, what expired, what was taken over or refused.", (

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from pacer_common import tracing
+from pacer_common.db.errors import TransientError
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
 from pacer_common.domain.guid_health import DEFAULT_STATE_CODES, GuidState, state_for_code
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 Outcome = Literal[
     "confirmed", "retry", "failed", "in_doubt", "rate_limited", "expired", "duplicate",
     "not_pending", "fenced", "guid_lost", "deadline_missed", "expiring", "held",
-    "needs_human", "media_waiting", "yielded",
+    "needs_human", "media_waiting", "yielded", "deferred",
 ]
 
 
@@ -51,6 +52,9 @@ EXPIRE_MARGIN_S = 1.0
 @dataclass(frozen=True)
 class Executed:
     outcome: Outcome
+    # The item's own call went to the gateway (its send, tags or customer read): a pacing slot.
+    # Not a media upload or status poll made for it (no send), nor Pacer's own deferral
+    # before any request (``deferred``: the tenant's breaker open, its quota used up).
     called_gateway: bool
     # For metrics, not part of the result's identity:
     error: SendError | None = field(default=None, compare=False)  # the gateway's refusal or transport failure
@@ -63,6 +67,31 @@ class Executed:
     answered_mono: float | None = field(default=None, compare=False)
     # How long the claim took, from asking for it to its answer (``ClaimAhead`` learns from it).
     claim_s: float | None = field(default=None, compare=False)
+
+    @property
+    def claimed(self) -> bool:
+        """The item was claimed (and ``submitted``) this time, sent or not: the database counts
+        every claim in the guid's send windows."""
+        return self.claimed_at is not None
+
+
+@dataclass
+class _Call:
+    """The gateway's answer to the item's call, once there is one: as a fenced result (its
+    outcome not recorded yet), which is how it paces the guid."""
+
+    answered: Executed | None = None
+
+
+class AfterCall(Exception):
+    """Recording the outcome of a call the gateway answered failed (``cause``: the database
+    away, a receipt it refused, …). ``called`` still paces the guid: its next send must not
+    follow at once."""
+
+    def __init__(self, called: Executed, cause: Exception) -> None:
+        super().__init__(f"after the gateway's answer: {type(cause).__name__}: {cause}")
+        self.called = called
+        self.cause = cause
 
 
 class Executor:
@@ -97,10 +126,16 @@ class Executor:
         # The item's trace (the job request's, kept on its row and command), else a new one.
         with (tracing.span("send item", tracing.parent(cmd.traceparent), "consumer", item_id=cmd.item_id),
               bind(item_id=cmd.item_id, job_id=cmd.job_id, guid=cmd.guid, shard_id=cmd.shard_id)):
-            return await self._execute(cmd, before_call, spare_s)
+            call = _Call()
+            try:
+                return await self._execute(cmd, before_call, spare_s, call)
+            except Exception as exc:
+                if call.answered is None:
+                    raise
+                raise AfterCall(call.answered, exc) from exc
 
     async def _execute(self, cmd: ItemCommand, before_call: Callable[[], Awaitable[bool]] | None,
-                       spare_s: float) -> Executed:
+                       spare_s: float, call: _Call) -> Executed:
         now = datetime.now(UTC)
         if expired(cmd.expire_at, now + self.expire_margin):
             await self.repo.expire(cmd)
@@ -169,23 +204,28 @@ class Executor:
             receipt = await self._call(cmd, msg, media_id, started + self.send_deadline_s)
         except SendError as err:
             answered_mono, answered_at = time.monotonic(), datetime.now(UTC)
+            # Pacer's own deferral (``err.deferred``) sent nothing: it takes no pacing slot.
+            called = call.answered = Executed("fenced", not err.deferred, err, claimed_at, answered_at, first,
+                                              answered_mono, claim_s)
             decision = after_failure(err, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng, self.states)
             if isinstance(msg, MediaMessage) and media_id is not None and refused_media(err):
                 decision = await self._media_refused(cmd, msg, media_id, err, decision)
             if not await self.repo.settle(cmd, begun.epoch, decision):
                 log.warning("outcome not recorded: lease taken over (%s)", err)
-                return Executed("fenced", True, err, claimed_at, answered_at, first, answered_mono, claim_s)
+                return called
             log.info("send failed: %s → %s", err, decision.to.value)
-            outcome: Outcome = ("rate_limited" if err.failure_class is FailureClass.RATE_LIMITED
+            outcome: Outcome = ("deferred" if err.deferred
+                                else "rate_limited" if err.failure_class is FailureClass.RATE_LIMITED
                                 else "in_doubt" if err.failure_class is FailureClass.IN_DOUBT
                                 else "needs_human" if decision.guid_state is not None
                                 else "retry" if decision.next_attempt_at else "failed")
-            return Executed(outcome, True, err, claimed_at, answered_at, first, answered_mono, claim_s)
+            return replace(called, outcome=outcome)
         answered_mono, answered_at = time.monotonic(), datetime.now(UTC)
+        called = call.answered = Executed("fenced", True, None, claimed_at, answered_at, first, answered_mono, claim_s)
         if not await self.repo.confirm(cmd, begun.epoch, receipt, spare_s):
             log.warning("confirmation not recorded: lease taken over")
-            return Executed("fenced", True, None, claimed_at, answered_at, first, answered_mono, claim_s)
-        return Executed("confirmed", True, None, claimed_at, answered_at, first, answered_mono, claim_s)
+            return called
+        return replace(called, outcome="confirmed")
 
     async def _call(self, cmd: ItemCommand, msg: AnyMessage | None, media_id: str | None,
                     deadline: float) -> Receipt:
@@ -205,7 +245,13 @@ class Executor:
         receipt, customer = await g.customer_detail(cmd.guid, cmd.to_id, cmd.idem_key, deadline=deadline,
                                                     tenant=cmd.tenant)
         assert self.actions is not None
-        stored = await self.actions.save_customer(customer, cmd.item_id)
+        try:
+            stored = await self.actions.save_customer(customer, cmd.item_id)
+        except TransientError as exc:
+            # Read but not written: read again later (a read is harmless to repeat). Left
+            # submitted, the reconciler's lookup would confirm a sync that wrote nothing.
+            raise SendError(FailureClass.RETRYABLE, None, f"customer {customer.customer_id} read but not saved: "
+                                                          f"database unavailable: {exc}") from exc
         verdict = (f"customer {customer.customer_id} v{customer.version} applied" if stored is None
                    else f"customer {customer.customer_id} v{customer.version} not applied: Pacer has v{stored}")
         return replace(receipt, msg=verdict)
@@ -217,9 +263,8 @@ class Executor:
         h = media_hash(msg.url, msg.type, msg.fileName)
         row = await self.actions.media(cmd.guid, h)
         step, until = next_step(row, datetime.now(UTC), self.media_timing)
-        called = False
+        step_error: SendError | None = None  # a refused upload or poll: a rate limit slows the guid
         if step == "upload":
-            called = True
             began = datetime.now(UTC)
             generation = next_generation(row)
             try:
@@ -230,17 +275,17 @@ class Executor:
                     await self.actions.guid_state(cmd.guid, state_for_code(err.code, self.states), str(err), began)
                 if err.failure_class is not FailureClass.BAD_PARAMS:  # not the media's fault: again later
                     return await self._media_wait(cmd, datetime.now(UTC) + self.media_timing.poll_every,
-                                                  f"media upload not done, trying again: {err}", True)
+                                                  f"media upload not done, trying again: {err}", err)
                 answer = failed_upload(h, str(err))
             row = await self.actions.uploaded(cmd.guid, h, msg, answer, generation)
         elif step == "poll":
             assert row is not None
-            called = True
             polled = row.media_id
             try:
                 answer = await self.action_gateway.media_status(cmd.guid, polled, tenant=cmd.tenant)
                 status, reason = answer.status, answer.reason
             except SendError as err:
+                step_error = err
                 # The gateway's own bad_params (a code, not an HTTP 4xx from whatever is in front
                 # of it): it does not know the media (any more). Anything else: poll again later.
                 refused = err.failure_class is FailureClass.BAD_PARAMS and err.code is not None
@@ -251,7 +296,7 @@ class Executor:
                 await self.actions.media(cmd.guid, h)
             if row is None:
                 return await self._media_wait(cmd, datetime.now(UTC) + self.media_timing.recheck,
-                                              f"waiting for {msg.type}: its record is gone, uploading again", called)
+                                              f"waiting for {msg.type}: its record is gone, uploading again", step_error)
         step, until = next_step(row, datetime.now(UTC), self.media_timing)
         if step == "send":
             assert row is not None
@@ -259,11 +304,11 @@ class Executor:
         if step == "fail":
             assert row is not None
             await self.actions.fail_unsent(cmd, "bad_params", f"media upload failed: {row.reason or 'no reason given'}")
-            return Executed("failed", called)
+            return Executed("failed", False)
         assert row is not None
         return await self._media_wait(cmd, until or datetime.now(UTC) + self.media_timing.recheck,
                                       f"waiting for {msg.type} {row.media_id} to be ready (uploaded "
-                                      f"{row.uploaded_at:%H:%M:%S})", called)
+                                      f"{row.uploaded_at:%H:%M:%S})", step_error)
 
     async def _media_refused(self, cmd: ItemCommand, msg: MediaMessage, media_id: str, err: SendError,
                              failed: Decision) -> Decision:
@@ -276,7 +321,10 @@ class Executor:
         return after_media_refusal(err, media_id, await self.actions.sent_back_for_media(cmd.item_id), failed,
                                    datetime.now(UTC))
 
-    async def _media_wait(self, cmd: ItemCommand, until: datetime, reason: str, called: bool) -> Executed:
+    async def _media_wait(self, cmd: ItemCommand, until: datetime, reason: str,
+                          error: SendError | None) -> Executed:
+        """The item waits for its media: no send (a media step takes no pacing slot); ``error``,
+        the step's refusal, if any."""
         assert self.actions is not None
         await self.actions.wait(cmd, until, reason)
-        return Executed("media_waiting", called)
+        return Executed("media_waiting", False, error)

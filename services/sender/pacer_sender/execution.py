@@ -8,9 +8,14 @@ pending: a submitted item is the reconciler's to verify. The guid goes on either
 
 A guid's sends are spaced from the gateway's answer to the last one (``answered_mono``):
 not from the call's start, as the gateway may take the send any time until it answers, nor
-from the end of the confirmation, which must not stretch the interval. A send left without
-an answer (in doubt) slows the guid down, as a rate limit does: the gateway may still act on
-it late, and the next send should not land right behind it.
+from the end of the confirmation, which must not stretch the interval — and whatever goes
+wrong after the answer (``AfterCall``), the call is paced. A send left without an answer (in
+doubt) slows the guid down, as a rate limit does: the gateway may still act on it late, and
+the next send should not land right behind it. Only the gateway's own rate limit slows the
+guid: Pacer's deferrals (a tenant's breaker or quota) sent nothing, and a media upload or
+status poll is no send (no pacing slot, no decay of the penalty), but a rate limit the gateway
+answered to one slows the guid as any does. The guid's send windows count its claims, as
+the database counts them (``pacer_count_send_windows``), sent or not.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from pacer_common.db.errors import TransientError
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import FailureClass
 from pacer_common.domain.requests import Lane
-from pacer_sender.core import Executed
+from pacer_sender.core import AfterCall, Executed
 from pacer_sender.crew import Crew
 from pacer_sender.domain.pacing import GuidPacer, Limits
 from pacer_sender.domain.queue import GuidWindow
@@ -72,20 +77,29 @@ class ItemRunner:
             result = await self.crew.executor.execute(cmd, before_call, spare)
             if result.claim_s is not None:
                 self.crew.ahead.observe(result.claim_s)
-        except TransientError:
-            # The database stayed away past the retry deadline. Every step is guarded, so
-            # running the item again is safe: put it back, pause, go on.
-            log.exception("item %s not executed: database unavailable; retrying it", cmd.item_id)
-            return self._put_back(cmd, self.crew.config.lease_retry_s)
-        except UnstorableItem as exc:
-            await self._fail(cmd, "bad_params", f"cannot be sent as it stands: {exc}")
-            return 0.0
+        except AfterCall as exc:
+            # The gateway answered; recording its outcome failed. The call paces the guid all
+            # the same (its next item must not go out at once); the item is as the cause left it.
+            self._pace(lane, cmd, limits, exc.called)
+            return await self._not_executed(cmd, exc.cause)
         except Exception as exc:
-            return await self._internal_error(cmd, exc)
+            return await self._not_executed(cmd, exc)
         finally:
             self.executing = None
             self.crew.progress.set()
         return self._settled(lane, cmd, limits, result)
+
+    async def _not_executed(self, cmd: ItemCommand, exc: Exception) -> float:
+        """An item whose execution raised ``exc``: put back, failed or retried (module docstring)."""
+        if isinstance(exc, TransientError):
+            # The database stayed away past the retry deadline. Every step is guarded, so
+            # running the item again is safe: put it back, pause, go on.
+            log.error("item %s not executed: database unavailable; retrying it", cmd.item_id, exc_info=exc)
+            return self._put_back(cmd, self.crew.config.lease_retry_s)
+        if isinstance(exc, UnstorableItem):
+            await self._fail(cmd, "bad_params", f"cannot be sent as it stands: {exc}")
+            return 0.0
+        return await self._internal_error(cmd, exc)
 
     async def _gap(self, lane: Lane, limits: Limits, go_at: float) -> bool:
         """Wait out the guid's pacing gap, until ``go_at`` by the crew's clock however early
@@ -109,30 +123,39 @@ class ItemRunner:
         if result.outcome == "guid_lost":
             self.crew.leases.lost(self.guid)
             return self._put_back(cmd, 0.0)
-        if result.called_gateway:
-            # Spaced from the gateway's answer, not from the end of the confirmation (a slow
-            # write must not stretch the interval) nor from the call's start (the gateway may
-            # see the send any time until it answers: two sends would come closer than the
-            # interval).
-            now, rng = self.crew.clock(), self.crew.rng
-            at = now if result.answered_mono is None else min(result.answered_mono, now)
-            was = self.pacer.multiplier
-            answer = _answer(result)
-            if answer == "rate_limited":
-                self.pacer.slowed(lane, limits, at, rng)
-            elif answer == "in_doubt":
-                self.pacer.unanswered(lane, limits, at, time.time(), rng, self.crew.hooks.job_interval(cmd.job_id))
-            else:
-                self.pacer.sent(lane, limits, at, time.time(), rng, self.crew.hooks.job_interval(cmd.job_id))
-            if self.pacer.multiplier != was:
-                self.crew.leases.penalized(self.guid, self.pacer.multiplier, rose=self.pacer.multiplier > was)
+        self._pace(lane, cmd, limits, result)
         self.window.finished(cmd)
         self.errors.pop(cmd.item_id, None)
         self.crew.hooks.on_executed(cmd, result)
         return 0.0
 
+    def _pace(self, lane: Lane, cmd: ItemCommand, limits: Limits, result: Executed) -> None:
+        """Record what the item's execution means for the guid's pace (module docstring)."""
+        now, rng, wall = self.crew.clock(), self.crew.rng, time.time()
+        # Spaced from the gateway's answer, not from the end of the confirmation (a slow write
+        # must not stretch the interval) nor from the call's start (the gateway may see the
+        # send any time until it answers: two sends would come closer than the interval).
+        at = now if result.answered_mono is None else min(result.answered_mono, now)
+        was = self.pacer.multiplier
+        if result.called_gateway:
+            answer = _answer(result)
+            if answer == "rate_limited":
+                self.pacer.slowed(lane, limits, at, rng)
+                self.pacer.counted(lane, limits, wall)  # its claim, counted by the database
+            elif answer == "in_doubt":
+                self.pacer.unanswered(lane, limits, at, wall, rng, self.crew.hooks.job_interval(cmd.job_id))
+            else:
+                self.pacer.sent(lane, limits, at, wall, rng, self.crew.hooks.job_interval(cmd.job_id))
+        else:
+            if result.claimed:  # claimed, not sent (gave its turn up, too late, deferred by Pacer)
+                self.pacer.counted(lane, limits, wall)
+            if result.error is not None and result.error.gateway_rate_limit:  # a media upload or poll
+                self.pacer.slowed(lane, limits, at, rng)
+        if self.pacer.multiplier != was:
+            self.crew.leases.penalized(self.guid, self.pacer.multiplier, rose=self.pacer.multiplier > was)
+
     async def _internal_error(self, cmd: ItemCommand, exc: Exception) -> float:
-        log.exception("internal error executing item %s", cmd.item_id)
+        log.error("internal error executing item %s", cmd.item_id, exc_info=exc)
         self.crew.hooks.on_internal_error()
         n = self.errors[cmd.item_id] = self.errors.get(cmd.item_id, 0) + 1
         cfg = self.crew.config

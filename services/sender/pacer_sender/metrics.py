@@ -32,7 +32,9 @@ class SenderMetrics:
         self.code_table = code_table
         self.items = Counter("pacer_sender_items_total", (
             "Items executed, by lane and kind: `confirmed`; `retry` (scheduled again: `waiting_retry`); `failed`; "
-            "`in_doubt` (→ `recovery_pending`); `rate_limited` (rescheduled, guid slowed down); `expired`; "
+            "`in_doubt` (→ `recovery_pending`); `rate_limited` (the gateway rate-limited it: rescheduled, guid "
+            "slowed down); `deferred` (deferred by Pacer before any request, its tenant's breaker open or daily quota "
+            "used up: rescheduled, no attempt used, the guid not slowed); `expired`; "
             "`duplicate` (idempotency key held by another item: abandoned); `not_pending` (a redelivered command for "
             "an item already taken or finished: no-op); `fenced` (gateway answered but the lease had been taken "
             "over: outcome not recorded, the item is verified instead); `guid_lost` (this sender no longer holds the "

@@ -9,8 +9,9 @@
 * Fixed windows per minute / hour (UTC's) and day (the guid's own, in its time zone),
   shared by both lanes, batch capped at its share.
 * Quiet hours hold batch sends (not replies to a customer) until they end.
-* A rate-limited rejection multiplies the interval (up to ``max_penalty``); clean sends
-  decay it back to 1.
+* A rate-limited rejection by the gateway multiplies the interval (up to ``max_penalty``);
+  clean sends decay it back to 1. Pacer's own deferrals and media steps are no sends.
+* The windows count the guid's claims, sent or not, as the database does.
 
 All times are passed in: monotonic seconds for spacing, wall-clock seconds for windows and
 quiet hours. A deferral here is never a failed attempt.
@@ -107,6 +108,13 @@ class GuidPacer:
         self.multiplier = max(1.0, self.multiplier * limits.penalty_decay)
         self._mark(lane, limits, mono, rng)
         self.batch_hold_until = None if job_interval_s is None else mono + job_interval_s + self.jitter
+        self.counted(lane, limits, wall)
+
+    def counted(self, lane: Lane, limits: Limits, wall: float) -> None:
+        """Count a claim of the guid's in its windows, sent or not, as the database counts
+        every claim (``pacer_count_send_windows``): a send, or an item claimed and then not
+        sent (it gave its turn up, came too late, was deferred by Pacer, was rate-limited).
+        No spacing, no penalty: a media upload or status poll (no claim) is never counted."""
         for name, size in WINDOWS:  # every window, capped or not: a cap set later counts today's sends
             w = self._window(name, size, limits, wall)
             w.total += 1
