@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from confluent_kafka import KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry, Counter
@@ -54,6 +55,7 @@ class ConsumerLoop:
         self.partitions: dict[str, int] = {}  # topic → partition count
         self.noted: dict[TP, int] = {}  # the next offset to read, per partition: commit point
         self.committed: dict[TP, int] = {}
+        self.release_wait_s = 60.0  # how long a rebalance callback waits for the guids to be given back
         self.loop = asyncio.get_running_loop()
 
     # -- ownership --------------------------------------------------------------------------
@@ -122,11 +124,27 @@ class ConsumerLoop:
         log.warning("partitions lost: %s", describe_partitions(partitions))
 
     def _drop(self, partitions: list[TopicPartition]) -> set[TP]:
-        """Stop the guids of these partitions (items in hand finish) and give their leases back."""
+        """Stop the guids of these partitions (items in hand finish) and give their leases back.
+
+        Never raises: confluent-kafka re-raises a rebalance callback's exception from
+        ``consume()``, which ended the consumer loop and the sender, its leases held to their
+        TTL. With Postgres slow, the release (up to 30 s for items in hand, then the leases
+        released with retries) outlasted the wait, or failed. The guids' workers are stopped
+        by then; a lease not given back expires at its TTL, and the new owner's epoch fences
+        this sender's writes meanwhile."""
         tps = {(p.topic, p.partition) for p in partitions}
         self.assigned -= tps
         fut = asyncio.run_coroutine_threadsafe(self.dispatcher.release(lambda g: not self.owns(g)), self.loop)
-        fut.result(timeout=60)
+        where = describe_partitions(partitions)
+        try:
+            fut.result(timeout=self.release_wait_s)
+        except TimeoutError:
+            log.warning("guids of %s not given back within %.0f s; going on (their leases expire at their TTL"
+                        " if the release does not end)", where, self.release_wait_s)
+            fut.add_done_callback(lambda f: _released_late(f, where))
+        except Exception:
+            log.warning("guids of %s not given back; going on (their leases expire at their TTL)", where,
+                        exc_info=True)
         return tps
 
     # -- the loop ---------------------------------------------------------------------------
@@ -190,6 +208,17 @@ class ConsumerLoop:
         for tp, off in points.items():
             if tp in self.noted:
                 self.committed[tp] = off
+
+
+def _released_late(fut: Future[None], where: str) -> None:
+    """The end of a release the rebalance callback stopped waiting for."""
+    if fut.cancelled():
+        log.warning("release of the guids of %s cancelled: their leases expire at their TTL", where)
+    elif (exc := fut.exception()) is not None:
+        log.warning("release of the guids of %s failed: their leases expire at their TTL", where,
+                    exc_info=(type(exc), exc, exc.__traceback__))
+    else:
+        log.info("guids of %s given back, late", where)
 
 
 def _offsets(points: dict[TP, int]) -> list[TopicPartition]:
