@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.ids import JobId
-from pacer_sender.domain.queue import GuidQueue, GuidWindow
+from pacer_sender.domain.queue import HEAD_READ, GuidQueue, GuidWindow
 
 
 def drain(q: GuidQueue[str]) -> list[str]:
@@ -230,7 +230,8 @@ def test_a_short_refill_that_read_every_item_rung_for_meanwhile_has_caught_up() 
                           st.tuples(st.just("refill"), st.lists(st.integers(0, 30), max_size=6)),
                           st.tuples(st.just("drop"), st.sampled_from(["online", "batch"]))), max_size=80))
 def test_a_window_holds_each_item_once_and_at_most_its_cap_from_doorbells(script: list[tuple]) -> None:
-    w = GuidWindow(cap=4)
+    counted = [0]  # what the window reported of its changes: the sender's memory budget counts these
+    w = GuidWindow(cap=4, counted=lambda n: counted.__setitem__(0, counted[0] + n))
     in_hand: set[str] = set()
     for op in script:
         if op[0] == "offer":
@@ -253,5 +254,36 @@ def test_a_window_holds_each_item_once_and_at_most_its_cap_from_doorbells(script
         assert w.expiring == sum(c.expire_at is not None for c in w.lanes.lanes["batch"].values()), \
             "the count of expiring batch commands the shedding check relies on"
         assert len(held) == len(set(held)), "an item held twice"
+        assert counted[0] == len(w), "a change to the window it did not report"
         assert set(held) | in_hand == w.ids
         assert not set(held) & in_hand
+
+
+def test_a_busy_guid_remembers_about_as_many_jobs_as_its_window_holds_after_thousands() -> None:
+    """A guid whose campaign keeps its batch lane busy gets 20,000 one-item ticket jobs, each
+    a doorbell that drops the lane (a job it holds nothing of: reorder), a head read, the
+    ticket sent and a campaign item sent. What the lane remembers of jobs it no longer holds
+    (virtual times, held counts) was cleared only when the lane emptied: 20,001 entries, some
+    4.5 MB for one guid."""
+    w = GuidWindow(cap=50)
+    campaign = [command(n) for n in range(30_000)]
+    w.ring()
+    w.refilling()
+    w.refilled(campaign[:50], asked=50)
+    sent = 0
+    for t in range(20_000):
+        ticket = ItemCommand(item_id=f"00000000-0000-0000-0001-{t:012d}", job_id=f"ticket-{t}", shard_id=1,
+                             guid="g", to_id="r", content="x", idem_key=f"t{t}", priority=2, kind="ticket_notify")
+        w.note(ticket.priority, JobId(ticket.job_id), ticket.item_id)
+        assert w.urgent, "a ticket's job sorts ahead of the campaign"
+        w.refilling()
+        w.refilled([ticket, *campaign[sent:sent + HEAD_READ - 1]], asked=HEAD_READ)
+        for _ in range(2):  # the ticket, then a campaign item, go out
+            done = w.take("batch")
+            assert done is not None
+            w.finished(done)
+        sent += 1
+    batch = w.lanes.lanes["batch"]
+    assert sent == 20_000 and len(batch) == HEAD_READ - 2
+    assert len(batch._held) <= len(batch), f"{len(batch._held)} held counts for {len(batch)} entries"
+    assert len(batch._job_v) <= 2 * len(batch) + 64 + 1, f"{len(batch._job_v)} jobs remembered for {len(batch)} entries"

@@ -64,11 +64,16 @@ class Buffer:
         finally:
             self.reading -= n
 
+    def count(self, n: int) -> None:
+        """A window gained (or, negative, lost) ``n`` commands: each window reports every change
+        of what it holds (``GuidWindow(counted=…)``), whatever caused it. Counted around the
+        callers' blocks instead, a batch lane dropped by a doorbell read only for its head was
+        never counted out: ``held`` kept up to ``guid_cap`` phantom items each time, reached
+        ``max_buffered`` and never came down, and then no window with work read again."""
+        self.held += n
+
     @contextmanager
     def tracking(self, window: GuidWindow) -> Iterator[None]:
-        """Count whatever the window gains or loses inside the block."""
-        before = len(window)
-        try:
-            yield
-        finally:
-            self.held += len(window) - before
+        """Formerly counted what the window gained or lost inside the block; windows count
+        themselves now (:meth:`count`), so this counts nothing (nothing is counted twice)."""
+        yield

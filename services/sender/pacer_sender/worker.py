@@ -44,7 +44,7 @@ class GuidWorker:
         self.crew = crew
         self.pacer = pacer  # kept across workers by the dispatcher: spacing survives an idle spell
         self.on_end = on_end
-        self.window = GuidWindow(crew.buffer.guid_cap, crew.hooks.job_weight)
+        self.window = GuidWindow(crew.buffer.guid_cap, crew.hooks.job_weight, crew.buffer.count)
         self.wake = WakeUp()
         self.runner = ItemRunner(guid, crew, self.window, pacer, lambda: self.stopping, self.wake)
         self.task: asyncio.Task[None] | None = None
@@ -64,8 +64,7 @@ class GuidWorker:
     # -- doorbells ------------------------------------------------------------------------
     def hold(self, cmd: ItemCommand) -> None:
         """A ready command: held in the window if it and memory have room, else it rings."""
-        with self.crew.buffer.tracking(self.window):
-            self.window.offer(cmd, self.crew.buffer.admits(cmd), time.time())
+        self.window.offer(cmd, self.crew.buffer.admits(cmd), time.time())
 
     def ring(self, not_before: datetime | None = None) -> None:
         """Postgres has work the window does not hold (due at ``not_before``, if scheduled)."""
@@ -103,8 +102,7 @@ class GuidWorker:
         return self.executing is None
 
     def drop_window(self) -> None:
-        with self.crew.buffer.tracking(self.window):
-            self.window.clear()
+        self.window.clear()
 
     # -- the loop ---------------------------------------------------------------------------
     async def _run(self) -> None:
@@ -155,8 +153,7 @@ class GuidWorker:
     def _order_due_work(self) -> None:
         if self.due_at is not None and self.due_at <= self.crew.clock():
             self.due_at = None
-            with self.crew.buffer.tracking(self.window):
-                self.window.reorder()  # scheduled work came due: it takes its place in the order
+            self.window.reorder()  # scheduled work came due: it takes its place in the order
 
     async def _idle(self) -> bool:
         """Nothing in the window: read again, sleep until scheduled work is due, or end.
@@ -216,8 +213,7 @@ class GuidWorker:
         self.read = True
         if self.stopping:
             return True
-        with self.crew.buffer.tracking(self.window):
-            self.window.refilled(ready.commands, n, ready.ready_since, time.time())
+        self.window.refilled(ready.commands, n, ready.ready_since, time.time())
         # The read says when the guid's next scheduled item is due, as of its snapshot; a doorbell
         # rung while it ran may name an item planned after that snapshot (a ticket whose row
         # committed while the read was under way), which the read's answer must not erase.
@@ -251,8 +247,7 @@ class GuidWorker:
         if shed:
             log.warning("guid %s: %d batch items shed (they could not go out before their expire_at)", self.guid, shed)
             self.crew.hooks.on_shed(shed)
-            with self.crew.buffer.tracking(self.window):
-                self.window.drop("batch")  # some may be among those shed: read the rest afresh
+            self.window.drop("batch")  # some may be among those shed: read the rest afresh
             self.window.ring()
 
     def _pick(self, limits: Limits) -> tuple[tuple[Lane, ItemCommand, float | None] | None, float | None]:
@@ -268,8 +263,7 @@ class GuidWorker:
                 continue  # the online lane is behind: batch yields until it recovers
             ready_at = self.pacer.ready_at(lane, limits, now, wall, q.best_priority())
             if ready_at <= now + lead:
-                with self.crew.buffer.tracking(self.window):
-                    cmd = self.window.take(lane)
+                cmd = self.window.take(lane)
                 if cmd is not None:
                     return (lane, cmd, ready_at if ready_at > now else None), None
             wait = ready_at - lead - now if wait is None else min(wait, ready_at - lead - now)

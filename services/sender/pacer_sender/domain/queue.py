@@ -50,34 +50,76 @@ class _Entry(Generic[T]):
     value: T = field(compare=False)
 
 
+def _uncounted(n: int) -> None:
+    pass
+
+
 class GuidQueue(Generic[T]):
-    def __init__(self, weight: Callable[[JobId], float | None] = lambda job: None) -> None:
+    """Entries in send order. ``counted`` hears every change of the number held (+1 a push,
+    -1 a pop, -n a removal), so a count kept outside (``flow.Buffer``) cannot drift from it.
+
+    What the queue remembers of jobs stays bounded by what it holds: a job's held count goes
+    when it reaches zero, and a job's virtual time once it holds nothing and its time is not
+    ahead of the queue's (then it starts where a new job would: the same). A busy guid whose
+    lane never empties otherwise kept an entry for every job it ever held — 20,000 one-item
+    ticket jobs, 20,000 entries."""
+
+    def __init__(self, weight: Callable[[JobId], float | None] = lambda job: None,
+                 counted: Callable[[int], None] = _uncounted) -> None:
         self._ready: list[_Entry[T]] = []
         self._vtime = 0.0
         self._job_v: dict[JobId, float] = {}  # job → virtual time its next item starts at
-        self._held: Counter[tuple[int, JobId]] = Counter()  # (priority, job) → entries held
+        self._held: Counter[tuple[int, JobId]] = Counter()  # (priority, job) → entries held (never 0)
         self.weight = weight
+        self.counted = counted
 
     def push(self, value: T, priority: int, job: JobId = NO_JOB) -> None:
         start = max(self._job_v.get(job, 0.0), self._vtime)
         self._job_v[job] = start + 1.0 / weight_of(self.weight(job))
         heapq.heappush(self._ready, _Entry((priority, start, next(_arrival)), job, value))
         self._held[priority, job] += 1
+        self.counted(1)
 
     def pop(self) -> T | None:
         if not self._ready:
             return None
         e = heapq.heappop(self._ready)
         self._vtime = e.key[1]
-        self._held[e.key[0], e.job] -= 1
+        self._release(e)
+        self.counted(-1)
         if not self._ready:
             self._job_v.clear()  # idle: nobody is owed anything any more
-            self._held.clear()
+        else:
+            self._forget_idle_jobs()
         return e.value
+
+    def _release(self, e: _Entry[T]) -> None:
+        key = (e.key[0], e.job)
+        self._held[key] -= 1
+        if self._held[key] <= 0:
+            del self._held[key]
+
+    def _forget_idle_jobs(self) -> None:
+        """Drop the virtual times of jobs that hold nothing, once they outnumber what is held
+        (amortized: each pass leaves at most the jobs held plus those owed a place). A time
+        not ahead of the queue's means nothing; one ahead is kept (the job has just had its
+        turn, and must not win a tie against one that has just arrived) unless even those
+        outnumber what is held, as when one-item jobs follow each other at one virtual time:
+        then a job that comes back may go a turn early, which memory is worth."""
+        if len(self._job_v) <= 2 * len(self._ready) + 64:
+            return
+        held = {job for _, job in self._held}
+        idle = [job for job in self._job_v if job not in held]
+        for job in idle:
+            if self._job_v[job] <= self._vtime:
+                del self._job_v[job]
+        if len(self._job_v) > len(self._ready) + 64:
+            for job in idle:
+                self._job_v.pop(job, None)
 
     def holds(self, priority: int, job: JobId) -> bool:
         """Whether an entry of ``job`` at ``priority`` is held."""
-        return self._held[priority, job] > 0
+        return (priority, job) in self._held
 
     def best_priority(self) -> int | None:
         return self._ready[0].key[0] if self._ready else None
@@ -92,7 +134,7 @@ class GuidQueue(Generic[T]):
         heapq.heapify(self._ready)
         first_dropped: dict[JobId, float] = {}
         for e in dropped:
-            self._held[e.key[0], e.job] -= 1
+            self._release(e)
             first_dropped[e.job] = min(first_dropped.get(e.job, e.key[1]), e.key[1])
         # A job's next item starts where its first one dropped would have (it keeps its place:
         # what it sent still counts, what it did not send costs it nothing), yet after any of
@@ -104,6 +146,9 @@ class GuidQueue(Generic[T]):
         for job, start in first_dropped.items():
             held = last_held.get(job)
             self._job_v[job] = start if held is None else max(start, held + 1.0 / weight_of(self.weight(job)))
+        if dropped:
+            self.counted(-len(dropped))
+            self._forget_idle_jobs()
         return [e.value for e in dropped]
 
     def __len__(self) -> int:
@@ -113,8 +158,10 @@ class GuidQueue(Generic[T]):
 class GuidLanes(Generic[T]):
     """The two lanes of one guid."""
 
-    def __init__(self, weight: Callable[[JobId], float | None] = lambda job: None) -> None:
-        self.lanes: dict[Lane, GuidQueue[T]] = {"online": GuidQueue(weight), "batch": GuidQueue(weight)}
+    def __init__(self, weight: Callable[[JobId], float | None] = lambda job: None,
+                 counted: Callable[[int], None] = _uncounted) -> None:
+        self.lanes: dict[Lane, GuidQueue[T]] = {"online": GuidQueue(weight, counted),
+                                                "batch": GuidQueue(weight, counted)}
 
     def push(self, value: T, priority: int, job: JobId = NO_JOB) -> None:
         self.lanes[lane_of(priority)].push(value, priority, job)
@@ -133,11 +180,13 @@ def _expiring(cmd: ItemCommand) -> int:
 
 class GuidWindow:
     """The ready commands of one guid held in memory (at most ``cap`` per lane), and
-    whether Postgres may hold more ready work for it than the window does."""
+    whether Postgres may hold more ready work for it than the window does. ``counted`` hears
+    every change of the number held, whichever way it happens (the sender's memory budget)."""
 
-    def __init__(self, cap: int, weight: Callable[[JobId], float | None] = lambda job: None) -> None:
+    def __init__(self, cap: int, weight: Callable[[JobId], float | None] = lambda job: None,
+                 counted: Callable[[int], None] = _uncounted) -> None:
         self.cap = cap
-        self.lanes: GuidLanes[ItemCommand] = GuidLanes(weight)
+        self.lanes: GuidLanes[ItemCommand] = GuidLanes(weight, counted)
         self.ids: set[ItemId] = set()  # in the window or being executed: never held twice
         self.since: dict[ItemId, float] = {}  # item id → when it became ready (epoch s), for waits
         self.more = False
