@@ -128,10 +128,20 @@ class Dispatcher:
         worker = self.guids.get(guid)
         return worker is None or item_id is None or not (worker.window.more or item_id in worker.window.ids)
 
-    def poke(self, guid: str) -> bool:
-        """The sweep found queued work for ``guid``: a worker reads it from Postgres. True if
-        that needed a new worker (its doorbell was lost, or handled by a previous owner)."""
-        return self.ring(guid)
+    def poke(self, guid: str, head: bool = False) -> bool:
+        """The sweep found queued work for ``guid``: a worker reads it from Postgres. With
+        ``head`` (an overdue item its worker :meth:`misses`), a running worker reads the head
+        of the guid's order at once: the item may sort ahead of all its window holds (an
+        auto-reply whose doorbell was lost), and a read left for when the window runs low came
+        after up to half a window of campaign sends. True if that needed a new worker (its
+        doorbell was lost, or handled by a previous owner)."""
+        worker = self.guids.get(guid)
+        if worker is None or not head:
+            return self.ring(guid)
+        seen = worker.acted_on()
+        worker.reorder()
+        worker.start(wake=worker.acted_on() != seen)
+        return False
 
     def wake(self, guids: list[str]) -> None:
         """Make waiting workers look again now (their limits changed); ``*`` wakes all."""

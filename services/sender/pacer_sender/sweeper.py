@@ -91,7 +91,9 @@ class Sweeper:
                 continue
             if w.guid in self.dispatcher.guids:
                 if w.overdue and self.dispatcher.misses(w.guid, w.item_id):
-                    self.dispatcher.poke(w.guid)  # its window may never reach this item: read Postgres
+                    # Its window may never reach this item, or only after every item it holds
+                    # (the item may be an auto-reply): read the head of the guid's order now.
+                    self.dispatcher.poke(w.guid, head=True)
                 continue
             self.dispatcher.poke(w.guid)
             found += w.overdue

@@ -79,6 +79,11 @@ class GuidWorker:
         it; the window reads at once if it sorts ahead of what the window holds."""
         self.window.note(head.priority, head.job_id, head.item_id)
 
+    def reorder(self) -> None:
+        """Postgres may hold work that sorts ahead of everything the window holds (an overdue
+        item the sweep found): read the head of the guid's order now."""
+        self.window.reorder()
+
     def acted_on(self) -> tuple[bool, bool, int, float | None]:
         """What the worker acts on at its next moment: a doorbell that leaves this as it was
         need not wake it."""
@@ -192,7 +197,18 @@ class GuidWorker:
 
     async def _refill(self) -> bool:
         """Read the guid's next ready items from Postgres into its window, if it runs low.
-        False if the database could not be read."""
+        False if the database could not be read.
+
+        A worker reads before it sends anything its doorbells brought, and reads the head of
+        the guid's order, a whole window of it (its batch lane dropped): the guid's earlier
+        doorbells may have gone to a sender that owned its partition before, committed them and
+        dropped its window, so an auto-reply may be pending in Postgres that this window knows
+        nothing of. Read only as the window ran low, it went out after up to half a window of
+        campaign sends. It costs no read more than before for a guid whose work fits a window
+        (a worker reads Postgres before it ends anyway); a worker the sweep started has an
+        empty window, whose first read is the whole head anyway."""
+        if not self.read and self.window:
+            self.window.reorder(whole=True)
         n = self.window.refill_size()
         # A top-up (the window low, nothing ahead of it) waits for the guid's next send: the
         # window is a prefix of the order, so what it reads goes after what it holds.

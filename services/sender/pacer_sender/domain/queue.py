@@ -191,6 +191,7 @@ class GuidWindow:
         self.since: dict[ItemId, float] = {}  # item id → when it became ready (epoch s), for waits
         self.more = False
         self.urgent = False  # Postgres holds work that sorts ahead of the window: refill now
+        self.whole = False  # that refill reads a whole window, not only the head (HEAD_READ)
         # The items rung for since the last refill began; None once one rang unnamed (a sweep,
         # a scheduled item, an unreadable command) or more rang than a window holds.
         self.rung: set[ItemId] | None = set()
@@ -206,13 +207,15 @@ class GuidWindow:
             else:
                 self.rung.add(item_id)
 
-    def reorder(self) -> None:
+    def reorder(self, whole: bool = False) -> None:
         """Postgres holds work that may sort ahead of the batch lane (a better priority, a
         job the window holds nothing of, scheduled work come due): drop the batch lane (its
         items are still pending in Postgres) and refill at once, so the window stays a prefix
-        of the guid's order."""
+        of the guid's order. ``whole``: that refill reads a whole window, not only the head
+        (the window was never read: nothing it holds came from Postgres' order)."""
         self.drop("batch")
         self.urgent = True
+        self.whole = self.whole or whole
         self.ring()
 
     def offer(self, cmd: ItemCommand, room: bool = True, now: float = 0.0) -> bool:
@@ -258,11 +261,12 @@ class GuidWindow:
         if not self.more or (len(self.lanes) > self.cap // 2 and not self.urgent):
             return 0
         n = max(1, self.cap - len(self.lanes))
-        return min(n, HEAD_READ) if self.urgent else n
+        return min(n, HEAD_READ) if self.urgent and not self.whole else n
 
     def refilling(self) -> None:
         """A refill starts: from now, remember what rings, for :meth:`refilled`."""
         self.urgent = False
+        self.whole = False
         self.rung = set()
 
     def refilled(self, cmds: Iterable[ItemCommand], asked: int, since: dict[str, float] | None = None,
