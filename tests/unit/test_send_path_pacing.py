@@ -60,6 +60,44 @@ def test_pacers_own_deferral_is_no_call_of_the_gateway_and_uses_no_attempt() -> 
     assert (rec.status, rec.error_class, rec.attempts) == (ItemStatus.WAITING_RETRY, "rate_limited", 0)
 
 
+class Deferring:
+    """Pacer's own deferral of sends (``counted``) or of every call, as asked before a claim."""
+
+    def __init__(self, error: SendError | None, sends_only: bool = False) -> None:
+        self.error, self.sends_only = error, sends_only
+        self.asked: list[tuple[str, bool]] = []
+
+    def deferral(self, tenant: str, counted: bool = True) -> SendError | None:
+        self.asked.append((tenant, counted))
+        return None if self.sends_only and not counted else self.error
+
+
+def test_a_deferral_known_before_the_claim_claims_nothing_and_calls_nothing() -> None:
+    # The tenant's breaker is open: the item is not claimed (a claim counts in the guid's
+    # send windows), nor sent, nor moved; it stays pending for the guid to try again.
+    repo, gw = one_item()
+    ex = Executor(repo, gw, owner="s-1", retry=POLICY, rng=random.Random(0), deferrals=Deferring(BREAKER_OPEN))
+    result = asyncio.run(ex.execute(command()))
+    assert (result.outcome, result.called_gateway, result.claimed) == ("deferred", False, False)
+    assert result.error is BREAKER_OPEN and gw.sent == []
+    rec = repo.items["it-1"]
+    assert (rec.status, rec.attempts) == (ItemStatus.PENDING, 0)
+    cleared = Executor(repo, gw, owner="s-1", retry=POLICY, rng=random.Random(0), deferrals=Deferring(None))
+    assert asyncio.run(cleared.execute(command())).outcome == "confirmed"
+
+
+def test_a_customer_read_is_not_deferred_by_the_tenants_quota() -> None:
+    quota = SendError(F.RATE_LIMITED, None, "tenant 't' has used its quota", retry_after=timedelta(seconds=60),
+                      deferred=True)
+    repo, gw = one_item()
+    deferrals = Deferring(quota, sends_only=True)
+    actions = ScriptedActions(SyncMessage(type="customer.sync"))
+    ex = Executor(repo, gw, owner="s-1", retry=POLICY, rng=random.Random(0), actions=actions,
+                  action_gateway=ScriptedActionGateway(), deferrals=deferrals)
+    assert asyncio.run(ex.execute(command())).outcome == "confirmed"
+    assert deferrals.asked == [("default", False)]
+
+
 def test_a_rate_limit_the_gateway_answered_is_a_call() -> None:
     repo, gw = one_item(GATEWAY_LIMIT)
     result = execute(repo, gw)
@@ -141,7 +179,10 @@ LIMITS = Limits(min_interval_s=0.3, jitter_s=0.0, online_reserve=0.0, rate_limit
 
 
 def run_guid(script: list[Executed | Exception], items: int, pacer: GuidPacer | None = None,
-             ) -> tuple[GuidPacer, Scripted, GrantAll]:
+             calls: int | None = None) -> tuple[GuidPacer, Scripted, GrantAll]:
+    """``items`` rung for guid g, run until ``calls`` executions (one per item by default)."""
+    calls = items if calls is None else calls
+
     async def scenario() -> tuple[GuidPacer, Scripted, GrantAll]:
         ex, store = Scripted(script), GrantAll()
         d, _, _ = dispatcher(LIMITS, store=store, executor=ex)
@@ -149,7 +190,7 @@ def run_guid(script: list[Executed | Exception], items: int, pacer: GuidPacer | 
             d.paces["g"] = pacer
         for n in range(items):
             ring(d, ex.store, cmd("g", n))
-        await until(lambda: len(ex.calls) == items and ((g := d.guids.get("g")) is None or g.executing is None))
+        await until(lambda: len(ex.calls) == calls and ((g := d.guids.get("g")) is None or g.executing is None))
         stop(d)
         return d.paces["g"], ex, store
 
@@ -195,3 +236,13 @@ def test_a_call_whose_outcome_could_not_be_recorded_still_spaces_the_guids_next_
     assert answered.answered_mono is not None
     gap = ex.calls[1] - answered.answered_mono
     assert gap >= LIMITS.min_interval_s, f"the next send followed {gap:.3f} s after a send the gateway answered"
+
+
+def test_a_guid_deferred_before_its_claim_waits_with_its_item_and_counts_no_claim() -> None:
+    wait = 0.2
+    early = SendError(F.RATE_LIMITED, None, "circuit open", retry_after=timedelta(seconds=wait), deferred=True)
+    pacer, ex, store = run_guid([Executed("deferred", False, early)], 1, calls=2)
+    assert len(ex.calls) == 2, "the item was tried again once the deferral's time was up"
+    assert ex.calls[1] - ex.calls[0] >= wait * 0.9, "the guid did not wait out the deferral"
+    assert pacer.windows["minute"].total == 1, "only the send counts in the windows, not the deferral"
+    assert pacer.multiplier == 1.0 and store.penalized == {}

@@ -144,3 +144,33 @@ def test_a_tenant_past_its_quota_waits_for_the_end_of_its_day_as_the_database_co
     assert refusal(midnight - 120, {"acme": (midnight, 2)}) is None, "under the quota"
     err = refusal(midnight + 1, {"acme": (midnight, 3)}, unflushed=3)  # its own sends, no total of the new day yet
     assert err is not None and err.retry_after is not None and err.retry_after.total_seconds() == UNKNOWN_DAY_RETRY_S
+
+
+def test_asking_whether_a_tenant_is_deferred_takes_no_probe_and_calls_nothing() -> None:
+    # Asked before each claim: the question must not use up the one probe after the cool-down
+    # (no sender's call would then go), nor open a client.
+    from pacer_common.domain.failures import DEFAULT_CODE_TABLE
+    from pacer_common.tenant_gateways import TenantGateways
+
+    now = [0.0]
+    tenants = {"acme": Tenant("acme", "http://127.0.0.1:9", sends_per_day=3), "nourl": Tenant("nourl")}
+    gws = TenantGateways(tenants.get, 0.5, DEFAULT_CODE_TABLE, breaker=lambda: Breaker(1, 10.0),
+                         clock=lambda: now[0])
+    assert gws.deferral("acme") is None and gws.clients == {}
+    gws.breaker("acme").record(True, 0.0)  # open
+    now[0] = 4.0
+    err = gws.deferral("acme")
+    assert err is not None and err.deferred and err.retry_after is not None
+    assert err.retry_after.total_seconds() == pytest.approx(6.0)
+    now[0] = 10.5  # cooled down: the next call is the probe
+    assert gws.deferral("acme") is None and gws.deferral("acme") is None
+    assert gws.breaker("acme").wait(now[0]) is None, "the question took the probe"
+    assert gws.deferral("acme") is not None, "one probe at a time: the others still wait"
+    for unknown in ("nourl", "nobody"):
+        err = gws.deferral(unknown)
+        assert err is not None and err.deferred and "not known here yet" in str(err)
+    used = TenantGateways(tenants.get, 0.5, DEFAULT_CODE_TABLE, wall=lambda: 1_000.0)
+    used.usage.absorb({"acme": (2_000.0, 3)})  # its quota of 3 used, until 2,000
+    quota = used.deferral("acme")
+    assert quota is not None and "quota" in str(quota)
+    assert used.deferral("acme", counted=False) is None, "a read is no send: no quota"

@@ -43,6 +43,12 @@ def _gateway_failure(err: SendError) -> bool:
     return isinstance(err.__cause__, SendError) and _gateway_failure(err.__cause__)
 
 
+def _circuit_open(tenant: str, wait: float) -> SendError:
+    return SendError(FailureClass.RATE_LIMITED, None,
+                     f"tenant {tenant!r}: its gateway is failing (circuit open); next try in {wait:.1f}s",
+                     retry_after=timedelta(seconds=wait), deferred=True)
+
+
 class TenantGateways:
     def __init__(self, tenants: Callable[[str], Tenant | None], timeout_s: float,
                  code_table: Mapping[int, FailureClass], observe: Observe | None = None,
@@ -59,7 +65,23 @@ class TenantGateways:
         self.usage = usage or DailyUsage()  # sends per tenant today, against sends_per_day
         self.wall = wall  # epoch seconds, against the ends of the tenants' days
 
-    def _for(self, tenant: str) -> GatewayClient:
+    def deferral(self, tenant: str, counted: bool = True) -> SendError | None:
+        """Why a call of the tenant's (``counted``: a send, against its quota) would be deferred
+        now, or None; nothing called or changed, no probe taken. Asked before an item is
+        claimed: Pacer's own deferral then claims nothing, and a claim counts in the guid's send
+        windows (a tenant's outage would otherwise use up its guids' hourly and daily caps)."""
+        try:
+            self._tenant(tenant)
+            if counted:
+                self._check_quota(tenant)
+        except SendError as err:
+            return err
+        b = self.breakers.get(tenant)
+        wait = None if b is None else b.blocked(self.clock())
+        return None if wait is None else _circuit_open(tenant, wait)
+
+    def _tenant(self, tenant: str) -> tuple[Tenant, str]:
+        """The tenant and its gateway's base URL."""
         t = self.tenants(tenant)
         if t is None or not t.base_url:
             # A job's tenant exists (the planner checks it, and a tenant with jobs is never
@@ -68,13 +90,17 @@ class TenantGateways:
             raise SendError(FailureClass.RATE_LIMITED, None,
                             f"tenant {tenant!r} not known here yet, or without a gateway URL; trying again shortly",
                             retry_after=timedelta(seconds=UNKNOWN_RETRY_S), deferred=True)
-        key = (t.base_url, t.credential.get_secret_value() if t.credential else None)
+        return t, t.base_url
+
+    def _for(self, tenant: str) -> GatewayClient:
+        t, base_url = self._tenant(tenant)
+        key = (base_url, t.credential.get_secret_value() if t.credential else None)
         held = self.clients.get(tenant)
         if held is not None and held[0] == key:
             return held[1]
         if held is not None:
             self.retired.append(held[1].client)  # closed at shutdown: calls in flight finish on it
-        gw = GatewayClient(make_client(t.base_url, self.timeout_s, self.max_connections, t.credential),
+        gw = GatewayClient(make_client(base_url, self.timeout_s, self.max_connections, t.credential),
                            self.code_table, observe=self.observe)
         self.clients[tenant] = (key, gw)
         return gw
@@ -120,9 +146,7 @@ class TenantGateways:
         b = self.breaker(tenant)
         wait = b.wait(self.clock())
         if wait is not None:
-            raise SendError(FailureClass.RATE_LIMITED, None,
-                            f"tenant {tenant!r}: its gateway is failing (circuit open); next try in {wait:.1f}s",
-                            retry_after=timedelta(seconds=wait), deferred=True)
+            raise _circuit_open(tenant, wait)
         try:
             answer = await call(gw)
         except SendError as err:

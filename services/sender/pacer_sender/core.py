@@ -30,7 +30,7 @@ from pacer_sender.domain.media import (
     refused_media,
     upload_key,
 )
-from pacer_sender.ports import ActionGateway, ActionStore, Gateway, ItemRepository
+from pacer_sender.ports import ActionGateway, ActionStore, Deferrals, Gateway, ItemRepository
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +99,9 @@ class Executor:
                  rng: random.Random | None = None, send_deadline_s: float = 10.0,
                  expire_margin_s: float = EXPIRE_MARGIN_S, states: Mapping[int, GuidState] = DEFAULT_STATE_CODES,
                  actions: ActionStore | None = None, action_gateway: ActionGateway | None = None,
-                 media_timing: MediaTiming | None = None) -> None:
+                 media_timing: MediaTiming | None = None, deferrals: Deferrals | None = None) -> None:
         self.repo = repo
+        self.deferrals = deferrals  # asked before a claim (None: the gateway's own deferrals only)
         self.actions = actions  # None: every item is text (tests of the text path)
         self.action_gateway = action_gateway
         self.media_timing = media_timing or MediaTiming()
@@ -149,6 +150,13 @@ class Executor:
                 if isinstance(ready, Executed):
                     return ready
                 media_id = ready
+        if self.deferrals is not None:
+            sync = msg is not None and not isinstance(msg, (TextMessage, MediaMessage, TagsMessage))
+            deferred = self.deferrals.deferral(cmd.tenant, counted=not sync)  # a customer read is no send
+            if deferred is not None:
+                # Nothing claimed or written: the item stays pending, in the guid's window,
+                # and its claim does not count in the guid's send windows.
+                return Executed("deferred", False, deferred)
         started = time.monotonic()
         begun = await self.repo.begin_send(cmd, self.owner)
         if begun.outcome == "guid_lost":

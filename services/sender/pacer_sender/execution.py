@@ -15,7 +15,9 @@ the next send should not land right behind it. Only the gateway's own rate limit
 guid: Pacer's deferrals (a tenant's breaker or quota) sent nothing, and a media upload or
 status poll is no send (no pacing slot, no decay of the penalty), but a rate limit the gateway
 answered to one slows the guid as any does. The guid's send windows count its claims, as
-the database counts them (``pacer_count_send_windows``), sent or not.
+the database counts them (``pacer_count_send_windows``), sent or not; so a deferral Pacer
+knows of before the claim claims nothing: the item waits in the window, the guid for the
+deferral's time.
 """
 
 from __future__ import annotations
@@ -123,6 +125,12 @@ class ItemRunner:
         if result.outcome == "guid_lost":
             self.crew.leases.lost(self.guid)
             return self._put_back(cmd, 0.0)
+        if result.outcome == "deferred" and not result.claimed:
+            # Deferred before its claim (the tenant's breaker open, its quota used up): the
+            # guid waits with the item in its window; a doorbell asks again sooner.
+            self.crew.hooks.on_executed(cmd, result)
+            after = result.error.retry_after if result.error is not None else None
+            return self._put_back(cmd, after.total_seconds() if after else self.crew.config.lease_retry_s)
         self._pace(lane, cmd, limits, result)
         self.window.finished(cmd)
         self.errors.pop(cmd.item_id, None)
@@ -166,8 +174,7 @@ class ItemRunner:
 
     def _put_back(self, cmd: ItemCommand, pause: float) -> float:
         if not self.stopping():
-            with self.crew.buffer.tracking(self.window):
-                self.window.put(cmd, time.time())
+            self.window.put(cmd, time.time())
         else:
             self.window.finished(cmd)
         return pause

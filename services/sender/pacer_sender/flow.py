@@ -71,9 +71,3 @@ class Buffer:
         never counted out: ``held`` kept up to ``guid_cap`` phantom items each time, reached
         ``max_buffered`` and never came down, and then no window with work read again."""
         self.held += n
-
-    @contextmanager
-    def tracking(self, window: GuidWindow) -> Iterator[None]:
-        """Formerly counted what the window gained or lost inside the block; windows count
-        themselves now (:meth:`count`), so this counts nothing (nothing is counted twice)."""
-        yield

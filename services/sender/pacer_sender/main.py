@@ -71,7 +71,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
                             media_timing=MediaTiming(timedelta(seconds=cfg.media_poll_after_s),
                                                      timedelta(seconds=cfg.media_poll_every_s),
                                                      timedelta(seconds=cfg.media_recheck_s),
-                                                     timedelta(seconds=cfg.media_reuse_s)))
+                                                     timedelta(seconds=cfg.media_reuse_s)),
+                            deferrals=gateway)
         defaults = cfg.limits()
         leases = GuidLeases(PostgresGuidLeases(pool, timedelta(seconds=cfg.lease_ttl_s), timedelta(seconds=cfg.in_flight_s)),
                            cfg.owner, cfg.lease_ttl_s)

@@ -9,6 +9,7 @@ from typing import Literal, Protocol
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.customers import Customer
+from pacer_common.domain.failures import SendError
 from pacer_common.domain.guid_health import GuidState
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.requests import AnyMessage, MediaMessage
@@ -117,6 +118,13 @@ class Gateway(Protocol):
 
     async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
                         deadline: float | None = None, tenant: str = "default") -> Receipt: ...
+
+
+class Deferrals(Protocol):
+    """Pacer's own reasons not to call a tenant's gateway now (its breaker open, its daily
+    quota used up, the tenant not known here yet), asked before an item is claimed."""
+
+    def deferral(self, tenant: str, counted: bool = True) -> SendError | None: ...
 
 
 class ActionGateway(Protocol):

@@ -21,16 +21,22 @@ class Breaker:
     probing: bool = False  # the one call let through after the cool-down is out
 
     def wait(self, now: float) -> float | None:
-        """None: call now (a probe, if it was open); else seconds until a call may go."""
+        """None: call now (a probe, if it was open: this call takes it); else seconds until a
+        call may go."""
+        left = self.blocked(now)
+        if left is None and self.opened_at is not None:
+            self.probing = True
+        return left
+
+    def blocked(self, now: float) -> float | None:
+        """What :meth:`wait` would answer now, without taking the probe: asked before the work
+        that would lead to a call is begun."""
         if self.opened_at is None:
             return None
         left = self.opened_at + self.cooldown_s - now
         if left > 0:
             return left
-        if self.probing:
-            return self.cooldown_s
-        self.probing = True
-        return None
+        return self.cooldown_s if self.probing else None
 
     def record(self, failed: bool, now: float) -> None:
         if not failed:
