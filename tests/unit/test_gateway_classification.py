@@ -26,12 +26,19 @@ def refused(status: int, body: object = b"") -> SendError:
 
 
 @pytest.mark.parametrize(("status", "why"), [(401, "credential refused"), (403, "forbidden"), (404, "no such route"),
-                                             (405, "method not allowed"), (408, "request timed out"),
-                                             (409, "refused before acting")])
-def test_a_4xx_without_a_gateway_code_that_is_not_the_requests_fault_is_not_sent(status: int, why: str) -> None:
+                                             (405, "method not allowed"), (408, "request timed out")])
+def test_a_4xx_without_a_gateway_code_refused_before_anything_acted_is_not_sent(status: int, why: str) -> None:
     err = refused(status, b"<html>Unauthorized</html>")
     assert (err.failure_class, err.code) == (F.NOT_SENT, None)
     assert err.message.startswith(f"HTTP {status} from gateway: {why}")
+
+
+@pytest.mark.parametrize("status", [409, 410, 412, 425])
+def test_another_4xx_without_a_gateway_code_is_in_doubt(status: int) -> None:
+    # A 409 is what an idempotency layer answers for a key still being processed: the first
+    # request may be under way, and a resend could deliver it twice.
+    err = refused(status, b"Conflict")
+    assert (err.failure_class, err.code) == (F.IN_DOUBT, None)
 
 
 @pytest.mark.parametrize("status", [400, 413, 415, 422])
@@ -44,9 +51,17 @@ def test_a_4xx_carrying_a_gateway_code_of_the_table_is_classified_by_that_code()
     assert (err.failure_class, err.code, err.message) == (F.NEEDS_HUMAN, 1003, "unauthorized device")
     assert refused(403, {"code": 45009, "msg": "slow down"}).failure_class is F.RATE_LIMITED
     assert refused(400, {"code": -1, "msg": "busy"}).failure_class is F.RETRYABLE
-    # A code outside the table says nothing the table knows: by the status, as without one.
-    assert refused(401, {"code": 777, "msg": "?"}).failure_class is F.NOT_SENT
+
+
+def test_a_4xx_carrying_another_code_is_the_gateways_answer_about_the_request() -> None:
+    # Read as a 200 answer's code would be: retried within the item's attempts, the code kept,
+    # so the tenant's breaker does not count it as the gateway failing.
+    err = refused(403, {"code": 2001, "msg": "not in room"})
+    assert (err.failure_class, err.code) == (F.RETRYABLE, 2001) and "not in room" in err.message
     assert refused(422, {"code": 777, "msg": "?"}).failure_class is F.BAD_PARAMS
+    # A 401 is the tenant's credential refused, whatever code the body carries.
+    err = refused(401, {"code": 401, "msg": "bad token"})
+    assert (err.failure_class, err.code) == (F.NOT_SENT, None) and "credential refused" in err.message
 
 
 def test_a_connection_timeout_is_not_sent_and_a_read_timeout_in_doubt() -> None:

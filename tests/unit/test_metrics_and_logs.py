@@ -176,3 +176,16 @@ def test_the_control_api_counts_a_method_outside_the_http_set_as_other() -> None
     methods = {s.labels["method"] for metric in registry.collect() if metric.name.startswith("pacer_control_")
                for s in metric.samples if "method" in s.labels}
     assert methods == {"GET", "other"}, methods
+
+
+def test_a_media_steps_gateway_failure_is_counted_and_pacers_own_deferral_is_not() -> None:
+    reg = CollectorRegistry()
+    m = SenderMetrics(reg, DEFAULT_CODE_TABLE)
+    limited = SendError(FailureClass.RATE_LIMITED, 45009, "too fast")
+    m.executed(command(), Executed("media_waiting", False, limited))  # an upload the gateway rate-limited
+    deferred = SendError(FailureClass.RATE_LIMITED, None, "circuit open", deferred=True)
+    m.executed(command(), Executed("deferred", False, deferred))
+    assert reg.get_sample_value("pacer_sender_send_failures_total",
+                                {"code": "45009", "failure_class": "rate_limited"}) == 1
+    assert reg.get_sample_value("pacer_sender_send_failures_total",
+                                {"code": "none", "failure_class": "rate_limited"}) is None

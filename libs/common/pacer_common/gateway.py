@@ -17,12 +17,14 @@ hide a delivery (``IN_DOUBT``) and is verified, never resent blindly — except 
 (``/customer/detail``), which is harmless to repeat: retried (``RETRYABLE``) instead.
 
 An HTTP 4xx other than 429 is classified by the gateway's code when its body is a gateway
-answer with a code of the code table. Without one, 400, 413, 415 and 422 say the request
-itself is wrong (``BAD_PARAMS``); any other (401, 403, 404, 405, 408, …: a credential, a
-route, a method refused by the gateway or whatever stands in front of it) was refused before
-the gateway acted (``NOT_SENT``): retried within the item's attempts and counted by the
-tenant's breaker, never a permanent failure of every item of a tenant whose credential was
-rotated.
+answer with a code of the code table. A 401 otherwise is the tenant's credential refused (a
+credential rotated at the gateway): not sent (``NOT_SENT``), retried within the item's
+attempts and counted by the tenant's breaker, never a permanent failure of every item of the
+tenant. Another code is the gateway's answer about the request, read as a 200 answer's code
+is (kept, so not counted as the gateway failing). Without a code, 400, 413, 415 and 422 say
+the request itself is wrong (``BAD_PARAMS``); 403, 404, 405 and 408 were refused before
+anything acted (a route, a method, a proxy: ``NOT_SENT``); any other (a 409 of a key still
+being processed) may hide a request under way (``IN_DOUBT``).
 """
 
 from __future__ import annotations
@@ -290,20 +292,30 @@ class GatewayClient:
         return data
 
     def _refused(self, status: int, raw: bytes) -> SendError:
-        """An HTTP 4xx other than 429: by the gateway's code if the body is a gateway answer
-        with a code of the code table; else the request's fault (``BAD_PARAMS_STATUSES``), or
-        refused before the gateway acted (a credential, a route, a method): not sent."""
+        """An HTTP 4xx other than 429. A gateway answer's code of the code table decides. A 401
+        is the tenant's credential refused, whatever else the body says: not sent, and counted
+        by the tenant's breaker. Another code is the gateway's answer about this request, read
+        as a 200 answer's would be (its code kept: not the gateway failing). Without a code:
+        the request's own fault (``BAD_PARAMS_STATUSES``); refused before anything acted
+        (``REFUSALS``: a route, a method, a proxy's refusal): not sent; any other status may
+        hide a request under way (a 409 of a key still being processed): in doubt."""
         try:
             answer = json.loads(raw)
-            code = int(answer["code"])
+            code: int | None = int(answer["code"])
+            msg = str(answer.get("msg", ""))
         except (ValueError, KeyError, TypeError):
-            code = None
+            code, msg = None, _text(raw)[:200]
         if code is not None and code in self.code_table:
-            return SendError(classify(code, self.code_table), code, str(answer.get("msg", "")))
+            return SendError(classify(code, self.code_table), code, msg)
+        if status == 401:
+            return SendError(FailureClass.NOT_SENT, None, f"HTTP 401 from gateway: {REFUSALS[401]}: {msg}")
         if status in BAD_PARAMS_STATUSES:
-            return SendError(FailureClass.BAD_PARAMS, None, f"HTTP {status}: {_text(raw)[:200]}")
-        why = REFUSALS.get(status, "refused before acting")
-        return SendError(FailureClass.NOT_SENT, None, f"HTTP {status} from gateway: {why}: {_text(raw)[:200]}")
+            return SendError(FailureClass.BAD_PARAMS, code, f"HTTP {status}: {msg}")
+        if code is not None:
+            return SendError(classify(code, self.code_table), code, f"HTTP {status}: {msg}")
+        if status in REFUSALS:
+            return SendError(FailureClass.NOT_SENT, None, f"HTTP {status} from gateway: {REFUSALS[status]}: {msg}")
+        return SendError(FailureClass.IN_DOUBT, None, f"HTTP {status} from gateway: {msg}")
 
     async def lookup(self, guid: str, idem_key: str) -> bool | None:
         """Was this key delivered? ``True``/``False`` when the gateway knows, ``None`` when it

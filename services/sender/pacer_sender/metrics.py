@@ -116,7 +116,7 @@ class SenderMetrics:
         self.items.labels(res.outcome, lane, kind).inc()
         if res.outcome == "rate_limited":
             self.rate_limited.inc()
-        if res.error is not None and res.called_gateway:
+        if res.error is not None and not res.error.deferred:  # a media step's too: the gateway answered
             self.failures.labels(code_label(res.error.code, self.code_table), res.error.failure_class.value).inc()
         if cmd.created_at is None:
             return
