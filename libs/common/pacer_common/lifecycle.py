@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Awaitable, Callable
@@ -54,13 +55,23 @@ FATAL = Fatal()
 
 def stop_event(fatal: Fatal = FATAL) -> asyncio.Event:
     """An event set on SIGTERM or SIGINT, or when ``fatal`` is declared; the service finishes
-    the item in hand and exits."""
+    the item in hand and exits. A second signal while it stops is a kill: the process exits at
+    once (128 + the signal's number), as a second Ctrl-C does elsewhere; what it had in hand is
+    left as a kill -9 leaves it, which every step survives (an item in flight is verified)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, _on_signal, stop, sig)
     fatal.stops(stop)
     return stop
+
+
+def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
+    if stop.is_set():
+        log.warning("%s while stopping: exiting at once", sig.name)
+        logging.shutdown()
+        os._exit(128 + sig.value)
+    stop.set()
 
 
 async def every(step: Callable[[], Awaitable[None]], stop: asyncio.Event, every_s: float, what: str) -> None:
