@@ -324,6 +324,7 @@ class InMemoryGuidQueue:
         # or not (work planned just now, as on a partition assigned mid-campaign).
         self.overdue = True
         self.sweeps_owned: list[list[tuple[int, int]] | None] = []  # what each sweep asked for
+        self.held_guids: set[str] = set()  # not online: next_ready.sql reads none of their items
 
     def add(self, *cmds: ItemCommand) -> None:
         for c in cmds:
@@ -342,6 +343,8 @@ class InMemoryGuidQueue:
     async def next_ready(self, guid: str, exclude: Sequence[str], limit: int) -> Ready:
         self.reads.append((guid, limit))
         now = datetime.now(UTC)
+        if guid in self.held_guids:
+            return Ready([], None)
         mine = [c for c in self.pending.values() if c.guid == guid]
         due = [c.not_before for c in mine if c.not_before is not None and c.not_before > now]
         return Ready(self._ready(guid, exclude)[:limit], (min(due) - now).total_seconds() if due else None)

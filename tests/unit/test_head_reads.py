@@ -73,3 +73,20 @@ def test_an_overdue_reply_the_sweep_finds_behind_a_window_that_read_everything_g
     sent, again, _ = asyncio.run(scenario())
     assert sent[1] == name(REPLY.item_id), f"the reply waited behind the window: {sent}"
     assert again == 0, "a sweep re-read a guid whose worker holds the overdue item"
+
+
+def test_a_held_guids_doorbells_are_still_tried_when_its_first_read_finds_nothing_ready() -> None:
+    """A kicked guid's queue reads nothing from Postgres (next_ready.sql holds it at any depth);
+    the items its doorbells brought must still be claimed, each claim saying why it is not sent
+    (begin_send marks a held guid's item held, to be published again when the hold is lifted).
+    Dropped for the first read and never tried, they stayed pending, unmarked."""
+    async def scenario() -> list[str]:
+        d, rec, _ = dispatcher(FAST)
+        rec.store.held_guids.add("g")
+        for n in range(1, 4):
+            ring(d, rec.store, cmd("g", n))
+        await until(lambda: len(rec.sent) == 3)
+        stop(d)
+        return [i for _, i, _ in rec.sent]
+
+    assert sorted(asyncio.run(scenario())) == ["g-1", "g-2", "g-3"]

@@ -206,8 +206,13 @@ class GuidWorker:
         nothing of. Read only as the window ran low, it went out after up to half a window of
         campaign sends. It costs no read more than before for a guid whose work fits a window
         (a worker reads Postgres before it ends anyway); a worker the sweep started has an
-        empty window, whose first read is the whole head anyway."""
+        empty window, whose first read is the whole head anyway. If that read finds nothing
+        ready (the guid's state holds its queue: offline, kicked; or the items are taken), what
+        the doorbells brought is tried as it came, each claim saying why it is not sent: a held
+        guid's items are marked held, to be published again when the hold is lifted."""
+        rung: list[ItemCommand] = []
         if not self.read and self.window:
+            rung = list(self.window.lanes.lanes["batch"].values())
             self.window.reorder(whole=True)
         n = self.window.refill_size()
         # A top-up (the window low, nothing ahead of it) waits for the guid's next send: the
@@ -230,6 +235,9 @@ class GuidWorker:
         if self.stopping:
             return True
         self.window.refilled(ready.commands, n, ready.ready_since, time.time())
+        if rung and not ready.commands:
+            for cmd in rung:
+                self.window.put(cmd, time.time())
         # The read says when the guid's next scheduled item is due, as of its snapshot; a doorbell
         # rung while it ran may name an item planned after that snapshot (a ticket whose row
         # committed while the read was under way), which the read's answer must not erase.
