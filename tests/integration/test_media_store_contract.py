@@ -1,10 +1,13 @@
 """The media part of the sender's action store (``ActionStore``), run against the in-memory
 fake the unit tests use and the Postgres adapter: a record per (guid, hash of url, kind and
 file name); a refused send makes only the refused mediaId's record stale, and the next upload
-replaces it; whether an item was sent back for its media is read from its own events."""
+replaces it; a mediaId is the guid's once, so an upload answered with a mediaId another record
+of the guid holds supersedes that record; whether an item was sent back for its media is read
+from its own events."""
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -100,6 +103,29 @@ def test_a_refusal_makes_only_its_own_media_stale_and_the_next_upload_replaces_i
         assert late is not None and late.status == "stale"
         again = await s.store.uploaded("g1", h, msg, MediaAnswer("m-2", "pending", None, 0.0), 2)
         assert (again.media_id, again.status, again.reason, again.generation) == ("m-2", "pending", None, 2)
+
+    run(0, scenario)
+
+
+def test_an_upload_answered_with_a_media_id_an_old_record_holds_supersedes_that_record(
+        run: Callable[[int, Scenario], None]) -> None:
+    # A gateway that deduplicates by url answers the mediaId of the upload made before migration
+    # 0047, whose record is keyed by the url-only hash (and media_by_id is unique per guid).
+    async def scenario(s: Subject) -> None:
+        msg = MediaMessage(type="image", url="https://cdn.example/p.png")
+        old, new = hashlib.sha256(msg.url.encode()).hexdigest(), media_hash(msg.url, msg.type, msg.fileName)
+        await s.store.uploaded("g1", old, msg, MediaAnswer("m-1", "ready", None, 0.0), 0)
+        await s.store.uploaded("g2", old, msg, MediaAnswer("m-1", "ready", None, 0.0), 0)  # another guid's
+        row = await s.store.uploaded("g1", new, msg, MediaAnswer("m-1", "ready", None, 0.0), 0)
+        assert (row.media_id, row.status) == ("m-1", "ready")
+        assert await s.store.media("g1", old) is None, "the old record is superseded"
+        again = await s.store.media("g1", new)
+        assert again is not None and again.media_id == "m-1"
+        other = await s.store.media("g2", old)
+        assert other is not None and other.media_id == "m-1", "another guid's record is its own"
+        # An upload again of the same hash (a new generation) answered with the same mediaId replaces its own row.
+        regen = await s.store.uploaded("g1", new, msg, MediaAnswer("m-1", "pending", None, 0.0), 1)
+        assert (regen.media_id, regen.status, regen.generation) == ("m-1", "pending", 1)
 
     run(0, scenario)
 

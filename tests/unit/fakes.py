@@ -417,6 +417,8 @@ class InMemoryActions:
                        generation: int) -> MediaRow:
         row = MediaRow(answer.media_id, answer.status, answer.reason,  # type: ignore[arg-type]  # the gateway's word
                        datetime.now(UTC), None, generation)
+        # A mediaId is the guid's once (media_by_id): a record holding it under another hash is superseded.
+        self.records = {k: r for k, r in self.records.items() if k[0] != guid or r.media_id != answer.media_id}
         self.records[(guid, url_hash)] = row
         return row
 
