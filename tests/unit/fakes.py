@@ -479,8 +479,10 @@ class FakeActionGateway:
     """Uploads and media sends, answered as the fake gateway (``pacer_dev.fakegateway``) does:
     an upload repeated under its idempotency key gets that upload's media, whatever its url,
     kind or name; every upload is ready at once. A send into a media it does not know
-    (``forget``: it restarted, or the media expired) or of another kind is refused with
-    bad_params code 40001, and delivers nothing."""
+    (``forget``: it restarted, or the media expired) or of another kind, or to a target in
+    ``bad_targets`` (a bad toId, a dissolved room), is refused with bad_params code 40001, and
+    delivers nothing. A status poll of a media it does not know is refused with 40001 too;
+    ``poll_errors``: raised by the next polls instead (a transport failure, a 5xx)."""
 
     def __init__(self) -> None:
         self.media: dict[str, tuple[str, str, str | None]] = {}  # mediaId → (url, kind, fileName)
@@ -489,6 +491,9 @@ class FakeActionGateway:
         self.refused: list[str] = []  # every refused send's mediaId
         self.sent: list[SentMedia] = []
         self.loses_uploads = False  # a gateway that forgets each media as soon as it is uploaded
+        self.bad_targets: set[str] = set()  # toIds the gateway refuses (40001), whatever the media
+        self.polls: list[str] = []  # every status poll's mediaId
+        self.poll_errors: list[SendError] = []
 
     def forget(self, media_id: str) -> None:
         del self.media[media_id]
@@ -505,12 +510,17 @@ class FakeActionGateway:
         return MediaAnswer(media_id, "ready", None, 1.0)
 
     async def media_status(self, guid: str, media_id: str, tenant: str = "default") -> MediaAnswer:
+        self.polls.append(media_id)
+        if self.poll_errors:
+            raise self.poll_errors.pop(0)
         if media_id not in self.media:
             raise SendError(FailureClass.BAD_PARAMS, 40001, f"no media {media_id}")
         return MediaAnswer(media_id, "ready", None, 1.0)
 
     async def send_media(self, kind: str, guid: str, to_id: str, media_id: str, idem_key: str,
                          deadline: float | None = None, tenant: str = "default") -> Receipt:
+        if to_id in self.bad_targets:
+            raise SendError(FailureClass.BAD_PARAMS, 40001, f"invalid toId {to_id}")
         held = self.media.get(media_id)
         if held is None or held[1] != kind:
             self.refused.append(media_id)

@@ -1,6 +1,8 @@
 """Media items through the executor, against in-memory ports: which record a media item uses
 (one per url, kind and file name per guid), and a media the gateway has forgotten (its send
-refused with bad_params) is uploaded again, the item sent back once to use it."""
+refused with bad_params, and a status poll then refused too) is uploaded again, the item sent
+back once to use it; a refusal of the item's own (a bad toId: the media still ready) fails
+only that item, the record untouched."""
 
 from __future__ import annotations
 
@@ -13,11 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pacer_common.domain.commands import ItemCommand
-from pacer_common.domain.failures import RetryPolicy
+from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
 from pacer_common.domain.requests import MediaMessage
 from pacer_common.domain.status import ItemStatus
 from pacer_sender.core import Executed, Executor
-from pacer_sender.domain.media import media_hash, upload_key
+from pacer_sender.domain.media import forgotten, media_hash, upload_key
 
 from .fakes import FakeActionGateway, FakeGateway, InMemoryActions, InMemoryItemRepository
 
@@ -92,6 +94,7 @@ def test_a_refused_media_send_makes_the_record_stale_and_the_item_uploads_again_
     w.gw.forget("media-1")  # the gateway restarted
     refused = w.run(second)
     assert (refused.outcome, refused.called_gateway) == ("retry", True)
+    assert w.gw.polls == ["media-1"], "the gateway was asked about the media before it was called stale"
     rec = w.repo.items[second.item_id]
     assert (rec.status, rec.error_class, rec.attempts) == (S.WAITING_RETRY, "media_refused", 0)  # attempt given back
     assert second.idem_key not in w.repo.ledger, "nothing was delivered: the key is free for the item's retry"
@@ -121,6 +124,54 @@ def test_an_item_whose_media_is_refused_again_after_uploading_it_again_fails_say
     h = media_hash("https://cdn.example/p.png", "image", None)
     assert w.gw.upload_keys == [upload_key("g-1", h, 0), upload_key("g-1", h, 1)]
     assert w.gw.sent == []
-    # The next item is not condemned by it: the record is stale, so it uploads again too.
+    assert w.gw.polls == ["media-1", "media-2"], "each refusal was checked with a status poll"
+    # The next item is not condemned by it: the poll said the media is gone, so the record is
+    # stale and the next item uploads again too.
     (row,) = w.actions.records.values()
-    assert row.status == "stale"
+    assert row.status == "stale" and row.reason is not None and "status poll refused" in row.reason
+
+
+# -- a refusal of the item's own ------------------------------------------------------------
+
+def test_bad_targets_in_a_media_job_fail_alone_and_the_media_is_uploaded_once() -> None:
+    # 40001 covers a bad toId or a dissolved room as well as an unknown mediaId: the poll says
+    # the media is ready, so the refusal is the item's: it fails, and nothing is uploaded again.
+    w = World(a=MediaMessage(type="image", url="https://cdn.example/p.png"))
+    items = [w.item("a") for _ in range(5)]
+    w.gw.bad_targets = {items[1].to_id, items[3].to_id}
+    outcomes = [w.run(i).outcome for i in items]
+    assert outcomes == ["confirmed", "failed", "confirmed", "failed", "confirmed"]
+    assert len(w.gw.upload_keys) == 1, f"one upload for the whole job, not {len(w.gw.upload_keys)}"
+    for bad in (items[1], items[3]):
+        rec = w.repo.items[bad.item_id]
+        assert (rec.status, rec.error_class) == (S.FAILED, "bad_params")
+        assert rec.error == f"bad_params: code=40001 invalid toId {bad.to_id}", "the gateway's own message"
+        assert ("ItemRetryScheduled", "media_refused") not in rec.events, "not sent back to upload again"
+    (row,) = w.actions.records.values()
+    assert (row.status, row.media_id) == ("ready", "media-1"), "the record is untouched"
+    assert [s.to_id for s in w.gw.sent] == [items[0].to_id, items[2].to_id, items[4].to_id]
+    assert w.gw.polls == ["media-1", "media-1"]
+
+
+def test_a_refusal_whose_status_poll_fails_for_another_reason_is_the_items_own() -> None:
+    # The poll says nothing about the media (a transport failure, a 5xx): the media is not
+    # called stale on no evidence; the item fails as the send's bad_params said.
+    w = World(a=MediaMessage(type="image", url="https://cdn.example/p.png"))
+    first, second = w.item("a"), w.item("a")
+    assert w.run(first).outcome == "confirmed"
+    w.gw.forget("media-1")
+    w.gw.poll_errors = [SendError(FailureClass.RETRYABLE, None, "HTTP 503 from gateway")]
+    assert w.run(second).outcome == "failed"
+    rec = w.repo.items[second.item_id]
+    assert (rec.status, rec.error_class) == (S.FAILED, "bad_params")
+    (row,) = w.actions.records.values()
+    assert (row.status, row.media_id) == ("ready", "media-1")
+    assert len(w.gw.upload_keys) == 1
+
+
+def test_only_a_poll_refused_with_the_gateways_bad_params_or_a_failed_media_says_the_media_is_gone() -> None:
+    assert forgotten(None, SendError(FailureClass.BAD_PARAMS, 40001, "no media m-1"))
+    assert forgotten("failed", None)
+    assert not forgotten("ready", None) and not forgotten("pending", None)
+    assert not forgotten(None, SendError(FailureClass.RETRYABLE, None, "HTTP 503 from gateway"))
+    assert not forgotten(None, SendError(FailureClass.BAD_PARAMS, None, "HTTP 400 from a proxy, no code"))

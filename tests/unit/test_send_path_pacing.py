@@ -1,6 +1,11 @@
 """What a send's answer means for its guid's pace: only a rate limit the gateway answered slows
-the guid; Pacer's own deferrals and media steps are no sends; a call is paced whatever fails
-after its answer; the windows count claims, as the database does."""
+the guid; Pacer's own deferrals take no slot; a media upload or status poll takes a slot but
+is no send; a call is paced whatever fails after its answer; the windows count claims, as the
+database does.
+
+A check that something takes *no* pacing slot runs at a 30 s interval (``SLOW``): a slot taken
+wrongly makes the run miss its deadline, however loaded the machine; a check that something
+does take one measures a gap of at least the interval."""
 
 from __future__ import annotations
 
@@ -138,18 +143,30 @@ def pending_media(uploaded_s_ago: float = 600.0) -> MediaRow:
     return MediaRow("m-1", "pending", None, datetime.now(UTC) - timedelta(seconds=uploaded_s_ago), None)
 
 
-def test_a_media_status_poll_is_no_send_and_a_rate_limited_one_carries_the_limit() -> None:
+def test_a_media_status_poll_is_a_step_not_a_send_and_a_rate_limited_one_carries_the_limit() -> None:
     msg = MediaMessage(type="image", url="https://cdn.example/a.png")
     repo, gw = one_item()
+    before = time.monotonic()
     answered = execute(repo, gw, ScriptedActions(msg, pending_media()), poll := ScriptedActionGateway())
     assert poll.calls == ["status"]
     assert (answered.outcome, answered.called_gateway, answered.error) == ("media_waiting", False, None)
+    assert answered.stepped and answered.answered_mono is not None and answered.answered_mono >= before
     limited = execute(repo, gw, ScriptedActions(msg, pending_media()), ScriptedActionGateway([GATEWAY_LIMIT]))
-    assert (limited.outcome, limited.called_gateway) == ("media_waiting", False)
+    assert (limited.outcome, limited.called_gateway, limited.stepped) == ("media_waiting", False, True)
     assert limited.error is GATEWAY_LIMIT
     upload = execute(repo, gw, ScriptedActions(msg), ScriptedActionGateway([GATEWAY_LIMIT]))
     assert (upload.outcome, upload.called_gateway, upload.error) == ("media_waiting", False, GATEWAY_LIMIT)
+    assert upload.stepped
     assert repo.calls == [], "no media step claims the item"
+
+
+def test_an_upload_pacer_deferred_is_no_step() -> None:
+    msg = MediaMessage(type="image", url="https://cdn.example/a.png")
+    repo, gw = one_item()
+    deferred = execute(repo, gw, ScriptedActions(msg), ScriptedActionGateway([BREAKER_OPEN]))
+    assert (deferred.outcome, deferred.stepped) == ("media_waiting", False), "no request was made"
+    waiting = execute(repo, gw, ScriptedActions(msg, pending_media(uploaded_s_ago=1.0)), ScriptedActionGateway())
+    assert (waiting.outcome, waiting.stepped) == ("media_waiting", False), "a look at the record calls nothing"
 
 
 # -- how the guid is paced by each ----------------------------------------------------------------
@@ -176,16 +193,18 @@ class Scripted(Recorder):
 
 
 LIMITS = Limits(min_interval_s=0.3, jitter_s=0.0, online_reserve=0.0, rate_limited_penalty=4.0, penalty_decay=0.5)
+# So slow that a pacing slot taken wrongly makes ``run_guid`` miss its deadline (10 s).
+SLOW = Limits(min_interval_s=30.0, jitter_s=0.0, online_reserve=0.0, rate_limited_penalty=4.0, penalty_decay=0.5)
 
 
 def run_guid(script: list[Executed | Exception], items: int, pacer: GuidPacer | None = None,
-             calls: int | None = None) -> tuple[GuidPacer, Scripted, GrantAll]:
+             calls: int | None = None, limits: Limits = LIMITS) -> tuple[GuidPacer, Scripted, GrantAll]:
     """``items`` rung for guid g, run until ``calls`` executions (one per item by default)."""
     calls = items if calls is None else calls
 
     async def scenario() -> tuple[GuidPacer, Scripted, GrantAll]:
         ex, store = Scripted(script), GrantAll()
-        d, _, _ = dispatcher(LIMITS, store=store, executor=ex)
+        d, _, _ = dispatcher(limits, store=store, executor=ex)
         if pacer is not None:
             d.paces["g"] = pacer
         for n in range(items):
@@ -198,11 +217,12 @@ def run_guid(script: list[Executed | Exception], items: int, pacer: GuidPacer | 
 
 
 def test_pacers_own_deferral_neither_slows_the_guid_nor_takes_a_pacing_slot() -> None:
+    # At a 30 s interval the three calls fit in run_guid's deadline only if neither deferral
+    # took a slot; the send after them does.
     deferred = Executed("deferred", False, BREAKER_OPEN, claimed_at=datetime.now(UTC))
-    pacer, ex, store = run_guid([deferred, deferred], 3)
+    pacer, ex, store = run_guid([deferred, deferred], 3, limits=SLOW)
     assert pacer.multiplier == 1.0 and store.penalized == {}, "a deferral slowed the guid as a rate limit does"
-    gaps = [b - a for a, b in zip(ex.calls, ex.calls[1:], strict=False)]
-    assert max(gaps) < LIMITS.min_interval_s, f"a deferral took a pacing slot: {gaps}"
+    assert pacer.last_any == ex.calls[2], "only the send took a slot"
     assert pacer.windows["minute"].total == 3, "each claim counts in the windows, as the database counts it"
 
 
@@ -214,13 +234,24 @@ def test_a_rate_limit_the_gateway_answered_slows_the_guid() -> None:
     assert pacer.windows["minute"].total == 1, "its claim counts, as the database counts it"
 
 
-def test_a_media_status_poll_takes_no_slot_no_window_and_no_decay() -> None:
-    pacer, ex, _ = run_guid([Executed("media_waiting", False), Executed("media_waiting", False)], 3,
-                            GuidPacer(multiplier=4.0))
+def test_a_media_upload_or_poll_takes_a_slot_but_no_window_and_no_decay() -> None:
+    # A campaign with an image per target: each upload spaces the guid's next call, so the
+    # gateway never sees uploads (or polls) back to back; but they claimed nothing and are no
+    # clean sends.
+    step = Executed("media_waiting", False, stepped=True)  # answered now (answered_mono: None)
+    pacer, ex, _ = run_guid([step, step], 3, GuidPacer(multiplier=4.0))
     gaps = [b - a for a, b in zip(ex.calls, ex.calls[1:], strict=False)]
-    assert max(gaps[:2]) < LIMITS.min_interval_s, f"a poll took a pacing slot: {gaps}"
+    assert min(gaps) >= 4.0 * LIMITS.min_interval_s, f"a media step took no pacing slot: {gaps}"
     assert pacer.windows["minute"].total == 1, "only the send counts in the windows, as in the database"
     assert pacer.multiplier == 2.0, "only the one clean send wears the penalty down"
+
+
+def test_a_media_item_that_only_looked_at_its_record_takes_no_slot() -> None:
+    # Waiting for a media someone else uploaded (a read of the media row): no call, no slot.
+    # At 30 s an interval, the three calls fit in run_guid's deadline only so.
+    pacer, ex, _ = run_guid([Executed("media_waiting", False), Executed("media_waiting", False)], 3, limits=SLOW)
+    assert pacer.last_any == ex.calls[2], "only the send took a slot"
+    assert pacer.windows["minute"].total == 1
 
 
 def test_a_rate_limited_media_upload_slows_the_guid() -> None:

@@ -24,10 +24,11 @@ from pacer_sender.domain.decisions import Decision, after_failure
 from pacer_sender.domain.media import (
     MediaTiming,
     after_media_refusal,
+    forgotten,
+    gateway_bad_params,
     media_hash,
     next_generation,
     next_step,
-    refused_media,
     upload_key,
 )
 from pacer_sender.ports import ActionGateway, ActionStore, Deferrals, Gateway, ItemRepository
@@ -52,9 +53,9 @@ EXPIRE_MARGIN_S = 1.0
 @dataclass(frozen=True)
 class Executed:
     outcome: Outcome
-    # The item's own call went to the gateway (its send, tags or customer read): a pacing slot.
-    # Not a media upload or status poll made for it (no send), nor Pacer's own deferral
-    # before any request (``deferred``: the tenant's breaker open, its quota used up).
+    # The item's own call went to the gateway (its send, tags or customer read): a pacing slot
+    # and a send. Not a media upload or status poll made for it (``stepped``), nor Pacer's own
+    # deferral before any request (``deferred``: the tenant's breaker open, its quota used up).
     called_gateway: bool
     # For metrics, not part of the result's identity:
     error: SendError | None = field(default=None, compare=False)  # the gateway's refusal or transport failure
@@ -67,6 +68,9 @@ class Executed:
     answered_mono: float | None = field(default=None, compare=False)
     # How long the claim took, from asking for it to its answer (``ClaimAhead`` learns from it).
     claim_s: float | None = field(default=None, compare=False)
+    # A media upload or status poll made for the item called the gateway (its answer, if any,
+    # at ``answered_mono``), and the item made no call of its own: a pacing slot, but no send.
+    stepped: bool = field(default=False, compare=False)
 
     @property
     def claimed(self) -> bool:
@@ -216,8 +220,12 @@ class Executor:
             called = call.answered = Executed("fenced", not err.deferred, err, claimed_at, answered_at, first,
                                               answered_mono, claim_s)
             decision = after_failure(err, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng, self.states)
-            if isinstance(msg, MediaMessage) and media_id is not None and refused_media(err):
-                decision = await self._media_refused(cmd, msg, media_id, err, decision)
+            if isinstance(msg, MediaMessage) and media_id is not None and gateway_bad_params(err):
+                gone = await self._media_gone(cmd, media_id)
+                # The poll is a call too: the guid's next one is spaced from its answer.
+                called = call.answered = replace(called, answered_mono=time.monotonic())
+                if gone is not None:
+                    decision = await self._media_refused(cmd, msg, media_id, err, gone, decision)
             if not await self.repo.settle(cmd, begun.epoch, decision):
                 log.warning("outcome not recorded: lease taken over (%s)", err)
                 return called
@@ -272,18 +280,21 @@ class Executor:
         row = await self.actions.media(cmd.guid, h)
         step, until = next_step(row, datetime.now(UTC), self.media_timing)
         step_error: SendError | None = None  # a refused upload or poll: a rate limit slows the guid
+        stepped: float | None = None  # when the gateway answered an upload or poll made now
         if step == "upload":
             began = datetime.now(UTC)
             generation = next_generation(row)
             try:
                 answer = await self.action_gateway.upload_media(cmd.guid, msg.url, msg.type, msg.fileName,
                                                                 upload_key(cmd.guid, h, generation), tenant=cmd.tenant)
+                stepped = time.monotonic()
             except SendError as err:
+                stepped = None if err.deferred else time.monotonic()  # Pacer's own deferral: no request
                 if err.failure_class is FailureClass.NEEDS_HUMAN:  # the account is out: its queue is held
                     await self.actions.guid_state(cmd.guid, state_for_code(err.code, self.states), str(err), began)
                 if err.failure_class is not FailureClass.BAD_PARAMS:  # not the media's fault: again later
                     return await self._media_wait(cmd, datetime.now(UTC) + self.media_timing.poll_every,
-                                                  f"media upload not done, trying again: {err}", err)
+                                                  f"media upload not done, trying again: {err}", err, stepped)
                 answer = failed_upload(h, str(err))
             row = await self.actions.uploaded(cmd.guid, h, msg, answer, generation)
         elif step == "poll":
@@ -291,20 +302,22 @@ class Executor:
             polled = row.media_id
             try:
                 answer = await self.action_gateway.media_status(cmd.guid, polled, tenant=cmd.tenant)
+                stepped = time.monotonic()
                 status, reason = answer.status, answer.reason
             except SendError as err:
+                stepped = None if err.deferred else time.monotonic()
                 step_error = err
                 # The gateway's own bad_params (a code, not an HTTP 4xx from whatever is in front
                 # of it): it does not know the media (any more). Anything else: poll again later.
-                refused = err.failure_class is FailureClass.BAD_PARAMS and err.code is not None
-                status, reason = ("failed", f"status poll refused: {err}") if refused else \
+                status, reason = ("failed", f"status poll refused: {err}") if gateway_bad_params(err) else \
                     ("pending", f"status poll failed: {err}")
             # None: the media was uploaded again meanwhile (a newer generation); read it as it is
             row = await self.actions.checked(cmd.guid, h, polled, status, reason) or \
                 await self.actions.media(cmd.guid, h)
             if row is None:
                 return await self._media_wait(cmd, datetime.now(UTC) + self.media_timing.recheck,
-                                              f"waiting for {msg.type}: its record is gone, uploading again", step_error)
+                                              f"waiting for {msg.type}: its record is gone, uploading again", step_error,
+                                              stepped)
         step, until = next_step(row, datetime.now(UTC), self.media_timing)
         if step == "send":
             assert row is not None
@@ -312,27 +325,46 @@ class Executor:
         if step == "fail":
             assert row is not None
             await self.actions.fail_unsent(cmd, "bad_params", f"media upload failed: {row.reason or 'no reason given'}")
-            return Executed("failed", False)
+            return Executed("failed", False, answered_mono=stepped, stepped=stepped is not None)
         assert row is not None
         return await self._media_wait(cmd, until or datetime.now(UTC) + self.media_timing.recheck,
                                       f"waiting for {msg.type} {row.media_id} to be ready (uploaded "
-                                      f"{row.uploaded_at:%H:%M:%S})", step_error)
+                                      f"{row.uploaded_at:%H:%M:%S})", step_error, stepped)
+
+    async def _media_gone(self, cmd: ItemCommand, media_id: str) -> str | None:
+        """A send of ``media_id`` was refused with the gateway's bad_params code, which a bad
+        toId or a dissolved room answer too: ask the gateway whether it still knows the media.
+        What its poll said, if the media is gone (``forgotten``); None if the refusal is the
+        item's own (the media ``ready``, or the poll said nothing: transport, 5xx)."""
+        assert self.action_gateway is not None
+        try:
+            answer = await self.action_gateway.media_status(cmd.guid, media_id, tenant=cmd.tenant)
+        except SendError as err:
+            if forgotten(None, err):
+                return f"status poll refused: {err}"
+            log.info("media %s: status poll after a refused send failed (%s): the refusal is the item's", media_id, err)
+            return None
+        if forgotten(answer.status, None):
+            return f"status {answer.status}: {answer.reason or 'no reason given'}"
+        return None
 
     async def _media_refused(self, cmd: ItemCommand, msg: MediaMessage, media_id: str, err: SendError,
-                             failed: Decision) -> Decision:
-        """A send of ``media_id`` refused by the gateway's bad_params code: it no longer knows the
-        media. Its record goes stale (the next item uploads it again), and the item goes back to
-        upload it too, once; refused again after that, it fails (``failed``), saying so."""
+                             gone: str, failed: Decision) -> Decision:
+        """A send of ``media_id`` refused by the gateway's bad_params code, and its poll says the
+        gateway no longer knows the media (``gone``). Its record goes stale (the next item
+        uploads it again), and the item goes back to upload it too, once; refused again after
+        that, it fails (``failed``), saying so."""
         assert self.actions is not None
         await self.actions.media_refused(cmd.guid, media_hash(msg.url, msg.type, msg.fileName), media_id,
-                                         f"send of {media_id} refused: {err}")
+                                         f"send of {media_id} refused: {err}; {gone}")
         return after_media_refusal(err, media_id, await self.actions.sent_back_for_media(cmd.item_id), failed,
                                    datetime.now(UTC))
 
     async def _media_wait(self, cmd: ItemCommand, until: datetime, reason: str,
-                          error: SendError | None) -> Executed:
-        """The item waits for its media: no send (a media step takes no pacing slot); ``error``,
-        the step's refusal, if any."""
+                          error: SendError | None, stepped: float | None = None) -> Executed:
+        """The item waits for its media: no send. ``error``: the step's refusal, if any;
+        ``stepped``: when the gateway answered the upload or poll made now, if one was (it
+        takes a pacing slot, not a send's place in the windows)."""
         assert self.actions is not None
         await self.actions.wait(cmd, until, reason)
-        return Executed("media_waiting", False, error)
+        return Executed("media_waiting", False, error, answered_mono=stepped, stepped=stepped is not None)

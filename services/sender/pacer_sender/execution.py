@@ -12,8 +12,10 @@ from the end of the confirmation, which must not stretch the interval — and wh
 wrong after the answer (``AfterCall``), the call is paced. A send left without an answer (in
 doubt) slows the guid down, as a rate limit does: the gateway may still act on it late, and
 the next send should not land right behind it. Only the gateway's own rate limit slows the
-guid: Pacer's deferrals (a tenant's breaker or quota) sent nothing, and a media upload or
-status poll is no send (no pacing slot, no decay of the penalty), but a rate limit the gateway
+guid: Pacer's deferrals (a tenant's breaker or quota) sent nothing and take no slot. A media
+upload or status poll (``Executed.stepped``) is a call but no send: it takes a pacing slot
+(the guid's next call is spaced from its answer, so uploads and polls never go out back to
+back), no place in the send windows and no decay of the penalty; a rate limit the gateway
 answered to one slows the guid as any does. The guid's send windows count its claims, as
 the database counts them (``pacer_count_send_windows``), sent or not; so a deferral Pacer
 knows of before the claim claims nothing: the item waits in the window, the guid for the
@@ -159,6 +161,8 @@ class ItemRunner:
                 self.pacer.counted(lane, limits, wall)
             if result.error is not None and result.error.gateway_rate_limit:  # a media upload or poll
                 self.pacer.slowed(lane, limits, at, rng)
+            elif result.stepped:  # a media upload or poll: a slot, not a send
+                self.pacer.stepped(lane, limits, at, rng)
         if self.pacer.multiplier != was:
             self.crew.leases.penalized(self.guid, self.pacer.multiplier, rose=self.pacer.multiplier > was)
 

@@ -11,8 +11,11 @@ know the media id). A send is never made into media that is not ready.
 An upload serves the guid's later items of the same media for ``reuse`` (WeCom keeps temporary
 media three days); after that the next item uploads it again, as the next ``generation``, under
 an idempotency key of its own. A failed upload is tried again after ``reuse`` too. A ``stale``
-media (a send of its mediaId was refused with the gateway's bad_params code: the gateway no
-longer knows it, e.g. after a restart) is uploaded again by the next item, at once.
+media (the gateway no longer knows it, e.g. after a restart) is uploaded again by the next
+item, at once. A send refused with the gateway's bad_params code does not say which: the
+code also covers a bad toId or a dissolved room. So the sender asks ``/media/status`` first,
+and only a poll that the gateway refuses with bad_params too, or that answers ``failed``,
+makes the media stale (``forgotten``); otherwise the refusal is the item's own.
 """
 
 from __future__ import annotations
@@ -88,16 +91,27 @@ def next_generation(row: MediaRow | None) -> int:
     return 0 if row is None else row.generation + 1
 
 
-def refused_media(err: SendError) -> bool:
-    """Whether a media send's refusal says the gateway no longer knows its mediaId: its own
-    bad_params answer (a code, not an HTTP 4xx from whatever is in front of it). The record
-    is then stale, and the item uploads again once."""
+def gateway_bad_params(err: SendError) -> bool:
+    """Whether ``err`` is the gateway's own bad_params answer (a code, not an HTTP 4xx from
+    whatever is in front of it). To a media send it says the request is wrong, not what is:
+    the mediaId, the toId, the room (``forgotten`` tells)."""
     return err.failure_class is FailureClass.BAD_PARAMS and err.code is not None
+
+
+def forgotten(status: str | None, poll_error: SendError | None) -> bool:
+    """Whether the ``/media/status`` poll made after a media send's bad_params refusal says the
+    gateway no longer knows the media: the poll refused with bad_params too, or the media
+    ``failed``. Then the record is stale and the item uploads again, once. A ``ready`` media,
+    or a poll that says nothing (transport, 5xx, a rate limit): the refusal is the item's own
+    (a bad toId, a dissolved room), and it fails as bad_params, the record untouched."""
+    if poll_error is not None:
+        return gateway_bad_params(poll_error)
+    return status == "failed"
 
 
 def after_media_refusal(err: SendError, media_id: str, sent_back_before: bool, failed: Decision,
                         now: datetime) -> Decision:
-    """A media send refused (``refused_media``): the item goes back, once, to upload its media
+    """A media send refused, its media ``forgotten`` by the gateway: the item goes back, once, to upload its media
     again. The gateway answered with a code, so nothing was delivered: the idempotency key is
     freed (as for any retry of a send that did not happen) and the attempt given back. An item
     sent back before whose send is refused again fails as ``failed`` (the bad_params decision)

@@ -10,7 +10,9 @@
   shared by both lanes, batch capped at its share.
 * Quiet hours hold batch sends (not replies to a customer) until they end.
 * A rate-limited rejection by the gateway multiplies the interval (up to ``max_penalty``);
-  clean sends decay it back to 1. Pacer's own deferrals and media steps are no sends.
+  clean sends decay it back to 1. Pacer's own deferrals are no calls at all.
+* A media upload or status poll is a call but no send (``stepped``): the guid's next call is
+  spaced from it, but it counts in no window and wears no penalty down.
 * The windows count the guid's claims, sent or not, as the database does.
 
 All times are passed in: monotonic seconds for spacing, wall-clock seconds for windows and
@@ -114,7 +116,8 @@ class GuidPacer:
         """Count a claim of the guid's in its windows, sent or not, as the database counts
         every claim (``pacer_count_send_windows``): a send, or an item claimed and then not
         sent (it gave its turn up, came too late, was deferred by Pacer, was rate-limited).
-        No spacing, no penalty: a media upload or status poll (no claim) is never counted."""
+        No spacing, no penalty: a media upload or status poll (no claim) is never counted
+        (:meth:`stepped`)."""
         for name, size in WINDOWS:  # every window, capped or not: a cap set later counts today's sends
             w = self._window(name, size, limits, wall)
             w.total += 1
@@ -130,6 +133,14 @@ class GuidPacer:
                 w.total, w.batch = 0, 0
             w.end = end
         return w
+
+    def stepped(self, lane: Lane, limits: Limits, mono: float, rng: random.Random) -> None:
+        """A call that is no send (a media upload or status poll the gateway took): it takes a
+        pacing slot, so the guid's next call is spaced from it as from a send, and uploads or
+        polls never go out back to back; but it claimed nothing, so no window counts it (the
+        windows count claims, as the database does), and it is no clean send, so it wears no
+        rate-limit penalty down."""
+        self._mark(lane, limits, mono, rng)
 
     def slowed(self, lane: Lane, limits: Limits, mono: float, rng: random.Random) -> None:
         """A rate-limited rejection: slow down before anything is retried. Each one in a row
