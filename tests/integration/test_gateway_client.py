@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -209,19 +210,21 @@ def test_a_call_that_never_got_a_connection_from_a_saturated_pool_is_not_sent() 
     from fastapi.responses import StreamingResponse
 
     seen: list[str] = []
-    release = asyncio.Event()
+    arrived, release = asyncio.Event(), asyncio.Event()
     app = FastAPI()
 
     @app.post("/message/sendText")
     async def send_text(request: Request) -> StreamingResponse:
         seen.append(request.headers.get("x-idempotency-key", ""))
+        arrived.set()
 
         async def trickle() -> Any:  # holds the one pooled connection, each read well inside its timeout
             for _ in range(300):
+                yield b" "
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(release.wait(), 0.05)
                 if release.is_set():
                     break
-                yield b" "
-                await asyncio.sleep(0.05)
             yield b'{"code":0,"msg":"ok","data":{"msgId":"m"}}'
 
         return StreamingResponse(trickle(), media_type="application/json")
@@ -231,10 +234,8 @@ def test_a_call_that_never_got_a_connection_from_a_saturated_pool_is_not_sent() 
         gw = GatewayClient(client, DEFAULT_CODE_TABLE)
         try:
             first = asyncio.ensure_future(gw.send_text("g1", "r1", "hi", "held"))
-            deadline = time.monotonic() + 10
-            while not seen:  # the first request holds the pool's one connection
-                assert time.monotonic() < deadline, "the first request never reached the stub"
-                await asyncio.sleep(0.01)
+            # the first request holds the pool's one connection
+            await asyncio.wait_for(arrived.wait(), 10)
             second: SendError | None = None
             try:
                 await gw.send_text("g1", "r1", "hi", "waited")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.ids import new_item_ids
 from pacer_reconciler.adapters.partitions import PostgresPartitions
+from pacer_reconciler.domain.retention import PartitionChange
 from tests.integration.helpers import prune_partitions, seed_job, wait_for
 
 RETAIN = {"items": 7, "item_events": 7, "send_ledger": 35}
@@ -38,29 +40,25 @@ def partition_of(conn: psycopg.Connection[Any], item_id: str) -> str:
     return str(row[0])
 
 
-def reconciler_prune(url: str) -> Changes:
-    """The reconciler's prune (its adapter, lock timeout 2 s) from sessions named MAINTAINER."""
-    async def run() -> Changes:
-        pool = await open_pool(url, min_size=1, max_size=1, name=MAINTAINER)
-        try:
-            return {c.partition: (c.action, c.detail) for c in await PostgresPartitions(pool).prune(RETAIN)}
-        finally:
-            await pool.close()
-
-    return asyncio.run(run())
-
-
-def reconciler_ensure(url: str, ahead_days: int) -> Changes:
-    """The reconciler's creation of partitions (its adapter, lock timeout 2 s) from sessions
+def as_maintainer(url: str, step: Callable[[PostgresPartitions], Awaitable[list[PartitionChange]]]) -> Changes:
+    """One of the reconciler's partition steps (its adapter, lock timeout 2 s), from a session
     named MAINTAINER."""
     async def run() -> Changes:
         pool = await open_pool(url, min_size=1, max_size=1, name=MAINTAINER)
         try:
-            return {c.partition: (c.action, c.detail) for c in await PostgresPartitions(pool).ensure(ahead_days)}
+            return {c.partition: (c.action, c.detail) for c in await step(PostgresPartitions(pool))}
         finally:
             await pool.close()
 
     return asyncio.run(run())
+
+
+def reconciler_prune(url: str) -> Changes:
+    return as_maintainer(url, lambda p: p.prune(RETAIN))
+
+
+def reconciler_ensure(url: str, ahead_days: int) -> Changes:
+    return as_maintainer(url, lambda p: p.ensure(ahead_days))
 
 
 def prune(conn: psycopg.Connection[Any], now: datetime) -> Changes:

@@ -11,10 +11,10 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -22,10 +22,9 @@ from pacer_dev.fakegateway.process import free_port
 from tests.integration.helpers import wait_for
 
 # A service as planner, sender and reconciler run: main_for → run_service → a body that, once
-# stopped, drains until the test lets it finish (the file argv[2] appears), counting as it goes.
+# stopped, drains one step per line the test writes to its stdin, counting each, until "done".
 DRAINING_SERVICE = """
 import asyncio, sys
-from pathlib import Path
 from prometheus_client import Counter
 from pacer_common.service import main_for, run_service
 from pacer_common.settings import OpsSettings
@@ -35,9 +34,8 @@ async def body(ctx):
     await ctx.stop.wait()
     ctx.health.set_ready(True, "consuming")  # a round in hand reports its state after the stop
     drained = Counter("pacer_probe_drained_total", "Drain steps", registry=ctx.registry)
-    while not Path(sys.argv[2]).exists():
+    while (await asyncio.to_thread(sys.stdin.readline)).strip() == "step":
         drained.inc()
-        await asyncio.sleep(0.01)
 
 main_for("probe", OpsSettings(), run_service("probe", "127.0.0.1", int(sys.argv[1]), body))
 """
@@ -74,27 +72,34 @@ def stopped_at_the_end() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def test_a_draining_service_answers_readyz_503_stopping_and_is_scraped_until_it_exits(
-        tmp_path: Path, stopped_at_the_end: list[subprocess.Popen[bytes]]) -> None:
-    port, release = free_port(), tmp_path / "release"
-    proc = subprocess.Popen([sys.executable, "-c", DRAINING_SERVICE, str(port), str(release)],
-                            stdin=subprocess.DEVNULL)
+        stopped_at_the_end: list[subprocess.Popen[bytes]]) -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", DRAINING_SERVICE, str(port)], stdin=subprocess.PIPE)
     stopped_at_the_end.append(proc)
+    assert proc.stdin is not None
     base = f"http://127.0.0.1:{port}"
     wait_for(lambda: (got := _get(f"{base}/readyz")) and got[0] == 200, 30, "the service ready")
 
     proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
     stopping = wait_for(lambda: (got := _get(f"{base}/readyz")) and got[0] == 503 and got,
                         10, "/readyz to answer 503 while the service drains")
     assert json.loads(stopping[1]) == {"ready": False, "reason": "stopping"}
-    assert proc.poll() is None, "still draining"
-    # uvicorn's own signal handling stopped the port within its 0.1 s tick: the drain's
-    # counter is scraped well past that (about a second of 10 ms steps)
-    wait_for(lambda: _drained(base) >= 100, 10, "the drain's counter scraped as it grows")
+    # uvicorn's own signal handling stopped the port within its 0.1 s tick: each drain step is
+    # scraped, step by step, for a second past the signal.
+    steps = 0
+    while steps < 5 or time.monotonic() - signalled < 1.0:
+        assert proc.poll() is None, "still draining"
+        proc.stdin.write(b"step\n")
+        proc.stdin.flush()
+        steps += 1
+        wait_for(lambda n=steps: _drained(base) == n, 10, f"drain step {steps} scraped")
     assert json.loads((_get(f"{base}/readyz") or (0, "null"))[1]) == {"ready": False, "reason": "stopping"}
     alive = _get(f"{base}/healthz")
     assert alive is not None and alive[0] == 200 and json.loads(alive[1])["status"] == "ok", alive
 
-    release.touch()
+    proc.stdin.write(b"done\n")
+    proc.stdin.close()
     assert proc.wait(timeout=30) == 0
     assert _get(f"{base}/readyz") is None, "the ops port closes with the service"
 
