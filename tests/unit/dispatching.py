@@ -21,6 +21,9 @@ from tests.unit.fakes import GrantAll, InMemoryGuidQueue
 BeforeCall = Callable[[], Awaitable[bool]] | None
 
 
+EPS = 1e-6  # a difference of two clock readings, rounded
+
+
 class SteppedClock:
     """``time.monotonic()``, moved on at once by :meth:`advance`: a step that took that long,
     without waiting for it."""

@@ -23,6 +23,7 @@ from pacer_sender.leases import GuidLeases
 from pacer_sender.ports import GuidLease, Ready, UnstorableItem
 from pacer_sender.sweeper import Sweeper
 from tests.unit.dispatching import (
+    EPS,
     FAST,
     BeforeCall,
     Recorder,
@@ -548,46 +549,60 @@ def test_a_guid_executing_when_its_partition_goes_gives_its_lease_back_after_the
 
 class _Timed(Recorder):
     """A recorder whose gateway answers ``answer_s`` after its call begins and whose
-    confirmation takes ``confirm_s`` more, as a call and a confirm would. ``sent`` has when
-    each call began; ``answered`` when each answer came."""
+    confirmation takes ``confirm_s`` more, both on the recorder's stepped clock (give the
+    dispatcher the same clock): ``sent`` has when each call began, ``answered`` when each
+    answer came and ``confirmed`` when each confirmation ended."""
 
     def __init__(self, answer_s: float, confirm_s: float) -> None:
         super().__init__()
         self.answer_s, self.confirm_s = answer_s, confirm_s
         self.answered: list[float] = []
+        self.confirmed: list[float] = []
 
     async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None, spare_s: float = 0.0) -> Executed:
         self.store.pending.pop(cmd.item_id, None)
         if before_call is not None:
             await before_call()
-        self.sent.append((cmd.guid, name(cmd.item_id), time.monotonic()))
-        await asyncio.sleep(self.answer_s)
-        answered = time.monotonic()
+        self.sent.append((cmd.guid, name(cmd.item_id), self.clock()))
+        self.clock.advance(self.answer_s)
+        answered = self.clock()
         self.answered.append(answered)
-        await asyncio.sleep(self.confirm_s)
+        self.clock.advance(self.confirm_s)
+        self.confirmed.append(self.clock())
+        await asyncio.sleep(0)
         return Executed("confirmed", True, answered_mono=answered)
 
 
-def test_a_guid_is_spaced_from_its_gateway_answers_not_from_the_calls_start_nor_the_confirmations_end() -> None:
+def _timed_calls(timed: _Timed, interval_s: float, sends: int) -> list[float]:
+    """When each of ``sends`` items of one guid was called, ``interval_s`` apart."""
     async def scenario() -> list[float]:
-        timed = _Timed(answer_s=0.15, confirm_s=0.25)
-        d, _, _ = dispatcher(Limits(min_interval_s=0.3, jitter_s=0.0, online_reserve=0.0), executor=timed)
-        for n in range(4):
+        d, _, _ = dispatcher(Limits(min_interval_s=interval_s, jitter_s=0.0, online_reserve=0.0), executor=timed,
+                             clock=timed.clock)
+        for n in range(sends):
             ring(d, timed.store, cmd("g", n))
-        await until(lambda: len(timed.sent) == 4)
+        await until(lambda: len(timed.sent) == sends)
         stop(d)
-        calls = [t for _, _, t in timed.sent]
-        return [call - answer for answer, call in zip(timed.answered, calls[1:], strict=False)]
+        return [t for _, _, t in timed.sent]
 
-    gaps = asyncio.run(scenario())
-    assert len(gaps) == 3, f"a gap between each of the 4 sends and the answer before it: {gaps}"
+    return asyncio.run(scenario())
+
+
+def test_a_guid_is_spaced_from_its_gateway_answers_not_from_the_calls_start() -> None:
+    timed = _Timed(answer_s=0.15, confirm_s=0.0)
+    calls = _timed_calls(timed, interval_s=0.3, sends=4)
+    gaps = [call - answer for answer, call in zip(timed.answered, calls[1:], strict=False)]
     # Counted from the call's start, the next call would begin 0.3 - 0.15 s after the answer.
-    assert all(gap >= 0.3 for gap in gaps), f"the gateway saw two sends closer than the interval: {gaps}"
-    # Counted from the end of the confirmation, each gap would be at least 0.3 + 0.25 s.
-    assert all(gap < 0.3 + 0.25 for gap in gaps), f"the confirmation stretched the interval: {gaps}"
+    assert len(gaps) == 3 and all(gap >= 0.3 - EPS for gap in gaps), \
+        f"the gateway saw two sends closer than the interval: {gaps}"
 
 
-EPS = 1e-6  # a difference of two clock readings, rounded
+def test_a_slow_confirmation_does_not_stretch_a_guids_interval() -> None:
+    """The confirmation takes ten intervals of the clock: the next call is due at once when it
+    ends. Counted from its end, the next call would come a whole interval later."""
+    timed = _Timed(answer_s=0.0, confirm_s=30.0)
+    calls = _timed_calls(timed, interval_s=3.0, sends=2)
+    assert calls[1] - timed.confirmed[0] < 3.0, \
+        f"the confirmation stretched the interval: called {calls[1] - timed.confirmed[0]:.3f} s after it ended"
 
 
 def _claims_and_calls(ahead_s: float) -> tuple[list[float], list[float], list[float]]:
