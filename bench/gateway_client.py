@@ -181,6 +181,9 @@ def main() -> None:
     if "httpx_aiohttp" in results and "aiohttp_bare" in results:
         ratio = results["httpx_aiohttp"].rps / results["aiohttp_bare"].rps
         fields.append(f"ratio_aiohttp_transport_vs_bare={ratio:.2f}")
+    if "aiohttp_bare" in results:  # every other client against the ceiling
+        fields += [f"ratio_{name}_vs_bare={results[name].rps / results['aiohttp_bare'].rps:.2f}"
+                   for name in ("httpx_plain", "pacer_send") if name in results]
     fields += [f"{name}_client_cpu_us_per_req={r.client_cpu_us_per_req:.0f}" for name, r in results.items()]
     fields += [
         f"{name}_server_cpu_pct={r.server_cpu_pct:.0f}"

@@ -4,7 +4,7 @@ The intake runs as its own process (``pacer-intake``) on a fresh database and th
 Kafka; this process offers ``BENCH_INTAKE_RATE`` callbacks a second (1,000) for
 ``BENCH_INTAKE_SECONDS`` (10), open loop: each is sent at its scheduled moment whether or not
 earlier ones were answered (at most ``MAX_IN_FLIGHT`` outstanding). Figures: callbacks
-accepted per second over the window, and the ack latency (request sent → 200, which the
+accepted per second over the window, and that over the rate offered (``accepted_ratio``), and the ack latency (request sent → 200, which the
 intake answers only once Kafka acknowledged the append, acks=all) at p50 and p99, and the
 intake's own CPU time per callback (what one core's worth of intake costs, whatever else runs).
 """
@@ -76,7 +76,8 @@ def intake() -> str:
         teardown(st)
     q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [float("nan")] * 99
     return (f"bench intake: target_per_s={rate} seconds={seconds} sent={sent} accepted={len(lat)} errors={errors} "
-            f"accepted_per_s={len(lat) / wall:.0f} ack_p50_ms={q[49] * 1000:.1f} ack_p99_ms={q[98] * 1000:.1f} "
+            f"accepted_per_s={len(lat) / wall:.0f} accepted_ratio={len(lat) / wall / rate:.3f} "
+            f"ack_p50_ms={q[49] * 1000:.1f} ack_p99_ms={q[98] * 1000:.1f} "
             f"intake_cpu_us_per_callback={cpu_us:.0f} cores={CORES}")
 
 

@@ -37,7 +37,8 @@ class Window:
 
 def measure(gateway_url: str, seconds: int) -> Window:
     """Wait for the first send, then count the gateway's sends over ``seconds``."""
-    wait_until(lambda: gateway(gateway_url, "/_admin/stats")["sends"] > 0, 120)
+    if not wait_until(lambda: gateway(gateway_url, "/_admin/stats")["sends"] > 0, 120):
+        raise SystemExit("bench pacing/peer: 0 sends at the gateway within 120 s; the window opens at the first")
     start = gateway(gateway_url, "/_admin/stats")["sends"]
     t0 = time.perf_counter()
     time.sleep(seconds)  # the measurement window itself

@@ -207,7 +207,8 @@ def _sent(gw: str, label: str, guids: int, since: float) -> list[dict[str, Any]]
         done[:] = [s for s in _sends(gw) if s["toId"].startswith(f"{label}-") and s["at"] > since]
         return len(done) >= guids
 
-    wait_until(all_sent, 600, poll_s=0.2)
+    if not wait_until(all_sent, 600, poll_s=0.2):
+        raise SystemExit(f"bench fairness: {len(done)} of {guids} sends of the {label} job within 600 s")
     return done
 
 
@@ -222,7 +223,9 @@ def _behind_s(backlog: int, guids: int, interval_ms: int) -> tuple[float, list[i
         seeded = seed_items(st.infra.database_url, guids, backlog // guids)
         publish_commands(inf.kafka_bootstrap, f"{st.topic_prefix}.item-commands.batch", seeded.commands)
         st.start_service("sender", "sender-1")
-        wait_until(lambda: gateway(gw, "/_admin/stats")["sends"] >= 3 * guids, 300)
+        if not wait_until(lambda: gateway(gw, "/_admin/stats")["sends"] >= 3 * guids, 300):
+            raise SystemExit(f"bench fairness: {gateway(gw, '/_admin/stats')['sends']} backlog sends within 300 s,"
+                             f" {3 * guids} expected before the small job")
         wait_planner_consuming(st)
         t0 = _publish_request(st, _small_job(guids))
         done = _sent(gw, "small", guids, t0)
@@ -298,7 +301,9 @@ def schedule() -> str:
         publish_commands(inf.kafka_bootstrap, topic, scheduled.commands)
         publish_commands(inf.kafka_bootstrap, topic, campaign.commands)
         st.start_service("sender", "sender-1")
-        wait_until(lambda: gateway(gw, "/_admin/stats")["sends"] >= guids, 120)
+        if not wait_until(lambda: gateway(gw, "/_admin/stats")["sends"] >= guids, 120):
+            raise SystemExit(f"bench schedule: {gateway(gw, '/_admin/stats')['sends']} campaign sends within 120 s,"
+                             f" {guids} expected before the window opens")
         t0 = time.time()
         window = due.timestamp() - t0 - 1
         time.sleep(max(0.0, window))  # the measurement window itself: until the scheduled items are due
@@ -312,7 +317,9 @@ def schedule() -> str:
                     firsts[s["guid"]] = s["at"]
             return len(firsts) >= guids
 
-        wait_until(started, 120, poll_s=0.5)
+        if not wait_until(started, 120, poll_s=0.5):
+            raise SystemExit(f"bench schedule: {len(firsts)} of {guids} guids started their scheduled items"
+                             " within 120 s of the due time")
         sends = _sends(gw)
         dupes = gateway(gw, "/_admin/stats")["duplicates"]
     finally:
@@ -345,8 +352,10 @@ def shed() -> str:
         publish_commands(inf.kafka_bootstrap, f"{st.topic_prefix}.item-commands.batch", seeded.commands)
         st.start_service("sender", "sender-1")
         url = st.infra.database_url
-        wait_until(lambda: count(url, "SELECT count(*) FROM items WHERE status IN ('pending', 'claimed',"
-                                      " 'submitted')") == 0, expire_s + 120, poll_s=1.0)
+        unsettled = "SELECT count(*) FROM items WHERE status IN ('pending', 'claimed', 'submitted')"
+        if not wait_until(lambda: count(url, unsettled) == 0, expire_s + 120, poll_s=1.0):
+            raise SystemExit(f"bench shed: {count(url, unsettled)} of {guids * per_guid} items still pending, claimed"
+                             f" or submitted {expire_s + 120} s in, 0 expected")
         sends = _sends(gw)
         late = sum(1 for s in sends if s["at"] > expire_at.timestamp())
         with psycopg.connect(url) as conn:
