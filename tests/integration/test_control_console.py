@@ -11,10 +11,13 @@ from typing import Any
 from urllib.parse import quote
 
 import psycopg
+import pytest
 from psycopg.types.json import Jsonb
 
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.events import ItemEvent
+from pacer_control import core
+from pacer_control.domain import filters
 from pacer_reconciler.adapters.postgres import PostgresLog
 from tests.integration.control_support import audit, control_api, move, rows
 from tests.integration.helpers import eventually, seed_job, waiting_for_locks
@@ -169,6 +172,47 @@ def test_bulk_cancel_by_guid_cancels_only_items_not_taken_yet_with_one_audit_rec
     (entry,) = [a for a in audit(database_url, job) if a["action"] == "cancel_items"]
     assert (entry["actor"], entry["reason"], entry["after"]["cancelled"]) == ("token:operator", "wrong list", 2)
     assert len(items) == 5
+
+
+def test_bulk_cancel_and_retry_over_the_limit_go_in_parts_of_at_most(database_url: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the limit (3 here, 10,000 in service) a bulk action is refused unless it names
+    ``at_most``; then it takes that many a call and says whether more still match."""
+    monkeypatch.setattr(filters, "MAX_RETRY", 3)
+    monkeypatch.setattr(core, "MAX_RETRY", 3)
+    job, _, items = seed_job(database_url, {"g1": 5, "g2": 4})
+    g2 = [i["item_id"] for i in rows(database_url, "SELECT item_id::text FROM items WHERE guid = 'g2' ORDER BY 1")]
+    move(database_url, g2, "failed", "needs_human")
+
+    async def go() -> list[tuple[int, bool]]:
+        async with control_api(database_url) as api:
+            r = await api.post(f"/jobs/{job}/cancel-items", "operator", json={"guid": "g1"})
+            assert r.status_code == 422 and "more than 3 items" in r.text and "at_most" in r.text, r.text
+            r = await api.post(f"/jobs/{job}/retry", "operator", json={"filter": {"status": "failed"}})
+            assert r.status_code == 422 and "more than 3 items" in r.text and "at_most" in r.text, r.text
+            r = await api.post(f"/jobs/{job}/cancel-items", "operator", json={"guid": "g1", "at_most": 0})
+            assert r.status_code == 422 and "at_most" in r.text, r.text
+            parts = []
+            for _ in range(3):
+                r = await api.post(f"/jobs/{job}/cancel-items", "operator", json={"guid": "g1", "at_most": 2})
+                assert r.status_code == 200, r.text
+                parts.append((r.json()["totals"]["cancelled"], r.json()["more"]))
+            for _ in range(2):
+                r = await api.post(f"/jobs/{job}/retry", "operator",
+                                   json={"filter": {"status": "failed", "at_most": 3}})
+                assert r.status_code == 200, r.text
+                parts.append((r.json()["totals"]["created"], r.json()["more"]))
+            return parts
+
+    assert asyncio.run(go()) == [(2, True), (2, True), (1, False), (3, True), (1, False)]
+    by_guid = rows(database_url, "SELECT guid, status::text, count(*)::int AS n FROM items"
+                                 " WHERE compensates IS NULL GROUP BY 1, 2 ORDER BY 1, 2")
+    assert [(r["guid"], r["status"], r["n"]) for r in by_guid] == [("g1", "abandoned", 5), ("g2", "failed", 4)]
+    assert rows(database_url, "SELECT count(*)::int AS n FROM items WHERE compensates IS NOT NULL")[0]["n"] == 4
+    log = [(a["action"], a["before"].get("at_most"), a["after"].get("more")) for a in audit(database_url, job)]
+    assert log == [("cancel_items", 2, True), ("cancel_items", 2, True), ("cancel_items", 2, False),
+                   ("retry", 3, True), ("retry", 3, False)]
+    assert len(items) == 9
 
 
 def test_console_pages_hold_no_data_and_parts_are_guarded_like_the_api(database_url: str) -> None:

@@ -39,6 +39,8 @@ from pacer_control.domain.filters import (
     JobFilter,
     RetryFilter,
     check_retry_status,
+    in_parts,
+    parts,
 )
 from pacer_control.domain.outcomes import (
     CANCEL_OUTCOMES,
@@ -151,13 +153,19 @@ class Control:
         return await self.store.atomically(lambda tx: tx.confirm_budget(job_id, max_sends, who.actor))
 
     async def retry_job_items(self, job_id: str, who: Principal, item_ids: Sequence[str] | None,
-                              f: RetryFilter | None, reason: str | None) -> tuple[list[ItemRetry], dict[str, int]]:
+                              f: RetryFilter | None, reason: str | None,
+                              at_most: int | None = None) -> tuple[list[ItemRetry], dict[str, int], bool]:
         """Compensation items for the chosen items of a job, all in one transaction with one
-        audit record (action ``retry`` on the job, ``after`` = items per outcome)."""
+        audit record (action ``retry`` on the job, ``after`` = items per outcome). A filter
+        matching more than ``MAX_RETRY`` items is refused, unless ``at_most`` is given: then the
+        first ``at_most`` by item id are retried, and the last value says more still match (the
+        same call again takes the next ones: a retried item no longer matches)."""
         if f is not None and (why := check_retry_status(f.status)):
             raise Invalid(why)
+        more = False
 
-        async def work(tx: ControlTx) -> tuple[list[ItemRetry], dict[str, int]]:
+        async def work(tx: ControlTx) -> tuple[list[ItemRetry], dict[str, int], bool]:
+            nonlocal more
             # The job's bulk lock first (an advisory lock, not its row): two bulk retries of
             # one job take turns instead of deadlocking on each other's items and shard counters.
             if not await tx.lock_job(job_id):
@@ -171,17 +179,16 @@ class Control:
                 selection: dict[str, Any] = {"item_ids": len(wanted)}
             else:
                 assert f is not None
-                targets = await tx.select_for_retry(job_id, f, MAX_RETRY + 1)
-                if len(targets) > MAX_RETRY:
-                    raise Invalid(f"the filter matches more than {MAX_RETRY} items; narrow it (error_class, guid) "
-                                  f"or retry in parts")
-                selection = {"filter": {"status": f.status.value, "error_class": f.error_class, "guid": f.guid}}
+                targets, more = in_parts(await tx.select_for_retry(job_id, f, (at_most or MAX_RETRY) + 1), at_most,
+                                         "the filter matches", "narrow it (error_class, guid)")
+                selection = {"filter": {"status": f.status.value, "error_class": f.error_class, "guid": f.guid},
+                             **parts(at_most)}
             results = await tx.retry_items(targets, who.actor)
             results += [ItemRetry(ItemId(i), "not_found", None, f"item {i} is not part of job {job_id}") for i in foreign]
             totals = tally(results)
             await tx.audit(AuditEntry(who.actor, "retry", "job", job_id, reason,
-                                      before={**selection, "matched": len(targets)}, after=totals))
-            return results, totals
+                                      before={**selection, "matched": len(targets)}, after={**totals, **parts(at_most, more)}))
+            return results, totals, more
 
         return await self.store.atomically(work)
 
@@ -213,24 +220,26 @@ class Control:
 
         return await self.store.atomically(work)
 
-    async def cancel_job_items(self, job_id: str, who: Principal, guid: str | None,
-                               reason: str | None) -> dict[str, int]:
+    async def cancel_job_items(self, job_id: str, who: Principal, guid: str | None, reason: str | None,
+                               at_most: int | None = None) -> tuple[dict[str, int], bool]:
         """Cancel a job's items not yet taken (of one guid, or all), in one transaction with one
         audit record (action ``cancel_items`` on the job, ``after`` = items per outcome). Sent
-        messages are not undone; items in flight finish."""
-        async def work(tx: ControlTx) -> dict[str, int]:
+        messages are not undone; items in flight finish. More than ``MAX_RETRY`` matching items
+        are refused, unless ``at_most`` is given: then the first ``at_most`` by item id are
+        cancelled, and the second value says more still match (the same call again takes them)."""
+        async def work(tx: ControlTx) -> tuple[dict[str, int], bool]:
             if not await tx.lock_job(job_id):
                 raise NotFound(f"no job {job_id}")
-            targets = await tx.select_for_cancel(job_id, guid, MAX_RETRY + 1)
-            if len(targets) > MAX_RETRY:
-                raise Invalid(f"more than {MAX_RETRY} items match; narrow it by guid, or cancel the job")
+            targets, more = in_parts(await tx.select_for_cancel(job_id, guid, (at_most or MAX_RETRY) + 1), at_most,
+                                     "the selection matches", "narrow it by guid, or cancel the job")
             totals = dict.fromkeys(CANCEL_OUTCOMES, 0)
             for item_id in targets:
                 outcome, _ = await tx.cancel_item(item_id, who.actor)
                 totals[outcome] = totals.get(outcome, 0) + 1
             await tx.audit(AuditEntry(who.actor, "cancel_items", "job", job_id, reason,
-                                      before={"filter": {"guid": guid}, "matched": len(targets)}, after=totals))
-            return totals
+                                      before={"filter": {"guid": guid}, "matched": len(targets), **parts(at_most)},
+                                      after={**totals, **parts(at_most, more)}))
+            return totals, more
 
         return await self.store.atomically(work)
 

@@ -161,15 +161,17 @@ async def retry_job_items(job_id: JobIdPath, body: RetryBody, ctl: Ctl, who: Cal
     if body.filter is not None:
         f = RetryFilter(ItemStatus(body.filter.status), body.filter.error_class, _guid(body.filter.guid))
     ids = [str(i) for i in body.item_ids] if body.item_ids is not None else None
-    results, totals = await ctl.retry_job_items(str(job_id), who, ids, f, body.reason)
-    return {"totals": totals, "results": results}
+    results, totals, more = await ctl.retry_job_items(str(job_id), who, ids, f, body.reason,
+                                                      body.filter.at_most if body.filter is not None else None)
+    return {"totals": totals, "results": results, "more": more}
 
 
 @router.post("/jobs/{job_id}/cancel-items", response_model=CancelItemsResponse,
              summary="Cancel a job's items not yet taken (all, or one guid's); sent messages are not undone",
              **guard("items.cancel", 404, 422))
 async def cancel_job_items(job_id: JobIdPath, body: CancelItemsBody, ctl: Ctl, who: Caller) -> dict[str, Any]:
-    return {"totals": await ctl.cancel_job_items(str(job_id), who, body.guid, body.reason)}
+    totals, more = await ctl.cancel_job_items(str(job_id), who, body.guid, body.reason, body.at_most)
+    return {"totals": totals, "more": more}
 
 
 @router.get("/in-doubt", response_model=InDoubtPage, tags=["items"],

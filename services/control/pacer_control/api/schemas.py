@@ -81,11 +81,17 @@ class BudgetBody(_In):
     max_sends: Annotated[int, Field(gt=0, le=MAX_INT4)]
 
 
+AtMost = Annotated[int | None, Field(None, ge=1, le=MAX_RETRY, description=(
+    f"act on at most this many matching items (the first by item id) and answer `more`: whether others still "
+    f"match; repeat the call until `more` is false. Left out, a selection over {MAX_RETRY} items is refused"))]
+
+
 class RetryFilterBody(_In):
     status: Literal["failed", "expired", "abandoned"] = Field("failed", description=(
         "items known not to be delivered; `unverified` ones are resolved instead (POST /items/{id}/resolve)"))
     error_class: Text | None = None
     guid: Text | None = None
+    at_most: AtMost = None
 
     @field_validator("status", mode="before")
     @classmethod
@@ -118,6 +124,7 @@ class ResolveBody(_In):
 class CancelItemsBody(_In):
     guid: Text | None = None
     reason: Reason | None = None
+    at_most: AtMost = None
 
 
 class TokenBody(_In):
@@ -283,6 +290,7 @@ class RetryOutcome(BaseModel):
 class RetryResponse(BaseModel):
     totals: dict[str, int]
     results: list[RetryOutcome]
+    more: bool = Field(description="a filter's `at_most` left matching items: the same call again takes them")
 
 
 class GuidBacklog(BaseModel):
@@ -508,6 +516,7 @@ class InDoubtPage(BaseModel):
 
 class CancelItemsResponse(BaseModel):
     totals: dict[str, int]
+    more: bool = Field(description="`at_most` left matching items: the same call again takes them")
 
 
 class ApprovalSample(BaseModel):

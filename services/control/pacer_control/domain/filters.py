@@ -14,6 +14,7 @@ from typing import Literal
 from pacer_common.domain.ids import Guid, ItemId, JobId
 from pacer_common.domain.requests import JobKind
 from pacer_common.domain.status import ItemStatus as S
+from pacer_control.domain.errors import Invalid
 
 JobStatus = Literal["running", "awaiting_approval", "paused", "completed", "cancelled", "terminated"]
 MAX_PAGE = 500
@@ -33,8 +34,28 @@ RESOLVE_INSTEAD = ("resolve each instead, once it is known whether it was delive
 FAILURE_CATEGORY: tuple[S, ...] = (S.FAILED, S.ABANDONED, S.EXPIRED, S.WAITING_RETRY)
 # Items a bulk cancel may pick: not taken by a sender yet.
 CANCELLABLE: tuple[S, ...] = (S.PENDING, S.WAITING_RETRY)
-# At most this many items in one bulk retry (one transaction, one audit record).
+# At most this many items in one bulk retry or cancel (one transaction, one audit record).
 MAX_RETRY = 10_000
+
+
+def in_parts(matched: list[str], at_most: int | None, what: str, narrow: str) -> tuple[list[str], bool]:
+    """The part of a bulk action's ``matched`` items (read with a limit one above the part's
+    size) it acts on, and whether more match. Without ``at_most`` a selection over
+    ``MAX_RETRY`` is refused, saying how to narrow it or take it in parts."""
+    if at_most is None:
+        if len(matched) > MAX_RETRY:
+            raise Invalid(f"{what} more than {MAX_RETRY} items; {narrow}, or give "
+                             f"at_most (up to {MAX_RETRY}) and repeat the call while its answer says more=true")
+        return matched, False
+    return matched[:at_most], len(matched) > at_most
+
+
+def parts(at_most: int | None, more: bool | None = None) -> dict[str, int | bool]:
+    """What an audit record of a bulk action says of its part: nothing for a whole selection;
+    ``at_most`` (before) and ``more`` (after) for a part."""
+    if at_most is None:
+        return {}
+    return {"at_most": at_most} if more is None else {"more": more}
 
 
 @dataclass(frozen=True)

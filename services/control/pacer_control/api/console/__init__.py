@@ -30,7 +30,15 @@ from pacer_control.api import dead_letters as dead_letter_api
 from pacer_control.api.auth import Caller, Ctl, guard
 from pacer_control.domain import views
 from pacer_control.domain.errors import Invalid
-from pacer_control.domain.filters import RETRYABLE, AuditFilter, ItemFilter, JobFilter, JobStatus, RetryFilter
+from pacer_control.domain.filters import (
+    MAX_RETRY,
+    RETRYABLE,
+    AuditFilter,
+    ItemFilter,
+    JobFilter,
+    JobStatus,
+    RetryFilter,
+)
 from pacer_control.domain.outcomes import ActionResult
 from pacer_control.domain.permissions import Action, Principal, may, scope_refusal
 from pacer_control.ports import ExpectedHolder
@@ -255,23 +263,29 @@ async def budget(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTML
     return _flash(request, await ctl.confirm_budget(str(job_id), int(raw), who))
 
 
+# A bulk action in the console takes up to MAX_RETRY items a click; this says more still match.
+_MORE = f"; more than {MAX_RETRY:,} matched: these were the first {MAX_RETRY:,}, press again for the next"
+
+
 @router.post("/jobs/{job_id}/retry", response_class=HTMLResponse, **guard("items.retry"))
 async def bulk_retry(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
     form = await _form(request)
     f = RetryFilter(_choice(ItemStatus, "status", form.get("status", "failed")), _text(form, "error_class", limit=256),
                     _guid(_text(form, "guid", limit=256)))
-    results, totals = await ctl.retry_job_items(str(job_id), who, None, f, _text(form, "reason"))
+    results, totals, more = await ctl.retry_job_items(str(job_id), who, None, f, _text(form, "reason"), MAX_RETRY)
     # why items were not retried, by the first of each such outcome (the API lists every item's)
     why = "".join(f"; {outcome}, e.g. item {r.item_id}: {r.message}" for outcome in ("conflict", "refused")
                   for r in [next((r for r in results if r.outcome == outcome), None)] if r is not None)
-    return _flash(request, f"retry: {views.describe_totals(totals)}{why}", ok=totals.get("created", 0) > 0)
+    return _flash(request, f"retry: {views.describe_totals(totals)}{why}{_MORE if more else ''}",
+                  ok=totals.get("created", 0) > 0)
 
 
 @router.post("/jobs/{job_id}/cancel-items", response_class=HTMLResponse, **guard("items.cancel"))
 async def bulk_cancel(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
     form = await _form(request)
-    totals = await ctl.cancel_job_items(str(job_id), who, _text(form, "guid", limit=256), _text(form, "reason"))
-    return _flash(request, f"cancel: {views.describe_totals(totals)} (sent messages are not undone)",
+    totals, more = await ctl.cancel_job_items(str(job_id), who, _text(form, "guid", limit=256), _text(form, "reason"),
+                                              MAX_RETRY)
+    return _flash(request, f"cancel: {views.describe_totals(totals)} (sent messages are not undone){_MORE if more else ''}",
                   ok=totals.get("cancelled", 0) > 0)
 
 
