@@ -16,10 +16,11 @@ class PlannerSettings(OpsSettings):
         "Kafka consumer group for `<prefix>.job-requests`; unset: `<prefix>.planner`."
     ))
     max_backlog_per_guid: int = Field(100_000, description=(
-        "Admission control: a batch request that would take any guid past this many queued items (pending or "
-        "waiting to retry) is refused whole, to the DLQ, with the reason. Online kinds are always admitted. A "
-        "requery page that would do so waits instead (see `REQUERY_ADMISSION_WAIT_S`); a guid with nothing queued"
-        " never holds a page back."
+        "Admission control: a request that would take any guid past this many queued items (pending or waiting "
+        "to retry) is refused whole, to the DLQ, with the reason. Takeover prompts and auto-replies are always "
+        "admitted; every other kind is bounded whatever `priority` it asks for (a campaign at priority 0 or 1 "
+        "too). A requery page that would do so waits instead (see `REQUERY_ADMISSION_WAIT_S`); a guid with "
+        "nothing queued never holds a page back."
     ))
     coalesce_window_s: float = Field(3.0, description=(
         "Ticket notifications (`ticket_notify`) wait this long before they may be sent, so that a newer "

@@ -1,8 +1,11 @@
 """Admission control: a guid's backlog is bounded, and batch work is refused first.
 
 Online work (takeover prompts, auto-replies) is always admitted: it is small, and refusing
-a customer's reply to protect a campaign would invert the priorities. Batch work that would
-push any guid past the limit is refused up front, whole, with the reason.
+a customer's reply to protect a campaign would invert the priorities. What is online is
+decided by the request's kind, never by the priority it asks for: a campaign or a ticket
+notification sent at priority 0 or 1 is still batch work here, and is bounded like any other.
+Batch work that would push any guid past the limit is refused up front, whole, with the
+reason.
 
 A requery job is admitted page by page instead: a page that would push a guid past the
 limit waits (the pager fetches it again later) until the backlog has drained. A page is
@@ -15,24 +18,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pacer_common.domain.ids import Guid
-from pacer_common.domain.requests import lane_of
+from pacer_common.domain.requests import DEFAULT_PRIORITY, JobKind, lane_of
 from pacer_planner.domain.planning import Plan
+
+# The kinds that are online by nature (their own priority is in the online lane): takeover
+# prompts and auto-replies. Only these pass admission whatever the backlog.
+ADMITTED_KINDS: frozenset[JobKind] = frozenset(k for k, p in DEFAULT_PRIORITY.items() if lane_of(p) == "online")
 
 
 def refusal(plan: Plan, queued: Mapping[Guid, int], limit: int) -> str | None:
     """Why this plan may not be admitted, or None if it may."""
-    reason = _over(plan.priority, plan.per_guid, queued, limit, "this request", strict=True)
+    reason = _over(plan.request.kind, plan.per_guid, queued, limit, "this request", strict=True)
     return None if reason is None else f"{reason}; retry later or split the request"
 
 
-def page_refusal(priority: int, adds: Mapping[Guid, int], queued: Mapping[Guid, int], limit: int) -> str | None:
-    """Why a requery page must wait, or None if it may be stored now."""
-    return _over(priority, adds, queued, limit, "this page", strict=False)
+def page_refusal(kind: JobKind, adds: Mapping[Guid, int], queued: Mapping[Guid, int], limit: int) -> str | None:
+    """Why a requery page of a job of ``kind`` must wait, or None if it may be stored now."""
+    return _over(kind, adds, queued, limit, "this page", strict=False)
 
 
-def _over(priority: int, adds: Mapping[Guid, int], queued: Mapping[Guid, int], limit: int, what: str,
+def _over(kind: JobKind, adds: Mapping[Guid, int], queued: Mapping[Guid, int], limit: int, what: str,
           *, strict: bool) -> str | None:
-    if lane_of(priority) == "online":
+    if kind in ADMITTED_KINDS:
         return None
     over = [(g, queued.get(g, 0), n) for g, n in adds.items()
             if queued.get(g, 0) + n > limit and (strict or queued.get(g, 0) > 0)]
