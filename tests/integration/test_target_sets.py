@@ -354,6 +354,28 @@ def test_an_empty_audience_completes_the_job_at_once(
                              " FROM jobs WHERE job_id = %s", job) == ("completed", 0, 1, True, True)
 
 
+def test_a_target_with_a_nul_in_a_variable_name_is_skipped_and_counted_and_the_job_goes_on(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience) -> None:
+    # Its error named the key as it came: the page's record could not store the NUL, and the job
+    # was paused on that page again at every resume.
+    bad = {"guid": "g0", "to_id": "bad", "vars": {"n": "x", "a\u0000b": "x"}}
+    audience.put([*targets(2), bad, *targets(2, start=2)])
+
+    async def go() -> tuple[str, str]:
+        async with instance(database_url, kafka_config, topics) as p:
+            h = await p.planner.handle(None, requery("rq-nul", audience.url, 10))
+            assert h.job_id is not None
+            return h.job_id, await p.pager.run(h.job_id)
+
+    job, outcome = asyncio.run(go())
+    assert outcome == "complete"
+    assert pages(database_url, job) == [(1, None, None, 5, 4, 0, 1, "items[2].vars.'a\\x00b'.[key]: contains a NUL"
+                                         " character (\\u0000), which cannot be stored", True)]
+    assert one(database_url, "SELECT status, total, paused_reason FROM jobs WHERE job_id = %s", job) == (
+        "running", 4, None)
+    assert len(read_topic(kafka_config, topics["batch"], expect=4)) == 4
+
+
 # -- trace context ----------------------------------------------------------------------------------
 
 def trace_of(traceparent: str | bytes | None) -> str | None:

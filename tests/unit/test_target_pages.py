@@ -6,12 +6,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pacer_common.domain.ids import Guid
 from pacer_common.domain.requests import JobKind, JobRequest
+from pacer_common.domain.validation import storable
 from pacer_planner.domain.admission import page_refusal
 from pacer_planner.domain.sharding import sub_of
-from pacer_planner.domain.targets import Page, TargetFetchError, parse_page, plan_page, redact_url
+from pacer_planner.domain.targets import Page, TargetFetchError, _kept, parse_page, plan_page, redact_url
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 
@@ -75,6 +78,35 @@ def test_invalid_targets_are_skipped_counted_and_the_first_error_kept() -> None:
 ])
 def test_invalid_target_messages_name_the_position_and_field(raw: Any, message: str) -> None:
     assert parse_page({"items": [raw], "next_cursor": None}, None).first_error == message
+
+
+@pytest.mark.parametrize(("vars_", "message"), [
+    ({"a\x00b": "x"}, "items[1].vars.'a\\x00b'.[key]: contains a NUL character (\\u0000), which cannot be stored"),
+    ({"a\ud800": "x"}, "items[1].vars.a\ufffd\ufffd\ufffd.[key]: is not valid Unicode text (a lone surrogate?), "
+                        "which cannot be stored"),
+    ({"k" * 100: 1}, "items[1].vars.'" + "k" * 64 + "'…: Input should be a valid string"),  # a page of text, cut
+])
+def test_a_variable_name_the_store_cannot_hold_is_quoted_in_the_error_the_page_keeps(
+        vars_: dict[str, Any], message: str) -> None:
+    # The page's record keeps the first error in a text column: the key as it came (a NUL)
+    # failed the whole page's transaction, and the job was paused on that page for ever.
+    p = plan_page(requery(), page_of(t("g", "a", name="A"), {"guid": "g", "to_id": "b", "vars": vars_},
+                                     t("g", "c", name="C")), {}, 100, job_created_at=NOW)
+    assert [i.to_id for i in p.items] == ["a", "c"] and p.invalid == 1
+    assert p.first_error == message and storable(message)
+
+
+@given(st.dictionaries(st.text(max_size=80), st.text(max_size=5) | st.integers(), min_size=1, max_size=3))
+def test_whatever_a_targets_variables_are_the_error_kept_is_storable(vars_: dict[str, Any]) -> None:
+    page = page_of({"guid": "g", "to_id": "a", "vars": vars_})
+    p = plan_page(requery(content="hi"), page, {}, 100, job_created_at=NOW)
+    assert p.first_error is None or storable(p.first_error)
+
+
+def test_an_error_the_store_could_not_hold_is_kept_escaped_whole() -> None:
+    assert _kept("items[0].to_id: Field required") == "items[0].to_id: Field required"
+    assert _kept("items[0].vars.a\x00b: bad") == "'items[0].vars.a\\x00b: bad'"
+    assert storable(_kept("x\ud800"))
 
 
 def test_fields_of_a_target_other_than_guid_to_id_vars_are_ignored() -> None:

@@ -367,7 +367,7 @@ def describe(exc: ValidationError, limit: int = 5) -> str:
     """``field.path: message`` for the first few errors, e.g. ``targets.items.3.guid: Field required``."""
     parts = []
     for err in exc.errors()[:limit]:
-        where = ".".join(_loc_part(p) for p in _without_union_tag(err["loc"])) or "(request)"
+        where = ".".join(loc_part(p) for p in _without_union_tag(err["loc"])) or "(request)"
         parts.append(f"{where}: {error_text(err)}")
     more = exc.error_count() - limit
     if more > 0:
@@ -384,9 +384,11 @@ def error_text(err: ErrorDetails) -> str:
     return err["msg"].removeprefix("Value error, ")
 
 
-def _loc_part(part: int | str) -> str:
-    # A dict key is part of the path (vars.<key>): quoted when it is not plain, so what the
-    # reason names cannot carry a NUL or a page of text into a header.
+def loc_part(part: int | str) -> str:
+    """One step of a validation error's path (pydantic's ``loc``), as a reason names it. A dict
+    key is part of the path (``vars.<key>``): quoted and cut when it is not plain, so what the
+    reason names cannot carry a NUL, a lone surrogate or a page of text into a header or a
+    text column. Every reason that names a path builds it with this."""
     text = str(part)
     if text.isprintable() and len(text) <= 64 and storable(text):
         return text

@@ -3,8 +3,10 @@
 A page is ``{"items": [{"guid", "to_id", "vars"}, ...], "next_cursor": "..." | null}``.
 A page that is not of that shape is a :class:`TargetFetchError` (retried, then the job is
 paused). One bad target inside a good page is not: it is skipped, counted as invalid, and
-the first error of the page is kept with the page's record. Fields of a target other than
-``guid``, ``to_id`` and ``vars`` are ignored (audience services often send more).
+the first error of the page is kept with the page's record, as text the store can hold (a
+key that is not plain text is quoted, as a job request's reasons quote it). Fields of a
+target other than ``guid``, ``to_id`` and ``vars`` are ignored (audience services often send
+more).
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from pydantic import ValidationError
 
 from pacer_common.domain.ids import Guid
 from pacer_common.domain.requests import JobRequest, RequeryTargets, Target
-from pacer_common.domain.validation import CannotPlan, Rendered, error_text, render_target, storable
+from pacer_common.domain.validation import (
+    CannotPlan,
+    Rendered,
+    error_text,
+    loc_part,
+    render_target,
+    storable,
+)
 from pacer_planner.domain.planning import PlannedItem, count_guids, count_shards, planned_items
 from pacer_planner.domain.sharding import ShardKey, sub_count
 
@@ -70,7 +79,7 @@ def parse_page(doc: Any, cursor_in: str | None) -> Page:
             targets.append((pos, _target(raw, pos)))
         except ValueError as exc:
             invalid += 1
-            first_error = first_error or str(exc)
+            first_error = first_error or _kept(str(exc))
     return Page(cursor_in, nxt, targets, len(items), invalid, first_error)
 
 
@@ -81,9 +90,16 @@ def _target(raw: Any, pos: int) -> Target:
         target = Target.model_validate({k: raw[k] for k in _TARGET_FIELDS if k in raw})
     except ValidationError as exc:  # the bounds of a request's own targets: what the store can hold
         err = exc.errors()[0]
-        where = "".join(f".{p}" for p in err["loc"])
+        where = "".join(f".{loc_part(p)}" for p in err["loc"])
         raise ValueError(f"items[{pos}]{where}: {error_text(err)}") from None
     return target
+
+
+def _kept(error: str) -> str:
+    # The page's record keeps the first error (a text column). Each part of a message is
+    # escaped where it is made (a key in the path by loc_part); should one ever carry a target's
+    # text as it came, the message is escaped whole rather than the page refused by the store.
+    return error if storable(error) else ascii(error)
 
 
 def _short(value: Any, n: int = 60) -> str:
@@ -130,7 +146,7 @@ def plan_page(req: JobRequest, page: Page, known_subs: Mapping[Guid, int], max_s
             content, key = render_target(req, target, {**static_vars, **target.vars}, f"items[{pos}]")
         except CannotPlan as exc:  # a missing variable, a message or key past its limit
             invalid += 1
-            first_error = first_error or str(exc)
+            first_error = first_error or _kept(str(exc))
             continue
         rendered.append((target, content, key))
     new_counts: dict[Guid, int] = {}
