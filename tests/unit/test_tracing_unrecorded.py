@@ -3,6 +3,9 @@ have a trace id and the traceparent passed on keeps the trace and its sampled fl
 
 from __future__ import annotations
 
+import http.server
+import threading
+
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -42,3 +45,39 @@ def test_with_a_processor_spans_are_recorded_with_their_parent() -> None:
     finally:
         tracing.setup("test")  # back to the default for the tests that follow
     assert not trace.get_current_span().is_recording()
+
+
+def test_otlp_exports_spans_over_http_to_a_collector(monkeypatch) -> None:
+    """``OTEL_TRACES_EXPORTER=otlp``: the exporter ships with Pacer (the image installs only
+    what pyproject names), and spans reach an OTLP/HTTP endpoint as protobuf."""
+    got: list[tuple[str, str, int]] = []
+
+    class Collector(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            got.append((self.path, self.headers["Content-Type"], len(body)))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Collector)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{server.server_port}/v1/traces")
+    provider = None
+    try:
+        provider = tracing.setup("test")
+        assert provider is not None
+        with tracing.span("sent", item="i-1") as span:
+            assert span.is_recording()
+        assert provider.force_flush(10_000)
+        assert got and got[0][0] == "/v1/traces" and got[0][1] == "application/x-protobuf" and got[0][2] > 0, got
+    finally:
+        if provider is not None:
+            provider.shutdown()
+        tracing.setup("test")
+        server.shutdown()

@@ -3,8 +3,8 @@ the planner, the item (its row and command), the sender, the gateway call and th
 
 Spans are made with the OpenTelemetry SDK, so every log line carries a ``trace_id``; they are
 exported only when the standard variables ask for it: ``OTEL_TRACES_EXPORTER=console`` (to
-stderr) or ``otlp`` (needs the ``opentelemetry-exporter-otlp`` package and its
-``OTEL_EXPORTER_OTLP_*`` settings). ``OTEL_SDK_DISABLED=true`` turns tracing off altogether.
+stderr) or ``otlp`` (OTLP over HTTP, protobuf, to the collector its
+``OTEL_EXPORTER_OTLP_*`` settings name). ``OTEL_SDK_DISABLED=true`` turns tracing off altogether.
 
 A process that exports nothing (the default) records nothing either: its spans are the API's
 non-recording spans, each with a fresh span id in its parent's trace (or a new one), so log
@@ -60,7 +60,8 @@ def _exporter(name: str) -> SpanExporter | None:
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError:
-            log.warning("OTEL_TRACES_EXPORTER=otlp but opentelemetry-exporter-otlp is not installed: not exporting")
+            log.warning("OTEL_TRACES_EXPORTER=otlp but opentelemetry-exporter-otlp-proto-http is not installed: "
+                        "not exporting")
             return None
         exporter: SpanExporter = OTLPSpanExporter()
         return exporter
