@@ -38,8 +38,9 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
         planner = Planner(store, bus, cfg.max_backlog_per_guid,
                           timedelta(seconds=cfg.coalesce_window_s), cfg.max_shard_items)
         http = httpx.AsyncClient(timeout=cfg.requery_timeout_s, follow_redirects=False)
+        source = HttpTargetSource(http, deadline_s=cfg.requery_timeout_s, max_bytes=cfg.requery_max_page_bytes)
         targets = PostgresTargetStore(pool, cfg.approval_above_items)
-        pager = TargetPager(targets, HttpTargetSource(http), bus, PagingConfig(
+        pager = TargetPager(targets, source, bus, PagingConfig(
             owner=f"planner:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
             page_attempts=cfg.requery_page_attempts, backoff_initial_s=cfg.requery_backoff_initial_s,
             backoff_max_s=cfg.requery_backoff_max_s, lease_ttl_s=cfg.requery_lease_s,

@@ -7,6 +7,7 @@ from pydantic_settings import SettingsConfigDict
 
 from pacer_common.settings import OpsSettings
 from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS
+from pacer_planner.domain.targets import MAX_PAGE_BYTES
 
 
 class PlannerSettings(OpsSettings):
@@ -39,7 +40,15 @@ class PlannerSettings(OpsSettings):
         "How often a planner looks for requery jobs that need paging: beyond the cap, taken over from a dead "
         "planner, resumed after a pause."
     ))
-    requery_timeout_s: float = Field(10.0, gt=0, description="Timeout of one page request to the audience service.")
+    requery_timeout_s: float = Field(10.0, gt=0, description=(
+        "Deadline of one page request to the audience service: the whole answer, headers and body, must arrive "
+        "within it (an answer still trickling in is cut off, a failed attempt), and so must each connect and read."
+    ))
+    requery_max_page_bytes: int = Field(MAX_PAGE_BYTES, ge=1024, description=(
+        "Most bytes one page's body may have (after any content encoding is undone): a larger answer is refused "
+        "as it streams in, a failed attempt, before it is parsed. Each of the `REQUERY_MAX_JOBS` pagers may hold "
+        "one such page and what it parses into: raise the planner's memory with it."
+    ))
     requery_page_attempts: int = Field(5, ge=1, description=(
         "Fetches of one page (HTTP error, not JSON, not a page) before the job is paused with the reason "
         "(`paused_by = system:planner`)."

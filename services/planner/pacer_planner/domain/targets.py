@@ -33,11 +33,13 @@ from pacer_planner.domain.planning import PlannedItem, count_guids, count_shards
 from pacer_planner.domain.sharding import ShardKey, sub_count
 
 MAX_CURSOR_LENGTH = 4096
+MAX_PAGE_BYTES = 16 * 1024 * 1024  # one page's body, by default: room for 5,000 targets of 3 KiB each
 _TARGET_FIELDS = ("guid", "to_id", "vars")
 
 
 class TargetFetchError(Exception):
-    """A page could not be fetched or read (HTTP error, not JSON, not a page). Retryable."""
+    """A page could not be fetched or read (HTTP error, no whole answer in time, too large, not
+    JSON, not a page). Retryable."""
 
 
 @dataclass(frozen=True)
