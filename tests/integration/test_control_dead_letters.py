@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
+from pacer_common.cli import EXIT_REFUSED, main
 from pacer_common.kafka import dead_letter_headers, ensure_topics, make_producer
 from pacer_common.settings import KafkaSettings
 from pacer_control.adapters.kafka import KafkaDeadLetters
 from pacer_intake.adapters.kafka import KafkaCallbackLog, callback_producer
-from pacer_planner.adapters.kafka import KafkaCommandBus
+from pacer_planner.adapters.kafka import KEPT_BYTES, KafkaCommandBus
 from tests.integration.control_support import audit, control_api
 from tests.integration.helpers import read_topic
 
@@ -159,6 +161,50 @@ def test_a_large_refused_request_is_listed_by_its_size_and_shown_whole(
             assert (await api.get("/dead-letters/requests/0/0/body", role="operator")).content == large
 
     asyncio.run(go())
+
+
+def test_a_refused_request_kafka_will_not_take_whole_is_kept_cut_and_never_republished(
+        kafka_config: dict[str, str], topic_prefix: str, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused by the producer (its message.max.bytes smaller than the record) and by the
+    broker (the topic's max.message.bytes smaller): each record holds the request's first
+    part, says so, and is refused at republish, by the Control API and by ``--raw``."""
+    requests, dlq = f"{topic_prefix}.job-requests", f"{topic_prefix}.job-requests.dlq"
+    ensure_topics(kafka_config, {requests: (1, {}), dlq: (1, {"max.message.bytes": str(2 * 1_048_576)})})
+    big = b'{"request_id": "r-big", ' + os.urandom(3 * 1_048_576)  # not compressible under lz4
+    commands = lambda lane: f"{topic_prefix}.item-commands.{lane}"  # noqa: E731
+    small_producer = KafkaCommandBus(make_producer(kafka_config, **{"message.max.bytes": 1_048_576}), commands, dlq)
+    small_producer.dead_letter(b"r-big", big, "invalid job request: not JSON", "acme")
+    small_topic = KafkaCommandBus(make_producer(kafka_config, **{"message.max.bytes": 8 * 1_048_576}), commands, dlq)
+    small_topic.dead_letter(b"r-big", big, "invalid job request: not JSON", "acme")
+    small_topic.dead_letter(b"r-small", b"{}", "invalid job request: kind: Field required", "acme")  # goes on
+    got = read_topic(kafka_config, dlq, 3)
+    held = f"first {KEPT_BYTES} of {len(big)} bytes"
+    assert [(r["key"], r["raw"]) for r in got] == [(b"r-big", big[:KEPT_BYTES])] * 2 + [(b"r-small", b"{}")]
+    for record in got[:2]:
+        assert record["headers"]["pacer-truncated"] == held.encode()
+        reason = record["headers"]["pacer-error-reason"].decode()
+        assert reason.startswith(f"invalid job request: not JSON; the record holds only its {held} (Kafka refused it"
+                                 " whole: "), reason
+        assert "too large" in reason.lower(), reason
+    assert "pacer-truncated" not in got[2]["headers"]
+    settings = KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"], topic_prefix=topic_prefix)
+
+    async def go() -> None:
+        async with control_api(database_url, dead_letters=KafkaDeadLetters(settings)) as api:
+            shown = (await api.get("/dead-letters/requests/0/0", role="operator")).json()
+            assert shown["headers"]["pacer-truncated"] == held and held in shown["reason"]
+            again = await api.post("/dead-letters/requests/0/1/republish", role="tech_admin", json={"reason": "x"})
+            assert again.status_code == 422 and "holds only part of the refused request" in again.json()["detail"]
+
+    asyncio.run(go())
+    monkeypatch.setenv("PACER_KAFKA_BOOTSTRAP_SERVERS", kafka_config["bootstrap.servers"])
+    monkeypatch.setenv("PACER_TOPIC_PREFIX", topic_prefix)
+    monkeypatch.setenv("PACER_DATABASE_URL", database_url)
+    with pytest.raises(SystemExit) as ended:
+        main(["dead-letters", "republish", "0:0", "--raw", "--reason", "x"])
+    assert ended.value.code == EXIT_REFUSED
+    assert read_topic(kafka_config, requests, 0, timeout_s=3) == [], "nothing was sent again"
+    assert [a for a in audit(database_url) if a["action"] == "republish"] == []
 
 
 def test_older_dead_letters_are_reached_page_by_page_or_from_a_time(

@@ -9,12 +9,26 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
+from pacer_common import dead_letters as dlq
 from pacer_common.domain.commands import ItemCommand
-from pacer_common.domain.dead_letters import MAX_TENANT_PARSE_BYTES
+from pacer_common.domain.dead_letters import (
+    MAX_TENANT_PARSE_BYTES,
+    REASON_HEADER,
+    TENANT_HEADER,
+    TRUNCATED_HEADER,
+    DeadLetter,
+    NotRepublishable,
+)
 from pacer_common.domain.ids import Guid, RequestId, job_id_for
+from pacer_common.domain.requests import MAX_REQUEST_BYTES
+from pacer_common.settings import KafkaSettings
+from pacer_planner.adapters.faults import ENVIRONMENT
+from pacer_planner.adapters.kafka import KEPT_BYTES, KEPT_KEY_BYTES, MAX_REASON_CHARS, KafkaCommandBus
 from pacer_planner.core import Handled, Planner
 from pacer_planner.core.consume import IntakeLoop, IntakePolicy
 from pacer_planner.core.intake import DispatchFailed
@@ -390,3 +404,123 @@ def test_every_log_line_about_a_request_names_where_it_is_and_its_key() -> None:
         "internal error handling a job request (attempt 1 of 3)"], lines
     assert all((d["topic"], d["partition"], d["offset"], d["request_key"]) == ("requests", 0, 41, "req-7")
                for d in lines), lines
+
+
+def test_a_request_over_the_size_limit_is_dead_lettered_unread_and_the_partition_goes_on() -> None:
+    # A compressed record may hold more than the limit once decompressed. Trailing spaces: read
+    # as JSON, it would be a valid request, so only the size refuses it.
+    big = request("r-big") + b" " * MAX_REQUEST_BYTES
+    store, bus = Store(), Bus()
+    intake, events, source = loop(store, bus, [big, request("r2")])
+    asyncio.run(intake.run())
+    assert events.outcomes == ["dead_lettered", "planned"] and source.committed == [big, request("r2")]
+    assert bus.dlq == [(big, f"job request is {len(big)} bytes, over the 64 MiB limit")]
+    assert list(store.jobs) == [job_id_for(RequestId("r2"))]
+
+
+@dataclass
+class Producer:
+    """librdkafka as the dead-letter producer meets it: a record past ``max_bytes`` refused at
+    once (MSG_SIZE_TOO_LARGE, as the client does), one past ``broker_max`` in its delivery
+    report (as the broker does past the topic's max.message.bytes); ``fail`` a code every
+    record's delivery report carries (the environment's)."""
+
+    max_bytes: int = 65 * 1_048_576
+    broker_max: int = 65 * 1_048_576
+    fail: int | None = None
+    written: list[tuple[bytes | None, bytes, dict[str, str]]] = field(default_factory=list)
+    tried: list[int] = field(default_factory=list)  # the size of each record offered
+    queued: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def produce(self, topic: str, value: bytes, key: bytes | None, headers: list[tuple[str, bytes]] | None,
+                on_delivery: Any) -> None:
+        size = len(value) + len(key or b"")
+        self.tried.append(size)
+        if size > self.max_bytes:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+        self.queued.append((key, value, headers, on_delivery, size))
+
+    def flush(self, timeout: float) -> int:
+        for key, value, headers, on_delivery, size in self.queued:
+            err = (KafkaError(self.fail) if self.fail is not None
+                   else KafkaError(KafkaError.MSG_SIZE_TOO_LARGE) if size > self.broker_max else None)
+            if err is None:
+                self.written.append((key, value, {k: v.decode() for k, v in headers or []}))
+            on_delivery(err, None)
+        self.queued.clear()
+        return 0
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def kafka_bus(producer: Producer) -> KafkaCommandBus:
+    return KafkaCommandBus(producer, lambda lane: f"commands.{lane}", "dlq")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("producer", [Producer(max_bytes=1_048_576), Producer(broker_max=1_048_576)],
+                         ids=["refused-by-the-client", "refused-by-the-broker"])
+def test_a_dead_letter_record_kafka_refuses_for_its_size_is_kept_cut_and_the_partition_goes_on(
+        producer: Producer) -> None:
+    # Through the planner's own fault classes: the refusal of one record is not an outage.
+    bad = request("r-bad", to_id="x" * 300).replace(b'"hi"', b'"' + b"h" * 2_000_000 + b'"')
+    store = Store()
+    stop = asyncio.Event()
+    source = Source([Msg(bad, 0, b"r-bad"), Msg(request("r2"), 1)], stop)
+    events = Events()
+    policy = IntakePolicy(ENVIRONMENT, internal_attempts=3, backoff_initial_s=0.001, backoff_max_s=0.002)
+    intake = IntakeLoop(Planner(store, kafka_bus(producer)), source, policy, events, stop)
+    asyncio.run(asyncio.wait_for(intake.run(), 10))
+    assert (events.outcomes, events.environment, source.committed) == (
+        ["dead_lettered", "planned"], 0, [bad, request("r2")])
+    (key, value, headers), command = producer.written
+    assert json.loads(command[1])["to_id"] == "room-1"
+    held = f"first {KEPT_BYTES} of {len(bad)} bytes"
+    assert (key, value, headers[TRUNCATED_HEADER]) == (b"r-bad", bad[:KEPT_BYTES], held)
+    assert headers[REASON_HEADER].startswith("invalid job request: ")
+    assert headers[REASON_HEADER].endswith(f"; the record holds only its {held} (Kafka refused it whole: "
+                                           f"{KafkaError(KafkaError.MSG_SIZE_TOO_LARGE).str()})")
+
+
+def test_a_dead_letter_past_the_request_limit_is_cut_before_kafka_sees_it() -> None:
+    producer = Producer()
+    big, long_key = b"{" + b" " * MAX_REQUEST_BYTES, b"k" * 5_000
+    kafka_bus(producer).dead_letter(long_key, big, "job request is N bytes, over the 64 MiB limit", "acme")
+    (key, value, headers), = producer.written
+    held = f"first {KEPT_BYTES} of {len(big)} bytes; key: first {KEPT_KEY_BYTES} of 5000 bytes"
+    assert producer.tried == [KEPT_BYTES + KEPT_KEY_BYTES], "the whole was never offered"
+    assert (key, value, headers[TRUNCATED_HEADER], headers[TENANT_HEADER]) == (
+        long_key[:KEPT_KEY_BYTES], big[:KEPT_BYTES], held, "acme")
+    assert headers[REASON_HEADER] == f"job request is N bytes, over the 64 MiB limit; the record holds only its {held}"
+    # A long reason is cut, not what the record holds.
+    kafka_bus(producer).dead_letter(None, big, "x" * 5_000)
+    assert producer.written[1][2][REASON_HEADER].endswith(f"…; the record holds only its first {KEPT_BYTES} of "
+                                                          f"{len(big)} bytes")
+    assert len(producer.written[1][2][REASON_HEADER]) == MAX_REASON_CHARS
+
+
+@pytest.mark.parametrize("code", [KafkaError._MSG_TIMED_OUT, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                                  KafkaError.UNKNOWN_TOPIC_OR_PART])
+def test_a_dead_letter_the_environment_keeps_from_kafka_is_waited_for_never_cut(code: int) -> None:
+    producer = Producer(fail=code)
+    with pytest.raises(ENVIRONMENT):
+        kafka_bus(producer).dead_letter(b"k", request("r1"), "invalid job request: x")
+    assert producer.written == [] and producer.tried == [len(request("r1")) + 1], "tried once, whole"
+
+
+def test_a_dead_letter_topic_that_takes_not_even_the_first_part_is_the_environments_fault() -> None:
+    producer = Producer(broker_max=1_000)
+    with pytest.raises(ENVIRONMENT, match="refused even a dead-letter record's first"):
+        kafka_bus(producer).dead_letter(b"k", b"x" * 100_000, "invalid job request: x")
+    assert producer.written == []
+
+
+def test_a_cut_dead_letter_record_is_never_republished_as_if_it_were_the_request() -> None:
+    whole = DeadLetter(0, 1, datetime.now(UTC), b"k", request("r1"), {REASON_HEADER: "x"}, 10)
+    cut = DeadLetter(0, 2, datetime.now(UTC), b"k", request("r1"),
+                     {REASON_HEADER: "x", TRUNCATED_HEADER: "first 65536 of 70000000 bytes"}, 65_536)
+    assert whole.not_republishable() is None
+    assert "holds only part of the refused request (first 65536 of 70000000 bytes)" in (cut.not_republishable() or "")
+    settings = KafkaSettings(kafka_bootstrap_servers="127.0.0.1:9", topic_prefix="nowhere")
+    with pytest.raises(NotRepublishable):
+        dlq.republish(settings, "nowhere.job-requests.dlq", cut, timeout_s=0.1)

@@ -20,6 +20,7 @@ from pacer_common.domain.dead_letters import (
     TENANT_HEADER,
     Cursor,
     DeadLetter,
+    NotRepublishable,
     Queue,
     Window,
 )
@@ -148,7 +149,10 @@ def one(k: KafkaSettings, topic: str, where: tuple[int, int]) -> DeadLetter | No
 def republish(k: KafkaSettings, topic: str, letter: DeadLetter, timeout_s: float = READ_TIMEOUT_S) -> None:
     """``letter`` (a refused job request) to the job requests topic again, as it came, with
     where it was dead-lettered in :data:`REPUBLISHED_HEADER`; raises unless acknowledged
-    within ``timeout_s``."""
+    within ``timeout_s``, and :class:`NotRepublishable` (sending nothing) for a record that
+    holds only part of the request."""
+    if (why := letter.not_republishable()) is not None:
+        raise NotRepublishable(why)
     headers = [(REPUBLISHED_HEADER, f"{topic}:{letter.where}".encode())]
     producer = make_producer(k.client_config(), **{"message.max.bytes": MAX_REQUEST_BYTES + 1_048_576})
     produce_all(producer, [(k.job_requests, letter.key, letter.value, headers)], timeout_s=timeout_s)

@@ -435,11 +435,14 @@ class Control:
                                     reason: str | None) -> ActionResult:
         """A refused job request sent to the planner again, as it came, once what refused it is
         fixed elsewhere (a tenant created, a quota raised, a bug fixed). A request still invalid
-        is not sent (422, the planner's own reason). Audited in the same transaction as the
+        is not sent (422, the planner's own reason), nor a record that holds only part of the
+        request (one too large to keep whole). Audited in the same transaction as the
         send: the broker acknowledges the request before the audit record commits. A transient
         database error runs the whole unit again, so a request may go out twice; the planner
         plans a request id once."""
         letter = await self.dead_letter(who, "requests", partition, offset)
+        if (why := letter.not_republishable()) is not None:
+            raise Invalid(f"not republished: {why}")
         try:
             await asyncio.to_thread(validate_request, letter.value, self.clock())
         except InvalidRequest as exc:

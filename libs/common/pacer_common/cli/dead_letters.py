@@ -7,7 +7,8 @@ bytes (to fix and ``pacer publish``); ``republish`` sends a refused job request 
 is, once what refused it is fixed elsewhere (a bug after an ``internal error``, a tenant
 created, a quota raised): through the Control API, as ``PACER_TOKEN``, with its role check,
 validation and audit record; ``--raw`` sends it unchecked, straight to Kafka, and records
-that in the audit log itself. Reading joins no consumer group and commits nothing.
+that in the audit log itself. A record that holds only part of a request (too large to keep
+whole) is never sent again. Reading joins no consumer group and commits nothing.
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ def _republish(args: argparse.Namespace) -> int:
     topic, letter = _found(args)
     if letter is None:
         return EXIT_NOT_FOUND
+    if (why := letter.not_republishable()) is not None:
+        print(f"{topic} {letter.where} not republished: {why}", file=sys.stderr)
+        return EXIT_REFUSED
     with psycopg.connect(url) as conn:  # the audit record commits once the broker holds the request
         conn.execute(query("republish_audit"), {
             "where": f"{topic}:{letter.where}", "reason": args.reason,

@@ -21,6 +21,9 @@ from pacer_common.domain.requests import DEFAULT_TENANT, MAX_ID_CHARS, TENANT_NA
 REASON_HEADER, AT_HEADER, SOURCE_HEADER = "pacer-error-reason", "pacer-error-at", "pacer-error-source"
 TENANT_HEADER = "pacer-tenant"
 REPUBLISHED_HEADER = "pacer-republished-from"
+# On a record that holds only the first part of what was refused (too large to keep whole):
+# what it holds, e.g. ``first 65536 of 70000000 bytes``.
+TRUNCATED_HEADER = "pacer-truncated"
 
 Queue = Literal["requests", "callbacks"]
 # A body read for its tenant when a record carries no tenant header (records written before
@@ -65,12 +68,35 @@ class DeadLetter:
         return named if named else tenant_named(self.value)
 
     @property
+    def truncated(self) -> str | None:
+        """What the record holds of the refused bytes when it is not all of them (its
+        :data:`TRUNCATED_HEADER`), else None."""
+        return self.headers.get(TRUNCATED_HEADER) or None
+
+    def not_republishable(self) -> str | None:
+        """Why the record must not be sent again as a job request, or None: one that holds
+        only the first part of the request is not the request."""
+        if self.truncated is None:
+            return None
+        return (f"the record holds only part of the refused request ({self.truncated}), not the request: "
+                "publish the whole request again from where it came from")
+
+    @property
     def key_text(self) -> str | None:
         return None if self.key is None else self.key.decode(errors="replace")
 
     def summary(self) -> dict[str, object]:
         return {"at": self.at.isoformat(timespec="seconds"), "where": self.where, "source": self.source,
                 "tenant": self.tenant, "key": self.key_text, "bytes": self.size, "reason": self.reason}
+
+
+class NotRepublishable(ValueError):
+    """A record that is not a whole request (:meth:`DeadLetter.not_republishable` says why)."""
+
+
+def truncation(kept: int, size: int) -> str:
+    """:data:`TRUNCATED_HEADER`'s value: ``kept`` of ``size`` bytes are in the record."""
+    return f"first {kept} of {size} bytes"
 
 
 def _body(value: bytes) -> dict[str, object] | None:

@@ -7,14 +7,16 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from confluent_kafka import Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from prometheus_client import CollectorRegistry
 
 from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand, JobCommands
+from pacer_common.domain.dead_letters import TRUNCATED_HEADER, truncation
 from pacer_common.domain.requests import LANES, MAX_REQUEST_BYTES, lane_of
 from pacer_common.kafka import (
     AsyncConsumer,
+    ProduceError,
     dead_letter_headers,
     logged_rebalances,
     make_consumer,
@@ -24,6 +26,7 @@ from pacer_common.kafka import (
 )
 from pacer_common.metrics import consumer_lag_config
 from pacer_common.settings import KafkaSettings
+from pacer_planner.adapters.faults import record_fault
 
 log = logging.getLogger(__name__)
 # (topic, partition, next offset): recorded before the offset is committed to Kafka
@@ -31,6 +34,9 @@ Record = Callable[[str, int, int], Awaitable[None]]
 
 MAX_REASON_CHARS = 2000  # a header, not a document: the reason's first part says what is wrong
 DLQ_TIMEOUT_S = 15.0  # a dead-letter record not acknowledged by then: retried, the offset stays
+# Of bytes the dead letters cannot hold whole: what is kept, enough to tell what they were.
+KEPT_BYTES = 65_536
+KEPT_KEY_BYTES = 1_024
 
 
 class KafkaCommandBus:
@@ -61,13 +67,65 @@ class KafkaCommandBus:
         )
 
     def dead_letter(self, key: bytes | None, value: bytes, reason: str, tenant: str | None = None) -> None:
-        """The original bytes, untouched, with the reason (and the tenant, if known) in headers."""
-        headers = dead_letter_headers(reason, "planner", MAX_REASON_CHARS, tenant)
-        produce_all(self.producer, [(self.dlq_topic, key, value, headers)], timeout_s=DLQ_TIMEOUT_S)
+        """The original bytes, untouched, with the reason (and the tenant, if known) in headers.
+
+        Bytes over :data:`MAX_REQUEST_BYTES`, or a record Kafka refuses for its size or shape
+        (``RECORD_FAULTS``: refused again however long one waits), are kept as their first
+        :data:`KEPT_BYTES` (the key its first :data:`KEPT_KEY_BYTES`), marked in
+        :data:`TRUNCATED_HEADER` and in the reason: the refusal is on record and the partition
+        goes on, and the record is never republished as if it were the request. Raises
+        (for the intake loop to wait and try again) if Kafka does not take even that."""
+        refused: KafkaError | None = None
+        if len(value) <= MAX_REQUEST_BYTES:
+            refused = self._produce_dead_letter(key, value, dead_letter_headers(reason, "planner", MAX_REASON_CHARS,
+                                                                                tenant))
+            if refused is None:
+                return
+            log.warning("dead-letter record refused whole (%s); keeping its first %d bytes", refused.str(), KEPT_BYTES)
+        kept, held = value[:KEPT_BYTES], truncation(min(len(value), KEPT_BYTES), len(value))
+        if key is not None and len(key) > KEPT_KEY_BYTES:
+            key, held = key[:KEPT_KEY_BYTES], f"{held}; key: {truncation(KEPT_KEY_BYTES, len(key))}"
+        note = f"; the record holds only its {held}" + ("" if refused is None else
+                                                       f" (Kafka refused it whole: {refused.str()})")
+        headers = [*dead_letter_headers(_ending_with(reason, note), "planner", MAX_REASON_CHARS, tenant),
+                   (TRUNCATED_HEADER, held.encode())]
+        again = self._produce_dead_letter(key, kept, headers)
+        if again is not None:
+            raise ProduceError(f"{self.dlq_topic} refused even a dead-letter record's first {len(kept)} bytes: "
+                               f"{again.str()}; see its max.message.bytes")
+
+    def _produce_dead_letter(self, key: bytes | None, value: bytes,
+                             headers: list[tuple[str, bytes]]) -> KafkaError | None:
+        """None once the record is acknowledged; Kafka's refusal if it refused the record
+        itself, at once or in its delivery report; any other failure (the environment's) raised."""
+        reports: list[KafkaError | None] = []
+        try:
+            while True:
+                try:
+                    self.producer.produce(self.dlq_topic, value=value, key=key, headers=list(headers),
+                                          on_delivery=lambda err, _msg: reports.append(err))
+                    break
+                except BufferError:  # the local queue is full: serve delivery reports, try again
+                    self.producer.poll(0.05)
+        except KafkaException as exc:
+            if (err := record_fault(exc)) is not None:
+                return err
+            raise
+        if self.producer.flush(DLQ_TIMEOUT_S) or not reports:
+            raise ProduceError(f"a dead-letter record not acknowledged after {DLQ_TIMEOUT_S}s")
+        if reports[0] is None or record_fault(reports[0]) is not None:
+            return reports[0]
+        raise ProduceError(f"a dead-letter record not delivered: {self.dlq_topic}: {reports[0]}")
 
     def close(self) -> None:
         """Deliver what is still queued (each dispatch flushes already; this is for a stop mid-way)."""
         self.producer.flush(10)
+
+
+def _ending_with(reason: str, note: str) -> str:
+    """``reason`` and ``note`` within :data:`MAX_REASON_CHARS`: the reason is cut, not the note."""
+    room = MAX_REASON_CHARS - len(note)
+    return (reason if len(reason) <= room else reason[: room - 1] + "…") + note
 
 
 class KafkaRequestSource:

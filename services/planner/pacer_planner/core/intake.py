@@ -3,11 +3,12 @@
 A requery request is stored as a job without items; its targets are paged in afterwards
 (``paging``), and ``Handled.paging`` tells the caller to start that.
 
-A request that cannot become a job (``validation``, admission, or the database refusing
-what it holds) is dead-lettered here, in one place, before anything of it is stored, unless
-its request id already has a job: then it is that job delivered again, whatever judging it
-again now says. A failure once the job is stored is raised as :class:`DispatchFailed`: such
-a request is never dead-lettered (``consume`` decides what to do with failures).
+A request that cannot become a job (over :data:`MAX_REQUEST_BYTES`, ``validation``,
+admission, or the database refusing what it holds) is dead-lettered here, in one place,
+before anything of it is stored, unless its request id already has a job: then it is that
+job delivered again, whatever judging it again now says. A failure once the job is stored is
+raised as :class:`DispatchFailed`: such a request is never dead-lettered (``consume``
+decides what to do with failures).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pacer_common import gcpause, tracing
 from pacer_common.domain.commands import ItemCommand, JobCommands
 from pacer_common.domain.dead_letters import request_id_named, tenant_named
 from pacer_common.domain.ids import JobId
-from pacer_common.domain.requests import JobRequest
+from pacer_common.domain.requests import MAX_REQUEST_BYTES, JobRequest
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.logs import bind
 from pacer_planner.domain.admission import refusal
@@ -54,6 +55,11 @@ class Handled:
     paging: bool = False  # a requery job: its targets are still to be paged in
 
 
+def oversized(size: int) -> str:
+    """The reason a request of ``size`` bytes, over :data:`MAX_REQUEST_BYTES`, is refused."""
+    return f"job request is {size} bytes, over the {MAX_REQUEST_BYTES // 1_048_576} MiB limit"
+
+
 def item_commands(job_id: str, req: JobRequest, priority: int, not_before: datetime | None,
                   items: Iterable[PlannedItem], shard_ids: Mapping[ShardKey, int]) -> JobCommands:
     return JobCommands(JobId(job_id), priority, req.kind.value, req.expire_at, not_before, [
@@ -78,6 +84,8 @@ class Planner:
 
     async def handle(self, key: bytes | None, value: bytes, now: datetime | None = None) -> Handled:
         now = now or datetime.now(UTC)
+        if len(value) > MAX_REQUEST_BYTES:  # a compressed record may hold more: not read at all
+            return await self.reject(key, value, oversized(len(value)))
         try:
             with gcpause.paused():  # millions of objects, none garbage, for a big request
                 valid = validate_request(value, now)
