@@ -114,3 +114,29 @@ def test_the_largest_callback_the_intake_takes_is_on_the_topic_pacer_topics_make
     assert asyncio.run(go()) == 200
     (got,) = read_topic(kafka_config, f"{topic_prefix}.callbacks", expect=1)
     assert got["key"] == b"g-big" and got["raw"] == body
+
+
+def test_a_signed_device_status_the_reconciler_could_not_act_on_is_dead_lettered_with_its_reason(
+        database_url: str, kafka_config: dict[str, str], topic_prefix: str) -> None:
+    # Answered 200 and appended, the reconciler skipped it ("ts: Input should have timezone
+    # info"): the guid's kicked state was lost, with nothing in the dead-letter topic.
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name, callback_secret) VALUES ('acme', 'acme-secret')")
+    naive = b'{"cmd":"device.status","guid":"g1","ts":"2026-01-01T10:00:00","data":{"status":"kicked"}}'
+    good = naive.replace(b'10:00:00"', b'10:00:00+08:00"')
+
+    async def go() -> list[tuple[int, Any]]:
+        async with intake(database_url, kafka_config, topic_prefix, CollectorRegistry()) as client:
+            answers = [await post(client, "acme", raw, sign("acme-secret", raw)) for raw in (naive, good)]
+            return [(a.status_code, a.json()) for a in answers]
+
+    assert asyncio.run(go()) == [
+        (400, {"code": 400, "msg": "malformed callback, dead-lettered: not a callback: ts: Input should have "
+                                  "timezone info"}),
+        (200, {"code": 0, "msg": "ok"})]
+    (dead,) = read_topic(kafka_config, f"{topic_prefix}.callbacks.dlq", expect=1)
+    assert dead["raw"] == naive and dead["headers"]["pacer-tenant"] == b"acme"
+    assert dead["headers"]["pacer-error-reason"] == b"not a callback: ts: Input should have timezone info"
+    assert dead["headers"]["pacer-error-source"] == b"intake"
+    assert [(m["key"], m["raw"]) for m in read_topic(kafka_config, f"{topic_prefix}.callbacks", expect=1)] == [
+        (b"g1", good)]

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pacer_common.domain.guid_health import GuidState
+from pacer_common.domain.callbacks import BadCallback, DeviceStatus, MediaReady, Other, parse
+from pacer_common.domain.guid_health import GuidState, StatusEvent
 from pacer_reconciler.callbacks import CallbackConsumer
-from pacer_reconciler.domain.callbacks import BadCallback, DeviceStatus, MediaReady, Other, parse
 from pacer_reconciler.ports import RawCallback
 
 
@@ -26,6 +26,10 @@ def test_device_status_media_ready_and_others() -> None:
                b'"reason":"too big"}}')
     assert ms == MediaReady("g1", "m", False, "too big")
     assert parse(b'{"cmd":"message.received","guid":"g1","ts":1,"data":{"msgUid":"u"}}') == Other("message.received")
+    long = "g" * 256  # the longest guid a job may name (the intake takes the same)
+    assert parse(json.dumps({"cmd": "device.status", "guid": long, "ts": 1, "data": {"status": "online"}}).encode()
+                 ) == DeviceStatus(long, StatusEvent(GuidState.ONLINE, datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC),
+                                                     "callback"))
 
 
 @pytest.mark.parametrize(("raw", "why"), [
@@ -35,6 +39,8 @@ def test_device_status_media_ready_and_others() -> None:
     (b'{"cmd":"device.status","guid":"g","ts":1,"data":{"status":"gone"}}', "device.status: status"),
     (b'{"cmd":"media.ready","guid":"g","ts":1,"data":{"ok":true}}', "media.ready: mediaId"),
     (b'{"cmd":"device.status","guid":"","ts":1,"data":{"status":"online"}}', "guid"),
+    (json.dumps({"cmd": "device.status", "guid": "g" * 257, "ts": 1, "data": {"status": "online"}}).encode(),
+     "^not a callback: guid: String should have at most 256 characters$"),
 ])
 def test_a_bad_callback_says_why(raw: bytes, why: str) -> None:
     with pytest.raises(BadCallback, match=why):

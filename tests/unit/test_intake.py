@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
 
 from pacer_common.cli import topic_layout
+from pacer_common.domain import callbacks as acted_on
+from pacer_common.domain.callbacks import ACTED_ON
 from pacer_common.domain.tenants import MAX_CALLBACK_BYTES, Tenant, sign
 from pacer_common.settings import KafkaSettings
 from pacer_intake.core import Intake
-from pacer_intake.domain.callbacks import BadCallback, parse
+from pacer_intake.domain.callbacks import BadCallback, Callback, parse
 from pacer_intake.ports import LogUnavailable
 from pacer_intake.settings import IntakeSettings
 
@@ -24,10 +26,29 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text()
                            max_leaves=10)
 
 
-@given(names, names, st.dictionaries(st.text(), json_values, max_size=4))
+@given(names.filter(lambda s: s not in ACTED_ON), names, st.dictionaries(st.text(), json_values, max_size=4))
 def test_any_object_with_cmd_and_guid_is_a_callback(cmd: str, guid: str, data: dict[str, object]) -> None:
     cb = parse(json.dumps({"cmd": cmd, "guid": guid, "ts": 1, "data": data}).encode())
     assert (cb.cmd, cb.guid) == (cmd, guid)
+
+
+@given(st.fixed_dictionaries({"cmd": st.sampled_from(ACTED_ON), "guid": names | st.just("g" * 257)},
+                             optional={"ts": json_values | st.sampled_from(["2026-01-01T10:00:00",
+                                                                            "2026-01-01T10:00:00+08:00"]),
+                                       "data": st.fixed_dictionaries({}, optional={
+                                           "status": st.sampled_from(["online", "kicked", "gone", 1]),
+                                           "mediaId": names | st.integers(), "ok": st.booleans() | st.text(),
+                                           "reason": st.none() | st.text()})}))
+def test_a_command_pacer_acts_on_is_taken_exactly_when_the_reconciler_can_act_on_it(body: dict[str, object]) -> None:
+    raw = json.dumps(body).encode()
+    try:
+        reconciler = acted_on.parse(raw)
+    except acted_on.BadCallback:
+        with pytest.raises(BadCallback):  # with the reconciler's reason, unless one of the intake's own came first
+            parse(raw)
+    else:
+        assert not isinstance(reconciler, acted_on.Other)
+        assert parse(raw) == Callback(str(body["cmd"]), str(body["guid"]))
 
 
 @pytest.mark.parametrize(("raw", "why"), [
@@ -39,7 +60,14 @@ def test_any_object_with_cmd_and_guid_is_a_callback(cmd: str, guid: str, data: d
     (b'{"cmd": "device.status"}', "missing 'guid'"),
     (b'{"cmd": "device.status", "guid": 7}', "missing 'guid'"),
     (b'{"cmd": "x", "guid": "g", "data": [1]}', "'data' must be an object"),
-    (json.dumps({"cmd": "x", "guid": "g" * 1025}).encode(), "is not a guid"),
+    (json.dumps({"cmd": "x", "guid": "g" * 257}).encode(), "is not a guid \\(over 256 characters"),
+    (json.dumps({"cmd": "x", "guid": "g\x00"}).encode(), "is not a guid"),
+    # Pacer's own commands, as the reconciler reads them (it skipped these, and the event was lost)
+    (b'{"cmd":"device.status","guid":"g1","ts":"2026-01-01T10:00:00","data":{"status":"kicked"}}',
+     "^not a callback: ts: Input should have timezone info$"),
+    (b'{"cmd":"device.status","guid":"g1","data":{"status":"kicked"}}', "^not a callback: ts: Field required$"),
+    (b'{"cmd":"device.status","guid":"g1","ts":1,"data":{"status":"gone"}}', "^device.status: status: Input should be"),
+    (b'{"cmd":"media.ready","guid":"g1","ts":1,"data":{"ok":true}}', "^media.ready: mediaId: Field required$"),
     (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),  # 200 KB: under the size limit
 ])
 def test_a_malformed_body_is_refused_with_its_reason(raw: bytes, why: str) -> None:
@@ -96,6 +124,20 @@ def test_a_signed_malformed_body_is_dead_lettered_with_the_reason() -> None:
     log, raw = Log(), b'{"cmd":"x"}'
     assert receive(log, "acme", raw, sign("s3", raw)) == ("dead_lettered", 400)
     assert log.dead == [("acme", raw, "missing 'guid' (a non-empty string)")] and not log.appended
+
+
+def test_a_signed_callback_pacer_could_not_act_on_is_dead_lettered_not_appended() -> None:
+    log, raw = Log(), b'{"cmd":"device.status","guid":"g1","ts":"2026-01-01T10:00:00","data":{"status":"kicked"}}'
+    got = asyncio.run(Intake(TENANTS.get, log, max_body_bytes=1000).receive("acme", raw, sign("s3", raw)))
+    assert (got.result, got.status) == ("dead_lettered", 400)
+    assert got.message == "malformed callback, dead-lettered: not a callback: ts: Input should have timezone info"
+    assert log.dead == [("acme", raw, "not a callback: ts: Input should have timezone info")] and not log.appended
+    # the same event with its zone is taken; a command Pacer does not act on is not read so closely
+    good = raw.replace(b'10:00:00"', b'10:00:00+08:00"')
+    other = b'{"cmd":"message.received","guid":"g1","data":{"msgUid":"m"}}'
+    for body in (good, other):
+        assert receive(log, "acme", body, sign("s3", body)) == ("accepted", 200)
+    assert log.appended == [("acme", "g1", good), ("acme", "g1", other)] and len(log.dead) == 1
 
 
 def test_a_log_that_cannot_acknowledge_is_a_503_to_send_again() -> None:

@@ -23,9 +23,9 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from pacer_common.domain.callbacks import BadCallback, DeviceStatus, MediaReady, parse
 from pacer_common.domain.guid_health import StatusEvent
 from pacer_common.domain.requests import DEFAULT_TENANT
-from pacer_reconciler.domain.callbacks import BadCallback, DeviceStatus, MediaReady, parse
 from pacer_reconciler.ports import CallbackSource, GuidStates, RawCallback
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,12 @@
 """What makes a gateway callback well-formed (DESIGN.md "Gateway contract, all actions", Callbacks).
 
-A callback is a JSON object ``{"cmd", "guid", "ts", "data": {...}}``. The intake needs only
-``cmd`` and ``guid`` (the Kafka key) to append it; it does not judge the rest, and appends the
-body byte for byte as received. Any ``cmd`` is appended (consumers skip the ones they do not
-know), so a gateway adding an event type needs no change here.
+A callback is a JSON object ``{"cmd", "guid", "ts", "data": {...}}``. The intake needs
+``cmd`` and ``guid`` (the Kafka key) to append it, and appends the body byte for byte as
+received. Any ``cmd`` is appended (consumers skip the ones they do not know), so a gateway
+adding an event type needs no change here. The commands Pacer itself acts on
+(``device.status``, ``media.ready``) are read here as the reconciler reads them
+(``pacer_common.domain.callbacks``): one it could not act on is refused with the reason,
+not appended for the reconciler to skip.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-MAX_GUID_BYTES = 1024  # a Kafka key, and the guid column's index, hold it with room to spare
+from pacer_common.domain import callbacks as acted_on
+from pacer_common.domain.callbacks import ACTED_ON, MAX_GUID_CHARS
 
 
 class BadCallback(ValueError):
@@ -41,8 +45,13 @@ def parse(raw: bytes) -> Callback:
         raise BadCallback("missing 'cmd' (a non-empty string)")
     if not isinstance(guid, str) or not guid:
         raise BadCallback("missing 'guid' (a non-empty string)")
-    if len(guid.encode(errors="surrogatepass")) > MAX_GUID_BYTES or "\x00" in guid:
-        raise BadCallback(f"'guid' is not a guid (over {MAX_GUID_BYTES} bytes, or a NUL character)")
+    if len(guid) > MAX_GUID_CHARS or "\x00" in guid:
+        raise BadCallback(f"'guid' is not a guid (over {MAX_GUID_CHARS} characters, or a NUL character)")
     if data is not None and not isinstance(data, dict):
         raise BadCallback("'data' must be an object")
+    if cmd in ACTED_ON:
+        try:
+            acted_on.parse(raw)
+        except acted_on.BadCallback as exc:
+            raise BadCallback(str(exc)) from None  # the reason the reconciler would have skipped it for
     return Callback(cmd, guid)

@@ -1,10 +1,12 @@
-"""Gateway callbacks as the intake appended them to ``<prefix>.callbacks``: one JSON body
-``{"cmd", "guid", "ts", "data"}`` per record (docs/architecture.md, "Callbacks").
+"""Gateway callbacks Pacer acts on: one JSON body ``{"cmd", "guid", "ts", "data"}``
+(DESIGN.md "Gateway contract, all actions", Callbacks; docs/architecture.md, "Callbacks").
 
-Pacer itself acts on two commands: ``device.status`` (a guid's lifecycle) and
-``media.ready`` (an uploaded media's readiness). Every other command is for business
-consumers and is passed over here. A body that cannot be read is the event's own fault:
-:class:`BadCallback` carries the reason, and the consumer counts and skips it.
+Pacer itself acts on two commands (:data:`ACTED_ON`): ``device.status`` (a guid's
+lifecycle) and ``media.ready`` (an uploaded media's readiness). Every other command is for
+business consumers and is passed over here. This is the one reading of them: the intake
+refuses (dead-letters, with the reason) one of these it could not act on, before it is
+appended, and the reconciler acts on what it appended. A body that cannot be read is the
+event's own fault: :class:`BadCallback` carries the reason.
 """
 
 from __future__ import annotations
@@ -15,15 +17,22 @@ from typing import Annotated, Any
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from pacer_common.domain.guid_health import GuidState, StatusEvent
+from pacer_common.domain.requests import MAX_ID_CHARS, NO_NUL
+from pacer_common.domain.validation import error_text, loc_part
 
 MAX_REASON_CHARS = 500  # a gateway's reason, as stored
+# A callback's guid: the bound of a guid a job names (a target's), so that every guid a job
+# sends from can have its device.status and media.ready read; the intake refuses a longer one
+# whatever its command (it is the callback's Kafka key).
+MAX_GUID_CHARS = MAX_ID_CHARS
+ACTED_ON = ("device.status", "media.ready")
 
 
 class BadCallback(ValueError):
     """A callback Pacer cannot act on; the message says why."""
 
 
-Guid = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00]*$")]
+Guid = Annotated[str, Field(min_length=1, max_length=MAX_GUID_CHARS, pattern=NO_NUL)]
 
 
 class _Body(BaseModel):
@@ -42,7 +51,7 @@ class _Status(BaseModel):
 
 class _MediaReady(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
-    mediaId: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00]*$")
+    mediaId: str = Field(min_length=1, max_length=200, pattern=NO_NUL)
     ok: bool
     reason: str | None = None
 
@@ -77,7 +86,7 @@ def _clip(reason: str | None) -> str | None:
 
 
 def _brief(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()[:5])
+    return "; ".join(f"{'.'.join(loc_part(p) for p in e['loc']) or 'body'}: {error_text(e)}" for e in exc.errors()[:5])
 
 
 def parse(raw: bytes | None) -> Callback:
