@@ -101,6 +101,20 @@ def test_admission_refuses_batch_work_over_a_guids_backlog_but_not_replies(
     assert json.loads(dlq[0]["raw"])["request_id"] == "r6"
 
 
+def test_a_requery_jobs_request_id_published_again_as_a_snapshot_leaves_it_a_requery_job(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    # The job stored under the id is what came again, not what the new bytes say: still paged
+    # in, never marked dispatched as if a snapshot's items had gone out (which would end its paging).
+    paged = json.loads(request("q-mode", 0))
+    paged["targets"] = {"mode": "requery", "url": "http://audience.invalid/people", "page_size": 10}
+    first, again = run(database_url, kafka_config, topics, [json.dumps(paged).encode(), request("q-mode", 3)])
+    assert (first.outcome, first.paging) == ("paging", True)
+    assert (again.outcome, again.job_id, again.items, again.paging) == ("duplicate", first.job_id, 0, True)
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT target_mode, dispatched_at FROM jobs").fetchall() == [("requery", None)]
+        assert conn.execute("SELECT count(*) FROM items").fetchone() == (0,)
+
+
 def test_a_long_guid_is_split_into_sub_shards_by_a_stable_hash_of_to_id(
         database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
     # g0 and g1 have 10 items each, over a max of 4 per shard: ceil(10 / 4) = 3 sub-shards each.

@@ -103,11 +103,20 @@ class Planner:
             except StoreRefused as exc:
                 return await self._refuse(key, value, f"cannot store job request: {exc}", request.tenant,
                                           request.request_id)
-            known = Known(p.job_id, stored.dispatched, p.request.targets.mode == "requery")
+            if stored.created:
+                try:
+                    return await self._dispatch(p, stored)
+                except Exception as exc:
+                    raise DispatchFailed(p.job_id) from exc
+            # The request id had a job: that job, as stored, is what came again. Whether it is
+            # paged in is the job's (a requery job's id republished as a snapshot stays a requery job).
+            known = await self.store.known(request.request_id)
+            if known is None:  # the job was removed since (retention): the next attempt stores it anew
+                raise LookupError(f"the job of request id {request.request_id!r} is gone since storing it")
             try:
-                return await (self._dispatch(p, stored) if stored.created else self._again(known))
+                return await self._again(known)
             except Exception as exc:
-                raise DispatchFailed(p.job_id) from exc
+                raise DispatchFailed(known.job_id) from exc
 
     async def _refuse(self, key: bytes | None, value: bytes, reason: str, tenant: str | None,
                       request_id: str | None) -> Handled:
