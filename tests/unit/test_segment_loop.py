@@ -1,6 +1,7 @@
 """The segment loop tails exactly the segments its leases hold: a segment handed over is
 tailed no more, a new one starts at once, a lost lease in one segment stops only that
-segment's batch, and only the holder of segment 0 exports the leader's numbers."""
+segment's batch, a segment whose tail keeps failing backs off alone (the sweeps and the other
+segments go on), and only the holder of segment 0 exports the leader's numbers."""
 
 from __future__ import annotations
 
@@ -54,13 +55,16 @@ class FakeLeases:
 
 
 class FakeTail(Reconciler):
-    """A segment's tail: counts its rounds; raises what ``fail_with`` holds once."""
+    """A segment's tail: counts its rounds; raises what ``fail_with`` holds once, and
+    ``fails_always`` every round it is set (counted in ``failures``)."""
 
     def __init__(self, segment: int) -> None:
         self.segment = segment
         self.rounds = 0
         self.forgotten = 0
         self.fail_with: Exception | None = None
+        self.fails_always: Exception | None = None
+        self.failures = 0
         self.tripped = []
         self.bad = Counter()
 
@@ -69,6 +73,9 @@ class FakeTail(Reconciler):
         if self.fail_with is not None:
             exc, self.fail_with = self.fail_with, None
             raise exc
+        if self.fails_always is not None:
+            self.failures += 1
+            raise self.fails_always
         return 1
 
     def forget_position(self) -> None:
@@ -76,7 +83,13 @@ class FakeTail(Reconciler):
 
 
 class NoSweeps:
+    """Sweeps that move nothing; each one run is counted by kind."""
+
+    def __init__(self) -> None:
+        self.runs: Counter[str] = Counter()
+
     async def sweep(self, kind: str, limit: int) -> int:
+        self.runs[kind] += 1
         return 0
 
     async def in_doubt(self, limit: int) -> list[InDoubt]:
@@ -123,9 +136,11 @@ def _sample(registry: CollectorRegistry, name: str) -> float | None:
 
 
 def _segment_loop(registry: CollectorRegistry, leases: FakeLeases, stats: Stats,
-                  verify: NoSweeps | None = None) -> tuple[SegmentLoop, dict[int, FakeTail]]:
-    """A loop over ``leases`` whose tails (by segment, as they are made) only count rounds;
-    its verifier reads and resolves through ``verify`` (none in doubt by default)."""
+                  verify: NoSweeps | None = None, sweeps: NoSweeps | None = None,
+                  ) -> tuple[SegmentLoop, dict[int, FakeTail]]:
+    """A loop over ``leases`` whose tails (by segment, as they are made) only count rounds, and
+    whose sweeps run through ``sweeps``; its verifier reads and resolves through ``verify``
+    (none in doubt by default)."""
     tails: dict[int, FakeTail] = {}
 
     def tailer(segment: int, lease: Lease) -> Reconciler:
@@ -133,7 +148,7 @@ def _segment_loop(registry: CollectorRegistry, leases: FakeLeases, stats: Stats,
         return tails[segment]
 
     m = ReconcilerMetrics(registry, lambda: 0 in leases.owned())
-    sweeps = NoSweeps()
+    sweeps = sweeps or NoSweeps()
     loop = SegmentLoop(
         leases, tailer, Reconciler(None, sweeps, None), stats,  # type: ignore[arg-type]
         Verifier(verify or sweeps, NoLookup()), BacklogGauges(NoBacklog(), m, 3), m,
@@ -188,6 +203,47 @@ def test_the_loop_tails_the_segments_held_and_follows_handovers() -> None:
             await until(lambda: states[-1] == "standby")
             leases.hold(0)
             await until(lambda: stats.stall_counts == 3)
+        finally:
+            stop.set()
+            await running
+
+    asyncio.run(scenario())
+
+
+def test_a_segment_whose_tail_keeps_failing_backs_off_alone() -> None:
+    """Segment 1's tail fails every round (a row it holds on, a message Kafka refuses): it is
+    tried again after its own back-off, while segment 0 goes on tailing and the sweeps and the
+    leader's numbers go on every round. The tail lag shows the segment left behind."""
+    async def scenario() -> None:
+        registry, leases, stats, sweeps = CollectorRegistry(), FakeLeases(2), Stats(), NoSweeps()
+        loop, tails = _segment_loop(registry, leases, stats, sweeps=sweeps)
+        stop = asyncio.Event()
+        leases.hold(0, 1)
+        running = asyncio.create_task(loop.run(stop, lambda ok, state: None))
+
+        def lag() -> float:
+            return _sample(registry, "pacer_reconciler_tail_lag_seconds") or 0.0
+
+        try:
+            await until(lambda: all(s in tails and tails[s].rounds >= 2 for s in (0, 1)))
+            tails[1].fails_always = RuntimeError("KafkaException: message too large")
+            await until(lambda: tails[1].failures >= 1)
+            tail0, tail1, swept, read = tails[0].rounds, tails[1].rounds, sweeps.runs["retry_due"], stats.rounds
+            await until(lambda: tails[1].failures >= 3 and tails[0].rounds >= tail0 + 10)
+            rounds = tails[0].rounds - tail0  # segment 0's rounds meanwhile: the loop's
+            assert tails[1].rounds - tail1 <= rounds // 2, "the failing segment is tried after its back-off only"
+            assert sweeps.runs["retry_due"] - swept >= rounds - 1, "the sweeps run every round"
+            assert sweeps.runs["release_held"] == sweeps.runs["retry_due"], "every sweep"
+            assert stats.rounds - read >= rounds - 1, "and the leader's numbers"
+            assert loop.guard.failures == 0, "the loop itself never backed off"
+            loop.drain()
+            errors = registry.get_sample_value("pacer_reconciler_round_errors_total", {"error": "RuntimeError"})
+            assert errors == tails[1].failures, "each failure counted"
+            await until(lambda: lag() >= 1.0)  # segment 1 has finished no round since
+
+            tails[1].fails_always = None  # fixed: segment 1 catches up after its back-off
+            back = tails[1].rounds
+            await until(lambda: tails[1].rounds >= back + 3 and lag() < 1.0)
         finally:
             stop.set()
             await running

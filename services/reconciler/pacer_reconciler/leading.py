@@ -5,8 +5,9 @@ Alongside it run the leases' renewals and claims, the verification of the held s
 in-doubt sends (its own task: a slow gateway holds up only verification) and the backlog
 metrics. The owner of segment 0 also runs the duties that are not per guid: the
 release of lifted holds, the backlog metrics and the database-wide stats (it is "the
-leader" in the metrics). Nothing a round raises stops the loop (``RoundGuard``): it is
-logged, counted and followed by a back-off.
+leader" in the metrics). Nothing a round raises stops the loop: it is logged, counted and
+followed by a back-off, of the one segment whose tail failed (the other segments' tails, the
+sweeps and the leader's numbers go on), or of the whole loop if the round itself failed.
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ from pacer_reconciler.verifier import LOOKUP_RESULTS, VERIFY_STEPS, Verifier
 log = logging.getLogger("pacer.reconciler")
 Ready = Callable[[bool, str], None]  # the readiness probe's (ready, state)
 Tailer = Callable[[int, Lease], Reconciler]  # the tail of one segment, fenced by its lease
+
+
+@dataclass
+class _Backoff:
+    """A segment's tail rounds failed in a row, and the loop time before which it is not tried again."""
+
+    failures: int = 0
+    until: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -58,12 +67,13 @@ class SegmentLoop:
         self.config = config
         self.prepare = prepare  # the cursors of the layout, once before the first tail
         self.prepared = False
-        self.guard = RoundGuard(max_s=config.error_backoff_max_s)
+        self.guard = RoundGuard(max_s=config.error_backoff_max_s)  # the rounds'; each segment's tail backs off alone
         self._slots = asyncio.Semaphore(config.tail_concurrency)
         self.tails: dict[int, Reconciler] = {}
         self.epochs: dict[int, int | None] = {}  # the lease term each tail serves
+        self.backoff: dict[int, _Backoff] = {}  # each tail's failures in a row
         self.now = asyncio.get_running_loop().time
-        self.last_tail = self.now()
+        self.tailed_at: dict[int, float] = {}  # when each tail last finished a round (or its segment was taken)
         self.next_sweep = 0.0
         self.next_stall_count = 0.0
         # When the leader last read all its numbers (or took the lead); None while not leading.
@@ -99,15 +109,12 @@ class SegmentLoop:
         if not owned:
             await self._stand_by(stop, ready)
             return
-        if not self.tails:
-            self.last_tail = self.now()
         self._follow(owned)
         ready(True, "leader" if SINGLETON_SEGMENT in owned else "active")
         n, delay = await self.guard.run(self._round)
         if delay:
             await _idle(stop, delay)
             return
-        self.last_tail = self.now()
         if n < self.config.batch:
             await _idle(stop, 0.1)
 
@@ -116,13 +123,18 @@ class SegmentLoop:
         (another replica may have moved it meanwhile)."""
         for s in [s for s in self.tails if s not in owned]:
             self._drain(self.tails.pop(s))
+            self.backoff.pop(s, None)
+            self.tailed_at.pop(s, None)
             log.info("segment %d no longer held (epoch %s)", s, self.epochs.pop(s, None))
         for s in owned:
             lease = self.leases.lease(s)
             if s not in self.tails:
                 self.tails[s] = self.tailer(s, lease)
+                self.tailed_at[s] = self.now()
+                self.backoff[s] = _Backoff()
             elif self.epochs.get(s) != lease.epoch:
                 self.tails[s].forget_position()
+                self.backoff[s] = _Backoff()  # a new term is tried at once
             self.epochs[s] = lease.epoch
 
     async def _stand_by(self, stop: asyncio.Event, ready: Ready) -> None:
@@ -131,39 +143,65 @@ class SegmentLoop:
         for s in list(self.tails):
             self._drain(self.tails.pop(s))
         self.epochs.clear()
+        self.backoff.clear()
+        self.tailed_at.clear()
         ready(True, "standby")
         self._not_leading()
         await _idle(stop, min(0.5, self.config.leader_ttl_s / 3))
 
     async def _round(self) -> int:
-        """One tail round of every segment held, up to ``tail_concurrency`` at once (one's
-        database and Kafka waits overlap another's work), then the sweeps when due; returns
-        the most events one segment had. A failure other than a lost lease or a moved cursor
-        fails the round once every segment's tail has finished."""
+        """One tail round of every segment held and not backing off, up to
+        ``tail_concurrency`` at once (one's database and Kafka waits overlap another's work),
+        then the sweeps when due, whatever the tails did; returns the most events one segment
+        had. A tail that fails backs off alone (:meth:`_tail`): one segment held on a poison
+        row or a message Kafka refuses neither stops the sweeps and the leader's numbers nor
+        slows the other segments."""
         if not self.prepared:
             await self.prepare()
             self.prepared = True
-        results = await asyncio.gather(*(self._tail(s, rec) for s, rec in list(self.tails.items())),
-                                       return_exceptions=True)
-        counts = [r for r in results if not isinstance(r, BaseException)]
+        now = self.now()
+        due = [(s, rec) for s, rec in self.tails.items() if self.backoff[s].until <= now]
+        counts = await asyncio.gather(*(self._tail(s, rec) for s, rec in due))
         self.m.events.inc(sum(counts))
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
         if self.now() >= self.next_sweep:
             await self._sweep()
         return max(counts, default=0)
 
     async def _tail(self, s: int, rec: Reconciler) -> int:
+        """One tail round of segment ``s``. A lost lease or a moved cursor drops the batch
+        (read again next round); any other failure is logged, counted (by exception type, in
+        ``pacer_reconciler_round_errors_total``) and followed by this segment's own back-off,
+        doubling from ``RoundGuard.base_s`` up to ``error_backoff_max_s``; a round that
+        finishes resets it."""
         async with self._slots:
             try:
-                return await rec.tail_once()
+                n = await rec.tail_once()
             except CursorMoved as exc:
                 log.error("segment %d: event batch not applied: %s; reading again from the stored cursor", s, exc)
+                n = 0
             except LeadershipLost as exc:
                 log.warning("segment %d: event batch not applied: %s", s, exc)
                 rec.forget_position()
-            return 0
+                n = 0
+            except Exception as exc:
+                backoff = self.backoff[s]
+                backoff.failures += 1
+                delay = min(self.guard.max_s, self.guard.base_s * 2 ** min(backoff.failures - 1, 16))
+                backoff.until = self.now() + delay
+                self.m.count_round_error(type(exc).__name__, 1)
+                log.exception("segment %d: tail round failed (%d in a row); next try in %.1fs, the other segments "
+                              "and the sweeps go on", s, backoff.failures, delay)
+                return 0
+        self.backoff[s] = _Backoff()
+        self.tailed_at[s] = self.now()
+        return n
+
+    def tail_lag(self) -> float:
+        """Seconds since the held segment furthest behind last finished a tail round (0 while
+        holding none): one segment whose tail keeps failing shows, however well the others go."""
+        if not self.is_active() or not self.tailed_at:
+            return 0.0
+        return self.now() - min(self.tailed_at.values())
 
     async def _sweep(self) -> None:
         report = await self.sweeper.sweep_once()
@@ -253,7 +291,7 @@ def _export(m: ReconcilerMetrics, loop: SegmentLoop) -> None:
     m.segments_owned.set_function(lambda: float(len(leases.owned())))
     m.segments.set(leases.n)
     m.replicas.set_function(lambda: float(leases.replicas))
-    m.tail_lag.set_function(lambda: loop.now() - loop.last_tail if loop.is_active() else 0.0)
+    m.tail_lag.set_function(loop.tail_lag)
     m.lookups_in_flight.set_function(lambda: float(loop.verifier.in_flight))
 
     def stats_age() -> float:

@@ -153,7 +153,8 @@ class ReconcilerMetrics:
             "`pacer_reconciler_bad_events_total{reason=\"bad_callback\"}`)."
         ), ["cmd", "result"], registry=registry)
         self.round_errors = Counter("pacer_reconciler_round_errors_total", (
-            "Tail/sweep rounds that raised (database or Kafka down, a defect), and reads of the leader's "
+            "Rounds that raised (database or Kafka down, a defect): a segment's tail (that segment backs off, the "
+            "others and the sweeps go on), the partition maintenance, the callbacks; and reads of the leader's "
             "database-wide numbers that failed, by exception type; each is followed by a back-off, the service "
             "stays up."
         ), ["error"], registry=registry)
@@ -221,8 +222,9 @@ class ReconcilerMetrics:
             "Live reconciler replicas this one counts when it shares out the segments (itself included)."
         ), registry=registry)
         self.tail_lag = Gauge("pacer_reconciler_tail_lag_seconds", (
-            "Seconds since this replica last finished a tail round of its segments (0 while it holds none). "
-            "Below a second when healthy, whatever the gateway does; it grows while Postgres or Kafka is down."
+            "Seconds since the segment of this replica furthest behind last finished a tail round (0 while it holds "
+            "none). Below a second when healthy, whatever the gateway does; it grows while Postgres or Kafka is "
+            "down, or while one segment's tail keeps failing."
         ), registry=registry)
         self.events_held_back = Gauge("pacer_reconciler_events_held_back_seconds", (
             "How long the first committed event no tail can read yet has waited: a tail reads only below the "

@@ -71,9 +71,10 @@ class ReconcilerSettings(OpsSettings):
         "item-outcomes and item-commands topics' `max.message.bytes`."
     ))
     error_backoff_max_s: float = Field(30.0, description=(
-        "A tail or sweep round that fails (database or Kafka down, a defect) is logged, counted in "
-        "`pacer_reconciler_round_errors_total{error}` and retried after an exponential back-off from 0.5 s up to "
-        "this; the service does not exit."
+        "A segment's tail round that fails (database or Kafka down, a row it cannot get past, a defect) is logged, "
+        "counted in `pacer_reconciler_round_errors_total{error}` and retried after an exponential back-off from 0.5 s "
+        "up to this, of that segment alone: the other segments' tails and the sweeps go on. Other rounds that fail "
+        "(the partition maintenance, the callbacks) back off the same way; the service does not exit."
     ))
     batch: int = Field(2000, description="Most events read from the event log per tail round.")
     breaker_consecutive: int = Field(20, description=(

@@ -53,8 +53,8 @@ class SenderSettings(OpsSettings):
     ))
     breaker_failures: int = Field(5, ge=1, description=(
         "Gateway failures in a row (unreachable, 5xx, timeout) that open a tenant's circuit breaker: its sends "
-        "are then deferred before any request (outcome `deferred`, no attempt used, the guid not slowed) for `BREAKER_COOLDOWN_S`, then one "
-        "probe goes. Per tenant: one tenant's failing gateway never slows another's sends."
+        "are then deferred before any request (outcome `deferred`, no attempt used, the guid not slowed) for "
+        "`BREAKER_COOLDOWN_S`, then one probe goes. Per tenant: one tenant's failing gateway never slows another's sends."
     ))
     breaker_cooldown_s: float = Field(10.0, gt=0, description="How long an open tenant breaker refuses sends, in s.")
     lease_ttl_s: float = Field(60.0, description=(
