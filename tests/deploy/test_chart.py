@@ -145,6 +145,100 @@ def test_the_gateway_port_of_an_http_url_is_let_through() -> None:
     assert 8080 in _egress_ports(policies["tenant-a-pacer-sender"])  # http://wecom-gateway:8080
 
 
+def _hook(obj: dict) -> dict[str, str]:
+    return {k: v for k, v in obj["metadata"].get("annotations", {}).items() if k.startswith("helm.sh/hook")}
+
+
+def test_the_migrate_jobs_network_policy_is_in_place_before_the_job_runs(full):
+    """Helm creates ordinary objects only after the pre-install hooks: the migrate Job's policy
+    is a hook of the same events, created before it (a lower weight), so the first install's Job
+    reaches DNS, Postgres and Kafka in a namespace that denies egress by default. Recreated on
+    each upgrade and never deleted on the hooks' outcome: Helm would delete it under a Job that
+    outlasts --timeout and runs on."""
+    policies = _by_kind(full, "NetworkPolicy")
+    job, policy = _hook(_by_kind(full, "Job")["pacer-migrate"]), _hook(policies.pop("pacer-migrate"))
+    events = {"pre-install", "pre-upgrade"}
+    assert set(policy["helm.sh/hook"].split(",")) == set(job["helm.sh/hook"].split(",")) == events
+    assert int(policy["helm.sh/hook-weight"]) < int(job["helm.sh/hook-weight"])
+    assert policy["helm.sh/hook-delete-policy"].split(",") == ["before-hook-creation"]
+    assert policies, "no other policy rendered"
+    for name, other in policies.items():  # ordinary objects of the release
+        assert _hook(other) == {}, name
+
+
+def _kafka_rules(objs: list[dict]) -> dict[str, dict]:
+    """Each policy's egress rule to Kafka: the one to full-values.yaml's networkPolicy.kafka.to."""
+    to = yaml.safe_load((CHART / "ci" / "full-values.yaml").read_text())["networkPolicy"]["kafka"]["to"]
+    out = {}
+    for name, policy in _by_kind(objs, "NetworkPolicy").items():
+        (out[name],) = [rule for rule in policy["spec"]["egress"] if rule.get("to") == to]
+    return out
+
+
+def test_kafka_egress_opens_the_ports_the_bootstrap_servers_name(full):
+    managed = render("pacer", CHART / "ci" / "full-values.yaml",
+                     "--set", r"kafka.bootstrapServers=b-1.kafka.example:9094\, b-2.kafka.example:9096")
+    rules = _kafka_rules(managed)
+    assert set(rules) == {f"pacer-{c}" for c in ("planner", "sender", "reconciler", "control", "intake", "migrate")}
+    for name, rule in rules.items():
+        assert [(p["port"], p["protocol"]) for p in rule["ports"]] == [(9092, "TCP"), (9094, "TCP"), (9096, "TCP")], name
+    # A host without a port is on librdkafka's default, even when networkPolicy.kafka.ports leaves it out.
+    bare = render("pacer", CHART / "ci" / "full-values.yaml", "--set", "kafka.bootstrapServers=kafka",
+                  "--set", "networkPolicy.kafka.ports={9093}")
+    for name, rule in _kafka_rules(bare).items():
+        assert [p["port"] for p in rule["ports"]] == [9093, 9092], name
+    # full-values.yaml names 9092, which the ports already have: each port is listed once.
+    for policy in _by_kind(full, "NetworkPolicy").values():
+        for rule in policy["spec"]["egress"]:
+            listed = [(p["port"], p["protocol"]) for p in rule["ports"]]
+            assert len(listed) == len(set(listed)), policy["metadata"]["name"]
+
+
+def test_extra_egress_is_appended_to_every_policy(tmp_path):
+    collector = {"ports": [{"port": 4318, "protocol": "TCP"}],
+                 "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}]}
+    values = tmp_path / "collector.yaml"
+    values.write_text(yaml.safe_dump({"networkPolicy": {"extraEgress": [collector]}}))
+    plain = _by_kind(render("pacer", CHART / "ci" / "full-values.yaml"), "NetworkPolicy")
+    policies = _by_kind(render("pacer", CHART / "ci" / "full-values.yaml", "-f", str(values)), "NetworkPolicy")
+    assert set(policies) == set(plain) and len(policies) == 6
+    for name, policy in policies.items():
+        assert policy["spec"]["egress"] == plain[name]["spec"]["egress"] + [collector], name
+        validate(policy)
+    misspelt = template("pacer", CHART / "ci" / "full-values.yaml", "--set", "networkPolicy.extraEgress[0].port=4318")
+    assert misspelt.returncode != 0 and "extraEgress" in misspelt.stderr
+
+
+RUNBOOK = "https://git.example.com/pacer/-/blob/main/docs/runbook.md"
+
+
+def _rules(objs: list[dict]) -> list[dict]:
+    (rule,) = _by_kind(objs, "PrometheusRule").values()
+    (shipped,) = [g for g in rule["spec"]["groups"] if not g["name"].endswith("-additional")]
+    return shipped["rules"]
+
+
+def test_alert_runbook_links_lead_where_the_runbook_is_served(full):
+    """The rules file links each alert to its section of docs/runbook.md by the path in the
+    repository; with prometheusRule.runbookBaseUrl every link is that URL and the anchor."""
+    plain = _rules(full)
+    linked = _rules(render("pacer", CHART / "ci" / "full-values.yaml", "--set", f"prometheusRule.runbookBaseUrl={RUNBOOK}"))
+    alerts = [r for r in plain if "alert" in r]
+    assert alerts and all(r["annotations"]["runbook_url"].startswith("docs/runbook.md#") for r in alerts)
+    assert len(linked) == len(plain)
+    for before, after in zip(plain, linked, strict=True):
+        if "alert" not in before:
+            assert after == before
+            continue
+        url = after["annotations"]["runbook_url"]
+        assert url.startswith(RUNBOOK + "#"), (after["alert"], url)
+        assert url == RUNBOOK + before["annotations"]["runbook_url"].removeprefix("docs/runbook.md")
+        after["annotations"]["runbook_url"] = before["annotations"]["runbook_url"]
+        assert after == before, "only runbook_url changes"
+    refused = template("pacer", CHART / "ci" / "full-values.yaml", "--set", "prometheusRule.runbookBaseUrl=docs/runbook.md")
+    assert refused.returncode != 0 and "runbookBaseUrl" in refused.stderr
+
+
 def test_every_alert_counts_each_release_of_a_shared_namespace_apart() -> None:
     # tenants-values.yaml: several releases in one namespace, each with its own reconciler leader.
     objs = render("tenant-a", CHART / "ci" / "tenants-values.yaml")
