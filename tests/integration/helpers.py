@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.commands import ItemCommand
@@ -119,24 +119,37 @@ def _record(msg: Any) -> dict[str, Any]:
 
 
 def read_topic(config: dict[str, str], topic: str, expect: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:
-    """Read ``topic`` from the beginning until ``expect`` messages arrived (or the deadline)."""
-    consumer = Consumer({**config, "group.id": f"test-{uuid.uuid4().hex}", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    out: list[dict[str, Any]] = []
+    """Read ``topic`` from the beginning until ``expect`` messages arrived, and then on to the
+    end each partition had at that moment, so that extra messages written by then are read too
+    (every message written before the call is); or until the deadline."""
+    # A fetch that finds nothing new waits 20 ms at the broker, not 500: the watermark queries
+    # wait behind it on the same connection.
+    consumer = Consumer({**config, "group.id": f"test-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                         "fetch.wait.max.ms": 20})
     deadline = time.monotonic() + timeout_s
+
+    def partitions() -> list[int] | None:
+        meta = consumer.list_topics(topic, timeout=max(deadline - time.monotonic(), 0.1)).topics.get(topic)
+        return sorted(meta.partitions) if meta is not None and meta.error is None and meta.partitions else None
+
+    out: list[dict[str, Any]] = []
     try:
-        while len(out) < expect and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
+        parts = wait_for(partitions, timeout_s=timeout_s, what=f"topic {topic} to exist")
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        read_to: dict[int, int] = {}  # the offset after the last message read, by partition
+        marks: dict[int, tuple[int, int]] | None = None
+        while time.monotonic() < deadline:
+            if marks is None and len(out) >= expect:
+                marks = {p: consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                           timeout=max(deadline - time.monotonic(), 0.1))
+                         for p in parts}
+            if marks is not None and all(read_to.get(p, low) >= high for p, (low, high) in marks.items()):
+                break
+            msg = consumer.poll(0.1)
             if msg is None or msg.error():
                 continue
             out.append(_record(msg))
-        # Give a moment for any unexpected extra messages to show up.
-        end = time.monotonic() + 0.5
-        while time.monotonic() < end:
-            msg = consumer.poll(0.1)
-            if msg is not None and not msg.error():
-                out.append(_record(msg))
+            read_to[msg.partition() or 0] = (msg.offset() or 0) + 1
     finally:
         consumer.close()
     return out

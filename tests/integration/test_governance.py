@@ -195,36 +195,52 @@ def test_a_terminated_job_resumes_only_after_its_sends_are_reconciled(database_u
 def test_a_pause_or_cancel_racing_claims_has_one_clean_boundary(database_url: str, what: str) -> None:
     """Claims and the action run concurrently. Every claim that won is complete (submitted);
     every item the action reached is held or abandoned; after the action returns, no claim
-    succeeds; nothing is both."""
+    succeeds; nothing is both. The action starts once a claim has won and returns while
+    claims are still being made, so the boundary falls mid-run."""
     url = database_url
     guids = [f"g{i}" for i in range(20)]
     job, _, _ = seed_job(url, {g: 10 for g in guids})
     cmds = item_cmds(url, job)
 
-    async def go() -> tuple[list[str], list[str]]:
+    async def go() -> tuple[list[str], list[str], list[str], list[str]]:
         pool, repo = await _repo(url, guids)
+        done: list[str] = []  # each claim's outcome, as it comes
+        won = asyncio.Event()
+
+        async def claim(c: ItemCommand) -> str:
+            outcome = (await repo.begin_send(c, "w1")).outcome
+            done.append(outcome)
+            if outcome == "submitted":
+                won.set()
+            return outcome
+
         try:
             async def claims() -> list[str]:
                 out: list[str] = []
                 for i in range(0, len(cmds), 10):
-                    out += [b.outcome for b in await asyncio.gather(*(repo.begin_send(c, "w1") for c in cmds[i:i + 10]))]
+                    out += await asyncio.gather(*(claim(c) for c in cmds[i:i + 10]))
                 return out
 
-            async def act() -> None:
-                await asyncio.sleep(0)  # let the first claims start
+            async def act() -> tuple[list[str], list[str]]:
+                await asyncio.wait_for(won.wait(), 30)  # a claim has won before the action starts
+                before = list(done)
                 async with pool.connection() as conn:
                     await conn.execute("SELECT * FROM pacer_job_action(%s, %s, %s)", (job, what, ACTOR))
+                return before, list(done)
 
-            first, _ = await asyncio.gather(claims(), act())
+            first, (before, by_return) = await asyncio.gather(claims(), act())
             after: list[str] = [b.outcome for b in await asyncio.gather(*(repo.begin_send(c, "w1") for c in cmds))]
-            return first, after
+            return first, after, before, by_return
         finally:
             await pool.close()
 
-    first, after = asyncio.run(go())
+    first, after, before, by_return = asyncio.run(go())
+    assert "submitted" in before, "the action started after a claim had won"
+    assert len(by_return) < len(cmds), f"the action returned before the last claim ({len(by_return)} made)"
     assert "submitted" not in after  # nothing is claimed once the action has committed
     counts = dict(rows(url, "SELECT status::text, count(*) FROM items WHERE job_id = %s GROUP BY 1", job))
     submitted = first.count("submitted")
+    assert 0 < submitted < len(cmds), "the boundary falls mid-run: some claims won, the rest were refused"
     assert counts.get("submitted", 0) == submitted
     rest = "pending" if what == "pause" else "abandoned"
     assert counts.get(rest, 0) == len(cmds) - submitted

@@ -4,9 +4,11 @@ produce after it fails, so retrying in place would fail for ever behind a green 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import httpx
+import pytest
 from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry
 
@@ -44,18 +46,22 @@ def test_a_fatal_producer_error_makes_the_service_unhealthy_and_asks_it_to_stop(
                      "/readyz": (503, {"ready": False, "reason": reason})}
 
 
-def test_a_producer_error_librdkafka_retries_by_itself_is_only_logged() -> None:
+def test_a_producer_error_librdkafka_retries_by_itself_is_only_logged(caplog: pytest.LogCaptureFixture) -> None:
     fatal = Fatal()
+    err = KafkaError(KafkaError._TRANSPORT, "broker down")
 
     async def go() -> Health:
         health = Health(fatal)
         health.set_ready(True, "consuming")
-        await asyncio.to_thread(producer_error, KafkaError(KafkaError._TRANSPORT, "broker down"), fatal)
+        await asyncio.to_thread(producer_error, err, fatal)
         return health
 
-    health = asyncio.run(go())
+    with caplog.at_level(logging.WARNING, logger="pacer_common.kafka"):
+        health = asyncio.run(go())
     assert fatal.reason is None, "nothing declared: no stop is asked"
     assert health.ready and health.alive
+    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
+        ("pacer_common.kafka", logging.WARNING, f"kafka producer error: {err}")]
 
 
 def test_a_service_started_after_the_fatal_error_stops_at_once() -> None:

@@ -7,8 +7,7 @@ import asyncio
 
 from pacer_reconciler.core import Reconciler
 from pacer_reconciler.ports import LAST_SEQ, Position
-
-from .test_reconciler_bad_events import Log, Publisher
+from tests.unit.reconciler_fakes import Log, Publisher
 
 
 class QuietLog(Log):
