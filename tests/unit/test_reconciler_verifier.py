@@ -155,3 +155,89 @@ def test_only_a_real_answer_decides_and_a_timeout_never_requeues(answers: list[o
         else:  # no answer, a timeout or an error: never proof of non-delivery
             assert found is None
             assert to == ("unverified" if past_deadline else None)
+
+
+class CountingLookup(Lookup):
+    """Answers as :class:`Lookup` does, each answer after a turn of the loop; keeps how many
+    lookups were in flight at once."""
+
+    def __init__(self, answers: dict[str, object]) -> None:
+        super().__init__(answers)
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0)  # the other lookups of the round start meanwhile
+            return await super().lookup(guid, idem_key, tenant)
+        finally:
+            self.in_flight -= 1
+
+
+async def _running(verifier: Verifier, interval_s: float) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    stop = asyncio.Event()
+    return stop, asyncio.create_task(verifier.run(stop, lambda: True, interval_s))
+
+
+def test_a_finished_lookup_starts_the_next_round_without_waiting_the_interval() -> None:
+    """With an interval of an hour, rounds that waited it between them would verify only the
+    first ``concurrency`` items before the test's deadline; each finished lookup lets the next
+    item's start, never more than ``concurrency`` at once."""
+    async def scenario() -> None:
+        n = 60
+        sweeps = Sweeps(_items(n))
+        lookup = CountingLookup({f"k{k}": k % 2 == 0 for k in range(n)})
+        verifier = Verifier(sweeps, lookup, concurrency=4, timeout_s=60, clock=lambda: NOW)
+        stop, task = await _running(verifier, interval_s=3600)
+        try:
+            await until(lambda: not sweeps.items, 30)
+        finally:
+            stop.set()
+            await task
+        assert sum(verifier.resolved.values()) == n
+        assert verifier.resolved == {"confirmed": n // 2, "pending": n // 2}
+        assert sorted(lookup.asked) == sorted(f"k{k}" for k in range(n)), "each item asked once"
+        assert 1 < lookup.most_in_flight <= 4, "at most `concurrency` lookups at once"
+
+    asyncio.run(scenario())
+
+
+def test_an_item_left_in_doubt_waits_and_holds_no_newer_item_back() -> None:
+    """The oldest items get no answer: each is asked once, not again within the interval, and
+    the newer items behind them (past the round's read of ``limit``) are all verified."""
+    async def scenario() -> None:
+        silent, answered = 6, 20
+        sweeps = Sweeps(_items(silent + answered))
+        answers: dict[str, object] = {f"k{k}": None if k < silent else True for k in range(silent + answered)}
+        lookup = CountingLookup(answers)
+        verifier = Verifier(sweeps, lookup, concurrency=2, timeout_s=60, limit=4, clock=lambda: NOW)
+        stop, task = await _running(verifier, interval_s=3600)
+        try:
+            await until(lambda: len(sweeps.items) == silent, 30)
+        finally:
+            stop.set()
+            await task
+        assert verifier.resolved == {"confirmed": answered}
+        assert set(sweeps.items) == {f"i{k}" for k in range(silent)}, "no answer leaves them in doubt"
+        assert sorted(lookup.asked) == sorted(answers), "each asked once: none again within the interval"
+        assert lookup.most_in_flight <= 2
+
+    asyncio.run(scenario())
+
+
+def test_an_item_left_in_doubt_is_asked_again_in_a_later_round() -> None:
+    async def scenario() -> None:
+        sweeps = Sweeps(_items(3))
+        lookup = Lookup({"k0": None, "k1": None, "k2": None})
+        verifier = Verifier(sweeps, lookup, concurrency=1, timeout_s=60, clock=lambda: NOW)
+        stop, task = await _running(verifier, interval_s=0.01)
+        try:
+            await until(lambda: all(lookup.asked.count(k) >= 3 for k in ("k0", "k1", "k2")), 30)
+        finally:
+            stop.set()
+            await task
+        assert len(sweeps.items) == 3 and not verifier.resolved
+
+    asyncio.run(scenario())

@@ -29,7 +29,9 @@ class ReconcilerSettings(OpsSettings):
         "too, whichever comes first)."
     ))
     sweep_interval_s: float = Field(1.0, description=(
-        "Least time between two sweep rounds (expired leases, due retries) and between two verification rounds."
+        "Least time between two sweep rounds (expired leases, due retries). Verification rounds come sooner while "
+        "in-doubt items wait for a free lookup slot (the next starts as soon as a lookup finishes), this long apart "
+        "otherwise; an item a lookup left in doubt is asked again no sooner than this after its answer."
     ))
     verify_deadline_s: float = Field(300.0, description=(
         "How long an item may stay `recovery_pending` while the gateway cannot say whether it was delivered; "
@@ -46,8 +48,8 @@ class ReconcilerSettings(OpsSettings):
     ))
     verify_timeout_s: float = Field(default=5.0, gt=0, description=(
         "Deadline of one lookup. A lookup that times out is \"no answer yet\": the item stays `recovery_pending` "
-        "and is asked again next round, until `PACER_RECONCILER_VERIFY_DEADLINE_S` makes it `unverified`. Never "
-        "taken as proof of non-delivery."
+        "and is asked again in a later round, no sooner than `PACER_RECONCILER_SWEEP_INTERVAL_S` after, until "
+        "`PACER_RECONCILER_VERIFY_DEADLINE_S` makes it `unverified`. Never taken as proof of non-delivery."
     ))
     leader_ttl_s: float = Field(default=10.0, gt=0, description=(
         "TTL of each segment lease (table `leader_leases`). The owner renews it every TTL/3 and stops work on "
