@@ -175,7 +175,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT i.status, i.job_id, i.expire_at, j.status AS job_status, j.paused_reason AS job_reason,
-           j.budget_max_sends, j.coalesce_key, j.coalesce_version,
+           j.budget_max_sends, j.coalesce_key, j.coalesce_version, j.tenant,
            s.status AS shard_status, s.paused_reason AS shard_reason
     INTO x
     FROM items i JOIN jobs j ON j.job_id = i.job_id JOIN shards s ON s.shard_id = i.shard_id
@@ -191,7 +191,7 @@ BEGIN
     END IF;
     IF x.coalesce_key IS NOT NULL THEN
         SELECT max(n.coalesce_version) INTO newer FROM jobs n
-        WHERE n.coalesce_key = x.coalesce_key AND n.coalesce_version > x.coalesce_version;
+        WHERE n.coalesce_key = x.coalesce_key AND n.tenant = x.tenant AND n.coalesce_version > x.coalesce_version;
         IF newer IS NOT NULL THEN
             PERFORM pacer_transition(ARRAY[p_item], '{pending}', 'abandoned', 'ItemSuperseded',
                 jsonb_build_object('business_id', x.coalesce_key, 'by_version', newer, 'error_class', 'superseded'),
@@ -314,7 +314,8 @@ BEGIN
     CROSS JOIN LATERAL (SELECT l.owner, l.lease_until, l.paused_reason FROM guid_leases l
                         WHERE l.guid = m.guid LIMIT 1) l
     LEFT JOIN LATERAL (SELECT gs.state, gs.reason FROM guid_states gs WHERE gs.guid = m.guid LIMIT 1) gs ON true
-    CROSS JOIN LATERAL (SELECT j.status, j.paused_reason, j.budget_max_sends, j.coalesce_key, j.coalesce_version
+    CROSS JOIN LATERAL (SELECT j.status, j.paused_reason, j.budget_max_sends, j.coalesce_key, j.coalesce_version,
+                               j.tenant
                         FROM jobs j WHERE j.job_id = m.job_id LIMIT 1) j
     CROSS JOIN LATERAL (SELECT s.status, s.paused_reason FROM shards s WHERE s.shard_id = m.shard_id LIMIT 1) s
     WHERE m.status = 'pending' AND l.owner = p_owner AND l.lease_until > now()
@@ -324,6 +325,7 @@ BEGIN
       AND j.budget_max_sends IS NULL
       AND (m.expire_at IS NULL OR m.expire_at > cutoff)
       AND (j.coalesce_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs n WHERE n.coalesce_key = j.coalesce_key
+                                                                        AND n.tenant = j.tenant
                                                                         AND n.coalesce_version > j.coalesce_version))
       AND pacer_hold_reason(j.status, j.paused_reason, s.status::text, s.paused_reason,
                             pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason)) IS NULL;
@@ -440,12 +442,13 @@ BEGIN
     IF j.coalesce_key IS NULL THEN
         RETURN 0;
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtext('pacer.coalesce:' || j.coalesce_key));
+    PERFORM pg_advisory_xact_lock(hashtext('pacer.coalesce:' || j.tenant || ':' || j.coalesce_key));
     SELECT array_agg(i.item_id) INTO ids
     FROM items i JOIN jobs o ON o.job_id = i.job_id
-    WHERE o.coalesce_key = j.coalesce_key AND i.status IN ('pending', 'waiting_retry')
+    WHERE o.coalesce_key = j.coalesce_key AND o.tenant = j.tenant AND i.status IN ('pending', 'waiting_retry')
       AND (o.coalesce_version < j.coalesce_version
            OR (o.job_id = p_job AND EXISTS (SELECT 1 FROM jobs n WHERE n.coalesce_key = j.coalesce_key
+                                                                 AND n.tenant = j.tenant
                                                                  AND n.coalesce_version > j.coalesce_version)));
     IF ids IS NULL THEN
         RETURN 0;
@@ -472,7 +475,7 @@ DECLARE
     hold text;
     doubt boolean;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtext('pacer.coalesce:' || k.coalesce_key))
+    PERFORM pg_advisory_xact_lock(hashtext('pacer.coalesce:' || k.tenant || ':' || k.coalesce_key))
     FROM items i JOIN jobs k ON k.job_id = i.job_id
     WHERE i.item_id = p_item AND k.coalesce_key IS NOT NULL;
     SELECT * INTO o FROM items WHERE item_id = p_item FOR UPDATE;
@@ -517,7 +520,7 @@ BEGIN
     END IF;
     IF j.coalesce_key IS NOT NULL THEN
         SELECT max(n.coalesce_version) INTO newer FROM jobs n
-        WHERE n.coalesce_key = j.coalesce_key AND n.coalesce_version > j.coalesce_version;
+        WHERE n.coalesce_key = j.coalesce_key AND n.tenant = j.tenant AND n.coalesce_version > j.coalesce_version;
         IF newer IS NOT NULL THEN
             RETURN QUERY SELECT 'refused'::text, NULL::uuid,
                 format('superseded: business id %s has a newer status version (%s > %s); '
@@ -1302,7 +1305,7 @@ BEGIN
         WHERE j.created_at < p_before AND j.status IN ('completed', 'cancelled', 'terminated')
           AND NOT EXISTS (SELECT 1 FROM items i WHERE i.job_id = j.job_id)
           AND NOT j.created_at <@ ANY(events_kept)
-          AND NOT EXISTS (SELECT 1 FROM jobs o WHERE o.coalesce_key = j.coalesce_key
+          AND NOT EXISTS (SELECT 1 FROM jobs o WHERE o.coalesce_key = j.coalesce_key AND o.tenant = j.tenant
                                                  AND o.coalesce_version < j.coalesce_version
                                                  AND EXISTS (SELECT 1 FROM items i WHERE i.job_id = o.job_id))
         ORDER BY j.created_at
@@ -1522,7 +1525,8 @@ BEGIN
         -- What becomes of it, said as it is: pending is not always sent (pacer_begin_send
         -- abandons an item of a cancelled job and expires one past its expire_at).
         SELECT j.status, (SELECT max(n.coalesce_version) FROM jobs n
-                          WHERE n.coalesce_key = j.coalesce_key AND n.coalesce_version > j.coalesce_version)
+                          WHERE n.coalesce_key = j.coalesce_key AND n.tenant = j.tenant
+                            AND n.coalesce_version > j.coalesce_version)
         INTO job_status, newer FROM jobs j WHERE j.job_id = i.job_id;
         RETURN QUERY SELECT 'done'::text,
             format('item %s resolved as not delivered: pending again, ', p_item) || CASE
@@ -1634,7 +1638,7 @@ BEGIN
     -- before its item's row): taken item by item, in shard order, two bulk retries over two
     -- ticket chains could each hold one and wait for the other's.
     PERFORM pg_advisory_xact_lock(x.h)
-    FROM (SELECT DISTINCT hashtext('pacer.coalesce:' || k.coalesce_key) AS h
+    FROM (SELECT DISTINCT hashtext('pacer.coalesce:' || k.tenant || ':' || k.coalesce_key) AS h
           FROM items i JOIN jobs k ON k.job_id = i.job_id
           WHERE i.item_id = ANY(p_items) AND k.coalesce_key IS NOT NULL) x
     ORDER BY x.h;

@@ -98,6 +98,8 @@ class PostgresJobStore:
                 # A snapshot's targets are its items; a requery's are what the pager needs to
                 # fetch them, after a restart too.
                 "request": Jsonb(req.model_dump(mode="json", exclude={"targets"} if snapshot else None)),
+                # The business id alone: a chain is (tenant, coalesce_key), and every query
+                # of one matches both (pacer_coalesce).
                 "coalesce_key": plan.coalesce[0] if plan.coalesce else None,
                 "coalesce_version": plan.coalesce[1] if plan.coalesce else None,
                 "approval_above": self.approval.above_items, "approve_new": self.approval.new_content,

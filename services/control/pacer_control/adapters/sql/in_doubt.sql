@@ -5,7 +5,8 @@
 -- the item (the gateway's answers, the verifier's lookups).
 SELECT i.item_id::text AS item_id, i.job_id::text AS job_id, j.request_id, j.status AS job_status,
        (SELECT max(n.coalesce_version) FROM jobs n
-        WHERE n.coalesce_key = j.coalesce_key AND n.coalesce_version > j.coalesce_version) AS superseded_by,
+        WHERE n.coalesce_key = j.coalesce_key AND n.tenant = j.tenant
+          AND n.coalesce_version > j.coalesce_version) AS superseded_by,
        i.expire_at, COALESCE(i.expire_at <= now(), false) AS expired, i.guid, i.to_id, i.idem_key,
        length(COALESCE(i.content, j.item_content)) AS content_chars,
        left(COALESCE(i.content, j.item_content), 200) AS content_start, i.attempts,

@@ -3,7 +3,7 @@
 -- abandons it (pacer_abandon_cancelled: it came back to pending after the cancel, from a send
 -- then in flight) and answers 'not_pending', never held: a cancelled job is never resumed, so
 -- nothing would release it; an item of a ticket notification whose business id has a newer
--- status version (a newer job of its coalesce_key) is superseded as pacer_coalesce supersedes
+-- status version (a newer job of its tenant and coalesce_key) is superseded as pacer_coalesce supersedes
 -- it (→ abandoned, ItemSuperseded) and answers 'not_pending': it was in flight when the newer
 -- version was stored and came back (a retry, a deferral), and sent now it would arrive after
 -- the newer status; an item within a second of its expire_at (the sender's own margin,
@@ -45,7 +45,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT i.status, i.job_id, i.expire_at, j.status AS job_status, j.paused_reason AS job_reason,
-           j.budget_max_sends, j.coalesce_key, j.coalesce_version,
+           j.budget_max_sends, j.coalesce_key, j.coalesce_version, j.tenant,
            s.status AS shard_status, s.paused_reason AS shard_reason
     INTO x
     FROM items i JOIN jobs j ON j.job_id = i.job_id JOIN shards s ON s.shard_id = i.shard_id
@@ -61,7 +61,7 @@ BEGIN
     END IF;
     IF x.coalesce_key IS NOT NULL THEN
         SELECT max(n.coalesce_version) INTO newer FROM jobs n
-        WHERE n.coalesce_key = x.coalesce_key AND n.coalesce_version > x.coalesce_version;
+        WHERE n.coalesce_key = x.coalesce_key AND n.tenant = x.tenant AND n.coalesce_version > x.coalesce_version;
         IF newer IS NOT NULL THEN
             PERFORM pacer_transition(ARRAY[p_item], '{pending}', 'abandoned', 'ItemSuperseded',
                 jsonb_build_object('business_id', x.coalesce_key, 'by_version', newer, 'error_class', 'superseded'),

@@ -67,7 +67,8 @@ BEGIN
     CROSS JOIN LATERAL (SELECT l.owner, l.lease_until, l.paused_reason FROM guid_leases l
                         WHERE l.guid = m.guid LIMIT 1) l
     LEFT JOIN LATERAL (SELECT gs.state, gs.reason FROM guid_states gs WHERE gs.guid = m.guid LIMIT 1) gs ON true
-    CROSS JOIN LATERAL (SELECT j.status, j.paused_reason, j.budget_max_sends, j.coalesce_key, j.coalesce_version
+    CROSS JOIN LATERAL (SELECT j.status, j.paused_reason, j.budget_max_sends, j.coalesce_key, j.coalesce_version,
+                               j.tenant
                         FROM jobs j WHERE j.job_id = m.job_id LIMIT 1) j
     CROSS JOIN LATERAL (SELECT s.status, s.paused_reason FROM shards s WHERE s.shard_id = m.shard_id LIMIT 1) s
     WHERE m.status = 'pending' AND l.owner = p_owner AND l.lease_until > now()
@@ -77,6 +78,7 @@ BEGIN
       AND j.budget_max_sends IS NULL
       AND (m.expire_at IS NULL OR m.expire_at > cutoff)
       AND (j.coalesce_key IS NULL OR NOT EXISTS (SELECT 1 FROM jobs n WHERE n.coalesce_key = j.coalesce_key
+                                                                        AND n.tenant = j.tenant
                                                                         AND n.coalesce_version > j.coalesce_version))
       AND pacer_hold_reason(j.status, j.paused_reason, s.status::text, s.paused_reason,
                             pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason)) IS NULL;

@@ -36,7 +36,7 @@ DECLARE
     hold text;
     doubt boolean;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtext('pacer.coalesce:' || k.coalesce_key))
+    PERFORM pg_advisory_xact_lock(hashtext('pacer.coalesce:' || k.tenant || ':' || k.coalesce_key))
     FROM items i JOIN jobs k ON k.job_id = i.job_id
     WHERE i.item_id = p_item AND k.coalesce_key IS NOT NULL;
     SELECT * INTO o FROM items WHERE item_id = p_item FOR UPDATE;
@@ -81,7 +81,7 @@ BEGIN
     END IF;
     IF j.coalesce_key IS NOT NULL THEN
         SELECT max(n.coalesce_version) INTO newer FROM jobs n
-        WHERE n.coalesce_key = j.coalesce_key AND n.coalesce_version > j.coalesce_version;
+        WHERE n.coalesce_key = j.coalesce_key AND n.tenant = j.tenant AND n.coalesce_version > j.coalesce_version;
         IF newer IS NOT NULL THEN
             RETURN QUERY SELECT 'refused'::text, NULL::uuid,
                 format('superseded: business id %s has a newer status version (%s > %s); '

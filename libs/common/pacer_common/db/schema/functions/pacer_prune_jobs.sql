@@ -10,7 +10,7 @@
 -- locked rows skipped (another run, or the Control API, has them).
 --
 -- A job of a ticket chain stays while a job of an older status version of its business id
--- (coalesce_key) still has items. Whether an item is superseded is read from the jobs of its
+-- (its tenant's coalesce_key) still has items. Whether an item is superseded is read from the jobs of its
 -- business id (a retry, a send, a compensation: is there a newer version?): were the newer job
 -- deleted while an item of an older one is still kept (its partition holding other unfinished
 -- work), a retry of that item would be answered "not superseded" and its outdated status sent.
@@ -28,7 +28,7 @@ BEGIN
         WHERE j.created_at < p_before AND j.status IN ('completed', 'cancelled', 'terminated')
           AND NOT EXISTS (SELECT 1 FROM items i WHERE i.job_id = j.job_id)
           AND NOT j.created_at <@ ANY(events_kept)
-          AND NOT EXISTS (SELECT 1 FROM jobs o WHERE o.coalesce_key = j.coalesce_key
+          AND NOT EXISTS (SELECT 1 FROM jobs o WHERE o.coalesce_key = j.coalesce_key AND o.tenant = j.tenant
                                                  AND o.coalesce_version < j.coalesce_version
                                                  AND EXISTS (SELECT 1 FROM items i WHERE i.job_id = o.job_id))
         ORDER BY j.created_at

@@ -57,7 +57,8 @@ BEGIN
         -- What becomes of it, said as it is: pending is not always sent (pacer_begin_send
         -- abandons an item of a cancelled job and expires one past its expire_at).
         SELECT j.status, (SELECT max(n.coalesce_version) FROM jobs n
-                          WHERE n.coalesce_key = j.coalesce_key AND n.coalesce_version > j.coalesce_version)
+                          WHERE n.coalesce_key = j.coalesce_key AND n.tenant = j.tenant
+                            AND n.coalesce_version > j.coalesce_version)
         INTO job_status, newer FROM jobs j WHERE j.job_id = i.job_id;
         RETURN QUERY SELECT 'done'::text,
             format('item %s resolved as not delivered: pending again, ', p_item) || CASE

@@ -28,7 +28,7 @@ BEGIN
     -- before its item's row): taken item by item, in shard order, two bulk retries over two
     -- ticket chains could each hold one and wait for the other's.
     PERFORM pg_advisory_xact_lock(x.h)
-    FROM (SELECT DISTINCT hashtext('pacer.coalesce:' || k.coalesce_key) AS h
+    FROM (SELECT DISTINCT hashtext('pacer.coalesce:' || k.tenant || ':' || k.coalesce_key) AS h
           FROM items i JOIN jobs k ON k.job_id = i.job_id
           WHERE i.item_id = ANY(p_items) AND k.coalesce_key IS NOT NULL) x
     ORDER BY x.h;
