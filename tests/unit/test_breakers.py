@@ -84,3 +84,27 @@ def test_policy_refuses_nonsense() -> None:
         BreakerPolicy(ratio=0)
     with pytest.raises(ValueError):
         BreakerPolicy(consecutive=0)
+
+
+def test_finished_jobs_leave_breakers_under_the_bound_and_a_job_still_failing_trips() -> None:
+    """20,000 one-item jobs, each retried once and then delivered, keep a breaker each (and
+    their guids') until the bound forgets the ones fed longest ago. A job that starts failing
+    once the bound is reached, once every 500 of them, is fed more recently than that, so it
+    keeps its count and trips on its 20th failure in a row, though 20,000 other breakers were
+    made meanwhile."""
+    b = Breakers(BreakerPolicy())  # the service's: 20 in a row, capacity 10,000
+    trips = []
+    for i in range(20_000):
+        trips += b.observe([outcome("retryable", job=f"done-{i}", guid=f"g-{i}"),
+                            outcome("ok", job=f"done-{i}", guid=f"g-{i}")])
+        assert b.tracked <= b.capacity == 10_000
+        if i >= 10_000 and i % 500 == 499:
+            trips += b.observe([outcome("retryable", job="failing", guid=f"g-failing-{i}")])
+    assert b.tracked == b.capacity, "each finished job and its guid left a breaker, up to the bound"
+    assert [(t.scope, t.key) for t in trips] == [("job", "failing")]
+    assert "20 consecutive failures" in trips[0].reason
+
+
+def test_the_bound_refuses_nonsense() -> None:
+    with pytest.raises(ValueError):
+        Breakers(POLICY, capacity=0)

@@ -6,6 +6,12 @@ ratio of at least ``ratio`` over the last ``window`` outcomes (once ``min_sample
 and the reconciler pauses that job or guid with the reason. Only outcomes that say
 something about the job or the account count: confirmations, final failures, and retries
 for errors that are the gateway's or the account's (not rate limits, not our own deadline).
+
+The state lives in memory, bounded: the ``capacity`` breakers fed an outcome last are kept
+(in the order of their last outcome, the oldest forgotten first, as ``JobLabels`` keeps its
+jobs), so the breakers of finished jobs and quiet guids do not pile up for ever. A breaker
+with no failure in its window is not kept at all. Forgetting a breaker, like a restart, only
+makes it trip later, never wrongly.
 """
 
 from __future__ import annotations
@@ -72,8 +78,12 @@ _FAILED_OR_RETRYING = frozenset({ItemStatus.FAILED, ItemStatus.WAITING_RETRY, It
 
 
 class Breakers:
-    def __init__(self, policy: BreakerPolicy) -> None:
+    def __init__(self, policy: BreakerPolicy, capacity: int = 10_000) -> None:
+        if capacity < 1:
+            raise ValueError("breaker: capacity ≥ 1")
         self.policy = policy
+        self.capacity = capacity
+        # In the order of their last outcome: the first is the one fed longest ago.
         self._state: dict[tuple[Scope, str], _Breaker] = {}
 
     def observe(self, events: Iterable[ItemEvent]) -> list[Trip]:
@@ -85,18 +95,19 @@ class Breakers:
                 continue
             keys: tuple[tuple[Scope, str], ...] = (("job", ev.job_id), ("guid", ev.guid))
             for scope, key in keys:
-                b = self._state.get((scope, key))
+                b = self._state.pop((scope, key), None)  # put back last, if kept: the one fed most recently
                 if b is None:
                     if not failed:
                         continue  # nothing to remember about a key that only succeeds
-                    b = self._state[(scope, key)] = _Breaker(deque(maxlen=self.policy.window))
+                    b = _Breaker(deque(maxlen=self.policy.window))
                 b.record(failed, error_class_of(ev.payload))
                 reason = self._verdict(b)
                 if reason is not None:
-                    trips.append(Trip(scope, key, reason))
-                    del self._state[(scope, key)]
-                elif b.failures == 0:
-                    del self._state[(scope, key)]
+                    trips.append(Trip(scope, key, reason))  # and it starts afresh
+                elif b.failures:
+                    self._state[(scope, key)] = b
+                    while len(self._state) > self.capacity:
+                        del self._state[next(iter(self._state))]
         return trips
 
     def _verdict(self, b: _Breaker) -> str | None:
