@@ -31,6 +31,7 @@ from tests.unit.dispatching import (
     dispatcher,
     name,
     ring,
+    run_virtual,
     stop,
     unchanged_counts,
     until,
@@ -78,10 +79,10 @@ def test_a_hot_rate_change_applies_to_a_waiting_guid() -> None:
         await until(lambda: len(rec.sent) == 1)
         table["g"] = FAST
         d.wake(["g"])  # what the limits book does when guid_limits changes
-        await until(lambda: len(rec.sent) == 5, timeout=5.0)
+        await until(lambda: len(rec.sent) == 5, timeout=5.0)  # 5 s of virtual time: far short of the hour
         return len(rec.sent)
 
-    assert asyncio.run(scenario()) == 5
+    assert run_virtual(scenario()) == 5
 
 
 def test_a_guid_held_by_another_sender_waits_and_sends_nothing() -> None:
@@ -269,7 +270,7 @@ def test_the_sweep_re_reads_a_busy_guid_only_if_its_window_would_never_reach_the
         stop(d)
         return held, lost, d.misses("g", None)
 
-    held, lost, unknown = asyncio.run(scenario())
+    held, lost, unknown = run_virtual(scenario())  # the 2 s allowed for the head read are virtual
     assert not held, "a worker holding the overdue item was made to re-read its queue"
     assert lost, "a worker that would never reach the overdue item was not told"
     assert unknown, "an item the sweep could not name is treated as missed"
@@ -584,7 +585,7 @@ def _timed_calls(timed: _Timed, interval_s: float, sends: int) -> list[float]:
         stop(d)
         return [t for _, _, t in timed.sent]
 
-    return asyncio.run(scenario())
+    return run_virtual(scenario())
 
 
 def test_a_guid_is_spaced_from_its_gateway_answers_not_from_the_calls_start() -> None:
@@ -592,8 +593,8 @@ def test_a_guid_is_spaced_from_its_gateway_answers_not_from_the_calls_start() ->
     calls = _timed_calls(timed, interval_s=0.3, sends=4)
     gaps = [call - answer for answer, call in zip(timed.answered, calls[1:], strict=False)]
     # Counted from the call's start, the next call would begin 0.3 - 0.15 s after the answer.
-    assert len(gaps) == 3 and all(gap >= 0.3 - EPS for gap in gaps), \
-        f"the gateway saw two sends closer than the interval: {gaps}"
+    assert len(gaps) == 3 and all(abs(gap - 0.3) <= EPS for gap in gaps), \
+        f"the next call did not come one interval after the answer: {gaps}"
 
 
 def test_a_slow_confirmation_does_not_stretch_a_guids_interval() -> None:
@@ -601,14 +602,14 @@ def test_a_slow_confirmation_does_not_stretch_a_guids_interval() -> None:
     ends. Counted from its end, the next call would come a whole interval later."""
     timed = _Timed(answer_s=0.0, confirm_s=30.0)
     calls = _timed_calls(timed, interval_s=3.0, sends=2)
-    assert calls[1] - timed.confirmed[0] < 3.0, \
+    assert abs(calls[1] - timed.confirmed[0]) <= EPS, \
         f"the confirmation stretched the interval: called {calls[1] - timed.confirmed[0]:.3f} s after it ended"
 
 
 def _claims_and_calls(ahead_s: float) -> tuple[list[float], list[float], list[float]]:
     """Three items of one guid, 0.6 s apart; the first claim takes 0.3 s, the next ones 0.05:
     when each was claimed, when its gateway call started, and each send's delay as the sender
-    measures it."""
+    measures it, on virtual time."""
     async def scenario() -> tuple[list[float], list[float], list[float]]:
         rec, delays = Recorder(claims=(0.3, 0.05)), []
         d, _, _ = dispatcher(Limits(min_interval_s=0.6, jitter_s=0.0, online_reserve=0.0), executor=rec,
@@ -619,24 +620,27 @@ def _claims_and_calls(ahead_s: float) -> tuple[list[float], list[float], list[fl
         stop(d)
         return [t for _, t in rec.claimed], [t for _, _, t in rec.sent], delays
 
-    return asyncio.run(scenario())
+    return run_virtual(scenario())
 
 
 def test_an_item_is_claimed_before_its_guids_gap_ends_and_called_no_sooner() -> None:
     claims, calls, delays = _claims_and_calls(ahead_s=0.4)
-    # Claimed about 0.3 s (the claims' recent peak, learnt from the first) before the gap's
-    # end: the faster claims then wait for it, and the gateway never sees the guid sooner.
-    assert all(claim < call + 0.6 for call, claim in zip(calls, claims[1:], strict=False)), (calls, claims)
+    # Claimed the claims' recent peak before the gap's end (0.3 s, learnt from the first; then
+    # 0.27 as it decays): the faster claims then wait for it, and the gateway never sees the
+    # guid sooner.
+    leads = [call + 0.6 - claim for call, claim in zip(calls, claims[1:], strict=False)]
+    assert all(abs(lead - want) <= EPS for lead, want in zip(leads, (0.3, 0.27), strict=True)), (calls, claims)
     gaps = [b - a for a, b in pairwise(calls)]
-    assert all(gap >= 0.6 - EPS for gap in gaps), f"a call came sooner than the interval: {gaps}"
-    assert delays[0] >= 0.3 - EPS and all(d < 0.1 for d in delays[1:]), f"claims ahead hide the claim's write: {delays}"
+    assert all(abs(gap - 0.6) <= EPS for gap in gaps), f"the calls were not one interval apart: {gaps}"
+    assert abs(delays[0] - 0.3) <= EPS and all(abs(d) <= EPS for d in delays[1:]), \
+        f"claims ahead hide the claim's write: {delays}"
 
 
 def test_without_a_claim_ahead_each_call_comes_a_claims_write_after_the_gap() -> None:
     claims, calls, delays = _claims_and_calls(ahead_s=0.0)
-    assert all(claim >= call + 0.6 - EPS for call, claim in zip(calls, claims[1:], strict=False)), (calls, claims)
-    assert all(b - a >= 0.65 - EPS for a, b in pairwise(calls)), calls
-    assert len(delays) == 3 and delays[0] >= 0.3 - EPS and all(d >= 0.05 - EPS for d in delays[1:]), delays
+    assert all(abs(claim - (call + 0.6)) <= EPS for call, claim in zip(calls, claims[1:], strict=False)), (calls, claims)
+    assert all(abs(b - a - 0.65) <= EPS for a, b in pairwise(calls)), calls
+    assert len(delays) == 3 and abs(delays[0] - 0.3) <= EPS and all(abs(d - 0.05) <= EPS for d in delays[1:]), delays
 
 
 def test_a_batch_item_claimed_ahead_gives_its_turn_to_an_online_item_that_comes_during_the_gap() -> None:
@@ -657,13 +661,13 @@ def test_a_batch_item_claimed_ahead_gives_its_turn_to_an_online_item_that_comes_
         stop(d)
         return [(i, t) for _, i, t in rec.sent], [name(c.item_id) for c in rec.yielded]
 
-    sent, yielded = asyncio.run(scenario())
+    sent, yielded = run_virtual(scenario())
     assert yielded == ["g-1"]
     # The reply next; the item that gave its turn up goes round again, maybe after the next one.
     assert [i for i, _ in sent][:2] == ["g-0", "g-99"] and sorted(i for i, _ in sent[2:]) == ["g-1", "g-2"]
-    calls = [t for _, t in sent]
-    assert all(b - a >= 0.6 - EPS for a, b in pairwise(calls)), f"a call came sooner than the interval: {calls}"
-    assert calls[1] - calls[0] < 0.6 + 0.3, f"the reply waited for more than its gap: {calls}"
+    # Each call one interval after the one before: the reply at the end of the gap it came in.
+    gaps = [b - a for a, b in pairwise(t for _, t in sent)]
+    assert all(abs(gap - 0.6) <= EPS for gap in gaps), f"the calls were not one interval apart: {gaps}"
 
 
 def test_an_online_item_does_not_take_the_turn_of_an_online_item_claimed_ahead() -> None:
@@ -679,7 +683,7 @@ def test_an_online_item_does_not_take_the_turn_of_an_online_item_claimed_ahead()
         stop(d)
         return [i for _, i, _ in rec.sent], rec.yielded
 
-    sent, yielded = asyncio.run(scenario())
+    sent, yielded = run_virtual(scenario())
     assert sent == ["g-0", "g-1", "g-99"] and yielded == []
 
 
@@ -713,7 +717,7 @@ def _reads_at(rec: Recorder, d: Dispatcher, guid: str, limits: Limits) -> list[t
 
     async def next_ready(guid_read: str, exclude: Sequence[str], limit: int) -> Ready:
         work = d.guids.get(guid_read)
-        now = time.monotonic()
+        now = d.crew.clock()
         waiting = work is not None and work.pacer.ready_at("batch", limits, now, time.time()) > now
         if guid_read == guid:
             reads.append((now, waiting))
@@ -725,14 +729,15 @@ def _reads_at(rec: Recorder, d: Dispatcher, guid: str, limits: Limits) -> list[t
 
 def _scheduled_joins_during_the_gap(doorbell: bool) -> tuple[list[str], float, list[tuple[float, bool]], float]:
     """A guid sends a campaign 1.5 s apart; an item of another job is due 0.6 s after its
-    first send — told by its doorbell, or (doorbell lost) only by the guid's read of Postgres."""
+    first send — told by its doorbell, or (doorbell lost) only by the guid's read of Postgres.
+    On a real loop: the item comes due by the wall clock, which virtual time does not move."""
     async def scenario() -> tuple[list[str], float, list[tuple[float, bool]], float]:
         limits = Limits(min_interval_s=1.5, jitter_s=0.0, online_reserve=0.0)
         d, rec, _ = dispatcher(limits, cap=4)
         reads = _reads_at(rec, d, "g", limits)
         for n in range(20):
             rec.store.add(cmd("g", n, job="campaign"))
-        due_mono = time.monotonic() + 0.6
+        due_mono = d.crew.clock() + 0.6
         later = cmd("g", 100, job="scheduled", not_before=datetime.now(UTC) + timedelta(seconds=0.6))
         if doorbell:
             d.ring("g")
@@ -793,7 +798,7 @@ def test_a_scheduled_item_rung_while_its_guid_reads_its_queue_goes_with_the_guid
 
 
 def test_a_doorbell_wakes_a_guid_waiting_out_its_gap_to_re_read_before_its_next_send() -> None:
-    async def scenario() -> tuple[list[str], list[tuple[float, bool]], float]:
+    async def scenario() -> tuple[list[str], list[tuple[float, bool]], float, float]:
         limits = Limits(min_interval_s=1.5, jitter_s=0.0, online_reserve=0.0)
         d, rec, _ = dispatcher(limits, cap=4)
         reads = _reads_at(rec, d, "g", limits)
@@ -802,15 +807,17 @@ def test_a_doorbell_wakes_a_guid_waiting_out_its_gap_to_re_read_before_its_next_
         d.ring("g")
         await until(lambda: len(rec.sent) == 1)
         await asyncio.sleep(0)
-        rung_at = time.monotonic()
+        rung_at = d.crew.clock()
         ring(d, rec.store, cmd("g", 100, job="small"))
         await until(lambda: len(rec.sent) == 2, timeout=10)
         stop(d)
-        return [i for _, i, _ in rec.sent], [r for r in reads if r[0] >= rung_at], rec.sent[1][2]
+        return [i for _, i, _ in rec.sent], [r for r in reads if r[0] >= rung_at], rung_at, rec.sent[1][2]
 
-    sent, reads, second_at = asyncio.run(scenario())
+    sent, reads, rung_at, second_at = run_virtual(scenario())
     assert sent[1] == "g-100", f"the new job took the guid's next send: {sent}"
-    assert reads and reads[0][1] and reads[0][0] < second_at, "re-read on the doorbell, during the gap"
+    # On virtual time the doorbell's read comes at the very moment it rang, 1.5 s before the send.
+    assert reads and reads[0][1] and abs(reads[0][0] - rung_at) <= EPS and reads[0][0] < second_at, \
+        f"re-read on the doorbell, during the gap: rung at {rung_at}, reads {reads}, sent at {second_at}"
 
 
 def test_doorbells_that_change_nothing_a_waiting_guid_acts_on_do_not_wake_it() -> None:
@@ -838,13 +845,13 @@ def test_doorbells_that_change_nothing_a_waiting_guid_acts_on_do_not_wake_it() -
         stop(d)
         return passes, [i for _, i, _ in rec.sent]
 
-    passes, sent = asyncio.run(scenario())
+    passes, sent = run_virtual(scenario())
     assert passes <= 5, f"the guid's worker woke {passes} times for 200 doorbells it had nothing to do about"
     assert sent[1] == "g-999", f"the doorbell that mattered still woke it: {sent}"
 
 
 def test_when_its_order_changes_a_guid_reads_the_head_at_once_and_tops_up_after_its_next_send() -> None:
-    async def scenario() -> tuple[list[tuple[float, int]], list[tuple[str, str, float]]]:
+    async def scenario() -> tuple[list[tuple[float, int]], list[tuple[str, str, float]], float]:
         d, rec, _ = dispatcher(Limits(min_interval_s=0.6, jitter_s=0.0, online_reserve=0.0), cap=20)
         for n in range(100):
             rec.store.add(cmd("g", n, job="big"))
@@ -854,18 +861,20 @@ def test_when_its_order_changes_a_guid_reads_the_head_at_once_and_tops_up_after_
         real = rec.store.next_ready
 
         async def timed(guid: str, exclude: Sequence[str], limit: int) -> Ready:
-            reads.append((time.monotonic(), limit))
+            reads.append((d.crew.clock(), limit))
             return await real(guid, exclude, limit)
 
         rec.store.next_ready = timed  # type: ignore[method-assign]
+        rung_at = d.crew.clock()
         ring(d, rec.store, cmd("g", 999, job="new"))  # a new job: it sorts ahead of the window
         await until(lambda: len(rec.sent) == 3, timeout=10)
         stop(d)
-        return reads, rec.sent
+        return reads, rec.sent, rung_at
 
-    reads, sent = asyncio.run(scenario())
+    reads, sent, rung_at = run_virtual(scenario())
     assert sent[1][1] == "g-999", f"the new job went next: {sent}"
-    assert reads[0][1] == HEAD_READ and reads[0][0] < sent[1][2], "at once, only the head of the order"
+    assert reads[0][1] == HEAD_READ and abs(reads[0][0] - rung_at) <= EPS, \
+        f"at once (rung at {rung_at}), only the head of the order: {reads}"
     assert len(reads) >= 2 and reads[1][0] >= sent[1][2], f"the top-up after the next send: {reads}"
 
 
@@ -888,9 +897,10 @@ def test_a_send_left_without_an_answer_slows_the_guid_before_its_next_send() -> 
         stop(d)
         return timed.sent[1][2] - timed.answered[0]
 
-    gap = asyncio.run(scenario())
-    # Spaced as after an answered send, the next call would come 0.2 s after the timeout.
-    assert gap >= 0.6, f"the next send followed a send left in doubt after {gap:.3f} s, as if it had been answered"
+    gap = run_virtual(scenario())
+    # Slowed by the rate-limit penalty (×3); spaced as after an answered send, the next call
+    # would come 0.2 s after the timeout.
+    assert abs(gap - 0.6) <= EPS, f"the next send followed a send left in doubt after {gap:.3f} s, not 0.6 s"
 
 
 
