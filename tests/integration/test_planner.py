@@ -250,6 +250,24 @@ def test_a_stored_jobs_request_delivered_again_after_its_quota_was_lowered_is_no
     assert json.loads(dlq["raw"])["request_id"] == "q2"
 
 
+def test_a_request_id_another_tenant_already_used_is_dead_lettered_and_stores_nothing(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    # One id, one job: globex's request under acme's id is refused in words that do not name
+    # acme, claims none of its guids, and acme's request delivered again is still its job.
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name) VALUES ('acme'), ('globex')")
+    theirs, mine = tenant_request("shared-id", ["a1"], "acme"), tenant_request("shared-id", ["g1", "g2"], "globex")
+    hs = run(database_url, kafka_config, topics, [theirs, mine, theirs])
+    assert [h.outcome for h in hs] == ["planned", "dead_lettered", "duplicate"]
+    assert hs[1].reason == "request_id 'shared-id' is already used by another tenant"
+    (dlq,) = read_topic(kafka_config, topics["dlq"], expect=1)
+    assert (dlq["raw"], dlq["headers"]["pacer-tenant"]) == (mine, b"globex")
+    assert b"acme" not in dlq["headers"]["pacer-error-reason"]
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT request_id, tenant FROM jobs").fetchall() == [("shared-id", "acme")]
+        assert dict(conn.execute("SELECT guid, tenant FROM tenant_guids").fetchall()) == {"a1": "acme"}
+
+
 async def claim_behind_an_open_claim(url: str, first: list[str], second: list[str]) -> str | None:
     """Two jobs of tenant acme claim guids at once: the first one's transaction stays open (as
     while it copies its items) until the second waits on its claim, then commits. Returns why

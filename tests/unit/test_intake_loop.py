@@ -51,12 +51,15 @@ def request(rid: str, to_id: str = "room-1", **more: object) -> bytes:
 class Store:
     fail: list[BaseException] = field(default_factory=list)  # raised by store(), one per call
     jobs: dict[str, bool] = field(default_factory=dict)  # job id → dispatched
+    tenants: dict[str, str] = field(default_factory=dict)  # job id → its tenant
+    hidden: int = 0  # this many calls to known() answer None, as before a concurrent store
 
     async def store(self, plan: Plan) -> Stored:
         if self.fail:
             raise self.fail.pop(0)
         created = plan.job_id not in self.jobs
         self.jobs.setdefault(plan.job_id, False)
+        self.tenants.setdefault(plan.job_id, plan.request.tenant)
         return Stored(plan.job_id, created, self.jobs[plan.job_id], {k: 1 for k in plan.shards})
 
     async def pending_commands(self, job_id: str) -> Sequence[ItemCommand]:
@@ -69,8 +72,11 @@ class Store:
         return {}
 
     async def known(self, request_id: str) -> Known | None:
+        if self.hidden:
+            self.hidden -= 1
+            return None
         job_id = job_id_for(RequestId(request_id))
-        return Known(job_id, self.jobs[job_id], paging=False) if job_id in self.jobs else None
+        return Known(job_id, self.jobs[job_id], False, self.tenants[job_id]) if job_id in self.jobs else None
 
 
 @dataclass
@@ -524,3 +530,44 @@ def test_a_cut_dead_letter_record_is_never_republished_as_if_it_were_the_request
     settings = KafkaSettings(kafka_bootstrap_servers="127.0.0.1:9", topic_prefix="nowhere")
     with pytest.raises(NotRepublishable):
         dlq.republish(settings, "nowhere.job-requests.dlq", cut, timeout_s=0.1)
+
+
+def of_tenant(rid: str, tenant: str, **more: object) -> bytes:
+    return json.dumps({**json.loads(request(rid)), **more, "tenant": tenant}).encode()
+
+
+def test_a_request_id_another_tenants_job_has_is_dead_lettered_without_naming_that_tenant() -> None:
+    theirs, mine = of_tenant("r1", "acme"), of_tenant("r1", "globex")
+    store, bus = Store(), Bus()
+    intake, events, source = loop(store, bus, [theirs, mine, theirs])
+    asyncio.run(intake.run())
+    assert events.outcomes == ["planned", "dead_lettered", "duplicate"] and source.committed == [theirs, mine, theirs]
+    assert bus.dlq == [(mine, "request_id 'r1' is already used by another tenant")] and bus.tenants == ["globex"]
+    assert len(bus.sent) == 1 and store.tenants == {job_id_for(RequestId("r1")): "acme"}
+
+
+def test_a_request_id_another_tenant_stored_a_job_under_meanwhile_is_dead_lettered_too() -> None:
+    store, bus = Store(), Bus()
+    planner = Planner(store, bus)
+    assert asyncio.run(planner.handle(None, of_tenant("r1", "acme"))).outcome == "planned"
+    store.hidden = 1  # acme's job stored while globex's request was judged: its store() finds the id taken
+    h = asyncio.run(planner.handle(None, of_tenant("r1", "globex")))
+    assert (h.outcome, h.reason, bus.tenants) == ("dead_lettered", "request_id 'r1' is already used by another tenant",
+                                                  ["globex"])
+
+
+def test_a_refused_request_under_another_tenants_id_is_refused_not_taken_for_that_job() -> None:
+    # Judged invalid (past its expire_at): its own reason, not the other tenant's job again,
+    # however large; the same tenant's is that job delivered again.
+    t0 = datetime.now(UTC)
+    late = t0.isoformat()
+    pad = [{"guid": f"g{i % 50}", "to_id": f"room-{i:08d}"} for i in range(30_000)]
+    large = json.dumps({**json.loads(of_tenant("r1", "globex", expire_at=late)), "targets": {"items": pad}}).encode()
+    assert len(large) > MAX_TENANT_PARSE_BYTES
+    store, bus = Store(), Bus()
+    planner = Planner(store, bus)
+    asyncio.run(planner.handle(None, of_tenant("r1", "acme", expire_at=(t0 + timedelta(hours=1)).isoformat()), t0))
+    handled = [asyncio.run(planner.handle(None, body, t0 + timedelta(seconds=1)))
+               for body in (of_tenant("r1", "globex", expire_at=late), large, of_tenant("r1", "acme", expire_at=late))]
+    assert [h.outcome for h in handled] == ["dead_lettered", "dead_lettered", "duplicate"]
+    assert all("request already expired" in reason for _, reason in bus.dlq) and bus.tenants == ["globex", "globex"]

@@ -27,11 +27,13 @@ class Stored:
 
 @dataclass(frozen=True)
 class Known:
-    """The job already stored for a request id: a redelivered request is this job again."""
+    """The job already stored for a request id: a redelivered request of its tenant is this job
+    again."""
 
     job_id: str
     dispatched: bool  # its commands went out (dispatched_at is set)
     paging: bool  # a requery job: its targets are paged in, not dispatched here
+    tenant: str  # whose job it is: another tenant's request under its id is not it
 
 
 class StoreRefused(Exception):

@@ -99,10 +99,10 @@ def truncation(kept: int, size: int) -> str:
     return f"first {kept} of {size} bytes"
 
 
-def _body(value: bytes) -> dict[str, object] | None:
+def _body(value: bytes, max_bytes: int = MAX_TENANT_PARSE_BYTES) -> dict[str, object] | None:
     """A request's bytes as a JSON object, best effort: None unless they are one of at most
-    :data:`MAX_TENANT_PARSE_BYTES`."""
-    if len(value) > MAX_TENANT_PARSE_BYTES:
+    ``max_bytes``."""
+    if len(value) > max_bytes:
         return None
     try:
         body = json.loads(value)
@@ -111,11 +111,11 @@ def _body(value: bytes) -> dict[str, object] | None:
     return body if isinstance(body, dict) else None
 
 
-def tenant_named(value: bytes) -> str | None:
+def tenant_named(value: bytes, max_bytes: int = MAX_TENANT_PARSE_BYTES) -> str | None:
     """The tenant a job request's bytes name, best effort: None unless they are a JSON object
-    of at most :data:`MAX_TENANT_PARSE_BYTES` whose ``tenant`` is absent or a tenant's name
-    (anything else in it is no tenant, and never a header)."""
-    if (body := _body(value)) is None:
+    of at most ``max_bytes`` (:data:`MAX_TENANT_PARSE_BYTES`) whose ``tenant`` is absent or a
+    tenant's name (anything else in it is no tenant, and never a header)."""
+    if (body := _body(value, max_bytes)) is None:
         return None
     tenant = body.get("tenant", DEFAULT_TENANT)
     return tenant if isinstance(tenant, str) and re.fullmatch(TENANT_NAME, tenant) else None

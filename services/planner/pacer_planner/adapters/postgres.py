@@ -144,7 +144,7 @@ class PostgresJobStore:
         async def work() -> Known | None:
             async with self.pool.connection() as conn:
                 row = await (await conn.execute(sql("job_known"), {"request_id": request_id})).fetchone()
-            return None if row is None else Known(row["job_id"], row["dispatched"], row["paging"])
+            return None if row is None else Known(row["job_id"], row["dispatched"], row["paging"], row["tenant"])
 
         return await with_retry(work)
 

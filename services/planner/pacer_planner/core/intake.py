@@ -5,10 +5,11 @@ A requery request is stored as a job without items; its targets are paged in aft
 
 A request that cannot become a job (over :data:`MAX_REQUEST_BYTES`, ``validation``,
 admission, or the database refusing what it holds) is dead-lettered here, in one place,
-before anything of it is stored, unless its request id already has a job: then it is that
-job delivered again, whatever judging it again now says. A failure once the job is stored is
-raised as :class:`DispatchFailed`: such a request is never dead-lettered (``consume``
-decides what to do with failures).
+before anything of it is stored, unless its request id already has a job of its tenant: then
+it is that job delivered again, whatever judging it again now says. A request id another
+tenant's job has is refused (``already used by another tenant``): one id, one job. A failure
+once the job is stored is raised as :class:`DispatchFailed`: such a request is never
+dead-lettered (``consume`` decides what to do with failures).
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ def oversized(size: int) -> str:
     return f"job request is {size} bytes, over the {MAX_REQUEST_BYTES // 1_048_576} MiB limit"
 
 
+def reused(request_id: str) -> str:
+    """The reason a request is refused whose id another tenant's job has (that tenant unnamed)."""
+    return f"request_id {request_id!r} is already used by another tenant"
+
+
 def item_commands(job_id: str, req: JobRequest, priority: int, not_before: datetime | None,
                   items: Iterable[PlannedItem], shard_ids: Mapping[ShardKey, int]) -> JobCommands:
     return JobCommands(JobId(job_id), priority, req.kind.value, req.expire_at, not_before, [
@@ -94,6 +100,11 @@ class Planner:
             return await self._refuse(key, value, str(exc), None, exc.request_id or request_id_named(value))
         request = valid.request
         with bind(request_id=request.request_id, job_id=p.job_id):
+            # An id that has a job: that job delivered again, or another tenant's id. Nothing of
+            # the request is judged or stored again (its guids are not claimed).
+            known = await self.store.known(request.request_id)
+            if known is not None:
+                return await self._stored_before(key, value, known, request.tenant, request.request_id)
             guids = p.per_guid
             reason = refusal(p, await self.store.queued(list(guids)), self.max_backlog_per_guid) if guids else None
             if reason is not None:
@@ -108,11 +119,22 @@ class Planner:
                     return await self._dispatch(p, stored)
                 except Exception as exc:
                     raise DispatchFailed(p.job_id) from exc
-            # The request id had a job: that job, as stored, is what came again. Whether it is
-            # paged in is the job's (a requery job's id republished as a snapshot stays a requery job).
+            # The id got a job meanwhile (a planner of another partition stored it): that job, as
+            # stored, is what came again. Whether it is paged in is the job's (a requery job's id
+            # republished as a snapshot stays a requery job), and so is its tenant.
             known = await self.store.known(request.request_id)
             if known is None:  # the job was removed since (retention): the next attempt stores it anew
                 raise LookupError(f"the job of request id {request.request_id!r} is gone since storing it")
+            return await self._stored_before(key, value, known, request.tenant, request.request_id)
+
+    async def _stored_before(self, key: bytes | None, value: bytes, known: Known, tenant: str,
+                             request_id: str) -> Handled:
+        """A request whose id already has a job (``known``): from that job's tenant, it is that
+        job delivered again; from another tenant, it is refused, and the reason does not name
+        the tenant whose id it is."""
+        if known.tenant != tenant:
+            return await self.reject(key, value, reused(request_id), tenant)
+        with bind(job_id=known.job_id):
             try:
                 return await self._again(known)
             except Exception as exc:
@@ -124,9 +146,13 @@ class Planner:
         such a request is that job delivered again (after a crash before its offset moved, a
         rebalance, a rewind, its publisher sending it again), judged again now: past its
         expire_at, over a backlog or a quota lowered since. It is never dead-lettered (the
-        record would say refused while its items go out); it is re-dispatched if it was not."""
+        record would say refused while its items go out); it is re-dispatched if it was not.
+        A job of another tenant under the same id is not its job: the request is refused."""
         known = await self.store.known(request_id) if request_id is not None else None
-        if known is None:
+        if known is not None and tenant is None:  # invalid: the tenant its bytes name, however many
+            with gcpause.paused():
+                tenant = tenant_named(value, MAX_REQUEST_BYTES)
+        if known is None or known.tenant != tenant:
             return await self.reject(key, value, reason, tenant)
         with bind(request_id=request_id, job_id=known.job_id):
             log.info("request not accepted again (%s), but its job is already stored", reason)
