@@ -50,6 +50,8 @@ QUIET_FETCH = 2_000  # guids with shards that have not moved, fetched at a time 
 STATS_RETRY_S = 2.0
 # Why the expire_due sweep expired an item (its last error, and its ItemExpired's).
 EXPIRED_QUEUED = "expire_at passed while the item waited to be sent"
+# Why the submit_expired sweep put an item in doubt (its last error, and its ItemInDoubt's).
+SUBMIT_EXPIRED = "lease expired after submit with no outcome"
 
 
 _SWEEPS: dict[SweepKind, Transition] = {
@@ -58,11 +60,14 @@ _SWEEPS: dict[SweepKind, Transition] = {
     "claim_expired": Transition("ItemLeaseExpired", S.PENDING, frozenset({S.CLAIMED}),
                                 only_expired=True, clear_lease=True,
                                 payload={"reason": "lease expired before submit; nothing was sent"}),
-    # Submitted with no outcome: it may have been delivered, so it is verified, not resent.
+    # Submitted with no outcome: it may have been delivered, so it is verified, not resent. Its
+    # event carries the error class as the sender's ItemInDoubt does: the breakers count it a
+    # failure (domain/breakers.py), and consumers read the class from the outcome.
     "submit_expired": Transition("ItemInDoubt", S.RECOVERY_PENDING, frozenset({S.SUBMITTED}),
                                  only_expired=True, clear_lease=True, error_class="in_doubt",
-                                 error="lease expired after submit with no outcome",
-                                 payload={"reason": "lease expired after submit"}),
+                                 error=SUBMIT_EXPIRED,
+                                 payload={"reason": "lease expired after submit", "error_class": "in_doubt",
+                                          "error": SUBMIT_EXPIRED}),
     # Queued past its expire_at where no worker reaches it (its guid not online or paused, its
     # job paused or awaiting approval, its shard paused): expired as the sender expires one at
     # its turn (ItemExpired, error class ``expired``), never sent.
@@ -217,8 +222,12 @@ class PostgresLog:
         v = verdict(found, item.since, now, self.verify_deadline)
         if v is None:
             return None
-        t = Transition(v.event, v.to, frozenset({S.RECOVERY_PENDING}), payload={"reason": v.reason},
-                       error_class=None if v.to is S.CONFIRMED else "in_doubt", error=v.reason)
+        error_class = None if v.to is S.CONFIRMED else "in_doubt"
+        # The event says what the item's row says: an unverified send (or one proved not sent)
+        # carries its error class in the payload too.
+        payload = {"reason": v.reason} | ({"error_class": error_class, "error": v.reason} if error_class else {})
+        t = Transition(v.event, v.to, frozenset({S.RECOVERY_PENDING}), payload=payload,
+                       error_class=error_class, error=v.reason)
         ledger = {S.CONFIRMED: _sql("ledger_confirmed"), S.PENDING: _sql("ledger_released")}.get(v.to)
 
         async def work() -> str | None:
