@@ -450,9 +450,11 @@ def test_a_status_change_clears_a_held_mark_left_by_earlier_code(database_url: s
 
 
 async def governance(url: str) -> dict[str, int]:
+    """The leader's numbers of a stall count: governance and guids by state."""
     pool = await open_pool(url, min_size=1, max_size=2)
     try:
-        return await PostgresLog(pool, "reconciler", timedelta(seconds=60)).governance_stats(timedelta(minutes=10))
+        store = PostgresLog(pool, "reconciler", timedelta(seconds=60))
+        return await store.governance_stats(timedelta(minutes=10)) | await store.guid_stats()
     finally:
         await pool.close()
 
@@ -565,16 +567,18 @@ def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_ur
                                     "stalled_shards": 1,  # g1 only: g2's guid is paused
                                     "jobs_running": 1, "items:pending": 7,  # job progress: open jobs' items
                                     "guids:online": 0, "guids:offline": 0, "guids:kicked": 0,
-                                    "guids:unauthorized": 0, "guids_with_work:online": 0,
+                                    "guids:unauthorized": 0,  # with work: only the states that hold it back
                                     "guids_with_work:offline": 0, "guids_with_work:kicked": 0,
                                     "guids_with_work:unauthorized": 0}
     with psycopg.connect(url) as conn:  # a kicked guid is held too: its shard is not stalled, it is counted
         conn.execute("SELECT * FROM pacer_set_guid_state('g1', 'kicked', 'callback', NULL, now())")
         # a switched-off phone with nothing queued is offline, and holds back no work
         conn.execute("SELECT * FROM pacer_set_guid_state('g-idle', 'offline', 'callback', NULL, now())")
+        conn.execute("SELECT * FROM pacer_set_guid_state('g4', 'online', 'callback', NULL, now())")  # with work
     kicked = asyncio.run(governance(url))
-    assert (kicked["stalled_shards"], kicked["guids:kicked"], kicked["guids:online"]) == (0, 1, 0)
+    assert (kicked["stalled_shards"], kicked["guids:kicked"], kicked["guids:online"]) == (0, 1, 1)
     assert (kicked["guids_with_work:kicked"], kicked["guids:offline"], kicked["guids_with_work:offline"]) == (1, 1, 0)
+    assert "guids_with_work:online" not in kicked, "an online guid's work is not held back"
     action(url, job, "pause")
     assert asyncio.run(governance(url))["stalled_shards"] == 0  # a paused job is not stalled
     assert asyncio.run(governance(url))["jobs_paused_operator"] == 1

@@ -103,6 +103,7 @@ class Stats:
     def __init__(self) -> None:
         self.rounds = 0  # the leader's rounds of numbers, one a sweep
         self.stall_counts = 0
+        self.guid_counts = 0  # reads of the guids by state
 
     async def lock_stats(self) -> dict[str, int]:
         self.rounds += 1
@@ -113,6 +114,10 @@ class Stats:
             return {"jobs_running": 1}
         self.stall_counts += 1
         return {"jobs_running": 1, "stalled_shards": 2}
+
+    async def guid_stats(self) -> dict[str, int]:
+        self.guid_counts += 1
+        return {"guids:online": 5, "guids:kicked": 1, "guids_with_work:kicked": 1}
 
 
 class NoBacklog:
@@ -244,6 +249,58 @@ def test_a_segment_whose_tail_keeps_failing_backs_off_alone() -> None:
             tails[1].fails_always = None  # fixed: segment 1 catches up after its back-off
             back = tails[1].rounds
             await until(lambda: tails[1].rounds >= back + 3 and lag() < 1.0)
+        finally:
+            stop.set()
+            await running
+
+    asyncio.run(scenario())
+
+
+class BrokenGuidStats(Stats):
+    """The read of the guids by state fails while ``broken``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken = True
+
+    async def guid_stats(self) -> dict[str, int]:
+        if self.broken:
+            self.guid_counts += 1
+            raise RuntimeError("canceling statement due to statement timeout")
+        return await super().guid_stats()
+
+
+def test_the_guids_by_state_are_read_at_the_stall_counts_pace_not_at_every_sweep() -> None:
+    """They read every guid: once a stall_count_every_s (60 s here) while the sweeps run every
+    10 ms, exported in between as last read; again at once when a read failed or a new term
+    begins."""
+    async def scenario() -> None:
+        registry, leases, stats = CollectorRegistry(), FakeLeases(2), BrokenGuidStats()
+        loop, tails = _segment_loop(registry, leases, stats)
+        stop = asyncio.Event()
+        leases.hold(0, 1)
+        running = asyncio.create_task(loop.run(stop, lambda ok, state: None))
+
+        def held_with_work() -> float | None:
+            return registry.get_sample_value("pacer_reconciler_held_guids_with_work", {"state": "kicked"})
+
+        try:
+            await until(lambda: stats.guid_counts >= 3)  # a failed read is tried again at the next sweep
+            assert held_with_work() is None
+            stats.broken = False
+            await until(lambda: held_with_work() == 1.0)
+            rounds, counts = stats.rounds, stats.guid_counts
+            await until(lambda: stats.rounds >= rounds + 10)
+            assert stats.guid_counts == counts, "not read again within stall_count_every_s"
+            assert held_with_work() == 1.0, "the numbers last read are still exported"
+            assert registry.get_sample_value("pacer_reconciler_guids_by_state", {"state": "online"}) == 5.0
+            assert registry.get_sample_value("pacer_reconciler_held_guids_with_work", {"state": "online"}) is None
+            assert _sample(registry, "pacer_reconciler_jobs_running") == 1.0, "the others read every sweep"
+            leases.hold(1)  # the lead handed over and taken back: a new term reads them at once
+            tailed = tails[1].rounds
+            await until(lambda: tails[1].rounds >= tailed + 2)  # rounds (and sweeps) as a replica not leading
+            leases.hold(0, 1)
+            await until(lambda: stats.guid_counts == counts + 1)
         finally:
             stop.set()
             await running

@@ -24,7 +24,7 @@ from pacer_common.db.leader import LeadershipLost
 from pacer_reconciler.backlog import BacklogGauges
 from pacer_reconciler.core import SWEEP_KINDS, Reconciler, RoundGuard, SkipReason
 from pacer_reconciler.domain.segments import SINGLETON_SEGMENT
-from pacer_reconciler.metrics import ReconcilerMetrics
+from pacer_reconciler.metrics import GUIDS_PREFIX, WORK_PREFIX, ReconcilerMetrics
 from pacer_reconciler.ports import CursorMoved, LeaderStats, Lease, Leases
 from pacer_reconciler.verifier import LOOKUP_RESULTS, VERIFY_STEPS, Verifier
 
@@ -223,28 +223,31 @@ class SegmentLoop:
         of other work)."""
         if self.stats_read_at is None:
             self.stats_read_at = self.now()  # a new term: its age counts from here until a read succeeds
-        # The stall count reads every open shard that has not moved: at its own, slower
-        # pace; the count last made is exported meanwhile.
-        count = self.now() >= self.next_stall_count
-        stall_after = timedelta(seconds=self.config.stall_after_s) if count else None
+        # The stall count reads every open shard that has not moved, and the guids by state
+        # every guid: at their own, slower pace; the numbers last read are exported meanwhile.
+        slow = self.now() >= self.next_stall_count
+        stall_after = timedelta(seconds=self.config.stall_after_s) if slow else None
         last = self.m.leader_stats.values
         fresh: dict[str, int] = {}
         failed = False
-        for name, read in (("lock", self.stats.lock_stats),
-                           ("governance", lambda: self.stats.governance_stats(stall_after))):
+        reads: list[tuple[str, Callable[[], Awaitable[dict[str, int]]]]] = [
+            ("lock", self.stats.lock_stats), ("governance", lambda: self.stats.governance_stats(stall_after))]
+        if slow:
+            reads.append(("guid state", self.stats.guid_stats))
+        for name, read in reads:
             try:
                 fresh |= await read()
             except Exception as exc:
                 failed = True
                 self.m.count_round_error(type(exc).__name__, 1)
                 log.exception("leader's %s stats not read; the tail goes on, next try at the next sweep", name)
-                if name == "governance":
-                    count = False  # the stall count was not made: it is due again at once
-        kept = last if failed else {k: v for k, v in last.items() if k == "stalled_shards"}
+                if name != "lock":
+                    slow = False  # a slow number was not read: they are due again at once
+        kept = last if failed else {k: v for k, v in last.items() if _read_slowly(k)}
         self.m.leader_stats.update(kept | fresh)
         if not failed:
             self.stats_read_at = self.now()
-        if count:
+        if slow:
             self.next_stall_count = self.now() + self.config.stall_count_every_s
 
     def _not_leading(self) -> None:
@@ -270,6 +273,11 @@ class SegmentLoop:
         for label, k in rec.bad.items():
             self.m.bad_events.labels(label).inc(k)
         rec.bad.clear()
+
+
+def _read_slowly(key: str) -> bool:
+    """A leader's number read every ``stall_count_every_s``, not at every sweep."""
+    return key == "stalled_shards" or key.startswith((GUIDS_PREFIX, WORK_PREFIX))
 
 
 def _export(m: ReconcilerMetrics, loop: SegmentLoop) -> None:

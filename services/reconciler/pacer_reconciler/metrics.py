@@ -79,11 +79,12 @@ class LeaderStats(Collector):
                 paused.add_metric([reason], values[key])
         states = GaugeMetricFamily("pacer_reconciler_guids_by_state", "Guids by lifecycle state (`online`, "
                                    "`offline`, `kicked`, `unauthorized`); any but `online` holds the guid's queue "
-                                   "(alert `PacerGuidHeld`). No guid label: `GET /api/v1/guids?state=…` names them",
-                                   labels=["state"])
-        waiting = GaugeMetricFamily("pacer_reconciler_held_guids_with_work", "Guids by lifecycle state that have "
-                                    "queued items (pending or waiting to retry): for any state but `online`, work "
-                                    "held back (alert `PacerGuidHeld`)", labels=["state"])
+                                   "(alert `PacerGuidHeld`). No guid label: `GET /api/v1/guids?state=…` names them. "
+                                   "Counted every `PACER_RECONCILER_STALL_COUNT_EVERY_S`", labels=["state"])
+        waiting = GaugeMetricFamily("pacer_reconciler_held_guids_with_work", "Guids in each lifecycle state but "
+                                    "`online` that have queued items (pending or waiting to retry): work held back "
+                                    "(alert `PacerGuidHeld`). Counted every `PACER_RECONCILER_STALL_COUNT_EVERY_S`",
+                                    labels=["state"])
         sends = GaugeMetricFamily("pacer_reconciler_tenant_sends_today", "Sends of each tenant with a daily quota "
                                   "on its today: its calendar day in its `timezone`, else in the senders' (alert "
                                   "`PacerTenantQuotaUsed`)", labels=["tenant"])

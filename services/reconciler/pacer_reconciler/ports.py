@@ -119,8 +119,14 @@ class LeaderStats(Protocol):
 
     async def lock_stats(self) -> dict[str, int]: ...
     async def governance_stats(self, stall_after: timedelta | None) -> dict[str, int]:
-        """Jobs, guids and items by state, and ``stalled_shards`` only when ``stall_after`` is
-        given: that count reads every open shard that has not moved, so it runs less often."""
+        """Jobs, paused guids and items by state, and ``stalled_shards`` only when ``stall_after``
+        is given: that count reads every open shard that has not moved, so it runs less often."""
+        ...
+
+    async def guid_stats(self) -> dict[str, int]:
+        """Guids by lifecycle state (``guids:<state>``) and, for each state but online, those
+        of them with queued items (``guids_with_work:<state>``): it reads the whole guid table,
+        so it runs at the stall count's pace."""
         ...
 
 

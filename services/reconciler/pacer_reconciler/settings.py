@@ -101,7 +101,9 @@ class ReconcilerSettings(OpsSettings):
     stall_count_every_s: float = Field(30.0, gt=0, description=(
         "How often the leader counts stalled shards (`pacer_reconciler_stalled_shards`): each count reads every "
         "open shard of a running job that has not moved for `PACER_RECONCILER_STALL_AFTER_S`, with its guid's "
-        "limits, which at a fleet's scale is the leader's heaviest read. Its other numbers are read at every sweep."
+        "limits, which at a fleet's scale is the leader's heaviest read. The guids by lifecycle state "
+        "(`pacer_reconciler_guids_by_state`, `pacer_reconciler_held_guids_with_work`), which read every guid, are "
+        "counted at the same pace. Its other numbers are read at every sweep."
     ))
     backlog_top_n: int = Field(10, ge=1, le=100, description=(
         "How many guids and jobs the backlog metrics name: the top N guids by queued items, the top N by "

@@ -267,15 +267,21 @@ class PostgresLog:
             async with self.pool.connection() as conn:
                 row = await one(conn, _sql("governance_counts"), {})
                 items = await (await conn.execute(_sql("job_items"))).fetchall()
-                states = await (await conn.execute(_sql("guid_state_counts"))).fetchall()
                 quotas = await (await conn.execute(_sql("tenant_quotas"))).fetchall()
                 stalls = {} if stall_after is None else {"stalled_shards": await self._stalled(conn, stall_after)}
             row = dict(row) | stalls
             return ({k: int(v) for k, v in row.items()} | {f"items:{r['status']}": int(r["n"]) for r in items}
-                    | {f"guids:{r['state']}": int(r["n"]) for r in states}
-                    | {f"guids_with_work:{r['state']}": int(r["with_work"]) for r in states}
                     | {f"tenant_sends:{r['tenant']}": int(r["sends"]) for r in quotas}
                     | {f"tenant_quota:{r['tenant']}": int(r["sends_per_day"]) for r in quotas})
+
+        return await with_retry(work, deadline_s=STATS_RETRY_S)
+
+    async def guid_stats(self) -> dict[str, int]:
+        async def work() -> dict[str, int]:
+            async with self.pool.connection() as conn:
+                states = await (await conn.execute(_sql("guid_state_counts"))).fetchall()
+            return ({f"guids:{r['state']}": int(r["n"]) for r in states}
+                    | {f"guids_with_work:{r['state']}": int(r["with_work"]) for r in states if r["with_work"] is not None})
 
         return await with_retry(work, deadline_s=STATS_RETRY_S)
 
