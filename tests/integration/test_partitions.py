@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import re
 import threading
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -300,6 +301,95 @@ def test_a_finished_job_stays_while_a_lagging_reconciler_has_its_events_to_apply
         assert prune(conn, now)[f"item_events_p{week(old)}"] == ("dropped", None)
         assert conn.execute("SELECT pacer_prune_jobs(%s - interval '7 days')", (now,)).fetchone() == (1,)
         assert conn.execute("SELECT count(*) FROM jobs WHERE job_id = %s", (job,)).fetchone() == (0,)
+
+
+def test_an_items_partition_holding_an_item_in_any_status_it_can_leave_is_kept(database_url: str) -> None:
+    """The items' guard asks of a literal list of statuses, each of a partial index: it must be
+    every status an item can still leave (item_transitions), or a partition holding an item in
+    a status it left out would be dropped with it."""
+    now = datetime.now(UTC)
+    old = now - timedelta(days=20)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SELECT pacer_ensure_partitions(%s, 30)", (now - timedelta(days=30),))
+        unfinished = [s for (s,) in conn.execute("SELECT DISTINCT from_status::text FROM item_transitions ORDER BY 1")]
+        (guard,) = conn.execute("SELECT guard FROM partitioned_tables WHERE parent = 'items'").fetchone()
+    assert len(unfinished) >= 6
+    # written out in the guard, not read from item_transitions (which no index answers)
+    assert "item_transitions" not in guard
+    assert sorted(set(re.findall(r"'(\w+)'", guard))) == unfinished
+    partition = f"items_p{week(old)}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for status in unfinished:
+            _, _, (item,) = seed_job(database_url, {"g1": 1}, status=status, created_at=old)
+            assert prune(conn, now, {"items": 7})[partition] == ("kept", "holds unfinished items"), status
+            conn.execute("UPDATE items SET status = 'abandoned' WHERE item_id = %s", (item,))
+        assert prune(conn, now, {"items": 7})[partition] == ("dropped", None), "finished items only: it goes"
+
+
+def test_a_partition_that_cannot_be_dropped_stops_neither_the_others_nor_the_rest_of_the_maintenance(
+        database_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """An items partition past retention whose DROP fails (a view depends on it) is reported by
+    name, counted, and left for the next run; the partitions after it are dropped, and the
+    finished jobs and the tenants' send counts past retention are pruned all the same."""
+    import asyncio
+
+    from pacer_common.db.pool import open_pool
+    from pacer_reconciler.adapters.partitions import PostgresPartitions
+    from pacer_reconciler.domain.retention import Retention
+    from pacer_reconciler.metrics import ReconcilerMetrics
+    from pacer_reconciler.retention import PartitionKeeper
+
+    now = datetime.now(UTC)
+    stuck_at, gone_at = now - timedelta(days=27), now - timedelta(days=20)  # the stuck one first
+    stuck, gone = f"items_p{week(stuck_at)}", f"items_p{week(gone_at)}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SELECT pacer_ensure_partitions(%s, 30)", (now - timedelta(days=30),))
+    stuck_job, _, _ = seed_job(database_url, {"g1": 1}, status="confirmed", created_at=stuck_at)
+    done_job, _, _ = seed_job(database_url, {"g2": 1}, status="confirmed", created_at=gone_at)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("UPDATE jobs SET status = 'completed' WHERE job_id = ANY(%s::uuid[])", ([stuck_job, done_job],))
+        conn.execute("INSERT INTO tenant_usage (tenant, day, sends) VALUES ('default', current_date - 500, 5)")
+        conn.execute(f"CREATE VIEW stuck_items AS SELECT item_id FROM {stuck}")
+    registry = CollectorRegistry()
+    m = ReconcilerMetrics(registry, lambda: True)
+    retention = Retention(items_days=7, ledger_days=35, audit_days=400, conflicts_days=90, state_history_days=90,
+                          usage_days=400)
+
+    async def maintenance_run() -> None:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        try:
+            await PartitionKeeper(PostgresPartitions(pool), retention, 3, m).round()
+        finally:
+            await pool.close()
+
+    def failed() -> float | None:
+        return registry.get_sample_value("pacer_reconciler_partitions_total", {"table": "items", "action": "failed"})
+
+    def left() -> tuple[set[str], set[str], int]:
+        with psycopg.connect(database_url) as conn:
+            partitions = {p for (p,) in conn.execute("SELECT partition FROM pacer_partitions('items')")}
+            jobs = {str(j) for (j,) in conn.execute("SELECT job_id FROM jobs")}
+            (usage,) = conn.execute("SELECT count(*) FROM tenant_usage WHERE day < current_date - 400").fetchone()
+        return partitions, jobs, usage
+
+    with caplog.at_level(logging.INFO, logger="pacer.reconciler.retention"):
+        asyncio.run(maintenance_run())
+    partitions, jobs, usage = left()
+    assert stuck in partitions and gone not in partitions, "the partition after the stuck one is dropped"
+    assert done_job not in jobs and stuck_job in jobs, "the jobs whose items went are pruned; the other waits"
+    assert usage == 0, "the send counts past retention are pruned"
+    assert failed() == 1
+    said = [r for r in caplog.records if r.name == "pacer.reconciler.retention" and r.levelno == logging.ERROR]
+    assert [getattr(r, "partition", None) for r in said] == [stuck]
+    assert stuck in said[0].getMessage() and "DependentObjectsStillExist" in said[0].getMessage()
+    assert "view stuck_items depends on" in said[0].getMessage(), "what keeps it"
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("DROP VIEW stuck_items")
+    asyncio.run(maintenance_run())  # fixed: the next run drops it, and its job goes
+    partitions, jobs, _ = left()
+    assert stuck not in partitions and stuck_job not in jobs
+    assert failed() == 1, "counted once, when it failed"
 
 
 def test_days_of_tenant_send_counts_past_retention_are_deleted_and_the_rest_kept(database_url: str) -> None:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
+from psycopg import OperationalError, errors
 from pydantic import ValidationError
 
+from pacer_common.db.errors import TransientError
+from pacer_reconciler.adapters.partitions import PostgresPartitions
 from pacer_reconciler.domain.retention import Analyzed, PartitionChange, Retention, tally
 from pacer_reconciler.settings import ReconcilerSettings
 
@@ -100,6 +106,8 @@ def test_a_maintenance_run_creates_then_prunes_and_exports_what_it_did() -> None
     assert value("pacer_reconciler_partitions_total", {"table": "items", "action": "created"}) == 1
     assert value("pacer_reconciler_partitions_total", {"table": "items", "action": "dropped"}) == 1
     assert value("pacer_reconciler_partitions_total", {"table": "items", "action": "granted"}) == 1
+    for table in retention().by_table():  # from 0, so that an alert sees a first failure as an increase
+        assert value("pacer_reconciler_partitions_total", {"table": table, "action": "failed"}) == 0, table
     assert value("pacer_reconciler_partitions_kept", {"table": "items"}) == 1
     assert value("pacer_reconciler_default_partition_rows", {"table": "items"}) == 1
     assert value("pacer_reconciler_default_partition_rows", {"table": "send_ledger"}) == 0
@@ -130,3 +138,54 @@ def test_the_partition_period_is_a_setting_of_one_to_seven_days(monkeypatch: pyt
         monkeypatch.setenv("PACER_RECONCILER_PARTITION_PERIOD_DAYS", refused)
         with pytest.raises(ValidationError, match="partition_period_days"):
             ReconcilerSettings()
+
+
+def _transient(cause: Exception) -> TransientError:
+    """What ``with_retry`` raises once its retries of ``cause`` are spent."""
+    try:
+        raise TransientError(str(cause)) from cause
+    except TransientError as exc:
+        return exc
+
+
+class ScriptedPrune(PostgresPartitions):
+    """Three partitions due; the drop of each raises what ``failures`` holds for it."""
+
+    def __init__(self, failures: dict[str, Exception]) -> None:
+        super().__init__(None)  # type: ignore[arg-type]  # no database: _changes is scripted
+        self.failures = failures
+        self.tried: list[str] = []
+
+    async def _changes(self, name: str, params: dict[str, Any]) -> list[PartitionChange]:
+        if name == "prune_partitions":
+            return [PartitionChange(p, "due", None) for p in ("items_p20261105", "items_p20261112", "item_events_p20261105")]
+        self.tried.append(params["partition"])
+        if (exc := self.failures.get(params["partition"])) is not None:
+            raise exc
+        return [PartitionChange(params["partition"], "dropped", None)]
+
+
+@pytest.mark.parametrize("error,detail", [
+    (_transient(errors.QueryCanceled("canceling statement due to statement timeout")),
+     "QueryCanceled: canceling statement due to statement timeout"),
+    (_transient(errors.LockNotAvailable("canceling statement due to lock timeout")),
+     "LockNotAvailable: canceling statement due to lock timeout"),
+    (errors.InsufficientPrivilege("must be owner of table items_p20261105"),
+     "InsufficientPrivilege: must be owner of table items_p20261105"),
+], ids=["statement_timeout", "lock_timeout", "not_owner"])
+def test_a_partition_whose_drop_keeps_failing_is_reported_and_the_others_are_dropped(error: Exception,
+                                                                                   detail: str) -> None:
+    prune = ScriptedPrune({"items_p20261105": error})
+    changes = asyncio.run(prune.prune({"items": 7, "item_events": 7}))
+    assert [(c.partition, c.action, c.detail) for c in changes] == [
+        ("items_p20261105", "failed", detail), ("items_p20261112", "dropped", None),
+        ("item_events_p20261105", "dropped", None)]
+
+
+def test_a_database_out_of_reach_fails_the_prune_run() -> None:
+    """Its retries spent on a lost connection, the run fails (and is tried again after a
+    back-off) rather than report every later partition failed in turn."""
+    prune = ScriptedPrune({"items_p20261105": _transient(OperationalError("connection refused"))})
+    with pytest.raises(TransientError):
+        asyncio.run(prune.prune({"items": 7, "item_events": 7}))
+    assert prune.tried == ["items_p20261105"]

@@ -167,7 +167,10 @@ class ReconcilerMetrics:
         ), registry=registry)
         self.partitions = Counter("pacer_reconciler_partitions_total", (
             "Time partitions created (ahead of their days), dropped (past retention), skipped (their table "
-            "was locked: tried again next run), granted (given a grant of their partitioned table that they "
+            "was locked: tried again next run), failed (past retention, and their guard or DROP raised, e.g. a "
+            "statement timeout, an object that depends on them, a DROP the database user may not do: logged with the "
+            "error, tried again next run; the other partitions go on; alert `PacerPartitionMaintenanceFailing`), "
+            "granted (given a grant of their partitioned table that they "
             "lacked: one per partition and grantee), analyzed (given their first statistics before autovacuum "
             "reached them: `PACER_RECONCILER_ANALYZE_EVERY_S`) and not_analyzed (the database user may not "
             "ANALYZE them: logged once, left to their owner), by table."

@@ -1,7 +1,9 @@
 """Time partitions kept up: created days ahead, given the grants of their partitioned table,
 dropped past retention (every replica runs this; the database lets one at a time in). Each
 change is logged; a partition kept past its
-retention is logged with the reason, every run, until it goes. Then the rows of finished
+retention is logged with the reason, every run, until it goes; one that could not be dropped
+(its guard or DROP raised) is logged with the error and counted, and the run goes on with the
+others (alert ``PacerPartitionMaintenanceFailing``). Then the rows of finished
 jobs whose items have all gone with their partitions (the job, its shards, their counts and
 target pages) are deleted: one row per job or shard, so these tables stay as bounded as the
 items. Last, the days of tenant send counts past their retention (a row per tenant and day).
@@ -37,6 +39,8 @@ class PartitionKeeper:
         m.maintenance_days.labels("tenant_usage", "retain").set(retention.usage_days)
         for table in PERIOD_SET:
             m.maintenance_days.labels(table, "period").set(period_days)
+        for table in retention.by_table():
+            m.partitions.labels(table, "failed")  # 0 from the start: the alert sees the first failure
 
     async def round(self) -> int:
         """One run: the period of items and their events set, partitions created, then pruned,
@@ -51,7 +55,7 @@ class PartitionKeeper:
             _log(c)
         counts = tally(changes)
         for (table, action), n in counts.items():
-            if action in ("created", "dropped", "skipped", "granted"):
+            if action in ("created", "dropped", "skipped", "granted", "failed"):
                 self.m.partitions.labels(table, action).inc(n)
         for table in self.retention.by_table():
             self.m.partitions_kept.labels(table).set(counts[(table, "kept")])
@@ -132,6 +136,10 @@ def _log(c: PartitionChange) -> None:
         log.info("partition %s %s%s", c.partition, c.action, f": {c.detail}" if c.detail else "", extra=extra)
     elif c.action == "kept":
         log.info("partition %s is past retention and kept: %s", c.partition, c.detail, extra=extra)
+    elif c.action == "failed":
+        log.error("partition %s is past retention and could not be dropped: %s; the other partitions and the "
+                  "rest of the maintenance go on, and it is tried again next run "
+                  "(docs/runbook.md#pacerpartitionmaintenancefailing)", c.partition, c.detail, extra=extra)
     elif c.action == "default":
         log.warning("the default partition %s holds rows (from before partitioning, or of a period whose "
                     "partition was missing): docs/runbook.md, \"Retention\"", c.partition, extra=extra)

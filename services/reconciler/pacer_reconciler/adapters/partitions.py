@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, LiteralString
 
+import psycopg
 from psycopg import AsyncConnection, errors
 from psycopg import sql as psql
 from psycopg.types.json import Jsonb
 
-from pacer_common.db.errors import with_retry
+from pacer_common.db.errors import TransientError, with_retry
 from pacer_common.db.pool import Pool
 from pacer_common.db.sql import loader
 from pacer_reconciler.domain.retention import Analyzed, PartitionChange
@@ -53,14 +54,27 @@ class PostgresPartitions:
         """Each partition past retention dropped in a transaction of its own (or kept, with
         why, or skipped), in the order listed. A DROP holds its table's ACCESS EXCLUSIVE lock
         to the end of its transaction: several in one would hold the items' readers through
-        every later guard and lock wait, up to the lock timeout each."""
+        every later guard and lock wait, up to the lock timeout each.
+
+        A partition whose guard or DROP raises (a statement timeout, an object that depends on
+        it, a DROP this user may not do) is ``failed``, with the error, and the others go on:
+        one partition must not keep every later one, and the jobs' and usage rows' pruning
+        after them, from ever running. A database that cannot be reached at all (its retries
+        spent) still fails the run."""
         retain = {"retain_days": Jsonb(dict(retain_days))}
         changes: list[PartitionChange] = []
         for c in await self._changes("prune_partitions", retain):
-            if c.action == "due":
-                changes += await self._changes("prune_partition", {"partition": c.partition, **retain})
-            else:
+            if c.action != "due":
                 changes.append(c)
+                continue
+            try:
+                changes += await self._changes("prune_partition", {"partition": c.partition, **retain})
+            except TransientError as exc:  # retried for 60 s already
+                if _unreachable(exc):
+                    raise
+                changes.append(PartitionChange(c.partition, "failed", _error(exc.__cause__ or exc)))
+            except Exception as exc:
+                changes.append(PartitionChange(c.partition, "failed", _error(exc)))
         return changes
 
     async def prune_jobs(self, retain_days: int) -> int:
@@ -134,6 +148,22 @@ class PostgresPartitions:
             return [PartitionChange(r["partition"], r["action"], r["detail"]) for r in rows]
 
         return await with_retry(work)
+
+
+def _unreachable(exc: TransientError) -> bool:
+    """The database out of reach (no connection, a server shutting down), rather than a
+    statement of one partition's that kept failing (a statement or lock timeout)."""
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    return sqlstate is None or sqlstate.startswith(("08", "57P"))
+
+
+def _error(exc: BaseException) -> str:
+    """One line: the error's type, its message and, from Postgres, its detail (which object
+    depends on the partition, say)."""
+    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
+        detail = exc.diag.message_detail
+        return f"{type(exc).__name__}: {exc.diag.message_primary}" + (f" ({detail})" if detail else "")
+    return f"{type(exc).__name__}: {exc}".strip()
 
 
 async def _unless_busy(conn: AsyncConnection[Any], statement: LiteralString | psql.Composed, params: dict[str, Any] | None = None,

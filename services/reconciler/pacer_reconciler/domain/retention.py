@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-ACTIONS = ("created", "dropped", "kept", "skipped", "default")
+ACTIONS = ("created", "dropped", "kept", "skipped", "failed", "default")
 
 
 # The tables PACER_RECONCILER_PARTITION_PERIOD_DAYS cuts. send_ledger keeps 7 days: every key
@@ -61,7 +61,8 @@ class Analyzed:
 @dataclass(frozen=True)
 class PartitionChange:
     """One line of a maintenance run: a partition created, dropped, kept past retention (with
-    the reason), skipped (its table was locked), or a default partition that holds rows."""
+    the reason), skipped (its table was locked), failed (its guard or DROP raised: the error),
+    or a default partition that holds rows."""
 
     partition: str
     action: str
