@@ -174,44 +174,61 @@ def test_bulk_cancel_by_guid_cancels_only_items_not_taken_yet_with_one_audit_rec
     assert len(items) == 5
 
 
-def test_bulk_cancel_and_retry_over_the_limit_go_in_parts_of_at_most(database_url: str,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Over the limit (3 here, 10,000 in service) a bulk action is refused unless it names
-    ``at_most``; then it takes that many a call and says whether more still match."""
+def test_bulk_cancel_and_retry_over_the_limit_go_in_parts(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the limit (3 here, 10,000 in service) a bulk action is refused unless taken in
+    parts: ``at_most`` a call, each part after the last one's ``next_after``. Parts go by item
+    id, so items a part could not act on, which still match, are passed over, not taken again."""
     monkeypatch.setattr(filters, "MAX_RETRY", 3)
     monkeypatch.setattr(core, "MAX_RETRY", 3)
     job, _, items = seed_job(database_url, {"g1": 5, "g2": 4})
     g2 = [i["item_id"] for i in rows(database_url, "SELECT item_id::text FROM items WHERE guid = 'g2' ORDER BY 1")]
     move(database_url, g2, "failed", "needs_human")
+    refused_job, _, refused_items = seed_job(database_url, {"g3": 5})
+    move(database_url, refused_items, "failed", "needs_human")
+    with psycopg.connect(database_url) as conn:  # a terminated job's items are never retried: each is refused
+        conn.execute("UPDATE jobs SET status = 'terminated' WHERE job_id = %s", (refused_job,))
 
-    async def go() -> list[tuple[int, bool]]:
+    async def parts(api: Any, path: str, body: dict[str, Any], at: list[str], counted: str) -> list[int]:
+        taken, after = [], None
+        for _ in range(5):
+            part = {**body, "after": after} if after else body
+            r = await api.post(path, "operator", json={"filter": {**part}} if at == ["filter"] else part)
+            assert r.status_code == 200, r.text
+            out = r.json()
+            taken.append(out["totals"][counted])
+            assert out["more"] == (out["next_after"] is not None)
+            if not out["more"]:
+                return taken
+            after = out["next_after"]
+        raise AssertionError(f"still more after five parts: {taken}")
+
+    async def go() -> dict[str, list[int]]:
         async with control_api(database_url) as api:
-            r = await api.post(f"/jobs/{job}/cancel-items", "operator", json={"guid": "g1"})
-            assert r.status_code == 422 and "more than 3 items" in r.text and "at_most" in r.text, r.text
-            r = await api.post(f"/jobs/{job}/retry", "operator", json={"filter": {"status": "failed"}})
-            assert r.status_code == 422 and "more than 3 items" in r.text and "at_most" in r.text, r.text
+            for path, body in ((f"/jobs/{job}/cancel-items", {"guid": "g1"}),
+                               (f"/jobs/{job}/retry", {"filter": {"status": "failed"}})):
+                r = await api.post(path, "operator", json=body)
+                assert r.status_code == 422 and "more than 3 items" in r.text and "next_after" in r.text, r.text
             r = await api.post(f"/jobs/{job}/cancel-items", "operator", json={"guid": "g1", "at_most": 0})
             assert r.status_code == 422 and "at_most" in r.text, r.text
-            parts = []
-            for _ in range(3):
-                r = await api.post(f"/jobs/{job}/cancel-items", "operator", json={"guid": "g1", "at_most": 2})
-                assert r.status_code == 200, r.text
-                parts.append((r.json()["totals"]["cancelled"], r.json()["more"]))
-            for _ in range(2):
-                r = await api.post(f"/jobs/{job}/retry", "operator",
-                                   json={"filter": {"status": "failed", "at_most": 3}})
-                assert r.status_code == 200, r.text
-                parts.append((r.json()["totals"]["created"], r.json()["more"]))
-            return parts
+            r = await api.post(f"/jobs/{job}/cancel-items", "operator", json={"guid": "g1", "after": g2[0]})
+            assert r.status_code == 422 and "'after' goes with 'at_most'" in r.text, r.text
+            return {
+                "cancel": await parts(api, f"/jobs/{job}/cancel-items", {"guid": "g1", "at_most": 2}, [], "cancelled"),
+                "retry": await parts(api, f"/jobs/{job}/retry", {"status": "failed", "at_most": 3}, ["filter"], "created"),
+                "refused": await parts(api, f"/jobs/{refused_job}/retry", {"status": "failed", "at_most": 2}, ["filter"],
+                                       "refused"),
+            }
 
-    assert asyncio.run(go()) == [(2, True), (2, True), (1, False), (3, True), (1, False)]
+    assert asyncio.run(go()) == {"cancel": [2, 2, 1], "retry": [3, 1], "refused": [2, 2, 1]}
     by_guid = rows(database_url, "SELECT guid, status::text, count(*)::int AS n FROM items"
                                  " WHERE compensates IS NULL GROUP BY 1, 2 ORDER BY 1, 2")
-    assert [(r["guid"], r["status"], r["n"]) for r in by_guid] == [("g1", "abandoned", 5), ("g2", "failed", 4)]
+    assert [(r["guid"], r["status"], r["n"]) for r in by_guid] == [
+        ("g1", "abandoned", 5), ("g2", "failed", 4), ("g3", "failed", 5)]
     assert rows(database_url, "SELECT count(*)::int AS n FROM items WHERE compensates IS NOT NULL")[0]["n"] == 4
-    log = [(a["action"], a["before"].get("at_most"), a["after"].get("more")) for a in audit(database_url, job)]
-    assert log == [("cancel_items", 2, True), ("cancel_items", 2, True), ("cancel_items", 2, False),
-                   ("retry", 3, True), ("retry", 3, False)]
+    log = [(a["action"], a["before"].get("at_most"), a["before"].get("after") is not None,
+            a["after"].get("next_after") is not None) for a in audit(database_url, job)]
+    assert log == [("cancel_items", 2, False, True), ("cancel_items", 2, True, True), ("cancel_items", 2, True, False),
+                   ("retry", 3, False, True), ("retry", 3, True, False)]
     assert len(items) == 9
 
 

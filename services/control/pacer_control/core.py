@@ -37,6 +37,7 @@ from pacer_control.domain.filters import (
     AuditFilter,
     ItemFilter,
     JobFilter,
+    Part,
     RetryFilter,
     check_retry_status,
     in_parts,
@@ -154,23 +155,21 @@ class Control:
 
     async def retry_job_items(self, job_id: str, who: Principal, item_ids: Sequence[str] | None,
                               f: RetryFilter | None, reason: str | None,
-                              at_most: int | None = None) -> tuple[list[ItemRetry], dict[str, int], bool]:
+                              part: Part | None = None) -> tuple[list[ItemRetry], dict[str, int], str | None]:
         """Compensation items for the chosen items of a job, all in one transaction with one
         audit record (action ``retry`` on the job, ``after`` = items per outcome). A filter
-        matching more than ``MAX_RETRY`` items is refused, unless ``at_most`` is given: then the
-        first ``at_most`` by item id are retried, and the last value says more still match (the
-        same call again takes the next ones: a retried item no longer matches)."""
+        matching more than ``MAX_RETRY`` items is refused unless taken in parts (``part``): the
+        last value is then the next part's ``after`` (None: no more match)."""
         if f is not None and (why := check_retry_status(f.status)):
             raise Invalid(why)
-        more = False
 
-        async def work(tx: ControlTx) -> tuple[list[ItemRetry], dict[str, int], bool]:
-            nonlocal more
+        async def work(tx: ControlTx) -> tuple[list[ItemRetry], dict[str, int], str | None]:
             # The job's bulk lock first (an advisory lock, not its row): two bulk retries of
             # one job take turns instead of deadlocking on each other's items and shard counters.
             if not await tx.lock_job(job_id):
                 raise NotFound(f"no job {job_id}")
             foreign: list[str] = []
+            next_after = None
             if item_ids is not None:
                 wanted = sorted(set(item_ids))
                 mine = await tx.items_of_job(job_id, wanted)
@@ -179,16 +178,18 @@ class Control:
                 selection: dict[str, Any] = {"item_ids": len(wanted)}
             else:
                 assert f is not None
-                targets, more = in_parts(await tx.select_for_retry(job_id, f, (at_most or MAX_RETRY) + 1), at_most,
-                                         "the filter matches", "narrow it (error_class, guid)")
+                matched = await tx.select_for_retry(job_id, f, (part.at_most if part else MAX_RETRY) + 1,
+                                                    part.after if part else None)
+                targets, next_after = in_parts(matched, part, "the filter matches", "narrow it (error_class, guid)")
                 selection = {"filter": {"status": f.status.value, "error_class": f.error_class, "guid": f.guid},
-                             **parts(at_most)}
+                             **parts(part)}
             results = await tx.retry_items(targets, who.actor)
             results += [ItemRetry(ItemId(i), "not_found", None, f"item {i} is not part of job {job_id}") for i in foreign]
             totals = tally(results)
+            done = {"next_after": next_after} if part else {}
             await tx.audit(AuditEntry(who.actor, "retry", "job", job_id, reason,
-                                      before={**selection, "matched": len(targets)}, after={**totals, **parts(at_most, more)}))
-            return results, totals, more
+                                      before={**selection, "matched": len(targets)}, after={**totals, **done}))
+            return results, totals, next_after
 
         return await self.store.atomically(work)
 
@@ -221,25 +222,27 @@ class Control:
         return await self.store.atomically(work)
 
     async def cancel_job_items(self, job_id: str, who: Principal, guid: str | None, reason: str | None,
-                               at_most: int | None = None) -> tuple[dict[str, int], bool]:
+                               part: Part | None = None) -> tuple[dict[str, int], str | None]:
         """Cancel a job's items not yet taken (of one guid, or all), in one transaction with one
         audit record (action ``cancel_items`` on the job, ``after`` = items per outcome). Sent
         messages are not undone; items in flight finish. More than ``MAX_RETRY`` matching items
-        are refused, unless ``at_most`` is given: then the first ``at_most`` by item id are
-        cancelled, and the second value says more still match (the same call again takes them)."""
-        async def work(tx: ControlTx) -> tuple[dict[str, int], bool]:
+        are refused unless taken in parts (``part``): the second value is then the next part's
+        ``after`` (None: no more match)."""
+        async def work(tx: ControlTx) -> tuple[dict[str, int], str | None]:
             if not await tx.lock_job(job_id):
                 raise NotFound(f"no job {job_id}")
-            targets, more = in_parts(await tx.select_for_cancel(job_id, guid, (at_most or MAX_RETRY) + 1), at_most,
-                                     "the selection matches", "narrow it by guid, or cancel the job")
+            matched = await tx.select_for_cancel(job_id, guid, (part.at_most if part else MAX_RETRY) + 1,
+                                                 part.after if part else None)
+            targets, next_after = in_parts(matched, part, "the selection matches", "narrow it by guid, or cancel the job")
             totals = dict.fromkeys(CANCEL_OUTCOMES, 0)
             for item_id in targets:
                 outcome, _ = await tx.cancel_item(item_id, who.actor)
                 totals[outcome] = totals.get(outcome, 0) + 1
+            done = {"next_after": next_after} if part else {}
             await tx.audit(AuditEntry(who.actor, "cancel_items", "job", job_id, reason,
-                                      before={"filter": {"guid": guid}, "matched": len(targets), **parts(at_most)},
-                                      after={**totals, **parts(at_most, more)}))
-            return totals, more
+                                      before={"filter": {"guid": guid}, "matched": len(targets), **parts(part)},
+                                      after={**totals, **done}))
+            return totals, next_after
 
         return await self.store.atomically(work)
 

@@ -99,10 +99,10 @@ class _Tx:
         rows = await _rows(self.conn, "items_of_job", {"job": job_id, "ids": list(item_ids)})
         return {r["item_id"] for r in rows}
 
-    async def select_for_retry(self, job_id: str, f: RetryFilter, limit: int) -> list[str]:
+    async def select_for_retry(self, job_id: str, f: RetryFilter, limit: int, after: str | None = None) -> list[str]:
         rows = await _rows(self.conn, "select_for_retry", {"job": job_id, "status": f.status.value,
                                                           "error_class": f.error_class, "guid": f.guid,
-                                                          "limit": limit})
+                                                          "limit": limit, "after": after})
         return [r["item_id"] for r in rows]
 
     async def retry_items(self, item_ids: Sequence[str], actor: str, priority: int | None = None) -> list[ItemRetry]:
@@ -123,8 +123,8 @@ class _Tx:
                                                        "reason": reason})
         return _result(row, f"no job {job_id}")
 
-    async def select_for_cancel(self, job_id: str, guid: str | None, limit: int) -> list[str]:
-        rows = await _rows(self.conn, "select_for_cancel", {"job": job_id, "guid": guid, "limit": limit,
+    async def select_for_cancel(self, job_id: str, guid: str | None, limit: int, after: str | None = None) -> list[str]:
+        rows = await _rows(self.conn, "select_for_cancel", {"job": job_id, "guid": guid, "limit": limit, "after": after,
                                                            "statuses": [s.value for s in CANCELLABLE]})
         return [r["item_id"] for r in rows]
 

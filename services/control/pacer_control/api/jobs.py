@@ -33,12 +33,14 @@ from pacer_control.api.schemas import (
     RetryItemBody,
     RetryResponse,
 )
+from pacer_control.domain.errors import Invalid
 from pacer_control.domain.filters import (
     DEFAULT_PAGE,
     MAX_PAGE,
     ItemFilter,
     JobFilter,
     JobStatus,
+    Part,
     RetryFilter,
 )
 from pacer_control.domain.permissions import Action
@@ -161,17 +163,27 @@ async def retry_job_items(job_id: JobIdPath, body: RetryBody, ctl: Ctl, who: Cal
     if body.filter is not None:
         f = RetryFilter(ItemStatus(body.filter.status), body.filter.error_class, _guid(body.filter.guid))
     ids = [str(i) for i in body.item_ids] if body.item_ids is not None else None
-    results, totals, more = await ctl.retry_job_items(str(job_id), who, ids, f, body.reason,
-                                                      body.filter.at_most if body.filter is not None else None)
-    return {"totals": totals, "results": results, "more": more}
+    results, totals, next_after = await ctl.retry_job_items(str(job_id), who, ids, f, body.reason,
+                                                            _part(body.filter.at_most, body.filter.after)
+                                                            if body.filter is not None else None)
+    return {"totals": totals, "results": results, "more": next_after is not None, "next_after": next_after}
 
 
 @router.post("/jobs/{job_id}/cancel-items", response_model=CancelItemsResponse,
              summary="Cancel a job's items not yet taken (all, or one guid's); sent messages are not undone",
              **guard("items.cancel", 404, 422))
 async def cancel_job_items(job_id: JobIdPath, body: CancelItemsBody, ctl: Ctl, who: Caller) -> dict[str, Any]:
-    totals, more = await ctl.cancel_job_items(str(job_id), who, body.guid, body.reason, body.at_most)
-    return {"totals": totals, "more": more}
+    totals, next_after = await ctl.cancel_job_items(str(job_id), who, body.guid, body.reason,
+                                                    _part(body.at_most, body.after))
+    return {"totals": totals, "more": next_after is not None, "next_after": next_after}
+
+
+def _part(at_most: int | None, after: uuid.UUID | None) -> Part | None:
+    if at_most is None:
+        if after is not None:
+            raise Invalid("'after' goes with 'at_most': it names where the next part of a selection starts")
+        return None
+    return Part(at_most, str(after) if after else None)
 
 
 @router.get("/in-doubt", response_model=InDoubtPage, tags=["items"],

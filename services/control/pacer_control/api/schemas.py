@@ -82,8 +82,11 @@ class BudgetBody(_In):
 
 
 AtMost = Annotated[int | None, Field(None, ge=1, le=MAX_RETRY, description=(
-    f"act on at most this many matching items (the first by item id) and answer `more`: whether others still "
-    f"match; repeat the call until `more` is false. Left out, a selection over {MAX_RETRY} items is refused"))]
+    f"take the selection in parts: act on at most this many matching items, by item id, and answer `next_after`; "
+    f"call again with `after` set to it until `more` is false. Left out, a selection over {MAX_RETRY} items is "
+    f"refused"))]
+After = Annotated[uuid.UUID | None, Field(None, description=(
+    "with `at_most`: the part starts after this item id (the previous answer's `next_after`)"))]
 
 
 class RetryFilterBody(_In):
@@ -92,6 +95,7 @@ class RetryFilterBody(_In):
     error_class: Text | None = None
     guid: Text | None = None
     at_most: AtMost = None
+    after: After = None
 
     @field_validator("status", mode="before")
     @classmethod
@@ -125,6 +129,7 @@ class CancelItemsBody(_In):
     guid: Text | None = None
     reason: Reason | None = None
     at_most: AtMost = None
+    after: After = None
 
 
 class TokenBody(_In):
@@ -290,7 +295,8 @@ class RetryOutcome(BaseModel):
 class RetryResponse(BaseModel):
     totals: dict[str, int]
     results: list[RetryOutcome]
-    more: bool = Field(description="a filter's `at_most` left matching items: the same call again takes them")
+    more: bool = Field(description="a filter's part (`at_most`) left matching items: call again with `after`")
+    next_after: str | None = Field(None, description="the next part's `after`: the last item id this part took")
 
 
 class GuidBacklog(BaseModel):
@@ -516,7 +522,8 @@ class InDoubtPage(BaseModel):
 
 class CancelItemsResponse(BaseModel):
     totals: dict[str, int]
-    more: bool = Field(description="`at_most` left matching items: the same call again takes them")
+    more: bool = Field(description="the part (`at_most`) left matching items: call again with `after`")
+    next_after: str | None = Field(None, description="the next part's `after`: the last item id this part took")
 
 
 class ApprovalSample(BaseModel):

@@ -38,24 +38,36 @@ CANCELLABLE: tuple[S, ...] = (S.PENDING, S.WAITING_RETRY)
 MAX_RETRY = 10_000
 
 
-def in_parts(matched: list[str], at_most: int | None, what: str, narrow: str) -> tuple[list[str], bool]:
-    """The part of a bulk action's ``matched`` items (read with a limit one above the part's
-    size) it acts on, and whether more match. Without ``at_most`` a selection over
-    ``MAX_RETRY`` is refused, saying how to narrow it or take it in parts."""
-    if at_most is None:
+@dataclass(frozen=True)
+class Part:
+    """A bulk action taken in parts: at most ``at_most`` items a call, those after the item id
+    ``after`` (the previous part's ``next_after``; None: from the first). Parts go by item id,
+    so items a part could not act on (a refused retry still matches its filter) are passed,
+    not read again by every later part."""
+
+    at_most: int
+    after: str | None = None
+
+
+def in_parts(matched: list[str], part: Part | None, what: str, narrow: str) -> tuple[list[str], str | None]:
+    """The items of a bulk action's ``matched`` ones (read in id order with a limit one above
+    the part's size) it acts on, and the next part's ``after`` (None: no more match). Without
+    a part a selection over ``MAX_RETRY`` is refused, saying how to narrow it or take it in
+    parts."""
+    if part is None:
         if len(matched) > MAX_RETRY:
-            raise Invalid(f"{what} more than {MAX_RETRY} items; {narrow}, or give "
-                             f"at_most (up to {MAX_RETRY}) and repeat the call while its answer says more=true")
-        return matched, False
-    return matched[:at_most], len(matched) > at_most
+            raise Invalid(f"{what} more than {MAX_RETRY} items; {narrow}, or take it in parts: give at_most (up to "
+                          f"{MAX_RETRY}), then repeat the call with after set to each answer's next_after until it "
+                          f"is null")
+        return matched, None
+    taken = matched[:part.at_most]
+    return taken, taken[-1] if len(matched) > part.at_most else None
 
 
-def parts(at_most: int | None, more: bool | None = None) -> dict[str, int | bool]:
-    """What an audit record of a bulk action says of its part: nothing for a whole selection;
-    ``at_most`` (before) and ``more`` (after) for a part."""
-    if at_most is None:
-        return {}
-    return {"at_most": at_most} if more is None else {"more": more}
+def parts(part: Part | None) -> dict[str, int | str | None]:
+    """What the audit record of a bulk action says of the part it took: nothing for a whole
+    selection."""
+    return {} if part is None else {"at_most": part.at_most, "after": part.after}
 
 
 @dataclass(frozen=True)

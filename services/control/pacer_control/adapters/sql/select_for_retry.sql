@@ -6,5 +6,6 @@ WHERE i.job_id = %(job)s::uuid AND i.status = %(status)s::item_status
   AND (%(error_class)s::text IS NULL OR i.last_error_class = %(error_class)s::text)
   AND (%(guid)s::text IS NULL OR i.guid = %(guid)s::text)
   AND NOT EXISTS (SELECT 1 FROM items c WHERE c.compensates = i.item_id)
+  AND (%(after)s::uuid IS NULL OR i.item_id > %(after)s::uuid)  -- the next part of a retry in parts
 ORDER BY i.item_id
 LIMIT %(limit)s

@@ -37,6 +37,7 @@ from pacer_control.domain.filters import (
     ItemFilter,
     JobFilter,
     JobStatus,
+    Part,
     RetryFilter,
 )
 from pacer_control.domain.outcomes import ActionResult
@@ -263,8 +264,16 @@ async def budget(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTML
     return _flash(request, await ctl.confirm_budget(str(job_id), int(raw), who))
 
 
-# A bulk action in the console takes up to MAX_RETRY items a click; this says more still match.
-_MORE = f"; more than {MAX_RETRY:,} matched: these were the first {MAX_RETRY:,}, press again for the next"
+def _more(next_after: str | None, acted: int) -> str:
+    """What a console bulk action, which takes up to MAX_RETRY items a click, says when more
+    match. A click that acted on some starts again from the first: those it acted on no longer
+    match. One that acted on none would take the same items again; the API goes on past them."""
+    if next_after is None:
+        return ""
+    if acted:
+        return f"; more than {MAX_RETRY:,} matched: these were the first {MAX_RETRY:,}, press again for the next"
+    return (f"; more than {MAX_RETRY:,} matched and none of the first {MAX_RETRY:,} could be acted on: take the rest "
+            f"in parts with the API (at_most, then after={next_after})")
 
 
 @router.post("/jobs/{job_id}/retry", response_class=HTMLResponse, **guard("items.retry"))
@@ -272,21 +281,22 @@ async def bulk_retry(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> 
     form = await _form(request)
     f = RetryFilter(_choice(ItemStatus, "status", form.get("status", "failed")), _text(form, "error_class", limit=256),
                     _guid(_text(form, "guid", limit=256)))
-    results, totals, more = await ctl.retry_job_items(str(job_id), who, None, f, _text(form, "reason"), MAX_RETRY)
+    results, totals, next_after = await ctl.retry_job_items(str(job_id), who, None, f, _text(form, "reason"),
+                                                            Part(MAX_RETRY))
     # why items were not retried, by the first of each such outcome (the API lists every item's)
     why = "".join(f"; {outcome}, e.g. item {r.item_id}: {r.message}" for outcome in ("conflict", "refused")
                   for r in [next((r for r in results if r.outcome == outcome), None)] if r is not None)
-    return _flash(request, f"retry: {views.describe_totals(totals)}{why}{_MORE if more else ''}",
+    return _flash(request, f"retry: {views.describe_totals(totals)}{why}{_more(next_after, totals['created'])}",
                   ok=totals.get("created", 0) > 0)
 
 
 @router.post("/jobs/{job_id}/cancel-items", response_class=HTMLResponse, **guard("items.cancel"))
 async def bulk_cancel(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
     form = await _form(request)
-    totals, more = await ctl.cancel_job_items(str(job_id), who, _text(form, "guid", limit=256), _text(form, "reason"),
-                                              MAX_RETRY)
-    return _flash(request, f"cancel: {views.describe_totals(totals)} (sent messages are not undone){_MORE if more else ''}",
-                  ok=totals.get("cancelled", 0) > 0)
+    totals, next_after = await ctl.cancel_job_items(str(job_id), who, _text(form, "guid", limit=256),
+                                                    _text(form, "reason"), Part(MAX_RETRY))
+    return _flash(request, f"cancel: {views.describe_totals(totals)} (sent messages are not undone)"
+                           f"{_more(next_after, totals['cancelled'])}", ok=totals.get("cancelled", 0) > 0)
 
 
 @router.get("/guids", response_class=HTMLResponse, **guard("guids.health"))
