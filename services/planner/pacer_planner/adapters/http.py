@@ -8,13 +8,15 @@ One fetch is bounded in time and in size: the whole answer, headers and body, mu
 within ``deadline_s`` (the client's own timeout is per read: an answer that trickles in
 would pass it and hold the pager, its paging lease and its slot for as long as it trickles),
 and the body is read as it streams in and refused past ``max_bytes`` (decoded), before it
-is parsed, so an audience cannot fill the planner's memory with one page.
+is parsed, so an audience cannot fill the planner's memory with one page: a compressed body is
+decoded here, at most ``max_bytes`` at a time, never a whole inflated chunk.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import zlib
 from typing import Any
 
 import httpx
@@ -54,18 +56,44 @@ class HttpTargetSource:
         too_large = f"response is over {self.max_bytes} bytes, the most one page may have"
         try:
             async with self.client.stream("GET", target, headers={"accept": "application/json",
+                                                                  "accept-encoding": "gzip, deflate",
                                                                   **tracing.http_headers()}) as resp:
                 if resp.status_code != 200:
                     raise TargetFetchError(f"HTTP {resp.status_code} {resp.reason_phrase}".rstrip())
                 declared = resp.headers.get("content-length", "")
                 if declared.isdigit() and int(declared) > self.max_bytes:
                     raise TargetFetchError(f"{too_large} (Content-Length: {declared})")
+                decoder = _decoder(resp.headers.get("content-encoding", ""))
                 chunks, size = [], 0
-                async for chunk in resp.aiter_bytes():
-                    size += len(chunk)
-                    if size > self.max_bytes:
+                async for raw in resp.aiter_raw():
+                    data = raw
+                    while data:  # decoded a bounded piece at a time: one raw chunk may inflate 1000-fold
+                        piece = decoder.decompress(data, self.max_bytes - size + 1) if decoder else data
+                        data = decoder.unconsumed_tail if decoder else b""
+                        size += len(piece)
+                        if size > self.max_bytes:
+                            raise TargetFetchError(too_large)
+                        chunks.append(piece)
+                if decoder is not None:
+                    chunks.append(decoder.flush())
+                    if size + len(chunks[-1]) > self.max_bytes:
                         raise TargetFetchError(too_large)
-                    chunks.append(chunk)
                 return b"".join(chunks)
         except httpx.HTTPError as exc:
             raise TargetFetchError(f"request failed: {type(exc).__name__}{f': {exc}' if str(exc) else ''}") from exc
+        except zlib.error as exc:
+            raise TargetFetchError(f"response body does not decode as its Content-Encoding says: {exc}") from exc
+
+
+def _decoder(encoding: str) -> Any:
+    """A zlib decoder for a body's ``Content-Encoding`` (None: as it came). Pacer decodes a
+    page itself, a bounded piece at a time, rather than through the client, which inflates
+    each chunk it reads whole."""
+    name = encoding.strip().lower()
+    if name in ("", "identity"):
+        return None
+    if name in ("gzip", "x-gzip"):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if name == "deflate":
+        return zlib.decompressobj()
+    raise TargetFetchError(f"response Content-Encoding {encoding!r} is not one Pacer reads (gzip, deflate)")
