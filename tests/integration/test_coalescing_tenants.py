@@ -20,21 +20,10 @@ from pacer_common.domain.requests import JobRequest
 from pacer_planner.adapters.postgres import PostgresJobStore
 from pacer_planner.domain.planning import plan
 from tests.integration.control_support import move, rows
-from tests.integration.helpers import seed_job, status_and_events
+from tests.integration.helpers import one, seed_job, sql, status_and_events
 
 OWNER, TTL = "w1", timedelta(seconds=30)
 TICKET = "42"
-
-
-def one(url: str, statement: str, *args: Any) -> Any:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(statement, args).fetchone()
-    return row[0] if row is not None and len(row) == 1 else row
-
-
-def sql(url: str, statement: str, *args: Any) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(statement, args)
 
 
 def ticket(tenant: str, guid: str, version: int) -> JobRequest:
