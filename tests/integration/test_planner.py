@@ -14,10 +14,13 @@ from psycopg.rows import dict_row
 
 from pacer_common.db.errors import RefusedError
 from pacer_common.db.pool import open_pool
+from pacer_common.domain.validation import validate_request
 from pacer_common.kafka import ensure_topics, make_producer
 from pacer_planner.adapters.kafka import KafkaCommandBus
 from pacer_planner.adapters.postgres import ApprovalPolicy, PostgresJobStore, claim_guids
 from pacer_planner.core import Handled, Planner
+from pacer_planner.domain.planning import plan
+from pacer_planner.ports import Known
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from tests.integration.helpers import eventually, read_topic, waiting_for_locks
 
@@ -266,6 +269,56 @@ def test_a_request_id_another_tenant_already_used_is_dead_lettered_and_stores_no
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT request_id, tenant FROM jobs").fetchall() == [("shared-id", "acme")]
         assert dict(conn.execute("SELECT guid, tenant FROM tenant_guids").fetchall()) == {"a1": "acme"}
+
+
+class StoredMeanwhile(PostgresJobStore):
+    """The job store, with ``meanwhile`` stored through it right after the first lookup of a
+    request id finds no job: as when the same id arrives on another partition and that
+    partition's planner stores its job between this planner's lookup and its store."""
+
+    def __init__(self, pool: Any, meanwhile: bytes) -> None:
+        super().__init__(pool)
+        self.meanwhile: bytes | None = meanwhile
+
+    async def known(self, request_id: str) -> Known | None:
+        found = await super().known(request_id)
+        if found is None and self.meanwhile is not None:
+            body, self.meanwhile = self.meanwhile, None
+            stored = await self.store(plan(validate_request(body, datetime.now(UTC)), datetime.now(UTC)))
+            assert stored.created
+        return found
+
+
+def test_a_request_whose_id_another_tenant_took_while_it_was_judged_claims_none_of_its_guids(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
+    # globex's request finds no job under the id, then acme's job is stored under it before
+    # globex's is: globex's insert finds the id taken and the request is refused. Nothing of its
+    # transaction stays, so its guids are not globex's and do not count against its max_guids:
+    # acme's later job naming them is planned.
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name) VALUES ('acme')")
+        conn.execute("INSERT INTO tenants (name, max_guids) VALUES ('globex', 2)")
+    theirs, mine = tenant_request("raced-id", ["a1"], "acme"), tenant_request("raced-id", ["x1", "x2"], "globex")
+
+    async def go() -> list[Handled]:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        bus = KafkaCommandBus(make_producer(kafka_config), lambda lane: topics[lane], topics["dlq"])
+        try:
+            refused = await Planner(StoredMeanwhile(pool, theirs), bus).handle(None, mine)
+            later = await Planner(PostgresJobStore(pool), bus).handle(None, tenant_request("later", ["x1"], "acme"))
+            return [refused, later]
+        finally:
+            await pool.close()
+
+    refused, later = asyncio.run(go())
+    assert (refused.outcome, refused.reason) == ("dead_lettered", "request_id 'raced-id' is already used by another tenant")
+    assert (later.outcome, later.reason) == ("planned", None)
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT request_id, tenant FROM jobs ORDER BY request_id").fetchall() == [
+            ("later", "acme"), ("raced-id", "acme")]
+        assert dict(conn.execute("SELECT guid, tenant FROM tenant_guids").fetchall()) == {"a1": "acme", "x1": "acme"}
+    (dlq,) = read_topic(kafka_config, topics["dlq"], expect=1)
+    assert (dlq["raw"], dlq["headers"]["pacer-tenant"]) == (mine, b"globex")
 
 
 async def claim_behind_an_open_claim(url: str, first: list[str], second: list[str]) -> str | None:

@@ -62,6 +62,10 @@ async def claim_guids(conn: AsyncConnection[Any], tenant: str, guids: list[str])
         raise RefusedError(reason)
 
 
+class _IdTaken(Exception):
+    """The job's request id has a job already: its transaction is rolled back."""
+
+
 @dataclass(frozen=True)
 class ApprovalPolicy:
     """Which new jobs wait for an admin's approval (``pacer_approval_reason`` applies it)."""
@@ -83,10 +87,22 @@ class PostgresJobStore:
             raise StoreRefused(f"{type(exc).__name__}: {exc}".strip()) from exc
 
     async def _store(self, plan: Plan) -> Stored:
+        async with self.pool.connection() as conn:
+            try:
+                return await self._insert(conn, plan)
+            except _IdTaken:
+                # Rolled back: its guids are not claimed for a request whose id was not its
+                # to store (another tenant's job may have it). The job that has it, as stored.
+                row = await (await conn.execute(sql("job_known"), {"request_id": plan.request.request_id})).fetchone()
+        return Stored(plan.job_id, created=False, dispatched=row is not None and row["dispatched"], shard_ids={})
+
+    async def _insert(self, conn: AsyncConnection[Any], plan: Plan) -> Stored:
+        """The job, its shards and items in one transaction; :class:`_IdTaken` (the transaction
+        rolled back) if its request id already has a job."""
         req = plan.request
         snapshot = req.targets.mode == "snapshot"
         traceparent = tracing.current()  # the job request's trace, kept on the job and each item
-        async with self.pool.connection() as conn, synchronous_transaction(conn, pipeline=False):
+        async with synchronous_transaction(conn, pipeline=False):
             await claim_guids(conn, req.tenant, list(plan.per_guid))
             cur = await conn.execute(sql("insert_job"), {
                 "job_id": plan.job_id, "request_id": req.request_id, "kind": req.kind.value,
@@ -107,9 +123,9 @@ class PostgresJobStore:
                 "item_content": plan.item_content,
             })
             if await cur.fetchone() is None:
-                row = await (await conn.execute(sql("job_known"), {"request_id": req.request_id})).fetchone()
-                assert row is not None
-                return Stored(plan.job_id, created=False, dispatched=row["dispatched"], shard_ids={})
+                # The id has a job (one stored meanwhile, by a planner of another partition):
+                # nothing of this transaction may stay, the guids it claimed least of all.
+                raise _IdTaken
             shard_ids = await insert_shards(conn, plan.job_id, plan.shards, plan.subs)
             if plan.items:
                 async with conn.cursor() as c, c.copy(_COPY_ITEMS) as copy:
