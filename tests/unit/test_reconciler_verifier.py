@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
@@ -11,8 +12,8 @@ from hypothesis import strategies as st
 from pacer_reconciler.core import Reconciler, run_rounds
 from pacer_reconciler.domain.verification import verdict
 from pacer_reconciler.ports import InDoubt, Position
-from pacer_reconciler.verifier import Verifier
-from tests.unit.dispatching import until
+from pacer_reconciler.verifier import READ_PAST, Verifier
+from tests.unit.dispatching import now, run_virtual, until
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 DEADLINE = timedelta(seconds=300)
@@ -205,24 +206,109 @@ def test_a_finished_lookup_starts_the_next_round_without_waiting_the_interval() 
 
 
 def test_an_item_left_in_doubt_waits_and_holds_no_newer_item_back() -> None:
-    """The oldest items get no answer: each is asked once, not again within the interval, and
-    the newer items behind them (past the round's read of ``limit``) are all verified."""
+    """The six oldest items get no answer. Such a lookup starts no round, so on virtual time,
+    with an interval of an hour, they are asked two an interval: each once, before any is asked
+    again. Then the rounds reach past them (past the round's read of ``limit``), and the twenty
+    newer items behind them are all verified in the fourth round's run of rounds, not two an
+    interval."""
     async def scenario() -> None:
         silent, answered = 6, 20
         sweeps = Sweeps(_items(silent + answered))
         answers: dict[str, object] = {f"k{k}": None if k < silent else True for k in range(silent + answered)}
         lookup = CountingLookup(answers)
         verifier = Verifier(sweeps, lookup, concurrency=2, timeout_s=60, limit=4, clock=lambda: NOW)
+        start = now()
         stop, task = await _running(verifier, interval_s=3600)
         try:
-            await until(lambda: len(sweeps.items) == silent, 30)
+            while len(sweeps.items) > silent and now() - start < 10 * 3600:
+                await asyncio.sleep(60)  # virtual: a look a minute
+            took = now() - start
         finally:
             stop.set()
             await task
         assert verifier.resolved == {"confirmed": answered}
         assert set(sweeps.items) == {f"i{k}" for k in range(silent)}, "no answer leaves them in doubt"
-        assert sorted(lookup.asked) == sorted(answers), "each asked once: none again within the interval"
+        assert sorted(lookup.asked[:silent]) == [f"k{k}" for k in range(silent)], "each asked once before any again"
+        assert all(lookup.asked.count(f"k{k}") == 1 for k in range(silent, silent + answered))
+        assert took <= 3 * 3600 + 60, "three intervals for the six, two each; the twenty newer at once after"
         assert lookup.most_in_flight <= 2
+
+    run_virtual(scenario())
+
+
+class ReadCountingSweeps(Sweeps):
+    """:class:`Sweeps` that keeps the row count each read asked for."""
+
+    def __init__(self, items: list[InDoubt]) -> None:
+        super().__init__(items)
+        self.reads: list[int] = []
+
+    async def in_doubt(self, limit: int) -> list[InDoubt]:
+        self.reads.append(limit)
+        return list(itertools.islice(self.items.values(), limit))
+
+
+async def _until_quiet(lookup: Lookup, turns: int = 500, most: int = 100_000) -> None:
+    """Turns of the loop until ``turns`` in a row start no lookup (at most ``most`` turns):
+    far more than a round takes, so rounds that followed one another would show."""
+    quiet, asked = 0, len(lookup.asked)
+    for _ in range(most):
+        await asyncio.sleep(0)
+        quiet, asked = (quiet + 1, asked) if len(lookup.asked) == asked else (0, len(lookup.asked))
+        if quiet >= turns:
+            return
+    raise AssertionError("lookups kept starting")
+
+
+def test_a_gateway_that_fails_at_once_gets_at_most_concurrency_lookups_an_interval() -> None:
+    """20,000 items in doubt and every lookup raises at once (a refused connection). The first
+    round's lookups free their slots at once but settle nothing, so no round follows before
+    the interval (an hour): while the loop turns thousands of times, which rounds started by
+    each failed lookup would fill with hundreds of rounds, nothing more is asked or read."""
+    async def scenario() -> None:
+        n, concurrency, limit = 20_000, 4, 200
+        sweeps = ReadCountingSweeps(_items(n))
+        lookup = Lookup(dict.fromkeys((f"k{k}" for k in range(n)), "raise"))
+        verifier = Verifier(sweeps, lookup, concurrency=concurrency, timeout_s=60, limit=limit, clock=lambda: NOW)
+        stop, task = await _running(verifier, interval_s=3600)
+        try:
+            for _ in range(1_000):  # the first round's lookups all failed and were resolved
+                if verifier.lookups["error"] >= concurrency and not verifier.in_flight:
+                    break
+                await asyncio.sleep(0)
+            assert verifier.lookups["error"] == concurrency and not verifier.in_flight
+            for _ in range(5_000):
+                await asyncio.sleep(0)
+            assert not task.done()
+        finally:
+            stop.set()
+            await task
+        assert len(lookup.asked) == concurrency, "the first round's lookups only"
+        assert sweeps.reads == [limit], "one read, of the round's limit"
+        assert set(sweeps.resolved.values()) == {(None, None)}, "a failed lookup leaves its item in doubt"
+
+    asyncio.run(scenario())
+
+
+def test_a_rounds_read_stays_bounded_however_many_items_get_no_answer() -> None:
+    """Half the items are confirmed at once and half get "cannot say" at once: each
+    confirmation starts the next round, so the items left in doubt pile up at the head of the
+    oldest-first read within the interval (an hour), and rounds read past them, at most
+    ``READ_PAST`` × ``concurrency`` rows beyond ``limit``."""
+    async def scenario() -> None:
+        n, concurrency, limit = 400, 4, 10
+        sweeps = ReadCountingSweeps(_items(n))
+        lookup = Lookup({f"k{k}": True if k % 2 == 0 else None for k in range(n)})
+        verifier = Verifier(sweeps, lookup, concurrency=concurrency, timeout_s=60, limit=limit, clock=lambda: NOW)
+        stop, task = await _running(verifier, interval_s=3600)
+        try:
+            await _until_quiet(lookup)
+        finally:
+            stop.set()
+            await task
+        assert max(sweeps.reads) == limit + READ_PAST * concurrency, "read past the items left in doubt, so far"
+        assert verifier.resolved["confirmed"] > 2 * concurrency, "confirmations start rounds: not a round an hour"
+        assert len(lookup.asked) == len(set(lookup.asked)), "none asked again within the interval"
 
     asyncio.run(scenario())
 

@@ -30,8 +30,10 @@ class ReconcilerSettings(OpsSettings):
     ))
     sweep_interval_s: float = Field(1.0, description=(
         "Least time between two sweep rounds (expired leases, due retries). Verification rounds come sooner while "
-        "in-doubt items wait for a free lookup slot (the next starts as soon as a lookup finishes), this long apart "
-        "otherwise; an item a lookup left in doubt is asked again no sooner than this after its answer."
+        "in-doubt items wait for a free lookup slot (the next starts as soon as a lookup settles its item: the "
+        "gateway said delivered or not delivered), this long apart otherwise, so a gateway that fails or cannot say "
+        "gets at most `PACER_RECONCILER_VERIFY_CONCURRENCY` lookups this long; an item a lookup left in doubt is "
+        "asked again no sooner than this after its answer."
     ))
     verify_deadline_s: float = Field(300.0, description=(
         "How long an item may stay `recovery_pending` while the gateway cannot say whether it was delivered; "

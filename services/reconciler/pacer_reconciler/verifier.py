@@ -4,14 +4,19 @@ Each in-doubt item gets one gateway lookup at a time, at most ``concurrency`` at
 cut off after ``timeout_s``. The lookups run in tasks of their own, so a gateway that hangs
 or crawls holds up nothing but verification: the tail, outcomes, projections, re-dispatch
 and lease takeovers go on. While a round's read still lists items it had no free slot for,
-the next round starts as soon as a lookup finishes, so verification goes as fast as the
-gateway answers; only a round with nothing left to start waits the sweep interval. A lookup
-that times out or fails is "no answer yet": the item stays in doubt and is asked again no
-sooner than a sweep interval later (the rounds in between pass over it and read past it, so
-it holds no newer item back), until ``verify_deadline_s`` makes it ``unverified``. It never
-counts as proof of non-delivery. The deadline is applied by the resolution itself: while
-reading the in-doubt items or writing their resolution fails (the database), nothing is
-decided, not even ``unverified``; each failure is counted by step (``errors``, exported as
+the next round starts as soon as a lookup settles its item (the gateway said delivered, or
+not delivered), so verification goes as fast as the gateway answers. A lookup that gets no
+such answer starts no round (its slot serves whichever round comes next, else the one a sweep
+interval later), so a gateway that fails fast (refuses connections, or answers "cannot say"
+at once) gets at most ``concurrency`` lookups an interval, not one after another without
+pause. A lookup that times out, fails or cannot say is "no answer yet": the item stays in
+doubt and is asked again no sooner than a sweep interval later, and after the items of the
+round's read not yet left in doubt, until ``verify_deadline_s`` makes it ``unverified``.
+Rounds read past the items they pass over or put last, at most ``READ_PAST`` times
+``concurrency`` rows further, so those hold no newer item back. It never counts as proof of
+non-delivery. The deadline is applied by the resolution itself: while reading the in-doubt
+items or writing their resolution fails (the database), nothing is decided, not even
+``unverified``; each failure is counted by step (``errors``, exported as
 ``pacer_reconciler_verifier_errors_total``).
 """
 
@@ -30,6 +35,12 @@ log = logging.getLogger(__name__)
 LOOKUP_RESULTS = ("found", "not_found", "unknown", "timeout", "error")
 # Steps that can fail: a round's read of the in-doubt items, an item's resolution (its outcome written).
 VERIFY_STEPS = ("read", "resolve")
+# A round reads ``limit`` rows and, past the items it passes over (in flight) or puts last (left
+# in doubt by a lookup), at most this many times ``concurrency`` rows more: a round's read stays
+# bounded however many items get no answer. Lookups with no answer start no round, so a gateway
+# that never answers leaves at most ``concurrency`` items in doubt an interval (two intervals'
+# worth waiting at once); more pile up only while other lookups settle items and start rounds.
+READ_PAST = 4
 
 
 class Verifier:
@@ -46,15 +57,17 @@ class Verifier:
         self.lookups: Counter[str] = Counter()  # by LOOKUP_RESULTS
         self.resolved: Counter[str] = Counter()  # by the status an item moved to
         self.errors: Counter[str] = Counter()  # by VERIFY_STEPS: what failed (database down, a bug)
-        self._tasks: dict[str, asyncio.Task[None]] = {}  # item_id → its lookup
+        self._tasks: dict[str, asyncio.Task[bool]] = {}  # item_id → its lookup: True if it settled the item
         # item_id → the episode (InDoubt.since) of a lookup that finished during this round's
         # read: the read may predate its resolution, and must not start a second lookup for it.
         self._finished: dict[str, datetime] = {}
-        # item_id → (episode, loop time before which it is not asked again): items whose lookup
-        # left them in doubt. Only those answered within the last ``again_after_s`` are kept.
-        self._waiting: dict[str, tuple[datetime, float]] = {}
+        # item_id → (episode, loop time of the answer): items a lookup left in doubt, kept while
+        # the rounds' reads list them or their wait is not over. Asked again ``again_after_s``
+        # after that answer at the soonest, and after the items of a round's read never left in doubt.
+        self._left: dict[str, tuple[datetime, float]] = {}
         self.again_after_s = 0.0  # run() sets it to its interval: an item left in doubt waits that long
-        self._freed = asyncio.Event()  # a lookup finished since the last round began
+        self.read_past = READ_PAST * concurrency  # the most rows a round reads beyond ``limit``
+        self._freed = asyncio.Event()  # a lookup settled its item since the last round began
         self._more = False  # the last round's read listed items it had no free slot for
 
     @property
@@ -63,42 +76,56 @@ class Verifier:
 
     async def start_round(self) -> int:
         """Start lookups for in-doubt items not already being looked up, nor left in doubt by
-        a lookup within the last ``again_after_s``, up to the free slots; returns how many
-        started. Never waits for a lookup."""
+        a lookup within the last ``again_after_s``, up to the free slots: first the items no
+        lookup left in doubt, oldest first, then those left in doubt longest ago. Returns how
+        many started. Never waits for a lookup."""
         self._freed.clear()
         self._more = False
         free = self.concurrency - len(self._tasks)
         if free <= 0:
-            self._more = True  # every slot busy: the next round comes when one frees
+            self._more = True  # every slot busy: the next round comes when one settles its item
             return 0
-        now = asyncio.get_running_loop().time()
-        self._waiting = {k: w for k, w in self._waiting.items() if w[1] > now}
-        started = 0
         self._finished = {}  # lookups resolved before this read began: the read sees their outcome
-        # Read past the items this round passes over (in flight, or waiting to be asked
-        # again), so those at the head of the oldest-first read hold no other back.
-        for item in await self.sweeps.in_doubt(self.limit + len(self._tasks) + len(self._waiting)):
+        # Read past the items this round passes over (in flight) or puts last (left in doubt),
+        # so those at the head of the oldest-first read hold no other back; bounded, whatever
+        # the count of those.
+        past = len(self._tasks) + len(self._left.keys() - self._tasks.keys())
+        items = await self.sweeps.in_doubt(self.limit + min(past, self.read_past))
+        now = asyncio.get_running_loop().time()
+        listed = {item.item_id for item in items}
+        # Items no longer listed are resolved or out of reach: kept only until their wait is over.
+        self._left = {k: v for k, v in self._left.items() if k in listed or v[1] + self.again_after_s > now}
+        fresh: list[InDoubt] = []
+        again: list[tuple[float, InDoubt]] = []
+        for item in items:
             if item.item_id in self._tasks:
                 continue
             if (done := self._finished.get(item.item_id)) is not None and item.since <= done:
                 continue  # an episode whose lookup finished while this round read: next round sees it as it is
-            if (w := self._waiting.get(item.item_id)) is not None and item.since <= w[0]:
-                continue  # left in doubt a moment ago: asked again once its wait is over
-            if started >= free:
-                self._more = True
-                break
+            if (left := self._left.get(item.item_id)) is None or item.since > left[0]:
+                fresh.append(item)
+            elif left[1] + self.again_after_s <= now:
+                again.append((left[1], item))
+            # else: left in doubt a moment ago; asked again once its wait is over
+        again.sort(key=lambda a: a[0])
+        queue = fresh + [item for _, item in again]
+        self._more = len(queue) > free
+        for item in queue[:free]:
             task = asyncio.create_task(self._verify(item), name=f"verify:{item.item_id}")
             self._tasks[item.item_id] = task
             task.add_done_callback(functools.partial(self._forget, item))
-            started += 1
-        return started
+        return min(len(queue), free)
 
-    def _forget(self, item: InDoubt, _task: asyncio.Task[None]) -> None:
+    def _forget(self, item: InDoubt, task: asyncio.Task[bool]) -> None:
         self._tasks.pop(item.item_id, None)
         self._finished[item.item_id] = item.since
-        self._freed.set()
+        # Only a lookup that settled its item starts the next round early: one that failed or
+        # got no answer frees a slot for whichever round comes next.
+        if not task.cancelled() and task.exception() is None and task.result():
+            self._freed.set()
 
-    async def _verify(self, item: InDoubt) -> None:
+    async def _verify(self, item: InDoubt) -> bool:
+        """Look the item up and resolve it; True if the gateway's answer settled it."""
         found: bool | None = None
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -116,20 +143,20 @@ class Verifier:
             log.exception("resolving item %s failed; it stays in doubt and is asked again", item.item_id)
             self.errors["resolve"] += 1
             self._ask_later(item)
-            return
+            return False
         if result:
             self.resolved[result] += 1
-        else:
-            self._ask_later(item)
+            return found is not None  # unverified past its deadline is no answer of the gateway's
+        self._ask_later(item)
+        return False
 
     def _ask_later(self, item: InDoubt) -> None:
-        if self.again_after_s > 0:
-            self._waiting[item.item_id] = (item.since, asyncio.get_running_loop().time() + self.again_after_s)
+        self._left[item.item_id] = (item.since, asyncio.get_running_loop().time())
 
     async def run(self, stop: asyncio.Event, may_work: Callable[[], bool], interval_s: float) -> None:
         """Start rounds while ``may_work()`` (the leader), until ``stop``: the next as soon as
-        a lookup finishes while the last read listed items it had no slot for, else after
-        ``interval_s``. An item left in doubt is asked again no sooner than ``interval_s``
+        a lookup settles its item while the last read listed items it had no slot for, else
+        after ``interval_s``. An item left in doubt is asked again no sooner than ``interval_s``
         after its answer. A failing round (database down, a bug) is logged and the next one
         comes anyway."""
         self.again_after_s = interval_s
