@@ -312,15 +312,19 @@ def test_an_audience_page_nested_too_deep_to_decode_is_a_failed_fetch_that_pause
                job) == ("paused", reason, reason, 0)
 
 
+@pytest.mark.parametrize("extra", [{}, {"kind": "auto_reply", "source_msg_uid": "m-1", "priority": 5}],
+                         ids=["campaign", "auto-reply-at-a-batch-priority"])
 def test_a_page_waits_for_admission_while_its_guid_is_backlogged(
-        database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience) -> None:
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str], audience: Audience,
+        extra: dict[str, Any]) -> None:
+    # An auto-reply asking for priority 5 goes out in the batch lane: its pages wait like a campaign's.
     audience.put(targets(3, guid="g0"))
 
     async def go() -> tuple[str, str]:
         async with instance(database_url, kafka_config, topics, limit=5, admission_wait_s=0.05) as p:
             backlog = await p.planner.handle(None, snapshot("snap-1", targets(5, guid="g0")))
             assert backlog.outcome == "planned" and backlog.job_id is not None
-            h = await p.planner.handle(None, requery("rq-5", audience.url, 10))
+            h = await p.planner.handle(None, requery("rq-5", audience.url, 10, **extra))
             assert h.job_id is not None
             job = h.job_id
             paging = asyncio.create_task(p.pager.run(job))

@@ -1,5 +1,5 @@
-"""Admission control: what is exempt is decided by the kind of work, not by the priority a
-request asks for."""
+"""Admission control: only online work is exempt, an online kind sent in the online lane;
+neither the kind nor the priority a request asks for is enough alone."""
 
 from __future__ import annotations
 
@@ -52,13 +52,27 @@ def test_a_ticket_notification_at_priority_0_is_refused_too() -> None:
 
 
 @pytest.mark.parametrize("kind", ["auto_reply", "takeover_prompt"])
-@pytest.mark.parametrize("priority", [None, 5])
+@pytest.mark.parametrize("priority", [None, 0, 1])
 def test_online_work_on_a_guid_at_its_limit_is_still_admitted(kind: str, priority: int | None) -> None:
     assert refusal(plan(request(kind, priority), NOW), AT_LIMIT, LIMIT) is None
 
 
-def test_a_requery_page_of_a_campaign_waits_and_one_of_an_auto_reply_does_not() -> None:
+@pytest.mark.parametrize("kind", ["auto_reply", "takeover_prompt"])
+@pytest.mark.parametrize("priority", [2, 5, 9])
+def test_an_online_kind_asking_for_a_batch_priority_is_bounded_like_batch_work(kind: str, priority: int) -> None:
+    # It goes out in the batch lane, behind campaigns: nothing makes it online work any more.
+    reason = refusal(plan(request(kind, priority), NOW), AT_LIMIT, LIMIT)
+    assert reason == ("admission refused: guid 'g1' has 10 queued items and this request adds 2, over the limit "
+                      "of 10 per guid; retry later or split the request")
+
+
+def test_a_requery_page_waits_unless_it_is_online_work_in_the_online_lane() -> None:
     adds = {Guid("g1"): 5}
     queued = {Guid("g1"): 8}
-    assert page_refusal(JobKind.CAMPAIGN, adds, queued, LIMIT) is not None
-    assert page_refusal(JobKind.AUTO_REPLY, adds, queued, LIMIT) is None
+    assert page_refusal(JobKind.CAMPAIGN, 3, adds, queued, LIMIT) is not None
+    assert page_refusal(JobKind.CAMPAIGN, 0, adds, queued, LIMIT) is not None
+    assert page_refusal(JobKind.AUTO_REPLY, 1, adds, queued, LIMIT) is None
+    assert page_refusal(JobKind.TAKEOVER_PROMPT, 0, adds, queued, LIMIT) is None
+    # A requery auto-reply at a batch priority (a large audience, in the batch lane) waits too.
+    assert page_refusal(JobKind.AUTO_REPLY, 5, adds, queued, LIMIT) is not None
+    assert page_refusal(JobKind.TAKEOVER_PROMPT, 2, adds, queued, LIMIT) is not None

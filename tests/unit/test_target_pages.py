@@ -177,16 +177,16 @@ def test_a_new_guid_with_few_targets_on_its_first_page_keeps_one_shard() -> None
 # -- admission per page ------------------------------------------------------------------------
 
 def test_a_page_waits_when_a_guid_with_a_backlog_would_pass_the_limit() -> None:
-    reason = page_refusal(JobKind.CAMPAIGN, {Guid("g1"): 5, Guid("g2"): 1}, {Guid("g1"): 8}, 10)
+    reason = page_refusal(JobKind.CAMPAIGN, 3, {Guid("g1"): 5, Guid("g2"): 1}, {Guid("g1"): 8}, 10)
     assert reason == ("admission refused: guid 'g1' has 8 queued items and this page adds 5, "
                       "over the limit of 10 per guid")
 
 
 def test_a_page_is_admitted_within_the_limit_for_online_work_or_for_an_idle_guid() -> None:
-    assert page_refusal(JobKind.CAMPAIGN, {Guid("g1"): 2}, {Guid("g1"): 8}, 10) is None
-    assert page_refusal(JobKind.TAKEOVER_PROMPT, {Guid("g1"): 50}, {Guid("g1"): 8}, 10) is None
+    assert page_refusal(JobKind.CAMPAIGN, 3, {Guid("g1"): 2}, {Guid("g1"): 8}, 10) is None
+    assert page_refusal(JobKind.TAKEOVER_PROMPT, 0, {Guid("g1"): 50}, {Guid("g1"): 8}, 10) is None
     # Larger than the limit on its own, but nothing queued: it must not wait forever.
-    assert page_refusal(JobKind.CAMPAIGN, {Guid("g1"): 50}, {}, 10) is None
+    assert page_refusal(JobKind.CAMPAIGN, 3, {Guid("g1"): 50}, {}, 10) is None
 
 
 # -- messages ------------------------------------------------------------------------------------

@@ -18,10 +18,11 @@ class PlannerSettings(OpsSettings):
     ))
     max_backlog_per_guid: int = Field(100_000, description=(
         "Admission control: a request that would take any guid past this many queued items (pending or waiting "
-        "to retry) is refused whole, to the DLQ, with the reason. Takeover prompts and auto-replies are always "
-        "admitted; every other kind is bounded whatever `priority` it asks for (a campaign at priority 0 or 1 "
-        "too). A requery page that would do so waits instead (see `REQUERY_ADMISSION_WAIT_S`); a guid with "
-        "nothing queued never holds a page back."
+        "to retry) is refused whole, to the DLQ, with the reason. Takeover prompts and auto-replies in the online "
+        "lane (priority 0 or 1, as they have by default) are always admitted; anything else is bounded: another "
+        "kind whatever `priority` it asks for (a campaign at priority 0 or 1 too), and a takeover prompt or an "
+        "auto-reply asking for a batch priority (2-9). A requery page that would do so waits instead (see "
+        "`REQUERY_ADMISSION_WAIT_S`); a guid with nothing queued never holds a page back."
     ))
     coalesce_window_s: float = Field(3.0, description=(
         "Ticket notifications (`ticket_notify`) wait this long before they may be sent, so that a newer "

@@ -131,7 +131,7 @@ class TargetPager:
         plan = plan_page(req, page, known, self.cfg.max_shard_items, job_created_at=state.created_at)
         adds = plan.per_guid
         if adds:
-            refused = page_refusal(req.kind, adds, await self.store.queued(list(adds)),
+            refused = page_refusal(req.kind, req.effective_priority, adds, await self.store.queued(list(adds)),
                                    self.cfg.max_backlog_per_guid)
             if refused is not None:
                 await self.store.note_wait(job_id, self.cfg.owner, f"page {page_no} waits: {refused}")
