@@ -53,6 +53,7 @@ class Store:
     jobs: dict[str, bool] = field(default_factory=dict)  # job id → dispatched
     tenants: dict[str, str] = field(default_factory=dict)  # job id → its tenant
     hidden: int = 0  # this many calls to known() answer None, as before a concurrent store
+    paging: dict[str, bool] = field(default_factory=dict)  # job id → a requery job (its targets paged in)
 
     async def store(self, plan: Plan) -> Stored:
         if self.fail:
@@ -60,6 +61,7 @@ class Store:
         created = plan.job_id not in self.jobs
         self.jobs.setdefault(plan.job_id, False)
         self.tenants.setdefault(plan.job_id, plan.request.tenant)
+        self.paging.setdefault(plan.job_id, plan.request.targets.mode == "requery")
         return Stored(plan.job_id, created, self.jobs[plan.job_id], {k: 1 for k in plan.shards})
 
     async def pending_commands(self, job_id: str) -> Sequence[ItemCommand]:
@@ -76,7 +78,7 @@ class Store:
             self.hidden -= 1
             return None
         job_id = job_id_for(RequestId(request_id))
-        return Known(job_id, self.jobs[job_id], False, self.tenants[job_id]) if job_id in self.jobs else None
+        return Known(job_id, self.jobs[job_id], self.paging[job_id], self.tenants[job_id]) if job_id in self.jobs else None
 
 
 @dataclass
@@ -554,6 +556,22 @@ def test_a_request_id_another_tenant_stored_a_job_under_meanwhile_is_dead_letter
     h = asyncio.run(planner.handle(None, of_tenant("r1", "globex")))
     assert (h.outcome, h.reason, bus.tenants) == ("dead_lettered", "request_id 'r1' is already used by another tenant",
                                                   ["globex"])
+
+
+def test_a_requery_jobs_id_stored_meanwhile_and_published_as_a_snapshot_leaves_it_a_requery_job() -> None:
+    # The requery job is stored while the snapshot request under its id is judged: its store()
+    # finds the id taken, and the job as stored is what came again, not what the new bytes say.
+    store, bus = Store(), Bus()
+    planner = Planner(store, bus)
+    paged = json.dumps({**json.loads(request("q1")), "targets": {
+        "mode": "requery", "url": "http://audience.invalid/people", "page_size": 10}}).encode()
+    first = asyncio.run(planner.handle(None, paged))
+    assert (first.outcome, first.paging) == ("paging", True)
+    store.hidden = 1
+    again = asyncio.run(planner.handle(None, request("q1")))
+    assert (again.outcome, again.job_id, again.items, again.paging) == ("duplicate", first.job_id, 0, True)
+    # Never marked dispatched as if a snapshot's items had gone out: that would end its paging.
+    assert store.jobs == {first.job_id: False} and bus.sent == [] and bus.dlq == []
 
 
 def test_a_refused_request_under_another_tenants_id_is_refused_not_taken_for_that_job() -> None:
