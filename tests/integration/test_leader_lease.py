@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import psycopg
 import pytest
@@ -19,14 +20,48 @@ from pacer_reconciler.adapters.segments import SegmentLeases
 from pacer_reconciler.ports import Position
 
 TTL = 1.0
+POLL_S = 0.05  # how often _until asks again
+# A take's transaction starts (taken_at) a moment before its statement compares the old
+# expiry with the clock; the lower bound allows that moment, not a takeover before expiry.
+CHECK_LAG = timedelta(milliseconds=5)
 
 
-async def _until(cond: Callable[[], Awaitable[bool]], timeout_s: float) -> float:
+async def _until(cond: Callable[[], Awaitable[bool]], timeout_s: float) -> None:
     started = time.monotonic()
     while not await cond():
         assert time.monotonic() - started < timeout_s, "condition not met in time"
-        await asyncio.sleep(0.05)
-    return time.monotonic() - started
+        await asyncio.sleep(POLL_S)
+
+
+class Lease(NamedTuple):
+    """A lease row as the database has it: its times are the database's clock."""
+    holder: str
+    epoch: int
+    taken_at: datetime
+    expires_at: datetime
+
+
+def _leases(url: str, *names: str) -> list[Lease]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT name, holder, epoch, taken_at, expires_at FROM leader_leases"
+                            " WHERE name = ANY(%s)", (list(names),)).fetchall()
+    found = {r[0]: Lease(r[1], int(r[2]), r[3], r[4]) for r in rows}
+    assert set(found) == set(names), f"lease rows missing: {set(names) - set(found)}"
+    return [found[n] for n in names]
+
+
+def _took_over(new: Lease, old: Lease, *, freed_at: datetime, ttl_s: float, attempts_every_s: float) -> None:
+    """``new`` is ``old``'s lease taken over at the next epoch, once ``old`` had expired by the
+    database's clock, and at the new holder's first attempt after what held it back expired
+    (``freed_at``: the old lease, or the last of the frozen holder's rows): no later than one
+    gap between its attempts (``attempts_every_s``) plus one attempt's budget (a third of the
+    TTL) after that. Both bounds are between timestamps on the database's clock."""
+    assert new.holder != old.holder and new.epoch == old.epoch + 1, (old, new)
+    assert new.taken_at >= old.expires_at - CHECK_LAG, \
+        f"taken over {old.expires_at - new.taken_at} before the old lease expired"
+    latest = freed_at + timedelta(seconds=attempts_every_s + ttl_s / 3)
+    assert new.taken_at <= latest, \
+        f"taken over {new.taken_at - freed_at} after the old lease expired, not at the next attempt"
 
 
 def _cursor(url: str) -> tuple[str, int] | None:
@@ -52,12 +87,14 @@ def test_one_holder_at_a_time_and_the_standby_takes_over_once_the_lease_runs_out
                 assert await a.hold()
                 assert not await b.hold()
                 await asyncio.sleep(ttl / 6)
-            # a freezes (stops renewing): b takes over once the lease has run out, at a new epoch:
-            # within the TTL plus one poll (ttl/3), or one more try if one of b's attempts timed
-            # out on a busy machine (its budget, ttl/3, and the pause before the next one).
-            waited = await _until(b.hold, timeout_s=3 * ttl)
-            assert waited <= ttl + 3 * (ttl / 3) + 0.5
-            assert b.epoch == 2
+            # a freezes (stops renewing): b takes over once the lease has run out, at a new epoch,
+            # at its first attempt after (b tries every ttl/3, as the test asks every POLL_S).
+            (old,) = _leases(database_url, "t")
+            assert (old.holder, old.epoch) == (a.holder, 1)
+            await _until(b.hold, timeout_s=3 * ttl)
+            (new,) = _leases(database_url, "t")
+            _took_over(new, old, freed_at=old.expires_at, ttl_s=ttl, attempts_every_s=ttl / 3 + POLL_S)
+            assert b.epoch == new.epoch == 2 and new.holder == b.holder
             assert not a.is_leader, "the frozen holder's own clock has already ended its term"
             assert not await a.hold(), "a resumed old holder steps down"
             assert a.epoch is None
@@ -118,9 +155,12 @@ def test_a_leader_frozen_inside_its_fenced_transaction_does_not_block_the_takeov
         try:
             assert await a.hold()
             await fence(frozen, "t", a.epoch)  # opens a transaction holding the lease row: then a freezes
-            waited = await _until(b.hold, timeout_s=4 * TTL)
-            assert waited <= TTL + TTL / 3 + 1.0
-            assert b.epoch == 2
+            (old,) = _leases(database_url, "t")
+            assert old.holder == a.holder
+            await _until(b.hold, timeout_s=4 * TTL)
+            (new,) = _leases(database_url, "t")
+            _took_over(new, old, freed_at=old.expires_at, ttl_s=TTL, attempts_every_s=TTL / 3 + POLL_S)
+            assert b.epoch == new.epoch == 2
         finally:
             await frozen.close()
             await a.release()
@@ -131,7 +171,8 @@ def test_a_leader_frozen_inside_its_fenced_transaction_does_not_block_the_takeov
 
 def test_segment_leases_split_fail_over_within_the_bound_and_fence_the_old_owner(database_url: str) -> None:
     """The leader lease generalised to one row per segment: two replicas split four segments,
-    one freezes and the other holds all four within TTL + TTL/3, and a cursor write under
+    one freezes and the other takes its two over once they expired, at its first round after
+    the frozen one's rows (its segments and its membership) expired, and a cursor write under
     the frozen one's epoch is refused."""
 
     async def scenario() -> None:
@@ -154,8 +195,15 @@ def test_segment_leases_split_fail_over_within_the_bound_and_fence_the_old_owner
                 await b.step()
                 return b.owned() == [0, 1, 2, 3]
 
-            waited = await _until(b_holds_all, timeout_s=4 * TTL)
-            assert waited <= TTL + TTL / 3 + 0.5
+            names = (a.lease(0).name, a.lease(1).name, a.member)
+            frozen = _leases(database_url, *names)
+            assert all(row.holder == a.holder for row in frozen)
+            # b counts a as a replica, so leaves its segments alone, until a's membership expired
+            # too; b's rounds follow each other every POLL_S.
+            await _until(b_holds_all, timeout_s=4 * TTL)
+            freed_at = max(row.expires_at for row in frozen)
+            for was, now in zip(frozen[:2], _leases(database_url, *names[:2]), strict=True):
+                _took_over(now, was, freed_at=freed_at, ttl_s=TTL, attempts_every_s=POLL_S)
             assert not a.owned(), "the frozen replica's own clock has ended its terms"
             a.lease(0).epoch = stale  # a wakes up mid-batch, still believing in its epoch
             with pytest.raises(LeadershipLost):

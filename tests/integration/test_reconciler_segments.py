@@ -5,11 +5,10 @@ within the lease bound without an event being applied twice."""
 from __future__ import annotations
 
 import asyncio
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -29,6 +28,9 @@ from tests.conftest import stack_on
 from tests.integration.helpers import eventually, read_topic, seed_job, wait_for, waiting_for_locks
 
 N, TTL = 16, 2.0  # 16: the count migrations make the event index for
+# A take's transaction starts (taken_at) a moment before its statement compares the old
+# expiry with the clock; the lower bound allows that moment, not a takeover before expiry.
+CHECK_LAG = timedelta(milliseconds=5)
 
 
 @pytest.fixture
@@ -52,6 +54,17 @@ def _held(url: str, proc: Proc) -> list[int]:
         rows = conn.execute("SELECT name FROM leader_leases WHERE holder LIKE %s AND expires_at > clock_timestamp()"
                             " AND name LIKE 'pacer-reconciler/%%of%%'", (f"%:{proc.pid}:%",)).fetchall()
     return sorted(int(r[0].rsplit("/", 1)[1].split("of")[0]) for r in rows)
+
+
+def _lease_rows(url: str, proc: Proc | None = None) -> dict[str, tuple[str, int, datetime, datetime]]:
+    """The reconciler's lease rows (its segments' and its replicas' memberships), live or not,
+    or only those naming ``proc`` as holder: name → (holder, epoch, taken_at, expires_at), the
+    times on the database's clock."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT name, holder, epoch, taken_at, expires_at FROM leader_leases"
+                            " WHERE name LIKE 'pacer-reconciler/%%' AND holder LIKE %s",
+                            ("%" if proc is None else f"%:{proc.pid}:%",)).fetchall()
+    return {r[0]: (r[1], int(r[2]), r[3], r[4]) for r in rows}
 
 
 def _projection_matches(url: str) -> bool:
@@ -98,10 +111,24 @@ def test_two_reconcilers_split_the_segments_and_a_killed_ones_move_to_the_other(
 
     before = _metric(b, "pacer_reconciler_events_total")
     stack.kill("rec-a")
-    killed = time.monotonic()
+    frozen = _lease_rows(url, a)  # rec-a's segments and membership, as it left them
+    assert sorted(int(n.rsplit("/", 1)[1].split("of")[0]) for n in frozen if "/member/" not in n) == mine["rec-a"]
     wait_for(lambda: _held(url, b) == list(range(N)), 4 * TTL, "the survivor holding every segment")
-    took = time.monotonic() - killed
-    assert took <= TTL + TTL / 3 + 1.0, f"failover took {took:.1f}s"
+    # rec-b takes each of rec-a's segments over once its lease expired, and at its first lease
+    # round after rec-a's rows (its membership too: until then rec-b counts two replicas and
+    # claims nothing) expired. The round before saw rec-a live and ended there, with nothing to
+    # claim; rounds are TTL/3 apart and each runs within a budget of TTL/3. Both bounds are
+    # between times on the database's clock.
+    freed_at = max(expires for _, _, _, expires in frozen.values())
+    latest = freed_at + timedelta(seconds=TTL / 3 + TTL / 3)
+    taken = _lease_rows(url)
+    for name, (_, epoch, _, expires) in frozen.items():
+        if "/member/" in name:
+            continue
+        holder, new_epoch, taken_at, _ = taken[name]
+        assert f":{b.pid}:" in holder and new_epoch == epoch + 1, (name, taken[name])
+        assert taken_at >= expires - CHECK_LAG, f"{name} taken over {expires - taken_at} before its lease expired"
+        assert taken_at <= latest, f"{name} taken over {taken_at - freed_at} after rec-a's leases expired"
     assert _metric(b, "pacer_reconciler_leader") == 1.0
 
     job2, events2 = _job(url, guids=40, per_guid=2)
