@@ -21,11 +21,21 @@ def outcome(kind: str, job: str = "job-1", guid: str = "g-1") -> ItemEvent:
         "retryable": (S.WAITING_RETRY, "ItemRetryScheduled", "retryable"),
         "rate_limited": (S.WAITING_RETRY, "ItemRetryScheduled", "rate_limited"),
         "not_sent": (S.WAITING_RETRY, "ItemRetryScheduled", "not_sent"),
+        "in_doubt": (S.RECOVERY_PENDING, "ItemInDoubt", "in_doubt"),  # the sender's own in-doubt answer
     }[kind]
     n = next(_seq)
     return ItemEvent(seq=n, type=type_, item_id=f"it-{n}", job_id=job, shard_id=1, guid=guid, version=3,
                      from_status=S.SUBMITTED, to_status=to, occurred_at=datetime.now(UTC),
                      payload={"error_class": cls} if cls else {})
+
+
+def swept_in_doubt(job: str = "job-1", guid: str = "g-1") -> ItemEvent:
+    """The lease sweep's ItemInDoubt: its sender's lease ran out after submit."""
+    n = next(_seq)
+    return ItemEvent(seq=n, type="ItemInDoubt", item_id=f"it-{n}", job_id=job, shard_id=1, guid=guid, version=3,
+                     from_status=S.SUBMITTED, to_status=S.RECOVERY_PENDING, occurred_at=datetime.now(UTC),
+                     payload={"reason": "lease expired after submit", "source": "lease_expired",
+                              "error_class": "in_doubt", "error": "lease expired after submit with no outcome"})
 
 
 POLICY = BreakerPolicy(consecutive=5, window=20, ratio=0.5, min_samples=10)
@@ -66,6 +76,28 @@ def test_slow_downs_and_our_own_deadlines_do_not_count(kind: str) -> None:
     b = Breakers(POLICY)
     assert b.observe([outcome(kind) for _ in range(50)]) == []
     assert b.tracked == 0
+
+
+def test_sends_the_lease_sweep_put_in_doubt_count_neither_way() -> None:
+    """A sender killed with 25 sends of one job in flight: the sweep writes their ItemInDoubt
+    events together. With the service's policy (20 in a row) the job's breaker does not trip,
+    and they are no successes either: a run of failures before them goes on through them."""
+    b = Breakers(BreakerPolicy())
+    assert b.observe([swept_in_doubt(guid=f"g-{k}") for k in range(25)]) == []
+    assert b.tracked == 0, "nothing recorded"
+    events = ([outcome("in_doubt") for _ in range(19)] + [swept_in_doubt() for _ in range(25)]
+              + [outcome("in_doubt")])
+    trips = b.observe(events)
+    assert {(t.scope, t.key) for t in trips} == {("job", "job-1"), ("guid", "g-1")}
+    assert all("20 consecutive failures (last: in_doubt)" in t.reason for t in trips)
+
+
+def test_twenty_in_doubt_answers_of_the_sender_trip_the_job() -> None:
+    b = Breakers(BreakerPolicy())
+    assert b.observe([outcome("in_doubt", guid=f"g-{k}") for k in range(19)]) == []
+    trips = b.observe([outcome("in_doubt", guid="g-19")])
+    assert [(t.scope, t.key) for t in trips] == [("job", "job-1")]
+    assert "20 consecutive failures (last: in_doubt)" in trips[0].reason
 
 
 def test_breakers_are_per_job_and_per_guid() -> None:

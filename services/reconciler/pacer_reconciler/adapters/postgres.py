@@ -61,13 +61,14 @@ _SWEEPS: dict[SweepKind, Transition] = {
                                 only_expired=True, clear_lease=True,
                                 payload={"reason": "lease expired before submit; nothing was sent"}),
     # Submitted with no outcome: it may have been delivered, so it is verified, not resent. Its
-    # event carries the error class as the sender's ItemInDoubt does: the breakers count it a
-    # failure (domain/breakers.py), and consumers read the class from the outcome.
+    # event carries the error class as the sender's ItemInDoubt does, for consumers to read from
+    # the outcome; its source tells the breakers it is our own sender's fault, counted neither
+    # way (domain/breakers.py, LEASE_EXPIRED).
     "submit_expired": Transition("ItemInDoubt", S.RECOVERY_PENDING, frozenset({S.SUBMITTED}),
                                  only_expired=True, clear_lease=True, error_class="in_doubt",
                                  error=SUBMIT_EXPIRED,
-                                 payload={"reason": "lease expired after submit", "error_class": "in_doubt",
-                                          "error": SUBMIT_EXPIRED}),
+                                 payload={"reason": "lease expired after submit", "source": "lease_expired",
+                                          "error_class": "in_doubt", "error": SUBMIT_EXPIRED}),
     # Queued past its expire_at where no worker reaches it (its guid not online or paused, its
     # job paused or awaiting approval, its shard paused): expired as the sender expires one at
     # its turn (ItemExpired, error class ``expired``), never sent.

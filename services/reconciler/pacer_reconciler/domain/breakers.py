@@ -6,6 +6,9 @@ ratio of at least ``ratio`` over the last ``window`` outcomes (once ``min_sample
 and the reconciler pauses that job or guid with the reason. Only outcomes that say
 something about the job or the account count: confirmations, final failures, and retries
 for errors that are the gateway's or the account's (not rate limits, not our own deadline).
+A send the lease sweep put in doubt (its sender died or stalled after submit) is Pacer's
+own fault and counts neither way: many of one job in flight on a killed sender must not
+trip its breaker, nor reset the run of failures the job was having.
 
 The state lives in memory, bounded: the ``capacity`` breakers fed an outcome last are kept
 (in the order of their last outcome, the oldest forgotten first, as ``JobLabels`` keeps its
@@ -27,6 +30,9 @@ from pacer_common.domain.status import ItemStatus
 Scope = Literal["job", "guid"]
 # error classes that count as a failure of the job / account
 FAILING_CLASSES = frozenset({"retryable", "needs_human", "bad_params", "in_doubt"})
+# The ``source`` of the lease sweep's ItemInDoubt payload (adapters/postgres.py, submit_expired):
+# it carries ``error_class: in_doubt`` for consumers, and says nothing about the job or account.
+LEASE_EXPIRED = "lease_expired"
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,8 @@ def outcome_of(ev: ItemEvent) -> bool | None:
     if ev.to_status is ItemStatus.CONFIRMED:
         return False
     if ev.to_status in _FAILED_OR_RETRYING:
+        if (ev.payload.model_extra or {}).get("source") == LEASE_EXPIRED:
+            return None  # our sender's lease ran out: neither a failure nor a success
         return error_class_of(ev.payload) in FAILING_CLASSES
     return None  # claimed, submitted, …: most of the log, decided without reading the payload
 
