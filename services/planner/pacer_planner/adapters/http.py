@@ -63,6 +63,10 @@ class HttpTargetSource:
                 declared = resp.headers.get("content-length", "")
                 if declared.isdigit() and int(declared) > self.max_bytes:
                     raise TargetFetchError(f"{too_large} (Content-Length: {declared})")
+                if resp.is_stream_consumed:  # read whole before it came here (an in-memory transport), decoded
+                    if len(resp.content) > self.max_bytes:
+                        raise TargetFetchError(too_large)
+                    return resp.content
                 decoder = _decoder(resp.headers.get("content-encoding", ""))
                 chunks, size = [], 0
                 async for raw in resp.aiter_raw():
