@@ -80,12 +80,17 @@ def test_the_image_gets_the_services_and_no_developer_tools(wheel):
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         entry_points = z.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+        metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     tops = {n.split("/")[0] for n in names if not n.startswith("pacer-")}
     assert tops == set(SERVICES)
     assert not [n for n in names if "pacer_dev" in n]
     assert "pacer_dev" not in entry_points
     for script in ("pacer", "pacer-planner", "pacer-sender", "pacer-reconciler", "pacer-control", "pacer-intake"):
         assert re.search(rf"^{script} = ", entry_points, re.MULTILINE), script
+    # The image installs what the wheel requires: uvicorn's C parser and the OTLP exporter among it.
+    required = {re.split(r"[<>=;\[ ]", line.removeprefix("Requires-Dist: "))[0].lower()
+                for line in metadata.splitlines() if line.startswith("Requires-Dist: ") and "extra ==" not in line}
+    assert {"httptools", "opentelemetry-exporter-otlp-proto-http", "uvicorn"} <= required, sorted(required)
     # The migrations and SQL queries ship with the services, and the console its vendored
     # scripts (without htmx every console page is blank; the CSP loads nothing from elsewhere).
     assert any(n.startswith("pacer_common/db/migrations/") and n.endswith(".sql") for n in names)
