@@ -26,15 +26,13 @@ from pacer_common.domain.dead_letters import (
 )
 from pacer_common.domain.ids import Guid, RequestId, job_id_for
 from pacer_common.domain.requests import MAX_REQUEST_BYTES
-from pacer_common.domain.validation import validate_request
 from pacer_common.settings import KafkaSettings
 from pacer_planner.adapters.faults import ENVIRONMENT
 from pacer_planner.adapters.kafka import KEPT_BYTES, KEPT_KEY_BYTES, MAX_REASON_CHARS, KafkaCommandBus
 from pacer_planner.core import Handled, Planner
 from pacer_planner.core.consume import IntakeLoop, IntakePolicy
 from pacer_planner.core.intake import DispatchFailed
-from pacer_planner.domain.ends import END_BYTES, named_at_ends
-from pacer_planner.domain.planning import Plan, plan
+from pacer_planner.domain.planning import Plan
 from pacer_planner.ports import Known, Stored, StoreRefused
 
 
@@ -416,83 +414,19 @@ def test_every_log_line_about_a_request_names_where_it_is_and_its_key() -> None:
                for d in lines), lines
 
 
-def test_a_request_over_the_size_limit_is_dead_lettered_unread_and_the_partition_goes_on() -> None:
-    # A compressed record may hold more than the limit once decompressed. Trailing spaces: read
-    # as JSON, it would be a valid request, so only the size refuses it.
+def test_a_request_over_the_records_limit_once_decompressed_is_planned_and_an_invalid_one_dead_lettered() -> None:
+    # Kafka bounds a record compressed: a request of a million targets is more than
+    # MAX_REQUEST_BYTES once decompressed, and is planned like any other. Trailing spaces keep
+    # it valid JSON; the invalid one is the same with a field the model does not know.
     big = request("r-big") + b" " * MAX_REQUEST_BYTES
+    bad = request("r-bad")[:-1] + b', "unknown": 1}' + b" " * MAX_REQUEST_BYTES
     store, bus = Store(), Bus()
-    intake, events, source = loop(store, bus, [big, request("r2")])
+    intake, events, source = loop(store, bus, [big, bad, request("r2")])
     asyncio.run(intake.run())
-    assert events.outcomes == ["dead_lettered", "planned"] and source.committed == [big, request("r2")]
-    assert bus.dlq == [(big, f"job request is {len(big)} bytes, over the 64 MiB limit")]
-    assert list(store.jobs) == [job_id_for(RequestId("r2"))]
-
-
-def over_the_limit(rid: str, tenant: str | None = None, *, tenant_first: bool = False) -> bytes:
-    """A valid request over :data:`MAX_REQUEST_BYTES` (whitespace between its targets), as
-    brokers took before the limit: its id at the head, its tenant (if named) at the tail or,
-    with ``tenant_first``, the head; nothing but ``targets`` between them."""
-    named = b"" if tenant is None else b', "tenant": "' + tenant.encode() + b'"'
-    return (b'{"request_id": "' + rid.encode() + b'"' + (named if tenant_first else b"")
-            + b', "kind": "campaign", "created_by": "t", "message": {"content": "hi"}, "targets": {"items": ['
-            + b'{"guid": "g1", "to_id": "room-1"},' + b" " * MAX_REQUEST_BYTES + b'{"guid": "g1", "to_id": "room-2"}'
-            + b"]}" + (b"" if tenant_first else named) + b"}")
-
-
-@pytest.mark.parametrize(("tenant", "tenant_first"), [(None, False), ("acme", False), ("acme", True)],
-                         ids=["default-tenant", "tenant-last", "tenant-first"])
-def test_a_request_over_the_size_limit_whose_job_is_stored_is_that_job_again_not_dead_lettered(
-        tenant: str | None, tenant_first: bool) -> None:
-    # Planned before the limit existed, then delivered again (a rewind, a redelivery) while its
-    # job runs: the job, re-dispatched if it was not yet, never a record saying "refused".
-    big = over_the_limit("r-big", tenant, tenant_first=tenant_first)
-    now = datetime.now(UTC)
-    valid = validate_request(big, now)  # as the planner took it before the limit: its job stored
-    assert valid.request.tenant == (tenant or "default")
-    store, bus = Store(), Bus()
-    asyncio.run(store.store(plan(valid, now)))  # its commands not out yet
-    planner = Planner(store, bus)
-    again = asyncio.run(planner.handle(None, big))
-    assert (again.outcome, again.job_id, bus.dlq) == ("redispatched", job_id_for(RequestId("r-big")), [])
-    assert (asyncio.run(planner.handle(None, big)).outcome, bus.dlq) == ("duplicate", [])
-
-
-def test_a_request_over_the_size_limit_under_another_tenants_id_is_dead_lettered_with_its_tenant() -> None:
-    store, bus = Store(), Bus()
-    planner = Planner(store, bus)
-    assert asyncio.run(planner.handle(None, of_tenant("r-big", "acme"))).outcome == "planned"
-    for body in (over_the_limit("r-big", "globex"), over_the_limit("r-big")):  # globex's, the default tenant's
-        h = asyncio.run(planner.handle(None, body))
-        assert (h.outcome, h.reason) == ("dead_lettered", f"job request is {len(body)} bytes, over the 64 MiB limit")
-    assert bus.tenants == ["globex", "default"] and len(bus.sent) == 1
-
-
-@pytest.mark.parametrize(("body", "named"), [
-    (b'{"request_id": "r1", "tenant": "acme"}', ("r1", "acme")),
-    (b'  {"kind": "campaign", "request_id": "r1"}  ', ("r1", "default")),
-    (b'{"request_id": "r1"} {"tenant": "acme"}', (None, None)),  # not one object
-    (b'{"request_id": "r1", "request_id": "r2"}', (None, None)),  # a member twice
-    (b'{"request_id": "r1", "tenant": "Not A Tenant"}', ("r1", None)),
-    (b'{"request_id": 7, "tenant": "acme"}', (None, "acme")),
-    (b'[{"request_id": "r1"}]', (None, None)),
-    (b"not json", (None, None)),
-], ids=["small", "whitespace", "two-objects", "twice", "bad-tenant", "id-not-text", "array", "not-json"])
-def test_the_ends_of_a_request_name_its_id_and_tenant_only_when_they_say_so(body: bytes,
-                                                                          named: tuple[str | None, str | None]) -> None:
-    assert named_at_ends(body) == named
-
-
-def test_the_ends_of_a_large_request_are_read_around_its_targets_and_only_there() -> None:
-    pad = b" " * (3 * END_BYTES)
-    targets = b'"targets": {"items": [{"guid": "g1", "to_id": "room-1", "vars": {"x": "a, \\"tenant\\": \\"evil\\""}},'
-    body = b'{"request_id": "r1", ' + targets + pad + b'{"guid": "g1", "to_id": "r, 2"}]}, "priority": 3, "tenant": "acme"}'
-    assert json.loads(body)["tenant"] == "acme" and named_at_ends(body) == ("r1", "acme")
-    # A member between two long values is not seen: its request id is not named.
-    hidden = b'{"targets": {"items": [' + pad + b'], "a": 1}, "request_id": "r1", "message": "' + pad + b'"}'
-    assert named_at_ends(hidden) == (None, "default")
-    # A member named twice, once at each end.
-    twice = b'{"request_id": "r1", "targets": [' + pad + b'], "request_id": "r2"}'
-    assert named_at_ends(twice) == (None, None)
+    assert events.outcomes == ["planned", "dead_lettered", "planned"] and source.committed == [big, bad, request("r2")]
+    assert list(store.jobs) == [job_id_for(RequestId("r-big")), job_id_for(RequestId("r2"))]
+    ((value, reason),) = bus.dlq
+    assert value is bad and reason.startswith("invalid job request: unknown: Extra inputs are not permitted"), reason
 
 
 @dataclass

@@ -3,11 +3,13 @@
 A requery request is stored as a job without items; its targets are paged in afterwards
 (``paging``), and ``Handled.paging`` tells the caller to start that.
 
-A request that cannot become a job (over :data:`MAX_REQUEST_BYTES`, ``validation``,
-admission, or the database refusing what it holds) is dead-lettered here, in one place,
-before anything of it is stored, unless its request id already has a job of its tenant: then
-it is that job delivered again, whatever judging it again now says (one over the limit is
-not parsed: its id and tenant are read at its ends, ``domain.ends``). A request id another
+A request that cannot become a job (``validation``, admission, or the database refusing what
+it holds) is dead-lettered here, in one place, before anything of it is stored, unless its
+request id already has a job of its tenant: then it is that job delivered again, whatever
+judging it again now says. A request is not refused for its size: Kafka bounds a record
+(:data:`MAX_REQUEST_BYTES`, compressed), and a compressed record of a million targets holds
+more once decompressed; the dead-letter topic keeps what it cannot hold whole cut
+(``adapters.kafka``). A request id another
 tenant's job has is refused (``already used by another tenant``): one id, one job. A failure
 once the job is stored is raised as :class:`DispatchFailed`: such a request is never
 dead-lettered (``consume`` decides what to do with failures).
@@ -30,7 +32,6 @@ from pacer_common.domain.requests import MAX_REQUEST_BYTES, JobRequest
 from pacer_common.domain.validation import InvalidRequest, validate_request
 from pacer_common.logs import bind
 from pacer_planner.domain.admission import refusal
-from pacer_planner.domain.ends import named_at_ends
 from pacer_planner.domain.planning import Plan, PlannedItem, plan
 from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS, ShardKey
 from pacer_planner.ports import CommandBus, JobStore, Known, Stored, StoreRefused
@@ -58,9 +59,6 @@ class Handled:
     paging: bool = False  # a requery job: its targets are still to be paged in
 
 
-def oversized(size: int) -> str:
-    """The reason a request of ``size`` bytes, over :data:`MAX_REQUEST_BYTES`, is refused."""
-    return f"job request is {size} bytes, over the {MAX_REQUEST_BYTES // 1_048_576} MiB limit"
 
 
 def reused(request_id: str) -> str:
@@ -92,11 +90,6 @@ class Planner:
 
     async def handle(self, key: bytes | None, value: bytes, now: datetime | None = None) -> Handled:
         now = now or datetime.now(UTC)
-        if len(value) > MAX_REQUEST_BYTES:  # a compressed record may hold more: not parsed
-            # Planned before the limit (brokers took such requests), it may be a job already:
-            # its id and tenant, read at its ends only, say whether it is one.
-            request_id, tenant = named_at_ends(value)
-            return await self._refuse(key, value, oversized(len(value)), tenant, request_id)
         try:
             with gcpause.paused():  # millions of objects, none garbage, for a big request
                 valid = validate_request(value, now)
