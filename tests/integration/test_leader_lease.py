@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -18,19 +17,13 @@ from pacer_common.db.pool import open_pool
 from pacer_reconciler.adapters.postgres import PostgresLog
 from pacer_reconciler.adapters.segments import SegmentLeases
 from pacer_reconciler.ports import Position
+from tests.integration.helpers import eventually
 
 TTL = 1.0
-POLL_S = 0.05  # how often _until asks again
+POLL_S = 0.05  # how often eventually (tests.integration.helpers) asks again
 # A take's transaction starts (taken_at) a moment before its statement compares the old
 # expiry with the clock; the lower bound allows that moment, not a takeover before expiry.
 CHECK_LAG = timedelta(milliseconds=5)
-
-
-async def _until(cond: Callable[[], Awaitable[bool]], timeout_s: float) -> None:
-    started = time.monotonic()
-    while not await cond():
-        assert time.monotonic() - started < timeout_s, "condition not met in time"
-        await asyncio.sleep(POLL_S)
 
 
 class Lease(NamedTuple):
@@ -91,7 +84,7 @@ def test_one_holder_at_a_time_and_the_standby_takes_over_once_the_lease_runs_out
             # at its first attempt after (b tries every ttl/3, as the test asks every POLL_S).
             (old,) = _leases(database_url, "t")
             assert (old.holder, old.epoch) == (a.holder, 1)
-            await _until(b.hold, timeout_s=3 * ttl)
+            await eventually(b.hold, timeout_s=3 * ttl)
             (new,) = _leases(database_url, "t")
             _took_over(new, old, freed_at=old.expires_at, ttl_s=ttl, attempts_every_s=ttl / 3 + POLL_S)
             assert b.epoch == new.epoch == 2 and new.holder == b.holder
@@ -129,7 +122,7 @@ def test_a_cursor_write_under_an_old_epoch_is_refused(database_url: str) -> None
             assert await a.hold()
             await old.commit_batch([], Position("0", 0), Position("5", 1))
             stale_epoch = a.epoch
-            await _until(b.hold, timeout_s=3 * TTL)  # a froze; b took over
+            await eventually(b.hold, timeout_s=3 * TTL)  # a froze; b took over
             a.epoch = stale_epoch  # a wakes up mid-batch, still believing in its epoch
             with pytest.raises(LeadershipLost):
                 await old.commit_batch([], Position("5", 1), Position("6", 1))
@@ -157,7 +150,7 @@ def test_a_leader_frozen_inside_its_fenced_transaction_does_not_block_the_takeov
             await fence(frozen, "t", a.epoch)  # opens a transaction holding the lease row: then a freezes
             (old,) = _leases(database_url, "t")
             assert old.holder == a.holder
-            await _until(b.hold, timeout_s=4 * TTL)
+            await eventually(b.hold, timeout_s=4 * TTL)
             (new,) = _leases(database_url, "t")
             _took_over(new, old, freed_at=old.expires_at, ttl_s=TTL, attempts_every_s=TTL / 3 + POLL_S)
             assert b.epoch == new.epoch == 2
@@ -200,7 +193,7 @@ def test_segment_leases_split_fail_over_within_the_bound_and_fence_the_old_owner
             assert all(row.holder == a.holder for row in frozen)
             # b counts a as a replica, so leaves its segments alone, until a's membership expired
             # too; b's rounds follow each other every POLL_S.
-            await _until(b_holds_all, timeout_s=4 * TTL)
+            await eventually(b_holds_all, timeout_s=4 * TTL)
             freed_at = max(row.expires_at for row in frozen)
             for was, now in zip(frozen[:2], _leases(database_url, *names[:2]), strict=True):
                 _took_over(now, was, freed_at=freed_at, ttl_s=TTL, attempts_every_s=POLL_S)
