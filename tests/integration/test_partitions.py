@@ -723,8 +723,10 @@ def test_a_change_of_period_cuts_the_partitions_made_after_it_end_to_end(
         weekly = spans(conn, "items")
         assert weekly and all(e - s == timedelta(days=7) for _, s, e in weekly)
 
+        # Far enough ahead for a few days past the weeks made already, whatever today's weekday.
+        ahead = (weekly[-1][2] - now).days + 4
         with caplog.at_level(logging.INFO, logger="pacer.reconciler.retention"):
-            asyncio.run(maintain(1, 10))
+            asyncio.run(maintain(1, ahead))
         said = [r.getMessage() for r in caplog.records if "made from now on" in r.getMessage()]
         assert sorted(said) == [f"partitions of {t} made from now on hold 1 day each (were 7 days); those made already "
                                 "keep theirs" for t in ("item_events", "items")]
@@ -733,14 +735,14 @@ def test_a_change_of_period_cuts_the_partitions_made_after_it_end_to_end(
         new = daily[len(weekly):]
         assert len(new) >= 3 and all(e - s == timedelta(days=1) for _, s, e in new)
         assert_end_to_end(daily)
-        assert daily[-1][2] >= now + timedelta(days=10)
+        assert daily[-1][2] >= now + timedelta(days=ahead)
 
         _, _, (item,) = seed_job(database_url, {"g1": 1}, created_at=new[1][1] + timedelta(hours=12))
         assert partition_of(conn, "items", item) == new[1][0]
 
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="pacer.reconciler.retention"):
-            asyncio.run(maintain(7, 30))
+            asyncio.run(maintain(7, ahead + 21))
         assert sum("made from now on hold 7 days each (were 1 day)" in r.getMessage() for r in caplog.records) == 2
         after = spans(conn, "items")
         assert after[:len(daily)] == daily
@@ -751,7 +753,7 @@ def test_a_change_of_period_cuts_the_partitions_made_after_it_end_to_end(
         assert [(s, e) for _, s, e in spans(conn, "item_events")] == [(s, e) for _, s, e in after]
         ledger = spans(conn, "send_ledger")
         assert_end_to_end(ledger)
-        assert all(e - s == timedelta(days=7) for _, s, e in ledger) and ledger[-1][2] >= now + timedelta(days=30)
+        assert all(e - s == timedelta(days=7) for _, s, e in ledger) and ledger[-1][2] >= now + timedelta(days=ahead + 21)
         assert conn.execute("SELECT count(*) FROM items_default").fetchone()[0] == 0
 
         # Each partition goes by its own period, whatever period_days says now: an hour past the
