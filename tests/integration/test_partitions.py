@@ -392,6 +392,63 @@ def test_a_partition_that_cannot_be_dropped_stops_neither_the_others_nor_the_res
     assert failed() == 1, "counted once, when it failed"
 
 
+def test_a_partition_that_cannot_be_made_stops_neither_the_others_nor_the_rest_of_the_maintenance(
+        database_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A partition of the days ahead whose CREATE fails (a stray table has its name) is reported
+    by name, counted, and tried again next run; every other partition ahead is made, and the
+    pruning after it runs all the same."""
+    import asyncio
+
+    from pacer_common.db.pool import open_pool
+    from pacer_reconciler.adapters.partitions import PostgresPartitions
+    from pacer_reconciler.domain.retention import Retention
+    from pacer_reconciler.metrics import ReconcilerMetrics
+    from pacer_reconciler.retention import PartitionKeeper
+
+    ahead = 60
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        missing = [(p, s) for p, s, _ in conn.execute("SELECT * FROM pacer_partitions_missing(now(), %s)", (ahead,))]
+        stray = next(f"{p}_p{s.astimezone(UTC):%Y%m%d}" for p, s in missing if p == "items")
+        conn.execute(f"CREATE TABLE {stray} (note text)")
+        conn.execute("INSERT INTO tenant_usage (tenant, day, sends) VALUES ('default', current_date - 500, 5)")
+    registry = CollectorRegistry()
+    m = ReconcilerMetrics(registry, lambda: True)
+    retention = Retention(items_days=7, ledger_days=35, audit_days=400, conflicts_days=90, state_history_days=90,
+                          usage_days=400)
+
+    async def maintenance_run() -> None:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        try:
+            await PartitionKeeper(PostgresPartitions(pool), retention, ahead, m).round()
+        finally:
+            await pool.close()
+
+    def failed() -> float | None:
+        return registry.get_sample_value("pacer_reconciler_partitions_total", {"table": "items", "action": "failed"})
+
+    def left_missing() -> list[str]:
+        with psycopg.connect(database_url) as conn:
+            return [f"{p}_p{s.astimezone(UTC):%Y%m%d}"
+                    for p, s, _ in conn.execute("SELECT * FROM pacer_partitions_missing(now(), %s)", (ahead,))]
+
+    with caplog.at_level(logging.INFO, logger="pacer.reconciler.retention"):
+        asyncio.run(maintenance_run())
+    assert left_missing() == [stray], "every partition but the stray one's is made"
+    assert failed() == 1
+    said = [r for r in caplog.records if r.name == "pacer.reconciler.retention" and r.levelno == logging.ERROR]
+    assert [getattr(r, "partition", None) for r in said] == [stray]
+    assert "could not be created: DuplicateTable" in said[0].getMessage()
+    with psycopg.connect(database_url) as conn:
+        (usage,) = conn.execute("SELECT count(*) FROM tenant_usage WHERE day < current_date - 400").fetchone()
+    assert usage == 0, "the pruning after the partitions ran"
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE {stray}")
+    asyncio.run(maintenance_run())  # fixed: the next run makes it
+    assert left_missing() == []
+    assert failed() == 1, "counted once, when it failed"
+
+
 def test_days_of_tenant_send_counts_past_retention_are_deleted_and_the_rest_kept(database_url: str) -> None:
     import asyncio
 

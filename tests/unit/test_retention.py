@@ -178,7 +178,8 @@ def test_a_partition_whose_drop_keeps_failing_is_reported_and_the_others_are_dro
     prune = ScriptedPrune({"items_p20261105": error})
     changes = asyncio.run(prune.prune({"items": 7, "item_events": 7}))
     assert [(c.partition, c.action, c.detail) for c in changes] == [
-        ("items_p20261105", "failed", detail), ("items_p20261112", "dropped", None),
+        ("items_p20261105", "failed", f"is past retention and could not be dropped: {detail}"),
+        ("items_p20261112", "dropped", None),
         ("item_events_p20261105", "dropped", None)]
 
 

@@ -1,9 +1,9 @@
 """Time partitions kept up: created days ahead, given the grants of their partitioned table,
 dropped past retention (every replica runs this; the database lets one at a time in). Each
 change is logged; a partition kept past its
-retention is logged with the reason, every run, until it goes; one that could not be dropped
-(its guard or DROP raised) is logged with the error and counted, and the run goes on with the
-others (alert ``PacerPartitionMaintenanceFailing``). Then the rows of finished
+retention is logged with the reason, every run, until it goes; one that could not be made or
+dropped (its CREATE, guard or DROP raised) is logged with the error and counted, and the run
+goes on with the others (alert ``PacerPartitionMaintenanceFailing``). Then the rows of finished
 jobs whose items have all gone with their partitions (the job, its shards, their counts and
 target pages) are deleted: one row per job or shard, so these tables stay as bounded as the
 items. Last, the days of tenant send counts past their retention (a row per tenant and day).
@@ -137,9 +137,9 @@ def _log(c: PartitionChange) -> None:
     elif c.action == "kept":
         log.info("partition %s is past retention and kept: %s", c.partition, c.detail, extra=extra)
     elif c.action == "failed":
-        log.error("partition %s is past retention and could not be dropped: %s; the other partitions and the "
-                  "rest of the maintenance go on, and it is tried again next run "
-                  "(docs/runbook.md#pacerpartitionmaintenancefailing)", c.partition, c.detail, extra=extra)
+        log.error("partition %s %s; the other partitions and the rest of the maintenance go on, and it is tried "
+                  "again next run (docs/runbook.md#pacerpartitionmaintenancefailing)", c.partition, c.detail,
+                  extra=extra)
     elif c.action == "default":
         log.warning("the default partition %s holds rows (from before partitioning, or of a period whose "
                     "partition was missing): docs/runbook.md, \"Retention\"", c.partition, extra=extra)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from datetime import UTC
 from typing import Any, LiteralString
 
 import psycopg
@@ -37,7 +38,8 @@ class PostgresPartitions:
 
     async def ensure(self, ahead_days: int) -> list[PartitionChange]:
         """The partitions from yesterday to ``ahead_days`` ahead, each made in a transaction of
-        its own (or skipped, with why), then the parents' grants given to them. A creation
+        its own (or skipped, with why, or ``failed`` with the error, the others made all the
+        same), then the parents' grants given to them. A creation
         holds its table's default partition ACCESS EXCLUSIVE to the end of its transaction:
         several in one would hold every reader of the table by guid through the later tables'
         lock waits, up to the lock timeout each."""
@@ -47,7 +49,8 @@ class PostgresPartitions:
 
         changes: list[PartitionChange] = []
         for m in await with_retry(missing):
-            changes += await self._changes("create_partition", dict(m))
+            name = f"{m['parent']}_p{m['starts'].astimezone(UTC):%Y%m%d}"
+            changes += await self._each(name, "create_partition", dict(m), "could not be created")
         return changes + await self._changes("grant_partitions", {})
 
     async def prune(self, retain_days: Mapping[str, int]) -> list[PartitionChange]:
@@ -67,15 +70,21 @@ class PostgresPartitions:
             if c.action != "due":
                 changes.append(c)
                 continue
-            try:
-                changes += await self._changes("prune_partition", {"partition": c.partition, **retain})
-            except TransientError as exc:  # retried for 60 s already
-                if _unreachable(exc):
-                    raise
-                changes.append(PartitionChange(c.partition, "failed", _error(exc.__cause__ or exc)))
-            except Exception as exc:
-                changes.append(PartitionChange(c.partition, "failed", _error(exc)))
+            changes += await self._each(c.partition, "prune_partition", {"partition": c.partition, **retain},
+                                        "is past retention and could not be dropped")
         return changes
+
+    async def _each(self, partition: str, name: str, params: dict[str, Any], failure: str) -> list[PartitionChange]:
+        """One partition's statement: its changes, or ``failed`` with ``failure`` and the error
+        if it raised (the database out of reach, its retries spent, still raises)."""
+        try:
+            return await self._changes(name, params)
+        except TransientError as exc:  # retried for 60 s already
+            if _unreachable(exc):
+                raise
+            return [PartitionChange(partition, "failed", f"{failure}: {_error(exc.__cause__ or exc)}")]
+        except Exception as exc:
+            return [PartitionChange(partition, "failed", f"{failure}: {_error(exc)}")]
 
     async def prune_jobs(self, retain_days: int) -> int:
         """Finished jobs past ``retain_days`` whose items are all gone: deleted, in batches."""

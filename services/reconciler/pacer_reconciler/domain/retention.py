@@ -61,7 +61,7 @@ class Analyzed:
 @dataclass(frozen=True)
 class PartitionChange:
     """One line of a maintenance run: a partition created, dropped, kept past retention (with
-    the reason), skipped (its table was locked), failed (its guard or DROP raised: the error),
+    the reason), skipped (its table was locked), failed (its CREATE, guard or DROP raised: the error),
     or a default partition that holds rows."""
 
     partition: str
