@@ -19,9 +19,11 @@ from pacer_dev.chart.check import (
     check,
     helm,
     render,
+    replaced_before_its_hook_runs,
     template,
     validate,
 )
+from pacer_dev.chart.upgrade import check_upgrades, conflicts
 
 GATEWAY_PORT = 8443  # full-values.yaml's gateway.url names it
 DOCS = CHART.parents[2] / "docs"
@@ -120,9 +122,9 @@ def _egress_ports(policy: dict) -> set[int]:
 
 def test_network_policies_let_each_service_reach_only_what_it_needs(full):
     policies = _by_kind(full, "NetworkPolicy")
-    assert set(policies) == {f"pacer-{c}" for c in ("planner", "sender", "reconciler", "control", "intake", "migrate")}
+    assert set(policies) == {f"pacer-{c}" for c in ("planner", "sender", "reconciler", "control", "intake", "migrate-hook")}
     base = {53, 5432, 9092}
-    assert _egress_ports(policies["pacer-migrate"]) == base
+    assert _egress_ports(policies["pacer-migrate-hook"]) == base
     assert _egress_ports(policies["pacer-planner"]) == base | {443, 80}  # audience services
     for c in ("sender", "reconciler"):  # the gateway, and the port its URL names
         assert _egress_ports(policies[f"pacer-{c}"]) == base | {443, 80, GATEWAY_PORT}
@@ -134,7 +136,7 @@ def test_network_policies_let_each_service_reach_only_what_it_needs(full):
     assert ingress["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
     (control_in,) = policies["pacer-control"]["spec"]["ingress"]
     assert len(control_in["from"]) == 2  # monitoring and the ingress controller
-    assert policies["pacer-migrate"]["spec"]["ingress"] == []
+    assert policies["pacer-migrate-hook"]["spec"]["ingress"] == []
     assert _egress_ports(policies["pacer-intake"]) == base  # it calls no gateway; the gateway calls it
     (intake_in,) = policies["pacer-intake"]["spec"]["ingress"]
     assert intake_in["ports"] == [{"port": 9105, "protocol": "TCP"}] and len(intake_in["from"]) == 2
@@ -156,7 +158,7 @@ def test_the_migrate_jobs_network_policy_is_in_place_before_the_job_runs(full):
     each upgrade and never deleted on the hooks' outcome: Helm would delete it under a Job that
     outlasts --timeout and runs on."""
     policies = _by_kind(full, "NetworkPolicy")
-    job, policy = _hook(_by_kind(full, "Job")["pacer-migrate"]), _hook(policies.pop("pacer-migrate"))
+    job, policy = _hook(_by_kind(full, "Job")["pacer-migrate"]), _hook(policies.pop("pacer-migrate-hook"))
     events = {"pre-install", "pre-upgrade"}
     assert set(policy["helm.sh/hook"].split(",")) == set(job["helm.sh/hook"].split(",")) == events
     assert int(policy["helm.sh/hook-weight"]) < int(job["helm.sh/hook-weight"])
@@ -164,6 +166,43 @@ def test_the_migrate_jobs_network_policy_is_in_place_before_the_job_runs(full):
     assert policies, "no other policy rendered"
     for name, other in policies.items():  # ordinary objects of the release
         assert _hook(other) == {}, name
+
+
+def test_an_upgrade_from_an_earlier_chart_neither_deletes_a_hook_nor_trips_over_one():
+    """Up to 1642fde the migrate Job's policy was the ordinary object pacer-migrate. An upgrade
+    deletes by kind and name whatever the last release had and this one lacks, after the hooks
+    ran: a hook of that name would be gone once the first upgrade from such a chart finished."""
+    assert "1642fdede55e31d1e86003f6e0594a28a11df1f8" in check_upgrades()
+
+
+def _object(kind: str, name: str, hook: bool) -> dict:
+    annotations = {"helm.sh/hook": "pre-upgrade"} if hook else {}
+    return {"kind": kind, "metadata": {"name": name, "annotations": annotations}}
+
+
+def test_an_object_turning_hook_or_back_under_its_name_is_an_upgrade_conflict():
+    ordinary, hook = _object("NetworkPolicy", "pacer-migrate", False), _object("NetworkPolicy", "pacer-migrate", True)
+    (deleted,) = conflicts([ordinary], [hook], "at abc1234")
+    assert "pacer-migrate is an ordinary object at abc1234 and a hook now" in deleted
+    (in_the_way,) = conflicts([hook], [ordinary], "at abc1234")
+    assert "pacer-migrate is a hook at abc1234 and an ordinary object now" in in_the_way
+    renamed = _object("NetworkPolicy", "pacer-migrate-hook", True)
+    assert conflicts([ordinary], [renamed], "at abc1234") == []
+    assert conflicts([ordinary, renamed], [ordinary, renamed], "at abc1234") == [], "each as it was"
+    assert conflicts([ordinary], [_object("Job", "pacer-migrate", True)], "at abc1234") == [], "another kind"
+
+
+def test_a_hook_left_behind_is_deleted_before_it_is_created_again(full):
+    """Without before-hook-creation (Helm's default when no delete policy is given) a hook that
+    stays, failed or without hook-succeeded, fails the next upgrade with "already exists"."""
+    hooks = [o for o in full if _hook(o)]
+    assert {o["kind"] for o in hooks} == {"Job", "NetworkPolicy"}
+    assert all(replaced_before_its_hook_runs(o) for o in hooks)
+    job = copy.deepcopy(_by_kind(full, "Job")["pacer-migrate"])
+    job["metadata"]["annotations"]["helm.sh/hook-delete-policy"] = "hook-succeeded"
+    assert not replaced_before_its_hook_runs(job)
+    del job["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+    assert replaced_before_its_hook_runs(job)
 
 
 def _kafka_rules(objs: list[dict]) -> dict[str, dict]:
@@ -179,7 +218,7 @@ def test_kafka_egress_opens_the_ports_the_bootstrap_servers_name(full):
     managed = render("pacer", CHART / "ci" / "full-values.yaml",
                      "--set", r"kafka.bootstrapServers=b-1.kafka.example:9094\, b-2.kafka.example:9096")
     rules = _kafka_rules(managed)
-    assert set(rules) == {f"pacer-{c}" for c in ("planner", "sender", "reconciler", "control", "intake", "migrate")}
+    assert set(rules) == {f"pacer-{c}" for c in ("planner", "sender", "reconciler", "control", "intake", "migrate-hook")}
     for name, rule in rules.items():
         assert [(p["port"], p["protocol"]) for p in rule["ports"]] == [(9092, "TCP"), (9094, "TCP"), (9096, "TCP")], name
     # A host without a port is on librdkafka's default, even when networkPolicy.kafka.ports leaves it out.

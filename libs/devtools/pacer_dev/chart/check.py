@@ -71,13 +71,14 @@ def lint(values: Path | None = None, *extra: str) -> subprocess.CompletedProcess
     return helm("lint", "--strict", str(CHART), *(["-f", str(values)] if values else []), *extra)
 
 
-def template(release: str, values: Path | None = None, *extra: str) -> subprocess.CompletedProcess[str]:
-    return helm("template", release, str(CHART), "--namespace", NAMESPACE,
+def template(release: str, values: Path | None = None, *extra: str,
+             chart: Path = CHART) -> subprocess.CompletedProcess[str]:
+    return helm("template", release, str(chart), "--namespace", NAMESPACE,
                 *(["-f", str(values)] if values else []), *extra)
 
 
-def render(release: str, values: Path | None = None, *extra: str) -> list[dict]:
-    out = template(release, values, *extra)
+def render(release: str, values: Path | None = None, *extra: str, chart: Path = CHART) -> list[dict]:
+    out = template(release, values, *extra, chart=chart)
     if out.returncode != 0:
         raise ChartError(f"helm template failed: {out.stderr.strip()}")
     return [d for d in yaml.safe_load_all(out.stdout) if d]
@@ -108,6 +109,17 @@ def validate(obj: dict, kube_versions: tuple[str, ...] = KUBE_VERSIONS) -> None:
             raise ChartError(f"{where}: {exc.message}") from exc
 
 
+def replaced_before_its_hook_runs(obj: dict) -> bool:
+    """A hook object is deleted before Helm creates it again: a hook that failed, or that has
+    no hook-succeeded, stays behind, and creating it again would fail. Helm's default, with no
+    delete policy, is before-hook-creation. True for an ordinary object."""
+    annotations = obj["metadata"].get("annotations") or {}
+    policy = annotations.get("helm.sh/hook-delete-policy")
+    if "helm.sh/hook" not in annotations or policy is None:
+        return True
+    return "before-hook-creation" in {p.strip() for p in policy.split(",")}
+
+
 def check(vs: ValueSet) -> Counter[str]:
     """Lint and render one value set; validate every object. Returns the kinds rendered."""
     kinds: Counter[str] = Counter()
@@ -121,6 +133,9 @@ def check(vs: ValueSet) -> Counter[str]:
             key = (obj["kind"], obj["metadata"]["name"])
             if key in names:
                 raise ChartError(f"{key[0]}/{key[1]} is rendered twice in one namespace")
+            if not replaced_before_its_hook_runs(obj):
+                raise ChartError(f"{key[0]}/{key[1]}: a hook whose delete policy leaves out before-hook-creation "
+                                 "fails the next install or upgrade once it is left behind (\"already exists\")")
             names.add(key)
             kinds[obj["kind"]] += 1
     return kinds
