@@ -15,11 +15,14 @@ import psycopg
 import pytest
 
 from pacer_common.cli import EXIT_REFUSED, main
+from pacer_common.db.pool import open_pool
 from pacer_common.kafka import dead_letter_headers, ensure_topics, make_producer
 from pacer_common.settings import KafkaSettings
 from pacer_control.adapters.kafka import KafkaDeadLetters
 from pacer_intake.adapters.kafka import KafkaCallbackLog, callback_producer
 from pacer_planner.adapters.kafka import KEPT_BYTES, KafkaCommandBus
+from pacer_planner.adapters.postgres import PostgresJobStore
+from pacer_planner.core import Planner
 from tests.integration.control_support import audit, control_api
 from tests.integration.helpers import read_topic
 
@@ -140,11 +143,12 @@ def test_a_large_refused_request_is_listed_by_its_size_and_shown_whole(
         kafka_config: dict[str, str], topic_prefix: str, database_url: str) -> None:
     dlq = f"{topic_prefix}.job-requests.dlq"
     ensure_topics(kafka_config, {dlq: (1, {"max.message.bytes": str(8 * 1_048_576)})})
-    large = json.dumps({"request_id": "r-large", "tenant": "acme", "pad": "x" * (3 * 1_048_576)}).encode()
+    large = json.dumps({"request_id": "r-large", "pad": "x" * (3 * 1_048_576), "tenant": "acme"}).encode()
     bus = KafkaCommandBus(make_producer(kafka_config, **{"message.max.bytes": 8 * 1_048_576}),
                           lambda lane: f"{topic_prefix}.item-commands.{lane}", dlq)
     bus.dead_letter(b"r-large", large, "invalid job request: kind: Field required", "acme")
-    bus.dead_letter(b"r-large-untold", large, "invalid job request: kind: Field required")  # no tenant header
+    # No tenant given, and none at its head (it is past the pad): no tenant header.
+    bus.dead_letter(b"r-large-untold", large, "invalid job request: kind: Field required")
     queue = KafkaDeadLetters(KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"],
                                            topic_prefix=topic_prefix))
     # The list holds no large body; its size is the record's.
@@ -159,6 +163,78 @@ def test_a_large_refused_request_is_listed_by_its_size_and_shown_whole(
             shown = (await api.get("/dead-letters/requests/0/0", role="operator")).json()
             assert shown["body_truncated"] and len(shown["body"]) == 65_536 and shown["bytes"] == len(large)
             assert (await api.get("/dead-letters/requests/0/0/body", role="operator")).content == large
+
+    asyncio.run(go())
+
+
+def _with_tail_tenant(request_id: str, tenant: str | None, **more: object) -> bytes:
+    """A request of 50,000 targets (over 1 MiB, the most of a refused request's bytes read again
+    for its tenant), its ``tenant`` named after them, past any head."""
+    body: dict[str, Any] = {**json.loads(_request(request_id, "x")), **more}
+    del body["tenant"]
+    body["targets"]["items"] += [{"guid": f"g-{i % 9}", "to_id": f"room-{i:08d}"} for i in range(50_000)]
+    return json.dumps(body if tenant is None else {**body, "tenant": tenant}).encode()
+
+
+def test_a_cut_dead_letter_is_listed_for_its_tenants_operators_and_no_others(
+        kafka_config: dict[str, str], topic_prefix: str, database_url: str) -> None:
+    """The planner on real Postgres and Kafka refuses four requests too large for its
+    dead-letter producer (1 MiB): each is kept cut. acme's could not be planned (past its
+    expire_at), globex's the model refused (a to_id too long), both naming their tenant after
+    their targets; bytes that are no JSON name acme at their head, others no tenant there. A
+    token scoped to acme lists and reads acme's two, one scoped to globex globex's, and only an
+    unscoped token the one whose tenant cannot be told."""
+    dlq = f"{topic_prefix}.job-requests.dlq"
+    ensure_topics(kafka_config, {dlq: (1, {})})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name) VALUES ('acme'), ('globex')")
+    now = datetime.now(UTC)
+    refused = [(b"r-late", _with_tail_tenant("r-late", "acme", expire_at=now.isoformat())),
+               (b"r-long", _with_tail_tenant("r-long", "globex", targets={"items": [{"guid": "g", "to_id": "x" * 300}]})),
+               (b"r-head", b'{"request_id": "r-head", "tenant": "acme", "pad": "' + os.urandom(2 * 1_048_576)),
+               (b"r-nobody", b'{"request_id": "r-nobody", "pad": "' + os.urandom(2 * 1_048_576))]
+
+    async def refuse() -> list[str]:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        bus = KafkaCommandBus(make_producer(kafka_config, **{"message.max.bytes": 1_048_576}),
+                              lambda lane: f"{topic_prefix}.item-commands.{lane}", dlq)
+        try:
+            planner = Planner(PostgresJobStore(pool), bus)
+            return [(await planner.handle(key, value, now + timedelta(seconds=1))).outcome for key, value in refused]
+        finally:
+            await pool.close()
+
+    assert asyncio.run(refuse()) == ["dead_lettered"] * 4
+    queue = KafkaDeadLetters(KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"],
+                                           topic_prefix=topic_prefix))
+
+    async def go() -> None:
+        async with control_api(database_url, dead_letters=queue) as api:
+            for tenant in ("acme", "globex"):
+                made = await api.post("/tokens", json={"name": f"{tenant}-ops", "role": "operator",
+                                                       "tenants": [tenant]})
+                assert made.status_code == 201, made.text
+                api.tokens[tenant] = made.json()["token"]
+            everything = (await api.get("/dead-letters", role="operator")).json()["letters"]
+            assert [(d["key"], d["tenant"], d["bytes"]) for d in everything] == [
+                ("r-nobody", None, KEPT_BYTES), ("r-head", "acme", KEPT_BYTES), ("r-long", "globex", KEPT_BYTES),
+                ("r-late", "acme", KEPT_BYTES)]
+            assert all(f"the record holds only its first {KEPT_BYTES} of" in d["reason"] for d in everything)
+            acme = (await api.get("/dead-letters", role="acme")).json()["letters"]
+            assert [(d["key"], d["tenant"]) for d in acme] == [("r-head", "acme"), ("r-late", "acme")]
+            globex = (await api.get("/dead-letters", role="globex")).json()["letters"]
+            assert [(d["key"], d["tenant"]) for d in globex] == [("r-long", "globex")]
+            assert (await api.get("/dead-letters?tenant=acme", role="globex")).json()["letters"] == []
+            # One read at its head says so; acme's records are not globex's to read.
+            late, head = [(await api.get(f"/dead-letters/requests/0/{offset}", role="acme")) for offset in (0, 2)]
+            assert (late.status_code, head.status_code) == (200, 200), (late.text, head.text)
+            assert late.json()["headers"]["pacer-truncated"] == f"first {KEPT_BYTES} of {len(refused[0][1])} bytes"
+            assert "pacer-tenant-from" not in late.json()["headers"]
+            assert (head.json()["headers"]["pacer-tenant"], head.json()["headers"]["pacer-tenant-from"]) == (
+                "acme", "head")
+            for offset, role in ((0, "globex"), (2, "globex"), (1, "acme"), (3, "acme"), (3, "globex")):
+                seen = await api.get(f"/dead-letters/requests/0/{offset}", role=role)
+                assert seen.status_code == 404, (offset, role, seen.text)
 
     asyncio.run(go())
 

@@ -19,6 +19,7 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.dead_letters import (
     MAX_TENANT_PARSE_BYTES,
     REASON_HEADER,
+    TENANT_FROM_HEADER,
     TENANT_HEADER,
     TRUNCATED_HEADER,
     DeadLetter,
@@ -524,6 +525,53 @@ def test_a_dead_letter_topic_that_takes_not_even_the_first_part_is_the_environme
     with pytest.raises(ENVIRONMENT, match="refused even a dead-letter record's first"):
         kafka_bus(producer).dead_letter(b"k", b"x" * 100_000, "invalid job request: x")
     assert producer.written == []
+
+
+def of_size(rid: str, tenant: str | None = None, to_id: str = "room-1", **more: object) -> bytes:
+    """A request of 40,000 targets, over :data:`MAX_TENANT_PARSE_BYTES` (its bytes are not read
+    again for its tenant), its ``tenant`` (if any) named after them: at the tail, past any head."""
+    body = {**json.loads(request(rid, to_id)), **more}
+    body["targets"]["items"] += [{"guid": f"g{i % 50}", "to_id": f"room-{i:08d}"} for i in range(40_000)]
+    raw = json.dumps(body if tenant is None else {**body, "tenant": tenant}).encode()
+    assert len(raw) > MAX_TENANT_PARSE_BYTES
+    return raw
+
+
+def test_a_refused_request_too_large_to_read_again_is_filed_under_the_tenant_it_parsed_to() -> None:
+    # The tenant comes from the parse that judged the request: the model's (it could not be
+    # planned: past its expire_at), or its JSON object's (the model refused a target), the
+    # default tenant's where it names none.
+    t0 = datetime.now(UTC)
+    refused = [of_size("r-late", "acme", expire_at=t0.isoformat()), of_size("r-long", "globex", to_id="x" * 300),
+               of_size("r-untold", to_id="x" * 300)]
+    store, bus = Store(), Bus()
+    planner = Planner(store, bus)
+    handled = [asyncio.run(planner.handle(None, body, t0 + timedelta(seconds=1))) for body in refused]
+    assert [h.outcome for h in handled] == ["dead_lettered"] * 3 and store.jobs == {}
+    assert "request already expired" in bus.dlq[0][1] and "to_id: String should have at most 256" in bus.dlq[1][1]
+    assert bus.tenants == ["acme", "globex", "default"]
+
+
+def test_a_cut_dead_letter_is_filed_under_its_tenant_and_one_read_at_its_head_says_so() -> None:
+    # The dead-letter topic takes 1 MiB: each record below is kept cut. One that parsed names
+    # its tenant; bytes that are no JSON are filed under the tenant their head names, marked;
+    # one whose head names none is nobody's (an unscoped operator's to see).
+    t0 = datetime.now(UTC)
+    late = of_size("r-late", "acme", expire_at=t0.isoformat())
+    garbled = b'{"request_id": "r-head", "tenant": "globex", "targets": {"items": [' + b"{]" * 1_000_000
+    untold = b'{"request_id": "r-tail", "pad": "' + b"x" * 2_000_000 + b'", "tenant": "globex", '
+    producer = Producer(broker_max=1_048_576)
+    planner = Planner(Store(), kafka_bus(producer))
+    handled = [asyncio.run(planner.handle(None, body, t0 + timedelta(seconds=1))) for body in (late, garbled, untold)]
+    assert [h.outcome for h in handled] == ["dead_lettered"] * 3
+    assert [(value, headers[TRUNCATED_HEADER], headers.get(TENANT_HEADER), headers.get(TENANT_FROM_HEADER))
+            for _, value, headers in producer.written] == [
+        (late[:KEPT_BYTES], f"first {KEPT_BYTES} of {len(late)} bytes", "acme", None),
+        (garbled[:KEPT_BYTES], f"first {KEPT_BYTES} of {len(garbled)} bytes", "globex", "head"),
+        (untold[:KEPT_BYTES], f"first {KEPT_BYTES} of {len(untold)} bytes", None, None)]
+    # A tenant the planner gives is the record's, whatever its head says.
+    kafka_bus(producer).dead_letter(None, garbled, "invalid job request: x", "acme")
+    assert (producer.written[-1][2][TENANT_HEADER], TENANT_FROM_HEADER in producer.written[-1][2]) == ("acme", False)
 
 
 def test_a_cut_dead_letter_record_is_never_republished_as_if_it_were_the_request() -> None:

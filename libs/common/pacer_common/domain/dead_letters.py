@@ -4,6 +4,12 @@ The planner (job requests) and the callback intake (callbacks) put what they ref
 topic as it came, with headers saying why (:data:`REASON_HEADER`), when, which service refused
 it and, where it is known, the tenant. ``pacer dead-letters`` and the Control API read the
 records back through this one shape.
+
+Whose a refused job request is: the tenant it names where it parsed that far (the model's, or
+its JSON object's ``tenant``, absent meaning the default tenant's), however large, and a record
+cut to its first part too; else, for bytes that could not be parsed for it, the ``tenant`` their
+head names (:func:`tenant_at_head`), and the record says so (:data:`TENANT_FROM_HEADER`); else
+nobody's, and only an operator who sees every tenant sees it.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ REPUBLISHED_HEADER = "pacer-republished-from"
 # On a record that holds only the first part of what was refused (too large to keep whole):
 # what it holds, e.g. ``first 65536 of 70000000 bytes``.
 TRUNCATED_HEADER = "pacer-truncated"
+# On a record whose tenant (:data:`TENANT_HEADER`) was read at the head of bytes that could not
+# be read whole (:func:`tenant_at_head`): ``head``.
+TENANT_FROM_HEADER, TENANT_FROM_HEAD = "pacer-tenant-from", "head"
 
 Queue = Literal["requests", "callbacks"]
 # A body read for its tenant when a record carries no tenant header (records written before
@@ -115,10 +124,66 @@ def tenant_named(value: bytes, max_bytes: int = MAX_TENANT_PARSE_BYTES) -> str |
     """The tenant a job request's bytes name, best effort: None unless they are a JSON object
     of at most ``max_bytes`` (:data:`MAX_TENANT_PARSE_BYTES`) whose ``tenant`` is absent or a
     tenant's name (anything else in it is no tenant, and never a header)."""
-    if (body := _body(value, max_bytes)) is None:
+    return tenant_in(_body(value, max_bytes))
+
+
+def tenant_in(body: object) -> str | None:
+    """The tenant a job request parsed as JSON names: a JSON object's ``tenant``, the default
+    tenant if it has none; None if it is no object, or its ``tenant`` is no tenant's name."""
+    if not isinstance(body, dict):
         return None
     tenant = body.get("tenant", DEFAULT_TENANT)
     return tenant if isinstance(tenant, str) and re.fullmatch(TENANT_NAME, tenant) else None
+
+
+def tenant_at_head(value: bytes, head_bytes: int) -> str | None:
+    """The tenant named by the ``tenant`` member among the top-level members of the JSON object
+    ``value`` starts with that lie wholly within its first ``head_bytes``: for bytes that cannot
+    be read whole (not JSON, or too large to parse), read at a bounded cost. None unless one
+    such member is there, once, and is a tenant's name: a ``tenant`` not in the head may be
+    further on, so its absence there is no tenant, not the default one."""
+    head = value[:head_bytes].decode("utf-8", "replace")
+    named = [member for key, member in _members_at_head(head) if key == "tenant"]
+    tenant = named[0] if len(named) == 1 else None
+    return tenant if isinstance(tenant, str) and re.fullmatch(TENANT_NAME, tenant) else None
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def _members_at_head(head: str) -> list[tuple[str, object]]:
+    """The members of the object ``head`` starts with, up to the first one not wholly in it
+    (each must be followed by a ``,`` or the object's ``}``: a number at the end of the head may
+    go on past it)."""
+    members: list[tuple[str, object]] = []
+    i = _skip(head, 0)
+    if head[i:i + 1] != "{":
+        return members
+    i = _skip(head, i + 1)
+    try:
+        while head[i:i + 1] == '"':
+            key, i = _DECODER.raw_decode(head, i)  # a string: it starts with a quote
+            i = _skip(head, i)
+            if head[i:i + 1] != ":":
+                break
+            member, i = _DECODER.raw_decode(head, _skip(head, i + 1))
+            i = _skip(head, i)
+            if head[i:i + 1] not in (",", "}"):
+                break
+            members.append((key, member))
+            if head[i] == "}":
+                break
+            i = _skip(head, i + 1)
+    except (ValueError, RecursionError):  # a member cut at the head's end, or not JSON
+        pass
+    return members
+
+
+def _skip(text: str, i: int) -> int:
+    """``i`` past any JSON whitespace."""
+    m = _WS.match(text, i)
+    return i if m is None else m.end()
 
 
 def request_id_named(value: bytes) -> str | None:

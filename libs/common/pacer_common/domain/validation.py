@@ -34,6 +34,7 @@ from urllib.parse import quote
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from pacer_common.domain.dead_letters import tenant_in
 from pacer_common.domain.ids import Guid, IdemKey, ToId
 from pacer_common.domain.requests import (
     MAX_ID_CHARS,
@@ -81,11 +82,15 @@ Rendered = tuple[TargetFields, str, IdemKey]  # a target, its rendered content, 
 
 class InvalidRequest(ValueError):
     """The request cannot become a job; the message is the reason, for people. ``request_id``:
-    its id, where it parsed that far (a request judged again may be one whose job is stored)."""
+    its id, where it parsed that far (a request judged again may be one whose job is stored).
+    ``tenant``: its tenant, where it parsed that far (the model's, or the one its JSON object
+    names): its dead letter is that tenant's, however large the request (too large to be read
+    again for it, or to be kept whole)."""
 
-    def __init__(self, reason: str, request_id: str | None = None) -> None:
+    def __init__(self, reason: str, request_id: str | None = None, tenant: str | None = None) -> None:
         super().__init__(reason)
         self.request_id = request_id
+        self.tenant = tenant
 
 
 class CannotPlan(ValueError):
@@ -101,12 +106,22 @@ class ValidRequest:
 
 def validate_request(raw: bytes, now: datetime) -> ValidRequest:
     """The request in ``raw``, checked whole, or :class:`InvalidRequest` with the reason."""
-    fast = _fast_parse(raw)
-    req, rows = fast if fast is not None else (parse_request(raw), None)
+    doc = _document(raw)
+    fast = None if doc is None else _fast_from(doc)
+    if fast is not None:
+        req, rows = fast
+    else:
+        # What the model refuses is still the tenant's its JSON object names; the document is
+        # not held while the model reads the bytes again.
+        tenant, doc = tenant_in(doc), None
+        try:
+            req, rows = parse_request(raw), None
+        except InvalidRequest as exc:
+            raise InvalidRequest(str(exc), exc.request_id, tenant) from None
     try:
         return prepare(req, now, rows)
     except CannotPlan as exc:
-        raise InvalidRequest(f"cannot plan job request: {exc}", req.request_id) from None
+        raise InvalidRequest(f"cannot plan job request: {exc}", req.request_id, req.tenant) from None
 
 
 def parse_request(raw: bytes) -> JobRequest:
@@ -274,12 +289,23 @@ _NO_VARS: Mapping[str, str] = MappingProxyType({})
 def _fast_parse(raw: bytes) -> tuple[JobRequest, list[TargetRow]] | None:
     """A snapshot request and its targets, when every target is plainly within
     :class:`Target`'s bounds; None whenever only the model can say (it then decides)."""
+    doc = _document(raw)
+    return None if doc is None else _fast_from(doc)
+
+
+def _document(raw: bytes) -> Any:
+    """``raw`` parsed as JSON, for the fast path; None where only the model can read it (an
+    escape the store cannot hold, a key twice, JSON the parser refuses)."""
     if _NUL_OR_SURROGATE.search(raw):
         return None
     try:  # UTF-8 only, as the model reads it (json.loads of bytes would also take UTF-16)
-        doc = json.loads(raw.decode(), object_pairs_hook=_unique)
+        return json.loads(raw.decode(), object_pairs_hook=_unique)
     except (ValueError, RecursionError, _Twice):
         return None
+
+
+def _fast_from(doc: Any) -> tuple[JobRequest, list[TargetRow]] | None:
+    """:func:`_fast_parse` of the parsed document."""
     targets = doc.get("targets") if type(doc) is dict else None
     if type(targets) is not dict or targets.get("mode", "snapshot") != "snapshot":
         return None

@@ -12,7 +12,13 @@ from prometheus_client import CollectorRegistry
 
 from pacer_common import tracing
 from pacer_common.domain.commands import ItemCommand, JobCommands
-from pacer_common.domain.dead_letters import TRUNCATED_HEADER, truncation
+from pacer_common.domain.dead_letters import (
+    TENANT_FROM_HEAD,
+    TENANT_FROM_HEADER,
+    TRUNCATED_HEADER,
+    tenant_at_head,
+    truncation,
+)
 from pacer_common.domain.requests import LANES, MAX_REQUEST_BYTES, lane_of
 from pacer_common.kafka import (
     AsyncConsumer,
@@ -67,18 +73,25 @@ class KafkaCommandBus:
         )
 
     def dead_letter(self, key: bytes | None, value: bytes, reason: str, tenant: str | None = None) -> None:
-        """The original bytes, untouched, with the reason (and the tenant, if known) in headers.
+        """The original bytes, untouched, with the reason and the tenant in headers: ``tenant``
+        (the planner's, from the parsed request), else the one named at the head of the bytes,
+        the first :data:`KEPT_BYTES` (:func:`tenant_at_head`, marked :data:`TENANT_FROM_HEADER`),
+        else none.
 
         Bytes over :data:`MAX_REQUEST_BYTES`, or a record Kafka refuses for its size or shape
         (``RECORD_FAULTS``: refused again however long one waits), are kept as their first
         :data:`KEPT_BYTES` (the key its first :data:`KEPT_KEY_BYTES`), marked in
         :data:`TRUNCATED_HEADER` and in the reason: the refusal is on record and the partition
-        goes on, and the record is never republished as if it were the request. Raises
-        (for the intake loop to wait and try again) if Kafka does not take even that."""
+        goes on, and the record is never republished as if it were the request. Its tenant is
+        the whole record's. Raises (for the intake loop to wait and try again) if Kafka does
+        not take even that."""
+        owner: list[tuple[str, bytes]] = []
+        if not tenant and (tenant := tenant_at_head(value, KEPT_BYTES)):
+            owner.append((TENANT_FROM_HEADER, TENANT_FROM_HEAD.encode()))
         refused: KafkaError | None = None
         if len(value) <= MAX_REQUEST_BYTES:
-            refused = self._produce_dead_letter(key, value, dead_letter_headers(reason, "planner", MAX_REASON_CHARS,
-                                                                                tenant))
+            refused = self._produce_dead_letter(key, value, [*dead_letter_headers(reason, "planner", MAX_REASON_CHARS,
+                                                                                  tenant), *owner])
             if refused is None:
                 return
             log.warning("dead-letter record refused whole (%s); keeping its first %d bytes", refused.str(), KEPT_BYTES)
@@ -87,7 +100,7 @@ class KafkaCommandBus:
             key, held = key[:KEPT_KEY_BYTES], f"{held}; key: {truncation(KEPT_KEY_BYTES, len(key))}"
         note = f"; the record holds only its {held}" + ("" if refused is None else
                                                        f" (Kafka refused it whole: {refused.str()})")
-        headers = [*dead_letter_headers(_ending_with(reason, note), "planner", MAX_REASON_CHARS, tenant),
+        headers = [*dead_letter_headers(_ending_with(reason, note), "planner", MAX_REASON_CHARS, tenant), *owner,
                    (TRUNCATED_HEADER, held.encode())]
         again = self._produce_dead_letter(key, kept, headers)
         if again is not None:

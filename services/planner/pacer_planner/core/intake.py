@@ -95,7 +95,7 @@ class Planner:
                 valid = validate_request(value, now)
                 p = plan(valid, now, self.coalesce_window, self.max_shard_items)
         except InvalidRequest as exc:
-            return await self._refuse(key, value, str(exc), None, exc.request_id or request_id_named(value))
+            return await self._refuse(key, value, str(exc), exc.tenant, exc.request_id or request_id_named(value))
         request = valid.request
         with bind(request_id=request.request_id, job_id=p.job_id):
             # An id that has a job: that job delivered again, or another tenant's id. Nothing of
@@ -185,8 +185,10 @@ class Planner:
         return Handled("duplicate", known.job_id)
 
     async def reject(self, key: bytes | None, value: bytes, reason: str, tenant: str | None = None) -> Handled:
-        """``value`` to the dead letters with ``reason`` and its tenant: ``tenant``, or the one
-        its bytes name if they can be read for it (a scoped operator sees only its tenants')."""
+        """``value`` to the dead letters with ``reason`` and its tenant: ``tenant`` (the
+        request's, where it parsed that far), or the one its bytes name if they can be read for
+        it; else the bus files it under the tenant its head names, if any (a scoped operator
+        sees only its tenants')."""
         await asyncio.to_thread(self.bus.dead_letter, key, value, reason, tenant or tenant_named(value))
         log.warning("job request dead-lettered", extra={"reason": reason})
         return Handled("dead_lettered", reason=reason)
