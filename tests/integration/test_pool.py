@@ -124,9 +124,10 @@ async def _use(pool: Pool) -> None:
 
 
 def test_a_deadlock_is_run_again_counted_and_logged(database_url: str, caplog: pytest.LogCaptureFixture) -> None:
-    """Two transactions take two rows in opposite orders. Postgres breaks the cycle by failing
-    the one whose wait it checks first (the unit of work's: its ``deadlock_timeout`` is the
-    shorter); ``with_retry`` runs it again, it succeeds once the other has committed, and the
+    """Two transactions take two rows in opposite orders. The unit of work closes the cycle, so
+    Postgres fails it (its check runs ``deadlock_timeout`` after its own wait starts, long before
+    the other's, whose wait began first and whose timeout is far longer, however slow the
+    machine); ``with_retry`` runs it again, it succeeds once the other has committed, and the
     deadlock shows in ``pacer_db_transient_errors_total{error="deadlock"}`` and in a warning."""
     registry = service_registry("test")
 
@@ -142,7 +143,7 @@ def test_a_deadlock_is_run_again_counted_and_logged(database_url: str, caplog: p
         pool = await open_pool(database_url, min_size=1, max_size=2, name="deadlock-pool")
         other = await psycopg.AsyncConnection.connect(database_url)
         attempts = 0
-        waiting = asyncio.Event()
+        holding, close_the_cycle = asyncio.Event(), asyncio.Event()
 
         async def work() -> int:
             nonlocal attempts
@@ -150,17 +151,20 @@ def test_a_deadlock_is_run_again_counted_and_logged(database_url: str, caplog: p
             async with pool.connection() as conn, conn.transaction():
                 await conn.execute("SET LOCAL deadlock_timeout = '50ms'")
                 await conn.execute("UPDATE deadlock_rows SET n = n + 1 WHERE id = 2")
-                waiting.set()
+                holding.set()
+                await close_the_cycle.wait()
                 await conn.execute("UPDATE deadlock_rows SET n = n + 1 WHERE id = 1")
             return attempts
 
         try:
-            await other.execute("SET deadlock_timeout = '10s'")
+            await other.execute("SET deadlock_timeout = '60s'")
             await other.execute("UPDATE deadlock_rows SET n = n + 10 WHERE id = 1")
             unit = asyncio.create_task(with_retry(work, deadline_s=30))
-            await waiting.wait()
-            await eventually(lambda: waiting_for_locks(database_url), 10, "the unit of work waiting for row 1")
-            await other.execute("UPDATE deadlock_rows SET n = n + 10 WHERE id = 2")  # closes the cycle
+            await holding.wait()
+            waits = asyncio.create_task(other.execute("UPDATE deadlock_rows SET n = n + 10 WHERE id = 2"))
+            await eventually(lambda: waiting_for_locks(database_url), 10, "the other transaction waiting for row 2")
+            close_the_cycle.set()
+            await waits  # the unit of work failed and rolled back: row 2 is the other's
             await other.commit()
             ran = await unit
         finally:

@@ -513,7 +513,17 @@ def test_a_segment_reads_the_tail_by_its_own_index_range_not_the_whole_log(datab
                 return {r["parent"]: r["n"] for r in await (await conn.execute(
                     _INDEX_READS, {"segment_index": index})).fetchall()}
 
+        async def alone() -> bool:
+            # A backend flushes its index reads as it exits, after its client has gone: the
+            # seeding's, on a slow machine, would land between the two counts below.
+            async with pool.connection() as conn:
+                row = await (await conn.execute(
+                    "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND backend_type = 'client backend' AND pid <> pg_backend_pid()")).fetchone()
+            return row is not None and row["n"] == 0
+
         try:
+            await eventually(alone, 30, "the seeding's backends gone")
             log = PostgresLog(pool, f"reconciler/{segment}of{count}", timedelta(seconds=60), segments=count,
                               segment=segment)
             before, at, n = await index_reads(), Position(xid, seq), 0
