@@ -25,7 +25,7 @@ demo: install           ## run Pacer end to end and print one summary line
 	$(BIN)/pacer-demo
 
 test: install lint prometheus helm  ## the whole suite, on real Kafka, Postgres and Prometheus started by the suite
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 prometheus: install     ## Debian's prometheus package (prometheus, promtool), installed if missing and root
 	@$(BIN)/python -m pacer_dev.prometheus ensure
