@@ -23,7 +23,7 @@ from pacer_dev.chart.check import (
     template,
     validate,
 )
-from pacer_dev.chart.upgrade import check_upgrades, conflicts
+from pacer_dev.chart.upgrade import check_upgrades, conflicts, history_missing
 
 GATEWAY_PORT = 8443  # full-values.yaml's gateway.url names it
 DOCS = CHART.parents[2] / "docs"
@@ -172,6 +172,8 @@ def test_an_upgrade_from_an_earlier_chart_neither_deletes_a_hook_nor_trips_over_
     """Up to 1642fde the migrate Job's policy was the ordinary object pacer-migrate. An upgrade
     deletes by kind and name whatever the last release had and this one lacks, after the hooks
     ran: a hook of that name would be gone once the first upgrade from such a chart finished."""
+    if (why := history_missing()) is not None:  # `make chart` refuses to pass without it
+        pytest.skip(why)
     assert "1642fdede55e31d1e86003f6e0594a28a11df1f8" in check_upgrades()
 
 

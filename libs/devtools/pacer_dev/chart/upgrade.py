@@ -37,10 +37,22 @@ def _git(*args: str) -> str:
     return out.stdout
 
 
+def history_missing() -> str | None:
+    """Why the chart's git history cannot be read here (a shallow clone, a source archive), or
+    None if it can."""
+    try:
+        shallow = _git("rev-parse", "--is-shallow-repository").strip() == "true"
+    except (ChartError, OSError) as exc:
+        return f"the upgrade check reads the chart's git history, and this is no git checkout ({exc})"
+    if shallow:
+        return "the upgrade check reads the chart's git history: fetch it whole (git fetch --unshallow)"
+    return None
+
+
 def earlier_charts() -> list[str]:
     """The commits whose chart an upgrade to this one is checked from, oldest first."""
-    if _git("rev-parse", "--is-shallow-repository").strip() == "true":
-        raise ChartError("the upgrade check reads the chart's git history: fetch it whole (git fetch --unshallow)")
+    if (why := history_missing()) is not None:
+        raise ChartError(why)
     revisions = []
     for line in _git("log", "--reverse", "--format=%H %P", "-G", r"helm\.sh/hook", "--", _CHART_PATH).splitlines():
         _, *parents = line.split()
