@@ -23,7 +23,7 @@ from pacer_control.adapters.postgres import PostgresControl
 from pacer_control.api import PREFIX, create_api
 from pacer_control.api.body_limit import BodyLimit
 from pacer_control.core import Control
-from pacer_control.domain import views
+from pacer_control.domain import report, views
 from pacer_control.metrics import ControlMetrics
 from pacer_control.ports import DeadLetterQueue
 
@@ -37,14 +37,15 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 def build_app(pool: Pool, *, sandbox_targets: Iterable[str] = (),
               registry: CollectorRegistry | None = None, health: Health | None = None,
               db_deadline_s: float = 5.0, stalled_after_s: float = views.STALLED_AFTER_S,
-              dead_letters: DeadLetterQueue | None = None, max_body_bytes: int = 1_048_576) -> FastAPI:
+              dead_letters: DeadLetterQueue | None = None, max_body_bytes: int = 1_048_576,
+              report_page_rows: int = report.PAGE_ROWS) -> FastAPI:
     """The Control API over ``pool`` (and the DLQ topics over ``dead_letters``; without it
     the dead-letter routes answer 503). If the pool is not open yet, the app's lifespan opens
     it (on the loop that serves the app) and closes it again at shutdown."""
     registry = registry or CollectorRegistry()
     health = health or Health()
     control = Control(PostgresControl(pool, db_deadline_s), frozenset(sandbox_targets), stalled_after_s=stalled_after_s,
-                      dead_letters=dead_letters)
+                      dead_letters=dead_letters, report_page_rows=report_page_rows)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -78,12 +78,14 @@ def _json(value: Any) -> Any:
 class Control:
     def __init__(self, store: ControlStore, sandbox_targets: frozenset[str] = frozenset(),
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 stalled_after_s: float = views.STALLED_AFTER_S, dead_letters: DeadLetterQueue | None = None) -> None:
+                 stalled_after_s: float = views.STALLED_AFTER_S, dead_letters: DeadLetterQueue | None = None,
+                 report_page_rows: int = report.PAGE_ROWS) -> None:
         self.store = store
         self.dlq = dead_letters
         self.sandbox_targets = sandbox_targets
         self.clock = clock
         self.stalled_after_s = stalled_after_s
+        self.report_page_rows = report_page_rows
 
     # -- who is calling ------------------------------------------------------------------
     async def authenticate(self, authorization: str | None) -> Principal:
@@ -292,15 +294,30 @@ class Control:
         return await self.store.items(job_id, f)
 
     async def report(self, job_id: str) -> tuple[str, AsyncIterator[str]]:
-        """The report's file name and its CSV text in chunks, read through a server-side cursor."""
+        """The report's file name and its CSV text, a chunk per page of items by item id.
+
+        Each page is its own short read: its pooled connection is given back before the page
+        is written to the client, so a download that waits on a slow client (or runs for a
+        million items) holds none meanwhile. It is therefore no snapshot: each item is shown
+        as it was when its page was read. Every item the job had when the download began is
+        in it once (pages go by the item id, which never changes); an item added to the job
+        meanwhile (a retry's compensation, a requery job's next page) may or may not be."""
         head = await self.store.job_head(job_id)
         if head is None:
             raise NotFound(f"no job {job_id}")
+        span = await self.store.report_span(job_id)  # here: a database error is a 503, not a cut download
+        size = self.report_page_rows
 
         async def chunks() -> AsyncIterator[str]:
             yield report.header()
-            async for rows in self.store.report(job_id):
-                yield report.lines(rows)
+            after = None
+            while span is not None:
+                rows = await self.store.report_page(job_id, span, after, size)
+                if rows:
+                    yield report.lines(rows)
+                if len(rows) < size:
+                    return
+                after = rows[-1][0]  # the item id (report.COLUMNS)
 
         return report.filename(head["request_id"]), chunks()
 

@@ -7,7 +7,7 @@ commit together or not at all, and the whole unit is retried on a transient data
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
@@ -40,6 +40,15 @@ class ExpectedHolder:
 
     owner: str | None = None
     epoch: int | None = None
+
+
+@dataclass(frozen=True)
+class ItemSpan:
+    """The first and the last item id of a job, by id: the range a report download pages
+    through."""
+
+    first: str
+    last: str
 
 
 @dataclass(frozen=True)
@@ -117,7 +126,15 @@ class ControlStore(Protocol):
     async def job(self, job_id: str) -> Row | None: ...
     async def job_head(self, job_id: str) -> Row | None: ...
     async def items(self, job_id: str, f: ItemFilter) -> list[Row]: ...
-    def report(self, job_id: str) -> AsyncIterator[list[tuple[Any, ...]]]: ...
+    async def report_span(self, job_id: str) -> ItemSpan | None:
+        """The job's first and last item id; None if it has no item."""
+        ...
+    async def report_page(self, job_id: str, span: ItemSpan, after: str | None,
+                          limit: int) -> list[tuple[Any, ...]]:
+        """Up to ``limit`` report rows (``report.COLUMNS``) of the job's items in ``span`` after
+        item ``after`` (None: from the first), by item id. One short read: no connection is
+        held once it returns."""
+        ...
     async def guids(self, paused_only: bool, limit: int, after: str | None, state: str | None = None,
                     start: str | None = None) -> list[Row]: ...
     async def guid_history(self, guid: str, limit: int, before: int | None) -> list[Row]: ...

@@ -14,7 +14,8 @@ class ControlSettings(OpsSettings):
     model_config = SettingsConfigDict(frozen=True, extra="ignore", env_prefix="PACER_CONTROL_")
     port: int = Field(9104, description="HTTP port of the API, the console and the ops endpoints.")
     db_pool_max: int = Field(10, description=(
-        "Postgres connections at most (a CSV report download holds one while it streams)."
+        "Postgres connections at most (a CSV report download takes one only while it reads a page of items, "
+        "never while it waits on its client)."
     ))
     db_deadline_s: float = Field(5.0, description=(
         "How long a request retries a transient database error before answering `503`."
@@ -25,6 +26,11 @@ class ControlSettings(OpsSettings):
         "window's cap, its longest gap between sends by interval, online reserve and jitter as the sender holding "
         "it applies them, or a shard's job's own interval). The alert is the reconciler's "
         "`PACER_RECONCILER_STALL_AFTER_S`."
+    ))
+    report_page_rows: int = Field(2000, gt=0, le=100_000, description=(
+        "Items a CSV report download (`GET /jobs/{job_id}/report.csv`) reads at a time, by item id: each page on "
+        "a pooled connection of its own, given back before the page is written to the client. Larger pages "
+        "make fewer reads; each holds its connection longer and its rows in memory until written."
     ))
     max_body_bytes: int = Field(1_048_576, gt=0, description=(
         "The largest request body the API and the console take, in bytes; a larger one is answered `413` "

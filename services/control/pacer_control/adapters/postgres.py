@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import psycopg
@@ -30,10 +29,9 @@ from pacer_control.domain.filters import (
 from pacer_control.domain.outcomes import ActionResult, ItemRetry
 from pacer_control.domain.permissions import Principal
 from pacer_control.domain.views import failure_categories, sum_counts
-from pacer_control.ports import AuditEntry, ExpectedHolder, NewToken, Row
+from pacer_control.ports import AuditEntry, ExpectedHolder, ItemSpan, NewToken, Row
 
 T = TypeVar("T")
-REPORT_FETCH = 2000
 _dumps = functools.partial(json.dumps, default=str)
 
 
@@ -317,17 +315,25 @@ class PostgresControl:
             "job": job_id, "statuses": [s.value for s in f.statuses] if f.statuses else None, "guid": f.guid,
             "error_class": f.error_class, "with_error": f.only_with_error, "after": f.after, "limit": f.limit})
 
-    async def report(self, job_id: str) -> AsyncIterator[list[tuple[Any, ...]]]:
-        # A server-side cursor: the report of a million items never sits in memory at once.
-        # Holds one pooled connection (and a transaction) while the download lasts.
-        async with (
-            self.pool.connection() as conn,
-            conn.transaction(),
-            conn.cursor(name=f"report_{uuid.uuid4().hex}", row_factory=tuple_row) as cur,
-        ):
-            await cur.execute(_sql("report"), {"job": job_id})
-            while rows := await cur.fetchmany(REPORT_FETCH):
-                yield rows
+    async def report_span(self, job_id: str) -> ItemSpan | None:
+        rows = await self._read("report_span", {"job": job_id})
+        return ItemSpan(rows[0]["first"], rows[0]["last"]) if rows[0]["first"] is not None else None
+
+    async def report_page(self, job_id: str, span: ItemSpan, after: str | None,
+                          limit: int) -> list[tuple[Any, ...]]:
+        params = {"job": job_id, "first": span.first, "last": span.last, "after": after, "limit": limit}
+
+        async def unit() -> list[tuple[Any, ...]]:
+            # The connection goes back to the pool when the page is read, before it is
+            # written to the client. Planned for each page's values, never as a prepared
+            # statement's generic plan (a download runs it hundreds of times, and psycopg
+            # prepares from the fifth): which index serves depends on the job's share of
+            # its range (report_page.sql).
+            async with self.pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(_sql("report_page"), params, prepare=False)
+                return await cur.fetchall()
+
+        return await self._call(unit)
 
     async def guids(self, paused_only: bool, limit: int, after: str | None, state: str | None = None,
                     start: str | None = None) -> list[Row]:

@@ -236,7 +236,12 @@ _report["responses"][200] = {"content": {"text/csv": {}}, "description": "one li
 
 
 @router.get("/jobs/{job_id}/report.csv", response_class=StreamingResponse,
-            summary="The delivery report as CSV, streamed", **_report)
+            summary="The delivery report as CSV, streamed", description=(
+                "One line per item, by item id, read a page at a time while it streams (no database connection "
+                "is held while the client reads). Not a snapshot of one moment: each item is as it was when its "
+                "page was read, so items that change meanwhile may show states of different moments. Every item "
+                "the job had when the download began is in it once; an item added meanwhile (a retry's "
+                "compensation, a requery job's next page) may or may not be."), **_report)
 async def report(job_id: JobIdPath, ctl: Ctl) -> StreamingResponse:
     name, chunks = await ctl.report(str(job_id))
     return StreamingResponse(chunks, media_type="text/csv; charset=utf-8",

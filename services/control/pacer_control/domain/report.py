@@ -1,4 +1,4 @@
-"""The delivery report as CSV: one line per item, shaped in chunks while rows stream in."""
+"""The delivery report as CSV: one line per item, by item id, shaped a page of items at a time."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pacer_common.domain.ids import RequestId
 COLUMNS: tuple[str, ...] = (
     "item_id", "guid", "to_id", "status", "attempts", "last_error_class", "last_error", "updated_at",
 )
+PAGE_ROWS = 2000  # items read per page of a download (PACER_CONTROL_REPORT_PAGE_ROWS)
 # A cell starting with one of these is read as a formula by spreadsheet programs; the report
 # is opened in them, and guid, to_id and error texts come from outside.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
