@@ -230,8 +230,8 @@ def test_a_retry_of_an_item_from_before_a_restore_is_verified_before_it_is_sent(
                                              ("ItemInDoubt", "pending", "recovery_pending")]
     payload = rows(url, "SELECT payload FROM item_events WHERE item_id = %s AND type = 'ItemInDoubt'",
                    again_delivered)[0]["payload"]
-    assert (payload["restored"], payload["compensates"], sorted(payload)) == (
-        True, delivered, ["actor", "compensates", "restored"])
+    assert (payload["restored"], payload["compensates"], payload["source"], payload["error_class"], sorted(payload)) == (
+        True, delivered, "compensated", "in_doubt", ["actor", "compensates", "error", "error_class", "restored", "source"])
     # The shard's counts: each retry adds one pending (pacer_compensate); the reconciler's fold
     # of the events moves the two in doubt on to recovery_pending.
     sid = shards[guid]

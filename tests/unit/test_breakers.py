@@ -38,6 +38,34 @@ def swept_in_doubt(job: str = "job-1", guid: str = "g-1") -> ItemEvent:
                               "error_class": "in_doubt", "error": "lease expired after submit with no outcome"})
 
 
+def put_in_doubt(payload: dict[str, object], job: str = "job-1", guid: str = "g-1") -> ItemEvent:
+    """An ItemInDoubt written by a stored function, not by the sender after a gateway answer."""
+    n = next(_seq)
+    return ItemEvent(seq=n, type="ItemInDoubt", item_id=f"it-{n}", job_id=job, shard_id=1, guid=guid, version=3,
+                     from_status=S.PENDING, to_status=S.RECOVERY_PENDING, occurred_at=datetime.now(UTC),
+                     payload=payload)
+
+
+# What pacer_after_restore, pacer_force_release_item, pacer_compensate and
+# pacer_resolve_unverified write in their ItemInDoubt payloads.
+_IN_DOUBT = {"error_class": "in_doubt", "error": "it may have been sent: verified before it is sent"}
+NOT_THE_GATEWAYS = {
+    "after_restore": {"restored": True, "actor": "ops", "reason": "restored", "source": "after_restore"} | _IN_DOUBT,
+    "forced_release": {"reason": "lease force-released by admin", "forced": True, "actor": "admin",
+                       "verify_from": "2026-12-01T00:00:00Z", "source": "forced_release"} | _IN_DOUBT,
+    "compensated": {"restored": True, "actor": "ops", "compensates": "it-0", "source": "compensated"} | _IN_DOUBT,
+    "resolved": {"restored": True, "actor": "ops", "reason": "not on the phone", "source": "resolved"} | _IN_DOUBT,
+}
+# The same events as written before they carried a source or an error class.
+BEFORE_THEIR_SOURCE = {
+    "after_restore": {"restored": True, "actor": "ops", "reason": "restored"},
+    "forced_release": {"reason": "lease force-released by admin", "forced": True, "actor": "admin",
+                       "verify_from": "2026-12-01T00:00:00Z"},
+    "compensated": {"restored": True, "actor": "ops", "compensates": "it-0"},
+    "resolved": {"restored": True, "actor": "ops", "reason": "not on the phone"},
+}
+
+
 POLICY = BreakerPolicy(consecutive=5, window=20, ratio=0.5, min_samples=10)
 
 
@@ -90,6 +118,25 @@ def test_sends_the_lease_sweep_put_in_doubt_count_neither_way() -> None:
     trips = b.observe(events)
     assert {(t.scope, t.key) for t in trips} == {("job", "job-1"), ("guid", "g-1")}
     assert all("20 consecutive failures (last: in_doubt)" in t.reason for t in trips)
+
+
+@pytest.mark.parametrize("payloads", [NOT_THE_GATEWAYS, BEFORE_THEIR_SOURCE], ids=["with_source", "before_it"])
+@pytest.mark.parametrize("source", sorted(NOT_THE_GATEWAYS))
+def test_sends_a_restore_or_an_operator_put_in_doubt_count_neither_way(
+        source: str, payloads: dict[str, dict[str, object]]) -> None:
+    """`pacer after-restore` puts every send of a job in flight in doubt at once, an admin
+    force-releases a stuck sender's, a person retries or resolves many items from before a
+    restore: none of it is an answer of the gateway. With the service's policy 25 such events
+    of one job do not trip it, and are no successes either: a run of failures before them goes
+    on through them. The same holds for such events written before they named their source."""
+    b = Breakers(BreakerPolicy())
+    assert b.observe([put_in_doubt(payloads[source], guid=f"g-{k}") for k in range(25)]) == []
+    assert b.tracked == 0, "nothing recorded"
+    events = ([outcome("retryable") for _ in range(19)] + [put_in_doubt(payloads[source]) for _ in range(25)]
+              + [outcome("retryable")])
+    trips = b.observe(events)
+    assert {(t.scope, t.key) for t in trips} == {("job", "job-1"), ("guid", "g-1")}
+    assert all("20 consecutive failures (last: retryable)" in t.reason for t in trips)
 
 
 def test_twenty_in_doubt_answers_of_the_sender_trip_the_job() -> None:

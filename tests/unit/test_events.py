@@ -11,7 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from pacer_common.domain.events import EventType, ItemEvent, ItemFailed, Payload, error_class_of, fold, occurred
+from pacer_common.domain.events import (
+    EventType,
+    ItemEvent,
+    ItemFailed,
+    ItemInDoubt,
+    Payload,
+    error_class_of,
+    fold,
+    occurred,
+)
 from pacer_common.domain.status import IllegalTransition, ItemStatus
 
 S = ItemStatus
@@ -174,6 +183,21 @@ def test_a_failure_event_records_its_class_and_reason_as_fields() -> None:
     e = ItemEvent.model_validate(_stored("ItemFailed", {"error_class": "bad_params", "error": "no content"}))
     assert isinstance(e.payload, ItemFailed)
     assert (e.payload.error_class, e.payload.error) == ("bad_params", "no content")
+
+
+def test_an_in_doubt_send_names_its_source_and_one_stored_without_it_still_reads() -> None:
+    """What put a send in doubt, when no answer of the gateway did, is a field of ItemInDoubt;
+    an ItemInDoubt stored before it was written (a restore's, a forced release's) reads with
+    none, and is published as it was stored."""
+    new = ItemEvent.model_validate(_stored("ItemInDoubt", {"restored": True, "source": "after_restore",
+                                                           "error_class": "in_doubt"}))
+    assert isinstance(new.payload, ItemInDoubt) and new.payload.source == "after_restore"
+    assert new.payload.model_extra == {"restored": True}
+    old = {"reason": "lease force-released by admin", "forced": True, "actor": "admin"}
+    before = ItemEvent.model_validate(_stored("ItemInDoubt", old))
+    assert isinstance(before.payload, ItemInDoubt)
+    assert (before.payload.source, error_class_of(before.payload)) == (None, None)
+    assert json.loads(before.model_dump_json())["payload"] == old
 
 
 def test_a_payload_field_of_the_wrong_type_makes_the_event_unreadable() -> None:

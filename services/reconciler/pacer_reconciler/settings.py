@@ -84,8 +84,10 @@ class ReconcilerSettings(OpsSettings):
     breaker_consecutive: int = Field(20, description=(
         "Circuit breaker, per job and per guid: this many failed outcomes in a row pause it (`paused_by = "
         "system:breaker`). Failures are final failures and retries for `retryable`, `needs_human`, `bad_params` "
-        "and `in_doubt` answers; rate limits and missed send deadlines do not count, and a send the lease sweep "
-        "put in doubt (its sender died after submit) counts neither as a failure nor as a success."
+        "and `in_doubt` answers; rate limits and missed send deadlines do not count, and a send put in doubt by "
+        "no answer of the gateway (the lease sweep's, its sender died after submit; `pacer after-restore`; a forced "
+        "release; a retry or resolution of an item from before a restore) counts neither as a failure nor as a "
+        "success."
     ))
     breaker_window: int = Field(100, description=(
         "The breaker's sliding window: the last this many outcomes of the job or guid."

@@ -94,6 +94,8 @@ CREATE FUNCTION public.pacer_after_restore(p_actor text, p_reason text, p_limit 
 #variable_conflict use_column
 DECLARE
     ids uuid[];
+    why constant text := 'the database was restored from a backup: this send may have been made after the backup, '
+                         'so it is verified before it is sent';
 BEGIN
     SELECT array_agg(c.item_id) INTO ids FROM (
         SELECT i.item_id FROM items i
@@ -108,10 +110,9 @@ BEGIN
     WITH moved AS (
         SELECT t.item_id, t.from_status
         FROM pacer_transition(ids, '{pending,claimed,submitted,waiting_retry}', 'recovery_pending', 'ItemInDoubt',
-                              jsonb_build_object('restored', true, 'actor', p_actor, 'reason', p_reason),
-                              p_clear_lease => true, p_error_class => 'in_doubt',
-                              p_error => 'the database was restored from a backup: this send may have been made '
-                                         'after the backup, so it is verified before it is sent') AS t
+                              jsonb_build_object('restored', true, 'actor', p_actor, 'reason', p_reason,
+                                                 'source', 'after_restore', 'error_class', 'in_doubt', 'error', why),
+                              p_clear_lease => true, p_error_class => 'in_doubt', p_error => why) AS t
     ), keys AS (
         INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
         SELECT i.idem_key, i.item_id, i.guid, i.to_id, 'reserved'
@@ -474,6 +475,8 @@ DECLARE
     c uuid;
     hold text;
     doubt boolean;
+    why constant text := 'a retry of an item from before a restore from a backup: a retry of it may have been '
+                         'delivered after the backup, so it is verified before it is sent';
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pacer.coalesce:' || k.tenant || ':' || k.coalesce_key))
     FROM items i JOIN jobs k ON k.job_id = i.job_id
@@ -557,10 +560,9 @@ BEGIN
         -- the key: found not delivered, the compensation is then abandoned as a duplicate when
         -- it is begun.
         PERFORM pacer_transition(ARRAY[c], '{pending}', 'recovery_pending', 'ItemInDoubt',
-            jsonb_build_object('restored', true, 'actor', p_actor, 'compensates', p_item),
-            p_clear_lease => true, p_error_class => 'in_doubt',
-            p_error => 'a retry of an item from before a restore from a backup: a retry of it may have been '
-                       'delivered after the backup, so it is verified before it is sent');
+            jsonb_build_object('restored', true, 'actor', p_actor, 'compensates', p_item,
+                               'source', 'compensated', 'error_class', 'in_doubt', 'error', why),
+            p_clear_lease => true, p_error_class => 'in_doubt', p_error => why);
         PERFORM pacer_reserve_key(c);
     END IF;
     INSERT INTO shard_status_counts AS s (shard_id, status, n) VALUES (o.shard_id, 'pending', 1)
@@ -889,7 +891,8 @@ BEGIN
             jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor), p_clear_lease => true);
     ELSIF o.status = 'submitted' THEN
         PERFORM pacer_transition(ARRAY[p_item], '{submitted}', 'recovery_pending', 'ItemInDoubt',
-            jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor, 'verify_from', o.lease_until),
+            jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor, 'verify_from', o.lease_until,
+                               'source', 'forced_release', 'error_class', 'in_doubt', 'error', why),
             p_error_class => 'in_doubt', p_error => why);
     ELSE
         RETURN QUERY SELECT 'conflict'::text,
@@ -1483,6 +1486,8 @@ DECLARE
     i items%ROWTYPE;
     job_status text;
     newer integer;  -- the newest status version of its business id, when newer than its job's
+    why constant text := 'resolved as not delivered after a restore from a backup: it may have been resolved and '
+                         'sent after the backup, so it is verified before it is sent';
 BEGIN
     SELECT * INTO i FROM items WHERE item_id = p_item FOR UPDATE;
     IF NOT FOUND THEN
@@ -1503,12 +1508,11 @@ BEGIN
             'confirmed'::text;
     ELSIF pacer_restored_after(p_item) THEN  -- read before this decision writes an event of the item's
         PERFORM pacer_transition(ARRAY[p_item], '{unverified}', 'recovery_pending', 'ItemInDoubt',
-            jsonb_build_object('restored', true, 'actor', p_actor, 'reason', p_reason),
+            jsonb_build_object('restored', true, 'actor', p_actor, 'reason', p_reason,
+                               'source', 'resolved', 'error_class', 'in_doubt', 'error', why),
             p_via => 'pending', p_via_type => 'ItemResolvedNotDelivered',
             p_via_payload => jsonb_build_object('actor', p_actor, 'reason', p_reason),
-            p_clear_lease => true, p_error_class => 'in_doubt',
-            p_error => 'resolved as not delivered after a restore from a backup: it may have been resolved and '
-                       'sent after the backup, so it is verified before it is sent');
+            p_clear_lease => true, p_error_class => 'in_doubt', p_error => why);
         -- Its key stays reserved (an unverified item holds it; taken again if it does not).
         PERFORM pacer_reserve_key(p_item);
         RETURN QUERY SELECT 'done'::text,

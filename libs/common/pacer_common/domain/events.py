@@ -109,7 +109,16 @@ class ItemExpired(_Failure):
 
 
 class ItemInDoubt(_Released):
+    """A send that may have been delivered, to be verified with the gateway. ``source`` says
+    what put it in doubt when no answer of the gateway did: ``lease_expired`` (the lease sweep:
+    its sender's lease ran out after submit), ``after_restore`` (``pacer after-restore``),
+    ``forced_release`` (an admin released its lease), ``compensated`` (a retry of an item from
+    before a restore) or ``resolved`` (an unverified send from before a restore resolved as not
+    delivered). The sender's own in-doubt answers (the gateway's timeout, a dropped connection,
+    a 5xx) have none, and neither have events written before their function set one."""
+
     type: Literal["ItemInDoubt"] = Field(default="ItemInDoubt", exclude=True)
+    source: str | None = None
 
 
 class ItemLeaseExpired(_Released):

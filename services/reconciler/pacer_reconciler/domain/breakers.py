@@ -6,9 +6,13 @@ ratio of at least ``ratio`` over the last ``window`` outcomes (once ``min_sample
 and the reconciler pauses that job or guid with the reason. Only outcomes that say
 something about the job or the account count: confirmations, final failures, and retries
 for errors that are the gateway's or the account's (not rate limits, not our own deadline).
-A send the lease sweep put in doubt (its sender died or stalled after submit) is Pacer's
-own fault and counts neither way: many of one job in flight on a killed sender must not
-trip its breaker, nor reset the run of failures the job was having.
+A send put in doubt by anything but the gateway's answer counts neither way: the lease sweep
+(its sender died or stalled after submit: Pacer's own fault), ``pacer after-restore``, an
+admin's forced release of its lease, a retry or a resolution of an item from before a restore.
+Thousands of one job put in doubt together (a killed sender's, a restore's) must not trip its
+breaker, nor reset the run of failures the job was having. An in-doubt send is never a
+success: one that names no failure class (written before its event said where it came from)
+counts neither way either.
 
 The state lives in memory, bounded: the ``capacity`` breakers fed an outcome last are kept
 (in the order of their last outcome, the oldest forgotten first, as ``JobLabels`` keeps its
@@ -24,15 +28,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pacer_common.domain.events import ItemEvent, error_class_of
+from pacer_common.domain.events import ItemEvent, ItemInDoubt, error_class_of
 from pacer_common.domain.status import ItemStatus
 
 Scope = Literal["job", "guid"]
 # error classes that count as a failure of the job / account
 FAILING_CLASSES = frozenset({"retryable", "needs_human", "bad_params", "in_doubt"})
-# The ``source`` of the lease sweep's ItemInDoubt payload (adapters/postgres.py, submit_expired):
-# it carries ``error_class: in_doubt`` for consumers, and says nothing about the job or account.
+# The ``source`` of an ItemInDoubt that no answer of the gateway put in doubt: the lease sweep's
+# (adapters/postgres.py, submit_expired), and those of pacer_after_restore, pacer_force_release_item,
+# pacer_compensate and pacer_resolve_unverified. Each carries ``error_class: in_doubt`` for
+# consumers, and says nothing about the job or the account.
 LEASE_EXPIRED = "lease_expired"
+NOT_THE_GATEWAYS = frozenset({LEASE_EXPIRED, "after_restore", "forced_release", "compensated", "resolved"})
 
 
 @dataclass(frozen=True)
@@ -76,9 +83,12 @@ def outcome_of(ev: ItemEvent) -> bool | None:
     if ev.to_status is ItemStatus.CONFIRMED:
         return False
     if ev.to_status in _FAILED_OR_RETRYING:
-        if (ev.payload.model_extra or {}).get("source") == LEASE_EXPIRED:
-            return None  # our sender's lease ran out: neither a failure nor a success
-        return error_class_of(ev.payload) in FAILING_CLASSES
+        failed = error_class_of(ev.payload) in FAILING_CLASSES
+        if isinstance(ev.payload, ItemInDoubt):
+            if ev.payload.source in NOT_THE_GATEWAYS:
+                return None  # a lease run out, a restore, an operator: neither a failure nor a success
+            return True if failed else None  # in doubt is no success, whatever an old event left out
+        return failed
     return None  # claimed, submitted, …: most of the log, decided without reading the payload
 
 

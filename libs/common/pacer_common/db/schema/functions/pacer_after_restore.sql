@@ -5,6 +5,9 @@
 -- reason; lease cleared) and its idempotency key is reserved in send_ledger (unless an item
 -- holds it already), so the reconciler's verifier asks the gateway before anything sends it:
 -- found → confirmed, key kept; proved not delivered → pending, key released, sent again.
+-- The payload carries error_class in_doubt and the error, as the item's row does, and source
+-- after_restore: no answer of the gateway, so the reconciler's circuit breakers count it
+-- neither as a failure nor as a success of its job and guid.
 -- Items scheduled later (not due yet) cannot have been sent and are left alone, and so are
 -- final and unverified ones, which nothing sends unless a person asks: a retry of one, or an
 -- unverified one resolved as not delivered, is put in doubt then (pacer_restored_after: a
@@ -16,6 +19,8 @@ LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
     ids uuid[];
+    why constant text := 'the database was restored from a backup: this send may have been made after the backup, '
+                         'so it is verified before it is sent';
 BEGIN
     SELECT array_agg(c.item_id) INTO ids FROM (
         SELECT i.item_id FROM items i
@@ -30,10 +35,9 @@ BEGIN
     WITH moved AS (
         SELECT t.item_id, t.from_status
         FROM pacer_transition(ids, '{pending,claimed,submitted,waiting_retry}', 'recovery_pending', 'ItemInDoubt',
-                              jsonb_build_object('restored', true, 'actor', p_actor, 'reason', p_reason),
-                              p_clear_lease => true, p_error_class => 'in_doubt',
-                              p_error => 'the database was restored from a backup: this send may have been made '
-                                         'after the backup, so it is verified before it is sent') AS t
+                              jsonb_build_object('restored', true, 'actor', p_actor, 'reason', p_reason,
+                                                 'source', 'after_restore', 'error_class', 'in_doubt', 'error', why),
+                              p_clear_lease => true, p_error_class => 'in_doubt', p_error => why) AS t
     ), keys AS (
         INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)
         SELECT i.idem_key, i.item_id, i.guid, i.to_id, 'reserved'

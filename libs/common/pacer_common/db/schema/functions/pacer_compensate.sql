@@ -14,7 +14,10 @@
 --            and the restore, so the compensation starts in doubt, as `pacer after-restore`
 --            leaves what it cannot vouch for (recovery_pending, 'ItemInDoubt' with restored:
 --            true, its key reserved), and the verifier asks the gateway before anything sends
---            it: found → confirmed, never sent; not found → pending, sent as usual.
+--            it: found → confirmed, never sent; not found → pending, sent as usual. That
+--            ItemInDoubt carries error_class in_doubt and the error, as the item's row does,
+--            and source compensated: no answer of the gateway, so the reconciler's circuit
+--            breakers count it neither as a failure nor as a success of its job and guid.
 -- An unverified item is not retried: it may have been delivered, so its idempotency key stays
 -- reserved in send_ledger and a compensation (same key) could only be abandoned as a
 -- duplicate. It is resolved instead (pacer_resolve_unverified; not delivered: it is sent again
@@ -35,6 +38,8 @@ DECLARE
     c uuid;
     hold text;
     doubt boolean;
+    why constant text := 'a retry of an item from before a restore from a backup: a retry of it may have been '
+                         'delivered after the backup, so it is verified before it is sent';
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pacer.coalesce:' || k.tenant || ':' || k.coalesce_key))
     FROM items i JOIN jobs k ON k.job_id = i.job_id
@@ -118,10 +123,9 @@ BEGIN
         -- the key: found not delivered, the compensation is then abandoned as a duplicate when
         -- it is begun.
         PERFORM pacer_transition(ARRAY[c], '{pending}', 'recovery_pending', 'ItemInDoubt',
-            jsonb_build_object('restored', true, 'actor', p_actor, 'compensates', p_item),
-            p_clear_lease => true, p_error_class => 'in_doubt',
-            p_error => 'a retry of an item from before a restore from a backup: a retry of it may have been '
-                       'delivered after the backup, so it is verified before it is sent');
+            jsonb_build_object('restored', true, 'actor', p_actor, 'compensates', p_item,
+                               'source', 'compensated', 'error_class', 'in_doubt', 'error', why),
+            p_clear_lease => true, p_error_class => 'in_doubt', p_error => why);
         PERFORM pacer_reserve_key(c);
     END IF;
     INSERT INTO shard_status_counts AS s (shard_id, status, n) VALUES (o.shard_id, 'pending', 1)

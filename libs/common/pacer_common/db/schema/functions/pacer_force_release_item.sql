@@ -11,6 +11,9 @@
 -- to its timeout after that, both before the lease would have run out. The verifier looks
 -- the send up no sooner than then (due_in_doubt.sql): a lookup before it could find nothing,
 -- make the item pending, free its key and send it a second time.
+-- Its ItemInDoubt carries error_class in_doubt and the error, as the item's row does, and
+-- source forced_release: an admin's act, no answer of the gateway, so the reconciler's
+-- circuit breakers count it neither as a failure nor as a success of its job and guid.
 DROP FUNCTION IF EXISTS pacer_force_release_item(uuid, text, text);  -- without the expected holder
 CREATE OR REPLACE FUNCTION pacer_force_release_item(p_item uuid, p_actor text, p_reason text DEFAULT NULL,
                                                     p_expected_owner text DEFAULT NULL,
@@ -42,7 +45,8 @@ BEGIN
             jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor), p_clear_lease => true);
     ELSIF o.status = 'submitted' THEN
         PERFORM pacer_transition(ARRAY[p_item], '{submitted}', 'recovery_pending', 'ItemInDoubt',
-            jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor, 'verify_from', o.lease_until),
+            jsonb_build_object('reason', why, 'forced', true, 'actor', p_actor, 'verify_from', o.lease_until,
+                               'source', 'forced_release', 'error_class', 'in_doubt', 'error', why),
             p_error_class => 'in_doubt', p_error => why);
     ELSE
         RETURN QUERY SELECT 'conflict'::text,

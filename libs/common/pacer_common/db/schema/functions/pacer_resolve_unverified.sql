@@ -6,7 +6,10 @@
 -- unverified → pending → recovery_pending ('ItemResolvedNotDelivered', then 'ItemInDoubt' with
 -- restored: true), its key kept reserved, and the verifier asks the gateway: found →
 -- confirmed, never sent again; not found → pending, sent; no answer → unverified again, and
--- resolved then as above, the lookup having been made since the restore.
+-- resolved then as above, the lookup having been made since the restore. That ItemInDoubt
+-- carries error_class in_doubt and the error, as the item's row does, and source resolved: a
+-- person's decision, no answer of the gateway, so the reconciler's circuit breakers count it
+-- neither as a failure nor as a success of its job and guid.
 CREATE OR REPLACE FUNCTION pacer_resolve_unverified(p_item uuid, p_delivered boolean, p_actor text, p_reason text)
 RETURNS TABLE (outcome text, message text, status text)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
@@ -15,6 +18,8 @@ DECLARE
     i items%ROWTYPE;
     job_status text;
     newer integer;  -- the newest status version of its business id, when newer than its job's
+    why constant text := 'resolved as not delivered after a restore from a backup: it may have been resolved and '
+                         'sent after the backup, so it is verified before it is sent';
 BEGIN
     SELECT * INTO i FROM items WHERE item_id = p_item FOR UPDATE;
     IF NOT FOUND THEN
@@ -35,12 +40,11 @@ BEGIN
             'confirmed'::text;
     ELSIF pacer_restored_after(p_item) THEN  -- read before this decision writes an event of the item's
         PERFORM pacer_transition(ARRAY[p_item], '{unverified}', 'recovery_pending', 'ItemInDoubt',
-            jsonb_build_object('restored', true, 'actor', p_actor, 'reason', p_reason),
+            jsonb_build_object('restored', true, 'actor', p_actor, 'reason', p_reason,
+                               'source', 'resolved', 'error_class', 'in_doubt', 'error', why),
             p_via => 'pending', p_via_type => 'ItemResolvedNotDelivered',
             p_via_payload => jsonb_build_object('actor', p_actor, 'reason', p_reason),
-            p_clear_lease => true, p_error_class => 'in_doubt',
-            p_error => 'resolved as not delivered after a restore from a backup: it may have been resolved and '
-                       'sent after the backup, so it is verified before it is sent');
+            p_clear_lease => true, p_error_class => 'in_doubt', p_error => why);
         -- Its key stays reserved (an unverified item holds it; taken again if it does not).
         PERFORM pacer_reserve_key(p_item);
         RETURN QUERY SELECT 'done'::text,
