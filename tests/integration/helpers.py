@@ -8,8 +8,10 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from datetime import time as dtime
 from typing import Any, Literal, TypeVar
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -37,6 +39,21 @@ def wait_for(check: Callable[[], T | Literal[False] | None], timeout_s: float = 
         time.sleep(0.05)
     state = "" if describe is None else f"; {describe()!r}"
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value: {last!r}{state}")
+
+
+def away_from_midnight(*zones: str, margin_s: float = 60.0) -> None:
+    """Return once no midnight of ``zones`` (UTC's if none) is due within ``margin_s``, waiting
+    past one that is (at most ``margin_s`` each). Only for a test whose code under test reads
+    the day from the clock more than once, with no way to pin it (the database's ``now()``, on
+    this machine's clock): begun then, the test ends on the day it began."""
+    tzs = [ZoneInfo(zone) for zone in zones or ("UTC",)]
+
+    def clear() -> bool:
+        now = datetime.now(UTC)
+        return all(datetime.combine(now.astimezone(tz).date() + timedelta(days=1), dtime(0), tz) - now
+                   > timedelta(seconds=margin_s) for tz in tzs)
+
+    wait_for(clear, margin_s * len(tzs) + 10, f"{margin_s:g} s to the next midnight in {', '.join(map(str, tzs))}")
 
 
 async def eventually(check: Callable[[], Awaitable[T | Literal[False] | None]], timeout_s: float = 30.0,

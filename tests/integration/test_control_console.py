@@ -20,7 +20,7 @@ from pacer_control import core
 from pacer_control.domain import filters
 from pacer_reconciler.adapters.postgres import PostgresLog
 from tests.integration.control_support import audit, control_api, move, rows
-from tests.integration.helpers import eventually, seed_job, waiting_for_locks
+from tests.integration.helpers import away_from_midnight, eventually, seed_job, waiting_for_locks
 
 
 def unverified(url: str, item: str, key: str) -> None:
@@ -298,6 +298,8 @@ def test_the_guids_page_pages_through_every_guid_finds_one_and_lists_the_busiest
     # p151, p152 and p153 have waited as long as p150, but p151 is inside its quiet hours (an
     # hour either side of now), p152 sends once every two hours and p153 has used its day's
     # batch share (8 of 10), p154's only job sends once an hour per guid: none is stalled.
+    # p153's day is UTC's and the API reads its own clock: that day must outlast the test.
+    away_from_midnight()
     quiet = f"{(datetime.now(UTC) - timedelta(hours=1)):%H:%M}-{(datetime.now(UTC) + timedelta(hours=1)):%H:%M}"
     with psycopg.connect(database_url) as conn:
         conn.execute("UPDATE items SET created_at = now() - interval '1 hour'"

@@ -13,7 +13,7 @@ import pytest
 
 from pacer_common import cli
 from tests.integration.control_support import audit, control_api, rows
-from tests.integration.helpers import eventually, seed_job, waiting_for_locks
+from tests.integration.helpers import away_from_midnight, eventually, seed_job, waiting_for_locks
 
 
 def test_tenant_crud_never_shows_or_audits_a_secret(database_url: str) -> None:
@@ -145,6 +145,7 @@ def test_a_tenants_sends_today_are_read_on_its_own_day_by_the_api_and_the_reconc
     from pacer_common.db.pool import open_pool
     from pacer_reconciler.adapters.postgres import PostgresLog
 
+    away_from_midnight("Pacific/Kiritimati", "Pacific/Pago_Pago")  # the API and the gauges read their own today
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("INSERT INTO tenants (name, sends_per_day, timezone) VALUES ('east', 100, 'Pacific/Kiritimati'),"
                      " ('west', 100, NULL), ('free', NULL, NULL)")

@@ -29,7 +29,7 @@ from pacer_dev.fakegateway.process import free_port, running_fake_gateway
 from pacer_intake.adapters.kafka import KafkaCallbackLog, callback_producer
 from pacer_intake.app import build_app
 from pacer_intake.core import Intake
-from tests.integration.helpers import read_topic
+from tests.integration.helpers import away_from_midnight, read_topic
 
 
 def test_each_tenant_has_its_credential_and_a_failing_one_trips_only_its_own_breaker() -> None:
@@ -159,6 +159,7 @@ def test_duplicate_next_and_reorder_next_fault_exactly_that_many_callbacks_of_th
 
 
 def test_a_tenant_past_its_daily_quota_is_deferred_across_senders_and_others_go_on(database_url: str) -> None:
+    away_from_midnight("Asia/Shanghai")  # each flush counts on the database's today (the senders' default zone)
     with psycopg.connect(database_url) as conn:
         conn.execute("INSERT INTO tenants (name, sends_per_day) VALUES ('small', 3), ('big', NULL)")
     with running_fake_gateway() as url:
@@ -204,6 +205,7 @@ def test_each_tenant_counts_its_sends_on_its_own_calendar_day(database_url: str)
     from pacer_common.domain.limits import local_day
     from pacer_common.domain.quota import DailyUsage
 
+    away_from_midnight("Pacific/Kiritimati", "Pacific/Pago_Pago")  # each flush counts on the database's today
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("INSERT INTO tenants (name, sends_per_day, timezone) VALUES ('east', 5, 'Pacific/Kiritimati'),"
                      " ('west', 5, 'Pacific/Pago_Pago'), ('plain', 5, NULL)")

@@ -20,7 +20,7 @@ from psycopg.conninfo import make_conninfo
 
 from pacer_common.db.migrate import migrate
 from pacer_common.db.sql import migrations
-from tests.integration.helpers import prune_partitions, seed_job, wait_for
+from tests.integration.helpers import away_from_midnight, prune_partitions, seed_job, wait_for
 
 RETAIN = {"items": 7, "item_events": 7, "send_ledger": 35, "audit_log": 400, "operator_conflicts": 90,
           "guid_state_history": 90}
@@ -70,7 +70,7 @@ def prune(conn: psycopg.Connection[Any], now: datetime, retain: dict[str, int] |
 
 def test_a_jobs_items_events_and_ledger_keys_are_in_the_partitions_of_its_week(database_url: str) -> None:
     now = datetime.now(UTC)
-    _, _, (item,) = seed_job(database_url, {"g1": 1})
+    _, _, (item,) = seed_job(database_url, {"g1": 1}, created_at=now)
     with psycopg.connect(database_url, autocommit=True) as conn:
         assert sent(conn, item, "k-today") == "submitted"
         assert partition_of(conn, "items", item) == f"items_p{week(now)}"
@@ -455,6 +455,7 @@ def test_days_of_tenant_send_counts_past_retention_are_deleted_and_the_rest_kept
     from pacer_common.db.pool import open_pool
     from pacer_reconciler.adapters.partitions import PostgresPartitions
 
+    away_from_midnight()  # the prune and the reads below each count the days back from their own today
     with psycopg.connect(database_url) as conn:
         conn.execute("INSERT INTO tenants (name) VALUES ('acme')")
         conn.execute("INSERT INTO tenant_usage (tenant, day, sends) SELECT t, (now() AT TIME ZONE 'UTC')::date - d, 5"

@@ -13,6 +13,7 @@ import asyncio
 import random
 import time
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,6 +23,7 @@ from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.requests import MediaMessage, SyncMessage
 from pacer_common.domain.status import ItemStatus
+from pacer_sender import execution
 from pacer_sender.core import AfterCall, Executed, Executor
 from pacer_sender.domain.media import MediaRow
 from pacer_sender.domain.pacing import GuidPacer, Limits
@@ -216,9 +218,12 @@ def run_guid(script: list[Executed | Exception], items: int, pacer: GuidPacer | 
     return asyncio.run(scenario())
 
 
-def test_pacers_own_deferral_neither_slows_the_guid_nor_takes_a_pacing_slot() -> None:
+def test_pacers_own_deferral_neither_slows_the_guid_nor_takes_a_pacing_slot(monkeypatch: pytest.MonkeyPatch) -> None:
     # At a 30 s interval the three calls fit in run_guid's deadline only if neither deferral
-    # took a slot; the send after them does.
+    # took a slot; the send after them does. The windows count on one wall-clock reading: a
+    # minute or an hour that ended between the claims would start again at one.
+    wall = time.time()
+    monkeypatch.setattr(execution, "time", SimpleNamespace(time=lambda: wall))
     deferred = Executed("deferred", False, BREAKER_OPEN, claimed_at=datetime.now(UTC))
     pacer, ex, store = run_guid([deferred, deferred], 3, limits=SLOW)
     assert pacer.multiplier == 1.0 and store.penalized == {}, "a deferral slowed the guid as a rate limit does"
