@@ -191,8 +191,8 @@ def test_admin_force_releases_a_lock_with_a_reason_and_finds_it_in_the_audit(
     shot(page, "audit")
 
 
-def test_tech_admin_resolves_an_in_doubt_send_as_delivered(
-        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
+def in_doubt_send(stack: Stack) -> tuple[str, str]:
+    """An unverified send (its item id and key), of a guid held so no sender takes it again."""
     guid = f"ui-doubt-{uuid.uuid4().hex[:6]}"
     sql(stack, "SELECT pacer_hold_guid(%s, 'test: held so no sender takes it', 'test')", guid)
     rid = publish_job(stack, 1, (guid,))
@@ -208,6 +208,12 @@ def test_tech_admin_resolves_an_in_doubt_send_as_delivered(
             item, src, dst, typ, dst != "claimed")
     sql(stack, "INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state) VALUES (%s, %s, %s, 'r', "
                "'reserved')", key, item, guid)
+    return item, key
+
+
+def test_tech_admin_resolves_an_in_doubt_send_as_delivered(
+        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
+    item, key = in_doubt_send(stack)
 
     login(page, console_url, tokens["tech_admin"])
     page.click('nav a[data-nav="in-doubt"]')
@@ -223,6 +229,49 @@ def test_tech_admin_resolves_an_in_doubt_send_as_delivered(
     assert sql(stack, "SELECT state FROM send_ledger WHERE idem_key = %s", key) == [("sent",)]
     assert sql(stack, "SELECT actor, reason FROM audit_log WHERE action = 'resolve' AND target_id = %s", item) == [
         ("token:ui-tech_admin", "customer confirmed receipt by phone")]
+
+
+def test_enter_in_the_reason_field_resolves_nothing_and_each_verdict_is_confirmed_by_name(
+        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
+    item, key = in_doubt_send(stack)
+    login(page, console_url, tokens["tech_admin"])
+    page.click('nav a[data-nav="in-doubt"]')
+    card = page.locator(f'article[data-item="{item}"]')
+    expect(card).to_contain_text("ledger: reserved")
+    shown_at = page.url
+    asked: list[str] = []
+    accept = [True]  # an operator who says OK to what the page asks, but for the one declined below
+
+    def answer(d: Dialog) -> None:
+        asked.append(d.message)
+        if accept[0]:
+            d.accept()
+        else:
+            d.dismiss()
+
+    page.on("dialog", answer)
+    reason = card.locator("input[name=reason]")
+    reason.fill("customer never got it")
+    reason.press("Enter")  # "Delivered" was the form's default button: this resolved the send as delivered
+    assert asked == [], f"Enter in the reason field asked {asked!r}"
+    accept[0] = False
+    card.get_by_role("button", name="Delivered", exact=True).click()  # asked, and declined
+    accept[0] = True
+    card.get_by_role("button", name="Not delivered: send again").click()
+    expect(page.locator("#flash")).to_contain_text("resolved as not delivered: pending again")
+    shot(page, "in-doubt-resolved")
+
+    # Enter asked nothing and sent nothing; each button's question named its own verdict.
+    assert len(asked) == 2, asked
+    assert "as DELIVERED?" in asked[0] and "never sent again" in asked[0]
+    assert "as NOT DELIVERED?" in asked[1] and "sent again under the same key" in asked[1]
+    assert page.url == shown_at  # nor did Enter submit the form to the page's address
+    assert sql(stack, "SELECT status::text FROM items WHERE item_id = %s", item) == [("pending",)]
+    assert sql(stack, "SELECT state FROM send_ledger WHERE idem_key = %s", key) == []  # its key released
+    assert sql(stack, "SELECT actor, reason FROM audit_log WHERE action = 'resolve' AND target_id = %s", item) == [
+        ("token:ui-tech_admin", "customer never got it")]
+    assert sql(stack, "SELECT type FROM item_events WHERE item_id = %s AND type LIKE 'ItemResolved%%'", item) == [
+        ("ItemResolvedNotDelivered",)]
 
 
 def test_a_large_job_waits_for_an_admin_who_approves_it_from_its_preview(
