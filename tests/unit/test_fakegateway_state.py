@@ -88,6 +88,19 @@ def test_send_within_min_interval_is_rejected_counted_and_not_recorded() -> None
     assert [r.content for r in gw.sends(guid="g1")] == ["a", "b"]
 
 
+def test_with_retry_after_a_rate_limit_is_an_http_429_asking_the_guid_for_quiet() -> None:
+    gw = make_state(min_interval_ms=1000, retry_after_s=1.5)
+    assert gw.submit("g1", "u1", "a", "k1", now_mono=0.0).code == CODE_OK
+    limited = gw.submit("g1", "u1", "b", "k2", now_mono=0.5)  # the guid's interval: rate-limited
+    assert (limited.code, limited.http_status, limited.retry_after_s) == (CODE_RATE_LIMITED, 429, 2)
+    inside = gw.submit("g1", "u1", "b", "k2", now_mono=2.0)  # the quiet (2 s, whole seconds) not over
+    assert (inside.http_status, inside.retry_after_s) == (429, 1), "refused for the time left"
+    assert gw.submit("g2", "u1", "c", "k3", now_mono=2.0).code == CODE_OK, "another guid is not held"
+    assert gw.submit("g1", "u1", "b", "k2", now_mono=2.5).code == CODE_OK, "not extended by the violation"
+    assert (gw.stats()["quiet_asked"], gw.stats()["quiet_violations"]) == (1, 1)
+    assert make_state(p_rate_limited=1.0).submit("g1", "u1", "a", "k1").http_status == 200, "without it: a code"
+
+
 def test_per_guid_interval_override_beats_default() -> None:
     gw = make_state(min_interval_ms=0, guid_min_interval_ms={"slow": 1000})
     assert gw.submit("fast", "u", "1", None, now_mono=0.0).code == CODE_OK

@@ -25,16 +25,32 @@ is (kept, so not counted as the gateway failing). Without a code, 400, 413, 415 
 the request itself is wrong (``BAD_PARAMS``); 403, 404, 405 and 408 were refused before
 anything acted (a route, a method, a proxy: ``NOT_SENT``); any other (a 409 of a key still
 being processed) may hide a request under way (``IN_DOUBT``).
+
+A redirect (3xx, never followed) was answered by whatever stands at the URL instead of acting
+on the request — an ingress that only takes HTTPS, a moved route: not sent (``NOT_SENT``),
+named with its target, and counted by the tenant's breaker as the gateway failing; but a 303
+("see other") is a server's pointer to the result of a request it has handled: in doubt.
+
+A rate-limited answer (HTTP 429, or a code the table maps to ``rate_limited``) carries the
+gateway's ``Retry-After`` (delta-seconds or an HTTP-date, at most :data:`RETRY_AFTER_MAX`)
+as ``SendError.retry_after``, for every action alike: the sender holds the whole guid that long
+(and the item at least as long), and a lookup of the guid is not asked again until then.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
+import reprlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
+from datetime import UTC, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import urljoin
 
 import aiohttp
 import httpx
@@ -45,6 +61,8 @@ from pacer_common import tracing
 from pacer_common.domain.customers import Customer
 from pacer_common.domain.failures import FailureClass, SendError, classify
 from pacer_common.domain.receipts import Receipt
+
+log = logging.getLogger(__name__)
 
 
 def _provably_not_sent(exc: BaseException) -> bool:
@@ -155,6 +173,58 @@ REFUSALS = {401: "credential refused", 403: "forbidden", 404: "no such route", 4
 
 MEDIA_SEND_PATHS = {"image": "/message/sendImage", "file": "/message/sendFile", "video": "/message/sendVideo"}
 
+# The longest quiet a gateway's ``Retry-After`` may ask of a guid. A longer one (or an
+# HTTP-date further ahead: a gateway whose clock is off) is cut to this, so a wrong header
+# cannot hold a guid for days; a gateway still limiting it then says so again.
+RETRY_AFTER_MAX = timedelta(hours=1)
+_DELTA_SECONDS = re.compile(r"\s*(\d+(?:\.\d*)?)\s*")
+# Redirect targets logged so far by a client, at most this many (each is logged once).
+_REDIRECTS_LOGGED = 100
+
+
+def retry_after(value: str | None, wall: float) -> timedelta | None:
+    """How long a ``Retry-After`` header asks to wait, at ``wall`` (epoch seconds): its
+    delta-seconds, or the time to its HTTP-date (``Wed, 21 Oct 2026 07:28:00 GMT``), at most
+    :data:`RETRY_AFTER_MAX`. None for no header, one not understood, or a wait already over:
+    the default back-off then applies."""
+    if value is None:
+        return None
+    if (m := _DELTA_SECONDS.fullmatch(value)) is not None:
+        seconds = float(m.group(1))
+    else:
+        try:
+            when = parsedate_to_datetime(value.strip())
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        seconds = (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp() - wall
+    if not seconds > 0:
+        return None
+    return timedelta(seconds=min(seconds, RETRY_AFTER_MAX.total_seconds()))
+
+
+def _with_retry_after(err: SendError, value: str | None, wall: float) -> SendError:
+    """A rate-limited ``err`` with the wait the answer's ``Retry-After`` (``value``) asks
+    for, and the header in its message; any other error as it is."""
+    if err.failure_class is not FailureClass.RATE_LIMITED or value is None:
+        return err
+    wait = retry_after(value, wall)
+    shown = value.strip()[:64]
+    if wait is None:
+        note = f"Retry-After {shown!r} not understood or already past: ignored"
+    else:
+        note = f"Retry-After {shown}: quiet for {wait.total_seconds():g} s"
+        if wait >= RETRY_AFTER_MAX:
+            note += f" (at most {RETRY_AFTER_MAX.total_seconds():g} s)"
+    return replace(err, message=f"{err.message} ({note})", retry_after=wait)
+
+
+def _read_answer(raw: bytes) -> tuple[int, str, dict[str, Any]]:
+    """A gateway answer's code, msg and data. Raises whatever reading it raises: anything a
+    body can do to a parser (``ValueError``, a nesting too deep for it, a code of ``1e999``)
+    is the caller's to classify."""
+    answer = json.loads(raw)
+    return int(answer["code"]), str(answer.get("msg", "")), dict(answer.get("data") or {})
+
 
 @dataclass(frozen=True)
 class MediaAnswer:
@@ -174,18 +244,24 @@ def _media_answer(data: Mapping[str, Any], latency_ms: float) -> MediaAnswer:
     status = data.get("status")
     media_id = data.get("mediaId")
     if not isinstance(media_id, str) or not media_id or status not in ("pending", "ready", "failed"):
-        raise SendError(FailureClass.RETRYABLE, None, f"unreadable media answer: {dict(data)!r:.200}")
+        raise SendError(FailureClass.RETRYABLE, None, f"unreadable media answer: {reprlib.repr(dict(data)):.200}")
     reason = data.get("reason")
     return MediaAnswer(media_id, str(status), None if reason is None else str(reason)[:500], latency_ms)
 
 
 class GatewayClient:
     def __init__(self, client: GatewayHttp, code_table: Mapping[int, FailureClass],
-                 lookup_path: str = "/message/lookup", observe: Observe | None = None) -> None:
+                 lookup_path: str = "/message/lookup", observe: Observe | None = None,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         self.client = client
         self.code_table = code_table
         self.lookup_path = lookup_path
         self.observe: Observe = observe or (lambda operation, result, seconds: None)
+        self.clock, self.wall = clock, wall
+        # guid → when (``clock``) the quiet its lookup's rate limit asked for ends: until then
+        # its lookups are not asked at all (the senders hold their guids by their own pacers).
+        self.quiet: dict[str, float] = {}
+        self.redirects_logged: set[str] = set()
 
     async def send_text(self, guid: str, to_id: str, content: str, idem_key: str,
                         deadline: float | None = None, tenant: str = "default") -> Receipt:
@@ -264,6 +340,7 @@ class GatewayClient:
             async with self.client.session().post(f"{self.client.origin}{path}", data=raw_body, headers=headers,
                                                   allow_redirects=False) as resp:
                 status, raw = resp.status, await resp.read()
+                hint, location = resp.headers.get("Retry-After"), resp.headers.get("Location")
         except SendDeadlinePassed as exc:
             raise SendError(FailureClass.NOT_SENT, None, str(exc)) from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -273,23 +350,52 @@ class GatewayClient:
         finally:
             SEND_DEADLINE.reset(token)
         self.observe(operation, _status_class(status), time.perf_counter() - started)
+        try:
+            return self._answered(path, status, raw, location)
+        except SendError as err:
+            limited = _with_retry_after(err, hint, self.wall())
+            if limited is err:
+                raise
+            raise limited from err.__cause__
+
+    def _answered(self, path: str, status: int, raw: bytes, location: str | None = None) -> dict[str, Any]:
+        """What an HTTP answer says: the action's ``data`` (with the answer's ``msg`` as
+        ``__msg``), or :class:`SendError` (module docstring)."""
         if status >= 500:
             raise SendError(FailureClass.IN_DOUBT, None, f"HTTP {status} from gateway")
         if status == 429:
             raise SendError(FailureClass.RATE_LIMITED, None, "HTTP 429 from gateway")
         if status >= 400:
             raise self._refused(status, raw)
+        if 300 <= status < 400:
+            raise self._redirected(path, status, location)
         try:
-            answer = json.loads(raw)
-            code = int(answer["code"])
-            data = dict(answer.get("data") or {})
-        except (ValueError, KeyError, TypeError) as exc:
-            raise SendError(FailureClass.IN_DOUBT, None, f"unreadable gateway response: {_text(raw)[:200]!r}") from exc
-        msg = str(answer.get("msg", ""))
+            code, msg, data = _read_answer(raw)
+        except Exception as exc:  # any body the request got back: it reached the gateway
+            raise SendError(FailureClass.IN_DOUBT, None, f"unreadable gateway response ({type(exc).__name__}): "
+                                                         f"{_text(raw)[:200]!r}") from exc
         if code != 0:
             raise SendError(classify(code, self.code_table), code, msg)
         data["__msg"] = msg
         return data
+
+    def _redirected(self, path: str, status: int, location: str | None) -> SendError:
+        """A redirect, not followed. Whatever answered it (an ingress that only takes HTTPS, a
+        moved route) did not act on the request: not sent, and a failure of the tenant's
+        gateway for its breaker (no code), logged once per target. A 303 ("see other") is a
+        server's pointer to the result of a request it has handled: in doubt."""
+        target = urljoin(f"{self.client.origin}{path}", location)[:300] if location else "(no Location)"
+        if status == 303:
+            return SendError(FailureClass.IN_DOUBT, None,
+                             f"HTTP 303 from gateway (see other: {target}): it may have acted on the request")
+        if target not in self.redirects_logged and len(self.redirects_logged) < _REDIRECTS_LOGGED:
+            self.redirects_logged.add(target)
+            log.error("gateway %s answers %s with HTTP %d, a redirect to %s: not followed, so nothing is sent "
+                      "there; set the gateway's URL (PACER_GATEWAY_URL, or the tenant's base URL) to where it "
+                      "points", self.client.origin, path, status, target)
+        return SendError(FailureClass.NOT_SENT, None,
+                         f"HTTP {status} from gateway: redirected to {target}, not followed (nothing acted on the "
+                         "request); check the gateway URL")
 
     def _refused(self, status: int, raw: bytes) -> SendError:
         """An HTTP 4xx other than 429. A gateway answer's code of the code table decides. A 401
@@ -299,11 +405,10 @@ class GatewayClient:
         the request's own fault (``BAD_PARAMS_STATUSES``); refused before anything acted
         (``REFUSALS``: a route, a method, a proxy's refusal): not sent; any other status may
         hide a request under way (a 409 of a key still being processed): in doubt."""
+        code: int | None
         try:
-            answer = json.loads(raw)
-            code: int | None = int(answer["code"])
-            msg = str(answer.get("msg", ""))
-        except (ValueError, KeyError, TypeError):
+            code, msg, _ = _read_answer(raw)
+        except Exception:  # any body that is no gateway answer: the status decides
             code, msg = None, _text(raw)[:200]
         if code is not None and code in self.code_table:
             return SendError(classify(code, self.code_table), code, msg)
@@ -323,13 +428,25 @@ class GatewayClient:
         Only a JSON boolean ``found`` is an answer: ``null``, ``0`` or ``""`` taken for "not
         delivered" would have the item sent again, ``"false"`` taken for "delivered" would
         confirm a send that never happened."""
+        if self.quiet.get(guid, float("-inf")) > self.clock():
+            return None  # the gateway asked for quiet on this guid: not asked until it is over
         try:
             data = await self._call(self.lookup_path, {"guid": guid, "idempotencyKey": idem_key}, idem_key, None,
                                     "lookup")
-        except SendError:
+        except SendError as err:
+            if err.gateway_rate_limit and err.retry_after is not None:
+                self._hush(guid, self.clock() + err.retry_after.total_seconds())
             return None
         found = data.get("found")
         return found if isinstance(found, bool) else None
+
+    def _hush(self, guid: str, until: float) -> None:
+        """No lookup of ``guid`` until ``until`` (``clock``); quiets that are over are
+        forgotten once many are kept."""
+        if len(self.quiet) >= 10_000:
+            now = self.clock()
+            self.quiet = {g: t for g, t in self.quiet.items() if t > now}
+        self.quiet[guid] = max(until, self.quiet.get(guid, until))
 
 
 def _text(raw: bytes) -> str:

@@ -12,7 +12,8 @@ from the end of the confirmation, which must not stretch the interval — and wh
 wrong after the answer (``AfterCall``), the call is paced. A send left without an answer (in
 doubt) slows the guid down, as a rate limit does: the gateway may still act on it late, and
 the next send should not land right behind it. Only the gateway's own rate limit slows the
-guid: Pacer's deferrals (a tenant's breaker or quota) sent nothing and take no slot. A media
+guid (and one that asks for quiet, ``Retry-After``, holds the whole guid that long from its
+answer): Pacer's deferrals (a tenant's breaker or quota) sent nothing and take no slot. A media
 upload or status poll (``Executed.stepped``) is a call but no send: it takes a pacing slot
 (the guid's next call is spaced from its answer, so uploads and polls never go out back to
 back), no place in the send windows and no decay of the penalty; a rate limit the gateway
@@ -150,7 +151,7 @@ class ItemRunner:
         if result.called_gateway:
             answer = _answer(result)
             if answer == "rate_limited":
-                self.pacer.slowed(lane, limits, at, rng)
+                self.pacer.slowed(lane, limits, at, rng, _quiet_s(result))
                 self.pacer.counted(lane, limits, wall)  # its claim, counted by the database
             elif answer == "in_doubt":
                 self.pacer.unanswered(lane, limits, at, wall, rng, self.crew.hooks.job_interval(cmd.job_id))
@@ -160,7 +161,7 @@ class ItemRunner:
             if result.claimed:  # claimed, not sent (gave its turn up, too late, deferred by Pacer)
                 self.pacer.counted(lane, limits, wall)
             if result.error is not None and result.error.gateway_rate_limit:  # a media upload or poll
-                self.pacer.slowed(lane, limits, at, rng)
+                self.pacer.slowed(lane, limits, at, rng, _quiet_s(result))
             elif result.stepped:  # a media upload or poll: a slot, not a send
                 self.pacer.stepped(lane, limits, at, rng)
         if self.pacer.multiplier != was:
@@ -201,6 +202,12 @@ class ItemRunner:
         else:
             log.warning("item %s not failed (no longer pending; a submitted one is verified): %s",
                         cmd.item_id, reason)
+
+
+def _quiet_s(result: Executed) -> float | None:
+    """The quiet the gateway asked of the guid with its rate limit (``Retry-After``), seconds."""
+    wait = None if result.error is None else result.error.retry_after
+    return None if wait is None else wait.total_seconds()
 
 
 def _answer(result: Executed) -> str:

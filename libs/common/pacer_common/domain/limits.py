@@ -130,8 +130,17 @@ class Pacing(BaseModel):
         for name, size in WINDOWS:
             cap = getattr(self, f"per_{name}")
             if cap is not None:
-                out.append((name, size, cap, int(cap * (1 - self.online_reserve))))
+                out.append((name, size, cap, self.batch_share(cap)))
         return out
+
+    def batch_share(self, cap: int) -> int:
+        """Batch traffic's share of a window ``cap``: the cap less the online reserve, rounded
+        down, but at least one send. A share of 0 would hold batch work for good (every
+        window, none of its sends allowed); so where the reserve would take the whole cap (a
+        cap of 1, or 4 with a reserve of 0.8), batch work gets one send a window and online
+        traffic what is left, which may be nothing: an online send then waits for the next
+        window too."""
+        return max(1, int(cap * (1 - self.online_reserve)))
 
     def spacing_s(self, priority: int) -> float:
         """The mean gap between two sends of work of ``priority`` by the interval and jitter
@@ -140,16 +149,14 @@ class Pacing(BaseModel):
         base = self.batch_interval_s if priority >= self.reserve_from_priority else self.min_interval_s
         return base + self.mean_jitter_s
 
-    def send_seconds(self, items: int, priority: int) -> float | None:
+    def send_seconds(self, items: int, priority: int) -> float:
         """About how long the guid takes to send ``items`` of ``priority`` by its limits
         alone: one each :meth:`spacing_s`, and no faster than each window cap's batch share
-        lets them through (a whole window for each share but the last). None: never (a cap's
-        batch share is 0). Rate-limit penalties, quiet hours and the guid's other work only make
-        it slower."""
+        lets them through (a whole window for each share but the last; a share is never 0:
+        :meth:`batch_share`). Rate-limit penalties, quiet hours and the guid's other work only
+        make it slower."""
         seconds = items * self.spacing_s(priority)
         for _name, size, _cap, batch_cap in self.windows():
-            if batch_cap <= 0:
-                return None if items else 0.0
             seconds = max(seconds, (-(-items // batch_cap) - 1) * size)
         return seconds
 
@@ -231,7 +238,7 @@ class Pacing(BaseModel):
         for name, _ in WINDOWS:
             cap = getattr(self, f"per_{name}")
             kept = None if cap is None else kept_window(name, (windows or {}).get(name))
-            if kept is not None and kept[0] >= int(cap * (1 - self.online_reserve)):
+            if kept is not None and kept[0] >= self.batch_share(cap):
                 ends.append(kept[1])
         return ends
 

@@ -255,12 +255,14 @@ async def _answer(send: Send, outcome: Outcome) -> None:
     doc: dict[str, Any] = {"code": outcome.code, "msg": outcome.msg}
     record = outcome.record
     doc["data"] = {"msgId": record.msg_id, "guid": record.guid, "toId": record.to_id} if record else {}
-    await _send_json(send, outcome.http_status, doc)
+    extra = [] if outcome.retry_after_s is None else [(b"retry-after", str(outcome.retry_after_s).encode())]
+    await _send_json(send, outcome.http_status, doc, extra)
 
 
-async def _send_json(send: Send, status: int, doc: dict[str, Any]) -> None:
+async def _send_json(send: Send, status: int, doc: dict[str, Any],
+                     extra: list[tuple[bytes, bytes]] | None = None) -> None:
     body = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
-    headers = [(b"content-type", _JSON_HEADERS), (b"content-length", str(len(body)).encode())]
+    headers = [(b"content-type", _JSON_HEADERS), (b"content-length", str(len(body)).encode()), *(extra or [])]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

@@ -27,6 +27,7 @@ NON_NEGATIVE_KNOBS: tuple[str, ...] = (
     "drop_hang_ms",
     "min_interval_ms",
     "lookup_delay_ms",
+    "retry_after_s",
 )
 
 
@@ -54,6 +55,9 @@ class GatewayConfig:
     lookup_unavailable: bool = False
     # Every /message/lookup waits this long before answering (a slow or hanging gateway).
     lookup_delay_ms: float = 0.0
+    # > 0: a rate-limited send is answered HTTP 429 with ``Retry-After`` (this, in whole seconds
+    # rounded up), and the guid must keep quiet that long: a send of it meanwhile is a violation.
+    retry_after_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view of the knobs."""

@@ -7,11 +7,12 @@ unit-tested without a server. Not thread-safe: it is driven from one event loop.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pacer_dev.fakegateway.config import GatewayConfig
@@ -25,6 +26,7 @@ CODE_BAD_PARAMS = 40001
 CODE_RATE_LIMITED = 45009
 NEEDS_HUMAN_CODES: tuple[int, ...] = (CODE_OFFLINE, CODE_KICKED, CODE_UNAUTHORIZED)
 HTTP_BAD_GATEWAY = 502
+HTTP_TOO_MANY_REQUESTS = 429
 
 MESSAGES: dict[int, str] = {
     CODE_OK: "ok",
@@ -75,7 +77,7 @@ class Outcome:
     """What to answer: a JSON ``code`` (with the record when accepted) or an HTTP 5xx.
 
     ``drop`` means the send was accepted and recorded but no response must reach
-    the caller.
+    the caller. ``retry_after_s``: the ``Retry-After`` header's seconds (an HTTP 429).
     """
 
     code: int
@@ -83,6 +85,7 @@ class Outcome:
     record: SendRecord | None = None
     http_status: int = 200
     drop: bool = False
+    retry_after_s: int | None = None
 
 
 class GatewayState:
@@ -110,6 +113,10 @@ class GatewayState:
         self._by_triple: dict[tuple[str, str, str], list[SendRecord]] = {}
         self._keyless_triples: dict[tuple[str, str, str], int] = {}
         self._last_accept_mono: dict[str, float] = {}
+        # guid → when (monotonic) the quiet asked of it by a 429's Retry-After ends
+        self._quiet_until: dict[str, float] = {}
+        self.quiet_asked = 0
+        self.quiet_violations = 0
         self.duplicate_keys = 0
         self.duplicate_triples = 0
         self.duplicate_triples_all = 0
@@ -169,9 +176,27 @@ class GatewayState:
         now_mono: float | None = None,
         now_wall: float | None = None,
     ) -> Outcome:
-        """Decide the outcome of one valid send and record it when accepted."""
-        cfg = self.config
+        """Decide the outcome of one valid send and record it when accepted. With
+        ``retry_after_s``, a rate-limited one is an HTTP 429 asking the guid for that long a
+        quiet; a send of the guid before it ends is counted in ``quiet_violations`` and
+        refused the same way, for the time left (the quiet is not extended)."""
         now = time.monotonic() if now_mono is None else now_mono
+        quiet = self._quiet_until.get(guid)
+        if quiet is not None and now < quiet:
+            self.quiet_violations += 1
+            return replace(self._reject(CODE_RATE_LIMITED), http_status=HTTP_TOO_MANY_REQUESTS,
+                           retry_after_s=math.ceil(quiet - now))
+        outcome = self._decide(guid, to_id, content, idempotency_key, now, now_wall)
+        wait = math.ceil(self.config.retry_after_s)
+        if outcome.code == CODE_RATE_LIMITED and wait > 0:
+            self.quiet_asked += 1
+            self._quiet_until[guid] = now + wait
+            return replace(outcome, http_status=HTTP_TOO_MANY_REQUESTS, retry_after_s=wait)
+        return outcome
+
+    def _decide(self, guid: str, to_id: str, content: str, idempotency_key: str | None, now: float,
+                now_wall: float | None) -> Outcome:
+        cfg = self.config
         forced = cfg.fail_guids.get(guid)
         if forced is not None:
             return self._reject(forced)
@@ -287,6 +312,8 @@ class GatewayState:
             "http_5xx": self.http_5xx,
             "dropped_responses": self.dropped_responses,
             "lookups_delayed": self.lookups_delayed,
+            "quiet_asked": self.quiet_asked,
+            "quiet_violations": self.quiet_violations,
             "max_concurrency_per_guid": self.max_concurrency_per_guid,
             "max_concurrency_guid": self.max_concurrency_guid,
             "max_concurrency_total": self.max_concurrency_total,

@@ -10,7 +10,8 @@
   shared by both lanes, batch capped at its share.
 * Quiet hours hold batch sends (not replies to a customer) until they end.
 * A rate-limited rejection by the gateway multiplies the interval (up to ``max_penalty``);
-  clean sends decay it back to 1. Pacer's own deferrals are no calls at all.
+  clean sends decay it back to 1. One that asks for quiet (``Retry-After``) also holds the
+  whole guid, both lanes, that long from its answer. Pacer's own deferrals are no calls at all.
 * A media upload or status poll is a call but no send (``stepped``): the guid's next call is
   spaced from it, but it counts in no window and wears no penalty down.
 * The windows count the guid's claims, sent or not, as the database does.
@@ -67,6 +68,9 @@ class GuidPacer:
     batch_hold_until: float | None = None
     # The last send known is a previous owner's (carried over a handover), none of ours since.
     handed_over: bool = False
+    # The gateway asked for quiet on this guid (a rate limit's Retry-After) until then: no call
+    # of either lane before it.
+    quiet_until: float | None = None
 
     def ready_at(self, lane: Lane, limits: Limits, mono: float, wall: float, priority: int | None = None) -> float:
         """The monotonic time at which a send in ``lane`` (of ``priority``, if known) may go
@@ -77,9 +81,12 @@ class GuidPacer:
         reserved = lane == "batch" and (priority is None or priority >= limits.reserve_from_priority)
         if reserved and self.last_batch is not None:
             at = max(at, self.last_batch + limits.batch_interval_s * self.multiplier + self.jitter)
+        if self.quiet_until is not None:
+            at = max(at, self.quiet_until)
         for name, size, cap, batch_cap in limits.windows():
-            w = self.windows.get(name)
-            if w is None or (w.total < cap and (lane != "batch" or w.batch < batch_cap)):
+            kept = self.windows.get(name)
+            total, batch = (0, 0) if kept is None else (kept.total, kept.batch)  # none kept yet: no sends
+            if total < cap and (lane != "batch" or batch < batch_cap):
                 continue  # a window rolled over only ever counts fewer
             w = self._window(name, size, limits, wall)
             if w.total >= cap or (lane == "batch" and w.batch >= batch_cap):
@@ -142,11 +149,18 @@ class GuidPacer:
         rate-limit penalty down."""
         self._mark(lane, limits, mono, rng)
 
-    def slowed(self, lane: Lane, limits: Limits, mono: float, rng: random.Random) -> None:
-        """A rate-limited rejection: slow down before anything is retried. Each one in a row
-        multiplies the interval again, up to ``max_penalty`` times the configured one."""
+    def slowed(self, lane: Lane, limits: Limits, mono: float, rng: random.Random,
+               quiet_s: float | None = None) -> None:
+        """A rate-limited rejection answered at ``mono``: slow down before anything is retried.
+        Each one in a row multiplies the interval again, up to ``max_penalty`` times the
+        configured one. ``quiet_s``: the quiet the gateway asked for (its ``Retry-After``): no
+        call of the guid, online or batch, until that long after the answer; the slower pace
+        follows it."""
         self.multiplier = min(limits.max_penalty, self.multiplier * limits.rate_limited_penalty)
         self._mark(lane, limits, mono, rng)
+        if quiet_s is not None and quiet_s > 0:
+            until = mono + quiet_s
+            self.quiet_until = until if self.quiet_until is None else max(until, self.quiet_until)
 
     def unanswered(self, lane: Lane, limits: Limits, mono: float, wall: float, rng: random.Random,
                    job_interval_s: float | None = None) -> None:
