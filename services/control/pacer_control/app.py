@@ -1,6 +1,7 @@
 """Wiring: a Postgres pool (and the DLQ topics) in, the Control API (and the operator console) out.
 
-Tests build the app here with a pool of their own; ``main`` builds it from settings. Besides
+Tests build the app here with a pool of their own (or ``control_pool``'s); ``main`` builds both
+from settings. Besides
 the API under /api/v1 the app serves /healthz, /readyz and /metrics (not in the OpenAPI
 document, no token needed).
 """
@@ -16,7 +17,7 @@ from asgi_correlation_id import CorrelationIdMiddleware
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry
 
-from pacer_common.db.pool import Pool
+from pacer_common.db.pool import Pool, new_pool
 from pacer_common.domain.requests import MAX_REQUEST_BYTES
 from pacer_common.ops import Health, add_ops_routes
 from pacer_control.adapters.postgres import PostgresControl
@@ -26,12 +27,28 @@ from pacer_control.core import Control
 from pacer_control.domain import report, views
 from pacer_control.metrics import ControlMetrics
 from pacer_control.ports import DeadLetterQueue
+from pacer_control.settings import ControlSettings
 
 access = logging.getLogger("pacer.control.access")
 _OPS_ROUTES = frozenset({"/metrics", "/healthz", "/readyz"})
 # The methods the request metrics name; any other token a caller sends (h11 takes any) is
 # "other", or anyone could add series at will, without a token.
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def control_pool(url: str, cfg: ControlSettings) -> Pool:
+    """The control service's pool, not opened yet. A request waits at most
+    ``PACER_CONTROL_DB_DEADLINE_S`` for a connection while all are in use, then is answered
+    503 (as when the database is away), not psycopg's 30 s. A statement running past
+    ``PACER_CONTROL_STATEMENT_TIMEOUT_S`` is stopped by the server and answered 503: a heavy
+    read goes on no longer, whether or not its client is still there (an operator's action
+    runs to its end: ``PostgresControl.atomically``). Times are read and written in UTC, as
+    the console shows them and Kafka's dead letters carry them, whatever the server's zone."""
+    options = "-c TimeZone=UTC"
+    if cfg.statement_timeout_s:
+        options += f" -c statement_timeout={max(1, round(cfg.statement_timeout_s * 1000))}"
+    return new_pool(url, min_size=1, max_size=cfg.db_pool_max, name="pacer-control", options=options,
+                    timeout=cfg.db_deadline_s)
 
 
 def build_app(pool: Pool, *, sandbox_targets: Iterable[str] = (),

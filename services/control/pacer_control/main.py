@@ -6,14 +6,13 @@ import logging
 
 from pydantic import ValidationError
 
-from pacer_common.db.pool import open_pool
 from pacer_common.lifecycle import stop_event
 from pacer_common.metrics import PoolStats, service_registry
 from pacer_common.ops import Health, serve
 from pacer_common.service import main_for
 from pacer_common.settings import KafkaSettings, PostgresSettings
 from pacer_control.adapters.kafka import KafkaDeadLetters
-from pacer_control.app import build_app
+from pacer_control.app import build_app, control_pool
 from pacer_control.settings import ControlSettings
 
 log = logging.getLogger("pacer.control")
@@ -22,10 +21,8 @@ log = logging.getLogger("pacer.control")
 async def run(pg: PostgresSettings, kafka: KafkaSettings | None, cfg: ControlSettings) -> None:
     stop = stop_event()
     registry, health = service_registry("control"), Health()
-    # The console shows every time in UTC, as its filters read them and Kafka's dead letters
-    # carry them, whatever the database server's zone.
-    pool = await open_pool(pg.database_url.get_secret_value(), min_size=1, max_size=cfg.db_pool_max,
-                           name="pacer-control", options="-c TimeZone=UTC")
+    pool = control_pool(pg.database_url.get_secret_value(), cfg)
+    await pool.open(wait=True, timeout=30)
     PoolStats(pool, registry)
     app = build_app(pool, sandbox_targets=cfg.sandbox(),
                     registry=registry, health=health, db_deadline_s=cfg.db_deadline_s,

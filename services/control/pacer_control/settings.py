@@ -17,8 +17,17 @@ class ControlSettings(OpsSettings):
         "Postgres connections at most (a CSV report download takes one only while it reads a page of items, "
         "never while it waits on its client)."
     ))
-    db_deadline_s: float = Field(5.0, description=(
-        "How long a request retries a transient database error before answering `503`."
+    db_deadline_s: float = Field(5.0, gt=0, description=(
+        "How long a request retries a transient database error, or waits for a pooled connection while all "
+        "`PACER_CONTROL_DB_POOL_MAX` are in use, before answering `503`."
+    ))
+    statement_timeout_s: float = Field(30.0, ge=0, description=(
+        "The server stops a statement of the API or the console that runs longer (Postgres `statement_timeout` "
+        "on the control service's connections), and the request is answered `503` saying so: a heavy read goes on "
+        "no longer than this, whether or not its client is still waiting. `0`: the server's own default. "
+        "Operators' actions (a cancel of a job of a million items takes tens of seconds; stopped, it would roll "
+        "back whole) run to their end whatever this says. The longest reads are well within 30 s: a page of a "
+        "CSV report (`PACER_CONTROL_REPORT_PAGE_ROWS`), a page of a job's items, a job's summary."
     ))
     stalled_after_s: float = Field(120.0, gt=0, description=(
         "The console's and the API's *stalled* marks: an open shard of a running job, and a guid with an item "

@@ -37,17 +37,18 @@ class Pool(AsyncConnectionPool[AsyncConnection[DictRow]]):
 
 
 async def open_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pacer",
-                    options: str | None = None) -> Pool:
+                    options: str | None = None, timeout: float = 30.0) -> Pool:
     """Open a pool of autocommit connections: a statement is its own transaction unless a
     ``conn.transaction()`` block groups several. Broken connections are discarded on return.
-    ``options`` are server settings for every connection (``-c name=value …``)."""
-    pool = new_pool(url, min_size=min_size, max_size=max_size, name=name, options=options)
+    ``options`` are server settings for every connection (``-c name=value …``); ``timeout``
+    is how long ``connection()`` waits for one when all are in use (then ``PoolTimeout``)."""
+    pool = new_pool(url, min_size=min_size, max_size=max_size, name=name, options=options, timeout=timeout)
     await pool.open(wait=True, timeout=30)
     return pool
 
 
 def new_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pacer",
-             options: str | None = None) -> Pool:
+             options: str | None = None, timeout: float = 30.0) -> Pool:
     """The same pool, not opened yet: for an app that opens it on the event loop that serves it.
     ``options`` come after any the URL gives (``?options=…``) or, without those, ``PGOPTIONS``:
     they would otherwise replace them."""
@@ -61,6 +62,7 @@ def new_pool(url: str, *, min_size: int = 2, max_size: int = 10, name: str = "pa
         open=False,
         name=name,
         kwargs={"autocommit": True, "row_factory": dict_row, "application_name": name, **extra},
+        timeout=timeout,
         reconnect_timeout=300,
     )
 

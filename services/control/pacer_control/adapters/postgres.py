@@ -9,8 +9,10 @@ from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg.errors import QueryCanceled
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
+from psycopg_pool import PoolTimeout
 
 from pacer_common.db import operations
 from pacer_common.db.errors import ConflictError, RefusedError, TransientError, with_retry
@@ -227,6 +229,18 @@ class _Tx:
         })
 
 
+def _unavailable(cause: BaseException | None, deadline_s: float) -> str:
+    """Why the database could not serve a request, for its caller."""
+    if isinstance(cause, PoolTimeout):
+        return (f"every database connection of this control instance stayed in use for {deadline_s:g} s "
+                f"(PACER_CONTROL_DB_POOL_MAX, PACER_CONTROL_DB_DEADLINE_S); try again shortly")
+    if isinstance(cause, QueryCanceled):
+        return (f"the database stopped this request's statement ({cause.diag.message_primary or cause}): "
+                f"PACER_CONTROL_STATEMENT_TIMEOUT_S bounds how long one may run; narrow the request (a filter, "
+                f"a smaller page) or try again when the database is less busy")
+    return "the database cannot be reached right now; try again shortly"
+
+
 class PostgresControl:
     """``ControlStore`` on a psycopg pool of autocommit connections."""
 
@@ -240,7 +254,7 @@ class PostgresControl:
         try:
             return await with_retry(unit, deadline_s=self.deadline_s)
         except TransientError as exc:
-            raise Unavailable("the database cannot be reached right now; try again shortly") from exc
+            raise Unavailable(_unavailable(exc.__cause__, self.deadline_s)) from exc
         except psycopg.DataError as exc:
             raise Invalid(f"the database refused a value: {exc.diag.message_primary or exc}") from exc
         except RefusedError as exc:
@@ -253,6 +267,10 @@ class PostgresControl:
     async def atomically(self, work: Callable[[_Tx], Awaitable[T]]) -> T:
         async def unit() -> T:
             async with self.pool.connection() as conn, conn.transaction():
+                # An operator's action runs to its end, past the pool's statement timeout: a
+                # cancel of a job of a million items takes tens of seconds, and stopped it
+                # would roll back whole, every time it was tried.
+                await conn.execute("SELECT set_config('statement_timeout', '0', true)")
                 return await work(_Tx(conn))
 
         return await self._call(unit)
