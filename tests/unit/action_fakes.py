@@ -16,6 +16,7 @@ from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.requests import AnyMessage, MediaMessage
 from pacer_common.gateway import MediaAnswer
 from pacer_sender.domain.media import MediaRow
+from pacer_sender.ports import Begun
 
 
 class ScriptedActions:
@@ -58,6 +59,9 @@ class ScriptedActions:
 
     async def sent_back_for_media(self, item_id: str) -> bool:
         return False
+
+    async def hold(self, cmd: ItemCommand) -> Begun | None:
+        return None  # nothing holds the item
 
     async def wait(self, cmd: ItemCommand, until: datetime, reason: str) -> bool:
         self.waits.append((cmd.item_id, until, reason))

@@ -72,6 +72,7 @@ class InMemoryItemRepository:
         self.calls: list[str] = []
         self.spares: list[float] = []  # each confirmation's spare_s
         self.paused_guids: dict[str, str] = {}  # guid → reason (the guid_leases hold)
+        self.held_jobs: dict[str, str] = {}  # job id → why its items may not be claimed ("job paused: …")
 
     # -- test set-up and outside actors ----------------------------------------------------
     def add(self, item_id: str, status: ItemStatus = S.PENDING, attempts: int = 0) -> ItemRecord:
@@ -98,6 +99,14 @@ class InMemoryItemRepository:
     def requeue(self, item_id: str) -> None:
         """The reconciler puts a waiting item back to pending once its retry time came."""
         self._move(item_id, S.PENDING)
+
+    def hold_of(self, cmd: ItemCommand) -> str | None:
+        """Why the item may not be claimed now (pacer_hold_reason: its job's hold, then its guid's)."""
+        if cmd.job_id in self.held_jobs:
+            return self.held_jobs[cmd.job_id]
+        if cmd.guid in self.paused_guids:
+            return f"guid paused: {self.paused_guids[cmd.guid]}"
+        return None
 
     # -- ItemRepository ------------------------------------------------------------------
     async def expire(self, cmd: ItemCommand) -> bool:
@@ -128,9 +137,10 @@ class InMemoryItemRepository:
             self._move(cmd.item_id, S.EXPIRED)
             rec.error_class = "expired"
             return Begun("expired", None, None, None)
-        if cmd.guid in self.paused_guids:
+        hold = self.hold_of(cmd)
+        if hold is not None:
             rec.held = True
-            return Begun("held", None, None, f"guid paused: {self.paused_guids[cmd.guid]}")
+            return Begun("held", None, None, hold)
         epoch = self.claim(cmd.item_id, owner)
         attempts = rec.attempts
         entry = self.ledger.setdefault(cmd.idem_key, LedgerEntry(cmd.item_id, "reserved"))
@@ -442,6 +452,16 @@ class InMemoryActions:
 
     async def sent_back_for_media(self, item_id: str) -> bool:
         return ("ItemRetryScheduled", MEDIA_REFUSED) in self.repo.items[item_id].events
+
+    async def hold(self, cmd: ItemCommand) -> Begun | None:
+        rec = self.repo.items[cmd.item_id]
+        if rec.status is not S.PENDING:
+            return Begun("not_pending", None, None, None)
+        hold = self.repo.hold_of(cmd)
+        if hold is None:
+            return None
+        rec.held = True
+        return Begun("held", None, None, hold)
 
     async def wait(self, cmd: ItemCommand, until: datetime, reason: str) -> bool:
         if self.repo.items[cmd.item_id].status is not S.PENDING:

@@ -128,6 +128,20 @@ def test_a_rate_limited_answer_is_a_deferral_never_a_failure(attempts: int, seed
         assert d.next_attempt_at >= NOW + retry_after
 
 
+@given(attempts=st.integers(min_value=1, max_value=10_000), seed=st.integers(min_value=0, max_value=2**32))
+def test_a_send_pacer_was_too_late_to_make_is_a_deferral_never_an_attempt(attempts: int, seed: int) -> None:
+    """The send deadline passed before a byte was written (an overloaded sender, a connection
+    pool queueing past it): the gateway said nothing, so however often it happens, and past
+    the item's attempts, the item waits again with its attempt and budget unit given back and
+    its key freed; never "gave up after N attempts"."""
+    late = SendError(F.NOT_SENT, None, "send deadline passed 0.250s before writing", deferred=True)
+    d = after_failure(late, attempts, POLICY, NOW, random.Random(seed))
+    assert d.to is ItemStatus.WAITING_RETRY and d.event == "ItemRetryScheduled"
+    assert d.refund and d.release_ledger and d.guid_state is None
+    assert d.error_class == "not_sent" and "gave up" not in (d.error or "")
+    assert d.next_attempt_at is not None and NOW < d.next_attempt_at <= NOW + POLICY.cap, "it waits a bounded backoff"
+
+
 @pytest.mark.parametrize("cls", [c for c in FailureClass if c is not F.RATE_LIMITED])
 def test_only_a_rate_limited_answer_gives_the_attempt_back(cls: FailureClass) -> None:
     for attempts in (1, POLICY.max_attempts):

@@ -14,6 +14,7 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.failures import FailureClass, RetryPolicy, SendError
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus
+from pacer_common.gateway import SendDeadlinePassed
 from pacer_sender import core
 from pacer_sender.core import Executed, Executor
 from pacer_sender.domain.decisions import Decision
@@ -335,6 +336,53 @@ def test_a_wait_before_the_call_that_outlasts_the_send_deadline_calls_nothing(mo
 
     assert asyncio.run(ex.execute(command(), stalled)) == Executed("deadline_missed", False)
     assert gw.sent == [] and repo.items["it-1"].status is S.WAITING_RETRY
+
+
+def deadline_passed() -> SendError:
+    """What the gateway client raises when the send's deadline passed before it had a
+    connection to write on (``SendDeadlinePassed``): nothing written."""
+    try:
+        try:
+            raise SendDeadlinePassed("send deadline passed 0.250s before writing")
+        except SendDeadlinePassed as exc:
+            raise SendError(F.NOT_SENT, None, str(exc), deferred=True) from exc
+    except SendError as err:
+        return err
+
+
+@pytest.mark.parametrize("where", ["before the call", "in the gateway client"])
+def test_sends_pacer_was_too_late_to_make_use_up_no_attempt_however_many_and_its_expiry_ends_them(
+        where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More missed send deadlines than the item has attempts, each Pacer's own lateness (its
+    check before the call, or the gateway client's before writing): each leaves the item
+    waiting with its attempt given back and its key freed, never failed, and no gateway call
+    (no pacing slot). Sent once on time, it is confirmed at its first attempt; an item whose
+    deadline keeps passing ends at its expire_at."""
+    misses = POLICY.max_attempts + 2
+    repo = InMemoryItemRepository()
+    repo.add("it-1")
+    gw = FakeGateway([deadline_passed() for _ in range(misses)] if where == "in the gateway client" else [])
+    ex = Executor(repo, gw, owner="sender-1", retry=POLICY, rng=random.Random(0), send_deadline_s=0.05)
+    skew = [0.0]
+    monkeypatch.setattr(core, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + skew[0]))
+
+    async def stalled() -> bool:  # the wait outlasts the deadline: the executor's clock moves on 0.12 s
+        skew[0] += 0.12
+        return True
+
+    for _ in range(misses):
+        result = asyncio.run(ex.execute(command(), stalled if where == "before the call" else None))
+        assert (result.outcome, result.called_gateway, result.claimed) == ("deadline_missed", False, True)
+        rec = repo.items["it-1"]
+        assert (rec.status, rec.attempts, rec.error_class) == (S.WAITING_RETRY, 0, "not_sent")
+        assert "it-1" not in {e.item_id for e in repo.ledger.values()}  # nothing sent: key freed
+        repo.requeue("it-1")
+    assert asyncio.run(ex.execute(command())) == Executed("confirmed", True)
+    assert repo.items["it-1"].attempts == 1
+    assert len(gw.sent) == (misses + 1 if where == "in the gateway client" else 1)
+    repo.add("it-2")  # its deadline kept passing until its expire_at came
+    gone = asyncio.run(ex.execute(command("it-2", "k-2", expire_at=datetime.now(UTC) - timedelta(seconds=1))))
+    assert gone == Executed("expired", False) and repo.items["it-2"].status is S.EXPIRED
 
 
 def test_an_item_that_gives_its_turn_up_before_the_call_is_not_sent_and_keeps_its_attempt() -> None:

@@ -341,8 +341,8 @@ class GatewayClient:
                                                   allow_redirects=False) as resp:
                 status, raw = resp.status, await resp.read()
                 hint, location = resp.headers.get("Retry-After"), resp.headers.get("Location")
-        except SendDeadlinePassed as exc:
-            raise SendError(FailureClass.NOT_SENT, None, str(exc)) from exc
+        except SendDeadlinePassed as exc:  # Pacer's own lateness: nothing written, the gateway said nothing
+            raise SendError(FailureClass.NOT_SENT, None, str(exc), deferred=True) from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             self.observe(operation, "transport_error", time.perf_counter() - started)
             cls = FailureClass.NOT_SENT if _provably_not_sent(exc) else FailureClass.IN_DOUBT

@@ -74,16 +74,35 @@ def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
     stop.set()
 
 
-async def every(step: Callable[[], Awaitable[None]], stop: asyncio.Event, every_s: float, what: str) -> None:
+async def attempt(step: Callable[[], Awaitable[object]], what: str,
+                  on_error: Callable[[], None] | None = None) -> bool:
+    """One round of a background loop: ``step``, whose failure — any exception but a
+    cancellation, the database's or a bug's — is logged with its error (``what`` failed),
+    counted (``on_error``: a metric's hook) and swallowed, so that the loop goes on; whether
+    the round succeeded. A loop left to end on an exception would end silently (its task is
+    awaited only at shutdown), and its work with it."""
+    try:
+        await step()
+    except Exception:
+        log.exception("%s failed; trying again", what)
+        if on_error is not None:
+            on_error()
+        return False
+    return True
+
+
+async def every(step: Callable[[], Awaitable[object]], stop: asyncio.Event, every_s: float, what: str,
+                on_error: Callable[[], None] | None = None, backoff_max_s: float | None = None) -> None:
     """Run ``step`` now, every ``every_s`` until ``stop``, and once more after it. A round that
-    fails is logged (``what``) and tried again at the next: what it had to do is kept."""
+    fails is logged and counted (:func:`attempt`) and tried again at the next: what it had to
+    do is kept. With ``backoff_max_s``, rounds failing in a row back off, each wait twice the
+    last, up to that: a round that keeps failing fills neither the log nor the database."""
+    failed = 0
     while True:
         stopped = stop.is_set()
-        try:
-            await step()
-        except Exception:
-            log.warning("%s failed; trying again", what, exc_info=True)
+        failed = 0 if await attempt(step, what, on_error) else failed + 1
         if stopped:
             return
+        wait = every_s if backoff_max_s is None else min(every_s * 2 ** min(failed, 30), max(every_s, backoff_max_s))
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every_s)
+            await asyncio.wait_for(stop.wait(), wait)

@@ -18,7 +18,7 @@ from pacer_common.domain.guid_health import DEFAULT_STATE_CODES, GuidState, stat
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.requests import AnyMessage, MediaMessage, TagsMessage, TextMessage, expired
 from pacer_common.domain.status import ItemStatus
-from pacer_common.gateway import failed_upload
+from pacer_common.gateway import SendDeadlinePassed, failed_upload
 from pacer_common.logs import bind
 from pacer_sender.domain.decisions import Decision, after_failure
 from pacer_sender.domain.media import (
@@ -31,14 +31,14 @@ from pacer_sender.domain.media import (
     next_step,
     upload_key,
 )
-from pacer_sender.ports import ActionGateway, ActionStore, Deferrals, Gateway, ItemRepository
+from pacer_sender.ports import ActionGateway, ActionStore, Begun, Deferrals, Gateway, ItemRepository
 
 log = logging.getLogger(__name__)
 
 Outcome = Literal[
     "confirmed", "retry", "failed", "in_doubt", "rate_limited", "expired", "duplicate",
     "not_pending", "fenced", "guid_lost", "deadline_missed", "expiring", "held",
-    "needs_human", "media_waiting", "yielded", "deferred",
+    "needs_human", "media_waiting", "media_ready", "yielded", "deferred",
 ]
 
 
@@ -96,6 +96,28 @@ class AfterCall(Exception):
         super().__init__(f"after the gateway's answer: {type(cause).__name__}: {cause}")
         self.called = called
         self.cause = cause
+
+
+def _not_begun(begun: Begun) -> Executed | None:
+    """What became of an item ``begin_send`` (or the hold check before a media step) did not
+    claim; None if it was claimed (``submitted``)."""
+    if begun.outcome == "guid_lost":
+        return Executed("guid_lost", False)
+    if begun.outcome == "held":
+        # Its job, shard or guid is on hold: the item stays pending (marked held) and the
+        # reconciler re-publishes it when the hold is lifted.
+        log.info("item held: %s", begun.holder)
+        return Executed("held", False)
+    if begun.outcome == "not_pending":
+        # Already taken, finished or cancelled: a redelivered command is not an error.
+        return Executed("not_pending", False)
+    if begun.outcome == "duplicate":
+        log.warning("duplicate send intercepted: idempotency key held by item %s", begun.holder)
+        return Executed("duplicate", False)
+    if begun.outcome == "expired":
+        # Its expire_at came while the media step or the claim waited: expired at the claim.
+        return Executed("expired", False)
+    return None
 
 
 class Executor:
@@ -163,22 +185,9 @@ class Executor:
                 return Executed("deferred", False, deferred)
         started = time.monotonic()
         begun = await self.repo.begin_send(cmd, self.owner)
-        if begun.outcome == "guid_lost":
-            return Executed("guid_lost", False)
-        if begun.outcome == "held":
-            # Its job, shard or guid is on hold: the item stays pending (marked held) and the
-            # reconciler re-publishes it when the hold is lifted.
-            log.info("item held: %s", begun.holder)
-            return Executed("held", False)
-        if begun.outcome == "not_pending":
-            # Already taken, finished or cancelled: a redelivered command is not an error.
-            return Executed("not_pending", False)
-        if begun.outcome == "duplicate":
-            log.warning("duplicate send intercepted: idempotency key held by item %s", begun.holder)
-            return Executed("duplicate", False)
-        if begun.outcome == "expired":
-            # Its expire_at came while the media step or the claim waited: expired at the claim.
-            return Executed("expired", False)
+        unclaimed = _not_begun(begun)
+        if unclaimed is not None:
+            return unclaimed
         assert begun.epoch is not None and begun.attempts is not None
         claim_s = time.monotonic() - started
         # The item's lease runs from its claim, which is no earlier than the moment the
@@ -197,11 +206,14 @@ class Executor:
             return Executed(gave, False, None, claimed_at, first_claim=first, claim_s=claim_s)
         if time.monotonic() - started > self.send_deadline_s:
             # Paused (GC, SIGSTOP, overload) between submitted and the call: our lease may be
-            # gone and the item re-sent by someone else. Do not send; it goes round again.
-            d = Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", FailureClass.NOT_SENT.value,
-                         "send deadline passed before the gateway call", datetime.now(UTC), release_ledger=True)
+            # gone and the item re-sent by someone else. Do not send; it goes round again. Our
+            # own lateness, as when the gateway client finds the deadline passed before writing
+            # (SendDeadlinePassed): a deferral, its attempt and budget unit given back.
+            missed = SendError(FailureClass.NOT_SENT, None, "send deadline passed before the gateway call",
+                               deferred=True)
+            d = after_failure(missed, begun.attempts + 1, self.retry, datetime.now(UTC), self.rng, self.states)
             await self.repo.settle(cmd, begun.epoch, d)
-            return Executed("deadline_missed", False, None, claimed_at, first_claim=first, claim_s=claim_s)
+            return Executed("deadline_missed", False, missed, claimed_at, first_claim=first, claim_s=claim_s)
         if expired(cmd.expire_at, datetime.now(UTC) + self.expire_margin):
             # Its expire_at came after the claim (the pacing gap, a slow step): not sent. It is
             # `submitted`, which cannot become `expired`: settled as a send that did not happen
@@ -230,7 +242,8 @@ class Executor:
                 log.warning("outcome not recorded: lease taken over (%s)", err)
                 return called
             log.info("send failed: %s → %s", err, decision.to.value)
-            outcome: Outcome = ("deferred" if err.deferred
+            outcome: Outcome = ("deadline_missed" if isinstance(err.__cause__, SendDeadlinePassed)
+                                else "deferred" if err.deferred
                                 else "rate_limited" if err.failure_class is FailureClass.RATE_LIMITED
                                 else "in_doubt" if err.failure_class is FailureClass.IN_DOUBT
                                 else "needs_human" if decision.guid_state is not None
@@ -279,6 +292,15 @@ class Executor:
         h = media_hash(msg.url, msg.type, msg.fileName)
         row = await self.actions.media(cmd.guid, h)
         step, until = next_step(row, datetime.now(UTC), self.media_timing)
+        if step != "send":
+            # Whatever the step, not for an item on hold (its job paused or awaiting approval,
+            # its shard paused, its guid paused or out): begin_send, which would refuse it,
+            # comes after the step. It stays pending, marked held, with the reason it had.
+            held = await self.actions.hold(cmd)
+            if held is not None:
+                unclaimed = _not_begun(held)
+                assert unclaimed is not None
+                return unclaimed
         step_error: SendError | None = None  # a refused upload or poll: a rate limit slows the guid
         stepped: float | None = None  # when the gateway answered an upload or poll made now
         if step == "upload":
@@ -321,6 +343,12 @@ class Executor:
         step, until = next_step(row, datetime.now(UTC), self.media_timing)
         if step == "send":
             assert row is not None
+            if stepped is not None:
+                # The upload or poll made now says ready. That call took the guid's turn: the
+                # send is the guid's next call, spaced from this one's answer as any call is
+                # (the worker puts the item back in its window, unclaimed, and picks it again
+                # once the gap is over), never straight after it.
+                return Executed("media_ready", False, step_error, answered_mono=stepped, stepped=True)
             return row.media_id
         if step == "fail":
             assert row is not None

@@ -134,6 +134,13 @@ class ItemRunner:
             self.crew.hooks.on_executed(cmd, result)
             after = result.error.retry_after if result.error is not None else None
             return self._put_back(cmd, after.total_seconds() if after else self.crew.config.lease_retry_s)
+        if result.outcome == "media_ready":
+            # An upload or status poll made now found the item's media ready: that call was
+            # the guid's turn. The item keeps its place and is sent at the guid's next turn,
+            # one gap after that call's answer.
+            self._pace(lane, cmd, limits, result)
+            self.crew.hooks.on_executed(cmd, result)
+            return self._put_back(cmd, 0.0)
         self._pace(lane, cmd, limits, result)
         self.window.finished(cmd)
         self.errors.pop(cmd.item_id, None)

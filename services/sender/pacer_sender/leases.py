@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 
 from pacer_common.db.batching import Batcher
-from pacer_common.db.errors import TransientError
+from pacer_common.lifecycle import attempt
 from pacer_sender.ports import GuidLease, GuidLeaseStore
 
 log = logging.getLogger(__name__)
@@ -198,21 +198,21 @@ class GuidLeases:
                 log.exception("rate-limit penalties not written; the leases are released all the same")
         return await asyncio.gather(*(self._releases.submit(g) for g in guids))
 
-    async def keep_renewed(self, stop: asyncio.Event) -> None:
+    async def keep_renewed(self, stop: asyncio.Event, on_error: Callable[[], None] | None = None) -> None:
         """Three times per TTL until ``stop``: give back the leases of guids idle long enough
         (``idle``), renew the rest, then write the penalties changed meanwhile (a slow write
-        never holds a renewal up)."""
+        never holds a renewal up). A step that fails, whatever the error, is logged and
+        counted (``on_error``) and the rounds go on, still three per TTL (a lease not renewed
+        within its TTL lapses; begin_send tells the guid's worker): penalties not written are
+        kept for the next round."""
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.ttl_s / 3)
             if stop.is_set():
                 return
-            try:
-                await self.release(self.idle())
-                await self.renew()
-            except TransientError:  # the database is away: leases may lapse; begin_send will tell
-                log.exception("guid lease renewal failed")
-            try:
-                await self.write_penalties()
-            except TransientError:  # kept for the next round
-                log.exception("rate-limit penalties not written")
+            await attempt(self._renewal, "renewing guid leases", on_error)
+            await attempt(self.write_penalties, "writing rate-limit penalties", on_error)
+
+    async def _renewal(self) -> None:
+        await self.release(self.idle())
+        await self.renew()

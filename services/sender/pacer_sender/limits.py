@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pacer_common.db.errors import TransientError
+from pacer_common.lifecycle import every
 from pacer_sender.domain.pacing import Limits
 
 log = logging.getLogger(__name__)
+
+# A refresh of the hot limits that keeps failing is tried at least this often.
+REFRESH_BACKOFF_MAX_S = 30.0
 
 
 class LimitsSource(Protocol):
@@ -79,12 +81,11 @@ class LimitsBook:
             log.error("ignoring bad limits for guid %s: %s", guid, exc)
             return base
 
-    async def keep_fresh(self, stop: asyncio.Event, every_s: float) -> None:
-        while not stop.is_set():
-            try:
-                await self.refresh()
-            except TransientError:
-                log.exception("limits refresh failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=every_s)
+    async def keep_fresh(self, stop: asyncio.Event, every_s: float, on_error: Callable[[], None] | None = None) -> None:
+        """:meth:`refresh` every ``every_s`` until ``stop``. A round that fails, whatever the
+        error (the database away, a row it cannot read, a bug), is logged and counted
+        (``on_error``) and the loop goes on, further apart while it keeps failing (up to
+        ``REFRESH_BACKOFF_MAX_S``): hot changes apply again once a round gets through."""
+        await every(self.refresh, stop, every_s, "reading hot limits (guid_limits)", on_error,
+                    backoff_max_s=REFRESH_BACKOFF_MAX_S)
 

@@ -92,18 +92,20 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
                             kafka.item_commands("batch"))
         dispatcher.owns = loop.owns
         m.partitions_assigned.set_function(lambda: len(loop.assigned))
-        sweeper = Sweeper(dispatcher, queue, loop.owns, loop.ownership, cfg.sweep_s, on_swept, loop.owned_partitions)
+        sweeper = Sweeper(dispatcher, queue, loop.owns, loop.ownership, cfg.sweep_s, on_swept, loop.owned_partitions,
+                          on_error=m.loop_errors.labels("sweep").inc)
         loop.on_assigned = sweeper.request
         limits.on_change = dispatcher.wake
-        refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s))
+        refresher = asyncio.create_task(limits.keep_fresh(ctx.stop, cfg.limits_refresh_s,
+                                                          m.loop_errors.labels("limits").inc))
         # This sender's own defaults, by which the stall count and the Control API read the guids
         # it holds; a row not written for a day is deleted as a gone sender's.
         published = asyncio.create_task(every(
             lambda: publish_limits(pool, cfg.owner, defaults.model_dump(mode="json")), ctx.stop, 300.0,
-            "publishing this sender's limits"))
-        tenant_refresher = asyncio.create_task(tenants.keep_fresh(ctx.stop))
-        usage = asyncio.create_task(keep_usage(pool, gateway.usage, ctx.stop))
-        renewals = asyncio.create_task(leases.keep_renewed(ctx.stop))
+            "publishing this sender's limits", m.loop_errors.labels("published_limits").inc))
+        tenant_refresher = asyncio.create_task(tenants.keep_fresh(ctx.stop, m.loop_errors.labels("tenants").inc))
+        usage = asyncio.create_task(keep_usage(pool, gateway.usage, ctx.stop, on_error=m.loop_errors.labels("usage").inc))
+        renewals = asyncio.create_task(leases.keep_renewed(ctx.stop, m.loop_errors.labels("leases").inc))
         sweeps = asyncio.create_task(sweeper.run(ctx.stop))
         ctx.health.set_ready(True, "consuming")
         try:

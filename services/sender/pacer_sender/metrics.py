@@ -18,6 +18,8 @@ _KINDS = frozenset(k.value for k in JobKind)
 DELAY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 # Seconds: from a send within a pacing interval to a backlog drained over a day.
 WAIT_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400)
+# The sender's background loops, as ``pacer_sender_loop_errors_total`` names them.
+LOOPS = ("limits", "leases", "sweep", "tenants", "usage", "published_limits")
 
 
 def kind_label(kind: str) -> str:
@@ -38,14 +40,18 @@ class SenderMetrics:
             "`duplicate` (idempotency key held by another item: abandoned); `not_pending` (a redelivered command for "
             "an item already taken or finished: no-op); `fenced` (gateway answered but the lease had been taken "
             "over: outcome not recorded, the item is verified instead); `guid_lost` (this sender no longer holds the "
-            "guid's lease: put back); `deadline_missed` (too long between claim and gateway call: not sent, "
-            "rescheduled); `expiring` (its `expire_at` came between claim and gateway call: not sent, put back to be "
-            "expired, counted `expired` once it is, by a sender or the reconciler's `expire_due` sweep); "
+            "guid's lease: put back); `deadline_missed` (too long between claim and gateway call, Pacer's own lateness:"
+            " not sent, rescheduled, its attempt and budget unit given back); `expiring` (its `expire_at` came "
+            "between claim and gateway call: not sent, put back to be expired, counted `expired` once it is, by a "
+            "sender or the reconciler's `expire_due` sweep); "
             "`needs_human` (the gateway said the account is offline, kicked or unauthorized: the guid "
             "is held); `media_waiting` (a media item whose media is not ready yet: it waits, pending, unclaimed); "
+            "`media_ready` (a media item whose upload or status poll, made now, found its media ready: that call was"
+            " the guid's turn, the item is sent at the next, one pacing gap after the call's answer); "
             "`yielded` (a batch item claimed ahead of its pacing gap's end gave its turn to an online item of the "
-            "guid: not sent, rescheduled, its attempt given back); `held` (its job, shard or guid is on hold: it stays "
-            "pending, and is published again when the hold is lifted)."
+            "guid: not sent, rescheduled, its attempt given back); `held` (its job, shard or guid is on hold, found at "
+            "the claim or, for a media item, before any upload or status poll: it stays pending, and is published "
+            "again when the hold is lifted)."
         ), ["outcome", "lane", "kind"], registry=registry)
         self.failures = Counter("pacer_sender_send_failures_total", "Gateway calls that did not confirm a send, by "
                                 "gateway code (codes outside the code table as 'other', none as 'none') and class",
@@ -82,6 +88,18 @@ class SenderMetrics:
             " its traceback. The item is retried `PACER_SENDER_ITEM_ERROR_ATTEMPTS` times, then failed with "
             "`internal error: …` if still pending. Should stay at 0: report any rise with the log lines."
         ), registry=registry)
+        self.loop_errors = Counter("pacer_sender_loop_errors_total", (
+            "Failed rounds of the sender's background loops, by loop: `limits` (reading hot limits from "
+            "`guid_limits`), `leases` (renewing guid leases, giving idle ones back, writing rate-limit penalties), "
+            "`sweep` (looking for queued work without a worker), `tenants` (reading the tenant table), `usage` "
+            "(adding sends to the tenants' daily quota), `published_limits` (writing this sender's limits to "
+            "`sender_limits`). Each failure is in the log with its error; the loop goes on (the hot limits one "
+            "further apart while it keeps failing). Should stay at 0: a loop that keeps failing leaves its work "
+            "undone (limit changes not applied, idle leases never given back or leases lapsing, lost doorbells "
+            "not found)."
+        ), ["loop"], registry=registry)
+        for loop in LOOPS:
+            self.loop_errors.labels(loop)
         self.swept = Counter("pacer_sender_swept_guids_total", (
             "Guids the sweep found in Postgres with work ready for longer than a sweep interval and no worker "
             "(see [lost doorbells](#lost-doorbells-pacer_sender_swept_guids_total)). `assign`: at a partition "

@@ -158,6 +158,13 @@ class ActionStore(Protocol):
     async def sent_back_for_media(self, item_id: str) -> bool:
         """Whether the item was sent back once already to upload its media again."""
         ...
+    async def hold(self, cmd: ItemCommand) -> Begun | None:
+        """What ``begin_send`` would answer now for a media item about to take a step for its
+        media, if it would not claim it: ``held`` (its job, shard or guid holds it; the item
+        is marked held, as ``begin_send`` marks it) or ``not_pending`` (no longer pending, or
+        of a cancelled job, then abandoned as ``begin_send`` abandons it). None: nothing
+        stops it. Nothing is claimed."""
+        ...
     async def wait(self, cmd: ItemCommand, until: datetime, reason: str) -> bool:
         """Keep a pending item waiting (not_before ``until``, the reason on the item)."""
         ...

@@ -6,7 +6,7 @@ import os
 import socket
 import uuid
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass
@@ -14,6 +14,20 @@ from pacer_common.domain.guid_health import DEFAULT_STATE_CODES, GuidState
 from pacer_common.domain.limits import DEFAULTS, JitterDist, parse_quiet_hours
 from pacer_common.settings import GatewayUrl, OpsSettings
 from pacer_sender.domain.pacing import Limits
+
+# Settings the sender cannot work with past a bound: (">" or ">=", the bound, what a value past
+# it would do). Each is refused at start-up with that reason (``SenderSettings._at_least``).
+_LEAST: dict[str, tuple[str, float, str]] = {
+    "gateway_timeout_s": (">", 0, "0 is no timeout at all to the HTTP client, so a gateway that never answers would "
+                                  "hold its guid's worker for ever, the guid's lease renewed all the while"),
+    "lease_ttl_s": (">", 0, "a lease that ends as it is taken: every send would miss its send deadline (a quarter of "
+                            "the lease) and no guid could be held"),
+    "tenants_refresh_s": (">", 0, "the tenant table would be read from Postgres again and again without a pause"),
+    "limits_refresh_s": (">", 0, "guid_limits would be read from Postgres again and again without a pause"),
+    "retry_base_s": (">", 0, "a failed send would be retried at once, without any backoff"),
+    "max_attempts": (">=", 1, "every item is tried at least once (1: never retried)"),
+    "db_pool_max": (">=", 2, "the sender's pool keeps 2 connections open"),
+}
 
 
 class SenderSettings(OpsSettings):
@@ -39,7 +53,7 @@ class SenderSettings(OpsSettings):
         "without it); sends go to `POST /message/sendText`. The variable has no `SENDER_` "
         "part: `PACER_SENDER_GATEWAY_URL` is not read."
     ))
-    gateway_timeout_s: float = Field(10.0, description=(
+    gateway_timeout_s: float = Field(10.0, gt=0, description=(
         "Timeout of one gateway request, in seconds; the connect timeout is the smaller of this and 5 s. Must be "
         "at most `PACER_SENDER_LEASE_TTL_S / 4`, or the sender refuses to start."
     ))
@@ -48,7 +62,7 @@ class SenderSettings(OpsSettings):
         "`tenants` sets one. Other tenants' credentials live in `tenants` (Control API `/tenants`). A secret: "
         "never logged. No `SENDER_` part."
     ))
-    tenants_refresh_s: float = Field(5.0, description=(
+    tenants_refresh_s: float = Field(5.0, gt=0, description=(
         "How often the tenant table (gateway URLs, credentials) is re-read; a changed tenant is used within this."
     ))
     breaker_failures: int = Field(5, ge=1, description=(
@@ -57,10 +71,11 @@ class SenderSettings(OpsSettings):
         "`BREAKER_COOLDOWN_S`, then one probe goes. Per tenant: one tenant's failing gateway never slows another's sends."
     ))
     breaker_cooldown_s: float = Field(10.0, gt=0, description="How long an open tenant breaker refuses sends, in s.")
-    lease_ttl_s: float = Field(60.0, description=(
+    lease_ttl_s: float = Field(60.0, gt=0, description=(
         "Lease length, in seconds, of a claimed item and of a guid lease. Guid leases are renewed every TTL/3. A "
-        "claimed item is not sent if more than TTL/4 passed between the claim and the gateway call; it is "
-        "rescheduled instead (outcome `deadline_missed`)."
+        "claimed item is not sent if more than TTL/4 passed between the claim and the gateway call (the sender "
+        "busy, the tenant's connection pool queueing); it is rescheduled instead (outcome `deadline_missed`), its "
+        "attempt and its job's budget unit given back: Pacer's own lateness, not the item's."
     ))
     idle_lease_s: float = Field(60.0, gt=0, description=(
         "A guid whose worker has ended (nothing ready, nothing due soon) gives its guid lease back after this "
@@ -110,15 +125,17 @@ class SenderSettings(OpsSettings):
         "none; the database's session setting `pacer.timezone`, from which it counts those guids' days. The "
         "sender refuses to start with a name the database does not know, or when a connection pooler drops "
         "the setting."))
-    limits_refresh_s: float = Field(1.0, description=(
+    limits_refresh_s: float = Field(1.0, gt=0, description=(
         "How often the sender reads `guid_limits` for hot changes (`pacer limits GUID --set …`)."
     ))
-    max_attempts: int = Field(5, description=(
+    max_attempts: int = Field(5, ge=1, description=(
         "Attempts for retryable and not-sent failures; after the last the item is `failed`. A rate-limited answer"
         " is not an attempt: the item waits (`waiting_retry`, reason `rate_limited`, at least the backoff below "
-        "and any retry-after) as often as it takes, until its `expire_at`."
+        "and any retry-after) as often as it takes, until its `expire_at`. Nor is a send Pacer deferred itself "
+        "before any request (a tenant's breaker open, its quota used up, the send deadline passed: "
+        "`deadline_missed`)."
     ))
-    retry_base_s: float = Field(1.0, description=(
+    retry_base_s: float = Field(1.0, gt=0, description=(
         "Retry backoff base, in seconds. The delay before attempt n+1 is drawn uniformly from [c/2, c], with c = "
         "min(300 s, base × 2^(n−1))."
     ))
@@ -180,7 +197,7 @@ class SenderSettings(OpsSettings):
         "days, never sends into an expired one (keep it below the gateway's own expiry). A failed upload is "
         "tried again after it too. Longer than `PACER_SENDER_MEDIA_POLL_AFTER_S`."
     ))
-    db_pool_max: int = Field(20, description="Most Postgres connections of one sender (the pool keeps at least 2).")
+    db_pool_max: int = Field(20, ge=2, description="Most Postgres connections of one sender (the pool keeps at least 2).")
     step_linger_ms: float = Field(10.0, ge=0, le=1000, description=(
         "How long a durable step (the claim and `submitted` before a send, the confirmation after it) waits for "
         "other guids' steps to go with it as one statement. At a human pace few steps are asked at once, and each "
@@ -231,6 +248,27 @@ class SenderSettings(OpsSettings):
     @classmethod
     def _unique_owner(cls, name: str) -> str:
         return f"{name}:{uuid.uuid4().hex[:12]}"
+
+    @field_validator(*_LEAST, mode="before")
+    @classmethod
+    def _at_least(cls, value: object, info: ValidationInfo) -> object:
+        """Refuse a value past its field's bound (``_LEAST``), naming the variable and saying
+        what the value would do. The field's own bound (``gt``/``ge``) stays, for the docs."""
+        name = info.field_name
+        assert name is not None
+        op, bound, why = _LEAST[name]
+        try:
+            number = float(value)  # type: ignore[arg-type]  # a string or a number; anything else: pydantic's error
+        except (TypeError, ValueError):
+            return value
+        if number <= bound if op == ">" else number < bound:
+            least = f"greater than {bound:g}" if op == ">" else f"at least {bound:g}"
+            raise ValueError(f"PACER_SENDER_{name.upper()} must be {least}, not {value}: {why}")
+        return value
+        if number < least or (least == 0 and number == 0):
+            bound = "greater than 0" if least == 0 else f"at least {least:g}"
+            raise ValueError(f"PACER_SENDER_{name.upper()} must be {bound}, not {value}: {why}")
+        return value
 
     def limits(self) -> Limits:
         """The default limits of every guid (the fields, their bounds and defaults: ``Pacing``)."""

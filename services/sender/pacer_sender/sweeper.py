@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal
 
+from pacer_common.lifecycle import attempt
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.ports import GuidQueueStore, Waiting
 
@@ -27,7 +29,8 @@ class Sweeper:
     def __init__(self, dispatcher: Dispatcher, queue: GuidQueueStore, owns: Callable[[str], bool],
                  recount: Callable[[], Awaitable[object]], interval_s: float,
                  on_swept: Callable[[Trigger, int], None] = lambda trigger, n: None,
-                 owned: Callable[[], Sequence[tuple[int, int]]] | None = None) -> None:
+                 owned: Callable[[], Sequence[tuple[int, int]]] | None = None,
+                 on_error: Callable[[], None] | None = None) -> None:
         self.dispatcher = dispatcher
         self.queue = queue
         self.owns = owns  # is this guid mine? (by the partition counts last read)
@@ -37,6 +40,7 @@ class Sweeper:
         self.recount = recount  # read the partition counts afresh; gives back what hashes elsewhere
         self.interval_s = interval_s
         self.on_swept = on_swept
+        self.on_error = on_error  # a sweep that failed (a metric's hook)
         self._asked = asyncio.Event()
 
     def request(self) -> None:
@@ -47,12 +51,9 @@ class Sweeper:
         while not stop.is_set():
             trigger: Trigger = "assign" if self._asked.is_set() else "periodic"
             self._asked.clear()
-            try:
-                await self.sweep(trigger)
-            except Exception:
-                # The database, Kafka's metadata or a bug: this loop is what starts the owned
-                # guids' work when their doorbells are gone, so it logs and goes on.
-                log.exception("sweep for queued work failed; trying again")
+            # The database, Kafka's metadata or a bug: this loop is what starts the owned
+            # guids' work when their doorbells are gone, so it logs, counts and goes on.
+            await attempt(functools.partial(self.sweep, trigger), "sweep for queued work", self.on_error)
             waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._asked.wait())]
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED), self.interval_s)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -15,9 +14,7 @@ from pacer_common.db.pool import Pool
 from pacer_common.db.sql import query
 from pacer_common.domain.quota import DailyUsage, Flush
 from pacer_common.domain.tenants import Tenant
-from pacer_common.lifecycle import every
-
-log = logging.getLogger(__name__)
+from pacer_common.lifecycle import attempt, every
 
 
 def _secret(value: str | None) -> SecretStr | None:
@@ -54,16 +51,15 @@ class TenantCache:
         if changed:
             self.on_change()
 
-    async def keep_fresh(self, stop: asyncio.Event) -> None:
+    async def keep_fresh(self, stop: asyncio.Event, on_error: Callable[[], None] | None = None) -> None:
+        """:meth:`reload` every ``refresh_s`` until ``stop``; a round that fails is logged and
+        counted (``on_error``), the copy in hand stays and the next round tries again."""
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.refresh_s)
             if stop.is_set():
                 return
-            try:
-                await self.reload()
-            except Exception:  # the copy in hand stays; the next round tries again
-                log.warning("reloading tenants failed; keeping the %d known", len(self.tenants), exc_info=True)
+            await attempt(self.reload, f"reloading tenants (the {len(self.tenants)} known are kept)", on_error)
 
 
 async def add_usage(pool: Pool, usage: DailyUsage) -> None:
@@ -89,6 +85,8 @@ async def _apply(pool: Pool, flush: Flush) -> dict[str, tuple[float, int]]:
     return {r["tenant"]: (float(r["ends_at"]), int(r["sends"])) for r in rows}
 
 
-async def keep_usage(pool: Pool, usage: DailyUsage, stop: asyncio.Event, every_s: float = 1.0) -> None:
-    """``add_usage`` every ``every_s`` until ``stop``, and once more after it."""
-    await every(lambda: add_usage(pool, usage), stop, every_s, "adding tenant usage")
+async def keep_usage(pool: Pool, usage: DailyUsage, stop: asyncio.Event, every_s: float = 1.0,
+                     on_error: Callable[[], None] | None = None) -> None:
+    """``add_usage`` every ``every_s`` until ``stop``, and once more after it (a failed round
+    counted by ``on_error``)."""
+    await every(lambda: add_usage(pool, usage), stop, every_s, "adding tenant usage", on_error)

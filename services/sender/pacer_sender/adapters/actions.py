@@ -20,6 +20,7 @@ from pacer_common.gateway import MediaAnswer
 from pacer_sender.adapters.postgres import storable
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.domain.media import MediaRow
+from pacer_sender.ports import Begun
 
 _sql = loader("pacer_sender.adapters.sql")
 _message: TypeAdapter[AnyMessage] = TypeAdapter(Message)
@@ -76,6 +77,12 @@ class PostgresActions:
 
     async def sent_back_for_media(self, item_id: str) -> bool:
         return bool((await self._one("media_sent_back", {"item": item_id}))["sent_back"])
+
+    async def hold(self, cmd: ItemCommand) -> Begun | None:
+        r = await self._one("hold_item", {"item": cmd.item_id})
+        if r is None or r["outcome"] is None:
+            return None
+        return Begun(r["outcome"], None, None, r["holder"])
 
     async def wait(self, cmd: ItemCommand, until: datetime, reason: str) -> bool:
         return await self._one("wait_item", {"item": cmd.item_id, "until": until,
