@@ -9,8 +9,10 @@ import pydantic
 import pytest
 import yaml
 
+from pacer_common.domain.requests import MAX_REQUEST_BYTES
 from pacer_common.domain.segments import EVENT_SEGMENTS_MAX, EVENT_SEGMENTS_MIN
 from pacer_common.domain.tenants import MAX_CALLBACK_BYTES
+from pacer_control.settings import ControlSettings
 from pacer_dev.chart.check import CHART, lint, template
 from pacer_intake.settings import IntakeSettings
 from pacer_reconciler.settings import ReconcilerSettings
@@ -75,6 +77,18 @@ def test_the_charts_largest_callback_body_is_the_intakes():
     bounds = schema["properties"]["intake"]["properties"]["maxBodyBytes"]
     limits = {type(m).__name__: m for m in IntakeSettings.model_fields["max_body_bytes"].metadata}
     assert bounds["maximum"] == limits["Le"].le == MAX_CALLBACK_BYTES
+
+
+def test_the_charts_largest_dry_run_is_the_control_services():
+    """A larger ``control.dryRunMaxBytes`` would pass the chart and stop every control pod at
+    start-up; the chart's default is the setting's (what tests/unit/test_dry_run_memory.py finds
+    fits a control pod)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    bounds = schema["properties"]["control"]["properties"]["dryRunMaxBytes"]
+    limits = {type(m).__name__: m for m in ControlSettings.model_fields["dry_run_max_bytes"].metadata}
+    assert bounds["maximum"] == limits["Le"].le == MAX_REQUEST_BYTES
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["control"]["dryRunMaxBytes"] == ControlSettings.model_fields["dry_run_max_bytes"].default
 
 
 @pytest.mark.parametrize("url", ["", "http://wecom-gateway:8080", "https://gw.example/api", "wecom-gateway:8080",

@@ -1,6 +1,6 @@
 """The Control API's cap on request bodies (PACER_CONTROL_MAX_BODY_BYTES): a body past it is
 answered 413 before the app reads it (FastAPI reads a body whole before the route's token
-check), streamed or not; what is within it, and the dry run's larger limit, still work."""
+check), streamed or not; what is within it, and the dry run within its own limit, still work."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
-from pacer_common.domain.requests import MAX_REQUEST_BYTES
 from pacer_control.settings import ControlSettings
 from tests.integration.control_support import control_api
 from tests.integration.helpers import seed_job
@@ -83,11 +82,12 @@ def test_the_largest_legitimate_bodies_fit_the_default_limit(database_url: str) 
             r = await api.post(f"/jobs/{job}/retry", "operator", content=retry,
                                headers={"Content-Type": "application/json"})
             assert r.status_code != 413 and r.status_code < 500, r.text
-            # The dry run keeps its own, larger limit: a request past the general one is planned.
-            pad = b" " * (default + 1)
-            dry = await api.post("/dry-run", "operator", content=b"{" + pad + b"}")
+            # The dry run has a limit of its own (PACER_CONTROL_DRY_RUN_MAX_BYTES): a request within it
+            # is planned, a larger one refused before it is read or its token checked.
+            dry_limit = ControlSettings().dry_run_max_bytes
+            dry = await api.post("/dry-run", "operator", content=b"{" + b" " * (dry_limit - 2) + b"}")
             assert dry.status_code == 422 and "invalid job request" in dry.json()["detail"], dry.text
-            past = await api.post("/dry-run", role=None, content=b"{" + b" " * MAX_REQUEST_BYTES + b"}")
-            assert past.status_code == 413 and "largest job request" in past.json()["detail"], past.text
+            past = await api.post("/dry-run", role=None, content=b"{" + b" " * dry_limit + b"}")
+            assert past.status_code == 413 and "PACER_CONTROL_DRY_RUN_MAX_BYTES" in past.json()["detail"], past.text
 
     asyncio.run(go())

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 
 from pacer_common.db.pool import open_pool
 from pacer_control.adapters.postgres import PostgresControl
-from pacer_control.api import admin, errors
+from pacer_control.api import errors
 from pacer_control.domain.errors import Conflict
 from tests.integration.control_support import control_api, rows
 from tests.integration.helpers import seed_job
@@ -90,14 +90,12 @@ def test_a_write_that_conflicts_with_what_is_stored_is_a_409(database_url: str) 
     asyncio.run(go())
 
 
-def test_a_dry_run_past_the_largest_request_is_a_413_before_it_is_read(database_url: str,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(admin, "MAX_REQUEST_BYTES", 1_000)
-
+def test_a_dry_run_past_its_cap_is_a_413_before_it_is_read(database_url: str) -> None:
     async def go() -> None:
-        async with control_api(database_url) as api:
+        async with control_api(database_url, dry_run_max_bytes=1_000) as api:
             r = await api.post("/dry-run", role="operator", content=b"{" + b" " * 2_000 + b"}")
             assert r.status_code == 413 and "larger than 1,000 bytes" in r.json()["detail"], r.text
+            assert "PACER_CONTROL_DRY_RUN_MAX_BYTES" in r.json()["detail"], r.text
             ok = await api.post("/dry-run", role="operator", content=b"{}")
             assert ok.status_code == 422 and "invalid job request" in ok.json()["detail"]
 

@@ -18,10 +18,10 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry
 
 from pacer_common.db.pool import Pool, new_pool
-from pacer_common.domain.requests import MAX_REQUEST_BYTES
 from pacer_common.ops import Health, add_ops_routes
 from pacer_control.adapters.postgres import PostgresControl
 from pacer_control.api import PREFIX, create_api
+from pacer_control.api.admin import DRY_RUN_MAX_BYTES, DRY_RUN_TOO_LARGE, DRY_RUN_WAIT_S, DryRuns
 from pacer_control.api.body_limit import BodyLimit
 from pacer_control.core import Control
 from pacer_control.domain import report, views
@@ -55,10 +55,12 @@ def build_app(pool: Pool, *, sandbox_targets: Iterable[str] = (),
               registry: CollectorRegistry | None = None, health: Health | None = None,
               db_deadline_s: float = 5.0, stalled_after_s: float = views.STALLED_AFTER_S,
               dead_letters: DeadLetterQueue | None = None, max_body_bytes: int = 1_048_576,
-              report_page_rows: int = report.PAGE_ROWS) -> FastAPI:
+              report_page_rows: int = report.PAGE_ROWS, dry_run_max_bytes: int = DRY_RUN_MAX_BYTES,
+              dry_run_concurrency: int = 1, dry_run_wait_s: float = DRY_RUN_WAIT_S) -> FastAPI:
     """The Control API over ``pool`` (and the DLQ topics over ``dead_letters``; without it
     the dead-letter routes answer 503). If the pool is not open yet, the app's lifespan opens
-    it (on the loop that serves the app) and closes it again at shutdown."""
+    it (on the loop that serves the app) and closes it again at shutdown. ``dry_run_wait_s``,
+    how long a dry run waits for its turn, is there for tests."""
     registry = registry or CollectorRegistry()
     health = health or Health()
     control = Control(PostgresControl(pool, db_deadline_s), frozenset(sandbox_targets), stalled_after_s=stalled_after_s,
@@ -78,9 +80,11 @@ def build_app(pool: Pool, *, sandbox_targets: Iterable[str] = (),
                 await pool.close()
 
     app = create_api(control, lifespan)
+    app.state.dry_runs = DryRuns(dry_run_max_bytes, dry_run_concurrency, dry_run_wait_s)
     add_ops_routes(app, "control", registry, health, include_in_schema=False)
     # Inside the request count (a 413 is counted and logged); before any route reads a body.
-    app.add_middleware(BodyLimit, limit=max_body_bytes, paths={f"{PREFIX}/dry-run": MAX_REQUEST_BYTES})
+    app.add_middleware(BodyLimit, limit=max_body_bytes,
+                       paths={f"{PREFIX}/dry-run": (dry_run_max_bytes, DRY_RUN_TOO_LARGE)})
     _count_requests(app, registry)
     # Outermost: every request (and its log lines) carries an X-Request-ID, given or drawn.
     app.add_middleware(CorrelationIdMiddleware, header_name="X-Request-ID")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 
-from pacer_common.domain.requests import MAX_REQUEST_BYTES, JobRequest
+from pacer_common.domain.requests import JobRequest
 from pacer_control.api.auth import Caller, Ctl, guard
 from pacer_control.api.responses import next_cursor, respond
 from pacer_control.api.schemas import (
@@ -24,7 +26,7 @@ from pacer_control.api.schemas import (
     TokenName,
     TokenView,
 )
-from pacer_control.domain.errors import Invalid, TooLarge
+from pacer_control.domain.errors import Invalid, TooLarge, Unavailable
 from pacer_control.domain.filters import DEFAULT_PAGE, MAX_PAGE, AuditFilter, AuditPosition
 
 router = APIRouter()
@@ -84,24 +86,69 @@ def _with_request_body(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**kwargs, "openapi_extra": {**kwargs["openapi_extra"], **_request_body()}}
 
 
+DRY_RUN_MAX_BYTES = 512 * 1024
+DRY_RUN_WAIT_S = 10.0
+# What a refused dry run is told (after "the request body is larger than N bytes, "), by the
+# body cap in front of the app and by the route alike.
+DRY_RUN_TOO_LARGE = (
+    "the largest dry run this control service takes (PACER_CONTROL_DRY_RUN_MAX_BYTES: a dry run renders every "
+    "target's message at once, up to some 350 times its request in memory); dry-run a part of its targets, or "
+    "publish it: the planner, which takes up to 64 MiB, plans it or says why not in its dead letter")
+
+
+class DryRuns:
+    """What a control process spends on dry runs: a request of at most ``max_bytes``, and at
+    most ``concurrency`` planned at a time. Each holds its targets parsed and every target's
+    message rendered: 12 to 20 times its body in memory, up to some 350 times where a long
+    template (4,096 characters of emoji, 4 bytes each in memory) goes to the smallest targets.
+    A dry run waits up to ``wait_s`` for its turn, before it reads its body, then is told to
+    try again (503)."""
+
+    def __init__(self, max_bytes: int = DRY_RUN_MAX_BYTES, concurrency: int = 1, wait_s: float = DRY_RUN_WAIT_S) -> None:
+        self.max_bytes, self.concurrency, self.wait_s = max_bytes, concurrency, wait_s
+        self.waiting = 0  # dry runs waiting for their turn now
+        self._turns = asyncio.Semaphore(concurrency)
+
+    @asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        self.waiting += 1
+        try:
+            async with asyncio.timeout(self.wait_s):
+                await self._turns.acquire()
+        except TimeoutError:
+            raise Unavailable(
+                f"{'another dry run is' if self.concurrency == 1 else f'{self.concurrency} other dry runs are'} being "
+                f"planned by this control instance, {self.concurrency} at a time (PACER_CONTROL_DRY_RUN_CONCURRENCY), "
+                f"and this one waited {self.wait_s:g} s for its turn; try again shortly") from None
+        finally:
+            self.waiting -= 1
+        try:
+            yield
+        finally:
+            self._turns.release()
+
+
 @router.post("/dry-run", response_model=DryRunResponse, tags=["tools"],
              summary="Validate and plan a job request without storing or sending anything",
-             **_with_request_body(guard("requests.dry_run", 413, 422, tenant_filtered=True)))
+             **_with_request_body(guard("requests.dry_run", 413, 422, 503, tenant_filtered=True)))
 async def dry_run(http: Request, ctl: Ctl,
                   samples: Annotated[int, Query(ge=0, le=50, description="rendered contents to show")] = 5) -> Any:
-    # As large as the planner takes, validated in a thread: a large request holds up no other caller.
-    return await asyncio.to_thread(ctl.dry_run, await _body(http, MAX_REQUEST_BYTES), samples)
+    # Its turn first, then its body: a dry run waiting for its turn holds no body. Validated
+    # in a thread: a large request holds up no other caller.
+    runs: DryRuns = http.app.state.dry_runs
+    async with runs.turn():
+        return await asyncio.to_thread(ctl.dry_run, await _body(http, runs.max_bytes), samples)
 
 
-async def _body(http: Request, limit: int) -> bytes:
-    """The request's body, refused (413) once it is past ``limit`` bytes, before all of it is read."""
-    chunks, size = [], 0
+async def _body(http: Request, limit: int) -> bytearray:
+    """The request's body, refused (413) once it is past ``limit`` bytes, before all of it is
+    read; gathered in one buffer, never held twice (as chunks and joined)."""
+    body = bytearray()
     async for chunk in http.stream():
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge(f"the body is larger than {limit:,} bytes, the most a job request may be")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        if len(body) + len(chunk) > limit:
+            raise TooLarge(f"the request body is larger than {limit:,} bytes, {DRY_RUN_TOO_LARGE}")
+        body += chunk
+    return body  # every step of the validation reads a bytearray as it reads bytes
 
 
 @router.post("/test-send", response_model=TestSendResponse, tags=["tools"],

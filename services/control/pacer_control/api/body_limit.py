@@ -6,7 +6,7 @@ was held in memory (several times over, parsed) before it was answered 401, and 
 request took a control pod past its memory limit. This middleware answers ``413`` at once
 when ``Content-Length`` says more than the limit, and counts the bytes of a body sent without
 it (chunked) as the app reads them: past the limit it answers ``413`` and the app reads no
-more. A path may have a limit of its own (the dry run takes a whole job request).
+more. A path may have a limit of its own, and its own words for it (the dry run's).
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ class BodyTooLarge(Exception):
 
 
 class BodyLimit:
-    """Refuse (413) a request whose body is larger than ``limit`` bytes (or ``paths[path]`` for that path)."""
+    """Refuse (413) a request whose body is larger than ``limit`` bytes; ``paths`` maps a path to
+    a limit of its own and what the refusal says of it (``"the largest …, set by SETTING"``)."""
 
-    def __init__(self, app: ASGIApp, limit: int, paths: Mapping[str, int] | None = None) -> None:
+    def __init__(self, app: ASGIApp, limit: int, paths: Mapping[str, tuple[int, str]] | None = None) -> None:
         self.app = app
         self.limit = limit
         self.paths = dict(paths or {})
@@ -35,10 +36,10 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.paths.get(scope["path"], self.limit)
+        limit, where = self.paths.get(scope["path"], (self.limit, f"the control service's limit (set by {SETTING})"))
         length = _content_length(scope)
         if length is not None and length > limit:
-            await _refuse(send, limit, scope["path"] in self.paths)
+            await _refuse(send, limit, where)
             return
 
         received = 0
@@ -51,7 +52,7 @@ class BodyLimit:
                 received += len(message.get("body", b""))
                 if received > limit:
                     if not started:  # the app has not answered yet: the 413 is its answer
-                        await _refuse(send, limit, scope["path"] in self.paths)
+                        await _refuse(send, limit, where)
                         answered = True
                     raise BodyTooLarge(f"the request body passed {limit} bytes")
             return message
@@ -81,9 +82,7 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _refuse(send: Send, limit: int, own_limit: bool) -> None:
-    where = ("this route's limit (the largest job request)" if own_limit
-             else f"the control service's limit (set by {SETTING})")
+async def _refuse(send: Send, limit: int, where: str) -> None:
     detail = f"the request body is larger than {limit:,} bytes, {where}; the request was not carried out"
     body = json.dumps({"detail": detail}).encode()
     await send({"type": "http.response.start", "status": 413,
