@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
 from pacer_common.domain.dead_letters import Cursor, DeadLetter, Page, Queue, matches, page_of, read_depth
-from pacer_common.domain.ids import ItemId, new_item_ids
+from pacer_common.domain.ids import ItemId
 from pacer_common.domain.limits import Pacings, parse_limits
 from pacer_common.domain.requests import DEFAULT_TENANT
 from pacer_common.domain.tokens import Role, new_token, token_hash
@@ -57,6 +58,7 @@ from pacer_control.ports import (
     ControlTx,
     DeadLetterQueue,
     ExpectedHolder,
+    ItemSpan,
     NewToken,
     Row,
 )
@@ -69,6 +71,7 @@ UNKNOWN_TOKEN = "unknown or revoked token"
 SHARD_READS = frozenset({"quiet_since", "guid_held", "limits", "windows", "sender_limits", "job_gap", "penalty"})
 LEASE_FIELDS = ("owner", "epoch", "since", "lease_until", "renew_count", "takeovers", "last_send_at", "expired",
                 "windows")
+SPANS_KEPT = 4096  # jobs whose range of item ids a Control API keeps, the most recently used
 
 
 def _json(value: Any) -> Any:
@@ -86,6 +89,7 @@ class Control:
         self.clock = clock
         self.stalled_after_s = stalled_after_s
         self.report_page_rows = report_page_rows
+        self._spans: OrderedDict[tuple[str, Any], ItemSpan] = OrderedDict()
 
     # -- who is calling ------------------------------------------------------------------
     async def authenticate(self, authorization: str | None) -> Principal:
@@ -145,6 +149,31 @@ class Control:
                          for s in row["shards"]]
         return row
 
+    async def _span(self, job_id: str) -> tuple[Row, ItemSpan]:
+        """The job's head and the range of ids that holds its items (``ItemSpan``): every read
+        of a job's items by item id stays within it, so it reads that job's rows and not those
+        of the jobs created before and after it (adapters/sql/item_span.sql). Reading the range
+        reads every item of the job; it is read once a job and kept (the most recent
+        :data:`SPANS_KEPT` jobs): it holds the job's items as they were when read and the
+        whole millisecond of its creation, which every item added to the job later carries.
+        Kept by job id and creation time: a job pruned and planned again from the same request
+        has the same id and a new time. NotFound if there is no such job."""
+        head = await self.store.job_head(job_id)
+        if head is None:
+            raise NotFound(f"no job {job_id}")
+        key = (job_id, head["created_at"])
+        span = self._spans.get(key)
+        if span is not None:
+            self._spans.move_to_end(key)
+            return head, span
+        span = await self.store.item_span(job_id)
+        if span is None:
+            raise NotFound(f"no job {job_id}")
+        self._spans[key] = span
+        if len(self._spans) > SPANS_KEPT:
+            self._spans.popitem(last=False)
+        return head, span
+
     async def job_action(self, job_id: str, action: str, who: Principal, reason: str | None) -> ActionResult:
         return await self.store.atomically(lambda tx: tx.job_action(job_id, action, who.actor, reason))
 
@@ -164,6 +193,7 @@ class Control:
         last value is then the next part's ``after`` (None: no more match)."""
         if f is not None and (why := check_retry_status(f.status)):
             raise Invalid(why)
+        span = None if item_ids is not None else (await self._span(job_id))[1]
 
         async def work(tx: ControlTx) -> tuple[list[ItemRetry], dict[str, int], str | None]:
             # The job's bulk lock first (an advisory lock, not its row): two bulk retries of
@@ -179,8 +209,8 @@ class Control:
                 foreign = [i for i in wanted if i not in mine]
                 selection: dict[str, Any] = {"item_ids": len(wanted)}
             else:
-                assert f is not None
-                matched = await tx.select_for_retry(job_id, f, (part.at_most if part else MAX_RETRY) + 1,
+                assert f is not None and span is not None
+                matched = await tx.select_for_retry(job_id, span, f, (part.at_most if part else MAX_RETRY) + 1,
                                                     part.after if part else None)
                 targets, next_after = in_parts(matched, part, "the filter matches", "narrow it (error_class, guid)")
                 selection = {"filter": {"status": f.status.value, "error_class": f.error_class, "guid": f.guid},
@@ -230,10 +260,12 @@ class Control:
         messages are not undone; items in flight finish. More than ``MAX_RETRY`` matching items
         are refused unless taken in parts (``part``): the second value is then the next part's
         ``after`` (None: no more match)."""
+        _, span = await self._span(job_id)
+
         async def work(tx: ControlTx) -> tuple[dict[str, int], str | None]:
             if not await tx.lock_job(job_id):
                 raise NotFound(f"no job {job_id}")
-            matched = await tx.select_for_cancel(job_id, guid, (part.at_most if part else MAX_RETRY) + 1,
+            matched = await tx.select_for_cancel(job_id, span, guid, (part.at_most if part else MAX_RETRY) + 1,
                                                  part.after if part else None)
             targets, next_after = in_parts(matched, part, "the selection matches", "narrow it by guid, or cancel the job")
             totals = dict.fromkeys(CANCEL_OUTCOMES, 0)
@@ -289,9 +321,8 @@ class Control:
         return await self.store.atomically(work)
 
     async def items(self, job_id: str, f: ItemFilter) -> list[Row]:
-        if await self.store.job_head(job_id) is None:
-            raise NotFound(f"no job {job_id}")
-        return await self.store.items(job_id, f)
+        _, span = await self._span(job_id)
+        return await self.store.items(job_id, span, f)
 
     async def report(self, job_id: str) -> tuple[str, AsyncIterator[str]]:
         """The report's file name and its CSV text, a chunk per page of items by item id.
@@ -302,16 +333,13 @@ class Control:
         as it was when its page was read. Every item the job had when the download began is
         in it once (pages go by the item id, which never changes); an item added to the job
         meanwhile (a retry's compensation, a requery job's next page) may or may not be."""
-        head = await self.store.job_head(job_id)
-        if head is None:
-            raise NotFound(f"no job {job_id}")
-        span = await self.store.report_span(job_id)  # here: a database error is a 503, not a cut download
+        head, span = await self._span(job_id)  # here: a database error is a 503, not a cut download
         size = self.report_page_rows
 
         async def chunks() -> AsyncIterator[str]:
             yield report.header()
             after = None
-            while span is not None:
+            while True:
                 rows = await self.store.report_page(job_id, span, after, size)
                 if rows:
                     yield report.lines(rows)
@@ -502,12 +530,13 @@ class Control:
                             f"{', '.join(sorted(self.sandbox_targets))} (PACER_CONTROL_SANDBOX_TARGETS)")
 
         # Made once: a retry of the unit after a commit whose answer was lost finds its send.
-        job_id, item_id = str(uuid.uuid4()), new_item_ids(1, datetime.now(UTC))[0]  # today's partition
+        # The item's id is made with the job, stamped with its creation time (test_send.sql).
+        job_id = str(uuid.uuid4())
 
         async def work(tx: ControlTx) -> Row:
-            made = await tx.test_send_made(item_id)
+            made = await tx.test_send_made(job_id)
             if made is None:
-                made = await tx.test_send(job_id, item_id, guid, to_id, content, who.actor)
+                made = await tx.test_send(job_id, guid, to_id, content, who.actor)
                 await tx.audit(AuditEntry(who.actor, "test_send", "guid", guid, None, None,
                                           {"to_id": to_id, "job_id": made["job_id"], "item_id": made["item_id"],
                                            "idem_key": made["idem_key"], "content_chars": len(content)}))

@@ -40,9 +40,10 @@ _dumps = functools.partial(json.dumps, default=str)
 _sql = loader("pacer_control.adapters.sql")
 
 
-async def _rows(conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> list[Row]:
+async def _rows(conn: AsyncConnection[Any], name: str, params: dict[str, Any],
+                prepare: bool | None = None) -> list[Row]:
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(_sql(name), params)
+        await cur.execute(_sql(name), params, prepare=prepare)
         return await cur.fetchall()
 
 
@@ -99,10 +100,12 @@ class _Tx:
         rows = await _rows(self.conn, "items_of_job", {"job": job_id, "ids": list(item_ids)})
         return {r["item_id"] for r in rows}
 
-    async def select_for_retry(self, job_id: str, f: RetryFilter, limit: int, after: str | None = None) -> list[str]:
+    async def select_for_retry(self, job_id: str, span: ItemSpan, f: RetryFilter, limit: int,
+                               after: str | None = None) -> list[str]:
         rows = await _rows(self.conn, "select_for_retry", {"job": job_id, "status": f.status.value,
                                                           "error_class": f.error_class, "guid": f.guid,
-                                                          "limit": limit, "after": after})
+                                                          "first": span.first, "last": span.last,
+                                                          "limit": limit, "after": after}, prepare=False)
         return [r["item_id"] for r in rows]
 
     async def retry_items(self, item_ids: Sequence[str], actor: str, priority: int | None = None) -> list[ItemRetry]:
@@ -123,16 +126,18 @@ class _Tx:
                                                        "reason": reason})
         return _result(row, f"no job {job_id}")
 
-    async def select_for_cancel(self, job_id: str, guid: str | None, limit: int, after: str | None = None) -> list[str]:
+    async def select_for_cancel(self, job_id: str, span: ItemSpan, guid: str | None, limit: int,
+                                after: str | None = None) -> list[str]:
         rows = await _rows(self.conn, "select_for_cancel", {"job": job_id, "guid": guid, "limit": limit, "after": after,
-                                                           "statuses": [s.value for s in CANCELLABLE]})
+                                                           "first": span.first, "last": span.last,
+                                                           "statuses": [s.value for s in CANCELLABLE]}, prepare=False)
         return [r["item_id"] for r in rows]
 
-    async def test_send_made(self, item_id: str) -> Row | None:
-        return await _row(self.conn, "test_send_made", {"item": item_id})
+    async def test_send_made(self, job_id: str) -> Row | None:
+        return await _row(self.conn, "test_send_made", {"job": job_id})
 
-    async def test_send(self, job_id: str, item_id: str, guid: str, to_id: str, content: str, actor: str) -> Row:
-        row = await _row(self.conn, "test_send", {"job": job_id, "item": item_id, "guid": guid, "to_id": to_id,
+    async def test_send(self, job_id: str, guid: str, to_id: str, content: str, actor: str) -> Row:
+        row = await _row(self.conn, "test_send", {"job": job_id, "guid": guid, "to_id": to_id,
                                                   "content": content, "actor": actor})
         assert row is not None  # pacer_test_send always answers
         return row
@@ -275,10 +280,10 @@ class PostgresControl:
 
         return await self._call(unit)
 
-    async def _read(self, name: str, params: dict[str, Any]) -> list[Row]:
+    async def _read(self, name: str, params: dict[str, Any], prepare: bool | None = None) -> list[Row]:
         async def unit() -> list[Row]:
             async with self.pool.connection() as conn:
-                return await _rows(conn, name, params)
+                return await _rows(conn, name, params, prepare)
 
         return await self._call(unit)
 
@@ -328,14 +333,16 @@ class PostgresControl:
 
         return await self._call(unit)
 
-    async def items(self, job_id: str, f: ItemFilter) -> list[Row]:
+    async def items(self, job_id: str, span: ItemSpan, f: ItemFilter) -> list[Row]:
+        # Planned for its values, never a prepared statement's generic plan (items.sql).
         return await self._read("items", {
             "job": job_id, "statuses": [s.value for s in f.statuses] if f.statuses else None, "guid": f.guid,
-            "error_class": f.error_class, "with_error": f.only_with_error, "after": f.after, "limit": f.limit})
+            "error_class": f.error_class, "with_error": f.only_with_error, "after": f.after, "limit": f.limit,
+            "first": span.first, "last": span.last}, prepare=False)
 
-    async def report_span(self, job_id: str) -> ItemSpan | None:
-        rows = await self._read("report_span", {"job": job_id})
-        return ItemSpan(rows[0]["first"], rows[0]["last"]) if rows[0]["first"] is not None else None
+    async def item_span(self, job_id: str) -> ItemSpan | None:
+        rows = await self._read("item_span", {"job": job_id})
+        return ItemSpan(rows[0]["first"], rows[0]["last"]) if rows else None
 
     async def report_page(self, job_id: str, span: ItemSpan, after: str | None,
                           limit: int) -> list[tuple[Any, ...]]:

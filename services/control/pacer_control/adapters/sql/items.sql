@@ -1,4 +1,9 @@
--- One keyset page of a job's items, by item id. ``waiting``: why an open item is not moving
+-- One keyset page of a job's items, by item id, within the job's range of ids (``first`` and
+-- ``last``: item_span.sql), so that a page reads its own job's rows and stops, not the ids of
+-- the jobs created before and after it. Planned for each page's values (never a generic plan:
+-- which index serves depends on the job's share of the range and on the filter). The page is
+-- cut first, then joined: the holds are looked up for its rows only, not for every item that
+-- matches the filter. ``waiting``: why an open item is not moving
 -- (a hold on its job, shard or guid; a retry not yet due; its media not ready yet; a
 -- verification), NULL otherwise.
 -- A completed job is no hold: a compensation in it reopens the job.
@@ -18,16 +23,21 @@ SELECT i.item_id::text AS item_id, i.shard_id, i.guid, i.to_id, i.status::text A
             THEN 'waiting: ' || i.last_error
             WHEN i.status = 'recovery_pending' THEN 'waiting: delivery being verified with the gateway'
        END AS waiting
-FROM items i
+FROM (
+    SELECT i.*
+    FROM items i
+    WHERE i.job_id = %(job)s::uuid
+      AND i.item_id BETWEEN %(first)s::uuid AND %(last)s::uuid
+      AND (%(statuses)s::item_status[] IS NULL OR i.status = ANY(%(statuses)s::item_status[]))
+      AND (%(guid)s::text IS NULL OR i.guid = %(guid)s::text)
+      AND (%(error_class)s::text IS NULL OR i.last_error_class = %(error_class)s::text)
+      AND (NOT %(with_error)s OR i.last_error_class IS NOT NULL)
+      AND (%(after)s::uuid IS NULL OR i.item_id > %(after)s::uuid)
+    ORDER BY i.item_id
+    LIMIT %(limit)s
+) i
 JOIN jobs j ON j.job_id = i.job_id
 JOIN shards s ON s.shard_id = i.shard_id
 LEFT JOIN guid_leases g ON g.guid = i.guid
 LEFT JOIN guid_states h ON h.guid = i.guid
-WHERE i.job_id = %(job)s::uuid
-  AND (%(statuses)s::item_status[] IS NULL OR i.status = ANY(%(statuses)s::item_status[]))
-  AND (%(guid)s::text IS NULL OR i.guid = %(guid)s::text)
-  AND (%(error_class)s::text IS NULL OR i.last_error_class = %(error_class)s::text)
-  AND (NOT %(with_error)s OR i.last_error_class IS NOT NULL)
-  AND (%(after)s::uuid IS NULL OR i.item_id > %(after)s::uuid)
 ORDER BY i.item_id  -- the uuid column, as in the WHERE (not the text alias)
-LIMIT %(limit)s

@@ -1,7 +1,7 @@
 -- One page of the delivery report (columns: domain/report.py COLUMNS): the job's items after
 -- ``after`` (NULL: from the first) by item id. The item id is the primary key, unique and never
 -- changed, so consecutive pages neither skip nor repeat an item, whatever else they share.
--- ``first`` and ``last`` are the job's own range of ids (report_span.sql). A job's item ids
+-- ``first`` and ``last`` are the job's range of ids (item_span.sql). A job's item ids
 -- start with its creation time, so in that range of the primary key its items are all or
 -- nearly all there is: a large job's page walks the key from ``after`` and stops at its limit;
 -- without the bounds, the first page would walk the ids of every job created before it in the
