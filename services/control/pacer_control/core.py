@@ -259,7 +259,8 @@ class Control:
         audit record (action ``cancel_items`` on the job, ``after`` = items per outcome). Sent
         messages are not undone; items in flight finish. More than ``MAX_RETRY`` matching items
         are refused unless taken in parts (``part``): the second value is then the next part's
-        ``after`` (None: no more match)."""
+        ``after`` (None: no more match). Each item is cancelled as a cancel of it alone would
+        cancel it (its outcome counted), all in one statement: no savepoint per item."""
         _, span = await self._span(job_id)
 
         async def work(tx: ControlTx) -> tuple[dict[str, int], str | None]:
@@ -269,8 +270,7 @@ class Control:
                                                  part.after if part else None)
             targets, next_after = in_parts(matched, part, "the selection matches", "narrow it by guid, or cancel the job")
             totals = dict.fromkeys(CANCEL_OUTCOMES, 0)
-            for item_id in targets:
-                outcome, _ = await tx.cancel_item(item_id, who.actor)
+            for _, outcome, _ in await tx.cancel_items(targets, who.actor):
                 totals[outcome] = totals.get(outcome, 0) + 1
             done = {"next_after": next_after} if part else {}
             await tx.audit(AuditEntry(who.actor, "cancel_items", "job", job_id, reason,

@@ -121,6 +121,12 @@ class _Tx:
         r = await operations.cancel_item(self.conn, item_id, actor)
         return r.outcome, r.message
 
+    async def cancel_items(self, item_ids: Sequence[str], actor: str) -> list[tuple[str, str, str]]:
+        if not item_ids:
+            return []
+        rows = await _rows(self.conn, "cancel_items", {"ids": list(item_ids), "actor": actor})
+        return [(r["item_id"], r["outcome"], r["message"]) for r in rows]
+
     async def decide_approval(self, job_id: str, approve: bool, actor: str, reason: str | None) -> ActionResult:
         row = await _row(self.conn, "decide_approval", {"job": job_id, "approve": approve, "actor": actor,
                                                        "reason": reason})
