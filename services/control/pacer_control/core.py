@@ -484,10 +484,18 @@ class Control:
         """A refused job request sent to the planner again, as it came, once what refused it is
         fixed elsewhere (a tenant created, a quota raised, a bug fixed). A request still invalid
         is not sent (422, the planner's own reason), nor a record that holds only part of the
-        request (one too large to keep whole). Audited in the same transaction as the
-        send: the broker acknowledges the request before the audit record commits. A transient
-        database error runs the whole unit again, so a request may go out twice; the planner
-        plans a request id once."""
+        request (one too large to keep whole).
+
+        No database transaction is open while Kafka is waited on: the broker may take up to
+        ``PRODUCE_TIMEOUT_S`` to answer, and a transaction open that long would keep a pooled
+        connection and hold back every reader of the audit log's tail. Audited in two records
+        on the dead letter, each committed on its own: ``republish_attempt`` before the request
+        is sent (once a republish slot is free: none free within a few seconds is a 503 with
+        nothing written or sent), then ``republish`` once the broker acknowledged it, or
+        ``republish_failed`` with the error if it did not (a timeout: it may still have reached
+        the topic). So no request goes out without a record of it, and no record says it was
+        sent unless the broker said so. A database error after the send leaves the attempt as
+        its only record: the answer still says it was republished, and the error is logged."""
         letter = await self.dead_letter(who, "requests", partition, offset)
         if (why := letter.not_republishable()) is not None:
             raise Invalid(f"not republished: {why}")
@@ -496,18 +504,38 @@ class Control:
         except InvalidRequest as exc:
             raise Invalid(f"not republished, the planner would refuse it again: {exc}. Fix the request "
                           "(GET its body) and publish it as a new one") from None
-        topic = self.dead_letter_topic("requests")
+        queue = self._queue()
+        topic = queue.topic("requests")
+        where = f"{topic}:{letter.where}"
+        before = {"reason": letter.reason, "at": letter.at.isoformat()}
+        sent = {"key": letter.key_text, "tenant": letter.tenant}
 
-        async def work(tx: ControlTx) -> None:
-            await tx.audit(AuditEntry(who.actor, "republish", "dead_letter", f"{topic}:{letter.where}", reason,
-                                      before={"reason": letter.reason, "at": letter.at.isoformat()},
-                                      after={"key": letter.key_text, "tenant": letter.tenant}))
-            await self._queue().republish(letter)
+        async def record(action: str, after: dict[str, Any]) -> None:
+            entry = AuditEntry(who.actor, action, "dead_letter", where, reason, before=before, after=after)
+            await self.store.atomically(lambda tx: tx.audit(entry))
 
-        await self.store.atomically(work)
-        log.info("dead letter republished", extra={"where": f"{topic}:{letter.where}", "actor": who.actor})
-        return ActionResult("done", f"republished {topic} {letter.where}: the planner takes it again "
-                            "(a request that is already a job is not planned twice)")
+        async with queue.publishing():
+            await record("republish_attempt", sent)
+            try:
+                await queue.republish(letter)
+            except Unavailable as exc:
+                try:
+                    await record("republish_failed", {**sent, "error": str(exc)})
+                except Unavailable:
+                    log.error("dead letter republish failed; the failure is not audited (the database cannot be "
+                              "reached): its record says it was attempted", extra={"where": where, "actor": who.actor})
+                raise
+            done = (f"republished {topic} {letter.where}: the planner takes it again (a request that is already a "
+                    "job is not planned twice)")
+            try:
+                await record("republish", sent)
+            except Unavailable:
+                log.error("dead letter republished, but the database cannot be reached to audit it as sent: its "
+                          "record says it was attempted", extra={"where": where, "actor": who.actor})
+                return ActionResult("done", f"{done}. Its audit record says only that it was attempted: the "
+                                    "database could not be reached to record it as sent")
+        log.info("dead letter republished", extra={"where": where, "actor": who.actor})
+        return ActionResult("done", done)
 
     # -- tools ---------------------------------------------------------------------------
     def dry_run(self, raw: bytes, samples: int) -> DryRun:

@@ -8,6 +8,7 @@ commit together or not at all, and the whole unit is retried on a transient data
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
@@ -171,7 +172,13 @@ class DeadLetterQueue(Protocol):
         does not exist yet."""
         ...
     async def one(self, queue: Queue, partition: int, offset: int) -> DeadLetter | None: ...
+    def publishing(self) -> AbstractAsyncContextManager[None]:
+        """One of the few republishes that may run at once (slots of their own: a republish
+        never waits behind reads, nor reads behind it), held while the block runs; raises
+        :class:`~pacer_control.domain.errors.Unavailable` if none frees within a few seconds."""
+        ...
     async def republish(self, letter: DeadLetter) -> None:
         """A refused job request to the job requests topic again, as it came; raises unless
-        the broker acknowledged it."""
+        the broker acknowledged it (:class:`Unavailable`: it may still have taken it, if the
+        answer was what did not come in time). Called within :meth:`publishing`."""
         ...

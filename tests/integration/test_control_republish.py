@@ -1,0 +1,136 @@
+"""Republishing a dead-lettered job request through the Control API, on the real broker and
+database, while Kafka is slow to acknowledge: no database transaction of the API stays open
+meanwhile, republishes wait on slots of their own (reads of the dead letters go on; one
+beyond the slots is refused, nothing written), and the audit log says what happened: an
+attempt before the request goes out, then that it was sent, or that it failed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from pacer_common.kafka import ProduceError, ensure_topics, make_producer
+from pacer_common.settings import KafkaSettings
+from pacer_control.adapters import kafka as control_kafka
+from pacer_control.adapters.kafka import KafkaDeadLetters
+from pacer_planner.adapters.kafka import KafkaCommandBus
+from tests.integration.control_support import audit, control_api
+from tests.integration.helpers import eventually, read_topic
+
+APP = "test-control"  # the application_name of control_api's pool
+
+
+def _request(request_id: str) -> bytes:
+    return json.dumps({
+        "request_id": request_id, "kind": "campaign", "created_by": "ops:test", "tenant": "acme",
+        "message": {"type": "text", "content": "hi"},
+        "targets": {"mode": "snapshot", "items": [{"guid": "g-1", "to_id": "room-1"}]},
+        "expire_at": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
+    }).encode()
+
+
+class PausedProduce:
+    """``dead_letters.republish`` held in its thread until let go: then it fails (a broker that
+    never acknowledged) or sends for real."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.entered: dict[str, threading.Event] = {}
+        self.go: dict[str, threading.Event] = {}
+        self.fail: set[str] = set()
+        self.lock = threading.Lock()
+
+    def _events(self, key: str) -> tuple[threading.Event, threading.Event]:
+        with self.lock:
+            return self.entered.setdefault(key, threading.Event()), self.go.setdefault(key, threading.Event())
+
+    def __call__(self, k: KafkaSettings, topic: str, letter: Any, timeout_s: float = 10.0) -> None:
+        key = letter.key_text
+        entered, go = self._events(key)
+        entered.set()
+        assert go.wait(60), f"the test never let {key} go"
+        if key in self.fail:
+            raise ProduceError("1 message(s) still queued after 10.0s")
+        self.real(k, topic, letter, timeout_s)
+
+
+def open_transactions(url: str) -> list[dict[str, Any]]:
+    with psycopg.connect(url) as conn:
+        cur = conn.execute("SELECT state, xact_start, query FROM pg_stat_activity"
+                           " WHERE application_name = %s AND xact_start IS NOT NULL", (APP,))
+        return [dict(zip(("state", "xact_start", "query"), r, strict=True)) for r in cur.fetchall()]
+
+
+def test_a_republish_waiting_on_kafka_holds_no_transaction_and_is_audited_as_it_ended(
+        kafka_config: dict[str, str], topic_prefix: str, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = database_url
+    requests, dlq = f"{topic_prefix}.job-requests", f"{topic_prefix}.job-requests.dlq"
+    ensure_topics(kafka_config, {requests: (1, {}), dlq: (1, {})})
+    bus = KafkaCommandBus(make_producer(kafka_config), lambda lane: f"{topic_prefix}.item-commands.{lane}", dlq)
+    for key in ("r-fails", "r-sent", "r-third"):  # offsets 0, 1, 2
+        bus.dead_letter(key.encode(), _request(key), "tenant 'acme' is over its quota", "acme")
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO tenants (name) VALUES ('acme')")
+    paused = PausedProduce(control_kafka.dlq.republish)
+    monkeypatch.setattr(control_kafka.dlq, "republish", paused)
+    monkeypatch.setattr(control_kafka, "PUBLISH_WAIT_S", 0.5)
+    queue = KafkaDeadLetters(KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"],
+                                           topic_prefix=topic_prefix))
+
+    async def go() -> dict[str, Any]:
+        async with control_api(url, dead_letters=queue) as api:
+            async def republish(offset: int) -> Any:
+                return await api.post(f"/dead-letters/requests/0/{offset}/republish", role="tech_admin",
+                                      json={"reason": "quota raised"})
+
+            fails, sent = asyncio.create_task(republish(0)), asyncio.create_task(republish(1))
+            try:
+                for key in ("r-fails", "r-sent"):  # both slots taken, each send waiting on the broker
+                    entered, _ = paused._events(key)
+
+                    async def sending(e: threading.Event = entered) -> bool:
+                        return e.is_set()
+
+                    await eventually(sending, 30, f"{key}'s send")
+                # Meanwhile: no transaction of the Control API is open, each attempt is on
+                # record already, and the dead letters can still be read.
+                assert open_transactions(url) == []
+                assert sorted((a["action"], a["target_id"]) for a in audit(url) if a["target_type"] == "dead_letter") == [
+                    ("republish_attempt", f"{dlq}:0:0"), ("republish_attempt", f"{dlq}:0:1")]
+                listed = await asyncio.wait_for(api.get("/dead-letters", role="operator"), 15)
+                assert listed.status_code == 200 and len(listed.json()["letters"]) == 3, listed.text
+                # A third republish finds no slot: refused, nothing written, nothing sent.
+                third = await republish(2)
+                assert third.status_code == 503 and "nothing was sent" in third.json()["detail"], third.text
+                assert "r-third" not in paused.entered
+                assert open_transactions(url) == []
+                paused.fail.add("r-fails")
+            finally:
+                for key in ("r-fails", "r-sent"):
+                    paused._events(key)[1].set()
+            return {"fails": await fails, "sent": await sent}
+
+    answers = asyncio.run(go())
+    assert answers["fails"].status_code == 503, answers["fails"].text
+    assert "may or may not have reached" in answers["fails"].json()["detail"]
+    assert answers["sent"].status_code == 200, answers["sent"].text
+    by_target: dict[str, list[dict[str, Any]]] = {}
+    for a in audit(url):
+        by_target.setdefault(a["target_id"], []).append(a)
+    failed = by_target[f"{dlq}:0:0"]
+    assert [a["action"] for a in failed] == ["republish_attempt", "republish_failed"], "never claimed as sent"
+    assert "still queued after" in failed[1]["after"]["error"]
+    assert failed[1]["after"]["key"] == "r-fails" and failed[1]["reason"] == "quota raised"
+    done = by_target[f"{dlq}:0:1"]
+    assert [a["action"] for a in done] == ["republish_attempt", "republish"]
+    assert (done[1]["actor"], done[1]["after"], done[1]["before"]["reason"]) == (
+        "token:tech_admin", {"key": "r-sent", "tenant": "acme"}, "tenant 'acme' is over its quota")
+    assert f"{dlq}:0:2" not in by_target
+    got = read_topic(kafka_config, requests, 1)
+    assert [r["key"] for r in got] == [b"r-sent"], "the failed one was never sent, the refused one never tried"
