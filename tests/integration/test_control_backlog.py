@@ -116,9 +116,16 @@ def test_a_jobs_weight_and_rate_are_set_hot_checked_and_audited(database_url: st
             assert r.status_code == 422, "a weight is a job's, not a guid's"
             r = await api.call("PUT", "/guids/g/limits", "tech_admin", json={"shed": False, "online_yield_s": 30})
             assert r.status_code == 200, r.text
+            # The change is the job's: the Audit page filtered by the job finds it.
+            found = (await api.get(f"/audit?target_type=job&target_id={job}", "tech_admin")).json()["entries"]
+            assert [(e["action"], e["target_type"], e["target_id"]) for e in found] == [("set_limits", "job", job)]
 
     asyncio.run(go())
     (row,) = rows(url, "SELECT limits FROM guid_limits WHERE guid = %s", target)
     assert row["limits"] == {"weight": 3.0, "min_interval_s": 20.0}
-    log = audit(url, target)
-    assert [(a["action"], a["reason"]) for a in log] == [("set_limits", "launch")]
+    log = audit(url, job)
+    assert [(a["action"], a["target_type"], a["reason"]) for a in log] == [("set_limits", "job", "launch")]
+    assert log[0]["after"] == {"limits": {"weight": 3.0, "min_interval_s": 20.0}}
+    assert audit(url, target) == [], "not under the limits row's name"
+    # A guid's own limits stay audited on the guid.
+    assert [(a["action"], a["target_type"]) for a in audit(url, "g")] == [("set_limits", "guid")]

@@ -435,11 +435,15 @@ class Control:
         except ValueError as exc:
             raise Invalid(str(exc)) from None
 
+        # A job's weight and rate (row job:<job_id>) are the job's: audited on it, where the
+        # job's other changes are found (the audit log by target type job and its id).
+        target = ("job", guid.removeprefix("job:")) if guid.startswith("job:") else ("guid", guid)
+
         async def work(tx: ControlTx) -> Row:
             # Locked: a concurrent change waits, so "before" is what this change replaced.
             before = await tx.lock_guid_limits(guid, who.actor)
             after = await tx.set_guid_limits(guid, overrides, who.actor)
-            await tx.audit(AuditEntry(who.actor, "set_limits", "guid", guid, reason,
+            await tx.audit(AuditEntry(who.actor, "set_limits", *target, reason,
                                       before={"limits": before}, after={"limits": after}))
             return {"guid": guid, "limits": after, "changed": overrides,
                     "message": "stored; senders apply it within about a second"}
