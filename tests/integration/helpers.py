@@ -81,6 +81,22 @@ async def serving(app: Any, port: int, what: str = "the server") -> tuple[Any, a
     return server, task
 
 
+def on_stub(app: Any, scenario: Callable[[str], Awaitable[Any]]) -> Any:
+    """``scenario(url)`` run against ``app`` served on a loopback port of its own."""
+    from pacer_dev.fakegateway.process import free_port
+
+    async def go() -> Any:
+        port = free_port()
+        server, task = await serving(app, port, "the stub gateway")
+        try:
+            return await scenario(f"http://127.0.0.1:{port}")
+        finally:
+            server.should_exit = True
+            await task
+
+    return asyncio.run(go())
+
+
 async def waiting_for_locks(url: str, n: int = 1) -> bool:
     """Whether at least ``n`` sessions of the database at ``url`` wait for a lock now (a
     check for :func:`eventually`)."""

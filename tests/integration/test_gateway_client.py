@@ -15,7 +15,7 @@ from pydantic import SecretStr
 from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, SendError
 from pacer_common.gateway import GatewayClient, make_client
 from pacer_dev.fakegateway.process import free_port, running_fake_gateway
-from tests.integration.helpers import serving
+from tests.integration.helpers import on_stub, serving
 
 
 def send(url: str, deadline: float | None, key: str) -> object:
@@ -152,20 +152,6 @@ def test_a_found_that_is_not_a_json_boolean_is_cant_say(found: object) -> None:
          "auth": "Bearer cred"}])
 
 
-def _on_stub(app: FastAPI, scenario: Any) -> Any:
-    """``scenario(url)`` run against ``app`` served on a loopback port of its own."""
-    async def go() -> Any:
-        port = free_port()
-        server, task = await serving(app, port, "the stub gateway")
-        try:
-            return await scenario(f"http://127.0.0.1:{port}")
-        finally:
-            server.should_exit = True
-            await task
-
-    return asyncio.run(go())
-
-
 def test_a_credential_refused_by_http_401_is_not_sent_and_opens_the_tenants_breaker() -> None:
     """A rotated credential fails every call of the tenant with a bare 401: retried within the
     items' attempts and counted by the breaker, never a permanent bad_params failure."""
@@ -197,7 +183,7 @@ def test_a_credential_refused_by_http_401_is_not_sent_and_opens_the_tenants_brea
             await gws.aclose()
         return errors
 
-    errors = _on_stub(app, scenario)
+    errors = on_stub(app, scenario)
     assert [(e.failure_class, e.code, e.deferred) for e in errors] == [(FailureClass.NOT_SENT, None, False)] * 3 + [
         (FailureClass.RATE_LIMITED, None, True)]
     assert errors[0].message.startswith("HTTP 401 from gateway: credential refused")
@@ -246,7 +232,7 @@ def test_a_call_that_never_got_a_connection_from_a_saturated_pool_is_not_sent() 
         finally:
             await client.aclose()
 
-    first, second = _on_stub(app, scenario)
+    first, second = on_stub(app, scenario)
     assert first.code == 0
     assert second is not None and second.failure_class is FailureClass.NOT_SENT, second
     assert "ConnectionTimeoutError" in second.message
@@ -283,6 +269,6 @@ def test_a_customer_read_left_without_an_answer_is_read_again_and_counted_by_the
         finally:
             await gws.aclose()
 
-    errors, opened = _on_stub(app, scenario)
+    errors, opened = on_stub(app, scenario)
     assert [e.failure_class for e in errors] == [FailureClass.RETRYABLE] * 2
     assert opened, "a gateway failing every read opens the tenant's breaker"

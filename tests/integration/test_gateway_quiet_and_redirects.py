@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Any
 
@@ -22,31 +22,17 @@ from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, Retry
 from pacer_common.domain.tenants import Tenant
 from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.tenant_gateways import TenantGateways
-from pacer_dev.fakegateway.process import free_port, running_fake_gateway
+from pacer_dev.fakegateway.process import running_fake_gateway
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.core import Executor
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
-from tests.integration.helpers import eventually, seed_job, serving
+from tests.integration.helpers import eventually, on_stub, seed_job
 
 TTL = timedelta(seconds=30)
 F = FailureClass
-
-
-def on_stub(app: FastAPI, scenario: Callable[[str], Awaitable[Any]]) -> Any:
-    """``scenario(url)`` run against ``app`` served on a loopback port of its own."""
-    async def go() -> Any:
-        port = free_port()
-        server, task = await serving(app, port, "the stub gateway")
-        try:
-            return await scenario(f"http://127.0.0.1:{port}")
-        finally:
-            server.should_exit = True
-            await task
-
-    return asyncio.run(go())
 
 
 def answering(status: int, body: bytes, headers: dict[str, str] | None = None) -> tuple[FastAPI, list[str]]:
