@@ -331,13 +331,8 @@ def test_a_partition_that_cannot_be_dropped_stops_neither_the_others_nor_the_res
     """An items partition past retention whose DROP fails (a view depends on it) is reported by
     name, counted, and left for the next run; the partitions after it are dropped, and the
     finished jobs and the tenants' send counts past retention are pruned all the same."""
-    import asyncio
 
-    from pacer_common.db.pool import open_pool
-    from pacer_reconciler.adapters.partitions import PostgresPartitions
-    from pacer_reconciler.domain.retention import Retention
     from pacer_reconciler.metrics import ReconcilerMetrics
-    from pacer_reconciler.retention import PartitionKeeper
 
     now = datetime.now(UTC)
     stuck_at, gone_at = now - timedelta(days=27), now - timedelta(days=20)  # the stuck one first
@@ -352,16 +347,6 @@ def test_a_partition_that_cannot_be_dropped_stops_neither_the_others_nor_the_res
         conn.execute(f"CREATE VIEW stuck_items AS SELECT item_id FROM {stuck}")
     registry = CollectorRegistry()
     m = ReconcilerMetrics(registry, lambda: True)
-    retention = Retention(items_days=7, ledger_days=35, audit_days=400, conflicts_days=90, state_history_days=90,
-                          usage_days=400)
-
-    async def maintenance_run() -> None:
-        pool = await open_pool(database_url, min_size=1, max_size=2)
-        try:
-            await PartitionKeeper(PostgresPartitions(pool), retention, 3, m).round()
-        finally:
-            await pool.close()
-
     def failed() -> float | None:
         return registry.get_sample_value("pacer_reconciler_partitions_total", {"table": "items", "action": "failed"})
 
@@ -373,7 +358,7 @@ def test_a_partition_that_cannot_be_dropped_stops_neither_the_others_nor_the_res
         return partitions, jobs, usage
 
     with caplog.at_level(logging.INFO, logger="pacer.reconciler.retention"):
-        asyncio.run(maintenance_run())
+        maintenance_round(database_url, 3, m)
     partitions, jobs, usage = left()
     assert stuck in partitions and gone not in partitions, "the partition after the stuck one is dropped"
     assert done_job not in jobs and stuck_job in jobs, "the jobs whose items went are pruned; the other waits"
@@ -386,7 +371,7 @@ def test_a_partition_that_cannot_be_dropped_stops_neither_the_others_nor_the_res
 
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("DROP VIEW stuck_items")
-    asyncio.run(maintenance_run())  # fixed: the next run drops it, and its job goes
+    maintenance_round(database_url, 3, m)  # fixed: the next run drops it, and its job goes
     partitions, jobs, _ = left()
     assert stuck not in partitions and stuck_job not in jobs
     assert failed() == 1, "counted once, when it failed"
@@ -397,13 +382,8 @@ def test_a_partition_that_cannot_be_made_stops_neither_the_others_nor_the_rest_o
     """A partition of the days ahead whose CREATE fails (a stray table has its name) is reported
     by name, counted, and tried again next run; every other partition ahead is made, and the
     pruning after it runs all the same."""
-    import asyncio
 
-    from pacer_common.db.pool import open_pool
-    from pacer_reconciler.adapters.partitions import PostgresPartitions
-    from pacer_reconciler.domain.retention import Retention
     from pacer_reconciler.metrics import ReconcilerMetrics
-    from pacer_reconciler.retention import PartitionKeeper
 
     ahead = 60
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -413,16 +393,6 @@ def test_a_partition_that_cannot_be_made_stops_neither_the_others_nor_the_rest_o
         conn.execute("INSERT INTO tenant_usage (tenant, day, sends) VALUES ('default', current_date - 500, 5)")
     registry = CollectorRegistry()
     m = ReconcilerMetrics(registry, lambda: True)
-    retention = Retention(items_days=7, ledger_days=35, audit_days=400, conflicts_days=90, state_history_days=90,
-                          usage_days=400)
-
-    async def maintenance_run() -> None:
-        pool = await open_pool(database_url, min_size=1, max_size=2)
-        try:
-            await PartitionKeeper(PostgresPartitions(pool), retention, ahead, m).round()
-        finally:
-            await pool.close()
-
     def failed() -> float | None:
         return registry.get_sample_value("pacer_reconciler_partitions_total", {"table": "items", "action": "failed"})
 
@@ -432,7 +402,7 @@ def test_a_partition_that_cannot_be_made_stops_neither_the_others_nor_the_rest_o
                     for p, s, _ in conn.execute("SELECT * FROM pacer_partitions_missing(now(), %s)", (ahead,))]
 
     with caplog.at_level(logging.INFO, logger="pacer.reconciler.retention"):
-        asyncio.run(maintenance_run())
+        maintenance_round(database_url, ahead, m)
     assert left_missing() == [stray], "every partition but the stray one's is made"
     assert failed() == 1
     said = [r for r in caplog.records if r.name == "pacer.reconciler.retention" and r.levelno == logging.ERROR]
@@ -444,7 +414,7 @@ def test_a_partition_that_cannot_be_made_stops_neither_the_others_nor_the_rest_o
 
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(f"DROP TABLE {stray}")
-    asyncio.run(maintenance_run())  # fixed: the next run makes it
+    maintenance_round(database_url, ahead, m)  # fixed: the next run makes it
     assert left_missing() == []
     assert failed() == 1, "counted once, when it failed"
 
@@ -743,6 +713,31 @@ def test_an_item_id_gives_back_the_time_it_was_made_from(database_url: str) -> N
     assert made == floor == at.replace(microsecond=123000)
 
 
+def maintenance_round(url: str, ahead_days: int, metrics: Any = None, period_days: int = 7) -> None:
+    """One run of the reconcilers' partition maintenance (items kept 7 days), counted in
+    ``metrics`` (a ``ReconcilerMetrics``; one of its own if none)."""
+    import asyncio
+
+    from pacer_common.db.pool import open_pool
+    from pacer_reconciler.adapters.partitions import PostgresPartitions
+    from pacer_reconciler.domain.retention import Retention
+    from pacer_reconciler.metrics import ReconcilerMetrics
+    from pacer_reconciler.retention import PartitionKeeper
+
+    retention = Retention(items_days=7, ledger_days=35, audit_days=400, conflicts_days=90, state_history_days=90,
+                          usage_days=400)
+    m = metrics or ReconcilerMetrics(CollectorRegistry(), lambda: True)
+
+    async def run() -> None:
+        pool = await open_pool(url, min_size=1, max_size=2)
+        try:
+            await PartitionKeeper(PostgresPartitions(pool), retention, ahead_days, m, period_days).round()
+        finally:
+            await pool.close()
+
+    asyncio.run(run())
+
+
 def spans(conn: psycopg.Connection[Any], table: str) -> list[tuple[str, datetime, datetime]]:
     return [(str(n), s, e) for n, s, e in conn.execute("SELECT * FROM pacer_partitions(%s)", (table,)).fetchall()]
 
@@ -759,25 +754,7 @@ def test_a_change_of_period_cuts_the_partitions_made_after_it_end_to_end(
     """PACER_RECONCILER_PARTITION_PERIOD_DAYS changed on a running installation: the
     maintenance run cuts the partitions of items and their events that it makes from then on
     by the new period, from where the ones made already end; the ledger keeps its weeks."""
-    import asyncio
 
-    from pacer_common.db.pool import open_pool
-    from pacer_reconciler.adapters.partitions import PostgresPartitions
-    from pacer_reconciler.domain.retention import Retention
-    from pacer_reconciler.metrics import ReconcilerMetrics
-    from pacer_reconciler.retention import PartitionKeeper
-
-    retention = Retention(items_days=7, ledger_days=35, audit_days=400, conflicts_days=90, state_history_days=90,
-                          usage_days=400)
-
-    async def maintain(period_days: int, ahead_days: int) -> None:
-        pool = await open_pool(database_url, min_size=1, max_size=1)
-        try:
-            keeper = PartitionKeeper(PostgresPartitions(pool), retention, ahead_days,
-                                     ReconcilerMetrics(CollectorRegistry(), lambda: True), period_days)
-            await keeper.round()
-        finally:
-            await pool.close()
 
     now = datetime.now(UTC)
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -787,7 +764,7 @@ def test_a_change_of_period_cuts_the_partitions_made_after_it_end_to_end(
         # Far enough ahead for a few days past the weeks made already, whatever today's weekday.
         ahead = (weekly[-1][2] - now).days + 4
         with caplog.at_level(logging.INFO, logger="pacer.reconciler.retention"):
-            asyncio.run(maintain(1, ahead))
+            maintenance_round(database_url, ahead, period_days=1)
         said = [r.getMessage() for r in caplog.records if "made from now on" in r.getMessage()]
         assert sorted(said) == [f"partitions of {t} made from now on hold 1 day each (were 7 days); those made already "
                                 "keep theirs" for t in ("item_events", "items")]
@@ -803,7 +780,7 @@ def test_a_change_of_period_cuts_the_partitions_made_after_it_end_to_end(
 
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="pacer.reconciler.retention"):
-            asyncio.run(maintain(7, ahead + 21))
+            maintenance_round(database_url, ahead + 21, period_days=7)
         assert sum("made from now on hold 7 days each (were 1 day)" in r.getMessage() for r in caplog.records) == 2
         after = spans(conn, "items")
         assert after[:len(daily)] == daily
