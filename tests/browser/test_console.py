@@ -105,14 +105,17 @@ def test_operator_watches_progress_reads_failure_categories_and_pauses_the_job(
         dialogs.append(d.message)
         d.accept()
 
-    page.once("dialog", on_dialog)
+    page.on("dialog", on_dialog)
     page.fill(".actions input[name=reason]", "customer asked to hold")
+    shown_at = page.url
+    page.press(".actions input[name=reason]", "Enter")  # the form has no action: Enter did a GET of the page
     page.click("button.act-pause")
     # The database's clock as a read first sees the job paused: no earlier than the pause's commit.
     seen_paused = wait_for(lambda: (r := sql(stack, "SELECT clock_timestamp() FROM jobs WHERE request_id = %s"
                                                     " AND status = 'paused'", rid)) and r[0][0],
                            30, "the job paused")
-    assert "in flight finish" in dialogs[0]
+    assert "in flight finish" in dialogs[0] and len(dialogs) == 1, dialogs
+    assert page.url == shown_at, "Enter in the reason field left the page"
     expect(page.locator("#job-status")).to_have_text("paused")
     expect(page.locator("#flash")).to_contain_text("running → paused")
     # The sends in flight finish, and the sender, back at each of the job's guids that still
@@ -305,6 +308,9 @@ def test_a_large_job_waits_for_an_admin_who_approves_it_from_its_preview(
     assert sql(stack, "SELECT count(*) FROM items WHERE job_id = %s AND status <> 'pending'", job_id) == [(0,)]
 
     card.locator("input[name=reason]").fill("copy checked with marketing")
+    shown_at = page.url
+    card.locator("input[name=reason]").press("Enter")  # neither approves nor does a GET of the page
+    assert page.url == shown_at, "Enter in the reason field left the page"
     page.once("dialog", lambda d: d.accept())
     card.locator("button.approve").click()
     expect(page.locator("#flash")).to_contain_text("job approved")
