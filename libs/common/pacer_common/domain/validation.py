@@ -1,8 +1,9 @@
 """One validation of a job request, for the planner and for the control API's dry run.
 
 ``validate_request`` takes the bytes as published and either returns the request with every
-target rendered and keyed, or raises :class:`InvalidRequest` with the reason the planner
-puts in the dead-letter header (and the dry run answers with). Whatever it accepts, the
+target rendered and keyed (each message rendered to be checked, and again whenever it is read:
+``RenderedTargets``), or raises :class:`InvalidRequest` with the reason the planner puts in
+the dead-letter header (and the dry run answers with). Whatever it accepts, the
 store can hold: the model bounds every string, number and instant (``requests``), and this
 module bounds what is derived from them — a rendered message (the gateway's limit) and an
 idempotency key (a btree row). Those bounds also bound an item command far below a Kafka
@@ -101,7 +102,7 @@ class CannotPlan(ValueError):
 class ValidRequest:
     request: JobRequest  # a snapshot's targets.items may be a LazyTargets: read them from ``targets``
     template_fields: list[str]
-    targets: list[Rendered] | None  # None for a requery job: its targets are fetched later
+    targets: RenderedTargets | None  # None for a requery job: its targets are fetched later
 
 
 def validate_request(raw: bytes, now: datetime) -> ValidRequest:
@@ -146,40 +147,75 @@ def prepare(req: JobRequest, now: datetime, rows: Sequence[TargetFields] | None 
     if isinstance(req.targets, RequeryTargets):
         return ValidRequest(req, fields, None)
     targets: Sequence[TargetFields] = req.targets.items if rows is None else rows
-    return ValidRequest(req, fields, _render_all(req, targets) or _render_each(req, targets))
+    checked = _render_all(req, targets)
+    return ValidRequest(req, fields, _render_each(req, targets) if checked is None else checked)
 
 
-def _render_all(req: JobRequest, targets: Sequence[TargetFields]) -> list[Rendered] | None:
-    """Every target rendered and keyed, a step at a time over all of them (the biggest
-    requests have millions); None if any step finds a fault: ``_render_each`` names it."""
+def _render_all(req: JobRequest, targets: Sequence[TargetFields]) -> RenderedTargets | None:
+    """Every target checked and keyed, a step at a time over all of them (the biggest
+    requests have millions); None if any step finds a fault: ``_render_each`` names it. Each
+    message is rendered to be measured and dropped: what a request renders to is up to
+    4,096 characters per target, hundreds of times the target's own bytes."""
     guids, to_ids = [t.guid for t in targets], [t.to_id for t in targets]
     if len(set(zip(guids, to_ids, strict=True))) != len(targets):
         return None
     template = req.message.content
     try:  # only a text message is a template; the others are sent as they are
-        contents = ([render(template, t.vars) for t in targets] if isinstance(req.message, TextMessage)
-                    else [template] * len(targets))
+        longest = (max(len(render(template, t.vars)) for t in targets) if isinstance(req.message, TextMessage)
+                   else len(template))
     except KeyError:
         return None
     keys = idem_keys(req, guids, to_ids)
-    if max(map(len, contents)) > MAX_CONTENT_CHARS or max(map(len, keys)) > MAX_KEY_BYTES:
+    if longest > MAX_CONTENT_CHARS or max(map(len, keys)) > MAX_KEY_BYTES:
         return None
-    return list(zip(targets, contents, keys, strict=True))
+    return RenderedTargets(req, targets, keys)
 
 
-def _render_each(req: JobRequest, targets: Sequence[TargetFields]) -> list[Rendered]:
+def _render_each(req: JobRequest, targets: Sequence[TargetFields]) -> RenderedTargets:
     """Target by target, in order: the first fault raised as :class:`CannotPlan`, naming it."""
     seen: dict[tuple[str, str], int] = {}
-    out: list[Rendered] = []
+    keys: list[IdemKey] = []
     for pos, target in enumerate(targets):
         pair = (target.guid, target.to_id)
         if pair in seen:
             raise CannotPlan(f"target guid={target.guid!r} to_id={target.to_id!r} appears twice "
                              f"(targets[{seen[pair]}] and targets[{pos}])")
         seen[pair] = pos
-        content, key = render_target(req, target, target.vars, f"targets[{pos}]")
-        out.append((target, content, key))
-    return out
+        keys.append(render_target(req, target, target.vars, f"targets[{pos}]")[1])
+    return RenderedTargets(req, targets, keys)
+
+
+class RenderedTargets(Sequence[Rendered]):
+    """A snapshot's targets, each with its content and idempotency key: the content rendered
+    from the template and the target's vars each time it is read, never kept. What a request
+    holds is bounded by its bytes; what it renders to is not (4,096 characters, four bytes each
+    in memory, for a target of thirty bytes), so nothing holds every rendered message at
+    once: a reader renders, uses and drops (``PlannedItem.content`` likewise)."""
+
+    def __init__(self, req: JobRequest, targets: Sequence[TargetFields], keys: Sequence[IdemKey]) -> None:
+        self.text = req.message.content
+        self.templated = isinstance(req.message, TextMessage)  # else the text is sent as it is
+        self.targets, self.keys = targets, keys
+
+    def content(self, target: TargetFields) -> str:
+        return render(self.text, target.vars) if self.templated else self.text
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    @overload
+    def __getitem__(self, i: int) -> Rendered: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Rendered]: ...
+
+    def __getitem__(self, i: int | slice) -> Rendered | list[Rendered]:
+        if isinstance(i, slice):
+            return [(t, self.content(t), k) for t, k in zip(self.targets[i], self.keys[i], strict=True)]
+        t = self.targets[i]
+        return t, self.content(t), self.keys[i]
+
+    def __iter__(self) -> Iterator[Rendered]:
+        return ((t, self.content(t), k) for t, k in zip(self.targets, self.keys, strict=True))
 
 
 def render_target(req: JobRequest, target: TargetFields, variables: Mapping[str, str],

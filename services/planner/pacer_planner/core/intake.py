@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Literal, overload
 
 from pacer_common import gcpause, tracing
-from pacer_common.domain.commands import ItemCommand, JobCommands
+from pacer_common.domain.commands import ItemCommand, ItemFields, JobCommands
 from pacer_common.domain.dead_letters import request_id_named, tenant_named
 from pacer_common.domain.ids import JobId
 from pacer_common.domain.requests import MAX_REQUEST_BYTES, JobRequest
@@ -66,11 +66,38 @@ def reused(request_id: str) -> str:
     return f"request_id {request_id!r} is already used by another tenant"
 
 
+class _ItemFields(Sequence[ItemFields]):
+    """Items as command fields, each content rendered when read (``PlannedItem.content``): a
+    job's commands are encoded one at a time, never all its rendered messages at once."""
+
+    def __init__(self, items: Sequence[PlannedItem], shard_ids: Mapping[ShardKey, int]) -> None:
+        self.items, self.shard_ids = items, shard_ids
+
+    def _fields(self, it: PlannedItem) -> ItemFields:
+        return it.item_id, self.shard_ids[it.shard], it.guid, it.to_id, it.content, it.idem_key
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @overload
+    def __getitem__(self, i: int) -> ItemFields: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[ItemFields]: ...
+
+    def __getitem__(self, i: int | slice) -> ItemFields | list[ItemFields]:
+        if isinstance(i, slice):
+            return [self._fields(it) for it in self.items[i]]
+        return self._fields(self.items[i])
+
+    def __iter__(self) -> Iterator[ItemFields]:
+        return map(self._fields, self.items)
+
+
 def item_commands(job_id: str, req: JobRequest, priority: int, not_before: datetime | None,
-                  items: Iterable[PlannedItem], shard_ids: Mapping[ShardKey, int]) -> JobCommands:
-    return JobCommands(JobId(job_id), priority, req.kind.value, req.expire_at, not_before, [
-        (it.item_id, shard_ids[it.shard], it.guid, it.to_id, it.content, it.idem_key) for it in items],
-        created_at=datetime.now(UTC), traceparent=tracing.current(), tenant=req.tenant)
+                  items: Sequence[PlannedItem], shard_ids: Mapping[ShardKey, int]) -> JobCommands:
+    return JobCommands(JobId(job_id), priority, req.kind.value, req.expire_at, not_before,
+                       _ItemFields(items, shard_ids), created_at=datetime.now(UTC), traceparent=tracing.current(),
+                       tenant=req.tenant)
 
 
 def commands_for(p: Plan, shard_ids: Mapping[ShardKey, int]) -> JobCommands:

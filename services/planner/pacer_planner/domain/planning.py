@@ -16,7 +16,15 @@ from pacer_common.domain.ids import Guid, IdemKey, ItemId, JobId, ToId, job_id_f
 from pacer_common.domain.requests import JobKind, JobRequest
 from pacer_common.domain.templates import render as render  # re-exported: the requery pages render too
 from pacer_common.domain.templates import template_fields as _template_fields
-from pacer_common.domain.validation import CannotPlan, Rendered, ValidRequest, common_content, most_shared, prepare
+from pacer_common.domain.validation import (
+    CannotPlan,
+    Rendered,
+    RenderedTargets,
+    ValidRequest,
+    common_content,
+    most_shared,
+    prepare,
+)
 from pacer_common.domain.validation import idem_key as idem_key  # re-exported
 from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS, ShardKey, sub_counts, sub_of
 
@@ -27,12 +35,21 @@ PlanError = CannotPlan
 
 @dataclass(frozen=True, slots=True)
 class PlannedItem:
+    """One item of a plan. ``text``: its content, or (``vars`` given) the template its content
+    is rendered from each time it is read: a job holds its template once and each item its
+    target's vars, never every rendered message at once (see ``validation.RenderedTargets``)."""
+
     item_id: ItemId
     guid: Guid
     to_id: ToId
-    content: str
+    text: str
     idem_key: IdemKey
     sub: int = 0
+    vars: Mapping[str, str] | None = None
+
+    @property
+    def content(self) -> str:
+        return self.text if self.vars is None else render(self.text, self.vars)
 
     @property
     def shard(self) -> ShardKey:
@@ -72,7 +89,8 @@ class Plan:
 
     def stored_content(self, item: PlannedItem) -> str | None:
         """What the item's row stores as its content: nothing when it is the job's common one."""
-        return None if item.content == self.item_content else item.content
+        content = item.content
+        return None if content == self.item_content else content
 
     @property
     def per_guid(self) -> dict[Guid, int]:
@@ -108,14 +126,25 @@ def plan(req: JobRequest | ValidRequest, now: datetime, coalesce_window: timedel
         return Plan(job_id, request, request.effective_priority, {}, [], now, not_before, coalesce,
                     item_content=common)
     per_guid: dict[Guid, int] = {}
-    for target, _, _ in valid.targets:
+    for target in valid.targets.targets:
         per_guid[target.guid] = per_guid.get(target.guid, 0) + 1
     subs = sub_counts(per_guid, max_shard_items)
-    items = planned_items(valid.targets, subs, now)
+    items = snapshot_items(valid.targets, subs, now)
     if common is None:  # rendered per target: still one text for many, when their values agree
         common = most_shared(content for _, content, _ in valid.targets)
     return Plan(job_id, request, request.effective_priority, count_shards(items), items, now, not_before, coalesce,
                 subs, common)
+
+
+def snapshot_items(targets: RenderedTargets, subs: Mapping[Guid, int], job_created_at: datetime
+                   ) -> list[PlannedItem]:
+    """:func:`planned_items` of a snapshot, each item's content left to be rendered when read."""
+    text, variables = targets.text, (lambda t: t.vars) if targets.templated else (lambda t: None)
+    return [
+        PlannedItem(item_id, t.guid, t.to_id, text, key, sub_of(t.to_id, subs[t.guid]), variables(t))
+        for item_id, t, key in zip(new_item_ids(len(targets), job_created_at), targets.targets, targets.keys,
+                                   strict=True)
+    ]
 
 
 def planned_items(rendered: Sequence[Rendered], subs: Mapping[Guid, int], job_created_at: datetime
