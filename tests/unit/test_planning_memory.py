@@ -7,13 +7,11 @@ content and every command encoded (what the store and the bus read)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from pacer_common.domain.requests import MAX_TEMPLATE_CHARS
+from tests.unit.heavy_requests import PEAK, heaviest
 
 SIZE = 4 * 1024 * 1024
 # What planning holds per target (its parsed fields, key and item) does not depend on the
@@ -21,14 +19,7 @@ SIZE = 4 * 1024 * 1024
 # messages alone would be about 330 times.
 BOUND = 40 * SIZE
 
-# The peak is this process's own (VmHWM): ru_maxrss would carry that of the process that
-# started it across the fork and exec, a test process's whole heap.
-PROBE = """
-import re, resource, sys
-resource.setrlimit(resource.RLIMIT_DATA, (3 << 30, 3 << 30))  # a test gone wrong fails; it does not take the machine
-def peak():
-    with open("/proc/self/status") as status:
-        return int(re.search(r"VmHWM:\\s+(\\d+) kB", status.read())[1]) * 1024
+PROBE = PEAK + """
 from datetime import UTC, datetime
 from pacer_common.domain.validation import validate_request
 from pacer_planner.core.intake import commands_for
@@ -43,27 +34,6 @@ encoded = sum(len(value) for _, value in commands_for(p, {shard: 1 for shard in 
 assert len(p.items) > 50_000 and rendered > 4000 * len(p.items) and encoded > 16_000 * len(p.items)
 print(peak() - before)
 """
-
-
-def heaviest(size: int) -> bytes:
-    """A valid request of at most ``size`` bytes whose messages render to the most per byte: the
-    longest template, of emoji (4 bytes a character once rendered), with one field, so every
-    target's message is a string of its own; as many of the smallest targets as fit."""
-    head = {"request_id": "heavy", "kind": "campaign", "created_by": "t", "content_version": 1,
-            "message": {"type": "text", "content": "\U0001F600" * (MAX_TEMPLATE_CHARS - 3) + "{n}"},
-            "expire_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat(),
-            "targets": {"mode": "snapshot", "items": []}}
-    shell = json.dumps(head, ensure_ascii=False, separators=(",", ":")).encode()
-    parts, used, n = [], len(shell), 0
-    while True:
-        part = b'{"guid":"g%d","to_id":"%d","vars":{"n":""}}' % (n % 1000, n)
-        if used + len(part) + 1 > size:
-            break
-        parts.append(part)
-        used, n = used + len(part) + 1, n + 1
-    raw = shell.replace(b'"items":[]', b'"items":[' + b",".join(parts) + b"]")
-    assert len(raw) <= size
-    return raw
 
 
 def test_planning_the_heaviest_request_takes_memory_bounded_by_its_size(tmp_path: Path) -> None:

@@ -49,17 +49,17 @@ class ControlSettings(OpsSettings):
         "`PACER_CONTROL_DRY_RUN_MAX_BYTES`. FastAPI reads a body whole before the route's token check, so this "
         "also bounds what a caller without a token can make the service hold."
     ))
-    dry_run_max_bytes: int = Field(524_288, gt=0, le=MAX_REQUEST_BYTES, description=(
+    dry_run_max_bytes: int = Field(4_194_304, gt=0, le=MAX_REQUEST_BYTES, description=(
         "The largest job request `POST /dry-run` takes, in bytes (at most 67108864, the 64 MiB the planner "
-        "takes); a larger one is answered `413` before it is read. A dry run holds its targets parsed and every "
-        "target's message rendered at once: 12 to 20 times the request in memory for short messages, and up to "
-        "some 350 times where a long template (4,096 characters, emoji: 16 KiB each rendered) goes to the "
-        "smallest targets. 512 KiB (5,000 to 20,000 targets) takes at most about 175 MiB, within the chart's 384 "
-        "MiB for a control pod; raise the pod's memory limit with it. Dry-run a part of a larger request's "
-        "targets, or publish it: the planner plans it or says why not in its dead letter."
+        "takes); a larger one is answered `413` before it is read. A dry run holds its targets parsed, each "
+        "target's message rendered only while it is checked (and for the samples shown): about 25 times the "
+        "request in memory at most, whatever the template. 4 MiB (40,000 to 150,000 targets) peaks at about "
+        "145 MiB with the service's own, within the chart's 384 MiB for a control pod; raise the pod's memory "
+        "limit with it. Dry-run a part of a larger request's targets, or publish it: the planner plans it or "
+        "says why not in its dead letter."
     ))
     dry_run_concurrency: int = Field(1, ge=1, le=16, description=(
-        "Dry runs one control process plans at a time (each may hold 350 times its request in memory: "
+        "Dry runs one control process plans at a time (each may hold about 25 times its request in memory: "
         "`PACER_CONTROL_DRY_RUN_MAX_BYTES`). Another waits up to 10 s for its turn, before its body is read, then "
         "is answered `503` (try again)."
     ))

@@ -86,21 +86,21 @@ def _with_request_body(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**kwargs, "openapi_extra": {**kwargs["openapi_extra"], **_request_body()}}
 
 
-DRY_RUN_MAX_BYTES = 512 * 1024
+DRY_RUN_MAX_BYTES = 4 * 1024 * 1024
 DRY_RUN_WAIT_S = 10.0
 # What a refused dry run is told (after "the request body is larger than N bytes, "), by the
 # body cap in front of the app and by the route alike.
 DRY_RUN_TOO_LARGE = (
-    "the largest dry run this control service takes (PACER_CONTROL_DRY_RUN_MAX_BYTES: a dry run renders every "
-    "target's message at once, up to some 350 times its request in memory); dry-run a part of its targets, or "
+    "the largest dry run this control service takes (PACER_CONTROL_DRY_RUN_MAX_BYTES: a dry run holds up to "
+    "about 25 times its request in memory); dry-run a part of its targets, or "
     "publish it: the planner, which takes up to 64 MiB, plans it or says why not in its dead letter")
 
 
 class DryRuns:
     """What a control process spends on dry runs: a request of at most ``max_bytes``, and at
-    most ``concurrency`` planned at a time. Each holds its targets parsed and every target's
-    message rendered: 12 to 20 times its body in memory, up to some 350 times where a long
-    template (4,096 characters of emoji, 4 bytes each in memory) goes to the smallest targets.
+    most ``concurrency`` planned at a time. Each holds its targets parsed, each target's message
+    rendered only while it is checked: up to about 25 times its body in memory, whatever the
+    template.
     A dry run waits up to ``wait_s`` for its turn, before it reads its body, then is told to
     try again (503)."""
 
