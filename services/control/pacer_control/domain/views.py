@@ -202,17 +202,14 @@ def projection(guids: Iterable[Mapping[str, Any]], pacing: Callable[[Mapping[str
                priority: int) -> dict[str, Any]:
     """How long a job takes at current limits: guids send in parallel, so the slowest guid
     decides; each at its own limits (``pacing`` of its row: ``guid``, ``items``, and what
-    ``pacing`` reads), by its spacing and its window caps' batch share (``Pacing.send_seconds``;
-    ``None``: never, a cap leaves it no batch share)."""
+    ``pacing`` reads), by its spacing and its window caps' batch share (``Pacing.send_seconds``)."""
     rows = []
     for g in guids:
         p, items = pacing(g), int(g["items"])
-        seconds = p.send_seconds(items, priority)
         rows.append({"guid": g["guid"], "items": items, "interval_s": round(p.spacing_s(priority), 3),
                      "caps": ", ".join(f"{batch:,}/{name}" for name, _, _, batch in p.windows()) or None,
-                     "seconds": None if seconds is None else round(seconds, 1)})
-    never = [r for r in rows if r["seconds"] is None]
-    slowest = never[0] if never else max(rows, key=lambda r: r["seconds"]) if rows else None
+                     "seconds": round(p.send_seconds(items, priority), 1)})
+    slowest = max(rows, key=lambda r: r["seconds"]) if rows else None
     return {"guids": rows, "seconds": slowest["seconds"] if slowest else 0.0,
             "slowest_guid": slowest["guid"] if slowest else None, "items": sum(r["items"] for r in rows)}
 
