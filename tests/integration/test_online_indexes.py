@@ -254,7 +254,10 @@ def test_pacer_migrate_builds_the_event_index_for_the_segment_count_it_is_given(
     built = [(x["index"], x["partition"]) for x in lines if x["msg"] == "index built"]
     assert sorted(built) == sorted((name, table) for table, (name, _) in parts.items()), lines
     assert [x["index"] for x in lines if x["msg"].startswith("index valid")] == ["item_events_segment_8"]
-    assert all(x["service"] == "migrate" and x["level"] == "info" for x in lines)
+    # JSON lines of the migrate service; none an error. A warning may come on a busy machine: a
+    # build that waits past 10 s for an older transaction says so, and goes on.
+    assert all(x["service"] == "migrate" for x in lines), lines
+    assert not [x for x in lines if x["level"] not in ("info", "warning")], lines
 
 
 def test_postgres_refuses_a_concurrent_build_on_a_partitioned_table(database_url: str) -> None:
