@@ -214,14 +214,20 @@ def in_doubt_send(stack: Stack) -> tuple[str, str]:
     return item, key
 
 
-def test_tech_admin_resolves_an_in_doubt_send_as_delivered(
-        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
-    item, key = in_doubt_send(stack)
-
+def in_doubt_card(page: Page, console_url: str, tokens: dict[str, str], item: str) -> Locator:
+    """The In doubt page's card of ``item``, as a tech admin sees it, its ledger key reserved."""
     login(page, console_url, tokens["tech_admin"])
     page.click('nav a[data-nav="in-doubt"]')
     card = page.locator(f'article[data-item="{item}"]')
     expect(card).to_contain_text("ledger: reserved")
+    return card
+
+
+def test_tech_admin_resolves_an_in_doubt_send_as_delivered(
+        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
+    item, key = in_doubt_send(stack)
+
+    card = in_doubt_card(page, console_url, tokens, item)
     expect(card).to_contain_text("ItemInDoubt")
     card.locator("input[name=reason]").fill("customer confirmed receipt by phone")
     shot(page, "in-doubt")
@@ -237,10 +243,7 @@ def test_tech_admin_resolves_an_in_doubt_send_as_delivered(
 def test_enter_in_the_reason_field_resolves_nothing_and_each_verdict_is_confirmed_by_name(
         stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
     item, key = in_doubt_send(stack)
-    login(page, console_url, tokens["tech_admin"])
-    page.click('nav a[data-nav="in-doubt"]')
-    card = page.locator(f'article[data-item="{item}"]')
-    expect(card).to_contain_text("ledger: reserved")
+    card = in_doubt_card(page, console_url, tokens, item)
     shown_at = page.url
     asked: list[str] = []
     accept = [True]  # an operator who says OK to what the page asks, but for the one declined below

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
@@ -324,15 +325,23 @@ def test_a_wait_before_the_call_comes_after_the_claim_and_before_the_gateway() -
     assert result.claim_s is not None and result.claim_s >= 0
 
 
-def test_a_wait_before_the_call_that_outlasts_the_send_deadline_calls_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    repo, gw = setup()
-    ex = Executor(repo, gw, owner="sender-1", retry=POLICY, rng=random.Random(0), send_deadline_s=0.05)
+def stalling_wait(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Awaitable[bool]]:
+    """A wait before the call that outlasts a 0.05 s send deadline: the executor's clock moves
+    on 0.12 s each time it is awaited."""
     skew = [0.0]
     monkeypatch.setattr(core, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + skew[0]))
 
-    async def stalled() -> bool:  # the wait outlasts the deadline: the executor's clock moves on 0.12 s
+    async def stalled() -> bool:
         skew[0] += 0.12
         return True
+
+    return stalled
+
+
+def test_a_wait_before_the_call_that_outlasts_the_send_deadline_calls_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    repo, gw = setup()
+    ex = Executor(repo, gw, owner="sender-1", retry=POLICY, rng=random.Random(0), send_deadline_s=0.05)
+    stalled = stalling_wait(monkeypatch)
 
     assert asyncio.run(ex.execute(command(), stalled)) == Executed("deadline_missed", False)
     assert gw.sent == [] and repo.items["it-1"].status is S.WAITING_RETRY
@@ -363,12 +372,7 @@ def test_sends_pacer_was_too_late_to_make_use_up_no_attempt_however_many_and_its
     repo.add("it-1")
     gw = FakeGateway([deadline_passed() for _ in range(misses)] if where == "in the gateway client" else [])
     ex = Executor(repo, gw, owner="sender-1", retry=POLICY, rng=random.Random(0), send_deadline_s=0.05)
-    skew = [0.0]
-    monkeypatch.setattr(core, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + skew[0]))
-
-    async def stalled() -> bool:  # the wait outlasts the deadline: the executor's clock moves on 0.12 s
-        skew[0] += 0.12
-        return True
+    stalled = stalling_wait(monkeypatch)
 
     for _ in range(misses):
         result = asyncio.run(ex.execute(command(), stalled if where == "before the call" else None))
