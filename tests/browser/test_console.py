@@ -7,6 +7,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -150,6 +151,52 @@ def test_operator_watches_progress_reads_failure_categories_and_pauses_the_job(
         page.click("[data-download]")
     lines = Path(download.value.path()).read_text().splitlines()
     assert lines[0].startswith("item_id,") and len(lines) == 1 + 180
+
+
+_WATCH_POLLS = """() => {
+  window.pacerPolls = [];  // what a part asked (also when refused) and what went out
+  for (const [type, what] of [["htmx:beforeRequest", "asked"], ["htmx:beforeSend", "sent"]]) {
+    document.addEventListener(type, (e) => window.pacerPolls.push(
+      {what, part: e.detail.elt.id, at: performance.now(), hidden: document.hidden}));
+  }
+  window.pacerHidden = false;  // the tab's visibility, as the test sets it
+  Object.defineProperty(document, "hidden", {configurable: true, get: () => window.pacerHidden});
+}"""
+_SHOW = """(hidden) => {
+  const at = performance.now();  // before the event: htmx reads a part within its dispatch
+  window.pacerHidden = hidden;
+  document.dispatchEvent(new Event("visibilitychange"));
+  return at;
+}"""
+_PARTS = ("progress", "failures-part", "shards-part")
+
+
+def test_a_hidden_tab_reads_nothing_and_reads_every_part_again_once_shown(
+        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
+    job_id = job_id_of(stack, publish_job(stack, 2, ("ui-hidden",)))
+    login(page, console_url, tokens["operator"])
+    page.goto(f"{console_url}/jobs/{job_id}")
+    expect(page.locator("#shards tr[data-shard]")).to_have_count(1)
+    page.evaluate(_WATCH_POLLS)
+
+    def polls(what: str, part: str, since: float = 0.0) -> list[dict[str, Any]]:
+        return [p for p in page.evaluate("window.pacerPolls")
+                if p["what"] == what and p["part"] == part and float(p["at"]) >= since]
+
+    hidden_at = page.evaluate(_SHOW, True)
+    # Each part's poll comes round (the failures' every 10 s) and is refused: nothing goes out.
+    wait_for(lambda: len(polls("asked", "progress", hidden_at)) >= 3 and polls("asked", "failures-part", hidden_at),
+             25, "the parts' polls while the tab is hidden")
+    assert not [p for p in page.evaluate("window.pacerPolls") if p["what"] == "sent"], "a hidden tab read a part"
+    asked = float(polls("asked", "failures-part", hidden_at)[-1]["at"])
+    shown_at = page.evaluate(_SHOW, False)
+    assert shown_at - asked < 3000, "the tab was not shown right after the failures' poll"
+    # Shown again: every part is read at once, the failures well before their next poll.
+    sent = wait_for(lambda: all(polls("sent", part, shown_at) for part in _PARTS) and {
+        part: float(polls("sent", part, shown_at)[0]["at"]) for part in _PARTS}, 8, "every part read once shown",
+        lambda: [p for p in page.evaluate("window.pacerPolls") if float(p["at"]) >= shown_at])
+    assert sent["failures-part"] < asked + 9000, (sent, asked)
+    expect(page.locator("#failures-part")).not_to_contain_text("Loading")
 
 
 def test_operator_is_not_offered_locks_and_the_api_refuses_a_forced_release(

@@ -202,6 +202,44 @@ def test_job_detail_progress_shards_and_failure_categories(database_url: str) ->
     asyncio.run(go())
 
 
+def test_job_detail_pages_through_every_shard_by_guid_with_the_whole_jobs_totals(database_url: str) -> None:
+    guids = {f"g{n:02d}": 1 + n % 3 for n in range(23)}
+    job, shards, _ = seed_job(database_url, guids)
+    _, other_shards, _ = seed_job(database_url, {"x": 1})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE shards SET status = 'completed' WHERE shard_id = ANY(%s)", ([shards["g03"], shards["g07"]],))
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            whole = (await api.get(f"/jobs/{job}", "operator")).json()
+            assert [s["guid"] for s in whole["shards"]] == sorted(guids) and whole["next_shards_after"] is None
+            assert (whole["shards_total"], whole["shard_statuses"]) == (23, {"completed": 2, "pending": 21})
+            assert whole["counts"] == {"pending": sum(guids.values())}
+            seen: list[str] = []
+            after, pages = None, 0
+            while True:
+                page = (await api.get(f"/jobs/{job}?shards_limit=10" + (f"&shards_after={after}" if after else ""),
+                                      "operator")).json()
+                pages += 1
+                # the whole job's totals, whatever the page
+                assert (page["counts"], page["shards_total"]) == (whole["counts"], 23)
+                seen += [s["guid"] for s in page["shards"]]
+                after = page["next_shards_after"]
+                if after is None:
+                    break
+                assert after == page["shards"][-1]["shard_id"]
+            assert seen == sorted(guids) and pages == 3
+            bare = (await api.get(f"/jobs/{job}?shards_limit=0", "operator")).json()
+            assert bare["shards"] == [] and (bare["counts"], bare["shard_statuses"]) == (
+                whole["counts"], whole["shard_statuses"])
+            r = await api.get(f"/jobs/{job}?shards_limit=5&shards_after={other_shards['x']}", "operator")
+            assert r.status_code == 422 and f"{other_shards['x']} is not a shard of job {job}" in r.text, r.text
+            r = await api.get(f"/jobs/{job}?shards_after={shards['g01']}", "operator")
+            assert r.status_code == 422 and "give shards_limit with it" in r.text, r.text
+
+    asyncio.run(go())
+
+
 def test_job_list_filters_and_before_cursor(database_url: str) -> None:
     jobs = [seed_job(database_url, {"g1": 1})[0] for _ in range(5)]
     with psycopg.connect(database_url) as conn:

@@ -486,21 +486,54 @@ def test_the_job_page_lists_items_by_whole_id_and_says_when_its_categories_are_a
 
     async def go() -> None:
         async with control_api(database_url) as api:
-            async def page() -> str:
-                r = await api.client.get(f"http://control/console/part/jobs/{job}/progress",
+            async def part(name: str) -> str:
+                r = await api.client.get(f"http://control/console/part/jobs/{job}/{name}",
                                          headers=api.auth("operator"))
                 assert r.status_code == 200, r.text
                 return r.text
 
-            behind = await page()
-            assert 'data-category="bad_params"' in behind and 'data-count="failed" class="">0<' in behind
-            assert 'id="counts-catching-up"' in behind and "failed 2 here, 0 above" in behind
+            behind = await part("failures")
+            assert 'data-category="bad_params"' in behind and 'data-count="failed" class="">0<' in await part("progress")
+            assert 'id="counts-catching-up"' in behind and "failed 2 here, 0 in the job's counts read with them" in html.unescape(behind)
             # Items not delivered by their whole id: a job's items share its first 13 characters.
             assert all(f'<code class="id">{i}</code>' in behind for i in items[:2]) and items[2] not in behind
 
             assert await apply_the_log(database_url) == 6  # the reconciler's projection catches up
-            level = await page()
-            assert 'data-count="failed" class="bad">2<' in level and 'id="counts-catching-up"' not in level
+            assert 'data-count="failed" class="bad">2<' in await part("progress")
+            assert 'id="counts-catching-up"' not in await part("failures")
+
+    asyncio.run(go())
+
+
+def test_the_job_page_lists_the_shards_to_look_at_first_and_how_many_there_are(database_url: str) -> None:
+    job, shards, _ = seed_job(database_url, {f"g{n:02d}": 2 for n in range(60)})
+    few, _, _ = seed_job(database_url, {"h1": 1, "h2": 1})
+    with psycopg.connect(database_url) as conn:
+        # g00 quiet for 60 minutes, g01 for 59, … g59 for 1; g00–g04 done; g30 paused.
+        conn.execute("UPDATE shards SET status = 'running', last_progress_at = now() - make_interval("
+                     "mins => 60 - substr(guid, 2)::int) WHERE job_id = %s", (job,))
+        conn.execute("UPDATE shards SET status = 'completed' WHERE job_id = %s AND guid < 'g05'", (job,))
+        conn.execute("UPDATE shards SET status = 'paused', paused_reason = 'vip' WHERE shard_id = %s",
+                     (shards["g30"],))
+    guid_of = {str(sid): guid for guid, sid in shards.items()}
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            async def part(of: str) -> str:
+                r = await api.client.get(f"http://control/console/part/jobs/{of}/shards", headers=api.auth("operator"))
+                assert r.status_code == 200, r.text
+                return r.text
+
+            page = await part(job)
+            listed = [guid_of[sid] for sid in re.findall(r'data-shard="(\d+)"', page)]
+            # The paused shard, then those with work left quiet longest first; the done ones and
+            # the 50th-and-after quietest are not listed.
+            assert listed == ["g30"] + [f"g{n:02d}" for n in range(5, 30)] + [f"g{n:02d}" for n in range(31, 55)]
+            totals = html.unescape(re.sub(r"\s+", " ", page.split('id="shard-totals">')[1].split("</small>")[0]))
+            assert totals == "60: completed 5 · paused 1 · running 54"
+            assert 'id="shards-shown"' in page and "The 50 to look at first" in page
+            small = await part(few)
+            assert small.count("data-shard=") == 2 and 'id="shards-shown"' not in small
 
     asyncio.run(go())
 

@@ -34,12 +34,14 @@ from pacer_control.domain.errors import (
     Unavailable,
 )
 from pacer_control.domain.filters import (
+    EVERY_SHARD,
     MAX_RETRY,
     AuditFilter,
     ItemFilter,
     JobFilter,
     Part,
     RetryFilter,
+    ShardPage,
     check_retry_status,
     in_parts,
     parts,
@@ -136,10 +138,12 @@ class Control:
                                "one of your tenants')")
         return await self.store.jobs(f)
 
-    async def job(self, job_id: str) -> Row:
-        """A job with its shards, each marked ``stalled`` or not by its guid's limits (its own
-        overrides over every guid's over the defaults of the sender holding it)."""
-        row = await self.store.job(job_id)
+    async def job(self, job_id: str, shards: ShardPage = EVERY_SHARD, failures: bool = True) -> Row:
+        """A job with the shards ``shards`` names, each marked ``stalled`` or not by its guid's
+        limits (its own overrides over every guid's over the defaults of the sender holding
+        it), and its failure categories if ``failures``. A full page by guid names its last
+        shard in ``next_shards_after``, where the next page starts."""
+        row = await self.store.job(job_id, shards, failures)
         if row is None:
             raise NotFound(f"no job {job_id}")
         now, pacings = self.clock(), Pacings(await self.store.guid_limits("*"))
@@ -147,6 +151,8 @@ class Control:
                          | {"stalled": views.stalled(row["status"], s, now, pacings(s.get("limits"), s.get("sender_limits")),
                                                      self.stalled_after_s)}
                          for s in row["shards"]]
+        paged = shards.limit and not shards.attention and len(row["shards"]) == shards.limit
+        row["next_shards_after"] = row["shards"][-1]["shard_id"] if paged else None
         return row
 
     async def _span(self, job_id: str) -> tuple[Row, ItemSpan]:

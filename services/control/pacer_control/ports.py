@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from pacer_common.domain.dead_letters import Cursor, DeadLetter, Queue, Window
 from pacer_common.domain.tokens import Role
-from pacer_control.domain.filters import AuditFilter, ItemFilter, JobFilter, RetryFilter
+from pacer_control.domain.filters import EVERY_SHARD, AuditFilter, ItemFilter, JobFilter, RetryFilter, ShardPage
 from pacer_control.domain.outcomes import ActionResult, ItemRetry
 from pacer_control.domain.permissions import Principal
 
@@ -134,7 +134,12 @@ class ControlStore(Protocol):
     async def awaiting_approval(self, limit: int) -> tuple[list[str], int]:
         """The oldest ``limit`` jobs awaiting approval (ids, oldest first) and how many wait in all."""
         ...
-    async def job(self, job_id: str) -> Row | None: ...
+    async def job(self, job_id: str, shards: ShardPage = EVERY_SHARD, failures: bool = True) -> Row | None:
+        """A job with its items per status and shards per status (``counts``, ``shard_statuses``,
+        ``shards_total``), the shards ``shards`` names and, if ``failures``, its failure
+        categories (``failures``, ``shed``; none otherwise). None if there is no such job;
+        Invalid if ``shards.after`` is not one of its shards."""
+        ...
     async def job_head(self, job_id: str) -> Row | None: ...
     async def items(self, job_id: str, span: ItemSpan, f: ItemFilter) -> list[Row]: ...
     async def item_span(self, job_id: str) -> ItemSpan | None:

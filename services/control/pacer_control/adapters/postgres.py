@@ -22,11 +22,13 @@ from pacer_common.domain.tokens import Role, token_hash
 from pacer_control.domain.errors import Conflict, Invalid, Unavailable
 from pacer_control.domain.filters import (
     CANCELLABLE,
+    EVERY_SHARD,
     FAILURE_CATEGORY,
     AuditFilter,
     ItemFilter,
     JobFilter,
     RetryFilter,
+    ShardPage,
 )
 from pacer_control.domain.outcomes import ActionResult, ItemRetry
 from pacer_control.domain.permissions import Principal
@@ -321,19 +323,29 @@ class PostgresControl:
         rows = await self._read("job_head", {"job": job_id})
         return rows[0] if rows else None
 
-    async def job(self, job_id: str) -> Row | None:
+    async def job(self, job_id: str, shards: ShardPage = EVERY_SHARD, failures: bool = True) -> Row | None:
         async def unit() -> Row | None:
             async with self.pool.connection() as conn:
                 job = await _row(conn, "job", {"job": job_id})
                 if job is None:
                     return None
-                shards = await _rows(conn, "job_shards", {"job": job_id})
-                failures = await _rows(conn, "job_failures", {"job": job_id,
-                                                              "statuses": [s.value for s in FAILURE_CATEGORY]})
+                if shards.after is not None and not await _rows(conn, "shard_of_job",
+                                                                {"job": job_id, "shard": shards.after}):
+                    raise Invalid(f"shards_after: {shards.after} is not a shard of job {job_id}")
+                totals = await _row(conn, "job_counts", {"job": job_id})
+                # Planned for its values: an unranked page folds the ranking away (job_shards.sql).
+                page = [] if shards.limit == 0 else await _rows(conn, "job_shards", {
+                    "job": job_id, "limit": shards.limit, "after": shards.after, "attention": shards.attention},
+                    prepare=False)
+                rows = await _rows(conn, "job_failures", {"job": job_id, "statuses": [
+                    s.value for s in FAILURE_CATEGORY]}) if failures else []
+            assert totals is not None  # aggregates: one row
             job["budget"] = {"max_sends": job.pop("budget_max_sends"), "used": job.pop("budget_used")}
-            job["counts"] = sum_counts(s["counts"] for s in shards)
-            job["shards"] = shards
-            job["failures"] = failure_categories(failures)
+            job["counts"] = sum_counts([totals["counts"]])
+            job["shard_statuses"] = dict(sorted(totals["shard_statuses"].items()))
+            job["shards_total"] = sum(job["shard_statuses"].values())
+            job["shards"] = page
+            job["failures"] = failure_categories(rows)
             job["shed"] = sum(f["total"] for f in job["failures"] if f["error_class"] == "shed")
             return job
 

@@ -42,6 +42,7 @@ from pacer_control.domain.filters import (
     JobStatus,
     Part,
     RetryFilter,
+    ShardPage,
 )
 from pacer_control.domain.permissions import Action
 from pacer_control.ports import ExpectedHolder
@@ -68,9 +69,22 @@ async def list_jobs(ctl: Ctl, who: Caller, status: JobStatus | None = None, kind
 
 
 @router.get("/jobs/{job_id}", response_model=JobDetail, summary="A job: progress, shards, failures, hold, budget",
+            description="Every shard of the job by guid, or a page of them with `shards_limit`: a job has a shard "
+                        "per guid, and listing tens of thousands of them costs the database a read of each. "
+                        "`counts`, `shard_statuses` and `shards_total` are the whole job's whatever the page; "
+                        "`shards_limit=0` reads them alone.",
             **guard("jobs.view", 404, 422))
-async def get_job(job_id: JobIdPath, ctl: Ctl) -> dict[str, Any]:
-    return await ctl.job(str(job_id))
+async def get_job(job_id: JobIdPath, ctl: Ctl,
+                  shards_limit: Annotated[int | None, Query(
+                      ge=0, le=MAX_PAGE, description="list at most this many shards, by guid (default: every one)")]
+                  = None,
+                  shards_after: Annotated[int | None, Query(
+                      ge=1, le=2**63 - 1, description="a shard id (`next_shards_after` of the page before): the "
+                                                      "page starts after that shard, by guid")] = None
+                  ) -> dict[str, Any]:
+    if shards_after is not None and shards_limit is None:
+        raise Invalid("shards_after pages the shards: give shards_limit with it")
+    return await ctl.job(str(job_id), ShardPage(shards_limit, shards_after))
 
 
 _JOB_ACTIONS: dict[str, tuple[Action, str, str | None]] = {

@@ -252,8 +252,13 @@ class JobDetail(BaseModel):
     total: int
     tenant: str = Field("default", description="the tenant whose gateway sends the job")
     budget: Budget
-    counts: dict[str, int] = Field(description="items per status, summed over the shards")
-    shards: list[ShardView]
+    counts: dict[str, int] = Field(description="items per status, summed over every shard of the job")
+    shard_statuses: dict[str, int] = Field(description="the job's shards per status, every one of them")
+    shards_total: int = Field(description="how many shards the job has")
+    shards: list[ShardView] = Field(description="every shard by guid, or the page `shards_limit` asked for")
+    next_shards_after: int | None = Field(
+        None, description="with `shards_limit`: the last shard of a full page, to pass as `shards_after` for the "
+                          "next (which may be empty); null when the page is not full: it holds the last shard")
     failures: list[FailureCategory] = Field(
         description="last error class of failed, abandoned, expired and waiting_retry items")
     shed: int = Field(0, description="items expired early (error class shed): they could not go out before "

@@ -83,6 +83,20 @@ class JobFilter:
 
 
 @dataclass(frozen=True)
+class ShardPage:
+    """Which of a job's shards a read of the job lists: ``limit`` of them (None: every one; 0:
+    none, the job's totals alone), by guid after shard ``after`` (a shard id; None: from the
+    first); or, ``attention``, the ``limit`` an operator looks at first (paused shards, then
+    those not completed that have been quiet longest: adapters/sql/job_shards.sql)."""
+    limit: int | None = None
+    after: int | None = None
+    attention: bool = False
+
+
+EVERY_SHARD = ShardPage()
+
+
+@dataclass(frozen=True)
 class ItemFilter:
     statuses: tuple[S, ...] | None = None
     guid: Guid | None = None

@@ -1,10 +1,36 @@
--- A job's shards (one per guid) with their items per status, and what tells a stalled shard
--- from one waiting for its guid (shard_stall_inputs; domain/views.py `stalled`).
-SELECT s.shard_id, s.guid, s.sub, s.status, s.paused_reason, s.paused_by, s.total, s.last_progress_at,
-       COALESCE((SELECT jsonb_object_agg(sc.status::text, sc.n) FROM shard_status_counts sc
-                 WHERE sc.shard_id = s.shard_id AND sc.n <> 0), '{}'::jsonb) AS counts,
+-- A job's shards with their items per status, and what tells a stalled shard from one waiting
+-- for its guid (shard_stall_inputs; domain/views.py `stalled`). Which shards, in what order:
+--  * by guid (and sub), ``limit`` of them (NULL: all) after shard ``after`` (NULL: from the
+--    first); a keyset page read along the (job_id, guid, sub) key;
+--  * ``attention``: the ``limit`` an operator looks at first: paused shards, then those not
+--    completed by how long they have been quiet (shard_stall_inputs.quiet_since), longest
+--    first, then the completed ones by guid. Read from the shards alone, not their counts.
+-- Planned for its values (prepare=False): a false ``attention`` folds its sort keys away.
+WITH page AS (
+    SELECT s.shard_id, s.guid, s.sub, s.status, s.paused_reason, s.paused_by, s.total, s.last_progress_at,
+           CASE WHEN %(attention)s THEN s.status <> 'paused' END AS k1,
+           CASE WHEN %(attention)s THEN s.status = 'completed' END AS k2,
+           CASE WHEN %(attention)s AND s.status <> 'completed'
+                THEN greatest(COALESCE(s.last_progress_at, s.created_at), j.not_before) END AS k3
+    FROM shards s
+    JOIN jobs j ON j.job_id = s.job_id
+    WHERE s.job_id = %(job)s::uuid
+      AND (%(after)s::bigint IS NULL
+           OR (s.guid, s.sub) > (SELECT a.guid, a.sub FROM shards a
+                                 WHERE a.shard_id = %(after)s::bigint AND a.job_id = %(job)s::uuid))
+    ORDER BY k1, k2, k3, s.guid, s.sub
+    LIMIT %(limit)s
+), counts AS (
+    SELECT sc.shard_id, jsonb_object_agg(sc.status::text, sc.n) AS counts
+    FROM page p
+    JOIN shard_status_counts sc ON sc.shard_id = p.shard_id AND sc.n <> 0
+    GROUP BY sc.shard_id
+)
+SELECT p.shard_id, p.guid, p.sub, p.status, p.paused_reason, p.paused_by, p.total, p.last_progress_at,
+       COALESCE(c.counts, '{}'::jsonb) AS counts,
        v.quiet_since, v.guid_held, v.limits, v.windows, v.sender_limits, v.job_gap, v.penalty
-FROM shards s
-JOIN shard_stall_inputs v ON v.shard_id = s.shard_id
-WHERE s.job_id = %(job)s::uuid
-ORDER BY s.guid, s.sub
+FROM page p
+-- by key for each shard of the page, never the view whole (OFFSET 0: not flattened into a join)
+CROSS JOIN LATERAL (SELECT * FROM shard_stall_inputs i WHERE i.shard_id = p.shard_id OFFSET 0) v
+LEFT JOIN counts c ON c.shard_id = p.shard_id
+ORDER BY p.k1, p.k2, p.k3, p.guid, p.sub

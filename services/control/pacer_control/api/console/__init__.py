@@ -39,6 +39,7 @@ from pacer_control.domain.filters import (
     JobStatus,
     Part,
     RetryFilter,
+    ShardPage,
 )
 from pacer_control.domain.outcomes import ActionResult
 from pacer_control.domain.permissions import Action, Principal, may, scope_refusal
@@ -96,6 +97,7 @@ router = APIRouter(prefix=f"{PREFIX}/part", include_in_schema=False)
 JobId = Annotated[uuid.UUID, Path()]
 GuidPath = Annotated[str, Path(min_length=1, max_length=256, pattern=r"^[^\x00]*$")]
 GUID_PAGE = 200  # guids per page of the Guids page
+SHARDS_SHOWN = 50  # shards a job's page lists: those to look at first
 E = TypeVar("E", bound=StrEnum)
 
 
@@ -225,22 +227,38 @@ def job_actions(row: dict[str, Any]) -> dict[str, tuple[Action, str]]:
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse, **guard("jobs.view"))
 async def job(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
-    row = await ctl.job(str(job_id))
+    row = await ctl.job(str(job_id), ShardPage(0), failures=False)  # its parts read the rest
     return _render(request, "job.html", who, job=row, actions=job_actions(row),
                    retry_statuses=[s.value for s in RETRYABLE])
 
 
 @router.get("/jobs/{job_id}/progress", response_class=HTMLResponse, **guard("jobs.view"))
 async def job_progress(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
-    row = await ctl.job(str(job_id))
-    now = datetime.now(UTC)
-    failed = await ctl.items(str(job_id), ItemFilter(limit=200).failed()) if may(who.role, "items.view") else []
+    """The job's status and counts, read every second while shown: two short reads whatever
+    the job's size."""
+    row = await ctl.job(str(job_id), ShardPage(0), failures=False)
+    return _render(request, "job_progress.html", who, job=row, progress=views.progress(row["counts"], row["total"]),
+                   rendered=datetime.now(UTC).timestamp())
+
+
+@router.get("/jobs/{job_id}/shards", response_class=HTMLResponse, **guard("jobs.view"))
+async def job_shards(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
+    """The job's shards to look at first (a job has one a guid: tens of thousands of them),
+    and how many there are per status."""
+    row = await ctl.job(str(job_id), ShardPage(SHARDS_SHOWN, attention=True), failures=False)
     for s in row["shards"]:
         s["progress"] = views.progress(s["counts"], s["total"])
-    return _render(request, "job_progress.html", who, job=row, progress=views.progress(row["counts"], row["total"]),
-                   failed=failed[:20], examples=views.examples(failed), rendered=now.timestamp(),
-                   stalled_after=views.duration(ctl.stalled_after_s),
-                   read_ahead=views.read_ahead(row["counts"], row["failures"]))
+    return _render(request, "job_shards.html", who, job=row, stalled_after=views.duration(ctl.stalled_after_s))
+
+
+@router.get("/jobs/{job_id}/failures", response_class=HTMLResponse, **guard("jobs.view"))
+async def job_failures(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
+    """Why the job's items did not go out: a read of its items, not of the projection, so
+    refreshed less often than the progress."""
+    row = await ctl.job(str(job_id), ShardPage(0))
+    failed = await ctl.items(str(job_id), ItemFilter(limit=200).failed()) if may(who.role, "items.view") else []
+    return _render(request, "job_failures.html", who, job=row, failed=failed[:20], examples=views.examples(failed),
+                   read_ahead=views.read_ahead(row["counts"], row["failures"]), read_at=datetime.now(UTC))
 
 
 def _job_action(action: str) -> Any:

@@ -45,6 +45,16 @@
     try { detail = JSON.parse(xhr.responseText).detail || detail; } catch (_) { /* not JSON */ }
     flash(xhr.status + ": " + detail, false);
   });
+  // A part that polls (data-poll) is read only while its tab is shown: a hidden tab asks the
+  // database for nothing, and one shown again reads each such part at once (pacer-visible).
+  // (htmx's own poll filter, [document.visibilityState…], is an eval the CSP refuses.)
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    if (document.hidden && e.detail.elt.hasAttribute("data-poll")) { e.preventDefault(); }
+  });
+  document.addEventListener("visibilitychange", function () {
+    if (document.hidden) { return; }
+    document.querySelectorAll("[data-poll]").forEach(function (el) { htmx.trigger(el, "pacer-visible"); });
+  });
   document.addEventListener("htmx:sendError", function () { flash("Pacer cannot be reached; retrying", false); });
 
   document.addEventListener("click", function (e) {
