@@ -357,13 +357,15 @@ def _fast_from(doc: Any) -> tuple[JobRequest, list[TargetRow]] | None:
         req = JobRequest.model_validate_json(json.dumps({**doc, "targets": {**targets, "items": items[:1]}}))
     except (ValidationError, ValueError, RecursionError):
         return None
-    whole = req.targets.model_copy(update={"items": LazyTargets(items)})
+    whole = req.targets.model_copy(update={"items": LazyTargets(rows)})
     return req.model_copy(update={"targets": whole}), rows
 
 
 def _target_rows(items: list[Any]) -> list[TargetRow] | None:
-    """Each item as a row, if each is what :class:`Target` accepts without a doubt; else None."""
+    """Each item as a row, if each is what :class:`Target` accepts without a doubt; else None.
+    A guid's targets share one string of it: a request names a few guids many times."""
     rows: list[TargetRow] = []
+    guids: dict[str, str] = {}
     for t in items:
         if type(t) is not dict:
             return None
@@ -381,7 +383,7 @@ def _target_rows(items: list[Any]) -> list[TargetRow] | None:
                 if type(value) is not str or not 0 < len(name) <= MAX_VAR_NAME_CHARS or len(
                         value) > MAX_VAR_VALUE_CHARS:
                     return None
-        rows.append(TargetRow(Guid(guid), ToId(to_id), variables))
+        rows.append(TargetRow(Guid(guids.setdefault(guid, guid)), ToId(to_id), variables))
     return rows
 
 
@@ -392,14 +394,19 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return d
 
 
+def _target(row: TargetRow) -> Target:
+    return Target.model_validate({"guid": row.guid, "to_id": row.to_id, "vars": dict(row.vars)})
+
+
 class LazyTargets(Sequence[Target]):
     """A fast-path request's targets as the model holds them: each a :class:`Target` when
-    read (the fast path checked every one), none built unless someone reads them. pydantic
-    cannot serialise it: dump such a request without its targets (the planner stores a
-    snapshot's targets as items, never in the job's row)."""
+    read (the fast path checked every one), none built unless someone reads them. Held as the
+    checked rows, not the parsed objects, which are let go with the document. pydantic cannot
+    serialise it: dump such a request without its targets (the planner stores a snapshot's
+    targets as items, never in the job's row)."""
 
-    def __init__(self, items: list[dict[str, Any]]) -> None:
-        self._items = items
+    def __init__(self, rows: list[TargetRow]) -> None:
+        self._items = rows
 
     def __len__(self) -> int:
         return len(self._items)
@@ -411,11 +418,11 @@ class LazyTargets(Sequence[Target]):
 
     def __getitem__(self, i: int | slice) -> Target | list[Target]:
         if isinstance(i, slice):
-            return [Target.model_validate(t) for t in self._items[i]]
-        return Target.model_validate(self._items[i])
+            return [_target(t) for t in self._items[i]]
+        return _target(self._items[i])
 
     def __iter__(self) -> Iterator[Target]:
-        return (Target.model_validate(t) for t in self._items)
+        return (_target(t) for t in self._items)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
