@@ -34,6 +34,7 @@ from bench.common import (
     wait_planner_consuming,
     wait_until,
 )
+from bench.console import console
 from bench.fleet import fleet
 from bench.footprint import footprint
 from bench.intake import intake
@@ -417,4 +418,4 @@ SCENARIOS = {"planner": planner, "steps": steps, "sender": sender, "pacing": pac
              "recovery": recovery, "scale": scale, "fleet": fleet, "footprint": footprint, "peer": peer}
 SCENARIOS |= {"reconciler": reconciler}
 SCENARIOS |= {"refill": refill, "fairness": fairness, "schedule": schedule, "shed": shed}
-SCENARIOS |= {"intake": intake, "restore": restore, "index": index}
+SCENARIOS |= {"intake": intake, "restore": restore, "index": index, "console": console}
