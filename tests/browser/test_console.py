@@ -168,6 +168,14 @@ _SHOW = """(hidden) => {
   document.dispatchEvent(new Event("visibilitychange"));
   return at;
 }"""
+_FLIP = """() => {  // hidden and shown again at once: no poll can come round in between
+  const at = performance.now();
+  for (const hidden of [true, false]) {
+    window.pacerHidden = hidden;
+    document.dispatchEvent(new Event("visibilitychange"));
+  }
+  return [at, performance.now()];
+}"""
 _PARTS = ("progress", "failures-part", "shards-part")
 
 
@@ -179,15 +187,19 @@ def test_a_hidden_tab_reads_nothing_and_reads_every_part_again_once_shown(
     expect(page.locator("#shards tr[data-shard]")).to_have_count(1)
     page.evaluate(_WATCH_POLLS)
 
-    def polls(what: str, part: str, since: float = 0.0) -> list[dict[str, Any]]:
+    def polls(what: str, part: str | None = None, since: float = 0.0) -> list[dict[str, Any]]:
         return [p for p in page.evaluate("window.pacerPolls")
-                if p["what"] == what and p["part"] == part and float(p["at"]) >= since]
+                if p["what"] == what and part in (None, p["part"]) and float(p["at"]) >= since]
+
+    # A tab hidden and shown at once reads nothing more: no part's poll came round meanwhile.
+    flipped, back = page.evaluate(_FLIP)
+    assert not [p for p in polls("asked", since=flipped) if float(p["at"]) <= back], "a flip read a part"
 
     hidden_at = page.evaluate(_SHOW, True)
     # Each part's poll comes round (the failures' every 10 s) and is refused: nothing goes out.
     wait_for(lambda: len(polls("asked", "progress", hidden_at)) >= 3 and polls("asked", "failures-part", hidden_at),
              25, "the parts' polls while the tab is hidden")
-    assert not [p for p in page.evaluate("window.pacerPolls") if p["what"] == "sent"], "a hidden tab read a part"
+    assert not polls("sent", since=hidden_at), "a hidden tab read a part"
     asked = float(polls("asked", "failures-part", hidden_at)[-1]["at"])
     shown_at = page.evaluate(_SHOW, False)
     assert shown_at - asked < 3000, "the tab was not shown right after the failures' poll"
@@ -196,6 +208,8 @@ def test_a_hidden_tab_reads_nothing_and_reads_every_part_again_once_shown(
         part: float(polls("sent", part, shown_at)[0]["at"]) for part in _PARTS}, 8, "every part read once shown",
         lambda: [p for p in page.evaluate("window.pacerPolls") if float(p["at"]) >= shown_at])
     assert sent["failures-part"] < asked + 9000, (sent, asked)
+    # and each goes on at its pace: the progress every second
+    wait_for(lambda: len(polls("sent", "progress", shown_at)) >= 3, 10, "the progress polled again once shown")
     expect(page.locator("#failures-part")).not_to_contain_text("Loading")
 
 

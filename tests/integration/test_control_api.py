@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import random
 import uuid
 from typing import Any
 
@@ -203,8 +204,10 @@ def test_job_detail_progress_shards_and_failure_categories(database_url: str) ->
 
 
 def test_job_detail_pages_through_every_shard_by_guid_with_the_whole_jobs_totals(database_url: str) -> None:
-    guids = {f"g{n:02d}": 1 + n % 3 for n in range(23)}
-    job, shards, _ = seed_job(database_url, guids)
+    # made out of guid order: the shards' ids do not follow their guids
+    guids = {f"g{n:02d}": 1 + n % 3 for n in random.Random(7).sample(range(23), 23)}
+    job, shards, items = seed_job(database_url, guids)
+    move(database_url, items[:2], "failed", "needs_human")
     _, other_shards, _ = seed_job(database_url, {"x": 1})
     with psycopg.connect(database_url) as conn:
         conn.execute("UPDATE shards SET status = 'completed' WHERE shard_id = ANY(%s)", ([shards["g03"], shards["g07"]],))
@@ -232,6 +235,10 @@ def test_job_detail_pages_through_every_shard_by_guid_with_the_whole_jobs_totals
             bare = (await api.get(f"/jobs/{job}?shards_limit=0", "operator")).json()
             assert bare["shards"] == [] and (bare["counts"], bare["shard_statuses"]) == (
                 whole["counts"], whole["shard_statuses"])
+            assert bare["failures"] == whole["failures"] == [
+                {"error_class": "needs_human", "total": 2, "by_status": {"failed": 2}}]
+            lean = (await api.get(f"/jobs/{job}?shards_limit=5&failures=false", "operator")).json()
+            assert (lean["failures"], lean["shed"], len(lean["shards"])) == ([], 0, 5)
             r = await api.get(f"/jobs/{job}?shards_limit=5&shards_after={other_shards['x']}", "operator")
             assert r.status_code == 422 and f"{other_shards['x']} is not a shard of job {job}" in r.text, r.text
             r = await api.get(f"/jobs/{job}?shards_after={shards['g01']}", "operator")

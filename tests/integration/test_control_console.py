@@ -515,6 +515,10 @@ def test_the_job_page_lists_the_shards_to_look_at_first_and_how_many_there_are(d
         conn.execute("UPDATE shards SET status = 'completed' WHERE job_id = %s AND guid < 'g05'", (job,))
         conn.execute("UPDATE shards SET status = 'paused', paused_reason = 'vip' WHERE shard_id = %s",
                      (shards["g30"],))
+        # g06's guid paused, g08's out of its account: quiet for that reason, after the others.
+        conn.execute("INSERT INTO guid_leases (guid, paused_reason) VALUES ('g06', 'operator')")
+        conn.execute("INSERT INTO guid_states (guid, state, source, reason, event_ts)"
+                     " VALUES ('g08', 'offline', 'callback', 'logged out', now())")
     guid_of = {str(sid): guid for guid, sid in shards.items()}
 
     async def go() -> None:
@@ -526,9 +530,9 @@ def test_the_job_page_lists_the_shards_to_look_at_first_and_how_many_there_are(d
 
             page = await part(job)
             listed = [guid_of[sid] for sid in re.findall(r'data-shard="(\d+)"', page)]
-            # The paused shard, then those with work left quiet longest first; the done ones and
-            # the 50th-and-after quietest are not listed.
-            assert listed == ["g30"] + [f"g{n:02d}" for n in range(5, 30)] + [f"g{n:02d}" for n in range(31, 55)]
+            # The paused shard, then those with work left quiet longest first; those of the held
+            # guids, the done ones and the 50th-and-after quietest are not listed.
+            assert listed == ["g30", "g05", "g07"] + [f"g{n:02d}" for n in (*range(9, 30), *range(31, 57))]
             totals = html.unescape(re.sub(r"\s+", " ", page.split('id="shard-totals">')[1].split("</small>")[0]))
             assert totals == "60: completed 5 · paused 1 · running 54"
             assert 'id="shards-shown"' in page and "The 50 to look at first" in page

@@ -70,9 +70,11 @@ async def list_jobs(ctl: Ctl, who: Caller, status: JobStatus | None = None, kind
 
 @router.get("/jobs/{job_id}", response_model=JobDetail, summary="A job: progress, shards, failures, hold, budget",
             description="Every shard of the job by guid, or a page of them with `shards_limit`: a job has a shard "
-                        "per guid, and listing tens of thousands of them costs the database a read of each. "
-                        "`counts`, `shard_statuses` and `shards_total` are the whole job's whatever the page; "
-                        "`shards_limit=0` reads them alone.",
+                        "per guid (more for a guid with many items), and listing tens of thousands of them costs "
+                        "the database a read of each. `counts`, `shard_statuses` and `shards_total` are the whole "
+                        "job's whatever the page; `shards_limit=0` reads them alone. The failure categories read "
+                        "every item of the job not delivered: a client paging through the shards asks for them "
+                        "once, and `failures=false` on the other pages.",
             **guard("jobs.view", 404, 422))
 async def get_job(job_id: JobIdPath, ctl: Ctl,
                   shards_limit: Annotated[int | None, Query(
@@ -80,11 +82,13 @@ async def get_job(job_id: JobIdPath, ctl: Ctl,
                   = None,
                   shards_after: Annotated[int | None, Query(
                       ge=1, le=2**63 - 1, description="a shard id (`next_shards_after` of the page before): the "
-                                                      "page starts after that shard, by guid")] = None
+                                                      "page starts after that shard, by guid")] = None,
+                  failures: Annotated[bool, Query(
+                      description="false: leave the failure categories out (`failures` empty, `shed` 0)")] = True
                   ) -> dict[str, Any]:
     if shards_after is not None and shards_limit is None:
         raise Invalid("shards_after pages the shards: give shards_limit with it")
-    return await ctl.job(str(job_id), ShardPage(shards_limit, shards_after))
+    return await ctl.job(str(job_id), ShardPage(shards_limit, shards_after), failures)
 
 
 _JOB_ACTIONS: dict[str, tuple[Action, str, str | None]] = {

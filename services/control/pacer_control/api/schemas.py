@@ -260,7 +260,8 @@ class JobDetail(BaseModel):
         None, description="with `shards_limit`: the last shard of a full page, to pass as `shards_after` for the "
                           "next (which may be empty); null when the page is not full: it holds the last shard")
     failures: list[FailureCategory] = Field(
-        description="last error class of failed, abandoned, expired and waiting_retry items")
+        description="last error class of failed, abandoned, expired and waiting_retry items (none asked for with "
+                    "`failures=false`)")
     shed: int = Field(0, description="items expired early (error class shed): they could not go out before "
                                      "their expire_at at their guid's rate")
 

@@ -2,14 +2,21 @@
 -- for its guid (shard_stall_inputs; domain/views.py `stalled`). Which shards, in what order:
 --  * by guid (and sub), ``limit`` of them (NULL: all) after shard ``after`` (NULL: from the
 --    first); a keyset page read along the (job_id, guid, sub) key;
---  * ``attention``: the ``limit`` an operator looks at first: paused shards, then those not
---    completed by how long they have been quiet (shard_stall_inputs.quiet_since), longest
---    first, then the completed ones by guid. Read from the shards alone, not their counts.
+--  * ``attention``: the ``limit`` an operator looks at first: paused shards; then those not
+--    completed whose guid is not held, by how long they have been quiet
+--    (shard_stall_inputs.quiet_since), longest first: a stalled shard is among them; then
+--    those whose guid is held (paused, or not online: quiet for that reason); then the
+--    completed ones by guid. Read from the shards and their guids' holds, not their counts.
 -- Planned for its values (prepare=False): a false ``attention`` folds its sort keys away.
 WITH page AS (
     SELECT s.shard_id, s.guid, s.sub, s.status, s.paused_reason, s.paused_by, s.total, s.last_progress_at,
            CASE WHEN %(attention)s THEN s.status <> 'paused' END AS k1,
-           CASE WHEN %(attention)s THEN s.status = 'completed' END AS k2,
+           CASE WHEN %(attention)s THEN
+               CASE WHEN s.status = 'completed' THEN 2
+                    WHEN EXISTS (SELECT 1 FROM guid_leases g WHERE g.guid = s.guid AND g.paused_reason IS NOT NULL)
+                      OR EXISTS (SELECT 1 FROM guid_states h WHERE h.guid = s.guid AND h.state <> 'online') THEN 1
+                    ELSE 0 END
+           END AS k2,
            CASE WHEN %(attention)s AND s.status <> 'completed'
                 THEN greatest(COALESCE(s.last_progress_at, s.created_at), j.not_before) END AS k3
     FROM shards s

@@ -234,8 +234,8 @@ async def job(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLRes
 
 @router.get("/jobs/{job_id}/progress", response_class=HTMLResponse, **guard("jobs.view"))
 async def job_progress(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
-    """The job's status and counts, read every second while shown: two short reads whatever
-    the job's size."""
+    """The job's status and counts, read every second while shown: the job's row and one
+    aggregate of its shards' counts (15 ms at 10,000 shards: bench console)."""
     row = await ctl.job(str(job_id), ShardPage(0), failures=False)
     return _render(request, "job_progress.html", who, job=row, progress=views.progress(row["counts"], row["total"]),
                    rendered=datetime.now(UTC).timestamp())

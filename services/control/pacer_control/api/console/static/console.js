@@ -46,14 +46,19 @@
     flash(xhr.status + ": " + detail, false);
   });
   // A part that polls (data-poll) is read only while its tab is shown: a hidden tab asks the
-  // database for nothing, and one shown again reads each such part at once (pacer-visible).
+  // database for nothing, and one shown again reads at once each part whose poll it refused
+  // meanwhile (pacer-visible); a part whose poll did not come round waits for it.
   // (htmx's own poll filter, [document.visibilityState…], is an eval the CSP refuses.)
   document.addEventListener("htmx:beforeRequest", function (e) {
-    if (document.hidden && e.detail.elt.hasAttribute("data-poll")) { e.preventDefault(); }
+    var elt = e.detail.elt;
+    if (document.hidden && elt.hasAttribute("data-poll")) { e.preventDefault(); elt.setAttribute("data-poll-missed", ""); }
   });
   document.addEventListener("visibilitychange", function () {
     if (document.hidden) { return; }
-    document.querySelectorAll("[data-poll]").forEach(function (el) { htmx.trigger(el, "pacer-visible"); });
+    document.querySelectorAll("[data-poll-missed]").forEach(function (el) {
+      el.removeAttribute("data-poll-missed");
+      htmx.trigger(el, "pacer-visible");
+    });
   });
   document.addEventListener("htmx:sendError", function () { flash("Pacer cannot be reached; retrying", false); });
 
