@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import zlib
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +19,7 @@ from pacer_common.domain.validation import validate_request
 from pacer_common.kafka import ensure_topics, make_producer
 from pacer_planner.adapters.kafka import KafkaCommandBus
 from pacer_planner.adapters.postgres import ApprovalPolicy, PostgresJobStore, claim_guids
-from pacer_planner.core import Handled, Planner
+from pacer_planner.core import Handled, Planner, intake
 from pacer_planner.domain.planning import plan
 from pacer_planner.ports import Known
 from pacer_sender.adapters.queue import PostgresGuidQueue
@@ -84,13 +85,28 @@ def test_the_same_request_twice_is_one_job(
         assert conn.execute("SELECT count(*) FROM items").fetchone() == (5,)
 
 
-def test_a_stored_but_undispatched_job_is_dispatched_on_redelivery(
-        database_url: str, kafka_config: dict[str, str], topics: dict[str, str]) -> None:
-    run(database_url, kafka_config, topics, [request("r4", 4)])
+def test_a_stored_but_undispatched_job_is_dispatched_on_redelivery_a_page_at_a_time(
+        database_url: str, kafka_config: dict[str, str], topics: dict[str, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    run(database_url, kafka_config, topics, [request("r4", 10)])
     with psycopg.connect(database_url) as conn:
         conn.execute("UPDATE jobs SET dispatched_at = NULL")  # as if the planner died before the flush
-    (h,) = run(database_url, kafka_config, topics, [request("r4", 4)])
-    assert (h.outcome, h.items) == ("redispatched", 4)
+        conn.execute("UPDATE items SET status = 'confirmed' WHERE to_id = 'r0'")  # sent meanwhile
+        pending = {str(i) for (i,) in conn.execute("SELECT item_id FROM items WHERE status = 'pending'")}
+    pages: list[int] = []
+    monkeypatch.setattr(intake, "REDISPATCH_PAGE", 3)
+    dispatch = KafkaCommandBus.dispatch
+
+    def counted(bus: KafkaCommandBus, page: Any) -> int:
+        pages.append(len(page))
+        return dispatch(bus, page)
+
+    monkeypatch.setattr(KafkaCommandBus, "dispatch", counted)
+    (h,) = run(database_url, kafka_config, topics, [request("r4", 10)])
+    assert (h.outcome, h.items, pages) == ("redispatched", 9, [3, 3, 3])
+    # each pending item's command once more, the confirmed one's not
+    sent = Counter(c["value"]["item_id"] for c in read_topic(kafka_config, topics["batch"], expect=19))
+    assert sorted(sent.values()) == [1] + [2] * 9 and {i for i, n in sent.items() if n == 2} == pending
 
 
 def test_admission_refuses_batch_work_over_a_guids_backlog_but_not_replies(
@@ -414,7 +430,7 @@ def test_a_text_every_target_shares_is_stored_once_on_the_job_and_read_back_whol
     async def read_back() -> tuple[list[str], list[str]]:
         pool = await open_pool(database_url, min_size=1, max_size=2)
         try:
-            republished = await PostgresJobStore(pool).pending_commands(str(shared.job_id))
+            republished = await PostgresJobStore(pool).pending_commands(str(shared.job_id), None, 10)
             refilled = (await PostgresGuidQueue(pool).next_ready("g0", [], 10)).commands
         finally:
             await pool.close()

@@ -55,18 +55,23 @@ class Store:
     tenants: dict[str, str] = field(default_factory=dict)  # job id → its tenant
     hidden: int = 0  # this many calls to known() answer None, as before a concurrent store
     paging: dict[str, bool] = field(default_factory=dict)  # job id → a requery job (its targets paged in)
+    items: dict[str, list[ItemCommand]] = field(default_factory=dict)  # job id → its items' commands, all pending
 
     async def store(self, plan: Plan) -> Stored:
         if self.fail:
             raise self.fail.pop(0)
+        self.items.setdefault(plan.job_id, [ItemCommand(
+            item_id=it.item_id, job_id=plan.job_id, shard_id=1, guid=it.guid, to_id=it.to_id, content=it.content,
+            idem_key=it.idem_key, priority=plan.priority, kind=plan.request.kind.value) for it in plan.items])
         created = plan.job_id not in self.jobs
         self.jobs.setdefault(plan.job_id, False)
         self.tenants.setdefault(plan.job_id, plan.request.tenant)
         self.paging.setdefault(plan.job_id, plan.request.targets.mode == "requery")
         return Stored(plan.job_id, created, self.jobs[plan.job_id], {k: 1 for k in plan.shards})
 
-    async def pending_commands(self, job_id: str) -> Sequence[ItemCommand]:
-        return []
+    async def pending_commands(self, job_id: str, after: str | None, limit: int) -> Sequence[ItemCommand]:
+        ordered = sorted(self.items.get(job_id, []), key=lambda c: c.item_id)
+        return [c for c in ordered if after is None or c.item_id > after][:limit]
 
     async def mark_dispatched(self, job_id: str) -> None:
         self.jobs[job_id] = True

@@ -110,7 +110,9 @@ def validate_request(raw: bytes, now: datetime) -> ValidRequest:
     doc = _document(raw)
     fast = None if doc is None else _fast_from(doc)
     if fast is not None:
-        req, rows = fast
+        # The rows hold what planning needs: the document's objects go before the targets are
+        # rendered and keyed (its one dict a target, its lists and strings).
+        (req, rows), fast, doc = fast, None, None
     else:
         # What the model refuses is still the tenant's its JSON object names; the document is
         # not held while the model reads the bytes again.
@@ -401,7 +403,8 @@ def _target(row: TargetRow) -> Target:
 class LazyTargets(Sequence[Target]):
     """A fast-path request's targets as the model holds them: each a :class:`Target` when
     read (the fast path checked every one), none built unless someone reads them. Held as the
-    checked rows, not the parsed objects, which are let go with the document. pydantic cannot
+    checked rows (their strings, and each target's own ``vars``), not the document's target
+    objects, which go with the document. pydantic cannot
     serialise it: dump such a request without its targets (the planner stores a snapshot's
     targets as items, never in the job's row)."""
 

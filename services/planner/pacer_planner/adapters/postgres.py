@@ -138,10 +138,11 @@ class PostgresJobStore:
                 await conn.execute(sql("coalesce"), {"job_id": plan.job_id})
         return Stored(plan.job_id, created=True, dispatched=False, shard_ids=shard_ids)
 
-    async def pending_commands(self, job_id: str) -> Sequence[ItemCommand]:
+    async def pending_commands(self, job_id: str, after: str | None, limit: int) -> Sequence[ItemCommand]:
         async def work() -> list[ItemCommand]:
             async with self.pool.connection() as conn:
-                rows: list[Any] = await (await conn.execute(sql("pending_commands"), {"job_id": job_id})).fetchall()
+                rows: list[Any] = await (await conn.execute(sql("pending_commands"), {
+                    "job_id": job_id, "after": after, "limit": limit})).fetchall()
             return [ItemCommand.model_validate(r) for r in rows]
 
         return await with_retry(work)

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal, overload
 
 from pacer_common import gcpause, tracing
-from pacer_common.domain.commands import ItemCommand, ItemFields, JobCommands
+from pacer_common.domain.commands import ItemFields, JobCommands
 from pacer_common.domain.dead_letters import request_id_named, tenant_named
 from pacer_common.domain.ids import JobId
 from pacer_common.domain.requests import MAX_REQUEST_BYTES, JobRequest
@@ -37,6 +37,7 @@ from pacer_planner.domain.sharding import DEFAULT_MAX_SHARD_ITEMS, ShardKey
 from pacer_planner.ports import CommandBus, JobStore, Known, Stored, StoreRefused
 
 log = logging.getLogger(__name__)
+REDISPATCH_PAGE = 10_000  # commands of a job read, produced and flushed at a time when it is re-dispatched
 
 Outcome = Literal["planned", "paging", "duplicate", "redispatched", "dead_lettered", "undispatched"]
 
@@ -129,7 +130,9 @@ class Planner:
             # the request is judged or stored again (its guids are not claimed).
             known = await self.store.known(request.request_id)
             if known is not None:
-                return await self._stored_before(key, value, known, request.tenant, request.request_id)
+                tenant, request_id = request.tenant, request.request_id
+                del valid, p, request  # what goes out again is the stored job: not held meanwhile
+                return await self._stored_before(key, value, known, tenant, request_id)
             guids = p.per_guid
             reason = refusal(p, await self.store.queued(list(guids)), self.max_backlog_per_guid) if guids else None
             if reason is not None:
@@ -203,8 +206,14 @@ class Planner:
             log.info("requery job known; its targets are paged in")
             return Handled("duplicate", known.job_id, paging=True)
         if not known.dispatched:
-            pending: Sequence[ItemCommand] = await self.store.pending_commands(known.job_id)
-            n = await asyncio.to_thread(self.bus.dispatch, pending)
+            # A page at a time, each flushed before the next is read: what a re-dispatch holds
+            # does not grow with the job (a million items, each with its text).
+            n, after = 0, None
+            while page := await self.store.pending_commands(known.job_id, after, REDISPATCH_PAGE):
+                n += await asyncio.to_thread(self.bus.dispatch, page)
+                if len(page) < REDISPATCH_PAGE:
+                    break
+                after = page[-1].item_id
             await self.store.mark_dispatched(known.job_id)
             log.info("job re-dispatched: %d pending items", n)
             return Handled("redispatched", known.job_id, n)
