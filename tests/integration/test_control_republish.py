@@ -134,3 +134,35 @@ def test_a_republish_waiting_on_kafka_holds_no_transaction_and_is_audited_as_it_
     assert f"{dlq}:0:2" not in by_target
     got = read_topic(kafka_config, requests, 1)
     assert [r["key"] for r in got] == [b"r-sent"], "the failed one was never sent, the refused one never tried"
+
+
+def test_a_dead_letter_over_what_the_control_service_checks_is_not_republished_and_says_how(
+        kafka_config: dict[str, str], topic_prefix: str, database_url: str) -> None:
+    """Checking a request holds up to about 25 times it in the control process: one over
+    PACER_CONTROL_DRY_RUN_MAX_BYTES is not checked there (nor sent), and the answer names the
+    unchecked republish, which leaves the check to the planner."""
+    requests, dlq = f"{topic_prefix}.job-requests", f"{topic_prefix}.job-requests.dlq"
+    ensure_topics(kafka_config, {requests: (1, {}), dlq: (1, {})})
+    bus = KafkaCommandBus(make_producer(kafka_config), lambda lane: f"{topic_prefix}.item-commands.{lane}", dlq)
+    small, large = _request("r-s"), _request("r-large")
+    bus.dead_letter(b"r-large", large, "tenant 'acme' is over its quota", "acme")  # offset 0
+    bus.dead_letter(b"r-s", small, "tenant 'acme' is over its quota", "acme")  # offset 1
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO tenants (name) VALUES ('acme')")
+    queue = KafkaDeadLetters(KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"],
+                                           topic_prefix=topic_prefix))
+    cap = len(large) - 1  # the large one is one byte over; the small one (same shape, shorter id) within
+
+    async def go() -> tuple[Any, Any]:
+        async with control_api(database_url, dead_letters=queue, dry_run_max_bytes=cap) as api:
+            over = await api.post("/dead-letters/requests/0/0/republish", role="tech_admin")
+            return over, await api.post("/dead-letters/requests/0/1/republish", role="tech_admin")
+
+    over, within = asyncio.run(go())
+    assert len(small) <= cap < len(large)
+    assert over.status_code == 422, over.text
+    assert f"over the {cap:,} this control service checks" in over.json()["detail"]
+    assert "pacer dead-letters republish --raw" in over.json()["detail"]
+    assert within.status_code == 200, within.text
+    assert [r["key"] for r in read_topic(kafka_config, requests, 1)] == [b"r-s"], "the large one was sent"
+    assert {a["target_id"] for a in audit(database_url) if a["target_type"] == "dead_letter"} == {f"{dlq}:0:1"}

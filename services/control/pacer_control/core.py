@@ -9,13 +9,14 @@ tokens, test sends), always in the same transaction as the change.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pacer_common.domain.dead_letters import Cursor, DeadLetter, Page, Queue, matches, page_of, read_depth
 from pacer_common.domain.ids import ItemId
@@ -74,6 +75,15 @@ SHARD_READS = frozenset({"quiet_since", "guid_held", "limits", "windows", "sende
 LEASE_FIELDS = ("owner", "epoch", "since", "lease_until", "renew_count", "takeovers", "last_send_at", "expired",
                 "windows")
 SPANS_KEPT = 4096  # jobs whose range of item ids a Control API keeps, the most recently used
+
+
+class CheckTurns(Protocol):
+    """Checking a whole job request in this process (a dry run, a republish's check): how large a
+    one it takes (``max_bytes``), and a turn among the others (``turn()``, Unavailable when none
+    comes soon): each holds up to about 25 times its request in memory."""
+    max_bytes: int
+
+    def turn(self) -> contextlib.AbstractAsyncContextManager[None]: ...
 
 
 def _json(value: Any) -> Any:
@@ -493,7 +503,7 @@ class Control:
         return letter
 
     async def republish_dead_letter(self, who: Principal, partition: int, offset: int,
-                                    reason: str | None) -> ActionResult:
+                                    reason: str | None, checks: CheckTurns | None = None) -> ActionResult:
         """A refused job request sent to the planner again, as it came, once what refused it is
         fixed elsewhere (a tenant created, a quota raised, a bug fixed). A request still invalid
         is not sent (422, the planner's own reason), nor a record that holds only part of the
@@ -508,12 +518,23 @@ class Control:
         ``republish_failed`` with the error if it did not (a timeout: it may still have reached
         the topic). So no request goes out without a record of it, and no record says it was
         sent unless the broker said so. A database error after the send leaves the attempt as
-        its only record: the answer still says it was republished, and the error is logged."""
+        its only record: the answer still says it was republished, and the error is logged.
+
+        The check is the planner's validation, in this process: with ``checks``, a request over
+        its ``max_bytes`` is not checked here (422: republish it unchecked, and the planner
+        checks it), and the check waits for its turn among the dry runs."""
         letter = await self.dead_letter(who, "requests", partition, offset)
         if (why := letter.not_republishable()) is not None:
             raise Invalid(f"not republished: {why}")
+        if checks is not None and len(letter.value) > checks.max_bytes:
+            raise Invalid(
+                f"not republished: the request is {len(letter.value):,} bytes, over the {checks.max_bytes:,} this "
+                "control service checks (PACER_CONTROL_DRY_RUN_MAX_BYTES: a check holds up to about 25 times its "
+                "request in memory). Republish it unchecked with `pacer dead-letters republish --raw`: the planner "
+                "checks it, and dead-letters it again with its reason if it still refuses it")
         try:
-            await asyncio.to_thread(validate_request, letter.value, self.clock())
+            async with checks.turn() if checks is not None else contextlib.nullcontext():
+                await asyncio.to_thread(validate_request, letter.value, self.clock())
         except InvalidRequest as exc:
             raise Invalid(f"not republished, the planner would refuse it again: {exc}. Fix the request "
                           "(GET its body) and publish it as a new one") from None

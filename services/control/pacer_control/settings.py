@@ -56,12 +56,14 @@ class ControlSettings(OpsSettings):
         "request in memory at most, whatever the template. 4 MiB (40,000 to 150,000 targets) peaks at about "
         "145 MiB with the service's own, within the chart's 384 MiB for a control pod; raise the pod's memory "
         "limit with it. Dry-run a part of a larger request's targets, or publish it: the planner plans it or "
-        "says why not in its dead letter."
+        "says why not in its dead letter. A dead-lettered request's republish is checked the same way, within "
+        "the same size (a larger one is answered `422`: `pacer dead-letters republish --raw` sends it unchecked, "
+        "and the planner checks it)."
     ))
     dry_run_concurrency: int = Field(1, ge=1, le=16, description=(
-        "Dry runs one control process plans at a time (each may hold about 25 times its request in memory: "
-        "`PACER_CONTROL_DRY_RUN_MAX_BYTES`). Another waits up to 10 s for its turn, before its body is read, then "
-        "is answered `503` (try again)."
+        "Dry runs, and republishes' checks, one control process makes at a time (each may hold about 25 times "
+        "its request in memory: `PACER_CONTROL_DRY_RUN_MAX_BYTES`). Another waits up to 10 s for its turn, before "
+        "its body is read, then is answered `503` (try again)."
     ))
     sandbox_targets: str = Field("", description=(
         "Comma-separated `to_id`s that `POST /test-send` may send to; empty: test sends are refused (`403`). "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 from pydantic import AwareDatetime
 
@@ -96,6 +96,7 @@ async def get_dead_letter_body(queue: QueuePath, partition: PartitionPath, offse
              summary="Send a refused job request to the planner again, as it came (checked first as the planner "
                      "checks it)",
              **guard("dead_letters.republish", 404, 422, 503, tenant_filtered=True))
-async def republish(partition: PartitionPath, offset: OffsetPath, ctl: Ctl, who: Caller,
+async def republish(http: Request, partition: PartitionPath, offset: OffsetPath, ctl: Ctl, who: Caller,
                     body: ActionBody | None = None) -> Any:
-    return respond(await ctl.republish_dead_letter(who, partition, offset, body.reason if body else None))
+    return respond(await ctl.republish_dead_letter(who, partition, offset, body.reason if body else None,
+                                                   http.app.state.dry_runs))

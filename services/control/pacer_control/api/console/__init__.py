@@ -461,7 +461,7 @@ async def dead_letter(request: Request, queue: Queue, partition: Annotated[int, 
 async def republish(request: Request, partition: Annotated[int, Path(ge=0, le=2**31 - 1)],
                     offset: Annotated[int, Path(ge=0, le=2**63 - 1)], ctl: Ctl, who: Caller) -> HTMLResponse:
     reason = _text(await _form(request), "reason")
-    return _flash(request, await ctl.republish_dead_letter(who, partition, offset, reason))
+    return _flash(request, await ctl.republish_dead_letter(who, partition, offset, reason, request.app.state.dry_runs))
 
 
 @router.get("/audit", response_class=HTMLResponse, **guard("audit.view"))
