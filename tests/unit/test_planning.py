@@ -311,3 +311,22 @@ def test_a_plan_stamps_every_item_with_the_jobs_creation_time() -> None:
     p = plan(req(), NOW)
     assert p.created_at == NOW and p.items
     assert {item_id_time(it.item_id) for it in p.items} == {NOW}
+
+
+def test_a_ticket_held_for_coalescing_is_held_only_where_it_can_still_go_out_after() -> None:
+    window = timedelta(seconds=3)
+    held = plan(req(kind="ticket_notify", expire_at=(NOW + timedelta(minutes=5)).isoformat()), NOW, window)
+    assert held.not_before == NOW + window and held.coalesce == ("T-1", 3)
+    # Expiring within the window: held, it could only expire; it goes out without the wait.
+    short = plan(req(kind="ticket_notify", expire_at=(NOW + timedelta(seconds=2)).isoformat()), NOW, window)
+    assert short.not_before is None and short.coalesce == ("T-1", 3)
+
+
+@pytest.mark.parametrize("content", ["{name}", " {name} ", "{name}{other}"])
+def test_a_target_whose_message_renders_blank_is_refused_by_name(content: str) -> None:
+    targets = [target("g1", "a", name="A", other=""), target("g1", "b", name=" ", other="")]
+    with pytest.raises(PlanError) as info:
+        plan(req(targets, content=content), NOW)
+    assert "targets[1]: the rendered message is blank" in str(info.value)
+    # Text around the fields is never blank: blank variables are the target's own business.
+    assert len(plan(req(targets, content="Hi {name}{other}"), NOW).items) == 2

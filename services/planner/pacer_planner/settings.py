@@ -28,7 +28,8 @@ class PlannerSettings(OpsSettings):
         "Ticket notifications (`ticket_notify`) wait this long before they may be sent, so that a newer "
         "`status_version` of the same `business_id` of the same tenant arriving meanwhile supersedes them "
         "(another tenant's never does): A → B → C inside the window sends only C. An older version arriving "
-        "after a newer one is superseded at once. `0` sends at once (still superseding what has not been sent)."
+        "after a newer one is superseded at once. `0` sends at once (still superseding what has not been sent). "
+        "One whose `expire_at` falls within the window does not wait: held, it could only expire."
     ))
     max_shard_items: int = Field(DEFAULT_MAX_SHARD_ITEMS, ge=1, description=(
         "A guid with more items than this in one job is split into `ceil(n / max)` sub-shards by `crc32(to_id) % "

@@ -162,6 +162,8 @@ def _render_all(req: JobRequest, targets: Sequence[TargetFields]) -> RenderedTar
     if len(set(zip(guids, to_ids, strict=True))) != len(targets):
         return None
     template = req.message.content
+    if isinstance(req.message, TextMessage) and _may_render_blank(template):
+        return None  # checked target by target: one whose variables are all blank is refused
     try:  # only a text message is a template; the others are sent as they are
         longest = (max(len(render(template, t.vars)) for t in targets) if isinstance(req.message, TextMessage)
                    else len(template))
@@ -171,6 +173,17 @@ def _render_all(req: JobRequest, targets: Sequence[TargetFields]) -> RenderedTar
     if longest > MAX_CONTENT_CHARS or max(map(len, keys)) > MAX_KEY_BYTES:
         return None
     return RenderedTargets(req, targets, keys)
+
+
+class _Blank(dict[str, str]):
+    def __missing__(self, key: str) -> str:
+        return ""
+
+
+def _may_render_blank(template: str) -> bool:
+    """Whether some variables could render ``template`` blank: it has nothing but fields and
+    white space. Any other text is in every message it renders."""
+    return not render(template, _Blank()).strip()
 
 
 def _render_each(req: JobRequest, targets: Sequence[TargetFields]) -> RenderedTargets:
@@ -228,6 +241,9 @@ def render_target(req: JobRequest, target: TargetFields, variables: Mapping[str,
                    else req.message.content)
     except KeyError as exc:
         raise CannotPlan(f"{where}: template variable {exc.args[0]!r} has no value") from None
+    if not content.strip():
+        raise CannotPlan(f"{where}: the rendered message is blank (the template's variables are blank for this "
+                         "target): the gateway sends no empty text")
     if len(content) > MAX_CONTENT_CHARS:
         raise CannotPlan(f"{where}: the rendered message has {len(content)} characters, over the gateway's "
                          f"limit of {MAX_CONTENT_CHARS}")

@@ -110,6 +110,10 @@ def coalescing(req: JobRequest, now: datetime, window: timedelta) -> tuple[datet
     if window <= timedelta(0):
         return req.not_before, key
     held_until = now + window
+    if req.expire_at is not None and req.expire_at <= held_until:
+        # Held past its expiry it could never go out: sent without the wait (a newer status
+        # may still come after it, as without coalescing).
+        return req.not_before, key
     return (held_until if req.not_before is None or req.not_before < held_until else req.not_before), key
 
 
