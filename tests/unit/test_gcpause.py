@@ -63,7 +63,10 @@ class Node:
         self.me = self  # a cycle: only the collector frees it
 
 
-def test_what_a_pause_built_is_frozen_until_the_next_pause_then_collected() -> None:
+def test_what_a_pause_built_is_frozen_and_its_garbage_collected_by_a_pause_a_full_interval_later(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gcpause, "_last_full", [0.0])
+    monkeypatch.setattr(gcpause, "FULL_EVERY_S", float("inf"))  # no full collection for now
     with gcpause.paused():
         built = [[i] for i in range(1000)]
         cycle = Node()
@@ -72,11 +75,13 @@ def test_what_a_pause_built_is_frozen_until_the_next_pause_then_collected() -> N
     del cycle
     gc.collect()
     assert gone() is not None  # frozen: no pass visits it
+    for _ in range(3):  # pauses within the interval: unfrozen and frozen again, never collected
+        with gcpause.paused():
+            assert gc.get_freeze_count() == 0
+    assert gone() is not None
+    monkeypatch.setattr(gcpause, "FULL_EVERY_S", 0.0)  # the interval over
     with gcpause.paused():
-        assert gc.get_freeze_count() == 0
-    gc.unfreeze()
-    gc.collect()
-    assert gone() is None
+        assert gone() is None, "the next pause collected it"
 
 
 def test_the_thresholds_setting_is_read_from_the_environment_and_refuses_a_zero(

@@ -15,9 +15,12 @@ collector as it is, 1.2 s with it paused and what was built frozen).
 
 ``paused()`` turns the collector off for a stretch of synchronous work (never across an
 ``await``), then freezes what exists (``gc.freeze``: no pass visits those objects) and
-turns it back on. The next ``paused()`` unfreezes them first, so they are collected as
-usual again from then on. Reference counting frees every object that is not in a cycle
-meanwhile; a cycle made before a pause is collected after the next one.
+turns it back on. The next ``paused()`` unfreezes them first, but freezes them again at its
+end with no pass in between: reference counting frees every object that is not in a cycle,
+while a cycle of garbage frozen once would stay frozen through every pause after it. So a
+pause that begins :data:`FULL_EVERY_S` or more after the last full collection it made
+collects once in full first, when the previous pause's big batch is normally gone: frozen
+garbage lasts at most that long, for a full collection of the steady heap a minute.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from typing import Any
 
 _paused_s = [0.0, 0.0, 0.0]  # seconds spent collecting, by generation, since tune()
 _started: list[float] = []
+FULL_EVERY_S = 60.0  # a pause collects in full first when the last time it did is this long ago
+_last_full = [float("-inf")]  # time.monotonic() of that
 
 
 def _timed(phase: str, info: Mapping[str, Any]) -> None:
@@ -56,6 +61,10 @@ def paused() -> Iterator[None]:
     """The collector off inside; after, what exists frozen until the next pause, and the
     collector as it was (nesting is harmless)."""
     gc.unfreeze()  # what the last pause froze goes back to the oldest generation
+    now = time.monotonic()
+    if now - _last_full[0] >= FULL_EVERY_S:
+        _last_full[0] = now
+        gc.collect()  # the garbage in cycles that earlier pauses froze
     was_enabled = gc.isenabled()
     gc.disable()
     try:
