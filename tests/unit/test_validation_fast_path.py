@@ -162,6 +162,26 @@ def test_escapes_the_store_cannot_hold_are_left_to_the_model() -> None:
         assert by_validate_request(raw) == by_model(raw)
 
 
+def test_an_escaped_emoji_takes_the_fast_path_and_half_of_one_is_left_to_the_model() -> None:
+    body = {"request_id": "r", "kind": "campaign", "created_by": "o", "tenant": "acme",
+            "message": {"content": "Hi {n} \U0001F600"},
+            "targets": {"items": [{"guid": "g", "to_id": f"room \U0001F600 {i}", "vars": {"n": "\U0001F389"}}
+                                  for i in range(3)]}}
+    raw = json.dumps(body).encode()  # ensure_ascii, as Python writes JSON: each emoji an escaped pair
+    assert b"\\ud83d\\ude00" in raw
+    fast = _fast_parse(raw)
+    assert fast is not None and fast[1][0].to_id == "room \U0001F600 0"
+    assert by_validate_request(raw) == by_model(raw) and by_model(raw)[0] == "accepted"
+    # A backslash escaped before what looks like a pair's first half: its second half is alone.
+    odd = raw.replace(b"room \\ud83d", b"room \\\\ud83d", 1)
+    assert _fast_parse(odd) is None
+    assert by_validate_request(odd) == by_model(odd)
+    # Refused for another reason, such a request still names its tenant for its dead letter.
+    with pytest.raises(InvalidRequest) as refused:
+        validate_request(json.dumps({**body, "kind": "nope"}).encode(), NOW)
+    assert refused.value.tenant == "acme"
+
+
 OK = {"guid": "g1", "to_id": "t1", "vars": {"name": "n"}}
 AT_AND_PAST_EACH_BOUND = [
     *({key: "x" * n} for key in ("guid", "to_id") for n in (0, 1, MAX_ID_CHARS, MAX_ID_CHARS + 1)),

@@ -334,9 +334,14 @@ def storable(text: str) -> bool:
 # -- the fast path ----------------------------------------------------------------------------
 
 # A NUL or a UTF-16 surrogate can only reach a parsed string through a \u escape (raw
-# control characters are not JSON, and UTF-8 cannot encode a surrogate): bytes with such an
-# escape anywhere (or merely something that looks like one) are left to the model.
-_NUL_OR_SURROGATE = re.compile(rb"\\u(?:0000|[dD][89abcdefABCDEF])")
+# control characters are not JSON, and UTF-8 cannot encode a surrogate). Bytes with a NUL
+# escape anywhere (or merely something that looks like one) are left to the model. A
+# surrogate escape is most often half of a pair, an emoji as Python's json.dumps writes it,
+# which parses as one character: only a parsed string that still holds a surrogate (a half
+# alone, which the store cannot hold) leaves the request to the model.
+_NUL_ESCAPE = re.compile(rb"\\u0000")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _NO_VARS: Mapping[str, str] = MappingProxyType({})
 
 
@@ -350,12 +355,30 @@ def _fast_parse(raw: bytes) -> tuple[JobRequest, list[TargetRow]] | None:
 def _document(raw: bytes) -> Any:
     """``raw`` parsed as JSON, for the fast path; None where only the model can read it (an
     escape the store cannot hold, a key twice, JSON the parser refuses)."""
-    if _NUL_OR_SURROGATE.search(raw):
+    if _NUL_ESCAPE.search(raw):
         return None
     try:  # UTF-8 only, as the model reads it (json.loads of bytes would also take UTF-16)
-        return json.loads(raw.decode(), object_pairs_hook=_unique)
+        doc = json.loads(raw.decode(), object_pairs_hook=_unique)
     except (ValueError, RecursionError, _Twice):
         return None
+    return None if _SURROGATE_ESCAPE.search(raw) and _holds_a_surrogate(doc) else doc
+
+
+def _holds_a_surrogate(doc: Any) -> bool:
+    """Whether a string of the parsed ``doc`` (a key or a value, at any depth) holds a UTF-16
+    surrogate: half of a pair escaped without its other half."""
+    stack = [doc]
+    while stack:
+        value = stack.pop()
+        if type(value) is str:
+            if not value.isascii() and _SURROGATE.search(value):
+                return True
+        elif type(value) is dict:
+            stack.extend(value)
+            stack.extend(value.values())
+        elif type(value) is list:
+            stack.extend(value)
+    return False
 
 
 def _fast_from(doc: Any) -> tuple[JobRequest, list[TargetRow]] | None:
