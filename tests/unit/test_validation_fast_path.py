@@ -242,3 +242,17 @@ def test_a_fast_path_request_reads_as_the_model_and_dumps_without_its_targets() 
     assert fast == model and list(fast.targets.items) == list(model.targets.items)
     assert fast.targets.items[-1:] == [Target(guid="g", to_id="u", vars={"a": "b"})]
     assert fast.model_dump(mode="json", exclude={"targets"}) == model.model_dump(mode="json", exclude={"targets"})
+
+
+def test_a_tags_action_is_not_held_to_the_text_limit_by_its_summary() -> None:
+    """The gateway takes a tags action's ids, not its summary ("[tags.add] id,id,…", which the
+    items keep for people to read): 100 ids of 65 characters make a summary over the 4,096
+    characters a text may have, and the request is valid."""
+    tags = [f"tag-{i:03d}-" + "x" * 57 for i in range(100)]
+    raw = json.dumps({"request_id": "r-tags", "kind": "campaign", "created_by": "o",
+                      "message": {"type": "tags.add", "tagIds": tags},
+                      "targets": {"items": [{"guid": "g", "to_id": f"cust-{i}"} for i in range(3)]}}).encode()
+    assert len(f"[tags.add] {','.join(tags)}") > 4096
+    accepted = by_validate_request(raw)
+    assert accepted == by_model(raw) and accepted[0] == "accepted"
+    assert {content for *_, content, _ in accepted[3]} == {f"[tags.add] {','.join(tags)}"}

@@ -164,9 +164,9 @@ def _render_all(req: JobRequest, targets: Sequence[TargetFields]) -> RenderedTar
     template = req.message.content
     if isinstance(req.message, TextMessage) and _may_render_blank(template):
         return None  # checked target by target: one whose variables are all blank is refused
-    try:  # only a text message is a template; the others are sent as they are
-        longest = (max(len(render(template, t.vars)) for t in targets) if isinstance(req.message, TextMessage)
-                   else len(template))
+    try:  # only a text message is a template, and only its text is sent as such (the others' content
+        # is a summary for people: a media item's type and URL, a tags action's ids)
+        longest = max(len(render(template, t.vars)) for t in targets) if isinstance(req.message, TextMessage) else 0
     except KeyError:
         return None
     keys = idem_keys(req, guids, to_ids)
@@ -244,7 +244,7 @@ def render_target(req: JobRequest, target: TargetFields, variables: Mapping[str,
     if not content.strip():
         raise CannotPlan(f"{where}: the rendered message is blank (the template's variables are blank for this "
                          "target): the gateway sends no empty text")
-    if len(content) > MAX_CONTENT_CHARS:
+    if isinstance(req.message, TextMessage) and len(content) > MAX_CONTENT_CHARS:
         raise CannotPlan(f"{where}: the rendered message has {len(content)} characters, over the gateway's "
                          f"limit of {MAX_CONTENT_CHARS}")
     key = idem_key(req, target)
