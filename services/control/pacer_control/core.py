@@ -156,14 +156,13 @@ class Control:
         row = await self.store.job(job_id, shards, failures)
         if row is None:
             raise NotFound(f"no job {job_id}")
-        if not row["shards"]:  # nothing to judge stalled: the defaults are not read
-            row["next_shards_after"] = None
-            return row
-        now, pacings = self.clock(), Pacings(await self.store.guid_limits("*"))
-        row["shards"] = [{k: v for k, v in s.items() if k not in SHARD_READS}
-                         | {"stalled": views.stalled(row["status"], s, now, pacings(s.get("limits"), s.get("sender_limits")),
-                                                     self.stalled_after_s)}
-                         for s in row["shards"]]
+        if row["shards"]:  # none to judge stalled: the defaults are not read
+            now, pacings = self.clock(), Pacings(await self.store.guid_limits("*"))
+            row["shards"] = [{k: v for k, v in s.items() if k not in SHARD_READS}
+                             | {"stalled": views.stalled(row["status"], s, now,
+                                                         pacings(s.get("limits"), s.get("sender_limits")),
+                                                         self.stalled_after_s)}
+                             for s in row["shards"]]
         paged = shards.limit and not shards.attention and len(row["shards"]) == shards.limit
         row["next_shards_after"] = row["shards"][-1]["shard_id"] if paged else None
         return row

@@ -175,15 +175,10 @@ def _render_all(req: JobRequest, targets: Sequence[TargetFields]) -> RenderedTar
     return RenderedTargets(req, targets, keys)
 
 
-class _Blank(dict[str, str]):
-    def __missing__(self, key: str) -> str:
-        return ""
-
-
 def _may_render_blank(template: str) -> bool:
     """Whether some variables could render ``template`` blank: it has nothing but fields and
     white space. Any other text is in every message it renders."""
-    return not render(template, _Blank()).strip()
+    return not render(template, dict.fromkeys(template_fields(template, CannotPlan), "")).strip()
 
 
 def _render_each(req: JobRequest, targets: Sequence[TargetFields]) -> RenderedTargets:
@@ -341,7 +336,6 @@ def storable(text: str) -> bool:
 # alone, which the store cannot hold) leaves the request to the model.
 _NUL_ESCAPE = re.compile(rb"\\u0000")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _NO_VARS: Mapping[str, str] = MappingProxyType({})
 
 
@@ -361,24 +355,24 @@ def _document(raw: bytes) -> Any:
         doc = json.loads(raw.decode(), object_pairs_hook=_unique)
     except (ValueError, RecursionError, _Twice):
         return None
-    return None if _SURROGATE_ESCAPE.search(raw) and _holds_a_surrogate(doc) else doc
+    return None if _SURROGATE_ESCAPE.search(raw) and not _all_storable(doc) else doc
 
 
-def _holds_a_surrogate(doc: Any) -> bool:
-    """Whether a string of the parsed ``doc`` (a key or a value, at any depth) holds a UTF-16
-    surrogate: half of a pair escaped without its other half."""
+def _all_storable(doc: Any) -> bool:
+    """Whether every string of the parsed ``doc`` (a key or a value, at any depth) is
+    :func:`storable`: none holds half of a surrogate pair escaped without its other half."""
     stack = [doc]
     while stack:
         value = stack.pop()
         if type(value) is str:
-            if not value.isascii() and _SURROGATE.search(value):
-                return True
+            if not value.isascii() and not storable(value):
+                return False
         elif type(value) is dict:
             stack.extend(value)
             stack.extend(value.values())
         elif type(value) is list:
             stack.extend(value)
-    return False
+    return True
 
 
 def _fast_from(doc: Any) -> tuple[JobRequest, list[TargetRow]] | None:
