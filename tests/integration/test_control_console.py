@@ -505,6 +505,45 @@ def test_the_job_page_lists_items_by_whole_id_and_says_when_its_categories_are_a
     asyncio.run(go())
 
 
+def test_a_job_whose_counts_take_long_to_read_has_them_kept_and_says_when_they_were_read(database_url: str) -> None:
+    job, _, items = seed_job(database_url, {"g1": 3})
+    move(database_url, items[:2], "failed", "bad_params")  # in the items; not yet in the projection
+
+    async def go() -> None:
+        # Every read of the counts taken as slow (no floor), kept 99,999 times as long as it took.
+        async with control_api(database_url, counts_fresh_s=0.0, counts_share=1e-5) as api:
+            async def progress() -> str:
+                r = await api.client.get(f"http://control/console/part/jobs/{job}/progress",
+                                         headers=api.auth("operator"))
+                assert r.status_code == 200, r.text
+                return r.text
+
+            first = (await api.get(f"/jobs/{job}?shards_limit=0", "operator")).json()
+            assert first["counts"] == {"pending": 3}
+            assert await apply_the_log(database_url) == 6  # the projection moves on
+            assert (await api.post(f"/jobs/{job}/pause", "operator")).status_code == 200
+            kept = (await api.get(f"/jobs/{job}?shards_limit=0", "operator")).json()
+            # The counts as they were read, and when; the job's own row read afresh.
+            assert (kept["counts"], kept["counts_read_at"], kept["status"]) == (
+                first["counts"], first["counts_read_at"], "paused")
+            # The page, shared with the API's callers, says when once they are a second old.
+            shown = await eventually(lambda: _when(progress(), 'id="counts-kept"'), 10, "the counts' age shown")
+            read_at = datetime.fromisoformat(first["counts_read_at"]).strftime("%Y-%m-%d %H:%M:%S")
+            assert f"counts as of {read_at}" in shown and 'data-count="failed" class="">0<' in shown
+        async with control_api(database_url, token_prefix="fresh-") as api:  # the defaults, a small job
+            fresh = (await api.get(f"/jobs/{job}?shards_limit=0", "operator")).json()
+            assert fresh["counts"] == {"failed": 2, "pending": 1}
+            assert fresh["counts_read_at"] > first["counts_read_at"]
+
+    asyncio.run(go())
+
+
+async def _when(text: Any, needle: str) -> str | None:
+    """``text`` (awaited) if it holds ``needle``."""
+    got = await text
+    return got if needle in got else None
+
+
 def test_the_job_page_lists_the_shards_to_look_at_first_and_how_many_there_are(database_url: str) -> None:
     job, shards, _ = seed_job(database_url, {f"g{n:02d}": 2 for n in range(60)})
     few, _, _ = seed_job(database_url, {"h1": 1, "h2": 1})

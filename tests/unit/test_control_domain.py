@@ -22,6 +22,7 @@ from pacer_control.domain.dryrun import DryRunError, dry_run
 from pacer_control.domain.errors import Forbidden, Unauthorized
 from pacer_control.domain.filters import AuditPosition
 from pacer_control.domain.permissions import FIELD_ACTIONS, RULES, Principal, may, refusal
+from pacer_control.domain.reuse import CostPaced
 from pacer_control.domain.views import failure_categories, sum_counts
 from pacer_planner.domain.planning import PlanError, plan
 from pacer_sender.domain.pacing import Limits
@@ -202,3 +203,41 @@ def test_an_audit_position_reads_back_as_written(xid: int | None, entry: int) ->
 def test_an_audit_position_that_is_not_one_is_refused(text: str) -> None:
     with pytest.raises(ValueError):
         AuditPosition.parse(text)
+
+
+# ---- a job's counts, kept by what their read cost -------------------------------------------
+
+
+def test_a_read_is_kept_in_proportion_to_what_it_took_and_a_quick_one_not_at_all() -> None:
+    paced: CostPaced[str, int] = CostPaced(share=0.05, fresh_s=0.02)
+    paced.keep("big", 1, took_s=0.15, now=NOW)  # kept 19 × 0.15 s = 2.85 s: reads take 5% of the time
+    paced.keep("small", 2, took_s=0.019, now=NOW)  # quicker than the floor: read afresh every time
+    assert paced.get("big", NOW + timedelta(seconds=2.84)) == 1
+    assert paced.get("small", NOW) is None
+    assert paced.get("big", NOW + timedelta(seconds=2.85)) is None  # due again: read afresh
+    assert paced.get("big", NOW) is None  # and forgotten once due
+    paced.keep("big", 3, took_s=0.15, now=NOW)
+    paced.keep("big", 4, took_s=0.001, now=NOW)  # a quick read of the same key drops what was kept
+    assert paced.get("big", NOW) is None
+
+
+def test_kept_reads_are_bounded_the_least_recently_read_going_first() -> None:
+    paced: CostPaced[int, int] = CostPaced(share=0.5, fresh_s=0, size=3)
+    for k in range(4):
+        paced.keep(k, k, took_s=1, now=NOW)
+    assert [paced.get(k, NOW) for k in range(4)] == [None, 1, 2, 3]
+    paced.keep(1, 10, took_s=1, now=NOW)  # read again: the most recent
+    paced.keep(4, 4, took_s=1, now=NOW)
+    assert [paced.get(k, NOW) for k in range(5)] == [None, 10, None, 3, 4]
+
+
+@pytest.mark.parametrize("share", [0, -0.1, 1.5])
+def test_a_share_outside_zero_to_one_is_refused(share: float) -> None:
+    with pytest.raises(ValueError, match="share must be in"):
+        CostPaced(share, 0.02)
+
+
+def test_a_share_of_one_keeps_nothing() -> None:
+    paced: CostPaced[str, int] = CostPaced(share=1, fresh_s=0)
+    paced.keep("a", 1, took_s=5, now=NOW)
+    assert paced.get("a", NOW) is None

@@ -23,7 +23,7 @@ from pacer_control.adapters.postgres import PostgresControl
 from pacer_control.api import PREFIX, create_api
 from pacer_control.api.admin import DRY_RUN_MAX_BYTES, DRY_RUN_TOO_LARGE, DRY_RUN_WAIT_S, DryRuns
 from pacer_control.api.body_limit import BodyLimit
-from pacer_control.core import Control
+from pacer_control.core import COUNTS_FRESH_S, COUNTS_SHARE, Control
 from pacer_control.domain import report, views
 from pacer_control.metrics import ControlMetrics
 from pacer_control.ports import DeadLetterQueue
@@ -56,7 +56,8 @@ def build_app(pool: Pool, *, sandbox_targets: Iterable[str] = (),
               db_deadline_s: float = 5.0, stalled_after_s: float = views.STALLED_AFTER_S,
               dead_letters: DeadLetterQueue | None = None, max_body_bytes: int = 1_048_576,
               report_page_rows: int = report.PAGE_ROWS, dry_run_max_bytes: int = DRY_RUN_MAX_BYTES,
-              dry_run_concurrency: int = 1, dry_run_wait_s: float = DRY_RUN_WAIT_S) -> FastAPI:
+              dry_run_concurrency: int = 1, dry_run_wait_s: float = DRY_RUN_WAIT_S,
+              counts_share: float = COUNTS_SHARE, counts_fresh_s: float = COUNTS_FRESH_S) -> FastAPI:
     """The Control API over ``pool`` (and the DLQ topics over ``dead_letters``; without it
     the dead-letter routes answer 503). If the pool is not open yet, the app's lifespan opens
     it (on the loop that serves the app) and closes it again at shutdown. ``dry_run_wait_s``,
@@ -64,7 +65,8 @@ def build_app(pool: Pool, *, sandbox_targets: Iterable[str] = (),
     registry = registry or CollectorRegistry()
     health = health or Health()
     control = Control(PostgresControl(pool, db_deadline_s), frozenset(sandbox_targets), stalled_after_s=stalled_after_s,
-                      dead_letters=dead_letters, report_page_rows=report_page_rows)
+                      dead_letters=dead_letters, report_page_rows=report_page_rows, counts_share=counts_share,
+                      counts_fresh_s=counts_fresh_s)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

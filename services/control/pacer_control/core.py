@@ -55,6 +55,7 @@ from pacer_control.domain.outcomes import (
     tally,
 )
 from pacer_control.domain.permissions import Action, Principal, may, refusal, scope_refusal
+from pacer_control.domain.reuse import CostPaced, Totals
 from pacer_control.ports import (
     AuditEntry,
     ControlStore,
@@ -74,6 +75,10 @@ UNKNOWN_TOKEN = "unknown or revoked token"
 SHARD_READS = frozenset({"quiet_since", "guid_held", "limits", "windows", "sender_limits", "job_gap", "penalty"})
 LEASE_FIELDS = ("owner", "epoch", "since", "lease_until", "renew_count", "takeovers", "last_send_at", "expired",
                 "windows")
+# A job's counts are read afresh unless their read took this long, then kept until reading
+# them again would take more than this share of the time (CostPaced).
+COUNTS_FRESH_S = 0.02
+COUNTS_SHARE = 0.05
 SPANS_KEPT = 4096  # jobs whose range of item ids a Control API keeps, the most recently used
 
 
@@ -94,7 +99,8 @@ class Control:
     def __init__(self, store: ControlStore, sandbox_targets: frozenset[str] = frozenset(),
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  stalled_after_s: float = views.STALLED_AFTER_S, dead_letters: DeadLetterQueue | None = None,
-                 report_page_rows: int = report.PAGE_ROWS) -> None:
+                 report_page_rows: int = report.PAGE_ROWS, counts_share: float = COUNTS_SHARE,
+                 counts_fresh_s: float = COUNTS_FRESH_S) -> None:
         self.store = store
         self.dlq = dead_letters
         self.sandbox_targets = sandbox_targets
@@ -102,6 +108,8 @@ class Control:
         self.stalled_after_s = stalled_after_s
         self.report_page_rows = report_page_rows
         self._spans: OrderedDict[tuple[str, Any], ItemSpan] = OrderedDict()
+        # A large job's counts, kept by what their read cost (domain/reuse.py).
+        self._totals: CostPaced[str, Totals] = CostPaced(counts_share, counts_fresh_s)
 
     # -- who is calling ------------------------------------------------------------------
     async def authenticate(self, authorization: str | None) -> Principal:
@@ -152,10 +160,20 @@ class Control:
         """A job with the shards ``shards`` names, each marked ``stalled`` or not by its guid's
         limits (its own overrides over every guid's over the defaults of the sender holding
         it), and its failure categories if ``failures``. A full page by guid names its last
-        shard in ``next_shards_after``, where the next page starts."""
-        row = await self.store.job(job_id, shards, failures)
+        shard in ``next_shards_after``, where the next page starts. The job's counts are as of
+        ``counts_read_at``: those of a job whose counts take long to read are kept a while
+        (:class:`~pacer_control.domain.reuse.CostPaced`); every other field is read afresh."""
+        now = self.clock()
+        kept = self._totals.get(job_id, now)
+        row = await self.store.job(job_id, shards, failures, kept)
         if row is None:
             raise NotFound(f"no job {job_id}")
+        took_s = row.pop("totals_took_s", None)
+        if took_s is not None:
+            kept = Totals(row["counts"], row["shard_statuses"], now)
+            self._totals.keep(job_id, kept, took_s, now)
+        assert kept is not None
+        row["counts_read_at"] = kept.read_at
         if row["shards"]:  # none to judge stalled: the defaults are not read
             now, pacings = self.clock(), Pacings(await self.store.guid_limits("*"))
             row["shards"] = [{k: v for k, v in s.items() if k not in SHARD_READS}

@@ -28,7 +28,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings | None, cfg: ControlSet
                     registry=registry, health=health, db_deadline_s=cfg.db_deadline_s,
                     stalled_after_s=cfg.stalled_after_s, max_body_bytes=cfg.max_body_bytes,
                     report_page_rows=cfg.report_page_rows, dry_run_max_bytes=cfg.dry_run_max_bytes,
-                    dry_run_concurrency=cfg.dry_run_concurrency,
+                    dry_run_concurrency=cfg.dry_run_concurrency, counts_share=cfg.counts_share,
+                    counts_fresh_s=cfg.counts_fresh_ms / 1000,
                     dead_letters=KafkaDeadLetters(kafka) if kafka else None)
     if kafka is None:
         log.warning("PACER_KAFKA_BOOTSTRAP_SERVERS is not set: the dead letters (console page and /dead-letters) "

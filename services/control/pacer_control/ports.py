@@ -18,6 +18,7 @@ from pacer_common.domain.tokens import Role
 from pacer_control.domain.filters import EVERY_SHARD, AuditFilter, ItemFilter, JobFilter, RetryFilter, ShardPage
 from pacer_control.domain.outcomes import ActionResult, ItemRetry
 from pacer_control.domain.permissions import Principal
+from pacer_control.domain.reuse import Totals
 
 T = TypeVar("T")
 Row = dict[str, Any]
@@ -134,11 +135,13 @@ class ControlStore(Protocol):
     async def awaiting_approval(self, limit: int) -> tuple[list[str], int]:
         """The oldest ``limit`` jobs awaiting approval (ids, oldest first) and how many wait in all."""
         ...
-    async def job(self, job_id: str, shards: ShardPage = EVERY_SHARD, failures: bool = True) -> Row | None:
+    async def job(self, job_id: str, shards: ShardPage = EVERY_SHARD, failures: bool = True,
+                  totals: Totals | None = None) -> Row | None:
         """A job with its items per status and shards per status (``counts``, ``shard_statuses``,
         ``shards_total``), the shards ``shards`` names and, if ``failures``, its failure
         categories (``failures``, ``shed``; none otherwise). None if there is no such job;
-        Invalid if ``shards.after`` is not one of its shards."""
+        Invalid if ``shards.after`` is not one of its shards. The counts are ``totals`` if
+        given; read, they come with what their read took (``totals_took_s``)."""
         ...
     async def job_head(self, job_id: str) -> Row | None: ...
     async def items(self, job_id: str, span: ItemSpan, f: ItemFilter) -> list[Row]: ...

@@ -37,6 +37,18 @@ class ControlSettings(OpsSettings):
         "it applies them, or a shard's job's own interval). The alert is the reconciler's "
         "`PACER_RECONCILER_STALL_AFTER_S`."
     ))
+    counts_share: float = Field(0.05, gt=0, le=1, description=(
+        "A job's counts (items per status and shards per status, in the API's `GET /jobs/{job_id}` and the "
+        "console's job page) are one aggregate over its shards: about 15 ms at 10,000 shards, 150 ms at 100,000. "
+        "A read that took longer than `PACER_CONTROL_COUNTS_FRESH_MS` is kept and reused, by every tab and "
+        "client of this process, until reading it again would take more than this share of the time: for 19 "
+        "times what it took at 0.05 (about 3 s at 100,000 shards). `counts_read_at` says when they were read. "
+        "`1`: never kept."
+    ))
+    counts_fresh_ms: float = Field(20.0, ge=0, description=(
+        "A job's counts that are read in less than this many milliseconds are read afresh for every caller "
+        "(a job of fewer than about 10,000 shards); see `PACER_CONTROL_COUNTS_SHARE`."
+    ))
     report_page_rows: int = Field(2000, gt=0, le=100_000, description=(
         "Items a CSV report download (`GET /jobs/{job_id}/report.csv`) reads at a time, by item id: each page on "
         "a pooled connection of its own, given back before the page is written to the client. Larger pages "

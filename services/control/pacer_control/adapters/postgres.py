@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -32,6 +33,7 @@ from pacer_control.domain.filters import (
 )
 from pacer_control.domain.outcomes import ActionResult, ItemRetry
 from pacer_control.domain.permissions import Principal
+from pacer_control.domain.reuse import Totals
 from pacer_control.domain.views import failure_categories, sum_counts
 from pacer_control.ports import AuditEntry, ExpectedHolder, ItemSpan, NewToken, Row
 
@@ -323,7 +325,8 @@ class PostgresControl:
         rows = await self._read("job_head", {"job": job_id})
         return rows[0] if rows else None
 
-    async def job(self, job_id: str, shards: ShardPage = EVERY_SHARD, failures: bool = True) -> Row | None:
+    async def job(self, job_id: str, shards: ShardPage = EVERY_SHARD, failures: bool = True,
+                  totals: Totals | None = None) -> Row | None:
         async def unit() -> Row | None:
             async with self.pool.connection() as conn:
                 job = await _row(conn, "job", {"job": job_id})
@@ -332,17 +335,23 @@ class PostgresControl:
                 if shards.after is not None and not await _rows(conn, "shard_of_job",
                                                                 {"job": job_id, "shard": shards.after}):
                     raise Invalid(f"shards_after: {shards.after} is not a shard of job {job_id}")
-                totals = await _row(conn, "job_counts", {"job": job_id})
+                started = time.perf_counter()
+                read = None if totals is not None else await _row(conn, "job_counts", {"job": job_id})
+                took_s = time.perf_counter() - started
                 # Planned for its values: an unranked page folds the ranking away (job_shards.sql).
                 page = [] if shards.limit == 0 else await _rows(conn, "job_shards", {
                     "job": job_id, "limit": shards.limit, "after": shards.after, "attention": shards.attention},
                     prepare=False)
                 rows = await _rows(conn, "job_failures", {"job": job_id, "statuses": [
                     s.value for s in FAILURE_CATEGORY]}) if failures else []
-            assert totals is not None  # aggregates: one row
             job["budget"] = {"max_sends": job.pop("budget_max_sends"), "used": job.pop("budget_used")}
-            job["counts"] = sum_counts([totals["counts"]])
-            job["shard_statuses"] = dict(sorted(totals["shard_statuses"].items()))
+            if totals is None:
+                assert read is not None  # aggregates: one row
+                job["counts"] = sum_counts([read["counts"]])
+                job["shard_statuses"] = dict(sorted(read["shard_statuses"].items()))
+                job["totals_took_s"] = took_s
+            else:
+                job["counts"], job["shard_statuses"] = dict(totals.counts), dict(totals.shard_statuses)
             job["shards_total"] = sum(job["shard_statuses"].values())
             job["shards"] = page
             job["failures"] = failure_categories(rows)

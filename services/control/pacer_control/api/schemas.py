@@ -253,6 +253,9 @@ class JobDetail(BaseModel):
     tenant: str = Field("default", description="the tenant whose gateway sends the job")
     budget: Budget
     counts: dict[str, int] = Field(description="items per status, summed over every shard of the job")
+    counts_read_at: datetime = Field(description=(
+        "when `counts`, `shard_statuses` and `shards_total` were read: a job whose counts take long to read (tens "
+        "of thousands of shards) has them kept a while (`PACER_CONTROL_COUNTS_SHARE`); the rest is read afresh"))
     shard_statuses: dict[str, int] = Field(description="the job's shards per status, every one of them")
     shards_total: int = Field(description="how many shards the job has")
     shards: list[ShardView] = Field(description="every shard by guid, or the page `shards_limit` asked for")
