@@ -287,3 +287,71 @@ def test_a_busy_guid_remembers_about_as_many_jobs_as_its_window_holds_after_thou
     assert sent == 20_000 and len(batch) == HEAD_READ - 2
     assert len(batch._held) <= len(batch), f"{len(batch._held)} held counts for {len(batch)} entries"
     assert len(batch._job_v) <= 2 * len(batch) + 64 + 1, f"{len(batch._job_v)} jobs remembered for {len(batch)} entries"
+
+
+def _refill(w: GuidWindow, backlog: list[ItemCommand]) -> int:
+    """One refill of ``w`` from ``backlog`` (the guid's ready items in Postgres, in order,
+    those the window holds included); how many it asked for."""
+    asked = w.refill_size()
+    w.refilling()
+    w.refilled([c for c in backlog if c.item_id not in w.ids][:asked], asked=asked)
+    return asked
+
+
+def _reads(w: GuidWindow, backlog: list[ItemCommand]) -> list[int]:
+    """Send the guid's whole backlog, one item at a time, its window refilled as the worker
+    does (when it is down to half); what each refill asked for."""
+    asked = []
+    w.ring()
+    while backlog:
+        if w.refill_size():
+            asked.append(_refill(w, backlog))
+            continue
+        done = w.take("batch")
+        assert done is not None
+        w.finished(done)
+        backlog.remove(done)
+    return asked
+
+
+def test_a_deep_backlog_reads_more_at_a_time_and_a_short_read_brings_the_window_back() -> None:
+    w = GuidWindow(cap=50, grows_to=400)
+    # Each whole refill answered in full doubles the window, up to 400; the last read,
+    # answered short (Postgres had nothing more), brings it back to 50.
+    assert _reads(w, [command(n) for n in range(1_000)]) == [50, 50, 100, 200, 200, 200, 200, 200]
+    assert w.cap == 50 and not w.more
+    fixed = GuidWindow(cap=50)  # without growth, the same backlog takes five times the reads
+    assert len(_reads(fixed, [command(n) for n in range(1_000)])) == 40
+
+
+def test_a_window_grows_only_on_whole_refills_answered_in_full() -> None:
+    w = GuidWindow(cap=50, grows_to=400)
+    backlog = [command(n) for n in range(1_000)]
+    w.ring()
+    _refill(w, backlog)
+    assert w.cap == 100
+    w.note(2, JobId("a ticket's job"))  # sorts ahead: the batch lane dropped, the head read
+    assert _refill(w, backlog) == HEAD_READ and w.cap == 100
+    assert GuidWindow(cap=50).cap == GuidWindow(cap=50, grows_to=10).grows_to == 50  # never below its first
+
+
+def test_a_window_grows_no_further_than_its_share_of_the_senders_memory() -> None:
+    w = GuidWindow(cap=50, grows_to=400)
+    backlog = [command(n) for n in range(1_000)]
+
+    def refill(share: int) -> None:
+        while len(w) > w.cap // 2:  # sent down to half: the next refill is a whole one
+            done = w.take("batch")
+            assert done is not None
+            w.finished(done)
+            backlog.remove(done)
+        asked = w.refill_size()
+        w.refilling()
+        w.refilled([c for c in backlog if c.item_id not in w.ids][:asked], asked=asked, share=share)
+
+    w.ring()
+    for _ in range(4):  # 200 guids' windows under a budget of 24,000: 120 each
+        refill(120)
+    assert w.cap == 120
+    refill(10)
+    assert w.cap == 50, "a share below the first size: the first size"

@@ -51,7 +51,8 @@ class Dispatcher:
                  on_send_delay: Callable[[Lane, float], None] | None = None,
                  shed_every_s: float = 30.0,
                  owns: Callable[[str], bool] = lambda guid: True,
-                 guid_cap: int = 50, max_buffered: int = 20_000, horizon_s: float = 60.0, idle_lease_s: float = 60.0,
+                 guid_cap: int = 50, max_buffered: int = 20_000, guid_cap_max: int | None = None,
+                 horizon_s: float = 60.0, idle_lease_s: float = 60.0,
                  error_attempts: int = 3, error_backoff_s: float = 1.0, first_send_spread: float = 0.0,
                  claim_ahead_s: float = 0.0,
                  rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic) -> None:
@@ -68,7 +69,7 @@ class Dispatcher:
             hooks.on_send_delay = on_send_delay
         rng = rng or random.Random()
         self.guids: dict[str, GuidWorker] = {}
-        self.crew = Crew(executor, limits, queue, Buffer(guid_cap, max_buffered, lambda: len(self.guids)),
+        self.crew = Crew(executor, limits, queue, Buffer(guid_cap, max_buffered, lambda: len(self.guids), guid_cap_max),
                          LeaseKeeper(leases, clock, idle_lease_s),
                          WorkerConfig(shed_every_s=shed_every_s, horizon_s=horizon_s, error_attempts=error_attempts,
                                       error_backoff_s=error_backoff_s, first_send_spread=first_send_spread),

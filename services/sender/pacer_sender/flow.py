@@ -27,8 +27,10 @@ from pacer_sender.domain.queue import GuidWindow
 class Buffer:
     """The count of commands held by every guid's window, against its limits."""
 
-    def __init__(self, guid_cap: int, max_buffered: int, windows: Callable[[], int] = lambda: 1) -> None:
+    def __init__(self, guid_cap: int, max_buffered: int, windows: Callable[[], int] = lambda: 1,
+                 guid_cap_max: int | None = None) -> None:
         self.guid_cap = guid_cap
+        self.guid_cap_max = max(guid_cap, guid_cap_max or guid_cap)  # a deep backlog's window (GuidWindow)
         self.max_buffered = max_buffered
         self.windows = windows  # how many guids have a window now
         self.held = 0
@@ -40,7 +42,7 @@ class Buffer:
 
     def full(self, window: GuidWindow) -> bool:
         """Whether a batch command for this window would not be held (its head is enough)."""
-        return len(window.lanes.lanes["batch"]) >= self.guid_cap or self.held + self.reading >= self.max_buffered
+        return len(window.lanes.lanes["batch"]) >= window.cap or self.held + self.reading >= self.max_buffered
 
     def read_size(self, wanted: int, holding: int) -> int:
         """How many of ``wanted`` items a refill of a window holding ``holding`` may read now
@@ -53,7 +55,11 @@ class Buffer:
             return wanted
         if holding:
             return 0
-        return min(wanted, max(1, room, self.max_buffered // max(1, self.windows())))
+        return min(wanted, max(1, room, self.share()))
+
+    def share(self) -> int:
+        """A window's share of the budget: ``max_buffered`` over the guids with windows."""
+        return self.max_buffered // max(1, self.windows())
 
     @contextmanager
     def reading_for(self, n: int) -> Iterator[None]:

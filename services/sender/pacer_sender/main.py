@@ -84,8 +84,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
         dispatcher = Dispatcher(executor, limits, leases, queue, on_executed=m.executed,
                                 on_internal_error=m.internal_errors.inc, job_interval=limits.job_interval,
                                 job_weight=limits.job_weight, shed_every_s=cfg.shed_every_s, on_shed=m.shed.inc,
-                                guid_cap=cfg.guid_buffer, max_buffered=cfg.max_buffered, horizon_s=2 * cfg.sweep_s,
-                                idle_lease_s=cfg.idle_lease_s,
+                                guid_cap=cfg.guid_buffer, guid_cap_max=cfg.guid_buffer_max, max_buffered=cfg.max_buffered,
+                                horizon_s=2 * cfg.sweep_s, idle_lease_s=cfg.idle_lease_s,
                                 error_attempts=cfg.item_error_attempts, first_send_spread=cfg.first_send_spread,
                                 claim_ahead_s=cfg.claim_ahead_ms / 1000, on_send_delay=m.send_delay_observed)
         loop = ConsumerLoop(consumer, dispatcher, m.bad_commands, kafka.item_commands("online"),

@@ -150,7 +150,17 @@ class SenderSettings(OpsSettings):
     guid_buffer: int = Field(default=50, ge=2, description=(
         "A guid's in-memory window, per lane (at least 2): ready commands held so most sends need no read. Past "
         "it a command only rings, and the guid reads its next ready items from Postgres (up to the window) when "
-        "the window is down to half. One guid's backlog never costs more than this, whatever its size."
+        "the window is down to half. One guid's backlog costs no more than `PACER_SENDER_GUID_BUFFER_MAX`, "
+        "whatever its size."
+    ))
+    guid_buffer_max: int = Field(default=400, ge=2, description=(
+        "How far a guid's window grows while its backlog is deep: each refill that Postgres answers in full "
+        "doubles the window, up to this (never below `PACER_SENDER_GUID_BUFFER`), and one answered short brings "
+        "it back. A refill costs the sender and Postgres about the same whatever it reads, so a guid sending "
+        "thousands of items reads eight times less often at 400 than at 50. A window grows no further than its "
+        "share of `PACER_SENDER_MAX_BUFFERED` (that over the guids with windows), so many deep guids keep the "
+        "first size. A new job, a better priority or scheduled work come due drops the batch "
+        "lane and reads the guid's head again, whatever the window's size."
     ))
     sweep_s: float = Field(default=20.0, gt=0, description=(
         "How often (and at every partition assignment) the sender looks in Postgres for guids with claimable work"

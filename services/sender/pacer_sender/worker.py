@@ -44,7 +44,8 @@ class GuidWorker:
         self.crew = crew
         self.pacer = pacer  # kept across workers by the dispatcher: spacing survives an idle spell
         self.on_end = on_end
-        self.window = GuidWindow(crew.buffer.guid_cap, crew.hooks.job_weight, crew.buffer.count)
+        self.window = GuidWindow(crew.buffer.guid_cap, crew.hooks.job_weight, crew.buffer.count,
+                                 crew.buffer.guid_cap_max)
         self.wake = WakeUp()
         self.runner = ItemRunner(guid, crew, self.window, pacer, lambda: self.stopping, self.wake)
         self.task: asyncio.Task[None] | None = None
@@ -234,7 +235,7 @@ class GuidWorker:
         self.read = True
         if self.stopping:
             return True
-        self.window.refilled(ready.commands, n, ready.ready_since, time.time())
+        self.window.refilled(ready.commands, n, ready.ready_since, time.time(), self.crew.buffer.share())
         if rung and not ready.commands:
             for cmd in rung:
                 self.window.put(cmd, time.time())

@@ -181,11 +181,18 @@ def _expiring(cmd: ItemCommand) -> int:
 class GuidWindow:
     """The ready commands of one guid held in memory (at most ``cap`` per lane), and
     whether Postgres may hold more ready work for it than the window does. ``counted`` hears
-    every change of the number held, whichever way it happens (the sender's memory budget)."""
+    every change of the number held, whichever way it happens (the sender's memory budget).
+
+    A guid with a deep backlog reads more at a time: each whole refill that Postgres answers
+    in full doubles ``cap``, up to ``grows_to``, and one answered short (the backlog fits the
+    window) brings it back to the first. A refill's cost is mostly its own (a transaction of
+    a few statements, each end of it in Python), whatever it reads: a guid sending its
+    thousands of campaign items reads eight times less often at 400 than at 50."""
 
     def __init__(self, cap: int, weight: Callable[[JobId], float | None] = lambda job: None,
-                 counted: Callable[[int], None] = _uncounted) -> None:
-        self.cap = cap
+                 counted: Callable[[int], None] = _uncounted, grows_to: int | None = None) -> None:
+        self.cap = self.first_cap = cap
+        self.grows_to = max(cap, grows_to or cap)
         self.lanes: GuidLanes[ItemCommand] = GuidLanes(weight, counted)
         self.ids: set[ItemId] = set()  # in the window or being executed: never held twice
         self.since: dict[ItemId, float] = {}  # item id → when it became ready (epoch s), for waits
@@ -270,8 +277,11 @@ class GuidWindow:
         self.rung = set()
 
     def refilled(self, cmds: Iterable[ItemCommand], asked: int, since: dict[str, float] | None = None,
-                 now: float = 0.0) -> int:
-        """Take what a refill read (in the send order); returns how many were new. Postgres
+                 now: float = 0.0, share: int | None = None) -> int:
+        """Take what a refill read (in the send order); returns how many were new. ``share``:
+        the most this window may grow to now, its share of the sender's memory (a window grown
+        past it would leave other guids to read only once empty, their sends waiting on the
+        read); never below its first size. Postgres
         had no more ready work than that if it gave fewer than asked and nothing rang
         meanwhile but items the window now holds: a guid's doorbells often arrive while its
         first read runs (a sender starting, or taking a partition, reads every guid the sweep
@@ -285,6 +295,11 @@ class GuidWindow:
                 new += 1
         if got < asked and self.rung is not None and self.rung <= self.ids:
             self.more = False
+        if got < asked:
+            self.cap = self.first_cap  # Postgres had no more: the backlog fits the window
+        elif asked >= self.cap // 2:  # a whole refill, answered in full: a deeper backlog
+            ceiling = self.grows_to if share is None else max(self.first_cap, min(self.grows_to, share))
+            self.cap = min(ceiling, 2 * self.cap)
         return new
 
     def take(self, lane: Lane) -> ItemCommand | None:
