@@ -521,16 +521,18 @@ def test_a_job_whose_counts_take_long_to_read_has_them_kept_and_says_when_they_w
             first = (await api.get(f"/jobs/{job}?shards_limit=0", "operator")).json()
             assert first["counts"] == {"pending": 3}
             assert await apply_the_log(database_url) == 6  # the projection moves on
-            assert (await api.post(f"/jobs/{job}/pause", "operator")).status_code == 200
+            with psycopg.connect(database_url) as conn:  # and the job's row, by another process
+                conn.execute("UPDATE jobs SET paused_reason = 'by hand' WHERE job_id = %s", (job,))
             kept = (await api.get(f"/jobs/{job}?shards_limit=0", "operator")).json()
             # The counts as they were read, and when; the job's own row read afresh.
-            assert (kept["counts"], kept["counts_read_at"], kept["status"]) == (
-                first["counts"], first["counts_read_at"], "paused")
+            assert (kept["counts"], kept["counts_read_at"], kept["paused_reason"]) == (
+                first["counts"], first["counts_read_at"], "by hand")
             # The page, shared with the API's callers, says when once they are a second old.
             shown = await eventually(lambda: _when(progress(), 'id="counts-kept"'), 10, "the counts' age shown")
             read_at = datetime.fromisoformat(first["counts_read_at"]).strftime("%Y-%m-%d %H:%M:%S")
             assert f"counts as of {read_at}" in shown and 'data-count="failed" class="">0<' in shown
-        async with control_api(database_url, token_prefix="fresh-") as api:  # the defaults, a small job
+            # An operator's action on the job: its counts are read afresh.
+            assert (await api.post(f"/jobs/{job}/pause", "operator")).status_code == 200
             fresh = (await api.get(f"/jobs/{job}?shards_limit=0", "operator")).json()
             assert fresh["counts"] == {"failed": 2, "pending": 1}
             assert fresh["counts_read_at"] > first["counts_read_at"]

@@ -214,15 +214,38 @@ def test_a_read_is_kept_in_proportion_to_what_it_took_and_a_quick_one_not_at_all
     paced.keep("small", 2, took_s=0.019, now=NOW)  # quicker than the floor: read afresh every time
     assert paced.get("big", NOW + timedelta(seconds=2.84)) == 1
     assert paced.get("small", NOW) is None
-    assert paced.get("big", NOW + timedelta(seconds=2.85)) is None  # due again: read afresh
-    assert paced.get("big", NOW) is None  # and forgotten once due
     paced.keep("big", 3, took_s=0.15, now=NOW)
     paced.keep("big", 4, took_s=0.001, now=NOW)  # a quick read of the same key drops what was kept
     assert paced.get("big", NOW) is None
+    paced.keep("slow", 5, took_s=30, now=NOW)  # a read slowed by a busy server: kept 5 s, not 570
+    assert paced.get("slow", NOW + timedelta(seconds=4.9)) == 5
+    assert paced.get("slow", NOW + timedelta(seconds=5)) is None
+
+
+def test_a_due_read_is_made_by_one_caller_while_the_others_are_given_what_was_kept() -> None:
+    paced: CostPaced[str, int] = CostPaced(share=0.05, fresh_s=0.02, max_s=5)
+    paced.keep("job", 1, took_s=0.2, now=NOW)  # kept 3.8 s
+    due = NOW + timedelta(seconds=3.8)
+    assert paced.get("job", due) is None  # the first caller reads it again
+    assert paced.get("job", due + timedelta(seconds=0.1)) == 1  # the others meanwhile: what was kept
+    paced.keep("job", 2, took_s=0.2, now=due + timedelta(seconds=0.2))
+    assert paced.get("job", due + timedelta(seconds=0.3)) == 2
+    # a read that never came back (its request failed): the next caller reads once max_s is over
+    assert paced.get("job", due + timedelta(seconds=4.0)) is None
+    assert paced.get("job", due + timedelta(seconds=8.9)) == 2
+    assert paced.get("job", due + timedelta(seconds=9.0)) is None
+
+
+def test_what_was_kept_is_forgotten_on_an_operators_action() -> None:
+    paced: CostPaced[str, int] = CostPaced(share=0.05, fresh_s=0.02)
+    paced.keep("job", 1, took_s=0.2, now=NOW)
+    paced.forget("job")
+    paced.forget("never kept")
+    assert paced.get("job", NOW) is None
 
 
 def test_kept_reads_are_bounded_the_least_recently_read_going_first() -> None:
-    paced: CostPaced[int, int] = CostPaced(share=0.5, fresh_s=0, size=3)
+    paced: CostPaced[int, int] = CostPaced(share=0.5, fresh_s=0, size=3)  # each kept 1 s
     for k in range(4):
         paced.keep(k, k, took_s=1, now=NOW)
     assert [paced.get(k, NOW) for k in range(4)] == [None, 1, 2, 3]

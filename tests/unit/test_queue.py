@@ -355,3 +355,12 @@ def test_a_window_grows_no_further_than_its_share_of_the_senders_memory() -> Non
     assert w.cap == 120
     refill(10)
     assert w.cap == 50, "a share below the first size: the first size"
+
+
+def test_a_head_read_answered_in_full_does_not_grow_even_a_small_window() -> None:
+    w = GuidWindow(cap=16, grows_to=400)  # half of it is no more than a head read
+    backlog = [command(n) for n in range(1_000)]
+    assert all(w.offer(c) for c in backlog[:3])  # held as their doorbells came, nothing read
+    w.note(2, JobId("a ticket's job"))  # sorts ahead of the lane: dropped, the head read at once
+    assert _refill(w, backlog) == HEAD_READ and w.cap == 16
+    assert _refill(w, backlog) == 8 and w.cap == 32  # the whole refill after it, answered in full

@@ -211,11 +211,18 @@ class Control:
         return head, span
 
     async def job_action(self, job_id: str, action: str, who: Principal, reason: str | None) -> ActionResult:
-        return await self.store.atomically(lambda tx: tx.job_action(job_id, action, who.actor, reason))
+        try:
+            return await self.store.atomically(lambda tx: tx.job_action(job_id, action, who.actor, reason))
+        finally:
+            self._totals.forget(job_id)  # the counts the action changed are read afresh
 
     async def shard_action(self, job_id: str, shard_id: int, action: str, who: Principal,
                            reason: str | None) -> ActionResult:
-        return await self.store.atomically(lambda tx: tx.shard_action(job_id, shard_id, action, who.actor, reason))
+        try:
+            return await self.store.atomically(lambda tx: tx.shard_action(job_id, shard_id, action, who.actor,
+                                                                          reason))
+        finally:
+            self._totals.forget(job_id)
 
     async def confirm_budget(self, job_id: str, max_sends: int, who: Principal) -> ActionResult:
         return await self.store.atomically(lambda tx: tx.confirm_budget(job_id, max_sends, who.actor))
@@ -259,7 +266,10 @@ class Control:
                                       before={**selection, "matched": len(targets)}, after={**totals, **done}))
             return results, totals, next_after
 
-        return await self.store.atomically(work)
+        try:
+            return await self.store.atomically(work)
+        finally:
+            self._totals.forget(job_id)  # the counts the action changed are read afresh
 
     async def retry_item(self, item_id: str, who: Principal, reason: str | None,
                          priority: int | None = None) -> ActionResult:
@@ -314,7 +324,10 @@ class Control:
                                       after={**totals, **done}))
             return totals, next_after
 
-        return await self.store.atomically(work)
+        try:
+            return await self.store.atomically(work)
+        finally:
+            self._totals.forget(job_id)  # the counts the action changed are read afresh
 
     async def approvals(self, samples: int = 5, limit: int = 50) -> tuple[list[Row], int]:
         """The oldest ``limit`` jobs awaiting an admin's approval, oldest first, each with its

@@ -42,8 +42,9 @@ class ControlSettings(OpsSettings):
         "console's job page) are one aggregate over its shards: about 15 ms at 10,000 shards, 150 ms at 100,000. "
         "A read that took longer than `PACER_CONTROL_COUNTS_FRESH_MS` is kept and reused, by every tab and "
         "client of this process, until reading it again would take more than this share of the time: for 19 "
-        "times what it took at 0.05 (about 3 s at 100,000 shards). `counts_read_at` says when they were read. "
-        "`1`: never kept."
+        "times what it took at 0.05 (about 3 s at 100,000 shards), never over 5 s; while one caller reads them "
+        "again, the others are given those kept, and an operator's action on the job forgets them. "
+        "`counts_read_at` says when they were read. `1`: never kept."
     ))
     counts_fresh_ms: float = Field(20.0, ge=0, description=(
         "A job's counts that are read in less than this many milliseconds are read afresh for every caller "

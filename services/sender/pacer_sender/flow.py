@@ -1,6 +1,7 @@
 """Flow control of the doorbells: how many ready commands the guids' windows hold in memory.
 
-Each guid's window holds at most ``guid_cap`` commands per lane; all windows together hold
+Each guid's window holds at most ``guid_cap`` commands per lane (up to ``guid_cap_max`` while
+its backlog is deep, within its share of ``max_buffered``); all windows together hold
 about ``max_buffered`` batch commands (online commands are always held, up to a window
 each). Past either limit a command only rings its guid, and the guid reads its work from
 Postgres when it gets to it.

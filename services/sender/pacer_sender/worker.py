@@ -1,7 +1,7 @@
 """One guid's worker: serial, paced, reading the guid's ready work from Postgres.
 
 The worker holds a small window of the guid's ready commands (``GuidWindow``, at most
-``guid_cap`` per lane) and reads the guid's next ready items from Postgres as the window
+``guid_cap`` per lane, more while the backlog is deep) and reads the guid's next ready items from Postgres as the window
 runs low. When a doorbell sorts ahead of the window or scheduled work comes due, it reads
 the head of the order (``HEAD_READ``) at once and tops up after the guid's next send, so a
 hundred guids whose order changes at once read spread over their pacing gaps. With nothing

@@ -199,6 +199,7 @@ class GuidWindow:
         self.more = False
         self.urgent = False  # Postgres holds work that sorts ahead of the window: refill now
         self.whole = False  # that refill reads a whole window, not only the head (HEAD_READ)
+        self.head_only = False  # the refill under way reads only the head
         # The items rung for since the last refill began; None once one rang unnamed (a sweep,
         # a scheduled item, an unreadable command) or more rang than a window holds.
         self.rung: set[ItemId] | None = set()
@@ -272,6 +273,7 @@ class GuidWindow:
 
     def refilling(self) -> None:
         """A refill starts: from now, remember what rings, for :meth:`refilled`."""
+        self.head_only = self.urgent and not self.whole  # a read of the head: never a reason to grow
         self.urgent = False
         self.whole = False
         self.rung = set()
@@ -297,7 +299,7 @@ class GuidWindow:
             self.more = False
         if got < asked:
             self.cap = self.first_cap  # Postgres had no more: the backlog fits the window
-        elif asked >= self.cap // 2:  # a whole refill, answered in full: a deeper backlog
+        elif not self.head_only and asked >= self.cap // 2:  # a whole refill, answered in full: a deeper backlog
             ceiling = self.grows_to if share is None else max(self.first_cap, min(self.grows_to, share))
             self.cap = min(ceiling, 2 * self.cap)
         return new
