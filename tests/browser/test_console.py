@@ -140,8 +140,8 @@ def test_operator_watches_progress_reads_failure_categories_and_pauses_the_job(
     frozen = sql(stack, "SELECT count(*) FROM items i JOIN jobs j USING (job_id) WHERE j.request_id = %s"
                         " AND i.status = 'confirmed'", rid)[0][0]
     page.reload()
-    wait_for(lambda: float(page.locator(".summary").get_attribute("data-rendered") or 0) > settled_at, 30,
-             "the progress rendered once the sender found the job on hold")
+    wait_for(lambda: float(page.locator(".summary").get_attribute("data-counts-read") or 0) > settled_at, 30,
+             "the progress's counts read once the sender found the job on hold")
     assert delivered_on_page(page) == frozen
     assert 0 < frozen < 120, "paused mid-run"
     shot(page, "job-paused")

@@ -243,7 +243,7 @@ async def job_progress(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -
     now = datetime.now(UTC)
     kept = row["counts_read_at"] if now - row["counts_read_at"] >= KEPT_SHOWN else None
     return _render(request, "job_progress.html", who, job=row, progress=views.progress(row["counts"], row["total"]),
-                   rendered=now.timestamp(), counts_kept=kept)
+                   counts_read=row["counts_read_at"].timestamp(), counts_kept=kept)
 
 
 @router.get("/jobs/{job_id}/shards", response_class=HTMLResponse, **guard("jobs.view"))
