@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 
 from asgi_correlation_id import CorrelationIdMiddleware
 from fastapi import FastAPI, Request, Response
@@ -57,16 +58,18 @@ def build_app(pool: Pool, *, sandbox_targets: Iterable[str] = (),
               dead_letters: DeadLetterQueue | None = None, max_body_bytes: int = 1_048_576,
               report_page_rows: int = report.PAGE_ROWS, dry_run_max_bytes: int = DRY_RUN_MAX_BYTES,
               dry_run_concurrency: int = 1, dry_run_wait_s: float = DRY_RUN_WAIT_S,
-              counts_share: float = COUNTS_SHARE, counts_fresh_s: float = COUNTS_FRESH_S) -> FastAPI:
+              counts_share: float = COUNTS_SHARE, counts_fresh_s: float = COUNTS_FRESH_S,
+              clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> FastAPI:
     """The Control API over ``pool`` (and the DLQ topics over ``dead_letters``; without it
     the dead-letter routes answer 503). If the pool is not open yet, the app's lifespan opens
     it (on the loop that serves the app) and closes it again at shutdown. ``dry_run_wait_s``,
-    how long a dry run waits for its turn, is there for tests."""
+    how long a dry run waits for its turn, and ``clock``, the use cases' time, are there for
+    tests and benchmarks."""
     registry = registry or CollectorRegistry()
     health = health or Health()
     control = Control(PostgresControl(pool, db_deadline_s), frozenset(sandbox_targets), stalled_after_s=stalled_after_s,
                       dead_letters=dead_letters, report_page_rows=report_page_rows, counts_share=counts_share,
-                      counts_fresh_s=counts_fresh_s)
+                      counts_fresh_s=counts_fresh_s, clock=clock)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
