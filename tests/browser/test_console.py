@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -570,6 +571,30 @@ def test_an_operator_sees_a_guid_the_gateway_rate_limits_slowed_and_by_how_much(
         expect(activity).to_contain_text("×")
         shot(page, "guids-slowed")
         assert float(activity.locator("small").inner_text().lstrip("×")) > 1
+    finally:
+        httpx.post(f"{stack.procs['control'].url}/api/v1/jobs/{job}/cancel", timeout=10,
+                   headers={"Authorization": f"Bearer {tokens['admin']}"}, json={"reason": "test done"})
+
+
+def test_an_operator_sees_a_guid_keeping_the_quiet_its_gateway_asked_for_and_when_it_ends(
+        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
+    """A sender answered ``Retry-After: 1800`` left the quiet on the guid's lease row and died.
+    The sender taking the guid's new work resumes it with the rest of the quiet: no call, and
+    the Guids page shows the guid slowed, with when the quiet ends, not stalled."""
+    guid = f"ui-hush-{uuid.uuid4().hex[:6]}"
+    sql(stack, "INSERT INTO guid_leases (guid, gateway_quiet_until) VALUES (%s, now() + interval '30 minutes')", guid)
+    job = job_id_of(stack, publish_job(stack, 3, (guid,)))
+    try:
+        wait_for(lambda: sql(stack, "SELECT 1 FROM guid_leases WHERE guid = %s AND owner IS NOT NULL", guid), 60,
+                 "a sender holding the guid")
+        login(page, console_url, tokens["operator"])
+        page.click('nav a[data-nav="guids"]')
+        activity = find_guid(page, guid).locator("td").nth(1)
+        expect(activity.locator(".status")).to_have_text("slowed")
+        expect(activity.locator(".gateway-quiet")).to_have_text(re.compile(r"quiet asked by the gateway, ends in (29|30) min"))
+        shot(page, "guids-gateway-quiet")
+        sent = httpx.get(f"{stack.gateway_url}/_admin/sends", params={"guid": guid}, timeout=5).json()["total"]
+        assert sent == 0, f"the guid was sent to inside the quiet its row keeps: {sent}"
     finally:
         httpx.post(f"{stack.procs['control'].url}/api/v1/jobs/{job}/cancel", timeout=10,
                    headers={"Authorization": f"Bearer {tokens['admin']}"}, json={"reason": "test done"})

@@ -646,3 +646,33 @@ def test_a_guid_slowed_by_the_gateway_is_not_stalled_within_its_stretched_gap_an
     assert asyncio.run(shown()) == (4.0, "sending"), "not slowed by anyone; the row keeps it for the next owner"
     with psycopg.connect(url) as conn, pytest.raises(psycopg.errors.CheckViolation):
         conn.execute("UPDATE guid_leases SET penalty = 0.5 WHERE guid = %s", (guid,))
+
+
+def test_a_guid_keeping_the_quiet_its_gateway_asked_for_is_waiting_not_stalled(database_url: str) -> None:
+    """A ``Retry-After`` of an hour, kept on the guid's lease row: the stall count, the job page
+    and the Guids page count the guid's quiet shard from the quiet's end, whoever holds it."""
+    url = database_url
+    guid = f"hushed-{uuid.uuid4().hex[:6]}"
+    job, _, _ = seed_job(url, {guid: 1})
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE shards SET status = 'running', last_progress_at = now() - interval '20 minutes'"
+                     " WHERE job_id = %s", (job,))
+        conn.execute("INSERT INTO guid_leases (guid, gateway_quiet_until) VALUES (%s, now() + interval '40 minutes')"
+                     " ON CONFLICT (guid) DO UPDATE SET gateway_quiet_until = EXCLUDED.gateway_quiet_until", (guid,))
+    assert asyncio.run(governance(url))["stalled_shards"] == 0
+    assert asyncio.run(job_page_stalls(url, job)) == {guid: False}
+
+    async def shown() -> tuple[Any, Any]:
+        async with control_api(url, token_prefix=uuid.uuid4().hex[:8]) as api:
+            r = await api.get(f"/guids/{guid}", "operator")
+            assert r.status_code == 200, r.text
+            return r.json()["gateway_quiet_until"], r.json()["activity"]
+
+    until, doing = asyncio.run(shown())
+    assert until is not None and doing == "slowed", (until, doing)
+    with psycopg.connect(url) as conn:  # the quiet ended long ago: the shard stalls again
+        conn.execute("UPDATE guid_leases SET gateway_quiet_until = now() - interval '19 minutes' WHERE guid = %s",
+                     (guid,))
+    assert asyncio.run(governance(url))["stalled_shards"] == 1
+    assert asyncio.run(job_page_stalls(url, job)) == {guid: True}
+    assert asyncio.run(shown())[0] is None, "a quiet over is not shown"

@@ -12,7 +12,7 @@ import pytest
 
 from pacer_common.db.pool import open_pool
 from pacer_sender.adapters.postgres import PostgresGuidLeases
-from pacer_sender.ports import GuidLeaseStore
+from pacer_sender.ports import GuidLeaseStore, Slowdown
 from tests.integration.helpers import contract
 from tests.unit.fakes import InMemoryGuidLeases
 
@@ -123,16 +123,36 @@ def test_a_penalty_written_under_the_epoch_held_reaches_the_next_owner_and_a_sta
     async def scenario(s: Subject) -> None:
         (first,) = await s.store.acquire(["g1"], "w1")
         assert first.penalty is None, "a guid never rate-limited has none"
-        await s.store.penalize({"g1": (first.epoch, 4.0)})
+        await s.store.penalize({"g1": Slowdown(first.epoch, 4.0)})
         assert await s.store.release(["g1"], "w1") == 1
-        await s.store.penalize({"g1": (first.epoch, 8.0)})  # written just after the release: still its row
+        await s.store.penalize({"g1": Slowdown(first.epoch, 8.0)})  # written just after the release: still its row
         (second,) = await s.store.acquire(["g1"], "w2")
         assert second.penalty == 8.0, "the next owner resumes the guid at its penalty"
-        await s.store.penalize({"g1": (first.epoch, 2.0)})  # the previous owner's, too late
+        await s.store.penalize({"g1": Slowdown(first.epoch, 2.0)})  # the previous owner's, too late
         (kept,) = await s.store.acquire(["g1"], "w2")
         assert kept.penalty == 8.0, "a penalty written under an epoch no longer the row's is refused"
-        await s.store.penalize({"g1": (second.epoch, 1.0)})  # back to its own pace: cleared
+        await s.store.penalize({"g1": Slowdown(second.epoch, 1.0)})  # back to its own pace: cleared
         (again,) = await s.store.acquire(["g1"], "w2")
         assert again.penalty is None, "1 clears it"
+
+    run(scenario)
+
+
+def test_a_quiet_the_gateway_asked_for_reaches_the_next_owner_as_what_is_left_of_it(
+        run: Callable[[Scenario], None]) -> None:
+    async def scenario(s: Subject) -> None:
+        (first,) = await s.store.acquire(["g1"], "w1")
+        assert first.quiet_s is None, "a guid never asked for quiet has none"
+        await s.store.penalize({"g1": Slowdown(first.epoch, 2.0, 60.0)})
+        await s.expire("g1")  # its holder killed: the lease runs out, nobody released it
+        (second,) = await s.store.acquire(["g1"], "w2")
+        assert second.took_over
+        assert second.quiet_s is not None and 0 < second.quiet_s <= 60.0, second.quiet_s
+        await s.store.penalize({"g1": Slowdown(first.epoch, 2.0, 600.0)})  # the previous owner's, too late
+        (kept,) = await s.store.acquire(["g1"], "w2")
+        assert kept.quiet_s is not None and kept.quiet_s <= 60.0, "a quiet under an epoch no longer the row's"
+        await s.store.penalize({"g1": Slowdown(second.epoch, 2.0, None)})  # over
+        (again,) = await s.store.acquire(["g1"], "w2")
+        assert again.quiet_s is None and again.penalty == 2.0
 
     run(scenario)

@@ -145,3 +145,52 @@ def test_a_lookup_still_running_when_its_item_is_sent_again_does_not_release_the
             await pool.close()
 
     asyncio.run(scenario())
+
+
+class _Answering:
+    """A gateway that says it never saw the send; counts the lookups it was asked."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
+        self.asked += 1
+        return False
+
+
+def test_an_item_of_a_guid_keeping_its_gateway_s_quiet_is_not_looked_up_until_the_quiet_ends(
+        database_url: str) -> None:
+    """The sender a 429 answered wrote ``Retry-After``'s quiet to the guid's lease row: the
+    verifier reads it with the in-doubt item and asks the gateway nothing of that guid until
+    it is over."""
+    url = database_url
+    item = _in_doubt(url)
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO guid_leases (guid, gateway_quiet_until) VALUES ('episode-g', now() + interval '1 hour')"
+                     " ON CONFLICT (guid) DO UPDATE SET gateway_quiet_until = EXCLUDED.gateway_quiet_until")
+
+    async def scenario() -> None:
+        pool, store = await _store(url)
+        lookup = _Answering()
+        verifier = Verifier(store, lookup, concurrency=2, timeout_s=60)
+        try:
+            assert await verifier.start_round() == 1
+
+            async def settled() -> bool:
+                return verifier.in_flight == 0
+
+            await eventually(settled, 10, "the round's item settled")
+            assert (lookup.asked, verifier.lookups["quiet"]) == (0, 1)
+            assert _state(url, item)[0] == "recovery_pending", "no answer: still in doubt"
+            with psycopg.connect(url) as conn:
+                conn.execute("UPDATE guid_leases SET gateway_quiet_until = now() - interval '1 second'"
+                             " WHERE guid = 'episode-g'")
+            verifier.again_after_s = 0.0
+            assert await verifier.start_round() == 1
+            await eventually(settled, 10, "the round's item settled")
+            assert lookup.asked == 1 and _state(url, item)[0] == "pending", "asked once the quiet was over"
+        finally:
+            await verifier.close()
+            await pool.close()
+
+    asyncio.run(scenario())

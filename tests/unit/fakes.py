@@ -37,7 +37,7 @@ from pacer_sender.domain.media import MEDIA_REFUSED, MediaRow
 from pacer_sender.domain.order import Queued, fair_order, sheds
 from pacer_sender.domain.pacing import Drain
 from pacer_sender.domain.partitions import partition_of
-from pacer_sender.ports import Begun, GuidLease, Ready, Waiting
+from pacer_sender.ports import Begun, GuidLease, Ready, Slowdown, Waiting
 
 S = ItemStatus
 
@@ -225,6 +225,7 @@ class LeaseRow:
     evicted_owner: str | None = None
     evicted_until: float = 0.0
     penalty: float | None = None
+    quiet_until: float | None = None  # the gateway's quiet, by the store's ``now``
 
 
 class InMemoryGuidLeases:
@@ -258,8 +259,9 @@ class InMemoryGuidLeases:
             if prev != owner:
                 row.epoch += 1
             row.owner, row.until, row.evicted_owner, row.evicted_until = owner, self.now + self.ttl, None, 0.0
+            quiet = None if row.quiet_until is None or row.quiet_until <= self.now else row.quiet_until - self.now
             got.append(GuidLease(guid, row.epoch, None, prev not in (None, owner), datetime.now(UTC),
-                                 penalty=row.penalty))
+                                 penalty=row.penalty, quiet_s=quiet))
         return got
 
     async def renew(self, held: Mapping[str, int], owner: str) -> set[str]:
@@ -279,11 +281,12 @@ class InMemoryGuidLeases:
                 row.owner, n = None, n + 1
         return n
 
-    async def penalize(self, penalties: Mapping[str, tuple[int, float]]) -> None:
-        for guid, (epoch, penalty) in penalties.items():
+    async def penalize(self, penalties: Mapping[str, Slowdown]) -> None:
+        for guid, (epoch, penalty, quiet_s) in penalties.items():
             row = self.rows.get(guid)
             if row is not None and row.epoch == epoch:
                 row.penalty = penalty if penalty > 1 else None
+                row.quiet_until = None if not quiet_s else self.now + quiet_s
 
     def force_release(self, guid: str) -> bool:
         row = self.rows.get(guid)
@@ -301,7 +304,7 @@ class GrantAll:
         self.held_elsewhere = held_elsewhere or set()
         self.asked = 0
         self.released: list[str] = []
-        self.penalized: dict[str, tuple[int, float]] = {}
+        self.penalized: dict[str, Slowdown] = {}
 
     async def acquire(self, guids: Sequence[str], owner: str) -> list[GuidLease]:
         self.asked += 1
@@ -315,7 +318,7 @@ class GrantAll:
         self.released.extend(guids)
         return len(guids)
 
-    async def penalize(self, penalties: Mapping[str, tuple[int, float]]) -> None:
+    async def penalize(self, penalties: Mapping[str, Slowdown]) -> None:
         self.penalized.update(penalties)
 
 

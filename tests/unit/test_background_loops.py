@@ -18,6 +18,7 @@ from pacer_common.lifecycle import attempt, every
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
 from pacer_sender.limits import REFRESH_BACKOFF_MAX_S, LimitsBook
+from pacer_sender.ports import Slowdown
 
 from .dispatching import now, run_virtual, until
 from .fakes import InMemoryGuidLeases
@@ -79,7 +80,7 @@ class FlakyLeases(InMemoryGuidLeases):
             raise Broken("renew_guids: unexpected row")
         return await super().renew(held, owner)
 
-    async def penalize(self, penalties: Mapping[str, tuple[int, float]]) -> None:
+    async def penalize(self, penalties: Mapping[str, Slowdown]) -> None:
         if self.write_failures:
             self.write_failures -= 1
             raise Broken("penalize_guids: unexpected row")

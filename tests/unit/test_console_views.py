@@ -186,6 +186,18 @@ def test_a_guid_slowed_by_the_gateway_is_slowed_until_its_stretched_gap_has_gone
     assert not stalled("running", shard | {"penalty": 4.0}, NOW, hourly)
 
 
+def test_a_guid_keeping_the_quiet_its_gateway_asked_for_is_slowed_not_stalled() -> None:
+    """A ``Retry-After`` of an hour: no send for long, yet the guid waits on purpose; the stall
+    counts from the quiet's end."""
+    long_ago = NOW - timedelta(hours=2)
+    ends = NOW + timedelta(minutes=30)
+    assert activity(3, 3, long_ago, long_ago, NOW) == "stalled"
+    assert activity(3, 3, long_ago, long_ago, NOW, gateway_quiet_until=ends) == "slowed"
+    after = ends + timedelta(seconds=STALLED_AFTER_S + DEFAULTS.longest_gap_s + 1)
+    assert activity(3, 3, long_ago, long_ago, after, gateway_quiet_until=ends) == "stalled"
+    assert activity(3, 3, NOW - timedelta(seconds=5), long_ago, NOW, gateway_quiet_until=long_ago) == "sending"
+
+
 def test_a_guid_inside_its_quiet_hours_is_quiet_until_they_end() -> None:
     night = Pacing(quiet_hours="22:00-08:00", timezone="Asia/Shanghai")  # NOW is 17:00 in Shanghai
     assert quiet_until(night, NOW) is None

@@ -20,7 +20,7 @@ from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.domain.queue import HEAD_READ
 from pacer_sender.leases import GuidLeases
-from pacer_sender.ports import GuidLease, Ready, UnstorableItem
+from pacer_sender.ports import GuidLease, Ready, Slowdown, UnstorableItem
 from pacer_sender.sweeper import Sweeper
 from tests.unit.dispatching import (
     EPS,
@@ -913,8 +913,7 @@ class _RateLimited(_Timed):
 
 
 def test_a_rate_limit_penalty_is_written_to_the_lease_row_at_once_and_cleared_once_clean_sends_bring_it_back() -> None:
-    async def scenario() -> tuple[dict[str, tuple[int, float]], dict[str, tuple[int, float]],
-                                  dict[str, tuple[int, float]]]:
+    async def scenario() -> tuple[dict[str, Slowdown], dict[str, Slowdown], dict[str, Slowdown]]:
         timed, store = _RateLimited(answer_s=0.0, confirm_s=0.0), GrantAll()
         d, _, _ = dispatcher(Limits(min_interval_s=0.05, jitter_s=0.0, online_reserve=0.0, rate_limited_penalty=4.0,
                                     penalty_decay=0.5), store=store, executor=timed)
@@ -932,6 +931,6 @@ def test_a_rate_limit_penalty_is_written_to_the_lease_row_at_once_and_cleared_on
         return slowed, decayed, dict(store.penalized)
 
     slowed, decayed, recovered = asyncio.run(scenario())
-    assert slowed == {"g": (1, 4.0)}, f"the rate limit's penalty, under the epoch held: {slowed}"
+    assert slowed == {"g": (1, 4.0, None)}, f"the rate limit's penalty, under the epoch held: {slowed}"
     assert decayed == slowed, f"clean sends' decay is left to the renewal, the row erring on the slow side: {decayed}"
-    assert recovered == {"g": (1, 1.0)}, f"back to its own pace, the row's penalty is cleared: {recovered}"
+    assert recovered == {"g": (1, 1.0, None)}, f"back to its own pace, the row's penalty is cleared: {recovered}"

@@ -167,6 +167,28 @@ def test_a_guid_given_back_carries_its_penalty_to_the_next_owner_before_the_rene
     assert not b.penalties, "nor kept to be written again"
 
 
+def test_a_quiet_the_gateway_asked_for_reaches_the_next_owner_as_what_is_left_of_it() -> None:
+    """The holder's clock says when the quiet ends; the row is given what is left of it at the
+    write, and the next owner what is left at its take."""
+    store = InMemoryGuidLeases(ttl=30)
+    clock = [1000.0]
+    a, b = GuidLeases(store, "a", 30), GuidLeases(store, "b", 30)
+    a.clock = lambda: clock[0]
+    run(a.acquire("g1"))
+    a.penalized("g1", 2.0, quiet_until=1060.0)  # a Retry-After of 60 s, answered at 1000
+    clock[0] = 1010.0
+    run(a.write_penalties())
+    assert store.rows["g1"].quiet_until == store.now + 50.0
+    store.now += 45.0  # a killed, its lease expired
+    taken = run(b.acquire("g1"))
+    assert taken is not None and taken.quiet_s == pytest.approx(5.0)
+    b.penalized("g1", 2.0, quiet_until=b.clock() - 1.0)  # over by the next write
+    run(b.write_penalties())
+    assert store.rows["g1"].quiet_until is None
+    again = run(b.acquire("g1"))
+    assert again is not None and again.quiet_s is None
+
+
 def test_penalties_a_failed_write_left_are_written_with_the_next_one() -> None:
     store = InMemoryGuidLeases(ttl=30)
     a = GuidLeases(store, "a", 30)
@@ -300,7 +322,7 @@ def test_a_prompt_write_that_fails_leaves_its_penalties_to_the_renewal() -> None
         a.penalized("g1", 4.0, rose=True)
         await asyncio.wait_for(failed.wait(), 5)
         await a.close()  # logged, not raised
-        assert a.penalties == {"g1": (1, 4.0)}, "kept for the next write"
+        assert a.penalties == {"g1": (1, 4.0, None)}, "kept for the next write"
         store.penalize = real  # type: ignore[method-assign]
         await a.write_penalties()
 

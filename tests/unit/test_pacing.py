@@ -259,6 +259,22 @@ def test_handover_keeps_the_previous_owners_rate_limit_penalty() -> None:
     assert p.multiplier == 4.0 * 0.5, "clean sends bring it back as ever"
 
 
+def test_handover_keeps_the_quiet_a_gateway_asked_of_the_guid_on_both_lanes() -> None:
+    """A previous owner was answered ``Retry-After``: what is left of that quiet holds the new
+    owner's first call of the guid, online or batch, past the guid's own gap."""
+    limits = Limits(min_interval_s=3.0, jitter_s=0.0, online_reserve=0.0, penalty_decay=1.0)
+    p = GuidPacer()
+    p.resume_after(100.0, since_last_send_s=1.0, limits=limits, penalty=2.0, quiet_s=40.0)
+    assert p.ready_at("online", limits, 100.0, 0.0) == 140.0
+    assert p.ready_at("batch", limits, 100.0, 0.0) == 140.0
+    own = GuidPacer(quiet_until=150.0)
+    own.resume_after(100.0, 1.0, limits, quiet_s=10.0)
+    assert own.quiet_until == 150.0, "a longer quiet of its own is not shortened by the row's"
+    over = GuidPacer()
+    over.resume_after(100.0, 1.0, limits, quiet_s=0.0)
+    assert over.quiet_until is None and over.ready_at("online", limits, 100.0, 0.0) == 102.0
+
+
 def test_a_handed_over_penalty_wears_off_with_the_time_the_guid_has_been_quiet() -> None:
     """The row keeps the penalty of the guid's last rate limit; a guid that has not sent since
     is paced as if it had gone on sending cleanly at its slowed pace meanwhile: a day later,

@@ -327,3 +327,31 @@ def test_an_item_left_in_doubt_is_asked_again_in_a_later_round() -> None:
         assert len(sweeps.items) == 3 and not verifier.resolved
 
     asyncio.run(scenario())
+
+
+def test_a_guid_keeping_the_quiet_its_gateway_asked_for_is_not_looked_up_until_it_ends() -> None:
+    """The lease row says the gateway asked guid g0 for quiet until a minute from now: g0's item
+    is not asked (no answer: it stays in doubt, or goes unverified past its deadline), g1's is;
+    once the quiet is over, g0's is asked too."""
+    clock = [NOW]
+    hushed = InDoubt("i0", "g0", "k0", NOW - DEADLINE - timedelta(seconds=1), quiet_until=NOW + timedelta(minutes=1))
+    fresh = InDoubt("i1", "g1", "k1", NOW)
+    later = InDoubt("i2", "g0", "k2", NOW, quiet_until=NOW + timedelta(minutes=1))
+
+    async def scenario() -> tuple[Sweeps, Lookup, Verifier]:
+        sweeps = Sweeps([hushed, fresh, later])
+        lookup = Lookup({"k0": True, "k1": True, "k2": False})
+        verifier = Verifier(sweeps, lookup, concurrency=4, timeout_s=1, clock=lambda: clock[0])
+        await verifier.start_round()
+        await until(lambda: len(sweeps.resolved) == 3)
+        assert lookup.asked == ["k1"] and verifier.lookups["quiet"] == 2
+        assert sweeps.resolved["i0"] == (None, "unverified"), "past its deadline with no answer, as ever"
+        assert sweeps.resolved["i2"] == (None, None), "no answer yet: still in doubt"
+        clock[0] = NOW + timedelta(minutes=2)
+        verifier.again_after_s = 0.0
+        await verifier.start_round()
+        await until(lambda: sweeps.resolved["i2"][0] is not None)
+        return sweeps, lookup, verifier
+
+    sweeps, _, _ = asyncio.run(scenario())
+    assert sweeps.resolved["i2"] == (False, "pending")

@@ -235,8 +235,22 @@ def test_a_rate_limit_the_gateway_answered_slows_the_guid() -> None:
     limited = Executed("rate_limited", True, GATEWAY_LIMIT, claimed_at=datetime.now(UTC),
                        answered_mono=time.monotonic())
     pacer, _, store = run_guid([limited], 1)
-    assert pacer.multiplier == 4.0 and store.penalized == {"g": (1, 4.0)}
+    assert pacer.multiplier == 4.0 and store.penalized == {"g": (1, 4.0, None)}
     assert pacer.windows["minute"].total == 1, "its claim counts, as the database counts it"
+
+
+def test_a_rate_limit_asking_for_quiet_gives_the_lease_row_the_quiet_with_the_penalty() -> None:
+    """``Retry-After: 60``: the row is told the quiet with the penalty, at once, so a sender
+    taking the guid over keeps it (the row is handed what is left of it, not its end by this
+    sender's clock)."""
+    quiet = SendError(F.RATE_LIMITED, 45009, "too fast", retry_after=timedelta(seconds=60))
+    answered = time.monotonic()
+    pacer, _, store = run_guid([Executed("rate_limited", True, quiet, claimed_at=datetime.now(UTC),
+                                         answered_mono=answered)], 1)
+    assert pacer.quiet_until == pytest.approx(answered + 60.0)
+    (epoch, penalty, quiet_s), = store.penalized.values()
+    assert (epoch, penalty) == (1, 4.0)
+    assert quiet_s is not None and 55.0 < quiet_s <= 60.0, quiet_s
 
 
 def test_a_media_upload_or_poll_takes_a_slot_but_no_window_and_no_decay() -> None:
@@ -261,7 +275,7 @@ def test_a_media_item_that_only_looked_at_its_record_takes_no_slot() -> None:
 
 def test_a_rate_limited_media_upload_slows_the_guid() -> None:
     pacer, _, store = run_guid([Executed("media_waiting", False, GATEWAY_LIMIT)], 1)
-    assert pacer.multiplier == 4.0 and store.penalized == {"g": (1, 4.0)}
+    assert pacer.multiplier == 4.0 and store.penalized == {"g": (1, 4.0, None)}
     assert "minute" not in pacer.windows or pacer.windows["minute"].total == 0
 
 

@@ -406,15 +406,18 @@ class Control:
         counts = row.get("backlog") or row  # one guid's view counts its queue in its backlog
         sender = row.get("sender_limits")
         row = {k: v for k, v in row.items() if k not in ("sender_limits", "job_gap")}  # read here, not shown
+        now = self.clock()
+        asked = row.get("gateway_quiet_until")
+        row["gateway_quiet_until"] = asked if asked is not None and asked > now else None  # one over: none
         if "ready" in counts:
-            now = self.clock()
             pacing = pacings(row.get("limits"), sender)
             row = row | {"quiet_until": views.quiet_until(pacing, now),
                          "capped_until": views.capped_until(pacing, row.get("windows"), now),
                          "activity": None if row["held"] else views.activity(
                              views.queued_count(counts), counts["ready"], row.get("last_send_at"),
                              counts["oldest_ready"], now, pacing, self.stalled_after_s, row.get("windows"),
-                             float(counts.get("job_gap") or 0.0), views.applied_penalty(row))}
+                             float(counts.get("job_gap") or 0.0), views.applied_penalty(row),
+                             row["gateway_quiet_until"])}
         if may(who.role, "guids.leases"):
             return row
         return {k: v for k, v in row.items() if k not in LEASE_FIELDS and k != "limits"}

@@ -129,7 +129,9 @@ class ReconcilerMetrics:
         ), ["result"], registry=registry)
         self.lookups = Counter("pacer_reconciler_lookups_total", (
             "Gateway delivery lookups: `found`, `not_found`, `unknown` (the gateway cannot say), `timeout` (cut "
-            "off after `PACER_RECONCILER_VERIFY_TIMEOUT_S`), `error`. Only `found`/`not_found` decide an item."
+            "off after `PACER_RECONCILER_VERIFY_TIMEOUT_S`), `error`; and `quiet`, a lookup not made: the "
+            "gateway asked the item's guid for quiet with a rate limit, kept on its lease row "
+            "(`guid_leases.gateway_quiet_until`). Only `found`/`not_found` decide an item."
         ), ["result"], registry=registry)
         self.verifier_errors = Counter("pacer_reconciler_verifier_errors_total", (
             "Verification steps that raised (database down, a defect), by `step`: `read` (a round's read of the "

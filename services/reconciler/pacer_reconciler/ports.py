@@ -41,6 +41,7 @@ class InDoubt:
     idem_key: str
     since: datetime
     tenant: str = "default"
+    quiet_until: datetime | None = None  # no call of the guid before then, as a gateway asked (guid_leases)
 
 
 @dataclass(frozen=True)

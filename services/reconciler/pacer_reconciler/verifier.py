@@ -9,7 +9,9 @@ not delivered), so verification goes as fast as the gateway answers. A lookup th
 such answer starts no round (its slot serves whichever round comes next, else the one a sweep
 interval later), so a gateway that fails fast (refuses connections, or answers "cannot say"
 at once) gets at most ``concurrency`` lookups an interval, not one after another without
-pause. A lookup that times out, fails or cannot say is "no answer yet": the item stays in
+pause. No lookup is made of a guid while the quiet a gateway asked of it lasts (its lease
+row's, which the sender answered writes: ``InDoubt.quiet_until``). A lookup that times out,
+fails or cannot say, or one not made for a quiet, is "no answer yet": the item stays in
 doubt and is asked again no sooner than a sweep interval later, and after the items of the
 round's read not yet left in doubt, until ``verify_deadline_s`` makes it ``unverified``.
 Rounds read past the items they pass over or put last, at most ``READ_PAST`` times
@@ -32,7 +34,7 @@ from datetime import UTC, datetime
 from pacer_reconciler.ports import DeliveryLookup, InDoubt, Sweeps
 
 log = logging.getLogger(__name__)
-LOOKUP_RESULTS = ("found", "not_found", "unknown", "timeout", "error")
+LOOKUP_RESULTS = ("found", "not_found", "unknown", "timeout", "error", "quiet")
 # Steps that can fail: a round's read of the in-doubt items, an item's resolution (its outcome written).
 VERIFY_STEPS = ("read", "resolve")
 # A round reads ``limit`` rows and, past the items it passes over (in flight) or puts last (left
@@ -127,15 +129,10 @@ class Verifier:
     async def _verify(self, item: InDoubt) -> bool:
         """Look the item up and resolve it; True if the gateway's answer settled it."""
         found: bool | None = None
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                found = await self.lookup.lookup(item.guid, item.idem_key, tenant=item.tenant)
-            self.lookups[{True: "found", False: "not_found", None: "unknown"}[found]] += 1
-        except TimeoutError:
-            self.lookups["timeout"] += 1
-        except Exception:
-            log.exception("lookup of item %s failed; it stays in doubt", item.item_id)
-            self.lookups["error"] += 1
+        if item.quiet_until is not None and item.quiet_until > self.clock():
+            self.lookups["quiet"] += 1  # the gateway asked for no call of the guid yet: no answer
+        else:
+            found = await self._look_up(item)
         try:
             # found is None after a timeout: only the verify deadline can decide then.
             result = await self.sweeps.resolve(item, found, self.clock())
@@ -149,6 +146,22 @@ class Verifier:
             return found is not None  # unverified past its deadline is no answer of the gateway's
         self._ask_later(item)
         return False
+
+    async def _look_up(self, item: InDoubt) -> bool | None:
+        """The gateway's answer: delivered, not delivered, or None (it cannot say, did not
+        answer in time, or the lookup failed)."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                found = await self.lookup.lookup(item.guid, item.idem_key, tenant=item.tenant)
+        except TimeoutError:
+            self.lookups["timeout"] += 1
+            return None
+        except Exception:
+            log.exception("lookup of item %s failed; it stays in doubt", item.item_id)
+            self.lookups["error"] += 1
+            return None
+        self.lookups[{True: "found", False: "not_found", None: "unknown"}[found]] += 1
+        return found
 
     def _ask_later(self, item: InDoubt) -> None:
         self._left[item.item_id] = (item.since, asyncio.get_running_loop().time())

@@ -154,7 +154,7 @@ class ItemRunner:
         # must not stretch the interval) nor from the call's start (the gateway may see the
         # send any time until it answers: two sends would come closer than the interval).
         at = now if result.answered_mono is None else min(result.answered_mono, now)
-        was = self.pacer.multiplier
+        was, quiet = self.pacer.multiplier, self.pacer.quiet_until
         if result.called_gateway:
             answer = _answer(result)
             if answer == "rate_limited":
@@ -171,8 +171,9 @@ class ItemRunner:
                 self.pacer.slowed(lane, limits, at, rng, _quiet_s(result))
             elif result.stepped:  # a media upload or poll: a slot, not a send
                 self.pacer.stepped(lane, limits, at, rng)
-        if self.pacer.multiplier != was:
-            self.crew.leases.penalized(self.guid, self.pacer.multiplier, rose=self.pacer.multiplier > was)
+        if self.pacer.multiplier != was or self.pacer.quiet_until != quiet:  # a quiet only ever grows
+            self.crew.leases.penalized(self.guid, self.pacer.multiplier, self.pacer.multiplier > was
+                                       or self.pacer.quiet_until != quiet, self.pacer.quiet_until)
 
     async def _internal_error(self, cmd: ItemCommand, exc: Exception) -> float:
         log.error("internal error executing item %s", cmd.item_id, exc_info=exc)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 
 from pacer_common.db.batching import Batcher
 from pacer_common.lifecycle import attempt
-from pacer_sender.ports import GuidLease, GuidLeaseStore
+from pacer_sender.ports import GuidLease, GuidLeaseStore, Slowdown
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +43,12 @@ class GuidLeases:
         self._releasing: dict[str, asyncio.Future[list[None]]] = {}
         # Guids held but idle long enough to give back at the next renewal (``keep_renewed``).
         self.idle: Callable[[], list[str]] = lambda: []
-        # Rate-limit penalties changed since the last write: guid → (epoch held, multiplier).
-        # One write at a time: a release waits for the one under way (whose guids it may hold)
-        # and a failed write's values never come back over a newer one's.
-        self.penalties: dict[str, tuple[int, float]] = {}
+        # Rate-limit penalties and gateways' quiets changed since the last write: guid → (epoch
+        # held, multiplier, when the quiet ends by ``clock``, if one was asked). One write at a
+        # time: a release waits for the one under way (whose guids it may hold) and a failed
+        # write's values never come back over a newer one's.
+        self.penalties: dict[str, tuple[int, float, float | None]] = {}
+        self.clock: Callable[[], float] = time.monotonic  # the clock of the quiets' ends (the dispatcher's)
         self._writing = asyncio.Lock()
         # A penalty that rose is written at once, in the background (``_write_rises``).
         self._rose = False
@@ -114,16 +117,18 @@ class GuidLeases:
                 log.warning("lease of guid %s lost (epoch %s is no longer ours)", guid, epoch)
                 self.forget(guid)
 
-    def penalized(self, guid: str, multiplier: float, rose: bool = False) -> None:
-        """The guid's rate-limit penalty is now ``multiplier`` (1: none), under the epoch held
-        now (a guid no longer held keeps what it had). One that ``rose`` is written at once,
-        in the background: a sender killed before its next renewal would otherwise take it
-        along, and the next owner meet the gateway's limit afresh. One that fell waits for
-        the renewal, so the row errs on the slow side."""
+    def penalized(self, guid: str, multiplier: float, rose: bool = False, quiet_until: float | None = None) -> None:
+        """The guid's rate-limit penalty is now ``multiplier`` (1: none) and the gateway asked
+        it to keep quiet until ``quiet_until`` (by :attr:`clock`; None: never), under the epoch
+        held now (a guid no longer held keeps what it had). One that ``rose`` (a quiet asked
+        for is one) is written at once, in the background: a sender killed before its next
+        renewal would otherwise take it along, and the next owner meet the gateway's limit
+        afresh, or call it inside the quiet it asked for. One that fell waits for the renewal,
+        so the row errs on the slow side."""
         epoch = self.held.get(guid)
         if epoch is None:
             return
-        self.penalties[guid] = (epoch, multiplier)
+        self.penalties[guid] = (epoch, multiplier, quiet_until)
         if rose:
             self._rose = True
             if self._rises is None or self._rises.done():
@@ -152,8 +157,11 @@ class GuidLeases:
             if not self.penalties:
                 return
             changed, self.penalties = self.penalties, {}
+            now = self.clock()
             try:
-                await self.store.penalize(changed)
+                await self.store.penalize({
+                    guid: Slowdown(epoch, multiplier, None if quiet is None or quiet <= now else quiet - now)
+                    for guid, (epoch, multiplier, quiet) in changed.items()})
             except BaseException:
                 self.penalties = changed | self.penalties
                 raise

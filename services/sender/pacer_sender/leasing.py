@@ -25,6 +25,7 @@ class LeaseKeeper:
         self.idle_since: dict[str, float] = {}  # held guids whose worker ended → when
         self._releasing: set[asyncio.Future[None]] = set()
         leases.idle = self.idle
+        leases.clock = clock
 
     def busy(self, guid: str) -> None:
         """A worker started for the guid."""
@@ -60,15 +61,16 @@ class LeaseKeeper:
             return False  # another sender still holds the guid (finishing, or not yet expired)
         if not self.leases.regained(guid, lease.epoch):
             since = None if lease.last_send_at is None else (lease.db_now - lease.last_send_at).total_seconds()
-            pacer.resume_after(self.clock(), since, limits, lease.windows, lease.penalty)
+            pacer.resume_after(self.clock(), since, limits, lease.windows, lease.penalty, lease.quiet_s)
         else:  # its pacing here is the whole truth, its penalty worn by the time it was away
             pacer.rest(self.clock(), limits)
         return True
 
-    def penalized(self, guid: str, multiplier: float, rose: bool) -> None:
-        """The guid's rate-limit penalty changed (``rose``: went up): its lease row carries it
-        to the next owner."""
-        self.leases.penalized(guid, multiplier, rose)
+    def penalized(self, guid: str, multiplier: float, rose: bool, quiet_until: float | None = None) -> None:
+        """The guid's rate-limit penalty or the quiet its gateway asked for (until
+        ``quiet_until``, by this keeper's clock) changed (``rose``: slowed it more): its lease
+        row carries them to the next owner."""
+        self.leases.penalized(guid, multiplier, rose, quiet_until)
 
     def lost(self, guid: str) -> None:
         """The database says the lease is gone (``guid_lost``)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.customers import Customer
@@ -99,6 +99,15 @@ class GuidLease:
     # sends per window, as the row keeps them: name → (count, the epoch second the window ends)
     windows: dict[str, tuple[int, float]] = field(default_factory=dict)
     penalty: float | None = None  # the guid's rate-limit penalty (a multiplier of its interval), if any
+    quiet_s: float | None = None  # what is left at ``db_now`` of a quiet a gateway asked of the guid, seconds
+
+
+class Slowdown(NamedTuple):
+    """How a gateway slowed a guid, as its lease row keeps it for the next owner."""
+
+    epoch: int  # the lease epoch held when it changed
+    penalty: float  # the rate-limit penalty, a multiplier of the guid's interval (1: none)
+    quiet_s: float | None = None  # what is left of the quiet its ``Retry-After`` asked for, seconds from now
 
 
 class GuidLeaseStore(Protocol):
@@ -107,9 +116,9 @@ class GuidLeaseStore(Protocol):
         """Extend the leases (guid → epoch) whose owner and epoch are still these; the guids kept."""
         ...
     async def release(self, guids: Sequence[str], owner: str) -> int: ...
-    async def penalize(self, penalties: Mapping[str, tuple[int, float]]) -> None:
-        """Record guids' rate-limit penalties (guid → (the lease epoch held when it changed,
-        the multiplier; 1 for none)), each only while the lease is still at that epoch."""
+    async def penalize(self, penalties: Mapping[str, Slowdown]) -> None:
+        """Record how gateways slowed these guids, each only while its lease is still at the
+        epoch held when that changed."""
         ...
 
 

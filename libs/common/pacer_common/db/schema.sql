@@ -47,7 +47,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION public.pacer_acquire_guids(p_guids text[], p_owner text, p_ttl interval, p_in_flight interval DEFAULT '00:00:00'::interval) RETURNS TABLE(guid text, epoch bigint, last_send_at timestamp with time zone, took_over boolean, db_now timestamp with time zone, windows jsonb, penalty double precision)
+CREATE FUNCTION public.pacer_acquire_guids(p_guids text[], p_owner text, p_ttl interval, p_in_flight interval DEFAULT '00:00:00'::interval) RETURNS TABLE(guid text, epoch bigint, last_send_at timestamp with time zone, took_over boolean, db_now timestamp with time zone, windows jsonb, penalty double precision, quiet_s double precision)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -84,7 +84,8 @@ BEGIN
               CASE WHEN g.last_answer_at >= g.last_send_at THEN g.last_answer_at
                    ELSE COALESCE(g.last_send_at + p_in_flight, g.last_answer_at) END,
               (free.prev_owner IS NOT NULL AND free.prev_owner <> p_owner), now(),
-              COALESCE(g.windows, '{}'::jsonb), g.penalty;
+              COALESCE(g.windows, '{}'::jsonb), g.penalty,
+              greatest(extract(epoch FROM g.gateway_quiet_until - now())::float8, 0);
 END
 $$;
 
@@ -2031,6 +2032,7 @@ CREATE TABLE public.guid_leases (
     evicted_until timestamp with time zone,
     last_answer_at timestamp with time zone,
     penalty double precision,
+    gateway_quiet_until timestamp with time zone,
     CONSTRAINT guid_leases_penalty_above_one CHECK ((penalty > (1)::double precision))
 );
 
@@ -2371,7 +2373,7 @@ CREATE VIEW public.shard_stall_inputs AS
     s.guid,
     s.status,
     j.status AS job_status,
-    GREATEST(COALESCE(s.last_progress_at, s.created_at), j.not_before) AS quiet_since,
+    GREATEST(COALESCE(s.last_progress_at, s.created_at), j.not_before, g.gateway_quiet_until) AS quiet_since,
     ((g.paused_reason IS NOT NULL) OR (COALESCE(h.state, 'online'::public.guid_state) <> 'online'::public.guid_state)) AS guid_held,
     gl.limits,
     g.windows,

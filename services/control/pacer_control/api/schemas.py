@@ -366,7 +366,8 @@ class GuidView(BaseModel):
             "until `capped_until`), `stalled` (an item ready and no send for `PACER_CONTROL_STALLED_AFTER_S`, 2 "
             "minutes by default, beyond the guid's own longest gap between sends, or its ready items' jobs' "
             "shortest interval per guid when longer, stretched by its rate-limit `penalty`, counted from the end "
-            "of its last hold: a guid stuck), `slowed` (sending at `penalty` times its interval: the gateway "
+            "of its last hold or of `gateway_quiet_until`: a guid stuck), `slowed` (sending at `penalty` times its "
+            "interval, or keeping the quiet its gateway asked for until `gateway_quiet_until`: the gateway "
             "rate-limited it lately, or left a send unanswered), else `sending`. Pacing as the sender holding the "
             "guid applies it: its own overrides over every guid's `*` over that sender's settings"))
     quiet_until: datetime | None = Field(default=None, description=(
@@ -375,6 +376,10 @@ class GuidView(BaseModel):
         "the guid's rate-limit penalty: how many times its configured interval it is paced at since the gateway "
         "rate-limited it (or left a send unanswered), as the sender holding it last wrote it (once per lease "
         "renewal); each clean send brings it back toward 1 by `penalty_decay`; none once it is back"))
+    gateway_quiet_until: datetime | None = Field(default=None, description=(
+        "while it lasts, when the quiet ends that the gateway asked of the guid with a rate limit (its "
+        "`Retry-After`, at most an hour): no call of the guid, online or batch, goes before it, from whichever "
+        "sender holds the guid (the lease row keeps it across a takeover or a rebalance)"))
     capped_until: datetime | None = Field(default=None, description=(
         "when the guid's send window ends, while one has used its batch share of the cap (from its limits, as "
         "`activity` reads them, and its sends)"))

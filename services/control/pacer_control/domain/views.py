@@ -114,7 +114,8 @@ def applied_penalty(guid: Mapping[str, Any]) -> float:
 
 def activity(queued: int, ready: int, last_send_at: datetime | None, oldest_ready: datetime | None,
              now: datetime, pacing: Pacing = DEFAULTS, after_s: float = STALLED_AFTER_S,
-             windows: Mapping[str, Any] | None = None, job_gap_s: float = 0.0, penalty: float = 1.0) -> str:
+             windows: Mapping[str, Any] | None = None, job_gap_s: float = 0.0, penalty: float = 1.0,
+             gateway_quiet_until: datetime | None = None) -> str:
     """What an unheld guid is doing: ``idle`` (nothing queued); ``waiting`` (items queued, none
     ready to send now: their jobs or shards paused, or scheduled later); ``quiet`` (items
     ready, inside the guid's quiet hours: batch sends wait for their end); ``capped`` (items
@@ -122,9 +123,10 @@ def activity(queued: int, ready: int, last_send_at: datetime | None, oldest_read
     ``windows`` as ``guid_leases`` keeps them); ``stalled`` (an item has been ready and nothing
     sent for ``after_s`` beyond the guid's own longest gap between sends, stretched by its
     rate-limit ``penalty``, or the shortest interval per guid of its ready items' jobs
-    (``job_gap_s``) when longer: a guid stuck); ``slowed`` (sending, at its rate-limit
-    ``penalty`` times its interval: the gateway rate-limited it lately, or left a send
-    unanswered); else ``sending``."""
+    (``job_gap_s``) when longer, counted from the end of any quiet the gateway asked of it: a
+    guid stuck); ``slowed`` (sending, at its rate-limit ``penalty`` times its interval, or
+    keeping the quiet its gateway asked for until ``gateway_quiet_until``: the gateway
+    rate-limited it lately, or left a send unanswered); else ``sending``."""
     if not queued:
         return "idle"
     if not ready:
@@ -133,10 +135,11 @@ def activity(queued: int, ready: int, last_send_at: datetime | None, oldest_read
         return "quiet"
     if capped_until(pacing, windows, now) is not None:
         return "capped"
-    busy_since = max((t for t in (last_send_at, oldest_ready) if t is not None), default=None)
+    busy_since = max((t for t in (last_send_at, oldest_ready, gateway_quiet_until) if t is not None), default=None)
     if busy_since is not None and pacing.stalled(busy_since, now, after_s, windows, job_gap_s, penalty):
         return "stalled"
-    return "slowed" if penalty > 1 else "sending"
+    asked_quiet = gateway_quiet_until is not None and gateway_quiet_until > now
+    return "slowed" if penalty > 1 or asked_quiet else "sending"
 
 
 def examples(items: Iterable[Mapping[str, Any]], per_class: int = 3) -> dict[str, list[Mapping[str, Any]]]:

@@ -34,7 +34,7 @@ from pacer_common.domain.limits import kept_window
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus as S
 from pacer_sender.domain.decisions import Decision
-from pacer_sender.ports import Begun, GuidLease, UnstorableItem
+from pacer_sender.ports import Begun, GuidLease, Slowdown, UnstorableItem
 
 # A value the database refuses, or that cannot even be encoded for it.
 _ITEM_FAULTS = (psycopg.DataError, pgerr.ProgramLimitExceeded, RefusedError, UnicodeError)
@@ -225,7 +225,7 @@ class PostgresGuidLeases:
                 rows = await fetch_durably(conn, _sql("acquire_guids"), {
                     "guids": list(guids), "owner": owner, "ttl": self.ttl, "in_flight": self.in_flight})
             return [GuidLease(r["guid"], r["epoch"], r["last_send_at"], r["took_over"], r["db_now"],
-                              _windows(r["windows"]), r["penalty"]) for r in rows]
+                              _windows(r["windows"]), r["penalty"], r["quiet_s"] or None) for r in rows]
 
         return await with_retry(work)
 
@@ -258,7 +258,7 @@ class PostgresGuidLeases:
 
         return await with_retry(work)
 
-    async def penalize(self, penalties: Mapping[str, tuple[int, float]]) -> None:
+    async def penalize(self, penalties: Mapping[str, Slowdown]) -> None:
         """In chunks of ``RENEW_CHUNK`` guids, as the renewal: a gateway rate-limiting a whole
         fleet changes thousands of penalties at once."""
         guids = sorted(penalties)
@@ -268,8 +268,9 @@ class PostgresGuidLeases:
             async def work(chunk: list[str] = chunk) -> None:
                 async with self.pool.connection() as conn:
                     await conn.execute(_sql("penalize_guids"), {
-                        "guids": chunk, "epochs": [penalties[g][0] for g in chunk],
-                        "penalties": [penalties[g][1] for g in chunk]})
+                        "guids": chunk, "epochs": [penalties[g].epoch for g in chunk],
+                        "penalties": [penalties[g].penalty for g in chunk],
+                        "quiet_s": [penalties[g].quiet_s for g in chunk]})
 
             await with_retry(work)
 

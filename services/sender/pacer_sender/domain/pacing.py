@@ -212,20 +212,25 @@ class GuidPacer:
             self.multiplier = rested_penalty(self.multiplier, mono - self.last_any, limits)
 
     def resume_after(self, mono: float, since_last_send_s: float | None, limits: Limits,
-                     windows: dict[str, tuple[int, float]] | None = None, penalty: float | None = None) -> None:
-        """Carry the spacing, the window counts and the rate-limit penalty over a handover:
-        the previous owner's sends still count, and a guid the gateway rate-limited under it is
-        not paced as if it never had been (``penalty``: the multiplier the row keeps, at
-        most this sender's ``max_penalty``). ``windows``: name → (sends, the epoch second the
-        window ends), as the database keeps them. The row counts every send begun under any
-        owner, so its windows replace this sender's own, ended or not: each is the guid's
-        last window, which the next one carries where they overlap (:meth:`_window`). The
+                     windows: dict[str, tuple[int, float]] | None = None, penalty: float | None = None,
+                     quiet_s: float | None = None) -> None:
+        """Carry the spacing, the window counts, the rate-limit penalty and the gateway's quiet
+        over a handover: the previous owner's sends still count, and a guid the gateway
+        rate-limited under it is not paced as if it never had been (``penalty``: the
+        multiplier the row keeps, at most this sender's ``max_penalty``; ``quiet_s``: what is
+        left of the quiet a ``Retry-After`` asked for, during which no call of the guid goes).
+        ``windows``: name → (sends, the epoch second the window ends), as the database keeps
+        them. The row counts every send begun under any owner, so its windows replace this
+        sender's own, ended or not: each is the guid's last window, which the next one carries
+        where they overlap (:meth:`_window`). The
         previous owner's lane split is not known, so its sends count against the batch share
         too (never more sends than the limits allow). The penalty is worn down by the time
         since the guid's last send (:func:`rested_penalty`): a guid quiet for a day is not
         slowed by a rate limit it met before."""
         self.windows = {name: _Window(end, n, n) for name, (n, end) in (windows or {}).items() if name in SIZES}
         self.rest(mono, limits)
+        if quiet_s is not None and quiet_s > 0:
+            self.quiet_until = max(self.quiet_until or mono, mono + quiet_s)
         if penalty is not None:
             if since_last_send_s is not None:
                 penalty = rested_penalty(penalty, since_last_send_s, limits)

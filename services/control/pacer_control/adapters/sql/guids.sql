@@ -19,6 +19,7 @@ SELECT k.guid, (l.paused_reason IS NOT NULL) AS paused, l.paused_reason, l.pause
        h.reason AS state_reason, (l.paused_reason IS NOT NULL OR COALESCE(h.state, 'online') <> 'online') AS held,
        l.owner, l.epoch, l.since, l.lease_until, l.renew_count, l.takeovers, l.last_send_at,
        (l.owner IS NOT NULL AND l.lease_until < now()) AS expired, gl.limits, l.windows, sl.limits AS sender_limits, l.penalty,
+       l.gateway_quiet_until,
        q.queued, q.oldest_waiting, q.ready, q.oldest_ready, q.job_gap
 FROM (SELECT guid FROM guid_leases
       WHERE (%(after)s::text IS NULL OR guid > %(after)s::text) AND (%(start)s::text IS NULL OR guid >= %(start)s::text)

@@ -13,15 +13,16 @@
 --     stopped, or its confirmation was cancelled), so the send may have reached the gateway
 --     at any time up to then.
 -- A successor pacing from it never sends sooner than the guid's interval after the gateway saw
--- the send. Its send windows and rate-limit penalty are returned as the row holds them once
--- locked, not as a snapshot taken before: a holder's last send or penalty, written while this
--- waited for the row, is read.
+-- the send. Its send windows, rate-limit penalty and the quiet a gateway asked of it (as the
+-- seconds left of it at the lock, never below 0) are returned as the row holds them once
+-- locked, not as a snapshot taken before: a holder's last send, penalty or quiet, written
+-- while this waited for the row, is read.
 DROP FUNCTION IF EXISTS pacer_acquire_guids(text[], text, interval);
 DO $drop$
 BEGIN
-    -- The result gained windows and penalty: an older definition is replaced, not altered.
+    -- The result gained windows, penalty and quiet: an older definition is replaced, not altered.
     IF EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('pacer_acquire_guids(text[], text, interval, interval)')
-               AND NOT 'penalty' = ANY(proargnames)) THEN
+               AND NOT 'quiet_s' = ANY(proargnames)) THEN
         DROP FUNCTION pacer_acquire_guids(text[], text, interval, interval);
     END IF;
 END
@@ -29,7 +30,7 @@ $drop$;
 CREATE OR REPLACE FUNCTION pacer_acquire_guids(p_guids text[], p_owner text, p_ttl interval,
                                                p_in_flight interval DEFAULT interval '0')
 RETURNS TABLE (guid text, epoch bigint, last_send_at timestamptz, took_over boolean, db_now timestamptz,
-               windows jsonb, penalty float8)
+               windows jsonb, penalty float8, quiet_s float8)
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 BEGIN
@@ -65,6 +66,7 @@ BEGIN
               CASE WHEN g.last_answer_at >= g.last_send_at THEN g.last_answer_at
                    ELSE COALESCE(g.last_send_at + p_in_flight, g.last_answer_at) END,
               (free.prev_owner IS NOT NULL AND free.prev_owner <> p_owner), now(),
-              COALESCE(g.windows, '{}'::jsonb), g.penalty;
+              COALESCE(g.windows, '{}'::jsonb), g.penalty,
+              greatest(extract(epoch FROM g.gateway_quiet_until - now())::float8, 0);
 END
 $fn$;
