@@ -16,7 +16,7 @@ from confluent_kafka import TopicPartition
 from pacer_common.cli import EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, main
 from pacer_common.db.pool import open_pool
 from pacer_common.domain.events import ItemEvent
-from pacer_common.domain.failures import DEFAULT_CODE_TABLE
+from pacer_common.domain.failures import DEFAULT_CODE_TABLE, Hushed
 from pacer_common.gateway import GatewayClient, make_client
 from pacer_common.kafka import ensure_topics, make_consumer, make_producer
 from pacer_dev.infra.process import wait_for
@@ -73,7 +73,7 @@ class _Lookup:
     def __init__(self, client: GatewayClient) -> None:
         self.client = client
 
-    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
+    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | Hushed | None:
         return await self.client.lookup(guid, idem_key)
 
 

@@ -12,7 +12,7 @@ import pytest
 from fastapi import FastAPI, Request
 from pydantic import SecretStr
 
-from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, SendError
+from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, Hushed, SendError
 from pacer_common.gateway import GatewayClient, make_client
 from pacer_dev.fakegateway.process import free_port, running_fake_gateway
 from tests.integration.helpers import on_stub, serving
@@ -107,7 +107,7 @@ def test_idle_connections_are_dropped_before_a_usual_server_drops_them() -> None
 _NO_FOUND = object()  # an answer whose data has no "found" at all
 
 
-def _lookup_on_a_gateway_of_the_contract(found: object) -> tuple[bool | None, list[dict[str, Any]]]:
+def _lookup_on_a_gateway_of_the_contract(found: object) -> tuple[bool | Hushed | None, list[dict[str, Any]]]:
     """The client's lookup of ("g1", "k1") against a gateway that serves only what the contract
     names, ``POST /message/lookup`` with a JSON body, and answers ``found``; with the
     requests it received."""
@@ -120,7 +120,7 @@ def _lookup_on_a_gateway_of_the_contract(found: object) -> tuple[bool | None, li
                      "key": request.headers.get("x-idempotency-key"), "auth": request.headers.get("authorization")})
         return {"code": 0, "msg": "ok", "data": {} if found is _NO_FOUND else {"found": found}}
 
-    async def go() -> bool | None:
+    async def go() -> bool | Hushed | None:
         port = free_port()
         server, task = await serving(app, port, "the stub gateway")
         client = make_client(f"http://127.0.0.1:{port}", 2.0, credential=SecretStr("cred"))

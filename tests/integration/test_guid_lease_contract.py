@@ -89,8 +89,8 @@ def test_renew_keeps_only_the_leases_held_by_this_owner_at_this_epoch(run: Calla
     async def scenario(s: Subject) -> None:
         (g1,) = await s.store.acquire(["g1"], "w1")
         (g2,) = await s.store.acquire(["g2"], "w1")
-        assert await s.store.renew({"g1": g1.epoch, "g2": g2.epoch + 1}, "w1") == {"g1"}
-        assert await s.store.renew({"g1": g1.epoch}, "w2") == set()
+        assert set(await s.store.renew({"g1": g1.epoch, "g2": g2.epoch + 1}, "w1")) == {"g1"}
+        assert not await s.store.renew({"g1": g1.epoch}, "w2")
 
     run(scenario)
 
@@ -113,7 +113,7 @@ def test_an_expired_lease_is_taken_over_with_a_new_epoch(run: Callable[[Scenario
         await s.expire("g1")
         (taken,) = await s.store.acquire(["g1"], "w2")
         assert (taken.epoch, taken.took_over) == (first.epoch + 1, True)
-        assert await s.store.renew({"g1": first.epoch}, "w1") == set(), "the old owner's renewal is refused"
+        assert not await s.store.renew({"g1": first.epoch}, "w1"), "the old owner's renewal is refused"
 
     run(scenario)
 
@@ -148,11 +148,18 @@ def test_a_quiet_the_gateway_asked_for_reaches_the_next_owner_as_what_is_left_of
         (second,) = await s.store.acquire(["g1"], "w2")
         assert second.took_over
         assert second.quiet_s is not None and 0 < second.quiet_s <= 60.0, second.quiet_s
-        await s.store.penalize({"g1": Slowdown(first.epoch, 2.0, 600.0)})  # the previous owner's, too late
+        await s.store.penalize({"g1": Slowdown(first.epoch, 8.0, 600.0)})  # the previous owner's, late
         (kept,) = await s.store.acquire(["g1"], "w2")
-        assert kept.quiet_s is not None and kept.quiet_s <= 60.0, "a quiet under an epoch no longer the row's"
-        await s.store.penalize({"g1": Slowdown(second.epoch, 2.0, None)})  # over
+        assert kept.penalty == 2.0, "a penalty under an epoch no longer the row's is refused"
+        assert kept.quiet_s is not None and 500 < kept.quiet_s <= 600.0, "the gateway's quiet is kept whoever asks"
+        await s.store.penalize({"g1": Slowdown(second.epoch, 2.0, None)})  # a write that knows of no quiet
         (again,) = await s.store.acquire(["g1"], "w2")
-        assert again.quiet_s is None and again.penalty == 2.0
+        assert again.penalty == 2.0
+        assert again.quiet_s is not None and 500 < again.quiet_s <= 600.0, "a quiet on the row is never shortened"
+        renewed = await s.store.renew({"g1": again.epoch}, "w2")
+        assert renewed["g1"] is not None and 500 < renewed["g1"] <= 600.0, "each renewal says what is left of it"
+        await s.store.penalize({"g1": Slowdown(second.epoch, 2.0, 900.0)})  # the gateway asked again, longer
+        (longer,) = await s.store.acquire(["g1"], "w2")
+        assert longer.quiet_s is not None and 800 < longer.quiet_s <= 900.0
 
     run(scenario)

@@ -24,7 +24,7 @@ from pacer_common.cli import main
 from pacer_common.db.commands import pending_commands
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
-from pacer_common.domain.failures import DEFAULT_CODE_TABLE, RetryPolicy
+from pacer_common.domain.failures import DEFAULT_CODE_TABLE, Hushed, RetryPolicy
 from pacer_common.domain.status import ItemStatus as S
 from pacer_common.gateway import GatewayClient, make_client
 from pacer_reconciler.adapters.postgres import PostgresLog
@@ -108,7 +108,7 @@ class _Lookup:
     def __init__(self, client: GatewayClient) -> None:
         self.client = client
 
-    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
+    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | Hushed | None:
         return await self.client.lookup(guid, idem_key)
 
 

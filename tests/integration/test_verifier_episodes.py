@@ -194,3 +194,32 @@ def test_an_item_of_a_guid_keeping_its_gateway_s_quiet_is_not_looked_up_until_th
             await pool.close()
 
     asyncio.run(scenario())
+
+
+def test_a_quiet_a_lookup_was_asked_for_reaches_the_guid_s_lease_row_and_never_shortens_one(
+        database_url: str) -> None:
+    """The reconciler's write of a lookup's quiet: a guid with no lease row gets one; a later
+    end replaces an earlier one, an earlier one leaves a later one as it is."""
+    url = database_url
+
+    def left(guid: str) -> float:
+        with psycopg.connect(url) as conn:
+            row = conn.execute("SELECT extract(epoch FROM gateway_quiet_until - now())::float8 FROM guid_leases"
+                               " WHERE guid = %s", (guid,)).fetchone()
+        assert row is not None and row[0] is not None, f"no quiet on {guid}'s row"
+        return float(row[0])
+
+    async def scenario() -> tuple[float, float, float]:
+        pool, store = await _store(url)
+        try:
+            await store.keep_quiet("hushed-g", 30.0)
+            first = left("hushed-g")
+            await store.keep_quiet("hushed-g", 600.0)
+            longer = left("hushed-g")
+            await store.keep_quiet("hushed-g", 5.0)
+            return first, longer, left("hushed-g")
+        finally:
+            await pool.close()
+
+    first, longer, kept = asyncio.run(scenario())
+    assert 25 < first <= 30 and 595 < longer <= 600 and 590 < kept <= 600, (first, longer, kept)

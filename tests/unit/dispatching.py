@@ -21,7 +21,7 @@ from pacer_sender.core import Executed
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
-from tests.unit.fakes import GrantAll, InMemoryGuidQueue
+from tests.unit.fakes import GrantAll, InMemoryGuidLeases, InMemoryGuidQueue
 
 BeforeCall = Callable[[], Awaitable[bool]] | None
 
@@ -165,7 +165,7 @@ async def until(cond, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-def dispatcher(limits: Limits, store: GrantAll | None = None, cap: int = 50, executor: Recorder | None = None,
+def dispatcher(limits: Limits, store: GrantAll | InMemoryGuidLeases | None = None, cap: int = 50, executor: Recorder | None = None,
                **kw: Any) -> tuple[Dispatcher, Recorder, dict[str, Limits]]:
     rec = executor or Recorder()
     kw.setdefault("clock", rec.clock)  # the recorder's times and the dispatcher's pacing agree

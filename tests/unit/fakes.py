@@ -259,19 +259,21 @@ class InMemoryGuidLeases:
             if prev != owner:
                 row.epoch += 1
             row.owner, row.until, row.evicted_owner, row.evicted_until = owner, self.now + self.ttl, None, 0.0
-            quiet = None if row.quiet_until is None or row.quiet_until <= self.now else row.quiet_until - self.now
             got.append(GuidLease(guid, row.epoch, None, prev not in (None, owner), datetime.now(UTC),
-                                 penalty=row.penalty, quiet_s=quiet))
+                                 penalty=row.penalty, quiet_s=self._quiet_left(row)))
         return got
 
-    async def renew(self, held: Mapping[str, int], owner: str) -> set[str]:
-        kept = set()
+    async def renew(self, held: Mapping[str, int], owner: str) -> dict[str, float | None]:
+        kept: dict[str, float | None] = {}
         for guid, epoch in held.items():
             row = self.rows.get(guid)
             if row is not None and row.owner == owner and row.epoch == epoch:
                 row.until = self.now + self.ttl
-                kept.add(guid)
+                kept[guid] = self._quiet_left(row)
         return kept
+
+    def _quiet_left(self, row: LeaseRow) -> float | None:
+        return None if row.quiet_until is None or row.quiet_until <= self.now else row.quiet_until - self.now
 
     async def release(self, guids: Sequence[str], owner: str) -> int:
         n = 0
@@ -284,9 +286,12 @@ class InMemoryGuidLeases:
     async def penalize(self, penalties: Mapping[str, Slowdown]) -> None:
         for guid, (epoch, penalty, quiet_s) in penalties.items():
             row = self.rows.get(guid)
-            if row is not None and row.epoch == epoch:
+            if row is None:
+                continue
+            if row.epoch == epoch:
                 row.penalty = penalty if penalty > 1 else None
-                row.quiet_until = None if not quiet_s else self.now + quiet_s
+            if quiet_s is not None and quiet_s > 0:  # whatever the epoch; one that ends later is kept
+                row.quiet_until = max(row.quiet_until or self.now, self.now + quiet_s)
 
     def force_release(self, guid: str) -> bool:
         row = self.rows.get(guid)
@@ -311,8 +316,8 @@ class GrantAll:
         now = datetime.now(UTC)
         return [GuidLease(g, 1, None, False, now) for g in guids if g not in self.held_elsewhere]
 
-    async def renew(self, held: Mapping[str, int], owner: str) -> set[str]:
-        return set(held)
+    async def renew(self, held: Mapping[str, int], owner: str) -> dict[str, float | None]:
+        return dict.fromkeys(held)
 
     async def release(self, guids: Sequence[str], owner: str) -> int:
         self.released.extend(guids)

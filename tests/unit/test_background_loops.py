@@ -73,7 +73,7 @@ class FlakyLeases(InMemoryGuidLeases):
         self.renew_failures, self.write_failures = renew_failures, write_failures
         self.renewed: list[float] = []
 
-    async def renew(self, held: Mapping[str, int], owner: str) -> set[str]:
+    async def renew(self, held: Mapping[str, int], owner: str) -> dict[str, float | None]:
         self.renewed.append(now())
         if self.renew_failures:
             self.renew_failures -= 1

@@ -36,7 +36,7 @@ from tests.unit.dispatching import (
     unchanged_counts,
     until,
 )
-from tests.unit.fakes import GrantAll, InMemoryGuidQueue
+from tests.unit.fakes import GrantAll, InMemoryGuidLeases, InMemoryGuidQueue
 
 
 def test_an_auto_reply_does_not_wait_behind_a_campaign_backlog() -> None:
@@ -934,3 +934,31 @@ def test_a_rate_limit_penalty_is_written_to_the_lease_row_at_once_and_cleared_on
     assert slowed == {"g": (1, 4.0, None)}, f"the rate limit's penalty, under the epoch held: {slowed}"
     assert decayed == slowed, f"clean sends' decay is left to the renewal, the row erring on the slow side: {decayed}"
     assert recovered == {"g": (1, 1.0, None)}, f"back to its own pace, the row's penalty is cleared: {recovered}"
+
+
+@pytest.mark.parametrize("claim_ahead_s", [0.0, 0.3], ids=["picked-when-due", "claimed-ahead"])
+def test_a_quiet_a_renewal_finds_on_a_held_guid_holds_its_next_call(claim_ahead_s: float) -> None:
+    """Another caller (a reconciler's lookup) left a quiet of 0.5 s on a held guid's lease row:
+    the renewal passes it on, and the guid's next call waits for its end, even one already
+    claimed ahead of its gap (it gives its turn up and is picked again after the quiet)."""
+    async def scenario() -> tuple[float, list[float], bool]:
+        store = InMemoryGuidLeases(ttl=30)
+        d, rec, _ = dispatcher(Limits(min_interval_s=0.2, jitter_s=0.0, online_reserve=0.0), store=store,
+                               claim_ahead_s=claim_ahead_s)
+        d.crew.ahead.estimate_s = claim_ahead_s  # claims seen to take that long: the next is claimed that far ahead
+        for n in range(3):
+            ring(d, rec.store, cmd("g", n))
+        await until(lambda: len(rec.sent) == 1)
+        store.rows["g"].quiet_until = store.now + 0.5
+        await d.crew.leases.leases.renew()
+        learned = rec.clock()
+        await until(lambda: len(rec.sent) == 2 or bool(rec.yielded), 10)
+        for given_up in rec.yielded:  # pending again; the reconciler's doorbell for it
+            ring(d, rec.store, given_up)
+        await until(lambda: len(rec.sent) == 2, 10)
+        stop(d)
+        return learned, [t for _, _, t in rec.sent], bool(rec.yielded)
+
+    learned, sent, yielded = asyncio.run(scenario())
+    assert sent[1] >= learned + 0.5 - 1e-6, f"called {sent[1] - learned:.3f} s into a quiet of 0.5 s"
+    assert yielded == (claim_ahead_s > 0), "only an item claimed ahead has a turn to give up"

@@ -31,8 +31,8 @@ class LastSends:
         return [GuidLease(g, 1, None if self.ago[g] is None else wall - timedelta(seconds=self.ago[g] or 0), False, wall)
                 for g in guids]
 
-    async def renew(self, held: Mapping[str, int], owner: str) -> set[str]:
-        return set(held)
+    async def renew(self, held: Mapping[str, int], owner: str) -> dict[str, float | None]:
+        return dict.fromkeys(held)
 
     async def release(self, guids: Sequence[str], owner: str) -> int:
         return len(guids)

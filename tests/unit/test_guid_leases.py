@@ -182,11 +182,26 @@ def test_a_quiet_the_gateway_asked_for_reaches_the_next_owner_as_what_is_left_of
     store.now += 45.0  # a killed, its lease expired
     taken = run(b.acquire("g1"))
     assert taken is not None and taken.quiet_s == pytest.approx(5.0)
-    b.penalized("g1", 2.0, quiet_until=b.clock() - 1.0)  # over by the next write
+    b.penalized("g1", 2.0, quiet_until=b.clock() - 1.0)  # a write that knows of no quiet left
     run(b.write_penalties())
-    assert store.rows["g1"].quiet_until is None
+    assert store.rows["g1"].quiet_until == store.now + 5.0, "a quiet on the row is never shortened"
+    store.now += 6.0
     again = run(b.acquire("g1"))
-    assert again is not None and again.quiet_s is None
+    assert again is not None and again.quiet_s is None, "over"
+
+
+def test_a_renewal_passes_on_a_quiet_another_caller_left_on_a_held_guid_s_row() -> None:
+    store = InMemoryGuidLeases(ttl=30)
+    a = GuidLeases(store, "a", 30)
+    told: list[tuple[str, float]] = []
+    a.quiet = lambda guid, seconds: told.append((guid, seconds))
+    run(a.acquire("g1"))
+    run(a.acquire("g2"))
+    run(a.renew())
+    assert told == []
+    store.rows["g2"].quiet_until = store.now + 40.0  # a reconciler's lookup was asked for quiet
+    run(a.renew())
+    assert told == [("g2", 40.0)]
 
 
 def test_penalties_a_failed_write_left_are_written_with_the_next_one() -> None:
@@ -328,3 +343,19 @@ def test_a_prompt_write_that_fails_leaves_its_penalties_to_the_renewal() -> None
 
     run(scenario())
     assert store.rows["g1"].penalty == 4.0
+
+
+def test_a_quiet_asked_after_the_lease_was_lost_still_reaches_the_row_and_its_penalty_does_not() -> None:
+    """The gateway's 429 came back after this sender's lease of the guid was taken over: the
+    penalty is this sender's to write no more, the quiet is the gateway's and goes to the row."""
+    store = InMemoryGuidLeases(ttl=30)
+    a, b = GuidLeases(store, "a", 30), GuidLeases(store, "b", 30)
+    a.clock = lambda: 0.0
+    run(a.acquire("g1"))
+    store.now += 31.0
+    run(b.acquire("g1"))
+    a.forget("g1")  # its renewal found the lease gone
+    a.penalized("g1", 4.0, quiet_until=20.0)
+    run(a.write_penalties())
+    assert store.rows["g1"].penalty is None
+    assert store.rows["g1"].quiet_until == store.now + 20.0

@@ -21,7 +21,7 @@ def test_a_guid_without_work_gives_its_lease_back_and_a_busy_one_keeps_it() -> N
     store = InMemoryGuidLeases(ttl=30)
 
     async def scenario() -> None:
-        d, rec, table = dispatcher(FAST, store=store, idle_lease_s=0.2)  # type: ignore[arg-type]  # any lease store
+        d, rec, table = dispatcher(FAST, store=store, idle_lease_s=0.2)
         d.leases.ttl_s = 0.3  # a renewal round every 0.1 s
         table["busy"] = Limits(min_interval_s=60, jitter_s=0)  # its second item waits a minute: worker alive
         for c in (cmd("quiet", 0), cmd("busy", 0), cmd("busy", 1)):

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pacer_common.domain.failures import Hushed
 from pacer_reconciler.core import Reconciler, run_rounds
 from pacer_reconciler.domain.verification import verdict
 from pacer_reconciler.ports import InDoubt, Position
@@ -330,9 +331,9 @@ def test_an_item_left_in_doubt_is_asked_again_in_a_later_round() -> None:
 
 
 def test_a_guid_keeping_the_quiet_its_gateway_asked_for_is_not_looked_up_until_it_ends() -> None:
-    """The lease row says the gateway asked guid g0 for quiet until a minute from now: g0's item
-    is not asked (no answer: it stays in doubt, or goes unverified past its deadline), g1's is;
-    once the quiet is over, g0's is asked too."""
+    """The lease row says the gateway asked guid g0 for quiet until a minute from now: g0's
+    items are not asked, nor decided (not even one past its verify deadline: no lookup could be
+    made), g1's is; once the quiet is over, g0's are asked too."""
     clock = [NOW]
     hushed = InDoubt("i0", "g0", "k0", NOW - DEADLINE - timedelta(seconds=1), quiet_until=NOW + timedelta(minutes=1))
     fresh = InDoubt("i1", "g1", "k1", NOW)
@@ -343,15 +344,43 @@ def test_a_guid_keeping_the_quiet_its_gateway_asked_for_is_not_looked_up_until_i
         lookup = Lookup({"k0": True, "k1": True, "k2": False})
         verifier = Verifier(sweeps, lookup, concurrency=4, timeout_s=1, clock=lambda: clock[0])
         await verifier.start_round()
-        await until(lambda: len(sweeps.resolved) == 3)
+        await until(lambda: verifier.in_flight == 0)
         assert lookup.asked == ["k1"] and verifier.lookups["quiet"] == 2
-        assert sweeps.resolved["i0"] == (None, "unverified"), "past its deadline with no answer, as ever"
-        assert sweeps.resolved["i2"] == (None, None), "no answer yet: still in doubt"
+        assert set(sweeps.resolved) == {"i1"}, "the quiet guid's items are left as they are"
         clock[0] = NOW + timedelta(minutes=2)
         verifier.again_after_s = 0.0
         await verifier.start_round()
-        await until(lambda: sweeps.resolved["i2"][0] is not None)
+        await until(lambda: len(sweeps.resolved) == 3)
         return sweeps, lookup, verifier
 
     sweeps, _, _ = asyncio.run(scenario())
+    assert sweeps.resolved["i0"] == (True, "confirmed")
     assert sweeps.resolved["i2"] == (False, "pending")
+
+
+class Kept:
+    """The lease rows' quiets, as the verifier writes them."""
+
+    def __init__(self) -> None:
+        self.quiets: list[tuple[str, float]] = []
+
+    async def keep_quiet(self, guid: str, seconds: float) -> None:
+        self.quiets.append((guid, seconds))
+
+
+def test_a_lookup_the_gateway_asks_for_quiet_keeps_it_for_the_guid_s_senders_and_decides_nothing() -> None:
+    """``Retry-After: 30`` on a lookup: the quiet goes to the guid's lease row, so its senders
+    hold it too; the item, past its verify deadline, is not made unverified for it."""
+    past = NOW - DEADLINE - timedelta(seconds=1)
+
+    async def scenario() -> tuple[Sweeps, Kept, Verifier]:
+        sweeps, kept = Sweeps([InDoubt("i0", "g0", "k0", past)]), Kept()
+        verifier = Verifier(sweeps, Lookup({"k0": Hushed(30.0)}), concurrency=2, timeout_s=1, clock=lambda: NOW,
+                            quiets=kept)
+        await verifier.start_round()
+        await until(lambda: verifier.in_flight == 0)
+        return sweeps, kept, verifier
+
+    sweeps, kept, verifier = asyncio.run(scenario())
+    assert kept.quiets == [("g0", 30.0)]
+    assert verifier.lookups["quiet"] == 1 and not sweeps.resolved

@@ -59,7 +59,7 @@ from pydantic import SecretStr, ValidationError
 
 from pacer_common import tracing
 from pacer_common.domain.customers import Customer
-from pacer_common.domain.failures import FailureClass, SendError, classify
+from pacer_common.domain.failures import FailureClass, Hushed, SendError, classify
 from pacer_common.domain.receipts import Receipt
 
 log = logging.getLogger(__name__)
@@ -422,20 +422,23 @@ class GatewayClient:
             return SendError(FailureClass.NOT_SENT, None, f"HTTP {status} from gateway: {REFUSALS[status]}: {msg}")
         return SendError(FailureClass.IN_DOUBT, None, f"HTTP {status} from gateway: {msg}")
 
-    async def lookup(self, guid: str, idem_key: str) -> bool | None:
+    async def lookup(self, guid: str, idem_key: str) -> bool | Hushed | None:
         """Was this key delivered? ``True``/``False`` when the gateway knows, ``None`` when it
-        can't say. ``POST`` with a JSON body like every action (same headers, same encoding).
-        Only a JSON boolean ``found`` is an answer: ``null``, ``0`` or ``""`` taken for "not
-        delivered" would have the item sent again, ``"false"`` taken for "delivered" would
-        confirm a send that never happened."""
-        if self.quiet.get(guid, float("-inf")) > self.clock():
-            return None  # the gateway asked for quiet on this guid: not asked until it is over
+        can't say, :class:`Hushed` when it asked for quiet on the guid (a lookup it refused
+        with ``Retry-After``, or one not asked while that quiet lasts). ``POST`` with a JSON
+        body like every action (same headers, same encoding). Only a JSON boolean ``found`` is
+        an answer: ``null``, ``0`` or ``""`` taken for "not delivered" would have the item
+        sent again, ``"false"`` taken for "delivered" would confirm a send that never happened."""
+        if (left := self.quiet.get(guid, float("-inf")) - self.clock()) > 0:
+            return Hushed(left)  # the gateway asked for quiet on this guid: not asked until it is over
         try:
             data = await self._call(self.lookup_path, {"guid": guid, "idempotencyKey": idem_key}, idem_key, None,
                                     "lookup")
         except SendError as err:
             if err.gateway_rate_limit and err.retry_after is not None:
-                self._hush(guid, self.clock() + err.retry_after.total_seconds())
+                wait = err.retry_after.total_seconds()
+                self._hush(guid, self.clock() + wait)
+                return Hushed(wait)
             return None
         found = data.get("found")
         return found if isinstance(found, bool) else None

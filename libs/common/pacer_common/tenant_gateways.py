@@ -21,7 +21,7 @@ import httpx
 
 from pacer_common.domain.breaker import Breaker
 from pacer_common.domain.customers import Customer
-from pacer_common.domain.failures import FailureClass, SendError
+from pacer_common.domain.failures import FailureClass, Hushed, SendError
 from pacer_common.domain.quota import DailyUsage
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.tenants import Tenant
@@ -183,7 +183,7 @@ class TenantGateways:
                         retry_after=timedelta(seconds=min(ends - wall if ends > wall else UNKNOWN_DAY_RETRY_S,
                                                           QUOTA_RECHECK_S)), deferred=True)
 
-    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
+    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | Hushed | None:
         try:
             gw = self._for(tenant)
         except SendError:

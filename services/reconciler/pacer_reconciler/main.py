@@ -68,7 +68,8 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
                               environment_errors=ENVIRONMENT)
 
         rec = Reconciler(store, store, publisher, holds=store, batch=cfg.batch, environment_errors=ENVIRONMENT)
-        verifier = Verifier(store, gateways, concurrency=cfg.verify_concurrency, timeout_s=cfg.verify_timeout_s)
+        verifier = Verifier(store, gateways, concurrency=cfg.verify_concurrency, timeout_s=cfg.verify_timeout_s,
+                            quiets=store)
         backlogs = PostgresBacklogs(pool)
         backlog = BacklogGauges(backlogs, m, cfg.backlog_top_n)
         loop = SegmentLoop(leases, tailer, rec, store, verifier, backlog, m, LoopConfig(

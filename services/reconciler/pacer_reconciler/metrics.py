@@ -129,16 +129,18 @@ class ReconcilerMetrics:
         ), ["result"], registry=registry)
         self.lookups = Counter("pacer_reconciler_lookups_total", (
             "Gateway delivery lookups: `found`, `not_found`, `unknown` (the gateway cannot say), `timeout` (cut "
-            "off after `PACER_RECONCILER_VERIFY_TIMEOUT_S`), `error`; and `quiet`, a lookup not made: the "
-            "gateway asked the item's guid for quiet with a rate limit, kept on its lease row "
-            "(`guid_leases.gateway_quiet_until`). Only `found`/`not_found` decide an item."
+            "off after `PACER_RECONCILER_VERIFY_TIMEOUT_S`), `error`; and `quiet`: the gateway asked the item's "
+            "guid for quiet with a rate limit (`Retry-After`): a lookup it refused so, or one not made while such a "
+            "quiet lasts (the reconciler's own, or its lease row's `guid_leases.gateway_quiet_until`, which keeps "
+            "them all). Only `found`/`not_found` decide an item."
         ), ["result"], registry=registry)
         self.verifier_errors = Counter("pacer_reconciler_verifier_errors_total", (
             "Verification steps that raised (database down, a defect), by `step`: `read` (a round's read of the "
             "in-doubt items: no lookup starts), `resolve` (an item's outcome not written: it stays "
-            "`recovery_pending` and is asked again next round). The verify deadline is applied by the resolution "
-            "itself, so while either keeps failing no item is decided, not even `unverified` (alert "
-            "`PacerReconcilerVerifierFailing`)."
+            "`recovery_pending` and is asked again next round), `quiet` (a quiet the gateway asked of a lookup's "
+            "guid not written to its lease row: the guid's senders do not know of it; the lookups keep it). The "
+            "verify deadline is applied by the resolution itself, so while `read` or `resolve` keeps failing no "
+            "item is decided, not even `unverified` (alert `PacerReconcilerVerifierFailing`)."
         ), ["step"], registry=registry)
         self.bad_events = Counter("pacer_reconciler_bad_events_total", (
             "Rows skipped because they cannot be handled: `unreadable_event` (an event row that is not a valid "

@@ -10,6 +10,7 @@ from typing import Any, Literal, Protocol
 
 from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.events import ItemEvent
+from pacer_common.domain.failures import Hushed
 from pacer_common.domain.guid_health import StatusEvent
 from pacer_reconciler.domain.retention import Analyzed, PartitionChange
 
@@ -91,8 +92,15 @@ class Publisher(Protocol):
 
 
 class DeliveryLookup(Protocol):
-    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
+    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | Hushed | None:
         """Asked of the item's tenant's gateway."""
+        ...
+
+
+class Quiets(Protocol):
+    async def keep_quiet(self, guid: str, seconds: float) -> None:
+        """The gateway asked for no call of ``guid`` for ``seconds`` from now: kept on the
+        guid's lease row, never shortening a quiet already there, so its senders hold it too."""
         ...
 
 

@@ -10,8 +10,11 @@ such answer starts no round (its slot serves whichever round comes next, else th
 interval later), so a gateway that fails fast (refuses connections, or answers "cannot say"
 at once) gets at most ``concurrency`` lookups an interval, not one after another without
 pause. No lookup is made of a guid while the quiet a gateway asked of it lasts (its lease
-row's, which the sender answered writes: ``InDoubt.quiet_until``). A lookup that times out,
-fails or cannot say, or one not made for a quiet, is "no answer yet": the item stays in
+row's, which the sender answered writes: ``InDoubt.quiet_until``), and a lookup the gateway
+refuses so (``Hushed``) writes its quiet there (``quiets``), for the guid's senders. Such an
+item is not resolved at all until the quiet is over, so no verify deadline makes it
+``unverified`` without a lookup. A lookup that times out, fails or cannot say is "no answer
+yet": the item stays in
 doubt and is asked again no sooner than a sweep interval later, and after the items of the
 round's read not yet left in doubt, until ``verify_deadline_s`` makes it ``unverified``.
 Rounds read past the items they pass over or put last, at most ``READ_PAST`` times
@@ -31,12 +34,14 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from pacer_reconciler.ports import DeliveryLookup, InDoubt, Sweeps
+from pacer_common.domain.failures import Hushed
+from pacer_reconciler.ports import DeliveryLookup, InDoubt, Quiets, Sweeps
 
 log = logging.getLogger(__name__)
 LOOKUP_RESULTS = ("found", "not_found", "unknown", "timeout", "error", "quiet")
-# Steps that can fail: a round's read of the in-doubt items, an item's resolution (its outcome written).
-VERIFY_STEPS = ("read", "resolve")
+# Steps that can fail: a round's read of the in-doubt items, an item's resolution (its outcome
+# written), a gateway's quiet written to the guid's lease row.
+VERIFY_STEPS = ("read", "resolve", "quiet")
 # A round reads ``limit`` rows and, past the items it passes over (in flight) or puts last (left
 # in doubt by a lookup), at most this many times ``concurrency`` rows more: a round's read stays
 # bounded however many items get no answer. Lookups with no answer start no round, so a gateway
@@ -47,7 +52,8 @@ READ_PAST = 4
 
 class Verifier:
     def __init__(self, sweeps: Sweeps, lookup: DeliveryLookup, *, concurrency: int = 16, timeout_s: float = 5.0,
-                 limit: int = 200, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 limit: int = 200, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 quiets: Quiets | None = None) -> None:
         if concurrency < 1 or timeout_s <= 0:
             raise ValueError("verifier: concurrency >= 1 and timeout_s > 0")
         self.sweeps = sweeps
@@ -56,6 +62,7 @@ class Verifier:
         self.timeout_s = timeout_s
         self.limit = limit
         self.clock = clock
+        self.quiets = quiets  # where a quiet a lookup was asked for is kept for the guid's senders
         self.lookups: Counter[str] = Counter()  # by LOOKUP_RESULTS
         self.resolved: Counter[str] = Counter()  # by the status an item moved to
         self.errors: Counter[str] = Counter()  # by VERIFY_STEPS: what failed (database down, a bug)
@@ -128,11 +135,16 @@ class Verifier:
 
     async def _verify(self, item: InDoubt) -> bool:
         """Look the item up and resolve it; True if the gateway's answer settled it."""
-        found: bool | None = None
         if item.quiet_until is not None and item.quiet_until > self.clock():
-            self.lookups["quiet"] += 1  # the gateway asked for no call of the guid yet: no answer
+            found: bool | Hushed | None = Hushed((item.quiet_until - self.clock()).total_seconds())
         else:
             found = await self._look_up(item)
+        if isinstance(found, Hushed):
+            # The gateway asked for no call of the guid yet: nothing is decided, not even the
+            # verify deadline (no lookup could be made); asked again once its wait is over.
+            self.lookups["quiet"] += 1
+            self._ask_later(item)
+            return False
         try:
             # found is None after a timeout: only the verify deadline can decide then.
             result = await self.sweeps.resolve(item, found, self.clock())
@@ -147,9 +159,9 @@ class Verifier:
         self._ask_later(item)
         return False
 
-    async def _look_up(self, item: InDoubt) -> bool | None:
-        """The gateway's answer: delivered, not delivered, or None (it cannot say, did not
-        answer in time, or the lookup failed)."""
+    async def _look_up(self, item: InDoubt) -> bool | Hushed | None:
+        """The gateway's answer: delivered, not delivered, :class:`Hushed` (it asked for quiet
+        on the guid), or None (it cannot say, did not answer in time, or the lookup failed)."""
         try:
             async with asyncio.timeout(self.timeout_s):
                 found = await self.lookup.lookup(item.guid, item.idem_key, tenant=item.tenant)
@@ -160,8 +172,23 @@ class Verifier:
             log.exception("lookup of item %s failed; it stays in doubt", item.item_id)
             self.lookups["error"] += 1
             return None
+        if isinstance(found, Hushed):
+            await self._keep_quiet(item.guid, found.seconds)
+            return found
         self.lookups[{True: "found", False: "not_found", None: "unknown"}[found]] += 1
         return found
+
+    async def _keep_quiet(self, guid: str, seconds: float) -> None:
+        """The gateway asked a lookup of ``guid`` for quiet: the guid's lease row keeps it, so
+        the senders of the guid make no call of it either (the lookup client keeps it for the
+        lookups in any case)."""
+        if self.quiets is None:
+            return
+        try:
+            await self.quiets.keep_quiet(guid, seconds)
+        except Exception:
+            log.exception("the gateway's quiet on guid %s not kept on its lease row", guid)
+            self.errors["quiet"] += 1
 
     def _ask_later(self, item: InDoubt) -> None:
         self._left[item.item_id] = (item.since, asyncio.get_running_loop().time())

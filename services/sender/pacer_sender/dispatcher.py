@@ -75,6 +75,12 @@ class Dispatcher:
                                       error_backoff_s=error_backoff_s, first_send_spread=first_send_spread),
                          hooks, rng, clock, owns=lambda guid: self.owns(guid), ahead=ClaimAhead(claim_ahead_s))
         self.paces: dict[str, GuidPacer] = {}  # kept across workers: spacing survives an idle spell
+        leases.quiet = self._hushed
+
+    def _hushed(self, guid: str, seconds: float) -> None:
+        """A renewal found a quiet a gateway asked of a held guid (another caller's): its pacer
+        holds every call of the guid until it ends."""
+        self.paces.setdefault(guid, GuidPacer()).hush(self.crew.clock() + seconds)
 
     @property
     def buffered(self) -> int:

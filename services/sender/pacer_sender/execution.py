@@ -110,13 +110,21 @@ class ItemRunner:
         """Wait out the guid's pacing gap, until ``go_at`` by the crew's clock however early
         a timer fires. A batch item claimed ahead of the gap's end gives its turn up (False)
         to an online item of the guid that arrives meanwhile and may go by then: without it
-        that online item, an auto-reply say, would wait for this send and one more gap."""
+        that online item, an auto-reply say, would wait for this send and one more gap. Any
+        item gives its turn up to a quiet a gateway asked of the guid, learned meanwhile, that
+        lasts past ``go_at``: it is picked again once the quiet is over."""
         while (wait := go_at - self.crew.clock()) > 0:
-            if lane == "batch" and self._online_first(limits, go_at):
+            if self._yields(lane, limits, go_at):
                 return False
             self.wake.clear()
             await self.wake.sleep(wait)
-        return not (lane == "batch" and self._online_first(limits, go_at))
+        return not self._yields(lane, limits, go_at)
+
+    def _yields(self, lane: Lane, limits: Limits, go_at: float) -> bool:
+        """The turn of an item claimed to go at ``go_at`` goes to someone else: an online item
+        first, or the guid's quiet."""
+        quiet = self.pacer.quiet_until
+        return (quiet is not None and quiet > go_at) or (lane == "batch" and self._online_first(limits, go_at))
 
     def _online_first(self, limits: Limits, go_at: float) -> bool:
         """The guid's window holds an online item that may go no later than ``go_at``."""

@@ -49,6 +49,9 @@ class GuidLeases:
         # write's values never come back over a newer one's.
         self.penalties: dict[str, tuple[int, float, float | None]] = {}
         self.clock: Callable[[], float] = time.monotonic  # the clock of the quiets' ends (the dispatcher's)
+        # A renewal found a quiet a gateway asked of a held guid (guid, seconds left): another
+        # caller's, a reconciler's lookup say; the dispatcher holds the guid's pacer to it.
+        self.quiet: Callable[[str, float], None] = lambda guid, seconds: None
         self._writing = asyncio.Lock()
         # A penalty that rose is written at once, in the background (``_write_rises``).
         self._rose = False
@@ -106,11 +109,15 @@ class GuidLeases:
     async def renew(self) -> None:
         """Extend the leases still ours. One whose owner or epoch moved (force-released by an
         admin, taken over after expiry) is forgotten: this sender stops sending for it and
-        may take it again only through ``acquire``, like any other sender."""
+        may take it again only through ``acquire``, like any other sender. A quiet a gateway
+        asked of a guid kept (written by another caller since the take) is passed on (``quiet``)."""
         if not self.held:
             return
         asked = dict(self.held)
         kept = await self.store.renew(asked, self.owner)
+        for guid, left in kept.items():
+            if left and self.held.get(guid) == asked.get(guid):
+                self.quiet(guid, left)
         for guid, epoch in asked.items():
             # Only the lease we asked about: one re-taken meanwhile has a new epoch of its own.
             if guid not in kept and self.held.get(guid) == epoch:
@@ -119,15 +126,18 @@ class GuidLeases:
 
     def penalized(self, guid: str, multiplier: float, rose: bool = False, quiet_until: float | None = None) -> None:
         """The guid's rate-limit penalty is now ``multiplier`` (1: none) and the gateway asked
-        it to keep quiet until ``quiet_until`` (by :attr:`clock`; None: never), under the epoch
-        held now (a guid no longer held keeps what it had). One that ``rose`` (a quiet asked
+        it to keep quiet until ``quiet_until`` (by :attr:`clock`; None: never). The penalty is
+        written under the epoch held now (a guid no longer held keeps what it had); the quiet
+        whoever holds the guid, as it is the gateway's. One that ``rose`` (a quiet asked
         for is one) is written at once, in the background: a sender killed before its next
         renewal would otherwise take it along, and the next owner meet the gateway's limit
         afresh, or call it inside the quiet it asked for. One that fell waits for the renewal,
         so the row errs on the slow side."""
         epoch = self.held.get(guid)
         if epoch is None:
-            return
+            if quiet_until is None:
+                return
+            epoch = -1  # no lease of ours (lost meanwhile): the quiet alone reaches the row, as it does whoever holds it
         self.penalties[guid] = (epoch, multiplier, quiet_until)
         if rose:
             self._rose = True

@@ -112,8 +112,9 @@ class Slowdown(NamedTuple):
 
 class GuidLeaseStore(Protocol):
     async def acquire(self, guids: Sequence[str], owner: str) -> list[GuidLease]: ...
-    async def renew(self, held: Mapping[str, int], owner: str) -> set[str]:
-        """Extend the leases (guid → epoch) whose owner and epoch are still these; the guids kept."""
+    async def renew(self, held: Mapping[str, int], owner: str) -> Mapping[str, float | None]:
+        """Extend the leases (guid → epoch) whose owner and epoch are still these; the guids
+        kept, each with what is left of a quiet a gateway asked of it, seconds (None: none)."""
         ...
     async def release(self, guids: Sequence[str], owner: str) -> int: ...
     async def penalize(self, penalties: Mapping[str, Slowdown]) -> None:

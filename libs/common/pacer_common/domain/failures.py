@@ -53,6 +53,15 @@ class SendError(Exception):
         return self.failure_class is FailureClass.RATE_LIMITED and not self.deferred
 
 
+@dataclass(frozen=True)
+class Hushed:
+    """No answer: the gateway asked for quiet on the guid (a rate limit's ``Retry-After``),
+    ``seconds`` more of it to come. Not proof of anything; the guid is not to be called until
+    then, by any caller."""
+
+    seconds: float
+
+
 def code_label(code: int | None, table: Mapping[int, FailureClass]) -> str:
     """A gateway code as a metric label from a bounded set: a code of the table as itself,
     any other ``"other"``, no code at all (HTTP status, transport) ``"none"``."""

@@ -255,6 +255,13 @@ class PostgresLog:
 
         return await with_retry(work, deadline_s=STATS_RETRY_S)
 
+    async def keep_quiet(self, guid: str, seconds: float) -> None:
+        async def work() -> None:
+            async with self.pool.connection() as conn:
+                await conn.execute(_sql("keep_quiet"), {"guid": guid, "seconds": seconds})
+
+        await with_retry(work)
+
     # -- governance -----------------------------------------------------------------------
     async def hold(self, scope: str, key: str, reason: str, actor: str) -> bool:
         async def work() -> bool:

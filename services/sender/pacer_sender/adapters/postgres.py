@@ -229,22 +229,22 @@ class PostgresGuidLeases:
 
         return await with_retry(work)
 
-    async def renew(self, held: Mapping[str, int], owner: str) -> set[str]:
+    async def renew(self, held: Mapping[str, int], owner: str) -> dict[str, float | None]:
         """Extend the leases still ours (owner and epoch); the guids kept. In chunks of
         ``RENEW_CHUNK`` guids, each its own short transaction: one statement over 10,000
         leases held all their row locks at once, stalling every claim and confirm of those
         guids while it ran."""
         guids = sorted(held)
-        kept: set[str] = set()
+        kept: dict[str, float | None] = {}
         for at in range(0, len(guids), RENEW_CHUNK):
             chunk = guids[at:at + RENEW_CHUNK]
 
-            async def work(chunk: list[str] = chunk) -> set[str]:
+            async def work(chunk: list[str] = chunk) -> dict[str, float | None]:
                 async with self.pool.connection() as conn:
                     rows = await (await conn.execute(_sql("renew_guids"), {
                         "guids": chunk, "epochs": [held[g] for g in chunk], "owner": owner, "ttl": self.ttl})
                                   ).fetchall()
-                return {r["guid"] for r in rows}
+                return {r["guid"]: r["quiet_s"] or None for r in rows}
 
             kept |= await with_retry(work)
         return kept

@@ -159,8 +159,12 @@ class GuidPacer:
         self.multiplier = min(limits.max_penalty, self.multiplier * limits.rate_limited_penalty)
         self._mark(lane, limits, mono, rng)
         if quiet_s is not None and quiet_s > 0:
-            until = mono + quiet_s
-            self.quiet_until = until if self.quiet_until is None else max(until, self.quiet_until)
+            self.hush(mono + quiet_s)
+
+    def hush(self, until: float) -> None:
+        """No call of the guid, online or batch, before ``until`` (monotonic): a quiet a gateway
+        asked of it that another caller was given (a lookup's ``Retry-After``)."""
+        self.quiet_until = until if self.quiet_until is None else max(until, self.quiet_until)
 
     def unanswered(self, lane: Lane, limits: Limits, mono: float, wall: float, rng: random.Random,
                    job_interval_s: float | None = None) -> None:
@@ -230,7 +234,7 @@ class GuidPacer:
         self.windows = {name: _Window(end, n, n) for name, (n, end) in (windows or {}).items() if name in SIZES}
         self.rest(mono, limits)
         if quiet_s is not None and quiet_s > 0:
-            self.quiet_until = max(self.quiet_until or mono, mono + quiet_s)
+            self.hush(mono + quiet_s)
         if penalty is not None:
             if since_last_send_s is not None:
                 penalty = rested_penalty(penalty, since_last_send_s, limits)
