@@ -328,7 +328,8 @@ def priority() -> str:
             raise SystemExit(f"bench priority: {len(latencies)} of {replies} auto-replies and {len(tickets)} of"
                              f" {replies} tickets sent within 120 s")
         queued = count(st.infra.database_url, "SELECT count(*) FROM items WHERE status = 'pending'")
-        # Campaign items claimed ahead that gave their turn to a reply arriving within the claim's lead.
+        # Campaign items claimed ahead that gave their turn to a reply arriving within the claim's lead
+        # (no gateway asks for quiet here, the reason's other case).
         yields = count(st.infra.database_url, "SELECT count(*) FROM item_events WHERE type = 'ItemRetryScheduled'"
                                               " AND payload ->> 'error' = %s", YIELDED_REASON)
         planned, after_due = _ticket_breakdown(st.infra.database_url, gw, published)

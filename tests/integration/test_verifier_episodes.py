@@ -174,12 +174,11 @@ def test_an_item_of_a_guid_keeping_its_gateway_s_quiet_is_not_looked_up_until_th
         lookup = _Answering()
         verifier = Verifier(store, lookup, concurrency=2, timeout_s=60)
         try:
-            assert await verifier.start_round() == 1
+            assert await verifier.start_round() == 0, "no lookup started for the quiet guid"
 
             async def settled() -> bool:
                 return verifier.in_flight == 0
 
-            await eventually(settled, 10, "the round's item settled")
             assert (lookup.asked, verifier.lookups["quiet"]) == (0, 1)
             assert _state(url, item)[0] == "recovery_pending", "no answer: still in doubt"
             with psycopg.connect(url) as conn:

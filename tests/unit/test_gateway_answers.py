@@ -9,8 +9,8 @@ from email.utils import format_datetime
 
 import pytest
 
-from pacer_common.domain.failures import DEFAULT_CODE_TABLE, FailureClass, SendError
-from pacer_common.gateway import RETRY_AFTER_MAX, GatewayClient, make_client, retry_after
+from pacer_common.domain.failures import DEFAULT_CODE_TABLE, RETRY_AFTER_MAX, FailureClass, SendError
+from pacer_common.gateway import GatewayClient, make_client, retry_after
 from pacer_common.tenant_gateways import _gateway_failure
 
 F = FailureClass

@@ -165,3 +165,24 @@ def test_a_guid_taken_back_by_its_own_sender_after_a_quiet_spell_is_no_longer_sl
 
     asyncio.run(scenario())
     assert pacer.multiplier == 1.0
+
+
+def test_a_guid_taken_back_by_its_own_sender_keeps_a_quiet_another_caller_left_on_its_row() -> None:
+    """Given back idle; meanwhile a reconciler's lookup was asked for 300 s of quiet and wrote
+    it to the row. Taken back by the same sender, whose own pacing knew nothing of it: the
+    quiet holds the guid's next call all the same."""
+    store, now = InMemoryGuidLeases(ttl=30), [0.0]
+    keeper = LeaseKeeper(GuidLeases(store, "me", 30), clock=lambda: now[0])
+    limits = Limits(min_interval_s=1.0, jitter_s=0.0, online_reserve=0.0)
+    pacer = GuidPacer(last_any=0.0)
+
+    async def scenario() -> None:
+        assert await keeper.take("g", pacer, limits)
+        await keeper.leases.release(["g"])
+        now[0] = 10.0
+        store.rows["g"].quiet_until = store.now + 300.0
+        assert await keeper.take("g", pacer, limits)
+        assert keeper.leases.held["g"] == 2 and not keeper.leases.released_at, "regained: nobody held it between"
+
+    asyncio.run(scenario())
+    assert pacer.ready_at("online", limits, 10.0, 0.0) == 310.0

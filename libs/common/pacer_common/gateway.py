@@ -59,7 +59,7 @@ from pydantic import SecretStr, ValidationError
 
 from pacer_common import tracing
 from pacer_common.domain.customers import Customer
-from pacer_common.domain.failures import FailureClass, Hushed, SendError, classify
+from pacer_common.domain.failures import RETRY_AFTER_MAX, FailureClass, Hushed, SendError, classify
 from pacer_common.domain.receipts import Receipt
 
 log = logging.getLogger(__name__)
@@ -173,10 +173,6 @@ REFUSALS = {401: "credential refused", 403: "forbidden", 404: "no such route", 4
 
 MEDIA_SEND_PATHS = {"image": "/message/sendImage", "file": "/message/sendFile", "video": "/message/sendVideo"}
 
-# The longest quiet a gateway's ``Retry-After`` may ask of a guid. A longer one (or an
-# HTTP-date further ahead: a gateway whose clock is off) is cut to this, so a wrong header
-# cannot hold a guid for days; a gateway still limiting it then says so again.
-RETRY_AFTER_MAX = timedelta(hours=1)
 _DELTA_SECONDS = re.compile(r"\s*(\d+(?:\.\d*)?)\s*")
 # Redirect targets logged so far by a client, at most this many (each is logged once).
 _REDIRECTS_LOGGED = 100

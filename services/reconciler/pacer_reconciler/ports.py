@@ -42,7 +42,7 @@ class InDoubt:
     idem_key: str
     since: datetime
     tenant: str = "default"
-    quiet_until: datetime | None = None  # no call of the guid before then, as a gateway asked (guid_leases)
+    quiet_s: float | None = None  # what is left of a quiet a gateway asked of the guid, at the read (guid_leases)
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,14 @@ such answer starts no round (its slot serves whichever round comes next, else th
 interval later), so a gateway that fails fast (refuses connections, or answers "cannot say"
 at once) gets at most ``concurrency`` lookups an interval, not one after another without
 pause. No lookup is made of a guid while the quiet a gateway asked of it lasts (its lease
-row's, which the sender answered writes: ``InDoubt.quiet_until``), and a lookup the gateway
-refuses so (``Hushed``) writes its quiet there (``quiets``), for the guid's senders. Such an
-item is not resolved at all until the quiet is over, so no verify deadline makes it
-``unverified`` without a lookup. A lookup that times out, fails or cannot say is "no answer
-yet": the item stays in
-doubt and is asked again no sooner than a sweep interval later, and after the items of the
-round's read not yet left in doubt, until ``verify_deadline_s`` makes it ``unverified``.
+row's, which the sender answered writes: ``InDoubt.quiet_s``; such an item takes no lookup
+slot), and a lookup the gateway refuses so (``Hushed``) writes its quiet there (``quiets``),
+for the guid's senders. Such an item is not decided until the quiet is over, so no verify
+deadline makes it ``unverified`` without a lookup; but at most :data:`QUIET_HOLD` from the
+start of its episode: a guid the gateway keeps limiting cannot hold it in doubt for ever. A
+lookup that times out, fails or cannot say is "no answer yet": the item stays in doubt and is
+asked again no sooner than a sweep interval later, and after the items of the round's read
+not yet left in doubt, until ``verify_deadline_s`` makes it ``unverified``.
 Rounds read past the items they pass over or put last, at most ``READ_PAST`` times
 ``concurrency`` rows further, so those hold no newer item back. It never counts as proof of
 non-delivery. The deadline is applied by the resolution itself: while reading the in-doubt
@@ -34,7 +35,7 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from pacer_common.domain.failures import Hushed
+from pacer_common.domain.failures import RETRY_AFTER_MAX, Hushed
 from pacer_reconciler.ports import DeliveryLookup, InDoubt, Quiets, Sweeps
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,10 @@ VERIFY_STEPS = ("read", "resolve", "quiet")
 # that never answers leaves at most ``concurrency`` items in doubt an interval (two intervals'
 # worth waiting at once); more pile up only while other lookups settle items and start rounds.
 READ_PAST = 4
+# A quiet a gateway asked of an item's guid holds the item's decision off, the verify deadline
+# included, at most this long from the start of its episode in doubt (the longest quiet a
+# gateway may ask): a guid the gateway keeps limiting cannot keep an item in doubt for ever.
+QUIET_HOLD = RETRY_AFTER_MAX
 
 
 class Verifier:
@@ -111,6 +116,14 @@ class Verifier:
                 continue
             if (done := self._finished.get(item.item_id)) is not None and item.since <= done:
                 continue  # an episode whose lookup finished while this round read: next round sees it as it is
+            if item.quiet_s and self._held_off(item):
+                # The gateway asked its guid for quiet: no lookup, no slot, nothing decided;
+                # looked at again, as an item left in doubt is, an interval later.
+                if (left := self._left.get(item.item_id)) is None or item.since > left[0] or \
+                        left[1] + self.again_after_s <= now:
+                    self.lookups["quiet"] += 1
+                    self._left[item.item_id] = (item.since, now)
+                continue
             if (left := self._left.get(item.item_id)) is None or item.since > left[0]:
                 fresh.append(item)
             elif left[1] + self.again_after_s <= now:
@@ -135,16 +148,19 @@ class Verifier:
 
     async def _verify(self, item: InDoubt) -> bool:
         """Look the item up and resolve it; True if the gateway's answer settled it."""
-        if item.quiet_until is not None and item.quiet_until > self.clock():
-            found: bool | Hushed | None = Hushed((item.quiet_until - self.clock()).total_seconds())
+        if item.quiet_s:  # past QUIET_HOLD (start_round): no lookup all the same, decided without one
+            self.lookups["quiet"] += 1
+            found: bool | Hushed | None = None
         else:
             found = await self._look_up(item)
         if isinstance(found, Hushed):
-            # The gateway asked for no call of the guid yet: nothing is decided, not even the
-            # verify deadline (no lookup could be made); asked again once its wait is over.
             self.lookups["quiet"] += 1
-            self._ask_later(item)
-            return False
+            if self._held_off(item):
+                # The gateway asked for no call of the guid yet: nothing is decided, not even
+                # the verify deadline (no lookup could be made); asked again after its wait.
+                self._ask_later(item)
+                return False
+            found = None
         try:
             # found is None after a timeout: only the verify deadline can decide then.
             result = await self.sweeps.resolve(item, found, self.clock())
@@ -189,6 +205,10 @@ class Verifier:
         except Exception:
             log.exception("the gateway's quiet on guid %s not kept on its lease row", guid)
             self.errors["quiet"] += 1
+
+    def _held_off(self, item: InDoubt) -> bool:
+        """Whether a quiet of the item's guid still holds the item's decision off (QUIET_HOLD)."""
+        return self.clock() - item.since < QUIET_HOLD
 
     def _ask_later(self, item: InDoubt) -> None:
         self._left[item.item_id] = (item.since, asyncio.get_running_loop().time())

@@ -43,7 +43,7 @@ Outcome = Literal[
 
 
 # The error an item that gave its turn up records (``yielded``), in its ItemRetryScheduled event.
-YIELDED_REASON = "gave its turn to an online item of the guid"
+YIELDED_REASON = "gave its turn up to an online item of the guid, or to a quiet the gateway asked of it"
 # An item this close to its expire_at is not begun, nor sent: claim, submit and the call could
 # land after it. The same second is pacer_begin_send's (and pacer_begin_send_many's), which
 # expires such an item at the claim instead of claiming it.

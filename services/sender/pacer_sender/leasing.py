@@ -64,6 +64,8 @@ class LeaseKeeper:
             pacer.resume_after(self.clock(), since, limits, lease.windows, lease.penalty, lease.quiet_s)
         else:  # its pacing here is the whole truth, its penalty worn by the time it was away
             pacer.rest(self.clock(), limits)
+            if lease.quiet_s:  # but for a quiet another caller left on the row meanwhile (a lookup's)
+                pacer.hush(self.clock() + lease.quiet_s)
         return True
 
     def penalized(self, guid: str, multiplier: float, rose: bool, quiet_until: float | None = None) -> None:

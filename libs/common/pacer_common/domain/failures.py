@@ -53,6 +53,12 @@ class SendError(Exception):
         return self.failure_class is FailureClass.RATE_LIMITED and not self.deferred
 
 
+# The longest quiet a gateway's ``Retry-After`` may ask of a guid. A longer one (or an
+# HTTP-date further ahead: a gateway whose clock is off) is cut to this, so a wrong header
+# cannot hold a guid for days; a gateway still limiting it then says so again.
+RETRY_AFTER_MAX = timedelta(hours=1)
+
+
 @dataclass(frozen=True)
 class Hushed:
     """No answer: the gateway asked for quiet on the guid (a rate limit's ``Retry-After``),

@@ -215,7 +215,7 @@ class PostgresLog:
             async with self.pool.connection() as conn:
                 rows = await (await conn.execute(segment_sql("due_in_doubt", self.segments), {
                     "limit": limit, "settle": self.verify_after, "segments": list(self.owned())})).fetchall()
-            return [InDoubt(r["item_id"], r["guid"], r["idem_key"], r["updated_at"], r["tenant"], r["quiet_until"])
+            return [InDoubt(r["item_id"], r["guid"], r["idem_key"], r["updated_at"], r["tenant"], r["quiet_s"] or None)
                     for r in rows]
 
         return await with_retry(work)

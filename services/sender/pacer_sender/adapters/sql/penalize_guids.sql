@@ -14,7 +14,9 @@ WITH given AS (
 ), mine AS (
     SELECT l.guid, l.epoch = given.epoch AS held, given.penalty, given.quiet_s
     FROM guid_leases l JOIN given ON given.guid = l.guid
-    WHERE l.epoch = given.epoch OR given.quiet_s > 0
+    WHERE l.epoch = given.epoch
+       OR (given.quiet_s > 0 AND (l.gateway_quiet_until IS NULL
+                                  OR l.gateway_quiet_until < now() + make_interval(secs => given.quiet_s)))
     ORDER BY l.guid
     FOR UPDATE OF l
 )
