@@ -13,7 +13,7 @@ import pytest
 
 from pacer_common.db.pool import open_pool
 from pacer_reconciler.adapters.postgres import PostgresLog
-from pacer_reconciler.verifier import Verifier
+from pacer_reconciler.verifier import QUIET_HOLD, Verifier
 from tests.integration.helpers import eventually, seed_job
 
 
@@ -148,46 +148,83 @@ def test_a_lookup_still_running_when_its_item_is_sent_again_does_not_release_the
 
 
 class _Answering:
-    """A gateway that says it never saw the send; counts the lookups it was asked."""
+    """A gateway that says it never saw the send; keeps the guids it was asked about."""
 
     def __init__(self) -> None:
-        self.asked = 0
+        self.guids: list[str] = []
 
     async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
-        self.asked += 1
+        self.guids.append(guid)
         return False
 
 
 def test_an_item_of_a_guid_keeping_its_gateway_s_quiet_is_not_looked_up_until_the_quiet_ends(
         database_url: str) -> None:
     """The sender a 429 answered wrote ``Retry-After``'s quiet to the guid's lease row: the
-    verifier reads it with the in-doubt item and asks the gateway nothing of that guid until
-    it is over."""
+    verifier's read leaves the guid's in-doubt item out (another guid's, newer, is read and
+    looked up), asks the gateway nothing of that guid until the quiet is over, then asks."""
     url = database_url
     item = _in_doubt(url)
+    _, _, (other,) = seed_job(url, {"other-g": 1}, status="recovery_pending")
     with psycopg.connect(url) as conn:
         conn.execute("INSERT INTO guid_leases (guid, gateway_quiet_until) VALUES ('episode-g', now() + interval '1 hour')"
                      " ON CONFLICT (guid) DO UPDATE SET gateway_quiet_until = EXCLUDED.gateway_quiet_until")
+        conn.execute("UPDATE items SET updated_at = updated_at - interval '1 minute' WHERE item_id = %s", (item,))
+        conn.execute("INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)"
+                     " SELECT idem_key, item_id, guid, to_id, 'reserved' FROM items WHERE item_id = %s", (other,))
 
     async def scenario() -> None:
         pool, store = await _store(url)
         lookup = _Answering()
         verifier = Verifier(store, lookup, concurrency=2, timeout_s=60)
         try:
-            assert await verifier.start_round() == 0, "no lookup started for the quiet guid"
+            assert [i.item_id for i in await store.in_doubt(1)] == [other], "the quiet guid's older item is left out"
 
             async def settled() -> bool:
                 return verifier.in_flight == 0
 
-            assert (lookup.asked, verifier.lookups["quiet"]) == (0, 1)
+            assert await verifier.start_round() == 1
+            await eventually(settled, 10, "the round's item settled")
+            assert lookup.guids == ["other-g"]
             assert _state(url, item)[0] == "recovery_pending", "no answer: still in doubt"
             with psycopg.connect(url) as conn:
                 conn.execute("UPDATE guid_leases SET gateway_quiet_until = now() - interval '1 second'"
                              " WHERE guid = 'episode-g'")
-            verifier.again_after_s = 0.0
             assert await verifier.start_round() == 1
             await eventually(settled, 10, "the round's item settled")
-            assert lookup.asked == 1 and _state(url, item)[0] == "pending", "asked once the quiet was over"
+            assert lookup.guids == ["other-g", "episode-g"] and _state(url, item)[0] == "pending", (
+                "asked once the quiet was over")
+        finally:
+            await verifier.close()
+            await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_item_in_doubt_longer_than_the_longest_quiet_is_decided_without_a_lookup(database_url: str) -> None:
+    """A guid the gateway keeps limiting: its item, in doubt for over an hour (QUIET_HOLD), is
+    read again and made unverified at its deadline, without a call of the quiet guid."""
+    url = database_url
+    item = _in_doubt(url)
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO guid_leases (guid, gateway_quiet_until) VALUES ('episode-g', now() + interval '1 hour')"
+                     " ON CONFLICT (guid) DO UPDATE SET gateway_quiet_until = EXCLUDED.gateway_quiet_until")
+        conn.execute("UPDATE items SET updated_at = now() - %s - interval '1 minute' WHERE item_id = %s",
+                     (QUIET_HOLD, item))
+
+    async def scenario() -> None:
+        pool, store = await _store(url)
+        lookup = _Answering()
+        verifier = Verifier(store, lookup, concurrency=2, timeout_s=60)
+        try:
+            assert await verifier.start_round() == 1
+
+            async def settled() -> bool:
+                return verifier.in_flight == 0
+
+            await eventually(settled, 10, "the round's item settled")
+            assert lookup.guids == [] and verifier.lookups["quiet"] == 1
+            assert _state(url, item)[0] == "unverified"
         finally:
             await verifier.close()
             await pool.close()

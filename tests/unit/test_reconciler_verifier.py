@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
@@ -331,40 +330,10 @@ def test_an_item_left_in_doubt_is_asked_again_in_a_later_round() -> None:
     asyncio.run(scenario())
 
 
-def test_a_guid_keeping_the_quiet_its_gateway_asked_for_is_not_looked_up_until_it_ends() -> None:
-    """The lease row says the gateway asked guid g0 for a minute of quiet: g0's items take no
-    lookup slot and are not decided (not even one past its verify deadline: no lookup could
-    be made), g1's is looked up; once a read finds the quiet over, g0's are asked too."""
-    hushed = InDoubt("i0", "g0", "k0", NOW - DEADLINE - timedelta(seconds=1), quiet_s=60.0)
-    fresh = InDoubt("i1", "g1", "k1", NOW)
-    later = InDoubt("i2", "g0", "k2", NOW, quiet_s=60.0)
-
-    async def scenario() -> tuple[Sweeps, Lookup, Verifier]:
-        sweeps = Sweeps([hushed, fresh, later])
-        lookup = Lookup({"k0": True, "k1": True, "k2": False})
-        verifier = Verifier(sweeps, lookup, concurrency=1, timeout_s=1, clock=lambda: NOW)
-        verifier.again_after_s = 60.0  # the sweep interval
-        assert await verifier.start_round() == 1, "the one slot goes to the guid that may be asked"
-        await until(lambda: verifier.in_flight == 0)
-        assert lookup.asked == ["k1"] and verifier.lookups["quiet"] == 2
-        assert set(sweeps.resolved) == {"i1"}, "the quiet guid's items are left as they are"
-        assert await verifier.start_round() == 0 and verifier.lookups["quiet"] == 2, "counted once an interval"
-        for item in (hushed, later):  # the next read: the quiet is over
-            sweeps.items[item.item_id] = replace(item, quiet_s=None)
-        verifier.again_after_s = 0.0
-        while len(sweeps.resolved) < 3:
-            await verifier.start_round()
-            await until(lambda: verifier.in_flight == 0)
-        return sweeps, lookup, verifier
-
-    sweeps, _, _ = asyncio.run(scenario())
-    assert sweeps.resolved["i0"] == (True, "confirmed")
-    assert sweeps.resolved["i2"] == (False, "pending")
-
-
 def test_a_quiet_holds_an_item_s_decision_off_no_longer_than_the_longest_quiet_a_gateway_may_ask() -> None:
-    """A guid the gateway keeps limiting: its item, in doubt for longer than QUIET_HOLD, is
-    decided without a lookup, as one the gateway never answered (past its deadline: unverified)."""
+    """A guid the gateway keeps limiting: its item, in doubt for longer than QUIET_HOLD, is read
+    again with what is left of the quiet, and decided without a lookup, as one the gateway never
+    answered (past its deadline: unverified)."""
     old = InDoubt("i0", "g0", "k0", NOW - QUIET_HOLD - timedelta(seconds=1), quiet_s=60.0)
 
     async def scenario() -> tuple[Sweeps, Lookup]:

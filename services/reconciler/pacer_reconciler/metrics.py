@@ -130,9 +130,10 @@ class ReconcilerMetrics:
         self.lookups = Counter("pacer_reconciler_lookups_total", (
             "Gateway delivery lookups: `found`, `not_found`, `unknown` (the gateway cannot say), `timeout` (cut "
             "off after `PACER_RECONCILER_VERIFY_TIMEOUT_S`), `error`; and `quiet`: the gateway asked the item's "
-            "guid for quiet with a rate limit (`Retry-After`): a lookup it refused so, or one not made while such a "
-            "quiet lasts (the reconciler's own, or its lease row's `guid_leases.gateway_quiet_until`, which keeps "
-            "them all). Only `found`/`not_found` decide an item."
+            "guid for quiet with a rate limit (`Retry-After`): a lookup it refused so, one the reconciler did not "
+            "make while that quiet lasts, or an item decided without one after an hour in doubt with its guid still "
+            "quiet. The items of a guid whose lease row keeps a quiet (`guid_leases.gateway_quiet_until`) are not "
+            "read at all meanwhile, so not counted. Only `found`/`not_found` decide an item."
         ), ["result"], registry=registry)
         self.verifier_errors = Counter("pacer_reconciler_verifier_errors_total", (
             "Verification steps that raised (database down, a defect), by `step`: `read` (a round's read of the "

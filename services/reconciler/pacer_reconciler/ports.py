@@ -42,7 +42,9 @@ class InDoubt:
     idem_key: str
     since: datetime
     tenant: str = "default"
-    quiet_s: float | None = None  # what is left of a quiet a gateway asked of the guid, at the read (guid_leases)
+    # What is left of a quiet a gateway asked of the guid, at the read (guid_leases): only on an
+    # item read past QUIET_HOLD, which is then decided without a lookup.
+    quiet_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,10 @@ class EventLog(Protocol):
 
 class Sweeps(Protocol):
     async def sweep(self, kind: SweepKind, limit: int) -> int: ...
-    async def in_doubt(self, limit: int) -> list[InDoubt]: ...
+    async def in_doubt(self, limit: int) -> list[InDoubt]:
+        """In-doubt items to verify, oldest first; not those whose guid keeps a quiet a gateway
+        asked of it, within QUIET_HOLD of their episode's start (``InDoubt.quiet_s``)."""
+        ...
     async def resolve(self, item: InDoubt, found: bool | None, now: datetime) -> str | None: ...
 
 

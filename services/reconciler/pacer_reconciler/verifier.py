@@ -10,11 +10,12 @@ such answer starts no round (its slot serves whichever round comes next, else th
 interval later), so a gateway that fails fast (refuses connections, or answers "cannot say"
 at once) gets at most ``concurrency`` lookups an interval, not one after another without
 pause. No lookup is made of a guid while the quiet a gateway asked of it lasts (its lease
-row's, which the sender answered writes: ``InDoubt.quiet_s``; such an item takes no lookup
-slot), and a lookup the gateway refuses so (``Hushed``) writes its quiet there (``quiets``),
-for the guid's senders. Such an item is not decided until the quiet is over, so no verify
-deadline makes it ``unverified`` without a lookup; but at most :data:`QUIET_HOLD` from the
-start of its episode: a guid the gateway keeps limiting cannot hold it in doubt for ever. A
+row's, which the sender answered writes: ``Sweeps.in_doubt`` does not return such an item
+while the quiet lasts), and a lookup the gateway refuses so (``Hushed``) writes its quiet there
+(``quiets``), for the guid's senders. Such an item is not decided until the quiet is over, so
+no verify deadline makes it ``unverified`` without a lookup; but at most :data:`QUIET_HOLD`
+from the start of its episode: a guid the gateway keeps limiting cannot hold it in doubt for
+ever (read past the hold, ``InDoubt.quiet_s`` says its guid is still quiet). A
 lookup that times out, fails or cannot say is "no answer yet": the item stays in doubt and is
 asked again no sooner than a sweep interval later, and after the items of the round's read
 not yet left in doubt, until ``verify_deadline_s`` makes it ``unverified``.
@@ -116,14 +117,6 @@ class Verifier:
                 continue
             if (done := self._finished.get(item.item_id)) is not None and item.since <= done:
                 continue  # an episode whose lookup finished while this round read: next round sees it as it is
-            if item.quiet_s and self._held_off(item):
-                # The gateway asked its guid for quiet: no lookup, no slot, nothing decided;
-                # looked at again, as an item left in doubt is, an interval later.
-                if (left := self._left.get(item.item_id)) is None or item.since > left[0] or \
-                        left[1] + self.again_after_s <= now:
-                    self.lookups["quiet"] += 1
-                    self._left[item.item_id] = (item.since, now)
-                continue
             if (left := self._left.get(item.item_id)) is None or item.since > left[0]:
                 fresh.append(item)
             elif left[1] + self.again_after_s <= now:
@@ -148,7 +141,7 @@ class Verifier:
 
     async def _verify(self, item: InDoubt) -> bool:
         """Look the item up and resolve it; True if the gateway's answer settled it."""
-        if item.quiet_s:  # past QUIET_HOLD (start_round): no lookup all the same, decided without one
+        if item.quiet_s:  # read past QUIET_HOLD with its guid still quiet: decided without a lookup
             self.lookups["quiet"] += 1
             found: bool | Hushed | None = None
         else:

@@ -40,6 +40,7 @@ from pacer_reconciler.ports import (
     SweepKind,
     Unreadable,
 )
+from pacer_reconciler.verifier import QUIET_HOLD
 
 _sql = loader("pacer_reconciler.adapters.sql")
 log = logging.getLogger(__name__)
@@ -214,7 +215,8 @@ class PostgresLog:
         async def work() -> list[InDoubt]:
             async with self.pool.connection() as conn:
                 rows = await (await conn.execute(segment_sql("due_in_doubt", self.segments), {
-                    "limit": limit, "settle": self.verify_after, "segments": list(self.owned())})).fetchall()
+                    "limit": limit, "settle": self.verify_after, "segments": list(self.owned()),
+                    "quiet_hold": QUIET_HOLD})).fetchall()
             return [InDoubt(r["item_id"], r["guid"], r["idem_key"], r["updated_at"], r["tenant"], r["quiet_s"] or None)
                     for r in rows]
 
