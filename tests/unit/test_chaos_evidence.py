@@ -27,12 +27,14 @@ QUIET = {
     "frozen_at_page": 0, "taken_over": 0, "zombie_pages_lost": 0,
     "reconciler_kills": 0, "killed_mid_apply": 0,
     "requests": 0, "killed_mid_store": 0, "killed_before_dispatch": 0, "totals_astray": 0, "undispatched": 0,
+    "quiets_asked": 0, "quiet_violations": 0,
 }
 QUIET_JOBS = {"poison-requests": 11}  # its valid requests are jobs whether or not poison came first
 
 # What runs with the fault print (the short forms' figures), over the quiet ones.
 FAULTED = {
     "kill-sender": {"kills": 5, "takeovers": 12, "verified": 12},
+    "quiet-kills": {"kills": 5, "quiets_asked": 30, "guid_takeovers": 8},
     "scale": {"guid_handovers": 14},
     "zombie": {"guid_takeovers": 9},
     "kafka-restart": {"open_at_fault": 380},
@@ -84,6 +86,7 @@ def test_a_run_with_its_fault_passes_and_a_duplicate_still_fails_it(name: str) -
     ("frozen-leader", {"failover_s": 60}),
     ("forced-release", {"taken_back": 1}), ("poison-requests", {"planner_exited": 1}),
     ("kill-sender", {"kills": 4}), ("retention-loss", {"deleted": 10}),
+    ("quiet-kills", {"quiet_violations": 1}), ("quiet-kills", {"guid_takeovers": 0}),
     ("guid-kicks", {"sent_while_held": 1}), ("guid-kicks", {"still_held": 1}),
     ("callbacks", {"sends_unready": 1}), ("callbacks", {"still_held": 1}),
     ("restore", {"put_in_doubt": 39}), ("restore", {"replanned_sent": 0}), ("restore", {"dedupe_key_clashes": 1}),

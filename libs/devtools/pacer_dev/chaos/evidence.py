@@ -18,6 +18,8 @@ Check = Callable[[Figures, Size], bool]
 
 EVIDENCE: dict[str, Check] = {
     "kill-sender": lambda f, s: f["kills"] >= s.kills,
+    "quiet-kills": lambda f, s: (f["kills"] >= s.kills and f["quiets_asked"] > 0 and f["guid_takeovers"] > 0
+                                 and f["quiet_violations"] == 0),
     "scale": lambda f, s: f["guid_handovers"] > 0 and f["violations"] == 0 and f["max_guid_concurrency"] <= 1,
     "zombie": lambda f, s: f["guid_takeovers"] > 0 and f["max_guid_concurrency"] <= 1,
     "kafka-restart": lambda f, s: f["open_at_fault"] > 0,
