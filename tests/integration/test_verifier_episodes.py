@@ -225,6 +225,9 @@ def test_an_item_in_doubt_longer_than_the_longest_quiet_is_decided_without_a_loo
             await eventually(settled, 10, "the round's item settled")
             assert lookup.guids == [] and verifier.lookups["quiet"] == 1
             assert _state(url, item)[0] == "unverified"
+            with psycopg.connect(url) as conn:
+                row = conn.execute("SELECT last_error FROM items WHERE item_id = %s", (item,)).fetchone()
+            assert row is not None and "quiet (Retry-After)" in row[0], row
         finally:
             await verifier.close()
             await pool.close()

@@ -56,3 +56,13 @@ def test_every_verdict_is_a_legal_move_from_recovery_pending(found: bool | None)
     v = verdict(found, SINCE, AFTER, DEADLINE)
     assert v is not None
     check_transition(ItemStatus.RECOVERY_PENDING, v.to)
+
+
+def test_an_item_decided_without_a_lookup_for_its_guid_s_quiet_says_so() -> None:
+    """Past the hour a quiet may hold lookups off: unverified, and the reason names the quiet,
+    not a deadline the item was never asked within."""
+    v = verdict(None, SINCE, SINCE + timedelta(hours=1, seconds=1), DEADLINE, hushed=True)
+    assert v is not None and v.to is ItemStatus.UNVERIFIED
+    assert "quiet (Retry-After)" in v.reason and "3601s" in v.reason and "600" not in v.reason
+    plain = verdict(None, SINCE, SINCE + timedelta(hours=1, seconds=1), DEADLINE)
+    assert plain is not None and "quiet" not in plain.reason

@@ -34,6 +34,7 @@ import functools
 import logging
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from pacer_common.domain.failures import RETRY_AFTER_MAX, Hushed
@@ -153,7 +154,7 @@ class Verifier:
                 # the verify deadline (no lookup could be made); asked again after its wait.
                 self._ask_later(item)
                 return False
-            found = None
+            item, found = replace(item, quiet_s=found.seconds), None  # decided as a quiet item
         try:
             # found is None after a timeout: only the verify deadline can decide then.
             result = await self.sweeps.resolve(item, found, self.clock())

@@ -223,7 +223,7 @@ class PostgresLog:
         return await with_retry(work)
 
     async def resolve(self, item: InDoubt, found: bool | None, now: datetime) -> str | None:
-        v = verdict(found, item.since, now, self.verify_deadline)
+        v = verdict(found, item.since, now, self.verify_deadline, hushed=item.quiet_s is not None)
         if v is None:
             return None
         error_class = None if v.to is S.CONFIRMED else "in_doubt"
