@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,25 @@ def sql(stack: Stack, query: str, *args: object) -> list[tuple]:
 def job_id_of(stack: Stack, rid: str) -> str:
     return wait_for(lambda: (r := sql(stack, "SELECT job_id::text FROM jobs WHERE request_id = %s", rid)) and r[0][0],
                     30, f"job {rid} planned")
+
+
+@contextlib.contextmanager
+def cancelled_after(stack: Stack, tokens: dict[str, str], rid: str) -> Iterator[str]:
+    """The job of request ``rid`` (its id), cancelled when the block ends, so that its guid's
+    backlog does not go on into the next test."""
+    job = job_id_of(stack, rid)
+    try:
+        yield job
+    finally:
+        httpx.post(f"{stack.procs['control'].url}/api/v1/jobs/{job}/cancel", timeout=10,
+                   headers={"Authorization": f"Bearer {tokens['admin']}"}, json={"reason": "test done"})
+
+
+def guid_health(page: Page, console_url: str, token: str, guid: str) -> Locator:
+    """The Guids page's health cell of ``guid``, as the holder of ``token`` sees it."""
+    login(page, console_url, token)
+    page.click('nav a[data-nav="guids"]')
+    return find_guid(page, guid).locator("td").nth(1)
 
 
 def find_guid(page: Page, guid: str) -> Locator:
@@ -560,20 +581,14 @@ def test_an_operator_sees_a_guid_the_gateway_rate_limits_slowed_and_by_how_much(
     knobs = httpx.get(f"{stack.gateway_url}/_admin/config", timeout=5).json()
     httpx.put(f"{stack.gateway_url}/_admin/config", timeout=5,
               json={"guid_min_interval_ms": {**knobs["guid_min_interval_ms"], guid: 1500}}).raise_for_status()
-    job = job_id_of(stack, publish_job(stack, 30, (guid,)))
-    try:
+    with cancelled_after(stack, tokens, publish_job(stack, 30, (guid,))):
         wait_for(lambda: sql(stack, "SELECT penalty FROM guid_leases WHERE guid = %s AND penalty > 1", guid), 60,
                  "the guid's penalty on its lease row")
-        login(page, console_url, tokens["operator"])
-        page.click('nav a[data-nav="guids"]')
-        activity = find_guid(page, guid).locator("td").nth(1)
+        activity = guid_health(page, console_url, tokens["operator"], guid)
         expect(activity.locator(".status")).to_have_text("slowed")
         expect(activity).to_contain_text("×")
         shot(page, "guids-slowed")
         assert float(activity.locator("small").inner_text().lstrip("×")) > 1
-    finally:
-        httpx.post(f"{stack.procs['control'].url}/api/v1/jobs/{job}/cancel", timeout=10,
-                   headers={"Authorization": f"Bearer {tokens['admin']}"}, json={"reason": "test done"})
 
 
 def test_an_operator_sees_a_guid_keeping_the_quiet_its_gateway_asked_for_and_when_it_ends(
@@ -583,18 +598,13 @@ def test_an_operator_sees_a_guid_keeping_the_quiet_its_gateway_asked_for_and_whe
     the Guids page shows the guid slowed, with when the quiet ends, not stalled."""
     guid = f"ui-hush-{uuid.uuid4().hex[:6]}"
     sql(stack, "INSERT INTO guid_leases (guid, gateway_quiet_until) VALUES (%s, now() + interval '30 minutes')", guid)
-    job = job_id_of(stack, publish_job(stack, 3, (guid,)))
-    try:
+    with cancelled_after(stack, tokens, publish_job(stack, 3, (guid,))):
         wait_for(lambda: sql(stack, "SELECT 1 FROM guid_leases WHERE guid = %s AND owner IS NOT NULL", guid), 60,
                  "a sender holding the guid")
-        login(page, console_url, tokens["operator"])
-        page.click('nav a[data-nav="guids"]')
-        activity = find_guid(page, guid).locator("td").nth(1)
+        activity = guid_health(page, console_url, tokens["operator"], guid)
         expect(activity.locator(".status")).to_have_text("slowed")
-        expect(activity.locator(".gateway-quiet")).to_have_text(re.compile(r"quiet asked by the gateway, ends in (28|29|30) min"))
+        expect(activity.locator(".gateway-quiet")).to_have_text(
+            re.compile(r"quiet asked by the gateway, ends in (28|29|30) min"))
         shot(page, "guids-gateway-quiet")
         sent = httpx.get(f"{stack.gateway_url}/_admin/sends", params={"guid": guid}, timeout=5).json()["total"]
         assert sent == 0, f"the guid was sent to inside the quiet its row keeps: {sent}"
-    finally:
-        httpx.post(f"{stack.procs['control'].url}/api/v1/jobs/{job}/cancel", timeout=10,
-                   headers={"Authorization": f"Bearer {tokens['admin']}"}, json={"reason": "test done"})
