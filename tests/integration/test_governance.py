@@ -563,7 +563,7 @@ def test_stalled_shards_paused_jobs_and_guids_are_counted_for_alerts(database_ur
     assert one(url, "SELECT pacer_hold_job(%s, 'budget_exhausted', 'system:budget')", other) is True
 
     assert asyncio.run(governance(url)) == {"jobs_paused_budget": 1, "jobs_paused_breaker": 0, "jobs_paused_operator": 0,
-                                    "guids_paused": 1, "guids_slowed": 0,
+                                    "guids_paused": 1, "guids_slowed": 0, "guids_quiet": 0, "in_doubt_quiet": 0,
                                     "stalled_shards": 1,  # g1 only: g2's guid is paused
                                     "jobs_running": 1, "items:pending": 7,  # job progress: open jobs' items
                                     "guids:online": 0, "guids:offline": 0, "guids:kicked": 0,
@@ -676,3 +676,23 @@ def test_a_guid_keeping_the_quiet_its_gateway_asked_for_is_waiting_not_stalled(d
     assert asyncio.run(governance(url))["stalled_shards"] == 1
     assert asyncio.run(job_page_stalls(url, job)) == {guid: True}
     assert asyncio.run(shown())[0] is None, "a quiet over is not shown"
+
+
+def test_guids_keeping_a_gateway_s_quiet_and_their_in_doubt_items_are_counted_while_it_lasts(
+        database_url: str) -> None:
+    """A quiet on a guid's lease row, whoever holds it (here nobody): the guid and its in-doubt
+    item (the verifier leaves it out meanwhile) are counted, another guid's in-doubt item is not,
+    and neither once the quiet is over."""
+    url = database_url
+    quiet, other = f"quiet-{uuid.uuid4().hex[:6]}", f"other-{uuid.uuid4().hex[:6]}"
+    seed_job(url, {quiet: 2, other: 1}, status="recovery_pending")
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO guid_leases (guid, gateway_quiet_until) VALUES (%s, now() + interval '10 minutes'),"
+                     " (%s, now() - interval '1 second')", (quiet, other))
+    stats = asyncio.run(governance(url))
+    assert (stats["guids_quiet"], stats["in_doubt_quiet"]) == (1, 2)
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE guid_leases SET gateway_quiet_until = now() - interval '1 second' WHERE guid = %s",
+                     (quiet,))
+    stats = asyncio.run(governance(url))
+    assert (stats["guids_quiet"], stats["in_doubt_quiet"]) == (0, 0), "its quiet is over"

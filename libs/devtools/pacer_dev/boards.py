@@ -130,6 +130,13 @@ BOARDS: tuple[Board, ...] = (
                 description="Guids paced at a rate-limit penalty: the gateway rate-limited them lately (or left a "
                             "send unanswered). Each clean send brings a guid back toward its own pace; the Guids "
                             "page shows each as slowed ×N."),
+              Panel("Guids keeping the gateway's quiet, and their in-doubt sends",
+                    ((f"max(pacer_reconciler_guids_quiet and {LEADER})", "guids"),
+                     (f"max(pacer_reconciler_in_doubt_quiet_items and {LEADER})", "in-doubt sends")),
+                    "short", "timeseries",
+                    "Guids the gateway asked for quiet (a rate limit's Retry-After): nothing is sent to them and "
+                    "no in-doubt send of theirs is looked up until it ends. The Guids page shows when each ends.",
+                    12),
               p("Tenants' daily quota used",
                 f"max by (namespace, {RELEASE_LABEL}, tenant) (pacer_reconciler_tenant_sends_today and {LEADER}) "
                 f"/ on (namespace, {RELEASE_LABEL}, tenant) "

@@ -21,6 +21,12 @@ GAUGES = {
     "guids_slowed": ("pacer_reconciler_guids_slowed",
                      "Guids a live lease holder paces at a rate-limit penalty (the gateway rate-limited them "
                      "lately, or left a send unanswered), as the holder last wrote it"),
+    "guids_quiet": ("pacer_reconciler_guids_quiet",
+                    "Guids keeping a quiet the gateway asked of them (a rate limit's Retry-After, on a send or a "
+                    "lookup): no send and no lookup of them is made until it ends; the Guids page shows when"),
+    "in_doubt_quiet": ("pacer_reconciler_in_doubt_quiet_items",
+                       "In-doubt items of guids keeping a gateway's quiet: not looked up until it ends (decided "
+                       "without a lookup once in doubt an hour)"),
     "stalled_shards": ("pacer_reconciler_stalled_shards",
                        "Open shards of running jobs with no progress for stall_after_s beyond their guid's longest gap, "
                        "not held by its quiet hours or a send window's cap"),

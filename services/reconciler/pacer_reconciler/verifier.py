@@ -1,7 +1,9 @@
 """Verification of in-doubt sends, apart from the event tail.
 
-Each in-doubt item gets one gateway lookup at a time, at most ``concurrency`` at once, each
-cut off after ``timeout_s``. The lookups run in tasks of their own, so a gateway that hangs
+Each in-doubt item gets one gateway lookup at a time, and so does each guid (the gateway paces
+and rate-limits calls per guid: a guid with many items in doubt, say when its quiet ends, is
+asked about them one after another, not ``concurrency`` at once), at most ``concurrency``
+lookups in all at once, each cut off after ``timeout_s``. The lookups run in tasks of their own, so a gateway that hangs
 or crawls holds up nothing but verification: the tail, outcomes, projections, re-dispatch
 and lease takeovers go on. While a round's read still lists items it had no free slot for,
 the next round starts as soon as a lookup settles its item (the gateway said delivered, or
@@ -19,8 +21,8 @@ ever (read past the hold, ``InDoubt.quiet_s`` says its guid is still quiet). A
 lookup that times out, fails or cannot say is "no answer yet": the item stays in doubt and is
 asked again no sooner than a sweep interval later, and after the items of the round's read
 not yet left in doubt, until ``verify_deadline_s`` makes it ``unverified``.
-Rounds read past the items they pass over or put last, at most ``READ_PAST`` times
-``concurrency`` rows further, so those hold no newer item back. It never counts as proof of
+Rounds read past the items they put last, at most ``READ_PAST`` times ``concurrency`` rows
+further, and leave out the guids being asked about, so neither holds a newer item back. It never counts as proof of
 non-delivery. The deadline is applied by the resolution itself: while reading the in-doubt
 items or writing their resolution fails (the database), nothing is decided, not even
 ``unverified``; each failure is counted by step (``errors``, exported as
@@ -45,8 +47,8 @@ LOOKUP_RESULTS = ("found", "not_found", "unknown", "timeout", "error", "quiet")
 # Steps that can fail: a round's read of the in-doubt items, an item's resolution (its outcome
 # written), a gateway's quiet written to the guid's lease row.
 VERIFY_STEPS = ("read", "resolve", "quiet")
-# A round reads ``limit`` rows and, past the items it passes over (in flight) or puts last (left
-# in doubt by a lookup), at most this many times ``concurrency`` rows more: a round's read stays
+# A round reads ``limit`` rows and, past the items it puts last (left in doubt by a lookup), at
+# most this many times ``concurrency`` rows more: a round's read stays
 # bounded however many items get no answer. Lookups with no answer start no round, so a gateway
 # that never answers leaves at most ``concurrency`` items in doubt an interval (two intervals'
 # worth waiting at once); more pile up only while other lookups settle items and start rounds.
@@ -74,9 +76,7 @@ class Verifier:
         self.resolved: Counter[str] = Counter()  # by the status an item moved to
         self.errors: Counter[str] = Counter()  # by VERIFY_STEPS: what failed (database down, a bug)
         self._tasks: dict[str, asyncio.Task[bool]] = {}  # item_id → its lookup: True if it settled the item
-        # item_id → the episode (InDoubt.since) of a lookup that finished during this round's
-        # read: the read may predate its resolution, and must not start a second lookup for it.
-        self._finished: dict[str, datetime] = {}
+        self._asking: dict[str, InDoubt] = {}  # item_id → the item of a lookup in flight (its guid is busy)
         # item_id → (episode, loop time of the answer): items a lookup left in doubt, kept while
         # the rounds' reads list them or their wait is not over. Asked again ``again_after_s``
         # after that answer at the soonest, and after the items of a round's read never left in doubt.
@@ -92,21 +92,24 @@ class Verifier:
 
     async def start_round(self) -> int:
         """Start lookups for in-doubt items not already being looked up, nor left in doubt by
-        a lookup within the last ``again_after_s``, up to the free slots: first the items no
-        lookup left in doubt, oldest first, then those left in doubt longest ago. Returns how
-        many started. Never waits for a lookup."""
+        a lookup within the last ``again_after_s``, up to the free slots and one per guid (an
+        item of a guid being asked about waits for a later round): first the items no lookup
+        left in doubt, oldest first, then those left in doubt longest ago. Returns how many
+        started. Never waits for a lookup."""
         self._freed.clear()
         self._more = False
         free = self.concurrency - len(self._tasks)
         if free <= 0:
             self._more = True  # every slot busy: the next round comes when one settles its item
             return 0
-        self._finished = {}  # lookups resolved before this read began: the read sees their outcome
-        # Read past the items this round passes over (in flight) or puts last (left in doubt),
-        # so those at the head of the oldest-first read hold no other back; bounded, whatever
-        # the count of those.
-        past = len(self._tasks) + len(self._left.keys() - self._tasks.keys())
-        items = await self.sweeps.in_doubt(self.limit + min(past, self.read_past))
+        # Read past the items this round puts last (left in doubt), so those at the head of the
+        # oldest-first read hold no other back; bounded, whatever the count of those. Items of
+        # the guids being asked about (``busy``, those in flight among them) are not read at all:
+        # nor, so, an episode whose lookup finishes while the read runs (its guid was busy when
+        # it began), which the read might list as it stood before its resolution.
+        busy = {item.guid for item in self._asking.values()}
+        past = len(self._left.keys() - self._tasks.keys())
+        items = await self.sweeps.in_doubt(self.limit + min(past, self.read_past), busy)
         now = asyncio.get_running_loop().time()
         listed = {item.item_id for item in items}
         # Items no longer listed are resolved or out of reach: kept only until their wait is over.
@@ -116,25 +119,35 @@ class Verifier:
         for item in items:
             if item.item_id in self._tasks:
                 continue
-            if (done := self._finished.get(item.item_id)) is not None and item.since <= done:
-                continue  # an episode whose lookup finished while this round read: next round sees it as it is
             if (left := self._left.get(item.item_id)) is None or item.since > left[0]:
                 fresh.append(item)
             elif left[1] + self.again_after_s <= now:
                 again.append((left[1], item))
             # else: left in doubt a moment ago; asked again once its wait is over
         again.sort(key=lambda a: a[0])
-        queue = fresh + [item for _, item in again]
-        self._more = len(queue) > free
-        for item in queue[:free]:
+        # One lookup of a guid at a time: the read leaves out the guids being asked about, and
+        # of a guid's items read, the first goes; the others wait for a later round (the one
+        # that guid's settled lookup starts), and the next reads leave them out meanwhile.
+        started = held = 0
+        for item in fresh + [item for _, item in again]:
+            if item.guid in busy:
+                held += 1
+                continue
+            if started == free:
+                self._more = True
+                break
+            busy.add(item.guid)
+            started += 1
             task = asyncio.create_task(self._verify(item), name=f"verify:{item.item_id}")
             self._tasks[item.item_id] = task
+            self._asking[item.item_id] = item
             task.add_done_callback(functools.partial(self._forget, item))
-        return min(len(queue), free)
+        self._more = self._more or held > 0
+        return started
 
     def _forget(self, item: InDoubt, task: asyncio.Task[bool]) -> None:
         self._tasks.pop(item.item_id, None)
-        self._finished[item.item_id] = item.since
+        self._asking.pop(item.item_id, None)
         # Only a lookup that settled its item starts the next round early: one that failed or
         # got no answer frees a slot for whichever round comes next.
         if not task.cancelled() and task.exception() is None and task.result():

@@ -2590,6 +2590,8 @@ CREATE INDEX guid_leases_paused ON public.guid_leases USING btree (guid) WHERE (
 
 CREATE INDEX guid_leases_penalized ON public.guid_leases USING btree (guid) WHERE (penalty IS NOT NULL);
 
+CREATE INDEX guid_leases_quiet ON public.guid_leases USING btree (gateway_quiet_until) WHERE (gateway_quiet_until IS NOT NULL);
+
 CREATE INDEX guid_limits_change ON public.guid_limits USING btree (change_xid);
 
 CREATE INDEX guid_limits_updated ON public.guid_limits USING btree (updated_at);
