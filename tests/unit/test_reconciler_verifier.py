@@ -406,14 +406,16 @@ def _of_guids(guids: int, each: int) -> list[InDoubt]:
 
 
 def test_a_guid_is_asked_about_one_item_at_a_time() -> None:
-    """Three guids with twenty items in doubt each (a quiet just over, say) and eight slots:
-    never two lookups of one guid at once, so at most three in flight; each settled lookup
-    starts the guid's next at once (an interval of an hour would otherwise show)."""
+    """Three guids with twenty items in doubt each (a quiet just over, say), eight slots and
+    reads of ten rows, so the first read lists only the first guid's items: never two lookups of
+    one guid at once, and the round reads again past the guid it held back, so the three guids
+    are asked about together; each settled lookup starts the guid's next at once (an interval
+    of an hour would otherwise show)."""
     async def scenario() -> None:
         items = _of_guids(3, 20)
         sweeps = Sweeps(items)
         lookup = GuidCountingLookup({i.idem_key: True for i in items})
-        verifier = Verifier(sweeps, lookup, concurrency=8, timeout_s=60, clock=lambda: NOW)
+        verifier = Verifier(sweeps, lookup, concurrency=8, timeout_s=60, limit=10, clock=lambda: NOW)
         await _run_until(verifier, lambda: not sweeps.items, interval_s=3600)
         assert verifier.resolved == {"confirmed": 60}
         assert lookup.most_of_a_guid == 1, "one lookup of a guid at a time"
@@ -437,3 +439,64 @@ def test_items_of_a_guid_being_asked_about_hold_no_other_guid_s_item_back() -> N
         assert [k for k in lookup.asked if k.startswith("s")] == ["s0"], "the stuck guid asked about once"
 
     asyncio.run(scenario())
+
+
+class GatedLookup(Lookup):
+    """Answers as :class:`Lookup` does; a key in ``gates`` answers once its event is set."""
+
+    def __init__(self, answers: dict[str, object], gates: dict[str, asyncio.Event]) -> None:
+        super().__init__(answers)
+        self.gates = gates
+
+    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
+        if idem_key in self.gates:
+            await self.gates[idem_key].wait()
+        return await super().lookup(guid, idem_key, tenant)
+
+
+def test_an_item_left_in_doubt_keeps_its_place_behind_newer_ones_while_its_guid_is_asked_about() -> None:
+    """a0 gets no answer; its guid's a1 is then asked about, for longer than a0's wait, so the
+    reads leave a0 out meanwhile. Once a1 settles, a0 is still an item left in doubt: a newer
+    guid's fresh item is asked about before it, as if a0 had been listed all along."""
+    async def scenario() -> list[str]:
+        a0, a1, c0 = (InDoubt("a0", "A", "a0", NOW), InDoubt("a1", "A", "a1", NOW),
+                      InDoubt("c0", "C", "c0", NOW))
+        sweeps = Sweeps([a0, a1, c0])
+        gates = {"a1": asyncio.Event(), "c0": asyncio.Event()}
+        lookup = GatedLookup({"a0": None, "a1": True, "c0": True, "d0": True}, gates)
+        verifier = Verifier(sweeps, lookup, concurrency=2, timeout_s=60, clock=lambda: NOW)
+        verifier.again_after_s = 3600
+        assert await verifier.start_round() == 2, "a0 and c0; a1 waits for its guid"
+        await until(lambda: lookup.asked == ["a0"] and verifier.in_flight == 1)  # a0: no answer; c0 in flight
+        assert await verifier.start_round() == 1, "a1, its guid free again; a0 waits its hour"
+        verifier.again_after_s = 0  # a0's wait is over while its guid is being asked about
+        gates["c0"].set()
+        await until(lambda: "c0" in sweeps.resolved)
+        assert await verifier.start_round() == 0, "A's items left out, C's settled"
+        sweeps.items["d0"] = InDoubt("d0", "D", "d0", NOW)  # a newer guid's item, fresh
+        gates["a1"].set()
+        await until(lambda: "a1" in sweeps.resolved and not verifier.in_flight)
+        lookup.asked.clear()
+        assert await verifier.start_round() == 2
+        await until(lambda: len(lookup.asked) == 2)
+        await verifier.close()
+        return lookup.asked
+
+    assert asyncio.run(scenario()) == ["d0", "a0"], "the fresh item first, then the one left in doubt"
+
+
+def test_items_decided_without_a_lookup_are_not_held_to_one_per_guid() -> None:
+    """Read past QUIET_HOLD with their guid still quiet, a guid's items make no gateway call:
+    a round decides them all at once, not one a round."""
+    old = NOW - QUIET_HOLD - timedelta(seconds=1)
+
+    async def scenario() -> tuple[int, Sweeps]:
+        sweeps = Sweeps([InDoubt(f"i{k}", "g0", f"k{k}", old, quiet_s=60.0) for k in range(3)])
+        verifier = Verifier(sweeps, Lookup({}), concurrency=4, timeout_s=1, clock=lambda: NOW)
+        started = await verifier.start_round()
+        await until(lambda: len(sweeps.resolved) == 3)
+        return started, sweeps
+
+    started, sweeps = asyncio.run(scenario())
+    assert started == 3
+    assert {to for _, to in sweeps.resolved.values()} == {"unverified"}

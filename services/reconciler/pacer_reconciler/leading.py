@@ -277,7 +277,7 @@ class SegmentLoop:
 
 def _read_slowly(key: str) -> bool:
     """A leader's number read every ``stall_count_every_s``, not at every sweep."""
-    return key == "stalled_shards" or key.startswith((GUIDS_PREFIX, WORK_PREFIX))
+    return key in ("stalled_shards", "in_doubt_quiet") or key.startswith((GUIDS_PREFIX, WORK_PREFIX))
 
 
 def _export(m: ReconcilerMetrics, loop: SegmentLoop) -> None:

@@ -134,8 +134,9 @@ class LeaderStats(Protocol):
 
     async def lock_stats(self) -> dict[str, int]: ...
     async def governance_stats(self, stall_after: timedelta | None) -> dict[str, int]:
-        """Jobs, paused guids and items by state, and ``stalled_shards`` only when ``stall_after``
-        is given: that count reads every open shard that has not moved, so it runs less often."""
+        """Jobs, paused guids and items by state, and ``stalled_shards`` and ``in_doubt_quiet``
+        only when ``stall_after`` is given: those counts read every open shard that has not
+        moved and every in-doubt item, so they run less often."""
         ...
 
     async def guid_stats(self) -> dict[str, int]:

@@ -22,7 +22,8 @@ lookup that times out, fails or cannot say is "no answer yet": the item stays in
 asked again no sooner than a sweep interval later, and after the items of the round's read
 not yet left in doubt, until ``verify_deadline_s`` makes it ``unverified``.
 Rounds read past the items they put last, at most ``READ_PAST`` times ``concurrency`` rows
-further, and leave out the guids being asked about, so neither holds a newer item back. It never counts as proof of
+further, and leave out the guids being asked about, reading again past the guids whose items a
+read held back (:data:`READS_A_ROUND`), so neither holds another guid's item back. It never counts as proof of
 non-delivery. The deadline is applied by the resolution itself: while reading the in-doubt
 items or writing their resolution fails (the database), nothing is decided, not even
 ``unverified``; each failure is counted by step (``errors``, exported as
@@ -38,6 +39,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from pacer_common.domain.failures import RETRY_AFTER_MAX, Hushed
 from pacer_reconciler.ports import DeliveryLookup, InDoubt, Quiets, Sweeps
@@ -57,6 +59,17 @@ READ_PAST = 4
 # included, at most this long from the start of its episode in doubt (the longest quiet a
 # gateway may ask): a guid the gateway keeps limiting cannot keep an item in doubt for ever.
 QUIET_HOLD = RETRY_AFTER_MAX
+# Reads a round makes at most: one more each time the last held items back because their guid
+# was being asked about, the next leaving those guids out, while slots are free.
+READS_A_ROUND = 4
+
+
+class _Left(NamedTuple):
+    """An item a lookup left in doubt: its episode, the loop time of the answer, its guid."""
+
+    since: datetime
+    answered: float
+    guid: str
 
 
 class Verifier:
@@ -77,10 +90,11 @@ class Verifier:
         self.errors: Counter[str] = Counter()  # by VERIFY_STEPS: what failed (database down, a bug)
         self._tasks: dict[str, asyncio.Task[bool]] = {}  # item_id → its lookup: True if it settled the item
         self._asking: dict[str, InDoubt] = {}  # item_id → the item of a lookup in flight (its guid is busy)
-        # item_id → (episode, loop time of the answer): items a lookup left in doubt, kept while
-        # the rounds' reads list them or their wait is not over. Asked again ``again_after_s``
-        # after that answer at the soonest, and after the items of a round's read never left in doubt.
-        self._left: dict[str, tuple[datetime, float]] = {}
+        # item_id → its episode, the loop time of the answer and its guid: items a lookup left in
+        # doubt, kept while the rounds' reads list them, their guid is left out of the reads or
+        # their wait is not over. Asked again ``again_after_s`` after that answer at the
+        # soonest, and after the items of a round's read never left in doubt.
+        self._left: dict[str, _Left] = {}
         self.again_after_s = 0.0  # run() sets it to its interval: an item left in doubt waits that long
         self.read_past = READ_PAST * concurrency  # the most rows a round reads beyond ``limit``
         self._freed = asyncio.Event()  # a lookup settled its item since the last round began
@@ -102,48 +116,65 @@ class Verifier:
         if free <= 0:
             self._more = True  # every slot busy: the next round comes when one settles its item
             return 0
-        # Read past the items this round puts last (left in doubt), so those at the head of the
-        # oldest-first read hold no other back; bounded, whatever the count of those. Items of
-        # the guids being asked about (``busy``, those in flight among them) are not read at all:
-        # nor, so, an episode whose lookup finishes while the read runs (its guid was busy when
-        # it began), which the read might list as it stood before its resolution.
+        # The guids being asked about are not read at all (nor, so, an episode whose lookup
+        # finishes while a read runs, which the read might list as it stood before its
+        # resolution); nor, on a read again, those whose items the last read held back: a guid
+        # with more items in doubt than a read holds takes one slot, not the round.
         busy = {item.guid for item in self._asking.values()}
-        past = len(self._left.keys() - self._tasks.keys())
-        items = await self.sweeps.in_doubt(self.limit + min(past, self.read_past), busy)
+        listed: set[str] = set()
+        started = 0
+        for _ in range(READS_A_ROUND):
+            # Read past the items this round puts last (left in doubt; not those of guids left
+            # out of the read), so those at the head of the oldest-first read hold no other
+            # back; bounded, whatever the count of those.
+            past = sum(1 for k, left in self._left.items() if k not in self._tasks and left.guid not in busy)
+            items = await self.sweeps.in_doubt(self.limit + min(past, self.read_past), busy)
+            listed |= {item.item_id for item in items}
+            more, held = self._start(items, free - started, busy)
+            started += more
+            self._more = self._more or bool(held)
+            if started == free or not held:
+                break
         now = asyncio.get_running_loop().time()
-        listed = {item.item_id for item in items}
-        # Items no longer listed are resolved or out of reach: kept only until their wait is over.
-        self._left = {k: v for k, v in self._left.items() if k in listed or v[1] + self.again_after_s > now}
+        # Items no longer listed are resolved or out of reach: kept only until their wait is
+        # over, or while their guid is left out of the reads.
+        self._left = {k: v for k, v in self._left.items()
+                      if k in listed or v.guid in busy or v.answered + self.again_after_s > now}
+        return started
+
+    def _start(self, items: list[InDoubt], free: int, busy: set[str]) -> tuple[int, set[str]]:
+        """Start lookups for ``items`` (a read's), up to ``free``, one per guid not in ``busy``
+        (each started adds its guid). Returns how many started, and the guids of items held
+        back because their guid was busy."""
+        now = asyncio.get_running_loop().time()
         fresh: list[InDoubt] = []
         again: list[tuple[float, InDoubt]] = []
         for item in items:
             if item.item_id in self._tasks:
                 continue
-            if (left := self._left.get(item.item_id)) is None or item.since > left[0]:
+            if (left := self._left.get(item.item_id)) is None or item.since > left.since:
                 fresh.append(item)
-            elif left[1] + self.again_after_s <= now:
-                again.append((left[1], item))
+            elif left.answered + self.again_after_s <= now:
+                again.append((left.answered, item))
             # else: left in doubt a moment ago; asked again once its wait is over
         again.sort(key=lambda a: a[0])
-        # One lookup of a guid at a time: the read leaves out the guids being asked about, and
-        # of a guid's items read, the first goes; the others wait for a later round (the one
-        # that guid's settled lookup starts), and the next reads leave them out meanwhile.
-        started = held = 0
+        started, held = 0, set()
         for item in fresh + [item for _, item in again]:
-            if item.guid in busy:
-                held += 1
+            asks = not item.quiet_s  # read past QUIET_HOLD, a quiet guid's item is decided without a call
+            if asks and item.guid in busy:
+                held.add(item.guid)
                 continue
             if started == free:
                 self._more = True
                 break
-            busy.add(item.guid)
             started += 1
             task = asyncio.create_task(self._verify(item), name=f"verify:{item.item_id}")
             self._tasks[item.item_id] = task
-            self._asking[item.item_id] = item
+            if asks:
+                busy.add(item.guid)
+                self._asking[item.item_id] = item
             task.add_done_callback(functools.partial(self._forget, item))
-        self._more = self._more or held > 0
-        return started
+        return started, held
 
     def _forget(self, item: InDoubt, task: asyncio.Task[bool]) -> None:
         self._tasks.pop(item.item_id, None)
@@ -218,7 +249,7 @@ class Verifier:
         return self.clock() - item.since < QUIET_HOLD
 
     def _ask_later(self, item: InDoubt) -> None:
-        self._left[item.item_id] = (item.since, asyncio.get_running_loop().time())
+        self._left[item.item_id] = _Left(item.since, asyncio.get_running_loop().time(), item.guid)
 
     async def run(self, stop: asyncio.Event, may_work: Callable[[], bool], interval_s: float) -> None:
         """Start rounds while ``may_work()`` (the leader), until ``stop``: the next as soon as

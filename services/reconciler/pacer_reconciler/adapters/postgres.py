@@ -279,7 +279,8 @@ class PostgresLog:
                 row = await one(conn, _sql("governance_counts"), {})
                 items = await (await conn.execute(_sql("job_items"))).fetchall()
                 quotas = await (await conn.execute(_sql("tenant_quotas"))).fetchall()
-                stalls = {} if stall_after is None else {"stalled_shards": await self._stalled(conn, stall_after)}
+                stalls = {} if stall_after is None else {"stalled_shards": await self._stalled(conn, stall_after),
+                                                          **await one(conn, _sql("in_doubt_quiet"), {})}
             row = dict(row) | stalls
             return ({k: int(v) for k, v in row.items()} | {f"items:{r['status']}": int(r["n"]) for r in items}
                     | {f"tenant_sends:{r['tenant']}": int(r["sends"]) for r in quotas}
