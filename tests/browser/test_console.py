@@ -588,7 +588,7 @@ def test_an_operator_sees_a_guid_the_gateway_rate_limits_slowed_and_by_how_much(
         expect(activity.locator(".status")).to_have_text("slowed")
         expect(activity).to_contain_text("×")
         shot(page, "guids-slowed")
-        assert float(activity.locator("small").inner_text().lstrip("×")) > 1
+        assert float(activity.locator("small.penalty").inner_text().lstrip("×")) > 1
 
 
 def test_an_operator_sees_a_guid_keeping_the_quiet_its_gateway_asked_for_and_when_it_ends(

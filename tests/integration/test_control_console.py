@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import html
 import re
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
@@ -765,3 +766,36 @@ def test_a_cancelled_job_offers_cancel_again_only_while_items_came_back_to_waiti
             assert "act-cancel" not in await page()
 
     asyncio.run(go())
+
+
+def test_the_guids_page_shows_a_penalty_only_while_a_sender_paces_the_guid_at_it(database_url: str) -> None:
+    """A guid keeping its gateway's quiet, its row's penalty (×4) left by a sender that is gone:
+    the page shows it slowed by the quiet, and no ×4, which nobody paces it at; held by a live
+    sender, the ×4 shows."""
+    guid = f"g-hushed-{uuid.uuid4().hex[:6]}"
+    seed_job(database_url, {guid: 2})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO guid_leases (guid, owner, lease_until, penalty, gateway_quiet_until)"
+                     " VALUES (%s, 'sender-gone', now() - interval '1 minute', 4, now() + interval '10 minutes')",
+                     (guid,))
+
+    async def go() -> tuple[str, str]:
+        async with control_api(database_url) as api:
+            async def row() -> str:
+                page = await api.client.get("http://control/console/part/guids", params={"find": guid},
+                                            headers=api.auth("operator"))
+                assert page.status_code == 200, page.text
+                (tr,) = re.findall(r"<tr[^>]*>(?:(?!</tr>).)*" + re.escape(guid) + r"(?:(?!</tr>).)*</tr>",
+                                   page.text, flags=re.S)
+                return tr
+
+            unheld = await row()
+            with psycopg.connect(database_url) as conn:  # a live sender holds it
+                conn.execute("UPDATE guid_leases SET lease_until = now() + interval '1 minute' WHERE guid = %s",
+                             (guid,))
+            return unheld, await row()
+
+    unheld, held = asyncio.run(go())
+    assert ">slowed</span>" in unheld and "quiet asked by the gateway" in unheld, unheld
+    assert 'class="penalty"' not in unheld, "nobody paces it at the row's penalty"
+    assert re.search(r'<small class="penalty">×4\.0</small>', held), held

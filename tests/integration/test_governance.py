@@ -630,20 +630,20 @@ def test_a_guid_slowed_by_the_gateway_is_not_stalled_within_its_stretched_gap_an
     assert stats["guids_slowed"] == 1
     assert asyncio.run(job_page_stalls(url, job)) == {guid: False}
 
-    async def shown() -> tuple[Any, Any]:
+    async def shown() -> tuple[Any, Any, Any]:
         async with control_api(url, token_prefix=uuid.uuid4().hex[:8]) as api:
             r = await api.get(f"/guids/{guid}", "operator")  # the lowest role: the penalty is health
             assert r.status_code == 200, r.text
-            return r.json()["penalty"], r.json()["activity"]
+            return r.json()["penalty"], r.json()["applied_penalty"], r.json()["activity"]
 
-    assert asyncio.run(shown()) == (4.0, "slowed")
+    assert asyncio.run(shown()) == (4.0, 4.0, "slowed")
     with psycopg.connect(url) as conn:  # its sender died: nobody paces the guid at its penalty now
         conn.execute("UPDATE guid_leases SET lease_until = now() - interval '1 second' WHERE guid = %s", (guid,))
     stats = asyncio.run(governance(url))
     assert stats["stalled_shards"] == 1
     assert stats["guids_slowed"] == 0, "the gauge counts the guids slowed now, as the Guids page does"
     assert asyncio.run(job_page_stalls(url, job)) == {guid: True}
-    assert asyncio.run(shown()) == (4.0, "sending"), "not slowed by anyone; the row keeps it for the next owner"
+    assert asyncio.run(shown()) == (4.0, None, "sending"), "not slowed by anyone; the row keeps it for the next owner"
     with psycopg.connect(url) as conn, pytest.raises(psycopg.errors.CheckViolation):
         conn.execute("UPDATE guid_leases SET penalty = 0.5 WHERE guid = %s", (guid,))
 

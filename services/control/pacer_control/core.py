@@ -409,6 +409,8 @@ class Control:
         now = self.clock()
         asked = row.get("gateway_quiet_until")  # over or not, a stall counts from its end
         row["gateway_quiet_until"] = asked if asked is not None and asked > now else None  # shown while it lasts
+        penalty = views.applied_penalty(row)
+        row["applied_penalty"] = penalty if penalty > 1 else None
         if "ready" in counts:
             pacing = pacings(row.get("limits"), sender)
             row = row | {"quiet_until": views.quiet_until(pacing, now),
@@ -416,7 +418,7 @@ class Control:
                          "activity": None if row["held"] else views.activity(
                              views.queued_count(counts), counts["ready"], row.get("last_send_at"),
                              counts["oldest_ready"], now, pacing, self.stalled_after_s, row.get("windows"),
-                             float(counts.get("job_gap") or 0.0), views.applied_penalty(row), asked)}
+                             float(counts.get("job_gap") or 0.0), penalty, asked)}
         if may(who.role, "guids.leases"):
             return row
         return {k: v for k, v in row.items() if k not in LEASE_FIELDS and k != "limits"}

@@ -375,7 +375,11 @@ class GuidView(BaseModel):
     penalty: float | None = Field(default=None, description=(
         "the guid's rate-limit penalty: how many times its configured interval it is paced at since the gateway "
         "rate-limited it (or left a send unanswered), as the sender holding it last wrote it (once per lease "
-        "renewal); each clean send brings it back toward 1 by `penalty_decay`; none once it is back"))
+        "renewal); each clean send brings it back toward 1 by `penalty_decay`; none once it is back. The row "
+        "keeps it when its holder is gone, for the next owner: `applied_penalty` is what it is paced at now"))
+    applied_penalty: float | None = Field(default=None, description=(
+        "the rate-limit penalty the guid is paced at now: `penalty` while a live sender holds the guid, none "
+        "while nobody does (or when it is back to its own pace)"))
     gateway_quiet_until: datetime | None = Field(default=None, description=(
         "while it lasts, when the quiet ends that the gateway asked of the guid with a rate limit (its "
         "`Retry-After`, at most an hour): no call of the guid, online or batch, goes before it, from whichever "
