@@ -22,7 +22,6 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.ids import new_item_ids
 from pacer_common.kafka import make_consumer
 from pacer_common.ops import serve
-from pacer_reconciler.verifier import Verifier
 
 T = TypeVar("T")
 
@@ -299,18 +298,3 @@ def prune_partitions(conn: psycopg.Connection[Any], now: datetime, retain: dict[
                                 (name, now, days, lock_timeout_s)).fetchall():
             changes[row[0]] = (row[1], row[2])
     return changes
-
-
-async def verify_every_item(verifier: Verifier, expect: int) -> None:
-    """Verification rounds as the reconciler runs them, each until its lookups are done, until
-    ``expect`` lookups have been made: a guid's items are asked about one at a time, so a guid
-    with several in doubt takes a round each."""
-    started = 0
-    while started < expect:
-        n = await verifier.start_round()
-        assert n, f"a round started no lookup with {expect - started} of {expect} left"
-        started += n
-        lookups = [t for t in asyncio.all_tasks() if t.get_name().startswith("verify:")]  # the verifier's own
-        await asyncio.wait_for(asyncio.gather(*lookups), 30)
-    assert started == expect
-    assert not verifier.in_flight and not verifier.errors, verifier.lookups

@@ -24,7 +24,7 @@ from pacer_reconciler.adapters.postgres import PostgresLog
 from pacer_reconciler.ports import Position
 from pacer_reconciler.verifier import Verifier
 from tests.integration.control_support import audit, move, rows
-from tests.integration.helpers import commit_offsets, seed_job, verify_every_item
+from tests.integration.helpers import commit_offsets, seed_job
 
 
 def _statuses(url: str, items: list[str]) -> list[str]:
@@ -93,7 +93,11 @@ async def _verify(url: str, gateway_url: str) -> None:
     try:
         store = PostgresLog(pool, "test-restore", timedelta(seconds=60), verify_after=timedelta(0))
         verifier = Verifier(store, _Lookup(GatewayClient(http, DEFAULT_CODE_TABLE)), concurrency=8)
-        await verify_every_item(verifier, 6)
+        assert await verifier.start_round() == 6
+        lookups = [t for t in asyncio.all_tasks() if t.get_name().startswith("verify:")]  # the verifier's own
+        assert len(lookups) == 6
+        await asyncio.wait_for(asyncio.gather(*lookups), 30)
+        assert not verifier.in_flight and not verifier.errors, verifier.lookups
     finally:
         await http.aclose()
         await pool.close()

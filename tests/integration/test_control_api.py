@@ -508,7 +508,7 @@ def test_guid_pause_resume_and_forced_lease_release(database_url: str) -> None:
                               "paused_by": "token:operator", "paused_at": health["paused_at"], "state": "online",
                               "state_since": None, "state_source": None, "state_reason": None, "held": True,
                               "activity": None, "quiet_until": None, "capped_until": None,  # held: what it is doing is the hold
-                              "penalty": None, "gateway_quiet_until": None}
+                              "penalty": None, "applied_penalty": None, "gateway_quiet_until": None}
             full = (await api.get("/guids/g1", "tech_admin")).json()
             assert (full["owner"], full["epoch"], full["expired"]) == ("sender-a", 1, False)
             paused = (await api.get("/guids?paused=true", "operator")).json()["guids"]

@@ -34,7 +34,7 @@ from pacer_reconciler.verifier import Verifier
 from pacer_sender.adapters.postgres import PostgresGuidLeases, PostgresItemRepository
 from pacer_sender.core import Executor
 from tests.integration.control_support import control_api, move, rows
-from tests.integration.helpers import one, run, seed_job, verify_every_item
+from tests.integration.helpers import one, run, seed_job
 
 TTL = timedelta(seconds=30)
 DEADLINE = timedelta(seconds=300)  # PACER_RECONCILER_VERIFY_DEADLINE_S
@@ -120,7 +120,10 @@ def _verify(url: str, gateway_url: str, expect: int) -> dict[str, int]:
         try:
             store = PostgresLog(pool, "test-retry-restore", DEADLINE, verify_after=timedelta(0))
             verifier = Verifier(store, _Lookup(GatewayClient(http, DEFAULT_CODE_TABLE)), concurrency=8)
-            await verify_every_item(verifier, expect)
+            assert await verifier.start_round() == expect
+            lookups = [t for t in asyncio.all_tasks() if t.get_name().startswith("verify:")]
+            await asyncio.wait_for(asyncio.gather(*lookups), 30)
+            assert not verifier.in_flight and not verifier.errors, verifier.lookups
             return dict(verifier.resolved)
         finally:
             await http.aclose()

@@ -262,23 +262,3 @@ def test_a_quiet_a_lookup_was_asked_for_reaches_the_guid_s_lease_row_and_never_s
 
     first, longer, kept = asyncio.run(scenario())
     assert 25 < first <= 30 and 595 < longer <= 600 and 590 < kept <= 600, (first, longer, kept)
-
-
-def test_the_read_leaves_out_the_guids_being_asked_about(database_url: str) -> None:
-    """One lookup of a guid at a time: a guid's older in-doubt item is not read while the guid is
-    being asked about (``busy``), so another guid's newer item is read ahead of it."""
-    url = database_url
-    _, _, (older,) = seed_job(url, {"asked-g": 1}, status="recovery_pending")
-    _, _, (newer,) = seed_job(url, {"waiting-g": 1}, status="recovery_pending")
-    with psycopg.connect(url) as conn:
-        conn.execute("UPDATE items SET updated_at = updated_at - interval '1 minute' WHERE item_id = %s", (older,))
-
-    async def scenario() -> None:
-        pool, store = await _store(url)
-        try:
-            assert [i.item_id for i in await store.in_doubt(1)] == [older], "the older item first, as a rule"
-            assert [i.item_id for i in await store.in_doubt(1, busy={"asked-g"})] == [newer]
-        finally:
-            await pool.close()
-
-    asyncio.run(scenario())

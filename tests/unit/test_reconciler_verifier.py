@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import Counter
-from collections.abc import Callable, Collection
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
@@ -50,8 +48,8 @@ class Sweeps:
     async def sweep(self, kind: str, limit: int) -> int:
         return 0
 
-    async def in_doubt(self, limit: int, busy: Collection[str] = ()) -> list[InDoubt]:
-        return [i for i in self.items.values() if i.guid not in busy][:limit]
+    async def in_doubt(self, limit: int) -> list[InDoubt]:
+        return list(self.items.values())[:limit]
 
     async def resolve(self, item: InDoubt, found: bool | None, now: datetime) -> str | None:
         v = verdict(found, item.since, now, DEADLINE)
@@ -185,16 +183,6 @@ async def _running(verifier: Verifier, interval_s: float) -> tuple[asyncio.Event
     return stop, asyncio.create_task(verifier.run(stop, lambda: True, interval_s))
 
 
-async def _run_until(verifier: Verifier, cond: Callable[[], bool], interval_s: float, timeout: float = 30) -> None:
-    """The verifier's rounds, every ``interval_s`` at the least, until ``cond()`` (at most ``timeout``)."""
-    stop, task = await _running(verifier, interval_s)
-    try:
-        await until(cond, timeout)
-    finally:
-        stop.set()
-        await task
-
-
 def test_a_finished_lookup_starts_the_next_round_without_waiting_the_interval() -> None:
     """With an interval of an hour, rounds that waited it between them would verify only the
     first ``concurrency`` items before the test's deadline; each finished lookup lets the next
@@ -204,7 +192,12 @@ def test_a_finished_lookup_starts_the_next_round_without_waiting_the_interval() 
         sweeps = Sweeps(_items(n))
         lookup = CountingLookup({f"k{k}": k % 2 == 0 for k in range(n)})
         verifier = Verifier(sweeps, lookup, concurrency=4, timeout_s=60, clock=lambda: NOW)
-        await _run_until(verifier, lambda: not sweeps.items, interval_s=3600)
+        stop, task = await _running(verifier, interval_s=3600)
+        try:
+            await until(lambda: not sweeps.items, 30)
+        finally:
+            stop.set()
+            await task
         assert sum(verifier.resolved.values()) == n
         assert verifier.resolved == {"confirmed": n // 2, "pending": n // 2}
         assert sorted(lookup.asked) == sorted(f"k{k}" for k in range(n)), "each item asked once"
@@ -251,9 +244,9 @@ class ReadCountingSweeps(Sweeps):
         super().__init__(items)
         self.reads: list[int] = []
 
-    async def in_doubt(self, limit: int, busy: Collection[str] = ()) -> list[InDoubt]:
+    async def in_doubt(self, limit: int) -> list[InDoubt]:
         self.reads.append(limit)
-        return list(itertools.islice((i for i in self.items.values() if i.guid not in busy), limit))
+        return list(itertools.islice(self.items.values(), limit))
 
 
 async def _until_quiet(lookup: Lookup, turns: int = 500, most: int = 100_000) -> None:
@@ -326,7 +319,12 @@ def test_an_item_left_in_doubt_is_asked_again_in_a_later_round() -> None:
         sweeps = Sweeps(_items(3))
         lookup = Lookup({"k0": None, "k1": None, "k2": None})
         verifier = Verifier(sweeps, lookup, concurrency=1, timeout_s=60, clock=lambda: NOW)
-        await _run_until(verifier, lambda: all(lookup.asked.count(k) >= 3 for k in ("k0", "k1", "k2")), interval_s=0.01)
+        stop, task = await _running(verifier, interval_s=0.01)
+        try:
+            await until(lambda: all(lookup.asked.count(k) >= 3 for k in ("k0", "k1", "k2")), 30)
+        finally:
+            stop.set()
+            await task
         assert len(sweeps.items) == 3 and not verifier.resolved
 
     asyncio.run(scenario())
@@ -376,127 +374,3 @@ def test_a_lookup_the_gateway_asks_for_quiet_keeps_it_for_the_guid_s_senders_and
     sweeps, kept, verifier = asyncio.run(scenario())
     assert kept.quiets == [("g0", 30.0)]
     assert verifier.lookups["quiet"] == 1 and not sweeps.resolved
-
-
-class GuidCountingLookup(CountingLookup):
-    """:class:`CountingLookup` that also keeps the most lookups of one guid in flight at once;
-    the guids in ``hang`` never answer."""
-
-    def __init__(self, answers: dict[str, object], hang: frozenset[str] = frozenset()) -> None:
-        super().__init__(answers)
-        self.hang = hang
-        self.of_guid: Counter[str] = Counter()
-        self.most_of_a_guid = 0
-
-    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
-        self.of_guid[guid] += 1
-        self.most_of_a_guid = max(self.most_of_a_guid, self.of_guid[guid])
-        try:
-            if guid in self.hang:
-                self.asked.append(idem_key)
-                await self.never.wait()
-            return await super().lookup(guid, idem_key, tenant)
-        finally:
-            self.of_guid[guid] -= 1
-
-
-def _of_guids(guids: int, each: int) -> list[InDoubt]:
-    """``each`` items of each of ``guids`` guids, a guid's items one after another (oldest first)."""
-    return [InDoubt(f"i{g}-{k}", f"g{g}", f"k{g}-{k}", NOW) for g in range(guids) for k in range(each)]
-
-
-def test_a_guid_is_asked_about_one_item_at_a_time() -> None:
-    """Three guids with twenty items in doubt each (a quiet just over, say), eight slots and
-    reads of ten rows, so the first read lists only the first guid's items: never two lookups of
-    one guid at once, and the round reads again past the guid it held back, so the three guids
-    are asked about together; each settled lookup starts the guid's next at once (an interval
-    of an hour would otherwise show)."""
-    async def scenario() -> None:
-        items = _of_guids(3, 20)
-        sweeps = Sweeps(items)
-        lookup = GuidCountingLookup({i.idem_key: True for i in items})
-        verifier = Verifier(sweeps, lookup, concurrency=8, timeout_s=60, limit=10, clock=lambda: NOW)
-        await _run_until(verifier, lambda: not sweeps.items, interval_s=3600)
-        assert verifier.resolved == {"confirmed": 60}
-        assert lookup.most_of_a_guid == 1, "one lookup of a guid at a time"
-        assert lookup.most_in_flight == 3, "the three guids asked about at once"
-
-    asyncio.run(scenario())
-
-
-def test_items_of_a_guid_being_asked_about_hold_no_other_guid_s_item_back() -> None:
-    """A guid's lookup hangs, and its thirty items are the oldest, more than a round reads
-    (``limit`` 8): the rounds read past those waiting for their guid, and the other guid's items
-    behind them are all verified."""
-    async def scenario() -> None:
-        stuck = [InDoubt(f"s{k}", "stuck", f"s{k}", NOW) for k in range(30)]
-        other = [InDoubt(f"o{k}", "other", f"o{k}", NOW) for k in range(5)]
-        sweeps = Sweeps(stuck + other)
-        lookup = GuidCountingLookup({i.idem_key: True for i in stuck + other}, hang=frozenset({"stuck"}))
-        verifier = Verifier(sweeps, lookup, concurrency=4, timeout_s=60, limit=8, clock=lambda: NOW)
-        await _run_until(verifier, lambda: not any(k.startswith("o") for k in sweeps.items), interval_s=0.01)
-        assert verifier.resolved == {"confirmed": 5}
-        assert [k for k in lookup.asked if k.startswith("s")] == ["s0"], "the stuck guid asked about once"
-
-    asyncio.run(scenario())
-
-
-class GatedLookup(Lookup):
-    """Answers as :class:`Lookup` does; a key in ``gates`` answers once its event is set."""
-
-    def __init__(self, answers: dict[str, object], gates: dict[str, asyncio.Event]) -> None:
-        super().__init__(answers)
-        self.gates = gates
-
-    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
-        if idem_key in self.gates:
-            await self.gates[idem_key].wait()
-        return await super().lookup(guid, idem_key, tenant)
-
-
-def test_an_item_left_in_doubt_keeps_its_place_behind_newer_ones_while_its_guid_is_asked_about() -> None:
-    """a0 gets no answer; its guid's a1 is then asked about, for longer than a0's wait, so the
-    reads leave a0 out meanwhile. Once a1 settles, a0 is still an item left in doubt: a newer
-    guid's fresh item is asked about before it, as if a0 had been listed all along."""
-    async def scenario() -> list[str]:
-        a0, a1, c0 = (InDoubt("a0", "A", "a0", NOW), InDoubt("a1", "A", "a1", NOW),
-                      InDoubt("c0", "C", "c0", NOW))
-        sweeps = Sweeps([a0, a1, c0])
-        gates = {"a1": asyncio.Event(), "c0": asyncio.Event()}
-        lookup = GatedLookup({"a0": None, "a1": True, "c0": True, "d0": True}, gates)
-        verifier = Verifier(sweeps, lookup, concurrency=2, timeout_s=60, clock=lambda: NOW)
-        verifier.again_after_s = 3600
-        assert await verifier.start_round() == 2, "a0 and c0; a1 waits for its guid"
-        await until(lambda: lookup.asked == ["a0"] and verifier.in_flight == 1)  # a0: no answer; c0 in flight
-        assert await verifier.start_round() == 1, "a1, its guid free again; a0 waits its hour"
-        verifier.again_after_s = 0  # a0's wait is over while its guid is being asked about
-        gates["c0"].set()
-        await until(lambda: "c0" in sweeps.resolved)
-        assert await verifier.start_round() == 0, "A's items left out, C's settled"
-        sweeps.items["d0"] = InDoubt("d0", "D", "d0", NOW)  # a newer guid's item, fresh
-        gates["a1"].set()
-        await until(lambda: "a1" in sweeps.resolved and not verifier.in_flight)
-        lookup.asked.clear()
-        assert await verifier.start_round() == 2
-        await until(lambda: len(lookup.asked) == 2)
-        await verifier.close()
-        return lookup.asked
-
-    assert asyncio.run(scenario()) == ["d0", "a0"], "the fresh item first, then the one left in doubt"
-
-
-def test_items_decided_without_a_lookup_are_not_held_to_one_per_guid() -> None:
-    """Read past QUIET_HOLD with their guid still quiet, a guid's items make no gateway call:
-    a round decides them all at once, not one a round."""
-    old = NOW - QUIET_HOLD - timedelta(seconds=1)
-
-    async def scenario() -> tuple[int, Sweeps]:
-        sweeps = Sweeps([InDoubt(f"i{k}", "g0", f"k{k}", old, quiet_s=60.0) for k in range(3)])
-        verifier = Verifier(sweeps, Lookup({}), concurrency=4, timeout_s=1, clock=lambda: NOW)
-        started = await verifier.start_round()
-        await until(lambda: len(sweeps.resolved) == 3)
-        return started, sweeps
-
-    started, sweeps = asyncio.run(scenario())
-    assert started == 3
-    assert {to for _, to in sweeps.resolved.values()} == {"unverified"}

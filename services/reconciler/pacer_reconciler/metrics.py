@@ -140,7 +140,8 @@ class ReconcilerMetrics:
             "guid for quiet with a rate limit (`Retry-After`): a lookup it refused so, one the reconciler did not "
             "make while that quiet lasts, or an item decided without one after an hour in doubt with its guid still "
             "quiet. The items of a guid whose lease row keeps a quiet (`guid_leases.gateway_quiet_until`) are not "
-            "read at all meanwhile, so not counted. Only `found`/`not_found` decide an item."
+            "read at all meanwhile, so not counted here: `pacer_reconciler_in_doubt_quiet_items` counts them. "
+            "Only `found`/`not_found` decide an item."
         ), ["result"], registry=registry)
         self.verifier_errors = Counter("pacer_reconciler_verifier_errors_total", (
             "Verification steps that raised (database down, a defect), by `step`: `read` (a round's read of the "

@@ -1,9 +1,7 @@
 """Verification of in-doubt sends, apart from the event tail.
 
-Each in-doubt item gets one gateway lookup at a time, and so does each guid (the gateway paces
-and rate-limits calls per guid: a guid with many items in doubt, say when its quiet ends, is
-asked about them one after another, not ``concurrency`` at once), at most ``concurrency``
-lookups in all at once, each cut off after ``timeout_s``. The lookups run in tasks of their own, so a gateway that hangs
+Each in-doubt item gets one gateway lookup at a time, at most ``concurrency`` at once, each
+cut off after ``timeout_s``. The lookups run in tasks of their own, so a gateway that hangs
 or crawls holds up nothing but verification: the tail, outcomes, projections, re-dispatch
 and lease takeovers go on. While a round's read still lists items it had no free slot for,
 the next round starts as soon as a lookup settles its item (the gateway said delivered, or
@@ -21,9 +19,8 @@ ever (read past the hold, ``InDoubt.quiet_s`` says its guid is still quiet). A
 lookup that times out, fails or cannot say is "no answer yet": the item stays in doubt and is
 asked again no sooner than a sweep interval later, and after the items of the round's read
 not yet left in doubt, until ``verify_deadline_s`` makes it ``unverified``.
-Rounds read past the items they put last, at most ``READ_PAST`` times ``concurrency`` rows
-further, and leave out the guids being asked about, reading again past the guids whose items a
-read held back (:data:`READS_A_ROUND`), so neither holds another guid's item back. It never counts as proof of
+Rounds read past the items they pass over or put last, at most ``READ_PAST`` times
+``concurrency`` rows further, so those hold no newer item back. It never counts as proof of
 non-delivery. The deadline is applied by the resolution itself: while reading the in-doubt
 items or writing their resolution fails (the database), nothing is decided, not even
 ``unverified``; each failure is counted by step (``errors``, exported as
@@ -39,7 +36,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import NamedTuple
 
 from pacer_common.domain.failures import RETRY_AFTER_MAX, Hushed
 from pacer_reconciler.ports import DeliveryLookup, InDoubt, Quiets, Sweeps
@@ -49,8 +45,8 @@ LOOKUP_RESULTS = ("found", "not_found", "unknown", "timeout", "error", "quiet")
 # Steps that can fail: a round's read of the in-doubt items, an item's resolution (its outcome
 # written), a gateway's quiet written to the guid's lease row.
 VERIFY_STEPS = ("read", "resolve", "quiet")
-# A round reads ``limit`` rows and, past the items it puts last (left in doubt by a lookup), at
-# most this many times ``concurrency`` rows more: a round's read stays
+# A round reads ``limit`` rows and, past the items it passes over (in flight) or puts last (left
+# in doubt by a lookup), at most this many times ``concurrency`` rows more: a round's read stays
 # bounded however many items get no answer. Lookups with no answer start no round, so a gateway
 # that never answers leaves at most ``concurrency`` items in doubt an interval (two intervals'
 # worth waiting at once); more pile up only while other lookups settle items and start rounds.
@@ -59,17 +55,6 @@ READ_PAST = 4
 # included, at most this long from the start of its episode in doubt (the longest quiet a
 # gateway may ask): a guid the gateway keeps limiting cannot keep an item in doubt for ever.
 QUIET_HOLD = RETRY_AFTER_MAX
-# Reads a round makes at most: one more each time the last held items back because their guid
-# was being asked about, the next leaving those guids out, while slots are free.
-READS_A_ROUND = 4
-
-
-class _Left(NamedTuple):
-    """An item a lookup left in doubt: its episode, the loop time of the answer, its guid."""
-
-    since: datetime
-    answered: float
-    guid: str
 
 
 class Verifier:
@@ -89,12 +74,13 @@ class Verifier:
         self.resolved: Counter[str] = Counter()  # by the status an item moved to
         self.errors: Counter[str] = Counter()  # by VERIFY_STEPS: what failed (database down, a bug)
         self._tasks: dict[str, asyncio.Task[bool]] = {}  # item_id → its lookup: True if it settled the item
-        self._asking: dict[str, InDoubt] = {}  # item_id → the item of a lookup in flight (its guid is busy)
-        # item_id → its episode, the loop time of the answer and its guid: items a lookup left in
-        # doubt, kept while the rounds' reads list them, their guid is left out of the reads or
-        # their wait is not over. Asked again ``again_after_s`` after that answer at the
-        # soonest, and after the items of a round's read never left in doubt.
-        self._left: dict[str, _Left] = {}
+        # item_id → the episode (InDoubt.since) of a lookup that finished during this round's
+        # read: the read may predate its resolution, and must not start a second lookup for it.
+        self._finished: dict[str, datetime] = {}
+        # item_id → (episode, loop time of the answer): items a lookup left in doubt, kept while
+        # the rounds' reads list them or their wait is not over. Asked again ``again_after_s``
+        # after that answer at the soonest, and after the items of a round's read never left in doubt.
+        self._left: dict[str, tuple[datetime, float]] = {}
         self.again_after_s = 0.0  # run() sets it to its interval: an item left in doubt waits that long
         self.read_past = READ_PAST * concurrency  # the most rows a round reads beyond ``limit``
         self._freed = asyncio.Event()  # a lookup settled its item since the last round began
@@ -106,79 +92,49 @@ class Verifier:
 
     async def start_round(self) -> int:
         """Start lookups for in-doubt items not already being looked up, nor left in doubt by
-        a lookup within the last ``again_after_s``, up to the free slots and one per guid (an
-        item of a guid being asked about waits for a later round): first the items no lookup
-        left in doubt, oldest first, then those left in doubt longest ago. Returns how many
-        started. Never waits for a lookup."""
+        a lookup within the last ``again_after_s``, up to the free slots: first the items no
+        lookup left in doubt, oldest first, then those left in doubt longest ago. Returns how
+        many started. Never waits for a lookup."""
         self._freed.clear()
         self._more = False
         free = self.concurrency - len(self._tasks)
         if free <= 0:
             self._more = True  # every slot busy: the next round comes when one settles its item
             return 0
-        # The guids being asked about are not read at all (nor, so, an episode whose lookup
-        # finishes while a read runs, which the read might list as it stood before its
-        # resolution); nor, on a read again, those whose items the last read held back: a guid
-        # with more items in doubt than a read holds takes one slot, not the round.
-        busy = {item.guid for item in self._asking.values()}
-        listed: set[str] = set()
-        started = 0
-        for _ in range(READS_A_ROUND):
-            # Read past the items this round puts last (left in doubt; not those of guids left
-            # out of the read), so those at the head of the oldest-first read hold no other
-            # back; bounded, whatever the count of those.
-            past = sum(1 for k, left in self._left.items() if k not in self._tasks and left.guid not in busy)
-            items = await self.sweeps.in_doubt(self.limit + min(past, self.read_past), busy)
-            listed |= {item.item_id for item in items}
-            more, held = self._start(items, free - started, busy)
-            started += more
-            self._more = self._more or bool(held)
-            if started == free or not held:
-                break
+        self._finished = {}  # lookups resolved before this read began: the read sees their outcome
+        # Read past the items this round passes over (in flight) or puts last (left in doubt),
+        # so those at the head of the oldest-first read hold no other back; bounded, whatever
+        # the count of those.
+        past = len(self._tasks) + len(self._left.keys() - self._tasks.keys())
+        items = await self.sweeps.in_doubt(self.limit + min(past, self.read_past))
         now = asyncio.get_running_loop().time()
-        # Items no longer listed are resolved or out of reach: kept only until their wait is
-        # over, or while their guid is left out of the reads.
-        self._left = {k: v for k, v in self._left.items()
-                      if k in listed or v.guid in busy or v.answered + self.again_after_s > now}
-        return started
-
-    def _start(self, items: list[InDoubt], free: int, busy: set[str]) -> tuple[int, set[str]]:
-        """Start lookups for ``items`` (a read's), up to ``free``, one per guid not in ``busy``
-        (each started adds its guid). Returns how many started, and the guids of items held
-        back because their guid was busy."""
-        now = asyncio.get_running_loop().time()
+        listed = {item.item_id for item in items}
+        # Items no longer listed are resolved or out of reach: kept only until their wait is over.
+        self._left = {k: v for k, v in self._left.items() if k in listed or v[1] + self.again_after_s > now}
         fresh: list[InDoubt] = []
         again: list[tuple[float, InDoubt]] = []
         for item in items:
             if item.item_id in self._tasks:
                 continue
-            if (left := self._left.get(item.item_id)) is None or item.since > left.since:
+            if (done := self._finished.get(item.item_id)) is not None and item.since <= done:
+                continue  # an episode whose lookup finished while this round read: next round sees it as it is
+            if (left := self._left.get(item.item_id)) is None or item.since > left[0]:
                 fresh.append(item)
-            elif left.answered + self.again_after_s <= now:
-                again.append((left.answered, item))
+            elif left[1] + self.again_after_s <= now:
+                again.append((left[1], item))
             # else: left in doubt a moment ago; asked again once its wait is over
         again.sort(key=lambda a: a[0])
-        started, held = 0, set()
-        for item in fresh + [item for _, item in again]:
-            asks = not item.quiet_s  # read past QUIET_HOLD, a quiet guid's item is decided without a call
-            if asks and item.guid in busy:
-                held.add(item.guid)
-                continue
-            if started == free:
-                self._more = True
-                break
-            started += 1
+        queue = fresh + [item for _, item in again]
+        self._more = len(queue) > free
+        for item in queue[:free]:
             task = asyncio.create_task(self._verify(item), name=f"verify:{item.item_id}")
             self._tasks[item.item_id] = task
-            if asks:
-                busy.add(item.guid)
-                self._asking[item.item_id] = item
             task.add_done_callback(functools.partial(self._forget, item))
-        return started, held
+        return min(len(queue), free)
 
     def _forget(self, item: InDoubt, task: asyncio.Task[bool]) -> None:
         self._tasks.pop(item.item_id, None)
-        self._asking.pop(item.item_id, None)
+        self._finished[item.item_id] = item.since
         # Only a lookup that settled its item starts the next round early: one that failed or
         # got no answer frees a slot for whichever round comes next.
         if not task.cancelled() and task.exception() is None and task.result():
@@ -249,7 +205,7 @@ class Verifier:
         return self.clock() - item.since < QUIET_HOLD
 
     def _ask_later(self, item: InDoubt) -> None:
-        self._left[item.item_id] = _Left(item.since, asyncio.get_running_loop().time(), item.guid)
+        self._left[item.item_id] = (item.since, asyncio.get_running_loop().time())
 
     async def run(self, stop: asyncio.Event, may_work: Callable[[], bool], interval_s: float) -> None:
         """Start rounds while ``may_work()`` (the leader), until ``stop``: the next as soon as

@@ -7,9 +7,7 @@
 -- rate limit's Retry-After, on the guid's lease row) is not read at all while the quiet lasts,
 -- up to %(quiet_hold)s from the start of its episode: a guid the gateway limits does not hold
 -- the other guids' items back behind its own at the head of the read. Past that hold it is read
--- with what is left of its quiet (quiet_s; 0: none), and decided without a lookup. Nor are the
--- items of the guids being asked about (%(busy)s: one lookup of a guid at a time), so they hold
--- no other guid's item back behind them either.
+-- with what is left of its quiet (quiet_s; 0: none), and decided without a lookup.
 SELECT item_id::text AS item_id, guid, idem_key, updated_at,
        (SELECT j.tenant FROM jobs j WHERE j.job_id = items.job_id) AS tenant,
        greatest((SELECT extract(epoch FROM g.gateway_quiet_until - now())::float8
@@ -18,7 +16,6 @@ FROM items
 WHERE status = 'recovery_pending' AND updated_at < now() - %(settle)s::interval
   AND (lease_until IS NULL OR lease_until < now())
   AND {guid_segment} = ANY(%(segments)s::int[])
-  AND NOT (guid = ANY(%(busy)s::text[]))
   AND NOT (updated_at > now() - %(quiet_hold)s::interval
            AND EXISTS (SELECT 1 FROM guid_leases g WHERE g.guid = items.guid AND g.gateway_quiet_until > now()))
 ORDER BY updated_at
