@@ -113,7 +113,7 @@ class Stats:
         if stall_after is None:
             return {"jobs_running": 1}
         self.stall_counts += 1
-        return {"jobs_running": 1, "stalled_shards": 2}
+        return {"jobs_running": 1, "stalled_shards": 2, "in_doubt_quiet": 4}
 
     async def guid_stats(self) -> dict[str, int]:
         self.guid_counts += 1
@@ -181,6 +181,7 @@ def test_the_loop_tails_the_segments_held_and_follows_handovers() -> None:
             await until(lambda: stats.rounds >= rounds + 3)
             assert stats.stall_counts == 1, "the stall count at its own pace, not at every sweep"
             assert _sample(registry, "pacer_reconciler_stalled_shards") == 2.0, "the last count is still exported"
+            assert _sample(registry, "pacer_reconciler_in_doubt_quiet_items") == 4.0, "read with it, kept with it"
 
             # segment 1's lease is lost mid-batch: its batch is dropped, segment 0 goes on
             tails[1].fail_with = LeadershipLost("lease r/1of4 at epoch 1 expired or taken over")

@@ -111,7 +111,9 @@ class ReconcilerSettings(OpsSettings):
         "open shard of a running job that has not moved for `PACER_RECONCILER_STALL_AFTER_S`, with its guid's "
         "limits, which at a fleet's scale is the leader's heaviest read. The guids by lifecycle state "
         "(`pacer_reconciler_guids_by_state`, `pacer_reconciler_held_guids_with_work`), which read every guid, are "
-        "counted at the same pace. Its other numbers are read at every sweep."
+        "counted at the same pace, and so are the in-doubt items of guids keeping a gateway's quiet "
+        "(`pacer_reconciler_in_doubt_quiet_items`), which reads every in-doubt item while any guid is quiet. Its "
+        "other numbers are read at every sweep."
     ))
     backlog_top_n: int = Field(10, ge=1, le=100, description=(
         "How many guids and jobs the backlog metrics name: the top N guids by queued items, the top N by "

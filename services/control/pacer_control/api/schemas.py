@@ -365,8 +365,8 @@ class GuidView(BaseModel):
             "ready, a minute, hour or day window has used its batch share of the guid's cap: batch sends wait "
             "until `capped_until`), `stalled` (an item ready and no send for `PACER_CONTROL_STALLED_AFTER_S`, 2 "
             "minutes by default, beyond the guid's own longest gap between sends, or its ready items' jobs' "
-            "shortest interval per guid when longer, stretched by its rate-limit `penalty`, counted from the end "
-            "of its last hold or of `gateway_quiet_until`: a guid stuck), `slowed` (sending at `penalty` times its "
+            "shortest interval per guid when longer, stretched by its rate-limit `applied_penalty`, counted from the end "
+            "of its last hold or of `gateway_quiet_until`: a guid stuck), `slowed` (sending at `applied_penalty` times its "
             "interval, or keeping the quiet its gateway asked for until `gateway_quiet_until`: the gateway "
             "rate-limited it lately, or left a send unanswered), else `sending`. Pacing as the sender holding the "
             "guid applies it: its own overrides over every guid's `*` over that sender's settings"))
