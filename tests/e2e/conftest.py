@@ -22,6 +22,9 @@ def stack(infra_env: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "PACER_SENDER_MIN_INTERVAL_MS": "10",
         "PACER_SENDER_JITTER_MS": "5",
         "PACER_RECONCILER_SWEEP_INTERVAL_S": "0.5",
+        # The guids by lifecycle state (and the stall count) every 2 s, not 30: the tests wait
+        # on those gauges with deadlines of 30 s.
+        "PACER_RECONCILER_STALL_COUNT_EVERY_S": "2",
         "PACER_SENDER_MAX_BUFFERED": "100",  # small, so a backlog is read from Postgres
         "PACER_SENDER_SWEEP_S": "2",  # work without a command is found within seconds
     }) as st:
