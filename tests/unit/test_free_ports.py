@@ -13,6 +13,27 @@ from pacer_dev.infra import process
 from pacer_dev.infra.process import free_ports, listen_range, port_available
 
 
+@pytest.fixture(autouse=True)
+def _one_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests pick from the whole range, as a process outside pytest-xdist does."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+
+
+def test_each_xdist_worker_picks_from_a_share_of_the_range_no_other_worker_picks_from(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(process, "listen_range", lambda: range(20000, 20600))
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    picked = {}
+    for worker in ("gw0", "gw1"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        picked[worker] = set(free_ports(100))
+        assert picked[worker] <= set(process.worker_share(range(20000, 20600)))
+    assert len(picked["gw0"]) == len(picked["gw1"]) == 100
+    assert not picked["gw0"] & picked["gw1"], "two workers handed out the same port"
+    assert {p % 2 for p in picked["gw0"]} == {0} and {p % 2 for p in picked["gw1"]} == {1}
+
+
 def _ephemeral(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> None:
     path = tmp_path / "ip_local_port_range"
     path.write_text(text)

@@ -115,11 +115,22 @@ def listen_range() -> range:
     return range(max(1024, low - 16384), low) if low - 1024 >= 4096 else range(0)
 
 
+def worker_share(candidates: range) -> range:
+    """Under pytest-xdist, this worker's share of ``candidates`` (every Nth port, from its
+    number), so that no two workers hand out the same port: a server one of them picked may take
+    seconds to bind it (Kafka's JVM), and meanwhile the port looks free to the other."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1:
+        return candidates[int(worker[2:]) % int(count)::int(count)]
+    return candidates
+
+
 def free_ports(count: int) -> list[int]:
     """Distinct loopback ports that are free right now and were not handed out before by this
     process: picked at random in ``listen_range`` (so that two processes picking at the same
-    moment rarely meet), or by the kernel where that range is empty."""
-    candidates = listen_range()
+    moment rarely meet; under pytest-xdist, in this worker's share of it), or by the kernel
+    where that range is empty."""
+    candidates = worker_share(listen_range())
     if not candidates:
         return _kernel_ports(count)
     picked: list[int] = []
