@@ -3,9 +3,9 @@
 A batch of begins (pacer_begin_send_many) takes its common case set-based and hands every
 other item to pacer_begin_send; whatever the mix, the outcome of each item and everything
 written (items, events, ledger keys, job budgets and holds, guid leases) must equal the
-one-by-one path's, item for item. Both paths run on the same database, each in a
-transaction that is rolled back. A batch of confirms (pacer_confirm_many) guards each item
-by its own epoch.
+one-by-one path's, item for item, down to the quiet a gateway asked of each submitted item's
+guid. Both paths run on the same database, each in a transaction that is rolled back. A batch
+of confirms (pacer_confirm_many) guards each item by its own epoch.
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ def _scenario(url: str) -> list[tuple[str, str, str, str]]:
         conn.execute("UPDATE jobs SET budget_max_sends = 2 WHERE job_id = %s", (budget_job,))
         conn.execute("UPDATE jobs SET status = 'paused', paused_reason = 'by hand' WHERE job_id = %s", (paused_job,))
         conn.execute("UPDATE shards SET status = 'paused' WHERE shard_id = %s", (next(iter(shards.values())),))
+        # A gateway asked g1 (set-based path) and g6 (budgeted: one by one) for ten minutes' quiet;
+        # g2's quiet is over.
+        conn.execute("UPDATE guid_leases SET gateway_quiet_until = now() + CASE WHEN guid = 'g2' THEN"
+                     " interval '-1 minute' ELSE interval '10 minutes' END WHERE guid IN ('g1', 'g2', 'g6')")
         conn.execute("UPDATE items SET status = 'confirmed' WHERE item_id = %s", (plain[2],))  # g1: not pending
         # g2's two items share a key; g1's second item's key is already another item's.
         conn.execute("UPDATE items SET idem_key = 'shared' WHERE item_id = ANY(%s)", ([plain[3], plain[4]],))
@@ -68,7 +72,8 @@ def _written(conn: psycopg.Connection[Any]) -> dict[str, Any]:
 
 def _batched(conn: psycopg.Connection[Any], batch: list[tuple[str, str, str, str]]) -> list[tuple[Any, ...]]:
     rows = conn.execute(
-        "SELECT ord, outcome, epoch, attempts, holder FROM pacer_begin_send_many(%s::uuid[], %s, %s::interval,"
+        "SELECT ord, outcome, epoch, attempts, holder, round(quiet_s / 60) FROM pacer_begin_send_many(%s::uuid[], %s,"
+        " %s::interval,"
         " %s::text[], %s::text[], %s::text[]) ORDER BY ord",
         ([b[0] for b in batch], OWNER, TTL, [b[1] for b in batch], [b[2] for b in batch], [b[3] for b in batch]),
     ).fetchall()
@@ -78,7 +83,8 @@ def _batched(conn: psycopg.Connection[Any], batch: list[tuple[str, str, str, str
 def _one_by_one(conn: psycopg.Connection[Any], batch: list[tuple[str, str, str, str]]) -> list[tuple[Any, ...]]:
     out = []
     for item, key, guid, to_id in sorted(batch, key=lambda b: (b[2], b[0])):  # the batch's lock order
-        row = conn.execute("SELECT outcome, epoch, attempts, holder FROM pacer_begin_send(%s, %s, %s::interval,"
+        row = conn.execute("SELECT outcome, epoch, attempts, holder, round(quiet_s / 60) FROM pacer_begin_send(%s,"
+                           " %s, %s::interval,"
                            " %s, %s, %s)", (item, OWNER, TTL, key, guid, to_id)).fetchone()
         assert row is not None
         out.append((item, *row))
@@ -108,6 +114,11 @@ def test_a_batch_of_begins_answers_and_writes_exactly_what_the_begins_one_by_one
     # the paused job, the paused shard).
     assert Counter(a[1] for a in batched) == {"submitted": 4, "duplicate": 2, "not_pending": 1,
                                              "guid_lost": 1, "held": 5}
+    # Each submitted item comes with the minutes left of its guid's quiet; nothing else with one.
+    guid_of = {b[0]: b[2] for b in batch}
+    assert sorted((guid_of[a[0]], a[5]) for a in batched if a[1] == "submitted") == [
+        ("g1", 10), ("g2", None), ("g6", 10), ("g6", 10)]
+    assert all(a[5] is None for a in batched if a[1] != "submitted")
 
 
 def test_a_batch_of_plain_begins_writes_each_items_events_with_its_own_attempt(database_url: str) -> None:

@@ -160,7 +160,7 @@ def test_an_item_whose_expire_at_comes_between_the_claim_and_the_call_is_not_sen
     gateway = RecordingGateway()
     seen: list[tuple[str, int, int]] = []
 
-    async def gap() -> bool:
+    async def gap(quiet_s: float | None = None) -> bool:
         seen.append(one(url, "SELECT i.status::text, i.attempts, j.budget_used FROM items i JOIN jobs j"
                         " USING (job_id) WHERE i.item_id = %s", item))
         _Clock.skew = timedelta(hours=1)  # the wait outlasted the item's expire_at

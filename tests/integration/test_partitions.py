@@ -43,8 +43,9 @@ def partition_of(conn: psycopg.Connection[Any], table: str, item_id: str) -> str
 def sent(conn: psycopg.Connection[Any], item: str, key: str, guid: str = "g1") -> str:
     """Claim, reserve the key and confirm ``item`` as a sender would; the begin outcome."""
     conn.execute("SELECT pacer_acquire_guids(ARRAY[%s], 'w1', interval '1 hour')", (guid,))
-    outcome, epoch, _, _ = conn.execute(
-        "SELECT * FROM pacer_begin_send(%s, 'w1', interval '1 minute', %s, %s, 'room')", (item, key, guid)).fetchone()
+    outcome, epoch = conn.execute(
+        "SELECT outcome, epoch FROM pacer_begin_send(%s, 'w1', interval '1 minute', %s, %s, 'room')",
+        (item, key, guid)).fetchone()
     if outcome == "submitted":
         conn.execute("SELECT * FROM pacer_confirm_many(ARRAY[%s]::uuid[], ARRAY[%s]::bigint[], ARRAY[%s],"
                      " ARRAY['{\"code\": 0}']::jsonb[])", (item, epoch, key))

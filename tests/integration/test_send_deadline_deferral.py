@@ -80,7 +80,7 @@ def test_missed_send_deadlines_use_up_neither_attempts_nor_budget(database_url: 
     skew = [0.0]
     monkeypatch.setattr(core, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + skew[0]))
 
-    async def stalled() -> bool:  # the pacing gap outlasts the send deadline
+    async def stalled(quiet_s: float | None = None) -> bool:  # the pacing gap outlasts the send deadline
         skew[0] += SEND_DEADLINE_S + 1
         return True
 

@@ -46,6 +46,28 @@ def test_begin_send_claims_reserves_and_submits_in_one_step(database_url: str) -
         assert conn.execute("SELECT state FROM send_ledger WHERE idem_key = 'k1'").fetchone() == ("sent",)
 
 
+def test_a_begin_hands_the_sender_what_is_left_of_a_quiet_on_its_guid_s_row(database_url: str) -> None:
+    """A reconciler's lookup was answered with Retry-After: 120 and left the quiet on g1's
+    lease row. The sender's next claim of a g1 item learns it; g2's claim has none."""
+    _, _, items = seed_job(database_url, {"g1": 1, "g2": 1})
+
+    async def scenario() -> tuple[Begun, Begun]:
+        pool, repo = await _repo(database_url, guids=("g1", "g2"))
+        with psycopg.connect(database_url) as conn:
+            conn.execute("UPDATE guid_leases SET gateway_quiet_until = now() + interval '120 seconds'"
+                         " WHERE guid = 'g1'")
+            rows = conn.execute("SELECT guid, item_id::text, idem_key FROM items WHERE item_id = ANY(%s)",
+                                (items,)).fetchall()
+        by_guid = {guid: cmd(item, key, guid) for guid, item, key in rows}  # their own keys: the set-based path
+        quiet, free = await asyncio.gather(repo.begin_send(by_guid["g1"], "w1"), repo.begin_send(by_guid["g2"], "w1"))
+        await pool.close()
+        return quiet, free
+
+    quiet, free = asyncio.run(scenario())
+    assert quiet.outcome == "submitted" and quiet.quiet_s is not None and 110 < quiet.quiet_s <= 120, quiet
+    assert free.outcome == "submitted" and free.quiet_s is None, free
+
+
 def test_concurrent_begins_for_one_item_submit_it_once(database_url: str) -> None:
     _, _, (item,) = seed_job(database_url, {"g1": 1})
 

@@ -12,18 +12,19 @@ from __future__ import annotations
 import asyncio
 import selectors
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 from pacer_common.domain.commands import ItemCommand
+from pacer_sender.core import BeforeCall as CoreBeforeCall
 from pacer_sender.core import Executed
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.leases import GuidLeases
 from tests.unit.fakes import GrantAll, InMemoryGuidLeases, InMemoryGuidQueue
 
-BeforeCall = Callable[[], Awaitable[bool]] | None
+BeforeCall = CoreBeforeCall | None
 
 
 EPS = 1e-6  # a difference of two clock readings, rounded
@@ -104,7 +105,9 @@ class Recorder:
     n-th claim takes ``claims[n]`` seconds of ``clock`` (the last, once they run out; give the
     dispatcher the same clock); ``sent`` holds each gateway call's start, ``claimed`` each
     claim's start, ``yielded`` each item that gave its turn up (pending again at once, as
-    the reconciler makes it; its doorbell, which the reconciler publishes, is the test's)."""
+    the reconciler makes it; its doorbell, which the reconciler publishes, is the test's).
+    ``quiets``: guid → when a quiet a gateway asked of it ends by ``clock``, as its lease row
+    keeps it; a claim hands what is left of it to ``before_call``, as begin_send does."""
 
     def __init__(self, store: InMemoryGuidQueue | None = None, claims: Sequence[float] = (0.0,)) -> None:
         self.store = store or InMemoryGuidQueue()
@@ -114,6 +117,7 @@ class Recorder:
         self.claimed: list[tuple[str, float]] = []
         self.spares: list[float] = []  # each execution's spare_s
         self.yielded: list[ItemCommand] = []
+        self.quiets: dict[str, float] = {}
 
     async def execute(self, cmd: ItemCommand, before_call: BeforeCall = None, spare_s: float = 0.0) -> Executed:
         claim_s = self.claims[min(len(self.claimed), len(self.claims) - 1)]
@@ -123,7 +127,8 @@ class Recorder:
         await asyncio.sleep(0)  # as a database or gateway call would, let other guids run
         if self.store.pending.pop(cmd.item_id, None) is None:
             return Executed("not_pending", False)
-        if before_call is not None and not await before_call():
+        left = self.quiets.get(cmd.guid, 0.0) - self.clock()
+        if before_call is not None and not await before_call(left if left > 0 else None):
             self.store.add(cmd)  # waiting_retry, then pending again: nothing was sent
             self.yielded.append(cmd)
             return Executed("yielded", False, claim_s=claim_s)

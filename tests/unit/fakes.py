@@ -73,6 +73,7 @@ class InMemoryItemRepository:
         self.spares: list[float] = []  # each confirmation's spare_s
         self.paused_guids: dict[str, str] = {}  # guid → reason (the guid_leases hold)
         self.held_jobs: dict[str, str] = {}  # job id → why its items may not be claimed ("job paused: …")
+        self.quiets: dict[str, float] = {}  # guid → what is left of a quiet a gateway asked of it, seconds
 
     # -- test set-up and outside actors ----------------------------------------------------
     def add(self, item_id: str, status: ItemStatus = S.PENDING, attempts: int = 0) -> ItemRecord:
@@ -150,7 +151,7 @@ class InMemoryItemRepository:
             return Begun("duplicate", epoch, attempts, entry.item_id)
         self._move(cmd.item_id, S.SUBMITTED)
         rec.attempts += 1
-        return Begun("submitted", epoch, attempts, cmd.item_id)
+        return Begun("submitted", epoch, attempts, cmd.item_id, quiet_s=self.quiets.get(cmd.guid))
 
     async def confirm(self, cmd: ItemCommand, epoch: int, receipt: Receipt, spare_s: float = 0.0) -> bool:
         self.calls.append("confirm")

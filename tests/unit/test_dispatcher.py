@@ -16,6 +16,7 @@ import pytest
 from pacer_common.db.errors import TransientError
 from pacer_common.domain.commands import ItemCommand
 from pacer_sender.core import Executed
+from pacer_sender.crew import QUIET_WAIT_S
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.pacing import Limits
 from pacer_sender.domain.queue import HEAD_READ
@@ -936,11 +937,13 @@ def test_a_rate_limit_penalty_is_written_to_the_lease_row_at_once_and_cleared_on
     assert recovered == {"g": (1, 1.0, None)}, f"back to its own pace, the row's penalty is cleared: {recovered}"
 
 
-@pytest.mark.parametrize("claim_ahead_s", [0.0, 0.3], ids=["picked-when-due", "claimed-ahead"])
-def test_a_quiet_a_renewal_finds_on_a_held_guid_holds_its_next_call(claim_ahead_s: float) -> None:
-    """Another caller (a reconciler's lookup) left a quiet of 0.5 s on a held guid's lease row:
-    the renewal passes it on, and the guid's next call waits for its end, even one already
-    claimed ahead of its gap (it gives its turn up and is picked again after the quiet)."""
+@pytest.mark.parametrize(("claim_ahead_s", "quiet_s"), [(0.0, 0.5), (0.3, 0.5), (0.3, QUIET_WAIT_S + 0.5)],
+                         ids=["picked-when-due", "claimed-ahead-short-quiet", "claimed-ahead-long-quiet"])
+def test_a_quiet_a_renewal_finds_on_a_held_guid_holds_its_next_call(claim_ahead_s: float, quiet_s: float) -> None:
+    """Another caller (a reconciler's lookup) left a quiet on a held guid's lease row: the
+    renewal passes it on, and the guid's next call waits for its end, even one already claimed
+    ahead of its gap: that one waits for a quiet ending less than QUIET_WAIT_S after its turn,
+    and gives its turn up to a longer one (it is picked again after the quiet)."""
     async def scenario() -> tuple[float, list[float], bool]:
         store = InMemoryGuidLeases(ttl=30)
         d, rec, _ = dispatcher(Limits(min_interval_s=0.2, jitter_s=0.0, online_reserve=0.0), store=store,
@@ -949,7 +952,7 @@ def test_a_quiet_a_renewal_finds_on_a_held_guid_holds_its_next_call(claim_ahead_
         for n in range(3):
             ring(d, rec.store, cmd("g", n))
         await until(lambda: len(rec.sent) == 1)
-        store.rows["g"].quiet_until = store.now + 0.5
+        store.rows["g"].quiet_until = store.now + quiet_s
         learned = rec.clock()  # at the latest: the renewal's hush counts from a moment after
         await d.crew.leases.leases.renew()
         await until(lambda: len(rec.sent) == 2 or bool(rec.yielded), 10)
@@ -959,6 +962,64 @@ def test_a_quiet_a_renewal_finds_on_a_held_guid_holds_its_next_call(claim_ahead_
         stop(d)
         return learned, [t for _, _, t in rec.sent], bool(rec.yielded)
 
-    learned, sent, yielded = asyncio.run(scenario())
-    assert sent[1] >= learned + 0.5 - 1e-6, f"called {sent[1] - learned:.3f} s into a quiet of 0.5 s"
-    assert yielded == (claim_ahead_s > 0), "only an item claimed ahead has a turn to give up"
+    learned, sent, yielded = run_virtual(scenario())
+    assert sent[1] >= learned + quiet_s - 1e-6, f"called {sent[1] - learned:.3f} s into a quiet of {quiet_s} s"
+    assert yielded == (quiet_s > QUIET_WAIT_S), "only a long quiet takes a claimed item's turn"
+
+
+def test_a_batch_item_waiting_for_a_short_quiet_gives_its_turn_to_an_online_item_that_comes_meanwhile() -> None:
+    """Its claim found a quiet ending half a second after its turn; an auto-reply rung during
+    that wait goes at the quiet's end, not behind the campaign send and one more gap."""
+    async def scenario() -> tuple[float, list[tuple[str, float]], list[str]]:
+        rec = Recorder()
+        d, _, _ = dispatcher(Limits(min_interval_s=0.6, jitter_s=0.0, online_reserve=0.0), executor=rec)
+        for n in range(2):
+            ring(d, rec.store, cmd("g", n))
+        await until(lambda: len(rec.sent) == 1)
+        quiet_end = rec.sent[0][2] + 0.6 + 0.5
+        rec.quiets["g"] = quiet_end  # on the row before g-1's claim
+        await until(lambda: len(rec.claimed) == 2)  # g-1 claimed, waiting for the quiet
+        ring(d, rec.store, cmd("g", 99, priority=1))
+        await until(lambda: len(rec.sent) == 2)
+        for c in rec.yielded:
+            d.ring(c.guid, c)  # the reconciler publishes a yielded item's command again
+        await until(lambda: len(rec.sent) == 3)
+        stop(d)
+        return quiet_end, [(i, t) for _, i, t in rec.sent], [name(c.item_id) for c in rec.yielded]
+
+    quiet_end, sent, yielded = run_virtual(scenario())
+    assert yielded == ["g-1"]
+    assert [i for i, _ in sent] == ["g-0", "g-99", "g-1"]
+    assert abs(sent[1][1] - quiet_end) <= EPS, f"the reply went {sent[1][1] - quiet_end:.3f} s from the quiet's end"
+    assert sent[2][1] >= sent[1][1] + 0.6 - EPS
+
+
+@pytest.mark.parametrize("claim_ahead_s", [0.0, 0.3], ids=["picked-when-due", "claimed-ahead"])
+@pytest.mark.parametrize("quiet_s", [0.5, QUIET_WAIT_S + 2.0], ids=["short-quiet", "long-quiet"])
+def test_a_quiet_another_caller_left_on_the_guid_s_row_holds_the_call_its_claim_finds_it_at(
+        claim_ahead_s: float, quiet_s: float) -> None:
+    """No renewal comes: the claim itself finds the quiet another caller left on the guid's
+    row (begin_send gives what is left of it). The claimed item's call waits for a short one;
+    it gives its turn up to a long one and is sent after it; the guid's next item too."""
+    async def scenario() -> tuple[float, list[float], int]:
+        store = InMemoryGuidLeases(ttl=30)
+        d, rec, _ = dispatcher(Limits(min_interval_s=0.2, jitter_s=0.0, online_reserve=0.0), store=store,
+                               claim_ahead_s=claim_ahead_s)
+        d.crew.ahead.estimate_s = claim_ahead_s
+        ring(d, rec.store, cmd("g", 0))
+        await until(lambda: len(rec.sent) == 1)
+        learned = rec.clock()
+        rec.quiets["g"] = learned + quiet_s  # after the renewal of the take: seen at the next claim only
+        for n in range(1, 3):
+            ring(d, rec.store, cmd("g", n))
+        await until(lambda: len(rec.sent) == 3 or bool(rec.yielded), 10)
+        for given_up in rec.yielded:  # pending again; the reconciler's doorbell for it
+            ring(d, rec.store, given_up)
+        await until(lambda: len(rec.sent) == 3, 10)
+        stop(d)
+        return learned, [t for _, _, t in rec.sent], len(rec.yielded)
+
+    learned, sent, yielded = run_virtual(scenario())
+    assert sent[1] >= learned + quiet_s - 1e-6, f"called {sent[1] - learned:.3f} s into a quiet of {quiet_s} s"
+    assert sent[2] >= sent[1] + 0.2 - 1e-6, "the guid's pace goes on from the call after the quiet"
+    assert yielded == (1 if quiet_s > QUIET_WAIT_S else 0), f"{yielded} turns given up to a quiet of {quiet_s} s"

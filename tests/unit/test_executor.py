@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
@@ -17,7 +16,7 @@ from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus
 from pacer_common.gateway import SendDeadlinePassed
 from pacer_sender import core
-from pacer_sender.core import Executed, Executor
+from pacer_sender.core import BeforeCall, Executed, Executor
 from pacer_sender.domain.decisions import Decision
 
 from .fakes import FakeGateway, InMemoryItemRepository, SentText
@@ -315,7 +314,7 @@ def test_a_wait_before_the_call_comes_after_the_claim_and_before_the_gateway() -
     seen: list[tuple[str, ItemStatus]] = []
     gw = FakeGateway(during_send=lambda call: seen.append(("call", repo.items["it-1"].status)))
 
-    async def before_call() -> bool:
+    async def before_call(quiet_s: float | None = None) -> bool:
         seen.append(("before", repo.items["it-1"].status))
         return True
 
@@ -325,13 +324,29 @@ def test_a_wait_before_the_call_comes_after_the_claim_and_before_the_gateway() -
     assert result.claim_s is not None and result.claim_s >= 0
 
 
-def stalling_wait(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Awaitable[bool]]:
+def test_the_wait_before_the_call_is_told_what_is_left_of_a_quiet_the_claim_found_on_the_guid() -> None:
+    """Another caller's quiet on the guid's lease row reaches the wait with the claim; the
+    wait gives the item's turn up to it: settled unsent, its key freed."""
+    repo, gw = setup()
+    repo.quiets["g-1"] = 2.5
+    told: list[float | None] = []
+
+    async def before_call(quiet_s: float | None = None) -> bool:
+        told.append(quiet_s)
+        return False
+
+    result = asyncio.run(executor(repo, gw).execute(command(), before_call))
+    assert told == [2.5]
+    assert result.outcome == "yielded" and gw.sent == [] and repo.items["it-1"].status is S.WAITING_RETRY
+
+
+def stalling_wait(monkeypatch: pytest.MonkeyPatch) -> BeforeCall:
     """A wait before the call that outlasts a 0.05 s send deadline: the executor's clock moves
     on 0.12 s each time it is awaited."""
     skew = [0.0]
     monkeypatch.setattr(core, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + skew[0]))
 
-    async def stalled() -> bool:
+    async def stalled(quiet_s: float | None = None) -> bool:
         skew[0] += 0.12
         return True
 
@@ -392,7 +407,7 @@ def test_sends_pacer_was_too_late_to_make_use_up_no_attempt_however_many_and_its
 def test_an_item_that_gives_its_turn_up_before_the_call_is_not_sent_and_keeps_its_attempt() -> None:
     repo, gw = setup()
 
-    async def online_came() -> bool:
+    async def online_came(quiet_s: float | None = None) -> bool:
         return False
 
     result = asyncio.run(executor(repo, gw).execute(command(), online_came))

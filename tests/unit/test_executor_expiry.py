@@ -67,7 +67,7 @@ def _run_with_a_gap(repo: InMemoryItemRepository, gw: FakeGateway, cmd: ItemComm
                     during: Any) -> Executed:
     ex = Executor(repo, gw, owner="sender-1", retry=POLICY, rng=random.Random(0))
 
-    async def gap() -> bool:
+    async def gap(quiet_s: float | None = None) -> bool:
         during()
         return True
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Literal, Protocol
 
 from pacer_common import tracing
 from pacer_common.db.errors import TransientError
@@ -48,6 +48,14 @@ YIELDED_REASON = "gave its turn up to an online item of the guid, or to a quiet 
 # land after it. The same second is pacer_begin_send's (and pacer_begin_send_many's), which
 # expires such an item at the claim instead of claiming it.
 EXPIRE_MARGIN_S = 1.0
+
+
+class BeforeCall(Protocol):
+    """Awaited once an item is claimed, before its gateway call (:meth:`Executor.execute`),
+    with what is left of a quiet a gateway asked of its guid as the claim found it on the
+    guid's lease row (seconds; None: none). False: the item gives its turn up."""
+
+    def __call__(self, quiet_s: float | None = None) -> Awaitable[bool]: ...
 
 
 @dataclass(frozen=True)
@@ -142,14 +150,15 @@ class Executor:
         # begun (put back unsent, to expire): never sent late.
         self.expire_margin = timedelta(seconds=expire_margin_s)
 
-    async def execute(self, cmd: ItemCommand, before_call: Callable[[], Awaitable[bool]] | None = None,
+    async def execute(self, cmd: ItemCommand, before_call: BeforeCall | None = None,
                       spare_s: float = 0.0) -> Executed:
         """Execute ``cmd``. ``before_call`` is awaited once the item is claimed, before the
-        send deadline is checked and the gateway called: the guid's pacing gap, when the
-        item was claimed ahead of its end. False from it: the item gives its turn up (an
-        online item of the guid came during the gap) and goes round again, unsent, its
-        attempt given back (``yielded``). ``spare_s``: how long the confirmation may take
-        after the gateway's answer without delaying the guid's next send."""
+        send deadline is checked and the gateway called, with the quiet its guid keeps at the
+        claim: the guid's pacing gap, when the item was claimed ahead of its end, and that
+        quiet. False from it: the item gives its turn up (an online item of the guid came
+        during the gap, or the quiet lasts past it) and goes round again, unsent, its attempt
+        given back (``yielded``). ``spare_s``: how long the confirmation may take after the
+        gateway's answer without delaying the guid's next send."""
         # The item's trace (the job request's, kept on its row and command), else a new one.
         with (tracing.span("send item", tracing.parent(cmd.traceparent), "consumer", item_id=cmd.item_id),
               bind(item_id=cmd.item_id, job_id=cmd.job_id, guid=cmd.guid, shard_id=cmd.shard_id)):
@@ -161,7 +170,7 @@ class Executor:
                     raise
                 raise AfterCall(call.answered, exc) from exc
 
-    async def _execute(self, cmd: ItemCommand, before_call: Callable[[], Awaitable[bool]] | None,
+    async def _execute(self, cmd: ItemCommand, before_call: BeforeCall | None,
                        spare_s: float, call: _Call) -> Executed:
         now = datetime.now(UTC)
         if expired(cmd.expire_at, now + self.expire_margin):
@@ -196,7 +205,7 @@ class Executor:
         started = max(started, begun.sent_at or started)
         claimed_at = datetime.now(UTC)
         first = begun.attempts == 0
-        if before_call is not None and not await before_call():
+        if before_call is not None and not await before_call(begun.quiet_s):
             # Nothing was sent: the key is freed and the attempt given back; the reconciler
             # makes the item pending again, behind the online item that took its turn.
             d = Decision(ItemStatus.WAITING_RETRY, "ItemRetryScheduled", FailureClass.NOT_SENT.value,

@@ -17,6 +17,14 @@ from pacer_sender.flow import Buffer
 from pacer_sender.leasing import LeaseKeeper
 from pacer_sender.ports import GuidQueueStore
 
+# A claimed item waits for a quiet its guid keeps that ends at most this long after the item's
+# turn, and gives its turn up to a longer one. The lease row's end of a quiet comes later than
+# the pacer's own end of the same quiet by the writes in between (the rate limit's penalty
+# written after the answer, the claim's answer read after its statement): a claim that finds
+# the guid's own quiet on its row waits out that difference instead of a round through the
+# reconciler. The sender's composition root keeps it within a quarter of the send deadline.
+QUIET_WAIT_S = 1.0
+
 
 @dataclass
 class WorkerConfig:
@@ -29,6 +37,7 @@ class WorkerConfig:
     # Up to this fraction of a batch interval, drawn per guid, holds the first campaign send of
     # a rested guid that batch work reaches (``GuidPacer.spread_start``); 0: none is held.
     first_send_spread: float = 0.0
+    quiet_wait_s: float = QUIET_WAIT_S  # see QUIET_WAIT_S
 
 
 @dataclass

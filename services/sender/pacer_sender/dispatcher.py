@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pacer_common.domain.commands import CommandHead, ItemCommand
 from pacer_common.domain.requests import Lane
 from pacer_sender.core import Executed, Executor
-from pacer_sender.crew import Crew, Hooks, WorkerConfig
+from pacer_sender.crew import QUIET_WAIT_S, Crew, Hooks, WorkerConfig
 from pacer_sender.domain.pacing import ClaimAhead, GuidPacer, Limits
 from pacer_sender.domain.vetting import unsendable
 from pacer_sender.flow import Buffer
@@ -54,7 +54,7 @@ class Dispatcher:
                  guid_cap: int = 50, max_buffered: int = 20_000, guid_cap_max: int | None = None,
                  horizon_s: float = 60.0, idle_lease_s: float = 60.0,
                  error_attempts: int = 3, error_backoff_s: float = 1.0, first_send_spread: float = 0.0,
-                 claim_ahead_s: float = 0.0,
+                 claim_ahead_s: float = 0.0, quiet_wait_s: float = QUIET_WAIT_S,
                  rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.leases = leases
         self.owns = owns  # is this guid's partition assigned to this sender?
@@ -72,7 +72,8 @@ class Dispatcher:
         self.crew = Crew(executor, limits, queue, Buffer(guid_cap, max_buffered, lambda: len(self.guids), guid_cap_max),
                          LeaseKeeper(leases, clock, idle_lease_s),
                          WorkerConfig(shed_every_s=shed_every_s, horizon_s=horizon_s, error_attempts=error_attempts,
-                                      error_backoff_s=error_backoff_s, first_send_spread=first_send_spread),
+                                      error_backoff_s=error_backoff_s, first_send_spread=first_send_spread,
+                                      quiet_wait_s=quiet_wait_s),
                          hooks, rng, clock, owns=lambda guid: self.owns(guid), ahead=ClaimAhead(claim_ahead_s))
         self.paces: dict[str, GuidPacer] = {}  # kept across workers: spacing survives an idle spell
         leases.quiet = self._hushed

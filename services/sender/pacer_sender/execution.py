@@ -61,13 +61,18 @@ class ItemRunner:
     async def run(self, lane: Lane, cmd: ItemCommand, limits: Limits, go_at: float | None = None) -> float:
         """Execute one item; returns how long the worker should pause afterwards. ``go_at``
         (the crew's clock): the item was picked ahead of the end of the guid's pacing gap, and
-        its gateway call waits for it once the item is claimed."""
+        its gateway call waits for it once the item is claimed. Any item's call waits for a
+        short quiet its guid keeps, or gives its turn up to a longer one (``_gap``)."""
         self.executing = cmd
         allowed_at = self.crew.clock() if go_at is None else go_at
 
-        async def before_call() -> bool:
-            if go_at is not None and not await self._gap(lane, limits, go_at):
-                return False  # an online item takes this turn
+        async def before_call(quiet_s: float | None = None) -> bool:
+            if quiet_s:  # a quiet on the guid's lease row at the claim: another caller's, say
+                self.pacer.hush(self.crew.clock() + quiet_s)
+            # The item's turn: the gap's end it was claimed ahead of, else now, once claimed.
+            turn = go_at if go_at is not None else self.crew.clock()
+            if not await self._gap(lane, limits, turn, go_at is not None):
+                return False  # an online item, or the guid's quiet, takes this turn
             self.crew.hooks.on_send_delay(lane, max(0.0, self.crew.clock() - allowed_at))
             return True
 
@@ -106,25 +111,35 @@ class ItemRunner:
             return 0.0
         return await self._internal_error(cmd, exc)
 
-    async def _gap(self, lane: Lane, limits: Limits, go_at: float) -> bool:
-        """Wait out the guid's pacing gap, until ``go_at`` by the crew's clock however early
-        a timer fires. A batch item claimed ahead of the gap's end gives its turn up (False)
-        to an online item of the guid that arrives meanwhile and may go by then: without it
-        that online item, an auto-reply say, would wait for this send and one more gap. Any
-        item gives its turn up to a quiet a gateway asked of the guid, learned meanwhile, that
-        lasts past ``go_at``: it is picked again once the quiet is over."""
-        while (wait := go_at - self.crew.clock()) > 0:
-            if self._yields(lane, limits, go_at):
+    async def _gap(self, lane: Lane, limits: Limits, go_at: float, ahead: bool = True) -> bool:
+        """Wait until the item's call may go: ``go_at`` by the crew's clock however early a
+        timer fires (the end of the guid's pacing gap, for an item claimed ``ahead`` of it),
+        or the end of a quiet the guid keeps, if that comes later, by at most
+        ``quiet_wait_s``. Any item gives its turn up (False) to a longer quiet a gateway asked
+        of the guid, learned meanwhile (at a renewal, or at the item's claim): it is picked
+        again once the quiet is over. A batch item that waits (claimed ahead, or for a short
+        quiet) gives its turn up to an online item of the guid that arrives meanwhile and may
+        go by then: without it that online item, an auto-reply say, would wait for this send
+        and one more gap."""
+        while (wait := self._go(go_at) - self.crew.clock()) > 0:
+            if self._yields(lane, limits, go_at, ahead):
                 return False
             self.wake.clear()
             await self.wake.sleep(wait)
-        return not self._yields(lane, limits, go_at)
+        return not self._yields(lane, limits, go_at, ahead)
 
-    def _yields(self, lane: Lane, limits: Limits, go_at: float) -> bool:
-        """The turn of an item claimed to go at ``go_at`` goes to someone else: an online item
-        first, or the guid's quiet."""
+    def _go(self, go_at: float) -> float:
+        """When the call of an item whose turn is ``go_at`` may go: at the end of the guid's
+        quiet, if that is later."""
         quiet = self.pacer.quiet_until
-        return (quiet is not None and quiet > go_at) or (lane == "batch" and self._online_first(limits, go_at))
+        return go_at if quiet is None else max(go_at, quiet)
+
+    def _yields(self, lane: Lane, limits: Limits, go_at: float, ahead: bool) -> bool:
+        """The turn of an item whose turn is ``go_at`` goes to someone else: the guid's long
+        quiet, or an online item first (a batch item that waits for its turn)."""
+        go = self._go(go_at)
+        return (go > go_at + self.crew.config.quiet_wait_s
+                or (lane == "batch" and (ahead or go > go_at) and self._online_first(limits, go)))
 
     def _online_first(self, limits: Limits, go_at: float) -> bool:
         """The guid's window holds an online item that may go no later than ``go_at``."""

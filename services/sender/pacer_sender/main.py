@@ -28,6 +28,7 @@ from pacer_sender.adapters.postgres import (
 )
 from pacer_sender.adapters.queue import PostgresGuidQueue
 from pacer_sender.core import Executor
+from pacer_sender.crew import QUIET_WAIT_S
 from pacer_sender.dispatcher import Dispatcher
 from pacer_sender.domain.media import MediaTiming
 from pacer_sender.leases import GuidLeases
@@ -87,7 +88,9 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: SenderSettings) -
                                 guid_cap=cfg.guid_buffer, guid_cap_max=cfg.guid_buffer_max, max_buffered=cfg.max_buffered,
                                 horizon_s=2 * cfg.sweep_s, idle_lease_s=cfg.idle_lease_s,
                                 error_attempts=cfg.item_error_attempts, first_send_spread=cfg.first_send_spread,
-                                claim_ahead_s=cfg.claim_ahead_ms / 1000, on_send_delay=m.send_delay_observed)
+                                claim_ahead_s=cfg.claim_ahead_ms / 1000, on_send_delay=m.send_delay_observed,
+                                # with the claim ahead (≤ a quarter too), well inside the send deadline
+                                quiet_wait_s=min(QUIET_WAIT_S, cfg.send_deadline_s / 4))
         loop = ConsumerLoop(consumer, dispatcher, m.bad_commands, kafka.item_commands("online"),
                             kafka.item_commands("batch"))
         dispatcher.owns = loop.owns

@@ -48,9 +48,10 @@ class SenderMetrics:
             "is held); `media_waiting` (a media item whose media is not ready yet: it waits, pending, unclaimed); "
             "`media_ready` (a media item whose upload or status poll, made now, found its media ready: that call was"
             " the guid's turn, the item is sent at the next, one pacing gap after the call's answer); "
-            "`yielded` (an item claimed ahead of its pacing gap's end gave its turn up, a batch one to an online item "
-            "of the guid, any to a quiet the gateway asked of the guid learned meanwhile: not sent, rescheduled, its "
-            "attempt given back); `held` (its job, shard or guid is on hold, found at "
+            "`yielded` (a claimed item gave its turn up: a batch one claimed ahead of its pacing gap's end to an "
+            "online item of the guid, any to a quiet the gateway asked of the guid, learned at a renewal or at the "
+            "claim, that lasts more than a second past its turn: not sent, rescheduled, its attempt given back); "
+            "`held` (its job, shard or guid is on hold, found at "
             "the claim or, for a media item, before any upload or status poll: it stays pending, and is published "
             "again when the hold is lifted)."
         ), ["outcome", "lane", "kind"], registry=registry)

@@ -29,7 +29,9 @@ class Begun:
     business id (abandoned, unsent); ``expired``: it was within the expiry margin of its
     ``expire_at`` at the claim, so it was expired, unsent; ``held``: its job, shard or guid is
     on hold (the reason is in ``holder``) and the item stays pending; ``guid_lost``: this
-    sender no longer holds the guid's lease.
+    sender no longer holds the guid's lease. A submitted item comes with what is left of a
+    quiet a gateway asked of its guid (``quiet_s``), as the lease row held it at the claim:
+    one another caller was answered with (a reconciler's lookup) is learned here at once.
     """
 
     outcome: Literal["submitted", "duplicate", "not_pending", "guid_lost", "held", "expired"]
@@ -37,6 +39,7 @@ class Begun:
     attempts: int | None  # attempts before this one
     holder: str | None
     sent_at: float | None = None  # monotonic time the claiming statement was sent, if known
+    quiet_s: float | None = None  # what is left of the guid's quiet at the claim, seconds (None: none)
 
 
 class UnstorableItem(Exception):

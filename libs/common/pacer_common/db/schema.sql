@@ -154,7 +154,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION public.pacer_begin_send(p_item uuid, p_owner text, p_ttl interval, p_idem_key text, p_guid text, p_to_id text) RETURNS TABLE(outcome text, epoch bigint, attempts integer, holder text)
+CREATE FUNCTION public.pacer_begin_send(p_item uuid, p_owner text, p_ttl interval, p_idem_key text, p_guid text, p_to_id text) RETURNS TABLE(outcome text, epoch bigint, attempts integer, holder text, quiet_s double precision)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -168,12 +168,15 @@ DECLARE
     why text;
     counted boolean := false;
 BEGIN
-    SELECT pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason) AS reason INTO g
+    SELECT pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason) AS reason,
+           CASE WHEN l.gateway_quiet_until > now() THEN extract(epoch FROM l.gateway_quiet_until - now())::float8
+           END AS quiet_s
+    INTO g
     FROM guid_leases l LEFT JOIN guid_states gs ON gs.guid = l.guid
     WHERE l.guid = p_guid AND l.owner = p_owner AND l.lease_until > now()
     FOR UPDATE OF l;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT 'guid_lost'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN QUERY SELECT 'guid_lost'::text, NULL::bigint, NULL::integer, NULL::text, NULL::float8;
         RETURN;
     END IF;
     SELECT i.status, i.job_id, i.expire_at, j.status AS job_status, j.paused_reason AS job_reason,
@@ -183,12 +186,12 @@ BEGIN
     FROM items i JOIN jobs j ON j.job_id = i.job_id JOIN shards s ON s.shard_id = i.shard_id
     WHERE i.item_id = p_item;
     IF NOT FOUND OR x.status <> 'pending' THEN
-        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text, NULL::float8;
         RETURN;
     END IF;
     IF x.job_status = 'cancelled' THEN
         PERFORM pacer_abandon_cancelled(ARRAY[p_item]);
-        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text, NULL::float8;
         RETURN;
     END IF;
     IF x.coalesce_key IS NOT NULL THEN
@@ -199,7 +202,7 @@ BEGIN
                 jsonb_build_object('business_id', x.coalesce_key, 'by_version', newer, 'error_class', 'superseded'),
                 p_clear_lease => true, p_error_class => 'superseded',
                 p_error => format('superseded by status version of business id %s', x.coalesce_key));
-            RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+            RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text, NULL::float8;
             RETURN;
         END IF;
     END IF;
@@ -208,7 +211,7 @@ BEGIN
         PERFORM pacer_transition(ARRAY[p_item], '{pending}', 'expired', 'ItemExpired',
             jsonb_build_object('error_class', 'expired', 'error', why), p_error_class => 'expired', p_error => why);
         why := CASE WHEN FOUND THEN 'expired' ELSE 'not_pending' END;
-        RETURN QUERY SELECT why, NULL::bigint, NULL::integer, NULL::text;
+        RETURN QUERY SELECT why, NULL::bigint, NULL::integer, NULL::text, NULL::float8;
         RETURN;
     END IF;
     hold := pacer_hold_reason(x.job_status, x.job_reason, x.shard_status, x.shard_reason, g.reason);
@@ -224,7 +227,7 @@ BEGIN
     END IF;
     IF hold IS NOT NULL THEN
         UPDATE items SET held = true WHERE item_id = p_item AND status = 'pending';
-        RETURN QUERY SELECT 'held'::text, NULL::bigint, NULL::integer, hold;
+        RETURN QUERY SELECT 'held'::text, NULL::bigint, NULL::integer, hold, NULL::float8;
         RETURN;
     END IF;
     SELECT * INTO c FROM pacer_transition(ARRAY[p_item], '{pending}', 'claimed', 'ItemClaimed',
@@ -233,7 +236,7 @@ BEGIN
         IF counted THEN
             UPDATE jobs SET budget_used = budget_used - 1 WHERE job_id = x.job_id;
         END IF;
-        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text, NULL::float8;
         RETURN;
     END IF;
     -- The ledger is partitioned by item id, and a key may be another job's (a duplicate
@@ -254,7 +257,7 @@ BEGIN
             jsonb_build_object('idem_key', p_idem_key, 'holder', h.item_id), p_epoch => c.lease_epoch,
             p_clear_lease => true, p_error_class => 'duplicate',
             p_error => format('idempotency key already %s by item %s', h.state, h.item_id));
-        RETURN QUERY SELECT 'duplicate'::text, c.lease_epoch, c.attempts, h.item_id::text;
+        RETURN QUERY SELECT 'duplicate'::text, c.lease_epoch, c.attempts, h.item_id::text, NULL::float8;
         RETURN;
     END IF;
     PERFORM pacer_transition(ARRAY[p_item], '{claimed}', 'submitted', 'ItemSubmitted',
@@ -264,11 +267,11 @@ BEGIN
     -- not outlive the lease it is made under.
     UPDATE guid_leases SET last_send_at = now(), lease_until = GREATEST(lease_until, now() + p_ttl)
     WHERE guid = p_guid;
-    RETURN QUERY SELECT 'submitted'::text, c.lease_epoch, c.attempts, p_item::text;
+    RETURN QUERY SELECT 'submitted'::text, c.lease_epoch, c.attempts, p_item::text, g.quiet_s;
 END
 $$;
 
-CREATE FUNCTION public.pacer_begin_send_many(p_items uuid[], p_owner text, p_ttl interval, p_keys text[], p_guids text[], p_to_ids text[]) RETURNS TABLE(ord bigint, outcome text, epoch bigint, attempts integer, holder text)
+CREATE FUNCTION public.pacer_begin_send_many(p_items uuid[], p_owner text, p_ttl interval, p_keys text[], p_guids text[], p_to_ids text[]) RETURNS TABLE(ord bigint, outcome text, epoch bigint, attempts integer, holder text, quiet_s double precision)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
@@ -279,6 +282,8 @@ DECLARE
     epochs bigint[];
     tries integer[];
     begun uuid[];
+    quiet_guids text[];
+    quiets float8[];
     cutoff timestamptz;
 BEGIN
     -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
@@ -352,13 +357,21 @@ BEGIN
     FROM unnest(p_items, p_keys, p_guids, p_to_ids) AS u(item, key, guid, to_id)
     WHERE u.item = ANY(begun);
     -- The guid lease lasts at least as long as the item's lease: the send may not outlive
-    -- the lease it is made under.
-    UPDATE guid_leases l SET last_send_at = now(), lease_until = GREATEST(l.lease_until, now() + p_ttl)
-    WHERE l.guid = ANY(ARRAY(SELECT u.guid FROM unnest(p_items, p_guids) AS u(item, guid) WHERE u.item = ANY(begun)));
+    -- the lease it is made under. The rows it updates give the quiets their guids keep.
+    WITH touched AS (
+        UPDATE guid_leases l SET last_send_at = now(), lease_until = GREATEST(l.lease_until, now() + p_ttl)
+        WHERE l.guid = ANY(ARRAY(SELECT u.guid FROM unnest(p_items, p_guids) AS u(item, guid) WHERE u.item = ANY(begun)))
+        RETURNING l.guid, l.gateway_quiet_until
+    )
+    SELECT array_agg(t.guid), array_agg(extract(epoch FROM t.gateway_quiet_until - now())::float8)
+    INTO quiet_guids, quiets
+    FROM touched t
+    WHERE t.gateway_quiet_until > now();
     RETURN QUERY
-    SELECT u.ord, 'submitted'::text, c.epoch, c.tries, u.item::text
-    FROM unnest(p_items) WITH ORDINALITY AS u(item, ord)
+    SELECT u.ord, 'submitted'::text, c.epoch, c.tries, u.item::text, q.quiet_s
+    FROM unnest(p_items, p_guids) WITH ORDINALITY AS u(item, guid, ord)
     JOIN unnest(begun, epochs, tries) AS c(item, epoch, tries) ON c.item = u.item
+    LEFT JOIN unnest(quiet_guids, quiets) AS q(guid, quiet_s) ON q.guid = u.guid
     WHERE u.item = ANY(begun);
 
     FOR r IN
@@ -367,7 +380,7 @@ BEGIN
         WHERE NOT t.item = ANY(COALESCE(begun, '{}'))
         ORDER BY t.guid, t.item, t.ord
     LOOP
-        RETURN QUERY SELECT r.ord, b.outcome, b.epoch, b.attempts, b.holder
+        RETURN QUERY SELECT r.ord, b.outcome, b.epoch, b.attempts, b.holder, b.quiet_s
                      FROM pacer_begin_send(r.item, p_owner, p_ttl, r.key, r.guid, r.to_id) AS b;
     END LOOP;
 END

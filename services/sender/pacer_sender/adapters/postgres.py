@@ -144,7 +144,8 @@ class PostgresItemRepository:
                 "keys": [c.idem_key for c in cmds], "guids": [c.guid for c in cmds], "to_ids": [c.to_id for c in cmds],
             })
             for r in rows:
-                out[idx[r["ord"] - 1]] = Begun(r["outcome"], r["epoch"], r["attempts"], r["holder"], sent_at)
+                out[idx[r["ord"] - 1]] = Begun(r["outcome"], r["epoch"], r["attempts"], r["holder"], sent_at,
+                                               r["quiet_s"])
         begun = [b for b in out if b is not None]
         if len(begun) != len(out):
             raise RuntimeError("begin_send_many answered for fewer items than it was given")

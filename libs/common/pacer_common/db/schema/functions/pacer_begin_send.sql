@@ -22,9 +22,23 @@
 -- p_ttl): a sender writes its request at the latest a quarter of that TTL after the claim
 -- and the gateway timeout fits in another quarter, so the guid cannot pass to another
 -- sender while a send made under it may still be on its way.
+--
+-- A submitted item comes with what is left of a quiet a gateway asked of its guid (quiet_s,
+-- seconds, read under the lease's lock; NULL: none, or over): one another caller asked for
+-- (a reconciler's lookup answered with Retry-After) reaches the sender at its next claim, not
+-- at its next renewal, and the sender gives the item's turn up until the quiet ends.
+DO $drop$
+BEGIN
+    -- The result gained quiet_s: an older definition is replaced, not altered.
+    IF EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('pacer_begin_send(uuid, text, interval, text, text, text)')
+               AND NOT 'quiet_s' = ANY(proargnames)) THEN
+        DROP FUNCTION pacer_begin_send(uuid, text, interval, text, text, text);
+    END IF;
+END
+$drop$;
 CREATE OR REPLACE FUNCTION pacer_begin_send(p_item uuid, p_owner text, p_ttl interval, p_idem_key text,
                                             p_guid text, p_to_id text)
-RETURNS TABLE (outcome text, epoch bigint, attempts integer, holder text)
+RETURNS TABLE (outcome text, epoch bigint, attempts integer, holder text, quiet_s float8)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
     c record;
@@ -36,12 +50,15 @@ DECLARE
     why text;
     counted boolean := false;
 BEGIN
-    SELECT pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason) AS reason INTO g
+    SELECT pacer_guid_hold(l.paused_reason, gs.state::text, gs.reason) AS reason,
+           CASE WHEN l.gateway_quiet_until > now() THEN extract(epoch FROM l.gateway_quiet_until - now())::float8
+           END AS quiet_s
+    INTO g
     FROM guid_leases l LEFT JOIN guid_states gs ON gs.guid = l.guid
     WHERE l.guid = p_guid AND l.owner = p_owner AND l.lease_until > now()
     FOR UPDATE OF l;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT 'guid_lost'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN QUERY SELECT 'guid_lost'::text, NULL::bigint, NULL::integer, NULL::text, NULL::float8;
         RETURN;
     END IF;
     SELECT i.status, i.job_id, i.expire_at, j.status AS job_status, j.paused_reason AS job_reason,
@@ -51,12 +68,12 @@ BEGIN
     FROM items i JOIN jobs j ON j.job_id = i.job_id JOIN shards s ON s.shard_id = i.shard_id
     WHERE i.item_id = p_item;
     IF NOT FOUND OR x.status <> 'pending' THEN
-        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text, NULL::float8;
         RETURN;
     END IF;
     IF x.job_status = 'cancelled' THEN
         PERFORM pacer_abandon_cancelled(ARRAY[p_item]);
-        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text, NULL::float8;
         RETURN;
     END IF;
     IF x.coalesce_key IS NOT NULL THEN
@@ -67,7 +84,7 @@ BEGIN
                 jsonb_build_object('business_id', x.coalesce_key, 'by_version', newer, 'error_class', 'superseded'),
                 p_clear_lease => true, p_error_class => 'superseded',
                 p_error => format('superseded by status version of business id %s', x.coalesce_key));
-            RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+            RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text, NULL::float8;
             RETURN;
         END IF;
     END IF;
@@ -76,7 +93,7 @@ BEGIN
         PERFORM pacer_transition(ARRAY[p_item], '{pending}', 'expired', 'ItemExpired',
             jsonb_build_object('error_class', 'expired', 'error', why), p_error_class => 'expired', p_error => why);
         why := CASE WHEN FOUND THEN 'expired' ELSE 'not_pending' END;
-        RETURN QUERY SELECT why, NULL::bigint, NULL::integer, NULL::text;
+        RETURN QUERY SELECT why, NULL::bigint, NULL::integer, NULL::text, NULL::float8;
         RETURN;
     END IF;
     hold := pacer_hold_reason(x.job_status, x.job_reason, x.shard_status, x.shard_reason, g.reason);
@@ -92,7 +109,7 @@ BEGIN
     END IF;
     IF hold IS NOT NULL THEN
         UPDATE items SET held = true WHERE item_id = p_item AND status = 'pending';
-        RETURN QUERY SELECT 'held'::text, NULL::bigint, NULL::integer, hold;
+        RETURN QUERY SELECT 'held'::text, NULL::bigint, NULL::integer, hold, NULL::float8;
         RETURN;
     END IF;
     SELECT * INTO c FROM pacer_transition(ARRAY[p_item], '{pending}', 'claimed', 'ItemClaimed',
@@ -101,7 +118,7 @@ BEGIN
         IF counted THEN
             UPDATE jobs SET budget_used = budget_used - 1 WHERE job_id = x.job_id;
         END IF;
-        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text;
+        RETURN QUERY SELECT 'not_pending'::text, NULL::bigint, NULL::integer, NULL::text, NULL::float8;
         RETURN;
     END IF;
     -- The ledger is partitioned by item id, and a key may be another job's (a duplicate
@@ -122,7 +139,7 @@ BEGIN
             jsonb_build_object('idem_key', p_idem_key, 'holder', h.item_id), p_epoch => c.lease_epoch,
             p_clear_lease => true, p_error_class => 'duplicate',
             p_error => format('idempotency key already %s by item %s', h.state, h.item_id));
-        RETURN QUERY SELECT 'duplicate'::text, c.lease_epoch, c.attempts, h.item_id::text;
+        RETURN QUERY SELECT 'duplicate'::text, c.lease_epoch, c.attempts, h.item_id::text, NULL::float8;
         RETURN;
     END IF;
     PERFORM pacer_transition(ARRAY[p_item], '{claimed}', 'submitted', 'ItemSubmitted',
@@ -132,6 +149,6 @@ BEGIN
     -- not outlive the lease it is made under.
     UPDATE guid_leases SET last_send_at = now(), lease_until = GREATEST(lease_until, now() + p_ttl)
     WHERE guid = p_guid;
-    RETURN QUERY SELECT 'submitted'::text, c.lease_epoch, c.attempts, p_item::text;
+    RETURN QUERY SELECT 'submitted'::text, c.lease_epoch, c.attempts, p_item::text, g.quiet_s;
 END
 $fn$;

@@ -19,9 +19,21 @@
 -- lease, no longer pending, a duplicate key) goes through pacer_begin_send, one by one, in
 -- guid then item order, which answers for it (an item of a cancelled job: abandoned,
 -- 'not_pending'; superseded: abandoned, 'not_pending'; about to expire: expired, 'expired').
+-- A submitted item comes with what is left of a quiet a gateway asked of its guid, as
+-- pacer_begin_send gives it (quiet_s), read from the lease row as the batch's update leaves it.
+DO $drop$
+BEGIN
+    -- The result gained quiet_s: an older definition is replaced, not altered.
+    IF EXISTS (SELECT 1 FROM pg_proc
+               WHERE oid = to_regprocedure('pacer_begin_send_many(uuid[], text, interval, text[], text[], text[])')
+                 AND NOT 'quiet_s' = ANY(proargnames)) THEN
+        DROP FUNCTION pacer_begin_send_many(uuid[], text, interval, text[], text[], text[]);
+    END IF;
+END
+$drop$;
 CREATE OR REPLACE FUNCTION pacer_begin_send_many(p_items uuid[], p_owner text, p_ttl interval, p_keys text[],
                                                  p_guids text[], p_to_ids text[])
-RETURNS TABLE (ord bigint, outcome text, epoch bigint, attempts integer, holder text)
+RETURNS TABLE (ord bigint, outcome text, epoch bigint, attempts integer, holder text, quiet_s float8)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -30,6 +42,8 @@ DECLARE
     epochs bigint[];
     tries integer[];
     begun uuid[];
+    quiet_guids text[];
+    quiets float8[];
     cutoff timestamptz;
 BEGIN
     -- This call's commit is synchronous whatever the default (pacer_common.db.durable).
@@ -103,13 +117,21 @@ BEGIN
     FROM unnest(p_items, p_keys, p_guids, p_to_ids) AS u(item, key, guid, to_id)
     WHERE u.item = ANY(begun);
     -- The guid lease lasts at least as long as the item's lease: the send may not outlive
-    -- the lease it is made under.
-    UPDATE guid_leases l SET last_send_at = now(), lease_until = GREATEST(l.lease_until, now() + p_ttl)
-    WHERE l.guid = ANY(ARRAY(SELECT u.guid FROM unnest(p_items, p_guids) AS u(item, guid) WHERE u.item = ANY(begun)));
+    -- the lease it is made under. The rows it updates give the quiets their guids keep.
+    WITH touched AS (
+        UPDATE guid_leases l SET last_send_at = now(), lease_until = GREATEST(l.lease_until, now() + p_ttl)
+        WHERE l.guid = ANY(ARRAY(SELECT u.guid FROM unnest(p_items, p_guids) AS u(item, guid) WHERE u.item = ANY(begun)))
+        RETURNING l.guid, l.gateway_quiet_until
+    )
+    SELECT array_agg(t.guid), array_agg(extract(epoch FROM t.gateway_quiet_until - now())::float8)
+    INTO quiet_guids, quiets
+    FROM touched t
+    WHERE t.gateway_quiet_until > now();
     RETURN QUERY
-    SELECT u.ord, 'submitted'::text, c.epoch, c.tries, u.item::text
-    FROM unnest(p_items) WITH ORDINALITY AS u(item, ord)
+    SELECT u.ord, 'submitted'::text, c.epoch, c.tries, u.item::text, q.quiet_s
+    FROM unnest(p_items, p_guids) WITH ORDINALITY AS u(item, guid, ord)
     JOIN unnest(begun, epochs, tries) AS c(item, epoch, tries) ON c.item = u.item
+    LEFT JOIN unnest(quiet_guids, quiets) AS q(guid, quiet_s) ON q.guid = u.guid
     WHERE u.item = ANY(begun);
 
     FOR r IN
@@ -118,7 +140,7 @@ BEGIN
         WHERE NOT t.item = ANY(COALESCE(begun, '{}'))
         ORDER BY t.guid, t.item, t.ord
     LOOP
-        RETURN QUERY SELECT r.ord, b.outcome, b.epoch, b.attempts, b.holder
+        RETURN QUERY SELECT r.ord, b.outcome, b.epoch, b.attempts, b.holder, b.quiet_s
                      FROM pacer_begin_send(r.item, p_owner, p_ttl, r.key, r.guid, r.to_id) AS b;
     END LOOP;
 END
