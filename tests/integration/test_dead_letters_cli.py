@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from pacer_common.cli import EXIT_DENIED, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, main
+from pacer_common.cli import EXIT_DENIED, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, main
 from pacer_common.kafka import ensure_topics, make_producer
 from pacer_common.settings import KafkaSettings
 from pacer_control.adapters.kafka import KafkaDeadLetters
@@ -142,7 +142,32 @@ def test_refused_requests_and_callbacks_are_listed_shown_and_sent_again(
                               " WHERE action = 'republish' ORDER BY id") == [
         {"actor": "token:cli-tech_admin", "target_id": f"{dlq}:0:1", "reason": "planner fixed", "raw": None},
         {"actor": "cli", "target_id": f"{dlq}:0:0", "reason": "the validation is wrong", "raw": "true"}]
+    assert rows(database_url, "SELECT action FROM audit_log WHERE actor = 'cli' ORDER BY id") == [
+        {"action": "republish_attempt"}, {"action": "republish"}], "recorded before the send, and once it was sent"
     assert not {g for g in _groups(kafka_config) - groups_before if "dead-letters" in g}, "reading commits nothing"
+
+
+def test_a_raw_republish_the_broker_refuses_is_recorded_as_attempted_and_failed_never_as_sent(
+        kafka_config: dict[str, str], topic_prefix: str, database_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    """The job requests topic takes records of 200 bytes at most: the broker refuses the
+    request sent again. The command line says so (exit 5), and its audit records say the send
+    was attempted and failed, with the broker's error."""
+    requests, dlq = f"{topic_prefix}.job-requests", f"{topic_prefix}.job-requests.dlq"
+    ensure_topics(kafka_config, {requests: (1, {"max.message.bytes": "200"}), dlq: (1, {})})
+    bus = KafkaCommandBus(make_producer(kafka_config), lambda lane: f"{topic_prefix}.item-commands.{lane}", dlq)
+    bus.dead_letter(b"r-big", _request(), BUG_REASON)
+    monkeypatch.setenv("PACER_KAFKA_BOOTSTRAP_SERVERS", kafka_config["bootstrap.servers"])
+    monkeypatch.setenv("PACER_TOPIC_PREFIX", topic_prefix)
+    monkeypatch.setenv("PACER_DATABASE_URL", database_url)
+
+    assert _pacer("republish", "0:0", "--raw", "--reason", "try again") == EXIT_UNAVAILABLE
+    assert b"cannot be done now" in capsysbinary.readouterr().err
+    audit = rows(database_url, "SELECT actor, action, target_id, reason, after FROM audit_log ORDER BY id")
+    assert [(a["actor"], a["action"], a["target_id"], a["reason"]) for a in audit] == [
+        ("cli", "republish_attempt", f"{dlq}:0:0", "try again"), ("cli", "republish_failed", f"{dlq}:0:0", "try again")]
+    assert "not delivered" in audit[1]["after"]["error"] and audit[1]["after"]["key"] == "r-big", audit[1]
+    assert read_topic(kafka_config, requests, 0) == []
 
 
 def test_the_last_records_of_every_partition_oldest_first(

@@ -7,8 +7,10 @@ bytes (to fix and ``pacer publish``); ``republish`` sends a refused job request 
 is, once what refused it is fixed elsewhere (a bug after an ``internal error``, a tenant
 created, a quota raised): through the Control API, as ``PACER_TOKEN``, with its role check,
 validation and audit record; ``--raw`` sends it unchecked, straight to Kafka, and records
-that in the audit log itself. A record that holds only part of a request (too large to keep
-whole) is never sent again. Reading joins no consumer group and commits nothing.
+that in the audit log itself, as the Control API does: ``republish_attempt`` committed before
+the request is sent, then ``republish`` once the broker acknowledged it or
+``republish_failed`` with the error. A record that holds only part of a request (too large to
+keep whole) is never sent again. Reading joins no consumer group and commits nothing.
 """
 
 from __future__ import annotations
@@ -110,14 +112,32 @@ def _republish(args: argparse.Namespace) -> int:
     if (why := letter.not_republishable()) is not None:
         print(f"{topic} {letter.where} not republished: {why}", file=sys.stderr)
         return EXIT_REFUSED
-    with psycopg.connect(url) as conn:  # the audit record commits once the broker holds the request
-        conn.execute(query("republish_audit"), {
-            "where": f"{topic}:{letter.where}", "reason": args.reason,
-            "before": Jsonb({"reason": letter.reason, "at": letter.at.isoformat()}),
-            "after": Jsonb({"key": letter.key_text, "tenant": letter.tenant, "raw": True})})
-        dlq.republish(k, topic, letter)
-    print(f"republished {topic} {letter.where} to {k.job_requests}, unchecked"
-          f"{'' if letter.key is None else ' (key ' + letter.key.decode(errors='replace') + ')'}")
+    sent: dict[str, object] = {"key": letter.key_text, "tenant": letter.tenant, "raw": True}
+    # Each record commits on its own, and none is open while the broker is waited on: no
+    # request goes out without a record of it, and none says it was sent unless the broker did.
+    with psycopg.connect(url, autocommit=True) as conn:
+        def record(action: str, after: dict[str, object]) -> None:
+            conn.execute(query("republish_audit"), {
+                "action": action, "where": f"{topic}:{letter.where}", "reason": args.reason,
+                "before": Jsonb({"reason": letter.reason, "at": letter.at.isoformat()}), "after": Jsonb(after)})
+
+        record("republish_attempt", sent)
+        try:
+            dlq.republish(k, topic, letter)
+        except Exception as exc:
+            try:
+                record("republish_failed", {**sent, "error": str(exc).strip() or type(exc).__name__})
+            except psycopg.Error as db:
+                print(f"the failure is not audited (the database cannot be reached: {str(db).strip()}): its record "
+                      "says it was attempted", file=sys.stderr)
+            raise
+        print(f"republished {topic} {letter.where} to {k.job_requests}, unchecked"
+              f"{'' if letter.key is None else ' (key ' + letter.key.decode(errors='replace') + ')'}")
+        try:
+            record("republish", sent)
+        except psycopg.Error as db:
+            print(f"its audit record says only that it was attempted: the database could not be reached to record "
+                  f"it as sent ({str(db).strip()})", file=sys.stderr)
     return 0
 
 
