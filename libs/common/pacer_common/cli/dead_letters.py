@@ -124,7 +124,7 @@ def _republish(args: argparse.Namespace) -> int:
         record("republish_attempt", sent)
         try:
             dlq.republish(k, topic, letter)
-        except Exception as exc:
+        except BaseException as exc:  # Ctrl-C during the wait too: it may have been sent, or not
             try:
                 record("republish_failed", {**sent, "error": str(exc).strip() or type(exc).__name__})
             except psycopg.Error as db:
@@ -164,8 +164,9 @@ def add_dead_letter_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
     rp.add_argument("where", type=_where, metavar="PARTITION:OFFSET")
     rp.add_argument("--reason", help="why (kept in the audit log)")
     rp.add_argument("--raw", action="store_true", help="unchecked, straight to Kafka (the Kafka and Postgres "
-                    "settings, no token): for a request the planner's validation refuses wrongly; the audit "
-                    "record (actor `cli`) is written to Postgres in the same step")
+                    "settings, no token): for a request the planner's validation refuses wrongly; audited as "
+                    "the Control API audits it (actor `cli`): republish_attempt before the send, then "
+                    "republish, or republish_failed with the error")
     ls.set_defaults(fn=_list)
     sh.set_defaults(fn=_show)
     rp.set_defaults(fn=_republish)
