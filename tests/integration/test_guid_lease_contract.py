@@ -163,3 +163,18 @@ def test_a_quiet_the_gateway_asked_for_reaches_the_next_owner_as_what_is_left_of
         assert longer.quiet_s is not None and 800 < longer.quiet_s <= 900.0
 
     run(scenario)
+
+
+def test_a_quiet_written_late_is_what_was_left_of_it_when_the_statement_goes(run: Callable[[Scenario], None]) -> None:
+    """A quiet reckoned as 1,000 s, written 300 s later (a wait for a connection, retries):
+    the row keeps 700 s of it, not a quiet that ends 300 s later than the gateway asked; one
+    whose whole time went by before the write is none."""
+    async def scenario(s: Subject) -> None:
+        leases = {lease.guid: lease for lease in await s.store.acquire(["g1", "g2"], "w1")}
+        await s.store.penalize({"g1": Slowdown(leases["g1"].epoch, 2.0, 1000.0),
+                                "g2": Slowdown(leases["g2"].epoch, 2.0, 200.0)}, lambda: 300.0)
+        after = {lease.guid: lease.quiet_s for lease in await s.store.acquire(["g1", "g2"], "w1")}
+        assert after["g1"] is not None and 690 < after["g1"] <= 700.0, after
+        assert after["g2"] is None, after
+
+    run(scenario)

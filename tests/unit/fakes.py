@@ -284,15 +284,16 @@ class InMemoryGuidLeases:
                 row.owner, n = None, n + 1
         return n
 
-    async def penalize(self, penalties: Mapping[str, Slowdown]) -> None:
+    async def penalize(self, penalties: Mapping[str, Slowdown], since: Callable[[], float] = lambda: 0.0) -> None:
         for guid, (epoch, penalty, quiet_s) in penalties.items():
             row = self.rows.get(guid)
             if row is None:
                 continue
             if row.epoch == epoch:
                 row.penalty = penalty if penalty > 1 else None
-            if quiet_s is not None and quiet_s > 0:  # whatever the epoch; one that ends later is kept
-                row.quiet_until = max(row.quiet_until or self.now, self.now + quiet_s)
+            left = None if quiet_s is None else quiet_s - since()  # as reckoned, less the time since
+            if left is not None and left > 0:  # whatever the epoch; one that ends later is kept
+                row.quiet_until = max(row.quiet_until or self.now, self.now + left)
 
     def force_release(self, guid: str) -> bool:
         row = self.rows.get(guid)
@@ -324,7 +325,7 @@ class GrantAll:
         self.released.extend(guids)
         return len(guids)
 
-    async def penalize(self, penalties: Mapping[str, Slowdown]) -> None:
+    async def penalize(self, penalties: Mapping[str, Slowdown], since: Callable[[], float] = lambda: 0.0) -> None:
         self.penalized.update(penalties)
 
 

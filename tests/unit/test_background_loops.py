@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -80,11 +80,11 @@ class FlakyLeases(InMemoryGuidLeases):
             raise Broken("renew_guids: unexpected row")
         return await super().renew(held, owner)
 
-    async def penalize(self, penalties: Mapping[str, Slowdown]) -> None:
+    async def penalize(self, penalties: Mapping[str, Slowdown], since: Callable[[], float] = lambda: 0.0) -> None:
         if self.write_failures:
             self.write_failures -= 1
             raise Broken("penalize_guids: unexpected row")
-        await super().penalize(penalties)
+        await super().penalize(penalties, since)
 
 
 def test_lease_renewals_go_on_after_any_error_three_per_ttl_and_idle_leases_are_given_back() -> None:

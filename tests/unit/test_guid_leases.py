@@ -212,7 +212,7 @@ def test_penalties_a_failed_write_left_are_written_with_the_next_one() -> None:
     a.penalized("g1", 4.0)
     real, calls = store.penalize, []
 
-    async def down(penalties: object) -> None:
+    async def down(penalties: object, since: object = None) -> None:
         calls.append(penalties)
         raise ConnectionError("the database is away")
 
@@ -247,11 +247,11 @@ def test_a_release_waits_for_the_penalty_write_under_way_before_giving_the_guid_
         entered, slow_write = asyncio.Event(), asyncio.Event()
         real_penalize, real_release = store.penalize, store.release
 
-        async def penalize(penalties: Any) -> None:
+        async def penalize(penalties: Any, since: Any = lambda: 0.0) -> None:
             entered.set()
             await slow_write.wait()
             order.append("penalty")
-            await real_penalize(penalties)
+            await real_penalize(penalties, since)
 
         async def release(guids: Any, owner: str) -> int:
             order.append("release")
@@ -302,11 +302,11 @@ def test_penalties_that_rise_while_a_write_is_under_way_are_written_right_after_
         entered, go_on = asyncio.Event(), asyncio.Event()
         real = store.penalize
 
-        async def slow(penalties: Any) -> None:
+        async def slow(penalties: Any, since: Any = lambda: 0.0) -> None:
             writes.append(sorted(penalties))
             entered.set()
             await go_on.wait()
-            await real(penalties)
+            await real(penalties, since)
 
         store.penalize = slow  # type: ignore[method-assign]
         a.penalized("g1", 2.0, rose=True)
@@ -327,7 +327,7 @@ def test_a_prompt_write_that_fails_leaves_its_penalties_to_the_renewal() -> None
     a = GuidLeases(store, "a", 30)
     real, failed = store.penalize, asyncio.Event()
 
-    async def down(penalties: object) -> None:
+    async def down(penalties: object, since: object = None) -> None:
         failed.set()
         raise ConnectionError("the database is away")
 
@@ -359,3 +359,30 @@ def test_a_quiet_asked_after_the_lease_was_lost_still_reaches_the_row_and_its_pe
     run(a.write_penalties())
     assert store.rows["g1"].penalty is None
     assert store.rows["g1"].quiet_until == store.now + 20.0
+
+
+def test_a_quiet_written_after_a_wait_is_what_was_left_of_it_when_its_statement_goes() -> None:
+    """The write of a quiet waits 30 s (for a connection, say): the store is told those 30 s
+    went by since the quiet left was reckoned, so the row's quiet ends when the gateway asked."""
+    store = InMemoryGuidLeases(ttl=30)
+    a = GuidLeases(store, "a", 30)
+    clock = [1000.0]
+    a.clock = lambda: clock[0]
+    real = store.penalize
+    seen: list[float] = []
+
+    async def late(penalties: Any, since: Any = lambda: 0.0) -> None:
+        clock[0] += 30.0
+        seen.append(since())
+        await real(penalties, since)
+
+    async def scenario() -> float | None:
+        await a.acquire("g1")
+        store.penalize = late  # type: ignore[method-assign]
+        a.penalized("g1", 2.0, quiet_until=clock[0] + 100.0)
+        await a.write_penalties()
+        return store.rows["g1"].quiet_until
+
+    until_ = run(scenario())
+    assert seen == [30.0]
+    assert until_ is not None and abs(until_ - (store.now + 70.0)) < 1.0, until_ - store.now

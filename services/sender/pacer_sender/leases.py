@@ -171,7 +171,7 @@ class GuidLeases:
             try:
                 await self.store.penalize({
                     guid: Slowdown(epoch, multiplier, None if quiet is None or quiet <= now else quiet - now)
-                    for guid, (epoch, multiplier, quiet) in changed.items()})
+                    for guid, (epoch, multiplier, quiet) in changed.items()}, lambda: self.clock() - now)
             except BaseException:
                 self.penalties = changed | self.penalties
                 raise

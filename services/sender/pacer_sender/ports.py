@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, NamedTuple, Protocol
@@ -120,9 +120,11 @@ class GuidLeaseStore(Protocol):
         kept, each with what is left of a quiet a gateway asked of it, seconds (None: none)."""
         ...
     async def release(self, guids: Sequence[str], owner: str) -> int: ...
-    async def penalize(self, penalties: Mapping[str, Slowdown]) -> None:
+    async def penalize(self, penalties: Mapping[str, Slowdown], since: Callable[[], float] = lambda: 0.0) -> None:
         """Record how gateways slowed these guids, each only while its lease is still at the
-        epoch held when that changed."""
+        epoch held when that changed. ``since``: how long ago their ``quiet_s`` were reckoned,
+        seconds, read when each statement goes (a wait for a connection, a retry): that
+        much less of each quiet is left, so none ends later on the row than it was asked."""
         ...
 
 

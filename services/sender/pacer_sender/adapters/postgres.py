@@ -54,6 +54,11 @@ def _windows(kept: Mapping[str, Any] | None) -> dict[str, tuple[int, float]]:
     return {name: w for name, w in found.items() if w is not None}
 
 
+def _left(quiet_s: float | None, lag: float) -> float | None:
+    """What is left of a quiet reckoned ``lag`` seconds ago (None: none, or over)."""
+    return None if quiet_s is None or quiet_s <= lag else quiet_s - lag
+
+
 def _unstorable(exc: BaseException) -> UnstorableItem:
     return UnstorableItem(storable(f"{type(exc).__name__}: {exc}".strip(), 500) or "")
 
@@ -259,19 +264,21 @@ class PostgresGuidLeases:
 
         return await with_retry(work)
 
-    async def penalize(self, penalties: Mapping[str, Slowdown]) -> None:
+    async def penalize(self, penalties: Mapping[str, Slowdown], since: Callable[[], float] = lambda: 0.0) -> None:
         """In chunks of ``RENEW_CHUNK`` guids, as the renewal: a gateway rate-limiting a whole
-        fleet changes thousands of penalties at once."""
+        fleet changes thousands of penalties at once. Each quiet is what was left of it when
+        it was reckoned, less ``since()`` read once the statement has its connection."""
         guids = sorted(penalties)
         for at in range(0, len(guids), RENEW_CHUNK):
             chunk = guids[at:at + RENEW_CHUNK]
 
             async def work(chunk: list[str] = chunk) -> None:
                 async with self.pool.connection() as conn:
+                    lag = since()
                     await conn.execute(_sql("penalize_guids"), {
                         "guids": chunk, "epochs": [penalties[g].epoch for g in chunk],
                         "penalties": [penalties[g].penalty for g in chunk],
-                        "quiet_s": [penalties[g].quiet_s for g in chunk]})
+                        "quiet_s": [_left(penalties[g].quiet_s, lag) for g in chunk]})
 
             await with_retry(work)
 
