@@ -26,7 +26,8 @@
 -- A submitted item comes with what is left of a quiet a gateway asked of its guid (quiet_s,
 -- seconds, read under the lease's lock; NULL: none, or over): one another caller asked for
 -- (a reconciler's lookup answered with Retry-After) reaches the sender at its next claim, not
--- at its next renewal, and the sender gives the item's turn up until the quiet ends.
+-- at its next renewal; the sender waits for a quiet that ends soon after the item's turn and
+-- gives the turn up to a longer one.
 DO $drop$
 BEGIN
     -- The result gained quiet_s: an older definition is replaced, not altered.
