@@ -35,7 +35,7 @@ from pacer_sender.core import EXPIRE_MARGIN_S
 from pacer_sender.domain.decisions import Decision
 from pacer_sender.domain.media import MEDIA_REFUSED, MediaRow
 from pacer_sender.domain.order import Queued, fair_order, sheds
-from pacer_sender.domain.pacing import Drain
+from pacer_sender.domain.pacing import Drain, quiet_left
 from pacer_sender.domain.partitions import partition_of
 from pacer_sender.ports import Begun, GuidLease, Ready, Slowdown, Waiting
 
@@ -261,7 +261,7 @@ class InMemoryGuidLeases:
                 row.epoch += 1
             row.owner, row.until, row.evicted_owner, row.evicted_until = owner, self.now + self.ttl, None, 0.0
             got.append(GuidLease(guid, row.epoch, None, prev not in (None, owner), datetime.now(UTC),
-                                 penalty=row.penalty, quiet_s=self._quiet_left(row)))
+                                 penalty=row.penalty, quiet_s=quiet_left(row.quiet_until, self.now)))
         return got
 
     async def renew(self, held: Mapping[str, int], owner: str) -> dict[str, float | None]:
@@ -270,11 +270,8 @@ class InMemoryGuidLeases:
             row = self.rows.get(guid)
             if row is not None and row.owner == owner and row.epoch == epoch:
                 row.until = self.now + self.ttl
-                kept[guid] = self._quiet_left(row)
+                kept[guid] = quiet_left(row.quiet_until, self.now)
         return kept
-
-    def _quiet_left(self, row: LeaseRow) -> float | None:
-        return None if row.quiet_until is None or row.quiet_until <= self.now else row.quiet_until - self.now
 
     async def release(self, guids: Sequence[str], owner: str) -> int:
         n = 0
@@ -291,8 +288,8 @@ class InMemoryGuidLeases:
                 continue
             if row.epoch == epoch:
                 row.penalty = penalty if penalty > 1 else None
-            left = None if quiet_s is None else quiet_s - since()  # as reckoned, less the time since
-            if left is not None and left > 0:  # whatever the epoch; one that ends later is kept
+            left = quiet_left(quiet_s, since())  # as reckoned, less the time since
+            if left is not None:  # whatever the epoch; one that ends later is kept
                 row.quiet_until = max(row.quiet_until or self.now, self.now + left)
 
     def force_release(self, guid: str) -> bool:

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pacer_common.domain.requests import lane_of
-from pacer_sender.domain.pacing import ClaimAhead, GuidPacer, Limits
+from pacer_sender.domain.pacing import ClaimAhead, GuidPacer, Limits, quiet_left
 
 RNG = random.Random(7)
 TZ = ZoneInfo("Asia/Shanghai")
@@ -478,3 +478,12 @@ def test_a_guid_taken_back_by_its_own_sender_wears_its_penalty_down_by_the_time_
     handed = GuidPacer()
     handed.resume_after(100.0, 50.0, caps_only, penalty=4.0)  # no interval to wear it by: kept, no error
     assert handed.multiplier == 4.0
+
+
+@given(ends=st.none() | st.floats(-1e6, 1e6), now=st.floats(-1e6, 1e6))
+def test_what_is_left_of_a_quiet_is_its_end_less_now_and_none_once_over(ends: float | None, now: float) -> None:
+    left = quiet_left(ends, now)
+    if ends is None or ends <= now:
+        assert left is None
+    else:
+        assert left == ends - now and left > 0

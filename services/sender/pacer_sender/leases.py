@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from pacer_common.db.batching import Batcher
 from pacer_common.lifecycle import attempt
+from pacer_sender.domain.pacing import quiet_left
 from pacer_sender.ports import GuidLease, GuidLeaseStore, Slowdown
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ class GuidLeases:
             now = self.clock()
             try:
                 await self.store.penalize({
-                    guid: Slowdown(epoch, multiplier, None if quiet is None or quiet <= now else quiet - now)
+                    guid: Slowdown(epoch, multiplier, quiet_left(quiet, now))
                     for guid, (epoch, multiplier, quiet) in changed.items()}, lambda: self.clock() - now)
             except BaseException:
                 self.penalties = changed | self.penalties

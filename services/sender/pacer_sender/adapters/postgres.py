@@ -34,6 +34,7 @@ from pacer_common.domain.limits import kept_window
 from pacer_common.domain.receipts import Receipt
 from pacer_common.domain.status import ItemStatus as S
 from pacer_sender.domain.decisions import Decision
+from pacer_sender.domain.pacing import quiet_left
 from pacer_sender.ports import Begun, GuidLease, Slowdown, UnstorableItem
 
 # A value the database refuses, or that cannot even be encoded for it.
@@ -52,11 +53,6 @@ def _windows(kept: Mapping[str, Any] | None) -> dict[str, tuple[int, float]]:
     """A lease's send windows as the database keeps them → name → (sends, end)."""
     found = {name: kept_window(name, value) for name, value in (kept or {}).items()}
     return {name: w for name, w in found.items() if w is not None}
-
-
-def _left(quiet_s: float | None, lag: float) -> float | None:
-    """What is left of a quiet reckoned ``lag`` seconds ago (None: none, or over)."""
-    return None if quiet_s is None or quiet_s <= lag else quiet_s - lag
 
 
 def _unstorable(exc: BaseException) -> UnstorableItem:
@@ -278,7 +274,7 @@ class PostgresGuidLeases:
                     await conn.execute(_sql("penalize_guids"), {
                         "guids": chunk, "epochs": [penalties[g].epoch for g in chunk],
                         "penalties": [penalties[g].penalty for g in chunk],
-                        "quiet_s": [_left(penalties[g].quiet_s, lag) for g in chunk]})
+                        "quiet_s": [quiet_left(penalties[g].quiet_s, lag) for g in chunk]})
 
             await with_retry(work)
 

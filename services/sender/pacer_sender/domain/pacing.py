@@ -246,6 +246,13 @@ class GuidPacer:
             self.last_batch = before if self.last_batch is None else max(self.last_batch, before)
 
 
+def quiet_left(ends: float | None, now: float) -> float | None:
+    """What is left at ``now`` of a quiet that ends at ``ends``, both on one clock (None: no
+    quiet, or it is over). Seconds asked for and the seconds since they were reckoned are one
+    such pair: ``quiet_left(quiet_s, elapsed)``."""
+    return None if ends is None or ends <= now else ends - now
+
+
 def rested_penalty(penalty: float, since_last_send_s: float, limits: Limits) -> float:
     """The penalty a guid would be down to had it gone on sending cleanly at its slowed pace
     since its last send: each send at ``m`` times the batch interval wears ``m`` by the factor
