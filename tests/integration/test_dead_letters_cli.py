@@ -9,10 +9,13 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from pacer_common import dead_letters
 from pacer_common.cli import EXIT_DENIED, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, main
+from pacer_common.domain.dead_letters import DeadLetter
 from pacer_common.kafka import ensure_topics, make_producer
 from pacer_common.settings import KafkaSettings
 from pacer_control.adapters.kafka import KafkaDeadLetters
@@ -168,6 +171,39 @@ def test_a_raw_republish_the_broker_refuses_is_recorded_as_attempted_and_failed_
         ("cli", "republish_attempt", f"{dlq}:0:0", "try again"), ("cli", "republish_failed", f"{dlq}:0:0", "try again")]
     assert "not delivered" in audit[1]["after"]["error"] and audit[1]["after"]["key"] == "r-big", audit[1]
     assert read_topic(kafka_config, requests, 0) == []
+
+
+def test_a_raw_republish_sent_while_the_database_went_away_says_so_and_keeps_its_attempt(
+        kafka_config: dict[str, str], topic_prefix: str, database_url: str, monkeypatch: pytest.MonkeyPatch,
+        capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    """The database drops the command line's connection while the broker takes the request:
+    the request is sent (exit 0), the command line says its audit record says only that it was
+    attempted, and that record stays; nothing claims it failed."""
+    requests, dlq = f"{topic_prefix}.job-requests", f"{topic_prefix}.job-requests.dlq"
+    ensure_topics(kafka_config, {requests: (1, {}), dlq: (1, {})})
+    bus = KafkaCommandBus(make_producer(kafka_config), lambda lane: f"{topic_prefix}.item-commands.{lane}", dlq)
+    request = _request()
+    bus.dead_letter(b"r-internal", request, BUG_REASON)
+    for name, value in (("PACER_KAFKA_BOOTSTRAP_SERVERS", kafka_config["bootstrap.servers"]),
+                        ("PACER_TOPIC_PREFIX", topic_prefix), ("PACER_DATABASE_URL", database_url)):
+        monkeypatch.setenv(name, value)
+    send = dead_letters.republish
+
+    def send_then_drop_the_connection(k: KafkaSettings, topic: str, letter: DeadLetter) -> None:
+        send(k, topic, letter)  # the real send, to the real broker
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            dropped = admin.execute("SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                                    " AND backend_type = 'client backend') t").fetchone()
+        assert dropped is not None and dropped[0] >= 1, "the command line's connection was open"
+
+    monkeypatch.setattr(dead_letters, "republish", send_then_drop_the_connection)
+    assert _pacer("republish", "0:0", "--raw", "--reason", "try again") == 0
+    out = capsysbinary.readouterr()
+    assert b"republished" in out.out and b"says only that it was attempted" in out.err, out
+    assert [(a["actor"], a["action"]) for a in rows(database_url, "SELECT actor, action FROM audit_log ORDER BY id")] \
+        == [("cli", "republish_attempt")]
+    assert [r["value"] for r in read_topic(kafka_config, requests, 1)] == [json.loads(request)]
 
 
 def test_the_last_records_of_every_partition_oldest_first(
