@@ -255,13 +255,9 @@ def test_pacer_migrate_builds_the_event_index_for_the_segment_count_it_is_given(
     assert sorted(built) == sorted((name, table) for table, (name, _) in parts.items()), lines
     assert [x["index"] for x in lines if x["msg"].startswith("index valid")] == ["item_events_segment_8"]
     # JSON lines of the migrate service; none an error. A warning may come on a busy machine: a
-    # build that waits past 10 s for an older transaction says so, and goes on. The command's
-    # handler sits on the root logger of this test process, so it also prints what threads left
-    # by other tests log meanwhile (an OpenTelemetry exporter's worker, of the tracing tests):
-    # those are not the migrate's.
+    # build that waits past 10 s for an older transaction says so, and goes on.
     assert all(x["service"] == "migrate" for x in lines), lines
-    own = [x for x in lines if not x["logger"].startswith("opentelemetry.")]
-    assert not [x for x in own if x["level"] not in ("info", "warning")], own
+    assert not [x for x in lines if x["level"] not in ("info", "warning")], lines
 
 
 def test_postgres_refuses_a_concurrent_build_on_a_partitioned_table(database_url: str) -> None:

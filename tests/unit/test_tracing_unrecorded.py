@@ -79,5 +79,11 @@ def test_otlp_exports_spans_over_http_to_a_collector(monkeypatch) -> None:
     finally:
         if provider is not None:
             provider.shutdown()
+        # Back to exporting nothing, for the tests that follow in this process: set up again
+        # with the variable still set, it would make another OTLP exporter, one that sends
+        # every later test's spans to this collector once it is gone, and logs the failures.
+        monkeypatch.delenv("OTEL_TRACES_EXPORTER")
         tracing.setup("test")
         server.shutdown()
+    with tracing.span("after") as after:
+        assert not after.is_recording(), "the OTLP exporter outlived its test"
