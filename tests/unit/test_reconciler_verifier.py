@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
@@ -13,7 +14,7 @@ from pacer_common.domain.failures import Hushed
 from pacer_reconciler.core import Reconciler, run_rounds
 from pacer_reconciler.domain.verification import verdict
 from pacer_reconciler.ports import InDoubt, Position
-from pacer_reconciler.verifier import QUIET_HOLD, READ_PAST, Verifier
+from pacer_reconciler.verifier import QUIET_GRACE_S, QUIET_HOLD, READ_PAST, Verifier
 from tests.unit.dispatching import now, run_virtual, until
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -334,7 +335,7 @@ def test_a_quiet_holds_an_item_s_decision_off_no_longer_than_the_longest_quiet_a
     """A guid the gateway keeps limiting: its item, in doubt for longer than QUIET_HOLD, is read
     again with what is left of the quiet, and decided without a lookup, as one the gateway never
     answered (past its deadline: unverified)."""
-    old = InDoubt("i0", "g0", "k0", NOW - QUIET_HOLD - timedelta(seconds=1), quiet_s=60.0)
+    old = InDoubt("i0", "g0", "k0", NOW - QUIET_HOLD - timedelta(seconds=1), quiet_s=QUIET_GRACE_S + 1)
 
     async def scenario() -> tuple[Sweeps, Lookup]:
         sweeps, lookup = Sweeps([old]), Lookup({"k0": True})
@@ -346,6 +347,34 @@ def test_a_quiet_holds_an_item_s_decision_off_no_longer_than_the_longest_quiet_a
     sweeps, lookup = asyncio.run(scenario())
     assert lookup.asked == [], "still no call of the quiet guid"
     assert sweeps.resolved["i0"] == (None, "unverified")
+
+
+def test_past_the_hold_a_quiet_about_to_end_is_waited_out_and_the_item_looked_up() -> None:
+    """Past QUIET_HOLD, its guid's quiet has QUIET_GRACE_S left: the item is not made
+    unverified without a lookup. It is asked once, after the quiet, and the gateway's answer
+    decides it."""
+    async def scenario() -> tuple[Sweeps, Lookup, float, float]:
+        ends = now() + QUIET_GRACE_S
+
+        class Quieting(Sweeps):  # what is left of the guid's quiet, as the read computes it
+            async def in_doubt(self, limit: int) -> list[InDoubt]:
+                return [replace(i, quiet_s=max(ends - now(), 0.0)) for i in await super().in_doubt(limit)]
+
+        sweeps = Quieting([InDoubt("i0", "g0", "k0", NOW - QUIET_HOLD - timedelta(seconds=1))])
+        lookup = Lookup({"k0": True})
+        verifier = Verifier(sweeps, lookup, concurrency=2, timeout_s=1, clock=lambda: NOW)
+        stop, task = await _running(verifier, interval_s=5)
+        try:
+            await until(lambda: bool(sweeps.resolved), timeout=QUIET_GRACE_S + 30)
+            decided = now()
+        finally:
+            stop.set()
+            await task
+        return sweeps, lookup, decided, ends
+
+    sweeps, lookup, decided, ends = run_virtual(scenario())
+    assert lookup.asked == ["k0"] and sweeps.resolved == {"i0": (True, "confirmed")}
+    assert decided >= ends, "looked up once the quiet was over"
 
 
 class Kept:

@@ -139,7 +139,7 @@ class ReconcilerMetrics:
             "off after `PACER_RECONCILER_VERIFY_TIMEOUT_S`), `error`; and `quiet`: the gateway asked the item's "
             "guid for quiet with a rate limit (`Retry-After`): a lookup it refused so, one the reconciler did not "
             "make while that quiet lasts, or an item decided without one after an hour in doubt with its guid still "
-            "quiet. The items of a guid whose lease row keeps a quiet (`guid_leases.gateway_quiet_until`) are not "
+            "quiet for more than a minute. The items of a guid whose lease row keeps a quiet (`guid_leases.gateway_quiet_until`) are not "
             "read at all meanwhile, so not counted here: `pacer_reconciler_in_doubt_quiet_items` counts them. "
             "Only `found`/`not_found` decide an item."
         ), ["result"], registry=registry)

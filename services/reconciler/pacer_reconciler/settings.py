@@ -40,7 +40,7 @@ class ReconcilerSettings(OpsSettings):
         "after that it becomes `unverified`. Counted from when the item became `recovery_pending`. While the "
         "gateway has asked the item's guid for quiet (a `Retry-After`, kept on its lease row) no lookup can be "
         "made, so nothing is decided, this deadline included, up to an hour from that start (the longest quiet "
-        "a gateway may ask)."
+        "a gateway may ask), and a minute more for a quiet then about to end, waited out for one lookup."
     ))
     verify_after_s: float = Field(15.0, description=(
         "An in-doubt send is first looked up only after it has been `recovery_pending` this long. Keep it at "

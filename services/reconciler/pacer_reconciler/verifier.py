@@ -15,7 +15,8 @@ while the quiet lasts), and a lookup the gateway refuses so (``Hushed``) writes 
 (``quiets``), for the guid's senders. Such an item is not decided until the quiet is over, so
 no verify deadline makes it ``unverified`` without a lookup; but at most :data:`QUIET_HOLD`
 from the start of its episode: a guid the gateway keeps limiting cannot hold it in doubt for
-ever (read past the hold, ``InDoubt.quiet_s`` says its guid is still quiet). A
+ever (read past the hold, ``InDoubt.quiet_s`` says its guid is still quiet; a quiet with at
+most :data:`QUIET_GRACE_S` left is waited out and the item looked up then, once). A
 lookup that times out, fails or cannot say is "no answer yet": the item stays in doubt and is
 asked again no sooner than a sweep interval later, and after the items of the round's read
 not yet left in doubt, until ``verify_deadline_s`` makes it ``unverified``.
@@ -55,6 +56,8 @@ READ_PAST = 4
 # included, at most this long from the start of its episode in doubt (the longest quiet a
 # gateway may ask): a guid the gateway keeps limiting cannot keep an item in doubt for ever.
 QUIET_HOLD = RETRY_AFTER_MAX
+# Past the hold, a quiet with at most this long left is waited out and the item looked up.
+QUIET_GRACE_S = 60.0
 
 
 class Verifier:
@@ -142,8 +145,14 @@ class Verifier:
 
     async def _verify(self, item: InDoubt) -> bool:
         """Look the item up and resolve it; True if the gateway's answer settled it."""
-        if item.quiet_s:  # read past QUIET_HOLD with its guid still quiet: decided without a lookup
-            self.lookups["quiet"] += 1
+        if item.quiet_s:  # read past QUIET_HOLD with its guid still quiet
+            if item.quiet_s <= QUIET_GRACE_S:
+                # Not made unverified for a quiet about to end: asked again (``again_after_s``
+                # later) until it is over, and looked up then. Once: the hold is past, so a
+                # lookup the gateway asks for quiet again decides it without another.
+                self._ask_later(item)
+                return False
+            self.lookups["quiet"] += 1  # longer: decided without a lookup
             found: bool | Hushed | None = None
         else:
             found = await self._look_up(item)
