@@ -377,6 +377,23 @@ def test_past_the_hold_a_quiet_about_to_end_is_waited_out_and_the_item_looked_up
     assert decided >= ends, "looked up once the quiet was over"
 
 
+def test_a_short_quiet_past_the_hold_and_its_grace_is_not_waited_out() -> None:
+    """However short the quiet left, an item in doubt for longer than QUIET_HOLD and
+    QUIET_GRACE_S is decided without a lookup: a guid whose short quiets keep coming back
+    cannot hold it in doubt longer."""
+    old = InDoubt("i0", "g0", "k0", NOW - QUIET_HOLD - timedelta(seconds=QUIET_GRACE_S + 1), quiet_s=2.0)
+
+    async def scenario() -> tuple[Sweeps, Lookup]:
+        sweeps, lookup = Sweeps([old]), Lookup({"k0": True})
+        verifier = Verifier(sweeps, lookup, concurrency=2, timeout_s=1, clock=lambda: NOW)
+        await verifier.start_round()
+        await until(lambda: bool(sweeps.resolved))
+        return sweeps, lookup
+
+    sweeps, lookup = asyncio.run(scenario())
+    assert lookup.asked == [] and sweeps.resolved["i0"] == (None, "unverified")
+
+
 class Kept:
     """The lease rows' quiets, as the verifier writes them."""
 

@@ -26,7 +26,8 @@ GAUGES = {
                     "lookup): no send and no lookup of them is made until it ends; the Guids page shows when"),
     "in_doubt_quiet": ("pacer_reconciler_in_doubt_quiet_items",
                        "In-doubt items of guids keeping a gateway's quiet: not looked up until it ends (decided "
-                       "without a lookup once in doubt an hour). Counted with the stalled shards, every "
+                       "without a lookup once in doubt an hour, unless at most a minute of the quiet is left). "
+                       "Counted with the stalled shards, every "
                        "stall_count_every_s"),
     "stalled_shards": ("pacer_reconciler_stalled_shards",
                        "Open shards of running jobs with no progress for stall_after_s beyond their guid's longest gap, "

@@ -43,7 +43,8 @@ class InDoubt:
     since: datetime
     tenant: str = "default"
     # What is left of a quiet a gateway asked of the guid, at the read (guid_leases): only on an
-    # item read past QUIET_HOLD, which is then decided without a lookup.
+    # item read past QUIET_HOLD, which is then decided without a lookup (or, a quiet about to
+    # end, looked up once it is over: verifier.QUIET_GRACE_S).
     quiet_s: float | None = None
 
 

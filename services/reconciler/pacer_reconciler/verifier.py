@@ -16,7 +16,8 @@ while the quiet lasts), and a lookup the gateway refuses so (``Hushed``) writes 
 no verify deadline makes it ``unverified`` without a lookup; but at most :data:`QUIET_HOLD`
 from the start of its episode: a guid the gateway keeps limiting cannot hold it in doubt for
 ever (read past the hold, ``InDoubt.quiet_s`` says its guid is still quiet; a quiet with at
-most :data:`QUIET_GRACE_S` left is waited out and the item looked up then, once). A
+most :data:`QUIET_GRACE_S` left is waited out, within as long past the hold, and the item
+looked up then, once). A
 lookup that times out, fails or cannot say is "no answer yet": the item stays in doubt and is
 asked again no sooner than a sweep interval later, and after the items of the round's read
 not yet left in doubt, until ``verify_deadline_s`` makes it ``unverified``.
@@ -36,7 +37,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from pacer_common.domain.failures import RETRY_AFTER_MAX, Hushed
 from pacer_reconciler.ports import DeliveryLookup, InDoubt, Quiets, Sweeps
@@ -58,6 +59,7 @@ READ_PAST = 4
 QUIET_HOLD = RETRY_AFTER_MAX
 # Past the hold, a quiet with at most this long left is waited out and the item looked up.
 QUIET_GRACE_S = 60.0
+QUIET_GRACE = timedelta(seconds=QUIET_GRACE_S)  # and within this long past the hold
 
 
 class Verifier:
@@ -146,10 +148,11 @@ class Verifier:
     async def _verify(self, item: InDoubt) -> bool:
         """Look the item up and resolve it; True if the gateway's answer settled it."""
         if item.quiet_s:  # read past QUIET_HOLD with its guid still quiet
-            if item.quiet_s <= QUIET_GRACE_S:
+            if item.quiet_s <= QUIET_GRACE_S and self.clock() - item.since < QUIET_HOLD + QUIET_GRACE:
                 # Not made unverified for a quiet about to end: asked again (``again_after_s``
                 # later) until it is over, and looked up then. Once: the hold is past, so a
-                # lookup the gateway asks for quiet again decides it without another.
+                # lookup the gateway asks for quiet again decides it without another; and
+                # within the grace past the hold, however often a short quiet comes back.
                 self._ask_later(item)
                 return False
             self.lookups["quiet"] += 1  # longer: decided without a lookup

@@ -7,7 +7,8 @@
 -- rate limit's Retry-After, on the guid's lease row) is not read at all while the quiet lasts,
 -- up to %(quiet_hold)s from the start of its episode: a guid the gateway limits does not hold
 -- the other guids' items back behind its own at the head of the read. Past that hold it is read
--- with what is left of its quiet (quiet_s; 0: none), and decided without a lookup.
+-- with what is left of its quiet (quiet_s; 0: none), and decided without a lookup (a quiet about
+-- to end is waited out for one: the verifier's QUIET_GRACE_S).
 SELECT item_id::text AS item_id, guid, idem_key, updated_at,
        (SELECT j.tenant FROM jobs j WHERE j.job_id = items.job_id) AS tenant,
        greatest((SELECT extract(epoch FROM g.gateway_quiet_until - now())::float8
