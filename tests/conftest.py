@@ -57,6 +57,7 @@ def _block(item: pytest.Item) -> object:
     return item.nodeid if together is None else (item.path, together.args[0])
 
 
+@pytest.hookimpl(trylast=True)  # after ``-k``, ``-m`` and ``--deselect``: the shares are of what runs
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put the long tests at the front of every worker's first share.
 
@@ -66,7 +67,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     one worker going through them while the others wait. Dealt round in blocks to the front of
     each share instead, none is left for the end: what moves between workers is the short
     tests. The order is a function of the collection alone, the same in every worker, as xdist
-    requires."""
+    requires. A selection too small for each worker's long tests to fit in its share keeps
+    the order it was collected in."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers < 2:
         return
@@ -82,10 +84,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for n, head in enumerate(heads):  # the shares worksteal deals: what is left, split evenly
         share = left // (workers - n)
         left -= share
-        fill = max(share - len(head), 0)
-        ordered += head + short[:fill]
-        del short[:fill]
-    items[:] = ordered + short
+        if len(head) > share:
+            return
+        ordered += head + short[:share - len(head)]
+        del short[:share - len(head)]
+    items[:] = ordered
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -107,7 +107,7 @@ def listen_range() -> range:
     Outgoing connections (every Kafka, Postgres and HTTP client) take their local ports from
     the ephemeral range; a port picked there and closed again may be a client's before our
     server binds it ("address already in use"), which happens on a busy machine running tests
-    two at a time. Empty where that range starts too low to leave room below it."""
+    several at a time. Empty where that range starts too low to leave room below it."""
     try:
         low = int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
