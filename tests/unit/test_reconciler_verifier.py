@@ -7,6 +7,7 @@ import itertools
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -331,11 +332,18 @@ def test_an_item_left_in_doubt_is_asked_again_in_a_later_round() -> None:
     asyncio.run(scenario())
 
 
-def test_a_quiet_holds_an_item_s_decision_off_no_longer_than_the_longest_quiet_a_gateway_may_ask() -> None:
+@pytest.mark.parametrize(("past_hold_s", "quiet_s"), [
+    pytest.param(1.0, QUIET_GRACE_S + 1, id="a-quiet-longer-than-the-grace"),
+    pytest.param(QUIET_GRACE_S + 1, 2.0, id="past-the-grace-however-short"),
+])
+def test_a_quiet_holds_an_item_s_decision_off_no_longer_than_the_longest_quiet_a_gateway_may_ask(
+        past_hold_s: float, quiet_s: float) -> None:
     """A guid the gateway keeps limiting: its item, in doubt for longer than QUIET_HOLD, is read
     again with what is left of the quiet, and decided without a lookup, as one the gateway never
-    answered (past its deadline: unverified)."""
-    old = InDoubt("i0", "g0", "k0", NOW - QUIET_HOLD - timedelta(seconds=1), quiet_s=QUIET_GRACE_S + 1)
+    answered (past its deadline: unverified): at once when more than QUIET_GRACE_S of the quiet
+    is left, and, however short the quiet, once the grace past the hold is over too (a guid
+    whose short quiets keep coming back cannot hold it in doubt longer)."""
+    old = InDoubt("i0", "g0", "k0", NOW - QUIET_HOLD - timedelta(seconds=past_hold_s), quiet_s=quiet_s)
 
     async def scenario() -> tuple[Sweeps, Lookup]:
         sweeps, lookup = Sweeps([old]), Lookup({"k0": True})
@@ -375,23 +383,6 @@ def test_past_the_hold_a_quiet_about_to_end_is_waited_out_and_the_item_looked_up
     sweeps, lookup, decided, ends = run_virtual(scenario())
     assert lookup.asked == ["k0"] and sweeps.resolved == {"i0": (True, "confirmed")}
     assert decided >= ends, "looked up once the quiet was over"
-
-
-def test_a_short_quiet_past_the_hold_and_its_grace_is_not_waited_out() -> None:
-    """However short the quiet left, an item in doubt for longer than QUIET_HOLD and
-    QUIET_GRACE_S is decided without a lookup: a guid whose short quiets keep coming back
-    cannot hold it in doubt longer."""
-    old = InDoubt("i0", "g0", "k0", NOW - QUIET_HOLD - timedelta(seconds=QUIET_GRACE_S + 1), quiet_s=2.0)
-
-    async def scenario() -> tuple[Sweeps, Lookup]:
-        sweeps, lookup = Sweeps([old]), Lookup({"k0": True})
-        verifier = Verifier(sweeps, lookup, concurrency=2, timeout_s=1, clock=lambda: NOW)
-        await verifier.start_round()
-        await until(lambda: bool(sweeps.resolved))
-        return sweeps, lookup
-
-    sweeps, lookup = asyncio.run(scenario())
-    assert lookup.asked == [] and sweeps.resolved["i0"] == (None, "unverified")
 
 
 class Kept:
