@@ -43,54 +43,6 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[RUN_ENV] = uuid.uuid4().hex
 
 
-# The tests that run the services as processes: seconds to a minute each, a stack per module.
-LONG_DIRS = frozenset({"chaos", "e2e", "browser"})
-
-
-def _block(item: pytest.Item) -> object:
-    """The long tests that must run on one worker, one after the other: a module's (they share
-    its stack), or each on its own where the module's tests start what they need themselves
-    (``tests/chaos``), save those marked ``together`` with one key."""
-    if item.path.parent.name != "chaos":
-        return item.path
-    together = item.get_closest_marker("together")
-    return item.nodeid if together is None else (item.path, together.args[0])
-
-
-@pytest.hookimpl(trylast=True)  # after ``-k``, ``-m`` and ``--deselect``: the shares are of what runs
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put the long tests at the front of every worker's first share.
-
-    xdist's ``worksteal`` hands each worker an equal run of the collection to start with and
-    later moves tests from the end of one worker's queue to an idle one. The long tests, left
-    where they are collected, would all start in the last share, and the run would end on
-    one worker going through them while the others wait. Dealt round in blocks to the front of
-    each share instead, none is left for the end: what moves between workers is the short
-    tests. The order is a function of the collection alone, the same in every worker, as xdist
-    requires. A selection too small for each worker's long tests to fit in its share keeps
-    the order it was collected in."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if workers < 2:
-        return
-    blocks: dict[object, list[pytest.Item]] = {}
-    for item in items:
-        if item.path.parent.name in LONG_DIRS:
-            blocks.setdefault(_block(item), []).append(item)
-    short = [item for item in items if item.path.parent.name not in LONG_DIRS]
-    heads: list[list[pytest.Item]] = [[] for _ in range(workers)]
-    for n, block in enumerate(blocks.values()):
-        heads[n % workers].extend(block)
-    ordered, left = [], len(items)
-    for n, head in enumerate(heads):  # the shares worksteal deals: what is left, split evenly
-        share = left // (workers - n)
-        left -= share
-        if len(head) > share:
-            return
-        ordered += head + short[:share - len(head)]
-        del short[:share - len(head)]
-    items[:] = ordered
-
-
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Stop the broker once every worker is done, if this run started it."""
     if hasattr(session.config, "workerinput"):

@@ -37,9 +37,7 @@ def own_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Infra]:
         infra.destroy(state)
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.together("own_servers")) if name in RESTARTS_SERVERS else name
-    for name in SCENARIOS])
+@pytest.mark.parametrize("name", list(SCENARIOS))
 def test_no_duplicate_and_no_loss(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     servers = request.getfixturevalue("own_servers" if name in RESTARTS_SERVERS else "infra_env")
     fig, _ = SCENARIOS[name](servers, tmp_path, SHORT, random.Random(name))

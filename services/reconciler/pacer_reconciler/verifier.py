@@ -58,8 +58,7 @@ READ_PAST = 4
 # gateway may ask): a guid the gateway keeps limiting cannot keep an item in doubt for ever.
 QUIET_HOLD = RETRY_AFTER_MAX
 # Past the hold, a quiet with at most this long left is waited out and the item looked up.
-QUIET_GRACE_S = 60.0
-QUIET_GRACE = timedelta(seconds=QUIET_GRACE_S)  # and within this long past the hold
+QUIET_GRACE_S = 60.0  # and only within as long past the hold
 
 
 class Verifier:
@@ -148,7 +147,7 @@ class Verifier:
     async def _verify(self, item: InDoubt) -> bool:
         """Look the item up and resolve it; True if the gateway's answer settled it."""
         if item.quiet_s:  # read past QUIET_HOLD with its guid still quiet
-            if item.quiet_s <= QUIET_GRACE_S and self.clock() - item.since < QUIET_HOLD + QUIET_GRACE:
+            if item.quiet_s <= QUIET_GRACE_S and self.clock() - item.since < QUIET_HOLD + timedelta(seconds=QUIET_GRACE_S):
                 # Not made unverified for a quiet about to end: asked again (``again_after_s``
                 # later) until it is over, and looked up then. Once: the hold is past, so a
                 # lookup the gateway asks for quiet again decides it without another; and
