@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pacer/mypy
 # `make test` runs the suite on this many pytest-xdist workers (0: in one process). Three on a
 # 2-core machine: a test spends much of its time waiting on leases, pacing and processes, and
-# the suite took 624 s of pytest on three against 795 s on two, in back-to-back fresh-clone runs.
+# fresh-clone runs took 624-715 s of pytest on three workers against 793-795 s on two.
 TEST_WORKERS ?= 3
 
 .PHONY: install demo test up down env lint prometheus chaos bench clean helm chart lock docs schema-sql
