@@ -262,3 +262,73 @@ def test_a_quiet_a_lookup_was_asked_for_reaches_the_guid_s_lease_row_and_never_s
 
     first, longer, kept = asyncio.run(scenario())
     assert 25 < first <= 30 and 595 < longer <= 600 and 590 < kept <= 600, (first, longer, kept)
+
+
+class _Holding:
+    """A gateway whose lookups wait for ``go``, then say the send was never seen; keeps the
+    guids it was asked about, and the most lookups of one guid it held at once."""
+
+    def __init__(self) -> None:
+        self.guids: list[str] = []
+        self.go = asyncio.Event()
+        self.held: dict[str, int] = {}
+        self.most_of_a_guid = 0
+
+    async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
+        self.guids.append(guid)
+        self.held[guid] = self.held.get(guid, 0) + 1
+        self.most_of_a_guid = max(self.most_of_a_guid, self.held[guid])
+        try:
+            await self.go.wait()
+            return False
+        finally:
+            self.held[guid] -= 1
+
+
+def test_a_guid_s_in_doubt_items_are_looked_up_one_at_a_time_and_hold_no_other_guid_back(
+        database_url: str) -> None:
+    """Five in-doubt items of one guid are the oldest, more than a round reads: the read leaves
+    out the guid it gave a lookup (``skip``) and the guids it read, so the round starts one
+    lookup of that guid and one of each other guid; the rest of the guid's items are asked one
+    after another as each answer comes."""
+    url = database_url
+    _, _, many = seed_job(url, {"busy-g": 5}, status="recovery_pending")
+    _, _, others = seed_job(url, {"calm-1": 1, "calm-2": 1}, status="recovery_pending")
+    with psycopg.connect(url) as conn:
+        conn.execute("UPDATE items SET updated_at = updated_at - interval '1 minute' WHERE item_id = ANY(%s::uuid[])",
+                     (many,))
+        conn.execute("INSERT INTO send_ledger (idem_key, item_id, guid, to_id, state)"
+                     " SELECT idem_key, item_id, guid, to_id, 'reserved' FROM items WHERE item_id = ANY(%s::uuid[])",
+                     (many + others,))
+
+    async def scenario() -> None:
+        pool, store = await _store(url)
+        lookup = _Holding()
+        verifier = Verifier(store, lookup, concurrency=4, timeout_s=60, limit=3)
+        try:
+            assert {i.guid for i in await store.in_doubt(10, ["busy-g"])} == {"calm-1", "calm-2"}
+            assert await verifier.start_round() == 3
+
+            async def asked() -> bool:
+                return len(lookup.guids) == 3
+
+            await eventually(asked, 10, "the round's lookups made")
+            assert sorted(lookup.guids) == ["busy-g", "calm-1", "calm-2"]
+            assert await verifier.start_round() == 0, "the busy guid's items are not read while its lookup runs"
+            lookup.go.set()
+
+            async def settled() -> bool:
+                if verifier.in_flight == 0:
+                    await verifier.start_round()
+                return len(lookup.guids) == 7 and verifier.in_flight == 0
+
+            await eventually(settled, 30, "every item looked up")
+            assert lookup.most_of_a_guid == 1, "never two lookups of one guid at once"
+            with psycopg.connect(url) as conn:
+                left = conn.execute("SELECT count(*) FROM items WHERE status = 'recovery_pending'").fetchone()
+            assert left == (0,), "each proved not sent, released"
+        finally:
+            await verifier.close()
+            await pool.close()
+
+    asyncio.run(scenario())

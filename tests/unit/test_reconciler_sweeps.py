@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from datetime import datetime
 
 from pacer_reconciler.core import SWEEP_KINDS, Reconciler, RoundGuard, run_rounds
@@ -20,7 +21,7 @@ class Sweeps:
             raise ValueError("invalid input syntax for type bigint")
         return 2
 
-    async def in_doubt(self, limit: int) -> list[InDoubt]:
+    async def in_doubt(self, limit: int, skip: Collection[str] = ()) -> list[InDoubt]:
         return []
 
     async def resolve(self, item: InDoubt, found: bool | None, now: datetime) -> str | None:
