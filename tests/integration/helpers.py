@@ -298,18 +298,3 @@ def prune_partitions(conn: psycopg.Connection[Any], now: datetime, retain: dict[
                                 (name, now, days, lock_timeout_s)).fetchall():
             changes[row[0]] = (row[1], row[2])
     return changes
-
-
-async def verify_rounds(verifier: Any, most: int) -> int:
-    """Verification rounds of ``verifier`` (a reconciler ``Verifier``), as the reconciler runs
-    them, each until its lookups are done, until a round starts none or ``most`` rounds have
-    run (a guid's in-doubt items are looked up one a round); how many lookups they started."""
-    started = 0
-    for _ in range(most):
-        n = await verifier.start_round()
-        if not n:
-            break
-        started += n
-        lookups = [t for t in asyncio.all_tasks() if t.get_name().startswith("verify:")]  # the verifier's own
-        await asyncio.wait_for(asyncio.gather(*lookups), 30)
-    return started

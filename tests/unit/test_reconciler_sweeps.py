@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
 from datetime import datetime
 
 from pacer_reconciler.core import SWEEP_KINDS, Reconciler, RoundGuard, run_rounds
@@ -21,7 +20,7 @@ class Sweeps:
             raise ValueError("invalid input syntax for type bigint")
         return 2
 
-    async def in_doubt(self, limit: int, skip: Collection[str] = ()) -> list[InDoubt]:
+    async def in_doubt(self, limit: int) -> list[InDoubt]:
         return []
 
     async def resolve(self, item: InDoubt, found: bool | None, now: datetime) -> str | None:

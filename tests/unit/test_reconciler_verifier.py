@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
-from collections.abc import Collection
+import itertools
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -24,23 +23,18 @@ DEADLINE = timedelta(seconds=300)
 
 
 class Lookup:
-    """Answers per idem_key: True/False/None, "hang" (never answers), "gated" (True once
-    ``gate`` is set) or "raise"."""
+    """Answers per idem_key: True/False/None, "hang" (never answers) or "raise"."""
 
     def __init__(self, answers: dict[str, object]) -> None:
         self.answers = answers
         self.asked: list[str] = []
         self.never = asyncio.Event()
-        self.gate = asyncio.Event()
 
     async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
         self.asked.append(idem_key)
         answer = self.answers[idem_key]
         if answer == "hang":
             await self.never.wait()
-        if answer == "gated":  # confirmed once ``gate`` is set
-            await self.gate.wait()
-            return True
         if answer == "raise":
             raise RuntimeError("gateway client bug")
         return answer  # type: ignore[return-value]  # the fake answers True/False/None; 'hang'/'raise' never return
@@ -56,8 +50,8 @@ class Sweeps:
     async def sweep(self, kind: str, limit: int) -> int:
         return 0
 
-    async def in_doubt(self, limit: int, skip: Collection[str] = ()) -> list[InDoubt]:
-        return [i for i in self.items.values() if i.guid not in skip][:limit]
+    async def in_doubt(self, limit: int) -> list[InDoubt]:
+        return list(self.items.values())[:limit]
 
     async def resolve(self, item: InDoubt, found: bool | None, now: datetime) -> str | None:
         v = verdict(found, item.since, now, DEADLINE)
@@ -175,38 +169,20 @@ class CountingLookup(Lookup):
         super().__init__(answers)
         self.in_flight = 0
         self.most_in_flight = 0
-        self.guids: Counter[str] = Counter()  # lookups in flight, by guid
-        self.most_of_a_guid = 0
 
     async def lookup(self, guid: str, idem_key: str, tenant: str = "default") -> bool | None:
         self.in_flight += 1
-        self.guids[guid] += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        self.most_of_a_guid = max(self.most_of_a_guid, self.guids[guid])
         try:
             await asyncio.sleep(0)  # the other lookups of the round start meanwhile
             return await super().lookup(guid, idem_key, tenant)
         finally:
             self.in_flight -= 1
-            self.guids[guid] -= 1
 
 
 async def _running(verifier: Verifier, interval_s: float) -> tuple[asyncio.Event, asyncio.Task[None]]:
     stop = asyncio.Event()
     return stop, asyncio.create_task(verifier.run(stop, lambda: True, interval_s))
-
-
-async def _verify_all(sweeps: Sweeps, lookup: Lookup, concurrency: int) -> Verifier:
-    """The verifier's rounds an hour apart, until every item is decided: only finished lookups
-    starting the next round can do it before the deadline."""
-    verifier = Verifier(sweeps, lookup, concurrency=concurrency, timeout_s=60, clock=lambda: NOW)
-    stop, task = await _running(verifier, interval_s=3600)
-    try:
-        await until(lambda: not sweeps.items, 30)
-    finally:
-        stop.set()
-        await task
-    return verifier
 
 
 def test_a_finished_lookup_starts_the_next_round_without_waiting_the_interval() -> None:
@@ -217,74 +193,17 @@ def test_a_finished_lookup_starts_the_next_round_without_waiting_the_interval() 
         n = 60
         sweeps = Sweeps(_items(n))
         lookup = CountingLookup({f"k{k}": k % 2 == 0 for k in range(n)})
-        verifier = await _verify_all(sweeps, lookup, concurrency=4)
+        verifier = Verifier(sweeps, lookup, concurrency=4, timeout_s=60, clock=lambda: NOW)
+        stop, task = await _running(verifier, interval_s=3600)
+        try:
+            await until(lambda: not sweeps.items, 30)
+        finally:
+            stop.set()
+            await task
         assert sum(verifier.resolved.values()) == n
         assert verifier.resolved == {"confirmed": n // 2, "pending": n // 2}
         assert sorted(lookup.asked) == sorted(f"k{k}" for k in range(n)), "each item asked once"
         assert 1 < lookup.most_in_flight <= 4, "at most `concurrency` lookups at once"
-
-    asyncio.run(scenario())
-
-
-def test_a_guid_is_looked_up_one_item_at_a_time() -> None:
-    """Three guids with twenty items each in doubt, eight lookups at once: never two of one
-    guid at once, as its sends go; each item still asked once, and each finished lookup starts
-    the next round (an interval of an hour would leave most unasked)."""
-    async def scenario() -> None:
-        items = [InDoubt(f"i{g}{k}", f"g{g}", f"k{g}{k}", NOW) for k in range(20) for g in range(3)]
-        sweeps = Sweeps(items)
-        lookup = CountingLookup({i.idem_key: True for i in items})
-        verifier = await _verify_all(sweeps, lookup, concurrency=8)
-        assert verifier.resolved == {"confirmed": 60}
-        assert sorted(lookup.asked) == sorted(i.idem_key for i in items), "each item asked once"
-        assert lookup.most_of_a_guid == 1, "one lookup of a guid at a time"
-        assert lookup.most_in_flight == 3, "the three guids' lookups at once"
-
-    asyncio.run(scenario())
-
-
-def test_one_guid_s_items_at_the_head_of_the_read_hold_no_other_guid_back() -> None:
-    """Fifty items of one guid are the oldest, more than a round's read: the round reads again
-    without that guid and starts the other guids' lookups beside its one."""
-    async def scenario() -> None:
-        head = [InDoubt(f"a{k}", "ga", f"ka{k}", NOW - timedelta(hours=1)) for k in range(50)]
-        others = [InDoubt(f"i{k}", f"g{k}", f"k{k}", NOW) for k in range(3)]
-        sweeps = ReadCountingSweeps(head + others)
-        lookup = Lookup({i.idem_key: "hang" for i in head + others})
-        verifier = Verifier(sweeps, lookup, concurrency=4, timeout_s=60, limit=10, clock=lambda: NOW)
-        assert await verifier.start_round() == 4
-        await until(lambda: len(lookup.asked) == 4)
-        assert sorted(lookup.asked) == ["k0", "k1", "k2", "ka0"], "the head guid's oldest and each other guid's"
-        assert sweeps.reads == [10, 10], "read again, without the guid read first"
-        assert await verifier.start_round() == 0 and len(sweeps.reads) == 2, "every slot busy: no read"
-        await verifier.close()
-
-    asyncio.run(scenario())
-
-
-def test_an_item_left_in_doubt_keeps_its_place_while_its_guid_s_lookup_keeps_it_from_the_read() -> None:
-    """a0 gets no answer, then a1 of the same guid is looked up: rounds meanwhile do not read
-    a0 (its guid busy). Once a1 is answered, a0 is still an item left in doubt, asked after d0,
-    which was never asked, not before it as if it were new."""
-    async def scenario() -> None:
-        a0, a1 = InDoubt("a0", "ga", "ka0", NOW - timedelta(minutes=1)), InDoubt("a1", "ga", "ka1", NOW)
-        b0, c0 = InDoubt("b0", "gb", "kb0", NOW), InDoubt("c0", "gc", "kc0", NOW)
-        sweeps = Sweeps([a0, a1, b0, c0])
-        lookup = Lookup({"ka0": None, "ka1": "gated", "kb0": "hang", "kc0": True, "kd0": True})
-        verifier = Verifier(sweeps, lookup, concurrency=3, timeout_s=60, clock=lambda: NOW)
-        assert await verifier.start_round() == 3  # a0 (no answer), b0 (hangs), c0 (confirmed)
-        await until(lambda: verifier.in_flight == 1)
-        assert await verifier.start_round() == 1  # a1; a0 waits behind it
-        await until(lambda: lookup.asked[-1:] == ["ka1"])
-        assert await verifier.start_round() == 0, "nothing read: the guid's lookup is under way"
-        d0 = InDoubt("d0", "gd", "kd0", NOW)
-        sweeps.items["d0"] = d0
-        lookup.gate.set()
-        await until(lambda: verifier.in_flight == 1)
-        assert await verifier.start_round() == 2
-        await until(lambda: len(lookup.asked) == 6)
-        assert lookup.asked[-2:] == ["kd0", "ka0"], "the never-asked item first"
-        await verifier.close()
 
     asyncio.run(scenario())
 
@@ -327,9 +246,9 @@ class ReadCountingSweeps(Sweeps):
         super().__init__(items)
         self.reads: list[int] = []
 
-    async def in_doubt(self, limit: int, skip: Collection[str] = ()) -> list[InDoubt]:
+    async def in_doubt(self, limit: int) -> list[InDoubt]:
         self.reads.append(limit)
-        return await super().in_doubt(limit, skip)
+        return list(itertools.islice(self.items.values(), limit))
 
 
 async def _until_quiet(lookup: Lookup, turns: int = 500, most: int = 100_000) -> None:
@@ -446,8 +365,8 @@ def test_past_the_hold_a_quiet_about_to_end_is_waited_out_and_the_item_looked_up
         ends = now() + QUIET_GRACE_S
 
         class Quieting(Sweeps):  # what is left of the guid's quiet, as the read computes it
-            async def in_doubt(self, limit: int, skip: Collection[str] = ()) -> list[InDoubt]:
-                return [replace(i, quiet_s=max(ends - now(), 0.0)) for i in await super().in_doubt(limit, skip)]
+            async def in_doubt(self, limit: int) -> list[InDoubt]:
+                return [replace(i, quiet_s=max(ends - now(), 0.0)) for i in await super().in_doubt(limit)]
 
         sweeps = Quieting([InDoubt("i0", "g0", "k0", NOW - QUIET_HOLD - timedelta(seconds=1))])
         lookup = Lookup({"k0": True})

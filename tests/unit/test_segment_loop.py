@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -93,7 +92,7 @@ class NoSweeps:
         self.runs[kind] += 1
         return 0
 
-    async def in_doubt(self, limit: int, skip: Collection[str] = ()) -> list[InDoubt]:
+    async def in_doubt(self, limit: int) -> list[InDoubt]:
         return []
 
     async def resolve(self, item: InDoubt, found: bool | None, now: datetime) -> str | None:
@@ -349,7 +348,7 @@ class FailingVerification(NoSweeps):
         self.reads = 0
         self.resolves = 0
 
-    async def in_doubt(self, limit: int, skip: Collection[str] = ()) -> list[InDoubt]:
+    async def in_doubt(self, limit: int) -> list[InDoubt]:
         self.reads += 1
         if self.read_fails:
             raise RuntimeError("connection refused")

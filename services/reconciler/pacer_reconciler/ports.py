@@ -78,10 +78,9 @@ class EventLog(Protocol):
 
 class Sweeps(Protocol):
     async def sweep(self, kind: SweepKind, limit: int) -> int: ...
-    async def in_doubt(self, limit: int, skip: Collection[str] = ()) -> list[InDoubt]:
-        """In-doubt items to verify, oldest first; not those of the guids in ``skip``, nor those
-        whose guid keeps a quiet a gateway asked of it, within QUIET_HOLD of their episode's
-        start (``InDoubt.quiet_s``)."""
+    async def in_doubt(self, limit: int) -> list[InDoubt]:
+        """In-doubt items to verify, oldest first; not those whose guid keeps a quiet a gateway
+        asked of it, within QUIET_HOLD of their episode's start (``InDoubt.quiet_s``)."""
         ...
     async def resolve(self, item: InDoubt, found: bool | None, now: datetime) -> str | None: ...
 

@@ -48,8 +48,7 @@ class ReconcilerSettings(OpsSettings):
         "(the service does not check this; the Helm chart does)."
     ))
     verify_concurrency: int = Field(default=16, ge=1, description=(
-        "Gateway lookups of in-doubt sends running at once, never two of one guid (a guid's lookups go one"
-        " after another, as its sends do). They run in a task of their own, apart from the event"
+        "Gateway lookups of in-doubt sends running at once. They run in a task of their own, apart from the event"
         " tail: a slow or hanging gateway holds up verification only."
     ))
     verify_timeout_s: float = Field(default=5.0, gt=0, description=(

@@ -1,35 +1,32 @@
 """Verification of in-doubt sends, apart from the event tail.
 
 Each in-doubt item gets one gateway lookup at a time, at most ``concurrency`` at once, each
-cut off after ``timeout_s``, and a guid one at a time, as its sends go: the gateway drives the
-account's own client, and a burst of lookups of one account (after ``pacer after-restore``, or
-once its quiet ends) is what a gateway limits. A guid's other items are not read while its
-lookup is under way, and a round whose read lists too few guids for its free slots (one guid's
-items at the head) reads again without the guids it read (``GUID_READS``). The lookups run in
-tasks of their own, so a gateway that hangs or crawls holds up nothing but verification: the
-tail, outcomes, projections, re-dispatch and lease takeovers go on. While a round's read still
-lists items it had no free slot for, the next round starts as soon as a lookup settles its
-item (the gateway said delivered, or not delivered), so verification goes as fast as the
-gateway answers. A lookup that gets no such answer starts no round (its slot serves whichever
-round comes next, else the one a sweep interval later), so a gateway that fails fast (refuses
-connections, or answers "cannot say" at once) gets at most ``concurrency`` lookups an
-interval, not one after another without pause. No lookup is made of a guid while the quiet a
-gateway asked of it lasts (its lease row's, which the sender answered writes:
-``Sweeps.in_doubt`` does not return such an item while the quiet lasts), and a lookup the
-gateway refuses so (``Hushed``) writes its quiet there (``quiets``), for the guid's senders.
-Such an item is not decided until the quiet is over, so no verify deadline makes it
-``unverified`` without a lookup; but at most :data:`QUIET_HOLD` from the start of its episode:
-a guid the gateway keeps limiting cannot hold it in doubt for ever (read past the hold,
-``InDoubt.quiet_s`` says its guid is still quiet; a quiet with at most :data:`QUIET_GRACE_S`
-left is waited out, within as long past the hold, and the item looked up then, once). A lookup
-that times out, fails or cannot say is "no answer yet": the item stays in doubt and is asked
-again no sooner than a sweep interval later, and after the items of the round's read not yet
-left in doubt, until ``verify_deadline_s`` makes it ``unverified``. Rounds read past the items
-they put last, at most ``READ_PAST`` times ``concurrency`` rows further, so those hold no
-newer item back. No answer ever counts as proof of non-delivery. The deadline is applied by the
-resolution itself: while reading the in-doubt items or writing their resolution fails (the
-database), nothing is decided, not even ``unverified``; each failure is counted by step
-(``errors``, exported as ``pacer_reconciler_verifier_errors_total``).
+cut off after ``timeout_s``. The lookups run in tasks of their own, so a gateway that hangs
+or crawls holds up nothing but verification: the tail, outcomes, projections, re-dispatch
+and lease takeovers go on. While a round's read still lists items it had no free slot for,
+the next round starts as soon as a lookup settles its item (the gateway said delivered, or
+not delivered), so verification goes as fast as the gateway answers. A lookup that gets no
+such answer starts no round (its slot serves whichever round comes next, else the one a sweep
+interval later), so a gateway that fails fast (refuses connections, or answers "cannot say"
+at once) gets at most ``concurrency`` lookups an interval, not one after another without
+pause. No lookup is made of a guid while the quiet a gateway asked of it lasts (its lease
+row's, which the sender answered writes: ``Sweeps.in_doubt`` does not return such an item
+while the quiet lasts), and a lookup the gateway refuses so (``Hushed``) writes its quiet there
+(``quiets``), for the guid's senders. Such an item is not decided until the quiet is over, so
+no verify deadline makes it ``unverified`` without a lookup; but at most :data:`QUIET_HOLD`
+from the start of its episode: a guid the gateway keeps limiting cannot hold it in doubt for
+ever (read past the hold, ``InDoubt.quiet_s`` says its guid is still quiet; a quiet with at
+most :data:`QUIET_GRACE_S` left is waited out, within as long past the hold, and the item
+looked up then, once). A
+lookup that times out, fails or cannot say is "no answer yet": the item stays in doubt and is
+asked again no sooner than a sweep interval later, and after the items of the round's read
+not yet left in doubt, until ``verify_deadline_s`` makes it ``unverified``.
+Rounds read past the items they pass over or put last, at most ``READ_PAST`` times
+``concurrency`` rows further, so those hold no newer item back. It never counts as proof of
+non-delivery. The deadline is applied by the resolution itself: while reading the in-doubt
+items or writing their resolution fails (the database), nothing is decided, not even
+``unverified``; each failure is counted by step (``errors``, exported as
+``pacer_reconciler_verifier_errors_total``).
 """
 
 from __future__ import annotations
@@ -50,11 +47,11 @@ LOOKUP_RESULTS = ("found", "not_found", "unknown", "timeout", "error", "quiet")
 # Steps that can fail: a round's read of the in-doubt items, an item's resolution (its outcome
 # written), a gateway's quiet written to the guid's lease row.
 VERIFY_STEPS = ("read", "resolve", "quiet")
-# A round reads ``limit`` rows and, past the items it puts last (left in doubt by a lookup), at
-# most this many times ``concurrency`` rows more: a round's read stays bounded however many
-# items get no answer. Lookups with no answer start no round, so a gateway that never answers
-# leaves at most ``concurrency`` items in doubt an interval (two intervals' worth waiting at
-# once); more pile up only while other lookups settle items and start rounds.
+# A round reads ``limit`` rows and, past the items it passes over (in flight) or puts last (left
+# in doubt by a lookup), at most this many times ``concurrency`` rows more: a round's read stays
+# bounded however many items get no answer. Lookups with no answer start no round, so a gateway
+# that never answers leaves at most ``concurrency`` items in doubt an interval (two intervals'
+# worth waiting at once); more pile up only while other lookups settle items and start rounds.
 READ_PAST = 4
 # A quiet a gateway asked of an item's guid holds the item's decision off, the verify deadline
 # included, at most this long from the start of its episode in doubt (the longest quiet a
@@ -62,9 +59,6 @@ READ_PAST = 4
 QUIET_HOLD = RETRY_AFTER_MAX
 # Past the hold, a quiet with at most this long left is waited out and the item looked up.
 QUIET_GRACE_S = 60.0  # and only within as long past the hold
-# A round whose read does not list guids enough to fill its free slots (one guid's items at the
-# head of the read) reads again, leaving out the guids it read: at most this many reads a round.
-GUID_READS = 4
 
 
 class Verifier:
@@ -84,12 +78,13 @@ class Verifier:
         self.resolved: Counter[str] = Counter()  # by the status an item moved to
         self.errors: Counter[str] = Counter()  # by VERIFY_STEPS: what failed (database down, a bug)
         self._tasks: dict[str, asyncio.Task[bool]] = {}  # item_id → its lookup: True if it settled the item
-        self._guids: dict[str, str] = {}  # item_id → its guid, for the lookups under way
-        # item_id → (episode, loop time of the answer, guid): items a lookup left in doubt, kept
-        # while the rounds' reads list them, their guid's lookup is under way or their wait is
-        # not over. Asked again ``again_after_s`` after that answer at the soonest, and after
-        # the items of a round's read never left in doubt.
-        self._left: dict[str, tuple[datetime, float, str]] = {}
+        # item_id → the episode (InDoubt.since) of a lookup that finished during this round's
+        # read: the read may predate its resolution, and must not start a second lookup for it.
+        self._finished: dict[str, datetime] = {}
+        # item_id → (episode, loop time of the answer): items a lookup left in doubt, kept while
+        # the rounds' reads list them or their wait is not over. Asked again ``again_after_s``
+        # after that answer at the soonest, and after the items of a round's read never left in doubt.
+        self._left: dict[str, tuple[datetime, float]] = {}
         self.again_after_s = 0.0  # run() sets it to its interval: an item left in doubt waits that long
         self.read_past = READ_PAST * concurrency  # the most rows a round reads beyond ``limit``
         self._freed = asyncio.Event()  # a lookup settled its item since the last round began
@@ -101,67 +96,49 @@ class Verifier:
 
     async def start_round(self) -> int:
         """Start lookups for in-doubt items not already being looked up, nor left in doubt by
-        a lookup within the last ``again_after_s``, up to the free slots, one per guid (none of
-        a guid with a lookup under way): first the items no lookup left in doubt, oldest first,
-        then those left in doubt longest ago. Returns how many started. Never waits for a
-        lookup."""
+        a lookup within the last ``again_after_s``, up to the free slots: first the items no
+        lookup left in doubt, oldest first, then those left in doubt longest ago. Returns how
+        many started. Never waits for a lookup."""
         self._freed.clear()
         self._more = False
         free = self.concurrency - len(self._tasks)
         if free <= 0:
             self._more = True  # every slot busy: the next round comes when one settles its item
             return 0
-        # Not read at all: the items of a guid with a lookup under way (its guid's next waits
-        # for it, as its sends do).
-        busy = set(self._guids.values())
-        # Read past the items this round puts last (left in doubt), so those at the head of the
-        # oldest-first read hold no other back; bounded, whatever the count of those.
-        ask = self.limit + min(len(self._left.keys() - self._tasks.keys()), self.read_past)
+        self._finished = {}  # lookups resolved before this read began: the read sees their outcome
+        # Read past the items this round passes over (in flight) or puts last (left in doubt),
+        # so those at the head of the oldest-first read hold no other back; bounded, whatever
+        # the count of those.
+        past = len(self._tasks) + len(self._left.keys() - self._tasks.keys())
+        items = await self.sweeps.in_doubt(self.limit + min(past, self.read_past))
+        now = asyncio.get_running_loop().time()
+        listed = {item.item_id for item in items}
+        # Items no longer listed are resolved or out of reach: kept only until their wait is over.
+        self._left = {k: v for k, v in self._left.items() if k in listed or v[1] + self.again_after_s > now}
         fresh: list[InDoubt] = []
         again: list[tuple[float, InDoubt]] = []
-        listed: set[str] = set()
-        skip = set(busy)
-        now = asyncio.get_running_loop().time()
-        for _ in range(GUID_READS):
-            items = await self.sweeps.in_doubt(ask, skip)
-            now = asyncio.get_running_loop().time()
-            for item in items:
-                listed.add(item.item_id)
-                if (left := self._left.get(item.item_id)) is None or item.since > left[0]:
-                    fresh.append(item)
-                elif left[1] + self.again_after_s <= now:
-                    again.append((left[1], item))
-                # else: left in doubt a moment ago; asked again once its wait is over
-            skip |= {item.guid for item in items}
-            # Enough guids to fill the free slots, or nothing more to read: else read again,
-            # leaving out the guids read so far, so that one guid with many items in doubt at
-            # the head of the read does not hold every other guid back behind its one lookup.
-            if len(items) < ask or len({i.guid for i in fresh} | {i.guid for _, i in again}) >= free:
-                break
-        # Items no longer listed are resolved or out of reach: kept only until their wait is
-        # over, or while their guid's lookup (which kept them from the read) is under way.
-        self._left = {k: v for k, v in self._left.items()
-                      if k in listed or v[2] in busy or v[1] + self.again_after_s > now}
+        for item in items:
+            if item.item_id in self._tasks:
+                continue
+            if (done := self._finished.get(item.item_id)) is not None and item.since <= done:
+                continue  # an episode whose lookup finished while this round read: next round sees it as it is
+            if (left := self._left.get(item.item_id)) is None or item.since > left[0]:
+                fresh.append(item)
+            elif left[1] + self.again_after_s <= now:
+                again.append((left[1], item))
+            # else: left in doubt a moment ago; asked again once its wait is over
         again.sort(key=lambda a: a[0])
         queue = fresh + [item for _, item in again]
-        start: dict[str, InDoubt] = {}  # guid → its one item this round
-        for item in queue:
-            if len(start) == free:
-                break
-            start.setdefault(item.guid, item)
-        # Items listed with no free slot, or behind their guid's: the next round comes as soon
-        # as a lookup settles its item.
-        self._more = len(queue) > len(start)
-        for item in start.values():
+        self._more = len(queue) > free
+        for item in queue[:free]:
             task = asyncio.create_task(self._verify(item), name=f"verify:{item.item_id}")
             self._tasks[item.item_id] = task
-            self._guids[item.item_id] = item.guid
             task.add_done_callback(functools.partial(self._forget, item))
-        return len(start)
+        return min(len(queue), free)
 
     def _forget(self, item: InDoubt, task: asyncio.Task[bool]) -> None:
         self._tasks.pop(item.item_id, None)
-        self._guids.pop(item.item_id, None)
+        self._finished[item.item_id] = item.since
         # Only a lookup that settled its item starts the next round early: one that failed or
         # got no answer frees a slot for whichever round comes next.
         if not task.cancelled() and task.exception() is None and task.result():
@@ -239,7 +216,7 @@ class Verifier:
         return self.clock() - item.since < QUIET_HOLD
 
     def _ask_later(self, item: InDoubt) -> None:
-        self._left[item.item_id] = (item.since, asyncio.get_running_loop().time(), item.guid)
+        self._left[item.item_id] = (item.since, asyncio.get_running_loop().time())
 
     async def run(self, stop: asyncio.Event, may_work: Callable[[], bool], interval_s: float) -> None:
         """Start rounds while ``may_work()`` (the leader), until ``stop``: the next as soon as

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, LiteralString
 
@@ -211,12 +211,12 @@ class PostgresLog:
 
         return await with_retry(work)
 
-    async def in_doubt(self, limit: int, skip: Collection[str] = ()) -> list[InDoubt]:
+    async def in_doubt(self, limit: int) -> list[InDoubt]:
         async def work() -> list[InDoubt]:
             async with self.pool.connection() as conn:
                 rows = await (await conn.execute(segment_sql("due_in_doubt", self.segments), {
                     "limit": limit, "settle": self.verify_after, "segments": list(self.owned()),
-                    "quiet_hold": QUIET_HOLD, "skip": list(skip)})).fetchall()
+                    "quiet_hold": QUIET_HOLD})).fetchall()
             return [InDoubt(r["item_id"], r["guid"], r["idem_key"], r["updated_at"], r["tenant"], r["quiet_s"] or None)
                     for r in rows]
 

@@ -1,5 +1,4 @@
--- In-doubt sends of this replica's segments to verify, oldest first, but none of the guids in
--- %(skip)s (a lookup of the guid under way, or read already this round). Only once they have been
+-- In-doubt sends of this replica's segments to verify, oldest first. Only once they have been
 -- in doubt for longer than a gateway call can take: a request still travelling must not be "proved" undelivered.
 -- A send put in doubt by a forced release keeps its holder's lease_until (pacer_force_release_item):
 -- the holder may still be making its call until then, so it waits for that too (any other
@@ -18,7 +17,6 @@ FROM items
 WHERE status = 'recovery_pending' AND updated_at < now() - %(settle)s::interval
   AND (lease_until IS NULL OR lease_until < now())
   AND {guid_segment} = ANY(%(segments)s::int[])
-  AND guid <> ALL(%(skip)s::text[])
   AND NOT (updated_at > now() - %(quiet_hold)s::interval
            AND EXISTS (SELECT 1 FROM guid_leases g WHERE g.guid = items.guid AND g.gateway_quiet_until > now()))
 ORDER BY updated_at
