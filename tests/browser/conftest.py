@@ -96,5 +96,6 @@ def shot(page: Page, name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}-top.png"), clip={"x": 0, "y": 0, "width": 1100, "height": 620})
+    width = (page.viewport_size or {"width": 1100})["width"]
+    page.screenshot(path=str(ARTIFACTS / f"{name}-top.png"), clip={"x": 0, "y": 0, "width": min(1100, width), "height": 620})
     return path

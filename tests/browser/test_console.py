@@ -608,3 +608,31 @@ def test_an_operator_sees_a_guid_keeping_the_quiet_its_gateway_asked_for_and_whe
         shot(page, "guids-gateway-quiet")
         sent = httpx.get(f"{stack.gateway_url}/_admin/sends", params={"guid": guid}, timeout=5).json()["total"]
         assert sent == 0, f"the guid was sent to inside the quiet its row keeps: {sent}"
+
+
+def test_on_a_phone_s_width_the_bar_stays_readable_and_only_tables_scroll_sideways(
+        stack: Stack, console_url: str, tokens: dict[str, str], page: Page) -> None:
+    """At 390 px, on every page an admin has: the page is no wider than the screen (a wide table
+    scrolls inside it) and each link of the bar, Sign out included, lies on the dark bar. A job
+    page that cannot be read says why where its content would be, not "Loading…"."""
+    with cancelled_after(stack, tokens, publish_job(stack, 3, ("ui-phone-a", "ui-phone-b"))) as job:
+        page.set_viewport_size({"width": 390, "height": 844})
+        login(page, console_url, tokens["admin"])
+        for name in ("jobs", f"jobs/{job}", "guids", "locks", "in-doubt", "dead-letters", "audit"):
+            page.goto(f"{console_url}/{name}")
+            expect(page.locator("#main h1")).to_be_visible()
+            if name.startswith("jobs/"):
+                expect(page.locator("#shards")).to_be_visible()  # the widest table, loaded apart
+            shot(page, "phone-job" if "/" in name else f"phone-{name}")
+            wide = page.evaluate("document.documentElement.scrollWidth")
+            assert wide <= 390, f"{name}: the page is {wide} px wide on a 390 px screen"
+            bar = page.locator("header").bounding_box()
+            assert bar is not None
+            for link in page.locator("header nav a, header nav button").all():
+                box = link.bounding_box()
+                assert box is not None and bar["x"] <= box["x"] and box["x"] + box["width"] <= bar["x"] + bar["width"] \
+                    and bar["y"] <= box["y"] and box["y"] + box["height"] <= bar["y"] + bar["height"], (
+                        f"{name}: {link.inner_text()!r} at {box} is off the bar {bar}")
+        page.goto(f"{console_url}/jobs/{uuid.uuid4()}")
+        expect(page.locator("#main > p.err")).to_contain_text("This page cannot be shown: no job")
+        shot(page, "phone-no-such-job")

@@ -584,6 +584,111 @@ def test_the_job_page_lists_the_shards_to_look_at_first_and_how_many_there_are(d
     asyncio.run(go())
 
 
+def test_a_shard_whose_account_is_out_of_service_or_paused_says_so_not_running(database_url: str) -> None:
+    """A running job's shards: k1's account kicked, p1's paused by an operator, ok1's online.
+    The first two say what holds them, in the console and the API; the third is running."""
+    job, shards, _ = seed_job(database_url, {"k1": 2, "p1": 2, "ok1": 2})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE shards SET status = 'running' WHERE job_id = %s", (job,))
+        conn.execute("INSERT INTO guid_leases (guid, paused_reason) VALUES ('p1', 'number under review')")
+        conn.execute("INSERT INTO guid_states (guid, state, source, reason, event_ts)"
+                     " VALUES ('k1', 'kicked', 'callback', 'logged in elsewhere', now())")
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            r = await api.client.get(f"http://control/console/part/jobs/{job}/shards", headers=api.auth("operator"))
+            assert r.status_code == 200, r.text
+            rows = {guid: html.unescape(re.sub(r"<[^>]+>|\s+", " ", r.text.split(f'data-shard="{sid}">')[1]
+                                                .split("</tr>")[0])).split()
+                    for guid, sid in shards.items()}
+            assert " ".join(rows["k1"]).startswith("k1 held account kicked · Guids"), rows["k1"]
+            assert " ".join(rows["p1"]).startswith("p1 held account paused: number under review"), rows["p1"]
+            assert rows["ok1"][:2] == ["ok1", "running"], rows["ok1"]
+            assert r.text.count('href="/console/guids?find=') == 2
+            r = await api.get(f"/jobs/{job}", "operator")
+            assert r.status_code == 200, r.text
+            by_guid = {s["guid"]: (s["guid_state"], s["guid_paused_reason"]) for s in r.json()["shards"]}
+            assert by_guid == {"k1": ("kicked", None), "p1": (None, "number under review"), "ok1": (None, None)}
+
+    asyncio.run(go())
+
+
+def test_a_job_paused_for_its_budget_says_so_and_offers_no_resume_the_database_would_refuse(database_url: str) -> None:
+    job, _, _ = seed_job(database_url, {"g1": 3})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE jobs SET status = 'paused', paused_reason = 'budget_exhausted', paused_by = 'system:budget',"
+                     " budget_max_sends = 2, budget_used = 2 WHERE job_id = %s", (job,))
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            r = await api.client.get(f"http://control/console/part/jobs/{job}", headers=api.auth("admin"))
+            assert r.status_code == 200, r.text
+            said = html.unescape(re.sub(r"\s+", " ", r.text.split('id="budget-used-up">')[1].split("</p>")[0]))
+            assert said.startswith("Paused: its send budget is used up (2 of 2 sends begun;"), said
+            assert "Confirm a larger send budget under Actions" in said
+            assert "act-resume" not in r.text and "act-cancel" in r.text
+            refused = await api.post(f"/jobs/{job}/resume", "admin", json={"reason": "try"})
+            assert refused.status_code == 409 and "budget exhausted" in refused.text, "what the button would meet"
+            with psycopg.connect(database_url) as conn:
+                conn.execute("UPDATE jobs SET budget_max_sends = 5 WHERE job_id = %s", (job,))
+            r = await api.client.get(f"http://control/console/part/jobs/{job}", headers=api.auth("admin"))
+            assert 'id="budget-used-up"' not in r.text and "act-resume" in r.text
+
+    asyncio.run(go())
+
+
+def test_a_job_is_opened_by_its_request_id_and_an_unknown_console_address_says_what_exists(database_url: str) -> None:
+    job, _, _ = seed_job(database_url, {"g1": 1})
+    other, _, _ = seed_job(database_url, {"g2": 1})
+    with psycopg.connect(database_url) as conn:
+        (request_id,) = conn.execute("SELECT request_id FROM jobs WHERE job_id = %s", (job,)).fetchone() or ("",)
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            c = api.client
+            r = await c.get(f"http://control/console/jobs/{request_id}")
+            assert r.status_code == 307 and r.headers["location"] == f"/console/jobs?request_id={request_id}"
+            r = await c.get(f"http://control/console/part/jobs?request_id={request_id}", headers=api.auth("operator"))
+            assert re.findall(r'data-job="([^"]+)"', r.text) == [job]
+            r = await c.get("http://control/console/part/jobs?request_id=no-such-request", headers=api.auth("operator"))
+            assert "No job matches." in r.text and other not in r.text
+            r = await api.get(f"/jobs?request_id={request_id}", "operator")
+            assert [j["job_id"] for j in r.json()["jobs"]] == [job]
+            r = await c.get(f"http://control/console/jobs/{job}")
+            assert r.status_code == 200 and f"/console/part/jobs/{job}" in r.text
+            r = await c.get("http://control/console/no-such-page")
+            assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+            assert "No such page" in r.text and 'href="/console/guids"' in r.text
+            r = await c.get("http://control/console/part/no-such-part", headers=api.auth("operator"))
+            assert r.status_code == 404 and r.json()["detail"] == "the console has no part /console/part/no-such-part"
+
+    asyncio.run(go())
+
+
+def test_the_guids_page_says_which_limits_a_guid_goes_by(database_url: str) -> None:
+    """l-own has limits of its own, shown as they are; l-fleet has none and goes by every
+    guid's ('*'); with no '*' row, a guid goes by the defaults."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO guid_leases (guid) VALUES ('l-own'), ('l-fleet')")
+        conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES"
+                     " ('l-own', '{\"min_interval_s\": 2.0}', 't'), ('*', '{\"min_interval_s\": 5}', 't')")
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            async def limits() -> dict[str, str]:
+                r = await api.client.get("http://control/console/part/guids", headers=api.auth("tech_admin"))
+                assert r.status_code == 200, r.text
+                cells = re.findall(r'<tr data-guid="([^"]+)">.*?<td class="limits">(.*?)</td>', r.text, re.S)
+                return {g: html.unescape(re.sub(r"<[^>]+>|\s+", " ", c)).strip() for g, c in cells}
+
+            assert await limits() == {"l-fleet": "every guid's ('*')", "l-own": "min_interval_s 2.0"}
+            with psycopg.connect(database_url) as conn:
+                conn.execute("DELETE FROM guid_limits WHERE guid = '*'")
+            assert (await limits())["l-fleet"] == "defaults"
+
+    asyncio.run(go())
+
+
 def test_a_guid_lease_past_the_first_page_is_found_by_name_and_the_page_says_how_many_there_are(
         database_url: str) -> None:
     """A fleet has more guid leases than the Locks page lists (every guid that ever held one,

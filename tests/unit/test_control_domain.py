@@ -23,7 +23,7 @@ from pacer_control.domain.errors import Forbidden, Unauthorized
 from pacer_control.domain.filters import AuditPosition
 from pacer_control.domain.permissions import FIELD_ACTIONS, RULES, Principal, may, refusal
 from pacer_control.domain.reuse import CostPaced
-from pacer_control.domain.views import failure_categories, sum_counts
+from pacer_control.domain.views import failure_categories, shown, sum_counts
 from pacer_planner.domain.planning import PlanError, plan
 from pacer_sender.domain.pacing import Limits
 
@@ -264,3 +264,11 @@ def test_a_share_of_one_keeps_nothing() -> None:
     paced: CostPaced[str, int] = CostPaced(share=1, fresh_s=0)
     paced.keep("a", 1, took_s=5, now=NOW)
     assert paced.get("a", NOW) is None
+
+
+def test_an_audited_value_reads_as_it_was_written_not_as_json_escapes() -> None:
+    """The audit page shows an action's before and after: text as it is (a tenant named
+    'acme' in quotes, Chinese characters), anything else as JSON with its characters."""
+    assert shown("tenant 'acme' is unknown") == "tenant 'acme' is unknown"
+    assert shown({"reason": "客户要求", "min_interval_s": 2.0}) == '{"min_interval_s": 2.0, "reason": "客户要求"}'
+    assert shown(3) == "3" and shown(True) == "true"

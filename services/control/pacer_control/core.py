@@ -430,6 +430,11 @@ class Control:
         pacings = Pacings(await self.store.guid_limits("*"))
         return [self._visible(r, who, pacings) for r in rows]
 
+    async def fleet_limits(self) -> dict[str, Any]:
+        """The limits set for every guid (``'*'``): what a guid without its own goes by, over
+        the defaults of the sender holding it."""
+        return dict(await self.store.guid_limits("*") or {})
+
     async def guid_history(self, guid: str, limit: int, before: int | None) -> list[Row]:
         """The guid's lifecycle changes (online, offline, kicked, unauthorized), newest first."""
         return await self.store.guid_history(guid, limit, before)

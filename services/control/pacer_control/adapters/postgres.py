@@ -315,6 +315,7 @@ class PostgresControl:
         return await self._read("jobs", {"status": f.status, "kind": f.kind.value if f.kind else None,
                                          "created_by": f.created_by, "before": f.before, "limit": f.limit,
                                          "since": f.since, "ids": None if f.ids is None else list(f.ids),
+                                         "request_id": f.request_id,
                                          "tenants": None if f.tenants is None else sorted(f.tenants)})
 
     async def awaiting_approval(self, limit: int) -> tuple[list[str], int]:

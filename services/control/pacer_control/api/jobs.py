@@ -10,7 +10,7 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
 
 from pacer_common.domain.ids import Guid, ItemId, JobId
-from pacer_common.domain.requests import JobKind
+from pacer_common.domain.requests import MAX_ID_CHARS, JobKind
 from pacer_common.domain.status import ItemStatus
 from pacer_control.api.auth import Caller, Ctl, guard
 from pacer_control.api.responses import next_cursor, respond
@@ -61,9 +61,11 @@ async def list_jobs(ctl: Ctl, who: Caller, status: JobStatus | None = None, kind
                     created_by: TextQuery = None, limit: Limit = DEFAULT_PAGE,
                     before: Annotated[uuid.UUID | None, Query(description="a job id: jobs created before it")] = None,
                     since: Annotated[date | None, Query(description="only jobs created on or after this day (UTC)")]
-                    = None) -> dict[str, Any]:
+                    = None,
+                    request_id: Annotated[str | None, Query(min_length=1, max_length=MAX_ID_CHARS, pattern=NO_NUL, description=(
+                        "only the job planned from this job request (its `request_id`)"))] = None) -> dict[str, Any]:
     f = JobFilter(status, kind, created_by, limit, JobId(str(before)) if before else None,
-                  datetime.combine(since, time(), UTC) if since else None, who.tenants)
+                  datetime.combine(since, time(), UTC) if since else None, who.tenants, request_id=request_id)
     rows = await ctl.jobs(f)
     return {"jobs": rows, "next_before": next_cursor(rows, limit, "job_id")}
 

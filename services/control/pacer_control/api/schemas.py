@@ -219,6 +219,11 @@ class ShardView(BaseModel):
         "open items and no progress for longer than its guid's limits explain (quiet hours, a send window's cap, "
         "the guid's pace, stretched by its rate-limit penalty, or the job's) by over "
         "`PACER_CONTROL_STALLED_AFTER_S`: a guid stuck (see its locks)"))
+    guid_state: str | None = Field(None, description=(
+        "its guid's lifecycle state when not `online` (`offline`, `kicked`, `unauthorized`): the guid sends "
+        "nothing, so the shard waits for it, not stalled; null while online"))
+    guid_paused_reason: str | None = Field(None, description=(
+        "why an operator paused its guid (`POST /guids/{guid}/pause`), while paused: the shard waits for it"))
 
 
 class FailureCategory(BaseModel):

@@ -80,6 +80,7 @@ class JobFilter:
     since: datetime | None = None  # only jobs created at or after this time
     tenants: frozenset[str] | None = None  # only these tenants' jobs (a scoped token's); None: all
     ids: tuple[str, ...] | None = None  # only these jobs
+    request_id: str | None = None  # only the job planned from this request (request ids are unique)
 
 
 @dataclass(frozen=True)

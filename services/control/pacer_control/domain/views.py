@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -230,6 +231,12 @@ def duration(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
+def shown(value: Any) -> str:
+    """A value an audit record holds, as a person reads it: text as it is, anything else as
+    JSON with its characters as they are (escaped for HTML by the page, not as JSON escapes)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
 def changes(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[tuple[str, Any, Any]]:
     """What an audited action changed: ``(field, before, after)`` for each field that differs."""
     b, a = dict(before or {}), dict(after or {})
@@ -244,3 +251,10 @@ def body_preview(value: bytes) -> tuple[str, bool]:
     :data:`BODY_CHARS`, and whether it was cut."""
     text = value.decode(errors="replace")
     return text[:BODY_CHARS], len(text) > BODY_CHARS
+
+
+def budget_used_up(budget: Mapping[str, Any] | None) -> bool:
+    """Whether a job's send budget (``{"max_sends", "used"}``) is used up: it sends nothing
+    more, and is not resumed, until a larger one is confirmed."""
+    cap = (budget or {}).get("max_sends")
+    return cap is not None and int((budget or {}).get("used") or 0) >= int(cap)

@@ -35,7 +35,10 @@ WITH page AS (
 )
 SELECT p.shard_id, p.guid, p.sub, p.status, p.paused_reason, p.paused_by, p.total, p.last_progress_at,
        COALESCE(c.counts, '{}'::jsonb) AS counts,
-       v.quiet_since, v.guid_held, v.limits, v.windows, v.sender_limits, v.job_gap, v.penalty
+       v.quiet_since, v.guid_held, v.limits, v.windows, v.sender_limits, v.job_gap, v.penalty,
+       -- why its guid holds it, shown (guid_held says whether): out of service, or paused
+       (SELECT h.state::text FROM guid_states h WHERE h.guid = p.guid AND h.state <> 'online') AS guid_state,
+       (SELECT g.paused_reason FROM guid_leases g WHERE g.guid = p.guid) AS guid_paused_reason
 FROM page p
 -- by key for each shard of the page, never the view whole (OFFSET 0: not flattened into a join)
 CROSS JOIN LATERAL (SELECT * FROM shard_stall_inputs i WHERE i.shard_id = p.shard_id OFFSET 0) v

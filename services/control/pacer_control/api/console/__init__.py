@@ -24,12 +24,12 @@ from fastapi.templating import Jinja2Templates
 
 from pacer_common.domain import ids
 from pacer_common.domain.dead_letters import SEARCH_DEPTH, Queue, cursor_text
-from pacer_common.domain.requests import JobKind
+from pacer_common.domain.requests import MAX_ID_CHARS, JobKind
 from pacer_common.domain.status import ItemStatus
 from pacer_control.api import dead_letters as dead_letter_api
 from pacer_control.api.auth import Caller, Ctl, guard
 from pacer_control.domain import views
-from pacer_control.domain.errors import Invalid
+from pacer_control.domain.errors import Invalid, NotFound
 from pacer_control.domain.filters import (
     MAX_RETRY,
     RETRYABLE,
@@ -88,6 +88,7 @@ templates.env.filters["until"] = lambda v: views.duration(max(0.0, (v - datetime
 templates.env.filters["stamp"] = views.stamp
 templates.env.filters["duration"] = views.duration
 templates.env.globals["changes"] = views.changes
+templates.env.filters["shown"] = views.shown
 templates.env.filters["seg"] = lambda v: quote(str(v), safe="")  # a value as one segment of a URL path
 # A part's query string (blank values left out), escaped: a filter such as a creator "a&b" survives paging.
 templates.env.globals["query"] = lambda **params: urlencode({k: v for k, v in params.items() if v not in (None, "")})
@@ -96,6 +97,7 @@ pages = APIRouter(include_in_schema=False)
 router = APIRouter(prefix=f"{PREFIX}/part", include_in_schema=False)
 JobId = Annotated[uuid.UUID, Path()]
 GuidPath = Annotated[str, Path(min_length=1, max_length=256, pattern=r"^[^\x00]*$")]
+JobRef = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[^\x00]*$")]  # a job id or request id
 GUID_PAGE = 200  # guids per page of the Guids page
 SHARDS_SHOWN = 50  # shards a job's page lists: those to look at first
 KEPT_SHOWN = timedelta(seconds=1)  # counts older than this are shown with when they were read
@@ -107,6 +109,16 @@ def install(app: FastAPI) -> None:
     app.mount(STATIC, StaticFiles(directory=str(HERE.joinpath("static"))), name="console-static")
     app.include_router(pages)
     app.include_router(router)
+    app.add_api_route(f"{PREFIX}/{{rest:path}}", not_a_page, methods=["GET"], include_in_schema=False)  # last
+
+
+async def not_a_page(request: Request, rest: str) -> HTMLResponse:
+    """Any other console address: a page that says so and links the console's pages (a part,
+    which the console's own script asks for, gets the API's error)."""
+    if rest.startswith("part/"):
+        raise NotFound(f"the console has no part {PREFIX}/{rest}")
+    return templates.TemplateResponse(request, "missing.html", {"path": request.url.path}, status_code=404,
+                                      headers={"Content-Security-Policy": CSP, "Cache-Control": "no-store"})
 
 
 # -- pages: shells without data ----------------------------------------------------------
@@ -128,8 +140,14 @@ async def login(request: Request) -> HTMLResponse:
     return templates.TemplateResponse(request, "login.html", {}, headers={"Content-Security-Policy": CSP})
 
 
-@pages.get(f"{PREFIX}/jobs/{{job_id}}", response_class=HTMLResponse)
-async def job_page(request: Request, job_id: JobId) -> HTMLResponse:
+@pages.get(f"{PREFIX}/jobs/{{ref:path}}", response_class=HTMLResponse)
+async def job_page(request: Request, ref: JobRef) -> Response:
+    """A job's page by its id; by anything else, the jobs list filtered by request id (the id
+    an operator knows a job by), which shows that job or says none matches."""
+    try:
+        job_id = uuid.UUID(ref)
+    except ValueError:
+        return RedirectResponse(f"{PREFIX}/jobs?{urlencode({'request_id': ref})}")
     return _page(request, "jobs", f"jobs/{job_id}", "Job")
 
 
@@ -186,14 +204,16 @@ async def nav(request: Request, who: Caller) -> HTMLResponse:
 
 @router.get("/jobs", response_class=HTMLResponse, **guard("jobs.view", tenant_filtered=True))
 async def jobs(request: Request, ctl: Ctl, who: Caller, status: str | None = None, kind: str | None = None,
-               created_by: str | None = None, since: str | None = None, before: str | None = None) -> HTMLResponse:
+               created_by: str | None = None, since: str | None = None, before: str | None = None,
+               request_id: str | None = None) -> HTMLResponse:
+    request_id = _text({"request_id": (request_id or "").strip()}, "request_id", limit=MAX_ID_CHARS) or None
     f = JobFilter(status or None, _choice(JobKind, "kind", kind) if kind else None, created_by or None, 50,  # type: ignore[arg-type]  # the form's status goes to SQL as text: an unknown one matches no job
-                  ids.JobId(before) if before else None, _day(since), who.tenants)
+                  ids.JobId(before) if before else None, _day(since), who.tenants, request_id=request_id)
     rows = await ctl.jobs(f)
     for r in rows:
         r["progress"] = views.progress(r["counts"], r["total"])
     return _render(request, "jobs.html", who, jobs=rows, f={"status": status or "", "kind": kind or "",
-                   "created_by": created_by or "", "since": since or ""},
+                   "created_by": created_by or "", "since": since or "", "request_id": request_id or ""},
                    statuses=list(get_args(JobStatus)),
                    kinds=[k.value for k in JobKind], next_before=rows[-1]["job_id"] if len(rows) == 50 else None)
 
@@ -220,6 +240,8 @@ def job_actions(row: dict[str, Any]) -> dict[str, tuple[Action, str]]:
     takes, and Cancel on a cancelled job that has items waiting again (``waiting_after_cancel``,
     read from the items: the job's counts lag the cancel itself)."""
     offered = {a: v for a, v in JOB_ACTIONS.items() if row["status"] in JOB_ACTION_FROM[a]}
+    if views.budget_used_up(row.get("budget")):
+        offered.pop("resume", None)  # refused until an admin confirms a larger budget (the page says so)
     left = int(row.get("waiting_after_cancel") or 0)
     if row["status"] == "cancelled" and left > 0:
         offered["cancel"] = (JOB_ACTIONS["cancel"][0], CANCEL_AGAIN.format(n=left))
@@ -230,7 +252,7 @@ def job_actions(row: dict[str, Any]) -> dict[str, tuple[Action, str]]:
 async def job(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
     row = await ctl.job(str(job_id), ShardPage(0), failures=False)  # its parts read the rest
     return _render(request, "job.html", who, job=row, actions=job_actions(row),
-                   retry_statuses=[s.value for s in RETRYABLE])
+                   retry_statuses=[s.value for s in RETRYABLE], budget_used_up=views.budget_used_up(row["budget"]))
 
 
 @router.get("/jobs/{job_id}/progress", response_class=HTMLResponse, **guard("jobs.view"))
@@ -332,7 +354,8 @@ async def guids(request: Request, ctl: Ctl, who: Caller, paused: bool = False, a
                            "sandbox": sorted(ctl.sandbox_targets), "stalled_after": views.duration(ctl.stalled_after_s)}
     if sort == "name":
         rows = await ctl.guids(who, paused, GUID_PAGE, after or None, start=find)
-        ctx |= {"guids": rows, "next_after": rows[-1]["guid"] if len(rows) == GUID_PAGE else None}
+        ctx |= {"guids": rows, "next_after": rows[-1]["guid"] if len(rows) == GUID_PAGE else None,
+                "fleet_limits": await ctl.fleet_limits()}
     else:
         ctx |= {"backlogs": await ctl.backlogs(sort, GUID_PAGE)}
     return _render(request, "guids.html", who, **ctx)

@@ -44,6 +44,13 @@
     var detail = xhr.statusText;
     try { detail = JSON.parse(xhr.responseText).detail || detail; } catch (_) { /* not JSON */ }
     flash(xhr.status + ": " + detail, false);
+    // The page's own content could not be read: it says so where "Loading…" stood.
+    var loading = document.querySelector("#main > [data-loading]");
+    if (loading && e.detail.target && e.detail.target.id === "main") {
+      loading.className = "err";
+      loading.removeAttribute("data-loading");
+      loading.textContent = "This page cannot be shown: " + detail;
+    }
   });
   // A part that polls (data-poll) is read only while its tab is shown: a hidden tab asks the
   // database for nothing, and one shown again reads at once each part whose poll it refused
