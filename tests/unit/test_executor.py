@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from datetime import UTC, datetime, timedelta
@@ -209,6 +210,21 @@ def test_needs_human_pauses_the_guid_and_later_items_are_held_unsent() -> None:
     assert run(repo, gw, command("it-2", idem_key="push:r-1:g-1:room-2:v1")) == Executed("held", False)
     assert repo.items["it-2"].status is S.PENDING and repo.items["it-2"].held
     assert len(gw.sent) == sent_before
+
+
+@pytest.mark.parametrize(("error", "level"), [
+    (SendError(F.NEEDS_HUMAN, 1003, "account unauthorized"), logging.WARNING),  # a person must act
+    (SendError(F.BAD_PARAMS, 40001, "no such chat"), logging.WARNING),  # failed for good
+    (SendError(F.RETRYABLE, -1, "busy"), logging.INFO),  # Pacer retries it
+    (SendError(F.RATE_LIMITED, 45009, "too fast"), logging.INFO),  # Pacer slows the guid down
+])
+def test_a_failed_send_is_a_warning_only_when_someone_must_look(error: SendError, level: int,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    repo, gw = setup(errors=[error])
+    with caplog.at_level(logging.INFO, logger=core.log.name):
+        run(repo, gw, command())
+    (line,) = [r for r in caplog.records if r.getMessage().startswith("send failed")]
+    assert line.levelno == level and error.message in line.getMessage()
 
 
 def test_retries_are_bounded_by_the_policy() -> None:

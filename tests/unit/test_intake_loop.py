@@ -199,11 +199,42 @@ def test_a_programming_error_that_goes_away_is_not_dead_lettered() -> None:
 
 
 def test_a_job_the_database_refuses_is_dead_lettered_at_once_and_not_stored() -> None:
-    store, bus = Store(fail=[StoreRefused("DataError: value out of range")]), Bus()
+    store, bus = Store(fail=[StoreRefused("value out of range")]), Bus()
     intake, events, _ = loop(store, bus)
     h = asyncio.run(intake.process(None, request("r1")))
     assert h.outcome == "dead_lettered" and events.internal == 0 and store.jobs == {}
-    assert bus.dlq == [(request("r1"), "cannot store job request: DataError: value out of range")]
+    assert bus.dlq == [(request("r1"), "cannot store job request: value out of range")]
+
+
+@pytest.mark.parametrize(("fail", "body", "reason"), [
+    ([StoreRefused("value out of range")], request("r1"), "cannot store job request: value out of range"),
+    ([], request("r1", kind="nonsense"), "kind"),  # refused before any plan
+])
+def test_a_refused_request_s_log_line_names_its_request_id_and_no_job(fail: list[BaseException], body: bytes,
+                                                                       reason: str) -> None:
+    """The planner's warning says which request went to the dead letters (one published
+    without a key is found by it), and names no job: none was stored."""
+    from pacer_common.logs import JsonFormatter
+
+    class Lines(logging.Handler):  # formats each record as it is logged, in its context
+        def __init__(self) -> None:
+            super().__init__(logging.WARNING)
+            self.setFormatter(JsonFormatter("planner"))
+            self.lines: list[dict[str, Any]] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(json.loads(self.format(record)))
+
+    store, bus, lines = Store(fail=fail), Bus(), Lines()
+    intake, _, _ = loop(store, bus)
+    logging.getLogger().addHandler(lines)
+    try:
+        asyncio.run(intake.process(None, body))
+    finally:
+        logging.getLogger().removeHandler(lines)
+    (line,) = [x for x in lines.lines if x["msg"] == "job request dead-lettered"]
+    assert line["request_id"] == "r1" and line.get("job_id") is None, line
+    assert reason in line["reason"]
 
 
 def test_a_stored_job_whose_dispatch_keeps_failing_is_never_dead_lettered() -> None:
@@ -262,7 +293,7 @@ def test_a_stored_job_the_database_refuses_on_redelivery_is_not_dead_lettered() 
     store, bus = Store(), Bus()
     intake, _, _ = loop(store, bus)
     assert asyncio.run(intake.process(None, request("r1"))).outcome == "planned"
-    store.fail.append(StoreRefused("RefusedError: tenant acme holds 3 guids, max_guids 2"))
+    store.fail.append(StoreRefused("tenant acme holds 3 guids, max_guids 2"))
     h = asyncio.run(intake.process(None, request("r1")))
     assert (h.outcome, bus.dlq, len(bus.sent)) == ("duplicate", [], 1)
 
@@ -291,7 +322,7 @@ def test_a_dead_letter_names_the_tenant_of_the_request_where_it_can_be_read() ->
     invalid_acme = dict(acme, request_id="r-bad", targets={"items": []})
     refused = [json.dumps(acme).encode(), json.dumps(invalid_acme).encode(), request("r-default", to_id="r\u0000x"),
                b"not json", b'{"tenant": 7}', json.dumps({"tenant": "x" * 100_000}).encode()]
-    store, bus = Store(fail=[StoreRefused("DataError: value out of range")]), Bus()
+    store, bus = Store(fail=[StoreRefused("value out of range")]), Bus()
     intake, _, source = loop(store, bus, refused)
     asyncio.run(intake.run())
     assert source.committed == refused

@@ -250,7 +250,10 @@ class Executor:
             if not await self.repo.settle(cmd, begun.epoch, decision):
                 log.warning("outcome not recorded: lease taken over (%s)", err)
                 return called
-            log.info("send failed: %s → %s", err, decision.to.value)
+            # A guid out of service (a person must act) or an item failed for good is a warning;
+            # a retry, a rate limit or a send in doubt, which Pacer settles itself, is not.
+            log.log(logging.WARNING if decision.guid_state is not None or decision.to is ItemStatus.FAILED
+                    else logging.INFO, "send failed: %s → %s", err, decision.to.value)
             outcome: Outcome = ("deadline_missed" if isinstance(err.__cause__, SendDeadlinePassed)
                                 else "deferred" if err.deferred
                                 else "rate_limited" if err.failure_class is FailureClass.RATE_LIMITED

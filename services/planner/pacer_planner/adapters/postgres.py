@@ -84,7 +84,8 @@ class PostgresJobStore:
             return await with_retry(lambda: self._store(plan))
         except (psycopg.DataError, RefusedError) as exc:
             # What the job holds cannot be stored (the transaction rolled back: nothing of it is).
-            raise StoreRefused(f"{type(exc).__name__}: {exc}".strip()) from exc
+            # The server's own words, which name the value; the exception's class is no reader's.
+            raise StoreRefused(str(exc).strip() or type(exc).__name__) from exc
 
     async def _store(self, plan: Plan) -> Stored:
         async with self.pool.connection() as conn:

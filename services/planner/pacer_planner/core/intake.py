@@ -161,7 +161,7 @@ class Planner:
         job delivered again; from another tenant, it is refused, and the reason does not name
         the tenant whose id it is."""
         if known.tenant != tenant:
-            return await self.reject(key, value, reused(request_id), tenant)
+            return await self.reject(key, value, reused(request_id), tenant, request_id)
         with bind(job_id=known.job_id):
             try:
                 return await self._again(known)
@@ -181,7 +181,7 @@ class Planner:
             with gcpause.paused():
                 tenant = tenant_named(value, MAX_REQUEST_BYTES)
         if known is None or known.tenant != tenant:
-            return await self.reject(key, value, reason, tenant)
+            return await self.reject(key, value, reason, tenant, request_id)
         with bind(request_id=request_id, job_id=known.job_id):
             log.info("request not accepted again (%s), but its job is already stored", reason)
             try:
@@ -220,11 +220,15 @@ class Planner:
         log.info("duplicate job request ignored")
         return Handled("duplicate", known.job_id)
 
-    async def reject(self, key: bytes | None, value: bytes, reason: str, tenant: str | None = None) -> Handled:
+    async def reject(self, key: bytes | None, value: bytes, reason: str, tenant: str | None = None,
+                     request_id: str | None = None) -> Handled:
         """``value`` to the dead letters with ``reason`` and its tenant: ``tenant`` (the
         request's, where it parsed that far), or the one its bytes name if they can be read for
         it; else the bus files it under the tenant its head names, if any (a scoped operator
-        sees only its tenants')."""
+        sees only its tenants'). The log line names the request id the bytes name, if any:
+        a request published without a key is found by it."""
         await asyncio.to_thread(self.bus.dead_letter, key, value, reason, tenant or tenant_named(value))
-        log.warning("job request dead-lettered", extra={"reason": reason})
+        with bind(job_id=None):  # no job was made of it (a plan's id may be bound: never stored)
+            log.warning("job request dead-lettered", extra={"reason": reason} | (
+                {"request_id": request_id} if request_id else {}))
         return Handled("dead_lettered", reason=reason)
