@@ -592,7 +592,8 @@ def test_a_shard_whose_account_is_out_of_service_or_paused_says_so_not_running(d
         conn.execute("UPDATE shards SET status = 'running' WHERE job_id = %s", (job,))
         conn.execute("INSERT INTO guid_leases (guid, paused_reason) VALUES ('p1', 'number under review')")
         conn.execute("INSERT INTO guid_states (guid, state, source, reason, event_ts)"
-                     " VALUES ('k1', 'kicked', 'callback', 'logged in elsewhere', now())")
+                     " VALUES ('k1', 'kicked', 'callback', 'logged in elsewhere', now()),"
+                     " ('ok1', 'online', 'callback', 'back', now())")
 
     async def go() -> None:
         async with control_api(database_url) as api:
@@ -609,6 +610,12 @@ def test_a_shard_whose_account_is_out_of_service_or_paused_says_so_not_running(d
             assert r.status_code == 200, r.text
             by_guid = {s["guid"]: (s["guid_state"], s["guid_paused_reason"]) for s in r.json()["shards"]}
             assert by_guid == {"k1": ("kicked", None), "p1": (None, "number under review"), "ok1": (None, None)}
+            # The job paused: what holds its shards is the job, whatever their accounts.
+            with psycopg.connect(database_url) as conn:
+                conn.execute("UPDATE jobs SET status = 'paused', paused_reason = 'x' WHERE job_id = %s", (job,))
+                conn.execute("UPDATE shards SET status = 'pending' WHERE guid = 'k1' AND job_id = %s", (job,))
+            r = await api.client.get(f"http://control/console/part/jobs/{job}/shards", headers=api.auth("operator"))
+            assert "account kicked" not in r.text and "account paused" not in r.text
 
     asyncio.run(go())
 
@@ -656,6 +663,23 @@ def test_a_job_is_opened_by_its_request_id_and_an_unknown_console_address_says_w
             assert [j["job_id"] for j in r.json()["jobs"]] == [job]
             r = await c.get(f"http://control/console/jobs/{job}")
             assert r.status_code == 200 and f"/console/part/jobs/{job}" in r.text
+            # A request id that is a UUID (publishers use them): its job's page, from the job's part.
+            with psycopg.connect(database_url) as conn:
+                conn.execute("UPDATE jobs SET request_id = %s WHERE job_id = %s", (uuid_rid := str(uuid.uuid4()), other))
+            r = await c.get(f"http://control/console/jobs/{uuid_rid}")
+            assert r.status_code == 200 and f"/console/part/jobs/{uuid_rid}" in r.text
+            r = await c.get(f"http://control/console/part/jobs/{uuid_rid}", headers=api.auth("operator"))
+            assert r.status_code == 200 and r.headers["hx-redirect"] == f"/console/jobs/{other}"
+            r = await c.get(f"http://control/console/part/jobs/{uuid.uuid4()}", headers=api.auth("operator"))
+            assert r.status_code == 404 and r.json()["detail"].startswith("no job ")
+            # The same id written otherwise (a UUID's hex) is taken as a request id; a trailing slash is dropped.
+            hexed = uuid.UUID(job).hex
+            assert (await c.get(f"http://control/console/jobs/{hexed}")).headers["location"] == (
+                f"/console/jobs?request_id={hexed}")
+            for path, to in ((f"/console/jobs/{job}/", f"/console/jobs/{job}"), ("/console/jobs/", "/console/jobs"),
+                             ("/console/guids/", "/console/guids"), ("/console/", "/console")):
+                r = await c.get(f"http://control{path}")
+                assert (r.status_code, r.headers.get("location")) == (307, to), path
             r = await c.get("http://control/console/no-such-page")
             assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
             assert "No such page" in r.text and 'href="/console/guids"' in r.text
@@ -666,12 +690,14 @@ def test_a_job_is_opened_by_its_request_id_and_an_unknown_console_address_says_w
 
 
 def test_the_guids_page_says_which_limits_a_guid_goes_by(database_url: str) -> None:
-    """l-own has limits of its own, shown as they are; l-fleet has none and goes by every
-    guid's ('*'); with no '*' row, a guid goes by the defaults."""
+    """l-own has a limit of its own, shown over every guid's ('*') of the same name, and goes by
+    the other '*' limit as well; l-fleet has none and goes by every guid's; with no '*' row, a
+    guid goes by the defaults."""
     with psycopg.connect(database_url) as conn:
         conn.execute("INSERT INTO guid_leases (guid) VALUES ('l-own'), ('l-fleet')")
         conn.execute("INSERT INTO guid_limits (guid, limits, updated_by) VALUES"
-                     " ('l-own', '{\"min_interval_s\": 2.0}', 't'), ('*', '{\"min_interval_s\": 5}', 't')")
+                     " ('l-own', '{\"min_interval_s\": 2.0}', 't'),"
+                     " ('*', '{\"min_interval_s\": 5, \"per_hour\": 100}', 't')")
 
     async def go() -> None:
         async with control_api(database_url) as api:
@@ -679,9 +705,11 @@ def test_the_guids_page_says_which_limits_a_guid_goes_by(database_url: str) -> N
                 r = await api.client.get("http://control/console/part/guids", headers=api.auth("tech_admin"))
                 assert r.status_code == 200, r.text
                 cells = re.findall(r'<tr data-guid="([^"]+)">.*?<td class="limits">(.*?)</td>', r.text, re.S)
-                return {g: html.unescape(re.sub(r"<[^>]+>|\s+", " ", c)).strip() for g, c in cells}
+                return {g: " ".join(html.unescape(re.sub(r"<[^>]+>", " ", c)).split()) for g, c in cells}
 
-            assert await limits() == {"l-fleet": "every guid's ('*')", "l-own": "min_interval_s 2.0"}
+            assert await limits() == {
+                "l-fleet": "min_interval_s 5 every guid's ('*') per_hour 100 every guid's ('*')",
+                "l-own": "min_interval_s 2.0 per_hour 100 every guid's ('*')"}
             with psycopg.connect(database_url) as conn:
                 conn.execute("DELETE FROM guid_limits WHERE guid = '*'")
             assert (await limits())["l-fleet"] == "defaults"

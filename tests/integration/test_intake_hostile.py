@@ -312,3 +312,32 @@ def test_a_job_the_database_refuses_mid_copy_leaves_nothing_stored(database_url:
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM shards),"
                             " (SELECT count(*) FROM items)").fetchone() == (0, 0, 0)
+
+
+def test_a_value_the_server_cannot_index_is_refused_in_one_line_of_the_server_s_words(database_url: str) -> None:
+    """Past the validator, a request id too large for a btree index row: the server refuses it
+    with a message, a DETAIL and a HINT meant for whoever wrote the schema. The dead letter's
+    reason is the message alone, one line, which names the limit."""
+    import random
+    from dataclasses import replace
+
+    from pacer_planner.domain.planning import plan
+    from pacer_planner.ports import StoreRefused
+
+    valid = validate_request(json.dumps(base("refused-index-row", n=2)).encode(), datetime.now(UTC))
+    p = plan(valid, datetime.now(UTC))
+    huge = random.Random(7).randbytes(4000).hex()  # incompressible: the index row stays as large
+    p = replace(p, request=p.request.model_copy(update={"request_id": huge}))
+
+    async def go() -> str:
+        pool = await open_pool(database_url, min_size=1, max_size=1)
+        try:
+            with pytest.raises(StoreRefused) as refused:
+                await PostgresJobStore(pool).store(p)
+            return str(refused.value)
+        finally:
+            await pool.close()
+
+    said = asyncio.run(go())
+    assert said.startswith("index row") and "exceeds" in said, said
+    assert "\n" not in said and "HINT" not in said and "DETAIL" not in said, said

@@ -23,7 +23,7 @@ from pacer_control.domain.errors import Forbidden, Unauthorized
 from pacer_control.domain.filters import AuditPosition
 from pacer_control.domain.permissions import FIELD_ACTIONS, RULES, Principal, may, refusal
 from pacer_control.domain.reuse import CostPaced
-from pacer_control.domain.views import failure_categories, shown, sum_counts
+from pacer_control.domain.views import failure_categories, limits_shown, shown, sum_counts
 from pacer_planner.domain.planning import PlanError, plan
 from pacer_sender.domain.pacing import Limits
 
@@ -272,3 +272,9 @@ def test_an_audited_value_reads_as_it_was_written_not_as_json_escapes() -> None:
     assert shown("tenant 'acme' is unknown") == "tenant 'acme' is unknown"
     assert shown({"reason": "客户要求", "min_interval_s": 2.0}) == '{"min_interval_s": 2.0, "reason": "客户要求"}'
     assert shown(3) == "3" and shown(True) == "true"
+
+
+def test_a_guid_goes_by_its_own_limits_and_every_guid_s_it_does_not_set_name_by_name() -> None:
+    assert limits_shown({"b": 2, "a": 0}, {"a": 1, "c": 3}) == [("a", 0, False), ("b", 2, False), ("c", 3, True)]
+    assert limits_shown(None, {"c": 3}) == [("c", 3, True)]
+    assert limits_shown("not an object", {}) == [], "a row that is not an object counts as none"

@@ -433,7 +433,8 @@ class Control:
     async def fleet_limits(self) -> dict[str, Any]:
         """The limits set for every guid (``'*'``): what a guid without its own goes by, over
         the defaults of the sender holding it."""
-        return dict(await self.store.guid_limits("*") or {})
+        fleet = await self.store.guid_limits("*")
+        return dict(fleet) if isinstance(fleet, dict) else {}
 
     async def guid_history(self, guid: str, limit: int, before: int | None) -> list[Row]:
         """The guid's lifecycle changes (online, offline, kicked, unauthorized), newest first."""

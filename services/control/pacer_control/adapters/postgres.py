@@ -316,7 +316,9 @@ class PostgresControl:
                                          "created_by": f.created_by, "before": f.before, "limit": f.limit,
                                          "since": f.since, "ids": None if f.ids is None else list(f.ids),
                                          "request_id": f.request_id,
-                                         "tenants": None if f.tenants is None else sorted(f.tenants)})
+                                         "tenants": None if f.tenants is None else sorted(f.tenants)},
+                          # planned for its values: a generic plan could not use the request id's index
+                          prepare=False if f.request_id is not None else None)
 
     async def awaiting_approval(self, limit: int) -> tuple[list[str], int]:
         rows = await self._read("awaiting_approval", {"limit": limit})

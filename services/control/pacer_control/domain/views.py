@@ -258,3 +258,12 @@ def budget_used_up(budget: Mapping[str, Any] | None) -> bool:
     more, and is not resumed, until a larger one is confirmed."""
     cap = (budget or {}).get("max_sends")
     return cap is not None and int((budget or {}).get("used") or 0) >= int(cap)
+
+
+def limits_shown(own: Any, fleet: Mapping[str, Any]) -> list[tuple[str, Any, bool]]:
+    """The limits a guid goes by beyond its sender's defaults, as ``(name, value, inherited)``:
+    its own, then every guid's (``'*'``) it does not set itself (they combine name by name).
+    A row that is not an object counts as none, as the senders skip it."""
+    mine = own if isinstance(own, Mapping) else {}
+    return ([(k, v, False) for k, v in sorted(mine.items())]
+            + [(k, v, True) for k, v in sorted(fleet.items()) if k not in mine])

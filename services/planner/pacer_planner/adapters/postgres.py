@@ -84,8 +84,7 @@ class PostgresJobStore:
             return await with_retry(lambda: self._store(plan))
         except (psycopg.DataError, RefusedError) as exc:
             # What the job holds cannot be stored (the transaction rolled back: nothing of it is).
-            # The server's own words, which name the value; the exception's class is no reader's.
-            raise StoreRefused(str(exc).strip() or type(exc).__name__) from exc
+            raise StoreRefused(said(exc)) from exc
 
     async def _store(self, plan: Plan) -> Stored:
         async with self.pool.connection() as conn:
@@ -190,3 +189,12 @@ class PostgresPositions:
                                                           "partition": partition, "next_offset": next_offset})
 
         await with_retry(work)
+
+
+def said(exc: BaseException) -> str:
+    """What the server said of a value it refused, in one line: its primary message (which
+    names the value), not the detail, hint and context lines libpq adds (internals, and
+    advice meant for whoever wrote the schema), nor the exception's class."""
+    cause = exc if isinstance(exc, psycopg.Error) else exc.__cause__
+    primary = cause.diag.message_primary if isinstance(cause, psycopg.Error) else None
+    return primary or (str(exc).strip().splitlines() or [type(exc).__name__])[0]

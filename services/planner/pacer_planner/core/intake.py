@@ -228,6 +228,7 @@ class Planner:
         sees only its tenants'). The log line names the request id the bytes name, if any:
         a request published without a key is found by it."""
         await asyncio.to_thread(self.bus.dead_letter, key, value, reason, tenant or tenant_named(value))
+        request_id = request_id or request_id_named(value)
         with bind(job_id=None):  # no job was made of it (a plan's id may be bound: never stored)
             log.warning("job request dead-lettered", extra={"reason": reason} | (
                 {"request_id": request_id} if request_id else {}))

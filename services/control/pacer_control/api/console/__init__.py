@@ -89,6 +89,7 @@ templates.env.filters["stamp"] = views.stamp
 templates.env.filters["duration"] = views.duration
 templates.env.globals["changes"] = views.changes
 templates.env.filters["shown"] = views.shown
+templates.env.globals["limits_shown"] = views.limits_shown
 templates.env.filters["seg"] = lambda v: quote(str(v), safe="")  # a value as one segment of a URL path
 # A part's query string (blank values left out), escaped: a filter such as a creator "a&b" survives paging.
 templates.env.globals["query"] = lambda **params: urlencode({k: v for k, v in params.items() if v not in (None, "")})
@@ -97,7 +98,6 @@ pages = APIRouter(include_in_schema=False)
 router = APIRouter(prefix=f"{PREFIX}/part", include_in_schema=False)
 JobId = Annotated[uuid.UUID, Path()]
 GuidPath = Annotated[str, Path(min_length=1, max_length=256, pattern=r"^[^\x00]*$")]
-JobRef = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[^\x00]*$")]  # a job id or request id
 GUID_PAGE = 200  # guids per page of the Guids page
 SHARDS_SHOWN = 50  # shards a job's page lists: those to look at first
 KEPT_SHOWN = timedelta(seconds=1)  # counts older than this are shown with when they were read
@@ -112,11 +112,13 @@ def install(app: FastAPI) -> None:
     app.add_api_route(f"{PREFIX}/{{rest:path}}", not_a_page, methods=["GET"], include_in_schema=False)  # last
 
 
-async def not_a_page(request: Request, rest: str) -> HTMLResponse:
+async def not_a_page(request: Request, rest: str) -> Response:
     """Any other console address: a page that says so and links the console's pages (a part,
     which the console's own script asks for, gets the API's error)."""
     if rest.startswith("part/"):
         raise NotFound(f"the console has no part {PREFIX}/{rest}")
+    if rest.endswith("/") or not rest:  # /console/guids/ is /console/guids
+        return RedirectResponse(f"{PREFIX}/{quote(rest.rstrip('/'), safe='/')}".rstrip("/") or PREFIX)
     return templates.TemplateResponse(request, "missing.html", {"path": request.url.path}, status_code=404,
                                       headers={"Content-Security-Policy": CSP, "Cache-Control": "no-store"})
 
@@ -141,14 +143,26 @@ async def login(request: Request) -> HTMLResponse:
 
 
 @pages.get(f"{PREFIX}/jobs/{{ref:path}}", response_class=HTMLResponse)
-async def job_page(request: Request, ref: JobRef) -> Response:
-    """A job's page by its id; by anything else, the jobs list filtered by request id (the id
-    an operator knows a job by), which shows that job or says none matches."""
+async def job_page(request: Request, ref: str) -> Response:
+    """A job's page by its id (as the console writes it); by anything else, the jobs list
+    filtered by request id (the id an operator knows a job by), which shows that job or says
+    none matches. A request id written as a job id is would name no job: the job's part then
+    sends the page to the job of that request id, if there is one (``job``)."""
+    if not ref.strip("/"):
+        return RedirectResponse(f"{PREFIX}/jobs")
+    if ref.endswith("/"):
+        return RedirectResponse(f"{PREFIX}/jobs/{quote(ref.rstrip('/'), safe='')}")
+    if _is_job_id(ref):
+        return _page(request, "jobs", f"jobs/{ref}", "Job")
+    return RedirectResponse(f"{PREFIX}/jobs?{urlencode({'request_id': ref})}")
+
+
+def _is_job_id(ref: str) -> bool:
+    """Whether ``ref`` is a job id as the console and the API write one (a UUID's canonical text)."""
     try:
-        job_id = uuid.UUID(ref)
+        return str(uuid.UUID(ref)) == ref
     except ValueError:
-        return RedirectResponse(f"{PREFIX}/jobs?{urlencode({'request_id': ref})}")
-    return _page(request, "jobs", f"jobs/{job_id}", "Job")
+        return False
 
 
 def _shell(name: str) -> Any:
@@ -250,7 +264,14 @@ def job_actions(row: dict[str, Any]) -> dict[str, tuple[Action, str]]:
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse, **guard("jobs.view"))
 async def job(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLResponse:
-    row = await ctl.job(str(job_id), ShardPage(0), failures=False)  # its parts read the rest
+    try:
+        row = await ctl.job(str(job_id), ShardPage(0), failures=False)  # its parts read the rest
+    except NotFound:
+        # No job has that id; a request may (publishers use UUIDs as request ids): its job's page.
+        named = await ctl.jobs(JobFilter(limit=1, tenants=who.tenants, request_id=str(job_id)))
+        if not named:
+            raise
+        return HTMLResponse("", headers={"HX-Redirect": f"{PREFIX}/jobs/{named[0]['job_id']}"})
     return _render(request, "job.html", who, job=row, actions=job_actions(row),
                    retry_statuses=[s.value for s in RETRYABLE], budget_used_up=views.budget_used_up(row["budget"]))
 
