@@ -106,3 +106,25 @@ def test_a_deadlock_in_the_scenarios_database_is_counted(database_url: str) -> N
     assert len(errors) == 1
     assert wait_for(lambda: deadlocks() == before + 1, 30, "the deadlock in pg_stat_database")
 
+
+
+def test_a_rate_limited_answer_is_counted_as_recorded_only_when_its_item_has_the_outcome(database_url: str) -> None:
+    """``quiet-kills`` excuses a call inside a quiet only when Pacer has no record of the 429
+    that asked it: the count of the item's ``rate_limited`` retries, by its idempotency key."""
+    from types import SimpleNamespace
+
+    from pacer_dev.chaos.scenarios import _rate_limits_recorded
+
+    url = database_url
+    job, _, (told, lost) = seed_job(url, {"g1": 2}, status="submitted")
+    with psycopg.connect(url) as conn:
+        keys: dict[str, str] = dict(conn.execute("SELECT item_id::text, idem_key FROM items WHERE job_id = %s",
+                                                 (job,)).fetchall())
+        conn.execute("SELECT pacer_transition(%s::uuid[], '{submitted}', 'waiting_retry', 'ItemRetryScheduled',"
+                     " '{\"error_class\": \"rate_limited\", \"error\": \"HTTP 429\"}'::jsonb)", ([told],))
+        conn.execute("SELECT pacer_transition(%s::uuid[], '{submitted}', 'waiting_retry', 'ItemRetryScheduled',"
+                     " '{\"error_class\": \"retryable\", \"error\": \"busy\"}'::jsonb)", ([lost],))
+    sc = SimpleNamespace(db=url, request_ids=[f"req-{job}"])
+    assert _rate_limits_recorded(sc, keys[told]) == 1  # type: ignore[arg-type]
+    assert _rate_limits_recorded(sc, keys[lost]) == 0, "a retry for another cause is not the 429's"  # type: ignore[arg-type]
+    assert _rate_limits_recorded(SimpleNamespace(db=url, request_ids=["other"]), keys[told]) == 0  # type: ignore[arg-type]

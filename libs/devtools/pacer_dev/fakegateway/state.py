@@ -115,8 +115,13 @@ class GatewayState:
         self._last_accept_mono: dict[str, float] = {}
         # guid → when (monotonic) the quiet asked of it by a 429's Retry-After ends
         self._quiet_until: dict[str, float] = {}
+        # guid → (the idempotency key of the send whose 429 asked its quiet, that key's how-manieth
+        # such answer): a violation names the answer that asked the quiet it broke
+        self._quiet_asker: dict[str, tuple[str | None, int]] = {}
+        self._quiets_by_key: dict[str | None, int] = {}
         self.quiet_asked = 0
         self.quiet_violations = 0
+        self.quiet_violated: list[dict[str, Any]] = []  # per violation: {"guid", "key", "nth"} of the asking answer
         self.duplicate_keys = 0
         self.duplicate_triples = 0
         self.duplicate_triples_all = 0
@@ -178,12 +183,15 @@ class GatewayState:
     ) -> Outcome:
         """Decide the outcome of one valid send and record it when accepted. With
         ``retry_after_s``, a rate-limited one is an HTTP 429 asking the guid for that long a
-        quiet; a send of the guid before it ends is counted in ``quiet_violations`` and
-        refused the same way, for the time left (the quiet is not extended)."""
+        quiet; a send of the guid before it ends is counted in ``quiet_violations`` (and named
+        in ``quiet_violated``) and refused the same way, for the time left (the quiet is not
+        extended)."""
         now = time.monotonic() if now_mono is None else now_mono
         quiet = self._quiet_until.get(guid)
         if quiet is not None and now < quiet:
             self.quiet_violations += 1
+            key, nth = self._quiet_asker[guid]
+            self.quiet_violated.append({"guid": guid, "key": key, "nth": nth})
             return replace(self._reject(CODE_RATE_LIMITED), http_status=HTTP_TOO_MANY_REQUESTS,
                            retry_after_s=math.ceil(quiet - now))
         outcome = self._decide(guid, to_id, content, idempotency_key, now, now_wall)
@@ -191,6 +199,8 @@ class GatewayState:
         if outcome.code == CODE_RATE_LIMITED and wait > 0:
             self.quiet_asked += 1
             self._quiet_until[guid] = now + wait
+            self._quiets_by_key[idempotency_key] = nth = self._quiets_by_key.get(idempotency_key, 0) + 1
+            self._quiet_asker[guid] = (idempotency_key, nth)
             return replace(outcome, http_status=HTTP_TOO_MANY_REQUESTS, retry_after_s=wait)
         return outcome
 
@@ -314,6 +324,7 @@ class GatewayState:
             "lookups_delayed": self.lookups_delayed,
             "quiet_asked": self.quiet_asked,
             "quiet_violations": self.quiet_violations,
+            "quiet_violated": self.quiet_violated,
             "max_concurrency_per_guid": self.max_concurrency_per_guid,
             "max_concurrency_guid": self.max_concurrency_guid,
             "max_concurrency_total": self.max_concurrency_total,
