@@ -166,3 +166,29 @@ def test_a_dead_letter_over_what_the_control_service_checks_is_not_republished_a
     assert within.status_code == 200, within.text
     assert [r["key"] for r in read_topic(kafka_config, requests, 1)] == [b"r-s"], "the large one was sent"
     assert {a["target_id"] for a in audit(database_url) if a["target_type"] == "dead_letter"} == {f"{dlq}:0:1"}
+
+
+def test_a_request_of_a_tenant_not_yet_created_is_not_republished_until_it_is(
+        kafka_config: dict[str, str], topic_prefix: str, database_url: str) -> None:
+    """Refused for an unknown tenant: republishing it before the tenant exists would only be
+    refused again, so it is not sent and nothing is audited; once the tenant is created, it is."""
+    requests, dlq = f"{topic_prefix}.job-requests", f"{topic_prefix}.job-requests.dlq"
+    ensure_topics(kafka_config, {requests: (1, {}), dlq: (1, {})})
+    bus = KafkaCommandBus(make_producer(kafka_config), lambda lane: f"{topic_prefix}.item-commands.{lane}", dlq)
+    bus.dead_letter(b"r-t", _request("r-t"), "unknown tenant 'acme'", "acme")
+    queue = KafkaDeadLetters(KafkaSettings(kafka_bootstrap_servers=kafka_config["bootstrap.servers"],
+                                           topic_prefix=topic_prefix))
+
+    async def go() -> tuple[Any, Any]:
+        async with control_api(database_url, dead_letters=queue) as api:
+            early = await api.post("/dead-letters/requests/0/0/republish", role="tech_admin")
+            with psycopg.connect(database_url) as conn:
+                assert [a for a in audit(database_url) if a["target_type"] == "dead_letter"] == [], "none attempted"
+                conn.execute("INSERT INTO tenants (name) VALUES ('acme')")
+            return early, await api.post("/dead-letters/requests/0/0/republish", role="tech_admin")
+
+    early, later = asyncio.run(go())
+    assert early.status_code == 422, early.text
+    assert "unknown tenant 'acme'" in early.json()["detail"] and "POST /api/v1/tenants" in early.json()["detail"]
+    assert later.status_code == 200, later.text
+    assert [r["key"] for r in read_topic(kafka_config, requests, 1)] == [b"r-t"]

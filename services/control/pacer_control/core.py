@@ -560,7 +560,8 @@ class Control:
         sent unless the broker said so. A database error after the send leaves the attempt as
         its only record: the answer still says it was republished, and the error is logged.
 
-        The check is the planner's validation, in this process: with ``checks``, a request over
+        The check is the planner's validation, in this process, and that its tenant exists (the
+        planner refuses a job of an unknown tenant): with ``checks``, a request over
         its ``max_bytes`` is not checked here (422: republish it unchecked, and the planner
         checks it), and the check waits for its turn among the dry runs."""
         letter = await self.dead_letter(who, "requests", partition, offset)
@@ -574,10 +575,15 @@ class Control:
                 "checks it, and dead-letters it again with its reason if it still refuses it")
         try:
             async with checks.turn() if checks is not None else contextlib.nullcontext():
-                await asyncio.to_thread(validate_request, letter.value, self.clock())
+                valid = await asyncio.to_thread(validate_request, letter.value, self.clock())
         except InvalidRequest as exc:
             raise Invalid(f"not republished, the planner would refuse it again: {exc}. Fix the request "
                           "(GET its body) and publish it as a new one") from None
+        tenant = valid.request.tenant
+        del valid  # what goes out is the record as it came
+        if not await self.store.tenant_exists(tenant):
+            raise Invalid(f"not republished, the planner would refuse it again: unknown tenant {tenant!r}. "
+                          "Create the tenant first (POST /api/v1/tenants), then republish it")
         queue = self._queue()
         topic = queue.topic("requests")
         where = f"{topic}:{letter.where}"

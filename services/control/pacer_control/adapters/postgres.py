@@ -307,6 +307,9 @@ class PostgresControl:
     async def tenants(self) -> list[Row]:
         return await self._read("tenants", {"name": None})
 
+    async def tenant_exists(self, name: str) -> bool:
+        return bool(await self._read("tenants", {"name": name}))
+
     async def tenant_of(self, kind: str, target_id: str) -> str | None:
         rows = await self._read(f"tenant_of_{'job' if kind == 'job' else 'item'}", {"id": target_id})
         return rows[0]["tenant"] if rows else None
