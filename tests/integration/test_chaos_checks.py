@@ -5,7 +5,9 @@ deadlocks Postgres broke (``DEADLOCKS``)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
+from typing import Any
 
 import psycopg
 
@@ -108,23 +110,31 @@ def test_a_deadlock_in_the_scenarios_database_is_counted(database_url: str) -> N
 
 
 
-def test_a_rate_limited_answer_is_counted_as_recorded_only_when_its_item_has_the_outcome(database_url: str) -> None:
+def test_a_429_counts_as_recorded_only_when_the_outcome_after_its_call_s_submit_is_the_rate_limit(
+        database_url: str) -> None:
     """``quiet-kills`` excuses a call inside a quiet only when Pacer has no record of the 429
-    that asked it: the count of the item's ``rate_limited`` retries, by its idempotency key."""
+    that asked it. The item's first call was answered 429 and recorded (a rate-limited retry);
+    its second call's answer died with its sender (the item was put in doubt); it made no third."""
     from types import SimpleNamespace
 
-    from pacer_dev.chaos.scenarios import _rate_limits_recorded
+    from pacer_dev.chaos.scenarios import _answer_recorded
 
     url = database_url
-    job, _, (told, lost) = seed_job(url, {"g1": 2}, status="submitted")
+    job, _, (item,) = seed_job(url, {"g1": 1})
+    steps = [("pending", "claimed", "ItemClaimed", {}), ("claimed", "submitted", "ItemSubmitted", {}),
+             ("submitted", "waiting_retry", "ItemRetryScheduled", {"error_class": "rate_limited", "error": "HTTP 429"}),
+             ("waiting_retry", "pending", "ItemRequeued", {}),
+             ("pending", "claimed", "ItemClaimed", {}), ("claimed", "submitted", "ItemSubmitted", {}),
+             ("submitted", "recovery_pending", "ItemInDoubt", {"error_class": "in_doubt"})]
     with psycopg.connect(url) as conn:
-        keys: dict[str, str] = dict(conn.execute("SELECT item_id::text, idem_key FROM items WHERE job_id = %s",
-                                                 (job,)).fetchall())
-        conn.execute("SELECT pacer_transition(%s::uuid[], '{submitted}', 'waiting_retry', 'ItemRetryScheduled',"
-                     " '{\"error_class\": \"rate_limited\", \"error\": \"HTTP 429\"}'::jsonb)", ([told],))
-        conn.execute("SELECT pacer_transition(%s::uuid[], '{submitted}', 'waiting_retry', 'ItemRetryScheduled',"
-                     " '{\"error_class\": \"retryable\", \"error\": \"busy\"}'::jsonb)", ([lost],))
-    sc = SimpleNamespace(db=url, request_ids=[f"req-{job}"])
-    assert _rate_limits_recorded(sc, keys[told]) == 1  # type: ignore[arg-type]
-    assert _rate_limits_recorded(sc, keys[lost]) == 0, "a retry for another cause is not the 429's"  # type: ignore[arg-type]
-    assert _rate_limits_recorded(SimpleNamespace(db=url, request_ids=["other"]), keys[told]) == 0  # type: ignore[arg-type]
+        for before, after, event, payload in steps:
+            conn.execute("SELECT pacer_transition(%s::uuid[], %s::item_status[], %s::item_status, %s, %s::jsonb)",
+                         ([item], [before], after, event, json.dumps(payload)))
+        (key,) = conn.execute("SELECT idem_key FROM items WHERE item_id = %s", (item,)).fetchone() or ("",)
+    sc: Any = SimpleNamespace(db=url, request_ids=[f"req-{job}"])
+    assert _answer_recorded(sc, key, 1), "the first call's 429 is on record"
+    assert not _answer_recorded(sc, key, 2), "the second call's answer was never recorded"
+    assert not _answer_recorded(sc, key, 3), "no third call on record"
+    other: Any = SimpleNamespace(db=url, request_ids=["other"])
+    assert not _answer_recorded(other, key, 1), "another scenario's jobs"
+    assert _answer_recorded(sc, None, 1), "a call without a key is judged, never excused"

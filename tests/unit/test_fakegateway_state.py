@@ -98,11 +98,11 @@ def test_with_retry_after_a_rate_limit_is_an_http_429_asking_the_guid_for_quiet(
     assert gw.submit("g2", "u1", "c", "k3", now_mono=2.0).code == CODE_OK, "another guid is not held"
     assert gw.submit("g1", "u1", "b", "k2", now_mono=2.5).code == CODE_OK, "not extended by the violation"
     assert (gw.stats()["quiet_asked"], gw.stats()["quiet_violations"]) == (1, 1)
-    # The violation names the answer that asked the quiet it broke: k2's first 429.
-    assert gw.stats()["quiet_violated"] == [{"guid": "g1", "key": "k2", "nth": 1}]
-    assert gw.submit("g1", "u1", "b", "k2", now_mono=2.6).code == CODE_RATE_LIMITED  # k2's second quiet
-    gw.submit("g1", "u1", "c", "k4", now_mono=3.0)  # inside it
-    assert gw.stats()["quiet_violated"][-1] == {"guid": "g1", "key": "k2", "nth": 2}
+    # The violation names the call that asked the quiet it broke: k2's first (of its calls, every one counted).
+    assert gw.stats()["quiet_violated"] == [{"guid": "g1", "key": "k2", "call": 1}]
+    assert gw.submit("g1", "u1", "b", "k2", now_mono=3.1).code == CODE_RATE_LIMITED  # k2's fourth call asks one
+    gw.submit("g1", "u1", "c", "k4", now_mono=3.5)  # inside it
+    assert gw.stats()["quiet_violated"][-1] == {"guid": "g1", "key": "k2", "call": 4}
     assert make_state(p_rate_limited=1.0).submit("g1", "u1", "a", "k1").http_status == 200, "without it: a code"
 
 

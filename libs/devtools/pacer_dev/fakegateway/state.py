@@ -115,13 +115,13 @@ class GatewayState:
         self._last_accept_mono: dict[str, float] = {}
         # guid → when (monotonic) the quiet asked of it by a 429's Retry-After ends
         self._quiet_until: dict[str, float] = {}
-        # guid → (the idempotency key of the send whose 429 asked its quiet, that key's how-manieth
-        # such answer): a violation names the answer that asked the quiet it broke
+        # guid → (the idempotency key of the send whose 429 asked its quiet, which call of that
+        # key it was): a violation names the call that asked the quiet it broke
         self._quiet_asker: dict[str, tuple[str | None, int]] = {}
-        self._quiets_by_key: dict[str | None, int] = {}
+        self._calls_by_key: dict[str | None, int] = {}  # valid sends, by idempotency key
         self.quiet_asked = 0
         self.quiet_violations = 0
-        self.quiet_violated: list[dict[str, Any]] = []  # per violation: {"guid", "key", "nth"} of the asking answer
+        self.quiet_violated: list[dict[str, Any]] = []  # per violation: {"guid", "key", "call"} that asked the quiet
         self.duplicate_keys = 0
         self.duplicate_triples = 0
         self.duplicate_triples_all = 0
@@ -187,11 +187,12 @@ class GatewayState:
         in ``quiet_violated``) and refused the same way, for the time left (the quiet is not
         extended)."""
         now = time.monotonic() if now_mono is None else now_mono
+        self._calls_by_key[idempotency_key] = call = self._calls_by_key.get(idempotency_key, 0) + 1
         quiet = self._quiet_until.get(guid)
         if quiet is not None and now < quiet:
             self.quiet_violations += 1
             key, nth = self._quiet_asker[guid]
-            self.quiet_violated.append({"guid": guid, "key": key, "nth": nth})
+            self.quiet_violated.append({"guid": guid, "key": key, "call": nth})
             return replace(self._reject(CODE_RATE_LIMITED), http_status=HTTP_TOO_MANY_REQUESTS,
                            retry_after_s=math.ceil(quiet - now))
         outcome = self._decide(guid, to_id, content, idempotency_key, now, now_wall)
@@ -199,8 +200,7 @@ class GatewayState:
         if outcome.code == CODE_RATE_LIMITED and wait > 0:
             self.quiet_asked += 1
             self._quiet_until[guid] = now + wait
-            self._quiets_by_key[idempotency_key] = nth = self._quiets_by_key.get(idempotency_key, 0) + 1
-            self._quiet_asker[guid] = (idempotency_key, nth)
+            self._quiet_asker[guid] = (idempotency_key, call)
             return replace(outcome, http_status=HTTP_TOO_MANY_REQUESTS, retry_after_s=wait)
         return outcome
 
@@ -324,7 +324,7 @@ class GatewayState:
             "lookups_delayed": self.lookups_delayed,
             "quiet_asked": self.quiet_asked,
             "quiet_violations": self.quiet_violations,
-            "quiet_violated": self.quiet_violated,
+            "quiet_violated": list(self.quiet_violated),
             "max_concurrency_per_guid": self.max_concurrency_per_guid,
             "max_concurrency_guid": self.max_concurrency_guid,
             "max_concurrency_total": self.max_concurrency_total,
