@@ -932,3 +932,19 @@ def test_the_guids_page_shows_a_penalty_only_while_a_sender_paces_the_guid_at_it
     assert ">slowed</span>" in unheld and "quiet asked by the gateway" in unheld, unheld
     assert 'class="penalty"' not in unheld, "nobody paces it at the row's penalty"
     assert re.search(r'<small class="penalty">×4\.0</small>', held), held
+
+
+def test_a_job_no_action_applies_to_offers_no_reason_box_and_says_so(database_url: str) -> None:
+    done, _, _ = seed_job(database_url, {"g1": 1}, status="confirmed")
+    running, _, _ = seed_job(database_url, {"g2": 1})
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE jobs SET status = 'completed' WHERE job_id = %s", (done,))
+
+    async def go() -> None:
+        async with control_api(database_url) as api:
+            r = await api.client.get(f"http://control/console/part/jobs/{done}", headers=api.auth("admin"))
+            assert 'id="job-actions"' not in r.text and "No action applies to a job completed." in r.text
+            r = await api.client.get(f"http://control/console/part/jobs/{running}", headers=api.auth("admin"))
+            assert 'id="job-actions"' in r.text and 'id="no-job-actions"' not in r.text
+
+    asyncio.run(go())
