@@ -114,6 +114,50 @@ def test_settle_with_a_stale_epoch_records_nothing_and_keeps_the_key(database_ur
         assert conn.execute("SELECT count(*) FROM send_ledger").fetchone() == (0,), "not sent: key released"
 
 
+def test_a_rate_limit_and_its_quiet_are_written_in_one_transaction_and_a_stale_settle_writes_neither(
+        database_url: str) -> None:
+    """The settle of a 429 with ``Retry-After``: the item waits to retry and the guid's lease row
+    keeps the quiet, committed together (a sender killed after it leaves both, or neither). A
+    settle with a stale epoch writes no quiet either; a later quiet on the row is never shortened."""
+    _, _, (item,) = seed_job(database_url, {"g1": 1})
+    limited = Decision(S.WAITING_RETRY, "ItemRetryScheduled", "rate_limited", "HTTP 429", release_ledger=True)
+
+    def quiet_left() -> float | None:
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute("SELECT extract(epoch FROM gateway_quiet_until - now())::float8 FROM guid_leases"
+                               " WHERE guid = 'g1'").fetchone()
+        return None if row is None else row[0]
+
+    async def scenario() -> tuple[bool, float | None, bool]:
+        pool, repo = await _repo(database_url)
+        begun = await repo.begin_send(cmd(item, "k1"), "w1")
+        assert begun.epoch is not None
+        stale = await repo.settle(cmd(item, "k1"), begun.epoch - 1, limited, quiet_s=30.0)
+        after_stale = quiet_left()
+        fresh = await repo.settle(cmd(item, "k1"), begun.epoch, limited, quiet_s=30.0)
+        await pool.close()
+        return stale, after_stale, fresh
+
+    stale, after_stale, fresh = asyncio.run(scenario())
+    assert (stale, after_stale, fresh) == (False, None, True)
+    assert status_and_events(database_url, item)[0] == "waiting_retry"
+    left = quiet_left()
+    assert left is not None and 28 < left <= 30, left
+    with psycopg.connect(database_url) as conn:  # a quiet that ends later stays as it is
+        conn.execute("UPDATE guid_leases SET gateway_quiet_until = now() + interval '1 hour' WHERE guid = 'g1'")
+    _, _, (second,) = seed_job(database_url, {"g1": 1})
+
+    async def again() -> None:
+        pool, repo = await _repo(database_url)
+        begun = await repo.begin_send(cmd(second, "k2"), "w1")
+        assert begun.epoch is not None and await repo.settle(cmd(second, "k2"), begun.epoch, limited, quiet_s=5.0)
+        await pool.close()
+
+    asyncio.run(again())
+    left = quiet_left()
+    assert left is not None and left > 3500, left
+
+
 def test_a_sender_without_the_guid_lease_writes_nothing(database_url: str) -> None:
     _, _, (item,) = seed_job(database_url, {"g1": 1})
 

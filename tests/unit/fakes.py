@@ -74,6 +74,7 @@ class InMemoryItemRepository:
         self.paused_guids: dict[str, str] = {}  # guid → reason (the guid_leases hold)
         self.held_jobs: dict[str, str] = {}  # job id → why its items may not be claimed ("job paused: …")
         self.quiets: dict[str, float] = {}  # guid → what is left of a quiet a gateway asked of it, seconds
+        self.settled_quiets: list[tuple[str, float]] = []  # (guid, seconds) written with a settle
 
     # -- test set-up and outside actors ----------------------------------------------------
     def add(self, item_id: str, status: ItemStatus = S.PENDING, attempts: int = 0) -> ItemRecord:
@@ -165,10 +166,12 @@ class InMemoryItemRepository:
             entry.state = "sent"
         return True
 
-    async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision) -> bool:
+    async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision, quiet_s: float | None = None) -> bool:
         self.calls.append("settle")
         if not self._holds_lease(cmd, epoch, S.SUBMITTED):
             return False
+        if quiet_s:
+            self.settled_quiets.append((cmd.guid, quiet_s))
         self._move(cmd.item_id, decision.to)
         rec = self.items[cmd.item_id]
         rec.next_attempt_at = decision.next_attempt_at

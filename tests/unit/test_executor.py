@@ -184,6 +184,20 @@ def test_rate_limited_failure_is_reported_as_such_and_retried() -> None:
     assert rec.next_attempt_at is not None and rec.next_attempt_at >= before + timedelta(seconds=60)
 
 
+def test_a_rate_limit_s_quiet_is_written_with_its_outcome_and_no_other_failure_writes_one() -> None:
+    """``Retry-After: 30`` on a rate limit: the settle carries what is left of the quiet (the
+    repository writes it to the guid's lease row in the same transaction); a retryable
+    failure, and a rate limit without Retry-After, carry none."""
+    repo, gw = setup(errors=[SendError(F.RATE_LIMITED, 45009, "too fast", retry_after=timedelta(seconds=30))])
+    run(repo, gw, command())
+    ((guid, left),) = repo.settled_quiets
+    assert guid == "g-1" and 29 < left <= 30
+    for error in (SendError(F.RETRYABLE, -1, "busy"), SendError(F.RATE_LIMITED, 45009, "too fast")):
+        repo, gw = setup(errors=[error])
+        run(repo, gw, command())
+        assert repo.settled_quiets == []
+
+
 def test_rate_limited_answers_never_use_up_the_items_attempts() -> None:
     """Ten "too fast" answers in a row, with a retry policy of three attempts: the item is
     still waiting (reason rate_limited) with no attempt used, and sends once the gateway
@@ -445,7 +459,7 @@ class _TimedWrites(InMemoryItemRepository):
         self.written_at.append(time.monotonic())
         return await super().confirm(cmd, epoch, receipt, spare_s)
 
-    async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision) -> bool:
+    async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision, quiet_s: float | None = None) -> bool:
         self.written_at.append(time.monotonic())
         return await super().settle(cmd, epoch, decision)
 

@@ -247,7 +247,9 @@ class Executor:
                 called = call.answered = replace(called, answered_mono=time.monotonic())
                 if gone is not None:
                     decision = await self._media_refused(cmd, msg, media_id, err, gone, decision)
-            if not await self.repo.settle(cmd, begun.epoch, decision):
+            wait = err.retry_after if err.failure_class is FailureClass.RATE_LIMITED else None
+            quiet_s = None if wait is None else wait.total_seconds() - (time.monotonic() - answered_mono)
+            if not await self.repo.settle(cmd, begun.epoch, decision, quiet_s):
                 log.warning("outcome not recorded: lease taken over (%s)", err)
                 return called
             # A guid out of service (a person must act) or an item failed for good is a warning;
