@@ -132,9 +132,9 @@ def test_a_rate_limit_and_its_quiet_are_written_in_one_transaction_and_a_stale_s
         pool, repo = await _repo(database_url)
         begun = await repo.begin_send(cmd(item, "k1"), "w1")
         assert begun.epoch is not None
-        stale = await repo.settle(cmd(item, "k1"), begun.epoch - 1, limited, quiet_s=30.0)
+        stale = await repo.settle(cmd(item, "k1"), begun.epoch - 1, limited, quiet_until=time.monotonic() + 30)
         after_stale = quiet_left()
-        fresh = await repo.settle(cmd(item, "k1"), begun.epoch, limited, quiet_s=30.0)
+        fresh = await repo.settle(cmd(item, "k1"), begun.epoch, limited, quiet_until=time.monotonic() + 30)
         await pool.close()
         return stale, after_stale, fresh
 
@@ -150,7 +150,7 @@ def test_a_rate_limit_and_its_quiet_are_written_in_one_transaction_and_a_stale_s
     async def again() -> None:
         pool, repo = await _repo(database_url)
         begun = await repo.begin_send(cmd(second, "k2"), "w1")
-        assert begun.epoch is not None and await repo.settle(cmd(second, "k2"), begun.epoch, limited, quiet_s=5.0)
+        assert begun.epoch is not None and await repo.settle(cmd(second, "k2"), begun.epoch, limited, quiet_until=time.monotonic() + 5)
         await pool.close()
 
     asyncio.run(again())

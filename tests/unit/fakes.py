@@ -166,12 +166,13 @@ class InMemoryItemRepository:
             entry.state = "sent"
         return True
 
-    async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision, quiet_s: float | None = None) -> bool:
+    async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision,
+                     quiet_until: float | None = None) -> bool:
         self.calls.append("settle")
         if not self._holds_lease(cmd, epoch, S.SUBMITTED):
             return False
-        if quiet_s:
-            self.settled_quiets.append((cmd.guid, quiet_s))
+        if quiet_until is not None:
+            self.settled_quiets.append((cmd.guid, quiet_until - time.monotonic()))
         self._move(cmd.item_id, decision.to)
         rec = self.items[cmd.item_id]
         rec.next_attempt_at = decision.next_attempt_at

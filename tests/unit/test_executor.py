@@ -185,14 +185,17 @@ def test_rate_limited_failure_is_reported_as_such_and_retried() -> None:
 
 
 def test_a_rate_limit_s_quiet_is_written_with_its_outcome_and_no_other_failure_writes_one() -> None:
-    """``Retry-After: 30`` on a rate limit: the settle carries what is left of the quiet (the
-    repository writes it to the guid's lease row in the same transaction); a retryable
-    failure, and a rate limit without Retry-After, carry none."""
+    """``Retry-After: 30`` on a rate limit: the settle carries when the quiet ends (the
+    repository writes what is left of it to the guid's lease row in the same transaction); a
+    retryable failure, a rate limit without Retry-After, and Pacer's own deferral (a tenant's
+    quota, say: no gateway quiet) carry none."""
     repo, gw = setup(errors=[SendError(F.RATE_LIMITED, 45009, "too fast", retry_after=timedelta(seconds=30))])
     run(repo, gw, command())
     ((guid, left),) = repo.settled_quiets
-    assert guid == "g-1" and 29 < left <= 30
-    for error in (SendError(F.RETRYABLE, -1, "busy"), SendError(F.RATE_LIMITED, 45009, "too fast")):
+    assert guid == "g-1" and 29 < left < 30, "counted from the gateway's answer"
+    for error in (SendError(F.RETRYABLE, -1, "busy"), SendError(F.RATE_LIMITED, 45009, "too fast"),
+                  SendError(F.RATE_LIMITED, None, "tenant quota used up", retry_after=timedelta(seconds=300),
+                            deferred=True)):
         repo, gw = setup(errors=[error])
         run(repo, gw, command())
         assert repo.settled_quiets == []
@@ -459,7 +462,8 @@ class _TimedWrites(InMemoryItemRepository):
         self.written_at.append(time.monotonic())
         return await super().confirm(cmd, epoch, receipt, spare_s)
 
-    async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision, quiet_s: float | None = None) -> bool:
+    async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision,
+                     quiet_until: float | None = None) -> bool:
         self.written_at.append(time.monotonic())
         return await super().settle(cmd, epoch, decision)
 

@@ -247,9 +247,10 @@ class Executor:
                 called = call.answered = replace(called, answered_mono=time.monotonic())
                 if gone is not None:
                     decision = await self._media_refused(cmd, msg, media_id, err, gone, decision)
-            wait = err.retry_after if err.failure_class is FailureClass.RATE_LIMITED else None
-            quiet_s = None if wait is None else wait.total_seconds() - (time.monotonic() - answered_mono)
-            if not await self.repo.settle(cmd, begun.epoch, decision, quiet_s):
+            # The gateway's own quiet (never one of Pacer's deferrals), ending by this clock.
+            wait = err.retry_after if err.gateway_rate_limit else None
+            quiet_until = None if wait is None else answered_mono + wait.total_seconds()
+            if not await self.repo.settle(cmd, begun.epoch, decision, quiet_until):
                 log.warning("outcome not recorded: lease taken over (%s)", err)
                 return called
             # A guid out of service (a person must act) or an item failed for good is a warning;

@@ -51,10 +51,12 @@ class ItemRepository(Protocol):
     async def expire(self, cmd: ItemCommand) -> bool: ...
     async def begin_send(self, cmd: ItemCommand, owner: str) -> Begun: ...
     async def confirm(self, cmd: ItemCommand, epoch: int, receipt: Receipt, spare_s: float = 0.0) -> bool: ...
-    async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision, quiet_s: float | None = None) -> bool:
-        """Record a failed send as ``decision`` says (fenced by ``epoch``); with ``quiet_s``, the
-        quiet the gateway asked of the guid (seconds left) goes to its lease row in the same
-        transaction. False if the item is no longer this send's."""
+    async def settle(self, cmd: ItemCommand, epoch: int, decision: Decision,
+                     quiet_until: float | None = None) -> bool:
+        """Record a failed send as ``decision`` says (fenced by ``epoch``); with ``quiet_until``
+        (``time.monotonic()``), the quiet the gateway asked of the guid goes to its lease row in
+        the same transaction, what is left of it when the statement goes. False if the item is
+        no longer this send's."""
         ...
 
 

@@ -176,22 +176,24 @@ class PostgresItemRepository:
     async def _rows(self, name: str, params: dict[str, Any]) -> list[Any]:
         return (await self._timed_rows(name, params))[1]
 
-    async def settle(self, cmd: ItemCommand, epoch: int, d: Decision, quiet_s: float | None = None) -> bool:
+    async def settle(self, cmd: ItemCommand, epoch: int, d: Decision, quiet_until: float | None = None) -> bool:
         params = {
             "item_id": cmd.item_id, "epoch": epoch, "idem_key": cmd.idem_key, "to": d.to.value, "type": d.event,
             "error_class": d.error_class, "error": storable(d.error), "next_attempt_at": d.next_attempt_at,
             "release": d.release_ledger, "hold_guid": d.guid_state and d.guid_state.value, "refund": d.refund,
         }
-        if not quiet_s or quiet_s <= 0:
+        if quiet_until is None or quiet_until <= time.monotonic():
             return bool((await self._row("settle", params))["moved"])
 
         async def work() -> bool:
             # One transaction: the rate limit on the item and the quiet on the guid's lease row
-            # (settle_quiet.sql), committed synchronously.
+            # (settle_quiet.sql), committed synchronously; what is left of the quiet is taken
+            # once a connection is in hand, so neither that wait nor a retry pushes its end later.
             async with self.pool.connection() as conn, synchronous_transaction(conn, pipeline=False):
                 (row,) = await (await conn.execute(_sql("settle"), params)).fetchall()
-                if row["moved"]:
-                    await conn.execute(_sql("settle_quiet"), {"guid": cmd.guid, "seconds": quiet_s})
+                left = quiet_until - time.monotonic()
+                if row["moved"] and left > 0:
+                    await conn.execute(_sql("settle_quiet"), {"guid": cmd.guid, "seconds": left})
             return bool(row["moved"])
 
         return await with_retry(work)
