@@ -271,6 +271,13 @@ def test_a_refused_request_kafka_will_not_take_whole_is_kept_cut_and_never_repub
             assert shown["headers"]["pacer-truncated"] == held and held in shown["reason"]
             again = await api.post("/dead-letters/requests/0/1/republish", role="tech_admin", json={"reason": "x"})
             assert again.status_code == 422 and "holds only part of the refused request" in again.json()["detail"]
+            # The console offers no Republish the check would refuse: the cut record says why; the whole one has it.
+            cut = await api.client.get("http://control/console/part/dead-letters/requests/0/0", headers=api.auth("tech_admin"))
+            assert 'id="not-resendable"' in cut.text and "holds only part of the refused request" in cut.text
+            assert "/republish" not in cut.text
+            whole = await api.client.get("http://control/console/part/dead-letters/requests/0/2",
+                                         headers=api.auth("tech_admin"))
+            assert "/console/part/dead-letters/requests/0/2/republish" in whole.text and "not-resendable" not in whole.text
 
     asyncio.run(go())
     monkeypatch.setenv("PACER_KAFKA_BOOTSTRAP_SERVERS", kafka_config["bootstrap.servers"])

@@ -23,7 +23,7 @@ from pacer_control.domain.errors import Forbidden, Unauthorized
 from pacer_control.domain.filters import AuditPosition
 from pacer_control.domain.permissions import FIELD_ACTIONS, RULES, Principal, may, refusal
 from pacer_control.domain.reuse import CostPaced
-from pacer_control.domain.views import failure_categories, limits_shown, shown, sum_counts
+from pacer_control.domain.views import failure_categories, limits_shown, not_resendable, shown, sum_counts
 from pacer_planner.domain.planning import PlanError, plan
 from pacer_sender.domain.pacing import Limits
 
@@ -278,3 +278,18 @@ def test_a_guid_goes_by_its_own_limits_and_every_guid_s_it_does_not_set_name_by_
     assert limits_shown({"b": 2, "a": 0}, {"a": 1, "c": 3}) == [("a", 0, False), ("b", 2, False), ("c", 3, True)]
     assert limits_shown(None, {"c": 3}) == [("c", 3, True)]
     assert limits_shown("not an object", {}) == [], "a row that is not an object counts as none"
+
+
+def test_a_dead_letter_is_offered_for_republishing_only_when_it_is_a_whole_json_object() -> None:
+    class Letter:
+        def __init__(self, value: bytes, cut: str | None = None) -> None:
+            self.value, self.cut = value, cut
+
+        def not_republishable(self) -> str | None:
+            return None if self.cut is None else f"the record holds only part ({self.cut})"
+
+    assert not_resendable(Letter(b'{"request_id": "r-1"}')) is None
+    assert (not_resendable(Letter(b'{"request_id": "r-1"', "first 1000 bytes"))
+            == "the record holds only part (first 1000 bytes)")
+    assert (why := not_resendable(Letter(b'{"request_id": "r-1"'))) is not None and why.startswith("its bytes are not JSON")
+    assert (why := not_resendable(Letter(b"[1, 2]"))) is not None and "a JSON list, not an object" in why

@@ -267,3 +267,18 @@ def limits_shown(own: Any, fleet: Mapping[str, Any]) -> list[tuple[str, Any, boo
     mine = own if isinstance(own, Mapping) else {}
     return ([(k, v, False) for k, v in sorted(mine.items())]
             + [(k, v, True) for k, v in sorted(fleet.items()) if k not in mine])
+
+
+def not_resendable(letter: Any) -> str | None:
+    """Why a dead-lettered job request is not offered for republishing as it is, or None: a
+    record that holds only part of the request, or bytes that are not a JSON object (no check
+    could pass them; the request is fixed and published as a new one)."""
+    if (why := letter.not_republishable()) is not None:
+        return str(why)
+    try:
+        body = json.loads(letter.value)
+    except (ValueError, RecursionError) as exc:
+        return f"its bytes are not JSON ({str(exc)[:120]}): fix the request and publish it as a new one"
+    if not isinstance(body, dict):
+        return f"its body is a JSON {type(body).__name__}, not an object: fix the request and publish it as a new one"
+    return None

@@ -502,7 +502,7 @@ async def dead_letter(request: Request, queue: Queue, partition: Annotated[int, 
     d = await ctl.dead_letter(who, queue, partition, offset)
     body, cut = views.body_preview(d.value)
     return _render(request, "dead_letter.html", who, d=d, queue=queue, topic=ctl.dead_letter_topic(queue),
-                   body=body, truncated=cut)
+                   body=body, truncated=cut, not_resendable=views.not_resendable(d) if queue == "requests" else None)
 
 
 @router.post("/dead-letters/requests/{partition}/{offset}/republish", response_class=HTMLResponse,
