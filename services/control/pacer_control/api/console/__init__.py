@@ -272,7 +272,9 @@ async def job(request: Request, job_id: JobId, ctl: Ctl, who: Caller) -> HTMLRes
         if not named:
             raise
         return HTMLResponse("", headers={"HX-Redirect": f"{PREFIX}/jobs/{named[0]['job_id']}"})
-    return _render(request, "job.html", who, job=row, actions=job_actions(row),
+    applies = job_actions(row)
+    return _render(request, "job.html", who, job=row, applies=bool(applies),
+                   actions={a: v for a, v in applies.items() if may(who.role, v[0])},  # those the role may take
                    retry_statuses=[s.value for s in RETRYABLE], budget_used_up=views.budget_used_up(row["budget"]))
 
 
