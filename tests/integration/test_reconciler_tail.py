@@ -390,6 +390,53 @@ def test_while_kafka_is_away_a_publish_waits_without_holding_the_event_loop() ->
     assert ran_at and ran_at[0] < 1.0, f"a callback due at 0.5 s ran at {ran_at} during a {waited:.2f} s wait: the loop was held"
 
 
+def test_a_producer_that_stalls_is_replaced_and_the_batch_goes_out_once_through_the_new_one(
+    database_url: str, kafka_config: dict[str, str], topics: tuple[str, str]
+) -> None:
+    """A producer that no longer reaches Kafka (here: it was made for an address nothing
+    listens at) acknowledges nothing: the round fails once the stall is seen, well before the
+    publish timeout, and the batch stays unprojected. The publisher then holds a new producer
+    to the live broker, and the next round publishes the batch and projects it."""
+    from pacer_common.kafka import ProduceStalled
+    from pacer_dev.fakegateway.process import free_port
+
+    _, shards, (item,) = seed_job(database_url, {"g1": 1})
+    wedged = make_producer({"bootstrap.servers": f"127.0.0.1:{free_port()}"})
+    pub = KafkaPublisher(wedged, topics[0], lambda lane: topics[1], timeout_s=60.0,
+                         renew=lambda: make_producer(kafka_config), stall_s=5.0)
+
+    async def scenario() -> tuple[BaseException | None, float, int, int]:
+        pool = await open_pool(database_url, min_size=1, max_size=2)
+        try:
+            store = PostgresLog(pool, "reconciler", timedelta(seconds=60))
+            rec = Reconciler(store, store, pub)
+            async with pool.connection() as conn, conn.transaction():
+                await apply(conn, CLAIM, [item])
+            loop = asyncio.get_running_loop()
+            start, error = loop.time(), None
+            try:
+                await rec.tail_once()
+            except ProduceStalled as exc:
+                error = exc
+            waited = loop.time() - start
+            rec.forget_position()
+            return error, waited, await rec.tail_once(), await rec.tail_once()
+        finally:
+            await pool.close()
+
+    error, waited, second, third = asyncio.run(scenario())
+    assert isinstance(error, ProduceStalled), f"the stalled producer's round must fail as stalled, not {error!r}"
+    assert waited < 30, f"the stall was seen after {waited:.1f} s, not about its 5 s"
+    assert pub.producer is not wedged and pub.renewals == 1
+    assert (second, third) == (1, 0), "the batch must be published and projected by the next round, once"
+    published = read_topic(kafka_config, topics[0], expect=1)
+    assert [m["value"]["item_id"] for m in published] == [item]
+    with psycopg.connect(database_url) as conn:
+        n = conn.execute("SELECT coalesce(sum(n), 0) FROM shard_status_counts WHERE shard_id = %s"
+                         " AND status = 'claimed'", (shards["g1"],)).fetchone()[0]
+    assert n == 1, "the claim must be projected once"
+
+
 def test_a_quiet_segment_s_cursor_never_moves_past_an_event_of_its_own_not_yet_read(database_url: str) -> None:
     """The move past finished transactions (when a read found nothing) is refused while any
     event of the segment lies between the cursor and the horizon: an event that committed after

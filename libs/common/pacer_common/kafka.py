@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -83,6 +84,11 @@ def dead_letter_headers(reason: str, source: str, max_chars: int,
 
 class ProduceError(Exception):
     """A message could not be delivered; the caller must not commit what depends on it."""
+
+
+class ProduceStalled(ProduceError):
+    """Not one of a call's messages was acknowledged for a while: Kafka is away, or the
+    producer no longer tries to reach it. The caller may replace the producer."""
 
 
 def producer_error(err: KafkaError, fatal: Fatal = FATAL) -> None:
@@ -173,14 +179,16 @@ def produce_all(producer: Producer, messages: Iterable[tuple[str, bytes | None, 
 
 async def produce_all_async(producer: Producer,
                             messages: Iterable[tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]],
-                            *, timeout_s: float = 60.0, poll_s: float = 0.002) -> int:
+                            *, timeout_s: float = 60.0, stall_s: float | None = None, poll_s: float = 0.002) -> int:
     """:func:`produce_all` for a coroutine: waits for this call's own messages only, serving
     the producer's delivery reports on the event loop between short sleeps, so the loop goes
     on (leases renewed, /healthz answered) while Kafka is slow or away, and no second thread
     contends with it for the interpreter lock. Raises :class:`ProduceError` unless every
-    message was acknowledged within ``timeout_s``."""
+    message was acknowledged within ``timeout_s``; :class:`ProduceStalled` as soon as
+    ``stall_s`` pass without a single delivery report for this call."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
+    stalls_at = math.inf if stall_s is None else loop.time() + stall_s
     tracker = DeliveryTracker()
     n = 0
     for msg in messages:
@@ -190,11 +198,17 @@ async def produce_all_async(producer: Producer,
                 raise ProduceError(f"the producer's queue stayed full for {timeout_s}s")
             await asyncio.sleep(0.05)
         n += 1
+    seen = 0
     while True:
         producer.poll(0)
         if tracker.reported >= n:
             break
-        if loop.time() > deadline:
+        now = loop.time()
+        if tracker.reported > seen:
+            seen, stalls_at = tracker.reported, now + (stall_s or math.inf)
+        elif now > stalls_at:
+            raise ProduceStalled(f"{n - seen} of {n} message(s) without an acknowledgement for {stall_s}s")
+        if now > deadline:
             raise ProduceError(f"{n - tracker.reported} message(s) not acknowledged after {timeout_s}s")
         await asyncio.sleep(poll_s)
     tracker.check()

@@ -46,7 +46,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: ReconcilerSetting
         pool = await open_pool(url, min_size=1, max_size=8, name="pacer-reconciler",
                                options=f"-c idle_in_transaction_session_timeout={idle_tx_ms}")
         PoolStats(pool, ctx.registry)
-        publisher = KafkaPublisher.create(kafka, cfg.max_message_bytes)
+        publisher = KafkaPublisher.create(kafka, cfg.max_message_bytes, cfg.publish_stall_s)
         tenants = TenantCache(pool, cfg.tenants_refresh_s,
                               fill=lambda t: t.with_defaults(cfg.gateway_url, cfg.gateway_credential))
         await tenants.reload()

@@ -83,6 +83,12 @@ class ReconcilerSettings(OpsSettings):
         "up to this, of that segment alone: the other segments' tails and the sweeps go on. Other rounds that fail "
         "(the partition maintenance, the callbacks) back off the same way; the service does not exit."
     ))
+    publish_stall_s: float = Field(10.0, gt=0, description=(
+        "A tail round publishes its batch's outcomes and commands before it projects them. When not one of them is "
+        "acknowledged for this long, the round fails (`pacer_reconciler_round_errors_total{error=\"ProduceStalled\"}`) "
+        "and the reconciler replaces its Kafka producer: a client can stop reaching a broker that came back. The "
+        "batch is published again through the new one. While Kafka is away this repeats, logged each time."
+    ))
     batch: int = Field(2000, description="Most events read from the event log per tail round.")
     breaker_consecutive: int = Field(20, description=(
         "Circuit breaker, per job and per guid: this many failed outcomes in a row pause it (`paused_by = "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 
 from confluent_kafka import Producer
@@ -11,26 +12,35 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.dead_letters import TENANT_HEADER
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.requests import lane_of
-from pacer_common.kafka import make_producer, produce_all_async
+from pacer_common.kafka import ProduceStalled, make_producer, produce_all_async
 from pacer_common.settings import KafkaSettings
 from pacer_reconciler.ports import Rejected
 
 Msg = tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]
 
+log = logging.getLogger("pacer.reconciler")
+
 
 class KafkaPublisher:
     def __init__(self, producer: Producer, outcomes_topic: str, commands_topic: Callable[[str], str],
-                 max_message_bytes: int = 1_000_000, timeout_s: float = 60.0) -> None:
+                 max_message_bytes: int = 1_000_000, timeout_s: float = 60.0, *,
+                 renew: Callable[[], Producer] | None = None, stall_s: float | None = None) -> None:
         self.producer = producer
         self.outcomes_topic = outcomes_topic
         self.commands_topic = commands_topic
         self.max_message_bytes = max_message_bytes  # at most the topics' max.message.bytes
         self.timeout_s = timeout_s  # for Kafka to acknowledge a batch
+        self.renew = renew  # a new producer, for one that stalled
+        self.stall_s = stall_s  # without a single acknowledgement: the producer stalled
+        self.renewals = 0
 
     @classmethod
-    def create(cls, kafka: KafkaSettings, max_message_bytes: int) -> KafkaPublisher:
-        """A publisher with a producer of its own, to the topics ``kafka`` names."""
-        return cls(make_producer(kafka.client_config()), kafka.item_outcomes, kafka.item_commands, max_message_bytes)
+    def create(cls, kafka: KafkaSettings, max_message_bytes: int, stall_s: float) -> KafkaPublisher:
+        """A publisher with a producer of its own, to the topics ``kafka`` names; a producer
+        that stalls for ``stall_s`` is replaced by a new one."""
+        config = kafka.client_config()
+        return cls(make_producer(config), kafka.item_outcomes, kafka.item_commands, max_message_bytes,
+                   renew=lambda: make_producer(config), stall_s=stall_s)
 
     def close(self) -> None:
         """Deliver what is still queued (publish flushes already; this is for a stop mid-way)."""
@@ -53,8 +63,28 @@ class KafkaPublisher:
                 rejected.append(Rejected(item_id, f"{msg[0]} message of {size} bytes exceeds {self.max_message_bytes}"))
             else:
                 fit.append(msg)
-        await produce_all_async(self.producer, fit, timeout_s=self.timeout_s)
+        producer = self.producer
+        try:
+            await produce_all_async(producer, fit, timeout_s=self.timeout_s, stall_s=self.stall_s)
+        except ProduceStalled as exc:
+            self._replace(producer, exc)
+            raise
         return rejected
+
+    def _replace(self, stalled: Producer, why: ProduceStalled) -> None:
+        """Put a new producer in place of one that stalled (once, whichever batch saw it first).
+
+        A client can stop trying to reach a broker that came back (seen once after a Kafka
+        restart: no connection attempt for a minute while the broker answered everyone else);
+        a new one starts from the bootstrap servers. What the old one still holds is purged,
+        so that the batches waiting on it fail now and are published again through the new
+        one, rather than delivered twice later."""
+        if self.renew is None or self.producer is not stalled:
+            return
+        self.producer = self.renew()
+        self.renewals += 1
+        stalled.purge(in_queue=True, in_flight=True, blocking=False)
+        log.warning("Kafka producer replaced: %s; its batches are published again by a new producer", why)
 
     def _messages(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> Iterator[tuple[str, Msg]]:
         # An item's events in version order: the log is read in transaction-id order, and a
