@@ -38,7 +38,7 @@ MSGS = [("t", b"k", b"v", None)] * 6
 
 def test_a_producer_that_acknowledges_nothing_stalls_long_before_the_timeout() -> None:
     started = time.monotonic()
-    with pytest.raises(ProduceStalled, match="6 of 6 message"):
+    with pytest.raises(ProduceStalled, match="6 of this batch's 6 message"):
         asyncio.run(produce_all_async(Paced(None), MSGS, timeout_s=30.0, stall_s=0.3))  # type: ignore[arg-type]
     assert time.monotonic() - started < 10, "the stall must be seen after stall_s, not the timeout"
 
@@ -52,3 +52,25 @@ def test_without_a_stall_time_only_the_timeout_ends_the_wait() -> None:
     with pytest.raises(ProduceError) as caught:
         asyncio.run(produce_all_async(Paced(None), MSGS, timeout_s=0.5))  # type: ignore[arg-type]
     assert not isinstance(caught.value, ProduceStalled)
+
+
+def test_a_retired_producer_is_destroyed_on_the_reaper_thread_once_nothing_else_holds_it() -> None:
+    """Destroying a client joins its threads: never on the caller's thread (an event loop)."""
+    import threading
+
+    from pacer_common.kafka import retire
+
+    destroyed_on: list[str] = []
+    held = threading.Event()
+
+    class Client:
+        def __del__(self) -> None:
+            destroyed_on.append(threading.current_thread().name)
+            held.set()
+
+    client: Client | None = Client()
+    retire(client, within_s=60.0)  # type: ignore[arg-type]
+    assert not held.wait(1.0), "destroyed while the caller still held it"
+    client = None
+    assert held.wait(10.0), "not destroyed once let go"
+    assert destroyed_on == ["pacer-producer-reaper"]

@@ -9,6 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import queue
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -87,8 +91,8 @@ class ProduceError(Exception):
 
 
 class ProduceStalled(ProduceError):
-    """Not one of a call's messages was acknowledged for a while: Kafka is away, or the
-    producer no longer tries to reach it. The caller may replace the producer."""
+    """The producer served no delivery report at all for a while, to any caller: Kafka is
+    away, or the client no longer tries to reach it. The caller may replace the producer."""
 
 
 def producer_error(err: KafkaError, fatal: Fatal = FATAL) -> None:
@@ -128,15 +132,28 @@ def make_producer(config: dict[str, str], **extra: Any) -> Producer:
     return Producer(conf)
 
 
+@dataclass
+class ProducerLiveness:
+    """When one producer last served a delivery report, to whichever caller (monotonic
+    seconds): shared by the calls on it, so that one call's wait is a stall only when no call
+    on the producer got a report meanwhile (a partition without a leader delays its own
+    messages only)."""
+
+    reported_at: float = -math.inf
+
+
 class DeliveryTracker:
     """Counts delivery failures between flushes, so a flush can be trusted or refused."""
 
-    def __init__(self) -> None:
+    def __init__(self, liveness: ProducerLiveness | None = None) -> None:
         self.failed: list[str] = []
         self.reported = 0  # delivery reports received, failed or not
+        self.liveness = liveness
 
     def __call__(self, err: KafkaError | None, msg: Message) -> None:
         self.reported += 1
+        if self.liveness is not None:
+            self.liveness.reported_at = time.monotonic()
         if err is not None:
             self.failed.append(f"{msg.topic()}: {err}")
 
@@ -179,17 +196,20 @@ def produce_all(producer: Producer, messages: Iterable[tuple[str, bytes | None, 
 
 async def produce_all_async(producer: Producer,
                             messages: Iterable[tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]],
-                            *, timeout_s: float = 60.0, stall_s: float | None = None, poll_s: float = 0.002) -> int:
+                            *, timeout_s: float = 60.0, stall_s: float | None = None,
+                            liveness: ProducerLiveness | None = None, poll_s: float = 0.002) -> int:
     """:func:`produce_all` for a coroutine: waits for this call's own messages only, serving
     the producer's delivery reports on the event loop between short sleeps, so the loop goes
     on (leases renewed, /healthz answered) while Kafka is slow or away, and no second thread
     contends with it for the interpreter lock. Raises :class:`ProduceError` unless every
-    message was acknowledged within ``timeout_s``; :class:`ProduceStalled` as soon as
-    ``stall_s`` pass without a single delivery report for this call."""
+    message was acknowledged within ``timeout_s``; :class:`ProduceStalled` once ``stall_s``
+    have passed, since the call began, without a delivery report from the producer to this
+    call or to any other sharing ``liveness``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    stalls_at = math.inf if stall_s is None else loop.time() + stall_s
-    tracker = DeliveryTracker()
+    began = time.monotonic()
+    live = liveness if liveness is not None else ProducerLiveness()
+    tracker = DeliveryTracker(live)
     n = 0
     for msg in messages:
         while not _queue(producer, msg, tracker):  # local queue full: serve delivery reports, wait, retry
@@ -198,21 +218,45 @@ async def produce_all_async(producer: Producer,
                 raise ProduceError(f"the producer's queue stayed full for {timeout_s}s")
             await asyncio.sleep(0.05)
         n += 1
-    seen = 0
     while True:
         producer.poll(0)
         if tracker.reported >= n:
             break
-        now = loop.time()
-        if tracker.reported > seen:
-            seen, stalls_at = tracker.reported, now + (stall_s or math.inf)
-        elif now > stalls_at:
-            raise ProduceStalled(f"{n - seen} of {n} message(s) without an acknowledgement for {stall_s}s")
-        if now > deadline:
+        if stall_s is not None and time.monotonic() - max(began, live.reported_at) > stall_s:
+            raise ProduceStalled(f"no delivery report from the producer for {stall_s}s; {n - tracker.reported} of"
+                                 f" this batch's {n} message(s) outstanding")
+        if loop.time() > deadline:
             raise ProduceError(f"{n - tracker.reported} message(s) not acknowledged after {timeout_s}s")
         await asyncio.sleep(poll_s)
     tracker.check()
     return n
+
+
+_retired: queue.SimpleQueue[tuple[Producer, float]] = queue.SimpleQueue()
+_reaper_lock = threading.Lock()
+_reaper: list[threading.Thread] = []
+
+
+def retire(producer: Producer, within_s: float = 300.0) -> None:
+    """Let go of a producer that is being replaced: it is destroyed on a thread of its own once
+    nothing else holds it (calls still waiting on it end within their timeouts), or after
+    ``within_s`` whatever holds it. Destroying a client joins its threads: on the caller's
+    thread, an event loop, that could wait as long as a thread of a stalled client does."""
+    with _reaper_lock:
+        if not _reaper:
+            _reaper.append(threading.Thread(target=_reap, name="pacer-producer-reaper", daemon=True))
+            _reaper[0].start()
+    _retired.put((producer, time.monotonic() + within_s))
+
+
+def _reap() -> None:
+    idle = threading.Event()  # never set: a wait between looks at the reference count
+    while True:
+        producer, until = _retired.get()
+        # two references: ``producer`` here and getrefcount's own argument
+        while sys.getrefcount(producer) > 2 and time.monotonic() < until:
+            idle.wait(0.5)
+        del producer  # the last reference, as a rule: the client is destroyed here
 
 
 def make_consumer(config: dict[str, str], group_id: str, *, protocol: str = "classic",

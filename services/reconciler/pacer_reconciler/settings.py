@@ -84,10 +84,12 @@ class ReconcilerSettings(OpsSettings):
         "(the partition maintenance, the callbacks) back off the same way; the service does not exit."
     ))
     publish_stall_s: float = Field(10.0, gt=0, description=(
-        "A tail round publishes its batch's outcomes and commands before it projects them. When not one of them is "
-        "acknowledged for this long, the round fails (`pacer_reconciler_round_errors_total{error=\"ProduceStalled\"}`) "
-        "and the reconciler replaces its Kafka producer: a client can stop reaching a broker that came back. The "
-        "batch is published again through the new one. While Kafka is away this repeats, logged each time."
+        "A tail round publishes its batch's outcomes and commands before it projects them. When its Kafka producer "
+        "has served no delivery report at all (to any segment) for this long, the round fails "
+        "(`pacer_reconciler_round_errors_total{error=\"ProduceStalled\"}`) and the reconciler replaces the producer: "
+        "a client can stop reaching a broker that came back. The other rounds waiting on it fail too; each segment "
+        "publishes its batch again at its next round, through the new one. While Kafka is away this repeats, "
+        "logged each time."
     ))
     batch: int = Field(2000, description="Most events read from the event log per tail round.")
     breaker_consecutive: int = Field(20, description=(

@@ -12,7 +12,7 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.dead_letters import TENANT_HEADER
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.requests import lane_of
-from pacer_common.kafka import ProduceStalled, make_producer, produce_all_async
+from pacer_common.kafka import ProducerLiveness, ProduceStalled, make_producer, produce_all_async, retire
 from pacer_common.settings import KafkaSettings
 from pacer_reconciler.ports import Rejected
 
@@ -30,8 +30,9 @@ class KafkaPublisher:
         self.commands_topic = commands_topic
         self.max_message_bytes = max_message_bytes  # at most the topics' max.message.bytes
         self.timeout_s = timeout_s  # for Kafka to acknowledge a batch
+        self.liveness = ProducerLiveness()  # the producer's last delivery report, to any segment
         self.renew = renew  # a new producer, for one that stalled
-        self.stall_s = stall_s  # without a single acknowledgement: the producer stalled
+        self.stall_s = stall_s  # without any delivery report for this long, the producer stalled
         self.renewals = 0
 
     @classmethod
@@ -65,26 +66,32 @@ class KafkaPublisher:
                 fit.append(msg)
         producer = self.producer
         try:
-            await produce_all_async(producer, fit, timeout_s=self.timeout_s, stall_s=self.stall_s)
+            await produce_all_async(producer, fit, timeout_s=self.timeout_s, stall_s=self.stall_s,
+                                    liveness=self.liveness)
         except ProduceStalled as exc:
             self._replace(producer, exc)
             raise
         return rejected
 
     def _replace(self, stalled: Producer, why: ProduceStalled) -> None:
-        """Put a new producer in place of one that stalled (once, whichever batch saw it first).
+        """Put a new producer in place of one that served no delivery report for ``stall_s``
+        (once, whichever segment saw it first).
 
         A client can stop trying to reach a broker that came back (seen once after a Kafka
         restart: no connection attempt for a minute while the broker answered everyone else);
-        a new one starts from the bootstrap servers. What the old one still holds is purged,
-        so that the batches waiting on it fail now and are published again through the new
-        one, rather than delivered twice later."""
+        a new one starts from the bootstrap servers. What the old one still holds is purged:
+        the segments waiting on it get their batches' failure now, and publish them again, at
+        their next round, through the new one (a message purged in flight may have been
+        written: outcomes are at-least-once). The old client is destroyed off the event loop."""
         if self.renew is None or self.producer is not stalled:
             return
-        self.producer = self.renew()
+        self.producer, self.liveness = self.renew(), ProducerLiveness()
         self.renewals += 1
-        stalled.purge(in_queue=True, in_flight=True, blocking=False)
-        log.warning("Kafka producer replaced: %s; its batches are published again by a new producer", why)
+        # The binding's blocking=True (its default) is librdkafka's non-blocking purge: the
+        # call does not wait on the stalled client's threads.
+        stalled.purge(in_queue=True, in_flight=True)
+        retire(stalled, within_s=self.timeout_s * 2)
+        log.warning("Kafka producer replaced: %s; the batches waiting on it go out through a new one", why)
 
     def _messages(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> Iterator[tuple[str, Msg]]:
         # An item's events in version order: the log is read in transaction-id order, and a
