@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 from pacer_common.db.migrate import migrate
+from pacer_common.logs import RepeatsHeldBack
 from pacer_dev.infra import Infra
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")  # set by xdist in its workers before this import
@@ -159,3 +160,10 @@ def server_url() -> Iterator[str]:
         yield url
     finally:
         stop(proc)
+
+
+@pytest.fixture(autouse=True)
+def _no_log_line_held_back() -> None:
+    """Each test's log lines are its own: none is held back as a repeat of another test's."""
+    RepeatsHeldBack.forget_all()
+

@@ -42,6 +42,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 from pacer_common.domain.dead_letters import AT_HEADER, REASON_HEADER, SOURCE_HEADER, TENANT_HEADER
 from pacer_common.domain.requests import MAX_REQUEST_BYTES
 from pacer_common.lifecycle import FATAL, Fatal
+from pacer_common.logs import RepeatsHeldBack
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -64,6 +65,10 @@ def _relevel_transient(record: logging.LogRecord) -> bool:
 
 
 CLIENT_LOG.addFilter(_relevel_transient)
+# While a broker is away, librdkafka logs every failed connection attempt (several a second
+# per client) and reports most of them again through the error callbacks logged below.
+CLIENT_LOG.addFilter(RepeatsHeldBack())
+log.addFilter(RepeatsHeldBack())
 
 
 

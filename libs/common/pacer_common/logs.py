@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
-from collections.abc import Mapping
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from asgi_correlation_id import correlation_id
 from opentelemetry import trace
@@ -19,7 +23,8 @@ from opentelemetry import trace
 _context: ContextVar[Mapping[str, Any]] = ContextVar("pacer_log_context", default=MappingProxyType({}))
 _FIELDS = ("job_id", "shard_id", "item_id", "guid", "request_id")
 _EXTRA = ("migration", "reason", "count", "topic", "partition", "committed_offset", "method", "route", "status",
-          "duration_ms", "index", "detail")
+          "duration_ms", "index", "detail", "held_back")
+_DIGITS = re.compile(r"\d+")
 
 
 class bind:
@@ -34,6 +39,55 @@ class bind:
 
     def __exit__(self, *_: object) -> None:
         _context.reset(self._token)
+
+
+class RepeatsHeldBack(logging.Filter):
+    """Shows a line, then holds back lines like it for ``window_s``: the first one after that
+    is shown with ``held_back``, how many like it were not. Lines are alike when they differ
+    only in their numbers (ports, milliseconds, counts) and have the same level.
+
+    For a client library that logs each failed connection attempt, several times a second,
+    for as long as a server is away: the first attempt says what is wrong, and the lines after
+    it would bury whatever else the service says meanwhile."""
+
+    MAX_SHAPES = 1_000  # past this, shapes not seen for a window are forgotten
+    _every: ClassVar[weakref.WeakSet[RepeatsHeldBack]] = weakref.WeakSet()
+
+    def __init__(self, window_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.window_s = window_s
+        self.clock = clock
+        self._shown: dict[tuple[int, str], list[float | int]] = {}  # shape → [shown at, held back since]
+        self._lock = threading.Lock()  # client libraries log from threads of their own
+        RepeatsHeldBack._every.add(self)
+
+    @classmethod
+    def forget_all(cls) -> None:
+        """Every filter shows the next line of each shape (tests: another test's lines are
+        not this one's repeats)."""
+        for f in list(cls._every):
+            with f._lock:
+                f._shown.clear()
+
+    @staticmethod
+    def shape(record: logging.LogRecord) -> tuple[int, str]:
+        """What makes two lines alike: the level, and the text with every number as ``#``."""
+        return record.levelno, _DIGITS.sub("#", record.getMessage())
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        shape = self.shape(record)
+        now = self.clock()
+        with self._lock:
+            seen = self._shown.get(shape)
+            if seen is not None and now - seen[0] < self.window_s:
+                seen[1] += 1
+                return False
+            if len(self._shown) >= self.MAX_SHAPES:
+                self._shown = {k: v for k, v in self._shown.items() if now - v[0] < self.window_s}
+            self._shown[shape] = [now, 0]
+        if seen is not None and seen[1]:
+            record.held_back = int(seen[1])
+        return True
 
 
 class JsonFormatter(logging.Formatter):
