@@ -56,12 +56,12 @@ def test_a_producer_error_librdkafka_retries_by_itself_is_only_logged(caplog: py
         await asyncio.to_thread(producer_error, err, fatal)
         return health
 
-    with caplog.at_level(logging.WARNING, logger="pacer_common.kafka"):
+    with caplog.at_level(logging.WARNING, logger="pacer_common.kafka.errors"):
         health = asyncio.run(go())
     assert fatal.reason is None, "nothing declared: no stop is asked"
     assert health.ready and health.alive
     assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
-        ("pacer_common.kafka", logging.WARNING, f"kafka producer error: {err}")]
+        ("pacer_common.kafka.errors", logging.WARNING, f"kafka producer error: {err}")]
 
 
 def test_a_service_started_after_the_fatal_error_stops_at_once() -> None:

@@ -1,5 +1,6 @@
-"""Lines that differ only in their numbers are shown once per window, the next one saying how
-many were held back; a real Kafka client whose broker is away logs a few lines, not a flood."""
+"""A Kafka client's connection lines, and its error callbacks' lines, are shown once per
+window, the next one saying how many like it were held back and until when; every other
+line is shown, offset resets above all (they are counted from the client's log)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from pacer_common.kafka import CLIENT_LOG, make_producer
+from pacer_common.kafka import CLIENT_ERRORS, CLIENT_LOG, make_producer
 from pacer_common.logs import JsonFormatter, RepeatsHeldBack
+from pacer_common.metrics import OffsetResets
 
 
 class Clock:
@@ -22,8 +25,11 @@ class Clock:
         return self.now
 
 
+Shown = tuple[logging.Logger, Clock, list[logging.LogRecord]]
+
+
 @pytest.fixture
-def shown() -> Iterator[tuple[logging.Logger, Clock, list[logging.LogRecord]]]:
+def shown() -> Iterator[Shown]:
     clock = Clock()
     logger = logging.getLogger(f"test.repeats.{time.monotonic_ns()}")
     logger.propagate = False
@@ -39,47 +45,82 @@ def shown() -> Iterator[tuple[logging.Logger, Clock, list[logging.LogRecord]]]:
     yield logger, clock, records
 
 
-def test_lines_alike_but_for_their_numbers_are_held_back_and_counted_on_the_next_one_shown(shown) -> None:
+CONNECT = "127.0.0.1:%d/bootstrap: Connect to ipv4#127.0.0.1:%d failed: Connection refused (after %dms in state CONNECT)"
+
+
+def test_repeats_of_a_line_are_held_back_and_counted_with_their_time_on_the_next_one_shown(shown: Shown) -> None:
     logger, clock, records = shown
-    for port in range(100):
-        logger.error("Connect to ipv4#127.0.0.1:%d failed (after %dms)", 20000 + port, port)
+    for attempt in range(100):
+        logger.error(CONNECT, 9092, 9092, attempt % 3)
         clock.now += 0.05
-    assert [r.getMessage() for r in records] == ["Connect to ipv4#127.0.0.1:20000 failed (after 0ms)"]
+    assert [r.getMessage() for r in records] == [CONNECT % (9092, 9092, 0)]
     assert not hasattr(records[0], "held_back")
     clock.now += 30
-    logger.error("Connect to ipv4#127.0.0.1:%d failed (after %dms)", 1, 2)
-    assert len(records) == 2 and records[1].held_back == 99
+    logger.error(CONNECT, 9092, 9092, 7)
+    assert len(records) == 2 and records[1].__dict__["held_back"] == 99
     line = json.loads(JsonFormatter("svc").format(records[1]))
     assert line["held_back"] == 99, "the count must reach the JSON line"
+    assert line["held_back_until"] <= line["ts"], "and when the last one held back was logged"
 
 
-def test_other_lines_and_other_levels_are_shown_meanwhile(shown) -> None:
+def test_lines_about_other_brokers_other_texts_and_other_levels_are_shown_meanwhile(shown: Shown) -> None:
     logger, _, records = shown
-    logger.error("broker down")
-    logger.warning("broker down")
-    logger.error("broker down")
+    logger.error(CONNECT, 9092, 9092, 0)
+    logger.error(CONNECT, 9093, 9093, 0)  # another broker: another kind
+    logger.warning(CONNECT, 9092, 9092, 0)
     logger.error("Kafka producer replaced")
-    logger.error("broker down")
+    logger.error(CONNECT, 9092, 9092, 1)
     assert [(r.levelname, r.getMessage()) for r in records] == [
-        ("ERROR", "broker down"), ("WARNING", "broker down"), ("ERROR", "Kafka producer replaced")]
+        ("ERROR", CONNECT % (9092, 9092, 0)), ("ERROR", CONNECT % (9093, 9093, 0)),
+        ("WARNING", CONNECT % (9092, 9092, 0)), ("ERROR", "Kafka producer replaced")]
 
 
-def test_a_real_client_with_its_broker_away_logs_each_kind_of_line_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_offset_resets_of_every_partition_are_shown_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    """A group back after its records were deleted resets every partition within
+    milliseconds, in lines alike but for the partition and the offset: each is counted."""
+    registry = CollectorRegistry()
+    resets = OffsetResets(registry, ["t.job-requests"])
+    try:
+        with caplog.at_level(logging.WARNING):
+            for partition in range(3):
+                CLIENT_LOG.warning("%s [%s] %s", "OFFSET", "rdkafka#consumer-1",
+                                   f"t.job-requests [{partition}]: offset reset (at offset {1200 + partition} (leader "
+                                   "epoch 3), broker 1) to offset BEGINNING (leader epoch -1): Broker: Offset out of "
+                                   "range")
+    finally:
+        resets.close()
+    assert registry.get_sample_value("pacer_kafka_offset_resets_total", {"topic": "t.job-requests"}) == 3
+    assert sorted(r.__dict__["partition"] for r in caplog.records if r.levelno == logging.ERROR) == [0, 1, 2]
+
+
+def test_a_real_client_with_its_broker_away_logs_a_few_lines_not_one_per_attempt(
+        caplog: pytest.LogCaptureFixture) -> None:
     """A producer for an address nothing listens at tries again and again for two seconds:
-    librdkafka logs each failed attempt, and the error callback reports them too. Each kind
-    is shown once."""
+    librdkafka logs each failed attempt, and the error callback reports them too."""
     from pacer_dev.fakegateway.process import free_port
 
+    attempts: list[logging.LogRecord] = []
+
+    class Attempts(logging.Filter):  # ahead of the others: sees every line the client logs
+        def filter(self, record: logging.LogRecord) -> bool:
+            attempts.append(record)
+            return True
+
+    counted = Attempts()
+    CLIENT_LOG.filters.insert(0, counted)
     caplog.set_level(logging.INFO)
-    producer = make_producer({"bootstrap.servers": f"127.0.0.1:{free_port()}"}, **{"reconnect.backoff.max.ms": 100})
-    producer.produce("t", b"v")
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
-        producer.poll(0.05)
-    producer.purge()
-    producer.flush(1)
-    lines = [r.getMessage() for r in caplog.records if r.name in (CLIENT_LOG.name, "pacer_common.kafka")]
-    refused = [line for line in lines if "Connection refused" in line]
-    assert refused, f"the client must say what is wrong: {lines}"
-    shapes = {RepeatsHeldBack.shape(r) for r in caplog.records if r.name in (CLIENT_LOG.name, "pacer_common.kafka")}
-    assert len(lines) == len(shapes), f"{len(lines)} lines for {len(shapes)} kinds: {lines}"
+    try:
+        producer = make_producer({"bootstrap.servers": f"127.0.0.1:{free_port()}"}, **{"reconnect.backoff.max.ms": 100})
+        producer.produce("t", b"v")
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            producer.poll(0.05)
+        producer.purge()
+        producer.flush(1)
+    finally:
+        CLIENT_LOG.removeFilter(counted)
+    tried = sum(1 for r in attempts if "Connection refused" in r.getMessage())
+    shown = [r.getMessage() for r in caplog.records if r.name in (CLIENT_LOG.name, CLIENT_ERRORS.name)]
+    refused = [line for line in shown if "Connection refused" in line]
+    assert tried >= 5, f"the client tried {tried} times in 2 s: too few to tell"
+    assert 1 <= len(refused) <= 3, f"{len(refused)} lines shown for {tried} attempts: {refused}"

@@ -65,10 +65,21 @@ def _relevel_transient(record: logging.LogRecord) -> bool:
 
 
 CLIENT_LOG.addFilter(_relevel_transient)
+# The clients' errors reported through their error callbacks (and errors a consume returns).
+CLIENT_ERRORS = logging.getLogger(f"{__name__}.errors")
+
+
+def _connection_line(record: logging.LogRecord) -> bool:
+    """librdkafka's lines about a broker connection failing or closing (facility ``FAIL``)."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    return bool(args) and args[0] == "FAIL"
+
+
 # While a broker is away, librdkafka logs every failed connection attempt (several a second
-# per client) and reports most of them again through the error callbacks logged below.
-CLIENT_LOG.addFilter(RepeatsHeldBack())
-log.addFilter(RepeatsHeldBack())
+# per client) and reports most of them again through the error callbacks. Only those are held
+# back: every other client line (offset resets, counted from this log, above all) is shown.
+CLIENT_LOG.addFilter(RepeatsHeldBack(applies=_connection_line))
+CLIENT_ERRORS.addFilter(RepeatsHeldBack())
 
 
 
@@ -110,7 +121,7 @@ def producer_error(err: KafkaError, fatal: Fatal = FATAL) -> None:
     if err.fatal():
         fatal.declare(f"kafka producer: {err}")
     else:
-        log.warning("kafka producer error: %s", err)
+        CLIENT_ERRORS.warning("kafka producer error: %s", err)
 
 
 def make_producer(config: dict[str, str], **extra: Any) -> Producer:
@@ -276,7 +287,7 @@ def make_consumer(config: dict[str, str], group_id: str, *, protocol: str = "cla
         "auto.offset.reset": "earliest",
         "logger": CLIENT_LOG,
         "max.poll.interval.ms": 300_000,
-        "error_cb": lambda err: log.warning("kafka consumer error: %s", err),
+        "error_cb": lambda err: CLIENT_ERRORS.warning("kafka consumer error: %s", err),
     }
     if protocol == "consumer":
         conf["group.protocol"] = "consumer"
@@ -319,7 +330,7 @@ class AsyncConsumer:
             elif err.fatal():
                 raise KafkaException(err)
             else:
-                log.warning("kafka consume error: %s", err)
+                CLIENT_ERRORS.warning("kafka consume error: %s", err)
         return out
 
     def _consume(self, n: int, timeout_s: float) -> list[Message]:

@@ -23,8 +23,9 @@ from opentelemetry import trace
 _context: ContextVar[Mapping[str, Any]] = ContextVar("pacer_log_context", default=MappingProxyType({}))
 _FIELDS = ("job_id", "shard_id", "item_id", "guid", "request_id")
 _EXTRA = ("migration", "reason", "count", "topic", "partition", "committed_offset", "method", "route", "status",
-          "duration_ms", "index", "detail", "held_back")
-_DIGITS = re.compile(r"\d+")
+          "duration_ms", "index", "detail", "held_back", "held_back_until")
+# What changes in a Kafka client's line from one attempt to the next, the rest being the same.
+VOLATILE = re.compile(r"\b\d+ ?ms\b|\b\d+/\d+ brokers\b|\b\d+ identical error\(s\) suppressed")
 
 
 class bind:
@@ -42,51 +43,68 @@ class bind:
 
 
 class RepeatsHeldBack(logging.Filter):
-    """Shows a line, then holds back lines like it for ``window_s``: the first one after that
-    is shown with ``held_back``, how many like it were not. Lines are alike when they differ
-    only in their numbers (ports, milliseconds, counts) and have the same level.
+    """Shows a line, then holds back lines like it for ``window_s``: the next one shown after
+    that carries ``held_back``, how many like it were not, and ``held_back_until``, when the
+    last of them was logged. Lines are alike when they have the same level and the same text
+    but for what changes from one attempt to the next (:data:`VOLATILE`: milliseconds, counts
+    of brokers down or of errors librdkafka itself suppressed); hosts, ports, partitions and
+    offsets are kept, so lines about two brokers are two kinds. Only records ``applies``
+    accepts are held back at all.
 
     For a client library that logs each failed connection attempt, several times a second,
     for as long as a server is away: the first attempt says what is wrong, and the lines after
     it would bury whatever else the service says meanwhile."""
 
-    MAX_SHAPES = 1_000  # past this, shapes not seen for a window are forgotten
-    _every: ClassVar[weakref.WeakSet[RepeatsHeldBack]] = weakref.WeakSet()
+    MAX_SHAPES = 1_000  # the kinds remembered; past this the longest unseen are forgotten
 
-    def __init__(self, window_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, window_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 applies: Callable[[logging.LogRecord], bool] = lambda _record: True) -> None:
         super().__init__()
         self.window_s = window_s
         self.clock = clock
-        self._shown: dict[tuple[int, str], list[float | int]] = {}  # shape → [shown at, held back since]
+        self.applies = applies
+        # kind → [shown at (clock), held back since, the last held back's time (record.created)]
+        self._shown: dict[tuple[int, str], list[float]] = {}
         self._lock = threading.Lock()  # client libraries log from threads of their own
         RepeatsHeldBack._every.add(self)
 
+    _every: ClassVar[weakref.WeakSet[RepeatsHeldBack]] = weakref.WeakSet()
+
     @classmethod
     def forget_all(cls) -> None:
-        """Every filter shows the next line of each shape (tests: another test's lines are
-        not this one's repeats)."""
+        """Every filter shows the next line of each kind (tests: another test's lines are not
+        this one's repeats)."""
         for f in list(cls._every):
             with f._lock:
                 f._shown.clear()
 
     @staticmethod
     def shape(record: logging.LogRecord) -> tuple[int, str]:
-        """What makes two lines alike: the level, and the text with every number as ``#``."""
-        return record.levelno, _DIGITS.sub("#", record.getMessage())
+        """What makes two lines alike: the level, and the text with what :data:`VOLATILE`
+        matches as ``#``."""
+        return record.levelno, VOLATILE.sub("#", record.getMessage())
 
     def filter(self, record: logging.LogRecord) -> bool:
-        shape = self.shape(record)
+        try:
+            if not self.applies(record):
+                return True
+            shape = self.shape(record)
+        except Exception:  # a line that cannot be formatted is the handler's to report
+            return True
         now = self.clock()
         with self._lock:
-            seen = self._shown.get(shape)
+            seen = self._shown.pop(shape, None)
             if seen is not None and now - seen[0] < self.window_s:
                 seen[1] += 1
+                seen[2] = record.created
+                self._shown[shape] = seen
                 return False
-            if len(self._shown) >= self.MAX_SHAPES:
-                self._shown = {k: v for k, v in self._shown.items() if now - v[0] < self.window_s}
-            self._shown[shape] = [now, 0]
+            self._shown[shape] = [now, 0, 0.0]  # last in order: the longest unseen go first
+            while len(self._shown) > self.MAX_SHAPES:
+                del self._shown[next(iter(self._shown))]
         if seen is not None and seen[1]:
             record.held_back = int(seen[1])
+            record.held_back_until = datetime.fromtimestamp(seen[2], UTC).isoformat(timespec="milliseconds")
         return True
 
 
