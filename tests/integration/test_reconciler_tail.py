@@ -428,7 +428,7 @@ def test_a_producer_that_stalls_is_replaced_and_the_batch_goes_out_once_through_
     error, waited, second, third = asyncio.run(scenario())
     assert isinstance(error, ProduceStalled), f"the stalled producer's round must fail as stalled, not {error!r}"
     assert waited < 30, f"the stall was seen after {waited:.1f} s, not about its 5 s"
-    assert pub.producer is not wedged and pub.renewals == 1
+    assert pub.producer is not wedged and pub.client.renewals == 1
     assert (second, third) == (1, 0), "the batch must be published and projected by the next round, once"
     published = read_topic(kafka_config, topics[0], expect=1)
     assert [m["value"]["item_id"] for m in published] == [item]

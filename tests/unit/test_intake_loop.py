@@ -489,6 +489,13 @@ class Producer:
         self.queued.append((key, value, headers, on_delivery, size))
 
     def flush(self, timeout: float) -> int:
+        self.poll(timeout)
+        return 0
+
+    def poll(self, timeout: float) -> int:
+        """Serves the delivery reports of every record queued, as librdkafka's poll does once
+        the broker has answered."""
+        served = len(self.queued)
         for key, value, headers, on_delivery, size in self.queued:
             err = (KafkaError(self.fail) if self.fail is not None
                    else KafkaError(KafkaError.MSG_SIZE_TOO_LARGE) if size > self.broker_max else None)
@@ -496,10 +503,7 @@ class Producer:
                 self.written.append((key, value, {k: v.decode() for k, v in headers or []}))
             on_delivery(err, None)
         self.queued.clear()
-        return 0
-
-    def poll(self, timeout: float) -> int:
-        return 0
+        return served
 
 
 def kafka_bus(producer: Producer) -> KafkaCommandBus:

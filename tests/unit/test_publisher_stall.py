@@ -74,7 +74,7 @@ def test_segments_waiting_on_a_stalled_producer_replace_it_once_and_all_fail_the
 
     results = asyncio.run(go())
     assert all(isinstance(r, ProduceStalled) for r in results), results
-    assert len(renewed) == 1 and pub.producer is renewed[0] and pub.renewals == 1, "one replacement, not one a segment"
+    assert len(renewed) == 1 and pub.producer is renewed[0] and pub.client.renewals == 1, "one replacement, not one a segment"
     assert stalled.purges == [{"in_queue": True, "in_flight": True}], (
         "purged once, with the binding's default blocking=True, which is librdkafka's non-blocking purge")
     assert asyncio.run(pub.publish([event("again")], [])) == []  # through the new producer
@@ -86,7 +86,7 @@ def test_a_producer_that_serves_other_segments_reports_is_not_replaced() -> None
     partial, renewed = Fake(frozenset({"good"})), list[Fake]()
     slow = publisher(partial, renewed, outcomes="bad", timeout_s=1.0, stall_s=0.3)
     fine = KafkaPublisher(partial, "good", lambda lane: f"commands.{lane}")  # type: ignore[arg-type]
-    fine.liveness = slow.liveness  # the same producer: one record of its reports
+    fine.client = slow.client  # the same producer: one record of its reports
     delivered = 0
 
     async def go() -> BaseException | None:

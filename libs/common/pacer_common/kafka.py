@@ -158,6 +158,18 @@ class ProducerLiveness:
     reported_at: float = -math.inf
 
 
+def stalled(began: float, liveness: ProducerLiveness, stall_s: float | None, what: str) -> ProduceStalled | None:
+    """The stall of a call that began at ``began`` (monotonic), if ``stall_s`` have passed
+    since then without a delivery report from its producer to any caller; ``what`` says what
+    waits."""
+    if stall_s is None:
+        return None
+    silent = time.monotonic() - max(began, liveness.reported_at)
+    if silent <= stall_s:
+        return None
+    return ProduceStalled(f"no delivery report from the producer for {silent:.1f}s; {what}")
+
+
 class DeliveryTracker:
     """Counts delivery failures between flushes, so a flush can be trusted or refused."""
 
@@ -193,19 +205,30 @@ def _queue(producer: Producer, msg: tuple[str, bytes | None, bytes, list[tuple[s
 
 
 def produce_all(producer: Producer, messages: Iterable[tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]],
-                *, timeout_s: float = 60.0) -> int:
-    """Produce every (topic, key, value, headers) and flush; raise unless all were acknowledged."""
-    tracker = DeliveryTracker()
+                *, timeout_s: float = 60.0, stall_s: float | None = None,
+                liveness: ProducerLiveness | None = None) -> int:
+    """Produce every (topic, key, value, headers) and flush; raise :class:`ProduceError` unless
+    all were acknowledged within ``timeout_s`` of the last one queued, and
+    :class:`ProduceStalled` (as :func:`produce_all_async`) once ``stall_s`` have passed, since
+    the call began, without a delivery report from the producer to any caller."""
+    began = time.monotonic()
+    live = liveness if liveness is not None else ProducerLiveness()
+    tracker = DeliveryTracker(live)
     n = 0
     for msg in messages:
         while not _queue(producer, msg, tracker):
             producer.poll(0.05)  # local queue full: serve delivery reports, then retry
+            if err := stalled(began, live, stall_s, "its local queue is full"):
+                raise err
         n += 1
         if n % 10_000 == 0:
             producer.poll(0)
-    remaining = producer.flush(timeout_s)
-    if remaining:
-        raise ProduceError(f"{remaining} message(s) still queued after {timeout_s}s")
+    deadline = time.monotonic() + timeout_s
+    while remaining := producer.flush(min(0.5, max(0.0, deadline - time.monotonic()))):
+        if err := stalled(began, live, stall_s, f"{remaining} message(s) queued"):
+            raise err
+        if time.monotonic() >= deadline:
+            raise ProduceError(f"{remaining} message(s) still queued after {timeout_s}s")
     tracker.check()
     return n
 
@@ -238,14 +261,59 @@ async def produce_all_async(producer: Producer,
         producer.poll(0)
         if tracker.reported >= n:
             break
-        if stall_s is not None and time.monotonic() - max(began, live.reported_at) > stall_s:
-            raise ProduceStalled(f"no delivery report from the producer for {stall_s}s; {n - tracker.reported} of"
-                                 f" this batch's {n} message(s) outstanding")
+        if err := stalled(began, live, stall_s, f"{n - tracker.reported} of this batch's {n} message(s) outstanding"):
+            raise err
         if loop.time() > deadline:
             raise ProduceError(f"{n - tracker.reported} message(s) not acknowledged after {timeout_s}s")
         await asyncio.sleep(poll_s)
     tracker.check()
     return n
+
+
+class Renewing:
+    """A service's producer, replaced by a new one from ``renew`` when a call on it stalls
+    (:class:`ProduceStalled`: no delivery report to anyone for a while).
+
+    A client can stop trying to reach a broker that came back (seen once after a Kafka
+    restart: no connection attempt for a minute while the broker answered everyone else); a
+    new one starts from the bootstrap servers. Each call takes :attr:`current` once (the
+    producer and the record of its reports, read together) and hands a stall to
+    :meth:`replace`."""
+
+    def __init__(self, producer: Producer, renew: Callable[[], Producer] | None = None, *,
+                 retire_after_s: float = 120.0) -> None:
+        self.current = (producer, ProducerLiveness())  # one attribute: read whole from any thread
+        self.renew = renew
+        self.renewals = 0
+        self.retire_after_s = retire_after_s
+        self._lock = threading.Lock()  # the planner calls from worker threads
+
+    @property
+    def producer(self) -> Producer:
+        return self.current[0]
+
+    def replace(self, stalled: Producer, why: ProduceStalled) -> None:
+        """Put a new producer in place of ``stalled`` (once, whichever caller saw it first).
+        What the old one still holds is purged, so that the calls waiting on it fail now and
+        their callers send again through the new one (a message purged in flight may have
+        been written: Pacer's messages are at-least-once). It is destroyed off the caller's
+        thread (:func:`retire`). If no new producer can be made, the old one stays and the
+        caller's stall goes on up."""
+        with self._lock:
+            if self.renew is None or self.current[0] is not stalled:
+                return
+            try:
+                fresh = self.renew()
+            except Exception:
+                log.exception("Kafka producer stalled (%s) and no new one could be made; keeping it", why)
+                return
+            self.current = (fresh, ProducerLiveness())
+            self.renewals += 1
+        # The binding's blocking=True (its default) is librdkafka's non-blocking purge: the
+        # call does not wait on the stalled client's threads.
+        stalled.purge(in_queue=True, in_flight=True)
+        retire(stalled, within_s=self.retire_after_s)
+        log.warning("Kafka producer replaced: %s; what waited on it goes out again through a new one", why)
 
 
 _retired: queue.SimpleQueue[tuple[Producer, float]] = queue.SimpleQueue()
@@ -266,13 +334,24 @@ def retire(producer: Producer, within_s: float = 300.0) -> None:
 
 
 def _reap() -> None:
-    idle = threading.Event()  # never set: a wait between looks at the reference count
+    pending: list[list[Any]] = []  # [producer, until]: each entry the reaper's own reference
     while True:
-        producer, until = _retired.get()
-        # two references: ``producer`` here and getrefcount's own argument
-        while sys.getrefcount(producer) > 2 and time.monotonic() < until:
-            idle.wait(0.5)
-        del producer  # the last reference, as a rule: the client is destroyed here
+        try:  # the wait between looks at the reference counts, while any is pending
+            producer, until = _retired.get(timeout=0.5) if pending else _retired.get()
+            pending.append([producer, until])
+            del producer
+        except queue.Empty:
+            pass
+        now = time.monotonic()
+        kept: list[list[Any]] = []
+        while pending:
+            entry = pending.pop()
+            # two references when nothing else holds it: ``entry``'s and getrefcount's argument
+            if sys.getrefcount(entry[0]) > 2 and now < entry[1]:
+                kept.append(entry)
+            else:
+                entry.clear()  # the last reference, as a rule: the client is destroyed here
+        pending = kept
 
 
 def make_consumer(config: dict[str, str], group_id: str, *, protocol: str = "classic",

@@ -31,7 +31,7 @@ async def run(pg: PostgresSettings, kafka: KafkaSettings, cfg: PlannerSettings) 
         pool = await open_pool(pg.database_url.get_secret_value(), min_size=1,
                                max_size=4 + cfg.requery_max_jobs, name="pacer-planner")
         PoolStats(pool, ctx.registry)
-        bus = KafkaCommandBus.create(kafka)
+        bus = KafkaCommandBus.create(kafka, cfg.publish_stall_s)
         group = cfg.group_id or f"{kafka.topic_prefix}.planner"
         requests = await KafkaRequestSource.create(kafka, group, ctx.registry, PostgresPositions(pool, group).save)
         store = PostgresJobStore(pool, ApprovalPolicy(cfg.approval_above_items, cfg.approve_new_content))

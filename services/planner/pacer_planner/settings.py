@@ -79,6 +79,16 @@ class PlannerSettings(OpsSettings):
         "Longest wait between attempts at one job request. The database or Kafka being unavailable is waited out "
         "for as long as it takes: the request is never dead-lettered for it."
     ))
+    publish_stall_s: float = Field(40.0, gt=0, description=(
+        "When the planner's Kafka producer has served no delivery report at all for this long while it publishes a "
+        "job's commands or a dead-letter record, the attempt fails and the producer is replaced by a new one: a "
+        "client can stop reaching a broker that came back. The request is tried again, with backoff, through the "
+        "new one; a job's commands are all published again (`redispatched`), and a page of a requery job being "
+        "published through it at the time fails too, and is published again later. Logged as `Kafka producer "
+        "replaced`, again at every attempt while Kafka is away. Keep it above librdkafka's `request.timeout.ms` "
+        "(30 s): a broker that lost a replica can hold every acknowledgement that long, and a replacement starts a "
+        "large job's dispatch over."
+    ))
     approval_above_items: int | None = Field(None, ge=0, description=(
         "A job with more items than this is stored as `awaiting_approval` and sends nothing until an admin approves "
         "it (console *Approvals*, `POST /api/v1/jobs/{id}/approve`); unset: no size limit. A requery job is counted "

@@ -4,7 +4,8 @@ the job requests themselves, as the intake loop's source."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -23,12 +24,15 @@ from pacer_common.domain.requests import LANES, MAX_REQUEST_BYTES, lane_of
 from pacer_common.kafka import (
     AsyncConsumer,
     ProduceError,
+    ProduceStalled,
+    Renewing,
     dead_letter_headers,
     logged_rebalances,
     make_consumer,
     make_producer,
     next_offset,
     produce_all,
+    stalled,
 )
 from pacer_common.metrics import consumer_lag_config
 from pacer_common.settings import KafkaSettings
@@ -46,31 +50,49 @@ KEPT_KEY_BYTES = 1_024
 
 
 class KafkaCommandBus:
-    def __init__(self, producer: Producer, commands_topic: Callable[[str], str], dlq_topic: str) -> None:
-        self.producer = producer
+    def __init__(self, producer: Producer, commands_topic: Callable[[str], str], dlq_topic: str, *,
+                 renew: Callable[[], Producer] | None = None, stall_s: float | None = None) -> None:
+        self.client = Renewing(producer, renew)
         self.commands_topic = commands_topic  # lane → topic
         self.dlq_topic = dlq_topic
+        self.stall_s = stall_s  # without any delivery report for this long, the producer stalled
+
+    @property
+    def producer(self) -> Producer:
+        return self.client.producer
 
     @classmethod
-    def create(cls, kafka: KafkaSettings) -> KafkaCommandBus:
+    def create(cls, kafka: KafkaSettings, stall_s: float | None = None) -> KafkaCommandBus:
         """A bus with a producer of its own; a dead-letter record is a request (up to
-        MAX_REQUEST_BYTES) plus its reason headers."""
-        producer = make_producer(kafka.client_config(), **{"message.max.bytes": MAX_REQUEST_BYTES + 1_048_576})
-        return cls(producer, kafka.item_commands, kafka.job_requests_dlq)
+        MAX_REQUEST_BYTES) plus its reason headers. A producer that stalls for ``stall_s`` is
+        replaced by a new one."""
+        config = kafka.client_config()
+
+        def producer() -> Producer:
+            return make_producer(config, **{"message.max.bytes": MAX_REQUEST_BYTES + 1_048_576})
+
+        return cls(producer(), kafka.item_commands, kafka.job_requests_dlq, renew=producer, stall_s=stall_s)
 
     def dispatch(self, commands: Sequence[ItemCommand]) -> int:
-        """Produce and flush every command; raises unless Kafka acknowledged all of them."""
+        """Produce and flush every command; raises unless Kafka acknowledged all of them. A
+        stalled producer is replaced before the error is raised: the request's next attempt
+        dispatches through the new one."""
         topics = {lane: self.commands_topic(lane) for lane in LANES}
         if isinstance(commands, JobCommands):  # a job's: encoded in bulk, no model per item
             topic = topics[lane_of(commands.priority)]
             headers = tracing.kafka_headers(commands.traceparent) or None
-            return produce_all(self.producer, ((topic, guid.encode(), value, headers)
-                                               for guid, value in commands.encoded()))
-        return produce_all(
-            self.producer,
-            ((topics[lane_of(c.priority)], c.guid.encode(), c.model_dump_json().encode(),
-              tracing.kafka_headers(c.traceparent) or None) for c in commands),
-        )
+            return self._produce((topic, guid.encode(), value, headers) for guid, value in commands.encoded())
+        return self._produce(
+            (topics[lane_of(c.priority)], c.guid.encode(), c.model_dump_json().encode(),
+             tracing.kafka_headers(c.traceparent) or None) for c in commands)
+
+    def _produce(self, messages: Iterable[tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]]) -> int:
+        producer, liveness = self.client.current
+        try:
+            return produce_all(producer, messages, stall_s=self.stall_s, liveness=liveness)
+        except ProduceStalled as exc:
+            self.client.replace(producer, exc)
+            raise
 
     def dead_letter(self, key: bytes | None, value: bytes, reason: str, tenant: str | None = None) -> None:
         """The original bytes, untouched, with the reason and the tenant in headers: ``tenant``
@@ -112,20 +134,39 @@ class KafkaCommandBus:
         """None once the record is acknowledged; Kafka's refusal if it refused the record
         itself, at once or in its delivery report; any other failure (the environment's) raised."""
         reports: list[KafkaError | None] = []
+        producer, liveness = self.client.current
+        began = time.monotonic()
+        deadline = began + DLQ_TIMEOUT_S
+
+        def reported(err: KafkaError | None, _msg: Message) -> None:
+            reports.append(err)
+            liveness.reported_at = time.monotonic()
+
+        def waited(what: str) -> None:
+            """Raise if the producer stalled (replacing it) or the record's time is up."""
+            if err := stalled(began, liveness, self.stall_s, what):
+                self.client.replace(producer, err)
+                raise err
+            if time.monotonic() >= deadline:
+                raise ProduceError(f"a dead-letter record not acknowledged after {DLQ_TIMEOUT_S}s")
+
         try:
             while True:
                 try:
-                    self.producer.produce(self.dlq_topic, value=value, key=key, headers=list(headers),
-                                          on_delivery=lambda err, _msg: reports.append(err))
+                    producer.produce(self.dlq_topic, value=value, key=key, headers=list(headers), on_delivery=reported)
                     break
                 except BufferError:  # the local queue is full: serve delivery reports, try again
-                    self.producer.poll(0.05)
+                    producer.poll(0.05)
+                    waited("a dead-letter record waits for room in the local queue")
         except KafkaException as exc:
             if (err := record_fault(exc)) is not None:
                 return err
             raise
-        if self.producer.flush(DLQ_TIMEOUT_S) or not reports:
-            raise ProduceError(f"a dead-letter record not acknowledged after {DLQ_TIMEOUT_S}s")
+        # Its own report decides, not the queue: other callers' messages may be queued too.
+        while not reports:
+            producer.poll(min(0.5, max(0.0, deadline - time.monotonic())))
+            if not reports:
+                waited("a dead-letter record waits")
         if reports[0] is None or record_fault(reports[0]) is not None:
             return reports[0]
         raise ProduceError(f"a dead-letter record not delivered: {self.dlq_topic}: {reports[0]}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator, Sequence
 
 from confluent_kafka import Producer
@@ -12,28 +11,27 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.dead_letters import TENANT_HEADER
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.requests import lane_of
-from pacer_common.kafka import ProducerLiveness, ProduceStalled, make_producer, produce_all_async, retire
+from pacer_common.kafka import ProduceStalled, Renewing, make_producer, produce_all_async
 from pacer_common.settings import KafkaSettings
 from pacer_reconciler.ports import Rejected
 
 Msg = tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]
-
-log = logging.getLogger("pacer.reconciler")
 
 
 class KafkaPublisher:
     def __init__(self, producer: Producer, outcomes_topic: str, commands_topic: Callable[[str], str],
                  max_message_bytes: int = 1_000_000, timeout_s: float = 60.0, *,
                  renew: Callable[[], Producer] | None = None, stall_s: float | None = None) -> None:
-        self.producer = producer
+        self.client = Renewing(producer, renew, retire_after_s=timeout_s * 2)
         self.outcomes_topic = outcomes_topic
         self.commands_topic = commands_topic
         self.max_message_bytes = max_message_bytes  # at most the topics' max.message.bytes
         self.timeout_s = timeout_s  # for Kafka to acknowledge a batch
-        self.liveness = ProducerLiveness()  # the producer's last delivery report, to any segment
-        self.renew = renew  # a new producer, for one that stalled
         self.stall_s = stall_s  # without any delivery report for this long, the producer stalled
-        self.renewals = 0
+
+    @property
+    def producer(self) -> Producer:
+        return self.client.producer
 
     @classmethod
     def create(cls, kafka: KafkaSettings, max_message_bytes: int, stall_s: float) -> KafkaPublisher:
@@ -64,34 +62,13 @@ class KafkaPublisher:
                 rejected.append(Rejected(item_id, f"{msg[0]} message of {size} bytes exceeds {self.max_message_bytes}"))
             else:
                 fit.append(msg)
-        producer = self.producer
+        producer, liveness = self.client.current
         try:
-            await produce_all_async(producer, fit, timeout_s=self.timeout_s, stall_s=self.stall_s,
-                                    liveness=self.liveness)
+            await produce_all_async(producer, fit, timeout_s=self.timeout_s, stall_s=self.stall_s, liveness=liveness)
         except ProduceStalled as exc:
-            self._replace(producer, exc)
+            self.client.replace(producer, exc)  # the segments waiting on it fail too, and publish again
             raise
         return rejected
-
-    def _replace(self, stalled: Producer, why: ProduceStalled) -> None:
-        """Put a new producer in place of one that served no delivery report for ``stall_s``
-        (once, whichever segment saw it first).
-
-        A client can stop trying to reach a broker that came back (seen once after a Kafka
-        restart: no connection attempt for a minute while the broker answered everyone else);
-        a new one starts from the bootstrap servers. What the old one still holds is purged:
-        the segments waiting on it get their batches' failure now, and publish them again, at
-        their next round, through the new one (a message purged in flight may have been
-        written: outcomes are at-least-once). The old client is destroyed off the event loop."""
-        if self.renew is None or self.producer is not stalled:
-            return
-        self.producer, self.liveness = self.renew(), ProducerLiveness()
-        self.renewals += 1
-        # The binding's blocking=True (its default) is librdkafka's non-blocking purge: the
-        # call does not wait on the stalled client's threads.
-        stalled.purge(in_queue=True, in_flight=True)
-        retire(stalled, within_s=self.timeout_s * 2)
-        log.warning("Kafka producer replaced: %s; the batches waiting on it go out through a new one", why)
 
     def _messages(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> Iterator[tuple[str, Msg]]:
         # An item's events in version order: the log is read in transaction-id order, and a
