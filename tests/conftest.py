@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 from pacer_common.db.migrate import migrate
+from pacer_common.kafka import CLIENT_ERRORS, CLIENT_LOG
 from pacer_common.logs import RepeatsHeldBack
 from pacer_dev.infra import Infra
 
@@ -165,5 +166,8 @@ def server_url() -> Iterator[str]:
 @pytest.fixture(autouse=True)
 def _no_log_line_held_back() -> None:
     """Each test's log lines are its own: none is held back as a repeat of another test's."""
-    RepeatsHeldBack.forget_all()
+    for logger in (CLIENT_LOG, CLIENT_ERRORS):
+        for f in logger.filters:
+            if isinstance(f, RepeatsHeldBack):
+                f.forget()
 

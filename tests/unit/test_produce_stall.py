@@ -74,6 +74,8 @@ def test_a_slow_producer_that_keeps_acknowledging_is_not_stalled() -> None:
 def test_a_local_queue_that_stays_full_is_a_stall_not_a_wait_for_ever() -> None:
     with pytest.raises(ProduceStalled, match="local queue is full"):
         produce_all(Paced(None, full=True), MSGS, timeout_s=30.0, stall_s=0.3)  # type: ignore[arg-type]
+    with pytest.raises(ProduceStalled, match="local queue is full"):
+        asyncio.run(produce_all_async(Paced(None, full=True), MSGS, timeout_s=30.0, stall_s=0.3))  # type: ignore[arg-type]
 
 
 def test_without_a_stall_time_only_the_timeout_ends_the_wait() -> None:

@@ -7,13 +7,14 @@ never auto-commits; callers commit offsets only after their work is durable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -253,6 +254,8 @@ async def produce_all_async(producer: Producer,
     for msg in messages:
         while not _queue(producer, msg, tracker):  # local queue full: serve delivery reports, wait, retry
             producer.poll(0)
+            if err := stalled(began, live, stall_s, "its local queue is full"):
+                raise err
             if loop.time() > deadline:
                 raise ProduceError(f"the producer's queue stayed full for {timeout_s}s")
             await asyncio.sleep(0.05)
@@ -292,6 +295,17 @@ class Renewing:
     def producer(self) -> Producer:
         return self.current[0]
 
+    @contextlib.contextmanager
+    def using(self) -> Iterator[tuple[Producer, ProducerLiveness]]:
+        """The producer and the record of its reports, for one call; a :class:`ProduceStalled`
+        raised inside replaces the producer on its way up."""
+        producer, liveness = self.current
+        try:
+            yield producer, liveness
+        except ProduceStalled as exc:
+            self.replace(producer, exc)
+            raise
+
     def replace(self, stalled: Producer, why: ProduceStalled) -> None:
         """Put a new producer in place of ``stalled`` (once, whichever caller saw it first).
         What the old one still holds is purged, so that the calls waiting on it fail now and
@@ -321,7 +335,7 @@ _reaper_lock = threading.Lock()
 _reaper: list[threading.Thread] = []
 
 
-def retire(producer: Producer, within_s: float = 300.0) -> None:
+def retire(producer: Producer, within_s: float) -> None:
     """Let go of a producer that is being replaced: it is destroyed on a thread of its own once
     nothing else holds it (calls still waiting on it end within their timeouts), or after
     ``within_s`` whatever holds it. Destroying a client joins its threads: on the caller's

@@ -9,12 +9,11 @@ import re
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any
 
 from asgi_correlation_id import correlation_id
 from opentelemetry import trace
@@ -66,17 +65,11 @@ class RepeatsHeldBack(logging.Filter):
         # kind → [shown at (clock), held back since, the last held back's time (record.created)]
         self._shown: dict[tuple[int, str], list[float]] = {}
         self._lock = threading.Lock()  # client libraries log from threads of their own
-        RepeatsHeldBack._every.add(self)
 
-    _every: ClassVar[weakref.WeakSet[RepeatsHeldBack]] = weakref.WeakSet()
-
-    @classmethod
-    def forget_all(cls) -> None:
-        """Every filter shows the next line of each kind (tests: another test's lines are not
-        this one's repeats)."""
-        for f in list(cls._every):
-            with f._lock:
-                f._shown.clear()
+    def forget(self) -> None:
+        """Show the next line of each kind."""
+        with self._lock:
+            self._shown.clear()
 
     @staticmethod
     def shape(record: logging.LogRecord) -> tuple[int, str]:

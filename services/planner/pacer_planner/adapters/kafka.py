@@ -24,7 +24,6 @@ from pacer_common.domain.requests import LANES, MAX_REQUEST_BYTES, lane_of
 from pacer_common.kafka import (
     AsyncConsumer,
     ProduceError,
-    ProduceStalled,
     Renewing,
     dead_letter_headers,
     logged_rebalances,
@@ -87,12 +86,8 @@ class KafkaCommandBus:
              tracing.kafka_headers(c.traceparent) or None) for c in commands)
 
     def _produce(self, messages: Iterable[tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]]) -> int:
-        producer, liveness = self.client.current
-        try:
+        with self.client.using() as (producer, liveness):
             return produce_all(producer, messages, stall_s=self.stall_s, liveness=liveness)
-        except ProduceStalled as exc:
-            self.client.replace(producer, exc)
-            raise
 
     def dead_letter(self, key: bytes | None, value: bytes, reason: str, tenant: str | None = None) -> None:
         """The original bytes, untouched, with the reason and the tenant in headers: ``tenant``
@@ -132,41 +127,41 @@ class KafkaCommandBus:
     def _produce_dead_letter(self, key: bytes | None, value: bytes,
                              headers: list[tuple[str, bytes]]) -> KafkaError | None:
         """None once the record is acknowledged; Kafka's refusal if it refused the record
-        itself, at once or in its delivery report; any other failure (the environment's) raised."""
+        itself, at once or in its delivery report; any other failure (the environment's) raised.
+        Its own delivery report decides, not the queue: other callers' messages may be queued too."""
         reports: list[KafkaError | None] = []
-        producer, liveness = self.client.current
         began = time.monotonic()
         deadline = began + DLQ_TIMEOUT_S
+        with self.client.using() as (producer, liveness):
 
-        def reported(err: KafkaError | None, _msg: Message) -> None:
-            reports.append(err)
-            liveness.reported_at = time.monotonic()
+            def reported(err: KafkaError | None, _msg: Message) -> None:
+                reports.append(err)
+                liveness.reported_at = time.monotonic()
 
-        def waited(what: str) -> None:
-            """Raise if the producer stalled (replacing it) or the record's time is up."""
-            if err := stalled(began, liveness, self.stall_s, what):
-                self.client.replace(producer, err)
-                raise err
-            if time.monotonic() >= deadline:
-                raise ProduceError(f"a dead-letter record not acknowledged after {DLQ_TIMEOUT_S}s")
+            def waited(what: str) -> None:
+                """Raise if the producer stalled (it is replaced) or the record's time is up."""
+                if err := stalled(began, liveness, self.stall_s, what):
+                    raise err
+                if time.monotonic() >= deadline:
+                    raise ProduceError(f"a dead-letter record not acknowledged after {DLQ_TIMEOUT_S}s")
 
-        try:
-            while True:
-                try:
-                    producer.produce(self.dlq_topic, value=value, key=key, headers=list(headers), on_delivery=reported)
-                    break
-                except BufferError:  # the local queue is full: serve delivery reports, try again
-                    producer.poll(0.05)
-                    waited("a dead-letter record waits for room in the local queue")
-        except KafkaException as exc:
-            if (err := record_fault(exc)) is not None:
-                return err
-            raise
-        # Its own report decides, not the queue: other callers' messages may be queued too.
-        while not reports:
-            producer.poll(min(0.5, max(0.0, deadline - time.monotonic())))
-            if not reports:
-                waited("a dead-letter record waits")
+            try:
+                while True:
+                    try:
+                        producer.produce(self.dlq_topic, value=value, key=key, headers=list(headers),
+                                         on_delivery=reported)
+                        break
+                    except BufferError:  # the local queue is full: serve delivery reports, try again
+                        producer.poll(0.05)
+                        waited("a dead-letter record waits for room in the local queue")
+            except KafkaException as exc:
+                if (err := record_fault(exc)) is not None:
+                    return err
+                raise
+            while not reports:
+                producer.poll(min(0.5, max(0.0, deadline - time.monotonic())))
+                if not reports:
+                    waited("a dead-letter record waits")
         if reports[0] is None or record_fault(reports[0]) is not None:
             return reports[0]
         raise ProduceError(f"a dead-letter record not delivered: {self.dlq_topic}: {reports[0]}")

@@ -11,7 +11,7 @@ from pacer_common.domain.commands import ItemCommand
 from pacer_common.domain.dead_letters import TENANT_HEADER
 from pacer_common.domain.events import ItemEvent
 from pacer_common.domain.requests import lane_of
-from pacer_common.kafka import ProduceStalled, Renewing, make_producer, produce_all_async
+from pacer_common.kafka import Renewing, make_producer, produce_all_async
 from pacer_common.settings import KafkaSettings
 from pacer_reconciler.ports import Rejected
 
@@ -62,12 +62,8 @@ class KafkaPublisher:
                 rejected.append(Rejected(item_id, f"{msg[0]} message of {size} bytes exceeds {self.max_message_bytes}"))
             else:
                 fit.append(msg)
-        producer, liveness = self.client.current
-        try:
+        with self.client.using() as (producer, liveness):  # stalled: replaced; the waiting segments fail too
             await produce_all_async(producer, fit, timeout_s=self.timeout_s, stall_s=self.stall_s, liveness=liveness)
-        except ProduceStalled as exc:
-            self.client.replace(producer, exc)  # the segments waiting on it fail too, and publish again
-            raise
         return rejected
 
     def _messages(self, events: Sequence[ItemEvent], commands: Sequence[ItemCommand]) -> Iterator[tuple[str, Msg]]:
